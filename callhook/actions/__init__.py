@@ -1,0 +1,24 @@
+"""Actions: wire models (``schema``) and the sans-IO state machines that run them."""
+
+from __future__ import annotations
+
+from callhook.actions.gather import GatherMachine, GatherSpec
+from callhook.actions.machine import ActionContext, ActionMachine
+from callhook.actions.play import PlayMachine, SleepMachine
+from callhook.actions.record import RecordMachine
+from callhook.actions.schema import GetInput, GetNumber, Play, Record, Sleep
+
+
+def machine_for(
+    action: Play | GetNumber | GetInput | Record | Sleep, ctx: ActionContext
+) -> ActionMachine:
+    """The state machine that runs ``action`` on a call."""
+    if isinstance(action, Play):
+        return PlayMachine(action, ctx)
+    if isinstance(action, GetNumber):
+        return GatherMachine(GatherSpec.for_get_number(action), ctx)
+    if isinstance(action, GetInput):
+        return GatherMachine(GatherSpec.for_get_input(action), ctx)
+    if isinstance(action, Record):
+        return RecordMachine(action, ctx)
+    return SleepMachine(action)

@@ -1,0 +1,500 @@
+"""The call runner: runs an application on one call.
+
+Theory of operation
+-------------------
+:class:`CallRunner` is the only code that talks to the application
+(DESIGN.md §2 rule 2). For one call it
+
+1. requests the first page and validates the answer (``actions.schema``);
+2. runs the actions in order: ``clear_input``, ``redirect`` and ``hang_up``
+   itself; ``play``, ``get_number``, ``get_input``, ``record``, ``sleep``
+   through their sans-IO state machines (``callhook.actions``), feeding them
+   the call's media events and deadlines and passing their media commands to
+   the call's :class:`Leg`;
+3. when an action completes, requests its ``next_page`` with the
+   ``action_result``; the answer replaces the rest of the list (a
+   ``redirect`` does the same without a result);
+4. on any application error (DESIGN.md §1.3) logs the precise cause and
+   requests the error page if there is one (its actions replace the list),
+   otherwise hangs up;
+5. when the list runs out, the application hangs up, the caller hangs up or
+   an error ends the call: requests the final page once, with ``call_cause``.
+
+The call is answered just before the first action that needs the media
+(so an application can reject a call it does not want with ``hang_up``).
+
+Every page request carries the instance info of DESIGN.md §1.1, signed with
+the application's secret (``callhook.signature``). Each step is written to
+the call's log (``callhook.calllog``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from urllib.parse import urljoin
+
+from callhook.actions import machine_for
+from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome
+from callhook.actions.schema import (
+    ClearInput,
+    GetInput,
+    GetNumber,
+    HangUp,
+    InvalidResponse,
+    Play,
+    Record,
+    Redirect,
+    Sleep,
+    WebPageRequest,
+    parse_response,
+)
+from callhook.calllog import CallLog
+from callhook.clock import Clock
+from callhook.config import AppConfig
+from callhook.events import (
+    CallEnded,
+    DigitReceived,
+    MediaCommand,
+    MediaEvent,
+    PlayFile,
+    PlayTone,
+    PromptFinished,
+    SayText,
+    SpeechRecognised,
+    StartPrompt,
+    StartRecognition,
+    StartRecording,
+    StopPrompt,
+    StopRecognition,
+    StopRecording,
+    VoiceActivity,
+)
+
+#: The error page is used at most this often in one call (an error page whose
+#: actions fail again must not loop forever).
+MAX_ERROR_PAGES = 3
+
+
+# --- what the runner needs from the outside world --------------------------------------
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """Who is calling whom: the ``this_call`` facts that do not change."""
+
+    call_id: str
+    direction: Literal["inbound", "outbound"] = "inbound"
+    call_from: str = ""
+    call_to: str = ""
+    call_target: str = ""
+
+
+class Leg(Protocol):
+    """One call as the runner sees it: its signalling and its media session.
+
+    Implemented by the SIP/RTP call, by the terminal phone, and by the scripted
+    caller of ``callhook.testing``.
+    """
+
+    info: CallInfo
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        """Carry out media commands (start a prompt, start recording, ...)."""
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        """The next media event, or None once ``deadline`` (media time) has come."""
+
+    def take_pending(self) -> list[MediaEvent]:
+        """The events that have arrived and not been taken yet, without waiting."""
+
+    async def answer(self) -> None:
+        """Answer the call (a no-op once answered)."""
+
+    async def hang_up(self) -> str:
+        """End the call from our side; returns the raw cause (the SIP status)."""
+
+    async def wait_ended(self) -> CallEnded:
+        """Resolve when the far end ends the call."""
+
+
+class PageError(Exception):
+    """A page request that failed, and why (DESIGN.md §1.3)."""
+
+    def __init__(
+        self,
+        kind: Literal["unreachable", "timeout", "status", "invalid"],
+        url: str,
+        detail: str,
+        status: int | None = None,
+    ) -> None:
+        self.kind = kind
+        self.url = url
+        self.detail = detail
+        self.status = status
+        super().__init__(f"{kind}: {url}: {detail}")
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``error_result`` object sent to the error page."""
+        result: dict[str, Any] = {"cause": self.kind, "url": self.url, "description": self.detail}
+        if self.status is not None:
+            result["status"] = self.status
+        return result
+
+
+class Pages(Protocol):
+    """Requests application pages (``callhook.adapters.pages`` over HTTP)."""
+
+    async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
+        """The response body of a 2xx answer; raises :class:`PageError` otherwise."""
+
+
+# --- the runner -------------------------------------------------------------------------
+
+
+class CallGone(Exception):
+    """The far end ended the call."""
+
+    def __init__(self, ended: CallEnded) -> None:
+        self.ended = ended
+        super().__init__(ended.cause)
+
+
+class ApplicationFailed(Exception):
+    """An application error with no (working) error page to fall back on."""
+
+
+@dataclass(frozen=True)
+class _Request:
+    url: str
+    method: str
+    action_result: dict[str, Any] | None = None
+    error_result: dict[str, Any] | None = None
+    why: str = ""
+
+
+@dataclass
+class CallSummary:
+    """How a call went, for the caller of :meth:`CallRunner.run`."""
+
+    instance_id: str
+    cause: str = ""
+    raw_cause: str = ""
+    pages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def new_instance_id() -> str:
+    """An application instance id: unique and unguessable."""
+    return secrets.token_hex(16)
+
+
+class CallRunner:
+    """Runs application ``app`` on the call ``leg`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: AppConfig,
+        leg: Leg,
+        pages: Pages,
+        clock: Clock,
+        log: CallLog,
+        *,
+        log_filename: str,
+        ctx: ActionContext | None = None,
+    ) -> None:
+        self.app = app
+        self.leg = leg
+        self.pages = pages
+        self.clock = clock
+        self.log = log
+        self.instance_id = log.instance_id
+        self.log_filename = log_filename
+        self.ctx = ctx or ActionContext()
+        self.token: str | None = None
+        self.state: Literal["inbound", "answered", "idle"] = (
+            "inbound" if leg.info.direction == "inbound" else "answered"
+        )
+        self.answered_at: float | None = None if self.state == "inbound" else clock.now()
+        self.ended_at: float | None = None
+        self.gone: CallEnded | None = None
+        self.summary = CallSummary(self.instance_id)
+
+    # --- the call -------------------------------------------------------------------
+
+    async def run(self) -> CallSummary:
+        """Run the application until the call ends; request the final page. Never raises."""
+        info = self.leg.info
+        self.log.write(
+            "call_start",
+            f"{info.direction} call {info.call_id} from {info.call_from!r} to {info.call_to!r}, "
+            f"application {self.app.name!r}",
+        )
+        cause, raw = "completed", ""
+        try:
+            await self._run_application()
+        except CallGone as exc:
+            cause, raw = exc.ended.cause, exc.ended.raw_cause
+        except ApplicationFailed:
+            cause = "failed"
+        except Exception as exc:  # a bug of ours must still end the call cleanly
+            logging.getLogger("callhook.call").exception("call runner crashed")
+            self._error(f"internal error: {type(exc).__name__}: {exc}")
+            cause = "failed"
+        if self.gone is None:
+            try:
+                raw = await self.leg.hang_up()
+            except Exception as exc:
+                self._error(f"hang-up failed: {type(exc).__name__}: {exc}")
+            self.log.write("hang_up", f"callhook hung up ({raw})")
+        self.ended_at = self.clock.now()
+        self.state = "idle"
+        self.summary.cause, self.summary.raw_cause = cause, raw
+        self.log.write("call_end", f"call_cause={cause} call_raw_cause={raw}")
+        await self._final_page(cause, raw)
+        self.log.close()
+        return self.summary
+
+    async def _run_application(self) -> None:
+        request: _Request | None = _Request(self.app.first_page, "POST", why="first page")
+        base = self.app.first_page
+        error_pages = 0
+        while request is not None:
+            current = request
+            try:
+                actions, base = await self._page(current, base)
+                if self.gone is not None:
+                    if actions:
+                        self.log.write("call_gone", f"call ended; {len(actions)} action(s) not run")
+                    raise CallGone(self.gone)
+                request = await self._run_actions(actions, base)
+            except PageError as exc:
+                self._error(str(exc))
+                if self.gone is not None:
+                    raise CallGone(self.gone) from None
+                if not self.app.error_page or current.error_result is not None:
+                    raise ApplicationFailed(str(exc)) from None
+                error_pages += 1
+                if error_pages > MAX_ERROR_PAGES:
+                    self._error(f"error page used {MAX_ERROR_PAGES} times already; giving up")
+                    raise ApplicationFailed(str(exc)) from None
+                request = _Request(
+                    urljoin(self.app.first_page, self.app.error_page),
+                    "POST",
+                    error_result=exc.as_json(),
+                    why="error page",
+                )
+
+    async def _run_actions(self, actions: list[Any], base: str) -> _Request | None:
+        """Run a list; return the page to request next, or None when the call is to end."""
+        for index, action in enumerate(actions):
+            name = type(action).name
+            self.log.write("action_start", f"[{index}] {name}")
+            if isinstance(action, HangUp):
+                self.log.write("action_end", f"[{index}] hang_up")
+                return None
+            if isinstance(action, Redirect):
+                self.log.write("action_end", f"[{index}] redirect")
+                return self._next(action.next_page, base, None, "redirect")
+            if isinstance(action, ClearInput):
+                self.ctx.buffer.clear()
+                self.log.write("action_end", f"[{index}] clear_input")
+                continue
+            outcome = await self._run_machine(action)
+            if isinstance(outcome, Completed):
+                self.log.write(
+                    "action_end", f"[{index}] {name}: {json.dumps(outcome.result, sort_keys=True)}"
+                )
+                assert isinstance(action, GetNumber | GetInput | Record)
+                return self._next(action.next_page, base, outcome.action_result(), name)
+            self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
+            if self.gone is not None:
+                raise CallGone(self.gone)
+        self.log.write("list_end", "no more actions")
+        return None
+
+    def _next(
+        self, page: WebPageRequest, base: str, result: dict[str, Any] | None, why: str
+    ) -> _Request:
+        return _Request(urljoin(base, page.url), page.method, action_result=result, why=why)
+
+    async def _run_machine(self, action: Play | GetNumber | GetInput | Record | Sleep) -> Outcome:
+        await self._answer()
+        for pending in self.leg.take_pending():
+            self._pending(pending)  # type-ahead while pages were fetched
+        if self.gone is not None:
+            raise CallGone(self.gone)
+        machine = machine_for(action, self.ctx)
+        self._send(machine.start(self.clock.now()))
+        while machine.outcome is None:
+            event = await self.leg.next_event(machine.deadline)
+            now = self.clock.now()
+            if event is None:
+                self._send(machine.on_deadline(now))
+            elif isinstance(event, CallEnded):
+                self._ended(event)
+                self._send(machine.stop(now, "hangup"))
+            else:
+                self._observe(event, machine)
+                self._send(machine.handle(event, now))
+        return machine.outcome
+
+    async def _answer(self) -> None:
+        if self.state != "inbound":
+            return
+        await self.leg.answer()
+        self.state = "answered"
+        self.answered_at = self.clock.now()
+        self.log.write("answered")
+
+    # --- events and commands --------------------------------------------------------
+
+    def _pending(self, event: MediaEvent) -> None:
+        if isinstance(event, CallEnded):
+            self._ended(event)
+        elif isinstance(event, DigitReceived):
+            self.ctx.buffer.digits += event.digit
+            self.log.write("digit", f"{event.digit} (typed ahead, cached)")
+        elif isinstance(event, VoiceActivity):
+            self.ctx.voice_active = event.active
+
+    def _ended(self, event: CallEnded) -> None:
+        if self.gone is None:
+            self.gone = event
+            self.ended_at = self.clock.now()
+            self.log.write("caller_hung_up", f"{event.cause} ({event.raw_cause})")
+
+    def _observe(self, event: MediaEvent, machine: ActionMachine) -> None:
+        if isinstance(event, DigitReceived):
+            self.log.write("digit", event.digit)
+        elif isinstance(event, VoiceActivity):
+            self.ctx.voice_active = event.active
+        elif isinstance(event, SpeechRecognised):
+            best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
+            typed = " (typed)" if event.phrase.typed else ""
+            self.log.write("speech", f"{best!r}{typed}")
+        elif isinstance(event, PromptFinished) and event.error:
+            self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
+
+    def _send(self, commands: list[MediaCommand]) -> None:
+        if not commands:
+            return
+        for c in commands:
+            if isinstance(c, StartPrompt):
+                self.log.write("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
+            elif isinstance(c, StopPrompt):
+                self.log.write("prompt_stop", f"#{c.prompt_id}")
+            elif isinstance(c, StartRecognition):
+                self.log.write("recognition_start", c.options.language)
+            elif isinstance(c, StopRecognition):
+                self.log.write("recognition_stop")
+            elif isinstance(c, StartRecording):
+                self.log.write("recording_start", c.filename)
+            elif isinstance(c, StopRecording):
+                self.log.write("recording_stop", c.filename)
+        self.leg.send(commands)
+
+    # --- pages ----------------------------------------------------------------------
+
+    def _this_call(self) -> dict[str, Any]:
+        info = self.leg.info
+        if self.answered_at is None:
+            duration = 0.0
+        else:
+            end = self.ended_at if self.ended_at is not None else self.clock.now()
+            duration = round(max(0.0, end - self.answered_at), 1)
+        return {
+            "call_id": info.call_id,
+            "call_direction": info.direction,
+            "call_from": info.call_from,
+            "call_to": info.call_to,
+            "call_target": info.call_target,
+            "call_state": self.state,
+            "seconds_call_duration": duration,
+            "application_parameters": self.app.application_parameters,
+        }
+
+    def _body(self, request: _Request) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "application_instance_id": self.instance_id,
+            "token": self.token,
+            "log_filename": self.log_filename,
+            "is_notification": False,
+            "this_call": self._this_call(),
+        }
+        if request.action_result is not None:
+            body["action_result"] = request.action_result
+        if request.error_result is not None:
+            body["error_result"] = request.error_result
+        return body
+
+    async def _page(self, request: _Request, base: str) -> tuple[list[Any], str]:
+        """Request a page and validate its action list; returns (actions, the page's URL)."""
+        raw = await self._fetch(request.url, request.method, self._body(request), request.why)
+        try:
+            response = parse_response(raw)
+        except InvalidResponse as exc:
+            for problem in exc.problems:
+                self.log.write("invalid_response", f"{request.url}: {problem}", level=logging.ERROR)
+            raise PageError("invalid", request.url, str(exc)) from None
+        if response.token_given:
+            self.token = response.token
+        names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
+        self.log.write("page_response", f"{request.url}: {names}")
+        return response.actions, request.url
+
+    async def _fetch(self, url: str, method: str, body: dict[str, Any], why: str) -> bytes:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.summary.pages.append(url)
+        self.log.write("page_request", f"{method} {url} ({why})")
+        fetch = asyncio.ensure_future(self.pages.fetch(url, method, data, self.app.secret))
+        if self.gone is not None:
+            return await fetch  # nothing to race: the call has ended already
+        ended = asyncio.ensure_future(self.leg.wait_ended())
+        try:
+            done, _ = await asyncio.wait({fetch, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        if fetch in done:
+            return fetch.result()
+        fetch.cancel()
+        self._ended(ended.result())
+        self.log.write("page_abandoned", f"{url}: the call ended while waiting for it")
+        raise CallGone(ended.result())
+
+    async def _final_page(self, cause: str, raw: str) -> None:
+        if not self.app.final_page:
+            return
+        url = urljoin(self.app.first_page, self.app.final_page)
+        body = self._body(_Request(url, "POST"))
+        body["this_call"]["call_cause"] = cause
+        body["this_call"]["call_raw_cause"] = raw
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.summary.pages.append(url)
+        self.log.write("page_request", f"POST {url} (final page)")
+        try:
+            await self.pages.fetch(url, "POST", data, self.app.secret)
+            self.log.write("page_response", f"{url}: (final page; response ignored)")
+        except PageError as exc:
+            self._error(str(exc))
+
+    def _error(self, text: str) -> None:
+        self.summary.errors.append(text)
+        self.log.write("error", text, level=logging.ERROR)
+
+
+def _describe_items(command: StartPrompt) -> str:
+    parts = []
+    for item in command.items:
+        if isinstance(item, SayText):
+            parts.append("say <private text>" if item.private else f"say {item.text!r}")
+        elif isinstance(item, PlayFile):
+            parts.append(f"file {item.name}")
+        elif isinstance(item, PlayTone):
+            parts.append(f"tone {item.frequency_hz:g} Hz {item.seconds:g} s")
+    return ", ".join(parts)

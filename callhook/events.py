@@ -1,0 +1,226 @@
+"""The values that cross layers: media events in, media commands out.
+
+The action state machines (``callhook.actions``) are sans-IO: they are fed
+*events* from a call's media session (a digit, the end of a prompt, speech
+recognised, voice activity starting or stopping, ...) and answer with
+*commands* for that media session (start this prompt, stop it, start
+recognising speech, start recording, ...). The media session is the only thing
+that touches audio: the real one (RTP, see ``callhook.media``) or a scripted
+one in tests (``callhook.testing``). Both speak exactly these types.
+
+Events carry no timestamps: the time of an event is the clock's ``now`` when
+it is delivered, which the caller of a state machine passes alongside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# --- speech results -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """One recognition hypothesis: its text and the recogniser's confidence (0..1)."""
+
+    text: str
+    confidence: float
+
+
+@dataclass(frozen=True, slots=True)
+class Phrase:
+    """A recognised phrase, the ``phrase object`` of the reference (section 2.1)."""
+
+    alternatives: tuple[Alternative, ...]
+    final: bool = True
+    # Whose speech it is. callhook recognises only the caller's side of the call
+    # (the audio it receives), which the reference's result calls "inbound".
+    direction: str = "inbound"
+    # True when the phrase did not come from a recogniser but was typed in the
+    # terminal phone (so logs and the terminal can say so).
+    typed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The phrase as it appears in ``action_result.result.speech_input``."""
+        return {
+            "alternatives": [
+                {"text": a.text, "confidence": round(a.confidence, 3)} for a in self.alternatives
+            ],
+            "direction": self.direction,
+            "final": self.final,
+        }
+
+
+# --- events: media session -> actions ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DigitReceived:
+    """The caller pressed a key (one event per key press, whatever the transport)."""
+
+    digit: str
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFinished:
+    """Prompt ``prompt_id`` played to its end (or could not be played: ``error``).
+
+    A prompt stopped by :class:`StopPrompt` does not report finishing.
+    """
+
+    prompt_id: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    """The recogniser heard the caller start speaking."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechRecognised:
+    """The recogniser produced a phrase."""
+
+    phrase: Phrase
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechRejected:
+    """The caller spoke but the recogniser matched nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceActivity:
+    """Sound above the background noise started (``active``) or stopped on the caller's side."""
+
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderFailed:
+    """The recording sink stopped on its own: a write error or the size limit."""
+
+    reason: Literal["error", "filesize"]
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The call is gone: the caller hung up, or the network dropped it.
+
+    ``cause`` is one of the final page's ``call_cause`` values; ``raw_cause`` the
+    SIP status (or method) that ended it, as a string.
+    """
+
+    cause: str = "hung_up"
+    raw_cause: str = "BYE"
+
+
+MediaEvent = (
+    DigitReceived
+    | PromptFinished
+    | SpeechStarted
+    | SpeechRecognised
+    | SpeechRejected
+    | VoiceActivity
+    | RecorderFailed
+    | CallEnded
+)
+
+# --- commands: actions -> media session -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SayText:
+    """A prompt item: text to speak with a TTS voice (``None``: the default voice)."""
+
+    text: str
+    voice: str | None = None
+    # text_is_private: the text is kept out of every log.
+    private: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PlayFile:
+    """A prompt item: a WAV file from the application's media file namespace."""
+
+    name: str
+    # (type, key hex, iv hex) of an aescbc cipher when the file is encrypted.
+    cipher: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlayTone:
+    """A prompt item: a sine tone (the record beep)."""
+
+    frequency_hz: float
+    seconds: float
+
+
+PromptItem = SayText | PlayFile | PlayTone
+
+
+@dataclass(frozen=True, slots=True)
+class StartPrompt:
+    """Play ``items`` in order; report :class:`PromptFinished` with ``prompt_id`` at the end."""
+
+    prompt_id: int
+    items: tuple[PromptItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StopPrompt:
+    """Stop prompt ``prompt_id`` now if it is still playing."""
+
+    prompt_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecognitionOptions:
+    """What the recogniser is asked to do (the reference's speech recognition options)."""
+
+    language: str = "en-US"
+    word_hints: tuple[str, ...] = ()
+    max_alternatives: int = 1
+    # "timeout": keep recognising phrase after phrase; "auto": one phrase is enough.
+    mode: Literal["timeout", "auto"] = "timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class StartRecognition:
+    """Start the call's speech recognition stream with ``options``."""
+
+    options: RecognitionOptions = field(default_factory=RecognitionOptions)
+
+
+@dataclass(frozen=True, slots=True)
+class StopRecognition:
+    """Stop the call's speech recognition stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartRecording:
+    """Start writing the caller's audio to ``filename`` in the media file store.
+
+    ``preroll`` seconds of audio heard just before this command are included, so
+    that the first syllable, which the voice-activity detector needs to hear
+    before it reports sound, is not cut off.
+    """
+
+    filename: str
+    format: Literal["alaw", "ulaw"] | None
+    cipher: tuple[str, str, str] | None = None
+    preroll: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StopRecording:
+    """Finish the recording file (flush, close, encrypt when asked)."""
+
+    filename: str
+
+
+MediaCommand = (
+    StartPrompt | StopPrompt | StartRecognition | StopRecognition | StartRecording | StopRecording
+)

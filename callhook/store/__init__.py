@@ -1,0 +1,1 @@
+"""The media file store: recordings, prompts and call logs, per application namespace."""
