@@ -1,0 +1,7 @@
+"""``python -m callhook``."""
+
+import sys
+
+from callhook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""The composition root: builds every part from :class:`~callhook.config.Settings`.
+
+Nothing else in callhook constructs services or reads configuration; the
+CLI calls in here, and tests build the same parts themselves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from callhook.actions.machine import ActionContext
+from callhook.adapters import web as web_adapter
+from callhook.adapters.pages import HttpPages
+from callhook.call import CallRunner, CallSummary, Leg, new_instance_id
+from callhook.calllog import CallLog, Listener
+from callhook.clock import Clock, MonotonicClock
+from callhook.config import AppConfig, Settings, data_secret
+from callhook.media import wav
+from callhook.media.simulated import PromptTimer
+from callhook.store.files import MediaStore, OutsideNamespace
+
+
+@dataclass
+class Services:
+    """The long-lived parts shared by all calls."""
+
+    settings: Settings
+    clock: Clock = field(default_factory=MonotonicClock)
+    store: MediaStore = field(init=False)
+    pages: HttpPages = field(init=False)
+    secret: str = field(init=False)
+    web_runner: web.AppRunner | None = None
+    base_url: str = ""
+    _calls: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self.store = MediaStore(self.settings.data_dir / "media")
+        self.pages = HttpPages(timeout=self.settings.page_timeout)
+        self.secret = data_secret(self.settings.data_dir)
+
+    async def start_web(self, host: str | None = None, port: int | None = None) -> str:
+        """Start the HTTP server (demo application); returns its base URL."""
+        app = web_adapter.application(self.secret)
+        self.web_runner, self.base_url = await web_adapter.start(
+            app,
+            host if host is not None else self.settings.http_host,
+            port if port is not None else self.settings.http_port,
+        )
+        return self.base_url
+
+    def demo_app(self) -> AppConfig:
+        """The built-in demo application, served by our own HTTP server."""
+        base = self.base_url + "/demo/"
+        return AppConfig(
+            name="demo",
+            first_page=base + "start",
+            error_page=base + "error",
+            final_page=base + "final",
+            secret=self.secret,
+        )
+
+    def prompt_timer(self, app: AppConfig) -> PromptTimer:
+        """Prompt durations for simulated media, reading WAV headers from the app's namespace."""
+
+        def file_seconds(name: str) -> float:
+            try:
+                path = self.store.path(app.name, name)
+                with path.open("rb") as f:
+                    return wav.read_info(f.read(4096), path.stat().st_size).seconds
+            except (OSError, OutsideNamespace, wav.WavError) as exc:
+                raise FileNotFoundError(f"{name} ({exc})") from None
+
+        return PromptTimer(file_seconds=file_seconds)
+
+    def recording_path(self, app: AppConfig, filename: str) -> Path:
+        return self.store.path(app.name, filename)
+
+    async def run_call(
+        self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
+    ) -> CallSummary:
+        """Run ``app`` on ``leg`` until the call ends."""
+        instance_id = new_instance_id()
+        log_filename = f"logs/{instance_id}.log"
+        log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
+        log.listeners.extend(listeners or [])
+        ctx = ActionContext(new_recording_name=self.store.new_recording_name)
+        runner = CallRunner(
+            app, leg, self.pages, self.clock, log, log_filename=log_filename, ctx=ctx
+        )
+        return await runner.run()
+
+    async def close(self) -> None:
+        await self.pages.close()
+        if self.web_runner is not None:
+            await self.web_runner.cleanup()
+            self.web_runner = None

@@ -1,0 +1,190 @@
+"""The ``callhook`` command: serve | call | validate | schema."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from callhook import __version__
+from callhook.actions.schema import InvalidResponse, json_schema, parse_response
+from callhook.app import Services
+from callhook.call import CallInfo
+from callhook.config import AppConfig, ConfigError, Settings, load
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = load(Path(args.config)) if getattr(args, "config", None) else Settings()
+    if getattr(args, "data_dir", None):
+        settings.data_dir = Path(args.data_dir)
+    if getattr(args, "page_timeout", None):
+        settings.page_timeout = args.page_timeout
+    return settings
+
+
+# --- validate / schema -----------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check an action list (a page response) and print every problem."""
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        print(f"{args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        response = parse_response(data)
+    except InvalidResponse as exc:
+        for problem in exc.problems:
+            print(problem)
+        return 1
+    print(f"valid ({len(response.actions)} action(s))")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+# --- call -------------------------------------------------------------------------------
+
+
+async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.adapters.terminal import Keyboard, TerminalLeg, log_printer, silence_recording
+
+    services = Services(settings)
+    try:
+        if args.url:
+            app = AppConfig(
+                name="cli",
+                first_page=args.url,
+                secret=args.secret or services.secret,
+                error_page=args.error_page,
+                final_page=args.final_page,
+                application_parameters=args.parameters,
+            )
+        else:
+            await services.start_web("127.0.0.1", 0)
+            app = services.demo_app()
+        out = sys.stdout
+        out.write(
+            f"callhook {__version__} terminal phone — calling {app.first_page}\n"
+            "Press keys 0-9 * # to send them. Type  say <words>  to speak (typed speech),\n"
+            "keys <ABCD> for the A-D keys, hangup to hang up.\n\n"
+        )
+        info = CallInfo(
+            call_id=f"terminal-{id(out):x}",
+            direction="inbound",
+            call_from="sip:terminal@127.0.0.1",
+            call_to=f"sip:{app.name}@127.0.0.1",
+            call_target=app.name,
+        )
+
+        def save(filename: str, seconds: float) -> None:
+            silence_recording(services.recording_path(app, filename), seconds)
+
+        leg = TerminalLeg(out, info=info, timer=services.prompt_timer(app), save_recording=save)
+        keyboard = Keyboard(leg)
+        with keyboard.attached():
+            summary = await services.run_call(app, leg, [log_printer(leg)])
+        out.write(
+            f"\ncall ended: {summary.cause}; {len(summary.pages)} page request(s); "
+            f"log: {services.store.path(app.name, 'logs')}/\n"
+        )
+        return 0 if summary.cause in ("completed", "hung_up") else 1
+    finally:
+        await services.close()
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    """Call an application from the terminal (the built-in demo when no URL is given)."""
+    return asyncio.run(_terminal_call(args, _settings(args)))
+
+
+# --- serve ------------------------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    services = Services(settings)
+    host, _, port = (args.http or f"{settings.http_host}:{settings.http_port}").rpartition(":")
+    base = await services.start_web(host or "127.0.0.1", int(port))
+    print(f"callhook {__version__} serving on {base}", flush=True)
+    print(f"  demo application: {base}/demo/start", flush=True)
+    print("  try it with no phone: callhook call   (in another terminal)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        print("callhook: shutting down", flush=True)
+        await services.close()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve applications (on embedded defaults: the built-in demo)."""
+    return asyncio.run(_serve(args, _settings(args)))
+
+
+# --- main -------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="callhook", description=__doc__)
+    p.add_argument("--version", action="version", version=f"callhook {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more (to stderr)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve applications (the demo app on embedded defaults)")
+    s.add_argument("--config", help="TOML config file (see docs/configuration.md)")
+    s.add_argument("--data-dir", help="where recordings, logs and state live (default ./data)")
+    s.add_argument("--http", help="HOST:PORT of the web server (default 127.0.0.1:8080)")
+    s.set_defaults(func=cmd_serve)
+
+    c = sub.add_parser("call", help="call an application from this terminal (no phone needed)")
+    c.add_argument("url", nargs="?", help="the application's first page (default: the demo)")
+    c.add_argument("--error-page", help="the application's error page URL")
+    c.add_argument("--final-page", help="the application's final page URL")
+    c.add_argument("--secret", help="the secret page requests are signed with")
+    c.add_argument("--parameters", default="", help="application_parameters to send")
+    c.add_argument("--page-timeout", type=float, help="seconds to wait for a page (default 10)")
+    c.add_argument("--data-dir", help="where recordings and logs go (default ./data)")
+    c.add_argument("--config", help="TOML config file")
+    c.set_defaults(func=cmd_call)
+
+    v = sub.add_parser("validate", help="check an action list (a page response) for errors")
+    v.add_argument("file", help="a JSON file, or - for standard input")
+    v.set_defaults(func=cmd_validate)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of a page response")
+    sc.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING
+    if args.command == "serve" and not args.verbose:
+        level = logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"callhook: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
