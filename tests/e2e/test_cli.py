@@ -1,0 +1,104 @@
+"""The ``callhook`` command as a user runs it: validate, schema, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from callhook.signature import HEADER, sign
+
+CALLHOOK = [sys.executable, "-m", "callhook"]
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CALLHOOK, *args], input=stdin, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_validate_accepts_a_valid_list(tmp_path: Path) -> None:
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps({"actions": [{"play": {"play_list": [{"text_to_say": "Hi"}]}}]}))
+    result = run("validate", str(path))
+    assert result.returncode == 0
+    assert result.stdout.startswith("valid")
+
+
+def test_validate_prints_every_error() -> None:
+    doc = {
+        "actions": [
+            {"get_number": {"next_page": {"url": "/n"}, "valid_digits": "12x", "digit_count": "4"}},
+            {"recrod": {}},
+        ]
+    }
+    result = run("validate", "-", stdin=json.dumps(doc))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("$.actions[0].get_number.valid_digits: ") for line in lines)
+    assert any(line.startswith("$.actions[0].get_number.digit_count: ") for line in lines)
+    assert any(line.startswith("$.actions[1]: unknown action 'recrod'") for line in lines)
+    assert len(lines) == 3
+
+
+def test_validate_rejects_a_file_that_is_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("<html>oops</html>")
+    result = run("validate", str(path))
+    assert result.returncode == 1
+    assert result.stdout.startswith("$: not valid JSON")
+
+
+def test_schema_is_json_schema_of_the_envelope() -> None:
+    result = run("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert schema["required"] == ["actions"]
+    assert set(schema["properties"]) == {"actions", "token", "api_version"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *CALLHOOK,
+        "serve",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        banner = await asyncio.wait_for(proc.stdout.readline(), 15)
+        assert f"serving on http://127.0.0.1:{port}" in banner.decode()
+        secret = (tmp_path / "secret").read_text().strip()
+        body = json.dumps({"application_instance_id": "x", "token": None}).encode()
+        url = f"http://127.0.0.1:{port}/demo/start"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=body, headers={HEADER: sign(secret, body)}) as r:
+                assert r.status == 200
+                actions = (await r.json())["actions"]
+            assert [next(iter(a)) for a in actions] == ["play", "get_number", "play", "redirect"]
+            # The demo checks signatures: a forged request is refused.
+            async with http.post(url, data=body, headers={HEADER: sign("wrong", body)}) as r:
+                assert r.status == 403
+    finally:
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 15) == 0
