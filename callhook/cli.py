@@ -9,13 +9,24 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from callhook import __version__
 from callhook.actions.schema import InvalidResponse, json_schema, parse_response
 from callhook.app import Services
 from callhook.call import CallInfo
 from callhook.config import AppConfig, ConfigError, Settings, load
+
+
+def run_loop(coro: Coroutine[Any, Any, int]) -> int:
+    """Run ``coro`` on uvloop when it is installed (DESIGN.md §2), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -104,7 +115,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_call(args: argparse.Namespace) -> int:
     """Call an application from the terminal (the built-in demo when no URL is given)."""
-    return asyncio.run(_terminal_call(args, _settings(args)))
+    return run_loop(_terminal_call(args, _settings(args)))
 
 
 # --- serve ------------------------------------------------------------------------------
@@ -132,7 +143,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
-    return asyncio.run(_serve(args, _settings(args)))
+    return run_loop(_serve(args, _settings(args)))
 
 
 # --- main -------------------------------------------------------------------------------

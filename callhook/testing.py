@@ -286,6 +286,23 @@ class AppServer:
         await self.stop()
 
 
+class StaticPages:
+    """Pages answered in memory by a function (httpx's MockTransport idea): no HTTP at all.
+
+    For measuring the core alone; tests of behaviour use :class:`AppServer`.
+    ``handler(url, body)`` returns the response object (or an action list).
+    """
+
+    def __init__(self, handler: Callable[[str, Any], Any]) -> None:
+        self.handler = handler
+
+    async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
+        answer = self.handler(url, json.loads(body))
+        if isinstance(answer, list):
+            answer = {"actions": answer}
+        return json.dumps(answer).encode()
+
+
 # --- one call, end to end --------------------------------------------------------------------
 
 

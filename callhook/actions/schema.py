@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -52,8 +53,10 @@ def _check_digits(value: str) -> str:
 
 def _hex_of(*lengths: int) -> Callable[[str], str]:
     def check(value: str) -> str:
-        if len(value) not in lengths or not re.fullmatch(r"[0-9A-Fa-f]*", value):
-            wanted = " or ".join(str(n) for n in lengths)
+        wanted = " or ".join(str(n) for n in lengths)
+        if not re.fullmatch(r"[0-9A-Fa-f]*", value):
+            raise ValueError(f"expected {wanted} hexadecimal characters (0-9, a-f), got others")
+        if len(value) not in lengths:
             raise ValueError(
                 f"expected {wanted} hexadecimal characters, got {len(value)} characters"
             )
@@ -81,13 +84,40 @@ def _check_page_url(value: str) -> str:
 
 def _check_file_name(value: str) -> str:
     # Names in the application's media file namespace (DESIGN.md §1.5): no way out of it.
-    parts = value.replace("\\", "/").split("/")
-    if not value or value.startswith("/") or ".." in parts or "\x00" in value:
+    clean = value.replace("\\", "/")
+    if not clean or clean.startswith("/") or ".." in clean.split("/") or "\x00" in clean:
         raise ValueError(
             "expected a file name in the media file store (no absolute path, no '..'), "
             f"got {value!r}"
         )
     return value
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise ValueError("expected a value, got null (leave the property out to get its default)")
+    return value
+
+
+T = TypeVar("T")
+
+
+class _NotNull:
+    """An optional property: leave it out for its default; ``null`` is an error.
+
+    Pydantic sees just ``T`` plus a null check, so an explicit null is rejected
+    like any other wrong type (only ``token`` may be null) and an error inside
+    the value keeps a plain JSON path (no union branches in it).
+    """
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return Annotated[item, BeforeValidator(_not_null)]
+
+
+if TYPE_CHECKING:
+    Opt: TypeAlias = T | None  # for the type checker: None means "not given"
+else:
+    Opt = _NotNull
 
 
 def _pattern(regex: str) -> Any:
@@ -107,7 +137,9 @@ PageUrl = Annotated[
     _pattern(r"^(?!\s*$)(?![A-Za-z][A-Za-z0-9+.-]*:)|^[Hh][Tt][Tt][Pp][Ss]?:"),
 ]
 FileName = Annotated[
-    str, AfterValidator(_check_file_name), _pattern(r"^(?!/)(?!.*(^|/)\.\.(/|$)).+$")
+    str,
+    AfterValidator(_check_file_name),
+    _pattern(r"^(?![/\\])(?!.*(^|[/\\])\.\.([/\\]|$))[^\x00]+$"),
 ]
 
 
@@ -153,7 +185,7 @@ class TextItem(_Strict):
     """A play list item spoken by text-to-speech."""
 
     text_to_say: Annotated[str, Field(min_length=1)]
-    tts_voice: str | None = None
+    tts_voice: Opt[str] = None
     text_is_private: bool = False
 
 
@@ -161,7 +193,7 @@ class FileItem(_Strict):
     """A play list item played from a WAV file in the media file store."""
 
     file_to_play: FileName
-    decryption_cipher: Cipher | None = None
+    decryption_cipher: Opt[Cipher] = None
 
 
 def _play_item_kind(value: Any) -> str | None:
@@ -201,7 +233,7 @@ class Play(_Strict):
     play_list: Annotated[list[PlayItem], Field(min_length=1)]
     barge_in_on_digit: bool = True
     barge_in_on_speech: bool = False
-    barge_in_on_speech_options: SpeechBargeInOptions | None = None
+    barge_in_on_speech_options: Opt[SpeechBargeInOptions] = None
 
 
 class MessagePlay(Play):
@@ -221,13 +253,13 @@ class SpeechRecognitionOptions(_Strict):
 
     language: Language = "en-US"
     # Outbound-direction options exist for transcription; get_input ignores them.
-    language_outbound: Language | None = None
+    language_outbound: Opt[Language] = None
     word_hints: list[WordHint] = Field(default_factory=list)
     max_alternatives: Annotated[int, Field(ge=1, le=3)] = 1
     enable_profanity_filtering: bool = False
     # Engine-specific options; accepted for compatibility and passed to nothing.
-    speech_model_options: dict[str, Any] | None = None
-    speech_model_options_outbound: dict[str, Any] | None = None
+    speech_model_options: Opt[dict[str, Any]] = None
+    speech_model_options_outbound: Opt[dict[str, Any]] = None
 
     def hint_words(self) -> tuple[str, ...]:
         return tuple(w for hint in self.word_hints for w in hint.words)
@@ -263,7 +295,7 @@ class GetNumber(_Strict):
 
     name: ClassVar[str] = "get_number"
     next_page: WebPageRequest
-    prompt: Play | None = None
+    prompt: Opt[Play] = None
     digit_count: Annotated[int, Field(ge=0, le=32)] = 0
     end_digit: DigitOrEmpty = "#"
     valid_digits: Digits = "0123456789"
@@ -271,9 +303,9 @@ class GetNumber(_Strict):
     seconds_timeout: Annotated[int, Field(ge=0)] = 30
     milliseconds_inter_digit_timeout: int = 5000
     # None: the value of milliseconds_inter_digit_timeout (section 2.2).
-    milliseconds_initial_timeout: int | None = None
-    on_digit_timeout_messages: list[MessagePlay] | None = None
-    on_invalid_digit_messages: list[MessagePlay] | None = None
+    milliseconds_initial_timeout: Opt[int] = None
+    on_digit_timeout_messages: Opt[list[MessagePlay]] = None
+    on_invalid_digit_messages: Opt[list[MessagePlay]] = None
 
     @model_validator(mode="after")
     def _combination(self) -> GetNumber:
@@ -296,17 +328,17 @@ class GetInput(_Strict):
 
     name: ClassVar[str] = "get_input"
     next_page: WebPageRequest
-    prompt: Play | None = None
+    prompt: Opt[Play] = None
     speech_input_mode: Literal["timeout", "disabled", "auto"] = "timeout"
-    speech_recognition_options: SpeechRecognitionOptions | None = None
+    speech_recognition_options: Opt[SpeechRecognitionOptions] = None
     digit_input_enabled: bool = True
-    digit_input_options: DigitInputOptions | None = None
+    digit_input_options: Opt[DigitInputOptions] = None
     seconds_timeout: Annotated[int, Field(ge=0)] = 30
     milliseconds_inter_speech_timeout: int = 1000
     milliseconds_inter_digit_timeout: int = 3000
     milliseconds_initial_timeout: int = 5000
-    on_input_timeout_messages: list[MessagePlay] | None = None
-    on_invalid_input_messages: list[MessagePlay] | None = None
+    on_input_timeout_messages: Opt[list[MessagePlay]] = None
+    on_invalid_input_messages: Opt[list[MessagePlay]] = None
     help_digit: DigitOrEmpty = "*"
 
     @model_validator(mode="after")
@@ -341,10 +373,10 @@ class Record(_Strict):
     milliseconds_max_silence: Annotated[int, Field(ge=1)] = 3000
     # 0: use milliseconds_max_silence (section 2.4).
     milliseconds_max_initial_silence: Annotated[int, Field(ge=0)] = 0
-    format: Literal["alaw", "ulaw"] | None = None
-    encryption_cipher: Cipher | None = None
+    format: Opt[Literal["alaw", "ulaw"]] = None
+    encryption_cipher: Opt[Cipher] = None
     beep_on_start: bool = False
-    recording_available_page: WebPageRequest | None = None
+    recording_available_page: Opt[WebPageRequest] = None
 
 
 # --- control actions (DESIGN.md §1.2) ---------------------------------------------------
@@ -454,7 +486,7 @@ class Envelope(_Strict):
 
     actions: list[ActionItem]
     token: str | None = None
-    api_version: ApiVersion | None = None
+    api_version: Opt[ApiVersion] = None
 
 
 # --- parsing with precise problems --------------------------------------------------------
@@ -563,9 +595,20 @@ def parse_response(body: bytes | str) -> Response:
     return Response(actions=actions, token=envelope.token, token_given="token" in document)
 
 
+def _drop_null_defaults(node: Any) -> Any:
+    # "default": null on an Opt property would suggest null is allowed; it is not.
+    if isinstance(node, dict):
+        return {
+            k: _drop_null_defaults(v) for k, v in node.items() if not (k == "default" and v is None)
+        }
+    if isinstance(node, list):
+        return [_drop_null_defaults(v) for v in node]
+    return node
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the response envelope."""
-    schema = Envelope.model_json_schema()
+    schema: dict[str, Any] = _drop_null_defaults(Envelope.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "callhook page response (Aculab Cloud REST API v2 shape)"
     return schema

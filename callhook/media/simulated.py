@@ -148,14 +148,16 @@ class SimulatedMedia:
 
     def command(self, command: MediaCommand, now: float) -> None:
         if isinstance(command, StartPrompt):
-            try:
-                seconds = sum(self.timer.seconds(item) for item in command.items)
-            except FileNotFoundError as exc:
-                error = PromptFinished(command.prompt_id, f"file not found: {exc}")
-                self._at(now, "prompt_error", error)
-                return
+            # Items play in order; a file that cannot be played ends the prompt there.
+            seconds, error = 0.0, None
+            for item in command.items:
+                try:
+                    seconds += self.timer.seconds(item)
+                except FileNotFoundError as exc:
+                    error = f"file not found: {exc}"
+                    break
             self._prompts.add(command.prompt_id)
-            self._at(now + seconds, "prompt_end", command.prompt_id)
+            self._at(now + seconds, "prompt_end", PromptFinished(command.prompt_id, error))
         elif isinstance(command, StopPrompt):
             self._prompts.discard(command.prompt_id)
         elif isinstance(command, StartRecognition):
@@ -188,14 +190,11 @@ class SimulatedMedia:
             assert isinstance(due.data, str)
             return [DigitReceived(due.data)]
         if kind == "prompt_end":
-            assert isinstance(due.data, int)
-            if due.data in self._prompts:
-                self._prompts.discard(due.data)
-                return [PromptFinished(due.data)]
-            return []
-        if kind == "prompt_error":
             assert isinstance(due.data, PromptFinished)
-            return [due.data]
+            if due.data.prompt_id in self._prompts:
+                self._prompts.discard(due.data.prompt_id)
+                return [due.data]
+            return []
         if kind == "hangup":
             assert isinstance(due.data, CallEnded)
             self.ended = True

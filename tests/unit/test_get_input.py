@@ -219,6 +219,12 @@ async def test_default_valid_digits_exclude_letters(app: AppServer, key: str) ->
     assert said(r)[:2] == [(0.0, PROMPT), (3.0, INVALID_1)]
 
 
+async def test_invalid_digit_during_prompt_stops_it_and_plays_message(app: AppServer) -> None:
+    r = await run(app, [prompted(), GOODBYE_ACTION], Caller().press("B", at=1.0))
+    assert prompt_stops(r) == [1.0]
+    assert said(r)[:2] == [(0.0, PROMPT), (1.0, INVALID_1)]
+
+
 async def test_digit_outside_custom_valid_digits_is_invalid(app: AppServer) -> None:
     options = {"valid_digits": "123"}
     caller = Caller().press("4", at=3.0).press("12#", at=5.0)
@@ -348,6 +354,20 @@ async def test_speech_barges_in_on_prompt_regardless_of_its_option(
     assert action_end(r) == pytest.approx(ends_at)
 
 
+async def test_prompt_barge_in_on_speech_options_are_ignored(app: AppServer) -> None:
+    # the prompt would only let "billing" barge in, in French; get_input ignores that
+    prompt = play(
+        LONG_PROMPT,
+        barge_in_on_speech=True,
+        barge_in_on_speech_options={"language": "fr-FR", "barge_in_phrases": ["billing"]},
+    )
+    action = get_input(prompt=prompt, speech_recognition_options={"language": "en-GB"})
+    r = await run(app, [action], Caller().say("sales", at=1.0, seconds=0.5))
+    assert prompt_stops(r) == [1.5]
+    assert result(app) == speech([("sales", 0.9)])
+    assert [c.options.language for _, c in r.leg.commands(StartRecognition)] == ["en-GB"]
+
+
 async def test_speech_barges_in_on_prompt_without_digit_barge_in(app: AppServer) -> None:
     action = get_input(prompt=play(LONG_PROMPT, barge_in_on_digit=False))
     r = await run(app, [action], Caller().say("sales", at=1.0, seconds=0.5))
@@ -361,6 +381,24 @@ async def test_speech_started_during_prompt_does_not_stop_it(app: AppServer) -> 
     assert prompt_stops(r) == []
     assert result(app) == speech([("sales", 0.9)])
     assert action_end(r) == pytest.approx(3.5)
+
+
+async def test_digit_during_prompt_without_digit_barge_in_is_ignored(app: AppServer) -> None:
+    action = get_input(prompt=play(PROMPT, barge_in_on_digit=False))
+    r = await run(app, [action], Caller().press("1", at=1.0).press("2#", at=3.0))
+    assert prompt_stops(r) == []
+    assert result(app) == digits("2")
+
+
+async def test_digit_barges_in_on_prompt(app: AppServer) -> None:
+    r = await run(app, [prompted()], Caller().press("1", at=1.0).press("2#", at=1.5))
+    assert prompt_stops(r) == [1.0]
+    assert result(app) == digits("12")
+
+
+async def test_without_prompt_timers_run_from_action_start(app: AppServer) -> None:
+    r = await run(app, [get_input(), GOODBYE_ACTION], Caller())
+    assert said(r)[0] == (5.0, TIMEOUT_1)
 
 
 async def test_timers_run_from_speech_barge_in(app: AppServer) -> None:
@@ -540,6 +578,16 @@ async def test_speech_after_digit_is_ignored_and_recognition_stops(app: AppServe
     assert recognition(r) == [(0.0, "start"), (3.0, "stop")]
 
 
+async def test_phrase_arriving_just_after_a_digit_is_ignored_in_auto_mode(
+    app: AppServer,
+) -> None:
+    # the digit and the end of the utterance happen at the same instant, the digit
+    # first: the phrase (already on its way) must not complete the action as speech
+    caller = Caller().press("1", at=3.0).say("sales", at=2.5, seconds=0.5).press("#", at=3.5)
+    await run(app, [prompted(speech_input_mode="auto")], caller)
+    assert result(app) == digits("1")
+
+
 async def test_timeout_after_digit_does_not_fall_back_to_speech(app: AppServer) -> None:
     # speech heard before and after the digit; the inter-digit timeout then expires
     caller = (
@@ -598,6 +646,14 @@ async def test_cached_digit_completes_at_once(app: AppServer) -> None:
     assert result(app) == digits("3")
     assert said(r) == [(0.0, WELCOME)]
     assert action_end(r) == pytest.approx(0.5)
+
+
+async def test_cached_help_digit_plays_prompt(app: AppServer) -> None:
+    actions = [{"play": play(WELCOME)}, prompted()]
+    r = await run(app, actions, Caller().press("*", at=0.5).press("4#", at=3.0))
+    # the help digit acts as it would live: the prompt is played (again)
+    assert said(r) == [(0.0, WELCOME), (0.5, PROMPT)]
+    assert result(app) == digits("4")
 
 
 async def test_clear_input_discards_cached_digit(app: AppServer) -> None:

@@ -483,12 +483,6 @@ async def test_help_without_a_prompt_restarts_the_timers(
         assert timeline(run)[0] == (8.0, T1)
 
 
-@pytest.mark.xfail(
-    reason="BUG: a prompt item that cannot be played makes the whole prompt fail at its "
-    "start (media/simulated.py sums all items first), so the text before it is never "
-    "played and the timers start at 0.0; docs/behaviour.md: 'the prompt ends there'",
-    strict=True,
-)
 async def test_prompt_with_a_missing_file_ends_at_that_file(app: AppServer) -> None:
     items = [{"text_to_say": PROMPT}, {"file_to_play": "missing.wav"}]
     app.page("/start", [get_number(prompt={"play_list": items}), PLAY_AFTER])

@@ -288,14 +288,12 @@ async def test_missing_file_is_logged_and_the_list_goes_on(app: AppServer) -> No
     assert r.summary.cause == "completed"
 
 
-@pytest.mark.xfail(
-    reason="BUG: SimulatedMedia reports a missing file_to_play at the prompt's start, "
-    "before the items ahead of it have played (docs: 'the prompt ends there')",
-    strict=True,
-)
 async def test_missing_file_ends_the_prompt_where_it_is(app: AppServer) -> None:
     timer = PromptTimer(texts={"one": 1.0, "after": 1.0}, files={"x.wav": None})
     items = [{"text_to_say": "one"}, {"file_to_play": "x.wav"}, {"text_to_say": "two"}]
     r = await run(app, [{"play": {"play_list": items}}, play("after")], Caller(), timer)
-    # "one" plays (1 s), then the prompt ends at x.wav: the next play starts at 1.0
+    # "one" plays (1 s), then the prompt ends at x.wav ("two" is not played): the next
+    # play starts at 1.0, and the missing file is logged
     assert prompt_times(r) == pytest.approx([0.0, 1.0])
+    assert len(r.summary.errors) == 1
+    assert "x.wav" in r.summary.errors[0]

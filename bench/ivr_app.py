@@ -1,0 +1,96 @@
+"""The IVR of the load kit (../shared/bench/README.md) as a callhook application.
+
+    play a 3.0 s prompt; beep; get 4 digits (5 s); record until 3 s of silence
+    (10 s at most); hang up.
+
+Run it on its own (``python -m bench.ivr_app --port 8090``) so that its CPU is
+not counted as callhook's, or import :func:`page` to answer in memory.
+The prompt and beep are files of the application's namespace in the media
+file store: ``ivr/prompt.wav`` (3.0 s) and ``ivr/beep.wav`` (0.25 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+PROMPT = "ivr/prompt.wav"
+BEEP = "ivr/beep.wav"
+
+
+def page(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer of each page of the IVR."""
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    if name == "start":
+        actions: list[dict[str, Any]] = [
+            {"play": {"play_list": [{"file_to_play": PROMPT}], "barge_in_on_digit": False}},
+            {
+                "get_number": {
+                    "prompt": {"play_list": [{"file_to_play": BEEP}]},
+                    "digit_count": 4,
+                    "end_digit": "",
+                    "seconds_timeout": 10,
+                    "milliseconds_initial_timeout": 5000,
+                    "next_page": {"url": "digits"},
+                }
+            },
+            {"hang_up": {}},
+        ]
+    elif name == "digits":
+        actions = [
+            {
+                "record": {
+                    "milliseconds_max_silence": 3000,
+                    "seconds_max_duration": 10,
+                    "barge_in_digits": "",
+                    "next_page": {"url": "recorded"},
+                }
+            }
+        ]
+    else:  # recorded, error
+        actions = [{"hang_up": {}}]
+    return {"actions": actions}
+
+
+def application() -> web.Application:
+    async def handle(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        if request.path.endswith("/final"):
+            return web.Response(status=204)
+        return web.json_response(page(str(request.url), body))
+
+    async def chain(request: web.Request) -> web.Response:
+        # One get_number per page, each completing on one digit: the runner's
+        # page-to-action overhead, action after action.
+        await request.read()
+        step = {"get_number": {"digit_count": 1, "end_digit": "", "next_page": {"url": "chain"}}}
+        return web.json_response({"actions": [step]})
+
+    app = web.Application()
+    app.router.add_post("/ivr/{page}", handle)
+    app.router.add_post("/chain/{page}", chain)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        runner = web.AppRunner(application(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, args.host, args.port).start()
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
