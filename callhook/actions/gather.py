@@ -52,7 +52,7 @@ inter-digit from the last digit; inter-speech from the last phrase. A timer of
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from callhook.actions.machine import (
@@ -360,7 +360,8 @@ class GatherMachine(ActionMachine):
         if self.state is State.PROMPT:
             commands += self.prompter.stop()  # speech barges in on the prompt (section 3)
             self._begin_wait(now)
-        self.phrases.append(event.phrase)
+        alternatives = event.phrase.alternatives[: self.spec.speech.max_alternatives]
+        self.phrases.append(replace(event.phrase, alternatives=alternatives))
         self.last_input = now
         if self.spec.speech.mode == "auto":
             return commands + self._complete_speech()
@@ -390,9 +391,10 @@ class GatherMachine(ActionMachine):
         return self.prompter.start(self.spec.prompt)
 
     def _begin_wait(self, now: float) -> None:
+        # ``speaking`` is kept: a caller who started talking during the prompt is
+        # still talking when it ends, and no timer may cut them off.
         self.state = State.WAIT
         self.wait_start = self.initial_from = self.last_input = now
-        self.speaking = False
 
     def _enter_wait(self, now: float) -> list[MediaCommand]:
         self._begin_wait(now)
