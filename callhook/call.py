@@ -367,6 +367,7 @@ class CallRunner:
         if self.gone is None:
             self.gone = event
             self.ended_at = self.clock.now()
+            self.state = "idle"  # what a page requested from now on is told
             self.log.write("caller_hung_up", f"{event.cause} ({event.raw_cause})")
 
     def _observe(self, event: MediaEvent, machine: ActionMachine) -> None:

@@ -172,6 +172,10 @@ class ScriptedLeg:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
+    def inject(self, event: MediaEvent, at: float) -> None:
+        """Deliver a media event that no caller causes (a recorder failure, ...) at ``at``."""
+        self.media.inject(event, at)
+
     # --- for assertions ---------------------------------------------------------------
 
     def commands(self, kind: type) -> list[tuple[float, Any]]:

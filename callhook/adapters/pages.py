@@ -76,13 +76,18 @@ class HttpPages:
             headers = {**headers, "Content-Type": "application/json"}
             request = client.post(url, data=body, headers=headers)
         async with request as response:
-            data = await response.content.read(MAX_RESPONSE_BYTES + 1)
-            if len(data) > MAX_RESPONSE_BYTES:
-                raise PageError("invalid", url, f"response larger than {MAX_RESPONSE_BYTES} bytes")
+            too_big = f"response larger than {MAX_RESPONSE_BYTES} bytes"
+            if (response.content_length or 0) > MAX_RESPONSE_BYTES:
+                raise PageError("invalid", url, too_big)
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(1 << 16):
+                data += chunk
+                if len(data) > MAX_RESPONSE_BYTES:
+                    raise PageError("invalid", url, too_big)
             if not 200 <= response.status < 300:
                 snippet = data[:200].decode("utf-8", "replace").strip()
                 detail = f"HTTP {response.status} {response.reason or ''}".strip()
                 if snippet:
                     detail += f": {snippet}"
                 raise PageError("status", url, detail, status=response.status)
-            return data
+            return bytes(data)

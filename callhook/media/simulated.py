@@ -144,6 +144,10 @@ class SimulatedMedia:
     def hang_up(self, at: float, cause: str = "hung_up", raw_cause: str = "BYE") -> None:
         self._at(at, "hangup", CallEnded(cause, raw_cause))
 
+    def inject(self, event: MediaEvent, at: float) -> None:
+        """Deliver ``event`` as it is at ``at`` (faults: a recorder failure, ...)."""
+        self._at(at, "event", event)
+
     # --- commands from the actions ------------------------------------------------------
 
     def command(self, command: MediaCommand, now: float) -> None:
@@ -189,6 +193,9 @@ class SimulatedMedia:
         if kind == "digit":
             assert isinstance(due.data, str)
             return [DigitReceived(due.data)]
+        if kind == "event":
+            assert not isinstance(due.data, (str, Utterance)) and due.data is not None
+            return [due.data]  # type: ignore[list-item]
         if kind == "prompt_end":
             assert isinstance(due.data, PromptFinished)
             if due.data.prompt_id in self._prompts:

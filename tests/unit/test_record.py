@@ -20,7 +20,6 @@ from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import (
     DigitReceived,
-    MediaEvent,
     PlayTone,
     PromptFinished,
     RecorderFailed,
@@ -30,7 +29,6 @@ from callhook.events import (
     StopRecording,
     VoiceActivity,
 )
-from callhook.media.simulated import SimulatedMedia, _Due
 from callhook.testing import AppServer, Caller, CallRun, ScriptedLeg, run_call
 
 FailReason = Literal["error", "filesize"]
@@ -300,6 +298,10 @@ async def test_hangup_still_requests_next_page_then_final(app: AppServer) -> Non
     # the actions next_page returned are not run: the call is gone
     assert run.leg.commands(StartPrompt) == []
     assert [r.path for r in app.requests] == ["/start", "/rec", "/final"]
+    # next_page is told the call is over, and how long it lasted
+    this_call = app.bodies("/rec")[0]["this_call"]
+    assert this_call["call_state"] == "idle"
+    assert this_call["seconds_call_duration"] == 4.0
     final = app.bodies("/final")[0]["this_call"]
     assert final["call_cause"] == "hung_up"
     assert final["call_raw_cause"] == "BYE"
@@ -316,28 +318,12 @@ async def test_hangup_before_any_sound(app: AppServer) -> None:
 # --- recorder failure (error / filesize) ---------------------------------------------------
 
 
-class FailingMedia(SimulatedMedia):
-    """Simulated media whose recording sink fails at a given time."""
-
-    def fail(self, at: float, reason: FailReason) -> None:
-        self._at(at, "recorder_failed", RecorderFailed(reason, "simulated failure"))
-
-    def _happen(self, due: _Due) -> list[MediaEvent]:
-        if due.kind == "recorder_failed":
-            assert isinstance(due.data, RecorderFailed)
-            return [due.data]
-        return super()._happen(due)
-
-
 class FailingLeg(ScriptedLeg):
     """A scripted call whose recorder fails at ``fail_at`` with ``reason``."""
 
     def __init__(self, caller: Caller, fail_at: float, reason: FailReason) -> None:
-        super().__init__(None)
-        self.media = FailingMedia()
-        for step in caller.steps:
-            step(self.media)
-        self.media.fail(fail_at, reason)
+        super().__init__(caller)
+        self.inject(RecorderFailed(reason, "simulated failure"), at=fail_at)
 
 
 async def run_on_leg(app: AppServer, leg: ScriptedLeg) -> CallRunner:

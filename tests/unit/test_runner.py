@@ -337,13 +337,7 @@ def oversized_but_valid() -> bytes:
     return actions + b" " * ((1 << 20) + 10)
 
 
-SIZE_BUG = (
-    "BUG: HttpPages reads the body with a single StreamReader.read(MAX_RESPONSE_BYTES + 1), "
-    "which returns only what has arrived so far (~128 kB): the 1 MiB limit is never "
-    "detected (an oversized but valid-looking body is accepted and run) and larger valid "
-    "bodies are truncated"
-)
-OVERSIZED = pytest.param("oversized", marks=pytest.mark.xfail(reason=SIZE_BUG, strict=True))
+OVERSIZED = "oversized"
 
 
 ERROR_KINDS: list[Any] = ["unreachable", "status500", "status404", "not_json"]
@@ -470,7 +464,6 @@ async def test_timeout(app: AppServer) -> None:
     assert paths(app).count("/slow") == 1  # a timed-out request is not retried
 
 
-@pytest.mark.xfail(reason=SIZE_BUG, strict=True)
 async def test_large_valid_body_under_the_limit_is_accepted(app: AppServer) -> None:
     items = [{"text_to_say": f"item {i} " + "x" * 1000} for i in range(300)]  # ~300 kB
     app.page("/start", [{"play": {"play_list": items}}])

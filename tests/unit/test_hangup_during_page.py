@@ -1,0 +1,78 @@
+"""The caller hangs up while callhook waits for a slow page.
+
+The scripted leg freezes media time during page fetches, so this uses a leg
+whose far end hangs up on a real-time signal instead: the runner must stop
+waiting for the page at once (not after the page's 30 s), request the final
+page with ``hung_up``, and say in the log that it abandoned the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from callhook.actions.machine import ActionContext
+from callhook.adapters.pages import HttpPages
+from callhook.call import CallInfo, CallRunner
+from callhook.calllog import CallLog
+from callhook.config import AppConfig
+from callhook.events import CallEnded, MediaCommand, MediaEvent
+from callhook.testing import AppServer, Reply, VirtualClock
+
+
+class HangsUpOnSignal:
+    """A leg with no media events whose caller hangs up when ``hangup`` is set."""
+
+    def __init__(self) -> None:
+        self.info = CallInfo("c1")
+        self.hangup = asyncio.Event()
+        self.answered = False
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        pass
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        await self.hangup.wait()
+        return CallEnded("hung_up", "BYE")
+
+    def take_pending(self) -> list[MediaEvent]:
+        return []
+
+    async def answer(self) -> None:
+        self.answered = True
+
+    async def hang_up(self) -> str:
+        raise AssertionError("callhook must not hang up a call the caller already ended")
+
+    async def wait_ended(self) -> CallEnded:
+        await self.hangup.wait()
+        return CallEnded("hung_up", "BYE")
+
+
+async def test_hangup_while_a_page_is_fetched_abandons_it(app: AppServer) -> None:
+    slow_page_started = asyncio.Event()
+
+    async def slow(received: object) -> Reply:
+        slow_page_started.set()
+        return Reply({"actions": [{"hang_up": {}}]}, delay=30)
+
+    app.page("/start", slow)
+    app.page("/final", None)
+    config = AppConfig("t", app.url("/start"), app.secret, final_page=app.url("/final"))
+    leg = HangsUpOnSignal()
+    clock = VirtualClock()
+    pages = HttpPages(timeout=60)
+    log = CallLog("i1", clock)
+    runner = CallRunner(config, leg, pages, clock, log, log_filename="l", ctx=ActionContext())
+    task = asyncio.create_task(runner.run())
+    await asyncio.wait_for(slow_page_started.wait(), 5)
+    leg.hangup.set()
+    summary = await asyncio.wait_for(task, 5)  # far less than the page's 30 s
+    await pages.close()
+
+    assert summary.cause == "hung_up"
+    assert summary.raw_cause == "BYE"
+    assert any(" page_abandoned " in line for line in log.lines)
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "hung_up"
+    assert final["this_call"]["call_state"] == "idle"
