@@ -54,7 +54,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem)
         return 1
-    print(f"valid ({len(response.actions)} action(s))")
+    del response
+    print("valid")
     return 0
 
 
