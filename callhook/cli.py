@@ -49,12 +49,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{args.file}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        response = parse_response(data)
+        parse_response(data)
     except InvalidResponse as exc:
         for problem in exc.problems:
             print(problem)
         return 1
-    del response
     print("valid")
     return 0
 
