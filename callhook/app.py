@@ -7,6 +7,7 @@ CLI calls in here, and tests build the same parts themselves.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,12 +16,14 @@ from aiohttp import web
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
 from callhook.adapters.pages import HttpPages
-from callhook.call import CallRunner, CallSummary, Leg, new_instance_id
+from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
 from callhook.config import AppConfig, Settings, data_secret
+from callhook.events import CallEnded, MediaCommand, MediaEvent
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
+from callhook.speech.tts import NoSpeech, TextToSpeech
 from callhook.store.files import MediaStore, OutsideNamespace
 
 
@@ -33,6 +36,7 @@ class Services:
     store: MediaStore = field(init=False)
     pages: HttpPages = field(init=False)
     secret: str = field(init=False)
+    tts: TextToSpeech = field(default_factory=NoSpeech)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
     _calls: itertools.count[int] = field(default_factory=itertools.count)
@@ -42,9 +46,11 @@ class Services:
         self.pages = HttpPages(timeout=self.settings.page_timeout)
         self.secret = data_secret(self.settings.data_dir)
 
-    async def start_web(self, host: str | None = None, port: int | None = None) -> str:
-        """Start the HTTP server (demo application); returns its base URL."""
-        app = web_adapter.application(self.secret)
+    async def start_web(
+        self, host: str | None = None, port: int | None = None, dial: web_adapter.Dial | None = None
+    ) -> str:
+        """Start the HTTP server (demo application, the calls API); returns its base URL."""
+        app = web_adapter.application(self.secret, dial)
         self.web_runner, self.base_url = await web_adapter.start(
             app,
             host if host is not None else self.settings.http_host,
@@ -79,22 +85,60 @@ class Services:
     def recording_path(self, app: AppConfig, filename: str) -> Path:
         return self.store.path(app.name, filename)
 
-    async def run_call(
+    def default_app(self) -> AppConfig | None:
+        """The application for calls no configured one takes: the built-in demo, if served."""
+        if self.settings.default_app is None and self.base_url:
+            return self.demo_app()
+        return None
+
+    def runner(
         self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
-    ) -> CallSummary:
-        """Run ``app`` on ``leg`` until the call ends."""
+    ) -> CallRunner:
+        """A call runner for ``app`` on ``leg``, with its log in the app's namespace."""
         instance_id = new_instance_id()
         log_filename = f"logs/{instance_id}.log"
         log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
         log.listeners.extend(listeners or [])
         ctx = ActionContext(new_recording_name=self.store.new_recording_name)
-        runner = CallRunner(
-            app, leg, self.pages, self.clock, log, log_filename=log_filename, ctx=ctx
-        )
-        return await runner.run()
+        return CallRunner(app, leg, self.pages, self.clock, log, log_filename=log_filename, ctx=ctx)
+
+    async def run_call(
+        self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
+    ) -> CallSummary:
+        """Run ``app`` on ``leg`` until the call ends."""
+        return await self.runner(app, leg, listeners).run()
+
+    async def unanswered(self, app: AppConfig, info: CallInfo, cause: str, raw: str) -> CallSummary:
+        """An outbound call nobody answered: the application's final page says why."""
+        return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
     async def close(self) -> None:
         await self.pages.close()
         if self.web_runner is not None:
             await self.web_runner.cleanup()
             self.web_runner = None
+
+
+class _NoLeg:
+    """The leg of an outbound call that was never answered: only the final page is sent."""
+
+    def __init__(self, info: CallInfo) -> None:
+        self.info = info
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        raise RuntimeError("an unanswered call has no media")
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        raise RuntimeError("an unanswered call has no media")
+
+    def take_pending(self) -> list[MediaEvent]:
+        return []
+
+    async def answer(self) -> None:
+        raise RuntimeError("an unanswered outbound call cannot be answered by us")
+
+    async def hang_up(self) -> str:
+        return ""
+
+    async def wait_ended(self) -> CallEnded:
+        raise RuntimeError("an unanswered call has already ended")

@@ -58,6 +58,7 @@ from callhook.calllog import CallLog
 from callhook.clock import Clock
 from callhook.config import AppConfig
 from callhook.events import (
+    Aborted,
     CallEnded,
     DigitReceived,
     MediaCommand,
@@ -165,6 +166,10 @@ class CallGone(Exception):
         super().__init__(ended.cause)
 
 
+class CallAborted(Exception):
+    """callhook ended the call itself (shutdown)."""
+
+
 class ApplicationFailed(Exception):
     """An application error with no (working) error page to fall back on."""
 
@@ -223,6 +228,7 @@ class CallRunner:
         self.answered_at: float | None = None if self.state == "inbound" else clock.now()
         self.ended_at: float | None = None
         self.gone: CallEnded | None = None
+        self.aborted: Aborted | None = None
         self.summary = CallSummary(self.instance_id)
 
     # --- the call -------------------------------------------------------------------
@@ -240,6 +246,8 @@ class CallRunner:
             await self._run_application()
         except CallGone as exc:
             cause, raw = exc.ended.cause, exc.ended.raw_cause
+        except CallAborted:
+            cause = "dropped"
         except ApplicationFailed:
             cause = "failed"
         except Exception as exc:  # a bug of ours must still end the call cleanly
@@ -260,6 +268,18 @@ class CallRunner:
         self.log.close()
         return self.summary
 
+    async def unanswered(self, cause: str, raw: str) -> CallSummary:
+        """An outbound call that was never answered: only the final page, with why."""
+        self.log.write(
+            "call_start", f"outbound call {self.leg.info.call_id} to {self.leg.info.call_to!r}"
+        )
+        self.state = "idle"
+        self.summary.cause, self.summary.raw_cause = cause, raw
+        self.log.write("call_end", f"call_cause={cause} call_raw_cause={raw} (not answered)")
+        await self._final_page(cause, raw)
+        self.log.close()
+        return self.summary
+
     async def _run_application(self) -> None:
         request: _Request | None = _Request(self.app.first_page, "POST", why="first page")
         base = self.app.first_page
@@ -268,10 +288,10 @@ class CallRunner:
             current = request
             try:
                 actions, base = await self._page(current, base)
-                if self.gone is not None:
+                if self.gone is not None or self.aborted is not None:
                     if actions:
                         self.log.write("call_gone", f"call ended; {len(actions)} action(s) not run")
-                    raise CallGone(self.gone)
+                    self._raise_if_over()
                 request = await self._run_actions(actions, base)
             except PageError as exc:
                 self._error(str(exc))
@@ -313,8 +333,7 @@ class CallRunner:
                 assert isinstance(action, GetNumber | GetInput | Record)
                 return self._next(action.next_page, base, outcome.action_result(), name)
             self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
-            if self.gone is not None:
-                raise CallGone(self.gone)
+            self._raise_if_over()
         self.log.write("list_end", "no more actions")
         return None
 
@@ -327,8 +346,7 @@ class CallRunner:
         await self._answer()
         for pending in self.leg.take_pending():
             self._pending(pending)  # type-ahead while pages were fetched
-        if self.gone is not None:
-            raise CallGone(self.gone)
+        self._raise_if_over()
         machine = machine_for(action, self.ctx)
         self._send(machine.start(self.clock.now()))
         while machine.outcome is None:
@@ -339,6 +357,9 @@ class CallRunner:
             elif isinstance(event, CallEnded):
                 self._ended(event)
                 self._send(machine.stop(now, "hangup"))
+            elif isinstance(event, Aborted):
+                self._abort(event)
+                self._send(machine.stop(now, "aborted"))
             else:
                 self._observe(event, machine)
                 self._send(machine.handle(event, now))
@@ -354,8 +375,21 @@ class CallRunner:
 
     # --- events and commands --------------------------------------------------------
 
+    def _raise_if_over(self) -> None:
+        if self.gone is not None:
+            raise CallGone(self.gone)
+        if self.aborted is not None:
+            raise CallAborted(self.aborted.reason)
+
+    def _abort(self, event: Aborted) -> None:
+        if self.aborted is None:
+            self.aborted = event
+            self.log.write("aborted", event.reason, level=logging.WARNING)
+
     def _pending(self, event: MediaEvent) -> None:
-        if isinstance(event, CallEnded):
+        if isinstance(event, Aborted):
+            self._abort(event)
+        elif isinstance(event, CallEnded):
             self._ended(event)
         elif isinstance(event, DigitReceived):
             self.ctx.buffer.digits += event.digit

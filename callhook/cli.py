@@ -118,16 +118,54 @@ def cmd_call(args: argparse.Namespace) -> int:
     return run_loop(_terminal_call(args, _settings(args)))
 
 
-# --- serve ------------------------------------------------------------------------------
+# --- serve / dial -----------------------------------------------------------------------
+
+
+def _host_port(text: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, default_port
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _apply_app_flags(args: argparse.Namespace, settings: Settings, secret: str) -> None:
+    """--app-url and friends: a default application given on the command line."""
+    if getattr(args, "app_url", None):
+        settings.apps["default"] = AppConfig(
+            name="default",
+            first_page=args.app_url,
+            secret=args.secret or secret,
+            error_page=args.error_page,
+            final_page=args.final_page,
+            application_parameters=args.parameters or "",
+        )
+        settings.default_app = "default"
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.adapters.sip import SipService
+
+    if args.sip:
+        settings.sip_host, settings.sip_port = _host_port(args.sip, 5060)
+    if args.rtp_ports:
+        first, _, last = args.rtp_ports.partition("-")
+        settings.rtp_ports = (int(first), int(last))
     services = Services(settings)
-    host, _, port = (args.http or f"{settings.http_host}:{settings.http_port}").rpartition(":")
-    base = await services.start_web(host or "127.0.0.1", int(port))
-    print(f"callhook {__version__} serving on {base}", flush=True)
-    print(f"  demo application: {base}/demo/start", flush=True)
-    print("  try it with no phone: callhook call   (in another terminal)", flush=True)
+    _apply_app_flags(args, settings, services.secret)
+    host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
+    await sip.start()
+    base = await services.start_web(host, port, dial=sip.dial_api)
+    app = services.settings.app_for("") or services.default_app()
+    print(f"callhook {__version__} serving", flush=True)
+    print(
+        f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
+        flush=True,
+    )
+    print(f"  web: {base}", flush=True)
+    print(f"  application: {app.first_page if app else '(none)'}", flush=True)
+    if app is not None and app.name == "demo":
+        print("  try it with no phone: callhook call   (in another terminal)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -136,7 +174,8 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         await stop.wait()
     finally:
-        print("callhook: shutting down", flush=True)
+        print("callhook: shutting down (new calls get 503)", flush=True)
+        await sip.shutdown(settings.shutdown_grace)
         await services.close()
     return 0
 
@@ -146,7 +185,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run_loop(_serve(args, _settings(args)))
 
 
+async def _dial(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.adapters.sip import SipService
+    from callhook.sip.agent import Credentials
+
+    services = Services(settings)
+    try:
+        if args.app_url:
+            _apply_app_flags(args, settings, services.secret)
+            app = settings.apps["default"]
+        else:
+            await services.start_web("127.0.0.1", 0)
+            app = services.demo_app()
+        host, port = _host_port(args.sip, 0)
+        sip = SipService(services, host, port, rtp_ports=settings.rtp_ports)
+        await sip.start()
+        username = args.username or settings.trunk_username
+        password = args.password or settings.trunk_password
+        credentials = Credentials(username, password or "") if username else None
+        print(f"calling {args.target} from udp {sip.address}:{sip.port} ...", flush=True)
+        summary = await sip.dial(
+            args.target, app, credentials=credentials, ring_timeout=args.ring_timeout
+        )
+        await sip.shutdown(0)
+        pages = len(summary.pages)
+        print(f"call ended: {summary.cause} ({summary.raw_cause}); {pages} page request(s)")
+        return 0 if summary.cause in ("completed", "hung_up") else 1
+    finally:
+        await services.close()
+
+
+def cmd_dial(args: argparse.Namespace) -> int:
+    """Place a call and run an application on it when it is answered."""
+    return run_loop(_dial(args, _settings(args)))
+
+
 # --- main -------------------------------------------------------------------------------
+
+
+def _app_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--app-url", help="the application's first page (default: the built-in demo)")
+    p.add_argument("--error-page", help="the application's error page URL")
+    p.add_argument("--final-page", help="the application's final page URL")
+    p.add_argument("--secret", help="the secret page requests are signed with")
+    p.add_argument("--parameters", default="", help="application_parameters to send")
+    p.add_argument("--page-timeout", type=float, help="seconds to wait for a page (default 10)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -159,7 +242,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="TOML config file (see docs/configuration.md)")
     s.add_argument("--data-dir", help="where recordings, logs and state live (default ./data)")
     s.add_argument("--http", help="HOST:PORT of the web server (default 127.0.0.1:8080)")
+    s.add_argument("--sip", help="HOST:PORT to take SIP calls on (default 0.0.0.0:5060)")
+    s.add_argument("--rtp-ports", help="FIRST-LAST port range for RTP (default 20000-29999)")
+    _app_flags(s)
     s.set_defaults(func=cmd_serve)
+
+    d = sub.add_parser("dial", help="call a SIP URI and run an application on the call")
+    d.add_argument("target", help="who to call, e.g. sip:alice@192.0.2.10:5060")
+    d.add_argument("--sip", default="0.0.0.0:0", help="local HOST:PORT for SIP (default: any)")
+    d.add_argument("--username", help="user name for digest authentication (401/407)")
+    d.add_argument("--password", help="password for digest authentication")
+    d.add_argument("--ring-timeout", type=float, default=60.0, help="seconds to let it ring")
+    d.add_argument("--config", help="TOML config file")
+    d.add_argument("--data-dir", help="where recordings and logs go (default ./data)")
+    _app_flags(d)
+    d.set_defaults(func=cmd_dial)
 
     c = sub.add_parser("call", help="call an application from this terminal (no phone needed)")
     c.add_argument("url", nargs="?", help="the application's first page (default: the demo)")
@@ -184,7 +281,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING
-    if args.command == "serve" and not args.verbose:
+    if args.command in ("serve", "dial") and not args.verbose:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -5,9 +5,19 @@ A config file is TOML::
     data_dir = "data"
     page_timeout = 10.0
 
-    [http]
+    [http]                              # the REST API, demo app and web phone
     host = "127.0.0.1"
     port = 8080
+
+    [sip]
+    host = "0.0.0.0"                    # all interfaces, so phones on the LAN can call
+    port = 5060
+    rtp_ports = [20000, 29999]          # even ports for RTP, one per call
+    shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
+
+    [trunk]                             # for outbound calls that get challenged (optional)
+    username = "me"
+    password = "secret"
 
     [apps.support]                      # calls to sip:support@... run this app
     first_page = "https://example.com/ivr/start"
@@ -54,6 +64,12 @@ class Settings:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     page_timeout: float = 10.0
+    sip_host: str = "0.0.0.0"
+    sip_port: int = 5060
+    rtp_ports: tuple[int, int] = (20000, 29999)
+    shutdown_grace: float = 30.0
+    trunk_username: str | None = None
+    trunk_password: str | None = None
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
 
@@ -89,6 +105,18 @@ def load(path: Path) -> Settings:
     http = raw.get("http", {})
     settings.http_host = str(http.get("host", settings.http_host))
     settings.http_port = int(http.get("port", settings.http_port))
+    sip = raw.get("sip", {})
+    settings.sip_host = str(sip.get("host", settings.sip_host))
+    settings.sip_port = int(sip.get("port", settings.sip_port))
+    if "rtp_ports" in sip:
+        first, last = (int(p) for p in sip["rtp_ports"])
+        if not 1024 <= first < last <= 65535:
+            raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
+        settings.rtp_ports = (first, last)
+    settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
+    trunk = raw.get("trunk", {})
+    settings.trunk_username = trunk.get("username")
+    settings.trunk_password = trunk.get("password")
     apps: dict[str, Any] = raw.get("apps", {})
     for name, table in apps.items():
         if "first_page" not in table:

@@ -117,6 +117,13 @@ class CallEnded:
     raw_cause: str = "BYE"
 
 
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    """callhook itself is ending the call (shutdown): stop the running action now."""
+
+    reason: str
+
+
 MediaEvent = (
     DigitReceived
     | PromptFinished
@@ -126,6 +133,7 @@ MediaEvent = (
     | VoiceActivity
     | RecorderFailed
     | CallEnded
+    | Aborted
 )
 
 # --- commands: actions -> media session -----------------------------------------------

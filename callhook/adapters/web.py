@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from aiohttp import web
 
 from callhook import __version__, demo
+
+#: Places an outbound call from a JSON request; returns (HTTP status, JSON answer).
+Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 INDEX = """<!doctype html>
 <title>callhook</title>
@@ -14,10 +22,31 @@ Try it with no phone: <code>callhook call</code>.</p>
 """
 
 
-def application(secret: str) -> web.Application:
-    """The aiohttp application: the demo pages (signed with ``secret``) and an index page."""
-    app = web.Application()
+def application(secret: str, dial: Dial | None = None) -> web.Application:
+    """The aiohttp application: the demo pages (signed with ``secret``), the calls API, an index.
+
+    ``POST /api/calls`` places an outbound call. It needs
+    ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
+    """
+    app = web.Application(client_max_size=64 * 1024)
     app.add_routes(demo.routes(secret))
+
+    async def calls(request: web.Request) -> web.Response:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(token.encode(), secret.encode()):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        if dial is None:
+            return web.json_response({"error": "this server does not place calls"}, status=503)
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return web.json_response({"error": "the body is not JSON"}, status=400)
+        if not isinstance(body, dict):
+            return web.json_response({"error": "expected a JSON object"}, status=400)
+        status, answer = await dial(body)
+        return web.json_response(answer, status=status)
+
+    app.router.add_post("/api/calls", calls)
 
     async def index(request: web.Request) -> web.Response:
         base = f"{request.scheme}://{request.host}"

@@ -1,0 +1,81 @@
+"""Turning prompt items into audio for a real call: files from the store, tones, speech.
+
+Files are decoded once (any WAV callhook reads, resampled to 8 kHz) and kept
+in a small cache keyed by path and modification time, so a prompt played on
+hundreds of calls is read from disk once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.events import PlayFile, PlayTone, PromptItem, SayText
+from callhook.media import tones, wav
+from callhook.speech.tts import TextToSpeech
+from callhook.store.files import MediaStore, OutsideNamespace
+
+CACHE_ENTRIES = 128
+
+
+class PromptError(Exception):
+    """An item that cannot be played, and why (the prompt ends there)."""
+
+
+class PromptAudio:
+    """Audio for prompt items of one application namespace."""
+
+    def __init__(self, store: MediaStore, tts: TextToSpeech) -> None:
+        self.store = store
+        self.tts = tts
+        self._cache: OrderedDict[tuple[Path, int], npt.NDArray[np.int16]] = OrderedDict()
+
+    def render(
+        self, app: str, items: tuple[PromptItem, ...]
+    ) -> tuple[npt.NDArray[np.int16], str | None]:
+        """The audio of ``items`` in order; stops at the first that fails (with the reason)."""
+        parts: list[npt.NDArray[np.int16]] = []
+        for item in items:
+            try:
+                parts.append(self.item(app, item))
+            except PromptError as exc:
+                return _join(parts), str(exc)
+        return _join(parts), None
+
+    def item(self, app: str, item: PromptItem) -> npt.NDArray[np.int16]:
+        if isinstance(item, PlayTone):
+            return tones.tone(item.frequency_hz, item.seconds)
+        if isinstance(item, SayText):
+            return self.tts.synthesize(item.text, item.voice)
+        assert isinstance(item, PlayFile)
+        if item.cipher is not None:
+            raise PromptError(f"{item.name}: encrypted files cannot be played yet")
+        try:
+            path = self.store.path(app, item.name)
+            stat = path.stat()
+        except OutsideNamespace as exc:
+            raise PromptError(str(exc)) from None
+        except OSError:
+            raise PromptError(f"{item.name}: no such file in the media file store") from None
+        key = (path, stat.st_mtime_ns)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        try:
+            audio = wav.decode_to_8k(path.read_bytes())
+        except (OSError, wav.WavError) as exc:
+            raise PromptError(f"{item.name}: {exc}") from None
+        self._cache[key] = audio
+        if len(self._cache) > CACHE_ENTRIES:
+            self._cache.popitem(last=False)
+        return audio
+
+
+def _join(parts: list[npt.NDArray[np.int16]]) -> npt.NDArray[np.int16]:
+    if not parts:
+        return np.zeros(0, dtype=np.int16)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -1,0 +1,439 @@
+"""The SIP side of ``callhook serve``: the user agent on a UDP socket, calls to applications.
+
+:class:`SipService` owns the sans-IO :class:`~callhook.sip.agent.Agent`: it
+feeds it datagrams, keeps one loop timer on the agent's ``deadline`` (as
+aioquic's protocol does), sends what the agent wants sent and acts on the
+agent's call events. An incoming call is routed by its request-URI user to
+an application; its SDP offer is answered (488 when no codec fits); it gets an
+RTP port, a media session and a :class:`~callhook.adapters.leg.SipLeg`; and a
+:class:`~callhook.call.CallRunner` runs the application on it. Outbound calls
+(:meth:`SipService.dial`) do the same once the callee answers.
+
+Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
+stops sending), running calls may finish until a deadline, then they are
+ended (their actions are aborted: a recording reports ``aborted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from dataclasses import dataclass
+from typing import Any, cast
+
+from callhook.adapters.leg import SipLeg
+from callhook.adapters.media import MediaEngine
+from callhook.adapters.prompts import PromptAudio
+from callhook.app import Services
+from callhook.call import CallInfo, CallSummary
+from callhook.config import AppConfig
+from callhook.events import CallEnded
+from callhook.media.dtmf import parse_dtmf_relay
+from callhook.media.session import MediaSession
+from callhook.sip import sdp
+from callhook.sip.agent import (
+    Agent,
+    CallAnswered,
+    CallEvent,
+    CallProgress,
+    CallTerminated,
+    Credentials,
+    IncomingCall,
+    InfoReceived,
+    Reoffer,
+)
+from callhook.sip.message import parse_uri
+
+logger = logging.getLogger("callhook.sip")
+
+
+class _SipProtocol(asyncio.DatagramProtocol):
+    def __init__(self, service: SipService) -> None:
+        self.service = service
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.service.datagram_received(data, (addr[0], addr[1]))
+
+    def error_received(self, exc: Exception) -> None:
+        logger.debug("SIP socket: %s", exc)
+
+
+@dataclass
+class _Media:
+    session: MediaSession
+    port: int
+    session_id: int
+    version: int = 1
+
+
+@dataclass
+class _Call:
+    call_id: str
+    app: AppConfig
+    leg: SipLeg
+    media: _Media
+    answer_sdp: bytes = b""
+    answered: asyncio.Future[bytes] | None = None  # outbound: the callee's SDP
+    task: asyncio.Task[CallSummary] | None = None
+
+
+def local_address(host: str) -> str:
+    """The address to put in Contact and SDP when bound to ``host`` (a wildcard needs one)."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent
+            address: str = probe.getsockname()[0]
+            return address
+        except OSError:
+            return "127.0.0.1"
+
+
+class SipService:
+    """callhook's SIP endpoint on one UDP port, with the calls it runs."""
+
+    def __init__(
+        self,
+        services: Services,
+        host: str = "127.0.0.1",
+        port: int = 5060,
+        *,
+        rtp_ports: tuple[int, int] = (20000, 29999),
+    ) -> None:
+        self.services = services
+        self.host = host
+        self.port = port
+        self.rtp_ports = rtp_ports
+        self.loop = asyncio.get_running_loop()
+        self.address = local_address(host)
+        self.agent: Agent | None = None
+        self.transport: asyncio.DatagramTransport | None = None
+        self.media: MediaEngine | None = None
+        self.prompts = PromptAudio(services.store, services.tts)
+        self.calls: dict[str, _Call] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.finished: list[CallSummary] = []
+        self._dials: set[asyncio.Task[CallSummary]] = set()
+
+    async def start(self) -> None:
+        transport, _ = await self.loop.create_datagram_endpoint(
+            lambda: _SipProtocol(self), local_addr=(self.host, self.port)
+        )
+        # uvloop's UDP transport implements the interface without subclassing it.
+        self.transport = cast(asyncio.DatagramTransport, transport)
+        self.port = transport.get_extra_info("sockname")[1]
+        from callhook import __version__
+
+        self.agent = Agent(self.address, self.port, user_agent=f"callhook/{__version__}")
+        self.media = MediaEngine(
+            self.address if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
+        )
+        logger.info("SIP listening on udp %s:%d", self.host, self.port)
+
+    # --- the agent ------------------------------------------------------------------------
+
+    def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
+        assert self.agent is not None
+        self.agent.receive(data, source, self.loop.time())
+        self._flush()
+
+    def _flush(self) -> None:
+        agent, transport = self.agent, self.transport
+        assert agent is not None and transport is not None
+        for data, address in agent.take_datagrams():
+            transport.sendto(data, address)
+        for event in agent.take_events():
+            self._dispatch(event)
+        deadline = agent.deadline
+        if deadline != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = None if deadline is None else self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        assert self.agent is not None
+        self._timer = None
+        self._timer_at = None
+        self.agent.handle_timer(self.loop.time())
+        self._flush()
+
+    def _dispatch(self, event: CallEvent) -> None:
+        call = self.calls.get(event.call_id)
+        if isinstance(event, IncomingCall):
+            self._incoming(event)
+        elif call is None:
+            return
+        elif isinstance(event, CallTerminated):
+            if event.by_remote:
+                call.leg.far_end_ended(CallEnded(event.cause, event.raw_cause))
+            if call.answered is not None and not call.answered.done():
+                call.answered.set_exception(_Unanswered(event.cause, event.raw_cause))
+        elif isinstance(event, Reoffer):
+            self._reoffer(call, event.offer)
+        elif isinstance(event, InfoReceived):
+            digit = parse_dtmf_relay(event.content_type, event.body)
+            if digit is not None:
+                call.media.session.inject_digit(digit)
+                call.leg.wake()
+        elif isinstance(event, CallAnswered):
+            if call.answered is not None and not call.answered.done():
+                call.answered.set_result(event.answer)
+        elif isinstance(event, CallProgress):
+            logger.info("call %s: %d", event.call_id, event.status)
+
+    # --- inbound calls --------------------------------------------------------------------
+
+    def _incoming(self, event: IncomingCall) -> None:
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        now = self.loop.time()
+        app = self.services.settings.app_for(event.user) or self.services.default_app()
+        if app is None:
+            logger.warning("call %s to %r: no application for that user", event.call_id, event.user)
+            agent.reject(event.call_id, 404, now, "Not Found (no application for this user)")
+            return
+        try:
+            offer = sdp.parse(event.offer.decode("utf-8", "replace"))
+            sock, port = media.allocate()
+        except sdp.NoCommonCodec as exc:
+            logger.warning("call %s: %s", event.call_id, exc)
+            agent.reject(event.call_id, 488, now, "Not Acceptable Here (no common codec)")
+            return
+        except sdp.SdpError as exc:
+            logger.warning("call %s: unusable SDP offer: %s", event.call_id, exc)
+            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({exc})")
+            return
+        except OSError as exc:
+            logger.error("call %s: %s", event.call_id, exc)
+            agent.reject(event.call_id, 503, now, "Service Unavailable (no media port)")
+            return
+        session_id = random.randint(1, 2**31)
+        try:
+            answer, negotiated = sdp.answer(offer, self.address, port, session_id, 1)
+        except sdp.SdpError as exc:
+            sock.close()
+            status = 488
+            logger.warning("call %s: %s", event.call_id, exc)
+            agent.reject(event.call_id, status, now, "Not Acceptable Here (no common codec)")
+            return
+        session = MediaSession(
+            negotiated.codec,
+            negotiated.payload_type,
+            negotiated.telephone_event_pt,
+            negotiated.remote_address,
+            label=f"call {event.call_id}",
+            sending=negotiated.sends,
+        )
+        info = CallInfo(
+            call_id=event.call_id,
+            direction="inbound",
+            call_from=event.from_uri,
+            call_to=event.to_uri,
+            call_target=event.user,
+        )
+        call_id = event.call_id
+        leg = SipLeg(
+            info,
+            app.name,
+            session,
+            self.prompts,
+            self.services.store,
+            answer=lambda: self._answer(call_id),
+            hang_up=lambda: self._hang_up(call_id),
+        )
+        call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
+        self.calls[call_id] = call
+        agent.ring(call_id, now)
+        call.task = self.loop.create_task(self._run(call, sock))
+
+    async def _run(self, call: _Call, sock: socket.socket) -> CallSummary:
+        assert self.media is not None
+        try:
+            await self.media.open(call.media.session, sock, call.media.port, call.leg.wake)
+            summary = await self.services.run_call(call.app, call.leg)
+            self.finished.append(summary)
+            return summary
+        finally:
+            call.leg.finish()
+            self.media.close(call.media.port)
+            self.calls.pop(call.call_id, None)
+            self._flush()
+
+    async def _answer(self, call_id: str) -> None:
+        call = self.calls.get(call_id)
+        if call is None or self.agent is None:
+            return
+        self.agent.answer(call_id, call.answer_sdp, self.loop.time())
+        self._flush()
+
+    def _hang_up(self, call_id: str) -> str:
+        assert self.agent is not None
+        sip_call = self.agent.calls.get(call_id)
+        raw = "603" if sip_call is not None and sip_call.state in ("offered", "early") else "200"
+        self.agent.hang_up(call_id, self.loop.time())
+        self._flush()
+        return raw
+
+    def _reoffer(self, call: _Call, body: bytes) -> None:
+        assert self.agent is not None
+        now = self.loop.time()
+        media = call.media
+        try:
+            offer = sdp.parse(body.decode("utf-8", "replace"))
+            media.version += 1
+            answer, negotiated = sdp.answer(
+                offer, self.address, media.port, media.session_id, media.version
+            )
+        except sdp.SdpError as exc:
+            logger.warning("call %s: re-offer refused: %s", call.call_id, exc)
+            self.agent.reject_reoffer(call.call_id, 488, now)
+            self._flush()
+            return
+        session = media.session
+        if negotiated.remote_address != session.remote and not negotiated.on_hold:
+            session.remote, session.latched = negotiated.remote_address, False
+        session.sending = negotiated.sends
+        logger.info(
+            "call %s: re-offer: %s", call.call_id, "on hold" if negotiated.on_hold else "active"
+        )
+        self.agent.answer_reoffer(call.call_id, answer.encode(), now)
+        self._flush()
+
+    # --- outbound calls -------------------------------------------------------------------
+
+    async def dial(
+        self,
+        target: str,
+        app: AppConfig,
+        *,
+        credentials: Credentials | None = None,
+        from_user: str = "callhook",
+        ring_timeout: float = 60.0,
+    ) -> CallSummary:
+        """Call ``target`` (a SIP URI); when answered, run ``app`` on the call."""
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        sock, port = media.allocate()
+        session_id = random.randint(1, 2**31)
+        offer = sdp.offer(self.address, port, session_id, 1)
+        call_id = agent.invite(
+            target, offer.encode(), self.loop.time(), from_user=from_user, credentials=credentials
+        )
+        self._flush()
+        session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
+        info = CallInfo(call_id, "outbound", f"sip:{from_user}@{self.address}", target, target)
+        leg = SipLeg(
+            info,
+            app.name,
+            session,
+            self.prompts,
+            self.services.store,
+            answer=_nothing,
+            hang_up=lambda: self._hang_up(call_id),
+        )
+        call = _Call(call_id, app, leg, _Media(session, port, session_id))
+        call.answered = self.loop.create_future()
+        self.calls[call_id] = call
+        try:
+            try:
+                answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
+                negotiated = sdp.negotiate_answer(("PCMU", "PCMA"), sdp.parse(answer_sdp.decode()))
+            except TimeoutError:
+                agent.hang_up(call_id, self.loop.time(), cause="no_answer")
+                self._flush()
+                return await self.services.unanswered(app, info, "no_answer", "487")
+            except _Unanswered as exc:
+                return await self.services.unanswered(app, info, exc.cause, exc.raw)
+            except sdp.SdpError as exc:
+                logger.warning("call %s: unusable SDP answer: %s", call_id, exc)
+                agent.hang_up(call_id, self.loop.time(), cause="failed")
+                self._flush()
+                return await self.services.unanswered(app, info, "failed", "488")
+            new = MediaSession(
+                negotiated.codec,
+                negotiated.payload_type,
+                negotiated.telephone_event_pt,
+                negotiated.remote_address,
+                label=f"call {call_id}",
+                sending=negotiated.sends,
+            )
+            leg.session = new
+            call.media.session = new
+            leg.answered = True
+            return await self._run(call, sock)
+        finally:
+            media.release(sock, port)  # no-op once the call's media ran (and closed it)
+            self.calls.pop(call_id, None)
+
+    async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /api/calls``: ``{"to": "sip:...", "first_page": URL | "app": name, ...}``."""
+        target = body.get("to")
+        if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:")):
+            return 400, {"error": "'to' must be a sip: URI"}
+        try:
+            parse_uri(target)
+        except ValueError as exc:
+            return 400, {"error": f"'to' is not a valid SIP URI: {exc}"}
+        settings = self.services.settings
+        app: AppConfig | None
+        if isinstance(body.get("app"), str):
+            app = settings.apps.get(body["app"])
+            if app is None:
+                return 404, {"error": f"no application named {body['app']!r}"}
+        elif isinstance(body.get("first_page"), str):
+            app = AppConfig(
+                name="api",
+                first_page=body["first_page"],
+                secret=str(body.get("secret") or self.services.secret),
+                error_page=body.get("error_page"),
+                final_page=body.get("final_page"),
+                application_parameters=str(body.get("application_parameters", "")),
+            )
+        else:
+            app = settings.app_for("") or self.services.default_app()
+            if app is None:
+                return 400, {"error": "say which application: 'app' or 'first_page'"}
+        credentials = None
+        if settings.trunk_username:
+            credentials = Credentials(settings.trunk_username, settings.trunk_password or "")
+        task = self.loop.create_task(self.dial(target, app, credentials=credentials))
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+        return 202, {"status": "calling", "to": target, "application": app.first_page}
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    async def shutdown(self, grace: float = 30.0) -> None:
+        """Stop taking calls (503), let running calls finish for ``grace`` s, then end them."""
+        if self.agent is not None:
+            self.agent.accepting = False
+        tasks = [c.task for c in self.calls.values() if c.task is not None]
+        if tasks:
+            logger.info("waiting up to %g s for %d call(s) to finish", grace, len(tasks))
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for call in list(self.calls.values()):
+                call.leg.abort("callhook is shutting down")
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+        if self.media is not None:
+            self.media.shutdown()
+        if self.transport is not None:
+            # Let the last BYEs out before the socket closes.
+            await asyncio.sleep(0.05)
+            self.transport.close()
+
+
+class _Unanswered(Exception):
+    def __init__(self, cause: str, raw: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.raw = raw
+
+
+async def _nothing() -> None:
+    return None

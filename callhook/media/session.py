@@ -1,0 +1,293 @@
+"""One call's media: RTP in (digits, voice activity, recording), RTP out (prompts). Sans-IO.
+
+Theory of operation
+-------------------
+The adapter feeds :meth:`MediaSession.receive` every datagram that arrives on
+the call's RTP port, and calls :meth:`MediaSession.tick` once per 20 ms media
+tick (one tick drives every call: DESIGN.md §2). ``tick`` returns the RTP
+datagram to send for that 20 ms — the next frame of the playing prompt, or
+silence — or None while the call's media is on hold. Media commands of the
+actions arrive as :meth:`play`, :meth:`stop_prompt`, :meth:`start_recording`,
+:meth:`stop_recording`; what happened comes out in :attr:`events`
+(``DigitReceived``, ``VoiceActivity``, ``PromptFinished``, ``RecorderFailed``).
+
+Receive path, per packet: rate limit (an RTP flood is dropped above
+:data:`MAX_PACKETS_PER_SECOND`, logged once); parse; symmetric RTP (RFC 4961:
+the first valid packet fixes where we send, so a caller behind NAT hears us;
+packets from anywhere else are dropped); sequence/SSRC tracking and a small
+reorder window (``rtp.RtpReceiver``); then RFC 4733 events to the digit
+receiver, or audio to G.711 decode, the voice-activity detector, the in-band
+DTMF detector (only when the peer did not negotiate telephone-event: DESIGN.md
+§1.4) and the recording.
+
+Recording: frames are written as they arrive, in the file's companding (the
+call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
+is filled with silence so the file keeps real time, and the last
+:data:`PREROLL_FRAMES` frames are kept so a recording can start a little
+before the voice-activity detector noticed the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.events import (
+    DigitReceived,
+    MediaEvent,
+    PromptFinished,
+    RecorderFailed,
+    VoiceActivity,
+)
+from callhook.media import g711
+from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
+from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
+from callhook.media.vad import VoiceActivityDetector
+
+logger = logging.getLogger("callhook.media")
+
+Law = Literal["ulaw", "alaw"]
+Address = tuple[str, int]
+
+FRAME = 160  # samples (and G.711 bytes) in 20 ms at 8 kHz
+#: An RTP flood is cut here: a call sends 50 packets a second (plus DTMF events).
+MAX_PACKETS_PER_SECOND = 150
+#: Frames kept for a recording's pre-roll (0.4 s).
+PREROLL_FRAMES = 20
+#: Largest gap in the caller's RTP timestamps filled with silence in a recording (10 s).
+MAX_GAP_SAMPLES = 80_000
+#: After this long without audio packets the caller is taken to be silent.
+SILENT_AFTER = 0.1
+
+
+class Sink(Protocol):
+    """Where a recording's audio goes (a WAV file in the media file store)."""
+
+    def write(self, data: bytes) -> None:
+        """Append G.711 bytes; raises OSError when the disk fails, or SinkFull."""
+
+    def close(self) -> None:
+        """Finish the file."""
+
+
+class SinkFull(Exception):
+    """The recording reached its size limit."""
+
+
+@dataclass
+class _Prompt:
+    prompt_id: int
+    audio: bytes  # G.711 in the call's law, a whole number of frames
+    pos: int = 0
+
+
+@dataclass
+class _Recording:
+    sink: Sink
+    law: Law
+    next_ts: int | None = None  # RTP timestamp expected next, for gap filling
+
+
+class MediaSession:
+    """The media of one call (see the module docstring)."""
+
+    def __init__(
+        self,
+        codec: Literal["PCMU", "PCMA"],
+        payload_type: int,
+        event_payload_type: int | None,
+        remote: Address | None,
+        *,
+        label: str = "",
+        sending: bool = True,
+    ) -> None:
+        self.law: Law = "ulaw" if codec == "PCMU" else "alaw"
+        self.payload_type = payload_type
+        self.event_payload_type = event_payload_type
+        self.remote = remote
+        self.label = label
+        self.sending = sending
+        self.latched = False
+        self.events: deque[MediaEvent] = deque()
+        self.sender = RtpSender(payload_type)
+        self.receiver = RtpReceiver()
+        self.rfc4733 = Rfc4733Receiver()
+        # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
+        self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
+        self.vad = VoiceActivityDetector()
+        self._silence = g711.silence(self.law, FRAME)
+        self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
+        self._prompt: _Prompt | None = None
+        self._recording: _Recording | None = None
+        self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
+        self._last_audio = 0.0
+        self._bucket_start = 0.0
+        self._bucket_count = 0
+        self.flood_dropped = 0
+        self.foreign_dropped = 0
+        self.malformed = 0
+
+    # --- receive ----------------------------------------------------------------------
+
+    def receive(self, data: bytes, source: Address, now: float) -> None:
+        """One datagram from the call's RTP port."""
+        if now - self._bucket_start >= 1.0:
+            self._bucket_start, self._bucket_count = now, 0
+        self._bucket_count += 1
+        if self._bucket_count > MAX_PACKETS_PER_SECOND:
+            if self.flood_dropped == 0:
+                logger.warning(
+                    "%s: RTP flood from %s:%s: dropping packets above %d/s",
+                    self.label,
+                    *source,
+                    MAX_PACKETS_PER_SECOND,
+                )
+            self.flood_dropped += 1
+            return
+        try:
+            packet = RtpPacket.parse(data)
+        except RtpError:
+            self.malformed += 1
+            return
+        if packet.payload_type not in (self.payload_type, self.event_payload_type, 13):
+            self.malformed += 1
+            return
+        if not self.latched:
+            # Symmetric RTP: answer where the caller's media really comes from.
+            if source != self.remote:
+                logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
+            self.remote, self.latched = source, True
+        elif source != self.remote:
+            self.foreign_dropped += 1
+            return
+        for ordered in self.receiver.feed(packet, now):
+            self._packet(ordered, now)
+
+    def _packet(self, packet: RtpPacket, now: float) -> None:
+        pt = packet.payload_type
+        if pt == self.event_payload_type:
+            digit = self.rfc4733.feed(packet.payload, packet.timestamp, now)
+            if digit is not None:
+                self.events.append(DigitReceived(digit))
+        elif pt == self.payload_type:
+            self._audio(packet.payload, packet.timestamp, now)
+
+    def _audio(self, payload: bytes, timestamp: int, now: float) -> None:
+        self._last_audio = now
+        self._preroll.append((timestamp, payload))
+        if self._recording is not None:
+            self._record(payload, timestamp)
+        samples = g711.decode(self.law, payload)
+        self._detect(samples)
+
+    def _detect(self, samples: npt.NDArray[np.int16]) -> None:
+        edge = self.vad.feed(samples)
+        if edge is not None:
+            self.events.append(VoiceActivity(edge))
+        if self.tones is not None:
+            digit = self.tones.feed(samples)
+            if digit is not None:
+                self.events.append(DigitReceived(digit))
+
+    def inject_digit(self, digit: str) -> None:
+        """A digit that came another way (SIP INFO)."""
+        self.events.append(DigitReceived(digit))
+
+    # --- send -------------------------------------------------------------------------
+
+    def tick(self, now: float) -> bytes | None:
+        """The 20 ms media tick: the datagram to send now, or None (on hold / no address)."""
+        for late in self.receiver.poll(now):
+            self._packet(late, now)
+        if now - self._last_audio > SILENT_AFTER and self._last_audio:
+            # No audio packets (silence suppression, a stalled stream): it is silence.
+            self._detect(self._silence_pcm)
+        payload = self._silence
+        prompt = self._prompt
+        if prompt is not None:
+            payload = prompt.audio[prompt.pos : prompt.pos + FRAME]
+            prompt.pos += FRAME
+            if prompt.pos >= len(prompt.audio):
+                self._prompt = None
+                self.events.append(PromptFinished(prompt.prompt_id))
+        if not self.sending or self.remote is None:
+            self.sender.advance(FRAME)
+            return None
+        return self.sender.frame(payload)
+
+    def play(self, prompt_id: int, samples: npt.NDArray[np.int16]) -> None:
+        """Start playing ``samples`` (8 kHz) as prompt ``prompt_id``, replacing any prompt."""
+        audio = g711.encode(self.law, samples)
+        rest = len(audio) % FRAME
+        if rest:
+            audio += self._silence[: FRAME - rest]
+        if not audio:
+            audio = self._silence
+        self._prompt = _Prompt(prompt_id, audio)
+
+    def stop_prompt(self, prompt_id: int) -> None:
+        if self._prompt is not None and self._prompt.prompt_id == prompt_id:
+            self._prompt = None
+
+    # --- recording --------------------------------------------------------------------
+
+    def start_recording(self, sink: Sink, law: Law | None, preroll: float) -> None:
+        """Record what the caller sends into ``sink``, starting ``preroll`` seconds back."""
+        self._recording = _Recording(sink, law or self.law)
+        frames = min(len(self._preroll), round(preroll / 0.02))
+        for timestamp, payload in list(self._preroll)[len(self._preroll) - frames :]:
+            self._record(payload, timestamp)
+
+    def stop_recording(self, now: float) -> None:
+        """Finish the recording, padding it with silence up to now if the caller went quiet."""
+        recording, self._recording = self._recording, None
+        if recording is None:
+            return
+        quiet = now - self._last_audio if self._last_audio else 0.0
+        if quiet > SILENT_AFTER:
+            frames = min(int(quiet / 0.02), MAX_GAP_SAMPLES // FRAME)
+            self._write(recording, self._silence_in(recording.law) * frames)
+        try:
+            recording.sink.close()
+        except OSError as exc:
+            logger.error("%s: recording could not be finished: %s", self.label, exc)
+
+    def _record(self, payload: bytes, timestamp: int) -> None:
+        recording = self._recording
+        assert recording is not None
+        if recording.next_ts is not None:
+            gap = (timestamp - recording.next_ts) & 0xFFFFFFFF
+            if 0 < gap <= MAX_GAP_SAMPLES:
+                self._write(recording, self._silence_in(recording.law) * (gap // FRAME))
+            elif gap > 0x7FFFFFFF:
+                return  # a late or repeated frame: already covered
+        recording.next_ts = (timestamp + len(payload)) & 0xFFFFFFFF
+        if recording.law != self.law:
+            payload = g711.encode(recording.law, g711.decode(self.law, payload))
+        self._write(recording, payload)
+
+    def _silence_in(self, law: Law) -> bytes:
+        return g711.silence(law, FRAME)
+
+    def _write(self, recording: _Recording, data: bytes) -> None:
+        if not data:
+            return
+        try:
+            recording.sink.write(data)
+        except SinkFull as exc:
+            self._fail(recording, "filesize", str(exc))
+        except OSError as exc:
+            self._fail(recording, "error", f"{type(exc).__name__}: {exc}")
+
+    def _fail(
+        self, recording: _Recording, reason: Literal["error", "filesize"], detail: str
+    ) -> None:
+        logger.error("%s: recording stopped: %s", self.label, detail)
+        if self._recording is recording:
+            self._recording = None
+        self.events.append(RecorderFailed(reason, detail))

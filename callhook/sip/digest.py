@@ -1,0 +1,124 @@
+"""HTTP digest authentication for SIP requests: RFC 3261 §22, RFC 8760 (SHA-256), RFC 2617 (MD5).
+
+When a trunk answers an INVITE with 401 (``WWW-Authenticate``) or 407
+(``Proxy-Authenticate``), the UAC sends the request again with
+``Authorization`` / ``Proxy-Authorization`` computed from the challenge and
+its credentials. RFC 8760 lets a server offer several challenges, one per
+algorithm; the strongest one we support wins (SHA-256 before MD5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+ALGORITHMS = {"SHA-256": hashlib.sha256, "MD5": hashlib.md5}
+PREFERENCE = ["SHA-256", "SHA-256-sess", "MD5", "MD5-sess"]
+
+
+class DigestError(ValueError):
+    """A challenge callhook cannot answer, and why."""
+
+
+@dataclass(frozen=True)
+class Challenge:
+    realm: str
+    nonce: str
+    algorithm: str = "MD5"
+    qop: tuple[str, ...] = ()
+    opaque: str | None = None
+    stale: bool = False
+
+
+_PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)\s*,?')
+
+
+def parse_challenge(value: str) -> Challenge:
+    """Parse one ``WWW-Authenticate`` / ``Proxy-Authenticate`` header value."""
+    scheme, _, rest = value.strip().partition(" ")
+    if scheme.lower() != "digest":
+        raise DigestError(f"unsupported authentication scheme {scheme!r}")
+    params: dict[str, str] = {}
+    for name, raw in _PARAM.findall(rest):
+        if raw.startswith('"'):
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        params[name.lower()] = raw
+    if "realm" not in params or "nonce" not in params:
+        raise DigestError("challenge without realm or nonce")
+    algorithm = params.get("algorithm", "MD5")
+    if algorithm.upper().removesuffix("-SESS") not in ("MD5", "SHA-256"):
+        raise DigestError(f"unsupported digest algorithm {algorithm!r}")
+    qop = tuple(q.strip() for q in params.get("qop", "").split(",") if q.strip())
+    if qop and "auth" not in qop:
+        raise DigestError(f"unsupported qop {params['qop']!r} (only auth)")
+    return Challenge(
+        realm=params["realm"],
+        nonce=params["nonce"],
+        algorithm=algorithm,
+        qop=qop,
+        opaque=params.get("opaque"),
+        stale=params.get("stale", "").lower() == "true",
+    )
+
+
+def best_challenge(values: list[str]) -> Challenge:
+    """The strongest challenge we can answer among several (RFC 8760 §2.4)."""
+    usable = []
+    for value in values:
+        try:
+            usable.append(parse_challenge(value))
+        except DigestError:
+            continue
+    if not usable:
+        raise DigestError("no digest challenge callhook can answer: " + "; ".join(values))
+
+    def rank(c: Challenge) -> int:
+        upper = [p.upper() for p in PREFERENCE]
+        return upper.index(c.algorithm.upper()) if c.algorithm.upper() in upper else 99
+
+    return min(usable, key=rank)
+
+
+def authorization(
+    challenge: Challenge,
+    method: str,
+    uri: str,
+    username: str,
+    password: str,
+    *,
+    nonce_count: int = 1,
+    cnonce: str | None = None,
+    body: bytes = b"",
+) -> str:
+    """The ``Authorization`` header value answering ``challenge`` (RFC 7616 §3.4.1)."""
+    base = challenge.algorithm.upper().removesuffix("-SESS")
+    h = ALGORITHMS[base]
+
+    def digest(text: str) -> str:
+        return h(text.encode()).hexdigest()
+
+    cnonce = cnonce or secrets.token_hex(8)
+    nc = f"{nonce_count:08x}"
+    ha1 = digest(f"{username}:{challenge.realm}:{password}")
+    if challenge.algorithm.upper().endswith("-SESS"):
+        ha1 = digest(f"{ha1}:{challenge.nonce}:{cnonce}")
+    ha2 = digest(f"{method}:{uri}")
+    if challenge.qop:
+        response = digest(f"{ha1}:{challenge.nonce}:{nc}:{cnonce}:auth:{ha2}")
+    else:
+        response = digest(f"{ha1}:{challenge.nonce}:{ha2}")
+    parts = [
+        f'username="{username}"',
+        f'realm="{challenge.realm}"',
+        f'nonce="{challenge.nonce}"',
+        f'uri="{uri}"',
+        f'response="{response}"',
+        f"algorithm={challenge.algorithm}",
+    ]
+    if challenge.qop:
+        parts += ["qop=auth", f"nc={nc}", f'cnonce="{cnonce}"']
+    if challenge.opaque is not None:
+        parts.append(f'opaque="{challenge.opaque}"')
+    return "Digest " + ", ".join(parts)

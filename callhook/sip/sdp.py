@@ -1,0 +1,507 @@
+"""SDP for SIP calls: parse any session description, negotiate one G.711 audio stream.
+
+Sans-IO (DESIGN.md §2): text in, values and text out.
+
+* Syntax: RFC 4566 (``<type>=<value>`` lines, session part then media parts).
+  The parser is tolerant of LF-only line ends, surrounding whitespace, blank
+  lines and line types it does not know; it keeps every ``a=`` attribute, known
+  or not, in order. It raises :class:`SdpError` only for SDP it cannot use: no
+  ``v=0`` first, no usable ``o=``, a malformed ``m=`` or ``c=`` line, or an
+  active media stream with no connection address at either level (§5.7).
+* Offer/answer: RFC 3264. :func:`answer` accepts the first RTP/AVP audio
+  stream that offers a codec we support and rejects every other ``m=`` line
+  with port 0 (§6); :func:`offer` and :func:`negotiate_answer` are the
+  outbound side (§5, §7).
+* Codecs: PCMU and PCMA by static payload type 0 and 8 (RFC 3551 §6, table 4)
+  or by an ``a=rtpmap`` name with a dynamic payload type; RFC 4733
+  ``telephone-event/8000`` for DTMF.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
+Codec = Literal["PCMU", "PCMA"]
+
+#: The codecs callhook speaks, with their RFC 3551 static payload types.
+STATIC_PAYLOAD_TYPES: dict[str, int] = {"PCMU": 0, "PCMA": 8}
+#: The payload type and events we offer for RFC 4733 telephone-event.
+TELEPHONE_EVENT_PT = 101
+TELEPHONE_EVENTS = "0-16"
+#: Packetisation time we send and ask for, in milliseconds.
+PTIME = 20
+CLOCK_RATE = 8000
+
+_DIRECTIONS: frozenset[str] = frozenset(("sendrecv", "sendonly", "recvonly", "inactive"))
+#: RFC 3264 §6.1: the answerer's direction for each direction of the offer.
+_MIRROR: dict[str, Direction] = {
+    "sendrecv": "sendrecv",
+    "sendonly": "recvonly",
+    "recvonly": "sendonly",
+    "inactive": "inactive",
+}
+_STATIC_NAMES = {0: "PCMU", 8: "PCMA"}
+_RTP_PROTOS = frozenset(("RTP/AVP", "RTP/AVPF"))
+#: Old-style hold (RFC 3264 §8.4, RFC 2543): a connection address of all zeros.
+_HOLD_ADDRESSES = frozenset(("0.0.0.0", "::"))
+
+
+class SdpError(ValueError):
+    """A session description callhook cannot use; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NoCommonCodec(SdpError):
+    """No active audio stream offers a codec we support (the agent answers 488)."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The ``o=`` line (RFC 4566 §5.2)."""
+
+    username: str
+    session_id: str
+    session_version: str
+    nettype: str
+    addrtype: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A ``c=`` line (RFC 4566 §5.7); ``address`` without any ``/ttl`` suffix."""
+
+    nettype: str
+    addrtype: str
+    address: str
+
+    @property
+    def is_hold(self) -> bool:
+        """The all-zeros address of RFC 2543 hold (RFC 3264 §8.4)."""
+        return self.address in _HOLD_ADDRESSES
+
+
+@dataclass(frozen=True)
+class RtpMap:
+    """``a=rtpmap:<pt> <encoding>/<clock rate>[/<channels>]`` (RFC 4566 §6)."""
+
+    payload_type: int
+    encoding: str
+    clock_rate: int
+    channels: int = 1
+
+
+@dataclass
+class MediaDescription:
+    """One ``m=`` section with the lines that follow it (RFC 4566 §5.14)."""
+
+    media: str
+    port: int
+    proto: str
+    formats: list[str]
+    port_count: int = 1
+    connection: Connection | None = None
+    bandwidth: list[str] = field(default_factory=list)
+    #: Every ``a=`` line of this section in order, as (name, value or None).
+    attributes: list[tuple[str, str | None]] = field(default_factory=list)
+    rtpmap: dict[int, RtpMap] = field(default_factory=dict)
+    fmtp: dict[str, str] = field(default_factory=dict)
+    ptime: int | None = None
+    maxptime: int | None = None
+    #: The direction attribute written in this section, if any.
+    direction: Direction | None = None
+
+    def attribute(self, name: str) -> str | None:
+        """The value of the first attribute called ``name`` ('' for a flag), or None."""
+        for key, value in self.attributes:
+            if key == name:
+                return "" if value is None else value
+        return None
+
+    def encoding_of(self, payload_type: int) -> RtpMap | None:
+        """What a payload type means here: its rtpmap, else the RFC 3551 static one."""
+        mapped = self.rtpmap.get(payload_type)
+        if mapped is not None:
+            return mapped
+        name = _STATIC_NAMES.get(payload_type)
+        return RtpMap(payload_type, name, CLOCK_RATE) if name else None
+
+
+@dataclass
+class SessionDescription:
+    """A parsed session description (RFC 4566 §5)."""
+
+    origin: Origin
+    version: int = 0
+    name: str = "-"
+    connection: Connection | None = None
+    timing: str = "0 0"
+    bandwidth: list[str] = field(default_factory=list)
+    attributes: list[tuple[str, str | None]] = field(default_factory=list)
+    #: The session-level direction attribute, if any.
+    direction: Direction | None = None
+    media: list[MediaDescription] = field(default_factory=list)
+
+    def connection_for(self, media: MediaDescription) -> Connection | None:
+        """The media-level ``c=``, else the session-level one (RFC 4566 §5.7)."""
+        return media.connection if media.connection is not None else self.connection
+
+    def direction_for(self, media: MediaDescription) -> Direction:
+        """Media-level direction, else session-level, else sendrecv (RFC 3264 §5.1)."""
+        return media.direction or self.direction or "sendrecv"
+
+
+@dataclass(frozen=True)
+class Negotiated:
+    """The outcome of offer/answer for the call's audio stream.
+
+    ``direction`` is OUR direction (``sendrecv``: we send and receive).
+    ``on_hold`` is true when the remote put the call on hold: its address is
+    all zeros or its direction is ``sendonly`` / ``inactive`` (RFC 3264 §8.4).
+    """
+
+    remote_address: tuple[str, int]
+    codec: Codec
+    payload_type: int
+    telephone_event_pt: int | None
+    telephone_event_fmtp: str | None
+    ptime: int
+    remote_ptime: int | None
+    direction: Direction
+    on_hold: bool
+    media_index: int
+
+    @property
+    def sends(self) -> bool:
+        """Whether we should send RTP: our direction allows it and the address is real."""
+        return self.direction in ("sendrecv", "sendonly") and (
+            self.remote_address[0] not in _HOLD_ADDRESSES
+        )
+
+    @property
+    def receives(self) -> bool:
+        """Whether the remote will send us RTP."""
+        return self.direction in ("sendrecv", "recvonly")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse(text: str) -> SessionDescription:
+    """Parse a session description (RFC 4566 §5); raise :class:`SdpError` if unusable."""
+    lines: list[tuple[int, str, str]] = []
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if len(line) < 2 or line[1] != "=" or not ("a" <= line[0] <= "z"):
+            raise SdpError(f"line {number} is not <type>=<value>: {line[:60]!r}")
+        lines.append((number, line[0], line[2:].strip()))
+    if not lines or lines[0][1] != "v":
+        raise SdpError("a session description starts with v=")
+    if lines[0][2] != "0":
+        raise SdpError(f"unsupported SDP version {lines[0][2]!r}")
+
+    origin: Origin | None = None
+    session = SessionDescription(origin=Origin("-", "0", "0", "IN", "IP4", "0.0.0.0"))
+    media: MediaDescription | None = None
+    for number, kind, value in lines[1:]:
+        if kind == "m":
+            media = _parse_media(number, value)
+            session.media.append(media)
+        elif kind == "c":
+            conn = _parse_connection(number, value)
+            if media is None:
+                session.connection = conn
+            else:
+                media.connection = conn
+        elif kind == "a":
+            if media is None:
+                name, attr = _split_attribute(value)
+                session.attributes.append((name, attr))
+                if attr is None and name in _DIRECTIONS:
+                    session.direction = cast(Direction, name)
+            else:
+                _media_attribute(media, value)
+        elif kind == "b":
+            (session.bandwidth if media is None else media.bandwidth).append(value)
+        elif media is not None:
+            continue  # i=, k= in a media section: not needed
+        elif kind == "o":
+            origin = _parse_origin(number, value)
+        elif kind == "s":
+            session.name = value
+        elif kind == "t" and session.timing == "0 0":
+            session.timing = value
+        # u=, e=, p=, z=, k=, r=, and letters we do not know: ignored (RFC 4566 §5)
+    if origin is None:
+        raise SdpError("no o= line")
+    session.origin = origin
+    for index, m in enumerate(session.media):
+        if m.port != 0 and session.connection_for(m) is None:
+            raise SdpError(f"m= line {index} ({m.media}) has no connection address (c=)")
+    return session
+
+
+def _parse_origin(number: int, value: str) -> Origin:
+    parts = value.split()
+    if len(parts) != 6:
+        raise SdpError(f"line {number}: o= needs 6 fields, got {len(parts)}")
+    return Origin(*parts)
+
+
+def _parse_connection(number: int, value: str) -> Connection:
+    parts = value.split()
+    if len(parts) != 3 or parts[0] != "IN" or parts[1] not in ("IP4", "IP6"):
+        raise SdpError(f"line {number}: c= is not 'IN IP4|IP6 <address>': {value!r}")
+    address = parts[2].split("/", 1)[0]
+    if not address:
+        raise SdpError(f"line {number}: c= has an empty address")
+    return Connection(parts[0], parts[1], address)
+
+
+def _parse_media(number: int, value: str) -> MediaDescription:
+    parts = value.split()
+    if len(parts) < 4:
+        raise SdpError(f"line {number}: m= needs <media> <port> <proto> <fmt>...: {value!r}")
+    port_text, _, count_text = parts[1].partition("/")
+    try:
+        port = int(port_text)
+        count = int(count_text) if count_text else 1
+    except ValueError:
+        raise SdpError(f"line {number}: m= port is not a number: {parts[1]!r}") from None
+    if not 0 <= port <= 65535:
+        raise SdpError(f"line {number}: m= port {port} is out of range")
+    return MediaDescription(parts[0], port, parts[2], parts[3:], port_count=count)
+
+
+def _split_attribute(value: str) -> tuple[str, str | None]:
+    name, colon, rest = value.partition(":")
+    return (name.strip(), rest.strip()) if colon else (name.strip(), None)
+
+
+def _media_attribute(media: MediaDescription, value: str) -> None:
+    name, attr = _split_attribute(value)
+    media.attributes.append((name, attr))
+    if attr is None:
+        if name in _DIRECTIONS:
+            media.direction = cast(Direction, name)
+        return
+    if name == "rtpmap":
+        mapped = _parse_rtpmap(attr)
+        if mapped is not None:
+            media.rtpmap[mapped.payload_type] = mapped
+    elif name == "fmtp":
+        fmt, _, params = attr.partition(" ")
+        media.fmtp[fmt] = params.strip()
+    elif name in ("ptime", "maxptime"):
+        try:
+            millis = round(float(attr))
+        except ValueError:
+            return  # a broken ptime is ignored, as if absent
+        if millis > 0:
+            setattr(media, name, millis)
+
+
+def _parse_rtpmap(value: str) -> RtpMap | None:
+    """``<pt> <encoding>/<rate>[/<channels>]``; None when malformed (then ignored)."""
+    pt_text, _, spec = value.partition(" ")
+    pieces = spec.strip().split("/")
+    try:
+        pt = int(pt_text)
+        rate = int(pieces[1])
+        channels = int(pieces[2]) if len(pieces) > 2 and pieces[2] else 1
+    except (ValueError, IndexError):
+        return None
+    if not 0 <= pt <= 127 or not pieces[0]:
+        return None
+    return RtpMap(pt, pieces[0], rate, channels)
+
+
+# --------------------------------------------------------------------------- negotiation
+
+
+@dataclass(frozen=True)
+class _Choice:
+    codec: Codec
+    payload_type: int
+    te_pt: int | None
+    te_fmtp: str | None
+
+
+def _choose(media: MediaDescription, supported: Sequence[str]) -> _Choice | None:
+    """The first format in the sender's order that we support, and telephone-event.
+
+    RFC 3264 §6.1: the answerer should use the offerer's payload type numbers;
+    the offerer's list is in its order of preference.
+    """
+    wanted = {name.upper() for name in supported}
+    codec: _Choice | None = None
+    te_pt: int | None = None
+    for fmt in media.formats:
+        try:
+            pt = int(fmt)
+        except ValueError:
+            continue
+        mapped = media.encoding_of(pt)
+        if mapped is None or mapped.clock_rate != CLOCK_RATE or mapped.channels != 1:
+            continue
+        name = mapped.encoding.upper()
+        if codec is None and name in wanted:
+            codec = _Choice(cast(Codec, name), pt, None, None)
+        elif te_pt is None and name == "TELEPHONE-EVENT":
+            te_pt = pt
+    if codec is None:
+        return None
+    fmtp = media.fmtp.get(str(te_pt)) if te_pt is not None else None
+    return _Choice(codec.codec, codec.payload_type, te_pt, fmtp)
+
+
+def _usable_audio(media: MediaDescription) -> bool:
+    return media.media == "audio" and media.port != 0 and media.proto.upper() in _RTP_PROTOS
+
+
+def _negotiated(
+    session: SessionDescription, index: int, choice: _Choice, ours: Direction
+) -> Negotiated:
+    media = session.media[index]
+    conn = session.connection_for(media)
+    if conn is None:  # parse() guarantees one for active streams
+        raise SdpError(f"m= line {index} has no connection address")
+    theirs = session.direction_for(media)
+    return Negotiated(
+        remote_address=(conn.address, media.port),
+        codec=choice.codec,
+        payload_type=choice.payload_type,
+        telephone_event_pt=choice.te_pt,
+        telephone_event_fmtp=choice.te_fmtp,
+        ptime=PTIME,
+        remote_ptime=media.ptime,
+        direction=ours,
+        on_hold=conn.is_hold or theirs in ("sendonly", "inactive"),
+        media_index=index,
+    )
+
+
+def answer(
+    offer: SessionDescription,
+    local_ip: str,
+    local_port: int,
+    session_id: int,
+    version: int,
+) -> tuple[str, Negotiated]:
+    """Answer an offer (RFC 3264 §6): one audio stream accepted, every other m= line rejected.
+
+    The accepted stream is the first active RTP/AVP(F) audio stream with a
+    codec we support; its codec is the FIRST of PCMU/PCMA in the offerer's
+    order, with the offerer's payload type (dynamic ones included), plus
+    ``telephone-event/8000`` with the offerer's payload type and fmtp when
+    offered. Our direction mirrors the offer's (§6.1). Rejected streams keep
+    their media type, proto and formats with port 0 (§6). Raises
+    :class:`NoCommonCodec` when no stream qualifies.
+    """
+    chosen: tuple[int, _Choice] | None = None
+    for index, media in enumerate(offer.media):
+        if _usable_audio(media):
+            choice = _choose(media, tuple(STATIC_PAYLOAD_TYPES))
+            if choice is not None:
+                chosen = (index, choice)
+                break
+    if chosen is None:
+        raise NoCommonCodec("no audio stream offers PCMU or PCMA over RTP/AVP")
+    index, choice = chosen
+    ours = _MIRROR[offer.direction_for(offer.media[index])]
+    lines = _session_lines(local_ip, session_id, version, offer.timing)
+    for i, media in enumerate(offer.media):
+        if i == index:
+            lines += _audio_lines(local_port, media.proto, [choice], ours)
+        else:
+            lines.append(f"m={media.media} 0 {media.proto} {' '.join(media.formats)}")
+    return _text(lines), _negotiated(offer, index, choice, ours)
+
+
+def offer(
+    local_ip: str,
+    local_port: int,
+    session_id: int,
+    version: int,
+    codecs: Sequence[str] = ("PCMU", "PCMA"),
+    direction: Direction = "sendrecv",
+) -> str:
+    """An offer for an outbound call (RFC 3264 §5): one audio stream, ``codecs`` in order.
+
+    PCMU and PCMA by static payload type (RFC 3551), telephone-event 101 with
+    events 0-16 (RFC 4733 §7), ptime 20. ``direction`` other than sendrecv puts
+    the remote on hold in a re-offer (RFC 3264 §8.4).
+    """
+    choices: list[_Choice] = []
+    for name in codecs:
+        key = name.upper()
+        if key not in STATIC_PAYLOAD_TYPES:
+            raise ValueError(f"unsupported codec {name!r}; callhook speaks PCMU and PCMA")
+        choices.append(_Choice(cast(Codec, key), STATIC_PAYLOAD_TYPES[key], None, None))
+    if not choices:
+        raise ValueError("offer() needs at least one codec")
+    last = choices[-1]
+    choices[-1] = _Choice(last.codec, last.payload_type, TELEPHONE_EVENT_PT, TELEPHONE_EVENTS)
+    lines = _session_lines(local_ip, session_id, version, "0 0")
+    lines += _audio_lines(local_port, "RTP/AVP", choices, direction)
+    return _text(lines)
+
+
+def negotiate_answer(our_offer_codecs: Sequence[str], answer: SessionDescription) -> Negotiated:
+    """Read the callee's answer to our :func:`offer` (RFC 3264 §7).
+
+    Uses the answer's first active audio stream and the first codec in it that
+    we offered. Raises :class:`NoCommonCodec` when the audio stream was
+    rejected (port 0) or names none of our codecs.
+    """
+    for index, media in enumerate(answer.media):
+        if media.media != "audio":
+            continue
+        if not _usable_audio(media):
+            raise NoCommonCodec(f"the answer rejected the audio stream (m= line {index})")
+        choice = _choose(media, our_offer_codecs)
+        if choice is None:
+            raise NoCommonCodec("the answer names none of the codecs we offered")
+        return _negotiated(answer, index, choice, _MIRROR[answer.direction_for(media)])
+    raise NoCommonCodec("the answer has no audio stream")
+
+
+def _addrtype(local_ip: str) -> str:
+    try:
+        return f"IP{ipaddress.ip_address(local_ip).version}"
+    except ValueError:
+        raise ValueError(f"local_ip must be an IP address, got {local_ip!r}") from None
+
+
+def _session_lines(local_ip: str, session_id: int, version: int, timing: str) -> list[str]:
+    addr = f"IN {_addrtype(local_ip)} {local_ip}"
+    return ["v=0", f"o=- {session_id} {version} {addr}", "s=callhook", f"c={addr}", f"t={timing}"]
+
+
+def _audio_lines(port: int, proto: str, choices: list[_Choice], direction: Direction) -> list[str]:
+    """``m=audio`` with rtpmap for every format, telephone-event last (RFC 4733 §7.1)."""
+    te = next((c for c in choices if c.te_pt is not None), None)
+    pts = [c.payload_type for c in choices]
+    if te is not None and te.te_pt is not None:
+        pts.append(te.te_pt)
+    lines = [f"m=audio {port} {proto} {' '.join(map(str, pts))}"]
+    lines += [f"a=rtpmap:{c.payload_type} {c.codec}/{CLOCK_RATE}" for c in choices]
+    if te is not None:
+        lines.append(f"a=rtpmap:{te.te_pt} telephone-event/{CLOCK_RATE}")
+        if te.te_fmtp:
+            lines.append(f"a=fmtp:{te.te_pt} {te.te_fmtp}")
+    lines += [f"a=ptime:{PTIME}", f"a={direction}"]
+    return lines
+
+
+def _text(lines: list[str]) -> str:
+    return "\r\n".join(lines) + "\r\n"

@@ -1,0 +1,1 @@
+"""Speech: text-to-speech and speech recognition engines behind small interfaces."""

@@ -1,0 +1,123 @@
+"""Running ``callhook serve`` for a test: a real process on free ports of 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+CALLHOOK = [sys.executable, "-m", "callhook"]
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def free_even_udp_port() -> int:
+    """An even UDP port whose odd neighbour is free too (RTP and RTCP, as SIPp uses them)."""
+    for _ in range(100):
+        port = free_udp_port() & ~1
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(
+                socket.AF_INET, socket.SOCK_DGRAM
+            ) as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+                return port
+        except OSError:
+            continue
+    raise RuntimeError("no free even UDP port")
+
+
+class Server:
+    """``callhook serve`` with one application (or the demo), stopped with SIGTERM at the end."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        app_url: str | None = None,
+        secret: str | None = None,
+        final_page: str | None = None,
+        error_page: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.data_dir = data_dir
+        self.sip_port = free_udp_port()
+        self.http_port = free_tcp_port()
+        base = 30000 + (os.getpid() * 37 + self.sip_port) % 20000
+        self.rtp_ports = (base & ~1, (base & ~1) + 200)
+        self.args = [
+            "serve",
+            "--sip",
+            f"127.0.0.1:{self.sip_port}",
+            "--http",
+            f"127.0.0.1:{self.http_port}",
+            "--rtp-ports",
+            f"{self.rtp_ports[0]}-{self.rtp_ports[1]}",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ]
+        for flag, value in (
+            ("--app-url", app_url),
+            ("--secret", secret),
+            ("--final-page", final_page),
+            ("--error-page", error_page),
+        ):
+            if value is not None:
+                self.args += [flag, value]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output = ""
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def sip(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.sip_port)
+
+    async def __aenter__(self) -> Server:
+        self.proc = await asyncio.create_subprocess_exec(
+            *CALLHOOK,
+            *self.args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = asyncio.create_task(self._read())
+        for _ in range(300):
+            if "web: " in self.output:
+                return self
+            if self.proc.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"callhook serve did not start:\n{self.output}")
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            self.output += line.decode(errors="replace")
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), 40)
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, 5)
+        return code
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,228 @@
+"""SIPp scenarios for the end-to-end tests, and running SIPp (Debian ``sip-tester``).
+
+Scenarios are built from small pieces so each test says what its caller does:
+``caller(...)`` is a UAC that calls, sends its RTP stream (a pcap), does the
+test's middle part (INFO digits, a BYE, ...) and answers callhook's BYE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+SIPP = shutil.which("sipp")
+
+HEADER = '<?xml version="1.0" encoding="ISO-8859-1" ?>\n<!DOCTYPE scenario SYSTEM "sipp.dtd">\n'
+
+INVITE = """
+  <send retrans="500"><![CDATA[
+INVITE sip:{user}@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:{user}@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=sipp 1 1 IN IP4 [local_ip]
+s=-
+c=IN IP4 [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP {formats}
+{rtpmaps}a=ptime:20
+]]></send>
+"""
+
+ANSWERED = """
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>
+  <recv response="200" rrs="true"/>
+  <send><![CDATA[
+ACK [next_url] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+[routes]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+"""
+
+PLAY = """
+  <nop><action><exec play_pcap_audio="{pcap}"/></action></nop>
+"""
+
+PAUSE = """
+  <pause milliseconds="{ms}"/>
+"""
+
+INFO = """
+  <send retrans="500"><![CDATA[
+INFO [next_url] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+[routes]
+Call-ID: [call_id]
+CSeq: {cseq} INFO
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Type: application/dtmf-relay
+Content-Length: [len]
+
+Signal={digit}
+Duration=160
+]]></send>
+  <recv response="200"/>
+"""
+
+BYE_FROM_CALLER = """
+  <send retrans="500"><![CDATA[
+BYE [next_url] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+[routes]
+Call-ID: [call_id]
+CSeq: {cseq} BYE
+Contact: <sip:sipp@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200"/>
+"""
+
+BYE_FROM_SERVER = """
+  <recv request="BYE" timeout="{timeout_ms}"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+"""
+
+CANCEL = """
+  <recv response="100" optional="true"/>
+  <recv response="180"/>
+  <send><![CDATA[
+CANCEL sip:{user}@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-1]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:{user}@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 CANCEL
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200"/>
+  <recv response="487"/>
+  <send><![CDATA[
+ACK sip:{user}@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-2]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+"""
+
+END = """
+  <timewait milliseconds="200"/>
+</scenario>
+"""
+
+CODECS = {
+    "PCMU": ("0", "a=rtpmap:0 PCMU/8000\n"),
+    "PCMA": ("8", "a=rtpmap:8 PCMA/8000\n"),
+}
+TELEPHONE_EVENT = ("101", "a=rtpmap:101 telephone-event/8000\na=fmtp:101 0-16\n")
+
+
+def invite(user: str = "ivr", codec: str = "PCMU", telephone_event: bool = True) -> str:
+    fmt, rtpmap = CODECS[codec]
+    formats, rtpmaps = [fmt], rtpmap
+    if telephone_event:
+        formats.append(TELEPHONE_EVENT[0])
+        rtpmaps += TELEPHONE_EVENT[1]
+    return INVITE.format(user=user, formats=" ".join(formats), rtpmaps=rtpmaps)
+
+
+def scenario(*parts: str) -> str:
+    return HEADER + '<scenario name="callhook e2e">\n' + "".join(parts) + END
+
+
+@dataclass
+class SippRun:
+    returncode: int
+    output: str
+    errors: str
+
+
+async def run_sipp(
+    scenario_text: str,
+    server: tuple[str, int],
+    workdir: Path,
+    *,
+    local_port: int,
+    media_port: int,
+    timeout: float = 60.0,
+    extra: tuple[str, ...] = (),
+) -> SippRun:
+    """Run one SIPp call of ``scenario_text`` against ``server``; never hangs longer than timeout."""
+    assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
+    path = workdir / f"scenario-{local_port}.xml"
+    path.write_text(scenario_text)
+    errors = workdir / f"sipp-{local_port}-errors.log"
+    proc = await asyncio.create_subprocess_exec(
+        SIPP,
+        "-sf",
+        str(path),
+        f"{server[0]}:{server[1]}",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        str(local_port),
+        "-mi",
+        "127.0.0.1",
+        "-mp",
+        str(media_port),
+        "-m",
+        "1",
+        "-nostdin",
+        "-trace_err",
+        "-error_file",
+        str(errors),
+        "-timeout",
+        f"{int(timeout)}s",
+        *extra,
+        cwd=workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout + 10)
+    except TimeoutError:
+        proc.kill()
+        out, _ = await proc.communicate()
+    error_text = errors.read_text(errors="replace") if errors.exists() else ""
+    return SippRun(proc.returncode or 0, out.decode(errors="replace"), error_text)
