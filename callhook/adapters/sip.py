@@ -144,10 +144,16 @@ class SipService:
     def _flush(self) -> None:
         agent, transport = self.agent, self.transport
         assert agent is not None and transport is not None
-        for data, address in agent.take_datagrams():
-            transport.sendto(data, address)
-        for event in agent.take_events():
-            self._dispatch(event)
+        # Handling an event may make the agent send (a 180 for a new call): go on
+        # until both are drained, so nothing waits for the next datagram.
+        while True:
+            datagrams, events = agent.take_datagrams(), agent.take_events()
+            if not datagrams and not events:
+                break
+            for data, address in datagrams:
+                transport.sendto(data, address)
+            for event in events:
+                self._dispatch(event)
         deadline = agent.deadline
         if deadline != self._timer_at:
             if self._timer is not None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from callhook.sip import digest
-from callhook.sip.checks import check_request
+from callhook.sip.checks import check_request, check_response, unsupported_options
 from callhook.sip.dialog import Dialog
 from callhook.sip.message import (
     Headers,
@@ -70,7 +70,9 @@ from callhook.sip.transaction import (
 
 logger = logging.getLogger("callhook.sip")
 
-ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS, INFO, UPDATE"
+METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE")
+ALLOW = ", ".join(METHODS)
+CONTENT_TYPES = ("application/sdp", "application/dtmf-relay", "application/dtmf")
 SUPPORTED = {"timer"}
 MIN_SE = 90
 
@@ -261,7 +263,7 @@ class Agent:
             message = parse(data)
         except SipMessageError as exc:
             logger.warning("SIP from %s:%s not well-formed: %s", *source, exc.reason)
-            self._reply_to_garbage(data, source, exc)
+            self._reply_to_garbage(source, exc)
             return
         if isinstance(message, Response):
             self._on_response(message, now)
@@ -304,7 +306,7 @@ class Agent:
     def _request(self, request: Request, source: Address, now: float) -> None:
         self._mark_received(request, source)
         method = request.method
-        key = ("s", request.branch or "", "INVITE" if method == "ACK" else method)
+        key = ("s", _server_branch(request), "INVITE" if method == "ACK" else method)
         existing = self._txs.get(key)
         if existing is not None:
             # A retransmission, or the ACK of a non-2xx final response (§17.2.3).
@@ -314,11 +316,18 @@ class Agent:
             self._ack(request, now)
             return
         tx = server(request, self._response_address(request, source))
+        tx.match = key[1]
         self._txs[self._tx_key(tx)] = tx
-        problem = check_request(request, supported=SUPPORTED)
+        problem = check_request(request, SUPPORTED, methods=METHODS, content_types=CONTENT_TYPES)
         if problem is not None:
             status, reason = problem
-            extra = [("Unsupported", self._unsupported(request))] if status == 420 else []
+            extra = []
+            if status == 420:
+                extra = [("Unsupported", ", ".join(unsupported_options(request, SUPPORTED)))]
+            elif status == 405:
+                extra = [("Allow", ALLOW)]
+            elif status == 415:
+                extra = [("Accept", ", ".join(CONTENT_TYPES))]
             self._respond(tx, self._make_response(request, status, reason, extra=extra), now)
             return
         handler = {
@@ -367,10 +376,6 @@ class Agent:
         if via.params.get("rport"):
             return source
         return (via.params.get("received") or source[0], via.port or 5060)
-
-    def _unsupported(self, request: Request) -> str:
-        required = {r.strip() for v in request.headers.get_all("Require") for r in v.split(",")}
-        return ", ".join(sorted(r for r in required if r and r not in SUPPORTED))
 
     def _invite(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
         if request.to_tag:
@@ -464,7 +469,7 @@ class Agent:
         self._report(call, "hung_up", "BYE", by_remote=True)
 
     def _cancel(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
-        invite_tx = self._txs.get(("s", request.branch or "", "INVITE"))
+        invite_tx = self._txs.get(("s", _server_branch(request), "INVITE"))
         if invite_tx is None:
             self._respond(tx, self._make_response(request, 481), now)
             return
@@ -563,36 +568,36 @@ class Agent:
             extra.append(("Require", "timer"))
         return extra
 
-    def _reply_to_garbage(self, data: bytes, source: Address, exc: SipMessageError) -> None:
-        """Answer a request that is not well-formed with 400 and the reason, when we can (§21.4.1).
+    def _reply_to_garbage(self, source: Address, exc: SipMessageError) -> None:
+        """Answer a request that is not well-formed with its status and the reason (§8.2).
 
-        A 400 can only be sent if the headers a response needs (Via, From, To,
-        Call-ID, CSeq) can be found; anything else (a mangled response, noise)
-        is dropped. Either way it is logged.
+        Only when it was a request and the parser could read what a response
+        copies (Via, From, To, Call-ID, CSeq); a mangled response or noise is
+        dropped. Either way it has been logged.
         """
-        text = data.decode("utf-8", "replace")
-        first, _, rest = text.partition("\n")
-        if first.startswith("SIP/") or " SIP/" not in first:
+        salvaged = exc.headers
+        if not exc.is_request or salvaged is None:
             return
-        wanted = {"via": "Via", "v": "Via", "from": "From", "f": "From", "to": "To", "t": "To"}
-        wanted |= {"call-id": "Call-ID", "i": "Call-ID", "cseq": "CSeq"}
         headers = Headers()
-        for line in rest.replace("\r", "").split("\n"):
-            name, sep, value = line.partition(":")
-            canonical = wanted.get(name.strip().lower())
-            if sep and canonical:
-                headers.add(canonical, value.strip())
+        for name in ("Via", "From", "To", "Call-ID", "CSeq"):
+            values = salvaged.get_all(name) if name == "Via" else [salvaged.get(name)]
+            for value in values:
+                if value:
+                    headers.add(name, value)
         if not all(headers.get(n) for n in ("Via", "From", "To", "Call-ID", "CSeq")):
             return
-        reason = f"Bad Request ({exc.reason})"[:200]
         status = exc.status if 400 <= exc.status < 700 else 400
         headers.add("Server", self.user_agent)
-        response = Response(status, reason, headers)
-        self._out.append((serialize(response), source))
+        reason = f"{REASONS.get(status, 'Bad Request')} ({exc.reason})"[:200]
+        self._out.append((serialize(Response(status, reason, headers)), source))
 
     # --- responses in (client transactions) ---------------------------------------------
 
     def _on_response(self, response: Response, now: float) -> None:
+        problem = check_response(response)
+        if problem is not None:
+            logger.warning("SIP response dropped: %s", problem)  # §8.1.3.3
+            return
         method = response.cseq[1]
         tx = self._txs.get(("c", response.branch or "", method))
         if tx is not None:
@@ -841,6 +846,29 @@ class Agent:
         if not call.reported:
             call.reported = True
             self._events.append(CallTerminated(call.call_id, cause, raw, by_remote))
+
+
+def _server_branch(request: Request) -> str:
+    """The key a server transaction is matched by (§17.2.3).
+
+    RFC 3261 peers put a unique branch starting with the magic cookie in their
+    Via. For RFC 2543 peers (no cookie) the transaction is identified by the
+    Call-ID, the From tag, the CSeq number and the top Via instead; the To tag
+    is left out so that the ACK of an error response still matches its INVITE.
+    """
+    branch = request.branch or ""
+    if branch.startswith("z9hG4bK"):
+        return branch
+    vias = request.headers.get_all("Via")
+    return "|".join(
+        (
+            "2543",
+            request.call_id,
+            request.from_tag or "",
+            str(request.cseq[0]),
+            vias[0] if vias else "",
+        )
+    )
 
 
 def _uri_text(value: str | None) -> str:

@@ -233,11 +233,13 @@ class Transaction:
     _interval: float = T1  # current retransmit interval of A / E / G
     _started: set[str] = field(default_factory=set)
 
+    match: str = ""  # the branch (or RFC 2543 match key) the agent files it under
+
     @property
     def key(self) -> tuple[str, str]:
         """(branch, method) — ACK and CANCEL are matched by the agent (§17.2.3, §9.2)."""
         method = "INVITE" if self.kind in (Kind.ICT, Kind.IST) else self.request.method
-        return (self.request.branch or "", method)
+        return (self.match or self.request.branch or "", method)
 
     @property
     def terminated(self) -> bool:

@@ -122,7 +122,7 @@ CANCEL = """
   <recv response="180"/>
   <send><![CDATA[
 CANCEL sip:{user}@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-1]
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-3]
 From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
 To: <sip:{user}@[remote_ip]:[remote_port]>
 Call-ID: [call_id]
@@ -135,7 +135,7 @@ Content-Length: 0
   <recv response="487"/>
   <send><![CDATA[
 ACK sip:{user}@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-2]
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-6]
 From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
 [last_To:]
 Call-ID: [call_id]

@@ -1,0 +1,1 @@
+"""SIP for callhook, sans-IO: messages, SDP, transactions, dialogs and the user agent (RFC 3261)."""
