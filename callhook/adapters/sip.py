@@ -301,8 +301,9 @@ class SipService:
             self._flush()
             return
         session = media.session
-        if negotiated.remote_address != session.remote and not negotiated.on_hold:
-            session.remote, session.latched = negotiated.remote_address, False
+        if negotiated.remote_address != session.offered and not negotiated.on_hold:
+            session.remote = session.offered = negotiated.remote_address
+            session.latched = False
         session.sending = negotiated.sends
         logger.info(
             "call %s: re-offer: %s", call.call_id, "on hold" if negotiated.on_hold else "active"

@@ -110,6 +110,7 @@ class MediaSession:
         self.payload_type = payload_type
         self.event_payload_type = event_payload_type
         self.remote = remote
+        self.offered = remote  # the address the SDP named
         self.label = label
         self.sending = sending
         self.latched = False
@@ -136,6 +137,16 @@ class MediaSession:
 
     def receive(self, data: bytes, source: Address, now: float) -> None:
         """One datagram from the call's RTP port."""
+        if source != self.remote:
+            if self.latched and source != self.offered:
+                self._foreign(source)
+                return
+            # Symmetric RTP (RFC 4961): the first packet, or one from the address
+            # the SDP named, fixes where we send, so a caller behind NAT hears us
+            # and nobody can take the stream over by racing the first packet.
+            logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
+            self.remote = source
+        self.latched = True
         if now - self._bucket_start >= 1.0:
             self._bucket_start, self._bucket_count = now, 0
         self._bucket_count += 1
@@ -157,16 +168,15 @@ class MediaSession:
         if packet.payload_type not in (self.payload_type, self.event_payload_type, 13):
             self.malformed += 1
             return
-        if not self.latched:
-            # Symmetric RTP: answer where the caller's media really comes from.
-            if source != self.remote:
-                logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
-            self.remote, self.latched = source, True
-        elif source != self.remote:
-            self.foreign_dropped += 1
-            return
         for ordered in self.receiver.feed(packet, now):
             self._packet(ordered, now)
+
+    def _foreign(self, source: Address) -> None:
+        if self.foreign_dropped == 0:
+            logger.warning(
+                "%s: dropping RTP from %s:%s, which is not the call's peer", self.label, *source
+            )
+        self.foreign_dropped += 1
 
     def _packet(self, packet: RtpPacket, now: float) -> None:
         pt = packet.payload_type

@@ -226,3 +226,133 @@ async def run_sipp(
         out, _ = await proc.communicate()
     error_text = errors.read_text(errors="replace") if errors.exists() else ""
     return SippRun(proc.returncode or 0, out.decode(errors="replace"), error_text)
+
+UAS_CHALLENGE = """
+  <recv request="INVITE"/>
+  <send><![CDATA[
+SIP/2.0 401 Unauthorized
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+WWW-Authenticate: Digest realm="trunk.example", nonce="6a2d3c0e9f1b4e7a", qop="auth"
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK"/>
+  <recv request="INVITE">
+    <action><verifyauth assign_to="authvalid" username="{username}" password="{password}"/></action>
+  </recv>
+  <nop test="authvalid" next="goodauth"/>
+  <send><![CDATA[
+SIP/2.0 403 Forbidden
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK" next="end"/>
+  <label id="goodauth"/>
+"""
+
+UAS_ANSWER = """
+{receive}
+  <send><![CDATA[
+SIP/2.0 180 Ringing
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Content-Length: 0
+
+]]></send>
+  <send retrans="500"><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=sipp 1 1 IN IP4 [local_ip]
+s=-
+c=IN IP4 [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0 101
+a=rtpmap:0 PCMU/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-16
+a=ptime:20
+]]></send>
+  <recv request="ACK"/>
+"""
+
+UAS_BYE = """
+  <recv request="BYE" timeout="{timeout_ms}"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <label id="end"/>
+"""
+
+
+def uas(*, play: str | None = None, username: str | None = None, password: str = "") -> str:
+    """A callee that answers (after a digest challenge when ``username`` is given)."""
+    parts = []
+    if username is not None:
+        parts.append(UAS_CHALLENGE.format(username=username, password=password))
+        parts.append(UAS_ANSWER.format(receive=""))
+    else:
+        parts.append(UAS_ANSWER.format(receive='  <recv request="INVITE"/>'))
+    if play is not None:
+        parts.append(PLAY.format(pcap=play))
+    parts.append(UAS_BYE.format(timeout_ms=30000))
+    return scenario(*parts)
+
+
+async def start_sipp(
+    scenario_text: str, workdir: Path, *, local_port: int, media_port: int
+) -> asyncio.subprocess.Process:
+    """Start SIPp as a server (UAS) for one call; wait on the process for its result."""
+    assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
+    path = workdir / f"uas-{local_port}.xml"
+    path.write_text(scenario_text)
+    return await asyncio.create_subprocess_exec(
+        SIPP,
+        "-sf",
+        str(path),
+        "-i",
+        "127.0.0.1",
+        "-p",
+        str(local_port),
+        "-mi",
+        "127.0.0.1",
+        "-mp",
+        str(media_port),
+        "-m",
+        "1",
+        "-nostdin",
+        "-trace_err",
+        "-timeout",
+        "60s",
+        cwd=workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )

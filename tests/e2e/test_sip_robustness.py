@@ -1,0 +1,141 @@
+"""What a SIP peer may throw at ``callhook serve``: probes, garbage, floods, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from callhook.sip.message import Response, parse
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port, free_udp_port
+from tests.e2e.rtpstream import Stream
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+
+def exchange(server: tuple[str, int], data: bytes, timeout: float = 2.0) -> list[Response]:
+    """Send one datagram from a fresh port; return the responses that come back."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(timeout)
+        s.sendto(data, server)
+        out = []
+        try:
+            while True:
+                message = parse(s.recv(65535))
+                assert isinstance(message, Response)
+                out.append(message)
+                s.settimeout(0.3)
+        except TimeoutError:
+            return out
+
+
+_probes = iter(range(1, 1_000_000))
+
+
+def request(method: str, port: int, extra: str = "", via_port: int = 5999) -> bytes:
+    """A fresh request (its own branch and Call-ID, so it is never a retransmission)."""
+    n = next(_probes)
+    return (
+        f"{method} sip:ivr@127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP 127.0.0.1:{via_port};branch=z9hG4bK{method}{port}x{n};rport\r\n"
+        "From: <sip:probe@127.0.0.1>;tag=p1\r\nTo: <sip:ivr@127.0.0.1>\r\n"
+        f"Call-ID: {method}-{port}-{n}@probe\r\nCSeq: 1 {method}\r\nMax-Forwards: 70\r\n"
+        f"{extra}Content-Length: 0\r\n\r\n"
+    ).encode()
+
+
+async def test_options_probe_and_garbage(tmp_path: Path) -> None:
+    async with Server(tmp_path / "data") as server:
+        (ok,) = await asyncio.to_thread(exchange, server.sip, request("OPTIONS", server.sip_port))
+        assert ok.status == 200
+        assert "INVITE" in (ok.headers.get("Allow") or "")
+        # A request that is not well-formed gets 400 with the reason (Content-Length lies).
+        bad = request("OPTIONS", server.sip_port).replace(b"Content-Length: 0", b"Content-Length: 99")
+        (answer,) = await asyncio.to_thread(exchange, server.sip, bad)
+        assert answer.status == 400
+        assert "Content-Length" in answer.reason
+        # Noise gets nothing back, and the server is still there.
+        assert await asyncio.to_thread(exchange, server.sip, b"\x00\xff garbage \r\n\r\n", 0.5) == []
+        (ok,) = await asyncio.to_thread(exchange, server.sip, request("OPTIONS", server.sip_port))
+        assert ok.status == 200
+        (nope,) = await asyncio.to_thread(exchange, server.sip, request("SUBSCRIBE", server.sip_port))
+        assert nope.status == 405
+    assert "not well-formed" in server.output
+
+
+async def test_rtp_flood_is_cut_and_the_call_goes_on(tmp_path: Path, app: AppServer) -> None:
+    """An RTP flood into a call's port from elsewhere: dropped, logged, the call goes on."""
+    app.page("/start", [{"get_number": {"digit_count": 2, "next_page": {"url": "/number"}}}])
+    app.page("/number", [{"hang_up": {}}])
+    app.page("/final", None)
+    pcap = Stream(6.0).rfc4733("77", at=3.0).write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
+    async with Server(
+        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+    ) as server:
+        sipp_task = asyncio.create_task(
+            sipp.run_sipp(
+                sipp.scenario(*parts),
+                server.sip,
+                tmp_path,
+                local_port=free_udp_port(),
+                media_port=free_even_udp_port(),
+            )
+        )
+        await asyncio.sleep(1.0)
+        ports = range(server.rtp_ports[0], server.rtp_ports[1], 2)
+
+        def flood() -> None:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                junk = b"\x80\x00" + bytes(170)
+                for _ in range(3000):
+                    for port in ports[:4]:
+                        s.sendto(junk, ("127.0.0.1", port))
+
+        await asyncio.to_thread(flood)
+        run = await sipp_task
+    assert run.returncode == 0, run.output + run.errors + server.output
+    assert app.bodies("/number")[0]["action_result"]["result"] == {"entered_number": "77"}
+    assert "which is not the call's peer" in server.output
+
+
+async def test_shutdown_refuses_new_calls_and_lets_running_ones_finish(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page("/start", [{"sleep": {"seconds": 3}}, {"hang_up": {}}])
+    app.page("/final", None)
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
+    server = Server(
+        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+    )
+    async with server:
+        running = asyncio.create_task(
+            sipp.run_sipp(
+                sipp.scenario(*parts),
+                server.sip,
+                tmp_path,
+                local_port=free_udp_port(),
+                media_port=free_even_udp_port(),
+            )
+        )
+        for _ in range(100):
+            if app.bodies("/start"):
+                break
+            await asyncio.sleep(0.05)
+        assert server.proc is not None
+        server.proc.send_signal(__import__("signal").SIGTERM)
+        await asyncio.sleep(0.5)
+        (refused,) = await asyncio.to_thread(
+            exchange, server.sip, request("INVITE", server.sip_port, via_port=5998)
+        )
+        assert refused.status in (100, 503)
+        run = await running
+    assert run.returncode == 0, run.output + run.errors + server.output
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+    assert "shutting down" in server.output
