@@ -1,0 +1,155 @@
+"""A real softphone calls ``callhook serve``: baresip (headless) dials, hears, presses keys.
+
+baresip's microphone is a WAV file (``aufile``), its speaker is nothing
+(``aubridge,null``), and ``sndfile`` writes what it heard to a WAV: so the
+test checks that the prompt really reached the caller's ear, and that the
+keys it sent reached the application. baresip is driven over its TCP
+control socket (netstring-framed JSON), as the recipe in the shared data says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callhook.media import g711, tones, wav
+from callhook.testing import AppServer
+from tests.e2e.harness import Server, free_tcp_port, free_udp_port
+
+BARESIP = shutil.which("baresip")
+MODULES = Path("/usr/lib/baresip/modules")
+pytestmark = pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
+
+PROMPT = "prompts/tone.wav"
+TONE_HZ = 440.0
+
+
+def baresip_config(directory: Path, sip_port: int, ctrl_port: int, microphone: Path) -> None:
+    records = directory / "heard"
+    records.mkdir(parents=True, exist_ok=True)
+    (directory / "config").write_text(
+        f"""poll_method\t\tepoll
+sip_listen\t\t127.0.0.1:{sip_port}
+call_local_timeout\t120
+call_max_calls\t\t4
+audio_player\t\taubridge,null
+audio_source\t\taufile,{microphone}
+audio_alert\t\taubridge,null
+audio_level\t\tno
+ausrc_srate\t\t8000
+auplay_srate\t\t8000
+rtp_ports\t\t{sip_port + 2}-{sip_port + 60}
+rtp_timeout\t\t0
+module_path\t\t{MODULES}
+module\t\t\tg711.so
+module\t\t\taufile.so
+module\t\t\taubridge.so
+module\t\t\tsndfile.so
+snd_path\t\t{records}
+module_app\t\taccount.so
+module_app\t\tmenu.so
+module_app\t\tctrl_tcp.so
+ctrl_tcp_listen\t\t127.0.0.1:{ctrl_port}
+"""
+    )
+    (directory / "accounts").write_text(
+        "<sip:bob@127.0.0.1>;regint=0;answermode=auto;audio_codecs=PCMU,PCMA\n"
+    )
+
+
+async def command(writer: asyncio.StreamWriter, name: str, params: str = "") -> None:
+    body = json.dumps({"command": name, "params": params, "token": name}).encode()
+    writer.write(str(len(body)).encode() + b":" + body + b",")
+    await writer.drain()
+
+
+async def test_baresip_hears_the_prompt_and_its_keys_arrive(tmp_path: Path, app: AppServer) -> None:
+    data = tmp_path / "data"
+    prompt = data / "media" / "default" / PROMPT
+    prompt.parent.mkdir(parents=True)
+    prompt.write_bytes(wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(TONE_HZ, 2.0))))
+    app.page(
+        "/start",
+        [
+            {"play": {"play_list": [{"file_to_play": PROMPT}], "barge_in_on_digit": False}},
+            {"get_number": {"digit_count": 3, "next_page": {"url": "/number"}}},
+        ],
+    )
+    app.page("/number", [{"hang_up": {}}])
+    app.page("/final", None)
+
+    microphone = tmp_path / "mic.wav"  # 30 s of quiet: longer than the call
+    microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 30, dtype=np.int16)))
+    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    phone_dir = tmp_path / "baresip"
+    phone_dir.mkdir()
+    baresip_config(phone_dir, sip_port, ctrl_port, microphone)
+
+    async with Server(
+        data, app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+    ) as server:
+        assert BARESIP is not None
+        phone = await asyncio.create_subprocess_exec(
+            BARESIP,
+            "-f",
+            str(phone_dir),
+            "-t",
+            "40",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            for _ in range(100):
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("baresip's control socket did not open")
+            await command(writer, "dial", f"sip:ivr@127.0.0.1:{server.sip_port}")
+            for _ in range(100):  # the prompt plays for 2 s, then get_number waits
+                if app.bodies("/start"):
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(3.0)
+            await command(writer, "sndcode", "531")
+            for _ in range(100):
+                if app.bodies("/final"):
+                    break
+                await asyncio.sleep(0.1)
+            writer.close()
+        finally:
+            phone.terminate()
+            out, _ = await asyncio.wait_for(phone.communicate(), 10)
+    transcript = out.decode(errors="replace")
+    (number,) = app.bodies("/number")
+    assert number["action_result"]["result"] == {"entered_number": "531"}, transcript
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+    # What baresip heard: the 440 Hz prompt.
+    heard = [p for p in (phone_dir / "heard").glob("*.wav") if "dec" in p.name]
+    assert heard, f"baresip wrote no recording: {list((phone_dir / 'heard').iterdir())}"
+    audio = wav.decode_to_8k(heard[0].read_bytes()).astype(np.float64)
+    loud = audio[np.abs(audio) > 500]
+    assert len(loud) > 8000, "the prompt was not heard (less than 1 s of sound)"
+    spectrum = np.abs(np.fft.rfft(audio[: 8000 * 4]))
+    peak = float(np.argmax(spectrum)) * 8000 / min(len(audio), 8000 * 4)
+    assert abs(peak - TONE_HZ) < 5, peak
+
+
+def _pcm16_wav(samples: np.ndarray) -> bytes:
+    import io
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(samples.astype("<i2").tobytes())
+    return buffer.getvalue()
