@@ -23,6 +23,7 @@ from callhook.config import AppConfig, Settings, data_secret
 from callhook.events import CallEnded, MediaCommand, MediaEvent
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
+from callhook.metrics import Metrics
 from callhook.speech.tts import NoSpeech, TextToSpeech
 from callhook.store.files import MediaStore, OutsideNamespace
 
@@ -37,6 +38,7 @@ class Services:
     pages: HttpPages = field(init=False)
     secret: str = field(init=False)
     tts: TextToSpeech = field(default_factory=NoSpeech)
+    metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
     _calls: itertools.count[int] = field(default_factory=itertools.count)
@@ -47,10 +49,14 @@ class Services:
         self.secret = data_secret(self.settings.data_dir)
 
     async def start_web(
-        self, host: str | None = None, port: int | None = None, dial: web_adapter.Dial | None = None
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        dial: web_adapter.Dial | None = None,
+        stats: web_adapter.Stats | None = None,
     ) -> str:
         """Start the HTTP server (demo application, the calls API); returns its base URL."""
-        app = web_adapter.application(self.secret, dial)
+        app = web_adapter.application(self.secret, dial, stats or self.metrics.snapshot)
         self.web_runner, self.base_url = await web_adapter.start(
             app,
             host if host is not None else self.settings.http_host,
@@ -106,7 +112,10 @@ class Services:
         self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
     ) -> CallSummary:
         """Run ``app`` on ``leg`` until the call ends."""
-        return await self.runner(app, leg, listeners).run()
+        self.metrics.call_started()
+        summary = await self.runner(app, leg, listeners).run()
+        self.metrics.call_ended(summary)
+        return summary
 
     async def unanswered(self, app: AppConfig, info: CallInfo, cause: str, raw: str) -> CallSummary:
         """An outbound call nobody answered: the application's final page says why."""

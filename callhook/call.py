@@ -34,6 +34,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -192,6 +193,8 @@ class CallSummary:
     raw_cause: str = ""
     pages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: How long each page took to answer, in seconds (wall clock).
+    page_seconds: list[float] = field(default_factory=list)
 
 
 def new_instance_id() -> str:
@@ -487,7 +490,15 @@ class CallRunner:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.summary.pages.append(url)
         self.log.write("page_request", f"{method} {url} ({why})")
+        started = time.perf_counter()
         fetch = asyncio.ensure_future(self.pages.fetch(url, method, data, self.app.secret))
+        fetch.add_done_callback(
+            lambda f: (
+                self.summary.page_seconds.append(time.perf_counter() - started)
+                if not f.cancelled() and f.exception() is None
+                else None
+            )
+        )
         if self.gone is not None:
             return await fetch  # nothing to race: the call has ended already
         ended = asyncio.ensure_future(self.leg.wait_ended())

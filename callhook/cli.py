@@ -155,7 +155,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
-    base = await services.start_web(host, port, dial=sip.dial_api)
+    base = await services.start_web(host, port, dial=sip.dial_api, stats=sip.stats)
     app = services.settings.app_for("") or services.default_app()
     print(f"callhook {__version__} serving", flush=True)
     print(

@@ -17,7 +17,6 @@ import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 from callhook.media.session import MediaSession
 
@@ -92,7 +91,7 @@ class MediaEngine:
             lambda: _RtpProtocol(self, port), sock=sock
         )
         # uvloop's UDP transport implements the interface without subclassing it.
-        self.streams[port] = _Stream(session, cast(asyncio.DatagramTransport, transport), wake)
+        self.streams[port] = _Stream(session, transport, wake)
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)

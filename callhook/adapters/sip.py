@@ -21,7 +21,7 @@ import logging
 import random
 import socket
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
@@ -124,7 +124,7 @@ class SipService:
             lambda: _SipProtocol(self), local_addr=(self.host, self.port)
         )
         # uvloop's UDP transport implements the interface without subclassing it.
-        self.transport = cast(asyncio.DatagramTransport, transport)
+        self.transport = transport
         self.port = transport.get_extra_info("sockname")[1]
         from callhook import __version__
 
@@ -376,6 +376,15 @@ class SipService:
         finally:
             media.release(sock, port)  # no-op once the call's media ran (and closed it)
             self.calls.pop(call_id, None)
+
+    def stats(self) -> dict[str, Any]:
+        """The server's counters, with the SIP and media side's."""
+        media = self.media
+        return self.services.metrics.snapshot(
+            sip_calls=len(self.agent.calls) if self.agent else 0,
+            media_streams=len(media.streams) if media else 0,
+            media_late_ticks=media.late_ticks if media else 0,
+        )
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /api/calls``: ``{"to": "sip:...", "first_page": URL | "app": name, ...}``."""

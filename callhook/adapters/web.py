@@ -13,6 +13,8 @@ from callhook import __version__, demo
 
 #: Places an outbound call from a JSON request; returns (HTTP status, JSON answer).
 Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+#: The server's counters (``GET /api/stats``).
+Stats = Callable[[], dict[str, Any]]
 
 INDEX = """<!doctype html>
 <title>callhook</title>
@@ -22,18 +24,31 @@ Try it with no phone: <code>callhook call</code>.</p>
 """
 
 
-def application(secret: str, dial: Dial | None = None) -> web.Application:
-    """The aiohttp application: the demo pages (signed with ``secret``), the calls API, an index.
+def application(
+    secret: str, dial: Dial | None = None, stats: Stats | None = None
+) -> web.Application:
+    """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
-    ``POST /api/calls`` places an outbound call. It needs
-    ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
+    ``POST /api/calls`` places an outbound call; ``GET /api/stats`` gives the
+    server's counters. Both need ``Authorization: Bearer <the installation
+    secret>`` (``<data_dir>/secret``).
     """
     app = web.Application(client_max_size=64 * 1024)
     app.add_routes(demo.routes(secret))
 
-    async def calls(request: web.Request) -> web.Response:
+    def authorised(request: web.Request) -> bool:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(token.encode(), secret.encode()):
+        return hmac.compare_digest(token.encode(), secret.encode())
+
+    async def stats_page(request: web.Request) -> web.Response:
+        if not authorised(request):
+            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        return web.json_response(stats() if stats is not None else {})
+
+    app.router.add_get("/api/stats", stats_page)
+
+    async def calls(request: web.Request) -> web.Response:
+        if not authorised(request):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401)
         if dial is None:
             return web.json_response({"error": "this server does not place calls"}, status=503)

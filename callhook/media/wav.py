@@ -3,16 +3,40 @@
 Recordings are 8 kHz mono WAV with format tag 6 (A-law) or 7 (µ-law)
 (DESIGN.md §1.5). G.711 WAVs carry a ``fact`` chunk (the sample count), as
 the WAVE format for non-PCM data requires.
+
+:func:`decode_to_8k` turns a prompt file of any common kind (PCM 8/16/24/32-bit,
+IEEE float, A-law, µ-law; mono or multichannel; any rate, plain or
+WAVE_FORMAT_EXTENSIBLE) into the 8 kHz mono int16 samples a call plays.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+
+from callhook.media import g711
 
 FORMAT_PCM = 1
+FORMAT_FLOAT = 3
 FORMAT_ALAW = 6
 FORMAT_ULAW = 7
+FORMAT_EXTENSIBLE = 0xFFFE
+
+#: Names of encodings callhook does not decode, for error messages.
+_UNSUPPORTED: Final = {
+    0x0002: "Microsoft ADPCM",
+    0x0011: "IMA ADPCM",
+    0x0031: "GSM 6.10",
+    0x0040: "G.721 ADPCM",
+    0x0050: "MPEG audio",
+    0x0055: "MP3",
+    0x0064: "G.726 ADPCM",
+}
 
 #: The encoding of silence in each G.711 law.
 SILENCE = {"alaw": 0xD5, "ulaw": 0xFF}
@@ -32,6 +56,15 @@ class WavInfo:
     bits_per_sample: int
     data_offset: int
     data_length: int
+    #: For WAVE_FORMAT_EXTENSIBLE: the format tag in the first two bytes of the SubFormat GUID.
+    sub_format: int | None = None
+
+    @property
+    def encoding(self) -> int:
+        """The format tag that says how samples are coded (the sub-format if extensible)."""
+        if self.format_tag == FORMAT_EXTENSIBLE and self.sub_format is not None:
+            return self.sub_format
+        return self.format_tag
 
     @property
     def frame_bytes(self) -> int:
@@ -78,6 +111,7 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
         raise WavError("not a RIFF/WAVE file")
     pos = 12
     fmt: tuple[int, int, int, int] | None = None
+    sub_format: int | None = None
     while pos + 8 <= len(data):
         chunk, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
         body = pos + 8
@@ -86,6 +120,8 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
                 raise WavError("fmt chunk too short")
             tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, body)
             fmt = (tag, channels, rate, bits)
+            if tag == FORMAT_EXTENSIBLE and size >= 40 and body + 26 <= len(data):
+                sub_format = struct.unpack_from("<H", data, body + 24)[0]
         elif chunk == b"data":
             if fmt is None:
                 raise WavError("data chunk before fmt chunk")
@@ -94,6 +130,73 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
                 raise WavError(f"bad fmt chunk: {channels} channels at {rate} Hz")
             available = (file_size if file_size is not None else len(data)) - body
             length = max(0, min(size, available))
-            return WavInfo(tag, channels, rate, bits, body, length)
+            return WavInfo(tag, channels, rate, bits, body, length, sub_format)
         pos = body + size + (size & 1)
     raise WavError("no data chunk")
+
+
+def _samples(info: WavInfo, raw: bytes) -> npt.NDArray[np.float64]:
+    """The samples of ``raw`` as float in [-1, 1), shape (frames, channels)."""
+    encoding, bits = info.encoding, info.bits_per_sample
+    if encoding == FORMAT_PCM:
+        if bits not in (8, 16, 24, 32):
+            raise WavError(f"unsupported PCM sample size: {bits} bits (8, 16, 24 or 32)")
+    elif encoding == FORMAT_FLOAT:
+        if bits not in (32, 64):
+            raise WavError(f"unsupported IEEE float sample size: {bits} bits (32 or 64)")
+    elif encoding in (FORMAT_ALAW, FORMAT_ULAW):
+        if bits != 8:
+            raise WavError(f"G.711 WAV with {bits} bits per sample (must be 8)")
+    else:
+        name = _UNSUPPORTED.get(encoding, "unknown encoding")
+        raise WavError(
+            f"unsupported WAV encoding: {name} (format tag 0x{encoding:04X}); "
+            "use PCM, IEEE float, A-law or µ-law"
+        )
+    width = bits // 8
+    frames = len(raw) // (width * info.channels)
+    raw = raw[: frames * width * info.channels]
+    x: npt.NDArray[np.float64]
+    if encoding == FORMAT_PCM and bits == 8:
+        x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float64) - 128.0) / 128.0
+    elif encoding == FORMAT_PCM and bits == 16:
+        x = np.frombuffer(raw, dtype="<i2").astype(np.float64) / 32768.0
+    elif encoding == FORMAT_PCM and bits == 24:
+        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        v = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)) << 8  # sign in bit 31
+        x = (v >> 8).astype(np.float64) / 8388608.0
+    elif encoding == FORMAT_PCM:
+        x = np.frombuffer(raw, dtype="<i4").astype(np.float64) / 2147483648.0
+    elif encoding == FORMAT_FLOAT:
+        x = np.frombuffer(raw, dtype="<f4" if bits == 32 else "<f8").astype(np.float64)
+        x = np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0)
+    else:
+        law: g711.Law = "alaw" if encoding == FORMAT_ALAW else "ulaw"
+        x = g711.decode(law, raw).astype(np.float64) / 32768.0
+    return x.reshape(frames, info.channels)
+
+
+def decode_to_8k(data: bytes) -> npt.NDArray[np.int16]:
+    """The samples of WAV file ``data`` as 8 kHz mono int16.
+
+    Reads PCM (8-bit unsigned, 16/24/32-bit signed), IEEE float (32/64-bit),
+    A-law (tag 6) and µ-law (tag 7), plain or WAVE_FORMAT_EXTENSIBLE;
+    channels are averaged; other rates are resampled with libsoxr's
+    high-quality filter (band-limited, so nothing above 4 kHz folds back
+    into the call). 8 kHz mono 16-bit PCM and G.711 come back bit-exact.
+    Raises :class:`WavError` saying why for anything else (ADPCM, MP3, GSM...).
+    """
+    info = read_info(data)
+    raw = data[info.data_offset : info.data_offset + info.data_length]
+    if info.channels == 1 and info.sample_rate == 8000 and info.bits_per_sample in (8, 16):
+        if info.encoding == FORMAT_PCM and info.bits_per_sample == 16:
+            return np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").astype(np.int16)
+        if info.encoding == FORMAT_ALAW and info.bits_per_sample == 8:
+            return g711.alaw_decode(raw)
+        if info.encoding == FORMAT_ULAW and info.bits_per_sample == 8:
+            return g711.ulaw_decode(raw)
+    x = _samples(info, raw)
+    mono = x[:, 0] if info.channels == 1 else x.mean(axis=1)
+    if info.sample_rate != 8000 and len(mono):
+        mono = np.asarray(soxr.resample(mono, info.sample_rate, 8000, quality="HQ"), np.float64)
+    return np.clip(np.rint(mono * 32768.0), -32768, 32767).astype(np.int16)

@@ -31,9 +31,10 @@ def free_even_udp_port() -> int:
     for _ in range(100):
         port = free_udp_port() & ~1
         try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(
-                socket.AF_INET, socket.SOCK_DGRAM
-            ) as b:
+            with (
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a,
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b,
+            ):
                 a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 1))
                 return port

@@ -21,7 +21,15 @@ from callhook.media import g711, tones
 PT_DTMF = 101
 SSRC = 0x5EED1234
 FRAME = 160
-EVENT_CODES = {**{str(d): d for d in range(10)}, "*": 10, "#": 11, "A": 12, "B": 13, "C": 14, "D": 15}
+EVENT_CODES = {
+    **{str(d): d for d in range(10)},
+    "*": 10,
+    "#": 11,
+    "A": 12,
+    "B": 13,
+    "C": 14,
+    "D": 15,
+}
 
 
 @dataclass

@@ -188,7 +188,7 @@ async def run_sipp(
     timeout: float = 60.0,
     extra: tuple[str, ...] = (),
 ) -> SippRun:
-    """Run one SIPp call of ``scenario_text`` against ``server``; never hangs longer than timeout."""
+    """Run one SIPp call of ``scenario_text`` against ``server``, bounded by ``timeout``."""
     assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
     path = workdir / f"scenario-{local_port}.xml"
     path.write_text(scenario_text)
@@ -226,6 +226,7 @@ async def run_sipp(
         out, _ = await proc.communicate()
     error_text = errors.read_text(errors="replace") if errors.exists() else ""
     return SippRun(proc.returncode or 0, out.decode(errors="replace"), error_text)
+
 
 UAS_CHALLENGE = """
   <recv request="INVITE"/>

@@ -106,7 +106,7 @@ async def test_baresip_hears_the_prompt_and_its_keys_arrive(tmp_path: Path, app:
         try:
             for _ in range(100):
                 try:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
+                    _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
                     break
                 except OSError:
                     await asyncio.sleep(0.1)

@@ -71,9 +71,17 @@ async def test_dial_answers_a_digest_challenge(tmp_path: Path, app: AppServer) -
     app.page("/final", None)
     port = free_udp_port()
     scenario = sipp.uas(username="alice", password="wonderland")
-    uas = await sipp.start_sipp(scenario, tmp_path, local_port=port, media_port=free_even_udp_port())
+    uas = await sipp.start_sipp(
+        scenario, tmp_path, local_port=port, media_port=free_even_udp_port()
+    )
     code, out = await dial(
-        tmp_path, app, f"sip:callee@127.0.0.1:{port}", "--username", "alice", "--password", "wonderland"
+        tmp_path,
+        app,
+        f"sip:callee@127.0.0.1:{port}",
+        "--username",
+        "alice",
+        "--password",
+        "wonderland",
     )
     uas_out, _ = await asyncio.wait_for(uas.communicate(), 30)
     assert uas.returncode == 0, uas_out.decode(errors="replace") + out
@@ -87,7 +95,9 @@ async def test_dial_with_a_wrong_password_fails_cleanly(tmp_path: Path, app: App
     app.page("/final", None)
     port = free_udp_port()
     scenario = sipp.uas(username="alice", password="wonderland")
-    uas = await sipp.start_sipp(scenario, tmp_path, local_port=port, media_port=free_even_udp_port())
+    uas = await sipp.start_sipp(
+        scenario, tmp_path, local_port=port, media_port=free_even_udp_port()
+    )
     code, out = await dial(
         tmp_path, app, f"sip:callee@127.0.0.1:{port}", "--username", "alice", "--password", "nope"
     )
@@ -109,7 +119,9 @@ async def test_calls_api_places_a_call(tmp_path: Path, app: AppServer) -> None:
     app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
     app.page("/final", None)
     port = free_udp_port()
-    uas = await sipp.start_sipp(sipp.uas(), tmp_path, local_port=port, media_port=free_even_udp_port())
+    uas = await sipp.start_sipp(
+        sipp.uas(), tmp_path, local_port=port, media_port=free_even_udp_port()
+    )
     async with Server(tmp_path / "data") as server:
         secret = (tmp_path / "data" / "secret").read_text().strip()
         url = f"http://127.0.0.1:{server.http_port}/api/calls"

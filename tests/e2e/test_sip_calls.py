@@ -36,9 +36,10 @@ def write_prompt(data_dir: Path, seconds: float = 1.0) -> None:
 
 def speech_clip() -> np.ndarray:
     """A real recording of a spoken digit (tests/data/speech, 8 kHz)."""
-    (clip,) = sorted((DATA / "speech").glob("*jackson_0.wav"))[:1] or sorted(
-        (DATA / "speech").glob("*.wav")
-    )[:1]
+    (clip,) = (
+        sorted((DATA / "speech").glob("*jackson_0.wav"))[:1]
+        or sorted((DATA / "speech").glob("*.wav"))[:1]
+    )
     return wav.decode_to_8k(clip.read_bytes())
 
 
@@ -66,7 +67,10 @@ async def call(
     parts += list(middle)
     parts.append(ending if ending is not None else sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
     async with Server(
-        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
     ) as server:
         run = await sipp.run_sipp(
             sipp.scenario(*parts),
@@ -120,7 +124,10 @@ async def test_get_number_with_sip_info_digits(tmp_path: Path, app: AppServer) -
 
 async def test_record_holds_the_callers_audio(tmp_path: Path, app: AppServer) -> None:
     clip = speech_clip()
-    app.page("/start", [{"record": {"next_page": {"url": "/recorded"}, "milliseconds_max_silence": 1500}}])
+    app.page(
+        "/start",
+        [{"record": {"next_page": {"url": "/recorded"}, "milliseconds_max_silence": 1500}}],
+    )
     app.page("/recorded", [{"hang_up": {}}])
     app.page("/final", None)
     stream = Stream(7.0, law="alaw", payload_type=8).speech(clip, at=1.0)
@@ -151,7 +158,10 @@ async def test_cancel_before_answer(tmp_path: Path, app: AppServer) -> None:
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.CANCEL.format(user="ivr")]
     async with Server(
-        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
     ) as server:
         run = await sipp.run_sipp(
             sipp.scenario(*parts),

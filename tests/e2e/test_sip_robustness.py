@@ -55,15 +55,21 @@ async def test_options_probe_and_garbage(tmp_path: Path) -> None:
         assert ok.status == 200
         assert "INVITE" in (ok.headers.get("Allow") or "")
         # A request that is not well-formed gets 400 with the reason (Content-Length lies).
-        bad = request("OPTIONS", server.sip_port).replace(b"Content-Length: 0", b"Content-Length: 99")
+        bad = request("OPTIONS", server.sip_port).replace(
+            b"Content-Length: 0", b"Content-Length: 99"
+        )
         (answer,) = await asyncio.to_thread(exchange, server.sip, bad)
         assert answer.status == 400
         assert "Content-Length" in answer.reason
         # Noise gets nothing back, and the server is still there.
-        assert await asyncio.to_thread(exchange, server.sip, b"\x00\xff garbage \r\n\r\n", 0.5) == []
+        assert (
+            await asyncio.to_thread(exchange, server.sip, b"\x00\xff garbage \r\n\r\n", 0.5) == []
+        )
         (ok,) = await asyncio.to_thread(exchange, server.sip, request("OPTIONS", server.sip_port))
         assert ok.status == 200
-        (nope,) = await asyncio.to_thread(exchange, server.sip, request("SUBSCRIBE", server.sip_port))
+        (nope,) = await asyncio.to_thread(
+            exchange, server.sip, request("SUBSCRIBE", server.sip_port)
+        )
         assert nope.status == 405
     assert "not well-formed" in server.output
 
@@ -77,7 +83,10 @@ async def test_rtp_flood_is_cut_and_the_call_goes_on(tmp_path: Path, app: AppSer
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
     async with Server(
-        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
     ) as server:
         sipp_task = asyncio.create_task(
             sipp.run_sipp(
@@ -112,7 +121,10 @@ async def test_shutdown_refuses_new_calls_and_lets_running_ones_finish(
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
     server = Server(
-        tmp_path / "data", app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
     )
     async with server:
         running = asyncio.create_task(

@@ -1,0 +1,47 @@
+"""Counters of a running server, for operators and benchmarks (``GET /api/stats``)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from callhook.call import CallSummary
+
+#: Page latencies kept for the percentiles (the most recent ones).
+SAMPLES = 20_000
+
+
+@dataclass
+class Metrics:
+    """What happened so far: calls by cause, page latency, media tick lateness."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    active: int = 0
+    page_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=SAMPLES))
+    page_errors: int = 0
+
+    def call_started(self) -> None:
+        self.active += 1
+
+    def call_ended(self, summary: CallSummary) -> None:
+        self.active -= 1
+        self.calls[summary.cause] += 1
+        self.page_seconds.extend(summary.page_seconds)
+        self.page_errors += len(summary.errors)
+
+    def snapshot(self, **extra: Any) -> dict[str, Any]:
+        pages = sorted(self.page_seconds)
+        latency: dict[str, float] = {}
+        if len(pages) >= 2:
+            q = statistics.quantiles(pages, n=100)
+            latency = {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": pages[-1] * 1000}
+        return {
+            "calls_active": self.active,
+            "calls_ended": dict(self.calls),
+            "page_requests": len(pages),
+            "page_latency": latency,
+            "call_errors": self.page_errors,
+            **extra,
+        }

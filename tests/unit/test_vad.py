@@ -1,0 +1,173 @@
+"""Voice activity (callhook.media.vad): real speech, line noise, silence, tones, clicks.
+
+Speech is tests/data/speech (see its README), padded with -50 dBFS Gaussian line noise and
+passed through G.711, as a caller's audio arrives.
+"""
+
+from __future__ import annotations
+
+import math
+import wave
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from callhook.media import g711, tones
+from callhook.media.vad import SILENCE_DBFS, VoiceActivityDetector, level_dbfs
+
+SPEECH = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*.wav"))
+FRAME_S = 0.02
+Samples = npt.NDArray[np.int16]
+
+
+def load(path: Path) -> Samples:
+    with wave.open(str(path)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+
+
+def edges(x: Samples, vad: VoiceActivityDetector | None = None) -> list[tuple[float, bool]]:
+    """(time at the end of the frame, edge) for every edge the detector reports."""
+    vad = vad or VoiceActivityDetector()
+    x = np.concatenate([x, np.zeros((-len(x)) % 160, np.int16)])
+    out = []
+    for i, frame in enumerate(x.reshape(-1, 160)):
+        edge = vad.feed(frame)
+        if edge is not None:
+            out.append((round((i + 1) * FRAME_S, 2), edge))
+    return out
+
+
+def noise(seconds: float, dbfs: float = -50.0, seed: int = 0) -> Samples:
+    return tones.white_noise(seconds, dbfs, seed=seed)
+
+
+def cat(*parts: Samples) -> Samples:
+    return np.concatenate(parts)
+
+
+# ----------------------------------------------------------------------------- level
+
+
+def test_level_dbfs() -> None:
+    square = np.array([32767, -32768] * 80, np.int16)
+    assert level_dbfs(square) == pytest.approx(0.0, abs=0.01)
+    assert level_dbfs(tones.tone(1000, 0.02, -10.0)) == pytest.approx(-10.0, abs=0.05)
+    assert level_dbfs(tones.tone(440, 1.0, -37.5)) == pytest.approx(-37.5, abs=0.05)
+    assert level_dbfs(noise(1.0, -55.0)) == pytest.approx(-55.0, abs=0.1)
+    assert level_dbfs(np.zeros(160, np.int16)) == SILENCE_DBFS
+    assert level_dbfs(np.zeros(0, np.int16)) == SILENCE_DBFS
+    assert level_dbfs(np.ones(160, np.int16)) == pytest.approx(20 * math.log10(1 / 32768))
+
+
+# ----------------------------------------------------------------------------- no activity
+
+
+def test_digital_silence_is_not_activity() -> None:
+    assert edges(tones.silence(10.0)) == []
+
+
+@pytest.mark.parametrize("dbfs", [-50.0, -55.0, -60.0])
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_line_noise_and_comfort_noise_are_not_activity(dbfs: float, law: g711.Law) -> None:
+    for seed in range(3):
+        x = g711.decode(law, g711.encode(law, noise(10.0, dbfs, seed)))
+        assert edges(x) == []
+
+
+@pytest.mark.parametrize("ms", [20, 40])
+def test_a_click_is_not_activity(ms: int) -> None:
+    click = noise(ms / 1000, -10.0, seed=5)
+    x = cat(noise(1.0, -55.0), click, noise(1.0, -55.0, seed=1))
+    assert edges(x) == []
+
+
+# ----------------------------------------------------------------------------- activity
+
+
+def test_a_tone_is_activity_with_onset_and_hangover() -> None:
+    x = cat(noise(1.0, -55.0), tones.tone(1000, 0.5, -20.0), noise(2.0, -55.0, seed=1))
+    # Onset after 3 loud frames (60 ms), release after 15 quiet ones (300 ms).
+    assert edges(x) == [(1.06, True), (1.8, False)]
+
+
+def test_sound_of_60_ms_is_activity() -> None:
+    x = cat(noise(1.0, -55.0), noise(0.06, -20.0, seed=2), noise(1.0, -55.0, seed=1))
+    assert edges(x) == [(1.06, True), (1.36, False)]
+
+
+def test_pauses_shorter_than_the_hangover_do_not_end_activity() -> None:
+    burst = tones.tone(300, 0.4, -20.0)
+    short = cat(noise(1.0, -55.0), burst, noise(0.2, -55.0, seed=1), burst, noise(1, -55.0, seed=2))
+    assert [e for _, e in edges(short)] == [True, False]
+    long = cat(noise(1.0, -55.0), burst, noise(0.5, -55.0, seed=1), burst, noise(1, -55.0, seed=2))
+    assert [e for _, e in edges(long)] == [True, False, True, False]
+
+
+def test_speech_then_silence_ends_within_the_hangover() -> None:
+    # What "stop recording after 3 s of silence" relies on: the edge to False comes 300 ms
+    # after the caller stops, so the action can time the silence from there.
+    speech = load(SPEECH[0])
+    x = cat(noise(1.0), speech, noise(3.5, seed=1))
+    got = edges(g711.decode("ulaw", g711.encode("ulaw", x)))
+    end = 1.0 + len(speech) / 8000
+    assert got[0][1] is True and got[-1][1] is False
+    assert end < got[-1][0] <= end + 0.3 + 0.04
+
+
+def test_a_steady_sound_becomes_background() -> None:
+    # A dial tone, a reorder tone, a hum: sound at first, then the noise floor.
+    x = cat(noise(1.0, -55.0), tones.tone(425, 5.0, -20.0), noise(1.0, -55.0, seed=1))
+    got = edges(x)
+    assert [e for _, e in got] == [True, False]
+    assert got[0][0] == 1.06 and 2.0 < got[1][0] < 4.0
+
+
+def test_the_noise_floor_follows_louder_noise() -> None:
+    vad = VoiceActivityDetector()
+    got = edges(cat(noise(2.0, -60.0), noise(6.0, -38.0, seed=1)), vad)
+    # The jump is sound for a moment, then the new floor; it is not stuck at "active".
+    assert [e for _, e in got] == [True, False]
+    assert got[1][0] < 2.0 + 2.5
+    assert vad.noise_floor_dbfs == pytest.approx(-38.0, abs=1.5)
+    # Speech well above that floor is still heard.
+    loud = tones.tone(500, 0.5, -20.0)
+    assert [e for _, e in edges(cat(noise(1.0, -38.0, seed=2), loud), vad)] == [True]
+
+
+def test_quieter_noise_lowers_the_floor_at_once() -> None:
+    vad = VoiceActivityDetector()
+    edges(noise(3.0, -40.0), vad)
+    edges(noise(0.1, -58.0, seed=1), vad)
+    assert vad.noise_floor_dbfs == pytest.approx(-58.0, abs=1.5)
+
+
+def test_feed_reports_edges_only() -> None:
+    vad = VoiceActivityDetector()
+    x = cat(noise(0.5, -55.0), tones.tone(700, 1.0, -15.0), noise(1.0, -55.0, seed=1))
+    results = [vad.feed(f) for f in x.reshape(-1, 160)]
+    assert [r for r in results if r is not None] == [True, False]
+    assert not vad.active
+
+
+def test_there_are_forty_speech_recordings() -> None:
+    assert len(SPEECH) == 40
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+@pytest.mark.parametrize("path", SPEECH, ids=lambda p: p.stem)
+def test_speech_padded_with_line_noise(path: Path, law: g711.Law) -> None:
+    speech = load(path)
+    pad = 1.0
+    x = cat(noise(pad, seed=1), speech, noise(pad, seed=2))
+    got = edges(g711.decode(law, g711.encode(law, x)))
+    start, end = pad, pad + len(speech) / 8000
+    starts = [t for t, e in got if e]
+    stops = [t for t, e in got if not e]
+    assert starts, "speech not detected"
+    # Nothing in the padding: activity starts inside the speech (after the 60 ms onset)...
+    assert all(start + 0.06 <= t <= end + 0.02 for t in starts)
+    # ...and ends with the hangover after it, never later.
+    assert len(stops) == len(starts)
+    assert all(t <= end + 0.3 + 0.04 for t in stops)
