@@ -57,11 +57,32 @@ def page(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def application() -> web.Application:
+    stats: dict[str, Any] = {"calls": 0, "digits": {}, "recordings": [], "final": {}}
+
     async def handle(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
-        if request.path.endswith("/final"):
+        result = (body.get("action_result") or {}).get("result") or {}
+        if request.path.endswith("/start"):
+            stats["calls"] += 1
+        elif request.path.endswith("/digits"):
+            number = str(result.get("entered_number"))
+            stats["digits"][number] = stats["digits"].get(number, 0) + 1
+        elif request.path.endswith("/recorded"):
+            stats["recordings"].append(
+                [result.get("seconds_duration"), result.get("reason"), result.get("contains_sound")]
+            )
+        elif request.path.endswith("/final"):
+            cause = body["this_call"].get("call_cause")
+            stats["final"][cause] = stats["final"].get(cause, 0) + 1
             return web.Response(status=204)
         return web.json_response(page(str(request.url), body))
+
+    async def show(request: web.Request) -> web.Response:
+        return web.json_response(stats)
+
+    async def reset(request: web.Request) -> web.Response:
+        stats.update(calls=0, digits={}, recordings=[], final={})
+        return web.Response(status=204)
 
     async def chain(request: web.Request) -> web.Response:
         # One get_number per page, each completing on one digit: the runner's
@@ -71,6 +92,8 @@ def application() -> web.Application:
         return web.json_response({"actions": [step]})
 
     app = web.Application()
+    app.router.add_get("/stats", show)
+    app.router.add_post("/stats/reset", reset)
     app.router.add_post("/ivr/{page}", handle)
     app.router.add_post("/chain/{page}", chain)
     return app

@@ -1,0 +1,291 @@
+"""The IVR load benchmark: the load kit's SIPp call against one ``callhook serve``.
+
+    .venv/bin/python -m bench.ivr_load [--steps 50,100,200,400,800] [--kit ../shared/bench]
+
+The call (``../shared/bench/README.md``): answer, play a 3.0 s prompt, beep,
+collect 4 RFC 2833 digits, record until 3 s of silence, hang up. The caller
+is the kit's SIPp scenario replaying the kit's pcap — the same work the kit's
+Asterisk 20 figures were measured on. The application (``bench/ivr_app.py``)
+runs in its own process; callhook is one ``callhook serve`` process.
+
+For each step N (N calls at once, 5 x N calls in all) it prints: calls
+completed and failed (SIPp's count), digits right, recordings of the right
+length, callhook's CPU (ms per call-second, % of one core while loaded), its
+peak RSS, the gaps between consecutive RTP packets callhook sends on a call
+(p50/p99/max, from a tcpdump capture on loopback; ideal 20 ms), and page
+request latency as callhook measured it. Needs ``sipp`` and ``tcpdump``
+(Debian ``sip-tester``, ``tcpdump``) and root for the capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+from callhook.media import wav
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = ROOT.parent / "shared" / "bench"
+SIP_PORT = 5070
+RTP_FIRST, RTP_LAST = 20000, 29999
+EXPECTED_RECORDING = (7.6, 9.0)  # 4.8 s of speech + 3 s of silence, pre-roll and VAD hangover
+CALL_SECONDS = 14.3  # ACK to BYE when the IVR keeps time (the kit's README)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def prepare_data(data: Path, kit: Path) -> None:
+    """The kit's raw µ-law prompt and beep as WAV files in the IVR's namespace."""
+    target = data / "media" / "default" / "ivr"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("prompt", "beep"):
+        raw = (kit / "sounds" / f"{name}.ulaw").read_bytes()
+        (target / f"{name}.wav").write_bytes(wav.g711_file("ulaw", raw))
+
+
+class Sampler(threading.Thread):
+    """CPU time (utime+stime) and RSS of one process, once a second."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float, int]] = []  # (time, cpu seconds, rss kB)
+        self.stop = threading.Event()
+        self.hz = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> tuple[float, int] | None:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / self.hz
+        rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+        return cpu, rss
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            value = self.read()
+            if value is None:
+                return
+            self.samples.append((time.monotonic(), *value))
+
+
+def rtp_gaps(pcap: Path) -> list[float]:
+    """Gaps (ms) between consecutive packets of each flow in a tcpdump capture on lo."""
+    data = pcap.read_bytes()
+    if len(data) < 24:
+        return []
+    magic = struct.unpack_from("<I", data)[0]
+    nano = magic == 0xA1B23C4D
+    linktype = struct.unpack_from("<I", data, 20)[0]
+    flows: dict[tuple[int, int], list[float]] = defaultdict(list)
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, frac, caplen, _ = struct.unpack_from("<IIII", data, pos)
+        frame = data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+        offset = {1: 14, 113: 16, 0: 4, 276: 20}.get(linktype, 14)  # Ethernet, SLL, null, SLL2
+        if len(frame) < offset + 28:
+            continue
+        ihl = (frame[offset] & 0x0F) * 4
+        sport, dport = struct.unpack_from("!HH", frame, offset + ihl)
+        flows[(sport, dport)].append(sec + frac / (1e9 if nano else 1e6))
+    gaps: list[float] = []
+    for times in flows.values():
+        times.sort()
+        gaps += [(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)]
+    return gaps
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return (float("nan"),) * 3  # type: ignore[return-value]
+    q = statistics.quantiles(values, n=100)
+    return q[49], q[98], max(values)
+
+
+def get_json(url: str, token: str | None = None) -> dict:  # type: ignore[type-arg]
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        result: dict = json.loads(r.read())  # type: ignore[type-arg]
+        return result
+
+
+def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, object]:
+    data = workdir / f"data-{n}"
+    prepare_data(data, kit)
+    http = free_port()
+    log = (workdir / f"callhook-{n}.log").open("w")
+    server = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "callhook"),
+            "serve",
+            "--sip",
+            f"127.0.0.1:{SIP_PORT}",
+            "--http",
+            f"127.0.0.1:{http}",
+            "--rtp-ports",
+            f"{RTP_FIRST}-{RTP_LAST}",
+            "--data-dir",
+            str(data),
+            "--app-url",
+            f"{app_base}/ivr/start",
+            "--final-page",
+            f"{app_base}/ivr/final",
+            "--secret",
+            "bench",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    time.sleep(1.5)
+    urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
+    pcap = workdir / f"rtp-{n}.pcap"
+    dump = subprocess.Popen(
+        ["tcpdump", "-i", "lo", "-n", "-s", "64", "-B", "16384", "-w", str(pcap),
+         f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.0)
+    sampler = Sampler(server.pid)
+    sampler.start()
+    started = time.monotonic()
+    sipp = subprocess.run(
+        ["sipp", "-sf", "ivr_uac.xml", f"127.0.0.1:{SIP_PORT}", "-i", "127.0.0.1", "-p", "5061",
+         "-mi", "127.0.0.1", "-mp", "6000", "-l", str(n), "-r", str((n + 11) // 12),
+         "-m", str(n * 5), "-recv_timeout", "40000", "-nostdin", "-trace_err"],
+        cwd=kit / "scenarios",
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - started
+    time.sleep(2.0)  # final pages, last packets
+    sampler.stop.set()
+    sampler.join()
+    dump.send_signal(signal.SIGINT)
+    dump.wait(timeout=10)
+    secret = (data / "secret").read_text().strip()
+    stats = get_json(f"http://127.0.0.1:{http}/api/stats", secret)
+    app = get_json(f"{app_base}/stats")
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+    log.close()
+
+    screen = sipp.stdout + sipp.stderr
+    def count(label: str) -> int:
+        found = re.findall(rf"{label}\s*\|\s*\d+\s*\|\s*(\d+)", screen)
+        return int(found[-1]) if found else -1
+
+    ok, failed = count("Successful call"), count("Failed call")
+    samples = sampler.samples
+    cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else float("nan")
+    # % of a core while fully loaded: the middle half of the run
+    loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
+    pct = (
+        (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
+        if len(loaded) > 1
+        else float("nan")
+    )
+    rss_mb = max(s[2] for s in samples) / 1024 if samples else float("nan")
+    call_seconds = max(ok, 0) * CALL_SECONDS
+    recordings = app["recordings"]
+    right_length = sum(
+        1 for d, _, _ in recordings if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
+    )
+    p50, p99, gmax = quantiles(rtp_gaps(pcap))
+    pcap.unlink(missing_ok=True)
+    return {
+        "n": n,
+        "ok": ok,
+        "failed": failed,
+        "digits_right": app["digits"].get("1234", 0),
+        "digits_calls": sum(app["digits"].values()),
+        "recordings_right": right_length,
+        "recordings": len(recordings),
+        "recording_lengths": quantiles([d for d, _, _ in recordings if d is not None]),
+        "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else float("nan"),
+        "cpu_pct": pct,
+        "rss_mb": rss_mb,
+        "gap_p50": p50,
+        "gap_p99": p99,
+        "gap_max": gmax,
+        "page": stats.get("page_latency", {}),
+        "late_ticks": stats.get("media_late_ticks"),
+        "elapsed": elapsed,
+        "final": app["final"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", default="50,100,200,400,800")
+    parser.add_argument("--kit", type=Path, default=KIT)
+    args = parser.parse_args()
+    if not (args.kit / "scenarios" / "ivr_uac.xml").exists():
+        sys.exit(f"the load kit is not at {args.kit} (pass --kit)")
+    for tool in ("sipp", "tcpdump"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install sip-tester tcpdump)")
+    workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
+    app_port = free_port()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "bench.ivr_app", "--port", str(app_port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert app.stdout is not None and app.stdout.readline().strip() == "ready"
+    app_base = f"http://127.0.0.1:{app_port}"
+    print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
+    print(
+        "   N |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | % core | RSS MB "
+        "| RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
+    )
+    try:
+        for n in (int(x) for x in args.steps.split(",")):
+            r = run_step(n, args.kit, app_base, workdir)
+            page = r["page"] or {}
+            assert isinstance(page, dict)
+            lengths = r["recording_lengths"]
+            assert isinstance(lengths, tuple)
+            print(
+                f"{n:4d} | {r['ok']:4} | {r['failed']:4} | {r['digits_right']:4}/{r['digits_calls']:<4} "
+                f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
+                f"| {r['cpu_ms_per_call_s']:13.2f} | {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "
+                f"| {r['gap_p50']:5.1f} / {r['gap_p99']:5.1f} / {r['gap_max']:5.0f} "
+                f"| {page.get('p50_ms', float('nan')):5.1f} / {page.get('p99_ms', float('nan')):5.1f} "
+                f"| {r['late_ticks']}",
+                flush=True,
+            )
+    finally:
+        app.terminate()
+
+
+if __name__ == "__main__":
+    main()
