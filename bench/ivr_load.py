@@ -82,7 +82,8 @@ class Sampler(threading.Thread):
             return None
         fields = stat[stat.rindex(")") + 2 :].split()
         cpu = (int(fields[11]) + int(fields[12])) / self.hz
-        rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+        match = re.search(r"VmRSS:\s+(\d+)", status)
+        rss = int(match.group(1)) if match else 0
         return cpu, rss
 
     def run(self) -> None:
@@ -167,8 +168,19 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{n}.pcap"
     dump = subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-n", "-s", "64", "-B", "16384", "-w", str(pcap),
-         f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"],
+        [
+            "tcpdump",
+            "-i",
+            "lo",
+            "-n",
+            "-s",
+            "64",
+            "-B",
+            "16384",
+            "-w",
+            str(pcap),
+            f"udp and src portrange {RTP_FIRST}-{RTP_LAST}",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -177,9 +189,30 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     sampler.start()
     started = time.monotonic()
     sipp = subprocess.run(
-        ["sipp", "-sf", "ivr_uac.xml", f"127.0.0.1:{SIP_PORT}", "-i", "127.0.0.1", "-p", "5061",
-         "-mi", "127.0.0.1", "-mp", "6000", "-l", str(n), "-r", str((n + 11) // 12),
-         "-m", str(n * 5), "-recv_timeout", "40000", "-nostdin", "-trace_err"],
+        [
+            "sipp",
+            "-sf",
+            "ivr_uac.xml",
+            f"127.0.0.1:{SIP_PORT}",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            "5061",
+            "-mi",
+            "127.0.0.1",
+            "-mp",
+            "6000",
+            "-l",
+            str(n),
+            "-r",
+            str((n + 11) // 12),
+            "-m",
+            str(n * 5),
+            "-recv_timeout",
+            "40000",
+            "-nostdin",
+            "-trace_err",
+        ],
         cwd=kit / "scenarios",
         capture_output=True,
         text=True,
@@ -198,6 +231,7 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     log.close()
 
     screen = sipp.stdout + sipp.stderr
+
     def count(label: str) -> int:
         found = re.findall(rf"{label}\s*\|\s*\d+\s*\|\s*(\d+)", screen)
         return int(found[-1]) if found else -1
@@ -216,7 +250,9 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     call_seconds = max(ok, 0) * CALL_SECONDS
     recordings = app["recordings"]
     right_length = sum(
-        1 for d, _, _ in recordings if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
+        1
+        for d, _, _ in recordings
+        if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
     )
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
     pcap.unlink(missing_ok=True)
@@ -243,7 +279,9 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", default="50,100,200,400,800")
     parser.add_argument("--kit", type=Path, default=KIT)
     args = parser.parse_args()

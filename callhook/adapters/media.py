@@ -1,18 +1,31 @@
-"""RTP sockets and the one media tick that drives every call's outgoing audio.
+"""RTP sockets and the one media tick that drives every call's audio, in and out.
 
 Each call has its own UDP port (an even port from the configured range, as
-RFC 3550 §11 suggests; RTCP would take the odd one above). Every 20 ms one
-timer callback runs :meth:`MediaSession.tick` for all calls and sends what
-they return: no per-call timers for media (DESIGN.md §2). The tick keeps its
-phase: it is scheduled on a fixed 20 ms grid, and a late tick does not push
-the following ones later.
+RFC 3550 §11 suggests). The sockets are not registered with the event loop:
+one timer callback every 20 ms (the tick, DESIGN.md §2) does all media work
+for all calls at once:
+
+1. receive: one ``epoll`` poll over every call's socket (level-triggered),
+   one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
+   a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
+   stays in the kernel's buffer and is dropped there);
+2. each session's :meth:`~callhook.media.session.MediaSession.tick`, and the
+   packet it returns is sent;
+3. the legs of calls whose sessions have events are woken.
+
+Compared with a callback per datagram this saves an event-loop wake-up per
+packet, which profiling showed to be half of the media path's cost. Packets
+wait at most one tick (20 ms) before they are looked at. The tick keeps its
+phase on a fixed 20 ms grid; a late tick does not push later ones back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
+import select
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -23,32 +36,16 @@ from callhook.media.session import MediaSession
 logger = logging.getLogger("callhook.media")
 
 TICK = 0.02
+#: Packets read from one socket in one tick at most (50 a second is normal).
+ROUNDS = 6
 
 
 @dataclass
 class _Stream:
     session: MediaSession
-    transport: asyncio.DatagramTransport
+    sock: socket.socket
+    port: int
     wake: Callable[[], None]
-
-
-class _RtpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, engine: MediaEngine, port: int) -> None:
-        self.engine = engine
-        self.port = port
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        stream = self.engine.streams.get(self.port)
-        if stream is None:
-            return
-        session = stream.session
-        session.receive(data, (addr[0], addr[1]), self.engine.loop.time())
-        if session.events:
-            stream.wake()
-
-    def error_received(self, exc: Exception) -> None:
-        # ICMP port unreachable for a peer that went away: nothing to do but carry on.
-        logger.debug("RTP port %d: %s", self.port, exc)
 
 
 class MediaEngine:
@@ -57,20 +54,22 @@ class MediaEngine:
     def __init__(self, host: str, first_port: int = 20000, last_port: int = 29999) -> None:
         self.host = host
         self.loop = asyncio.get_running_loop()
-        self.streams: dict[int, _Stream] = {}
+        self.streams: dict[int, _Stream] = {}  # by port
+        self._by_fd: dict[int, _Stream] = {}
+        self._epoll = select.epoll()
         start = first_port + (first_port & 1)
         self._free: deque[int] = deque(range(start, last_port, 2))
         self._handle: asyncio.TimerHandle | None = None
         self._next = 0.0
         self.late_ticks = 0
+        self.send_errors = 0
 
     def allocate(self) -> tuple[socket.socket, int]:
         """Bind a UDP socket on the next free even port of the range."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         for _ in range(len(self._free)):
             port = self._free.popleft()
-            sock = socket.socket(
-                socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_DGRAM
-            )
+            sock = socket.socket(family, socket.SOCK_DGRAM)
             try:
                 sock.bind((self.host, port))
             except OSError as exc:
@@ -86,12 +85,11 @@ class MediaEngine:
     async def open(
         self, session: MediaSession, sock: socket.socket, port: int, wake: Callable[[], None]
     ) -> None:
-        """Start receiving on ``sock`` for ``session``; it takes part in the tick from now."""
-        transport, _ = await self.loop.create_datagram_endpoint(
-            lambda: _RtpProtocol(self, port), sock=sock
-        )
-        # uvloop's UDP transport implements the interface without subclassing it.
-        self.streams[port] = _Stream(session, transport, wake)
+        """Make ``session`` take part in the tick from now, on ``sock``."""
+        stream = _Stream(session, sock, port, wake)
+        self.streams[port] = stream
+        self._by_fd[sock.fileno()] = stream
+        self._epoll.register(sock.fileno(), select.EPOLLIN)
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
@@ -105,7 +103,11 @@ class MediaEngine:
     def close(self, port: int) -> None:
         stream = self.streams.pop(port, None)
         if stream is not None:
-            stream.transport.close()
+            fd = stream.sock.fileno()
+            self._by_fd.pop(fd, None)
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(fd)
+            stream.sock.close()
             self._free.append(port)
         if not self.streams and self._handle is not None:
             self._handle.cancel()
@@ -113,11 +115,17 @@ class MediaEngine:
 
     def _tick(self) -> None:
         now = self.loop.time()
+        self._receive(now)
         for stream in list(self.streams.values()):
             session = stream.session
             data = session.tick(now)
             if data is not None and session.remote is not None:
-                stream.transport.sendto(data, session.remote)
+                try:
+                    stream.sock.sendto(data, session.remote)
+                except OSError:
+                    # A full buffer or an ICMP error for a peer that went away: the
+                    # next frame goes out 20 ms later anyway.
+                    self.send_errors += 1
             if session.events:
                 stream.wake()
         self._next += TICK
@@ -129,6 +137,26 @@ class MediaEngine:
             self._next += (int(behind / TICK) + 1) * TICK
         self._handle = self.loop.call_at(self._next, self._tick)
 
+    def _receive(self, now: float) -> None:
+        poll = self._epoll.poll
+        by_fd = self._by_fd
+        for _ in range(ROUNDS):
+            ready = poll(0)
+            if not ready:
+                return
+            for fd, _ in ready:
+                stream = by_fd.get(fd)
+                if stream is None:
+                    continue
+                try:
+                    data, address = stream.sock.recvfrom(2048)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    continue  # an ICMP error queued on the socket
+                stream.session.receive(data, (address[0], address[1]), now)
+
     def shutdown(self) -> None:
         for port in list(self.streams):
             self.close(port)
+        self._epoll.close()
