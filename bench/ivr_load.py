@@ -20,6 +20,7 @@ request latency as callhook measured it. Needs ``sipp`` and ``tcpdump``
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -117,13 +118,13 @@ def rtp_gaps(pcap: Path) -> list[float]:
     gaps: list[float] = []
     for times in flows.values():
         times.sort()
-        gaps += [(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)]
+        gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
     return gaps
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
-        return (float("nan"),) * 3  # type: ignore[return-value]
+        return (float("nan"), float("nan"), float("nan"))
     q = statistics.quantiles(values, n=100)
     return q[49], q[98], max(values)
 
@@ -312,12 +313,14 @@ def main() -> None:
             assert isinstance(page, dict)
             lengths = r["recording_lengths"]
             assert isinstance(lengths, tuple)
+            nan = float("nan")
             print(
-                f"{n:4d} | {r['ok']:4} | {r['failed']:4} | {r['digits_right']:4}/{r['digits_calls']:<4} "
+                f"{n:4d} | {r['ok']:4} | {r['failed']:4} "
+                f"| {r['digits_right']:4}/{r['digits_calls']:<4} "
                 f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
                 f"| {r['cpu_ms_per_call_s']:13.2f} | {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "
                 f"| {r['gap_p50']:5.1f} / {r['gap_p99']:5.1f} / {r['gap_max']:5.0f} "
-                f"| {page.get('p50_ms', float('nan')):5.1f} / {page.get('p99_ms', float('nan')):5.1f} "
+                f"| {page.get('p50_ms', nan):5.1f} / {page.get('p99_ms', nan):5.1f} "
                 f"| {r['late_ticks']}",
                 flush=True,
             )

@@ -4,29 +4,35 @@ Theory of operation
 -------------------
 :class:`Agent` is callhook's SIP endpoint (RFC 3261 §8 UA behaviour, §9
 CANCEL, §11 OPTIONS, §12 dialogs, §13-14 INVITE and re-INVITE, §15 BYE;
-RFC 3581 rport; RFC 4028 session timers tolerated). It does no IO, like
+RFC 3581 rport; RFC 4028 session timers; RFC 6026). It does no IO, like
 aioquic's connection: the adapter feeds it
 
 * ``receive(data, source, now)`` for each datagram,
 * ``handle_timer(now)`` when ``deadline`` has come,
-* call-control commands from the application side (``answer``, ``ring``,
-  ``reject``, ``hang_up``, ``invite``, ``answer_reoffer``),
+* call-control commands from the application side (``ring``, ``answer``,
+  ``reject``, ``hang_up``, ``invite``, ``answer_reoffer``, ``reject_reoffer``),
 
-and after each, takes the datagrams to send (``take_datagrams``) and the call
-events that happened (``take_events``: an incoming call, an answer, a
-re-offer, DTMF in an INFO, the end of a call). Transactions (``transaction.py``)
-make each request/response exchange reliable; the agent owns the dialogs and
-the calls.
+and after each, takes the datagrams to send (``take_datagrams``) and what
+happened to calls (``take_events``, see ``notices.py``). Transactions
+(``transaction.py``) make each request/response exchange reliable; the agent
+owns the dialogs and the calls, and forgets a call once it has ended and its
+last transaction has finished.
 
 What the agent answers on its own: ``100 Trying`` at once to an INVITE;
 ``200`` to OPTIONS (``503`` while shutting down), BYE, CANCEL, INFO and
-UPDATE; ``487`` to a cancelled INVITE; ``481`` to requests for unknown
-dialogs; ``405`` with ``Allow`` to methods it does not implement; ``420`` for
-unsupported ``Require`` extensions (``100rel`` included); ``422`` for a
-``Session-Expires`` below 90 s; ``500`` for an out-of-order CSeq; ``503`` to
-new INVITEs while shutting down; ``400`` (with the reason) to requests that
-are not well-formed. It retransmits its ``2xx`` to an INVITE until the ACK
-comes (§13.3.1.4) and, if none comes within 64*T1, sends BYE.
+UPDATE; ``487`` to a cancelled INVITE (and to the INVITE of an early dialog a
+BYE ends); ``481`` to requests for unknown dialogs; ``405``/``501`` for
+methods it does not implement; ``420`` for unsupported ``Require``
+extensions (``100rel`` included); ``415`` for bodies it cannot read; ``422``
+for a ``Session-Expires`` below 90 s; ``491`` for a re-INVITE before the call
+is up; ``500`` for an out-of-order CSeq or a re-INVITE while one is pending;
+``503`` to new INVITEs while shutting down; ``400`` with the reason to
+requests that are not well-formed. It retransmits its ``2xx`` to an INVITE
+(and re-INVITE) until the ACK comes and, if none comes within 64*T1, ends the
+call with BYE (§13.3.1.4). When RFC 4028 makes it the refresher it refreshes
+the session at half the interval. Nothing a peer sends raises out of
+``receive``: a message that cannot be handled is answered (if it is a request
+that can be answered) and logged.
 """
 
 from __future__ import annotations
@@ -54,6 +60,19 @@ from callhook.sip.message import (
     parse_via,
     serialize,
 )
+from callhook.sip.notices import (
+    CallAnswered,
+    CallConfirmed,
+    CallEvent,
+    CallProgress,
+    CallTerminated,
+    Credentials,
+    IncomingCall,
+    InfoReceived,
+    Reoffer,
+)
+from callhook.sip.responses import cause_of, error_response, make_response
+from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, SessionTimer, negotiate
 from callhook.sip.transaction import (
     T1,
     T2,
@@ -74,94 +93,22 @@ METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE")
 ALLOW = ", ".join(METHODS)
 CONTENT_TYPES = ("application/sdp", "application/dtmf-relay", "application/dtmf")
 SUPPORTED = {"timer"}
-MIN_SE = 90
 
-# --- events for the application side -------------------------------------------------------
+__all__ = [
+    "ALLOW",
+    "Agent",
+    "CallAnswered",
+    "CallConfirmed",
+    "CallEvent",
+    "CallProgress",
+    "CallTerminated",
+    "Credentials",
+    "IncomingCall",
+    "InfoReceived",
+    "Reoffer",
+]
 
-
-@dataclass(frozen=True, slots=True)
-class IncomingCall:
-    """A new INVITE: answer, ring or reject it."""
-
-    call_id: str
-    user: str  # the request-URI's user part: which application to run
-    from_uri: str
-    to_uri: str
-    request_uri: str
-    offer: bytes
-    source: Address
-
-
-@dataclass(frozen=True, slots=True)
-class CallProgress:
-    """An outbound call got a provisional response (180 ringing, 183 progress)."""
-
-    call_id: str
-    status: int
-
-
-@dataclass(frozen=True, slots=True)
-class CallAnswered:
-    """An outbound call was answered (the ACK is sent): ``answer`` is the callee's SDP."""
-
-    call_id: str
-    answer: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CallConfirmed:
-    """The ACK for our 2xx arrived: the inbound call is fully set up."""
-
-    call_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reoffer:
-    """A re-INVITE or UPDATE with a new offer (hold, unhold, new media address)."""
-
-    call_id: str
-    offer: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class InfoReceived:
-    """An INFO in the call's dialog (DTMF relay): already answered 200."""
-
-    call_id: str
-    content_type: str
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CallTerminated:
-    """The call is over. ``cause`` is a final page ``call_cause``, ``raw_cause`` the SIP status."""
-
-    call_id: str
-    cause: str
-    raw_cause: str
-    by_remote: bool
-
-
-CallEvent = (
-    IncomingCall
-    | CallProgress
-    | CallAnswered
-    | CallConfirmed
-    | Reoffer
-    | InfoReceived
-    | CallTerminated
-)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """What a trunk that challenges (401/407) wants to hear."""
-
-    username: str
-    password: str
-
-
-# --- calls --------------------------------------------------------------------------------
+State = Literal["offered", "early", "answered", "confirmed", "ending", "ended"]
 
 
 @dataclass
@@ -172,20 +119,29 @@ class _Call:
     tx: Transaction
     local_tag: str
     peer: Address  # inbound: where the INVITE came from; outbound: where it went
-    state: Literal["offered", "early", "answered", "confirmed", "ending", "ended"] = "offered"
+    state: State = "offered"
     dialog: Dialog | None = None
-    ok: bytes = b""  # our 2xx to the INVITE, retransmitted until the ACK
+    reported: bool = False  # CallTerminated was emitted
+    live_txs: int = 0  # transactions of the call still running (it is forgotten at 0)
+    # Our 2xx to an INVITE or re-INVITE, retransmitted until the ACK (§13.3.1.4).
+    ok: bytes = b""
+    ok_to: Address = ("", 0)
     ok_next: float = 0.0
     ok_interval: float = T1
     ok_give_up: float = 0.0
-    bye_pending: bool = False
+    awaiting_ack: bool = False
+    bye_pending: bool = False  # hang up as soon as the ACK comes (§15)
     reoffer_tx: Transaction | None = None
+    local_sdp: bytes = b""
+    timer: SessionTimer | None = None
+    refresh_at: float | None = None
+    # Outbound calls.
     credentials: Credentials | None = None
     auth_tries: int = 0
-    cancelled: bool = False
-    session_expires: str | None = None
-    peer_response: Address = ("", 0)  # where our responses to the INVITE go
-    reported: bool = False  # CallTerminated was emitted
+    provisional: bool = False  # a 1xx came: a CANCEL may be sent (§9.1)
+    cancel_wanted: bool = False
+    cancel_sent: bool = False
+    ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
 
 
 def _token() -> str:
@@ -237,7 +193,11 @@ class Agent:
             assert isinstance(obj, Transaction)
             return not obj.terminated and obj.deadline == when
         assert isinstance(obj, _Call)
-        return obj.state == "answered" and obj.ok_next == when and obj.call_id in self.calls
+        if self.calls.get(obj.call_id) is not obj:
+            return False
+        if kind == "ok":
+            return obj.awaiting_ack and obj.ok_next == when
+        return obj.state == "confirmed" and obj.refresh_at == when
 
     def _schedule(self, when: float | None, kind: str, obj: object) -> None:
         if when is not None:
@@ -248,27 +208,50 @@ class Agent:
             when, _, kind, obj = heapq.heappop(self._timers)
             if not self._timer_valid(when, kind, obj):
                 continue
-            if kind == "tx":
-                assert isinstance(obj, Transaction)
-                self._tx_outputs(obj, obj.on_timer(now), now)
-            else:
-                assert isinstance(obj, _Call)
-                self._retransmit_ok(obj, now)
+            try:
+                if kind == "tx":
+                    assert isinstance(obj, Transaction)
+                    self._tx_outputs(obj, obj.on_timer(now), now)
+                elif kind == "ok":
+                    assert isinstance(obj, _Call)
+                    self._retransmit_ok(obj, now)
+                else:
+                    assert isinstance(obj, _Call)
+                    self._refresh(obj, now)
+            except Exception:
+                logger.exception("SIP timer %s failed", kind)
 
     def receive(self, data: bytes, source: Address, now: float) -> None:
-        """A datagram from ``source``."""
+        """A datagram from ``source``. Never raises: what cannot be handled is logged."""
         if not data.strip(b"\r\n"):
             return  # keep-alive (RFC 5626 §4.4.1 CRLF ping)
         try:
             message = parse(data)
         except SipMessageError as exc:
             logger.warning("SIP from %s:%s not well-formed: %s", *source, exc.reason)
-            self._reply_to_garbage(source, exc)
+            self._answer_error(exc, source)
             return
-        if isinstance(message, Response):
-            self._on_response(message, now)
-        else:
-            self._request(message, source, now)
+        try:
+            if isinstance(message, Response):
+                self._on_response(message, now)
+            else:
+                self._request(message, source, now)
+        except SipMessageError as exc:
+            logger.warning("SIP from %s:%s refused: %s", *source, exc.reason)
+            if isinstance(message, Request):
+                self._answer_error(
+                    SipMessageError(
+                        exc.reason, exc.status, headers=message.headers, is_request=True
+                    ),
+                    source,
+                )
+        except Exception:
+            logger.exception("SIP message from %s:%s could not be handled", *source)
+
+    def _answer_error(self, exc: SipMessageError, source: Address) -> None:
+        response = error_response(exc, server=self.user_agent)
+        if response is not None:
+            self._out.append((serialize(response), source))
 
     # --- transactions -----------------------------------------------------------------
 
@@ -276,13 +259,20 @@ class Agent:
         for out in outputs:
             if isinstance(out, Transmit):
                 self._out.append((out.data, out.address))
-            elif isinstance(out, Deliver) and isinstance(out.message, Response):
-                self._client_response(tx, out.message, now)
+            elif isinstance(out, Deliver):
+                if isinstance(out.message, Response):
+                    self._client_response(tx, out.message, now)
+                elif out.message.method == "ACK":
+                    self._ack(out.message, now)  # RFC 6026 §8
             elif isinstance(out, Timeout):
                 self._tx_timeout(tx, out.timer, now)
         if tx.terminated:
             self._txs.pop(self._tx_key(tx), None)
-            self._tx_call.pop(id(tx), None)
+            call_id = self._tx_call.pop(id(tx), None)
+            call = self.calls.get(call_id or "")
+            if call is not None:
+                call.live_txs -= 1
+                self._forget_if_done(call)
         else:
             self._schedule(tx.deadline, "tx", tx)
 
@@ -292,14 +282,52 @@ class Agent:
         branch, method = tx.key
         return (side, branch, method)
 
-    def _start_client(self, request: Request, address: Address, now: float, call_id: str) -> None:
+    def _link(self, tx: Transaction, call: _Call) -> None:
+        """Count ``tx`` as one of ``call``'s (the call is kept until they are all over)."""
+        if id(tx) not in self._tx_call and not tx.terminated:
+            self._tx_call[id(tx)] = call.call_id
+            call.live_txs += 1
+
+    def _start_client(
+        self, request: Request, address: Address, now: float, call: _Call
+    ) -> Transaction:
         tx, outputs = client(request, address, now)
         self._txs[self._tx_key(tx)] = tx
-        self._tx_call[id(tx)] = call_id
+        self._link(tx, call)
         self._tx_outputs(tx, outputs, now)
+        return tx
 
     def _respond(self, tx: Transaction, response: Response, now: float) -> None:
         self._tx_outputs(tx, tx.respond(response, now), now)
+
+    def _reply(
+        self,
+        tx: Transaction,
+        request: Request,
+        status: int,
+        reason: str | None = None,
+        *,
+        extra: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        now: float,
+    ) -> None:
+        call = self.calls.get(request.headers.get("Call-ID") or "")
+        tag = call.local_tag if call is not None and call.direction == "inbound" else _token()
+        response = make_response(
+            request,
+            status,
+            reason,
+            server=self.user_agent,
+            to_tag=tag,
+            contact=self._contact(request),
+            extra=extra or [],
+            body=body,
+        )
+        self._respond(tx, response, now)
+
+    def _forget_if_done(self, call: _Call) -> None:
+        if call.state == "ended" and call.live_txs <= 0 and self.calls.get(call.call_id) is call:
+            del self.calls[call.call_id]
 
     # --- requests in ------------------------------------------------------------------
 
@@ -315,33 +343,30 @@ class Agent:
         if method == "ACK":
             self._ack(request, now)
             return
+        problem = check_request(request, SUPPORTED, methods=METHODS, content_types=CONTENT_TYPES)
         tx = server(request, self._response_address(request, source))
         tx.match = key[1]
         self._txs[self._tx_key(tx)] = tx
-        problem = check_request(request, SUPPORTED, methods=METHODS, content_types=CONTENT_TYPES)
         if problem is not None:
             status, reason = problem
             extra = []
             if status == 420:
                 extra = [("Unsupported", ", ".join(unsupported_options(request, SUPPORTED)))]
-            elif status == 405:
+            elif status in (405, 501):
                 extra = [("Allow", ALLOW)]
             elif status == 415:
                 extra = [("Accept", ", ".join(CONTENT_TYPES))]
-            self._respond(tx, self._make_response(request, status, reason, extra=extra), now)
+            self._reply(tx, request, status, reason, extra=extra, now=now)
             return
-        handler = {
+        handlers = {
             "INVITE": self._invite,
             "BYE": self._bye,
             "CANCEL": self._cancel,
             "OPTIONS": self._options,
             "INFO": self._info,
             "UPDATE": self._update,
-        }.get(method)
-        if handler is None:
-            self._respond(tx, self._make_response(request, 405, extra=[("Allow", ALLOW)]), now)
-            return
-        handler(tx, request, source, now)
+        }
+        handlers[method](tx, request, now)
 
     def _mark_received(self, request: Request, source: Address) -> None:
         """Record where the request really came from in its top Via (§18.2.1, RFC 3581 §4)."""
@@ -353,7 +378,7 @@ class Agent:
         except ValueError:
             return
         changed = False
-        if via.host != source[0]:
+        if via.host.strip("[]") != source[0]:
             via.params["received"] = source[0]
             changed = True
         if "rport" in via.params:
@@ -377,35 +402,26 @@ class Agent:
             return source
         return (via.params.get("received") or source[0], via.port or 5060)
 
-    def _invite(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _invite(self, tx: Transaction, request: Request, now: float) -> None:
         if request.to_tag:
             self._reinvite(tx, request, now)
             return
         if not self.accepting:
-            self._respond(
-                tx, self._make_response(request, 503, "Service Unavailable (shutting down)"), now
-            )
+            self._reply(tx, request, 503, "Service Unavailable (shutting down)", now=now)
             return
-        expires = request.headers.get("Session-Expires")
-        if expires is not None:
-            try:
-                seconds = int(expires.split(";", 1)[0].strip())
-            except ValueError:
-                seconds = MIN_SE
-            if seconds < MIN_SE:
-                extra = [("Min-SE", str(MIN_SE))]
-                self._respond(tx, self._make_response(request, 422, extra=extra), now)
-                return
-        call = _Call(request.call_id, "inbound", request, tx, _token(), source)
-        call.session_expires = expires
-        self.calls[call.call_id] = call
-        self._tx_call[id(tx)] = call.call_id
-        self._respond(tx, self._make_response(request, 100), now)
         try:
-            ruri = parse_uri(request.uri)
-            user = ruri.user or ""
-        except ValueError:
-            user = ""
+            timer = negotiate(request)
+        except IntervalTooSmall as exc:
+            self._reply(tx, request, 422, extra=[("Min-SE", str(MIN_SE))], now=now)
+            logger.info("INVITE %s refused: %s", request.call_id, exc)
+            return
+        call = _Call(request.call_id, "inbound", request, tx, _token(), tx.address, timer=timer)
+        self.calls[call.call_id] = call
+        self._link(tx, call)
+        self._reply(tx, request, 100, now=now)
+        user = ""
+        with contextlib.suppress(ValueError):
+            user = parse_uri(request.uri).user or ""
         self._events.append(
             IncomingCall(
                 call.call_id,
@@ -414,137 +430,117 @@ class Agent:
                 _uri_text(request.headers.get("To")),
                 request.uri,
                 request.body,
-                source,
+                tx.address,
             )
         )
 
     def _reinvite(self, tx: Transaction, request: Request, now: float) -> None:
         call = self._call_for(request)
         if call is None or call.dialog is None:
-            self._respond(tx, self._make_response(request, 481), now)
+            self._reply(tx, request, 481, now=now)
+            return
+        if call.state not in ("confirmed",):
+            # §14.2: the call is not set up yet (or our 2xx awaits its ACK).
+            self._reply(tx, request, 491, extra=[("Retry-After", "1")], now=now)
             return
         if not call.dialog.accept_remote_cseq(request):
-            self._respond(tx, self._make_response(request, 500, "CSeq out of order"), now)
+            self._reply(tx, request, 500, "Server Internal Error (CSeq out of order)", now=now)
             return
         if call.reoffer_tx is not None:
             # §14.2: a re-INVITE while another is pending gets 500 with Retry-After.
-            self._respond(tx, self._make_response(request, 500, extra=[("Retry-After", "1")]), now)
+            self._reply(tx, request, 500, extra=[("Retry-After", "1")], now=now)
             return
         call.dialog.update_target(request)
         call.reoffer_tx = tx
-        self._tx_call[id(tx)] = call.call_id
-        self._respond(tx, self._make_response(request, 100), now)
+        self._link(tx, call)
+        self._reply(tx, request, 100, now=now)
         self._events.append(Reoffer(call.call_id, request.body))
 
-    def _update(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _update(self, tx: Transaction, request: Request, now: float) -> None:
         call = self._call_for(request)
         if call is None or call.dialog is None:
-            self._respond(tx, self._make_response(request, 481), now)
+            self._reply(tx, request, 481, now=now)
             return
+        if not call.dialog.accept_remote_cseq(request):
+            self._reply(tx, request, 500, "Server Internal Error (CSeq out of order)", now=now)
+            return
+        call.dialog.update_target(request)
         if request.body:
-            # An UPDATE with an offer: answered like a re-INVITE, without an ACK.
-            call.dialog.update_target(request)
+            # An UPDATE with an offer (RFC 3311): answered like a re-INVITE, with no ACK.
+            if call.reoffer_tx is not None:
+                self._reply(tx, request, 500, extra=[("Retry-After", "1")], now=now)
+                return
             call.reoffer_tx = tx
-            self._tx_call[id(tx)] = call.call_id
+            self._link(tx, call)
             self._events.append(Reoffer(call.call_id, request.body))
             return
-        self._respond(tx, self._make_response(request, 200, extra=self._timer_headers(call)), now)
+        extra = call.timer.headers() if call.timer is not None else []
+        self._reply(tx, request, 200, extra=extra, now=now)
 
     def _ack(self, request: Request, now: float) -> None:
         call = self._call_for(request)
-        if call is None or call.state != "answered":
+        if call is None or not call.awaiting_ack:
             return  # a retransmitted ACK, or one for a call already over
-        call.state = "confirmed"
-        self._events.append(CallConfirmed(call.call_id))
+        call.awaiting_ack = False
+        if call.state == "answered":
+            call.state = "confirmed"
+            self._events.append(CallConfirmed(call.call_id))
+            if call.timer is not None and call.timer.we_refresh:
+                self._schedule_refresh(call, now)
         if call.bye_pending:
             self._send_bye(call, now)
 
-    def _bye(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _bye(self, tx: Transaction, request: Request, now: float) -> None:
         call = self._call_for(request)
         if call is None:
-            self._respond(tx, self._make_response(request, 481), now)
+            self._reply(tx, request, 481, now=now)
             return
-        self._respond(tx, self._make_response(request, 200), now)
-        call.state = "ended"
-        self._report(call, "hung_up", "BYE", by_remote=True)
+        self._reply(tx, request, 200, now=now)
+        if call.direction == "inbound" and call.state in ("offered", "early"):
+            # §15.1.2: a BYE on an early dialog; the INVITE gets 487.
+            self._reply(call.tx, call.invite, 487, now=now)
+        self._end(call, "hung_up", "BYE", by_remote=True)
 
-    def _cancel(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _cancel(self, tx: Transaction, request: Request, now: float) -> None:
         invite_tx = self._txs.get(("s", _server_branch(request), "INVITE"))
         if invite_tx is None:
-            self._respond(tx, self._make_response(request, 481), now)
+            self._reply(tx, request, 481, now=now)
             return
-        self._respond(tx, self._make_response(request, 200), now)
+        self._reply(tx, request, 200, now=now)
         call = self.calls.get(request.call_id)
-        if call is not None and call.state in ("offered", "early"):
-            # §9.2: the INVITE gets 487, the call is over before it started.
-            call.cancelled = True
-            response = self._make_response(call.invite, 487, to_tag=call.local_tag)
-            self._respond(invite_tx, response, now)
-            call.state = "ended"
-            self._report(call, "hung_up", "487", by_remote=True)
+        if call is not None and call.tx is invite_tx and call.state in ("offered", "early"):
+            # §9.2: the INVITE gets 487; the call is over before it started.
+            self._reply(invite_tx, call.invite, 487, now=now)
+            self._end(call, "hung_up", "487", by_remote=True)
 
-    def _options(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _options(self, tx: Transaction, request: Request, now: float) -> None:
         if not self.accepting:
-            self._respond(
-                tx, self._make_response(request, 503, "Service Unavailable (shutting down)"), now
-            )
+            self._reply(tx, request, 503, "Service Unavailable (shutting down)", now=now)
             return
-        extra = [("Accept", "application/sdp"), ("Supported", ", ".join(sorted(SUPPORTED)))]
-        self._respond(tx, self._make_response(request, 200, extra=[("Allow", ALLOW), *extra]), now)
+        extra = [
+            ("Allow", ALLOW),
+            ("Accept", "application/sdp"),
+            ("Supported", ", ".join(sorted(SUPPORTED))),
+        ]
+        self._reply(tx, request, 200, extra=extra, now=now)
 
-    def _info(self, tx: Transaction, request: Request, source: Address, now: float) -> None:
+    def _info(self, tx: Transaction, request: Request, now: float) -> None:
         call = self._call_for(request)
         if call is None:
-            self._respond(tx, self._make_response(request, 481), now)
+            self._reply(tx, request, 481, now=now)
             return
-        self._respond(tx, self._make_response(request, 200), now)
+        self._reply(tx, request, 200, now=now)
         content_type = request.headers.get("Content-Type") or ""
         self._events.append(InfoReceived(call.call_id, content_type, request.body))
 
     def _call_for(self, request: Request) -> _Call | None:
+        """The call an in-dialog request belongs to: same Call-ID and the dialog's two tags."""
         call = self.calls.get(request.call_id)
-        if call is None or (call.dialog is None and request.method != "ACK"):
-            return call if call is not None and request.method == "ACK" else None
-        tags = {request.from_tag, request.to_tag}
-        if call.dialog is not None and tags != {call.dialog.local_tag, call.dialog.remote_tag}:
+        if call is None or call.dialog is None:
+            return None
+        if {request.from_tag, request.to_tag} != {call.dialog.local_tag, call.dialog.remote_tag}:
             return None
         return call
-
-    # --- building responses -------------------------------------------------------------
-
-    def _make_response(
-        self,
-        request: Request,
-        status: int,
-        reason: str | None = None,
-        *,
-        extra: list[tuple[str, str]] | None = None,
-        to_tag: str | None = None,
-        body: bytes = b"",
-    ) -> Response:
-        """A response to ``request`` (§8.2.6): Via, From, To, Call-ID, CSeq copied."""
-        headers = Headers()
-        for via in request.headers.get_all("Via"):
-            headers.add("Via", via)
-        for name in ("From", "To", "Call-ID", "CSeq"):
-            value = request.headers.get(name)
-            if value is not None:
-                headers.add(name, value)
-        if status > 100 and not request.to_tag:
-            call = self.calls.get(request.call_id)
-            tag = to_tag or (call.local_tag if call is not None else _token())
-            headers.set("To", f"{request.headers.get('To')};tag={tag}")
-        if request.method == "INVITE" and 100 < status < 300:
-            # §12.1.1: the UAS copies Record-Route into responses that create a dialog.
-            for route in request.headers.get_all("Record-Route"):
-                headers.add("Record-Route", route)
-            headers.add("Contact", self._contact(request))
-        headers.add("Server", self.user_agent)
-        for name, value in extra or []:
-            headers.add(name, value)
-        if body:
-            headers.add("Content-Type", "application/sdp")
-        return Response(status, reason or REASONS.get(status, ""), headers, body)
 
     def _contact(self, request: Request | None = None, user: str = "callhook") -> str:
         if request is not None:
@@ -555,42 +551,6 @@ class Agent:
     def _via(self) -> str:
         return f"SIP/2.0/UDP {self.host}:{self.port};branch={_branch()};rport"
 
-    def _timer_headers(self, call: _Call) -> list[tuple[str, str]]:
-        """RFC 4028: echo the session interval; the caller refreshes (we never need to)."""
-        if call.session_expires is None:
-            return []
-        seconds = call.session_expires.split(";", 1)[0].strip()
-        extra = [("Session-Expires", f"{seconds};refresher=uac")]
-        supported = {
-            s.strip() for v in call.invite.headers.get_all("Supported") for s in v.split(",")
-        }
-        if "timer" in supported:
-            extra.append(("Require", "timer"))
-        return extra
-
-    def _reply_to_garbage(self, source: Address, exc: SipMessageError) -> None:
-        """Answer a request that is not well-formed with its status and the reason (§8.2).
-
-        Only when it was a request and the parser could read what a response
-        copies (Via, From, To, Call-ID, CSeq); a mangled response or noise is
-        dropped. Either way it has been logged.
-        """
-        salvaged = exc.headers
-        if not exc.is_request or salvaged is None:
-            return
-        headers = Headers()
-        for name in ("Via", "From", "To", "Call-ID", "CSeq"):
-            values = salvaged.get_all(name) if name == "Via" else [salvaged.get(name)]
-            for value in values:
-                if value:
-                    headers.add(name, value)
-        if not all(headers.get(n) for n in ("Via", "From", "To", "Call-ID", "CSeq")):
-            return
-        status = exc.status if 400 <= exc.status < 700 else 400
-        headers.add("Server", self.user_agent)
-        reason = f"{REASONS.get(status, 'Bad Request')} ({exc.reason})"[:200]
-        self._out.append((serialize(Response(status, reason, headers)), source))
-
     # --- responses in (client transactions) ---------------------------------------------
 
     def _on_response(self, response: Response, now: float) -> None:
@@ -598,62 +558,94 @@ class Agent:
         if problem is not None:
             logger.warning("SIP response dropped: %s", problem)  # §8.1.3.3
             return
-        method = response.cseq[1]
-        tx = self._txs.get(("c", response.branch or "", method))
+        tx = self._txs.get(("c", response.branch or "", response.cseq[1]))
         if tx is not None:
             self._tx_outputs(tx, tx.receive(response, now), now)
             return
         call = self.calls.get(response.call_id)
-        if call is not None and method == "INVITE" and 200 <= response.status < 300:
-            self._outbound_answered(call, response, now)  # a 2xx retransmission: ACK again
+        if (
+            call is not None
+            and call.direction == "outbound"
+            and call.dialog is not None
+            and call.ack
+            and 200 <= response.status < 300
+            and response.cseq == (call.invite.cseq[0], "INVITE")
+            and response.from_tag == call.local_tag
+            and response.to_tag == call.dialog.remote_tag
+        ):
+            # A 2xx retransmission after the INVITE transaction ended: ACK it again
+            # (RFC 6026 §8.10: the UAC core answers 2xx that match its dialog).
+            self._out.append((call.ack, self._hop(call)))
+            return
+        # A stray or forged response: it matches none of our transactions (§17.1.3).
+        logger.debug("SIP response for no transaction of ours dropped")
 
     def _client_response(self, tx: Transaction, response: Response, now: float) -> None:
         call = self.calls.get(self._tx_call.get(id(tx), ""))
         if call is None:
             return
         method = tx.request.method
-        if method == "INVITE":
-            self._invite_response(call, tx, response, now)
+        if method == "INVITE" and tx is call.tx:
+            self._invite_response(call, response, now)
+        elif method in ("INVITE", "UPDATE"):
+            self._refresh_response(call, tx, response, now)
         elif method == "BYE" and response.status >= 200:
-            call.state = "ended"
+            self._end(call, call_state="ended")
 
-    def _invite_response(
-        self, call: _Call, tx: Transaction, response: Response, now: float
-    ) -> None:
+    def _invite_response(self, call: _Call, response: Response, now: float) -> None:
         status = response.status
         if status < 200:
+            call.provisional = True
             if status > 100:
                 if call.state == "offered":
                     call.state = "early"
                 self._events.append(CallProgress(call.call_id, status))
-            if call.cancelled and call.state == "early":
+            if call.cancel_wanted and not call.cancel_sent:
                 self._send_cancel(call, now)
             return
         if status < 300:
             self._outbound_answered(call, response, now)
             return
-        if status in (401, 407) and call.credentials is not None and call.auth_tries < 2:
-            self._authenticate(call, response, now)
+        challenged = status in (401, 407) and call.credentials is not None
+        if challenged and not call.cancel_wanted and self._authenticate(call, response, now):
             return
-        call.state = "ended"
-        self._report(call, _cause_of(status), str(status), by_remote=True)
+        self._end(call, cause_of(status), str(status), by_remote=True)
 
     def _outbound_answered(self, call: _Call, response: Response, now: float) -> None:
-        if call.dialog is None:
+        if call.ack:
+            self._out.append((call.ack, self._hop(call)))  # the 2xx again: ACK again
+            return
+        try:
             call.dialog = Dialog.as_uac(call.invite, response)
+        except ValueError as exc:
+            logger.warning("call %s: unusable 2xx: %s", call.call_id, exc)
+            self._end(call, "failed", "502", by_remote=True)
+            return
+        # §13.2.2.4: the ACK carries the INVITE's credentials.
+        extra = [
+            (name, value)
+            for name in ("Authorization", "Proxy-Authorization")
+            if (value := call.invite.headers.get(name)) is not None
+        ]
         ack = call.dialog.request(
-            "ACK", self._via(), contact=self._contact(user="callhook"), cseq=call.invite.cseq[0]
+            "ACK",
+            self._via(),
+            contact=self._contact(user="callhook"),
+            cseq=call.invite.cseq[0],
+            extra=extra,
         )
-        self._out.append((serialize(ack), call.dialog.next_hop()))
-        if call.state in ("offered", "early"):
-            if call.cancelled:
-                call.state = "confirmed"
-                self._send_bye(call, now)
-                return
+        call.ack = serialize(ack)
+        self._out.append((call.ack, self._hop(call)))
+        if call.cancel_wanted:
+            # The 2xx crossed our CANCEL: the call is up, so end it (§15).
             call.state = "confirmed"
-            self._events.append(CallAnswered(call.call_id, response.body))
+            self._send_bye(call, now)
+            return
+        call.state = "confirmed"
+        self._events.append(CallAnswered(call.call_id, response.body))
 
-    def _authenticate(self, call: _Call, response: Response, now: float) -> None:
+    def _authenticate(self, call: _Call, response: Response, now: float) -> bool:
+        """Send the INVITE again with credentials; False when we must not (§22.1)."""
         assert call.credentials is not None
         header = "WWW-Authenticate" if response.status == 401 else "Proxy-Authenticate"
         answer = "Authorization" if response.status == 401 else "Proxy-Authorization"
@@ -661,9 +653,15 @@ class Agent:
             challenge = digest.best_challenge(response.headers.get_all(header))
         except digest.DigestError as exc:
             logger.warning("call %s: %s", call.call_id, exc)
-            call.state = "ended"
-            self._report(call, "failed", str(response.status), by_remote=True)
-            return
+            return False
+        if call.auth_tries >= 1 and not challenge.stale:
+            # The credentials we sent were refused: sending them again is pointless.
+            logger.warning(
+                "call %s: the credentials were refused (%d)", call.call_id, response.status
+            )
+            return False
+        if call.auth_tries >= 2:
+            return False
         call.auth_tries += 1
         invite = call.invite
         headers = invite.headers.copy()
@@ -671,72 +669,141 @@ class Agent:
         headers.add("Via", self._via())
         headers.set("CSeq", f"{invite.cseq[0] + 1} INVITE")
         headers.remove(answer)
-        value = digest.authorization(
-            challenge, "INVITE", invite.uri, call.credentials.username, call.credentials.password
+        headers.add(
+            answer,
+            digest.authorization(
+                challenge,
+                "INVITE",
+                invite.uri,
+                call.credentials.username,
+                call.credentials.password,
+            ),
         )
-        headers.add(answer, value)
         call.invite = Request("INVITE", invite.uri, headers, invite.body)
-        self._start_client(call.invite, call.peer, now, call.call_id)
-        call.tx = self._txs[("c", call.invite.branch or "", "INVITE")]
+        call.tx = self._start_client(call.invite, call.peer, now, call)
+        return True
 
     def _tx_timeout(self, tx: Transaction, timer: str, now: float) -> None:
         call = self.calls.get(self._tx_call.get(id(tx), ""))
         if call is None:
             return
-        if tx.kind is Kind.ICT and call.state in ("offered", "early"):
-            call.state = "ended"
-            self._report(call, "failed", "408", by_remote=True)  # Timer B: no answer at all
+        if tx is call.tx and tx.kind is Kind.ICT:
+            # Timer B (nobody answers at all) or Z (no final response after our CANCEL).
+            self._end(call, "failed", "408", by_remote=True)
         elif tx.request.method == "BYE":
-            call.state = "ended"  # the peer is gone; nothing more to do
+            self._end(call, call_state="ended")  # the peer is gone; nothing more to do
+        elif tx.request.method in ("INVITE", "UPDATE"):
+            logger.warning("call %s: session refresh got no answer; ending it", call.call_id)
+            self._end(call, "dropped", "408", by_remote=True)
 
     # --- our 2xx, until the ACK ----------------------------------------------------------
 
+    def _send_ok(self, call: _Call, tx: Transaction, response: Response, now: float) -> None:
+        """Send a 2xx to an INVITE and keep sending it until the ACK (§13.3.1.4)."""
+        self._respond(tx, response, now)
+        call.ok = serialize(response)
+        call.ok_to = tx.address
+        call.awaiting_ack = True
+        call.ok_interval = T1
+        call.ok_give_up = now + 64 * T1
+        call.ok_next = now + T1
+        self._schedule(call.ok_next, "ok", call)
+
     def _retransmit_ok(self, call: _Call, now: float) -> None:
         if now >= call.ok_give_up:
-            # §13.3.1.4: no ACK within 64*T1: confirm and end the dialog with BYE.
             logger.warning("call %s: no ACK for our 2xx; hanging up", call.call_id)
+            call.awaiting_ack = False
             self._send_bye(call, now)
             self._report(call, "dropped", "408", by_remote=False)
             return
-        self._out.append((call.ok, call.peer_response))
+        self._out.append((call.ok, call.ok_to))
         call.ok_interval = min(call.ok_interval * 2, T2)
-        call.ok_next = now + call.ok_interval
+        call.ok_next = min(now + call.ok_interval, call.ok_give_up)
         self._schedule(call.ok_next, "ok", call)
+
+    # --- session refresh (RFC 4028, when we are the refresher) --------------------------------
+
+    def _schedule_refresh(self, call: _Call, now: float) -> None:
+        assert call.timer is not None
+        call.refresh_at = now + call.timer.interval / 2  # §10
+        self._schedule(call.refresh_at, "refresh", call)
+
+    def _refresh(self, call: _Call, now: float) -> None:
+        if call.dialog is None or call.timer is None:
+            return
+        call.refresh_at = None
+        allowed = {
+            m.strip().upper() for v in call.invite.headers.get_all("Allow") for m in v.split(",")
+        }
+        method = "UPDATE" if "UPDATE" in allowed else "INVITE"
+        extra = [
+            ("Session-Expires", f"{call.timer.interval};refresher=uas"),
+            ("Supported", "timer"),
+        ]
+        request = call.dialog.request(
+            method,
+            self._via(),
+            contact=self._contact(user="callhook"),
+            body=call.local_sdp if method == "INVITE" else b"",
+            content_type="application/sdp" if method == "INVITE" and call.local_sdp else None,
+            extra=extra,
+        )
+        self._start_client(request, self._hop(call), now, call)
+
+    def _refresh_response(
+        self, call: _Call, tx: Transaction, response: Response, now: float
+    ) -> None:
+        if response.status < 200:
+            return
+        if response.status >= 300:
+            logger.warning("call %s: session refresh refused (%d)", call.call_id, response.status)
+            self._end(call, "dropped", str(response.status), by_remote=True)
+            return
+        if tx.request.method == "INVITE" and call.dialog is not None:
+            ack = call.dialog.request(
+                "ACK", self._via(), contact=self._contact(user="callhook"), cseq=tx.request.cseq[0]
+            )
+            self._out.append((serialize(ack), self._hop(call)))
+        if call.state == "confirmed":
+            self._schedule_refresh(call, now)
 
     # --- call control from the application -------------------------------------------------
 
     def ring(self, call_id: str, now: float) -> None:
-        """Send 180 Ringing for an inbound call."""
+        """Send 180 Ringing for an inbound call (it makes an early dialog: §12.1.1)."""
         call = self.calls.get(call_id)
         if call is None or call.state not in ("offered", "early"):
             return
         call.state = "early"
-        self._respond(call.tx, self._make_response(call.invite, 180), now)
+        call.dialog = Dialog.as_uas(call.invite, call.local_tag)
+        self._reply(call.tx, call.invite, 180, now=now)
 
     def answer(self, call_id: str, sdp: bytes, now: float) -> None:
         """Answer an inbound call with ``sdp``; the 2xx is retransmitted until the ACK."""
         call = self.calls.get(call_id)
         if call is None or call.state not in ("offered", "early"):
             return
-        response = self._make_response(call.invite, 200, extra=self._timer_headers(call), body=sdp)
         call.dialog = Dialog.as_uas(call.invite, call.local_tag)
         call.state = "answered"
-        self._respond(call.tx, response, now)
-        call.ok = serialize(response)
-        call.peer_response = call.tx.address
-        call.ok_interval = T1
-        call.ok_next = now + T1
-        call.ok_give_up = now + 64 * T1
-        self._schedule(call.ok_next, "ok", call)
+        call.local_sdp = sdp
+        response = make_response(
+            call.invite,
+            200,
+            server=self.user_agent,
+            to_tag=call.local_tag,
+            contact=self._contact(call.invite),
+            extra=call.timer.headers() if call.timer is not None else [],
+            body=sdp,
+        )
+        self._send_ok(call, call.tx, response, now)
 
     def reject(self, call_id: str, status: int, now: float, reason: str | None = None) -> None:
         """Refuse an inbound call that was not answered (486 busy, 603 decline, 488 ...)."""
         call = self.calls.get(call_id)
         if call is None or call.state not in ("offered", "early"):
             return
-        self._respond(call.tx, self._make_response(call.invite, status, reason), now)
-        call.state = "ended"
-        self._report(call, "completed", str(status), by_remote=False)
+        self._reply(call.tx, call.invite, status, reason, now=now)
+        self._end(call, "completed", str(status), by_remote=False)
 
     def answer_reoffer(self, call_id: str, sdp: bytes, now: float) -> None:
         """Answer the pending re-INVITE / UPDATE of a call with ``sdp``."""
@@ -744,10 +811,20 @@ class Agent:
         if call is None or call.reoffer_tx is None:
             return
         tx, call.reoffer_tx = call.reoffer_tx, None
-        response = self._make_response(tx.request, 200, extra=self._timer_headers(call), body=sdp)
+        call.local_sdp = sdp
+        response = make_response(
+            tx.request,
+            200,
+            server=self.user_agent,
+            contact=self._contact(call.invite),
+            extra=call.timer.headers() if call.timer is not None else [],
+            body=sdp,
+        )
         if tx.request.method == "INVITE":
             response.headers.add("Contact", self._contact(call.invite))
-        self._respond(tx, response, now)
+            self._send_ok(call, tx, response, now)
+        else:
+            self._respond(tx, response, now)
 
     def reject_reoffer(self, call_id: str, status: int, now: float) -> None:
         """Refuse the pending re-offer (488: nothing acceptable); the call goes on as it was."""
@@ -755,7 +832,7 @@ class Agent:
         if call is None or call.reoffer_tx is None:
             return
         tx, call.reoffer_tx = call.reoffer_tx, None
-        self._respond(tx, self._make_response(tx.request, status), now)
+        self._reply(tx, tx.request, status, now=now)
 
     def hang_up(self, call_id: str, now: float, cause: str = "completed") -> None:
         """End a call from our side, whatever state it is in."""
@@ -765,15 +842,15 @@ class Agent:
         if call.direction == "inbound" and call.state in ("offered", "early"):
             self.reject(call_id, 603, now)
             return
-        if call.state == "answered":
-            call.bye_pending = True  # §15: not before the ACK (or the 2xx's timeout)
-        elif call.direction == "outbound" and call.state in ("offered", "early"):
-            # §9.1: CANCEL once a provisional response came; until then, remember to.
-            call.cancelled = True
-            if call.state == "early":
+        if call.direction == "outbound" and call.state in ("offered", "early"):
+            # §9.1: CANCEL once any provisional response came; until then, remember to.
+            call.cancel_wanted = True
+            if call.provisional:
                 self._send_cancel(call, now)
             self._report(call, cause, "487", by_remote=False)
             return
+        if call.awaiting_ack:
+            call.bye_pending = True  # §15: not before the ACK (or the 2xx's timeout)
         else:
             self._send_bye(call, now)
         self._report(call, cause, "200", by_remote=False)
@@ -807,24 +884,35 @@ class Agent:
         headers.add("User-Agent", self.user_agent)
         headers.add("Content-Type", "application/sdp")
         request = Request("INVITE", target, headers, sdp)
-        peer = address or (uri.host, uri.port or 5060)
-        tx_key = ("c", request.branch or "", "INVITE")
-        self._start_client(request, peer, now, call_id)
-        tx = self._txs[tx_key]
+        peer = address or (uri.host.strip("[]"), uri.port or 5060)
+        tx, outputs = client(request, peer, now)
         call = _Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
+        call.local_sdp = sdp
         self.calls[call_id] = call
-        self._tx_call[id(tx)] = call_id
+        self._txs[self._tx_key(tx)] = tx
+        self._link(tx, call)
+        self._tx_outputs(tx, outputs, now)
         return call_id
 
     # --- ending ---------------------------------------------------------------------------
 
+    def _hop(self, call: _Call) -> Address:
+        """Where in-dialog requests go; the peer's address when the dialog names no usable one."""
+        if call.dialog is not None:
+            try:
+                return call.dialog.next_hop()
+            except ValueError as exc:
+                logger.warning("call %s: %s; sending to %s:%s", call.call_id, exc, *call.peer)
+        return call.peer
+
     def _send_bye(self, call: _Call, now: float) -> None:
         if call.dialog is None:
+            self._end(call, call_state="ended")
             return
         call.bye_pending = False
         call.state = "ending"
         bye = call.dialog.request("BYE", self._via(), contact=self._contact(user="callhook"))
-        self._start_client(bye, call.dialog.next_hop(), now, call.call_id)
+        self._start_client(bye, self._hop(call), now, call)
 
     def _send_cancel(self, call: _Call, now: float) -> None:
         """CANCEL our INVITE (§9.1): same branch, same request-URI, CSeq number, Route."""
@@ -838,8 +926,26 @@ class Agent:
         headers.add("CSeq", f"{invite.cseq[0]} CANCEL")
         for route in invite.headers.get_all("Route"):
             headers.add("Route", route)
-        self._start_client(Request("CANCEL", invite.uri, headers), call.peer, now, call.call_id)
-        call.cancelled = False  # sent
+        call.cancel_sent = True
+        call.tx.cancelled(now)
+        self._schedule(call.tx.deadline, "tx", call.tx)
+        self._start_client(Request("CANCEL", invite.uri, headers), call.peer, now, call)
+
+    def _end(
+        self,
+        call: _Call,
+        cause: str | None = None,
+        raw: str = "",
+        *,
+        by_remote: bool = False,
+        call_state: State = "ended",
+    ) -> None:
+        """Mark the call over (reporting ``cause`` if given and not reported yet)."""
+        call.state = call_state
+        call.awaiting_ack = False
+        if cause is not None:
+            self._report(call, cause, raw, by_remote=by_remote)
+        self._forget_if_done(call)
 
     def _report(self, call: _Call, cause: str, raw: str, *, by_remote: bool) -> None:
         """Tell the application the call is over (once); signalling may still finish after."""
@@ -860,15 +966,14 @@ def _server_branch(request: Request) -> str:
     if branch.startswith("z9hG4bK"):
         return branch
     vias = request.headers.get_all("Via")
-    return "|".join(
-        (
-            "2543",
-            request.call_id,
-            request.from_tag or "",
-            str(request.cseq[0]),
-            vias[0] if vias else "",
-        )
+    parts = (
+        "2543",
+        request.call_id,
+        request.from_tag or "",
+        str(request.cseq[0]),
+        vias[0] if vias else "",
     )
+    return "|".join(parts)
 
 
 def _uri_text(value: str | None) -> str:
@@ -878,44 +983,3 @@ def _uri_text(value: str | None) -> str:
         return str(parse_name_addr(value).uri)
     except ValueError:
         return value
-
-
-def _cause_of(status: int) -> str:
-    """The final page's call_cause for an outbound call's final failure response."""
-    if status in (486, 600):
-        return "busy"
-    if status in (408, 480, 487):
-        return "no_answer"
-    if status in (404, 410, 484, 485, 604):
-        return "unobtainable"
-    return "failed"
-
-
-REASONS = {
-    100: "Trying",
-    180: "Ringing",
-    183: "Session Progress",
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    407: "Proxy Authentication Required",
-    408: "Request Timeout",
-    415: "Unsupported Media Type",
-    416: "Unsupported URI Scheme",
-    420: "Bad Extension",
-    422: "Session Interval Too Small",
-    480: "Temporarily Unavailable",
-    481: "Call/Transaction Does Not Exist",
-    483: "Too Many Hops",
-    486: "Busy Here",
-    487: "Request Terminated",
-    488: "Not Acceptable Here",
-    491: "Request Pending",
-    500: "Server Internal Error",
-    503: "Service Unavailable",
-    505: "Version Not Supported",
-    603: "Decline",
-}

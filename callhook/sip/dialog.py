@@ -10,10 +10,13 @@ an in-dialog request that ignores the Record-Route never arrives.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 
 from callhook.sip.message import Headers, Request, Response, parse_name_addr, parse_uri
+
+logger = logging.getLogger("callhook.sip")
 
 
 @dataclass
@@ -34,15 +37,17 @@ class Dialog:
     def as_uas(cls, invite: Request, local_tag: str) -> Dialog:
         """The dialog a UAS creates by answering ``invite`` (§12.1.1)."""
         contact = invite.headers.get("Contact") or ""
+        caller = _without_tag(invite.headers.get("From") or "")
         return cls(
             call_id=invite.call_id,
             local_tag=local_tag,
             remote_tag=invite.from_tag or "",
             local_uri=_without_tag(invite.headers.get("To") or ""),
             remote_uri=_without_tag(invite.headers.get("From") or ""),
-            remote_target=_target(contact, invite.uri),
+            # No Contact (an RFC 2543 caller may omit it): the caller's address of record.
+            remote_target=_target(contact, _target(caller, invite.uri)),
             # The UAS keeps the Record-Route order (§12.1.1).
-            route_set=invite.headers.get_all("Record-Route"),
+            route_set=_usable(invite.headers.get_all("Record-Route")),
             remote_seq=invite.cseq[0],
         )
 
@@ -58,7 +63,7 @@ class Dialog:
             remote_uri=_without_tag(response.headers.get("To") or ""),
             remote_target=_target(contact, invite.uri),
             # The UAC reverses the Record-Route order (§12.1.2).
-            route_set=list(reversed(response.headers.get_all("Record-Route"))),
+            route_set=_usable(list(reversed(response.headers.get_all("Record-Route")))),
             local_seq=invite.cseq[0],
         )
 
@@ -79,7 +84,7 @@ class Dialog:
             cseq = self.local_seq
         uri = self.remote_target
         routes = list(self.route_set)
-        if routes and ";lr" not in _uri_of(routes[0]):
+        if routes and not _loose(routes[0]):
             # Strict routing (RFC 2543 proxies): the first route becomes the
             # request-URI and the remote target goes last (§12.2.1.1).
             uri = _uri_of(routes[0])
@@ -101,9 +106,14 @@ class Dialog:
         return Request(method, uri, headers, body)
 
     def next_hop(self) -> tuple[str, int]:
-        """Where requests of this dialog are sent: the first route, else the remote target."""
+        """Where requests of this dialog are sent: the first route, else the remote target.
+
+        Raises ValueError when that is not a SIP URI with a host.
+        """
         uri = parse_uri(_uri_of(self.route_set[0]) if self.route_set else self.remote_target)
-        return uri.host, uri.port or 5060
+        if uri.scheme not in ("sip", "sips") or not uri.host:
+            raise ValueError(f"cannot send to {uri}")
+        return uri.host.strip("[]"), uri.port or 5060
 
     def accept_remote_cseq(self, request: Request) -> bool:
         """Whether an in-dialog request's CSeq is in order (§12.2.2: lower ones get a 500)."""
@@ -119,6 +129,30 @@ class Dialog:
         contact = request.headers.get("Contact")
         if contact:
             self.remote_target = _target(contact, self.remote_target)
+
+
+def _usable(routes: list[str]) -> list[str]:
+    """The routes that are SIP URIs we can send to; anything else would make every
+    in-dialog request malformed, so it is dropped (and logged)."""
+    usable = []
+    for route in routes:
+        try:
+            uri = parse_uri(_uri_of(route))
+        except ValueError:
+            uri = None
+        if uri is not None and uri.scheme in ("sip", "sips") and uri.host:
+            usable.append(route)
+        else:
+            logger.warning("dropping unusable route %r from a dialog's route set", route)
+    return usable
+
+
+def _loose(route: str) -> bool:
+    """Whether a route is a loose router (``;lr``, any case: §12.2.1.1, §25.1)."""
+    try:
+        return "lr" in {k.lower() for k in parse_uri(_uri_of(route)).params}
+    except ValueError:
+        return False
 
 
 def _uri_of(name_addr: str) -> str:

@@ -40,6 +40,7 @@ J      NIST wait for request retransmits             64*T1
 K      NICT wait for response retransmits            T4
 L      IST accepted: absorb INVITE retransmits       64*T1 (RFC 6026)
 M      ICT accepted: pass on 2xx retransmits         64*T1 (RFC 6026)
+Z      ICT after our CANCEL: give up on a final       64*T1 (§9.1)
 =====  ============================================  =====================
 """
 
@@ -137,6 +138,8 @@ ICT_TABLE: _Table = {
     (S.CALLING, R1XX): (S.PROCEEDING, ("stop", "deliver")),
     (S.CALLING, R2XX): (S.ACCEPTED, ("stop", "deliver", "timer M")),
     (S.CALLING, R3456): (S.COMPLETED, ("stop", "ack", "deliver", "timer D")),
+    (S.CALLING, "timer Z"): (S.TERMINATED, ("timeout",)),
+    (S.PROCEEDING, "timer Z"): (S.TERMINATED, ("timeout",)),
     (S.PROCEEDING, R1XX): (S.PROCEEDING, ("deliver",)),
     (S.PROCEEDING, R2XX): (S.ACCEPTED, ("deliver", "timer M")),
     (S.PROCEEDING, R3456): (S.COMPLETED, ("ack", "deliver", "timer D")),
@@ -177,6 +180,9 @@ IST_TABLE: _Table = {
     (S.CONFIRMED, "timer I"): (S.TERMINATED, ()),
     # RFC 6026: after a 2xx the TU retransmits it; INVITE retransmits are absorbed.
     (S.ACCEPTED, REQUEST): (S.ACCEPTED, ()),
+    # RFC 6026 §8: an ACK matching the INVITE (an RFC 2543 peer's ACK for our 2xx)
+    # goes to the user, which is waiting for it.
+    (S.ACCEPTED, ACK): (S.ACCEPTED, ("deliver",)),
     (S.ACCEPTED, R2XX): (S.ACCEPTED, ("send",)),
     (S.ACCEPTED, "timer L"): (S.TERMINATED, ()),
 }
@@ -212,6 +218,7 @@ def _timer_length(name: str, interval: float) -> float:
         "K": T4,
         "L": 64 * T1,
         "M": 64 * T1,
+        "Z": 64 * T1,
     }[name]
 
 
@@ -265,6 +272,11 @@ class Transaction:
         self.last_response = response
         self._response_bytes = serialize(response)
         return self._input(_response_class(response.status), now, response)
+
+    def cancelled(self, now: float) -> None:
+        """ICT: our CANCEL went out; give up 64*T1 later if no final response comes (§9.1)."""
+        if self.kind is Kind.ICT and self.state in (State.CALLING, State.PROCEEDING):
+            self._start("Z", now)
 
     def on_timer(self, now: float) -> list[Output]:
         """Fire every timer that is due."""

@@ -78,6 +78,8 @@ async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
         "serve",
         "--http",
         f"127.0.0.1:{port}",
+        "--sip",
+        "127.0.0.1:0",
         "--data-dir",
         str(tmp_path),
         stdout=asyncio.subprocess.PIPE,
@@ -86,8 +88,13 @@ async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        banner = await asyncio.wait_for(proc.stdout.readline(), 15)
-        assert f"serving on http://127.0.0.1:{port}" in banner.decode()
+        banner = ""
+        while "application: " not in banner:
+            line = await asyncio.wait_for(proc.stdout.readline(), 15)
+            assert line, banner
+            banner += line.decode()
+        assert f"web: http://127.0.0.1:{port}" in banner
+        assert "application: http://127.0.0.1" in banner and "/demo/start" in banner
         secret = (tmp_path / "secret").read_text().strip()
         body = json.dumps({"application_instance_id": "x", "token": None}).encode()
         url = f"http://127.0.0.1:{port}/demo/start"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from callhook.sip.dialog import Dialog
 from callhook.sip.message import Request, Response, parse, parse_name_addr
 
@@ -204,12 +202,6 @@ def test_single_strict_route() -> None:
     assert bye.headers.get_all("Route") == ["<sip:bob@h>"]
 
 
-@pytest.mark.xfail(
-    reason="BUG: loose routing is detected by the substring ';lr', so an upper-case ;LR "
-    "lr-param (ABNF literals are case-insensitive, RFC 3261 §25.1/§19.1.1) is taken "
-    "for a strict router (§12.2.1.1)",
-    strict=True,
-)
 def test_lr_parameter_is_case_insensitive() -> None:
     dialog = Dialog.as_uas(
         inbound_invite(record_route=("<sip:p1.example.com;LR>",), contact="<sip:bob@h>"),

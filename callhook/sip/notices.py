@@ -1,0 +1,89 @@
+"""What the SIP agent tells the application side about calls (``Agent.take_events``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingCall:
+    """A new INVITE: answer, ring or reject it."""
+
+    call_id: str
+    user: str  # the request-URI's user part: which application to run
+    from_uri: str
+    to_uri: str
+    request_uri: str
+    offer: bytes
+    source: Address
+
+
+@dataclass(frozen=True, slots=True)
+class CallProgress:
+    """An outbound call got a provisional response (180 ringing, 183 progress)."""
+
+    call_id: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallAnswered:
+    """An outbound call was answered (the ACK is sent): ``answer`` is the callee's SDP."""
+
+    call_id: str
+    answer: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CallConfirmed:
+    """The ACK for our 2xx arrived: the inbound call is fully set up."""
+
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reoffer:
+    """A re-INVITE or UPDATE with a new offer (hold, unhold, new media address)."""
+
+    call_id: str
+    offer: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InfoReceived:
+    """An INFO in the call's dialog (DTMF relay): already answered 200."""
+
+    call_id: str
+    content_type: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CallTerminated:
+    """The call is over. ``cause`` is a final page ``call_cause``, ``raw_cause`` the SIP status."""
+
+    call_id: str
+    cause: str
+    raw_cause: str
+    by_remote: bool
+
+
+CallEvent = (
+    IncomingCall
+    | CallProgress
+    | CallAnswered
+    | CallConfirmed
+    | Reoffer
+    | InfoReceived
+    | CallTerminated
+)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a trunk that challenges (401/407) wants to hear."""
+
+    username: str
+    password: str
