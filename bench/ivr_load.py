@@ -96,7 +96,7 @@ class Sampler(threading.Thread):
 
 
 def rtp_gaps(pcap: Path) -> list[float]:
-    """Gaps (ms) between consecutive packets of each flow in a tcpdump capture on lo."""
+    """Gaps (ms) between consecutive RTP packets of each flow in a tcpdump capture on lo."""
     data = pcap.read_bytes()
     if len(data) < 24:
         return []
@@ -114,6 +114,8 @@ def rtp_gaps(pcap: Path) -> list[float]:
             continue
         ihl = (frame[offset] & 0x0F) * 4
         sport, dport = struct.unpack_from("!HH", frame, offset + ihl)
+        if sport & 1:
+            continue  # RTCP (odd ports): reports every few seconds, not the audio stream
         flows[(sport, dport)].append(sec + frac / (1e9 if nano else 1e6))
     gaps: list[float] = []
     for times in flows.values():

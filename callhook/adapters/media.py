@@ -27,6 +27,7 @@ import errno
 import logging
 import select
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class _Stream:
     sock: socket.socket
     port: int
     wake: Callable[[], None]
+    rtcp: socket.socket | None = None
 
 
 class MediaEngine:
@@ -86,13 +88,27 @@ class MediaEngine:
         self, session: MediaSession, sock: socket.socket, port: int, wake: Callable[[], None]
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
-        stream = _Stream(session, sock, port, wake)
+        stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
         self.streams[port] = stream
-        self._by_fd[sock.fileno()] = stream
-        self._epoll.register(sock.fileno(), select.EPOLLIN)
+        for s in (sock, stream.rtcp):
+            if s is not None:
+                self._by_fd[s.fileno()] = stream
+                self._epoll.register(s.fileno(), select.EPOLLIN)
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
+
+    def _rtcp_socket(self, rtp: socket.socket, port: int) -> socket.socket | None:
+        """The RTCP socket on port + 1 (RFC 3550 §11); none if that port is taken."""
+        sock = socket.socket(rtp.family, socket.SOCK_DGRAM)
+        try:
+            sock.bind((self.host, port + 1))
+        except OSError:
+            sock.close()
+            logger.info("RTCP port %d is taken: no RTCP on this call", port + 1)
+            return None
+        sock.setblocking(False)
+        return sock
 
     def release(self, sock: socket.socket, port: int) -> None:
         """Give back a port that :meth:`allocate` bound but :meth:`open` never used."""
@@ -103,11 +119,14 @@ class MediaEngine:
     def close(self, port: int) -> None:
         stream = self.streams.pop(port, None)
         if stream is not None:
-            fd = stream.sock.fileno()
-            self._by_fd.pop(fd, None)
-            with contextlib.suppress(OSError, ValueError):
-                self._epoll.unregister(fd)
-            stream.sock.close()
+            for s in (stream.sock, stream.rtcp):
+                if s is None:
+                    continue
+                fd = s.fileno()
+                self._by_fd.pop(fd, None)
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(fd)
+                s.close()
             self._free.append(port)
         if not self.streams and self._handle is not None:
             self._handle.cancel()
@@ -115,6 +134,7 @@ class MediaEngine:
 
     def _tick(self) -> None:
         now = self.loop.time()
+        wall = time.time()
         self._receive(now)
         for stream in list(self.streams.values()):
             session = stream.session
@@ -126,6 +146,12 @@ class MediaEngine:
                     # A full buffer or an ICMP error for a peer that went away: the
                     # next frame goes out 20 ms later anyway.
                     self.send_errors += 1
+            if stream.rtcp is not None:
+                report = session.rtcp_report(now, wall)
+                destination = session.rtcp_destination()
+                if report is not None and destination is not None:
+                    with contextlib.suppress(OSError):
+                        stream.rtcp.sendto(report, destination)
             if session.events:
                 stream.wake()
         self._next += TICK
@@ -148,13 +174,19 @@ class MediaEngine:
                 stream = by_fd.get(fd)
                 if stream is None:
                     continue
+                sock = stream.sock if stream.sock.fileno() == fd else stream.rtcp
+                if sock is None:
+                    continue
                 try:
-                    data, address = stream.sock.recvfrom(2048)
+                    data, address = sock.recvfrom(2048)
                 except (BlockingIOError, InterruptedError):
                     continue
                 except OSError:
                     continue  # an ICMP error queued on the socket
-                stream.session.receive(data, (address[0], address[1]), now)
+                if sock is stream.sock:
+                    stream.session.receive(data, (address[0], address[1]), now)
+                else:
+                    stream.session.rtcp_received(data, (address[0], address[1]), now)
 
     def shutdown(self) -> None:
         for port in list(self.streams):

@@ -44,7 +44,7 @@ from callhook.events import (
     RecorderFailed,
     VoiceActivity,
 )
-from callhook.media import g711
+from callhook.media import g711, rtcp
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.vad import VoiceActivityDetector
@@ -63,6 +63,8 @@ PREROLL_FRAMES = 20
 MAX_GAP_SAMPLES = 80_000
 #: After this long without audio packets the caller is taken to be silent.
 SILENT_AFTER = 0.1
+#: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
+RTCP_INTERVAL = 5.0
 
 
 class Sink(Protocol):
@@ -132,6 +134,12 @@ class MediaSession:
         self.flood_dropped = 0
         self.foreign_dropped = 0
         self.malformed = 0
+        # RTCP: where reports go (the peer's RTP port + 1 until its RTCP shows up).
+        self.cname = f"callhook-{self.sender.ssrc:08x}"
+        self.rtcp_remote: Address | None = None
+        self.peer_report: rtcp.ReportBlock | None = None
+        self._rtcp_next: float | None = None
+        self._rtcp_phase = (self.sender.ssrc % 1000) / 1000  # a per-session offset, no RNG
 
     # --- receive ----------------------------------------------------------------------
 
@@ -203,6 +211,55 @@ class MediaSession:
             digit = self.tones.feed(samples)
             if digit is not None:
                 self.events.append(DigitReceived(digit))
+
+    # --- RTCP (RFC 3550 §6) --------------------------------------------------------
+
+    def rtcp_report(self, now: float, wall: float) -> bytes | None:
+        """The compound SR/RR + SDES packet to send now, if one is due (every ~5 s).
+
+        ``wall`` is the Unix time, for the SR's NTP timestamp.
+        """
+        if self._rtcp_next is None:
+            self._rtcp_next = now + RTCP_INTERVAL * (0.5 + self._rtcp_phase)
+            return None
+        if now < self._rtcp_next or not self.sending:
+            return None
+        self._rtcp_phase = (self._rtcp_phase * 7.31 + 0.137) % 1.0
+        self._rtcp_next = now + RTCP_INTERVAL * (0.5 + self._rtcp_phase)
+        block = self.receiver.report_block(now)
+        blocks = (block,) if block is not None else ()
+        first: rtcp.SenderReport | rtcp.ReceiverReport
+        if self.sender.packets:
+            first = self.sender.sender_report(rtcp.ntp_timestamp(wall), blocks)
+        else:
+            first = rtcp.ReceiverReport(self.sender.ssrc, blocks)
+        return rtcp.report(first, self.cname)
+
+    def rtcp_destination(self) -> Address | None:
+        if self.rtcp_remote is not None:
+            return self.rtcp_remote
+        if self.remote is None:
+            return None
+        return (self.remote[0], self.remote[1] + 1)
+
+    def rtcp_received(self, data: bytes, source: Address, now: float) -> None:
+        """An RTCP packet on the call's RTCP port: the peer's SR and its view of our stream."""
+        if self.remote is not None and source[0] != self.remote[0]:
+            self.foreign_dropped += 1
+            return
+        try:
+            packets = rtcp.parse(data)
+        except rtcp.RtcpError:
+            self.malformed += 1
+            return
+        self.rtcp_remote = source  # symmetric RTCP, like RTP
+        for packet in packets:
+            if isinstance(packet, rtcp.SenderReport):
+                self.receiver.on_sender_report(packet.ssrc, packet.ntp_timestamp, now)
+            if isinstance(packet, rtcp.SenderReport | rtcp.ReceiverReport):
+                for block in packet.reports:
+                    if block.ssrc == self.sender.ssrc:
+                        self.peer_report = block
 
     def inject_digit(self, digit: str) -> None:
         """A digit that came another way (SIP INFO)."""

@@ -204,3 +204,24 @@ async def test_application_hangs_up(tmp_path: Path, app: AppServer) -> None:
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "completed"
     assert final["this_call"]["seconds_call_duration"] >= 0.5
+
+
+async def test_hold_and_unhold_with_reinvite(tmp_path: Path, app: AppServer) -> None:
+    """re-INVITE sendonly: we answer recvonly and stop sending; sendrecv: we go on."""
+    app.page("/start", [{"sleep": {"seconds": 30}}])
+    app.page("/final", None)
+    parts = [
+        sipp.PAUSE.format(ms=1000),
+        sipp.REINVITE.format(cseq=2, version=2, direction="sendonly", expect="recvonly"),
+        sipp.PAUSE.format(ms=1000),
+        sipp.REINVITE.format(cseq=3, version=3, direction="sendrecv", expect="sendrecv"),
+        sipp.PAUSE.format(ms=500),
+        sipp.BYE_FROM_CALLER.format(cseq=4),
+    ]
+    run, server = await call(tmp_path, app, Stream(1.0), *parts, ending="")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    assert "re-offer: on hold" in server.output
+    assert "re-offer: active" in server.output
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "hung_up"
+    assert final["this_call"]["seconds_call_duration"] >= 2.0

@@ -898,6 +898,60 @@ def test_session_timer_keeps_the_callers_refresher_choice() -> None:
     assert ok.headers.get("Session-Expires") == "1800;refresher=uas"
 
 
+@pytest.mark.parametrize(
+    ("allow", "method"), [("INVITE, ACK, BYE, UPDATE", "UPDATE"), (None, "INVITE")]
+)
+def test_when_we_refresh_the_session_we_do_it_at_half_the_interval(
+    allow: str | None, method: str
+) -> None:
+    """RFC 4028 §10: the refresher sends UPDATE (if allowed) or re-INVITE at half the interval."""
+    agent = Agent(HOST, PORT)
+    headers = [("Session-Expires", "600")]  # no Supported: timer -> we refresh
+    if allow is not None:
+        headers.append(("Allow", allow))
+    tag = confirmed_call(agent, headers=headers)
+    assert drain(agent, T0 + 0.1 + 300 - EPS) == []  # nothing before half the interval
+    agent.handle_timer(T0 + 0.1 + 300)
+    refresh, address = one_request(agent)
+    assert refresh.method == method
+    assert address == ("192.0.2.10", 5062)
+    assert refresh.to_tag == FROM_TAG and refresh.from_tag == tag  # in our dialog
+    assert refresh.headers.get("Session-Expires") == "600;refresher=uas"
+    assert refresh.cseq[1] == method
+    if method == "INVITE":
+        assert refresh.body == ANSWER  # the same session: our current SDP
+    ok = (
+        f"SIP/2.0 200 OK\r\nVia: {refresh.headers.get('Via')}\r\n"
+        f"From: {refresh.headers.get('From')}\r\nTo: {refresh.headers.get('To')}\r\n"
+        f"Call-ID: {refresh.call_id}\r\nCSeq: {refresh.headers.get('CSeq')}\r\n"
+        f"Contact: {PEER_CONTACT}\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+    agent.receive(ok, PEER, T0 + 300.2)
+    out = sent(agent)
+    assert [m.method for m in requests(out)] == (["ACK"] if method == "INVITE" else [])
+    # ... and again half an interval later
+    agent.handle_timer(T0 + 300.2 + 300)
+    again, _ = one_request(agent)
+    assert again.method == method and again.cseq[0] > refresh.cseq[0]
+
+
+def test_a_refused_refresh_ends_the_call() -> None:
+    agent = Agent(HOST, PORT)
+    confirmed_call(agent, headers=[("Session-Expires", "600"), ("Allow", "UPDATE")])
+    agent.take_events()
+    agent.handle_timer(T0 + 0.1 + 300)
+    refresh, _ = one_request(agent)
+    gone = (
+        f"SIP/2.0 481 Call/Transaction Does Not Exist\r\nVia: {refresh.headers.get('Via')}\r\n"
+        f"From: {refresh.headers.get('From')}\r\nTo: {refresh.headers.get('To')}\r\n"
+        f"Call-ID: {refresh.call_id}\r\nCSeq: {refresh.headers.get('CSeq')}\r\n"
+        "Content-Length: 0\r\n\r\n"
+    ).encode()
+    agent.receive(gone, PEER, T0 + 300.2)
+    assert agent.take_events() == [CallTerminated(CALL_ID, "dropped", "481", by_remote=True)]
+    assert_no_leaks(agent, T0 + 300.2)
+
+
 def test_unsupported_content_type_on_invite_gets_415() -> None:
     agent = Agent(HOST, PORT)
     agent.receive(sip_request("INVITE", body=b"<xml/>", content_type="application/xml"), PEER, T0)

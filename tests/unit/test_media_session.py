@@ -1,0 +1,293 @@
+"""The per-call media session (callhook.media.session), alone: datagrams in, datagrams out.
+
+No sockets: packets are built here and handed to ``receive`` with a source and a
+time; ``tick`` is called every 20 ms of a virtual clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import numpy as np
+import pytest
+
+from callhook.events import DigitReceived, PromptFinished, RecorderFailed, VoiceActivity
+from callhook.media import g711, rtcp, tones
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import (
+    FRAME,
+    MAX_PACKETS_PER_SECOND,
+    MediaSession,
+    SinkFull,
+)
+
+PEER = ("192.0.2.10", 40000)
+NAT = ("198.51.100.7", 51000)
+ELSEWHERE = ("203.0.113.9", 6666)
+
+
+def rtp(
+    seq: int, ts: int, payload: bytes, pt: int = 0, marker: bool = False, ssrc: int = 7
+) -> bytes:
+    return struct.pack("!BBHII", 0x80, (0x80 if marker else 0) | pt, seq, ts, ssrc) + payload
+
+
+def audio_frames(samples: np.ndarray, law: str = "ulaw") -> list[bytes]:
+    encoded = g711.encode(law, samples)  # type: ignore[arg-type]
+    return [encoded[i : i + FRAME] for i in range(0, len(encoded) - FRAME + 1, FRAME)]
+
+
+def stream(
+    session: MediaSession,
+    frames: list[bytes],
+    *,
+    start: float = 0.0,
+    source=PEER,
+    seq0: int = 100,
+    ts0: int = 1000,
+    skip: set[int] | None = None,
+) -> None:
+    """Send frames 20 ms apart and tick the session after each, like the engine does."""
+    for i, payload in enumerate(frames):
+        now = start + i * 0.02
+        if not skip or i not in skip:
+            session.receive(rtp(seq0 + i, ts0 + i * FRAME, payload), source, now)
+        session.tick(now)
+
+
+class Sink:
+    def __init__(self, limit: int | None = None, fail: bool = False) -> None:
+        self.data = bytearray()
+        self.closed = False
+        self.limit = limit
+        self.fail = fail
+
+    def write(self, data: bytes) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        if self.limit is not None and len(self.data) + len(data) > self.limit:
+            raise SinkFull("full")
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def events(session: MediaSession) -> list[object]:
+    out: list[object] = list(session.events)
+    session.events.clear()
+    return out
+
+
+# --- symmetric RTP and protection --------------------------------------------------------
+
+
+def test_first_packet_latches_where_we_send() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), NAT, 0.0)
+    assert session.remote == NAT  # behind NAT: answer where the media comes from
+    packet = session.tick(0.02)
+    assert packet is not None and RtpPacket.parse(packet).payload_type == 0
+
+
+def test_packets_from_elsewhere_are_dropped_after_latching() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), PEER, 0.0)
+    for i in range(500):
+        session.receive(rtp(i, i * 160, bytes(FRAME)), ELSEWHERE, 0.01)
+    assert session.remote == PEER
+    assert session.foreign_dropped == 500
+    assert session.flood_dropped == 0  # a flood from elsewhere costs the caller nothing
+
+
+def test_the_sdp_address_takes_the_stream_back_from_a_racer() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), ELSEWHERE, 0.0)  # an attacker was first
+    session.receive(rtp(2, 320, bytes(FRAME)), PEER, 0.02)  # the address the SDP named
+    assert session.remote == PEER
+
+
+def test_a_flood_from_the_peer_is_cut_at_the_limit() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    for i in range(MAX_PACKETS_PER_SECOND + 50):
+        session.receive(rtp(i, i * 160, bytes(FRAME)), PEER, 0.5)
+    assert session.flood_dropped == 50
+    session.receive(rtp(999, 999 * 160, bytes(FRAME)), PEER, 1.6)  # a new second
+    assert session.flood_dropped == 50
+
+
+def test_garbage_and_unknown_payload_types_are_ignored() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(b"\x00\x01garbage", PEER, 0.0)
+    session.receive(rtp(1, 160, bytes(FRAME), pt=96), PEER, 0.0)
+    assert session.malformed == 2
+    assert events(session) == []
+
+
+# --- digits ----------------------------------------------------------------------------------
+
+
+def test_rfc4733_digit_once_per_press() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    seq = 1
+    for k in range(5):
+        payload = struct.pack("!BBH", 5, 10, 160 * (k + 1))
+        session.receive(rtp(seq, 8000, payload, pt=101, marker=k == 0), PEER, k * 0.02)
+        seq += 1
+    end = struct.pack("!BBH", 5, 0x80 | 10, 800)
+    for _ in range(3):
+        session.receive(rtp(seq, 8000, end, pt=101), PEER, 0.1)
+    session.tick(0.12)
+    assert [e for e in events(session) if isinstance(e, DigitReceived)] == [DigitReceived("5")]
+
+
+def test_inband_digits_only_without_telephone_event() -> None:
+    tone = np.concatenate([tones.dtmf_tone("7", 0.1, level_dbfs=-12.0), np.zeros(1600, np.int16)])
+    with_te = MediaSession("PCMU", 0, 101, PEER)
+    stream(with_te, audio_frames(tone))
+    assert not [e for e in events(with_te) if isinstance(e, DigitReceived)]
+    without = MediaSession("PCMU", 0, None, PEER)
+    stream(without, audio_frames(tone))
+    assert [e for e in events(without) if isinstance(e, DigitReceived)] == [DigitReceived("7")]
+
+
+# --- playing prompts -------------------------------------------------------------------------
+
+
+def test_prompt_plays_frame_by_frame_then_finishes() -> None:
+    session = MediaSession("PCMA", 8, 101, PEER)
+    samples = tones.tone(440.0, 0.1)  # 5 frames
+    session.play(3, samples)
+    sent = [session.tick(i * 0.02) for i in range(7)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    expected = g711.encode("alaw", samples)
+    assert b"".join(payloads[:5]) == expected
+    assert payloads[5] == g711.silence("alaw", FRAME)  # then silence, not nothing
+    assert events(session) == [PromptFinished(3)]
+    stamps = [RtpPacket.parse(p).timestamp for p in sent if p is not None]
+    assert [b - a for a, b in itertools.pairwise(stamps)] == [FRAME] * 6
+
+
+def test_stopped_prompt_never_reports_finishing() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.play(1, tones.tone(440.0, 0.1))
+    session.tick(0.0)
+    session.stop_prompt(1)
+    for i in range(1, 10):
+        session.tick(i * 0.02)
+    assert events(session) == []
+
+
+def test_on_hold_nothing_is_sent_but_time_goes_on() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    first = session.tick(0.0)
+    session.sending = False
+    assert [session.tick(i * 0.02) for i in range(1, 6)] == [None] * 5
+    session.sending = True
+    after = session.tick(0.12)
+    assert first is not None and after is not None
+    assert RtpPacket.parse(after).timestamp - RtpPacket.parse(first).timestamp == 6 * FRAME
+
+
+# --- voice activity and recording --------------------------------------------------------
+
+
+def speech_like(seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    t = np.arange(round(seconds * 8000)) / 8000
+    return (
+        (6000 * np.sin(2 * np.pi * 300 * t) * (1 + 0.5 * rng.standard_normal(len(t))))
+        .clip(-32000, 32000)
+        .astype(np.int16)
+    )
+
+
+def test_voice_activity_edges() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    samples = np.concatenate(
+        [np.zeros(4000, np.int16), speech_like(1.0), np.zeros(16000, np.int16)]
+    )
+    stream(session, audio_frames(samples))
+    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
+    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+
+
+def test_recording_keeps_real_time_across_lost_packets() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.0)
+    frames = audio_frames(speech_like(1.0))  # 50 frames
+    stream(session, frames, skip={10, 11, 12})  # three lost packets
+    session.stop_recording(0.99)
+    assert sink.closed
+    assert len(sink.data) == 50 * FRAME  # the gap was filled with silence
+    assert bytes(sink.data[10 * FRAME : 13 * FRAME]) == g711.silence("ulaw", 3 * FRAME)
+    assert bytes(sink.data[:FRAME]) == frames[0]
+
+
+def test_recording_starts_with_the_preroll() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(1.0))
+    stream(session, frames[:20])
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.1)  # 5 frames back
+    stream(session, frames[20:], start=0.4, seq0=120, ts0=1000 + 20 * FRAME)
+    session.stop_recording(1.0)
+    assert bytes(sink.data) == b"".join(frames[15:])
+
+
+def test_recording_transcodes_to_the_asked_law() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, "alaw", preroll=0.0)
+    samples = speech_like(0.2)
+    stream(session, audio_frames(samples))
+    session.stop_recording(0.2)
+    decoded = g711.decode("alaw", bytes(sink.data)).astype(float)
+    reference = g711.decode("ulaw", g711.encode("ulaw", samples)).astype(float)
+    assert np.corrcoef(decoded, reference[: len(decoded)])[0, 1] > 0.99
+
+
+@pytest.mark.parametrize(
+    ("sink", "reason"), [(Sink(limit=800), "filesize"), (Sink(fail=True), "error")]
+)
+def test_recording_failures_become_events(sink: Sink, reason: str) -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recording(sink, None, preroll=0.0)
+    stream(session, audio_frames(speech_like(0.2)))
+    failures = [e for e in events(session) if isinstance(e, RecorderFailed)]
+    assert [f.reason for f in failures] == [reason]
+
+
+def test_recording_padded_to_now_when_the_caller_goes_quiet() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.0)
+    stream(session, audio_frames(speech_like(0.2)))  # 10 frames, then nothing at all
+    session.stop_recording(0.18 + 1.0)
+    assert len(sink.data) == pytest.approx(60 * FRAME, abs=2 * FRAME)
+
+
+# --- RTCP ----------------------------------------------------------------------------------
+
+
+def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    reports = []
+    stream(session, audio_frames(speech_like(12.0)))
+    for i in range(600):
+        report = session.rtcp_report(i * 0.02, 1_800_000_000 + i * 0.02)
+        if report is not None:
+            reports.append((i * 0.02, report))
+    assert 2 <= len(reports) <= 5  # 5 s +- 50 %
+    first = rtcp.parse(reports[-1][1])
+    assert isinstance(first[0], rtcp.SenderReport)
+    assert first[0].reports and first[0].reports[0].ssrc == 7  # a block about the caller
+    peer = rtcp.report(
+        rtcp.ReceiverReport(7, (rtcp.ReportBlock(session.sender.ssrc, 12, 3, 0, 99, 0, 0),)),
+        "peer",
+    )
+    session.rtcp_received(peer, (PEER[0], PEER[1] + 1), 13.0)
+    assert session.peer_report is not None and session.peer_report.fraction_lost == 12
+    assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
