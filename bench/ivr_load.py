@@ -276,6 +276,8 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
         "gap_max": gmax,
         "page": stats.get("page_latency", {}),
         "late_ticks": stats.get("media_late_ticks"),
+        "tick": stats.get("media_tick", {}),
+        "gc": stats.get("gc_pauses", {}),
         "elapsed": elapsed,
         "final": app["final"],
     }
@@ -326,6 +328,16 @@ def main() -> None:
                 f"| {r['late_ticks']}",
                 flush=True,
             )
+            tick = r["tick"]
+            assert isinstance(tick, dict)
+            if tick:
+                print(
+                    f"       tick lateness (last minute) p50/p99/max: {tick['late_p50_ms']:.1f} / "
+                    f"{tick['late_p99_ms']:.1f} / {tick['late_max_ms']:.1f} ms; tick took "
+                    f"{tick['took_p50_ms']:.1f} / {tick['took_p99_ms']:.1f} / "
+                    f"{tick['took_max_ms']:.1f} ms; gc pauses {r['gc']}",
+                    flush=True,
+                )
     finally:
         app.terminate()
 

@@ -7,9 +7,10 @@ media file namespace, named in the page requests' ``log_filename``. A line is
 
 wall-clock time (UTC, ms), seconds since the call started (media time), a
 kind, and the details. Lines are flushed as written, so the log survives a
-crash. The same lines go to the server log (``logging``) under
-``callhook.call`` with the application instance id, and to any listener (the
-terminal phone prints them).
+crash. The call's start and end and every warning and error also go to the server
+log (``logging``, ``callhook.call``, with the application instance id); the
+other lines do too at DEBUG (``callhook -v``). Listeners (the terminal phone)
+get every line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from typing import TextIO
 from callhook.clock import Clock
 
 logger = logging.getLogger("callhook.call")
+
+#: The kinds of line the server log shows at INFO (all are in the call's own log).
+SERVER_KINDS = frozenset({"call_start", "call_end", "error", "invalid_response", "aborted"})
 
 #: (kind, text) of each line, for whoever wants to watch a call as it runs.
 Listener = Callable[[str, str], None]
@@ -51,7 +55,12 @@ class CallLog:
         self.lines.append(line)
         if self._file is not None:
             self._file.write(line + "\n")
-        logger.log(level, "[%s] %s %s", self.instance_id, kind, text)
+        # The server log gets the call's start and end, and every warning or error;
+        # the rest is in the call's own log file (writing it twice costs CPU at scale).
+        if level > logging.INFO or kind in SERVER_KINDS:
+            logger.log(level, "[%s] %s %s", self.instance_id, kind, text)
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug("[%s] %s %s", self.instance_id, kind, text)
         for listener in self.listeners:
             listener(kind, text)
 

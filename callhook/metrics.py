@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,20 @@ class Metrics:
     active: int = 0
     page_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=SAMPLES))
     page_errors: int = 0
+    gc_pauses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=2000))
+    _gc_started: float = 0.0
+
+    def watch_gc(self) -> None:
+        """Time the collector's pauses (they stop every call's audio while they run)."""
+
+        def callback(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                self._gc_started = time.perf_counter()
+            else:
+                pause = (time.perf_counter() - self._gc_started) * 1000
+                self.gc_pauses.append((info["generation"], pause))
+
+        gc.callbacks.append(callback)
 
     def call_started(self) -> None:
         self.active += 1
@@ -37,7 +53,13 @@ class Metrics:
         if len(pages) >= 2:
             q = statistics.quantiles(pages, n=100)
             latency = {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": pages[-1] * 1000}
+        gc_stats = {}
+        for generation in (0, 1, 2):
+            pauses = [p for g, p in self.gc_pauses if g == generation]
+            if pauses:
+                gc_stats[f"gen{generation}"] = {"count": len(pauses), "max_ms": max(pauses)}
         return {
+            "gc_pauses": gc_stats,
             "calls_active": self.active,
             "calls_ended": dict(self.calls),
             "page_requests": len(pages),

@@ -94,14 +94,14 @@ class SipLeg:
     def send(self, commands: Sequence[MediaCommand]) -> None:
         for command in commands:
             if isinstance(command, StartPrompt):
-                audio, error = self.prompts.render(self.app_name, command.items)
+                audio, error = self.prompts.encoded(self.app_name, command.items, self.session.law)
                 if error is not None:
                     self._prompt_errors[command.prompt_id] = error
-                if len(audio) == 0 and error is not None:
+                if not audio and error is not None:
                     self._queue.append(PromptFinished(command.prompt_id, error))
                     self._wake.set()
                 else:
-                    self.session.play(command.prompt_id, audio)
+                    self.session.play_encoded(command.prompt_id, audio)
             elif isinstance(command, StopPrompt):
                 self.session.stop_prompt(command.prompt_id)
             elif isinstance(command, StartRecording):

@@ -380,10 +380,23 @@ class SipService:
     def stats(self) -> dict[str, Any]:
         """The server's counters, with the SIP and media side's."""
         media = self.media
+        lateness = sorted(media.lateness) if media else []
+        durations = sorted(media.durations) if media else []
+        tick = {}
+        if len(lateness) > 1:
+            tick = {
+                "late_p50_ms": lateness[len(lateness) // 2],
+                "late_p99_ms": lateness[int(len(lateness) * 0.99)],
+                "late_max_ms": lateness[-1],
+                "took_p50_ms": durations[len(durations) // 2],
+                "took_p99_ms": durations[int(len(durations) * 0.99)],
+                "took_max_ms": durations[-1],
+            }
         return self.services.metrics.snapshot(
             sip_calls=len(self.agent.calls) if self.agent else 0,
             media_streams=len(media.streams) if media else 0,
             media_late_ticks=media.late_ticks if media else 0,
+            media_tick=tick,
         )
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

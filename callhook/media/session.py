@@ -289,7 +289,10 @@ class MediaSession:
 
     def play(self, prompt_id: int, samples: npt.NDArray[np.int16]) -> None:
         """Start playing ``samples`` (8 kHz) as prompt ``prompt_id``, replacing any prompt."""
-        audio = g711.encode(self.law, samples)
+        self.play_encoded(prompt_id, g711.encode(self.law, samples))
+
+    def play_encoded(self, prompt_id: int, audio: bytes) -> None:
+        """Like :meth:`play`, with audio already in the call's law (from a cache)."""
         rest = len(audio) % FRAME
         if rest:
             audio += self._silence[: FRAME - rest]

@@ -2,13 +2,18 @@
 
 The header is written first with the sizes of an empty file and rewritten
 with the real sizes every second of audio and at the end, so that a crash
-or a power cut leaves a playable file holding what was captured up to a
-second before (DESIGN.md §1.5: a recording that was captured is never lost).
+leaves a playable file holding what was captured up to a second before
+(DESIGN.md §1.5: a recording that was captured is never lost).
+
+Closing a recording forces it to disk (``fsync``) so it survives a power
+cut too. That can take milliseconds, so it is done on a worker thread: the
+event loop, which plays every call's audio, never waits for the disk.
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,6 +21,17 @@ from callhook.media import wav
 from callhook.media.session import SinkFull
 
 HEADER_REFRESH_BYTES = 8000  # one second of G.711
+
+#: Finishes closed recordings (fsync, close) off the event loop.
+_finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callhook-wav")
+
+
+def _sync_and_close(file: BinaryIO) -> None:
+    try:
+        file.flush()
+        os.fsync(file.fileno())
+    finally:
+        file.close()
 
 
 class WavWriter:
@@ -58,9 +74,8 @@ class WavWriter:
         if self.length & 1:
             self._file.write(b"\x00")  # RIFF chunks are word-aligned
         self._rewrite_header()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
+        file, self._file = self._file, None
+        _finisher.submit(_sync_and_close, file)
 
     @property
     def seconds(self) -> float:
