@@ -151,6 +151,8 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.rtp_ports:
         first, _, last = args.rtp_ports.partition("-")
         settings.rtp_ports = (int(first), int(last))
+    if args.max_calls is not None:
+        settings.max_calls = args.max_calls
     services = Services(settings)
     services.metrics.watch_gc()
     _apply_app_flags(args, settings, services.secret)
@@ -251,6 +253,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--http", help="HOST:PORT of the web server (default 127.0.0.1:8080)")
     s.add_argument("--sip", help="HOST:PORT to take SIP calls on (default 0.0.0.0:5060)")
     s.add_argument("--rtp-ports", help="FIRST-LAST port range for RTP (default 20000-29999)")
+    s.add_argument("--max-calls", type=int, help="calls at once; more get 503 (default 500)")
     _app_flags(s)
     s.set_defaults(func=cmd_serve)
 

@@ -14,6 +14,7 @@ A config file is TOML::
     port = 5060
     rtp_ports = [20000, 29999]          # even ports for RTP, one per call
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
+    max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
     [trunk]                             # for outbound calls that get challenged (optional)
     username = "me"
@@ -68,6 +69,7 @@ class Settings:
     sip_port: int = 5060
     rtp_ports: tuple[int, int] = (20000, 29999)
     shutdown_grace: float = 30.0
+    max_calls: int = 500
     trunk_username: str | None = None
     trunk_password: str | None = None
     apps: dict[str, AppConfig] = field(default_factory=dict)
@@ -114,6 +116,7 @@ def load(path: Path) -> Settings:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
         settings.rtp_ports = (first, last)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
+    settings.max_calls = int(sip.get("max_calls", settings.max_calls))
     trunk = raw.get("trunk", {})
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")

@@ -198,6 +198,11 @@ class SipService:
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
         now = self.loop.time()
+        limit = self.services.settings.max_calls
+        if limit and len(self.calls) >= limit:
+            logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
+            agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
+            return
         app = self.services.settings.app_for(event.user) or self.services.default_app()
         if app is None:
             logger.warning("call %s to %r: no application for that user", event.call_id, event.user)

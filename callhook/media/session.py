@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -123,6 +124,9 @@ class MediaSession:
         # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
         self.vad = VoiceActivityDetector()
+        #: Who else hears the caller, frame by frame (8 kHz int16): the speech
+        #: recogniser while a recognition stream runs. Empty: no cost.
+        self.audio_taps: list[Callable[[npt.NDArray[np.int16]], None]] = []
         self._silence = g711.silence(self.law, FRAME)
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
         self._prompt: _Prompt | None = None
@@ -202,6 +206,8 @@ class MediaSession:
             self._record(payload, timestamp)
         samples = g711.decode(self.law, payload)
         self._detect(samples)
+        for tap in self.audio_taps:
+            tap(samples)
 
     def _detect(self, samples: npt.NDArray[np.int16]) -> None:
         edge = self.vad.feed(samples)

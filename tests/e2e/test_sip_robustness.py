@@ -151,3 +151,36 @@ async def test_shutdown_refuses_new_calls_and_lets_running_ones_finish(
     assert run.returncode == 0, run.output + run.errors + server.output
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
     assert "shutting down" in server.output
+
+
+async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer) -> None:
+    app.page("/start", [{"sleep": {"seconds": 3}}, {"hang_up": {}}])
+    app.page("/final", None)
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
+    async with Server(
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
+        extra=("--max-calls", "1"),
+    ) as server:
+        running = asyncio.create_task(
+            sipp.run_sipp(
+                sipp.scenario(*parts),
+                server.sip,
+                tmp_path,
+                local_port=free_udp_port(),
+                media_port=free_even_udp_port(),
+            )
+        )
+        for _ in range(100):
+            if app.bodies("/start"):
+                break
+            await asyncio.sleep(0.05)
+        answers = await asyncio.to_thread(
+            exchange, server.sip, request("INVITE", server.sip_port, via_port=5997)
+        )
+        run = await running
+    assert [a.status for a in answers] == [100, 503]
+    assert "too many calls" in answers[-1].reason
+    assert run.returncode == 0, run.output + run.errors + server.output

@@ -275,12 +275,16 @@ def test_recording_padded_to_now_when_the_caller_goes_quiet() -> None:
 def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
     session = MediaSession("PCMU", 0, 101, PEER)
     reports = []
-    stream(session, audio_frames(speech_like(12.0)))
-    for i in range(600):
+    stream(session, audio_frames(speech_like(2.0)))
+    for i in range(2000):  # 40 s
         report = session.rtcp_report(i * 0.02, 1_800_000_000 + i * 0.02)
         if report is not None:
             reports.append((i * 0.02, report))
-    assert 2 <= len(reports) <= 5  # 5 s +- 50 %
+    times = [t for t, _ in reports]
+    assert len(times) >= 5
+    assert times[0] <= 7.5
+    # RFC 3550 §6.3.1: 5 s, randomised by 0.5 to 1.5
+    assert all(2.5 - 1e-9 <= b - a <= 7.5 + 0.02 for a, b in itertools.pairwise(times))
     first = rtcp.parse(reports[-1][1])
     assert isinstance(first[0], rtcp.SenderReport)
     assert first[0].reports and first[0].reports[0].ssrc == 7  # a block about the caller
@@ -291,3 +295,16 @@ def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
     session.rtcp_received(peer, (PEER[0], PEER[1] + 1), 13.0)
     assert session.peer_report is not None and session.peer_report.fraction_lost == 12
     assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
+
+
+def test_audio_taps_hear_every_decoded_frame() -> None:
+    """The seam for the speech recogniser: decoded frames, in order, while tapped."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    heard: list[np.ndarray] = []
+    samples = speech_like(0.1)
+    frames = audio_frames(samples)
+    stream(session, frames[:2])
+    session.audio_taps.append(heard.append)
+    stream(session, frames[2:], start=0.04, seq0=102, ts0=1000 + 2 * FRAME)
+    assert len(heard) == 3
+    assert np.array_equal(np.concatenate(heard), g711.decode("ulaw", b"".join(frames[2:])))
