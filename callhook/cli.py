@@ -153,6 +153,8 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.rtp_ports = (int(first), int(last))
     if args.max_calls is not None:
         settings.max_calls = args.max_calls
+    if args.shutdown_grace is not None:
+        settings.shutdown_grace = args.shutdown_grace
     services = Services(settings)
     services.metrics.watch_gc()
     _apply_app_flags(args, settings, services.secret)
@@ -233,7 +235,9 @@ def cmd_dial(args: argparse.Namespace) -> int:
 
 
 def _app_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--app-url", help="the application's first page (default: the built-in demo)")
+    p.add_argument(
+        "--app-url", "--app", help="the application's first page (default: the built-in demo)"
+    )
     p.add_argument("--error-page", help="the application's error page URL")
     p.add_argument("--final-page", help="the application's final page URL")
     p.add_argument("--secret", help="the secret page requests are signed with")
@@ -254,6 +258,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sip", help="HOST:PORT to take SIP calls on (default 0.0.0.0:5060)")
     s.add_argument("--rtp-ports", help="FIRST-LAST port range for RTP (default 20000-29999)")
     s.add_argument("--max-calls", type=int, help="calls at once; more get 503 (default 500)")
+    s.add_argument(
+        "--shutdown-grace", type=float, help="seconds calls may go on after SIGTERM (default 30)"
+    )
     _app_flags(s)
     s.set_defaults(func=cmd_serve)
 

@@ -68,18 +68,6 @@ class PromptAudio:
                 self._encoded.popitem(last=False)
         return audio
 
-    def render(
-        self, app: str, items: tuple[PromptItem, ...]
-    ) -> tuple[npt.NDArray[np.int16], str | None]:
-        """The audio of ``items`` in order; stops at the first that fails (with the reason)."""
-        parts: list[npt.NDArray[np.int16]] = []
-        for item in items:
-            try:
-                parts.append(self.item(app, item))
-            except PromptError as exc:
-                return _join(parts), str(exc)
-        return _join(parts), None
-
     def item(self, app: str, item: PromptItem) -> npt.NDArray[np.int16]:
         if isinstance(item, PlayTone):
             return tones.tone(item.frequency_hz, item.seconds)
@@ -108,9 +96,3 @@ class PromptAudio:
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
         return audio
-
-
-def _join(parts: list[npt.NDArray[np.int16]]) -> npt.NDArray[np.int16]:
-    if not parts:
-        return np.zeros(0, dtype=np.int16)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)

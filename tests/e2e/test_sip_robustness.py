@@ -184,3 +184,61 @@ async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer) -> 
     assert [a.status for a in answers] == [100, 503]
     assert "too many calls" in answers[-1].reason
     assert run.returncode == 0, run.output + run.errors + server.output
+
+
+async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """Past shutdown_grace the running action is aborted: the recording is kept, reported
+    with reason aborted; callhook hangs up (BYE) and the final page says dropped."""
+    from callhook.media import wav
+
+    app.page(
+        "/start", [{"record": {"next_page": {"url": "/recorded"}, "seconds_max_duration": 60}}]
+    )
+    app.page("/recorded", [{"play": {"play_list": [{"text_to_say": "never"}]}}])
+    app.page("/final", None)
+    loud = Stream(20.0).inband("1" * 40, at=0.5, spacing=0.45, tone=0.4)  # sound throughout
+    pcap = loud.write_pcap(tmp_path / "caller.pcap")
+    parts = [
+        sipp.invite("ivr", telephone_event=True),
+        sipp.ANSWERED,
+        sipp.PLAY.format(pcap=pcap),
+        sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+    ]
+    server = Server(
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
+        extra=("--shutdown-grace", "1"),
+    )
+    async with server:
+        running = asyncio.create_task(
+            sipp.run_sipp(
+                sipp.scenario(*parts),
+                server.sip,
+                tmp_path,
+                local_port=free_udp_port(),
+                media_port=free_even_udp_port(),
+            )
+        )
+        for _ in range(100):
+            if app.bodies("/start"):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.0)  # recording
+        assert server.proc is not None
+        server.proc.send_signal(__import__("signal").SIGTERM)
+        run = await running
+    assert run.returncode == 0, run.output + run.errors + server.output  # it got our BYE
+    (recorded,) = app.bodies("/recorded")
+    result = recorded["action_result"]["result"]
+    assert result["reason"] == "aborted"
+    assert result["contains_sound"] is True
+    path = tmp_path / "data" / "media" / "default" / result["filename"]
+    seconds = wav.read_info(path.read_bytes()).seconds
+    assert seconds == pytest.approx(result["seconds_duration"], abs=0.15)
+    assert seconds > 2.0
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "dropped"
