@@ -210,15 +210,12 @@ class SipService:
             return
         try:
             offer = sdp.parse(event.offer.decode("utf-8", "replace"))
-            sock, port = media.allocate()
-        except sdp.NoCommonCodec as exc:
-            logger.warning("call %s: %s", event.call_id, exc)
-            agent.reject(event.call_id, 488, now, "Not Acceptable Here (no common codec)")
-            return
         except sdp.SdpError as exc:
             logger.warning("call %s: unusable SDP offer: %s", event.call_id, exc)
             agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({exc})")
             return
+        try:
+            sock, port = media.allocate()
         except OSError as exc:
             logger.error("call %s: %s", event.call_id, exc)
             agent.reject(event.call_id, 503, now, "Service Unavailable (no media port)")
@@ -226,20 +223,12 @@ class SipService:
         session_id = random.randint(1, 2**31)
         try:
             answer, negotiated = sdp.answer(offer, self.address, port, session_id, 1)
-        except sdp.SdpError as exc:
-            sock.close()
-            status = 488
+        except sdp.SdpError as exc:  # NoCommonCodec, mostly
+            media.release(sock, port)
             logger.warning("call %s: %s", event.call_id, exc)
-            agent.reject(event.call_id, status, now, "Not Acceptable Here (no common codec)")
+            agent.reject(event.call_id, 488, now, "Not Acceptable Here (no common codec)")
             return
-        session = MediaSession(
-            negotiated.codec,
-            negotiated.payload_type,
-            negotiated.telephone_event_pt,
-            negotiated.remote_address,
-            label=f"call {event.call_id}",
-            sending=negotiated.sends,
-        )
+        session = _media_session(negotiated, event.call_id)
         info = CallInfo(
             call_id=event.call_id,
             direction="inbound",
@@ -366,14 +355,7 @@ class SipService:
                 agent.hang_up(call_id, self.loop.time(), cause="failed")
                 self._flush()
                 return await self.services.unanswered(app, info, "failed", "488")
-            new = MediaSession(
-                negotiated.codec,
-                negotiated.payload_type,
-                negotiated.telephone_event_pt,
-                negotiated.remote_address,
-                label=f"call {call_id}",
-                sending=negotiated.sends,
-            )
+            new = _media_session(negotiated, call_id)
             leg.session = new
             call.media.session = new
             leg.answered = True
@@ -460,6 +442,18 @@ class SipService:
             # Let the last BYEs out before the socket closes.
             await asyncio.sleep(0.05)
             self.transport.close()
+
+
+def _media_session(negotiated: sdp.Negotiated, call_id: str) -> MediaSession:
+    """The media session the SDP offer/answer agreed on."""
+    return MediaSession(
+        negotiated.codec,
+        negotiated.payload_type,
+        negotiated.telephone_event_pt,
+        negotiated.remote_address,
+        label=f"call {call_id}",
+        sending=negotiated.sends,
+    )
 
 
 class _Unanswered(Exception):

@@ -242,3 +242,44 @@ async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
     assert seconds > 2.0
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "dropped"
+
+
+async def test_no_common_codec_gets_488_and_gives_its_port_back(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """One RTP port only: a refused offer must not keep it, or the next call finds none."""
+    app.page("/start", [{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+    app.page("/final", None)
+    g729 = (
+        "v=0\r\no=x 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+        "m=audio 7000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n"
+    )
+    server = Server(
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
+    )
+    first = server.rtp_ports[0]
+    server.args[server.args.index("--rtp-ports") + 1] = f"{first}-{first + 1}"
+    async with server:
+        invite = request(
+            "INVITE",
+            server.sip_port,
+            extra="Contact: <sip:probe@127.0.0.1:5996>\r\nContent-Type: application/sdp\r\n",
+            via_port=5996,
+        ).replace(
+            b"Content-Length: 0\r\n\r\n", f"Content-Length: {len(g729)}\r\n\r\n{g729}".encode()
+        )
+        answers = await asyncio.to_thread(exchange, server.sip, invite)
+        assert [a.status for a in answers] == [100, 488]
+        parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
+        run = await sipp.run_sipp(
+            sipp.scenario(*parts),
+            server.sip,
+            tmp_path,
+            local_port=free_udp_port(),
+            media_port=free_even_udp_port(),
+        )
+    assert run.returncode == 0, run.output + run.errors + server.output
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
