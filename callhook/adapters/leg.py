@@ -165,9 +165,7 @@ class SipLeg:
             await self._answer()
 
     async def hang_up(self) -> str:
-        for filename in list(self._recorders):
-            self.session.stop_recording(self.loop.time())
-            self._recorders.pop(filename, None)
+        self.finish()
         return self._hang_up()
 
     async def wait_ended(self) -> CallEnded:
