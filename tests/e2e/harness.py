@@ -9,6 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
+from callhook.testing import AppServer
+
 CALLHOOK = [sys.executable, "-m", "callhook"]
 
 
@@ -41,6 +43,15 @@ def free_even_udp_port() -> int:
         except OSError:
             continue
     raise RuntimeError("no free even UDP port")
+
+
+async def wait_for_request(app: AppServer, path: str, timeout: float = 5.0) -> bool:
+    """Wait until ``app`` has received a request for ``path`` (False if it did not in time)."""
+    for _ in range(round(timeout / 0.05)):
+        if app.bodies(path):
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 class Server:
@@ -84,6 +95,17 @@ class Server:
         self.proc: asyncio.subprocess.Process | None = None
         self.output = ""
         self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_app(cls, data_dir: Path, app: AppServer, extra: tuple[str, ...] = ()) -> Server:
+        """serve running ``app``: its /start, its /final, its secret."""
+        return cls(
+            data_dir,
+            app_url=app.url("/start"),
+            secret=app.secret,
+            final_page=app.url("/final"),
+            extra=extra,
+        )
 
     @property
     def sip(self) -> tuple[str, int]:

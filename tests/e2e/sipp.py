@@ -178,6 +178,19 @@ class SippRun:
     errors: str
 
 
+async def call(server: tuple[str, int], workdir: Path, *parts: str) -> SippRun:
+    """One SIPp call made of scenario ``parts``, from free local ports."""
+    from tests.e2e.harness import free_even_udp_port, free_udp_port
+
+    return await run_sipp(
+        scenario(*parts),
+        server,
+        workdir,
+        local_port=free_udp_port(),
+        media_port=free_even_udp_port(),
+    )
+
+
 async def run_sipp(
     scenario_text: str,
     server: tuple[str, int],
@@ -298,20 +311,11 @@ a=ptime:20
   <recv request="ACK"/>
 """
 
-UAS_BYE = """
-  <recv request="BYE" timeout="{timeout_ms}"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>
-  <label id="end"/>
+UAS_BYE = (
+    BYE_FROM_SERVER
+    + """  <label id="end"/>
 """
+)
 
 
 def uas(*, play: str | None = None, username: str | None = None, password: str = "") -> str:

@@ -19,7 +19,7 @@ import pytest
 
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer
-from tests.e2e.harness import Server, free_tcp_port, free_udp_port
+from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
 
 BARESIP = shutil.which("baresip")
 MODULES = Path("/usr/lib/baresip/modules")
@@ -113,16 +113,10 @@ async def test_baresip_hears_the_prompt_and_its_keys_arrive(tmp_path: Path, app:
             else:
                 raise AssertionError("baresip's control socket did not open")
             await command(writer, "dial", f"sip:ivr@127.0.0.1:{server.sip_port}")
-            for _ in range(100):  # the prompt plays for 2 s, then get_number waits
-                if app.bodies("/start"):
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(3.0)
+            await wait_for_request(app, "/start", timeout=10)
+            await asyncio.sleep(3.0)  # the prompt plays for 2 s, then get_number waits
             await command(writer, "sndcode", "531")
-            for _ in range(100):
-                if app.bodies("/final"):
-                    break
-                await asyncio.sleep(0.1)
+            await wait_for_request(app, "/final", timeout=10)
             writer.close()
         finally:
             phone.terminate()

@@ -10,7 +10,7 @@ import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import free_even_udp_port, free_udp_port
+from tests.e2e.harness import free_even_udp_port, free_udp_port, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -140,10 +140,7 @@ async def test_calls_api_places_a_call(tmp_path: Path, app: AppServer) -> None:
             async with http.post(url, json=body, headers=headers) as r:
                 assert r.status == 202
         uas_out, _ = await asyncio.wait_for(uas.communicate(), 30)
-        for _ in range(100):
-            if app.bodies("/final"):
-                break
-            await asyncio.sleep(0.05)
+        await wait_for_request(app, "/final")
     assert uas.returncode == 0, uas_out.decode(errors="replace") + server.output
     assert app.bodies("/start")[0]["this_call"]["call_direction"] == "outbound"
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"

@@ -18,7 +18,7 @@ import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port
+from tests.e2e.harness import Server, free_udp_port
 from tests.e2e.rtpstream import Stream
 
 KAMAILIO = shutil.which("kamailio") or (
@@ -77,12 +77,7 @@ async def test_in_dialog_bye_goes_back_through_the_proxy(tmp_path: Path, app: Ap
     app.page("/final", None)
     pcap = Stream(6.0).rfc4733("58", at=2.0).write_pcap(tmp_path / "caller.pcap")
     proxy_port = free_udp_port()
-    async with Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    ) as server:
+    async with Server.for_app(tmp_path / "data", app) as server:
         dispatcher = tmp_path / "dispatcher.list"
         dispatcher.write_text(f"1 sip:127.0.0.1:{server.sip_port}\n")
         config = tmp_path / "kamailio.cfg"
@@ -109,13 +104,7 @@ async def test_in_dialog_bye_goes_back_through_the_proxy(tmp_path: Path, app: Ap
                 sipp.PLAY.format(pcap=pcap),
                 sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
             ]
-            run = await sipp.run_sipp(
-                sipp.scenario(*parts),
-                ("127.0.0.1", proxy_port),
-                tmp_path,
-                local_port=free_udp_port(),
-                media_port=free_even_udp_port(),
-            )
+            run = await sipp.call(("127.0.0.1", proxy_port), tmp_path, *parts)
         finally:
             proxy.terminate()
             out, _ = await asyncio.wait_for(proxy.communicate(), 10)

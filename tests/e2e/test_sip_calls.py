@@ -18,7 +18,7 @@ import pytest
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer, Reply
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port
+from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -66,19 +66,8 @@ async def call(
     parts = [sipp.invite("ivr", codec, telephone_event), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts += list(middle)
     parts.append(ending if ending is not None else sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
-    async with Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    ) as server:
-        run = await sipp.run_sipp(
-            sipp.scenario(*parts),
-            server.sip,
-            tmp_path,
-            local_port=free_udp_port(),
-            media_port=free_even_udp_port(),
-        )
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
     return run, server
 
 
@@ -157,23 +146,9 @@ async def test_cancel_before_answer(tmp_path: Path, app: AppServer) -> None:
     app.page("/start", Reply({"actions": [{"hang_up": {}}]}, delay=3.0))
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.CANCEL.format(user="ivr")]
-    async with Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    ) as server:
-        run = await sipp.run_sipp(
-            sipp.scenario(*parts),
-            server.sip,
-            tmp_path,
-            local_port=free_udp_port(),
-            media_port=free_even_udp_port(),
-        )
-        for _ in range(100):
-            if app.bodies("/final"):
-                break
-            await __import__("asyncio").sleep(0.05)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+        await wait_for_request(app, "/final")
     assert run.returncode == 0, run.output + run.errors + server.output
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "hung_up"

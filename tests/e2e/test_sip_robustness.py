@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 from pathlib import Path
 
 import pytest
 
+from callhook.media import wav
 from callhook.sip.message import Response, parse
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port
+from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -82,21 +84,8 @@ async def test_rtp_flood_is_cut_and_the_call_goes_on(tmp_path: Path, app: AppSer
     pcap = Stream(6.0).rfc4733("77", at=3.0).write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
-    async with Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    ) as server:
-        sipp_task = asyncio.create_task(
-            sipp.run_sipp(
-                sipp.scenario(*parts),
-                server.sip,
-                tmp_path,
-                local_port=free_udp_port(),
-                media_port=free_even_udp_port(),
-            )
-        )
+    async with Server.for_app(tmp_path / "data", app) as server:
+        sipp_task = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
         await asyncio.sleep(1.0)
         ports = range(server.rtp_ports[0], server.rtp_ports[1], 2)
 
@@ -120,28 +109,12 @@ async def test_shutdown_refuses_new_calls_and_lets_running_ones_finish(
     app.page("/start", [{"sleep": {"seconds": 3}}, {"hang_up": {}}])
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
-    server = Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    )
+    server = Server.for_app(tmp_path / "data", app)
     async with server:
-        running = asyncio.create_task(
-            sipp.run_sipp(
-                sipp.scenario(*parts),
-                server.sip,
-                tmp_path,
-                local_port=free_udp_port(),
-                media_port=free_even_udp_port(),
-            )
-        )
-        for _ in range(100):
-            if app.bodies("/start"):
-                break
-            await asyncio.sleep(0.05)
+        running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+        await wait_for_request(app, "/start")
         assert server.proc is not None
-        server.proc.send_signal(__import__("signal").SIGTERM)
+        server.proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.5)
         (refused,) = await asyncio.to_thread(
             exchange, server.sip, request("INVITE", server.sip_port, via_port=5998)
@@ -157,26 +130,9 @@ async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer) -> 
     app.page("/start", [{"sleep": {"seconds": 3}}, {"hang_up": {}}])
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
-    async with Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-        extra=("--max-calls", "1"),
-    ) as server:
-        running = asyncio.create_task(
-            sipp.run_sipp(
-                sipp.scenario(*parts),
-                server.sip,
-                tmp_path,
-                local_port=free_udp_port(),
-                media_port=free_even_udp_port(),
-            )
-        )
-        for _ in range(100):
-            if app.bodies("/start"):
-                break
-            await asyncio.sleep(0.05)
+    async with Server.for_app(tmp_path / "data", app, extra=("--max-calls", "1")) as server:
+        running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+        await wait_for_request(app, "/start")
         answers = await asyncio.to_thread(
             exchange, server.sip, request("INVITE", server.sip_port, via_port=5997)
         )
@@ -191,8 +147,6 @@ async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
 ) -> None:
     """Past shutdown_grace the running action is aborted: the recording is kept, reported
     with reason aborted; callhook hangs up (BYE) and the final page says dropped."""
-    from callhook.media import wav
-
     app.page(
         "/start", [{"record": {"next_page": {"url": "/recorded"}, "seconds_max_duration": 60}}]
     )
@@ -206,30 +160,13 @@ async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
         sipp.PLAY.format(pcap=pcap),
         sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
     ]
-    server = Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-        extra=("--shutdown-grace", "1"),
-    )
+    server = Server.for_app(tmp_path / "data", app, extra=("--shutdown-grace", "1"))
     async with server:
-        running = asyncio.create_task(
-            sipp.run_sipp(
-                sipp.scenario(*parts),
-                server.sip,
-                tmp_path,
-                local_port=free_udp_port(),
-                media_port=free_even_udp_port(),
-            )
-        )
-        for _ in range(100):
-            if app.bodies("/start"):
-                break
-            await asyncio.sleep(0.05)
+        running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+        await wait_for_request(app, "/start")
         await asyncio.sleep(2.0)  # recording
         assert server.proc is not None
-        server.proc.send_signal(__import__("signal").SIGTERM)
+        server.proc.send_signal(signal.SIGTERM)
         run = await running
     assert run.returncode == 0, run.output + run.errors + server.output  # it got our BYE
     (recorded,) = app.bodies("/recorded")
@@ -254,12 +191,7 @@ async def test_no_common_codec_gets_488_and_gives_its_port_back(
         "v=0\r\no=x 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
         "m=audio 7000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n"
     )
-    server = Server(
-        tmp_path / "data",
-        app_url=app.url("/start"),
-        secret=app.secret,
-        final_page=app.url("/final"),
-    )
+    server = Server.for_app(tmp_path / "data", app)
     first = server.rtp_ports[0]
     server.args[server.args.index("--rtp-ports") + 1] = f"{first}-{first + 1}"
     async with server:
@@ -274,12 +206,6 @@ async def test_no_common_codec_gets_488_and_gives_its_port_back(
         answers = await asyncio.to_thread(exchange, server.sip, invite)
         assert [a.status for a in answers] == [100, 488]
         parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
-        run = await sipp.run_sipp(
-            sipp.scenario(*parts),
-            server.sip,
-            tmp_path,
-            local_port=free_udp_port(),
-            media_port=free_even_udp_port(),
-        )
+        run = await sipp.call(server.sip, tmp_path, *parts)
     assert run.returncode == 0, run.output + run.errors + server.output
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
