@@ -1,43 +1,61 @@
-"""Text-to-speech: the interface prompts are spoken through.
+"""Text-to-speech: the interface every synthesis engine implements.
 
-The embedded engine is chosen by the speech issue (DESIGN.md §3). Until it
-lands, :class:`NoSpeech` stands in on real calls: a text prompt plays as
-silence for as long as it would take to say, and callhook says so in its log
-once, so nobody mistakes the silence for a bug. The terminal phone prints the
-text instead.
+Engines: :mod:`callhook.speech.piper` (the default: a natural neural voice)
+and :mod:`callhook.speech.espeak` (light, many languages). Which engine and
+voice speak a prompt (``tts_voice``, the call's language), the sentence by
+sentence streaming and the cache are :mod:`callhook.speech.synthesis`'s job;
+an engine only turns a piece of text into 8 kHz audio.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from callhook.media.simulated import SECONDS_PER_CHARACTER
+#: Sample rate engines deliver (the call's: G.711 is 8 kHz).
+SAMPLE_RATE = 8000
 
-logger = logging.getLogger("callhook.speech")
+
+class SpeechEngine(Protocol):
+    """One TTS engine and the voices it has."""
+
+    #: Short engine name, as used in ``tts_voice`` (``piper``, ``espeak``).
+    name: str
+
+    def voices(self) -> Sequence[str]:
+        """The voice names this engine can speak with (lower case)."""
+        ...
+
+    def voice_for(self, language: str) -> str | None:
+        """This engine's voice for a BCP 47 language tag (``en-US``), or None if it has none."""
+        ...
+
+    def warm_up(self) -> None:
+        """Load models now (called once off the event loop at start-up)."""
+
+    def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
+        """``text`` (usually one sentence) spoken with ``voice``: 8 kHz mono int16.
+
+        Called on worker threads, possibly several at once. Raises
+        :class:`SynthesisError` when the text cannot be spoken.
+        """
+        ...
+
+
+class SynthesisError(Exception):
+    """An engine failed to speak a text (the prompt ends with this error)."""
+
+
+# --- transitional: removed when synthesis.py is wired in ----------------------------------
 
 
 class TextToSpeech(Protocol):
-    """Turns text into 8 kHz 16-bit audio."""
-
-    def synthesize(self, text: str, voice: str | None) -> npt.NDArray[np.int16]:
-        """The audio of ``text`` spoken with ``voice`` (None: the default voice)."""
+    def synthesize(self, text: str, voice: str | None) -> npt.NDArray[np.int16]: ...
 
 
 class NoSpeech:
-    """No engine yet: silence as long as the text would take to say."""
-
-    def __init__(self) -> None:
-        self._warned = False
-
     def synthesize(self, text: str, voice: str | None) -> npt.NDArray[np.int16]:
-        if not self._warned:
-            self._warned = True
-            logger.warning(
-                "no text-to-speech engine is installed yet: text prompts play as silence"
-            )
-        seconds = max(0.3, len(text) * SECONDS_PER_CHARACTER)
-        return np.zeros(round(seconds * 8000), dtype=np.int16)
+        return np.zeros(max(2400, len(text) * 640), dtype=np.int16)

@@ -1,0 +1,51 @@
+"""Speech recognition: the interface every recogniser engine implements.
+
+A call's recognition stream (:mod:`callhook.speech.stream`) cuts the caller's
+audio into utterances with the voice-activity detector; each utterance is
+handed to a :class:`Recogniser` on a worker thread (never on the event loop),
+and what it returns becomes the ``speech_input`` phrase of ``get_input``.
+
+Engines: :mod:`callhook.speech.whisper` (Whisper tiny.en via CTranslate2) and
+:mod:`callhook.speech.sphinx` (pocketsphinx). Which one is the default, and
+why, is in ``docs/speech.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.events import Alternative, RecognitionOptions
+
+#: Sample rate of the audio recognisers are given (the call's: G.711 is 8 kHz).
+SAMPLE_RATE = 8000
+
+
+class Recogniser(Protocol):
+    """Turns one utterance of a caller into text.
+
+    Implementations must be safe to call from several worker threads at once
+    (one call's utterances are never decoded concurrently, but different
+    calls' are).
+    """
+
+    #: Short engine name, as configured (``whisper``, ``sphinx``).
+    name: str
+
+    def warm_up(self) -> None:
+        """Load models now (called once off the event loop at start-up)."""
+
+    def recognise(
+        self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[Alternative, ...]:
+        """The hypotheses for ``audio``, best first, at most ``options.max_alternatives``.
+
+        ``audio`` is 8 kHz mono int16: one utterance as the voice-activity
+        detector cut it, with a little audio before and after. With
+        ``options.word_hints`` the result should be one of the hints (and carry
+        a low confidence when it is not). An empty tuple means nothing was
+        recognised (noise, a cough): the caller is asked again.
+        """
+        ...
