@@ -43,12 +43,14 @@ from callhook.events import (
     MediaEvent,
     PromptFinished,
     RecorderFailed,
+    SpeechStarted,
     VoiceActivity,
 )
 from callhook.media import g711, rtcp
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.vad import VoiceActivityDetector
+from callhook.speech.stream import Utterance, UtteranceCutter
 
 logger = logging.getLogger("callhook.media")
 
@@ -68,6 +70,11 @@ SILENT_AFTER = 0.1
 RTCP_INTERVAL = 5.0
 
 
+def new_detector() -> VoiceActivityDetector:
+    """The voice-activity detector a call uses (one definition for calls and benchmarks)."""
+    return VoiceActivityDetector()
+
+
 class Sink(Protocol):
     """Where a recording's audio goes (a WAV file in the media file store)."""
 
@@ -85,8 +92,11 @@ class SinkFull(Exception):
 @dataclass
 class _Prompt:
     prompt_id: int
-    audio: bytes  # G.711 in the call's law, a whole number of frames
+    audio: bytes  # G.711 in the call's law
     pos: int = 0
+    # More audio is coming (text being synthesised sentence by sentence): running
+    # out of it plays silence instead of ending the prompt.
+    open: bool = False
 
 
 @dataclass
@@ -123,10 +133,18 @@ class MediaSession:
         self.rfc4733 = Rfc4733Receiver()
         # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
-        self.vad = VoiceActivityDetector()
-        #: Who else hears the caller, frame by frame (8 kHz int16): the speech
-        #: recogniser while a recognition stream runs. Empty: no cost.
+        self.vad = new_detector()
+        #: Who else hears the caller, frame by frame (8 kHz int16). Empty: no cost.
         self.audio_taps: list[Callable[[npt.NDArray[np.int16]], None]] = []
+        #: The caller's speech cut into utterances. The cutter always runs (a deque
+        #: append per frame), so a stream that starts while the caller is already
+        #: talking still gets the whole utterance; only while ``recognising`` do
+        #: its results count: utterances waiting for a recogniser queue here.
+        self.cutter = UtteranceCutter()
+        self.recognising = False
+        self.utterances: deque[Utterance] = deque()
+        #: 20 ms frames a prompt had to wait for its next synthesised sentence.
+        self.underruns = 0
         self._silence = g711.silence(self.law, FRAME)
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
         self._prompt: _Prompt | None = None
@@ -213,6 +231,13 @@ class MediaSession:
         edge = self.vad.feed(samples)
         if edge is not None:
             self.events.append(VoiceActivity(edge))
+        for item in self.cutter.feed(samples, edge):
+            if not self.recognising:
+                continue
+            if isinstance(item, SpeechStarted):
+                self.events.append(item)
+            else:
+                self.utterances.append(item)
         if self.tones is not None:
             digit = self.tones.feed(samples)
             if digit is not None:
@@ -283,9 +308,16 @@ class MediaSession:
         payload = self._silence
         prompt = self._prompt
         if prompt is not None:
-            payload = prompt.audio[prompt.pos : prompt.pos + FRAME]
-            prompt.pos += FRAME
-            if prompt.pos >= len(prompt.audio):
+            if prompt.pos + FRAME <= len(prompt.audio):
+                payload = prompt.audio[prompt.pos : prompt.pos + FRAME]
+                prompt.pos += FRAME
+            elif prompt.open:
+                self.underruns += 1  # the next sentence is not synthesised yet
+            else:
+                payload = prompt.audio[prompt.pos :]
+                payload += self._silence[len(payload) :]
+                prompt.pos = len(prompt.audio)
+            if prompt.pos >= len(prompt.audio) and not prompt.open:
                 self._prompt = None
                 self.events.append(PromptFinished(prompt.prompt_id))
         if not self.sending or self.remote is None:
@@ -297,18 +329,49 @@ class MediaSession:
         """Start playing ``samples`` (8 kHz) as prompt ``prompt_id``, replacing any prompt."""
         self.play_encoded(prompt_id, g711.encode(self.law, samples))
 
-    def play_encoded(self, prompt_id: int, audio: bytes) -> None:
-        """Like :meth:`play`, with audio already in the call's law (from a cache)."""
-        rest = len(audio) % FRAME
-        if rest:
-            audio += self._silence[: FRAME - rest]
-        if not audio:
+    def play_encoded(self, prompt_id: int, audio: bytes, *, more: bool = False) -> None:
+        """Like :meth:`play`, with audio already in the call's law (from a cache).
+
+        ``more``: the rest of the prompt follows through :meth:`append_prompt`
+        and :meth:`close_prompt` (speech synthesised while it plays).
+        """
+        if not audio and not more:
             audio = self._silence
-        self._prompt = _Prompt(prompt_id, audio)
+        self._prompt = _Prompt(prompt_id, audio, open=more)
+
+    def append_prompt(self, prompt_id: int, audio: bytes) -> None:
+        """More audio for prompt ``prompt_id`` (ignored if it was stopped or replaced)."""
+        prompt = self._prompt
+        if prompt is not None and prompt.prompt_id == prompt_id:
+            prompt.audio = prompt.audio[prompt.pos :] + audio
+            prompt.pos = 0
+
+    def close_prompt(self, prompt_id: int) -> None:
+        """No more audio for prompt ``prompt_id``: it ends when what it has is played."""
+        prompt = self._prompt
+        if prompt is not None and prompt.prompt_id == prompt_id:
+            prompt.open = False
 
     def stop_prompt(self, prompt_id: int) -> None:
         if self._prompt is not None and self._prompt.prompt_id == prompt_id:
             self._prompt = None
+
+    # --- speech recognition -----------------------------------------------------------
+
+    def start_recognition(self) -> None:
+        """Start handing the caller's utterances to recognition (see ``speech.stream``).
+
+        If the caller is already talking, that utterance counts from its start.
+        """
+        if not self.recognising:
+            self.recognising = True
+            if self.cutter.in_utterance:
+                self.events.append(SpeechStarted())
+
+    def stop_recognition(self) -> None:
+        """Stop the stream; utterances not yet decoded are dropped."""
+        self.recognising = False
+        self.utterances.clear()
 
     # --- recording --------------------------------------------------------------------
 
