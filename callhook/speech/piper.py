@@ -128,9 +128,8 @@ class PiperEngine:
         tag = language.replace("_", "-").lower()
         voices = sorted(self._voices.values(), key=lambda v: v.name)
         exact = [v.name for v in voices if v.language == tag]
-        related: list[str | None] = [
-            v.name for v in voices if v.language.split("-")[0] == tag.split("-")[0]
-        ]
+        primary = tag.split("-")[0]
+        related = [v.name for v in voices if v.language.split("-")[0] == primary]
         return next(iter(exact or related), None)
 
     def warm_up(self) -> None:
