@@ -16,6 +16,7 @@ from aiohttp import web
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
 from callhook.adapters.pages import HttpPages
+from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
 from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
@@ -24,7 +25,6 @@ from callhook.events import CallEnded, MediaCommand, MediaEvent
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
-from callhook.speech.tts import NoSpeech, TextToSpeech
 from callhook.store.files import MediaStore, OutsideNamespace
 
 
@@ -37,7 +37,7 @@ class Services:
     store: MediaStore = field(init=False)
     pages: HttpPages = field(init=False)
     secret: str = field(init=False)
-    tts: TextToSpeech = field(default_factory=NoSpeech)
+    speech: SpeechService = field(init=False)
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -47,6 +47,14 @@ class Services:
         self.store = MediaStore(self.settings.data_dir / "media")
         self.pages = HttpPages(timeout=self.settings.page_timeout)
         self.secret = data_secret(self.settings.data_dir)
+        settings = self.settings
+        self.speech = SpeechService(
+            build_synthesiser(settings.tts_voice),
+            build_recogniser(settings.recogniser),
+            workers=settings.speech_workers,
+        )
+        if settings.speech_preload:
+            self.speech.warm_up()
 
     async def start_web(
         self,
@@ -122,6 +130,7 @@ class Services:
         return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
     async def close(self) -> None:
+        self.speech.close()
         await self.pages.close()
         if self.web_runner is not None:
             await self.web_runner.cleanup()

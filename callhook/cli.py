@@ -101,7 +101,13 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
         def save(filename: str, seconds: float) -> None:
             silence_recording(services.recording_path(app, filename), seconds)
 
-        leg = TerminalLeg(out, info=info, timer=services.prompt_timer(app), save_recording=save)
+        leg = TerminalLeg(
+            out,
+            info=info,
+            timer=services.prompt_timer(app),
+            save_recording=save,
+            speech=services.speech,
+        )
         keyboard = Keyboard(leg)
         with keyboard.attached():
             summary = await services.run_call(app, leg, [log_printer(leg)])

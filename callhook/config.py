@@ -16,6 +16,12 @@ A config file is TOML::
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
+    [speech]
+    voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
+    recogniser = "whisper"              # whisper | sphinx | none (digits only)
+    workers = 2                         # threads for synthesis, and as many for recognition
+    preload = true                      # load the models at start-up, not on the first call
+
     [trunk]                             # for outbound calls that get challenged (optional)
     username = "me"
     password = "secret"
@@ -39,6 +45,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+#: The speech recognisers callhook has (``none``: get_input takes digits only).
+RECOGNISERS = ("whisper", "sphinx", "none")
 
 
 class ConfigError(ValueError):
@@ -70,6 +79,10 @@ class Settings:
     rtp_ports: tuple[int, int] = (20000, 29999)
     shutdown_grace: float = 30.0
     max_calls: int = 500
+    tts_voice: str = "piper:joe"
+    recogniser: str = "whisper"
+    speech_workers: int = 2
+    speech_preload: bool = True
     trunk_username: str | None = None
     trunk_password: str | None = None
     apps: dict[str, AppConfig] = field(default_factory=dict)
@@ -117,6 +130,19 @@ def load(path: Path) -> Settings:
         settings.rtp_ports = (first, last)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
     settings.max_calls = int(sip.get("max_calls", settings.max_calls))
+    speech = raw.get("speech", {})
+    unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
+    if unknown_speech:
+        raise ConfigError(f"{path}: [speech] unknown keys: {', '.join(sorted(unknown_speech))}")
+    settings.tts_voice = str(speech.get("voice", settings.tts_voice))
+    settings.recogniser = str(speech.get("recogniser", settings.recogniser))
+    if settings.recogniser not in RECOGNISERS:
+        raise ConfigError(
+            f"{path}: [speech] recogniser must be one of {', '.join(RECOGNISERS)}, "
+            f"not {settings.recogniser!r}"
+        )
+    settings.speech_workers = max(1, int(speech.get("workers", settings.speech_workers)))
+    settings.speech_preload = bool(speech.get("preload", settings.speech_preload))
     trunk = raw.get("trunk", {})
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")

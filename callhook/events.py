@@ -147,6 +147,9 @@ class SayText:
     voice: str | None = None
     # text_is_private: the text is kept out of every log.
     private: bool = False
+    # The language of the action the prompt belongs to (its speech options), which
+    # picks the voice when ``voice`` does not (callhook.speech.synthesis).
+    language: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,7 +234,7 @@ class GatherMachine(ActionMachine):
         self.spec = spec
         self.ctx = ctx
         self.state = State.WAIT
-        self.prompter = Prompter(ctx)
+        self.prompter = Prompter(ctx, spec.speech.language if spec.speech else None)
         self.entry = DigitEntry(spec.digits or DigitRules())
         self.phrases: list[Phrase] = []
         self.speaking = False

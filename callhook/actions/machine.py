@@ -101,12 +101,12 @@ class ActionContext:
         return next(self._prompt_ids)
 
 
-def prompt_items(play: Play) -> tuple[PromptItem, ...]:
-    """The media items of a ``play`` action's play list."""
+def prompt_items(play: Play, language: str | None = None) -> tuple[PromptItem, ...]:
+    """The media items of a ``play`` action's play list (``language``: the action's)."""
     items: list[PromptItem] = []
     for item in play.play_list:
         if isinstance(item, TextItem):
-            items.append(SayText(item.text_to_say, item.tts_voice, item.text_is_private))
+            items.append(SayText(item.text_to_say, item.tts_voice, item.text_is_private, language))
         elif isinstance(item, FileItem):
             cipher = item.decryption_cipher.as_tuple() if item.decryption_cipher else None
             items.append(PlayFile(item.file_to_play, cipher))
@@ -121,8 +121,9 @@ def say(*texts: str) -> tuple[Play, ...]:
 class Prompter:
     """Plays one prompt at a time for a machine and recognises its PromptFinished."""
 
-    def __init__(self, ctx: ActionContext) -> None:
+    def __init__(self, ctx: ActionContext, language: str | None = None) -> None:
         self._ctx = ctx
+        self.language = language  # of the speech options of the action, for the TTS voice
         self.playing: int | None = None
         self.barge_in_on_digit = False
 
@@ -132,7 +133,7 @@ class Prompter:
         prompt_id = self._ctx.new_prompt_id()
         self.playing = prompt_id
         self.barge_in_on_digit = play.barge_in_on_digit if play else False
-        return [StartPrompt(prompt_id, prompt_items(play) if play else items)]
+        return [StartPrompt(prompt_id, prompt_items(play, self.language) if play else items)]
 
     def stop(self) -> list[MediaCommand]:
         if self.playing is None:

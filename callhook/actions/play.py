@@ -52,7 +52,8 @@ class PlayMachine(ActionMachine):
     def __init__(self, action: Play, ctx: ActionContext) -> None:
         self.action = action
         self.ctx = ctx
-        self.prompter = Prompter(ctx)
+        options = action.barge_in_on_speech_options
+        self.prompter = Prompter(ctx, options.language if options else None)
         self.recognising = False
 
     def start(self, now: float) -> list[MediaCommand]:

@@ -15,22 +15,34 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
-from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.prompts import PromptAudio, PromptError
+from callhook.adapters.speech import SpeechService
 from callhook.call import CallInfo
 from callhook.events import (
     Aborted,
     CallEnded,
     MediaCommand,
     MediaEvent,
+    Phrase,
     PromptFinished,
+    PromptItem,
+    RecognitionOptions,
     RecorderFailed,
+    SayText,
+    SpeechRecognised,
+    SpeechRejected,
     StartPrompt,
     StartRecognition,
     StartRecording,
     StopPrompt,
+    StopRecognition,
     StopRecording,
 )
+from callhook.media import g711
 from callhook.media.session import MediaSession
+from callhook.speech.stream import Utterance
+from callhook.speech.synthesis import sentences
+from callhook.speech.tts import SynthesisError
 from callhook.store.files import MediaStore, OutsideNamespace
 from callhook.store.wavfile import WavWriter
 
@@ -51,6 +63,7 @@ class SipLeg:
         answer: Callable[[], Awaitable[None]],
         hang_up: Callable[[], str],
         max_recording_bytes: int | None = None,
+        speech: SpeechService | None = None,
     ) -> None:
         self.info = info
         self.app_name = app_name
@@ -66,7 +79,18 @@ class SipLeg:
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
         self._recorders: dict[str, WavWriter] = {}
+        self.speech = speech
         self._speech_warned = False
+        self._voice_notes: set[str] = set()
+        # Prompts whose speech is being synthesised while they play.
+        self._streaming: dict[int, asyncio.Task[None]] = {}
+        # The recognition stream: its options while it runs, a generation number
+        # so that a result for a stream that has since stopped is dropped, and
+        # the task decoding this call's utterances one after another.
+        self._recognition: RecognitionOptions | None = None
+        self._generation = 0
+        self._pending: deque[tuple[int, Utterance]] = deque()
+        self._decoder: asyncio.Task[None] | None = None
         self.answered = False
 
     # --- from the SIP service and the media engine ----------------------------------------
@@ -94,27 +118,130 @@ class SipLeg:
     def send(self, commands: Sequence[MediaCommand]) -> None:
         for command in commands:
             if isinstance(command, StartPrompt):
-                audio, error = self.prompts.encoded(self.app_name, command.items, self.session.law)
-                if error is not None:
-                    self._prompt_errors[command.prompt_id] = error
-                if not audio and error is not None:
-                    self._queue.append(PromptFinished(command.prompt_id, error))
-                    self._wake.set()
-                else:
-                    self.session.play_encoded(command.prompt_id, audio)
+                self._start_prompt(command)
             elif isinstance(command, StopPrompt):
+                self._cancel_stream(command.prompt_id)
                 self.session.stop_prompt(command.prompt_id)
             elif isinstance(command, StartRecording):
                 self._start_recording(command)
             elif isinstance(command, StopRecording):
                 self.session.stop_recording(self.loop.time())
                 self._recorders.pop(command.filename, None)
-            elif isinstance(command, StartRecognition) and not self._speech_warned:
+            elif isinstance(command, StartRecognition):
+                self._start_recognition(command.options)
+            elif isinstance(command, StopRecognition):
+                self._recognition = None
+                self._generation += 1
+                self._pending.clear()
+                self.session.stop_recognition()
+
+    # --- prompts --------------------------------------------------------------------------
+
+    def _start_prompt(self, command: StartPrompt) -> None:
+        for prompt_id in list(self._streaming):
+            self._cancel_stream(prompt_id)  # a new prompt replaces the one playing
+        items = command.items
+        self._note_voices(items)
+        audio, done, error = self.prompts.ready(self.app_name, items, self.session.law)
+        if error is not None or done == len(items):
+            if error is not None:
+                self._prompt_errors[command.prompt_id] = error
+            if not audio and error is not None:
+                self.inject(PromptFinished(command.prompt_id, error))
+            else:
+                self.session.play_encoded(command.prompt_id, audio)
+            return
+        # Text to synthesise: play what is ready, the rest follows sentence by sentence.
+        self.session.play_encoded(command.prompt_id, audio, more=True)
+        task = self.loop.create_task(self._stream_prompt(command.prompt_id, items[done:]))
+        self._streaming[command.prompt_id] = task
+
+    def _note_voices(self, items: tuple[PromptItem, ...]) -> None:
+        synthesiser = self.prompts.synthesiser
+        if synthesiser is None:
+            return
+        for item in items:
+            if isinstance(item, SayText):
+                note = synthesiser.choose(item.voice, item.language).note
+                if note is not None and note not in self._voice_notes:
+                    self._voice_notes.add(note)
+                    logger.warning("call %s: %s", self.info.call_id, note)
+
+    async def _stream_prompt(self, prompt_id: int, items: tuple[PromptItem, ...]) -> None:
+        law = self.session.law
+        error: str | None = None
+        try:
+            for item in items:
+                if isinstance(item, SayText) and self.speech is not None:
+                    synthesiser = self.speech.synthesiser
+                    assert synthesiser is not None
+                    choice = synthesiser.choose(item.voice, item.language)
+                    for sentence in sentences(item.text):
+                        audio = synthesiser.cached(choice, sentence)
+                        if audio is None:
+                            audio = await self.speech.sentence(choice, sentence)
+                        self.session.append_prompt(prompt_id, g711.encode(law, audio))
+                else:
+                    audio_bytes = self.prompts.encoded_item(self.app_name, item, law)
+                    self.session.append_prompt(prompt_id, audio_bytes)
+        except (PromptError, SynthesisError) as exc:
+            error = str(exc)
+            logger.error("call %s: prompt %d: %s", self.info.call_id, prompt_id, error)
+        finally:
+            if self._streaming.get(prompt_id) is asyncio.current_task():
+                del self._streaming[prompt_id]
+            if error is not None:
+                self._prompt_errors[prompt_id] = error
+            self.session.close_prompt(prompt_id)
+
+    def _cancel_stream(self, prompt_id: int) -> None:
+        task = self._streaming.pop(prompt_id, None)
+        if task is not None:
+            task.cancel()
+
+    # --- speech recognition ---------------------------------------------------------------
+
+    def _start_recognition(self, options: RecognitionOptions) -> None:
+        if self.speech is None or self.speech.recogniser is None:
+            if not self._speech_warned:
                 self._speech_warned = True
                 logger.warning(
-                    "call %s: no speech recogniser is installed yet: only digits count",
+                    "call %s: no speech recogniser is configured: only digits count",
                     self.info.call_id,
                 )
+            return
+        if options != self._recognition:
+            self._generation += 1
+            self._pending.clear()
+        self._recognition = options
+        self.session.start_recognition()
+
+    def _collect_utterances(self) -> None:
+        utterances = self.session.utterances
+        while utterances:
+            self._pending.append((self._generation, utterances.popleft()))
+        if self._pending and (self._decoder is None or self._decoder.done()):
+            self._decoder = self.loop.create_task(self._decode())
+
+    async def _decode(self) -> None:
+        """Decode this call's utterances in order, one at a time."""
+        assert self.speech is not None
+        while self._pending:
+            generation, utterance = self._pending.popleft()
+            options = self._recognition
+            if options is None or generation != self._generation:
+                continue
+            try:
+                alternatives = await self.speech.recognise(utterance.audio, options)
+            except Exception:
+                logger.exception("call %s: speech recognition failed", self.info.call_id)
+                alternatives = ()
+            if generation != self._generation:
+                continue  # the stream stopped meanwhile: nobody wants this any more
+            if alternatives:
+                self.inject(SpeechRecognised(Phrase(alternatives)))
+            else:
+                self.inject(SpeechRejected())
 
     def _start_recording(self, command: StartRecording) -> None:
         law = command.format or self.session.law
@@ -128,6 +255,8 @@ class SipLeg:
         self.session.start_recording(writer, law, command.preroll)
 
     def _take(self) -> MediaEvent | None:
+        if self.session.utterances:
+            self._collect_utterances()
         events = self.session.events
         while events:
             self._queue.append(events.popleft())
@@ -172,7 +301,13 @@ class SipLeg:
         return await asyncio.shield(self._ended)
 
     def finish(self) -> None:
-        """The call is over: make sure no recording is left open."""
+        """The call is over: make sure no recording is left open, stop speech work."""
+        for prompt_id in list(self._streaming):
+            self._cancel_stream(prompt_id)
+        self._generation += 1
+        self._pending.clear()
+        if self._decoder is not None:
+            self._decoder.cancel()
         if self._recorders:
             self.session.stop_recording(self.loop.time())
             self._recorders.clear()

@@ -3,6 +3,9 @@
 Files are decoded once (any WAV callhook reads, resampled to 8 kHz) and kept,
 encoded in the law a call uses, in a small cache keyed by path, modification
 time and law: a prompt played on hundreds of calls is read and encoded once.
+Speech comes from the synthesiser's sentence cache when every sentence of the
+text is there; otherwise the leg synthesises it on a worker thread while the
+prompt plays (:meth:`PromptAudio.ready` says how far a prompt can go now).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy.typing as npt
 
 from callhook.events import PlayFile, PlayTone, PromptItem, SayText
 from callhook.media import g711, tones, wav
-from callhook.speech.tts import TextToSpeech
+from callhook.speech.synthesis import Synthesiser, sentences
 from callhook.store.files import MediaStore, OutsideNamespace
 
 CACHE_ENTRIES = 128
@@ -28,25 +31,40 @@ class PromptError(Exception):
 class PromptAudio:
     """Audio for prompt items of one application namespace."""
 
-    def __init__(self, store: MediaStore, tts: TextToSpeech) -> None:
+    def __init__(self, store: MediaStore, synthesiser: Synthesiser | None) -> None:
         self.store = store
-        self.tts = tts
+        self.synthesiser = synthesiser
         self._cache: OrderedDict[tuple[Path, int], npt.NDArray[np.int16]] = OrderedDict()
         self._encoded: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
 
-    def encoded(
+    def ready(
         self, app: str, items: tuple[PromptItem, ...], law: g711.Law
-    ) -> tuple[bytes, str | None]:
-        """The audio of ``items`` in ``law`` (G.711 bytes); stops at the first that fails."""
-        parts: list[bytes] = []
-        for item in items:
-            try:
-                parts.append(self._encoded_item(app, item, law))
-            except PromptError as exc:
-                return b"".join(parts), str(exc)
-        return b"".join(parts), None
+    ) -> tuple[bytes, int, str | None]:
+        """The audio of the leading ``items`` that can play now, in ``law``.
 
-    def _encoded_item(self, app: str, item: PromptItem, law: g711.Law) -> bytes:
+        Returns the G.711 bytes, how many items they cover (text whose sentences
+        are not all synthesised yet stops there), and the error of the first
+        item that cannot be played at all (the prompt ends there).
+        """
+        parts: list[bytes] = []
+        for done, item in enumerate(items):
+            if isinstance(item, SayText) and not self.speech_cached(item):
+                return b"".join(parts), done, None
+            try:
+                parts.append(self.encoded_item(app, item, law))
+            except PromptError as exc:
+                return b"".join(parts), done, str(exc)
+        return b"".join(parts), len(items), None
+
+    def speech_cached(self, item: SayText) -> bool:
+        synthesiser = self.synthesiser
+        if synthesiser is None:
+            return True  # nothing to wait for: encoded_item says why it cannot play
+        choice = synthesiser.choose(item.voice, item.language)
+        return all(synthesiser.cached(choice, s) is not None for s in sentences(item.text))
+
+    def encoded_item(self, app: str, item: PromptItem, law: g711.Law) -> bytes:
+        """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""
         key: tuple[object, ...] | None = None
         if isinstance(item, PlayTone):
             key = ("tone", item.frequency_hz, item.seconds, law)
@@ -72,7 +90,7 @@ class PromptAudio:
         if isinstance(item, PlayTone):
             return tones.tone(item.frequency_hz, item.seconds)
         if isinstance(item, SayText):
-            return self.tts.synthesize(item.text, item.voice)
+            return self._cached_speech(item)
         assert isinstance(item, PlayFile)
         if item.cipher is not None:
             raise PromptError(f"{item.name}: encrypted files cannot be played yet")
@@ -96,3 +114,16 @@ class PromptAudio:
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
         return audio
+
+    def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16]:
+        synthesiser = self.synthesiser
+        if synthesiser is None:
+            raise PromptError("no text-to-speech engine is installed")
+        choice = synthesiser.choose(item.voice, item.language)
+        parts = []
+        for sentence in sentences(item.text):
+            audio = synthesiser.cached(choice, sentence)
+            if audio is None:
+                raise PromptError("speech not synthesised yet")  # ready() prevents this
+            parts.append(audio)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)

@@ -112,7 +112,7 @@ class SipService:
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.media: MediaEngine | None = None
-        self.prompts = PromptAudio(services.store, services.tts)
+        self.prompts = PromptAudio(services.store, services.speech.synthesiser)
         self.calls: dict[str, _Call] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -245,6 +245,7 @@ class SipService:
             self.services.store,
             answer=lambda: self._answer(call_id),
             hang_up=lambda: self._hang_up(call_id),
+            speech=self.services.speech,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
         self.calls[call_id] = call
@@ -336,6 +337,7 @@ class SipService:
             self.services.store,
             answer=_nothing,
             hang_up=lambda: self._hang_up(call_id),
+            speech=self.services.speech,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id))
         call.answered = self.loop.create_future()

@@ -2,9 +2,13 @@
 
 Prompts are printed as they play (and take the time they would take to
 say); keys typed at the keyboard are key presses; a line ``say <words>`` is
-speech — typed, so marked as such, and handed to the application as if the
-recogniser had heard exactly those words; ``hangup`` hangs up. Every page
-request, response and action is printed as it happens.
+speech: the words are spoken by the default TTS voice and heard by the
+speech recogniser through the same path a caller's audio takes (G.711, the
+voice-activity detector, the utterance cutter, the recogniser with the
+action's word hints), so the application gets what the recogniser made of
+them, as on a real call. Without speech engines the typed words are handed
+over as they are, marked as typed. ``hangup`` hangs up. Every page request,
+response and action is printed as it happens.
 
 On a terminal, digit keys (``0-9 * #``) are sent the moment they are
 pressed; any other key starts a command line, ended by Enter (``say ...``,
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from callhook.adapters.speech import SpeechService
 from callhook.call import CallInfo
 from callhook.clock import Clock, MonotonicClock
 from callhook.events import (
@@ -40,8 +45,10 @@ from callhook.events import (
     MediaEvent,
     PlayFile,
     PlayTone,
+    RecognitionOptions,
     SayText,
     StartPrompt,
+    StartRecognition,
     StopRecording,
 )
 from callhook.media import wav
@@ -63,8 +70,12 @@ class TerminalLeg:
         timer: PromptTimer,
         save_recording: Callable[[str, float], None],
         clock: Clock | None = None,
+        speech: SpeechService | None = None,
     ) -> None:
         self.info = info
+        self.speech = speech
+        self._options = RecognitionOptions()  # of the last recognition stream started
+        self._tasks: set[asyncio.Task[None]] = set()
         self.out = out
         self.clock = clock or MonotonicClock()
         self.media = SimulatedMedia(timer)
@@ -101,6 +112,11 @@ class TerminalLeg:
         now = self.clock.now()
         if verb == "say" and rest.strip():
             words = rest.strip()
+            if self.speech is not None and self.speech.can_hear:
+                task = asyncio.get_running_loop().create_task(self._speak(words))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
             seconds = SECONDS_PER_WORD * len(words.split())
             self.media.speak((Alternative(words, 1.0),), now, seconds, typed=True)
             self.say_line(f"you say (typed, not recognised): {words!r}")
@@ -120,6 +136,22 @@ class TerminalLeg:
             self.say_line(f"? unknown command {line!r}: say <words> | keys <digits> | hangup")
         self._wake.set()
 
+    async def _speak(self, words: str) -> None:
+        assert self.speech is not None
+        self.say_line(f"you say {words!r} (spoken by the default voice, to the recogniser)")
+        try:
+            seconds, alternatives = await self.speech.hear(words, self._options)
+        except Exception as exc:  # an engine failure must not end the call
+            self.say_line(f"!! speech failed: {type(exc).__name__}: {exc}")
+            return
+        if alternatives:
+            best = alternatives[0]
+            self.say_line(f"  recognised {best.text!r} (confidence {best.confidence:.2f})")
+        else:
+            self.say_line("  not recognised")
+        self.media.speak(alternatives, self.clock.now(), seconds)
+        self._wake.set()
+
     def hang_up_now(self) -> None:
         if self._ended.done():
             return
@@ -134,6 +166,8 @@ class TerminalLeg:
         now = self.clock.now()
         for command in commands:
             self.media.command(command, now)
+            if isinstance(command, StartRecognition):
+                self._options = command.options
             if isinstance(command, StartPrompt):
                 for item in command.items:
                     self.say_line(self._describe(item))

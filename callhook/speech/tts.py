@@ -47,15 +47,3 @@ class SpeechEngine(Protocol):
 
 class SynthesisError(Exception):
     """An engine failed to speak a text (the prompt ends with this error)."""
-
-
-# --- transitional: removed when synthesis.py is wired in ----------------------------------
-
-
-class TextToSpeech(Protocol):
-    def synthesize(self, text: str, voice: str | None) -> npt.NDArray[np.int16]: ...
-
-
-class NoSpeech:
-    def synthesize(self, text: str, voice: str | None) -> npt.NDArray[np.int16]:
-        return np.zeros(max(2400, len(text) * 640), dtype=np.int16)
