@@ -11,8 +11,11 @@ espeak phonemiser itself). Text is phonemised and run sentence by sentence throu
 ``phoneme_ids_to_audio`` directly, bypassing ``PiperVoice.synthesize``, whose default
 peak-normalises each sentence to full scale and clips.
 
-Measured (2 cores, ``python -m bench.tts``): load ~2 s and ~280 MB RSS; real-time factor
-~0.08 on one core, i.e. ~100 ms for a one-second sentence. Piper's raw output sits at
+Measured (``python -m bench.tts``, one pinned core, 10 IVR prompts): load 2.1–3.6 s
+(imports included); RSS 142 MB loaded, ~300–330 MB once it has spoken (onnxruntime's and
+malloc's buffers; turning the CPU memory arena off does not help); 0.080 CPU seconds per
+second of audio, so ~100 ms for a short sentence and ~300 ms for a 3.5 s one on an idle
+core (wall time doubled on the busy 2-core test machine). Piper's raw output sits at
 −21..−24 dBFS active speech level with peaks at −3.5..−7.5 dBFS (a crest factor of
 ~17 dB), and ends each sentence with ~150–200 ms of its own silence, so sentences are
 joined with no added pause.
@@ -20,7 +23,9 @@ joined with no added pause.
 Level. :func:`telephone_audio` (shared with :mod:`callhook.speech.espeak`) resamples to
 8 kHz with soxr (HQ) and sets the active speech level (the RMS of the 20 ms frames within
 30 dB of the loudest, so pauses do not count) to −19 dBFS, lowering the gain instead when
-a peak would pass −1 dBFS: every prompt of every voice plays equally loud and none clips.
+a peak would pass −1 dBFS: every prompt of every voice plays about equally loud and none
+clips. The ceiling lowers 4 of the 10 benchmark prompts by up to 1.5 dB (piper's crest
+factor varies from run to run, so a sentence can land ~2 dB under the target).
 """
 
 from __future__ import annotations

@@ -65,7 +65,9 @@ def test_a_sentence_is_speech_at_telephone_level(engine: tuple[SpeechEngine, str
     assert audio.dtype == np.int16 and audio.ndim == 1
     # Eight words at 120-240 words a minute, plus the engines' own pauses.
     assert 1.8 < audio.size / SAMPLE_RATE < 5.0
-    assert abs(active_level_db(audio) - TARGET_LEVEL_DBFS) < 1.5
+    # At the target, or up to ~2.5 dB under it when the peak ceiling limits the gain (piper
+    # voices a sentence differently each time: its crest factor varies by a few dB).
+    assert TARGET_LEVEL_DBFS - 3.5 < active_level_db(audio) < TARGET_LEVEL_DBFS + 0.5
     peak = int(np.max(np.abs(audio.astype(np.int32))))
     assert (
         32767 * 10 ** ((PEAK_CEILING_DBFS - 6) / 20)
@@ -124,7 +126,7 @@ def test_two_threads_synthesise_at_once(engine: tuple[SpeechEngine, str]) -> Non
     for i, size in enumerate(alone):
         # Piper's durations vary a little from run to run (VITS samples them).
         assert abs(results[i].size - size) < 0.25 * size
-        assert active_level_db(results[i]) > TARGET_LEVEL_DBFS - 1.5
+        assert active_level_db(results[i]) > TARGET_LEVEL_DBFS - 3.5
 
 
 def test_both_engines_at_once(piper: PiperEngine, espeak: EspeakEngine) -> None:
