@@ -308,3 +308,39 @@ def test_audio_taps_hear_every_decoded_frame() -> None:
     stream(session, frames[2:], start=0.04, seq0=102, ts0=1000 + 2 * FRAME)
     assert len(heard) == 3
     assert np.array_equal(np.concatenate(heard), g711.decode("ulaw", b"".join(frames[2:])))
+
+
+def test_a_streamed_prompt_waits_for_its_next_sentence_in_silence() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    first = g711.encode("ulaw", tones.tone(440.0, 0.04))  # 2 frames
+    second = g711.encode("ulaw", tones.tone(880.0, 0.03))  # 1.5 frames
+    session.play_encoded(5, first, more=True)
+    sent = [session.tick(i * 0.02) for i in range(4)]  # 2 frames of audio, then 2 waiting
+    assert events(session) == []  # not finished: more is coming
+    assert session.underruns == 2
+    session.append_prompt(5, second)
+    session.close_prompt(5)
+    sent += [session.tick(i * 0.02) for i in range(4, 8)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    silence = g711.silence("ulaw", FRAME)
+    assert payloads[:2] == [first[:FRAME], first[FRAME:]]
+    assert payloads[2:4] == [silence, silence]
+    assert payloads[4] == second[:FRAME]
+    # the half frame at the end is padded with silence, then the prompt is over
+    assert payloads[5] == second[FRAME:] + silence[: FRAME - len(second[FRAME:])]
+    assert events(session) == [PromptFinished(5)]
+
+
+def test_audio_for_a_stopped_or_replaced_streamed_prompt_is_ignored() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.play_encoded(1, b"", more=True)
+    session.stop_prompt(1)
+    session.append_prompt(1, g711.encode("ulaw", tones.tone(440.0, 0.1)))
+    session.close_prompt(1)
+    session.play_encoded(2, b"", more=True)
+    session.append_prompt(1, g711.encode("ulaw", tones.tone(440.0, 0.1)))
+    session.close_prompt(2)
+    sent = [session.tick(i * 0.02) for i in range(3)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    assert payloads == [g711.silence("ulaw", FRAME)] * 3
+    assert events(session) == [PromptFinished(2)]
