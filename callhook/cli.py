@@ -18,7 +18,7 @@ from callhook import __version__
 from callhook.actions.schema import InvalidResponse, json_schema, parse_response
 from callhook.app import Services
 from callhook.call import CallInfo
-from callhook.config import AppConfig, ConfigError, Settings, load
+from callhook.config import RECOGNISERS, AppConfig, ConfigError, Settings, load
 
 
 def run_loop(coro: Coroutine[Any, Any, int]) -> int:
@@ -36,6 +36,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.data_dir = Path(args.data_dir)
     if getattr(args, "page_timeout", None):
         settings.page_timeout = args.page_timeout
+    if getattr(args, "voice", None):
+        settings.tts_voice = args.voice
+    if getattr(args, "recogniser", None):
+        settings.recogniser = args.recogniser
     return settings
 
 
@@ -249,6 +253,30 @@ def _app_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secret", help="the secret page requests are signed with")
     p.add_argument("--parameters", default="", help="application_parameters to send")
     p.add_argument("--page-timeout", type=float, help="seconds to wait for a page (default 10)")
+    _speech_flags(p)
+
+
+def _speech_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--voice", help="default TTS voice, engine:voice (default piper:joe)")
+    p.add_argument(
+        "--recogniser",
+        choices=RECOGNISERS,
+        help="speech recogniser (default whisper; none: get_input takes digits only)",
+    )
+
+
+def cmd_voices(args: argparse.Namespace) -> int:
+    """List the installed text-to-speech voices (values for tts_voice)."""
+    from callhook.adapters.speech import build_synthesiser
+
+    synthesiser = build_synthesiser("piper:joe")
+    if synthesiser is None:
+        print("no text-to-speech engine is installed", file=sys.stderr)
+        return 1
+    print(f"default: {synthesiser.default.label}")
+    for name in synthesiser.voice_names():
+        print(name)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -290,7 +318,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--page-timeout", type=float, help="seconds to wait for a page (default 10)")
     c.add_argument("--data-dir", help="where recordings and logs go (default ./data)")
     c.add_argument("--config", help="TOML config file")
+    _speech_flags(c)
     c.set_defaults(func=cmd_call)
+
+    vo = sub.add_parser("voices", help="list the installed TTS voices (values for tts_voice)")
+    vo.set_defaults(func=cmd_voices)
 
     v = sub.add_parser("validate", help="check an action list (a page response) for errors")
     v.add_argument("file", help="a JSON file, or - for standard input")
