@@ -171,3 +171,91 @@ def test_speech_padded_with_line_noise(path: Path, law: g711.Law) -> None:
     # ...and ends with the hangover after it, never later.
     assert len(stops) == len(starts)
     assert all(t <= end + 0.3 + 0.04 for t in stops)
+
+
+# ----------------------------------------------------------------------------- gated (a model)
+# The model's stage with a scripted model (the protocol), so the gate's rules are pinned
+# without Silero; the real model is in test_silero.py.
+
+
+class Scripted:
+    """A SpeechModel whose probability is ``p`` (a constant, or a function of the call count)."""
+
+    def __init__(self, p: float | list[float] = 1.0) -> None:
+        self.p = p
+        self.calls = 0
+        self.resets: list[int] = []  # the call count at each reset
+
+    def probability(self, frame: Samples) -> float:
+        self.calls += 1
+        if isinstance(self.p, list):
+            return self.p[min(self.calls - 1, len(self.p) - 1)]
+        return self.p
+
+    def reset(self) -> None:
+        self.resets.append(self.calls)
+
+
+def test_gated_defaults_and_energy_only_defaults() -> None:
+    plain = VoiceActivityDetector()
+    assert (plain.onset_frames, plain.margin_db, plain.min_level_dbfs) == (3, 8.0, -47.0)
+    gated = VoiceActivityDetector(Scripted())
+    assert (gated.onset_frames, gated.margin_db, gated.min_level_dbfs) == (2, 4.0, -55.0)
+    assert gated.hangover_frames == plain.hangover_frames == 15
+
+
+def test_the_model_is_not_called_while_the_gate_is_closed() -> None:
+    model = Scripted()
+    vad = VoiceActivityDetector(model)
+    # Digital silence and hiss under the gate's -55 dBFS minimum: the energy only.
+    assert edges(cat(tones.silence(2.0), noise(4.0, -62.0)), vad) == []
+    assert model.calls == 0 and not vad.gate_open
+
+
+def test_a_loud_sound_the_model_rejects_is_not_activity() -> None:
+    model = Scripted(0.1)
+    x = cat(noise(1.0, -60.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -60.0, seed=1))
+    assert edges(x, VoiceActivityDetector(model)) == []
+    # The gate opened for the tone: the model was asked (8 frames of pre-roll + the tone + the
+    # 15 frames of the gate's hangover), and nothing after the gate closed.
+    assert model.calls == 8 + 50 + 15
+
+
+def test_gated_onset_and_hangover() -> None:
+    x = cat(noise(1.0, -60.0), tones.tone(1000, 0.5, -20.0), noise(2.0, -60.0, seed=1))
+    # Onset after 2 speech frames (40 ms), release 15 frames (300 ms) after the sound.
+    assert edges(x, VoiceActivityDetector(Scripted(0.9))) == [(1.04, True), (1.8, False)]
+
+
+def test_quiet_speech_opens_the_lower_gate() -> None:
+    # -50 dBFS over -60 dBFS hiss: under the energy-only minimum (-47), over the gate's (-55).
+    x = cat(noise(1.0, -60.0), tones.tone(300, 0.5, -50.0), noise(1.0, -60.0, seed=1))
+    assert edges(x) == []
+    assert [e for _, e in edges(x, VoiceActivityDetector(Scripted(0.9)))] == [True, False]
+
+
+def test_model_hysteresis() -> None:
+    # 8 pre-roll calls, then per frame: on at >= 0.5, held down to 0.35, off below it.
+    ps = [0.0] * 8 + [0.6, 0.6] + [0.4] * 20 + [0.3] * 40
+    x = cat(noise(1.0, -60.0), tones.tone(1000, 2.0, -20.0))
+    got = edges(x, VoiceActivityDetector(Scripted(ps)))
+    # On at the 2nd tone frame; 0.4 holds it; 0.3 from the 23rd frame, off 15 frames later.
+    assert got == [(1.04, True), (round(1.0 + (22 + 15) * 0.02, 2), False)]
+
+
+def test_the_model_is_reset_after_a_long_closure_and_fed_what_it_missed_after_a_short_one() -> None:
+    model = Scripted(0.0)
+    vad = VoiceActivityDetector(model)
+    burst = tones.tone(800, 0.1, -20.0)  # 5 frames
+    hangover = noise(0.3, -60.0, seed=1)  # 15 quiet frames: the gate closes on the last
+    edges(cat(noise(1.0, -60.0), burst, hangover), vad)
+    # The first opening resets (the stream starts) and feeds the 8 pre-roll frames.
+    assert model.resets == [0] and model.calls == 8 + 5 + 15 and not vad.gate_open
+    calls = model.calls
+    # Closed 5 frames (fewer than the 8 of the pre-roll), then reopened: the 5 missed frames
+    # are fed, no reset (the model's audio stays contiguous).
+    edges(cat(noise(0.1, -60.0, seed=2), burst, hangover), vad)
+    assert model.resets == [0] and model.calls == calls + 5 + 5 + 15
+    # Closed 2 s: reset, and only the 8 most recent frames are fed before the burst.
+    edges(cat(noise(2.0, -60.0, seed=4), burst), vad)
+    assert len(model.resets) == 2 and model.calls - model.resets[1] == 8 + 5

@@ -1,0 +1,156 @@
+"""Silero VAD (callhook.speech.silero) and the gated voice-activity detector it completes.
+
+Real model, real speech (tests/data/speech, see its README: 40 FSDD clips, theo's very quiet),
+fixed-seed noise from bench/vad.py's generators (hiss, pink noise, mains hum with harmonics,
+clicks, pops, a mixture), everything through G.711 as a caller's audio arrives.
+"""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from bench.vad import KINDS, line, noise_clip
+from callhook.media import g711, tones
+from callhook.media.vad import VoiceActivityDetector
+from callhook.speech import silero
+from callhook.speech.silero import CONTEXT, WINDOW, SileroStream
+
+SPEECH = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*.wav"))
+Samples = npt.NDArray[np.int16]
+
+
+def load(path: Path) -> Samples:
+    with wave.open(str(path)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+
+
+def frames(x: Samples) -> Samples:
+    return np.concatenate([x, np.zeros((-len(x)) % 160, np.int16)]).reshape(-1, 160)
+
+
+def edges(x: Samples, vad: VoiceActivityDetector) -> list[tuple[float, bool]]:
+    out = []
+    for i, frame in enumerate(frames(x)):
+        edge = vad.feed(frame)
+        if edge is not None:
+            out.append((round((i + 1) * 0.02, 2), edge))
+    return out
+
+
+def cat(*parts: Samples) -> Samples:
+    return np.concatenate(parts)
+
+
+def gated() -> VoiceActivityDetector:
+    return VoiceActivityDetector(SileroStream())
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def test_one_session_per_process() -> None:
+    assert silero.session() is silero.session()
+    assert silero.model_path().name == "silero_vad.onnx"
+    names = {i.name for i in silero.session().get_inputs()}
+    assert names == {"input", "state", "sr"}
+
+
+def test_frames_are_cut_into_windows_with_context() -> None:
+    pcm = line(tones.white_noise(1.0, -30.0))
+    x = pcm.astype(np.float32) * np.float32(1 / 32768)
+    stream = SileroStream()
+    got = [stream.probability(f) for f in frames(pcm)]
+    assert stream.windows == 8000 // WINDOW  # 31 windows of 256 in 50 frames of 160
+    # The same by hand: each window after the previous window's last 32 samples.
+    state = np.zeros(silero.STATE_SHAPE, np.float32)
+    context = np.zeros(CONTEXT, np.float32)
+    expected = []
+    for k in range(stream.windows):
+        window = x[k * WINDOW : (k + 1) * WINDOW]
+        out, state = silero.session().run(
+            None,
+            {
+                "input": np.concatenate([context, window])[None, :],
+                "state": state,
+                "sr": np.array(8000, np.int64),
+            },
+        )
+        context = window[-CONTEXT:]
+        expected.append(float(out[0, 0]))
+    # A frame's probability is that of the latest complete window.
+    ends = [((i + 1) * 160) // WINDOW for i in range(len(got))]
+    assert got == pytest.approx([expected[e - 1] if e else 0.0 for e in ends], abs=1e-6)
+
+
+def test_reset_forgets_the_state() -> None:
+    talk = frames(line(load(SPEECH[0])))
+    fresh = SileroStream()
+    first = [fresh.probability(f) for f in talk]
+    assert max(first) > 0.9
+    fresh.reset()
+    assert fresh.last == 0.0
+    assert [fresh.probability(f) for f in talk] == first
+
+
+# ----------------------------------------------------------------------------- gated detector
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_noise_hum_clicks_and_pops_at_minus_45_dbfs_never_fire(kind: str) -> None:
+    for seed in range(3):
+        vad = gated()
+        assert edges(line(noise_clip(kind, -45.0, 2000 + seed)), vad) == []
+
+
+def test_silence_and_quiet_hiss_cost_no_model_run() -> None:
+    vad = gated()
+    assert edges(cat(tones.silence(1.0), line(tones.white_noise(4.0, -60.0))), vad) == []
+    assert vad.model_frames == 0
+
+
+def on_a_line(speech: Samples) -> tuple[Samples, float, float]:
+    """``speech`` after 1 s of -50 dBFS hiss, 1 s of it after, hiss throughout, µ-law; and the
+    (start, end) of the speech: its first frame within 25 dB of its loudest, its last sample.
+
+    Hiss throughout, not only around the clip (as test_vad.py does for the energy detector):
+    a line's noise does not stop while the caller speaks. With digital silence under the clip
+    the floor drops to the clip's own (-70 dBFS), the hiss after it is loud for the gate, and
+    Silero takes 100-200 ms to call it noise: the release comes that much later.
+    """
+    pad = np.zeros(8000, np.int16)
+    hiss = tones.white_noise(2.0 + len(speech) / 8000, -50.0, seed=1).astype(np.float64)
+    x = np.clip(cat(pad, speech, pad) + hiss, -32768, 32767).astype(np.int16)
+    levels = [10 * np.log10(np.mean(f.astype(np.float64) ** 2) + 1e-9) for f in frames(speech)]
+    start = 1.0 + 0.02 * next(i for i, v in enumerate(levels) if v > max(levels) - 25)
+    return g711.decode("ulaw", g711.encode("ulaw", x)), start, 1.0 + len(speech) / 8000
+
+
+#: Onset: at most this long after the speech starts (the start above includes soft lead-ins
+#: 25 dB down; the onset is 60 ms after it on 27 of the 40 clips, 120-180 ms on 6).
+ONSET_S = 0.2
+
+
+@pytest.mark.parametrize("path", SPEECH, ids=lambda p: p.stem)
+def test_speech_fires_on_every_clip(path: Path) -> None:
+    x, start, end = on_a_line(load(path))
+    got = edges(x, gated())
+    starts = [t for t, e in got if e]
+    stops = [t for t, e in got if not e]
+    assert starts, "speech not detected"
+    assert start < starts[0] <= start + ONSET_S
+    assert all(t <= end + 0.02 for t in starts)
+    # One utterance, released by the 300 ms hangover after it (never a cut mid-digit).
+    assert len(starts) == len(stops) == 1 and stops[0] <= end + 0.3 + 0.04
+
+
+def test_onset_is_quick_for_barge_in() -> None:
+    late = []
+    for path in SPEECH:
+        x, start, _ = on_a_line(load(path))
+        late.append(next(t for t, e in edges(x, gated()) if e) - start)
+    assert np.median(late) <= 0.06 + 1e-9  # 2 frames of confirmed speech after the start
