@@ -253,7 +253,6 @@ def cpu() -> None:
     opened = timed(lambda: VoiceActivityDetector(SileroStream()), talk)
     share = sum(1 for f in talk if level_dbfs(f) > -60) / len(talk)
     print(f"  gated, gate open (speech)              {opened['open']:7.1f}")
-    print(f"  gated, gate closed (pauses in speech)  {opened.get('closed', 0.0):7.1f}")
     stream = SileroStream()
     t = time.perf_counter()
     for f in talk:
