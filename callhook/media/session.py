@@ -70,9 +70,25 @@ SILENT_AFTER = 0.1
 RTCP_INTERVAL = 5.0
 
 
+_no_model_logged = False
+
+
 def new_detector() -> VoiceActivityDetector:
-    """The voice-activity detector a call uses (one definition for calls and benchmarks)."""
-    return VoiceActivityDetector()
+    """The voice-activity detector a call uses (one definition for calls and benchmarks).
+
+    The energy gate with the silero speech model behind it (``media/vad.py``);
+    without the model file, the energy detector alone, said once in the log.
+    """
+    global _no_model_logged
+    try:
+        from callhook.speech.silero import SileroStream
+
+        return VoiceActivityDetector(SileroStream())
+    except (ImportError, OSError) as exc:
+        if not _no_model_logged:
+            _no_model_logged = True
+            logger.error("no speech model for voice activity (%s): energy alone decides", exc)
+        return VoiceActivityDetector()
 
 
 class Sink(Protocol):

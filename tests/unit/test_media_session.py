@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import itertools
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from callhook.events import DigitReceived, PromptFinished, RecorderFailed, VoiceActivity
-from callhook.media import g711, rtcp, tones
+from callhook.media import g711, rtcp, tones, wav
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import (
     FRAME,
@@ -22,6 +23,7 @@ from callhook.media.session import (
     SinkFull,
 )
 
+SPEECH = Path(__file__).parent.parent / "data" / "speech"
 PEER = ("192.0.2.10", 40000)
 NAT = ("198.51.100.7", 51000)
 ELSEWHERE = ("203.0.113.9", 6666)
@@ -203,14 +205,23 @@ def speech_like(seconds: float) -> np.ndarray:
     )
 
 
-def test_voice_activity_edges() -> None:
+def test_voice_activity_edges_on_real_speech() -> None:
+    """A call's detector is the gated speech model: a person speaking gives one utterance."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    speech = wav.decode_to_8k((SPEECH / "2_jackson_2.wav").read_bytes())
+    samples = np.concatenate([np.zeros(4000, np.int16), speech, np.zeros(16000, np.int16)])
+    stream(session, audio_frames(samples))
+    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
+    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+
+
+def test_a_loud_noise_that_is_not_speech_is_not_voice_activity() -> None:
     session = MediaSession("PCMU", 0, 101, PEER)
     samples = np.concatenate(
         [np.zeros(4000, np.int16), speech_like(1.0), np.zeros(16000, np.int16)]
     )
     stream(session, audio_frames(samples))
-    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
-    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+    assert [e for e in events(session) if isinstance(e, VoiceActivity)] == []
 
 
 def test_recording_keeps_real_time_across_lost_packets() -> None:
