@@ -152,8 +152,18 @@ async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
     )
     app.page("/recorded", [{"play": {"play_list": [{"text_to_say": "never"}]}}])
     app.page("/final", None)
-    loud = Stream(20.0).inband("1" * 40, at=0.5, spacing=0.45, tone=0.4)  # sound throughout
-    pcap = loud.write_pcap(tmp_path / "caller.pcap")
+    # The caller talks throughout (real recordings of spoken digits, back to back): the
+    # recording cannot end on silence before the deadline.
+    talking = Stream(20.0)
+    clips = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*jackson*.wav"))
+    at = 0.5
+    for clip in clips * 3:
+        samples = wav.decode_to_8k(clip.read_bytes())
+        talking.speech(samples, at=at)
+        at += len(samples) / 8000 + 0.2
+        if at > 18.0:
+            break
+    pcap = talking.write_pcap(tmp_path / "caller.pcap")
     parts = [
         sipp.invite("ivr", telephone_event=True),
         sipp.ANSWERED,
