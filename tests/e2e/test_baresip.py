@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from callhook.speech.sphinx import SphinxRecogniser
 
+from callhook.events import RecognitionOptions
 from callhook.media import g711, tones, wav
+from callhook.speech.stream import cut_utterances
 from callhook.testing import AppServer
 from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
 
@@ -83,13 +87,35 @@ async def test_baresip_hears_the_prompt_and_its_keys_arrive(tmp_path: Path, app:
     app.page("/number", [{"hang_up": {}}])
     app.page("/final", None)
 
+    async def press_keys(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3.0)  # the prompt plays for 2 s, then get_number waits
+        await command(writer, "sndcode", "531")
+
+    transcript, audio = await call_with_baresip(tmp_path, app, press_keys)
+    (number,) = app.bodies("/number")
+    assert number["action_result"]["result"] == {"entered_number": "531"}, transcript
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+    # What baresip heard: the 440 Hz prompt.
+    loud = audio[np.abs(audio) > 500]
+    assert len(loud) > 8000, "the prompt was not heard (less than 1 s of sound)"
+    spectrum = np.abs(np.fft.rfft(audio[: 8000 * 4]))
+    peak = float(np.argmax(spectrum)) * 8000 / min(len(audio), 8000 * 4)
+    assert abs(peak - TONE_HZ) < 5, peak
+
+
+async def call_with_baresip(
+    tmp_path: Path,
+    app: AppServer,
+    during: Callable[[asyncio.StreamWriter], Awaitable[None]] | None = None,
+) -> tuple[str, np.ndarray]:
+    """baresip calls ``serve`` running ``app``; returns its output and what it heard (8 kHz)."""
+    data = tmp_path / "data"
     microphone = tmp_path / "mic.wav"  # 30 s of quiet: longer than the call
     microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 30, dtype=np.int16)))
     sip_port, ctrl_port = free_udp_port(), free_tcp_port()
     phone_dir = tmp_path / "baresip"
     phone_dir.mkdir()
     baresip_config(phone_dir, sip_port, ctrl_port, microphone)
-
     async with Server(
         data, app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
     ) as server:
@@ -114,26 +140,42 @@ async def test_baresip_hears_the_prompt_and_its_keys_arrive(tmp_path: Path, app:
                 raise AssertionError("baresip's control socket did not open")
             await command(writer, "dial", f"sip:ivr@127.0.0.1:{server.sip_port}")
             await wait_for_request(app, "/start", timeout=10)
-            await asyncio.sleep(3.0)  # the prompt plays for 2 s, then get_number waits
-            await command(writer, "sndcode", "531")
-            await wait_for_request(app, "/final", timeout=10)
+            if during is not None:
+                await during(writer)
+            await wait_for_request(app, "/final", timeout=20)
             writer.close()
         finally:
             phone.terminate()
             out, _ = await asyncio.wait_for(phone.communicate(), 10)
     transcript = out.decode(errors="replace")
-    (number,) = app.bodies("/number")
-    assert number["action_result"]["result"] == {"entered_number": "531"}, transcript
-    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
-    # What baresip heard: the 440 Hz prompt.
     heard = [p for p in (phone_dir / "heard").glob("*.wav") if "dec" in p.name]
     assert heard, f"baresip wrote no recording: {list((phone_dir / 'heard').iterdir())}"
-    audio = wav.decode_to_8k(heard[0].read_bytes()).astype(np.float64)
-    loud = audio[np.abs(audio) > 500]
-    assert len(loud) > 8000, "the prompt was not heard (less than 1 s of sound)"
-    spectrum = np.abs(np.fft.rfft(audio[: 8000 * 4]))
-    peak = float(np.argmax(spectrum)) * 8000 / min(len(audio), 8000 * 4)
-    assert abs(peak - TONE_HZ) < 5, peak
+    return transcript, wav.decode_to_8k(heard[0].read_bytes()).astype(np.float64)
+
+
+async def test_baresip_hears_a_text_prompt_spoken_by_the_default_voice(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """text_to_say reaches the caller's ear as speech: what baresip heard is recognised back."""
+    app.page(
+        "/start",
+        [
+            {"play": {"play_list": [{"text_to_say": "Seven."}]}},
+            {"sleep": {"seconds": 1}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/final", None)
+    transcript, audio = await call_with_baresip(tmp_path, app)
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed", transcript
+    assert int(np.sum(np.abs(audio) > 1000)) > 800, "no speech was heard"
+    samples = np.clip(audio, -32768, 32767).astype(np.int16)
+    utterances = cut_utterances(samples)
+    assert utterances, "the voice-activity detector found no speech in what baresip heard"
+    recogniser = SphinxRecogniser()
+    digits = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    best = recogniser.recognise(max(utterances, key=len), RecognitionOptions(word_hints=digits))
+    assert best and best[0].text == "seven", best
 
 
 def _pcm16_wav(samples: np.ndarray) -> bytes:
