@@ -30,13 +30,25 @@ the gate only decides where the model runs; a frame is speech when it is loud
 *and* the model says speech (probability ≥ 0.5 switches the model's verdict on,
 < 0.35 off: hysteresis, so one doubtful window mid-word does not count). The
 model rejects hiss and hum, so the gate can be lower (defaults: −55 dBFS and
-4 dB over the floor, 2 dB hysteresis), which theo's very quiet recordings
-(peaks below −40 dBFS) need. Onset after 2 speech frames in a row (40 ms; the
-model's first speech window comes 20–40 ms into a word), and until then a frame
-needs the full margin: Silero calls a pop or a crackle speech for a window or
-two (p up to 0.87), and with one frame, or with the gate's lower threshold,
-hiss after a pop counted as speech (9 of 100 noise clips at −45 dBFS fired;
-with these rules 0, ``bench/vad.py``). The release is unchanged: 15 frames
+3 dB over the floor to open, 1 dB to stay open, 2 dB to keep activity going),
+which theo's very quiet recordings (peaks below −40 dBFS) need. Onset after 3
+speech frames in a row (60 ms), and until then a frame needs the full margin:
+Silero calls a pop or a crackle speech for a window or two (p up to 0.87).
+Measured on theo's 500 clips on a line with −50 dBFS hiss and on the 100
+noise-only clips per level of ``bench/vad.py`` (false alarms at −55 / −45 /
+−35 dBFS):
+
+=================================  ============  =============  ============
+open / keep active (dB), onset     theo missed   late release   false alarms
+=================================  ============  =============  ============
+4 / 2, 2 frames (first tuning)     31            0              1 / 0 / 2
+3 / 1 (model alone holds), 2       4             many           1 / 0 / 2
+3 / 2, 2 frames                    1             0              1 / 0 / 2
+3 / 2, 3 frames (the defaults)     1             0              0 / 0 / 0
+=================================  ============  =============  ============
+
+("late": released more than 340 ms after the speech ended; the model alone
+holds on to the hiss after a quiet caller's last word, hence the 2 dB.) The release is unchanged: 15 frames
 that are quiet or not speech (300 ms). The floor's prior is replaced by the
 first measured block (200 ms) instead of lasting its whole 1.6 s window, so a
 call that starts on loud noise does not count it as loud.
@@ -110,6 +122,8 @@ class VoiceActivityDetector:
     #: Frames per block of the noise-floor minimum, and blocks remembered (10 x 8 = 1.6 s).
     BLOCK_FRAMES: Final = 10
     BLOCKS: Final = 8
+    #: Gated: dB over the noise floor a frame needs to keep activity going.
+    RELEASE_MARGIN_DB: Final = 2.0
     #: Frames kept while the gate is closed, fed to the model when it opens (160 ms).
     PREROLL: Final = 8
 
@@ -127,9 +141,9 @@ class VoiceActivityDetector:
     ) -> None:
         gated = model is not None
         self.model = model
-        self.onset_frames = onset_frames if onset_frames is not None else (2 if gated else 3)
+        self.onset_frames = onset_frames if onset_frames is not None else 3
         self.hangover_frames = hangover_frames
-        self.margin_db = margin_db if margin_db is not None else (4.0 if gated else 8.0)
+        self.margin_db = margin_db if margin_db is not None else (3.0 if gated else 8.0)
         self.min_level_dbfs = (
             min_level_dbfs if min_level_dbfs is not None else (-55.0 if gated else -47.0)
         )
@@ -138,6 +152,8 @@ class VoiceActivityDetector:
         self._margin = math.pow(10.0, self.margin_db / 10.0)
         self.hysteresis_db = hysteresis_db if hysteresis_db is not None else (2.0 if gated else 3.0)
         self._hold = math.pow(10.0, -self.hysteresis_db / 10.0)
+        # Gated: while active, a frame counts only this far over the floor (see _gated).
+        self._release = math.pow(10.0, (self.RELEASE_MARGIN_DB - self.margin_db) / 10.0)
         self._min_power = _power(self.min_level_dbfs)
         # Until real blocks replace it, the floor is one that puts the threshold at the minimum.
         prior = self._min_power / self._margin
@@ -237,8 +253,14 @@ class VoiceActivityDetector:
                 self._closed_for = 0
                 return False
         # Speech needs the full margin until activity starts (as in the energy-only mode): the
-        # gate's lower threshold would let hiss count once a pop has swayed the model.
-        held = self._active or power > threshold
+        # gate's lower threshold would let hiss count once a pop has swayed the model. Once
+        # active, a frame must stay RELEASE_MARGIN_DB over the floor: the model alone would
+        # hold on to the hiss after a quiet caller's last word (on theo's clips it called it
+        # speech for seconds), while the gate keeps feeding the model down to 1 dB.
+        if self._active:
+            held = power > max(self._min_power, threshold * self._release)
+        else:
+            held = power > threshold
         return self._classify(frame) and loud and held
 
     def _classify(self, frame: npt.NDArray[np.int16]) -> bool:

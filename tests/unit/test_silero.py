@@ -131,7 +131,7 @@ def on_a_line(speech: Samples) -> tuple[Samples, float, float]:
 
 
 #: Onset: at most this long after the speech starts (the start above includes soft lead-ins
-#: 25 dB down; the onset is 60 ms after it on 27 of the 40 clips, 120-180 ms on 6).
+#: 25 dB down; with the 3-frame onset it is 80 ms after it on most of the 40 clips).
 ONSET_S = 0.2
 
 
@@ -142,7 +142,8 @@ def test_speech_fires_on_every_clip(path: Path) -> None:
     starts = [t for t, e in got if e]
     stops = [t for t, e in got if not e]
     assert starts, "speech not detected"
-    assert start < starts[0] <= start + ONSET_S
+    # Not in the hiss before the speech (a soft lead-in under the 25 dB mark may count).
+    assert start - 0.06 < starts[0] <= start + ONSET_S
     assert all(t <= end + 0.02 for t in starts)
     # One utterance, released by the 300 ms hangover after it (never a cut mid-digit).
     assert len(starts) == len(stops) == 1 and stops[0] <= end + 0.3 + 0.04
@@ -153,4 +154,4 @@ def test_onset_is_quick_for_barge_in() -> None:
     for path in SPEECH:
         x, start, _ = on_a_line(load(path))
         late.append(next(t for t, e in edges(x, gated()) if e) - start)
-    assert np.median(late) <= 0.06 + 1e-9  # 2 frames of confirmed speech after the start
+    assert np.median(late) <= 0.08 + 1e-9  # 3 frames of confirmed speech after the start

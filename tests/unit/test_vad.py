@@ -200,7 +200,7 @@ def test_gated_defaults_and_energy_only_defaults() -> None:
     plain = VoiceActivityDetector()
     assert (plain.onset_frames, plain.margin_db, plain.min_level_dbfs) == (3, 8.0, -47.0)
     gated = VoiceActivityDetector(Scripted())
-    assert (gated.onset_frames, gated.margin_db, gated.min_level_dbfs) == (2, 4.0, -55.0)
+    assert (gated.onset_frames, gated.margin_db, gated.min_level_dbfs) == (3, 3.0, -55.0)
     assert gated.hangover_frames == plain.hangover_frames == 15
 
 
@@ -223,8 +223,8 @@ def test_a_loud_sound_the_model_rejects_is_not_activity() -> None:
 
 def test_gated_onset_and_hangover() -> None:
     x = cat(noise(1.0, -60.0), tones.tone(1000, 0.5, -20.0), noise(2.0, -60.0, seed=1))
-    # Onset after 2 speech frames (40 ms), release 15 frames (300 ms) after the sound.
-    assert edges(x, VoiceActivityDetector(Scripted(0.9))) == [(1.04, True), (1.8, False)]
+    # Onset after 3 speech frames (60 ms), release 15 frames (300 ms) after the sound.
+    assert edges(x, VoiceActivityDetector(Scripted(0.9))) == [(1.06, True), (1.8, False)]
 
 
 def test_quiet_speech_opens_the_lower_gate() -> None:
@@ -236,11 +236,11 @@ def test_quiet_speech_opens_the_lower_gate() -> None:
 
 def test_model_hysteresis() -> None:
     # 8 pre-roll calls, then per frame: on at >= 0.5, held down to 0.35, off below it.
-    ps = [0.0] * 8 + [0.6, 0.6] + [0.4] * 20 + [0.3] * 40
+    ps = [0.0] * 8 + [0.6] * 3 + [0.4] * 20 + [0.3] * 40
     x = cat(noise(1.0, -60.0), tones.tone(1000, 2.0, -20.0))
     got = edges(x, VoiceActivityDetector(Scripted(ps)))
-    # On at the 2nd tone frame; 0.4 holds it; 0.3 from the 23rd frame, off 15 frames later.
-    assert got == [(1.04, True), (round(1.0 + (22 + 15) * 0.02, 2), False)]
+    # On at the 3rd tone frame; 0.4 holds it; 0.3 from the 24th frame, off 15 frames later.
+    assert got == [(1.06, True), (round(1.0 + (23 + 15) * 0.02, 2), False)]
 
 
 def test_the_model_is_reset_after_a_long_closure_and_fed_what_it_missed_after_a_short_one() -> None:
