@@ -48,10 +48,11 @@ open / keep active (dB), onset     theo missed   late release   false alarms
 =================================  ============  =============  ============
 
 ("late": released more than 340 ms after the speech ended; the model alone
-holds on to the hiss after a quiet caller's last word, hence the 2 dB.) The release is unchanged: 15 frames
-that are quiet or not speech (300 ms). The floor's prior is replaced by the
-first measured block (200 ms) instead of lasting its whole 1.6 s window, so a
-call that starts on loud noise does not count it as loud.
+holds on to the hiss after a quiet caller's last word, hence the 2 dB.) The
+release is unchanged: 15 frames that are quiet or not speech (300 ms). The
+floor's prior is replaced by the first measured block (200 ms) instead of
+lasting its whole 1.6 s window, so a call that starts on loud noise does not
+count it as loud.
 
 The gate opens on the first loud frame and closes after the hangover (15
 quiet frames); the model sees every frame in between, so silent calls cost
