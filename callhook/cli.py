@@ -91,7 +91,8 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
         out = sys.stdout
         out.write(
             f"callhook {__version__} terminal phone — calling {app.first_page}\n"
-            "Press keys 0-9 * # to send them. Type  say <words>  to speak (typed speech),\n"
+            "Press keys 0-9 * # to send them. Type  say <words>  to speak (your words are\n"
+            "spoken by the TTS voice to the speech recogniser, as on a real call),\n"
             "keys <ABCD> for the A-D keys, hangup to hang up.\n\n"
         )
         info = CallInfo(
