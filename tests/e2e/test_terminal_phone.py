@@ -120,7 +120,9 @@ async def test_demo_application_from_the_terminal(tmp_path: Path) -> None:
     speech = _result(out, "get_input")
     assert speech["input_type"] == "speech"
     # "say support" was spoken by the TTS voice and recognised with the demo's hints
-    (phrase,) = speech["speech_input"]  # type: ignore[misc]
+    phrases = speech["speech_input"]
+    assert isinstance(phrases, list)
+    (phrase,) = phrases
     assert phrase["direction"] == "inbound" and phrase["final"] is True
     (alternative,) = phrase["alternatives"]
     assert alternative["text"] == "support"

@@ -36,7 +36,9 @@ def test_cutter_cuts_long_utterances():
     cutter.feed(frame(1), True)
     out = [cutter.feed(frame(2), None) for _ in range(5)]
     assert [len(o) for o in out] == [0, 0, 1, 0, 0]
-    assert out[2][0].truncated and len(out[2][0].audio) == 4 * FRAME
+    cut = out[2][0]
+    assert isinstance(cut, Utterance)
+    assert cut.truncated and len(cut.audio) == 4 * FRAME
     flushed = cutter.flush()
     assert flushed is not None and len(flushed.audio) == 2 * FRAME
     assert cutter.flush() is None
