@@ -232,6 +232,23 @@ class StopRecording:
     filename: str
 
 
+@dataclass(frozen=True, slots=True)
+class DetectVoice:
+    """Voice activity is wanted (``on``) or no longer (the record action's silence rules).
+
+    Recording and recognition want it anyway; a session may save the cost of
+    its speech model while nothing does.
+    """
+
+    on: bool
+
+
 MediaCommand = (
-    StartPrompt | StopPrompt | StartRecognition | StopRecognition | StartRecording | StopRecording
+    StartPrompt
+    | StopPrompt
+    | StartRecognition
+    | StopRecognition
+    | StartRecording
+    | StopRecording
+    | DetectVoice
 )

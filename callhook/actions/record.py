@@ -51,6 +51,7 @@ from callhook.actions.machine import (
 )
 from callhook.actions.schema import Record
 from callhook.events import (
+    DetectVoice,
     DigitReceived,
     MediaCommand,
     MediaEvent,
@@ -90,10 +91,12 @@ class RecordMachine(ActionMachine):
         self.heard_sound = False
 
     def start(self, now: float) -> list[MediaCommand]:
+        # Voice activity from the start: a caller who speaks during the beep is heard.
+        commands: list[MediaCommand] = [DetectVoice(True)]
         if self.action.beep_on_start:
             self.state = State.BEEP
-            return self.prompter.start(items=(BEEP,))
-        return self._listen(now)
+            return commands + self.prompter.start(items=(BEEP,))
+        return commands + self._listen(now)
 
     def _listen(self, now: float) -> list[MediaCommand]:
         self.state = State.LISTEN
@@ -179,7 +182,7 @@ class RecordMachine(ActionMachine):
             # Never started: still leave a valid (empty) file behind the name.
             commands += self._capture(now, preroll=0.0)
         assert self.file_start is not None
-        commands.append(StopRecording(self.filename))
+        commands += [StopRecording(self.filename), DetectVoice(False)]
         result: dict[str, object] = {
             "filename": self.filename,
             "file_available": False,

@@ -21,6 +21,7 @@ from callhook.call import CallInfo
 from callhook.events import (
     Aborted,
     CallEnded,
+    DetectVoice,
     MediaCommand,
     MediaEvent,
     Phrase,
@@ -127,6 +128,8 @@ class SipLeg:
             elif isinstance(command, StopRecording):
                 self.session.stop_recording(self.loop.time())
                 self._recorders.pop(command.filename, None)
+            elif isinstance(command, DetectVoice):
+                self.session.detect_voice(command.on)
             elif isinstance(command, StartRecognition):
                 self._start_recognition(command.options)
             elif isinstance(command, StopRecognition):

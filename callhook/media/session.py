@@ -150,6 +150,7 @@ class MediaSession:
         # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
         self.vad = new_detector()
+        self.vad.paused = True  # until a recording or a recognition stream listens
         #: Who else hears the caller, frame by frame (8 kHz int16). Empty: no cost.
         self.audio_taps: list[Callable[[npt.NDArray[np.int16]], None]] = []
         #: The caller's speech cut into utterances. The cutter always runs (a deque
@@ -158,6 +159,7 @@ class MediaSession:
         #: its results count: utterances waiting for a recogniser queue here.
         self.cutter = UtteranceCutter()
         self.recognising = False
+        self.detecting = False  # an action wants voice activity (DetectVoice)
         self.utterances: deque[Utterance] = deque()
         #: 20 ms frames a prompt had to wait for its next synthesised sentence.
         self.underruns = 0
@@ -244,6 +246,13 @@ class MediaSession:
             tap(samples)
 
     def _detect(self, samples: npt.NDArray[np.int16]) -> None:
+        self._voice(samples)
+        if self.tones is not None:
+            digit = self.tones.feed(samples)
+            if digit is not None:
+                self.events.append(DigitReceived(digit))
+
+    def _voice(self, samples: npt.NDArray[np.int16]) -> None:
         edge = self.vad.feed(samples)
         if edge is not None:
             self.events.append(VoiceActivity(edge))
@@ -254,10 +263,6 @@ class MediaSession:
                 self.events.append(item)
             else:
                 self.utterances.append(item)
-        if self.tones is not None:
-            digit = self.tones.feed(samples)
-            if digit is not None:
-                self.events.append(DigitReceived(digit))
 
     # --- RTCP (RFC 3550 §6) --------------------------------------------------------
 
@@ -381,19 +386,44 @@ class MediaSession:
         """
         if not self.recognising:
             self.recognising = True
+            self._listen()
             if self.cutter.in_utterance:
                 self.events.append(SpeechStarted())
+
+    def detect_voice(self, on: bool) -> None:
+        """An action wants voice activity events (record), or no longer."""
+        self.detecting = on
+        self._listen()
 
     def stop_recognition(self) -> None:
         """Stop the stream; utterances not yet decoded are dropped."""
         self.recognising = False
         self.utterances.clear()
+        self._listen()
+
+    def _listen(self) -> None:
+        """Run the speech model only while something uses voice activity.
+
+        It is what voice activity costs (~0.1 ms per 32 ms of a talking
+        caller), so it rests during prompts and digit entry. When it wakes it
+        first goes over the last :data:`PREROLL_FRAMES` frames (0.4 s), so a
+        caller who started talking just before a recording or a recognition
+        stream began (during the record beep, say) is heard from the start.
+        """
+        paused = not (self.recognising or self.detecting or self._recording is not None)
+        if self.vad.paused and not paused:
+            self.vad.paused = False
+            self.cutter = UtteranceCutter()  # the replay rebuilds its pre-roll
+            for _, payload in self._preroll:
+                self._voice(g711.decode(self.law, payload))
+        self.vad.paused = paused
 
     # --- recording --------------------------------------------------------------------
 
     def start_recording(self, sink: Sink, law: Law | None, preroll: float) -> None:
         """Record what the caller sends into ``sink``, starting ``preroll`` seconds back."""
         self._recording = _Recording(sink, law or self.law)
+        self._listen()
         frames = min(len(self._preroll), round(preroll / 0.02))
         for timestamp, payload in list(self._preroll)[len(self._preroll) - frames :]:
             self._record(payload, timestamp)
@@ -401,6 +431,7 @@ class MediaSession:
     def stop_recording(self, now: float) -> None:
         """Finish the recording, padding it with silence up to now if the caller went quiet."""
         recording, self._recording = self._recording, None
+        self._listen()
         if recording is None:
             return
         quiet = now - self._last_audio if self._last_audio else 0.0
@@ -445,4 +476,5 @@ class MediaSession:
         logger.error("%s: recording stopped: %s", self.label, detail)
         if self._recording is recording:
             self._recording = None
+            self._listen()
         self.events.append(RecorderFailed(reason, detail))

@@ -175,6 +175,10 @@ class VoiceActivityDetector:
         self._says_speech = False
         #: Frames the model was fed (pre-roll included), for the benchmark and tests.
         self.model_frames = 0
+        #: Gated: while True the model is not run and no frame is speech (the energy and
+        #: the noise floor are still tracked). A call pauses it when nothing listens for
+        #: voice activity (no recording, no recognition): the model is what costs.
+        self.paused = False
 
     @property
     def active(self) -> bool:
@@ -225,6 +229,11 @@ class VoiceActivityDetector:
     def _gated(self, frame: npt.NDArray[np.int16], power: float, threshold: float) -> bool:
         """Run the gate, and the model where it is open: is this frame speech?"""
         assert self.model is not None
+        if self.paused:
+            self._gate = False
+            self._closed_for += 1
+            self._preroll.append(frame.copy())
+            return False
         loud = power > (max(self._min_power, threshold * self._hold) if self._gate else threshold)
         if not self._gate:
             if not loud:

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from callhook.events import DigitReceived, PromptFinished, RecorderFailed, VoiceActivity
+from callhook.events import (
+    DigitReceived,
+    PromptFinished,
+    RecorderFailed,
+    SpeechStarted,
+    VoiceActivity,
+)
 from callhook.media import g711, rtcp, tones, wav
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import (
@@ -208,15 +214,35 @@ def speech_like(seconds: float) -> np.ndarray:
 def test_voice_activity_edges_on_real_speech() -> None:
     """A call's detector is the gated speech model: a person speaking gives one utterance."""
     session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recognition()  # something listens: the speech model runs
     speech = wav.decode_to_8k((SPEECH / "2_jackson_2.wav").read_bytes())
     samples = np.concatenate([np.zeros(4000, np.int16), speech, np.zeros(16000, np.int16)])
     stream(session, audio_frames(samples))
     edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
     assert edges == [VoiceActivity(True), VoiceActivity(False)]
+    assert session.vad.model_frames > 0
+
+
+def test_the_speech_model_rests_while_nothing_listens() -> None:
+    """No recording, no recognition: no voice activity is needed, the model is not run."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    speech = wav.decode_to_8k((SPEECH / "2_jackson_2.wav").read_bytes())
+    samples = np.concatenate([np.zeros(4000, np.int16), speech, np.zeros(16000, np.int16)])
+    stream(session, audio_frames(samples))
+    assert session.vad.model_frames == 0
+    assert [e for e in events(session) if isinstance(e, VoiceActivity)] == []
+    # A recording listens: the same speech now gives its edges.
+    session.start_recording(Sink(), None, 0.0)
+    stream(session, audio_frames(samples), start=2.0, seq0=500, ts0=80000)
+    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
+    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+    session.stop_recording(4.0)
+    assert session.vad.paused
 
 
 def test_a_loud_noise_that_is_not_speech_is_not_voice_activity() -> None:
     session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recognition()
     samples = np.concatenate(
         [np.zeros(4000, np.int16), speech_like(1.0), np.zeros(16000, np.int16)]
     )
@@ -355,3 +381,24 @@ def test_audio_for_a_stopped_or_replaced_streamed_prompt_is_ignored() -> None:
     payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
     assert payloads == [g711.silence("ulaw", FRAME)] * 3
     assert events(session) == [PromptFinished(2)]
+
+
+def test_a_word_said_just_before_listening_starts_is_caught_up() -> None:
+    """The model wakes with the last 0.4 s: speech that began during the beep is heard."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    speech = wav.decode_to_8k((SPEECH / "5_jackson_5.wav").read_bytes())
+    frames = audio_frames(np.concatenate([np.zeros(8000, np.int16), speech]))
+    stream(session, frames[: len(frames) - 5])  # all but the last 100 ms: nobody listens
+    assert events(session) == []
+    session.start_recognition()
+    caught = events(session)
+    assert VoiceActivity(True) in caught and SpeechStarted() in caught
+    n = len(frames) - 5
+    rest = frames[n:] + audio_frames(np.zeros(8000, np.int16))
+    stream(session, rest, start=n * 0.02, seq0=100 + n, ts0=1000 + n * FRAME)
+    assert len(session.utterances) == 1
+    session.detect_voice(True)
+    session.stop_recognition()
+    assert not session.vad.paused  # record still wants voice activity
+    session.detect_voice(False)
+    assert session.vad.paused

@@ -19,6 +19,7 @@ from callhook.call import CallRunner
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import (
+    DetectVoice,
     DigitReceived,
     PlayTone,
     PromptFinished,
@@ -499,7 +500,7 @@ def outcome_result(m: RecordMachine) -> dict[str, Any]:
 
 def test_machine_silence() -> None:
     m = machine(milliseconds_max_silence=2000)
-    assert m.start(0.0) == []
+    assert m.start(0.0) == [DetectVoice(True)]  # voice activity wanted from the start
     assert m.deadline == 2.0  # initial silence: max_silence
     assert m.handle(VoiceActivity(True), 1.0) == [StartRecording("r.wav", None, None, preroll=0.3)]
     assert m.deadline == pytest.approx(60.7)  # only the duration limit now
@@ -510,7 +511,7 @@ def test_machine_silence() -> None:
     assert m.deadline == pytest.approx(60.7)
     assert m.handle(VoiceActivity(False), 4.0) == []
     assert m.outcome is None
-    assert m.on_deadline(6.0) == [StopRecording("r.wav")]
+    assert m.on_deadline(6.0) == [StopRecording("r.wav"), DetectVoice(False)]
     assert outcome_result(m) == {
         "filename": "r.wav",
         "file_available": False,
@@ -527,7 +528,7 @@ def test_machine_aborted() -> None:
     m = machine(id="x")
     m.start(10.0)
     m.handle(VoiceActivity(True), 11.0)
-    assert m.stop(12.46, "aborted") == [StopRecording("r.wav")]
+    assert m.stop(12.46, "aborted") == [StopRecording("r.wav"), DetectVoice(False)]
     assert outcome_result(m) == {
         "filename": "r.wav",
         "file_available": False,
@@ -545,6 +546,7 @@ def test_machine_aborted_while_listening_leaves_an_empty_file() -> None:
     assert m.stop(1.0, "aborted") == [
         StartRecording("r.wav", None, None, preroll=0.0),
         StopRecording("r.wav"),
+        DetectVoice(False),
     ]
     result = outcome_result(m)
     assert (result["reason"], result["contains_sound"], result["seconds_duration"]) == (
@@ -559,7 +561,7 @@ def test_machine_recorder_failed(reason: FailReason) -> None:
     m = machine()
     m.start(0.0)
     m.handle(VoiceActivity(True), 1.0)
-    assert m.handle(RecorderFailed(reason), 3.0) == [StopRecording("r.wav")]
+    assert m.handle(RecorderFailed(reason), 3.0) == [StopRecording("r.wav"), DetectVoice(False)]
     assert outcome_result(m)["reason"] == reason
     assert "barge_in_digit" not in outcome_result(m)
 
@@ -567,8 +569,9 @@ def test_machine_recorder_failed(reason: FailReason) -> None:
 def test_machine_beep_then_listen() -> None:
     m = machine(beep_on_start=True, milliseconds_max_initial_silence=500)
     commands = m.start(0.0)
-    assert len(commands) == 1
-    beep = commands[0]
+    assert len(commands) == 2
+    assert commands[0] == DetectVoice(True)  # a caller who speaks during the beep is heard
+    beep = commands[1]
     assert isinstance(beep, StartPrompt)
     assert beep.items == (PlayTone(1000.0, 0.25),)
     assert m.deadline is None  # no timer while the beep plays
@@ -579,16 +582,17 @@ def test_machine_beep_then_listen() -> None:
     assert m.on_deadline(0.75) == [
         StartRecording("r.wav", None, None, preroll=0.0),
         StopRecording("r.wav"),
+        DetectVoice(False),
     ]
     assert outcome_result(m)["reason"] == "silence"
 
 
 def test_machine_bargein_during_beep() -> None:
     m = machine(beep_on_start=True, barge_in_digits="3")
-    (beep,) = m.start(0.0)
+    (_, beep) = m.start(0.0)
     assert isinstance(beep, StartPrompt)
     assert m.handle(DigitReceived("#"), 0.05) == []
     commands = m.handle(DigitReceived("3"), 0.1)
     assert commands[0] == StopPrompt(beep.prompt_id)
-    assert commands[-1] == StopRecording("r.wav")
+    assert commands[-2:] == [StopRecording("r.wav"), DetectVoice(False)]
     assert outcome_result(m)["barge_in_digit"] == "3"
