@@ -153,10 +153,8 @@ class MediaSession:
         self.vad.paused = True  # until a recording or a recognition stream listens
         #: Who else hears the caller, frame by frame (8 kHz int16). Empty: no cost.
         self.audio_taps: list[Callable[[npt.NDArray[np.int16]], None]] = []
-        #: The caller's speech cut into utterances. The cutter always runs (a deque
-        #: append per frame), so a stream that starts while the caller is already
-        #: talking still gets the whole utterance; only while ``recognising`` do
-        #: its results count: utterances waiting for a recogniser queue here.
+        #: The caller's speech cut into utterances while ``recognising``; utterances
+        #: waiting for a recogniser queue here.
         self.cutter = UtteranceCutter()
         self.recognising = False
         self.detecting = False  # an action wants voice activity (DetectVoice)
@@ -256,9 +254,9 @@ class MediaSession:
         edge = self.vad.feed(samples)
         if edge is not None:
             self.events.append(VoiceActivity(edge))
+        if not self.recognising:
+            return  # (start_recognition rebuilds the cutter's pre-roll from _preroll)
         for item in self.cutter.feed(samples, edge):
-            if not self.recognising:
-                continue
             if isinstance(item, SpeechStarted):
                 self.events.append(item)
             else:
@@ -382,13 +380,22 @@ class MediaSession:
     def start_recognition(self) -> None:
         """Start handing the caller's utterances to recognition (see ``speech.stream``).
 
-        If the caller is already talking, that utterance counts from its start.
+        If the caller is already talking, that utterance counts from its start
+        (up to 0.4 s back).
         """
-        if not self.recognising:
-            self.recognising = True
-            self._listen()
-            if self.cutter.in_utterance:
-                self.events.append(SpeechStarted())
+        if self.recognising:
+            return
+        self.recognising = True
+        self.cutter = UtteranceCutter()
+        if self.vad.paused:
+            self._listen()  # the detector wakes and replays the last 0.4 s into the cutter
+            return
+        # The detector is already running (a recording): give the cutter its pre-roll,
+        # and if the caller is talking, the utterance starts now.
+        for _, payload in self._preroll:
+            self.cutter.feed(g711.decode(self.law, payload), None)
+        if self.vad.active:
+            self.events.append(self.cutter.begin())
 
     def detect_voice(self, on: bool) -> None:
         """An action wants voice activity events (record), or no longer."""

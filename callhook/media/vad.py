@@ -118,6 +118,16 @@ class VoiceActivityDetector:
 
     ``model=None`` is the energy detector alone; with a model, the parameters
     left as None take the gated defaults (see the module docstring).
+
+    ``model_holds``: whether the model also decides, frame by frame, when an
+    utterance it confirmed ends. By default it does not: the model confirms
+    the onset, the energy (2 dB over the floor) holds the utterance, and the
+    model is reset when it ends. A talking caller then costs the model a few
+    windows per utterance instead of every 32 ms window (~3 ms of CPU per
+    second of speech, which at a few hundred calls was more than all the rest
+    of a call: ``bench/ivr_load.py``); the price is that a loud non-speech
+    sound right after speech (music, a hum louder than the line) holds the
+    utterance until the noise floor learns it (at most 1.6 s).
     """
 
     #: Frames per block of the noise-floor minimum, and blocks remembered (10 x 8 = 1.6 s).
@@ -139,6 +149,7 @@ class VoiceActivityDetector:
         hysteresis_db: float | None = None,
         speech_on: float = 0.5,
         speech_off: float = 0.35,
+        model_holds: bool = False,
     ) -> None:
         gated = model is not None
         self.model = model
@@ -150,6 +161,7 @@ class VoiceActivityDetector:
         )
         self.speech_on = speech_on
         self.speech_off = speech_off
+        self.model_holds = model_holds
         self._margin = math.pow(10.0, self.margin_db / 10.0)
         self.hysteresis_db = hysteresis_db if hysteresis_db is not None else (2.0 if gated else 3.0)
         self._hold = math.pow(10.0, -self.hysteresis_db / 10.0)
@@ -224,15 +236,20 @@ class VoiceActivityDetector:
             speech = power > (max(self._min_power, threshold * self._hold) if held else threshold)
         else:
             speech = self._gated(frame, power, threshold)
-        return self._edge(speech)
+        edge = self._edge(speech)
+        if edge is False and self.model is not None and not self.model_holds:
+            # The model skipped the utterance's frames: start it afresh for the next one.
+            self.model.reset()
+            self._says_speech = False
+        return edge
 
     def _gated(self, frame: npt.NDArray[np.int16], power: float, threshold: float) -> bool:
         """Run the gate, and the model where it is open: is this frame speech?"""
         assert self.model is not None
         if self.paused:
+            # No pre-roll kept: whoever wakes the detector replays recent audio (session.py).
             self._gate = False
-            self._closed_for += 1
-            self._preroll.append(frame.copy())
+            self._closed_for = self.PREROLL + 1
             return False
         loud = power > (max(self._min_power, threshold * self._hold) if self._gate else threshold)
         if not self._gate:
@@ -269,6 +286,10 @@ class VoiceActivityDetector:
         # speech for seconds), while the gate keeps feeding the model down to 1 dB.
         if self._active:
             held = power > max(self._min_power, threshold * self._release)
+            if not self.model_holds:
+                # The model confirmed the onset; the energy holds the utterance (see the
+                # class docstring: this is what keeps the model's cost per call small).
+                return loud and held
         else:
             held = power > threshold
         return self._classify(frame) and loud and held

@@ -93,6 +93,13 @@ class UtteranceCutter:
             out.append(Utterance(np.concatenate(frames), truncated=True))
         return out
 
+    def begin(self) -> SpeechStarted:
+        """Start an utterance now, with the pre-roll (the caller is already talking)."""
+        if self._frames is None:
+            self._frames = list(self._before)
+            self._before.clear()
+        return SpeechStarted()
+
     def flush(self) -> Utterance | None:
         """The utterance in progress, if any (the stream is being stopped mid-speech)."""
         frames, self._frames = self._frames, None

@@ -238,7 +238,7 @@ def test_model_hysteresis() -> None:
     # 8 pre-roll calls, then per frame: on at >= 0.5, held down to 0.35, off below it.
     ps = [0.0] * 8 + [0.6] * 3 + [0.4] * 20 + [0.3] * 40
     x = cat(noise(1.0, -60.0), tones.tone(1000, 2.0, -20.0))
-    got = edges(x, VoiceActivityDetector(Scripted(ps)))
+    got = edges(x, VoiceActivityDetector(Scripted(ps), model_holds=True))
     # On at the 3rd tone frame; 0.4 holds it; 0.3 from the 24th frame, off 15 frames later.
     assert got == [(1.06, True), (round(1.0 + (23 + 15) * 0.02, 2), False)]
 
@@ -259,3 +259,15 @@ def test_the_model_is_reset_after_a_long_closure_and_fed_what_it_missed_after_a_
     # Closed 2 s: reset, and only the 8 most recent frames are fed before the burst.
     edges(cat(noise(2.0, -60.0, seed=4), burst), vad)
     assert len(model.resets) == 2 and model.calls - model.resets[1] == 8 + 5
+
+
+def test_by_default_the_model_confirms_the_onset_and_the_energy_holds_the_utterance() -> None:
+    model = Scripted(0.9)
+    x = cat(noise(1.0, -60.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -60.0, seed=1))
+    got = edges(x, VoiceActivityDetector(model))
+    assert got == [(1.06, True), (2.3, False)]  # held for the whole 1 s sound
+    # Run on the 8 pre-roll frames, the 3 onset frames and the frame that closes the gate,
+    # not on the 62 frames in between; reset when the utterance ended (the model skipped
+    # its audio), ready for the next one.
+    assert model.calls == 8 + 3 + 1
+    assert model.resets == [0, 12]
