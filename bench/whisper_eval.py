@@ -14,6 +14,12 @@
    noise and µ-law, recognised with the digit hints: how many get confidence ≥ 0.5
    (ideally none), against the synthesised digits themselves (ideally all).
 3. RSS of the process after ``warm_up()``.
+
+Last run (all 1500 clips, shared 2-core machine): with hints jackson 99.6 %, nicolas 90.0 %,
+theo 99.0 %, p50/p95 331/456 ms; without hints 81.6 / 32.8 / 72.6 %, 477/649 ms; confidence
+≥ 0.5 on 1249/1443 right and 2/57 wrong answers, on 0/48 out-of-set words and 13/20
+synthesised digits; RSS +125 MB after warm_up (CTranslate2 shares the weights between
+``inter_threads`` replicas).
 """
 
 from __future__ import annotations
