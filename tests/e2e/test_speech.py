@@ -1,0 +1,146 @@
+"""Speech on real calls: SIPp speaks to ``callhook serve``, which recognises it (real engines).
+
+The caller's audio is a pcap of real recordings (tests/data/speech, a person
+saying a digit) or of the default TTS voice saying an IVR answer; callhook
+runs the call's VAD, utterance cutter and recogniser on it and the
+application receives ``speech_input``. What the recogniser makes of speech
+is measured in ``bench/asr.py``; here the path is checked end to end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from callhook.adapters.speech import build_synthesiser
+from callhook.media import wav
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server
+from tests.e2e.rtpstream import Stream
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+DATA = Path(__file__).parent.parent / "data" / "speech"
+DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def clip(name: str) -> np.ndarray:
+    return wav.decode_to_8k((DATA / name).read_bytes())
+
+
+def spoken(text: str) -> np.ndarray:
+    synthesiser = build_synthesiser("piper:joe")
+    assert synthesiser is not None
+    return synthesiser.speak(text)
+
+
+def get_input(**props: Any) -> dict[str, Any]:
+    return {"get_input": {"next_page": {"url": "/heard"}, **props}}
+
+
+async def call(tmp_path: Path, app: AppServer, stream: Stream) -> None:
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    assert run.returncode == 0, run.output + run.errors + server.output
+
+
+def heard(app: AppServer) -> dict[str, Any]:
+    (body,) = app.bodies("/heard")
+    result: dict[str, Any] = body["action_result"]["result"]
+    return result
+
+
+async def test_a_spoken_digit_is_recognised_with_word_hints(tmp_path: Path, app: AppServer):
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_input_mode="auto",
+                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    await call(tmp_path, app, Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5))
+    result = heard(app)
+    assert result["input_type"] == "speech"
+    (phrase,) = result["speech_input"]
+    assert phrase["direction"] == "inbound" and phrase["final"] is True
+    (best,) = phrase["alternatives"]  # max_alternatives defaults to 1
+    assert best["text"] == "seven"
+    # (how well confidence separates right from wrong is measured in bench/asr.py)
+    assert 0.0 < best["confidence"] <= 1.0
+
+
+async def test_free_speech_is_transcribed_without_hints(tmp_path: Path, app: AppServer):
+    app.page("/start", [get_input(speech_input_mode="auto", milliseconds_initial_timeout=8000)])
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(8.0).speech(spoken("I would like to talk to the billing department."), at=1.0)
+    await call(tmp_path, app, stream)
+    (phrase,) = heard(app)["speech_input"]
+    text = phrase["alternatives"][0]["text"].lower()
+    assert "billing" in text and "department" in text, text
+
+
+async def test_timeout_mode_joins_phrases_until_the_inter_speech_timeout(
+    tmp_path: Path, app: AppServer
+):
+    """Two words with a long pause: two phrases; the action returns 1 s after the second."""
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_recognition_options={
+                    "word_hints": [{"words": DIGITS}],
+                    "max_alternatives": 2,
+                },
+                milliseconds_inter_speech_timeout=2500,
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(9.0).speech(clip("3_jackson_3.wav"), at=1.0)
+    stream.speech(clip("9_jackson_9.wav"), at=2.8)
+    await call(tmp_path, app, stream)
+    phrases = heard(app)["speech_input"]
+    assert [p["alternatives"][0]["text"] for p in phrases] == ["three", "nine"]
+    assert all(1 <= len(p["alternatives"]) <= 2 for p in phrases)
+
+
+async def test_speech_barges_in_on_a_prompt_and_is_kept_for_get_input(
+    tmp_path: Path, app: AppServer
+):
+    long_prompt = " ".join(["This is a long announcement that nobody wants to hear."] * 6)
+    app.page(
+        "/start",
+        [
+            {
+                "play": {
+                    "play_list": [{"text_to_say": long_prompt}],
+                    "barge_in_on_speech": True,
+                }
+            },
+            get_input(speech_recognition_options={"word_hints": [{"words": DIGITS}]}),
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    await call(tmp_path, app, Stream(8.0).speech(clip("4_jackson_4.wav"), at=2.5))
+    (phrase,) = heard(app)["speech_input"]
+    # the barge-in phrase was heard by play's recognition (no hints): a digit word or numeral
+    assert phrase["alternatives"][0]["text"].lower().strip(" .") in ("four", "4", "for")
+    (body,) = app.bodies("/heard")
+    # the prompt (about 20 s) was cut short: the page came well before it could have ended
+    assert body["this_call"]["seconds_call_duration"] < 8.0
