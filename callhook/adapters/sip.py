@@ -386,6 +386,7 @@ class SipService:
             media_streams=len(media.streams) if media else 0,
             media_late_ticks=media.late_ticks if media else 0,
             media_tick=tick,
+            speech=self.services.speech.snapshot(),
         )
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

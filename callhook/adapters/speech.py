@@ -14,6 +14,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +93,22 @@ class SpeechService:
         self.stats.utterances += 1
         self.stats.recognise_seconds += loop.time() - start
         return result
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for ``/api/stats``: work done, time taken, the sentence cache."""
+        stats = self.stats
+        out: dict[str, Any] = {
+            "recogniser": self.recogniser.name if self.recogniser else None,
+            "utterances": stats.utterances,
+            "recognise_seconds": round(stats.recognise_seconds, 3),
+            "sentences_synthesised": stats.sentences,
+            "synthesis_seconds": round(stats.synthesis_seconds, 3),
+        }
+        if self.synthesiser is not None:
+            out["default_voice"] = self.synthesiser.default.label
+            out["sentence_cache_hits"] = self.synthesiser.hits
+            out["sentence_cache_misses"] = self.synthesiser.misses
+        return out
 
     async def hear(
         self, text: str, options: RecognitionOptions
