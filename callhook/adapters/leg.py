@@ -175,9 +175,8 @@ class SipLeg:
         error: str | None = None
         try:
             for item in items:
-                if isinstance(item, SayText) and self.speech is not None:
-                    synthesiser = self.speech.synthesiser
-                    assert synthesiser is not None
+                synthesiser = self.prompts.synthesiser
+                if isinstance(item, SayText) and self.speech and synthesiser:
                     choice = synthesiser.choose(item.voice, item.language)
                     for sentence in sentences(item.text):
                         audio = synthesiser.cached(choice, sentence)
@@ -190,6 +189,9 @@ class SipLeg:
         except (PromptError, SynthesisError) as exc:
             error = str(exc)
             logger.error("call %s: prompt %d: %s", self.info.call_id, prompt_id, error)
+        except Exception as exc:  # a bug must end the prompt, not leave it open forever
+            error = f"internal error: {type(exc).__name__}: {exc}"
+            logger.exception("call %s: prompt %d failed", self.info.call_id, prompt_id)
         finally:
             if self._streaming.get(prompt_id) is asyncio.current_task():
                 del self._streaming[prompt_id]

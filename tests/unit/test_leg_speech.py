@@ -1,0 +1,206 @@
+"""A real call's leg with speech (adapters/leg.py): streamed prompts and recognition results.
+
+The media session is the real one (sans-IO, ticked here); the engines are small
+stand-ins, since this tests the leg's plumbing alone: sentence-by-sentence
+prompts, a failing engine, utterances decoded in order, results of a stopped
+stream dropped. The real engines are exercised end to end in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from callhook.adapters.leg import SipLeg
+from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.speech import SpeechService
+from callhook.call import CallInfo
+from callhook.events import (
+    Alternative,
+    PromptFinished,
+    RecognitionOptions,
+    SayText,
+    SpeechRecognised,
+    SpeechRejected,
+    StartPrompt,
+    StartRecognition,
+    StopPrompt,
+    StopRecognition,
+)
+from callhook.media import g711
+from callhook.media.session import MediaSession
+from callhook.speech.stream import Utterance
+from callhook.speech.synthesis import Synthesiser
+from callhook.speech.tts import SynthesisError
+from callhook.store.files import MediaStore
+
+PEER = ("192.0.2.10", 40000)
+
+
+class Engine:
+    """Speaks each sentence as a constant tone level; 'slow' waits for a gate; 'bad' fails."""
+
+    name = "test"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.done = 0  # sentences synthesised
+
+    def voices(self) -> Sequence[str]:
+        return ["v"]
+
+    def voice_for(self, language: str) -> str | None:
+        return "v"
+
+    def warm_up(self) -> None:
+        pass
+
+    def synthesize(self, text: str, voice: str) -> np.ndarray:
+        if text.startswith("Bad"):
+            raise SynthesisError("test:v cannot say that")
+        if text.startswith("Slow"):
+            self.gate.wait(5)
+        level = 1000 * (len(text) % 7 + 1)
+        self.done += 1
+        return np.full(320, level, dtype=np.int16)  # 40 ms: two frames
+
+
+class Recogniser:
+    name = "test"
+
+    def __init__(self) -> None:
+        self.heard: list[int] = []
+        self.waiting = False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def warm_up(self) -> None:
+        pass
+
+    def recognise(self, audio: np.ndarray, options: RecognitionOptions) -> tuple[Alternative, ...]:
+        self.waiting = not self.gate.is_set()
+        self.gate.wait(5)
+        self.heard.append(len(audio))
+        if len(audio) == 160:
+            return ()
+        return (Alternative(f"{len(audio)} samples", 0.9),)
+
+
+def leg(tmp_path: Path) -> tuple[SipLeg, MediaSession, Engine, Recogniser]:
+    engine, recogniser = Engine(), Recogniser()
+    synthesiser = Synthesiser([engine], "test:v")
+    service = SpeechService(synthesiser, recogniser, workers=1)
+    store = MediaStore(tmp_path)
+    session = MediaSession("PCMU", 0, 101, PEER)
+    the_leg = SipLeg(
+        CallInfo("c1"),
+        "app",
+        session,
+        PromptAudio(store, synthesiser),
+        store,
+        answer=_nothing,
+        hang_up=lambda: "200",
+        speech=service,
+    )
+    return the_leg, session, engine, recogniser
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait for work on the worker threads to reach a state (not a fixed sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def payloads(session: MediaSession, ticks: int, start: float = 0.0) -> list[bytes]:
+    out = []
+    for i in range(ticks):
+        packet = session.tick(start + i * 0.02)
+        assert packet is not None
+        out.append(packet[12:])
+    return out
+
+
+async def test_a_prompt_plays_sentence_by_sentence_while_the_rest_is_synthesised(tmp_path):
+    the_leg, session, engine, _ = leg(tmp_path)
+    the_leg.send([StartPrompt(1, (SayText("First one. Slow second."),))])
+    # The first sentence reaches the prompt; the second waits for the engine.
+    await until(lambda: session._prompt is not None and len(session._prompt.audio) == 320)
+    played = payloads(session, 4)
+    first = g711.encode("ulaw", np.full(160, 1000 * (len("First one.") % 7 + 1), np.int16))
+    silence = g711.silence("ulaw", 160)
+    assert played == [first, first, silence, silence]  # waiting for sentence two, in silence
+    assert session.underruns == 2
+    assert the_leg.take_pending() == []  # not finished: more is coming
+    engine.gate.set()
+    await until(lambda: not the_leg._streaming)  # both sentences are in the prompt
+    played = payloads(session, 3, start=0.08)
+    assert played[0] != silence and played[1] != silence and played[2] == silence
+    assert the_leg.take_pending() == [PromptFinished(1)]
+    # Played again, it comes from the cache at once: no task, no silence first.
+    the_leg.send([StartPrompt(2, (SayText("First one. Slow second."),))])
+    assert payloads(session, 1, start=1.0) == [first]
+
+
+async def test_a_sentence_the_engine_cannot_say_ends_the_prompt_with_the_error(tmp_path):
+    the_leg, session, _, _ = leg(tmp_path)
+    the_leg.send([StartPrompt(3, (SayText("Good start. Bad words. Never said."),))])
+    await until(lambda: not the_leg._streaming)
+    payloads(session, 4)
+    (finished,) = the_leg.take_pending()
+    assert isinstance(finished, PromptFinished) and finished.prompt_id == 3
+    assert finished.error == "test:v cannot say that"
+
+
+async def test_a_stopped_prompt_stops_its_synthesis(tmp_path):
+    the_leg, session, engine, _ = leg(tmp_path)
+    the_leg.send([StartPrompt(4, (SayText("Slow one. Two."),))])
+    await asyncio.sleep(0)  # the stream task starts and waits for the first sentence
+    the_leg.send([StopPrompt(4)])
+    assert not the_leg._streaming  # its task is cancelled
+    engine.gate.set()
+    await until(lambda: engine.done == 1)  # the worker finishes the sentence it had begun
+    assert payloads(session, 3) == [g711.silence("ulaw", 160)] * 3
+    assert the_leg.take_pending() == []  # a stopped prompt never reports finishing
+
+
+async def test_utterances_are_decoded_in_order_and_a_stopped_streams_results_dropped(tmp_path):
+    the_leg, session, _, recogniser = leg(tmp_path)
+    the_leg.send([StartRecognition(RecognitionOptions())])
+    session.utterances.extend(
+        [Utterance(np.zeros(320, np.int16)), Utterance(np.zeros(160, np.int16))]
+    )
+    events = []
+    for _ in range(2):
+        event = await the_leg.next_event(asyncio.get_running_loop().time() + 2)
+        events.append(event)
+    assert events == [
+        SpeechRecognised(_phrase("320 samples")),
+        SpeechRejected(),  # nothing recognised in the second
+    ]
+    # A result that comes after the stream stopped is nobody's: dropped.
+    recogniser.gate.clear()
+    session.utterances.append(Utterance(np.zeros(480, np.int16)))
+    assert the_leg.take_pending() == []  # picks the utterance up; decoding waits
+    await until(lambda: recogniser.waiting)  # the decode is under way on the worker thread
+    the_leg.send([StopRecognition()])
+    recogniser.gate.set()
+    await until(lambda: the_leg._decoder is not None and the_leg._decoder.done())
+    assert recogniser.heard == [320, 160, 480]
+    assert the_leg.take_pending() == []
+
+
+def _phrase(text: str):
+    from callhook.events import Phrase
+
+    return Phrase((Alternative(text, 0.9),))
