@@ -215,6 +215,16 @@ class SipLeg:
                     self.info.call_id,
                 )
             return
+        language = options.language.lower()
+        if not language.startswith("en") and language not in self._voice_notes:
+            # Both embedded recognisers have English models only (docs/speech.md).
+            self._voice_notes.add(language)
+            logger.warning(
+                "call %s: speech language %s asked, but the %s recogniser knows English only",
+                self.info.call_id,
+                options.language,
+                self.speech.recogniser.name,
+            )
         if options != self._recognition:
             self._generation += 1
             self._pending.clear()
