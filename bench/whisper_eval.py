@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.whisper_eval [--fsdd ../shared/data/speech/fsdd] [--stride N]
                                            [--speaker S] [--no-free] [--no-oos]
+                                           [--shortlist K [--shortlist 0 ...]]
 
 1. FSDD (DESIGN.md §4: read from ``../shared``; says so and exits when absent): every clip
    padded with 1 s of −50 dBFS Gaussian noise on both sides (seeded per clip) and passed
@@ -15,11 +16,16 @@
    (ideally none), against the synthesised digits themselves (ideally all).
 3. RSS of the process after ``warm_up()``.
 
-Last run (all 1500 clips, shared 2-core machine): with hints jackson 99.6 %, nicolas 90.0 %,
-theo 99.0 %, p50/p95 331/456 ms; without hints 81.6 / 32.8 / 72.6 %, 477/649 ms; confidence
-≥ 0.5 on 1249/1443 right and 2/57 wrong answers, on 0/48 out-of-set words and 13/20
-synthesised digits; RSS +125 MB after warm_up (CTranslate2 shares the weights between
-``inter_threads`` replicas).
+``--stride 5 --no-free --shortlist 0 --shortlist 4 --shortlist 3`` (300 clips, modes
+interleaved per clip): the same answers in all three (98 / 93 / 100 %), p50/p95 330/437,
+209/253, 192/224 ms; confidence >= 0.5 on 252/291, 251/291, 251/291 right and 1/9, 0/9,
+0/9 wrong answers; 0/48 out-of-set words in each.
+
+Run before the shortlist (all 1500 clips, every hint aligned, shared 2-core machine): with
+hints jackson 99.6 %, nicolas 90.0 %, theo 99.0 %, p50/p95 331/456 ms; without hints
+81.6 / 32.8 / 72.6 %, 477/649 ms; confidence ≥ 0.5 on 1249/1443 right and 2/57 wrong
+answers, on 0/48 out-of-set words and 13/20 synthesised digits; RSS +125 MB after
+warm_up (CTranslate2 shares the weights between ``inter_threads`` replicas).
 """
 
 from __future__ import annotations
@@ -89,35 +95,46 @@ def pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def fsdd(engine: WhisperRecogniser, files: list[Path], free: bool) -> None:
+def fsdd(
+    engine: WhisperRecogniser, files: list[Path], free: bool, shortlists: list[int | None]
+) -> None:
+    """Each clip in every mode in turn (same load for all), then the tallies per mode."""
     right: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     latency: dict[str, list[float]] = defaultdict(list)
-    confident = {"right": 0, "wrong": 0, "n_right": 0, "n_wrong": 0}
-    modes = {"hints": HINTS, "no hints": RecognitionOptions()} if free else {"hints": HINTS}
+    confident: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    modes = {
+        "hints" if k == engine.shortlist else f"hints, shortlist {k or 'off'}": (HINTS, k)
+        for k in shortlists
+    }
+    if free:
+        modes["no hints"] = (RecognitionOptions(), None)
     for i, path in enumerate(files):
         digit, speaker, _ = path.stem.split("_")
         audio = on_the_line(load_wav(path), i)
-        for mode, options in modes.items():
+        for mode, (options, shortlist) in modes.items():
+            engine.shortlist = shortlist
             t = time.perf_counter()
             result = engine.recognise(audio, options)
             latency[mode].append(time.perf_counter() - t)
             text = result[0].text if result else ""
-            ok = (text if mode == "hints" else as_digit(text)) == DIGITS[int(digit)]
+            ok = (text if options.word_hints else as_digit(text)) == DIGITS[int(digit)]
             right[mode][speaker].append(ok)
-            if mode == "hints":
+            if options.word_hints:
                 kind = "right" if ok else "wrong"
-                confident["n_" + kind] += 1
-                confident[kind] += bool(result) and result[0].confidence >= 0.5
+                confident[mode]["n_" + kind] += 1
+                confident[mode][kind] += bool(result) and result[0].confidence >= 0.5
     for mode, per in right.items():
         cells = " ".join(
             f"{s} {100 * np.mean(v):5.1f}% ({sum(v)}/{len(v)})" for s, v in sorted(per.items())
         )
         ms = [1000 * t for t in latency[mode]]
         print(f"  {mode:9s} {cells}   latency p50 {pct(ms, 50):.0f} ms, p95 {pct(ms, 95):.0f} ms")
-    print(
-        f"  hints, confidence >= 0.5: {confident['right']}/{confident['n_right']} right answers,"
-        f" {confident['wrong']}/{confident['n_wrong']} wrong answers"
-    )
+        if mode in confident:
+            c = confident[mode]
+            print(
+                f"    confidence >= 0.5: {c['right']}/{c['n_right']} right answers,"
+                f" {c['wrong']}/{c['n_wrong']} wrong answers"
+            )
 
 
 def out_of_set(engine: WhisperRecogniser) -> None:
@@ -145,8 +162,15 @@ def main() -> None:
     parser.add_argument("--speaker", action="append", help="only these speakers")
     parser.add_argument("--no-free", action="store_true", help="skip decoding without hints")
     parser.add_argument("--no-oos", action="store_true", help="skip the out-of-set words")
+    parser.add_argument(
+        "--shortlist",
+        type=int,
+        action="append",
+        help="hints aligned in full per clip (0: all); repeat to compare on the same clips",
+    )
     args = parser.parse_args()
     engine = WhisperRecogniser(inter_threads=1)
+    shortlists = [k or None for k in args.shortlist] if args.shortlist else [engine.shortlist]
     before = rss_mb()
     t = time.perf_counter()
     engine.warm_up()
@@ -158,10 +182,12 @@ def main() -> None:
         print(f"FSDD: {args.fsdd} not found, skipped")
     else:
         print(f"FSDD, {len(files)} clips, 1 s -50 dBFS noise either side, µ-law:")
-        fsdd(engine, files, not args.no_free)
+        fsdd(engine, files, not args.no_free, shortlists)
     if not args.no_oos:
-        print("Synthesised words with digit hints:")
-        out_of_set(engine)
+        for k in shortlists:
+            engine.shortlist = k
+            print(f"Synthesised words with digit hints (shortlist {k or 'off'}):")
+            out_of_set(engine)
 
 
 if __name__ == "__main__":

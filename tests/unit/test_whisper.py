@@ -119,3 +119,34 @@ def test_spellings() -> None:
     assert spellings("customer  service") == [" Customer service."]
     assert normalise(" Seven.") == "Seven"
     assert normalise(" Is it 7?") == "Is it 7"
+
+
+def test_shortlist_matches_full_scoring(engine: WhisperRecogniser) -> None:
+    # Only the best 4 hints by first-token log-prob are aligned; on every 4th clip the
+    # answer is the one scoring all ten gives, with about the same confidence.
+    assert engine.shortlist == 4
+    options = RecognitionOptions(word_hints=DIGITS, max_alternatives=10)
+    try:
+        for _, audio in CLIPS[::4]:
+            engine.shortlist = 4
+            short = engine.recognise(audio, options)
+            engine.shortlist = None
+            full = engine.recognise(audio, options)
+            assert short[0].text == full[0].text
+            assert abs(short[0].confidence - full[0].confidence) < 0.1
+            assert {a.text for a in short} == set(DIGITS)
+            assert all(0.0 <= a.confidence <= 1.0 for a in short)
+    finally:
+        engine.shortlist = 4
+
+
+def test_shortlist_keeps_hints_sharing_a_first_token(engine: WhisperRecogniser) -> None:
+    hints = ("customer service", "customer support", "sales", "billing", "operator")
+    prior = engine._prior(hints)
+    first = np.full(51864, -20.0)
+    first[engine._tokens(" Customer")[0]] = -0.1
+    engine.shortlist = 1
+    try:
+        assert engine._shortlisted(first, hints, prior) == (0, 1)
+    finally:
+        engine.shortlist = 4
