@@ -1,7 +1,7 @@
 """Whisper recogniser on spoken digits: accuracy per speaker, latency, out-of-set confidence.
 
     .venv/bin/python -m bench.whisper_eval [--fsdd ../shared/data/speech/fsdd] [--stride N]
-                                           [--speaker S] [--no-free] [--no-oos]
+                                           [--offset I] [--speaker S] [--no-free] [--no-oos]
                                            [--shortlist K [--shortlist 0 ...]]
 
 1. FSDD (DESIGN.md §4: read from ``../shared``; says so and exits when absent): every clip
@@ -159,6 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fsdd", type=Path, default=FSDD)
     parser.add_argument("--stride", type=int, default=1, help="every Nth clip only")
+    parser.add_argument("--offset", type=int, default=0, help="starting from this clip")
     parser.add_argument("--speaker", action="append", help="only these speakers")
     parser.add_argument("--no-free", action="store_true", help="skip decoding without hints")
     parser.add_argument("--no-oos", action="store_true", help="skip the out-of-set words")
@@ -175,7 +176,7 @@ def main() -> None:
     t = time.perf_counter()
     engine.warm_up()
     print(f"warm_up {time.perf_counter() - t:.1f} s, RSS {before:.0f} -> {rss_mb():.0f} MB")
-    files = sorted(args.fsdd.glob("*.wav"))[:: args.stride]
+    files = sorted(args.fsdd.glob("*.wav"))[args.offset :: args.stride]
     if args.speaker:
         files = [f for f in files if f.stem.split("_")[1] in args.speaker]
     if not files:

@@ -33,7 +33,13 @@ same run): the same answers on all 300 (98 / 93 / 100 %), p50/p95 330/437 → 20
 same answers. nicolas's short accented "six" is heard as "three"/"take" (25 of his 50 errors).
 Tried on nicolas, all within a point of the plain method (~91 %): lower-case spellings
 as extra variants, hotword-prompted scoring, time-stretching the features by 1.25, a 3 s
-window (2.4 points worse), resampling as if slower (9 points worse). Confidence ≥ 0.5
+window (2.4 points worse), resampling as if slower (9 points worse). Also tried (all
+speakers, shortlist 4, same clips): when the closed-set answer's confidence is < 0.5
+(~16 % of clips), a free decode on the 30 s window with the hints as faster-whisper
+``hotwords`` (previous-text prompt) and, if its transcript is a hint, that hint first:
+on clips 0::5 98/93/100 → 98/96/100 %, but on the held-out clips 2::5 100/93/99 →
+100/92/100 % (292/300 either way), and p95 ~405 → ~720 ms; not kept (the same decode
+on the 10 s encoder output, cheap, took nicolas 93 → 91 % on 0::5). Confidence ≥ 0.5
 (all aligned): 1249/1443 right answers, 2/57 wrong ones, 0/48 synthesised non-digit words
 (piper, espeak); shortlist 4 on the 300: 251/291 right, 0/9 wrong (all aligned: 252/291,
 1/9), 0/48 non-digit words.
