@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from callhook.speech.sphinx import SphinxRecogniser
 
 from callhook.events import RecognitionOptions
 from callhook.media import g711, tones, wav
+from callhook.speech.sphinx import SphinxRecogniser
 from callhook.speech.stream import cut_utterances
 from callhook.testing import AppServer
 from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
