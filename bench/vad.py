@@ -126,7 +126,7 @@ def edges(x: Samples, vad: VoiceActivityDetector) -> list[tuple[float, bool]]:
     for i, frame in enumerate(frames(x)):
         edge = vad.feed(frame)
         if edge is not None:
-            out.append(((i + 1) * 0.02, edge))
+            out.append((round((i + 1) * 0.02, 2), edge))
     return out
 
 

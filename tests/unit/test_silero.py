@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from bench.vad import KINDS, line, noise_clip
+from bench.vad import KINDS, edges, frames, line, noise_clip
 from callhook.media import g711, tones
 from callhook.media.vad import VoiceActivityDetector
 from callhook.speech import silero
@@ -27,19 +27,6 @@ Samples = npt.NDArray[np.int16]
 def load(path: Path) -> Samples:
     with wave.open(str(path)) as w:
         return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
-
-
-def frames(x: Samples) -> Samples:
-    return np.concatenate([x, np.zeros((-len(x)) % 160, np.int16)]).reshape(-1, 160)
-
-
-def edges(x: Samples, vad: VoiceActivityDetector) -> list[tuple[float, bool]]:
-    out = []
-    for i, frame in enumerate(frames(x)):
-        edge = vad.feed(frame)
-        if edge is not None:
-            out.append((round((i + 1) * 0.02, 2), edge))
-    return out
 
 
 def cat(*parts: Samples) -> Samples:
