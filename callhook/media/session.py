@@ -20,6 +20,15 @@ receiver, or audio to G.711 decode, the voice-activity detector, the in-band
 DTMF detector (only when the peer did not negotiate telephone-event: DESIGN.md
 §1.4) and the recording.
 
+Speech: while an action listens (a recording, a recognition stream, the
+record action's :meth:`detect_voice`) the detector's speech model runs, and
+its edges are ``VoiceActivity`` events; while a recognition stream runs the
+frames are also cut into utterances (:mod:`callhook.speech.stream`):
+``SpeechStarted`` in :attr:`events`, finished utterances in :attr:`utterances`
+for the leg to hand to a recogniser. Prompts can grow while they play
+(:meth:`append_prompt`, :meth:`close_prompt`): speech is synthesised sentence
+by sentence, and a prompt that runs out before its next sentence plays silence.
+
 Recording: frames are written as they arrive, in the file's companding (the
 call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
 is filled with silence so the file keeps real time, and the last
