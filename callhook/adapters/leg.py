@@ -5,6 +5,13 @@ It turns the actions' media commands into work for the call's
 and hands the session's events to the runner, waking it when something
 happens or a deadline comes. Signalling goes through the SIP service that
 owns it (answer, hang up); the service tells it when the far end hangs up.
+
+Speech goes through the process's :class:`~callhook.adapters.speech.SpeechService`
+(worker threads): text whose sentences are not cached yet is synthesised
+while the prompt plays (one task per prompt, cancelled when the prompt is
+stopped or replaced), and the utterances the session cuts are decoded one
+after another by one task per call; a result for a recognition stream that
+has stopped since (a new generation) is dropped.
 """
 
 from __future__ import annotations
