@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,8 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # walks the calls' objects and stays short (it stops every call's audio).
     gc.collect()
     gc.freeze()
+    # The speech models load on worker threads meanwhile: freeze again once they are in.
+    frozen = asyncio.get_running_loop().create_task(_freeze_after(services.speech.warming))
     print(f"callhook {__version__} serving", flush=True)
     print(
         f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
@@ -197,9 +200,18 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         await stop.wait()
     finally:
         print("callhook: shutting down (new calls get 503)", flush=True)
+        frozen.cancel()
         await sip.shutdown(settings.shutdown_grace)
         await services.close()
     return 0
+
+
+async def _freeze_after(loading: list[Future[None]]) -> None:
+    """``gc.freeze()`` again when the models being loaded in the background are in."""
+    if loading:
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in loading))
+        gc.collect()
+        gc.freeze()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

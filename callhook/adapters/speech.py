@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,15 +51,21 @@ class SpeechService:
         self.synthesiser = synthesiser
         self.recogniser = recogniser
         self.stats = SpeechStats()
+        #: The model loads under way (warm_up), for whoever waits for them.
+        self.warming: list[Future[None]] = []
         self._tts_pool = ThreadPoolExecutor(workers, thread_name_prefix="tts")
         self._asr_pool = ThreadPoolExecutor(workers, thread_name_prefix="asr")
 
     def warm_up(self) -> None:
         """Load the models in the background, so the first call does not wait for them."""
         if self.synthesiser is not None:
-            self._tts_pool.submit(self._warm, self.synthesiser.warm_up, "text-to-speech")
+            self.warming.append(
+                self._tts_pool.submit(self._warm, self.synthesiser.warm_up, "text-to-speech")
+            )
         if self.recogniser is not None:
-            self._asr_pool.submit(self._warm, self.recogniser.warm_up, "speech recognition")
+            self.warming.append(
+                self._asr_pool.submit(self._warm, self.recogniser.warm_up, "speech recognition")
+            )
 
     @staticmethod
     def _warm(load: object, what: str) -> None:
