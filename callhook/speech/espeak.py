@@ -3,7 +3,7 @@
 Method. ``libespeak-ng`` and its data come from the ``espeakng-loader`` wheel and are
 driven through ctypes: initialised once, lazily, in synchronous mode
 (``AUDIO_OUTPUT_SYNCHRONOUS``), with a synth callback that collects the 22.05 kHz int16
-samples into a list; :func:`callhook.speech.piper.telephone_audio` then resamples them to
+samples into a list; :func:`callhook.speech.tts.telephone_audio` then resamples them to
 8 kHz (soxr HQ) and sets the same telephone level as piper's voices. The C library keeps
 its state in globals and is not thread-safe, so every call into it holds one lock; that
 costs nothing in practice (a sentence takes ~1 ms).
@@ -30,8 +30,7 @@ import espeakng_loader
 import numpy as np
 import numpy.typing as npt
 
-from callhook.speech.piper import telephone_audio
-from callhook.speech.tts import SynthesisError
+from callhook.speech.tts import SynthesisError, telephone_audio
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INITIALIZE_DONT_EXIT = 0x8000  # report bad data as an error instead of exit()ing the process

@@ -41,37 +41,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import soxr
 
-from callhook.speech.tts import SAMPLE_RATE, SynthesisError
+from callhook.speech.tts import SynthesisError, telephone_audio
 
 if TYPE_CHECKING:
     from piper.voice import PiperVoice
-
-#: Target active speech level and peak ceiling of every prompt (dBFS).
-TARGET_LEVEL_DBFS = -19.0
-PEAK_CEILING_DBFS = -1.0
-#: Frames quieter than this below the loudest frame are pauses, not speech (dB).
-_ACTIVE_RANGE_DB = 30.0
-_FRAME = SAMPLE_RATE // 50  # 20 ms
-
-
-def telephone_audio(samples: npt.NDArray[np.floating[Any]], rate: int) -> npt.NDArray[np.int16]:
-    """Float audio in [-1, 1] at ``rate`` → 8 kHz int16 at the telephone level above."""
-    audio = np.asarray(samples, dtype=np.float32)
-    if rate != SAMPLE_RATE:
-        audio = soxr.resample(audio, rate, SAMPLE_RATE, quality="HQ")
-    peak = float(np.max(np.abs(audio))) if audio.size else 0.0
-    if peak < 1e-6:  # nothing audible: do not amplify noise
-        return np.zeros(audio.size, dtype=np.int16)
-    usable = audio[: audio.size // _FRAME * _FRAME]
-    if usable.size == 0:  # shorter than a frame: the whole thing is the frame
-        usable = audio
-    frame_power = np.mean(usable.reshape(-1, min(_FRAME, usable.size)) ** 2, axis=1)
-    active = frame_power[frame_power >= frame_power.max() * 10 ** (-_ACTIVE_RANGE_DB / 10)]
-    level = float(np.sqrt(np.mean(active)))
-    gain = min(10 ** (TARGET_LEVEL_DBFS / 20) / level, 10 ** (PEAK_CEILING_DBFS / 20) / peak)
-    return np.round(audio * (gain * 32767)).astype(np.int16)
 
 
 @dataclass

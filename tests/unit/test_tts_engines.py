@@ -19,8 +19,15 @@ import numpy.typing as npt
 import pytest
 
 from callhook.speech.espeak import EspeakEngine
-from callhook.speech.piper import PEAK_CEILING_DBFS, TARGET_LEVEL_DBFS, PiperEngine, telephone_audio
-from callhook.speech.tts import SAMPLE_RATE, SpeechEngine, SynthesisError
+from callhook.speech.piper import PiperEngine
+from callhook.speech.tts import (
+    PEAK_CEILING_DBFS,
+    SAMPLE_RATE,
+    TARGET_LEVEL_DBFS,
+    SpeechEngine,
+    SynthesisError,
+    telephone_audio,
+)
 
 Samples = npt.NDArray[np.int16]
 SENTENCE = "Press one for sales, or two for support."
