@@ -4,7 +4,8 @@ Engines: :mod:`callhook.speech.piper` (the default: a natural neural voice)
 and :mod:`callhook.speech.espeak` (light, many languages). Which engine and
 voice speak a prompt (``tts_voice``, the call's language), the sentence by
 sentence streaming and the cache are :mod:`callhook.speech.synthesis`'s job;
-an engine only turns a piece of text into 8 kHz audio.
+an engine only turns a piece of text into 8 kHz audio, through
+:func:`telephone_audio`, so every voice plays at the same level.
 """
 
 from __future__ import annotations
