@@ -89,7 +89,8 @@ class SipLeg:
         self._recorders: dict[str, WavWriter] = {}
         self.speech = speech
         self._speech_warned = False
-        self._voice_notes: set[str] = set()
+        self._voice_notes: set[str] = set()  # voice choices warned about, once each
+        self._languages_warned: set[str] = set()
         # Prompts whose speech is being synthesised while they play.
         self._streaming: dict[int, asyncio.Task[None]] = {}
         # The recognition stream: its options while it runs, a generation number
@@ -223,9 +224,9 @@ class SipLeg:
                 )
             return
         language = options.language.lower()
-        if not language.startswith("en") and language not in self._voice_notes:
+        if not language.startswith("en") and language not in self._languages_warned:
             # Both embedded recognisers have English models only (docs/speech.md).
-            self._voice_notes.add(language)
+            self._languages_warned.add(language)
             logger.warning(
                 "call %s: speech language %s asked, but the %s recogniser knows English only",
                 self.info.call_id,

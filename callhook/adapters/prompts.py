@@ -48,20 +48,17 @@ class PromptAudio:
         """
         parts: list[bytes] = []
         for done, item in enumerate(items):
-            if isinstance(item, SayText) and not self.speech_cached(item):
-                return b"".join(parts), done, None
             try:
-                parts.append(self.encoded_item(app, item, law))
+                if isinstance(item, SayText):
+                    speech = self._cached_speech(item)
+                    if speech is None:
+                        return b"".join(parts), done, None  # to be synthesised
+                    parts.append(g711.encode(law, speech))
+                else:
+                    parts.append(self.encoded_item(app, item, law))
             except PromptError as exc:
                 return b"".join(parts), done, str(exc)
         return b"".join(parts), len(items), None
-
-    def speech_cached(self, item: SayText) -> bool:
-        synthesiser = self.synthesiser
-        if synthesiser is None:
-            return True  # nothing to wait for: encoded_item says why it cannot play
-        choice = synthesiser.choose(item.voice, item.language)
-        return all(synthesiser.cached(choice, s) is not None for s in sentences(item.text))
 
     def encoded_item(self, app: str, item: PromptItem, law: g711.Law) -> bytes:
         """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""
@@ -90,7 +87,10 @@ class PromptAudio:
         if isinstance(item, PlayTone):
             return tones.tone(item.frequency_hz, item.seconds)
         if isinstance(item, SayText):
-            return self._cached_speech(item)
+            speech = self._cached_speech(item)
+            if speech is None:
+                raise PromptError("speech not synthesised yet")  # ready() prevents this
+            return speech
         assert isinstance(item, PlayFile)
         if item.cipher is not None:
             raise PromptError(f"{item.name}: encrypted files cannot be played yet")
@@ -115,7 +115,8 @@ class PromptAudio:
             self._cache.popitem(last=False)
         return audio
 
-    def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16]:
+    def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16] | None:
+        """The text's audio if every sentence is in the synthesiser's cache, else None."""
         synthesiser = self.synthesiser
         if synthesiser is None:
             raise PromptError("no text-to-speech engine is installed")
@@ -124,6 +125,6 @@ class PromptAudio:
         for sentence in sentences(item.text):
             audio = synthesiser.cached(choice, sentence)
             if audio is None:
-                raise PromptError("speech not synthesised yet")  # ready() prevents this
+                return None
             parts.append(audio)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)

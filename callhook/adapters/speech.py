@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -68,8 +69,7 @@ class SpeechService:
             )
 
     @staticmethod
-    def _warm(load: object, what: str) -> None:
-        assert callable(load)
+    def _warm(load: Callable[[], None], what: str) -> None:
         try:
             load()
         except Exception:

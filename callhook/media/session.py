@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -160,8 +159,6 @@ class MediaSession:
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
         self.vad = new_detector()
         self.vad.paused = True  # until a recording or a recognition stream listens
-        #: Who else hears the caller, frame by frame (8 kHz int16). Empty: no cost.
-        self.audio_taps: list[Callable[[npt.NDArray[np.int16]], None]] = []
         #: The caller's speech cut into utterances while ``recognising``; utterances
         #: waiting for a recogniser queue here.
         self.cutter = UtteranceCutter()
@@ -249,8 +246,6 @@ class MediaSession:
             self._record(payload, timestamp)
         samples = g711.decode(self.law, payload)
         self._detect(samples)
-        for tap in self.audio_taps:
-            tap(samples)
 
     def _detect(self, samples: npt.NDArray[np.int16]) -> None:
         self._voice(samples)
@@ -401,8 +396,8 @@ class MediaSession:
             return
         # The detector is already running (a recording): give the cutter its pre-roll,
         # and if the caller is talking, the utterance starts now.
-        for _, payload in self._preroll:
-            self.cutter.feed(g711.decode(self.law, payload), None)
+        for samples in self._recent():
+            self.cutter.feed(samples, None)
         if self.vad.active:
             self.events.append(self.cutter.begin())
 
@@ -430,9 +425,13 @@ class MediaSession:
         if self.vad.paused and not paused:
             self.vad.paused = False
             self.cutter = UtteranceCutter()  # the replay rebuilds its pre-roll
-            for _, payload in self._preroll:
-                self._voice(g711.decode(self.law, payload))
+            for samples in self._recent():
+                self._voice(samples)
         self.vad.paused = paused
+
+    def _recent(self) -> list[npt.NDArray[np.int16]]:
+        """The last :data:`PREROLL_FRAMES` frames the caller sent, decoded."""
+        return [g711.decode(self.law, payload) for _, payload in self._preroll]
 
     # --- recording --------------------------------------------------------------------
 

@@ -334,19 +334,6 @@ def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
     assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
 
 
-def test_audio_taps_hear_every_decoded_frame() -> None:
-    """The seam for the speech recogniser: decoded frames, in order, while tapped."""
-    session = MediaSession("PCMU", 0, 101, PEER)
-    heard: list[np.ndarray] = []
-    samples = speech_like(0.1)
-    frames = audio_frames(samples)
-    stream(session, frames[:2])
-    session.audio_taps.append(heard.append)
-    stream(session, frames[2:], start=0.04, seq0=102, ts0=1000 + 2 * FRAME)
-    assert len(heard) == 3
-    assert np.array_equal(np.concatenate(heard), g711.decode("ulaw", b"".join(frames[2:])))
-
-
 def test_a_streamed_prompt_waits_for_its_next_sentence_in_silence() -> None:
     session = MediaSession("PCMU", 0, 101, PEER)
     first = g711.encode("ulaw", tones.tone(440.0, 0.04))  # 2 frames
