@@ -7,6 +7,7 @@ CLI calls in here, and tests build the same parts themselves.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,17 +16,25 @@ from aiohttp import web
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
+from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
 from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
 from callhook.config import AppConfig, Settings, data_secret
-from callhook.events import CallEnded, MediaCommand, MediaEvent
+from callhook.events import CallEnded, MediaCommand, MediaEvent, StartRecording
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
+from callhook.store import crypto
+from callhook.store.database import Database
 from callhook.store.files import MediaStore, OutsideNamespace
+from callhook.store.journal import RecordingJournal
+from callhook.store.outbox import Outbox, RetryPolicy
+from callhook.store.wavfile import WavWriter
+
+logger = logging.getLogger("callhook")
 
 
 @dataclass
@@ -38,10 +47,17 @@ class Services:
     pages: HttpPages = field(init=False)
     secret: str = field(init=False)
     speech: SpeechService = field(init=False)
+    db: Database = field(init=False)
+    journal: RecordingJournal = field(init=False)
+    outbox: Outbox = field(init=False)
+    notifier: Notifier | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
     _calls: itertools.count[int] = field(default_factory=itertools.count)
+    #: Every application that ran a call here (their secrets sign notifications).
+    _apps: dict[str, AppConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.store = MediaStore(self.settings.data_dir / "media")
@@ -55,6 +71,49 @@ class Services:
         )
         if settings.speech_preload:
             self.speech.warm_up()
+        self.db = Database(settings.data_dir / "state.sqlite3")
+        self.outbox = Outbox(self.db, self.retry)
+        self.journal = RecordingJournal(self.db, on_queued=self._notify_now)
+        # Before any call: finish the recordings a crash interrupted.
+        recovered = self.journal.recover(self.store.path)
+        if recovered:
+            logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
+
+    # --- notifications ----------------------------------------------------------------
+
+    def start_notifier(self) -> Notifier:
+        """Start delivering the outbox's notifications (needs the running event loop)."""
+        if self.notifier is None:
+            self.notifier = Notifier(self.outbox, self.pages, self.secret_for)
+            self.notifier.start()
+        return self.notifier
+
+    def _notify_now(self) -> None:
+        if self.notifier is not None:
+            self.notifier.wake()
+
+    def secret_for(self, app: str) -> str:
+        """The secret that signs requests to application ``app``."""
+        known = self._apps.get(app) or self.settings.apps.get(app)
+        # The demo (and an application no longer configured) signs with the installation's.
+        return known.secret if known is not None else self.secret
+
+    # --- recordings -------------------------------------------------------------------
+
+    def record_silence(self, app: AppConfig, command: StartRecording, seconds: float) -> float:
+        """Write ``seconds`` of silence as the recording ``command`` started (terminal phone)."""
+        law = command.format or "ulaw"
+        key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
+        path = self.store.path(app.name, command.filename)
+        writer = WavWriter(
+            path,
+            law,
+            key=key,
+            on_durable=lambda w: self.journal.durable(app.name, command.filename, w.length),
+        )
+        writer.write(bytes([wav.SILENCE[law]]) * max(0, round(seconds * 8000)))
+        writer.close()
+        return writer.seconds
 
     async def start_web(
         self,
@@ -114,7 +173,17 @@ class Services:
         log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
         log.listeners.extend(listeners or [])
         ctx = ActionContext(new_recording_name=self.store.new_recording_name)
-        return CallRunner(app, leg, self.pages, self.clock, log, log_filename=log_filename, ctx=ctx)
+        self._apps[app.name] = app
+        return CallRunner(
+            app,
+            leg,
+            self.pages,
+            self.clock,
+            log,
+            log_filename=log_filename,
+            ctx=ctx,
+            recordings=self.journal,
+        )
 
     async def run_call(
         self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
@@ -131,7 +200,11 @@ class Services:
 
     async def close(self) -> None:
         self.speech.close()
+        if self.notifier is not None:
+            await self.notifier.close()
+            self.notifier = None
         await self.pages.close()
+        self.db.close()
         if self.web_runner is not None:
             await self.web_runner.cleanup()
             self.web_runner = None
@@ -160,3 +233,6 @@ class _NoLeg:
 
     async def wait_ended(self) -> CallEnded:
         raise RuntimeError("an unanswered call has already ended")
+
+    def recorded_seconds(self, filename: str) -> float | None:
+        return None

@@ -124,6 +124,28 @@ class Leg(Protocol):
     async def wait_ended(self) -> CallEnded:
         """Resolve when the far end ends the call."""
 
+    def recorded_seconds(self, filename: str) -> float | None:
+        """Seconds of audio written to a stopped recording (None: the leg does not know)."""
+
+
+class Recordings(Protocol):
+    """Where the runner reports recordings (``store.journal.RecordingJournal``)."""
+
+    def started(
+        self,
+        app: str,
+        filename: str,
+        *,
+        encrypted: bool,
+        record_id: str,
+        notify: tuple[str, str] | None,
+        body: dict[str, Any],
+    ) -> object:
+        """A recording began; ``notify`` is its recording_available_page (URL, method)."""
+
+    def completed(self, app: str, filename: str, result: dict[str, Any]) -> object:
+        """The record action completed with ``result``."""
+
 
 class PageError(Exception):
     """A page request that failed, and why (DESIGN.md §1.3)."""
@@ -215,6 +237,7 @@ class CallRunner:
         *,
         log_filename: str,
         ctx: ActionContext | None = None,
+        recordings: Recordings | None = None,
     ) -> None:
         self.app = app
         self.leg = leg
@@ -224,6 +247,9 @@ class CallRunner:
         self.instance_id = log.instance_id
         self.log_filename = log_filename
         self.ctx = ctx or ActionContext()
+        self.recordings = recordings
+        # The record action running and the URL its page came from (for its notification).
+        self._recording: tuple[Record, str] | None = None
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "inbound" else "answered"
@@ -328,8 +354,12 @@ class CallRunner:
                 self.ctx.buffer.clear()
                 self.log.write("action_end", f"[{index}] clear_input")
                 continue
+            self._recording = (action, base) if isinstance(action, Record) else None
             outcome = await self._run_machine(action)
+            self._recording = None
             if isinstance(outcome, Completed):
+                if isinstance(action, Record):
+                    self._recorded(outcome.result)
                 self.log.write(
                     "action_end", f"[{index}] {name}: {json.dumps(outcome.result, sort_keys=True)}"
                 )
@@ -433,9 +463,44 @@ class CallRunner:
                 self.log.write("recognition_stop")
             elif isinstance(c, StartRecording):
                 self.log.write("recording_start", c.filename)
+                self._recording_started(c)
             elif isinstance(c, StopRecording):
                 self.log.write("recording_stop", c.filename)
         self.leg.send(commands)
+
+    # --- recordings -----------------------------------------------------------------
+
+    def _recording_started(self, command: StartRecording) -> None:
+        if self.recordings is None or self._recording is None:
+            return
+        action, base = self._recording
+        page = action.recording_available_page
+        notify = (urljoin(base, page.url), page.method) if page is not None else None
+        # The notification carries the instance info of the request that follows
+        # the action, without this_call (DESIGN.md §1.1).
+        body = {
+            "application_instance_id": self.instance_id,
+            "token": self.token,
+            "log_filename": self.log_filename,
+            "is_notification": True,
+        }
+        self.recordings.started(
+            self.app.name,
+            command.filename,
+            encrypted=command.cipher is not None,
+            record_id=action.id,
+            notify=notify,
+            body=body,
+        )
+
+    def _recorded(self, result: dict[str, Any]) -> None:
+        """The record action completed: its duration is what the file holds."""
+        filename = str(result["filename"])
+        seconds = self.leg.recorded_seconds(filename)
+        if seconds is not None:
+            result["seconds_duration"] = round(seconds, 1)
+        if self.recordings is not None:
+            self.recordings.completed(self.app.name, filename, result)
 
     # --- pages ----------------------------------------------------------------------
 

@@ -167,6 +167,9 @@ class ScriptedLeg:
         self.hung_up_at = self.clock.now()
         return "200" if self.answered_at is not None else "603"
 
+    def recorded_seconds(self, filename: str) -> float | None:
+        return None  # simulated media writes no file: the action's own figure stands
+
     async def wait_ended(self) -> CallEnded:
         # Media time stands still while a page is fetched: the caller cannot hang up then.
         await asyncio.Event().wait()

@@ -51,7 +51,9 @@ from callhook.media.session import MediaSession
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
-from callhook.store.files import MediaStore, OutsideNamespace
+from callhook.store import crypto
+from callhook.store.files import MediaStore
+from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter
 
 logger = logging.getLogger("callhook.call")
@@ -72,6 +74,7 @@ class SipLeg:
         hang_up: Callable[[], str],
         max_recording_bytes: int | None = None,
         speech: SpeechService | None = None,
+        journal: RecordingJournal | None = None,
     ) -> None:
         self.info = info
         self.app_name = app_name
@@ -87,6 +90,8 @@ class SipLeg:
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
         self._recorders: dict[str, WavWriter] = {}
+        self._recorded: dict[str, float] = {}  # seconds written to each stopped recording
+        self.journal = journal
         self.speech = speech
         self._speech_warned = False
         self._voice_notes: set[str] = set()  # voice choices warned about, once each
@@ -135,7 +140,9 @@ class SipLeg:
                 self._start_recording(command)
             elif isinstance(command, StopRecording):
                 self.session.stop_recording(self.loop.time())
-                self._recorders.pop(command.filename, None)
+                writer = self._recorders.pop(command.filename, None)
+                if writer is not None:
+                    self._recorded[command.filename] = writer.seconds
             elif isinstance(command, DetectVoice):
                 self.session.detect_voice(command.on)
             elif isinstance(command, StartRecognition):
@@ -268,11 +275,24 @@ class SipLeg:
 
     def _start_recording(self, command: StartRecording) -> None:
         law = command.format or self.session.law
+        app, filename, journal = self.app_name, command.filename, self.journal
         try:
-            path = self.store.path(self.app_name, command.filename)
-            writer = WavWriter(path, law, self.max_recording_bytes)
-        except (OSError, OutsideNamespace) as exc:
-            self.inject(RecorderFailed("error", f"cannot create {command.filename}: {exc}"))
+            key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
+            path = self.store.path(app, filename)
+            writer = WavWriter(
+                path,
+                law,
+                self.max_recording_bytes,
+                key=key,
+                on_durable=(
+                    None if journal is None else lambda w: journal.durable(app, filename, w.length)
+                ),
+            )
+        except (OSError, ValueError) as exc:  # OutsideNamespace is a ValueError
+            why = f"cannot create {filename}: {exc}"
+            if journal is not None:
+                journal.failed(app, filename, why)
+            self.inject(RecorderFailed("error", why))
             return
         self._recorders[command.filename] = writer
         self.session.start_recording(writer, law, command.preroll)
@@ -323,6 +343,9 @@ class SipLeg:
     async def wait_ended(self) -> CallEnded:
         return await asyncio.shield(self._ended)
 
+    def recorded_seconds(self, filename: str) -> float | None:
+        return self._recorded.get(filename)
+
     def finish(self) -> None:
         """The call is over: make sure no recording is left open, stop speech work."""
         for prompt_id in list(self._streaming):
@@ -333,4 +356,6 @@ class SipLeg:
             self._decoder.cancel()
         if self._recorders:
             self.session.stop_recording(self.loop.time())
+            for filename, writer in self._recorders.items():
+                self._recorded[filename] = writer.seconds
             self._recorders.clear()

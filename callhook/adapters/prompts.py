@@ -19,6 +19,7 @@ import numpy.typing as npt
 from callhook.events import PlayFile, PlayTone, PromptItem, SayText
 from callhook.media import g711, tones, wav
 from callhook.speech.synthesis import Synthesiser, sentences
+from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace
 
 CACHE_ENTRIES = 128
@@ -93,7 +94,7 @@ class PromptAudio:
             return speech
         assert isinstance(item, PlayFile)
         if item.cipher is not None:
-            raise PromptError(f"{item.name}: encrypted files cannot be played yet")
+            return self._decrypted(app, item, item.cipher)
         try:
             path = self.store.path(app, item.name)
             stat = path.stat()
@@ -114,6 +115,26 @@ class PromptAudio:
         if len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
         return audio
+
+    def _decrypted(
+        self, app: str, item: PlayFile, cipher: tuple[str, str, str]
+    ) -> npt.NDArray[np.int16]:
+        """An encrypted file's audio (never cached: the plaintext lives only while it plays)."""
+        try:
+            data = self.store.path(app, item.name).read_bytes()
+        except OutsideNamespace as exc:
+            raise PromptError(str(exc)) from None
+        except OSError:
+            raise PromptError(f"{item.name}: no such file in the media file store") from None
+        try:
+            plain = crypto.decrypt_wav(data, crypto.Key.from_cipher(cipher))
+            return wav.decode_to_8k(plain)
+        except crypto.DecryptionError as exc:
+            raise PromptError(
+                f"{item.name}: cannot be decrypted with its decryption_cipher: {exc}"
+            ) from None
+        except (ValueError, wav.WavError) as exc:
+            raise PromptError(f"{item.name}: {exc}") from None
 
     def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16] | None:
         """The text's audio if every sentence is in the synthesiser's cache, else None."""

@@ -32,7 +32,6 @@ import termios
 import tty
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TextIO
 
 from callhook.adapters.speech import SpeechService
@@ -49,9 +48,9 @@ from callhook.events import (
     SayText,
     StartPrompt,
     StartRecognition,
+    StartRecording,
     StopRecording,
 )
-from callhook.media import wav
 from callhook.media.simulated import PromptTimer, SimulatedMedia
 
 DIGIT_KEYS = set("0123456789*#")
@@ -68,7 +67,7 @@ class TerminalLeg:
         *,
         info: CallInfo,
         timer: PromptTimer,
-        save_recording: Callable[[str, float], None],
+        save_recording: Callable[[StartRecording, float], float],
         clock: Clock | None = None,
         speech: SpeechService | None = None,
     ) -> None:
@@ -80,6 +79,8 @@ class TerminalLeg:
         self.clock = clock or MonotonicClock()
         self.media = SimulatedMedia(timer)
         self._save_recording = save_recording
+        self._recordings: dict[str, StartRecording] = {}
+        self._saved: dict[str, float] = {}  # seconds written to each stopped recording
         self._queue: deque[MediaEvent] = deque()
         self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = asyncio.get_running_loop().create_future()
@@ -171,10 +172,14 @@ class TerminalLeg:
             if isinstance(command, StartPrompt):
                 for item in command.items:
                     self.say_line(self._describe(item))
+            elif isinstance(command, StartRecording):
+                self._recordings[command.filename] = command
             elif isinstance(command, StopRecording):
                 recording = self.media.recordings.get(command.filename)
-                if recording is not None:
-                    self._save_recording(command.filename, now - recording.start)
+                start = self._recordings.pop(command.filename, None)
+                if recording is not None and start is not None:
+                    seconds = self._save_recording(start, now - recording.start)
+                    self._saved[command.filename] = seconds
         self._wake.set()
 
     def _describe(self, item: SayText | PlayFile | PlayTone) -> str:
@@ -221,6 +226,9 @@ class TerminalLeg:
 
     async def wait_ended(self) -> CallEnded:
         return await asyncio.shield(self._ended)
+
+    def recorded_seconds(self, filename: str) -> float | None:
+        return self._saved.get(filename)
 
 
 class Keyboard:
@@ -290,13 +298,6 @@ class Keyboard:
                 self._line += ch
                 out.write(ch)
             out.flush()
-
-
-def silence_recording(path: Path, seconds: float, law: str = "ulaw") -> None:
-    """Write a G.711 WAV of ``seconds`` of silence (what the terminal's 'microphone' heard)."""
-    samples = bytes([wav.SILENCE[law]]) * max(0, round(seconds * 8000))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(wav.g711_file(law, samples))
 
 
 def log_printer(leg: TerminalLeg) -> Callable[[str, str], None]:

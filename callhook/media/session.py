@@ -492,4 +492,8 @@ class MediaSession:
         if self._recording is recording:
             self._recording = None
             self._listen()
+        try:
+            recording.sink.close()  # what was written so far is kept (a size limit: all of it)
+        except OSError as exc:
+            logger.error("%s: recording could not be finished: %s", self.label, exc)
         self.events.append(RecorderFailed(reason, detail))

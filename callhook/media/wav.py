@@ -135,6 +135,38 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
     raise WavError("no data chunk")
 
 
+#: The sizes a recording declares while its length is not known yet (as streaming
+#: WAV writers do); readers take the data to the end of the file.
+UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def fix_sizes(data: bytes, *, force: bool = False) -> bytes:
+    """``data`` with its RIFF, ``data`` and (G.711) ``fact`` sizes set from its real length.
+
+    A file whose ``data`` chunk declares more than the file holds (an unknown
+    length, or a recording cut short by a crash) is fixed; with ``force`` the
+    data is taken to run to the end of the file even when the header declares
+    less (a crash after the last header update). The data chunk must be the
+    last one, as in every file callhook writes.
+    """
+    info = read_info(data)
+    declared = struct.unpack_from("<I", data, info.data_offset - 4)[0]
+    available = len(data) - info.data_offset
+    if declared <= available and not force:
+        return data
+    out = bytearray(data)
+    struct.pack_into("<I", out, info.data_offset - 4, available)
+    struct.pack_into("<I", out, 4, len(data) - 8)
+    if info.encoding in (FORMAT_ALAW, FORMAT_ULAW):
+        pos = 12
+        while pos + 12 <= info.data_offset:
+            size = struct.unpack_from("<I", data, pos + 4)[0]
+            if data[pos : pos + 4] == b"fact" and size >= 4:
+                struct.pack_into("<I", out, pos + 8, available // max(1, info.channels))
+            pos += 8 + size + (size & 1)
+    return bytes(out)
+
+
 def _samples(info: WavInfo, raw: bytes) -> npt.NDArray[np.float64]:
     """The samples of ``raw`` as float in [-1, 1), shape (frames, channels)."""
     encoding, bits = info.encoding, info.bits_per_sample

@@ -1,82 +1,242 @@
-"""Writing a recording: a G.711 WAV file that is valid at every moment.
+"""Writing a recording: a G.711 WAV file that is valid at every moment (DESIGN.md §1.5).
 
-The header is written first with the sizes of an empty file and rewritten
-with the real sizes every second of audio and at the end, so that a crash
-leaves a playable file holding what was captured up to a second before
-(DESIGN.md §1.5: a recording that was captured is never lost).
+The audio is written as it arrives, in :data:`FLUSH_BYTES` pieces (one
+``pwrite`` each), never buffered for the whole call; killing the process
+loses at most that much. The file is written under its final name so the
+application can play it as soon as ``next_page`` is requested.
 
-Closing a recording forces it to disk (``fsync``) so it survives a power
-cut too. That can take milliseconds, so it is done on a worker thread: the
-event loop, which plays every call's audio, never waits for the disk.
+*Plain files*: the header is written first with the sizes of an empty file
+and rewritten with the real sizes every second and at the end; a crash
+leaves a playable file, and :func:`recover` sets its sizes from its length.
+
+*Encrypted files* (``aescbc``): the plaintext never touches the disk. The
+header cannot be rewritten in place (in CBC every block depends on the one
+before), so while recording it declares an unknown length
+(:data:`callhook.media.wav.UNKNOWN_SIZE`) and the file is kept a complete
+ciphertext (see :class:`~callhook.store.crypto.CbcStream`). When the
+recording ends the file is decrypted in memory, given its real sizes,
+encrypted again into a temporary file and renamed over the first one. A
+file cut short by a crash keeps the unknown length; ``callhook decrypt`` and
+``play`` fix the sizes when they decrypt it (callhook never has the key).
+
+Closing forces the file to disk (``fsync`` of the file and of its directory)
+on a worker thread, so the event loop, which plays every call's audio, never
+waits for the disk; ``on_durable`` is called (on that thread) when it is done:
+the recording is then safe from a power cut, and may be announced.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from callhook.media import wav
 from callhook.media.session import SinkFull
+from callhook.store import crypto
 
-HEADER_REFRESH_BYTES = 8000  # one second of G.711
+logger = logging.getLogger("callhook.store")
 
-#: Finishes closed recordings (fsync, close) off the event loop.
+#: Audio bytes gathered before each write (0.2 s of G.711): the most a crash can lose.
+FLUSH_BYTES = 1600
+#: A plain file's header is brought up to date after this many bytes (one second).
+HEADER_REFRESH_BYTES = 8000
+
+#: Finishes closed recordings (fsync, re-encryption) off the event loop.
 _finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callhook-wav")
 
 
-def _sync_and_close(file: BinaryIO) -> None:
-    try:
-        file.flush()
-        os.fsync(file.fileno())
-    finally:
-        file.close()
+@dataclass(frozen=True)
+class Written:
+    """A finished recording: where it is and how much audio it holds."""
 
-
-class WavWriter:
-    """A recording sink (``media.session.Sink``) writing a G.711 WAV file."""
-
-    def __init__(self, path: Path, law: str, max_bytes: int | None = None) -> None:
-        self.path = path
-        self.law = law
-        self.max_bytes = max_bytes
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: BinaryIO | None = path.open("wb")
-        self._header_length = len(wav.g711_header(law, 0))
-        self._file.write(wav.g711_header(law, 0))
-        self.length = 0
-        self._since_header = 0
-
-    def write(self, data: bytes) -> None:
-        if self._file is None:
-            return
-        if self.max_bytes is not None and self.length + len(data) > self.max_bytes:
-            raise SinkFull(f"recording reached its size limit of {self.max_bytes} bytes")
-        self._file.write(data)
-        self.length += len(data)
-        self._since_header += len(data)
-        if self._since_header >= HEADER_REFRESH_BYTES:
-            self._rewrite_header()
-
-    def _rewrite_header(self) -> None:
-        assert self._file is not None
-        self._since_header = 0
-        position = self._file.tell()
-        self._file.seek(0)
-        self._file.write(wav.g711_header(self.law, self.length))
-        self._file.seek(position)
-        self._file.flush()
-
-    def close(self) -> None:
-        if self._file is None:
-            return
-        if self.length & 1:
-            self._file.write(b"\x00")  # RIFF chunks are word-aligned
-        self._rewrite_header()
-        file, self._file = self._file, None
-        _finisher.submit(_sync_and_close, file)
+    path: Path
+    length: int  # G.711 bytes of audio (8000 a second)
 
     @property
     def seconds(self) -> float:
         return self.length / 8000
+
+
+def unknown_length_header(law: str) -> bytes:
+    """A G.711 header that declares an unknown length (RIFF, fact and data sizes)."""
+    header = bytearray(wav.g711_header(law, 0))
+    struct.pack_into("<I", header, 4, wav.UNKNOWN_SIZE)
+    struct.pack_into("<I", header, header.index(b"fact") + 8, wav.UNKNOWN_SIZE)
+    struct.pack_into("<I", header, len(header) - 4, wav.UNKNOWN_SIZE)
+    return bytes(header)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable (POSIX needs the directory synced)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WavWriter:
+    """A recording sink (``media.session.Sink``) writing a G.711 WAV file, maybe encrypted."""
+
+    def __init__(
+        self,
+        path: Path,
+        law: str,
+        max_bytes: int | None = None,
+        *,
+        key: crypto.Key | None = None,
+        on_durable: Callable[[Written], object] | None = None,
+    ) -> None:
+        self.path = path
+        self.law = law
+        self.max_bytes = max_bytes
+        self.key = key
+        self.on_durable = on_durable
+        self.length = 0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._since_header = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Read-write: an encrypted file is read back when it is finished.
+        self._fd: int | None = os.open(
+            path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640
+        )
+        try:
+            if key is None:
+                self._stream = None
+                header = wav.g711_header(law, 0)
+                os.pwrite(self._fd, header, 0)
+                self._offset = len(header)  # where the next audio byte goes
+            else:
+                self._stream = crypto.CbcStream(key)
+                blocks = self._stream.update(unknown_length_header(law))
+                os.pwrite(self._fd, blocks + self._stream.tail(), 0)
+                self._offset = len(blocks)  # where the tail block is
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise
+
+    def write(self, data: bytes) -> None:
+        if self._fd is None:
+            return
+        if self.max_bytes is not None and self.length + len(data) > self.max_bytes:
+            raise SinkFull(f"recording reached its size limit of {self.max_bytes} bytes")
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self.length += len(data)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._fd is not None
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        if self._stream is not None:
+            # The final blocks go where the old tail was, the new tail after them:
+            # one write, so the file is a complete ciphertext before and after it.
+            blocks = self._stream.update(data)
+            os.pwrite(self._fd, blocks + self._stream.tail(), self._offset)
+            self._offset += len(blocks)
+            return
+        if data:
+            os.pwrite(self._fd, data, self._offset)
+            self._offset += len(data)
+            self._since_header += len(data)
+        if self._since_header >= HEADER_REFRESH_BYTES:
+            self._since_header = 0
+            os.pwrite(self._fd, wav.g711_header(self.law, self.length), 0)
+
+    def close(self) -> None:
+        """Write what is left and the final header; the file is finished on a worker thread."""
+        if self._fd is None:
+            return
+        fd = self._fd
+        try:
+            if self._stream is None and self.length & 1:
+                self._pending.append(b"\x00")  # RIFF chunks are word-aligned
+            self._since_header = HEADER_REFRESH_BYTES  # the header is rewritten now
+            self._flush()
+        except OSError:
+            os.close(fd)
+            self._fd = None
+            raise
+        self._fd = None
+        written = Written(self.path, self.length)
+        _finisher.submit(self._finish, fd, written)
+
+    def _finish(self, fd: int, written: Written) -> None:
+        try:
+            if self.key is not None:
+                self._reencrypt(fd, written)
+            else:
+                os.fsync(fd)
+                fsync_directory(self.path.parent)
+        except (OSError, ValueError) as exc:  # ValueError: crypto.DecryptionError
+            # Left to start-up recovery: the journal still says "not durable".
+            logger.error("recording %s could not be made durable: %s", self.path, exc)
+            return
+        finally:
+            os.close(fd)
+        if self.on_durable is not None:
+            try:
+                self.on_durable(written)
+            except Exception:
+                logger.exception("recording %s: announcing it failed", self.path)
+
+    def _reencrypt(self, fd: int, written: Written) -> None:
+        """Give an encrypted recording its real sizes: decrypt in memory, re-encrypt, rename."""
+        assert self.key is not None
+        size = os.fstat(fd).st_size
+        plain = crypto.decrypt(os.pread(fd, size, 0), self.key)
+        final = crypto.encrypt(wav.fix_sizes(plain, force=True), self.key)
+        del plain
+        temp = self.path.with_name(f".{self.path.name}.tmp")
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        try:
+            os.write(out, final)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(temp, self.path)
+        fsync_directory(self.path.parent)
+
+    @property
+    def seconds(self) -> float:
+        return self.length / 8000
+
+
+def recover(path: Path, encrypted: bool) -> int:
+    """Make a recording a crash left behind valid and durable; returns its audio bytes.
+
+    A plain file gets sizes that match its length. An encrypted file cannot be
+    read without the key: it is cut to whole cipher blocks (it is always a
+    complete ciphertext, see the module docstring) and its audio length is
+    estimated to the millisecond. Raises OSError or ``wav.WavError``.
+    """
+    with path.open("r+b") as f:
+        if encrypted:
+            size = os.fstat(f.fileno()).st_size
+            whole = size - size % crypto.BLOCK
+            if whole != size:
+                f.truncate(whole)
+            header = len(wav.g711_header("ulaw", 0))
+            # The plaintext is the header and the audio, then 1 to 16 bytes of padding.
+            length = max(0, whole - header - crypto.BLOCK // 2)
+        else:
+            data = f.read()
+            fixed = wav.fix_sizes(data, force=True)
+            info = wav.read_info(fixed)
+            f.seek(0)
+            f.write(fixed[: info.data_offset])
+            length = info.data_length
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_directory(path.parent)
+    return length

@@ -44,6 +44,9 @@ class HangsUpOnSignal:
     async def hang_up(self) -> str:
         raise AssertionError("callhook must not hang up a call the caller already ended")
 
+    def recorded_seconds(self, filename: str) -> float | None:
+        return None
+
     async def wait_ended(self) -> CallEnded:
         await self.hangup.wait()
         return CallEnded("hung_up", "BYE")

@@ -1,0 +1,138 @@
+"""AES-CBC for recordings and prompts (DESIGN.md §1.5: the ``aescbc`` cipher).
+
+The whole WAV file is encrypted with AES in CBC mode and PKCS#7 padding, so
+``openssl enc -d -aes-256-cbc -K <key> -iv <iv>`` (``-aes-128-cbc`` or
+``-aes-192-cbc`` for shorter keys) turns it back into the WAV file.
+
+A recording is encrypted while it is written: the plaintext never touches
+the disk. :class:`CbcStream` exploits the chaining of CBC: a finished
+ciphertext block never changes, so the file can always be kept a complete,
+correctly padded ciphertext of everything written so far — the full blocks
+followed by one *tail* block (the held-back bytes plus their padding). The
+next write replaces the tail. A crash therefore leaves a file that decrypts.
+
+Keys are never stored or logged: :class:`Key` hides them from ``repr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from callhook.media import wav
+
+BLOCK = 16
+
+
+class DecryptionError(ValueError):
+    """Data that does not decrypt with the given key and IV, and why."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """An ``aescbc`` key and initialisation vector (16/24/32-byte key, 16-byte IV)."""
+
+    key: bytes = field(repr=False)
+    iv: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.key) not in (16, 24, 32):
+            raise ValueError("an aescbc key is 16, 24 or 32 bytes (32, 48 or 64 hex characters)")
+        if len(self.iv) != BLOCK:
+            raise ValueError("an aescbc initialisation vector is 16 bytes (32 hex characters)")
+
+    @classmethod
+    def from_hex(cls, key: str, iv: str) -> Key:
+        """A key from the hex strings of a cipher object; raises ValueError."""
+        try:
+            return cls(bytes.fromhex(key), bytes.fromhex(iv))
+        except ValueError as exc:
+            raise ValueError(f"not a valid aescbc key and IV: {exc}") from None
+
+    @classmethod
+    def from_cipher(cls, cipher: tuple[str, str, str]) -> Key:
+        """A key from an action's ``(type, key hex, iv hex)`` cipher."""
+        kind, key, iv = cipher
+        if kind != "aescbc":
+            raise ValueError(f"unsupported cipher type {kind!r} (only aescbc)")
+        return cls.from_hex(key, iv)
+
+    def _cipher(self, iv: bytes | None = None) -> Cipher[modes.CBC]:
+        return Cipher(algorithms.AES(self.key), modes.CBC(iv or self.iv))
+
+
+def _pad(data: bytes) -> bytes:
+    """PKCS#7 (RFC 5652 §6.3): 1 to 16 bytes, each holding the pad length."""
+    n = BLOCK - len(data) % BLOCK
+    return data + bytes([n]) * n
+
+
+def encrypt(data: bytes, key: Key) -> bytes:
+    """``data`` encrypted as ``openssl enc -aes-*-cbc`` does."""
+    encryptor = key._cipher().encryptor()
+    return encryptor.update(_pad(data)) + encryptor.finalize()
+
+
+def decrypt(data: bytes, key: Key) -> bytes:
+    """The plaintext of ``data``; raises :class:`DecryptionError` (most often: a wrong key)."""
+    if not data or len(data) % BLOCK:
+        raise DecryptionError(
+            f"not AES-CBC data: {len(data)} bytes is not a whole number of 16-byte blocks"
+        )
+    decryptor = key._cipher().decryptor()
+    plain = decryptor.update(data) + decryptor.finalize()
+    n = plain[-1]
+    if not 1 <= n <= BLOCK or plain[-n:] != bytes([n]) * n:
+        raise DecryptionError("the padding is wrong after decryption: wrong key or IV?")
+    return plain[:-n]
+
+
+def decrypt_wav(data: bytes, key: Key) -> bytes:
+    """A decrypted WAV file, its sizes set from its real length.
+
+    A recording cut short by a crash declares an unknown length (see
+    :mod:`callhook.store.wavfile`); the sizes are fixed here. Raises
+    :class:`DecryptionError` when the result is not a WAV file.
+    """
+    plain = decrypt(data, key)
+    if plain[:4] != b"RIFF" or plain[8:12] != b"WAVE":
+        raise DecryptionError("the decrypted data is not a WAV file: wrong key or IV?")
+    try:
+        return wav.fix_sizes(plain)
+    except wav.WavError as exc:
+        raise DecryptionError(f"the decrypted WAV file is damaged: {exc}") from None
+
+
+class CbcStream:
+    """Encrypts a stream so that what was written so far is always a valid ciphertext.
+
+    :meth:`update` returns the ciphertext blocks that are final; :meth:`tail`
+    the one block that ends the ciphertext *now* (the held-back bytes with
+    their padding). The writer puts the final blocks where the previous tail
+    was and the new tail after them.
+    """
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        self._encryptor = key._cipher().encryptor()
+        self._held = b""
+        self._last = key.iv  # the previous ciphertext block: the next block's chaining value
+        self.length = 0  # plaintext bytes taken
+
+    def update(self, data: bytes) -> bytes:
+        """Take ``data``; return the newly final ciphertext blocks."""
+        self.length += len(data)
+        data = self._held + data
+        whole = len(data) - len(data) % BLOCK
+        self._held = data[whole:]
+        if not whole:
+            return b""
+        out = self._encryptor.update(data[:whole])
+        self._last = out[-BLOCK:]
+        return out
+
+    def tail(self) -> bytes:
+        """The last block if the stream ended now; the stream itself is unchanged."""
+        encryptor = self.key._cipher(self._last).encryptor()
+        return encryptor.update(_pad(self._held)) + encryptor.finalize()

@@ -1,0 +1,220 @@
+"""The journal of recordings: nothing captured is lost, every notification is sent.
+
+A recording is in the journal (the state database) from its start until it
+is announced. Two things must happen before ``recording_available_page`` is
+notified (DESIGN.md §1.5), in either order:
+
+* the record action completed: :meth:`RecordingJournal.completed` with the
+  result ``next_page`` got (``file_available`` false);
+* the file is durably in the store: :meth:`RecordingJournal.durable` (called
+  by :class:`~callhook.store.wavfile.WavWriter` after its ``fsync``).
+
+The second of the two queues the notification in the outbox (with
+``file_available`` true) and removes the recording from the journal, in one
+transaction. At start-up :meth:`RecordingJournal.recover` finishes what a
+crash interrupted: a file that was still being written is made valid
+(:func:`~callhook.store.wavfile.recover`) and, if its action never
+completed, reported with reason ``error`` and what the file holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from callhook.media import wav
+from callhook.store import outbox, wavfile
+from callhook.store.database import Database
+
+logger = logging.getLogger("callhook.store")
+
+
+def _log_failure(future: Future[Any]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        logger.error("the recordings journal could not be updated: %s", exc)
+
+
+class RecordingJournal:
+    """Recordings between their start and their announcement."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float] = time.time,
+        on_queued: Callable[[], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        #: Called (on the database thread) when a notification was queued.
+        self.on_queued = on_queued
+
+    def _submit(self, fn: Callable[[sqlite3.Connection], bool]) -> Future[bool]:
+        future = self.db.submit(fn)
+        future.add_done_callback(_log_failure)
+        future.add_done_callback(self._queued)
+        return future
+
+    def _queued(self, future: Future[bool]) -> None:
+        if not future.exception() and future.result() and self.on_queued is not None:
+            self.on_queued()
+
+    def started(
+        self,
+        app: str,
+        filename: str,
+        *,
+        encrypted: bool,
+        record_id: str,
+        notify: tuple[str, str] | None,
+        body: dict[str, Any],
+    ) -> Future[bool]:
+        """A recording began; ``notify`` is (URL, method) of its recording_available_page."""
+        url, method = notify if notify is not None else (None, None)
+        now = self.clock()
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            conn.execute(
+                "INSERT OR REPLACE INTO recordings (app, filename, started, encrypted, record_id,"
+                " notify_url, notify_method, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (app, filename, now, int(encrypted), record_id, url, method, json.dumps(body)),
+            )
+            return False
+
+        return self._submit(insert)
+
+    def completed(self, app: str, filename: str, result: dict[str, Any]) -> Future[bool]:
+        """The record action completed with ``result`` (the one next_page got)."""
+        data = json.dumps(result)
+
+        def update(conn: sqlite3.Connection) -> bool:
+            conn.execute(
+                "UPDATE recordings SET result = ? WHERE app = ? AND filename = ?",
+                (data, app, filename),
+            )
+            return self._finish_if_ready(conn, app, filename)
+
+        return self._submit(update)
+
+    def durable(self, app: str, filename: str, length: int) -> Future[bool]:
+        """The file is on disk for good, holding ``length`` bytes of audio."""
+
+        def update(conn: sqlite3.Connection) -> bool:
+            conn.execute(
+                "UPDATE recordings SET length = ? WHERE app = ? AND filename = ?",
+                (length, app, filename),
+            )
+            return self._finish_if_ready(conn, app, filename)
+
+        return self._submit(update)
+
+    def failed(self, app: str, filename: str, why: str) -> Future[bool]:
+        """The file could not be created: it will never be available, nothing to announce."""
+        logger.error("recording %s/%s was not made: %s", app, filename, why)
+
+        def delete(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
+            return False
+
+        return self._submit(delete)
+
+    def _finish_if_ready(self, conn: sqlite3.Connection, app: str, filename: str) -> bool:
+        row = conn.execute(
+            "SELECT notify_url, notify_method, body, result, length FROM recordings"
+            " WHERE app = ? AND filename = ?",
+            (app, filename),
+        ).fetchone()
+        if row is None or row[3] is None or row[4] is None:
+            return False
+        url, method, body, result = row[0], row[1], row[2], row[3]
+        conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
+        if url is None:
+            return False
+        notice = json.loads(body)
+        notice["action_result"] = {
+            "action": "record",
+            "result": {**json.loads(result), "file_available": True},
+        }
+        outbox.insert(conn, app, url, method or "POST", notice, self.clock())
+        return True
+
+    def recover(self, path_of: Callable[[str, str], Path]) -> int:
+        """Finish the recordings a crash interrupted (at start-up); returns how many."""
+
+        def work(conn: sqlite3.Connection) -> tuple[int, bool]:
+            rows = conn.execute(
+                "SELECT app, filename, encrypted, record_id, result, length FROM recordings"
+            ).fetchall()
+            queued = False
+            for app, filename, encrypted, record_id, result, length in rows:
+                queued |= self._recover_one(
+                    conn, path_of, app, filename, bool(encrypted), record_id, result, length
+                )
+            return len(rows), queued
+
+        count, queued = self.db.call(work)
+        if queued and self.on_queued is not None:
+            self.on_queued()
+        return count
+
+    def _recover_one(
+        self,
+        conn: sqlite3.Connection,
+        path_of: Callable[[str, str], Path],
+        app: str,
+        filename: str,
+        encrypted: bool,
+        record_id: str,
+        result: str | None,
+        length: int | None,
+    ) -> bool:
+        name = f"{app}/{filename}"
+        if length is None:
+            try:
+                length = wavfile.recover(path_of(app, filename), encrypted)
+            except FileNotFoundError:
+                logger.error("recording %s was interrupted and its file is missing", name)
+                conn.execute(
+                    "DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename)
+                )
+                return False
+            except (OSError, ValueError, wav.WavError) as exc:
+                logger.error("recording %s was interrupted and cannot be repaired: %s", name, exc)
+                conn.execute(
+                    "DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename)
+                )
+                return False
+            conn.execute(
+                "UPDATE recordings SET length = ? WHERE app = ? AND filename = ?",
+                (length, app, filename),
+            )
+        if result is None:
+            seconds = round(length / 8000, 1)
+            logger.warning(
+                "recording %s was interrupted by a restart of callhook: %.1f s kept,"
+                " reported with reason 'error'",
+                name,
+                seconds,
+            )
+            recovered = {
+                "filename": filename,
+                "file_available": False,
+                "id": record_id,
+                # A recording only writes once sound was heard (the record action's rules).
+                "contains_sound": length > 0,
+                "seconds_duration": seconds,
+                "reason": "error",
+            }
+            conn.execute(
+                "UPDATE recordings SET result = ? WHERE app = ? AND filename = ?",
+                (json.dumps(recovered), app, filename),
+            )
+        else:
+            logger.info("recording %s was complete before the restart; made durable now", name)
+        return self._finish_if_ready(conn, app, filename)

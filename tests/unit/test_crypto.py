@@ -1,0 +1,115 @@
+"""AES-CBC of recordings (DESIGN.md §1.5), checked against the real ``openssl`` binary."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callhook.media import g711, tones, wav
+from callhook.store import crypto
+
+OPENSSL = shutil.which("openssl")
+KEY_HEX = "00112233445566778899aabbccddeeff" * 2
+IV_HEX = "0f0e0d0c0b0a09080706050403020100"
+KEY = crypto.Key.from_hex(KEY_HEX, IV_HEX)
+needs_openssl = pytest.mark.skipif(OPENSSL is None, reason="openssl is not installed")
+
+
+def openssl(args: list[str], data: bytes) -> bytes:
+    assert OPENSSL is not None
+    done = subprocess.run([OPENSSL, *args], input=data, capture_output=True, check=True)
+    return done.stdout
+
+
+@needs_openssl
+@pytest.mark.parametrize("bits", [128, 192, 256])
+def test_openssl_decrypts_what_we_encrypt_and_back(bits: int) -> None:
+    key_hex = KEY_HEX[: bits // 4]
+    key = crypto.Key.from_hex(key_hex, IV_HEX)
+    data = wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(440.0, 0.37)))
+    ours = crypto.encrypt(data, key)
+    cipher = f"-aes-{bits}-cbc"
+    assert openssl(["enc", "-d", cipher, "-K", key_hex, "-iv", IV_HEX], ours) == data
+    theirs = openssl(["enc", "-e", cipher, "-K", key_hex, "-iv", IV_HEX], data)
+    assert theirs == ours
+    assert crypto.decrypt(theirs, key) == data
+
+
+def test_a_wrong_key_is_a_clear_error() -> None:
+    data = crypto.encrypt(wav.g711_file("alaw", b"\xd5" * 800), KEY)
+    other = crypto.Key.from_hex("ff" * 32, IV_HEX)
+    with pytest.raises(crypto.DecryptionError, match="wrong key"):
+        crypto.decrypt_wav(data, other)
+    with pytest.raises(crypto.DecryptionError, match="not a whole number of 16-byte blocks"):
+        crypto.decrypt(data[:-3], KEY)
+    # Encrypted, but not a WAV file: also named as a probable wrong key.
+    with pytest.raises(crypto.DecryptionError, match="not a WAV file"):
+        crypto.decrypt_wav(crypto.encrypt(b"hello world" * 10, KEY), KEY)
+
+
+def test_keys_are_checked_and_never_shown() -> None:
+    assert KEY_HEX not in repr(KEY) and "0011" not in repr(KEY)
+    with pytest.raises(ValueError):
+        crypto.Key.from_hex("abcd", IV_HEX)
+    with pytest.raises(ValueError):
+        crypto.Key.from_cipher(("aesgcm", KEY_HEX, IV_HEX))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=70), max_size=12))
+def test_the_stream_is_a_complete_ciphertext_after_every_write(pieces: list[bytes]) -> None:
+    """Final blocks + the current tail always decrypt to exactly what was written so far."""
+    stream = crypto.CbcStream(KEY)
+    blocks = b""
+    written = b""
+    for piece in pieces:
+        blocks += stream.update(piece)
+        written += piece
+        assert crypto.decrypt(blocks + stream.tail(), KEY) == written
+    assert blocks + stream.tail() == crypto.encrypt(written, KEY)
+
+
+def test_decrypt_wav_fixes_an_unknown_length() -> None:
+    from callhook.store.wavfile import unknown_length_header
+
+    audio = g711.encode("alaw", tones.tone(1000.0, 0.5))
+    data = crypto.encrypt(unknown_length_header("alaw") + audio, KEY)
+    plain = crypto.decrypt_wav(data, KEY)
+    info = wav.read_info(plain)
+    assert info.format_tag == wav.FORMAT_ALAW
+    assert info.data_length == len(audio)
+    assert plain[info.data_offset :] == audio
+    assert int.from_bytes(plain[4:8], "little") == len(plain) - 8
+
+
+@needs_openssl
+def test_decrypt_command(tmp_path: Path) -> None:
+    """``callhook decrypt`` writes the WAV file openssl would, sizes fixed."""
+    import sys
+
+    audio = g711.encode("ulaw", tones.tone(700.0, 0.3))
+    source = tmp_path / "rec.wav"
+    source.write_bytes(crypto.encrypt(wav.g711_file("ulaw", audio), KEY))
+    out = tmp_path / "plain.wav"
+    done = subprocess.run(
+        [sys.executable, "-m", "callhook", "decrypt", str(source), "-o", str(out)],
+        env={"CALLHOOK_KEY": KEY_HEX, "CALLHOOK_IV": IV_HEX, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == wav.g711_file("ulaw", audio)
+    wrong = subprocess.run(
+        [sys.executable, "-m", "callhook", "decrypt", str(source), "-o", str(tmp_path / "x.wav")],
+        env={"CALLHOOK_KEY": "ab" * 32, "CALLHOOK_IV": IV_HEX, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode == 1
+    assert "wrong key" in wrong.stderr
+    assert not (tmp_path / "x.wav").exists()

@@ -1,0 +1,85 @@
+"""Delivering notifications to real local HTTP endpoints (the asyncio side of the outbox)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from callhook.adapters.notifier import Notifier
+from callhook.adapters.pages import HttpPages
+from callhook.store.database import Database
+from callhook.store.outbox import Outbox, RetryPolicy
+from callhook.testing import AppServer, Reply
+
+FAST = RetryPolicy(first_delay=0.05, max_delay=0.2)
+
+
+@pytest.fixture
+async def outbox(tmp_path: Path) -> AsyncIterator[Outbox]:
+    db = Database(tmp_path / "state.sqlite3")
+    yield Outbox(db, FAST, seed=3)
+    db.close()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_retried_until_a_2xx_then_never_again(outbox: Outbox) -> None:
+    answers = iter([Reply(status=503), Reply(body="no", status=500), Reply(status=204)])
+    async with AppServer() as app:
+        app.page("/n", lambda _: next(answers, Reply(status=204)))
+        pages = HttpPages(timeout=2.0)
+        notifier = Notifier(outbox, pages, lambda _: app.secret)
+        notifier.start()
+        await outbox.add("a", app.url("/n"), "POST", {"is_notification": True}, time.time())
+        notifier.wake()
+        await until(lambda: notifier.delivered == 1)
+        assert notifier.failed_attempts == 2
+        assert await outbox.counts() == {"pending": 0, "abandoned": 0}
+        notifier.wake()
+        await asyncio.sleep(0.3)  # more than the longest retry delay: nothing more is sent
+        assert len(app.bodies("/n")) == 3
+        received = app.requests[-1]
+        assert received.signature_ok(app.secret)
+        await notifier.close()
+        await pages.close()
+
+
+async def test_a_slow_endpoint_does_not_hold_up_another_application(outbox: Outbox) -> None:
+    async with AppServer() as slow, AppServer() as fast:
+        slow.page("/n", Reply(status=204, delay=30.0))
+        fast.page("/n", None)
+        pages = HttpPages(timeout=60.0)
+        notifier = Notifier(outbox, pages, lambda _: "s")
+        notifier.start()
+        for _ in range(20):
+            await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: len(slow.requests) == 4)  # its limit of deliveries at once
+        await outbox.add("fast", fast.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: notifier.delivered == 1, timeout=5.0)
+        assert len(fast.requests) == 1
+        assert len(slow.requests) == 4
+        await notifier.close()  # the slow ones stay in the outbox for the next start
+        assert (await outbox.counts())["pending"] == 20
+        await pages.close()
+
+
+async def test_an_unreachable_endpoint_is_retried_not_lost(outbox: Outbox) -> None:
+    pages = HttpPages(timeout=1.0)
+    notifier = Notifier(outbox, pages, lambda _: "s")
+    notifier.start()
+    await outbox.add("a", "http://127.0.0.1:9/n", "POST", {}, time.time())  # discard port: refused
+    notifier.wake()
+    await until(lambda: notifier.failed_attempts >= 2)
+    assert (await outbox.counts())["pending"] == 1
+    await notifier.close()
+    await pages.close()
