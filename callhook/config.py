@@ -8,6 +8,7 @@ A config file is TOML::
     [http]                              # the REST API, demo app and web phone
     host = "127.0.0.1"
     port = 8080
+    max_upload_mb = 50                  # largest media file the REST API takes
 
     [sip]
     host = "0.0.0.0"                    # all interfaces, so phones on the LAN can call
@@ -31,6 +32,7 @@ A config file is TOML::
     error_page = "https://example.com/ivr/error"     # optional
     final_page = "https://example.com/ivr/final"     # optional
     secret = "a long random string"                  # signs page requests
+    api_key = "another long random string"           # its REST API key (docs/api.md)
     application_parameters = "anything"              # passed in this_call
 
     default_app = "support"             # calls to any other user run this app
@@ -40,6 +42,7 @@ With no config the built-in demo application is the default app.
 
 from __future__ import annotations
 
+import re
 import secrets
 import tomllib
 from dataclasses import dataclass, field
@@ -49,6 +52,13 @@ from typing import Any
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
 
+#: The shortest API key accepted: a key is all that stands between the Internet and an
+#: application's recordings.
+API_KEY_MIN = 16
+
+#: Application names: they name a directory of the media file store and a SIP user.
+_APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+
 
 class ConfigError(ValueError):
     """A config file that cannot be used, with the reason."""
@@ -56,14 +66,20 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class AppConfig:
-    """One voice application: its pages and the secret its requests are signed with."""
+    """One voice application: its pages, the secret its requests are signed with, its API key.
+
+    ``api_key`` authorises the REST API for this application's files and calls
+    (None: the application has no API access). Neither it nor the secret is
+    shown in the repr, so they cannot end up in a log by accident.
+    """
 
     name: str
     first_page: str
-    secret: str
+    secret: str = field(repr=False)
     error_page: str | None = None
     final_page: str | None = None
     application_parameters: str = ""
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -73,6 +89,7 @@ class Settings:
     data_dir: Path = Path("data")
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    max_upload_bytes: int = 50 * 2**20
     page_timeout: float = 10.0
     sip_host: str = "0.0.0.0"
     sip_port: int = 5060
@@ -108,6 +125,17 @@ def data_secret(data_dir: Path) -> str:
     return value
 
 
+def check_api_key(value: object, where: str) -> str | None:
+    """An API key from a config file or flag (None if not given); ConfigError if unusable."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.strip()) < API_KEY_MIN:
+        raise ConfigError(f"{where} must be a string of at least {API_KEY_MIN} characters")
+    if value != value.strip() or any(ord(c) < 33 or ord(c) > 126 for c in value):
+        raise ConfigError(f"{where} must be printable ASCII with no spaces (it is a bearer token)")
+    return value
+
+
 def load(path: Path) -> Settings:
     """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
     try:
@@ -120,6 +148,11 @@ def load(path: Path) -> Settings:
     http = raw.get("http", {})
     settings.http_host = str(http.get("host", settings.http_host))
     settings.http_port = int(http.get("port", settings.http_port))
+    if "max_upload_mb" in http:
+        mb = float(http["max_upload_mb"])
+        if not 0 < mb <= 4096:
+            raise ConfigError(f"{path}: [http] max_upload_mb must be above 0 and at most 4096")
+        settings.max_upload_bytes = int(mb * 2**20)
     sip = raw.get("sip", {})
     settings.sip_host = str(sip.get("host", settings.sip_host))
     settings.sip_port = int(sip.get("port", settings.sip_port))
@@ -147,7 +180,13 @@ def load(path: Path) -> Settings:
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")
     apps: dict[str, Any] = raw.get("apps", {})
+    keys: dict[str, str] = {}
     for name, table in apps.items():
+        if not _APP_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: [apps.{name}]: an application name is 1 to 64 letters, digits, "
+                "'_', '-' or '.' (not first)"
+            )
         if "first_page" not in table:
             raise ConfigError(f"{path}: [apps.{name}] needs a first_page")
         unknown = set(table) - {
@@ -155,6 +194,7 @@ def load(path: Path) -> Settings:
             "error_page",
             "final_page",
             "secret",
+            "api_key",
             "application_parameters",
         }
         if unknown:
@@ -166,7 +206,16 @@ def load(path: Path) -> Settings:
             error_page=table.get("error_page"),
             final_page=table.get("final_page"),
             application_parameters=str(table.get("application_parameters", "")),
+            api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
         )
+        key = settings.apps[name].api_key
+        if key is not None:
+            if key in keys:
+                raise ConfigError(
+                    f"{path}: [apps.{name}] api_key is the same as [apps.{keys[key]}]'s: "
+                    "a key must name one application"
+                )
+            keys[key] = name
     settings.default_app = raw.get("default_app")
     if settings.default_app is not None and settings.default_app not in settings.apps:
         raise ConfigError(f"{path}: default_app {settings.default_app!r} is not in [apps]")
