@@ -20,7 +20,9 @@ import asyncio
 import logging
 import random
 import socket
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from callhook.adapters.leg import SipLeg
@@ -77,6 +79,7 @@ class _Call:
     answer_sdp: bytes = b""
     answered: asyncio.Future[bytes] | None = None  # outbound: the callee's SDP
     task: asyncio.Task[CallSummary] | None = None
+    started: float = field(default_factory=time.time)  # wall clock, for the REST API
 
 
 def local_address(host: str) -> str:
@@ -316,8 +319,12 @@ class SipService:
         credentials: Credentials | None = None,
         from_user: str = "callhook",
         ring_timeout: float = 60.0,
+        placed: Callable[[str], object] | None = None,
     ) -> CallSummary:
-        """Call ``target`` (a SIP URI); when answered, run ``app`` on the call."""
+        """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
+
+        ``placed`` is called with the call's id as soon as the INVITE is out.
+        """
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
         sock, port = media.allocate()
@@ -342,6 +349,8 @@ class SipService:
         call = _Call(call_id, app, leg, _Media(session, port, session_id))
         call.answered = self.loop.create_future()
         self.calls[call_id] = call
+        if placed is not None:
+            placed(call_id)
         try:
             try:
                 answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
@@ -424,6 +433,78 @@ class SipService:
         self._dials.add(task)
         task.add_done_callback(self._dials.discard)
         return 202, {"status": "calling", "to": target, "application": app.first_page}
+
+    # --- the REST API (adapters/api.py) ------------------------------------------------------
+
+    def active_calls(self) -> list[dict[str, Any]]:
+        """The calls running now: application, ids, direction, parties, state, start time."""
+        calls = []
+        for call in self.calls.values():
+            info = call.leg.info
+            if call.answered is not None and not call.answered.done():
+                state = "calling"  # outbound, not answered yet
+            else:
+                state = "answered" if call.leg.answered else "inbound"
+            calls.append(
+                {
+                    "application": call.app.name,
+                    "call_id": call.call_id,
+                    "call_direction": info.direction,
+                    "call_from": info.call_from,
+                    "call_to": info.call_to,
+                    "call_target": info.call_target,
+                    "call_state": state,
+                    "started": call.started,
+                }
+            )
+        return calls
+
+    def hang_up_call(self, call_id: str) -> bool:
+        """End call ``call_id`` from our side (False: no such call).
+
+        A running application's action stops and the call is hung up (the
+        final page says ``dropped``); an outbound call still ringing is
+        cancelled (``no_answer``, as when it rings too long).
+        """
+        call = self.calls.get(call_id)
+        if call is None or self.agent is None:
+            return False
+        if call.answered is not None and not call.answered.done():
+            self.agent.hang_up(call_id, self.loop.time(), cause="no_answer")
+            self._flush()
+        else:
+            call.leg.abort("hung up through the REST API")
+        return True
+
+    async def place_call(self, target: str, app: AppConfig, ring_timeout: float = 60.0) -> str:
+        """Start calling ``target`` for ``app`` (trunk credentials if configured); its call id.
+
+        Returns once the INVITE is out; the call goes on in the background.
+        """
+        settings = self.services.settings
+        credentials = None
+        if settings.trunk_username:
+            credentials = Credentials(settings.trunk_username, settings.trunk_password or "")
+        placed: asyncio.Future[str] = self.loop.create_future()
+        task = self.loop.create_task(
+            self.dial(
+                target,
+                app,
+                credentials=credentials,
+                ring_timeout=ring_timeout,
+                placed=placed.set_result,
+            )
+        )
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+
+        def failed_early(task: asyncio.Task[CallSummary]) -> None:
+            if not placed.done():  # e.g. no RTP port free: the INVITE never went out
+                exc = None if task.cancelled() else task.exception()
+                placed.set_exception(exc or RuntimeError("the call ended before it was placed"))
+
+        task.add_done_callback(failed_early)
+        return await placed
 
     # --- shutdown ---------------------------------------------------------------------------
 
