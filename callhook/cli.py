@@ -13,13 +13,25 @@ import sys
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
 from callhook.actions.schema import InvalidResponse, json_schema, parse_response
 from callhook.app import Services
 from callhook.call import CallInfo
-from callhook.config import RECOGNISERS, AppConfig, ConfigError, Settings, load
+from callhook.config import (
+    RECOGNISERS,
+    AppConfig,
+    ConfigError,
+    Settings,
+    check_api_key,
+    data_secret,
+    load,
+)
+
+if TYPE_CHECKING:
+    from callhook.adapters.api import KeyRing
+    from callhook.adapters.sip import SipService
 
 
 def run_loop(coro: Coroutine[Any, Any, int]) -> int:
@@ -155,6 +167,50 @@ def _apply_app_flags(args: argparse.Namespace, settings: Settings, secret: str) 
         settings.default_app = "default"
 
 
+def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
+    """The REST API's keys: each configured application's ``api_key``, and one more.
+
+    That one (``--api-key``, else the installation secret) is the key of the
+    application given with ``--app-url``, or of the built-in demo when it is
+    the default application. Raises ConfigError for a weak or shared key.
+    """
+    from callhook.adapters.api import key_ring
+
+    key = check_api_key(args.api_key, "--api-key") or data_secret(settings.data_dir)
+    default = None
+    if args.app_url:
+        default = ("default", key)
+    elif settings.default_app is None:
+        default = ("demo", key)
+    try:
+        return key_ring(settings.apps, default)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def _start_web(
+    services: Services, sip: SipService, host: str, port: int, keys: KeyRing
+) -> str:
+    """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
+    from callhook.adapters import web as web_adapter
+    from callhook.adapters.api import Api
+
+    settings = services.settings
+
+    def app_named(name: str) -> AppConfig | None:
+        demo = services.default_app()  # the demo's pages are on this server: known once it runs
+        if demo is not None and name == demo.name:
+            return demo
+        return settings.apps.get(name)
+
+    api = Api(
+        services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
+    )
+    app = web_adapter.application(services.secret, sip.dial_api, sip.stats, api=api)
+    services.web_runner, services.base_url = await web_adapter.start(app, host, port)
+    return services.base_url
+
+
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.adapters.sip import SipService
 
@@ -167,13 +223,14 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.max_calls = args.max_calls
     if args.shutdown_grace is not None:
         settings.shutdown_grace = args.shutdown_grace
+    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
     services = Services(settings)
     services.metrics.watch_gc()
     _apply_app_flags(args, settings, services.secret)
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
-    base = await services.start_web(host, port, dial=sip.dial_api, stats=sip.stats)
+    base = await _start_web(services, sip, host, port, keys)
     app = services.settings.app_for("") or services.default_app()
     # Everything built so far (modules, schemas, the server) lives as long as the
     # process: keep it out of the collector's passes, so a full collection only
@@ -307,6 +364,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--max-calls", type=int, help="calls at once; more get 503 (default 500)")
     s.add_argument(
         "--shutdown-grace", type=float, help="seconds calls may go on after SIGTERM (default 30)"
+    )
+    s.add_argument(
+        "--api-key",
+        help="REST API key of the --app-url application, or of the demo "
+        "(default: the installation secret, <data_dir>/secret)",
     )
     _app_flags(s)
     s.set_defaults(func=cmd_serve)

@@ -1,4 +1,10 @@
-"""The HTTP server of ``callhook serve``: the built-in demo application (later the REST API)."""
+"""The HTTP server of ``callhook serve``: the built-in demo application and the REST API.
+
+The REST API (``/api/v1``, per-application keys) is :mod:`callhook.adapters.api`;
+the two older routes here (``POST /api/calls``, ``GET /api/stats``) take the
+installation secret as their key. Every ``/api/`` error has the API's one
+JSON shape (:func:`callhook.adapters.api.errors`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from callhook import __version__, demo
+from callhook.adapters.api import Api, ApiError, errors
+
+#: The largest JSON body (and demo form) the server reads; uploads have their own limit.
+MAX_JSON_BYTES = 64 * 1024
+#: Error codes of the statuses ``POST /api/calls`` answers with.
+_CODES = {400: "bad_request", 404: "not_found", 503: "unavailable"}
 
 #: Places an outbound call from a JSON request; returns (HTTP status, JSON answer).
 Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
@@ -25,40 +37,50 @@ Try it with no phone: <code>callhook call</code>.</p>
 
 
 def application(
-    secret: str, dial: Dial | None = None, stats: Stats | None = None
+    secret: str, dial: Dial | None = None, stats: Stats | None = None, api: Api | None = None
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
     ``POST /api/calls`` places an outbound call; ``GET /api/stats`` gives the
     server's counters. Both need ``Authorization: Bearer <the installation
-    secret>`` (``<data_dir>/secret``).
+    secret>`` (``<data_dir>/secret``). ``api`` adds the REST API (``/api/v1``)
+    and its OpenAPI document (``/openapi.json``).
     """
-    app = web.Application(client_max_size=64 * 1024)
+    app = web.Application(client_max_size=MAX_JSON_BYTES, middlewares=[errors])
     app.add_routes(demo.routes(secret))
+    if api is not None:
+        app.add_routes(api.routes())
 
-    def authorised(request: web.Request) -> bool:
+    def authorise(request: web.Request) -> None:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        return hmac.compare_digest(token.encode(), secret.encode())
+        if not hmac.compare_digest(token.encode(), secret.encode()):
+            raise ApiError(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token (the installation secret)",
+                {"WWW-Authenticate": 'Bearer realm="callhook"'},
+            )
 
     async def stats_page(request: web.Request) -> web.Response:
-        if not authorised(request):
-            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        authorise(request)
         return web.json_response(stats() if stats is not None else {})
 
     app.router.add_get("/api/stats", stats_page)
 
     async def calls(request: web.Request) -> web.Response:
-        if not authorised(request):
-            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+        authorise(request)
         if dial is None:
-            return web.json_response({"error": "this server does not place calls"}, status=503)
+            raise ApiError(503, "unavailable", "this server does not place calls")
         try:
             body = json.loads(await request.read())
         except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
+            raise ApiError(400, "bad_request", "the body is not JSON") from None
         if not isinstance(body, dict):
-            return web.json_response({"error": "expected a JSON object"}, status=400)
+            raise ApiError(400, "bad_request", "expected a JSON object")
         status, answer = await dial(body)
+        if status >= 400:
+            code = _CODES.get(status, f"http_{status}")
+            raise ApiError(status, code, str(answer.get("error", "the call was refused")))
         return web.json_response(answer, status=status)
 
     app.router.add_post("/api/calls", calls)
