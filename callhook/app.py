@@ -6,6 +6,7 @@ CLI calls in here, and tests build the same parts themselves.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from callhook.events import CallEnded, MediaCommand, MediaEvent, StartRecording
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
-from callhook.store import crypto
+from callhook.store import crypto, wavfile
 from callhook.store.database import Database
 from callhook.store.files import MediaStore, OutsideNamespace
 from callhook.store.journal import RecordingJournal
@@ -200,6 +201,9 @@ class Services:
 
     async def close(self) -> None:
         self.speech.close()
+        # Recordings closed by the calls' end are made durable (and journaled) first.
+        if not await asyncio.to_thread(wavfile.drain):
+            logger.error("recordings still being finished at exit: start-up recovery will do it")
         if self.notifier is not None:
             await self.notifier.close()
             self.notifier = None

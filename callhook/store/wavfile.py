@@ -31,7 +31,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +48,13 @@ HEADER_REFRESH_BYTES = 8000
 
 #: Finishes closed recordings (fsync, re-encryption) off the event loop.
 _finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callhook-wav")
+_finishing: set[Future[None]] = set()
+
+
+def drain(timeout: float = 30.0) -> bool:
+    """Wait until every closed recording is finished (at shutdown); False on timeout."""
+    _, not_done = wait(list(_finishing), timeout)
+    return not not_done
 
 
 @dataclass(frozen=True)
@@ -169,7 +176,9 @@ class WavWriter:
             raise
         self._fd = None
         written = Written(self.path, self.length)
-        _finisher.submit(self._finish, fd, written)
+        future = _finisher.submit(self._finish, fd, written)
+        _finishing.add(future)
+        future.add_done_callback(_finishing.discard)
 
     def _finish(self, fd: int, written: Written) -> None:
         try:
