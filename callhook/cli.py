@@ -28,6 +28,8 @@ from callhook.config import (
     data_secret,
     load,
 )
+from callhook.events import StartRecording
+from callhook.media import wav
 
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
@@ -85,9 +87,10 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
-    from callhook.adapters.terminal import Keyboard, TerminalLeg, log_printer, silence_recording
+    from callhook.adapters.terminal import Keyboard, TerminalLeg, log_printer
 
     services = Services(settings)
+    services.start_notifier()
     try:
         if args.url:
             app = AppConfig(
@@ -116,8 +119,9 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
             call_target=app.name,
         )
 
-        def save(filename: str, seconds: float) -> None:
-            silence_recording(services.recording_path(app, filename), seconds)
+        def save(command: StartRecording, seconds: float) -> float:
+            # The terminal has no microphone: the file holds silence for the recording's length.
+            return services.record_silence(app, command, seconds)
 
         leg = TerminalLeg(
             out,
@@ -225,6 +229,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.shutdown_grace = args.shutdown_grace
     keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
     services = Services(settings)
+    services.start_notifier()
     services.metrics.watch_gc()
     _apply_app_flags(args, settings, services.secret)
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
@@ -281,6 +286,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.sip.agent import Credentials
 
     services = Services(settings)
+    services.start_notifier()
     try:
         if args.app_url:
             _apply_app_flags(args, settings, services.secret)
@@ -333,6 +339,36 @@ def _speech_flags(p: argparse.ArgumentParser) -> None:
         choices=RECOGNISERS,
         help="speech recogniser (default whisper; none: get_input takes digits only)",
     )
+
+
+def cmd_decrypt(args: argparse.Namespace) -> int:
+    """Decrypt an ``aescbc`` recording (as ``openssl enc -d`` does, with its sizes fixed)."""
+    import os
+
+    from callhook.store import crypto
+
+    key_hex = args.key or os.environ.get("CALLHOOK_KEY", "")
+    iv_hex = args.iv or os.environ.get("CALLHOOK_IV", "")
+    if not key_hex or not iv_hex:
+        print("callhook decrypt: give the key and IV (--key/--iv or CALLHOOK_KEY/CALLHOOK_IV)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    source = Path(args.file)
+    output = Path(args.output) if args.output else source.with_suffix(".decrypted.wav")
+    try:
+        key = crypto.Key.from_hex(key_hex, iv_hex)
+        plain = crypto.decrypt_wav(source.read_bytes(), key)
+    except (OSError, ValueError) as exc:  # DecryptionError is a ValueError
+        print(f"callhook decrypt: {source}: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "-":
+        sys.stdout.buffer.write(plain)
+        return 0
+    temp = output.with_name(f".{output.name}.tmp")
+    temp.write_bytes(plain)
+    temp.replace(output)
+    print(f"{output}: {wav.read_info(plain).seconds:.1f} s", file=sys.stderr)
+    return 0
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
@@ -395,6 +431,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="TOML config file")
     _speech_flags(c)
     c.set_defaults(func=cmd_call)
+
+    de = sub.add_parser("decrypt", help="decrypt an encrypted (aescbc) recording to a WAV file")
+    de.add_argument("file", help="the encrypted recording")
+    de.add_argument("-o", "--output", help="where to write the WAV (- for stdout)")
+    de.add_argument("--key", help="the key, hex (better: CALLHOOK_KEY, kept out of ps)")
+    de.add_argument("--iv", help="the initialisation vector, hex (or CALLHOOK_IV)")
+    de.set_defaults(func=cmd_decrypt)
 
     vo = sub.add_parser("voices", help="list the installed TTS voices (values for tts_voice)")
     vo.set_defaults(func=cmd_voices)

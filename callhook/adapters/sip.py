@@ -249,6 +249,7 @@ class SipService:
             answer=lambda: self._answer(call_id),
             hang_up=lambda: self._hang_up(call_id),
             speech=self.services.speech,
+            journal=self.services.journal,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
         self.calls[call_id] = call
@@ -345,6 +346,7 @@ class SipService:
             answer=_nothing,
             hang_up=lambda: self._hang_up(call_id),
             speech=self.services.speech,
+            journal=self.services.journal,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id))
         call.answered = self.loop.create_future()
