@@ -52,7 +52,6 @@ class Services:
     journal: RecordingJournal = field(init=False)
     outbox: Outbox = field(init=False)
     notifier: Notifier | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -73,7 +72,10 @@ class Services:
         if settings.speech_preload:
             self.speech.warm_up()
         self.db = Database(settings.data_dir / "state.sqlite3")
-        self.outbox = Outbox(self.db, self.retry)
+        retry = RetryPolicy(
+            settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
+        )
+        self.outbox = Outbox(self.db, retry)
         self.journal = RecordingJournal(self.db, on_queued=self._notify_now)
         # Before any call: finish the recordings a crash interrupted.
         recovered = self.journal.recover(self.store.path)

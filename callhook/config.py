@@ -23,6 +23,14 @@ A config file is TOML::
     workers = 2                         # threads for synthesis, and as many for recognition
     preload = true                      # load the models at start-up, not on the first call
 
+    [recordings]
+    max_mb = 64                         # a recording stops at this size (reason filesize)
+
+    [notifications]                     # recording_available_page (docs/recordings.md)
+    first_retry = 2                     # seconds before the first retry; doubles each time
+    max_retry = 600                     # the longest wait between two tries
+    give_up_after = 86400               # seconds; then the notification is abandoned
+
     [trunk]                             # for outbound calls that get challenged (optional)
     username = "me"
     password = "secret"
@@ -90,6 +98,10 @@ class Settings:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     max_upload_bytes: int = 50 * 2**20
+    max_recording_bytes: int = 64 * 2**20
+    notify_first_retry: float = 2.0
+    notify_max_retry: float = 600.0
+    notify_give_up_after: float = 86400.0
     page_timeout: float = 10.0
     sip_host: str = "0.0.0.0"
     sip_port: int = 5060
@@ -136,6 +148,12 @@ def check_api_key(value: object, where: str) -> str | None:
     return value
 
 
+def _no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str]) -> None:
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
+
+
 def load(path: Path) -> Settings:
     """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
     try:
@@ -163,6 +181,24 @@ def load(path: Path) -> Settings:
         settings.rtp_ports = (first, last)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
     settings.max_calls = int(sip.get("max_calls", settings.max_calls))
+    recordings = raw.get("recordings", {})
+    _no_unknown(path, "recordings", recordings, {"max_mb"})
+    if "max_mb" in recordings:
+        mb = float(recordings["max_mb"])
+        if not 0 < mb <= 4096:
+            raise ConfigError(f"{path}: [recordings] max_mb must be above 0 and at most 4096")
+        settings.max_recording_bytes = int(mb * 2**20)
+    notifications = raw.get("notifications", {})
+    _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
+    settings.notify_first_retry = float(notifications.get("first_retry", 2.0))
+    settings.notify_max_retry = float(notifications.get("max_retry", 600.0))
+    settings.notify_give_up_after = float(notifications.get("give_up_after", 86400.0))
+    if not 0 < settings.notify_first_retry <= settings.notify_max_retry:
+        raise ConfigError(
+            f"{path}: [notifications] first_retry must be above 0 and at most max_retry"
+        )
+    if settings.notify_give_up_after <= 0:
+        raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
     speech = raw.get("speech", {})
     unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
     if unknown_speech:

@@ -250,6 +250,7 @@ class SipService:
             hang_up=lambda: self._hang_up(call_id),
             speech=self.services.speech,
             journal=self.services.journal,
+            max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
         self.calls[call_id] = call
@@ -347,6 +348,7 @@ class SipService:
             hang_up=lambda: self._hang_up(call_id),
             speech=self.services.speech,
             journal=self.services.journal,
+            max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id))
         call.answered = self.loop.create_future()

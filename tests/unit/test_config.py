@@ -1,0 +1,50 @@
+"""The config file's recordings and notifications settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from callhook.config import ConfigError, load
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "callhook.toml"
+    path.write_text(f'data_dir = "{tmp_path}"\n' + text)
+    return path
+
+
+def test_defaults_without_the_tables(tmp_path: Path) -> None:
+    settings = load(write(tmp_path, ""))
+    assert settings.max_recording_bytes == 64 * 2**20
+    assert (settings.notify_first_retry, settings.notify_max_retry) == (2.0, 600.0)
+    assert settings.notify_give_up_after == 86400.0
+
+
+def test_the_tables_are_read(tmp_path: Path) -> None:
+    settings = load(
+        write(
+            tmp_path,
+            "[recordings]\nmax_mb = 1.5\n"
+            "[notifications]\nfirst_retry = 0.5\nmax_retry = 30\ngive_up_after = 3600\n",
+        )
+    )
+    assert settings.max_recording_bytes == int(1.5 * 2**20)
+    assert (settings.notify_first_retry, settings.notify_max_retry) == (0.5, 30.0)
+    assert settings.notify_give_up_after == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[recordings]\nmax_mb = 0\n", "max_mb must be above 0"),
+        ("[recordings]\nmax_bytes = 10\n", "[recordings] unknown keys: max_bytes"),
+        ("[notifications]\nfirst_retry = 10\nmax_retry = 5\n", "at most max_retry"),
+        ("[notifications]\ngive_up_after = -1\n", "give_up_after must be above 0"),
+        ("[notifications]\nretries = 3\n", "[notifications] unknown keys: retries"),
+    ],
+)
+def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        load(write(tmp_path, text))
