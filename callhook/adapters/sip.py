@@ -400,6 +400,9 @@ class SipService:
             media_late_ticks=media.late_ticks if media else 0,
             media_tick=tick,
             speech=self.services.speech.snapshot(),
+            notifications=(
+                self.services.notifier.snapshot() if self.services.notifier is not None else {}
+            ),
         )
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

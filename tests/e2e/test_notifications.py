@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 
@@ -178,6 +179,16 @@ async def test_a_notification_pending_at_kill_9_arrives_after_the_restart(
                 break
             await asyncio.sleep(0.05)
         assert 204 in answers, again.output
+        secret = (data_dir / "secret").read_text().strip()
+        async with (
+            aiohttp.ClientSession() as client,
+            client.get(
+                f"http://127.0.0.1:{again.http_port}/api/stats",
+                headers={"Authorization": f"Bearer {secret}"},
+            ) as response,
+        ):
+            stats = await response.json()
+        assert stats["notifications"]["delivered"] == 1, stats
     notices = app.bodies("/available")[first:]
     assert len(notices) == 1  # delivered once, not again after its 2xx
     assert notices[0]["action_result"]["result"]["filename"] == filename
