@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from callhook.store.files import BadName, MediaStore
+
 DIGIT_CHARACTERS = "0123456789ABCD#*"
 
 
@@ -83,13 +85,12 @@ def _check_page_url(value: str) -> str:
 
 
 def _check_file_name(value: str) -> str:
-    # Names in the application's media file namespace (DESIGN.md §1.5): no way out of it.
-    clean = value.replace("\\", "/")
-    if not clean or clean.startswith("/") or ".." in clean.split("/") or "\x00" in clean:
-        raise ValueError(
-            "expected a file name in the media file store (no absolute path, no '..'), "
-            f"got {value!r}"
-        )
+    # Names in the application's media file namespace (DESIGN.md §1.5): the store's own
+    # rules, so a name that could never be played is refused when the list is validated.
+    try:
+        MediaStore.check_name(value)
+    except BadName as exc:
+        raise ValueError(f"expected a file name in the media file store: {exc}") from None
     return value
 
 
@@ -139,7 +140,11 @@ PageUrl = Annotated[
 FileName = Annotated[
     str,
     AfterValidator(_check_file_name),
-    _pattern(r"^(?![/\\])(?!.*(^|[/\\])\.\.([/\\]|$))[^\x00]+$"),
+    # The same rules as MediaStore.check_name, for the published JSON Schema.
+    _pattern(
+        r"^(?=.{1,255}$)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}"
+        r"(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127})*$"
+    ),
 ]
 
 

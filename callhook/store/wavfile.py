@@ -38,6 +38,7 @@ from pathlib import Path
 from callhook.media import wav
 from callhook.media.session import SinkFull
 from callhook.store import crypto
+from callhook.store.files import fsync_directory
 
 logger = logging.getLogger("callhook.store")
 
@@ -76,15 +77,6 @@ def unknown_length_header(law: str) -> bytes:
     struct.pack_into("<I", header, header.index(b"fact") + 8, wav.UNKNOWN_SIZE)
     struct.pack_into("<I", header, len(header) - 4, wav.UNKNOWN_SIZE)
     return bytes(header)
-
-
-def fsync_directory(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable (POSIX needs the directory synced)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WavWriter:
