@@ -17,6 +17,7 @@ from aiohttp import web
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
+from callhook.adapters.api import Api
 from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
@@ -124,9 +125,10 @@ class Services:
         port: int | None = None,
         dial: web_adapter.Dial | None = None,
         stats: web_adapter.Stats | None = None,
+        api: Api | None = None,
     ) -> str:
-        """Start the HTTP server (demo application, the calls API); returns its base URL."""
-        app = web_adapter.application(self.secret, dial, stats or self.metrics.snapshot)
+        """Start the HTTP server (demo application, calls API, REST API); returns its base URL."""
+        app = web_adapter.application(self.secret, dial, stats or self.metrics.snapshot, api=api)
         self.web_runner, self.base_url = await web_adapter.start(
             app,
             host if host is not None else self.settings.http_host,

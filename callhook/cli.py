@@ -196,7 +196,6 @@ async def _start_web(
     services: Services, sip: SipService, host: str, port: int, keys: KeyRing
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
-    from callhook.adapters import web as web_adapter
     from callhook.adapters.api import Api
 
     settings = services.settings
@@ -210,9 +209,7 @@ async def _start_web(
     api = Api(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
-    app = web_adapter.application(services.secret, sip.dial_api, sip.stats, api=api)
-    services.web_runner, services.base_url = await web_adapter.start(app, host, port)
-    return services.base_url
+    return await services.start_web(host, port, dial=sip.dial_api, stats=sip.stats, api=api)
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
