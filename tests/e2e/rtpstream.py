@@ -65,13 +65,30 @@ class Stream:
             total[start:end] += samples[: end - start]
         return np.clip(total, -32768, 32767).astype(np.int16)
 
-    def packets(self) -> list[tuple[float, bytes]]:
-        encoded = g711.encode(self.law, self.pcm())  # type: ignore[arg-type]
+    def sent(self) -> npt.NDArray[np.int16]:
+        """The audio as the caller's packets carry it, decoded (what a recording can hold).
+
+        That is :meth:`pcm` quantised by the stream's G.711 law, with silence
+        in the 20 ms slots that carry telephone-events instead of audio.
+        """
+        law: g711.Law = "alaw" if self.law == "alaw" else "ulaw"
+        codes = g711.encode_array(law, self.pcm())
+        for slot in self._event_slots():
+            codes[slot * FRAME : (slot + 1) * FRAME] = g711.SILENCE_CODE[law]
+        return g711.decode_array(law, codes)
+
+    def _event_slots(self) -> dict[int, tuple[str, int, int]]:
+        """slot -> (digit, packet index in the press, first slot of the press)."""
         slots: dict[int, tuple[str, int, int]] = {}
         for at, digit in self.events:
             first = round(at / 0.02)
             for k in range(6):
                 slots[first + k] = (digit, k, first)
+        return slots
+
+    def packets(self) -> list[tuple[float, bytes]]:
+        encoded = g711.encode(self.law, self.pcm())  # type: ignore[arg-type]
+        slots = self._event_slots()
         out: list[tuple[float, bytes]] = []
         seq, ts0 = 1000, 80000
         for slot in range(round(self.seconds / 0.02)):
