@@ -38,6 +38,9 @@ from callhook.store.wavfile import WavWriter
 
 logger = logging.getLogger("callhook")
 
+#: How long closing waits for notifications that are due to be delivered.
+CLOSE_FLUSH_SECONDS = 3.0
+
 
 @dataclass
 class Services:
@@ -209,6 +212,9 @@ class Services:
         if not await asyncio.to_thread(wavfile.drain):
             logger.error("recordings still being finished at exit: start-up recovery will do it")
         if self.notifier is not None:
+            await self.db.run(lambda conn: None)  # the journal's queued work is done
+            # Notifications due now get a moment; what is left is sent after the next start.
+            await self.notifier.flush(CLOSE_FLUSH_SECONDS)
             await self.notifier.close()
             self.notifier = None
         await self.pages.close()

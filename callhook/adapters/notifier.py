@@ -128,6 +128,17 @@ class Notifier:
                 del self._busy[n.app]
             self._wake.set()
 
+    async def flush(self, timeout: float) -> bool:
+        """Wait until nothing is due or in flight (True), or ``timeout`` seconds (False)."""
+        deadline = self.clock() + timeout
+        self.wake()
+        while self.clock() < deadline:
+            upcoming = await self.outbox.next_due(set())
+            if not self._in_flight and (upcoming is None or upcoming > self.clock()):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
     def snapshot(self) -> dict[str, object]:
         """Counters for ``/api/stats``."""
         return {

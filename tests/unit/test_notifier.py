@@ -83,3 +83,19 @@ async def test_an_unreachable_endpoint_is_retried_not_lost(outbox: Outbox) -> No
     assert (await outbox.counts())["pending"] == 1
     await notifier.close()
     await pages.close()
+
+
+async def test_flush_waits_for_what_is_due(outbox: Outbox) -> None:
+    """Closing gives due notifications a moment: flush returns once they are answered."""
+    async with AppServer() as app:
+        app.page("/n", Reply(status=204, delay=0.2))
+        pages = HttpPages(timeout=2.0)
+        notifier = Notifier(outbox, pages, lambda _: app.secret)
+        notifier.start()
+        for _ in range(3):
+            await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+        assert notifier.delivered == 0
+        assert await notifier.flush(5.0) is True
+        assert notifier.delivered == 3
+        await notifier.close()
+        await pages.close()
