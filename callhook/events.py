@@ -216,13 +216,16 @@ class StartRecording:
 
     ``preroll`` seconds of audio heard just before this command are included, so
     that the first syllable, which the voice-activity detector needs to hear
-    before it reports sound, is not cut off.
+    before it reports sound, is not cut off. The file never holds more than
+    ``max_seconds`` (``seconds_max_duration``: exact even if the timer that ends
+    the action fires late on a busy machine).
     """
 
     filename: str
     format: Literal["alaw", "ulaw"] | None
     cipher: tuple[str, str, str] | None = None
     preroll: float = 0.0
+    max_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,7 @@ class RecordMachine(ActionMachine):
                 self.action.format,
                 cipher.as_tuple() if cipher else None,
                 preroll=preroll,
+                max_seconds=self.action.seconds_max_duration,
             )
         ]
 

@@ -283,6 +283,9 @@ class SipLeg:
                 path,
                 law,
                 self.max_recording_bytes,
+                limit_bytes=(
+                    None if command.max_seconds is None else round(command.max_seconds * 8000)
+                ),
                 key=key,
                 on_durable=(
                     None if journal is None else lambda w: journal.durable(app, filename, w.length)

@@ -88,12 +88,14 @@ class WavWriter:
         law: str,
         max_bytes: int | None = None,
         *,
+        limit_bytes: int | None = None,
         key: crypto.Key | None = None,
         on_durable: Callable[[Written], object] | None = None,
     ) -> None:
         self.path = path
         self.law = law
         self.max_bytes = max_bytes
+        self.limit_bytes = limit_bytes
         self.key = key
         self.on_durable = on_durable
         self.length = 0
@@ -124,6 +126,11 @@ class WavWriter:
     def write(self, data: bytes) -> None:
         if self._fd is None:
             return
+        if self.limit_bytes is not None and self.length + len(data) > self.limit_bytes:
+            # The recording's own maximum duration: audio past it is not wanted.
+            data = data[: max(0, self.limit_bytes - self.length)]
+            if not data:
+                return
         if self.max_bytes is not None and self.length + len(data) > self.max_bytes:
             raise SinkFull(f"recording reached its size limit of {self.max_bytes} bytes")
         self._pending.append(data)

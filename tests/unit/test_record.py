@@ -502,7 +502,9 @@ def test_machine_silence() -> None:
     m = machine(milliseconds_max_silence=2000)
     assert m.start(0.0) == [DetectVoice(True)]  # voice activity wanted from the start
     assert m.deadline == 2.0  # initial silence: max_silence
-    assert m.handle(VoiceActivity(True), 1.0) == [StartRecording("r.wav", None, None, preroll=0.3)]
+    assert m.handle(VoiceActivity(True), 1.0) == [
+        StartRecording("r.wav", None, None, preroll=0.3, max_seconds=60)
+    ]
     assert m.deadline == pytest.approx(60.7)  # only the duration limit now
     assert m.handle(DigitReceived("1"), 1.5) == []  # not a barge-in digit
     assert m.handle(VoiceActivity(False), 2.0) == []
@@ -544,7 +546,7 @@ def test_machine_aborted_while_listening_leaves_an_empty_file() -> None:
     m = machine()
     m.start(0.0)
     assert m.stop(1.0, "aborted") == [
-        StartRecording("r.wav", None, None, preroll=0.0),
+        StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
         StopRecording("r.wav"),
         DetectVoice(False),
     ]
@@ -580,7 +582,7 @@ def test_machine_beep_then_listen() -> None:
     assert m.handle(PromptFinished(beep.prompt_id), 0.25) == []
     assert m.deadline == 0.75
     assert m.on_deadline(0.75) == [
-        StartRecording("r.wav", None, None, preroll=0.0),
+        StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
         StopRecording("r.wav"),
         DetectVoice(False),
     ]

@@ -142,3 +142,16 @@ def test_recover_refuses_a_file_that_is_not_a_wav(tmp_path: Path) -> None:
     path.write_bytes(b"garbage" * 10)
     with pytest.raises(wav.WavError):
         wavfile.recover(path, encrypted=False)
+
+
+def test_audio_past_the_duration_limit_is_dropped_not_an_error(tmp_path: Path) -> None:
+    """seconds_max_duration is exact even when the action's timer fires late."""
+    writer = WavWriter(tmp_path / "a.wav", "ulaw", max_bytes=10**6, limit_bytes=1000)
+    sound = audio(0.2)
+    for frame in frames(sound):
+        writer.write(frame)  # no SinkFull: this is the action's own limit
+    writer.close()
+    data = (tmp_path / "a.wav").read_bytes()
+    info = wav.read_info(data)
+    assert info.data_length == 1000
+    assert data[info.data_offset : info.data_offset + 1000] == sound[:1000]
