@@ -10,9 +10,10 @@ control socket (netstring-framed JSON), as the recipe in the shared data says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -119,38 +120,53 @@ async def call_with_baresip(
     async with Server(
         data, app_url=app.url("/start"), secret=app.secret, final_page=app.url("/final")
     ) as server:
-        assert BARESIP is not None
-        phone = await asyncio.create_subprocess_exec(
-            BARESIP,
-            "-f",
-            str(phone_dir),
-            "-t",
-            "40",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            for _ in range(100):
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                    break
-                except OSError:
-                    await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("baresip's control socket did not open")
+        output: list[str] = []
+        async with baresip(phone_dir, ctrl_port, 40, output) as writer:
             await command(writer, "dial", f"sip:ivr@127.0.0.1:{server.sip_port}")
             await wait_for_request(app, "/start", timeout=10)
             if during is not None:
                 await during(writer)
             await wait_for_request(app, "/final", timeout=20)
-            writer.close()
-        finally:
-            phone.terminate()
-            out, _ = await asyncio.wait_for(phone.communicate(), 10)
-    transcript = out.decode(errors="replace")
+    transcript = output[0]
     heard = [p for p in (phone_dir / "heard").glob("*.wav") if "dec" in p.name]
     assert heard, f"baresip wrote no recording: {list((phone_dir / 'heard').iterdir())}"
     return transcript, wav.decode_to_8k(heard[0].read_bytes()).astype(np.float64)
+
+
+@contextlib.asynccontextmanager
+async def baresip(
+    phone_dir: Path, ctrl_port: int, seconds: int, output: list[str]
+) -> AsyncIterator[asyncio.StreamWriter]:
+    """Run baresip on the config in ``phone_dir``; yields its control connection.
+
+    baresip is stopped at the end (or after ``seconds``); what it printed is
+    appended to ``output``.
+    """
+    assert BARESIP is not None
+    phone = await asyncio.create_subprocess_exec(
+        BARESIP,
+        "-f",
+        str(phone_dir),
+        "-t",
+        str(seconds),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        for _ in range(100):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("baresip's control socket did not open")
+        yield writer
+        writer.close()
+    finally:
+        phone.terminate()
+        out, _ = await asyncio.wait_for(phone.communicate(), 10)
+        output.append(out.decode(errors="replace"))
 
 
 async def test_baresip_hears_a_text_prompt_spoken_by_the_default_voice(

@@ -445,7 +445,7 @@ def tone_seconds(audio: Samples, hz: float) -> float:
 
 @pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
 async def test_beep_is_played_to_the_caller_and_not_recorded(rig: Rig, tmp_path: Path) -> None:
-    from tests.e2e.test_baresip import baresip_config, command
+    from tests.e2e.test_baresip import baresip, baresip_config, command
 
     speech, at = talk(6, 7), 1.5  # after the beep
     microphone = np.zeros(30 * RATE, dtype=np.int16)
@@ -459,32 +459,11 @@ async def test_beep_is_played_to_the_caller_and_not_recorded(rig: Rig, tmp_path:
     user = rig.record(
         beep_on_start=True, milliseconds_max_silence=600, milliseconds_max_initial_silence=4000
     )
-    assert BARESIP is not None
-    phone = await asyncio.create_subprocess_exec(
-        BARESIP,
-        "-f",
-        str(phone_dir),
-        "-t",
-        "30",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        for _ in range(100):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("baresip's control socket did not open")
+    output: list[str] = []
+    async with baresip(phone_dir, ctrl_port, 30, output) as writer:
         await command(writer, "dial", f"sip:{user}@127.0.0.1:{rig.server.sip_port}")
         ended = await rig.wait_ended(user, timeout=15)
-        writer.close()
-    finally:
-        phone.terminate()
-        out, _ = await asyncio.wait_for(phone.communicate(), 10)
-    context = out.decode(errors="replace") + rig.log()
+    context = output[0] + rig.log()
     assert ended, context
     got = rig.outcome(user, context)
     result = got.result
