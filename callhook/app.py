@@ -25,13 +25,13 @@ from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_i
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
 from callhook.config import AppConfig, Settings, data_secret
-from callhook.events import CallEnded, MediaCommand, MediaEvent, StartRecording
+from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
 from callhook.store import crypto, wavfile
 from callhook.store.database import Database
-from callhook.store.files import MediaStore, OutsideNamespace
+from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy
 from callhook.store.wavfile import WavWriter
@@ -153,13 +153,16 @@ class Services:
     def prompt_timer(self, app: AppConfig) -> PromptTimer:
         """Prompt durations for simulated media, reading WAV headers from the app's namespace."""
 
-        def file_seconds(name: str) -> float:
+        def file_seconds(item: PlayFile) -> float:
             try:
-                path = self.store.path(app.name, name)
+                path = self.store.path(app.name, item.name)
+                if item.cipher is not None:  # the header is encrypted too: decrypt it all
+                    key = crypto.Key.from_cipher(item.cipher)
+                    return wav.read_info(crypto.decrypt_wav(path.read_bytes(), key)).seconds
                 with path.open("rb") as f:
                     return wav.read_info(f.read(4096), path.stat().st_size).seconds
-            except (OSError, OutsideNamespace, wav.WavError) as exc:
-                raise FileNotFoundError(f"{name} ({exc})") from None
+            except (OSError, ValueError) as exc:  # OutsideNamespace, WavError, DecryptionError
+                raise FileNotFoundError(f"{item.name} ({exc})") from None
 
         return PromptTimer(file_seconds=file_seconds)
 

@@ -59,7 +59,7 @@ class PromptTimer:
         texts: dict[str, float] | None = None,
         files: dict[str, float | None] | None = None,
         default_file_seconds: float = 1.0,
-        file_seconds: Callable[[str], float] | None = None,
+        file_seconds: Callable[[PlayFile], float] | None = None,
     ) -> None:
         self.texts = texts or {}
         self.files = files or {}
@@ -79,7 +79,7 @@ class PromptTimer:
                 raise FileNotFoundError(item.name)
             return value
         if self.file_seconds is not None:
-            return self.file_seconds(item.name)
+            return self.file_seconds(item)
         return self.default_file_seconds
 
 

@@ -1,0 +1,69 @@
+"""The composition root's file helpers: prompt lengths for the terminal, silent recordings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from callhook.app import Services
+from callhook.config import AppConfig, Settings
+from callhook.events import PlayFile, StartRecording
+from callhook.media import g711, tones, wav
+from callhook.store import crypto
+
+KEY, IV = "1f" * 32, "e0" * 16
+CIPHER = ("aescbc", KEY, IV)
+APP = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
+
+
+@pytest.fixture
+async def services(tmp_path: Path) -> AsyncIterator[Services]:
+    built = Services(Settings(data_dir=tmp_path, recogniser="none", speech_preload=False))
+    yield built
+    await built.close()
+
+
+def test_prompt_timer_reads_plain_and_encrypted_files(services: Services) -> None:
+    audio = wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(500.0, 1.25)))
+    services.store.path("demo", "a.wav").parent.mkdir(parents=True, exist_ok=True)
+    services.store.path("demo", "a.wav").write_bytes(audio)
+    key = crypto.Key.from_hex(KEY, IV)
+    services.store.path("demo", "b.wav").write_bytes(crypto.encrypt(audio, key))
+    timer = services.prompt_timer(APP)
+    assert timer.seconds(PlayFile("a.wav")) == pytest.approx(1.25)
+    assert timer.seconds(PlayFile("b.wav", CIPHER)) == pytest.approx(1.25)
+    with pytest.raises(FileNotFoundError, match="wrong key"):
+        timer.seconds(PlayFile("b.wav", ("aescbc", "00" * 32, IV)))
+    with pytest.raises(FileNotFoundError, match="not a RIFF/WAVE file"):
+        timer.seconds(PlayFile("b.wav"))  # encrypted, played without its cipher
+
+
+async def test_a_terminal_recording_is_encrypted_and_announced(services: Services) -> None:
+    """The terminal phone's (silent) recording follows the action: cipher, journal, outbox."""
+    command = StartRecording("recordings/r.wav", "alaw", CIPHER)
+    services.journal.started(
+        "demo",
+        "recordings/r.wav",
+        encrypted=True,
+        record_id="x",
+        notify=("http://127.0.0.1:9/available", "POST"),
+        body={"is_notification": True},
+    )
+    assert services.record_silence(APP, command, 0.5) == pytest.approx(0.5)
+    services.journal.completed("demo", "recordings/r.wav", {"filename": "recordings/r.wav"})
+    data = services.store.path("demo", "recordings/r.wav").read_bytes()
+    for _ in range(200):  # the file is finished on a worker thread
+        if await services.outbox.next_due(set()) is not None:
+            break
+        await asyncio.sleep(0.01)
+    plain = crypto.decrypt_wav(services.store.path("demo", "recordings/r.wav").read_bytes(),
+                               crypto.Key.from_hex(KEY, IV))  # fmt: skip
+    assert data[:4] != b"RIFF"
+    assert wav.read_info(plain).format_tag == wav.FORMAT_ALAW
+    assert wav.read_info(plain).seconds == pytest.approx(0.5)
+    rows = services.db.call(lambda c: c.execute("SELECT body FROM notifications").fetchall())
+    assert [json.loads(b)["action_result"]["result"]["file_available"] for (b,) in rows] == [True]
