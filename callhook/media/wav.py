@@ -146,14 +146,17 @@ def fix_sizes(data: bytes, *, force: bool = False) -> bytes:
     A file whose ``data`` chunk declares more than the file holds (an unknown
     length, or a recording cut short by a crash) is fixed; with ``force`` the
     data is taken to run to the end of the file even when the header declares
-    less (a crash after the last header update). The data chunk must be the
-    last one, as in every file callhook writes.
+    less (a crash after the last header update) — all but the one byte after
+    an odd declared length, which is the RIFF pad byte of a complete file. The
+    data chunk must be the last one, as in every file callhook writes.
     """
     info = read_info(data)
     declared = struct.unpack_from("<I", data, info.data_offset - 4)[0]
     available = len(data) - info.data_offset
     if declared <= available and not force:
         return data
+    if declared & 1 and available == declared + 1:
+        return data  # complete: the last byte is the pad
     out = bytearray(data)
     struct.pack_into("<I", out, info.data_offset - 4, available)
     struct.pack_into("<I", out, 4, len(data) - 8)

@@ -17,6 +17,7 @@ Keys are never stored or logged: :class:`Key` hides them from ``repr``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -107,32 +108,71 @@ def decrypt_wav(data: bytes, key: Key) -> bytes:
 class CbcStream:
     """Encrypts a stream so that what was written so far is always a valid ciphertext.
 
-    :meth:`update` returns the ciphertext blocks that are final; :meth:`tail`
-    the one block that ends the ciphertext *now* (the held-back bytes with
-    their padding). The writer puts the final blocks where the previous tail
-    was and the new tail after them.
+    :meth:`encrypt` returns the ciphertext blocks that ``data`` makes final and
+    the one *tail* block that ends the ciphertext after them (the held-back
+    bytes with their padding), without changing the stream: the writer puts
+    both where the previous tail was and calls :meth:`commit` only once they
+    are on disk. A failed write therefore leaves the stream where the file is,
+    and what is on disk still decrypts.
     """
 
     def __init__(self, key: Key) -> None:
         self.key = key
-        self._encryptor = key._cipher().encryptor()
         self._held = b""
         self._last = key.iv  # the previous ciphertext block: the next block's chaining value
-        self.length = 0  # plaintext bytes taken
+        self.length = 0  # plaintext bytes committed
 
-    def update(self, data: bytes) -> bytes:
-        """Take ``data``; return the newly final ciphertext blocks."""
+    def encrypt(self, data: bytes) -> tuple[bytes, bytes]:
+        """(final blocks, tail) for the stream followed by ``data``; the stream is unchanged."""
+        pending = self._held + data
+        whole = len(pending) - len(pending) % BLOCK
+        blocks = self.key._cipher(self._last).encryptor().update(pending[:whole])
+        last = blocks[-BLOCK:] if whole else self._last
+        encryptor = self.key._cipher(last).encryptor()
+        return blocks, encryptor.update(_pad(pending[whole:])) + encryptor.finalize()
+
+    def commit(self, data: bytes, blocks: bytes) -> None:
+        """``data`` (whose :meth:`encrypt` gave ``blocks``) is on disk: move the stream on."""
+        pending = self._held + data
+        self._held = pending[len(blocks) :]
+        if blocks:
+            self._last = blocks[-BLOCK:]
         self.length += len(data)
-        data = self._held + data
-        whole = len(data) - len(data) % BLOCK
-        self._held = data[whole:]
-        if not whole:
-            return b""
-        out = self._encryptor.update(data[:whole])
-        self._last = out[-BLOCK:]
-        return out
 
-    def tail(self) -> bytes:
-        """The last block if the stream ended now; the stream itself is unchanged."""
-        encryptor = self.key._cipher(self._last).encryptor()
-        return encryptor.update(_pad(self._held)) + encryptor.finalize()
+
+def reencrypt_with_header(
+    source: BinaryIO, target: BinaryIO, key: Key, header: bytes, chunk: int = 1 << 20
+) -> int:
+    """Copy ciphertext ``source`` to ``target``, its plaintext's first bytes replaced by ``header``.
+
+    Streams in ``chunk``-sized pieces (memory stays small for any file size);
+    returns the bytes written. Raises :class:`DecryptionError` when ``source``
+    does not decrypt.
+    """
+    decryptor = key._cipher().decryptor()
+    encryptor = key._cipher().encryptor()
+    written = 0
+    head = b""  # plaintext not yet past the header
+    held = b""  # the last decrypted block: it holds the padding when it is the end
+    while data := source.read(chunk):
+        plain = held + decryptor.update(data)
+        held, plain = plain[-BLOCK:], plain[:-BLOCK]
+        if len(head) < len(header):
+            head += plain
+            if len(head) < len(header):
+                continue
+            plain = header + head[len(header) :]
+            head = header
+        written += target.write(encryptor.update(plain))
+    plain = held + decryptor.finalize()
+    n = plain[-1] if plain else 0
+    if not plain or not 1 <= n <= BLOCK or plain[-n:] != bytes([n]) * n:
+        raise DecryptionError("the padding is wrong after decryption: wrong key or IV?")
+    plain = plain[:-n]
+    if len(head) < len(header):  # a file shorter than one chunk past its header
+        head += plain
+        if len(head) < len(header):
+            raise DecryptionError("the decrypted file is shorter than a WAV header")
+        plain = header + head[len(header) :]
+    written += target.write(encryptor.update(_pad(plain)) + encryptor.finalize())
+    return written

@@ -27,6 +27,7 @@ the recording is then safe from a power cut, and may be announced.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -79,8 +80,35 @@ def unknown_length_header(law: str) -> bytes:
     return bytes(header)
 
 
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """``pwrite`` all of ``data`` at ``offset`` (a short write, such as on a full disk, raises)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, "no space left to write the recording")
+        view, offset = view[n:], offset + n
+
+
+def make_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, durably (each new entry synced)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        fsync_directory(new.parent)
+
+
 class WavWriter:
-    """A recording sink (``media.session.Sink``) writing a G.711 WAV file, maybe encrypted."""
+    """A recording sink (``media.session.Sink``) writing a G.711 WAV file, maybe encrypted.
+
+    ``max_bytes`` is the process's size limit (going past it raises
+    ``SinkFull``: reason ``filesize``); ``limit_bytes`` the recording's own
+    maximum duration (audio past it is dropped). :attr:`length` counts only
+    audio that reached the file.
+    """
 
     def __init__(
         self,
@@ -98,11 +126,11 @@ class WavWriter:
         self.limit_bytes = limit_bytes
         self.key = key
         self.on_durable = on_durable
-        self.length = 0
+        self.length = 0  # audio bytes in the file
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._since_header = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_directories(path.parent)
         # Read-write: an encrypted file is read back when it is finished.
         self._fd: int | None = os.open(
             path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640
@@ -111,12 +139,14 @@ class WavWriter:
             if key is None:
                 self._stream = None
                 header = wav.g711_header(law, 0)
-                os.pwrite(self._fd, header, 0)
+                write_all(self._fd, header, 0)
                 self._offset = len(header)  # where the next audio byte goes
             else:
                 self._stream = crypto.CbcStream(key)
-                blocks = self._stream.update(unknown_length_header(law))
-                os.pwrite(self._fd, blocks + self._stream.tail(), 0)
+                header = unknown_length_header(law)
+                blocks, tail = self._stream.encrypt(header)
+                write_all(self._fd, blocks + tail, 0)
+                self._stream.commit(header, blocks)
                 self._offset = len(blocks)  # where the tail block is
         except OSError:
             os.close(self._fd)
@@ -126,20 +156,21 @@ class WavWriter:
     def write(self, data: bytes) -> None:
         if self._fd is None:
             return
-        if self.limit_bytes is not None and self.length + len(data) > self.limit_bytes:
+        taken = self.length + self._pending_bytes
+        if self.limit_bytes is not None and taken + len(data) > self.limit_bytes:
             # The recording's own maximum duration: audio past it is not wanted.
-            data = data[: max(0, self.limit_bytes - self.length)]
+            data = data[: max(0, self.limit_bytes - taken)]
             if not data:
                 return
-        if self.max_bytes is not None and self.length + len(data) > self.max_bytes:
+        if self.max_bytes is not None and taken + len(data) > self.max_bytes:
             raise SinkFull(f"recording reached its size limit of {self.max_bytes} bytes")
         self._pending.append(data)
         self._pending_bytes += len(data)
-        self.length += len(data)
         if self._pending_bytes >= FLUSH_BYTES:
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, pad: bytes = b"") -> None:
+        """Write the pending audio (and ``pad``); what fails to be written is dropped."""
         assert self._fd is not None
         data = b"".join(self._pending)
         self._pending.clear()
@@ -147,49 +178,61 @@ class WavWriter:
         if self._stream is not None:
             # The final blocks go where the old tail was, the new tail after them:
             # one write, so the file is a complete ciphertext before and after it.
-            blocks = self._stream.update(data)
-            os.pwrite(self._fd, blocks + self._stream.tail(), self._offset)
+            blocks, tail = self._stream.encrypt(data)
+            write_all(self._fd, blocks + tail, self._offset)
+            self._stream.commit(data, blocks)
             self._offset += len(blocks)
+            self.length += len(data)
             return
-        if data:
-            os.pwrite(self._fd, data, self._offset)
-            self._offset += len(data)
+        if data or pad:
+            write_all(self._fd, data + pad, self._offset)
+            self._offset += len(data) + len(pad)
+            self.length += len(data)
             self._since_header += len(data)
         if self._since_header >= HEADER_REFRESH_BYTES:
             self._since_header = 0
-            os.pwrite(self._fd, wav.g711_header(self.law, self.length), 0)
+            write_all(self._fd, wav.g711_header(self.law, self.length), 0)
 
     def close(self) -> None:
-        """Write what is left and the final header; the file is finished on a worker thread."""
+        """Write what is left and the final header; the file is finished on a worker thread.
+
+        Whatever fails here or there, the recording is still finished: the file
+        is repaired as start-up recovery would, and announced with what it holds.
+        """
         if self._fd is None:
             return
         fd = self._fd
         try:
-            if self._stream is None and self.length & 1:
-                self._pending.append(b"\x00")  # RIFF chunks are word-aligned
+            odd = (self.length + self._pending_bytes) & 1
             self._since_header = HEADER_REFRESH_BYTES  # the header is rewritten now
-            self._flush()
-        except OSError:
-            os.close(fd)
-            self._fd = None
-            raise
+            # RIFF chunks are word-aligned: a pad byte after odd-length audio.
+            self._flush(pad=b"\x00" if self._stream is None and odd else b"")
+            failed = False
+        except OSError as exc:
+            logger.error("recording %s: the last write failed: %s", self.path, exc)
+            failed = True
         self._fd = None
-        written = Written(self.path, self.length)
-        future = _finisher.submit(self._finish, fd, written)
+        future = _finisher.submit(self._finish, fd, Written(self.path, self.length), failed)
         _finishing.add(future)
         future.add_done_callback(_finishing.discard)
 
-    def _finish(self, fd: int, written: Written) -> None:
+    def _finish(self, fd: int, written: Written, failed: bool) -> None:
         try:
+            if failed:
+                raise OSError("a write failed")
             if self.key is not None:
                 self._reencrypt(fd, written)
             else:
                 os.fsync(fd)
                 fsync_directory(self.path.parent)
         except (OSError, ValueError) as exc:  # ValueError: crypto.DecryptionError
-            # Left to start-up recovery: the journal still says "not durable".
-            logger.error("recording %s could not be made durable: %s", self.path, exc)
-            return
+            logger.error("recording %s could not be finished normally: %s", self.path, exc)
+            try:
+                # What reached the file is kept: repaired as after a crash.
+                written = Written(self.path, recover(self.path, self.key is not None))
+            except (OSError, ValueError) as again:
+                logger.error("recording %s cannot be repaired: %s", self.path, again)
+                return  # left to start-up recovery (the journal says "not durable")
         finally:
             os.close(fd)
         if self.on_durable is not None:
@@ -199,20 +242,22 @@ class WavWriter:
                 logger.exception("recording %s: announcing it failed", self.path)
 
     def _reencrypt(self, fd: int, written: Written) -> None:
-        """Give an encrypted recording its real sizes: decrypt in memory, re-encrypt, rename."""
+        """Give an encrypted recording its real sizes: re-encrypt it to a new file, rename."""
         assert self.key is not None
-        size = os.fstat(fd).st_size
-        plain = crypto.decrypt(os.pread(fd, size, 0), self.key)
-        final = crypto.encrypt(wav.fix_sizes(plain, force=True), self.key)
-        del plain
         temp = self.path.with_name(f".{self.path.name}.tmp")
-        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+        header = wav.g711_header(self.law, written.length)
         try:
-            os.write(out, final)
-            os.fsync(out)
-        finally:
-            os.close(out)
-        os.replace(temp, self.path)
+            with os.fdopen(os.dup(fd), "rb") as source, temp.open("wb") as target:
+                size = crypto.reencrypt_with_header(source, target, self.key, header)
+                target.flush()
+                os.fsync(target.fileno())
+            expected = (len(header) + written.length) // crypto.BLOCK * crypto.BLOCK
+            if size != expected + crypto.BLOCK:
+                raise OSError(f"re-encrypted file is {size} bytes, not {expected + crypto.BLOCK}")
+            os.replace(temp, self.path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
         fsync_directory(self.path.parent)
 
     @property

@@ -61,17 +61,52 @@ def test_keys_are_checked_and_never_shown() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.binary(max_size=70), max_size=12))
-def test_the_stream_is_a_complete_ciphertext_after_every_write(pieces: list[bytes]) -> None:
-    """Final blocks + the current tail always decrypt to exactly what was written so far."""
+@given(st.lists(st.tuples(st.binary(max_size=70), st.booleans()), max_size=12))
+def test_the_stream_is_a_complete_ciphertext_after_every_write(
+    pieces: list[tuple[bytes, bool]],
+) -> None:
+    """Final blocks + the current tail always decrypt to exactly what was committed so far;
+    a write that is not committed (it failed) leaves the stream where the file is."""
     stream = crypto.CbcStream(KEY)
     blocks = b""
     written = b""
-    for piece in pieces:
-        blocks += stream.update(piece)
-        written += piece
-        assert crypto.decrypt(blocks + stream.tail(), KEY) == written
-    assert blocks + stream.tail() == crypto.encrypt(written, KEY)
+    tail = crypto.encrypt(b"", KEY)
+    for piece, lands in pieces:
+        new_blocks, new_tail = stream.encrypt(piece)
+        if lands:
+            stream.commit(piece, new_blocks)
+            blocks += new_blocks
+            tail = new_tail
+            written += piece
+        assert crypto.decrypt(blocks + tail, KEY) == written
+    assert stream.length == len(written)
+    assert blocks + tail == crypto.encrypt(written, KEY)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 300), st.sampled_from([16, 64, 1000]))
+def test_reencrypt_with_header_streams_any_length(audio: int, chunk: int) -> None:
+    import io
+
+    from callhook.store.wavfile import unknown_length_header
+
+    sound = bytes(range(256)) * 2
+    sound = sound[:audio]
+    source = io.BytesIO(crypto.encrypt(unknown_length_header("ulaw") + sound, KEY))
+    target = io.BytesIO()
+    header = wav.g711_header("ulaw", len(sound))
+    size = crypto.reencrypt_with_header(source, target, KEY, header, chunk=chunk)
+    assert size == len(target.getvalue())
+    assert crypto.decrypt(target.getvalue(), KEY) == header + sound
+
+
+def test_reencrypt_with_a_wrong_key_is_an_error() -> None:
+    import io
+
+    data = crypto.encrypt(wav.g711_file("ulaw", b"\x7f" * 999), KEY)
+    other = crypto.Key.from_hex("01" * 16, "02" * 16)
+    with pytest.raises(crypto.DecryptionError, match="wrong key"):
+        crypto.reencrypt_with_header(io.BytesIO(data), io.BytesIO(), other, b"x" * 58)
 
 
 def test_decrypt_wav_fixes_an_unknown_length() -> None:

@@ -155,3 +155,97 @@ def test_audio_past_the_duration_limit_is_dropped_not_an_error(tmp_path: Path) -
     info = wav.read_info(data)
     assert info.data_length == 1000
     assert data[info.data_offset : info.data_offset + 1000] == sound[:1000]
+
+
+class FailOnce:
+    """``write_all`` that fails (disk full) on its ``nth`` call, then works again."""
+
+    def __init__(self, nth: int) -> None:
+        self.calls = 0
+        self.nth = nth
+        self.real = wavfile.write_all
+
+    def __call__(self, fd: int, data: bytes, offset: int) -> None:
+        self.calls += 1
+        if self.calls == self.nth:
+            raise OSError(28, "No space left on device")
+        self.real(fd, data, offset)
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_a_failed_write_keeps_everything_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encrypted: bool
+) -> None:
+    """Disk full mid-recording: the file still reads (decrypts) and holds what was written."""
+    path = tmp_path / "a.wav"
+    durable = Durable()
+    writer = WavWriter(path, "ulaw", key=KEY if encrypted else None, on_durable=durable)
+    sound = audio(1.0)
+    monkeypatch.setattr(wavfile, "write_all", FailOnce(nth=3))  # the third flush fails
+    sent = 0
+    with pytest.raises(OSError):
+        for frame in frames(sound):
+            sent += len(frame)
+            writer.write(frame)
+    writer.close()  # what the session does after a write error
+    written = durable.wait()
+    data = path.read_bytes()
+    plain = crypto.decrypt_wav(data, KEY) if encrypted else data
+    info = wav.read_info(plain)
+    held = plain[info.data_offset : info.data_offset + info.data_length]
+    assert len(held) == written.length == 2 * wavfile.FLUSH_BYTES  # the lost flush is not counted
+    assert held == sound[: len(held)]
+
+
+def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.pwrite
+
+    def dribble(fd: int, data: bytes | memoryview, offset: int) -> int:
+        return real(fd, bytes(data[:7]), offset)  # the kernel may write less than asked
+
+    monkeypatch.setattr(wavfile.os, "pwrite", dribble)
+    writer = WavWriter(tmp_path / "a.wav", "alaw", key=KEY)
+    sound = audio(0.5, "alaw")
+    for frame in frames(sound):
+        writer.write(frame)
+    monkeypatch.undo()
+    durable = Durable()
+    writer.on_durable = durable
+    writer.close()
+    durable.wait()
+    assert crypto.decrypt((tmp_path / "a.wav").read_bytes(), KEY) == wav.g711_file("alaw", sound)
+
+
+def test_an_encrypted_recording_that_cannot_be_reencrypted_is_still_announced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(crypto, "reencrypt_with_header", no_space)
+    durable = Durable()
+    writer = WavWriter(tmp_path / "a.wav", "ulaw", key=KEY, on_durable=durable)
+    sound = audio(0.75)
+    for frame in frames(sound):
+        writer.write(frame)
+    writer.close()
+    written = durable.wait()  # announced with what the file holds (estimated without the key)
+    assert abs(written.length - len(sound)) <= crypto.BLOCK
+    plain = crypto.decrypt_wav((tmp_path / "a.wav").read_bytes(), KEY)
+    assert plain[wav.read_info(plain).data_offset :] == sound
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_recover_leaves_a_complete_odd_length_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "a.wav"
+    complete = wav.g711_file("ulaw", audio(0.2)[:801])  # 801 bytes of audio + the pad byte
+    path.write_bytes(complete)
+    assert wavfile.recover(path, encrypted=False) == 801
+    assert path.read_bytes() == complete
+
+
+def test_new_directories_are_created(tmp_path: Path) -> None:
+    writer = WavWriter(tmp_path / "app" / "recordings" / "a.wav", "ulaw")
+    writer.close()
+    assert wavfile.drain()
+    assert wav.read_info((tmp_path / "app" / "recordings" / "a.wav").read_bytes()).data_length == 0
