@@ -203,7 +203,7 @@ def test_short_writes_are_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def dribble(fd: int, data: bytes | memoryview, offset: int) -> int:
         return real(fd, bytes(data[:7]), offset)  # the kernel may write less than asked
 
-    monkeypatch.setattr(wavfile.os, "pwrite", dribble)
+    monkeypatch.setattr(os, "pwrite", dribble)
     writer = WavWriter(tmp_path / "a.wav", "alaw", key=KEY)
     sound = audio(0.5, "alaw")
     for frame in frames(sound):
