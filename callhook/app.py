@@ -30,7 +30,7 @@ from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
 from callhook.store import crypto, wavfile
-from callhook.store.database import Database
+from callhook.store.database import Database, Ownership
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy
@@ -53,6 +53,7 @@ class Services:
     secret: str = field(init=False)
     speech: SpeechService = field(init=False)
     db: Database = field(init=False)
+    ownership: Ownership = field(init=False)
     journal: RecordingJournal = field(init=False)
     outbox: Outbox = field(init=False)
     notifier: Notifier | None = None
@@ -76,11 +77,14 @@ class Services:
         if settings.speech_preload:
             self.speech.warm_up()
         self.db = Database(settings.data_dir / "state.sqlite3")
+        self.ownership = Ownership(settings.data_dir)
         retry = RetryPolicy(
             settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
         )
         self.outbox = Outbox(self.db, retry)
-        self.journal = RecordingJournal(self.db, on_queued=self._notify_now)
+        self.journal = RecordingJournal(
+            self.db, on_queued=self._notify_now, ownership=self.ownership
+        )
         # Before any call: finish the recordings a crash interrupted.
         recovered = self.journal.recover(self.store.path)
         if recovered:
@@ -91,7 +95,12 @@ class Services:
     def start_notifier(self) -> Notifier:
         """Start delivering the outbox's notifications (needs the running event loop)."""
         if self.notifier is None:
-            self.notifier = Notifier(self.outbox, self.pages, self.secret_for)
+            self.notifier = Notifier(
+                self.outbox,
+                self.pages,
+                self.secret_for,
+                may_deliver=self.ownership.deliver_notifications,
+            )
             self.notifier.start()
         return self.notifier
 
@@ -222,6 +231,7 @@ class Services:
             self.notifier = None
         await self.pages.close()
         self.db.close()
+        self.ownership.close()
         if self.web_runner is not None:
             await self.web_runner.cleanup()
             self.web_runner = None

@@ -9,6 +9,13 @@ application only delays that application's notifications.
 
 Stopping (:meth:`Notifier.close`) cancels the deliveries in flight: they stay
 in the outbox and are sent after the next start.
+
+Processes sharing a data directory (``serve`` and ``callhook call``) share
+the outbox; only the one holding the notifier lock delivers
+(``may_deliver``), looking every :data:`POLL_SECONDS` for notifications the
+others queued, and another takes over when it stops. A notification that
+was answered 2xx is never sent again, even when the database fails to
+record it (it is kept aside and its deletion retried).
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from callhook.store.outbox import Notification, Outbox
 logger = logging.getLogger("callhook.notify")
 
 
+#: The longest the notifier sleeps: it then looks for notifications queued by another
+#: process on the same data directory, or takes over delivering from one that stopped.
+POLL_SECONDS = 5.0
+
+
 class Notifier:
     """Sends due notifications until closed."""
 
@@ -34,11 +46,12 @@ class Notifier:
         self,
         outbox: Outbox,
         pages: HttpPages,
-        secret_for: Callable[[str], str | None],
+        secret_for: Callable[[str], str],
         *,
         clock: Callable[[], float] = time.time,
         per_app: int = 4,
         total: int = 64,
+        may_deliver: Callable[[], bool] = lambda: True,
     ) -> None:
         self.outbox = outbox
         self.pages = pages
@@ -46,12 +59,18 @@ class Notifier:
         self.clock = clock
         self.per_app = per_app
         self.total = total
+        #: Whether this process is the one delivering (``Ownership.deliver_notifications``).
+        self.may_deliver = may_deliver
         self.delivered = 0
         self.failed_attempts = 0
         #: Seconds from being queued (the file available) to a 2xx answer, latest first.
         self.latencies: deque[float] = deque(maxlen=10000)
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._busy: Counter[str] = Counter()
+        # Answered 2xx but not yet deleted (the database failed): never sent again.
+        self._answered: set[int] = set()
+        # Failed, but the new time could not be stored: not before this time.
+        self._not_before: dict[int, float] = {}
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
@@ -70,63 +89,79 @@ class Notifier:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            try:
-                timeout = await self._dispatch()
-            except Exception:
-                logger.exception("notifications: the outbox could not be read; retrying in 5 s")
-                timeout = 5.0
+            timeout = POLL_SECONDS
+            if self.may_deliver():
+                try:
+                    timeout = await self._dispatch()
+                except Exception:
+                    logger.exception("notifications: the outbox could not be read")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
-    async def _dispatch(self) -> float | None:
+    async def _dispatch(self) -> float:
         """Start the due deliveries; returns how long to wait before looking again."""
+        for notification_id in list(self._answered):
+            await self.outbox.delivered(notification_id)  # raises again if still failing
+            self._answered.discard(notification_id)
         now = self.clock()
-        due = await self.outbox.due(
-            now, dict(self._busy), self.per_app, self.total, set(self._in_flight)
-        )
+        for notification_id, after in list(self._not_before.items()):
+            if after <= now:
+                del self._not_before[notification_id]
+        skip = set(self._in_flight) | self._answered | set(self._not_before)
+        due = await self.outbox.due(now, dict(self._busy), self.per_app, self.total, skip)
         for notification in due:
             self._busy[notification.app] += 1
             task = self._loop.create_task(self._deliver(notification))
             self._in_flight[notification.id] = task
         upcoming = await self.outbox.next_due(set(self._in_flight))
-        if upcoming is None:
-            return None
-        # Something due now but held back by a limit: a delivery ending wakes us.
-        return max(0.05, upcoming - self.clock())
+        if upcoming is None or upcoming <= self.clock():
+            # Nothing pending, or due but held back by a limit: a delivery ending wakes us.
+            return POLL_SECONDS
+        return min(POLL_SECONDS, upcoming - self.clock())
 
     async def _deliver(self, n: Notification) -> None:
         try:
-            secret = self.secret_for(n.app)
             try:
-                if secret is None:
-                    raise PageError(
-                        "unreachable", n.url, f"application {n.app!r} is not configured"
-                    )
-                await self.pages.fetch(n.url, n.method, n.body, secret)
+                await self.pages.fetch(n.url, n.method, n.body, self.secret_for(n.app))
             except PageError as exc:
-                self.failed_attempts += 1
-                retry = await self.outbox.failed(n, str(exc), self.clock())
-                if retry is None:
-                    logger.error(
-                        "notification %d of %s to %s abandoned after %d attempts: %s",
-                        n.id, n.app, n.url, n.attempts + 1, exc,
-                    )  # fmt: skip
-                else:
-                    logger.warning(
-                        "notification %d of %s to %s failed (attempt %d): %s; next try in %.0f s",
-                        n.id, n.app, n.url, n.attempts + 1, exc, retry - self.clock(),
-                    )  # fmt: skip
+                await self._failed(n, str(exc))
                 return
-            await self.outbox.delivered(n)
             self.delivered += 1
             self.latencies.append(self.clock() - n.created)
             logger.info("notification %d of %s delivered to %s", n.id, n.app, n.url)
+            try:
+                await self.outbox.delivered(n.id)
+            except Exception as exc:
+                logger.error("notification %d answered, but not marked so: %s", n.id, exc)
+                self._answered.add(n.id)
+        except Exception:
+            logger.exception("notification %d of %s: delivery failed", n.id, n.app)
+            self._not_before[n.id] = self.clock() + POLL_SECONDS
         finally:
             self._in_flight.pop(n.id, None)
             self._busy[n.app] -= 1
             if self._busy[n.app] <= 0:
                 del self._busy[n.app]
             self._wake.set()
+
+    async def _failed(self, n: Notification, error: str) -> None:
+        self.failed_attempts += 1
+        try:
+            retry = await self.outbox.failed(n, error, self.clock())
+        except Exception as exc:
+            logger.error("notification %d failed, and its retry was not stored: %s", n.id, exc)
+            self._not_before[n.id] = self.clock() + self.outbox.policy.first_delay
+            return
+        if retry is None:
+            logger.error(
+                "notification %d of %s to %s abandoned after %d attempts: %s",
+                n.id, n.app, n.url, n.attempts + 1, error,
+            )  # fmt: skip
+        else:
+            logger.warning(
+                "notification %d of %s to %s failed (attempt %d): %s; next try in %.0f s",
+                n.id, n.app, n.url, n.attempts + 1, error, retry - self.clock(),
+            )  # fmt: skip
 
     async def flush(self, timeout: float) -> bool:
         """Wait until nothing is due or in flight (True), or ``timeout`` seconds (False)."""

@@ -5,12 +5,24 @@ One file in the data directory (``state.sqlite3``), in WAL mode with
 power cut. Every statement runs on one dedicated thread, so the event loop
 never waits for the disk and the connection is never shared between threads;
 :meth:`Database.submit` runs a function in a transaction there.
+
+Several processes may share a data directory (``serve``, and ``callhook
+call`` in another terminal). :class:`Ownership` keeps them apart with
+``flock`` locks that the kernel releases when a process dies: each process
+holds ``locks/<its token>.lock`` for its life and marks the recordings it
+makes with its token, so start-up recovery touches only the recordings of
+processes that are gone; and one process at a time holds ``notifier.lock``
+and delivers notifications, so none is sent by two processes at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import os
+import secrets
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,6 +45,7 @@ CREATE TABLE IF NOT EXISTS recordings (
     body TEXT NOT NULL,
     result TEXT,
     length INTEGER,
+    owner TEXT,
     PRIMARY KEY (app, filename)
 );
 CREATE TABLE IF NOT EXISTS notifications (
@@ -67,6 +80,9 @@ class Database:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(recordings)")}
+        if "owner" not in columns:  # a state file from before owners
+            conn.execute("ALTER TABLE recordings ADD COLUMN owner TEXT")
         return conn
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -74,10 +90,11 @@ class Database:
         conn.execute("BEGIN IMMEDIATE")
         try:
             value = fn(conn)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # also after a failed COMMIT, or every later BEGIN fails
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
         return value
 
     def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
@@ -95,3 +112,64 @@ class Database:
     def close(self) -> None:
         self._thread.submit(self._conn.close).result()
         self._thread.shutdown()
+
+
+class Ownership:
+    """This process's claim in a data directory shared with others (see the module docstring)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.directory = data_dir / "locks"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.token = secrets.token_hex(8)
+        # Locked before it has its name, so no other process ever sees it unlocked
+        # (and takes this process for a dead one).
+        temp = self.directory / f".{self.token}.tmp"
+        self._own = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._own, fcntl.LOCK_EX)
+        temp.rename(self._path(self.token))
+        self._notifier: int | None = None
+
+    def _path(self, token: str) -> Path:
+        return self.directory / f"{token}.lock"
+
+    def claim(self, token: str) -> int | None:
+        """Lock ``token``'s file: an fd if its process is gone (or never was), else None."""
+        fd = os.open(self._path(token), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def release(self, token: str, fd: int) -> None:
+        """Done with a gone process's things: its lock file goes."""
+        with contextlib.suppress(FileNotFoundError):
+            self._path(token).unlink()
+        os.close(fd)
+
+    def others(self) -> set[str]:
+        """The tokens of the other processes that have (or had) a lock file here."""
+        return {p.stem for p in self.directory.glob("*.lock")} - {self.token}
+
+    def deliver_notifications(self) -> bool:
+        """Whether this process delivers notifications (it holds ``notifier.lock``)."""
+        if self._notifier is None:
+            fd = os.open(
+                self.directory.parent / "notifier.lock",
+                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                0o600,
+            )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            self._notifier = fd
+        return True
+
+    def close(self) -> None:
+        if self._notifier is not None:
+            os.close(self._notifier)
+            self._notifier = None
+        self.release(self.token, self._own)

@@ -30,7 +30,7 @@ from typing import Any
 
 from callhook.media import wav
 from callhook.store import outbox, wavfile
-from callhook.store.database import Database
+from callhook.store.database import Database, Ownership
 
 logger = logging.getLogger("callhook.store")
 
@@ -49,9 +49,12 @@ class RecordingJournal:
         db: Database,
         clock: Callable[[], float] = time.time,
         on_queued: Callable[[], None] | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
+        #: This process's claim in a shared data directory (None: the only process).
+        self.ownership = ownership
         #: Called (on the database thread) when a notification was queued.
         self.on_queued = on_queued
 
@@ -78,12 +81,24 @@ class RecordingJournal:
         """A recording began; ``notify`` is (URL, method) of its recording_available_page."""
         url, method = notify if notify is not None else (None, None)
         now = self.clock()
+        owner = self.ownership.token if self.ownership is not None else None
+        values = (
+            app,
+            filename,
+            now,
+            int(encrypted),
+            record_id,
+            url,
+            method,
+            json.dumps(body),
+            owner,
+        )
 
         def insert(conn: sqlite3.Connection) -> bool:
             conn.execute(
                 "INSERT OR REPLACE INTO recordings (app, filename, started, encrypted, record_id,"
-                " notify_url, notify_method, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (app, filename, now, int(encrypted), record_id, url, method, json.dumps(body)),
+                " notify_url, notify_method, body, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
             )
             return False
 
@@ -145,11 +160,42 @@ class RecordingJournal:
         return True
 
     def recover(self, path_of: Callable[[str, str], Path]) -> int:
-        """Finish the recordings a crash interrupted (at start-up); returns how many."""
+        """Finish the recordings a crash interrupted (at start-up); returns how many.
 
+        With an :attr:`ownership`, only those of processes that are gone: a
+        process sharing the data directory keeps its recordings.
+        """
+        ownership = self.ownership
+        if ownership is None:
+            return self._recover(path_of, None, everyone=True)
+        owners: set[str | None] = {
+            owner
+            for (owner,) in self.db.call(
+                lambda conn: conn.execute("SELECT DISTINCT owner FROM recordings").fetchall()
+            )
+        }
+        count = 0
+        for owner in (owners | ownership.others()) - {ownership.token}:
+            if owner is None:  # made before recordings had owners
+                count += self._recover(path_of, None)
+                continue
+            fd = ownership.claim(owner)
+            if fd is None:
+                continue  # that process is alive: its recordings are its own
+            try:
+                count += self._recover(path_of, owner)
+            finally:
+                ownership.release(owner, fd)
+        return count
+
+    def _recover(
+        self, path_of: Callable[[str, str], Path], owner: str | None, everyone: bool = False
+    ) -> int:
         def work(conn: sqlite3.Connection) -> tuple[int, bool]:
             rows = conn.execute(
                 "SELECT app, filename, encrypted, record_id, result, length FROM recordings"
+                + ("" if everyone else " WHERE owner IS ?"),
+                () if everyone else (owner,),
             ).fetchall()
             queued = False
             for app, filename, encrypted, record_id, result, length in rows:

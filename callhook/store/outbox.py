@@ -96,8 +96,11 @@ class Outbox:
         in_flight = sum(busy.values())
 
         def query(conn: sqlite3.Connection) -> list[Notification]:
+            # The application waiting longest first, so that no application is always last.
             apps = conn.execute(
-                "SELECT DISTINCT app FROM notifications WHERE abandoned = 0 AND due <= ?", (now,)
+                "SELECT app FROM notifications WHERE abandoned = 0 AND due <= ?"
+                " GROUP BY app ORDER BY MIN(due)",
+                (now,),
             ).fetchall()
             found: list[Notification] = []
             room_total = total - in_flight
@@ -133,10 +136,10 @@ class Outbox:
 
         return await self.db.run(query)
 
-    async def delivered(self, notification: Notification) -> None:
+    async def delivered(self, notification_id: int) -> None:
         """The application answered 2xx: never send it again."""
         await self.db.run(
-            lambda conn: conn.execute("DELETE FROM notifications WHERE id = ?", (notification.id,))
+            lambda conn: conn.execute("DELETE FROM notifications WHERE id = ?", (notification_id,))
         )
 
     async def failed(self, notification: Notification, error: str, now: float) -> float | None:

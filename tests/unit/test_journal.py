@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from callhook.media import g711, tones, wav
-from callhook.store.database import Database
+from callhook.store.database import Database, Ownership
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy
 
@@ -189,6 +190,44 @@ async def test_delivered_is_never_sent_again(db: Database) -> None:
     outbox = Outbox(db)
     await outbox.add("a", "http://a/n", "POST", {}, 0.0)
     (n,) = await outbox.due(0.0, {}, 4, 64, set())
-    await outbox.delivered(n)
+    await outbox.delivered(n.id)
     assert await outbox.due(1e12, {}, 4, 64, set()) == []
     assert await outbox.counts() == {"pending": 0, "abandoned": 0}
+
+
+# --- several processes on one data directory ---------------------------------------------
+
+
+def test_ownership_locks_follow_the_processes(tmp_path: Path) -> None:
+    serve, call = Ownership(tmp_path), Ownership(tmp_path)
+    assert serve.token in call.others() and call.token in serve.others()
+    assert call.claim(serve.token) is None  # alive
+    assert serve.deliver_notifications() is True
+    assert call.deliver_notifications() is False  # one process delivers at a time
+    serve.close()  # a clean exit: its lock file goes, the delivering passes on
+    assert serve.token not in call.others()
+    assert call.deliver_notifications() is True
+    call.close()
+
+
+def test_recovery_leaves_a_live_process_recordings_alone(db: Database, tmp_path: Path) -> None:
+    """``callhook call`` starting beside a running ``serve`` must not take its recordings."""
+    serve = Ownership(tmp_path)
+    start(RecordingJournal(db, ownership=serve))
+    path = _plain_recording(tmp_path / "media", 1.0)
+    before = path.read_bytes()
+    call = Ownership(tmp_path)
+    assert (
+        RecordingJournal(db, ownership=call).recover(lambda a, n: tmp_path / "media" / a / n) == 0
+    )
+    assert recordings(db) == [("app", "recordings/r.wav")]
+    assert path.read_bytes() == before  # not touched while it is being written
+    os.close(serve._own)  # serve is killed: the kernel drops its lock, the file stays
+    restarted = Ownership(tmp_path)
+    journal = RecordingJournal(db, ownership=restarted)
+    assert journal.recover(lambda a, n: tmp_path / "media" / a / n) == 1
+    assert recordings(db) == []
+    assert len(notifications(db)) == 1
+    assert serve.token not in restarted.others()  # the dead process's lock file is cleared
+    call.close()
+    restarted.close()

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,5 +98,86 @@ async def test_flush_waits_for_what_is_due(outbox: Outbox) -> None:
         assert notifier.delivered == 0
         assert await notifier.flush(5.0) is True
         assert notifier.delivered == 3
+        await notifier.close()
+        await pages.close()
+
+
+class FlakyOutbox(Outbox):
+    """An outbox whose database fails to record the first 2xx (disk full, locked...)."""
+
+    fail_deletes = 1
+
+    async def delivered(self, notification_id: int) -> None:
+        if self.fail_deletes:
+            self.fail_deletes -= 1
+            raise OSError("database is locked")
+        await super().delivered(notification_id)
+
+
+async def test_a_2xx_is_never_sent_again_even_when_the_database_fails(tmp_path: Path) -> None:
+    db = Database(tmp_path / "state.sqlite3")
+    outbox = FlakyOutbox(db, FAST, seed=1)
+    async with AppServer() as app:
+        app.page("/n", None)
+        pages = HttpPages(timeout=2.0)
+        notifier = Notifier(outbox, pages, lambda _: app.secret)
+        notifier.start()
+        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: notifier.delivered == 1)
+        await until(lambda: outbox.fail_deletes == 0)
+        notifier.wake()  # the deletion is retried on the next pass
+        async with asyncio.timeout(10):
+            while (await outbox.counts())["pending"]:
+                notifier.wake()
+                await asyncio.sleep(0.02)
+        assert len(app.requests) == 1
+        await notifier.close()
+        await pages.close()
+    db.close()
+
+
+async def test_only_the_process_allowed_to_delivers(outbox: Outbox) -> None:
+    allowed = False
+    async with AppServer() as app:
+        app.page("/n", None)
+        pages = HttpPages(timeout=2.0)
+        notifier = Notifier(outbox, pages, lambda _: "s", may_deliver=lambda: allowed)
+        notifier.start()
+        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await asyncio.sleep(0.2)  # it had its chance: another process is delivering
+        assert app.requests == []
+        allowed = True  # that process stopped: this one takes over
+        notifier.wake()
+        await until(lambda: notifier.delivered == 1)
+        await notifier.close()
+        await pages.close()
+
+
+async def test_an_application_at_its_limit_does_not_make_the_notifier_spin(
+    outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks = 0
+    real_due = outbox.due
+
+    async def counted(*args: Any) -> Any:
+        nonlocal looks
+        looks += 1
+        return await real_due(*args)
+
+    monkeypatch.setattr(outbox, "due", counted)
+    async with AppServer() as slow:
+        slow.page("/n", Reply(status=204, delay=30.0))
+        pages = HttpPages(timeout=60.0)
+        notifier = Notifier(outbox, pages, lambda _: "s")
+        notifier.start()
+        for _ in range(10):
+            await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: len(slow.requests) == 4)
+        before = looks
+        await asyncio.sleep(1.0)
+        assert looks - before <= 1  # it waits for a delivery to end, not polling at 20 Hz
         await notifier.close()
         await pages.close()
