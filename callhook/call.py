@@ -250,6 +250,8 @@ class CallRunner:
         self.recordings = recordings
         # The record action running and the URL its page came from (for its notification).
         self._recording: tuple[Record, str] | None = None
+        # A completed recording's result, reported once its next_page has been requested.
+        self._recorded_result: dict[str, Any] | None = None
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "inbound" else "answered"
@@ -294,6 +296,7 @@ class CallRunner:
         self.summary.cause, self.summary.raw_cause = cause, raw
         self.log.write("call_end", f"call_cause={cause} call_raw_cause={raw}")
         await self._final_page(cause, raw)
+        self._report_recording()
         self.log.close()
         return self.summary
 
@@ -316,7 +319,10 @@ class CallRunner:
         while request is not None:
             current = request
             try:
-                actions, base = await self._page(current, base)
+                try:
+                    actions, base = await self._page(current, base)
+                finally:
+                    self._report_recording()
                 if self.gone is not None or self.aborted is not None:
                     if actions:
                         self.log.write("call_gone", f"call ended; {len(actions)} action(s) not run")
@@ -495,12 +501,20 @@ class CallRunner:
 
     def _recorded(self, result: dict[str, Any]) -> None:
         """The record action completed: its duration is what the file holds."""
-        filename = str(result["filename"])
-        seconds = self.leg.recorded_seconds(filename)
+        seconds = self.leg.recorded_seconds(str(result["filename"]))
         if seconds is not None:
             result["seconds_duration"] = round(seconds, 1)
-        if self.recordings is not None:
-            self.recordings.completed(self.app.name, filename, result)
+        self._recorded_result = result
+
+    def _report_recording(self) -> None:
+        """After next_page was requested: the recording may now be announced to others.
+
+        So an application hears of its recording from ``next_page`` first
+        (``file_available: false``), then from ``recording_available_page``.
+        """
+        result, self._recorded_result = self._recorded_result, None
+        if result is not None and self.recordings is not None:
+            self.recordings.completed(self.app.name, str(result["filename"]), result)
 
     # --- pages ----------------------------------------------------------------------
 

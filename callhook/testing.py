@@ -30,7 +30,7 @@ from aiohttp import web
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import HttpPages
-from callhook.call import CallInfo, CallRunner, CallSummary
+from callhook.call import CallInfo, CallRunner, CallSummary, Recordings
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import Alternative, CallEnded, MediaCommand, MediaEvent
@@ -336,6 +336,7 @@ async def run_call(
     log_dir: Path | None = None,
     ctx: ActionContext | None = None,
     info: CallInfo | None = None,
+    recordings: Recordings | None = None,
 ) -> CallRun:
     """Run the application served by ``app`` on a scripted call, to its end."""
     config = AppConfig(
@@ -354,7 +355,14 @@ async def run_call(
     names = iter(range(1, 1000))
     context = ctx or ActionContext(new_recording_name=lambda: f"recordings/rec-{next(names)}.wav")
     runner = CallRunner(
-        config, leg, pages, leg.clock, log, log_filename=f"logs/{instance}.log", ctx=context
+        config,
+        leg,
+        pages,
+        leg.clock,
+        log,
+        log_filename=f"logs/{instance}.log",
+        ctx=context,
+        recordings=recordings,
     )
     try:
         summary = await runner.run()

@@ -134,6 +134,8 @@ async def test_encrypted_recording_openssl_decrypts_it_and_play_needs_the_right_
     assert KEY not in log and KEY not in server.output  # keys are never logged
 
     (notice,) = [r for r in app.requests if r.path == "/available"]
+    paths = [r.path for r in app.requests]
+    assert paths.index("/recorded") < paths.index("/available")  # next_page first
     assert notice.signature_ok(app.secret)
     body = notice.json
     assert body["is_notification"] is True

@@ -598,3 +598,50 @@ def test_machine_bargein_during_beep() -> None:
     assert commands[0] == StopPrompt(beep.prompt_id)
     assert commands[-2:] == [StopRecording("r.wav"), DetectVoice(False)]
     assert outcome_result(m)["barge_in_digit"] == "3"
+
+
+class Journal:
+    """Records what the runner reports about recordings, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    def started(self, app: str, filename: str, **details: Any) -> None:
+        self.events.append(("started", filename, details))
+
+    def completed(self, app: str, filename: str, result: dict[str, Any]) -> None:
+        self.events.append(("completed", filename, dict(result)))
+
+
+async def test_the_recording_is_reported_after_its_next_page(app: AppServer) -> None:
+    """The application hears of its recording from next_page first (file_available false),
+    and only then may recording_available_page be notified."""
+    journal = Journal()
+    seen_at_next_page: list[list[str]] = []
+    app.page(
+        "/start",
+        [
+            {
+                "record": {
+                    "next_page": {"url": "/recorded"},
+                    "recording_available_page": {"url": "/available", "method": "GET"},
+                    "id": "msg",
+                    "milliseconds_max_silence": 500,
+                }
+            }
+        ],
+    )
+
+    def recorded(_: Any) -> list[Any]:
+        seen_at_next_page.append([kind for kind, _, _ in journal.events])
+        return []
+
+    app.page("/recorded", recorded)
+    await run_call(app, Caller().say("hello", at=0.5, seconds=1.0), recordings=journal)
+    assert seen_at_next_page == [["started"]]
+    (started, completed) = journal.events
+    assert started[2]["notify"] == (app.url("/available"), "GET")
+    assert started[2]["record_id"] == "msg" and started[2]["encrypted"] is False
+    assert started[2]["body"]["is_notification"] is True
+    assert completed[0] == "completed" and completed[1] == started[1]
+    assert completed[2]["reason"] == "silence"
