@@ -351,7 +351,9 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     source = Path(args.file)
-    output = Path(args.output) if args.output else source.with_suffix(".decrypted.wav")
+    # In the current directory by default: never beside the recording, where the
+    # plaintext would join the application's namespace (and its REST API listing).
+    output = Path(args.output) if args.output else Path(f"{source.stem}.decrypted.wav")
     try:
         key = crypto.Key.from_hex(key_hex, iv_hex)
         plain = crypto.decrypt_wav(source.read_bytes(), key)
@@ -361,9 +363,17 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.buffer.write(plain)
         return 0
-    temp = output.with_name(f".{output.name}.tmp")
-    temp.write_bytes(plain)
-    temp.replace(output)
+    temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        # Readable by its owner only: it is what the encryption protected.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(plain)
+        temp.replace(output)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        print(f"callhook decrypt: {output}: {exc}", file=sys.stderr)
+        return 1
     print(f"{output}: {wav.read_info(plain).seconds:.1f} s", file=sys.stderr)
     return 0
 

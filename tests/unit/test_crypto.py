@@ -139,6 +139,19 @@ def test_decrypt_command(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == wav.g711_file("ulaw", audio)
+    assert out.stat().st_mode & 0o077 == 0  # the plaintext is its owner's only
+    (tmp_path / "elsewhere").mkdir()
+    default = subprocess.run(
+        [sys.executable, "-m", "callhook", "decrypt", str(source)],
+        env={"CALLHOOK_KEY": KEY_HEX, "CALLHOOK_IV": IV_HEX, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "elsewhere",
+    )
+    assert default.returncode == 0, default.stderr
+    # Into the current directory, not beside the recording (the application's namespace).
+    assert (tmp_path / "elsewhere" / "rec.decrypted.wav").exists()
+    assert not (tmp_path / "rec.decrypted.wav").exists()
     wrong = subprocess.run(
         [sys.executable, "-m", "callhook", "decrypt", str(source), "-o", str(tmp_path / "x.wav")],
         env={"CALLHOOK_KEY": "ab" * 32, "CALLHOOK_IV": IV_HEX, "PATH": "/usr/bin:/bin"},
