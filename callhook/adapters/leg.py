@@ -325,8 +325,10 @@ class SipLeg:
                 return None
             self._wake.clear()
             timeout = None if deadline is None else deadline - now
+            # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     def take_pending(self) -> list[MediaEvent]:
         events = []

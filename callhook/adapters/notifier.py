@@ -95,8 +95,11 @@ class Notifier:
                     timeout = await self._dispatch()
                 except Exception:
                     logger.exception("notifications: the outbox could not be read")
+            # asyncio.timeout, not wait_for: in Python 3.11 wait_for swallows a
+            # cancellation that comes as the event is set, and close() would wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
 
     async def _dispatch(self) -> float:
         """Start the due deliveries; returns how long to wait before looking again."""

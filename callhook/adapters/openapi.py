@@ -29,7 +29,7 @@ _ERROR_TEXT = {
     404: "`not_found`: no such file, log or call for this application (or an unknown route).",
     409: "`file_exists` (not overwriting) or `name_conflict` (a file and a directory).",
     413: "`too_large`: over the upload limit, or a JSON body over 64 KiB.",
-    415: "`unsupported_media_type`, `not_wav` or `unsupported_wav`.",
+    415: "`unsupported_media_type`, `not_wav`, `unsupported_wav` or `not_aescbc`.",
     503: "`unavailable`: this server cannot do it now.",
     507: "`storage_full`: the media file store has no room.",
 }
@@ -205,7 +205,13 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             },
             (400, 409, 413, 415, 507),
             parameters=[
-                _query("overwrite", "replace an existing file (default true)", {"type": "boolean"})
+                _query("overwrite", "replace an existing file (default true)", {"type": "boolean"}),
+                _query(
+                    "encrypted",
+                    "the file is an aescbc-encrypted WAV, for play's decryption_cipher: only its"
+                    " size is checked (a whole number of 16-byte blocks)",
+                    {"type": "boolean"},
+                ),
             ],
             requestBody={"required": True, "content": {"audio/wav": _WAV}},
         ),

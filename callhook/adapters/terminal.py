@@ -205,8 +205,10 @@ class TerminalLeg:
             wake = [t for t in (self.media.next_time(), deadline) if t is not None]
             timeout = max(0.0, min(wake) - now) if wake else None
             self._wake.clear()
+            # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
         return self._queue.popleft()
 
     def take_pending(self) -> list[MediaEvent]:

@@ -268,6 +268,24 @@ async def test_bad_uploads_each_with_its_error(api: Api) -> None:
     assert sorted(p.name for p in api.namespace("alpha").iterdir()) == ["pcm.wav"]
 
 
+async def test_an_encrypted_prompt_is_uploaded_as_is(api: Api) -> None:
+    """?encrypted=true: an aescbc WAV for play's decryption_cipher; only its size is checked."""
+    from callhook.store import crypto
+
+    key = crypto.Key.from_hex("3c" * 32, "c3" * 16)
+    secret = crypto.encrypt(tone_wav(), key)
+    async with api.request("PUT", "/api/v1/media/secret.wav", data=secret) as r:
+        await expect_error(r, 415, "not_wav")  # without the flag it must be a WAV
+    path = "/api/v1/media/secret.wav?encrypted=true"
+    async with api.request("PUT", path, data=secret[:-3]) as r:
+        assert "16-byte blocks" in await expect_error(r, 415, "not_aescbc")
+    async with api.request("PUT", path, data=secret) as r:
+        assert r.status == 201, await r.text()
+    async with api.request("GET", "/api/v1/media/secret.wav") as r:
+        assert crypto.decrypt_wav(await r.read(), key) == tone_wav()
+    assert sorted(p.name for p in api.namespace("alpha").iterdir()) == ["secret.wav"]
+
+
 @pytest.mark.parametrize(
     ("path", "code"),
     [

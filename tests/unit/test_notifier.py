@@ -181,3 +181,17 @@ async def test_an_application_at_its_limit_does_not_make_the_notifier_spin(
         assert looks - before <= 1  # it waits for a delivery to end, not polling at 20 Hz
         await notifier.close()
         await pages.close()
+
+
+@pytest.mark.parametrize("yields", range(6))
+async def test_close_ends_even_when_woken_at_the_same_moment(outbox: Outbox, yields: int) -> None:
+    """A cancellation arriving as the notifier is woken must not be lost (shutdown hung)."""
+    pages = HttpPages(timeout=1.0)
+    notifier = Notifier(outbox, pages, lambda _: "s")
+    notifier.start()
+    await asyncio.sleep(0.05)  # idle, waiting to be woken
+    notifier._wake.set()
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    await asyncio.wait_for(notifier.close(), 5.0)
+    await pages.close()
