@@ -157,8 +157,8 @@ class PlayFile:
     """A prompt item: a WAV file from the application's media file namespace."""
 
     name: str
-    # (type, key hex, iv hex) of an aescbc cipher when the file is encrypted.
-    cipher: tuple[str, str, str] | None = None
+    # (type, key hex, iv hex) of an aescbc cipher when the file is encrypted; never shown.
+    cipher: tuple[str, str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +223,7 @@ class StartRecording:
 
     filename: str
     format: Literal["alaw", "ulaw"] | None
-    cipher: tuple[str, str, str] | None = None
+    cipher: tuple[str, str, str] | None = field(default=None, repr=False)  # keys never shown
     preroll: float = 0.0
     max_seconds: float | None = None
 

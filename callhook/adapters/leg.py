@@ -32,6 +32,7 @@ from callhook.events import (
     MediaCommand,
     MediaEvent,
     Phrase,
+    PlayFile,
     PromptFinished,
     PromptItem,
     RecognitionOptions,
@@ -198,6 +199,11 @@ class SipLeg:
                         if audio is None:
                             audio = await self.speech.sentence(choice, sentence)
                         self.session.append_prompt(prompt_id, g711.encode(law, audio))
+                elif isinstance(item, PlayFile) and item.cipher is not None:
+                    audio_bytes = await asyncio.to_thread(
+                        self.prompts.encoded_item, self.app_name, item, law
+                    )
+                    self.session.append_prompt(prompt_id, audio_bytes)
                 else:
                     audio_bytes = self.prompts.encoded_item(self.app_name, item, law)
                     self.session.append_prompt(prompt_id, audio_bytes)

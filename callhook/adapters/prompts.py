@@ -6,6 +6,8 @@ time and law: a prompt played on hundreds of calls is read and encoded once.
 Speech comes from the synthesiser's sentence cache when every sentence of the
 text is there; otherwise the leg synthesises it on a worker thread while the
 prompt plays (:meth:`PromptAudio.ready` says how far a prompt can go now).
+Encrypted files are decrypted on a worker thread too (a large one would
+stall every call's audio), and never cached.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class PromptAudio:
                     if speech is None:
                         return b"".join(parts), done, None  # to be synthesised
                     parts.append(g711.encode(law, speech))
+                elif isinstance(item, PlayFile) and item.cipher is not None:
+                    return b"".join(parts), done, None  # decrypted on a worker thread
                 else:
                     parts.append(self.encoded_item(app, item, law))
             except PromptError as exc:

@@ -353,9 +353,9 @@ class SipService:
         call = _Call(call_id, app, leg, _Media(session, port, session_id))
         call.answered = self.loop.create_future()
         self.calls[call_id] = call
-        if placed is not None:
-            placed(call_id)
         try:
+            if placed is not None:
+                placed(call_id)  # inside the try: whatever it raises, the call is cleaned up
             try:
                 answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
                 negotiated = sdp.negotiate_answer(("PCMU", "PCMA"), sdp.parse(answer_sdp.decode()))
@@ -493,13 +493,18 @@ class SipService:
         if settings.trunk_username:
             credentials = Credentials(settings.trunk_username, settings.trunk_password or "")
         placed: asyncio.Future[str] = self.loop.create_future()
+
+        def report(call_id: str) -> None:
+            if not placed.done():  # the caller may have given up waiting
+                placed.set_result(call_id)
+
         task = self.loop.create_task(
             self.dial(
                 target,
                 app,
                 credentials=credentials,
                 ring_timeout=ring_timeout,
-                placed=placed.set_result,
+                placed=report,
             )
         )
         self._dials.add(task)

@@ -1,0 +1,45 @@
+"""Prompt audio from the store: encrypted files (decryption_cipher)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from callhook.adapters.prompts import PromptAudio, PromptError
+from callhook.events import PlayFile, PlayTone
+from callhook.media import g711, tones, wav
+from callhook.store import crypto
+from callhook.store.files import MediaStore
+
+KEY, IV = "a1" * 16, "1a" * 16  # AES-128
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> PromptAudio:
+    store = MediaStore(tmp_path)
+    audio = wav.g711_file("alaw", g711.encode("alaw", tones.tone(600.0, 0.4)))
+    store.path("app", "plain.wav").parent.mkdir(parents=True)
+    store.path("app", "plain.wav").write_bytes(audio)
+    store.path("app", "secret.wav").write_bytes(crypto.encrypt(audio, crypto.Key.from_hex(KEY, IV)))
+    return PromptAudio(store, None)
+
+
+def test_an_encrypted_file_waits_for_the_worker_thread(prompts: PromptAudio) -> None:
+    items = (PlayTone(1000.0, 0.1), PlayFile("secret.wav", ("aescbc", KEY, IV)))
+    audio, done, error = prompts.ready("app", items, "alaw")
+    assert (done, error) == (1, None)  # the tone now; the file is decrypted off the loop
+    assert len(audio) == 800
+
+
+def test_the_right_key_plays_what_the_plain_file_holds(prompts: PromptAudio) -> None:
+    plain = prompts.encoded_item("app", PlayFile("plain.wav"), "ulaw")
+    secret = prompts.encoded_item("app", PlayFile("secret.wav", ("aescbc", KEY, IV)), "ulaw")
+    assert secret == plain and len(plain) == 3200
+
+
+def test_a_wrong_key_is_a_clear_error_not_noise(prompts: PromptAudio) -> None:
+    with pytest.raises(PromptError, match="cannot be decrypted with its decryption_cipher"):
+        prompts.encoded_item("app", PlayFile("secret.wav", ("aescbc", "b2" * 16, IV)), "ulaw")
+    with pytest.raises(PromptError, match="no such file"):
+        prompts.encoded_item("app", PlayFile("gone.wav", ("aescbc", KEY, IV)), "ulaw")
