@@ -125,7 +125,9 @@ class Notifier:
     async def _deliver(self, n: Notification) -> None:
         try:
             try:
-                await self.pages.fetch(n.url, n.method, n.body, self.secret_for(n.app))
+                await self.pages.fetch(
+                    n.url, n.method, n.body, self.secret_for(n.app), answer=False
+                )
             except PageError as exc:
                 await self._failed(n, str(exc))
                 return

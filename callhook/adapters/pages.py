@@ -46,13 +46,18 @@ class HttpPages:
             await self._session.close()
             self._session = None
 
-    async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
-        """POST (or GET) ``body`` to ``url``; the response body of a 2xx answer."""
+    async def fetch(
+        self, url: str, method: str, body: bytes, secret: str, *, answer: bool = True
+    ) -> bytes:
+        """POST (or GET) ``body`` to ``url``; the response body of a 2xx answer.
+
+        ``answer=False`` (a notification): any 2xx is success and its body is not read.
+        """
         headers = {HEADER: sign(secret, body)}
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(self.timeout):
-                    return await self._once(url, method, body, headers)
+                    return await self._once(url, method, body, headers, answer)
             except aiohttp.ClientConnectorError as exc:
                 refused = isinstance(exc.os_error, ConnectionRefusedError)
                 if refused and attempt == 1:
@@ -68,7 +73,9 @@ class HttpPages:
                 raise PageError("unreachable", url, detail) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _once(self, url: str, method: str, body: bytes, headers: dict[str, str]) -> bytes:
+    async def _once(
+        self, url: str, method: str, body: bytes, headers: dict[str, str], answer: bool = True
+    ) -> bytes:
         client = self._client()
         if method == "GET":
             request = client.get(url, params={"instance_info": body.decode()}, headers=headers)
@@ -76,6 +83,8 @@ class HttpPages:
             headers = {**headers, "Content-Type": "application/json"}
             request = client.post(url, data=body, headers=headers)
         async with request as response:
+            if not answer and 200 <= response.status < 300:
+                return b""
             too_big = f"response larger than {MAX_RESPONSE_BYTES} bytes"
             if (response.content_length or 0) > MAX_RESPONSE_BYTES:
                 raise PageError("invalid", url, too_big)

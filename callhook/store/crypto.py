@@ -96,13 +96,34 @@ def decrypt_wav(data: bytes, key: Key) -> bytes:
     :mod:`callhook.store.wavfile`); the sizes are fixed here. Raises
     :class:`DecryptionError` when the result is not a WAV file.
     """
-    plain = decrypt(data, key)
+    try:
+        plain = decrypt(data, key)
+    except DecryptionError:
+        plain = _salvage(data, key)
     if plain[:4] != b"RIFF" or plain[8:12] != b"WAVE":
         raise DecryptionError("the decrypted data is not a WAV file: wrong key or IV?")
     try:
         return wav.fix_sizes(plain)
     except wav.WavError as exc:
         raise DecryptionError(f"the decrypted WAV file is damaged: {exc}") from None
+
+
+def _salvage(data: bytes, key: Key) -> bytes:
+    """A recording cut mid-write by a crash: all its blocks but the (torn) last one.
+
+    Only for a WAV that declares an unknown length (still being written when
+    the process died); anything else re-raises the padding error.
+    """
+    usable = (len(data) - 1) // BLOCK * BLOCK if len(data) > BLOCK else 0
+    plain = key._cipher().decryptor().update(data[:usable])
+    try:
+        info = wav.read_info(plain)
+        declared = int.from_bytes(plain[info.data_offset - 4 : info.data_offset], "little")
+    except wav.WavError:
+        declared = 0
+    if declared != wav.UNKNOWN_SIZE:
+        raise DecryptionError("the padding is wrong after decryption: wrong key or IV?")
+    return plain
 
 
 class CbcStream:

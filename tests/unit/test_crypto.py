@@ -161,3 +161,20 @@ def test_decrypt_command(tmp_path: Path) -> None:
     assert wrong.returncode == 1
     assert "wrong key" in wrong.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_a_recording_torn_by_a_crash_still_decrypts_up_to_the_tear() -> None:
+    """A kill mid-write (or a power cut) can leave a last block that is not a valid tail."""
+    from callhook.store.wavfile import unknown_length_header
+
+    audio = g711.encode("ulaw", tones.tone(800.0, 0.25))
+    whole = crypto.encrypt(unknown_length_header("ulaw") + audio, KEY)
+    torn = whole[:-16] + bytes(16)  # the tail block never made it
+    plain = crypto.decrypt_wav(torn, KEY)
+    info = wav.read_info(plain)
+    assert audio.startswith(plain[info.data_offset :])
+    assert len(audio) - info.data_length <= 32
+    # A complete file (its sizes known) is not "salvaged": a bad ending is an error.
+    finished = crypto.encrypt(wav.g711_file("ulaw", audio), KEY)
+    with pytest.raises(crypto.DecryptionError, match="wrong key"):
+        crypto.decrypt_wav(finished[:-16] + bytes(16), KEY)

@@ -195,3 +195,18 @@ async def test_close_ends_even_when_woken_at_the_same_moment(outbox: Outbox, yie
         await asyncio.sleep(0)
     await asyncio.wait_for(notifier.close(), 5.0)
     await pages.close()
+
+
+async def test_any_2xx_is_success_whatever_its_body(outbox: Outbox) -> None:
+    """The answer's body is not part of the application flow (spec 4.3): not even read."""
+    async with AppServer() as app:
+        app.page("/n", Reply(status=200, body=b"x" * (2 << 20), content_type="text/plain"))
+        pages = HttpPages(timeout=2.0)
+        notifier = Notifier(outbox, pages, lambda _: app.secret)
+        notifier.start()
+        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: notifier.delivered == 1)
+        assert notifier.failed_attempts == 0
+        await notifier.close()
+        await pages.close()
