@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from callhook.store.files import BadName, MediaStore
+from callhook.store.names import BadName, check_name
 
 DIGIT_CHARACTERS = "0123456789ABCD#*"
 
@@ -88,7 +88,7 @@ def _check_file_name(value: str) -> str:
     # Names in the application's media file namespace (DESIGN.md §1.5): the store's own
     # rules, so a name that could never be played is refused when the list is validated.
     try:
-        MediaStore.check_name(value)
+        check_name(value)
     except BadName as exc:
         raise ValueError(f"expected a file name in the media file store: {exc}") from None
     return value
@@ -140,7 +140,7 @@ PageUrl = Annotated[
 FileName = Annotated[
     str,
     AfterValidator(_check_file_name),
-    # The same rules as MediaStore.check_name, for the published JSON Schema.
+    # The same rules as store.names.check_name, for the published JSON Schema.
     _pattern(
         r"^(?=.{1,255}$)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}"
         r"(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127})*$"

@@ -4,7 +4,7 @@ Each application has its own namespace, a directory under the store's root
 (DESIGN.md §1.5): its recordings (``recordings/<date>-<random>.wav``), its
 call logs (``logs/<application instance id>.log``) and the files it plays.
 Every name an application gives (``file_to_play``, a REST API path) is
-checked before it touches the disk (:meth:`MediaStore.check_name`): a name is
+checked before it touches the disk (:mod:`callhook.store.names`): a name is
 one or more ``/``-separated components of ASCII letters, digits, ``.``,
 ``_`` and ``-``; no component is empty, ``..`` or starts with a dot (hidden
 and temporary files); at most :data:`NAME_MAX` characters. No symbolic link
@@ -39,30 +39,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
-#: The longest file name (all components and separators).
-NAME_MAX = 255
-#: The longest component: the temporary file adds to it and must fit a file system's 255.
-COMPONENT_MAX = 128
+from callhook.store.names import COMPONENT as _COMPONENT
+from callhook.store.names import COMPONENT_MAX as COMPONENT_MAX
+from callhook.store.names import NAME_MAX as NAME_MAX
+from callhook.store.names import BadName as BadName
+from callhook.store.names import check_name
+
 #: The most files one :meth:`MediaStore.list` call returns.
 LIST_MAX = 1000
 
-_COMPONENT = re.compile(r"[A-Za-z0-9_.-]+")
 _PREFIX = re.compile(r"[A-Za-z0-9_./-]*")
 _SAFE_APP = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-class BadName(ValueError):
-    """A file name the store refuses; the message says why.
-
-    ``code`` is ``outside_namespace`` for a name that would leave the
-    application's namespace (absolute, ``..``, through a symbolic link) and
-    ``bad_name`` for one that is not a valid name (characters, length,
-    empty or hidden components).
-    """
-
-    def __init__(self, message: str, code: str = "bad_name") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 #: The older name of :class:`BadName`: callers that catch it catch every refused name.
@@ -134,36 +121,8 @@ class MediaStore:
             raise BadName(f"not a valid application name: {app!r}", "outside_namespace")
         return self.root / app
 
-    @staticmethod
-    def check_name(name: str) -> list[str]:
-        """The components of file name ``name``; raises :class:`BadName` saying what is wrong."""
-        if not name:
-            raise BadName("the file name is empty")
-        if len(name) > NAME_MAX:
-            raise BadName(f"the file name is longer than {NAME_MAX} characters")
-        if any(ord(c) < 32 or ord(c) == 127 for c in name):
-            raise BadName(f"{name!r}: control characters are not allowed in file names")
-        if name.startswith("/"):
-            raise BadName(f"{name!r}: absolute paths are not allowed", "outside_namespace")
-        if "\\" in name:
-            raise BadName(f"{name!r}: backslashes are not allowed (the separator is /)")
-        parts = name.split("/")
-        if ".." in parts:
-            raise BadName(f"{name!r}: '..' is not allowed in file names", "outside_namespace")
-        for part in parts:
-            if not part:
-                raise BadName(f"{name!r}: empty path component (// or a trailing /)")
-            if part.startswith("."):
-                raise BadName(f"{name!r}: no component may start with a dot")
-            if len(part) > COMPONENT_MAX:
-                raise BadName(f"{name!r}: a component is longer than {COMPONENT_MAX} characters")
-            if not _COMPONENT.fullmatch(part):
-                bad = next(c for c in part if not _COMPONENT.fullmatch(c))
-                raise BadName(
-                    f"{name!r}: {bad!r} is not allowed in file names "
-                    "(letters, digits, '.', '_', '-' and '/' between components)"
-                )
-        return parts
+    #: The name rules (:func:`callhook.store.names.check_name`).
+    check_name = staticmethod(check_name)
 
     def path(self, app: str, name: str) -> Path:
         """Where ``name`` of application ``app`` lives on disk; raises :class:`BadName`."""
