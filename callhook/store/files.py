@@ -98,6 +98,20 @@ class FileStore(Protocol):
     def delete(self, app: str, name: str) -> None: ...
 
 
+def make_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, durably (each new entry synced).
+
+    A file in the way raises FileExistsError (``mkdir``'s way of saying so).
+    """
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        fsync_directory(new.parent)
+
+
 def fsync_directory(path: Path) -> None:
     """Make a rename, a new file or a deletion in ``path`` durable (POSIX syncs the directory)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -296,7 +310,7 @@ def _file_stat(path: Path, name: str) -> os.stat_result:
 def _make_parent(target: Path, name: str) -> None:
     """Create the directories ``target`` goes in; a file in the way is NotADirectoryError."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_directories(target.parent)
     except FileExistsError:  # mkdir's way of saying a file has the directory's name
         raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", name) from None
 

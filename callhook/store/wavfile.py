@@ -39,7 +39,7 @@ from pathlib import Path
 from callhook.media import wav
 from callhook.media.session import SinkFull
 from callhook.store import crypto
-from callhook.store.files import fsync_directory
+from callhook.store.files import fsync_directory, make_directories
 
 logger = logging.getLogger("callhook.store")
 
@@ -88,17 +88,6 @@ def write_all(fd: int, data: bytes, offset: int) -> None:
         if n <= 0:
             raise OSError(errno.ENOSPC, "no space left to write the recording")
         view, offset = view[n:], offset + n
-
-
-def make_directories(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, durably (each new entry synced)."""
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for new in reversed(missing):
-        new.mkdir(exist_ok=True)
-        fsync_directory(new.parent)
 
 
 class WavWriter:
