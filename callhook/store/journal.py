@@ -26,13 +26,30 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from callhook.media import wav
 from callhook.store import outbox, wavfile
 from callhook.store.database import Database, Ownership
 
 logger = logging.getLogger("callhook.store")
+
+
+def _set(
+    conn: sqlite3.Connection,
+    app: str,
+    filename: str,
+    column: Literal["result", "length"],
+    value: str | int,
+) -> None:
+    conn.execute(
+        f"UPDATE recordings SET {column} = ? WHERE app = ? AND filename = ?",
+        (value, app, filename),
+    )
+
+
+def _forget(conn: sqlite3.Connection, app: str, filename: str) -> None:
+    conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
 
 
 def _log_failure(future: Future[Any]) -> None:
@@ -109,10 +126,7 @@ class RecordingJournal:
         data = json.dumps(result)
 
         def update(conn: sqlite3.Connection) -> bool:
-            conn.execute(
-                "UPDATE recordings SET result = ? WHERE app = ? AND filename = ?",
-                (data, app, filename),
-            )
+            _set(conn, app, filename, "result", data)
             return self._finish_if_ready(conn, app, filename)
 
         return self._submit(update)
@@ -121,10 +135,7 @@ class RecordingJournal:
         """The file is on disk for good, holding ``length`` bytes of audio."""
 
         def update(conn: sqlite3.Connection) -> bool:
-            conn.execute(
-                "UPDATE recordings SET length = ? WHERE app = ? AND filename = ?",
-                (length, app, filename),
-            )
+            _set(conn, app, filename, "length", length)
             return self._finish_if_ready(conn, app, filename)
 
         return self._submit(update)
@@ -134,7 +145,7 @@ class RecordingJournal:
         logger.error("recording %s/%s was not made: %s", app, filename, why)
 
         def delete(conn: sqlite3.Connection) -> bool:
-            conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
+            _forget(conn, app, filename)
             return False
 
         return self._submit(delete)
@@ -148,7 +159,7 @@ class RecordingJournal:
         if row is None or row[3] is None or row[4] is None:
             return False
         url, method, body, result = row[0], row[1], row[2], row[3]
-        conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
+        _forget(conn, app, filename)
         if url is None:
             return False
         notice = json.loads(body)
@@ -226,20 +237,13 @@ class RecordingJournal:
                 length = wavfile.recover(path_of(app, filename), encrypted)
             except FileNotFoundError:
                 logger.error("recording %s was interrupted and its file is missing", name)
-                conn.execute(
-                    "DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename)
-                )
+                _forget(conn, app, filename)
                 return False
             except (OSError, ValueError, wav.WavError) as exc:
                 logger.error("recording %s was interrupted and cannot be repaired: %s", name, exc)
-                conn.execute(
-                    "DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename)
-                )
+                _forget(conn, app, filename)
                 return False
-            conn.execute(
-                "UPDATE recordings SET length = ? WHERE app = ? AND filename = ?",
-                (length, app, filename),
-            )
+            _set(conn, app, filename, "length", length)
         if result is None:
             seconds = round(length / 8000, 1)
             logger.warning(
@@ -257,10 +261,7 @@ class RecordingJournal:
                 "seconds_duration": seconds,
                 "reason": "error",
             }
-            conn.execute(
-                "UPDATE recordings SET result = ? WHERE app = ? AND filename = ?",
-                (json.dumps(recovered), app, filename),
-            )
+            _set(conn, app, filename, "result", json.dumps(recovered))
         else:
             logger.info("recording %s was complete before the restart; made durable now", name)
         return self._finish_if_ready(conn, app, filename)
