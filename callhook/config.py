@@ -154,6 +154,14 @@ def _no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str])
         raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
 
 
+def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
+    """A size given in MiB (above 0, at most 4096), in bytes."""
+    mb = float(values[key])
+    if not 0 < mb <= 4096:
+        raise ConfigError(f"{path}: [{table}] {key} must be above 0 and at most 4096")
+    return int(mb * 2**20)
+
+
 def load(path: Path) -> Settings:
     """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
     try:
@@ -167,10 +175,7 @@ def load(path: Path) -> Settings:
     settings.http_host = str(http.get("host", settings.http_host))
     settings.http_port = int(http.get("port", settings.http_port))
     if "max_upload_mb" in http:
-        mb = float(http["max_upload_mb"])
-        if not 0 < mb <= 4096:
-            raise ConfigError(f"{path}: [http] max_upload_mb must be above 0 and at most 4096")
-        settings.max_upload_bytes = int(mb * 2**20)
+        settings.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
     sip = raw.get("sip", {})
     settings.sip_host = str(sip.get("host", settings.sip_host))
     settings.sip_port = int(sip.get("port", settings.sip_port))
@@ -184,10 +189,7 @@ def load(path: Path) -> Settings:
     recordings = raw.get("recordings", {})
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:
-        mb = float(recordings["max_mb"])
-        if not 0 < mb <= 4096:
-            raise ConfigError(f"{path}: [recordings] max_mb must be above 0 and at most 4096")
-        settings.max_recording_bytes = int(mb * 2**20)
+        settings.max_recording_bytes = _megabytes(path, "recordings", "max_mb", recordings)
     notifications = raw.get("notifications", {})
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
     settings.notify_first_retry = float(notifications.get("first_retry", 2.0))
