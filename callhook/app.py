@@ -119,12 +119,10 @@ class Services:
     def record_silence(self, app: AppConfig, command: StartRecording, seconds: float) -> float:
         """Write ``seconds`` of silence as the recording ``command`` started (terminal phone)."""
         law = command.format or "ulaw"
-        key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
-        path = self.store.path(app.name, command.filename)
-        writer = WavWriter(
-            path,
+        writer = WavWriter.for_recording(
+            self.store.path(app.name, command.filename),
             law,
-            key=key,
+            command,
             on_durable=lambda w: self.journal.durable(app.name, command.filename, w.length),
         )
         writer.write(bytes([wav.SILENCE[law]]) * max(0, round(seconds * 8000)))

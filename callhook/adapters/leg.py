@@ -52,7 +52,6 @@ from callhook.media.session import MediaSession
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
-from callhook.store import crypto
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter
@@ -283,16 +282,11 @@ class SipLeg:
         law = command.format or self.session.law
         app, filename, journal = self.app_name, command.filename, self.journal
         try:
-            key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
-            path = self.store.path(app, filename)
-            writer = WavWriter(
-                path,
+            writer = WavWriter.for_recording(
+                self.store.path(app, filename),
                 law,
+                command,
                 self.max_recording_bytes,
-                limit_bytes=(
-                    None if command.max_seconds is None else round(command.max_seconds * 8000)
-                ),
-                key=key,
                 on_durable=(
                     None if journal is None else lambda w: journal.durable(app, filename, w.length)
                 ),

@@ -36,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.media.session import SinkFull
 from callhook.store import crypto
@@ -141,6 +142,23 @@ class WavWriter:
             os.close(self._fd)
             self._fd = None
             raise
+
+    @classmethod
+    def for_recording(
+        cls,
+        path: Path,
+        law: str,
+        command: StartRecording,
+        max_bytes: int | None = None,
+        on_durable: Callable[[Written], object] | None = None,
+    ) -> WavWriter:
+        """The writer of the recording ``command`` starts: its cipher, its duration limit.
+
+        Raises OSError, or ValueError for a cipher that cannot be used.
+        """
+        key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
+        limit = None if command.max_seconds is None else round(command.max_seconds * 8000)
+        return cls(path, law, max_bytes, limit_bytes=limit, key=key, on_durable=on_durable)
 
     def write(self, data: bytes) -> None:
         if self._fd is None:
