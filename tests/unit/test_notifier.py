@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,6 +27,21 @@ async def outbox(tmp_path: Path) -> AsyncIterator[Outbox]:
     db.close()
 
 
+@contextlib.asynccontextmanager
+async def running(
+    outbox: Outbox, secret_for: Callable[[str], str], timeout: float, **options: Any
+) -> AsyncIterator[Notifier]:
+    """A started notifier with its own page client; closed (and the client) at the end."""
+    pages = HttpPages(timeout=timeout)
+    notifier = Notifier(outbox, pages, secret_for, **options)
+    notifier.start()
+    try:
+        yield notifier
+    finally:
+        await notifier.close()
+        await pages.close()
+
+
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
@@ -36,70 +52,56 @@ async def test_retried_until_a_2xx_then_never_again(outbox: Outbox) -> None:
     answers = iter([Reply(status=503), Reply(body="no", status=500), Reply(status=204)])
     async with AppServer() as app:
         app.page("/n", lambda _: next(answers, Reply(status=204)))
-        pages = HttpPages(timeout=2.0)
-        notifier = Notifier(outbox, pages, lambda _: app.secret)
-        notifier.start()
-        await outbox.add("a", app.url("/n"), "POST", {"is_notification": True}, time.time())
-        notifier.wake()
-        await until(lambda: notifier.delivered == 1)
-        assert notifier.failed_attempts == 2
-        assert await outbox.counts() == {"pending": 0, "abandoned": 0}
-        notifier.wake()
-        await asyncio.sleep(0.3)  # more than the longest retry delay: nothing more is sent
-        assert len(app.bodies("/n")) == 3
-        received = app.requests[-1]
-        assert received.signature_ok(app.secret)
-        await notifier.close()
-        await pages.close()
+        async with running(outbox, lambda _: app.secret, timeout=2.0) as notifier:
+            await outbox.add("a", app.url("/n"), "POST", {"is_notification": True}, time.time())
+            notifier.wake()
+            await until(lambda: notifier.delivered == 1)
+            assert notifier.failed_attempts == 2
+            assert await outbox.counts() == {"pending": 0, "abandoned": 0}
+            notifier.wake()
+            await asyncio.sleep(0.3)  # more than the longest retry delay: nothing more is sent
+            assert len(app.bodies("/n")) == 3
+            received = app.requests[-1]
+            assert received.signature_ok(app.secret)
 
 
 async def test_a_slow_endpoint_does_not_hold_up_another_application(outbox: Outbox) -> None:
     async with AppServer() as slow, AppServer() as fast:
         slow.page("/n", Reply(status=204, delay=30.0))
         fast.page("/n", None)
-        pages = HttpPages(timeout=60.0)
-        notifier = Notifier(outbox, pages, lambda _: "s")
-        notifier.start()
-        for _ in range(20):
-            await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await until(lambda: len(slow.requests) == 4)  # its limit of deliveries at once
-        await outbox.add("fast", fast.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await until(lambda: notifier.delivered == 1, timeout=5.0)
-        assert len(fast.requests) == 1
-        assert len(slow.requests) == 4
-        await notifier.close()  # the slow ones stay in the outbox for the next start
-        assert (await outbox.counts())["pending"] == 20
-        await pages.close()
+        async with running(outbox, lambda _: "s", timeout=60.0) as notifier:
+            for _ in range(20):
+                await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await until(lambda: len(slow.requests) == 4)  # its limit of deliveries at once
+            await outbox.add("fast", fast.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await until(lambda: notifier.delivered == 1, timeout=5.0)
+            assert len(fast.requests) == 1
+            assert len(slow.requests) == 4
+            await notifier.close()  # the slow ones stay in the outbox for the next start
+            assert (await outbox.counts())["pending"] == 20
 
 
 async def test_an_unreachable_endpoint_is_retried_not_lost(outbox: Outbox) -> None:
-    pages = HttpPages(timeout=1.0)
-    notifier = Notifier(outbox, pages, lambda _: "s")
-    notifier.start()
-    await outbox.add("a", "http://127.0.0.1:9/n", "POST", {}, time.time())  # discard port: refused
-    notifier.wake()
-    await until(lambda: notifier.failed_attempts >= 2)
-    assert (await outbox.counts())["pending"] == 1
-    await notifier.close()
-    await pages.close()
+    async with running(outbox, lambda _: "s", timeout=1.0) as notifier:
+        # The discard port: the connection is refused.
+        await outbox.add("a", "http://127.0.0.1:9/n", "POST", {}, time.time())
+        notifier.wake()
+        await until(lambda: notifier.failed_attempts >= 2)
+        assert (await outbox.counts())["pending"] == 1
 
 
 async def test_flush_waits_for_what_is_due(outbox: Outbox) -> None:
     """Closing gives due notifications a moment: flush returns once they are answered."""
     async with AppServer() as app:
         app.page("/n", Reply(status=204, delay=0.2))
-        pages = HttpPages(timeout=2.0)
-        notifier = Notifier(outbox, pages, lambda _: app.secret)
-        notifier.start()
-        for _ in range(3):
-            await outbox.add("a", app.url("/n"), "POST", {}, time.time())
-        assert notifier.delivered == 0
-        assert await notifier.flush(5.0) is True
-        assert notifier.delivered == 3
-        await notifier.close()
-        await pages.close()
+        async with running(outbox, lambda _: app.secret, timeout=2.0) as notifier:
+            for _ in range(3):
+                await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+            assert notifier.delivered == 0
+            assert await notifier.flush(5.0) is True
+            assert notifier.delivered == 3
 
 
 class FlakyOutbox(Outbox):
@@ -119,21 +121,17 @@ async def test_a_2xx_is_never_sent_again_even_when_the_database_fails(tmp_path: 
     outbox = FlakyOutbox(db, FAST, seed=1)
     async with AppServer() as app:
         app.page("/n", None)
-        pages = HttpPages(timeout=2.0)
-        notifier = Notifier(outbox, pages, lambda _: app.secret)
-        notifier.start()
-        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await until(lambda: notifier.delivered == 1)
-        await until(lambda: outbox.fail_deletes == 0)
-        notifier.wake()  # the deletion is retried on the next pass
-        async with asyncio.timeout(10):
-            while (await outbox.counts())["pending"]:
-                notifier.wake()
-                await asyncio.sleep(0.02)
-        assert len(app.requests) == 1
-        await notifier.close()
-        await pages.close()
+        async with running(outbox, lambda _: app.secret, timeout=2.0) as notifier:
+            await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await until(lambda: notifier.delivered == 1)
+            await until(lambda: outbox.fail_deletes == 0)
+            notifier.wake()  # the deletion is retried on the next pass
+            async with asyncio.timeout(10):
+                while (await outbox.counts())["pending"]:
+                    notifier.wake()
+                    await asyncio.sleep(0.02)
+            assert len(app.requests) == 1
     db.close()
 
 
@@ -141,18 +139,16 @@ async def test_only_the_process_allowed_to_delivers(outbox: Outbox) -> None:
     allowed = False
     async with AppServer() as app:
         app.page("/n", None)
-        pages = HttpPages(timeout=2.0)
-        notifier = Notifier(outbox, pages, lambda _: "s", may_deliver=lambda: allowed)
-        notifier.start()
-        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await asyncio.sleep(0.2)  # it had its chance: another process is delivering
-        assert app.requests == []
-        allowed = True  # that process stopped: this one takes over
-        notifier.wake()
-        await until(lambda: notifier.delivered == 1)
-        await notifier.close()
-        await pages.close()
+        async with running(
+            outbox, lambda _: "s", may_deliver=lambda: allowed, timeout=2.0
+        ) as notifier:
+            await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await asyncio.sleep(0.2)  # it had its chance: another process is delivering
+            assert app.requests == []
+            allowed = True  # that process stopped: this one takes over
+            notifier.wake()
+            await until(lambda: notifier.delivered == 1)
 
 
 async def test_an_application_at_its_limit_does_not_make_the_notifier_spin(
@@ -169,44 +165,33 @@ async def test_an_application_at_its_limit_does_not_make_the_notifier_spin(
     monkeypatch.setattr(outbox, "due", counted)
     async with AppServer() as slow:
         slow.page("/n", Reply(status=204, delay=30.0))
-        pages = HttpPages(timeout=60.0)
-        notifier = Notifier(outbox, pages, lambda _: "s")
-        notifier.start()
-        for _ in range(10):
-            await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await until(lambda: len(slow.requests) == 4)
-        before = looks
-        await asyncio.sleep(1.0)
-        assert looks - before <= 1  # it waits for a delivery to end, not polling at 20 Hz
-        await notifier.close()
-        await pages.close()
+        async with running(outbox, lambda _: "s", timeout=60.0) as notifier:
+            for _ in range(10):
+                await outbox.add("slow", slow.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await until(lambda: len(slow.requests) == 4)
+            before = looks
+            await asyncio.sleep(1.0)
+            assert looks - before <= 1  # it waits for a delivery to end, not polling at 20 Hz
 
 
 @pytest.mark.parametrize("yields", range(6))
 async def test_close_ends_even_when_woken_at_the_same_moment(outbox: Outbox, yields: int) -> None:
     """A cancellation arriving as the notifier is woken must not be lost (shutdown hung)."""
-    pages = HttpPages(timeout=1.0)
-    notifier = Notifier(outbox, pages, lambda _: "s")
-    notifier.start()
-    await asyncio.sleep(0.05)  # idle, waiting to be woken
-    notifier._wake.set()
-    for _ in range(yields):
-        await asyncio.sleep(0)
-    await asyncio.wait_for(notifier.close(), 5.0)
-    await pages.close()
+    async with running(outbox, lambda _: "s", timeout=1.0) as notifier:
+        await asyncio.sleep(0.05)  # idle, waiting to be woken
+        notifier._wake.set()
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        await asyncio.wait_for(notifier.close(), 5.0)
 
 
 async def test_any_2xx_is_success_whatever_its_body(outbox: Outbox) -> None:
     """The answer's body is not part of the application flow (spec 4.3): not even read."""
     async with AppServer() as app:
         app.page("/n", Reply(status=200, body=b"x" * (2 << 20), content_type="text/plain"))
-        pages = HttpPages(timeout=2.0)
-        notifier = Notifier(outbox, pages, lambda _: app.secret)
-        notifier.start()
-        await outbox.add("a", app.url("/n"), "POST", {}, time.time())
-        notifier.wake()
-        await until(lambda: notifier.delivered == 1)
-        assert notifier.failed_attempts == 0
-        await notifier.close()
-        await pages.close()
+        async with running(outbox, lambda _: app.secret, timeout=2.0) as notifier:
+            await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+            notifier.wake()
+            await until(lambda: notifier.delivered == 1)
+            assert notifier.failed_attempts == 0
