@@ -30,7 +30,7 @@ def page(url: str, body: dict[str, Any]) -> dict[str, Any]:
             {"play": {"play_list": [{"file_to_play": PROMPT}], "barge_in_on_digit": False}},
             {
                 "get_number": {
-                    "prompt": {"play_list": [{"file_to_play": BEEP}]},
+                    "prompt": {"play": {"play_list": [{"file_to_play": BEEP}]}},
                     "digit_count": 4,
                     "end_digit": "",
                     "seconds_timeout": 10,

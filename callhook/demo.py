@@ -30,6 +30,7 @@ PREFIX = "/demo"
 
 
 def _say(*texts: str, barge_in: bool = True) -> dict[str, Any]:
+    # A play action in its wire form: also how a prompt is written (reference §4.1).
     return {
         "play": {
             "play_list": [{"text_to_say": t} for t in texts],
@@ -48,14 +49,10 @@ def start(body: dict[str, Any]) -> dict[str, Any]:
             _say("Welcome to the callhook demo."),
             {
                 "get_number": {
-                    "prompt": {
-                        "play_list": [
-                            {
-                                "text_to_say": "Please enter a number, then press the hash key. "
-                                "Press star to hear this again."
-                            }
-                        ]
-                    },
+                    "prompt": _say(
+                        "Please enter a number, then press the hash key. "
+                        "Press star to hear this again."
+                    ),
                     "next_page": {"url": "number"},
                 }
             },
@@ -76,14 +73,10 @@ def number(body: dict[str, Any]) -> dict[str, Any]:
     actions += [
         {
             "get_input": {
-                "prompt": {
-                    "play_list": [
-                        {
-                            "text_to_say": "Would you like sales or support? "
-                            "Say sales or support, or press 1 for sales, 2 for support."
-                        }
-                    ]
-                },
+                "prompt": _say(
+                    "Would you like sales or support? "
+                    "Say sales or support, or press 1 for sales, 2 for support."
+                ),
                 "speech_input_mode": "auto",
                 "speech_recognition_options": {
                     "word_hints": [{"words": ["sales", "support"]}],

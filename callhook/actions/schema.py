@@ -247,6 +247,72 @@ class MessagePlay(Play):
     barge_in_on_digit: bool = False
 
 
+# --- a play action nested in another action ----------------------------------------------
+#
+# Where the reference types a property "play action" (``prompt``) or "array of play
+# actions" (``on_*_messages``), the value is an action as section 4.1 defines one: an
+# object with the single key ``play`` (DESIGN.md §1.2). That keyed form is canonical;
+# the bare play body (``{"play_list": [...]}``) is accepted too, as a documented
+# shorthand (docs/behaviour.md). Both become the same :class:`Play`, so nothing after
+# validation knows which form the application wrote.
+
+
+class PlayStep(_Strict):
+    """``{"play": {...}}``: a play action in its wire form (reference §4.1)."""
+
+    play: Play
+
+
+class MessagePlayStep(_Strict):
+    """``{"play": {...}}`` inside ``on_*_messages`` (barge-in off by default)."""
+
+    play: MessagePlay
+
+
+def _play_form(value: Any) -> str | None:
+    if isinstance(value, PlayStep | MessagePlayStep | Play):
+        return "~action" if not isinstance(value, Play) else "~body"
+    if not isinstance(value, dict):
+        return None
+    if "play" in value:
+        return "~action"
+    if len(value) == 1 and next(iter(value)) in ACTION_MODELS:
+        return None  # another action where a play action belongs
+    return "~body"
+
+
+def _unwrap_play(value: Any) -> Any:
+    return value.play if isinstance(value, PlayStep | MessagePlayStep) else value
+
+
+_KEYED = (
+    'A play action: {"play": {"play_list": [...], ...}} (canonical, reference §4.1), '
+    'or the bare play body {"play_list": [...], ...} (shorthand).'
+)
+
+_PLAY_ACTION_ERROR: dict[str, Any] = {
+    "custom_error_type": "play_action",
+    "custom_error_message": 'expected a play action, an object {"play": {"play_list": [...]}}',
+}
+
+if TYPE_CHECKING:
+    PlayAction: TypeAlias = Play
+    MessagePlayAction: TypeAlias = MessagePlay
+else:
+    PlayAction = Annotated[
+        Annotated[PlayStep, Tag("~action")] | Annotated[Play, Tag("~body")],
+        Discriminator(_play_form, **_PLAY_ACTION_ERROR),
+        AfterValidator(_unwrap_play),
+        Field(description=_KEYED),
+    ]
+    MessagePlayAction = Annotated[
+        Annotated[MessagePlayStep, Tag("~action")] | Annotated[MessagePlay, Tag("~body")],
+        Discriminator(_play_form, **_PLAY_ACTION_ERROR),
+        AfterValidator(_unwrap_play),
+        Field(description=_KEYED + " Barge-in on digit is off by default here."),
+    ]
+
+
 class WordHint(_Strict):
     """Words the recogniser should favour."""
 
@@ -300,7 +366,7 @@ class GetNumber(_Strict):
 
     name: ClassVar[str] = "get_number"
     next_page: WebPageRequest
-    prompt: Opt[Play] = None
+    prompt: Opt[PlayAction] = None
     digit_count: Annotated[int, Field(ge=0, le=32)] = 0
     end_digit: DigitOrEmpty = "#"
     valid_digits: Digits = "0123456789"
@@ -309,8 +375,8 @@ class GetNumber(_Strict):
     milliseconds_inter_digit_timeout: int = 5000
     # None: the value of milliseconds_inter_digit_timeout (section 2.2).
     milliseconds_initial_timeout: Opt[int] = None
-    on_digit_timeout_messages: Opt[list[MessagePlay]] = None
-    on_invalid_digit_messages: Opt[list[MessagePlay]] = None
+    on_digit_timeout_messages: Opt[list[MessagePlayAction]] = None
+    on_invalid_digit_messages: Opt[list[MessagePlayAction]] = None
 
     @model_validator(mode="after")
     def _combination(self) -> GetNumber:
@@ -333,7 +399,7 @@ class GetInput(_Strict):
 
     name: ClassVar[str] = "get_input"
     next_page: WebPageRequest
-    prompt: Opt[Play] = None
+    prompt: Opt[PlayAction] = None
     speech_input_mode: Literal["timeout", "disabled", "auto"] = "timeout"
     speech_recognition_options: Opt[SpeechRecognitionOptions] = None
     digit_input_enabled: bool = True
@@ -342,8 +408,8 @@ class GetInput(_Strict):
     milliseconds_inter_speech_timeout: int = 1000
     milliseconds_inter_digit_timeout: int = 3000
     milliseconds_initial_timeout: int = 5000
-    on_input_timeout_messages: Opt[list[MessagePlay]] = None
-    on_invalid_input_messages: Opt[list[MessagePlay]] = None
+    on_input_timeout_messages: Opt[list[MessagePlayAction]] = None
+    on_invalid_input_messages: Opt[list[MessagePlayAction]] = None
     help_digit: DigitOrEmpty = "*"
 
     @model_validator(mode="after")
@@ -424,10 +490,6 @@ ACTION_MODELS: dict[str, type[_Strict]] = {
 
 # Each action in the list is an object with one key, the action name. These
 # wrappers exist so that the JSON Schema of the envelope says exactly that.
-class PlayStep(_Strict):
-    play: Play
-
-
 class GetNumberStep(_Strict):
     get_number: GetNumber
 
@@ -567,7 +629,7 @@ def _message(err: Any, document: Any) -> str:
             msg = f"expected an object with one key, the action name; got {_describe(item)}"
     else:
         msg = msg[0].lower() + msg[1:]
-        if kind not in ("play_item",) and "input" in err:
+        if "input" in err and kind not in ("play_item",):
             msg += f", got {_describe(err['input'])}"
     return msg
 
