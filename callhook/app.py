@@ -201,6 +201,7 @@ class Services:
             log_filename=log_filename,
             ctx=ctx,
             recordings=self.journal,
+            files=self.store,
         )
 
     async def run_call(

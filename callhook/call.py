@@ -6,19 +6,21 @@ Theory of operation
 (DESIGN.md §2 rule 2). For one call it
 
 1. requests the first page and validates the answer (``actions.schema``);
-2. runs the actions in order: ``clear_input``, ``redirect`` and ``hang_up``
-   itself; ``play``, ``get_number``, ``get_input``, ``record``, ``sleep``
-   through their sans-IO state machines (``callhook.actions``), feeding them
-   the call's media events and deadlines and passing their media commands to
-   the call's :class:`Leg`;
-3. when an action completes, requests its ``next_page`` with the
-   ``action_result``; the answer replaces the rest of the list (a
-   ``redirect`` does the same without a result);
+2. runs the actions in order: ``clear_input``, ``redirect``, ``hang_up`` and
+   ``delete_file`` itself; ``play``, ``get_number``, ``get_input``,
+   ``record``, ``run_menu``, ``run_speech_menu``, ``sleep`` through their
+   sans-IO state machines (``callhook.actions``), feeding them the call's
+   media events and deadlines and passing their media commands to the
+   call's :class:`Leg`;
+3. when an action completes, requests its ``next_page`` (a menu: the chosen
+   option's) with the ``action_result``; the answer replaces the rest of the
+   list (a ``redirect`` does the same without a result);
 4. on any application error (DESIGN.md §1.3) logs the precise cause and
    requests the error page if there is one (its actions replace the list),
    otherwise hangs up;
 5. when the list runs out, the application hangs up, the caller hangs up or
-   an error ends the call: requests the final page once, with ``call_cause``.
+   an error ends the call: requests the final page once, with ``call_cause``
+   (and runs the ``delete_file`` actions of its answer, nothing else).
 
 The call is answered just before the first action that needs the media
 (so an application can reject a call it does not want with ``hang_up``).
@@ -40,20 +42,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import urljoin
 
-from callhook.actions import machine_for
+from callhook.actions import MachineAction, machine_for
 from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome
+from callhook.actions.response import InvalidResponse, parse_response
 from callhook.actions.schema import (
     ClearInput,
+    DeleteFile,
     GetInput,
     GetNumber,
     HangUp,
-    InvalidResponse,
-    Play,
     Record,
     Redirect,
-    Sleep,
     WebPageRequest,
-    parse_response,
 )
 from callhook.calllog import CallLog
 from callhook.clock import Clock
@@ -64,8 +64,10 @@ from callhook.events import (
     DigitReceived,
     MediaCommand,
     MediaEvent,
+    PlayDigits,
     PlayFile,
     PlayTone,
+    PlayUrl,
     PromptFinished,
     SayText,
     SpeechRecognised,
@@ -145,6 +147,13 @@ class Recordings(Protocol):
 
     def completed(self, app: str, filename: str, result: dict[str, Any]) -> object:
         """The record action completed with ``result``."""
+
+
+class Files(Protocol):
+    """The media file store, as ``delete_file`` uses it (``store.files.MediaStore``)."""
+
+    def delete(self, app: str, name: str) -> None:
+        """Delete ``name`` of ``app``'s namespace; FileNotFoundError if there is none."""
 
 
 class PageError(Exception):
@@ -238,8 +247,10 @@ class CallRunner:
         log_filename: str,
         ctx: ActionContext | None = None,
         recordings: Recordings | None = None,
+        files: Files | None = None,
     ) -> None:
         self.app = app
+        self.files = files
         self.leg = leg
         self.pages = pages
         self.clock = clock
@@ -360,6 +371,9 @@ class CallRunner:
                 self.ctx.buffer.clear()
                 self.log.write("action_end", f"[{index}] clear_input")
                 continue
+            if isinstance(action, DeleteFile):
+                await self._delete_file(action.filename, f"[{index}] delete_file")
+                continue
             self._recording = (action, base) if isinstance(action, Record) else None
             outcome = await self._run_machine(action)
             self._recording = None
@@ -369,8 +383,12 @@ class CallRunner:
                 self.log.write(
                     "action_end", f"[{index}] {name}: {json.dumps(outcome.result, sort_keys=True)}"
                 )
-                assert isinstance(action, GetNumber | GetInput | Record)
-                return self._next(action.next_page, base, outcome.action_result(), name)
+                if outcome.page is not None:
+                    page = outcome.page  # a menu option's own page
+                else:
+                    assert isinstance(action, GetNumber | GetInput | Record)
+                    page = action.next_page
+                return self._next(page, base, outcome.action_result(), name)
             self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
             self._raise_if_over()
         self.log.write("list_end", "no more actions")
@@ -381,7 +399,7 @@ class CallRunner:
     ) -> _Request:
         return _Request(urljoin(base, page.url), page.method, action_result=result, why=why)
 
-    async def _run_machine(self, action: Play | GetNumber | GetInput | Record | Sleep) -> Outcome:
+    async def _run_machine(self, action: MachineAction) -> Outcome:
         await self._answer()
         for pending in self.leg.take_pending():
             self._pending(pending)  # type-ahead while pages were fetched
@@ -516,6 +534,27 @@ class CallRunner:
         if result is not None and self.recordings is not None:
             self.recordings.completed(self.app.name, str(result["filename"]), result)
 
+    # --- files ----------------------------------------------------------------------
+
+    async def _delete_file(self, name: str, label: str) -> None:
+        """``delete_file``: the file goes; one that is not there is logged, not an error.
+
+        Either way the next action runs (Aculab's ``delete_file`` has no result to
+        report); the deletion runs on a worker thread (it syncs the directory).
+        """
+        if self.files is None:
+            self._error(f"{label}: {name}: no media file store on this call")
+            return
+        try:
+            await asyncio.to_thread(self.files.delete, self.app.name, name)
+        except FileNotFoundError:
+            self.log.write("action_end", f"{label}: {name}: no such file", level=logging.WARNING)
+            return
+        except (OSError, ValueError) as exc:  # ValueError: OutsideNamespace
+            self._error(f"{label}: {name}: cannot be deleted: {exc}")
+            return
+        self.log.write("action_end", f"{label}: {name} deleted")
+
     # --- pages ----------------------------------------------------------------------
 
     def _this_call(self) -> dict[str, Any]:
@@ -603,10 +642,39 @@ class CallRunner:
         self.summary.pages.append(url)
         self.log.write("page_request", f"POST {url} (final page)")
         try:
-            await self.pages.fetch(url, "POST", data, self.app.secret)
-            self.log.write("page_response", f"{url}: (final page; response ignored)")
+            answer = await self.pages.fetch(url, "POST", data, self.app.secret)
         except PageError as exc:
             self._error(str(exc))
+            return
+        await self._final_actions(url, answer)
+
+    async def _final_actions(self, url: str, raw: bytes) -> None:
+        """The final page's answer: only ``delete_file`` can still run (Aculab allows it).
+
+        Anything else needs the call, which is gone: it is ignored, and so is an
+        answer that is empty, not JSON or not an action list (logged, no error page).
+        """
+        if not raw.strip():
+            self.log.write("page_response", f"{url}: (final page; no actions)")
+            return
+        try:
+            actions = parse_response(raw).actions
+        except InvalidResponse as exc:
+            self.log.write(
+                "page_response",
+                f"{url}: (final page; answer ignored: {exc})",
+                level=logging.WARNING,
+            )
+            return
+        names = ", ".join(type(a).name for a in actions) or "(no actions)"
+        self.log.write("page_response", f"{url}: {names} (final page)")
+        for index, action in enumerate(actions):
+            if isinstance(action, DeleteFile):
+                await self._delete_file(action.filename, f"[{index}] delete_file (final page)")
+            else:
+                self.log.write(
+                    "action_skipped", f"[{index}] {type(action).name}: the call has ended"
+                )
 
     def _error(self, text: str) -> None:
         self.summary.errors.append(text)
@@ -622,4 +690,8 @@ def _describe_items(command: StartPrompt) -> str:
             parts.append(f"file {item.name}")
         elif isinstance(item, PlayTone):
             parts.append(f"tone {item.frequency_hz:g} Hz {item.seconds:g} s")
+        elif isinstance(item, PlayDigits):
+            parts.append(f"digits {item.digits}")
+        elif isinstance(item, PlayUrl):
+            parts.append(f"file {item.url}")
     return ", ".join(parts)

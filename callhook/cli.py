@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
-from callhook.actions.schema import InvalidResponse, json_schema, parse_response
+from callhook.actions.response import InvalidResponse, json_schema, parse_response
 from callhook.app import Services
 from callhook.call import CallInfo
 from callhook.config import (

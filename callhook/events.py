@@ -169,7 +169,25 @@ class PlayTone:
     seconds: float
 
 
-PromptItem = SayText | PlayFile | PlayTone
+@dataclass(frozen=True, slots=True)
+class PlayDigits:
+    """A prompt item: DTMF digits sent to the far end (play media ``digits_to_play``).
+
+    As RFC 4733 telephone-events when the peer negotiated them, as in-band tones
+    otherwise; ``digits`` are characters of ``0123456789*#ABCD``.
+    """
+
+    digits: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayUrl:
+    """A prompt item: a WAV file fetched with GET from ``url`` (absolute, already resolved)."""
+
+    url: str
+
+
+PromptItem = SayText | PlayFile | PlayTone | PlayDigits | PlayUrl
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import HttpPages
-from callhook.call import CallInfo, CallRunner, CallSummary, Recordings
+from callhook.call import CallInfo, CallRunner, CallSummary, Files, Recordings
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import Alternative, CallEnded, MediaCommand, MediaEvent
@@ -337,6 +337,7 @@ async def run_call(
     ctx: ActionContext | None = None,
     info: CallInfo | None = None,
     recordings: Recordings | None = None,
+    files: Files | None = None,
 ) -> CallRun:
     """Run the application served by ``app`` on a scripted call, to its end."""
     config = AppConfig(
@@ -363,6 +364,7 @@ async def run_call(
         log_filename=f"logs/{instance}.log",
         ctx=context,
         recordings=recordings,
+        files=files,
     )
     try:
         summary = await runner.run()

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from callhook.actions.gather import GatherMachine, GatherSpec
 from callhook.actions.machine import ActionContext, ActionMachine
+from callhook.actions.menu import MenuMachine, MenuSpec
 from callhook.actions.play import PlayMachine, SleepMachine
 from callhook.actions.record import RecordMachine
-from callhook.actions.schema import GetInput, GetNumber, Play, Record, Sleep
+from callhook.actions.schema import (
+    GetInput,
+    GetNumber,
+    Play,
+    Record,
+    RunMenu,
+    RunSpeechMenu,
+    Sleep,
+)
+
+#: The actions that run on the call's media through a state machine.
+MachineAction = Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep
 
 
-def machine_for(
-    action: Play | GetNumber | GetInput | Record | Sleep, ctx: ActionContext
-) -> ActionMachine:
+def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
     """The state machine that runs ``action`` on a call."""
     if isinstance(action, Play):
         return PlayMachine(action, ctx)
@@ -21,4 +31,8 @@ def machine_for(
         return GatherMachine(GatherSpec.for_get_input(action), ctx)
     if isinstance(action, Record):
         return RecordMachine(action, ctx)
+    if isinstance(action, RunMenu):
+        return MenuMachine(MenuSpec.for_run_menu(action), ctx)
+    if isinstance(action, RunSpeechMenu):
+        return MenuMachine(MenuSpec.for_run_speech_menu(action), ctx)
     return SleepMachine(action)

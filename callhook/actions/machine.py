@@ -29,11 +29,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callhook.actions.schema import FileItem, MessagePlay, Play, TextItem
+from callhook.actions.schema import (
+    DigitsItem,
+    FileItem,
+    MessagePlay,
+    Play,
+    TextItem,
+    WebPageRequest,
+)
 from callhook.events import (
     MediaCommand,
     MediaEvent,
     Phrase,
+    PlayDigits,
     PlayFile,
     PromptFinished,
     PromptItem,
@@ -45,10 +53,15 @@ from callhook.events import (
 
 @dataclass(frozen=True, slots=True)
 class Completed:
-    """The action completed: request its ``next_page`` with this ``action_result``."""
+    """The action completed: request its ``next_page`` with this ``action_result``.
+
+    ``page``: the page to request instead of the action's ``next_page`` (a menu's
+    chosen option has its own).
+    """
 
     action: str
     result: dict[str, Any]
+    page: WebPageRequest | None = None
 
     def action_result(self) -> dict[str, Any]:
         return {"action": self.action, "result": self.result}
@@ -110,6 +123,8 @@ def prompt_items(play: Play, language: str | None = None) -> tuple[PromptItem, .
         elif isinstance(item, FileItem):
             cipher = item.decryption_cipher.as_tuple() if item.decryption_cipher else None
             items.append(PlayFile(item.file_to_play, cipher))
+        elif isinstance(item, DigitsItem):
+            items.append(PlayDigits(item.digits_to_play))
     return tuple(items)
 
 

@@ -2,19 +2,21 @@
 
 Names, types and defaults are those of ``spec/actions.md`` section 2 (the
 Aculab Cloud REST API v2 shape); DESIGN.md §1.2 adds ``sleep``, ``hang_up``,
-``redirect`` and ``clear_input``. Validation is strict: unknown actions and
+``redirect`` and ``clear_input``, and, in the shapes of Aculab's own version 2
+pages, ``run_menu``, ``run_speech_menu`` and ``delete_file`` (docs/behaviour.md
+records what those pages leave open). Validation is strict: unknown actions and
 properties, wrong JSON types (``"5"`` for an integer, ``1`` for a boolean,
 ``null`` for anything but ``token``), values outside the allowed sets and the
 invalid combinations the reference names are all errors, each reported with
 the JSON path of the offending value and what was expected there.
 
-:func:`parse_response` is the one entry point the call runner uses; it never
-raises on bad input, it returns the list of :class:`Problem` instead.
+The envelope around the actions, and :func:`~callhook.actions.response.parse_response`
+that turns a page's body into actions or precise problems, are in
+:mod:`callhook.actions.response`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar
@@ -27,7 +29,6 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     model_validator,
 )
 
@@ -201,25 +202,37 @@ class FileItem(_Strict):
     decryption_cipher: Opt[Cipher] = None
 
 
+class DigitsItem(_Strict):
+    """A play list item of DTMF digits sent to the far end (to drive another IVR or a PBX)."""
+
+    digits_to_play: Annotated[Digits, Field(min_length=1, max_length=128)]
+
+
 def _play_item_kind(value: Any) -> str | None:
     if isinstance(value, TextItem):
         return "~text"
     if isinstance(value, FileItem):
         return "~file"
+    if isinstance(value, DigitsItem):
+        return "~digits"
     if isinstance(value, dict):
         if "text_to_say" in value:
             return "~text"
         if "file_to_play" in value:
             return "~file"
+        if "digits_to_play" in value:
+            return "~digits"
     return None
 
 
 PlayItem = Annotated[
-    Annotated[TextItem, Tag("~text")] | Annotated[FileItem, Tag("~file")],
+    Annotated[TextItem, Tag("~text")]
+    | Annotated[FileItem, Tag("~file")]
+    | Annotated[DigitsItem, Tag("~digits")],
     Discriminator(
         _play_item_kind,
         custom_error_type="play_item",
-        custom_error_message="expected an object with text_to_say or file_to_play",
+        custom_error_message="expected an object with text_to_say, file_to_play or digits_to_play",
     ),
 ]
 
@@ -479,203 +492,173 @@ class ClearInput(_Strict):
     name: ClassVar[str] = "clear_input"
 
 
-Action = Play | GetNumber | GetInput | Record | Sleep | HangUp | Redirect | ClearInput
-ACTION_MODELS: dict[str, type[_Strict]] = {
-    m.name: m for m in (Play, GetNumber, GetInput, Record, Sleep, HangUp, Redirect, ClearInput)
-}
+class DeleteFile(_Strict):
+    """The ``delete_file`` action: delete a file of the application's media namespace."""
+
+    name: ClassVar[str] = "delete_file"
+    filename: FileName
 
 
-# --- the response envelope --------------------------------------------------------------
+# --- menus (Aculab REST API v2 run_menu, run_speech_menu; docs/behaviour.md) -------------
 
 
-# Each action in the list is an object with one key, the action name. These
-# wrappers exist so that the JSON Schema of the envelope says exactly that.
-class GetNumberStep(_Strict):
-    get_number: GetNumber
-
-
-class GetInputStep(_Strict):
-    get_input: GetInput
-
-
-class RecordStep(_Strict):
-    record: Record
-
-
-class SleepStep(_Strict):
-    sleep: Sleep
-
-
-class HangUpStep(_Strict):
-    hang_up: HangUp
-
-
-class RedirectStep(_Strict):
-    redirect: Redirect
-
-
-class ClearInputStep(_Strict):
-    clear_input: ClearInput
-
-
-def _action_kind(value: Any) -> str | None:
-    if isinstance(value, dict) and len(value) == 1:
-        (key,) = value
-        if key in ACTION_MODELS:
-            return f"~{key}"
-    return None
-
-
-ActionItem = Annotated[
-    Annotated[PlayStep, Tag("~play")]
-    | Annotated[GetNumberStep, Tag("~get_number")]
-    | Annotated[GetInputStep, Tag("~get_input")]
-    | Annotated[RecordStep, Tag("~record")]
-    | Annotated[SleepStep, Tag("~sleep")]
-    | Annotated[HangUpStep, Tag("~hang_up")]
-    | Annotated[RedirectStep, Tag("~redirect")]
-    | Annotated[ClearInputStep, Tag("~clear_input")],
-    Discriminator(_action_kind),
-]
-
-
-def _check_api_version(value: str) -> str:
-    if not re.fullmatch(r"2(\.\d+)*", value):
-        raise ValueError(f"callhook implements REST API version 2; expected '2.0', got {value!r}")
+def _check_one_digit(value: str) -> str:
+    if len(value) != 1 or value not in DIGIT_CHARACTERS:
+        raise ValueError(f"expected one digit of {DIGIT_CHARACTERS}, got {value!r}")
     return value
 
 
-ApiVersion = Annotated[str, AfterValidator(_check_api_version), _pattern(r"^2(\.\d+)*$")]
+def _check_menu_word(value: str) -> str:
+    if not re.search(r"\w", value):
+        raise ValueError(f"expected a word or short phrase, got {value!r}")
+    return value
 
 
-class Envelope(_Strict):
-    """What a page answers: ``{"actions": [...], "token": "...", "api_version": "2.0"}``."""
-
-    actions: list[ActionItem]
-    token: str | None = None
-    api_version: Opt[ApiVersion] = None
+OneDigit = Annotated[str, AfterValidator(_check_one_digit), _pattern(r"^[0-9A-D#*]$")]
+MenuWord = Annotated[str, AfterValidator(_check_menu_word), _pattern(r"\w")]
 
 
-# --- parsing with precise problems --------------------------------------------------------
+def menu_words(text: str) -> str:
+    """A spoken option as the menus compare it: lower-case words, single-spaced."""
+    return " ".join(re.findall(r"[\w']+", text.lower()))
 
 
-class Problem(BaseModel):
-    """One validation problem: where (a JSON path such as ``$.actions[0].play``) and what."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class Response(BaseModel):
-    """A validated page response: the actions, in order, and the token."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    actions: list[Any]
-    token: str | None
-    token_given: bool
+def _unique_digits(options: list[Any]) -> list[Any]:
+    seen: dict[str, int] = {}
+    for index, option in enumerate(options):
+        if option.digit is None:
+            continue
+        if option.digit in seen:
+            raise ValueError(
+                f"digit {option.digit!r} is used by menu_options[{seen[option.digit]}] "
+                f"and menu_options[{index}]; each option needs its own digit"
+            )
+        seen[option.digit] = index
+    return options
 
 
-class InvalidResponse(Exception):
-    """A page answered something that is not a valid action list."""
+class MenuOption(_Strict):
+    """One choice of a ``run_menu``: the digit to press and the page it leads to."""
 
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(str(p) for p in problems))
-
-
-def _json_path(loc: tuple[int | str, ...]) -> str:
-    path = "$"
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif not part.startswith("~"):  # discriminator tags are not part of the document
-            path += f".{part}"
-    return path
+    digit: OneDigit
+    next_page: WebPageRequest
 
 
-def _describe(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False) if _jsonable(value) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+class RunMenu(_Strict):
+    """The ``run_menu`` action: the caller picks an option with one key press."""
+
+    name: ClassVar[str] = "run_menu"
+    menu_options: Annotated[list[MenuOption], Field(min_length=1), AfterValidator(_unique_digits)]
+    prompt: Opt[PlayAction] = None
+    help_digit: DigitOrEmpty = "*"
+    seconds_digit_timeout: Annotated[int, Field(ge=1, le=3600)] = 5
+    on_digit_timeout_messages: Opt[list[MessagePlayAction]] = None
+    on_invalid_digit_messages: Opt[list[MessagePlayAction]] = None
+
+    @model_validator(mode="after")
+    def _help(self) -> RunMenu:
+        for index, option in enumerate(self.menu_options):
+            if self.help_digit and option.digit == self.help_digit:
+                raise ValueError(
+                    f"help_digit {self.help_digit!r} is also the digit of menu_options[{index}]"
+                )
+        return self
 
 
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+class SpeechMenuOption(_Strict):
+    """One choice of a ``run_speech_menu``: words to say and/or a digit, and its page."""
+
+    words: list[MenuWord] = Field(default_factory=list)
+    digit: Opt[OneDigit] = None
+    next_page: WebPageRequest
+
+    @model_validator(mode="after")
+    def _something(self) -> SpeechMenuOption:
+        if not self.words and self.digit is None:
+            raise ValueError("an option needs words to say, a digit to press, or both")
+        return self
 
 
-def _message(err: Any, document: Any) -> str:
-    kind = err["type"]
-    msg: str = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    elif kind == "extra_forbidden":
-        msg = "unknown property"
-    elif kind == "missing":
-        msg = "required property is missing"
-    elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        item = err.get("input")
-        if isinstance(item, dict) and len(item) == 1:
-            msg = f"unknown action {next(iter(item))!r}; expected one of {', '.join(ACTION_MODELS)}"
-        elif isinstance(item, dict):
-            keys = ", ".join(map(str, item)) or "none"
-            msg = f"expected an object with exactly one key, the action name; got keys: {keys}"
-        else:
-            msg = f"expected an object with one key, the action name; got {_describe(item)}"
-    else:
-        msg = msg[0].lower() + msg[1:]
-        if "input" in err and kind not in ("play_item",):
-            msg += f", got {_describe(err['input'])}"
-    return msg
+def _unique_words(options: list[SpeechMenuOption]) -> list[SpeechMenuOption]:
+    seen: dict[str, int] = {}
+    for index, option in enumerate(options):
+        for word in option.words:
+            key = menu_words(word)
+            if key in seen and seen[key] != index:
+                raise ValueError(
+                    f"{word!r} is a word of menu_options[{seen[key]}] "
+                    f"and menu_options[{index}]; each option needs its own words"
+                )
+            seen[key] = index
+    return options
 
 
-def _problems(exc: ValidationError, document: Any) -> list[Problem]:
-    problems = []
-    for err in exc.errors():
-        problems.append(Problem(path=_json_path(err["loc"]), message=_message(err, document)))
-    return problems
+class RunSpeechMenu(_Strict):
+    """The ``run_speech_menu`` action: the caller says an option's words or presses its digit."""
+
+    name: ClassVar[str] = "run_speech_menu"
+    menu_options: Annotated[
+        list[SpeechMenuOption],
+        Field(min_length=1),
+        AfterValidator(_unique_digits),
+        AfterValidator(_unique_words),
+    ]
+    prompt: Opt[PlayAction] = None
+    language: Language = "en-US"
+    # Engine-specific options; accepted for compatibility and passed to nothing.
+    speech_model_options: Opt[dict[str, Any]] = None
+    help_digit: DigitOrEmpty = "*"
+    help_word: str = "help"
+    # 0 or less: no timeout (the menu waits until the caller answers or hangs up).
+    seconds_timeout: Annotated[int, Field(le=3600)] = 5
+    on_input_timeout_messages: Opt[list[MessagePlayAction]] = None
+    on_invalid_input_messages: Opt[list[MessagePlayAction]] = None
+
+    @model_validator(mode="after")
+    def _help(self) -> RunSpeechMenu:
+        help_word = menu_words(self.help_word)
+        if self.help_word and not help_word:
+            raise ValueError(
+                f"help_word: expected a word or an empty string, got {self.help_word!r}"
+            )
+        for index, option in enumerate(self.menu_options):
+            if self.help_digit and option.digit == self.help_digit:
+                raise ValueError(
+                    f"help_digit {self.help_digit!r} is also the digit of menu_options[{index}]"
+                )
+            if help_word and help_word in {menu_words(w) for w in option.words}:
+                raise ValueError(
+                    f"help_word {self.help_word!r} is also a word of menu_options[{index}]"
+                )
+        return self
 
 
-def parse_response(body: bytes | str) -> Response:
-    """Parse and validate a page's response body.
-
-    Raises :class:`InvalidResponse` listing every problem (the body is not JSON,
-    or is JSON but not a valid action list).
-    """
-    try:
-        document = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidResponse([Problem(path="$", message=f"not valid JSON: {exc}")]) from None
-    if not isinstance(document, dict):
-        message = f"expected an object with 'actions', got {_describe(document)}"
-        raise InvalidResponse([Problem(path="$", message=message)])
-    try:
-        envelope = Envelope.model_validate(document)
-    except ValidationError as exc:
-        raise InvalidResponse(_problems(exc, document)) from None
-    actions = [getattr(item, next(iter(type(item).model_fields))) for item in envelope.actions]
-    return Response(actions=actions, token=envelope.token, token_given="token" in document)
-
-
-def _drop_null_defaults(node: Any) -> Any:
-    # "default": null on an Opt property would suggest null is allowed; it is not.
-    if isinstance(node, dict):
-        return {
-            k: _drop_null_defaults(v) for k, v in node.items() if not (k == "default" and v is None)
-        }
-    if isinstance(node, list):
-        return [_drop_null_defaults(v) for v in node]
-    return node
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of the response envelope."""
-    schema: dict[str, Any] = _drop_null_defaults(Envelope.model_json_schema())
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "callhook page response (Aculab Cloud REST API v2 shape)"
-    return schema
+Action = (
+    Play
+    | GetNumber
+    | GetInput
+    | Record
+    | RunMenu
+    | RunSpeechMenu
+    | Sleep
+    | HangUp
+    | Redirect
+    | ClearInput
+    | DeleteFile
+)
+ACTION_MODELS: dict[str, type[_Strict]] = {
+    m.name: m
+    for m in (
+        Play,
+        GetNumber,
+        GetInput,
+        Record,
+        RunMenu,
+        RunSpeechMenu,
+        Sleep,
+        HangUp,
+        Redirect,
+        ClearInput,
+        DeleteFile,
+    )
+}

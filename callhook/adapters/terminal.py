@@ -42,8 +42,10 @@ from callhook.events import (
     CallEnded,
     MediaCommand,
     MediaEvent,
-    PlayFile,
+    PlayDigits,
     PlayTone,
+    PlayUrl,
+    PromptItem,
     RecognitionOptions,
     SayText,
     StartPrompt,
@@ -182,7 +184,11 @@ class TerminalLeg:
                     self._saved[command.filename] = seconds
         self._wake.set()
 
-    def _describe(self, item: SayText | PlayFile | PlayTone) -> str:
+    def _describe(self, item: PromptItem) -> str:
+        if isinstance(item, PlayDigits):
+            return f"  ♪ (sends DTMF {item.digits})"
+        if isinstance(item, PlayUrl):
+            return f"  ♪ (file {item.url})"
         if isinstance(item, SayText):
             text = "(private text)" if item.private else item.text
             return f"  ♪ {text}"

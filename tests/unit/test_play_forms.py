@@ -17,7 +17,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
-from callhook.actions.schema import InvalidResponse, Play, json_schema, parse_response
+from callhook.actions.response import InvalidResponse, json_schema, parse_response
+from callhook.actions.schema import Play
 
 BODY = {"play_list": [{"text_to_say": "Enter your number."}]}
 OTHER = {"play_list": [{"file_to_play": "prompts/sorry.wav"}], "barge_in_on_digit": True}
@@ -33,11 +34,17 @@ def _in(action: str, **base: Any) -> Callable[[str, Any], dict[str, Any]]:
 
 GET_NUMBER = _in("get_number", next_page=NEXT)
 GET_INPUT = _in("get_input", next_page=NEXT)
+MENU_OPTIONS = [{"digit": "1", "next_page": NEXT}]
+RUN_MENU = _in("run_menu", menu_options=MENU_OPTIONS)
+SPEECH_OPTIONS = [{"words": ["sales"], "digit": "1", "next_page": NEXT}]
+RUN_SPEECH_MENU = _in("run_speech_menu", menu_options=SPEECH_OPTIONS)
 
 # (action builder, action name, property): every place a single play action nests.
 SINGLE = [
     pytest.param(GET_NUMBER, "get_number", "prompt", id="get_number.prompt"),
     pytest.param(GET_INPUT, "get_input", "prompt", id="get_input.prompt"),
+    pytest.param(RUN_MENU, "run_menu", "prompt", id="run_menu.prompt"),
+    pytest.param(RUN_SPEECH_MENU, "run_speech_menu", "prompt", id="run_speech_menu.prompt"),
 ]
 # Every array of play actions.
 ARRAYS = [
@@ -45,6 +52,10 @@ ARRAYS = [
     pytest.param(GET_NUMBER, "get_number", "on_invalid_digit_messages", id="gn.invalid"),
     pytest.param(GET_INPUT, "get_input", "on_input_timeout_messages", id="gi.timeout"),
     pytest.param(GET_INPUT, "get_input", "on_invalid_input_messages", id="gi.invalid"),
+    pytest.param(RUN_MENU, "run_menu", "on_digit_timeout_messages", id="menu.timeout"),
+    pytest.param(RUN_MENU, "run_menu", "on_invalid_digit_messages", id="menu.invalid"),
+    pytest.param(RUN_SPEECH_MENU, "run_speech_menu", "on_input_timeout_messages", id="sm.timeout"),
+    pytest.param(RUN_SPEECH_MENU, "run_speech_menu", "on_invalid_input_messages", id="sm.invalid"),
 ]
 
 
@@ -136,7 +147,7 @@ def test_what_is_not_a_play_action(validator: Any, value: Any, path: str, expect
 
 def test_the_schema_documents_both_forms_keyed_first() -> None:
     defs = json_schema()["$defs"]
-    for name in ("GetNumber", "GetInput"):
+    for name in ("GetNumber", "GetInput", "RunMenu", "RunSpeechMenu"):
         prompt = defs[name]["properties"]["prompt"]
         refs = [r["$ref"].rsplit("/", 1)[1] for r in prompt["oneOf"]]
         assert refs == ["PlayStep", "Play"], name

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
+from callhook.actions.response import InvalidResponse, Problem, json_schema, parse_response
 from callhook.actions.schema import (
     Cipher,
     ClearInput,
@@ -21,14 +22,10 @@ from callhook.actions.schema import (
     GetInput,
     GetNumber,
     HangUp,
-    InvalidResponse,
     Play,
-    Problem,
     Record,
     Redirect,
     Sleep,
-    json_schema,
-    parse_response,
 )
 
 NEXT = {"url": "/next"}
@@ -219,12 +216,18 @@ def test_unknown_property_rejected(doc: Any, path: str) -> None:
 
 
 def test_play_item_without_text_or_file_rejected() -> None:
-    check(play({"tts_voice": "x"}), f"{PLAY}.play_list[0]", "text_to_say or file_to_play")
+    check(
+        play({"tts_voice": "x"}),
+        f"{PLAY}.play_list[0]",
+        "text_to_say, file_to_play or digits_to_play",
+    )
 
 
 def test_play_item_not_an_object_rejected() -> None:
     check(
-        play({"text_to_say": "a"}, "b.wav"), f"{PLAY}.play_list[1]", "text_to_say or file_to_play"
+        play({"text_to_say": "a"}, "b.wav"),
+        f"{PLAY}.play_list[1]",
+        "file_to_play or digits_to_play",
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from callhook.actions.gather import GatherSpec
+from callhook.actions.response import parse_response
 from callhook.actions.schema import (
     ACTION_MODELS,
     Cipher,
@@ -28,7 +29,6 @@ from callhook.actions.schema import (
     TextItem,
     WebPageRequest,
     WordHint,
-    parse_response,
 )
 
 NEXT = {"url": "/next"}
@@ -163,8 +163,12 @@ def test_model_property_names_are_the_spec_names(
 
 
 def test_action_names() -> None:
-    # The spec's three actions, play (used by prompts), and DESIGN.md's control actions.
+    # The spec's three actions, play (used by prompts), DESIGN.md's control actions, and
+    # Aculab's menus and delete_file (DESIGN.md §1.2).
     assert set(ACTION_MODELS) == {
+        "run_menu",
+        "run_speech_menu",
+        "delete_file",
         "play",
         "get_number",
         "get_input",

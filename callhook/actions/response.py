@@ -1,0 +1,197 @@
+"""The page response envelope, ``{"actions": [...], "token": ..., "api_version": ...}``.
+
+:func:`parse_response` is the one entry point the call runner uses; it never
+raises on bad input, it returns the list of :class:`Problem` instead, each with
+the JSON path of the offending value. :func:`json_schema` publishes the same
+rules as a JSON Schema (``callhook schema``). The actions themselves are the
+models of :mod:`callhook.actions.schema`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Tag,
+    ValidationError,
+    create_model,
+)
+
+from callhook.actions.schema import ACTION_MODELS, Opt, PlayStep, _pattern, _Strict
+
+# --- the response envelope --------------------------------------------------------------
+
+# Each action in the list is an object with one key, the action name (reference §4.1).
+# One wrapper model per action (``GetNumberStep`` with the one property ``get_number``)
+# makes the JSON Schema of the envelope say exactly that.
+_STEPS: dict[str, type[_Strict]] = {"play": PlayStep}
+for _name, _model in ACTION_MODELS.items():
+    if _name not in _STEPS:
+        _title = "".join(part.title() for part in _name.split("_")) + "Step"
+        _fields: dict[str, Any] = {_name: (_model, ...)}
+        _STEPS[_name] = create_model(_title, __base__=_Strict, **_fields)
+
+
+def _action_kind(value: Any) -> str | None:
+    if isinstance(value, dict) and len(value) == 1:
+        (key,) = value
+        if key in ACTION_MODELS:
+            return f"~{key}"
+    return None
+
+
+if TYPE_CHECKING:
+    ActionItem: TypeAlias = _Strict
+else:
+    ActionItem = Annotated[
+        Union[tuple(Annotated[step, Tag(f"~{name}")] for name, step in _STEPS.items())],  # noqa: UP007
+        Discriminator(_action_kind),
+    ]
+
+
+def _check_api_version(value: str) -> str:
+    if not re.fullmatch(r"2(\.\d+)*", value):
+        raise ValueError(f"callhook implements REST API version 2; expected '2.0', got {value!r}")
+    return value
+
+
+ApiVersion = Annotated[str, AfterValidator(_check_api_version), _pattern(r"^2(\.\d+)*$")]
+
+
+class Envelope(_Strict):
+    """What a page answers: ``{"actions": [...], "token": "...", "api_version": "2.0"}``."""
+
+    actions: list[ActionItem]
+    token: str | None = None
+    api_version: Opt[ApiVersion] = None
+
+
+# --- parsing with precise problems --------------------------------------------------------
+
+
+class Problem(BaseModel):
+    """One validation problem: where (a JSON path such as ``$.actions[0].play``) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class Response(BaseModel):
+    """A validated page response: the actions, in order, and the token."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    actions: list[Any]
+    token: str | None
+    token_given: bool
+
+
+class InvalidResponse(Exception):
+    """A page answered something that is not a valid action list."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _json_path(loc: tuple[int | str, ...]) -> str:
+    path = "$"
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not part.startswith("~"):  # discriminator tags are not part of the document
+            path += f".{part}"
+    return path
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if _jsonable(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _message(err: Any, document: Any) -> str:
+    kind = err["type"]
+    msg: str = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    elif kind == "extra_forbidden":
+        msg = "unknown property"
+    elif kind == "missing":
+        msg = "required property is missing"
+    elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        item = err.get("input")
+        if isinstance(item, dict) and len(item) == 1:
+            msg = f"unknown action {next(iter(item))!r}; expected one of {', '.join(ACTION_MODELS)}"
+        elif isinstance(item, dict):
+            keys = ", ".join(map(str, item)) or "none"
+            msg = f"expected an object with exactly one key, the action name; got keys: {keys}"
+        else:
+            msg = f"expected an object with one key, the action name; got {_describe(item)}"
+    else:
+        msg = msg[0].lower() + msg[1:]
+        if "input" in err and kind not in ("play_item",):
+            msg += f", got {_describe(err['input'])}"
+    return msg
+
+
+def _problems(exc: ValidationError, document: Any) -> list[Problem]:
+    problems = []
+    for err in exc.errors():
+        problems.append(Problem(path=_json_path(err["loc"]), message=_message(err, document)))
+    return problems
+
+
+def parse_response(body: bytes | str) -> Response:
+    """Parse and validate a page's response body.
+
+    Raises :class:`InvalidResponse` listing every problem (the body is not JSON,
+    or is JSON but not a valid action list).
+    """
+    try:
+        document = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidResponse([Problem(path="$", message=f"not valid JSON: {exc}")]) from None
+    if not isinstance(document, dict):
+        message = f"expected an object with 'actions', got {_describe(document)}"
+        raise InvalidResponse([Problem(path="$", message=message)])
+    try:
+        envelope = Envelope.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidResponse(_problems(exc, document)) from None
+    actions = [getattr(item, next(iter(type(item).model_fields))) for item in envelope.actions]
+    return Response(actions=actions, token=envelope.token, token_given="token" in document)
+
+
+def _drop_null_defaults(node: Any) -> Any:
+    # "default": null on an Opt property would suggest null is allowed; it is not.
+    if isinstance(node, dict):
+        return {
+            k: _drop_null_defaults(v) for k, v in node.items() if not (k == "default" and v is None)
+        }
+    if isinstance(node, list):
+        return [_drop_null_defaults(v) for v in node]
+    return node
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the response envelope."""
+    schema: dict[str, Any] = _drop_null_defaults(Envelope.model_json_schema())
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "callhook page response (Aculab Cloud REST API v2 shape)"
+    return schema

@@ -1,0 +1,120 @@
+"""Menus and ``delete_file`` on real calls: SIPp calls ``callhook serve``.
+
+``run_menu``: keys sent as SIP INFO, the caller's ear a socket of the test
+(``rtpsink``), so the test hears the prompt, the invalid-digit message and the
+prompt again before the chosen option's page is requested. ``run_speech_menu``:
+the caller speaks (the default TTS voice, as a pcap) and callhook's real
+recogniser picks the option. ``delete_file``: a real file of the store goes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from callhook.adapters.speech import build_synthesiser
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server
+from tests.e2e.rtpsink import dominant_hz
+from tests.e2e.rtpstream import Stream
+from tests.e2e.test_aculab_apps import call_and_listen, play, spans, write_tone
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+PROMPT_HZ, MESSAGE_HZ = 440.0, 1000.0
+
+
+async def test_run_menu_invalid_digit_then_an_option(tmp_path: Path, app: AppServer) -> None:
+    data = tmp_path / "data"
+    menu = write_tone(data, "prompts/menu.wav", PROMPT_HZ)
+    wrong = write_tone(data, "prompts/wrong.wav", MESSAGE_HZ)
+    app.page(
+        "/start",
+        [
+            {
+                "run_menu": {
+                    "prompt": play(menu),
+                    "menu_options": [
+                        {"digit": "1", "next_page": {"url": "/sales"}},
+                        {"digit": "2", "next_page": {"url": "/support"}},
+                    ],
+                    "on_invalid_digit_messages": [play(wrong), play(wrong)],
+                }
+            }
+        ],
+    )
+    app.page("/support", [{"hang_up": {}}])
+    app.page("/final", None)
+    # Prompt 0-1 s; 9 at ~1.5 s: the message 1.5-2.5 s, the prompt again 2.5-3.5 s;
+    # then 2 at ~4.5 s.
+    run, server, sink = await call_and_listen(
+        tmp_path,
+        app,
+        sipp.PAUSE.format(ms=1500),
+        sipp.INFO.format(cseq=2, digit="9"),
+        sipp.PAUSE.format(ms=3000),
+        sipp.INFO.format(cseq=3, digit="2"),
+    )
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (support,) = app.bodies("/support")
+    assert support["action_result"] == {"action": "run_menu", "result": {"selected_digit": "2"}}
+    assert app.bodies("/sales") == []
+    heard = dominant_hz(sink.audio())
+    prompts, messages = spans(heard, PROMPT_HZ), spans(heard, MESSAGE_HZ)
+    assert len(prompts) == 2 and len(messages) == 1, heard
+    assert prompts[0][1] <= messages[0][0] and messages[0][1] <= prompts[1][0], heard
+
+
+async def test_run_speech_menu_hears_the_spoken_option(tmp_path: Path, app: AppServer) -> None:
+    synthesiser = build_synthesiser("piper:joe")
+    assert synthesiser is not None
+    app.page(
+        "/start",
+        [
+            {
+                "run_speech_menu": {
+                    "menu_options": [
+                        {"words": ["sales"], "digit": "1", "next_page": {"url": "/sales"}},
+                        {"words": ["support"], "digit": "2", "next_page": {"url": "/support"}},
+                    ],
+                    "seconds_timeout": 8,
+                }
+            }
+        ],
+    )
+    app.page("/support", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(6.0).speech(synthesiser.speak("Support."), at=1.5)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (support,) = app.bodies("/support")
+    result = support["action_result"]
+    assert result["action"] == "run_speech_menu"
+    assert result["result"]["input_type"] == "speech"
+    assert result["result"]["selected_input"] == "support"
+    assert app.bodies("/sales") == []
+
+
+async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer) -> None:
+    data = tmp_path / "data"
+    keep = write_tone(data, "prompts/keep.wav", PROMPT_HZ, 0.2)
+    gone = write_tone(data, "prompts/old.wav", PROMPT_HZ, 0.2)
+    app.page(
+        "/start", [play(keep), {"delete_file": {"filename": gone}}, play(keep), {"hang_up": {}}]
+    )
+    app.page("/final", [{"delete_file": {"filename": keep}}])
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
+    async with Server.for_app(data, app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "completed"  # the list went on after it
+    assert not (data / "media" / "default" / gone).exists()
+    # The final page's own delete_file ran too (Aculab allows it there).
+    assert not (data / "media" / "default" / keep).exists()
