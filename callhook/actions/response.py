@@ -112,8 +112,10 @@ def _json_path(loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def _describe(value: Any) -> str:
+def _describe(value: Any, private: list[str] | None = None) -> str:
     text = json.dumps(value, ensure_ascii=False) if _jsonable(value) else repr(value)
+    for secret in private or []:  # before shortening: no prefix of a private text shows
+        text = text.replace(secret, "<private text>")
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -125,7 +127,7 @@ def _jsonable(value: Any) -> bool:
     return True
 
 
-def _message(err: Any, document: Any) -> str:
+def _message(err: Any, private: list[str]) -> str:
     kind = err["type"]
     msg: str = err["msg"]
     if msg.startswith("Value error, "):
@@ -142,19 +144,54 @@ def _message(err: Any, document: Any) -> str:
             keys = ", ".join(map(str, item)) or "none"
             msg = f"expected an object with exactly one key, the action name; got keys: {keys}"
         else:
-            msg = f"expected an object with one key, the action name; got {_describe(item)}"
+            msg = (
+                f"expected an object with one key, the action name; got {_describe(item, private)}"
+            )
     else:
         msg = msg[0].lower() + msg[1:]
         if "input" in err and kind not in ("play_item",):
-            msg += f", got {_describe(err['input'])}"
+            msg += f", got {_describe(err['input'], private)}"
     return msg
 
 
 def _problems(exc: ValidationError, document: Any) -> list[Problem]:
+    private = _private_texts(document)
     problems = []
     for err in exc.errors():
-        problems.append(Problem(path=_json_path(err["loc"]), message=_message(err, document)))
+        message = _message(err, private)
+        for text in private:  # and in case a message quotes it some other way
+            message = message.replace(text, "<private text>")
+        problems.append(Problem(path=_json_path(err["loc"]), message=message))
     return problems
+
+
+def _private_texts(node: Any) -> list[str]:
+    """Every string under a ``text_to_say`` whose item says ``text_is_private: true``.
+
+    Problems quote the values they are about; these never reach a log (play media
+    ``text_is_private``), not even from a list that is otherwise invalid.
+    """
+    found: list[str] = []
+    if isinstance(node, dict):
+        if node.get("text_is_private") is True:
+            found += _strings(node.get("text_to_say"))
+        for value in node.values():
+            found += _private_texts(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _private_texts(value)
+    # Longest first, so a text is never half-replaced by one of its own parts.
+    return sorted({t for t in found if t}, key=len, reverse=True)
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node, json.dumps(node, ensure_ascii=False)[1:-1]]  # as quoted in JSON too
+    if isinstance(node, list):
+        return [s for item in node for s in _strings(item)]
+    if isinstance(node, dict):
+        return [s for item in node.values() for s in _strings(item)]
+    return []
 
 
 def parse_response(body: bytes | str) -> Response:
@@ -168,7 +205,8 @@ def parse_response(body: bytes | str) -> Response:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidResponse([Problem(path="$", message=f"not valid JSON: {exc}")]) from None
     if not isinstance(document, dict):
-        message = f"expected an object with 'actions', got {_describe(document)}"
+        shown = _describe(document, _private_texts(document))
+        message = f"expected an object with 'actions', got {shown}"
         raise InvalidResponse([Problem(path="$", message=message)])
     try:
         envelope = Envelope.model_validate(document)
