@@ -375,6 +375,7 @@ class CallRunner:
                 await self._delete_file(action.filename, f"[{index}] delete_file")
                 continue
             self._recording = (action, base) if isinstance(action, Record) else None
+            self.ctx.page_url = base  # relative file_to_play URLs resolve against it
             outcome = await self._run_machine(action)
             self._recording = None
             if isinstance(outcome, Completed):

@@ -28,10 +28,12 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urljoin
 
 from callhook.actions.schema import (
     DigitsItem,
     FileItem,
+    MediaPageRequest,
     MessagePlay,
     Play,
     TextItem,
@@ -43,6 +45,7 @@ from callhook.events import (
     Phrase,
     PlayDigits,
     PlayFile,
+    PlayUrl,
     PromptFinished,
     PromptItem,
     SayText,
@@ -107,6 +110,8 @@ class ActionContext:
     voice_active: bool = False
     # Name for the next recording in the media file store.
     new_recording_name: Callable[[], str] = lambda: "recording.wav"
+    # The URL of the page whose action list is running (relative media URLs resolve to it).
+    page_url: str = ""
     _prompt_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_prompt_id(self) -> int:
@@ -114,15 +119,25 @@ class ActionContext:
         return next(self._prompt_ids)
 
 
-def prompt_items(play: Play, language: str | None = None) -> tuple[PromptItem, ...]:
-    """The media items of a ``play`` action's play list (``language``: the action's)."""
+def prompt_items(
+    play: Play, language: str | None = None, page_url: str = ""
+) -> tuple[PromptItem, ...]:
+    """The media items of a ``play`` action's play list.
+
+    ``language``: the action's (it picks the TTS voice); ``page_url``: the page that
+    returned the action, against which a relative ``file_to_play`` URL is resolved.
+    """
     items: list[PromptItem] = []
     for item in play.play_list:
         if isinstance(item, TextItem):
             items.append(SayText(item.text_to_say, item.tts_voice, item.text_is_private, language))
         elif isinstance(item, FileItem):
+            source = item.file_to_play
+            if isinstance(source, MediaPageRequest):
+                items.append(PlayUrl(urljoin(page_url, source.url)))
+                continue
             cipher = item.decryption_cipher.as_tuple() if item.decryption_cipher else None
-            items.append(PlayFile(item.file_to_play, cipher))
+            items.append(PlayFile(source, cipher))
         elif isinstance(item, DigitsItem):
             items.append(PlayDigits(item.digits_to_play))
     return tuple(items)
@@ -148,7 +163,9 @@ class Prompter:
         prompt_id = self._ctx.new_prompt_id()
         self.playing = prompt_id
         self.barge_in_on_digit = play.barge_in_on_digit if play else False
-        return [StartPrompt(prompt_id, prompt_items(play, self.language) if play else items)]
+        if play is not None:
+            items = prompt_items(play, self.language, self._ctx.page_url)
+        return [StartPrompt(prompt_id, items)]
 
     def stop(self) -> list[MediaCommand]:
         if self.playing is None:

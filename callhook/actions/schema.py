@@ -195,11 +195,54 @@ class TextItem(_Strict):
     text_is_private: bool = False
 
 
-class FileItem(_Strict):
-    """A play list item played from a WAV file in the media file store."""
+class MediaPageRequest(_Strict):
+    """``file_to_play`` as a web page request: a WAV fetched from ``url`` with GET.
 
-    file_to_play: FileName
+    Aculab's play media: the URL is absolute or relative to the page that returned the
+    action, the method defaults to GET and only GET is allowed; nothing is sent to it.
+    """
+
+    url: PageUrl
+    method: Literal["GET"] = "GET"
+
+
+def _file_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "~name"
+    if isinstance(value, dict | MediaPageRequest):
+        return "~page"
+    return None
+
+
+if TYPE_CHECKING:
+    FileToPlay: TypeAlias = str | MediaPageRequest
+else:
+    FileToPlay = Annotated[
+        Annotated[FileName, Tag("~name")] | Annotated[MediaPageRequest, Tag("~page")],
+        Discriminator(
+            _file_kind,
+            custom_error_type="file_to_play",
+            custom_error_message=(
+                "expected a file name of the media file store, or a web page request "
+                'object such as {"url": "https://example.com/prompt.wav"}'
+            ),
+        ),
+    ]
+
+
+class FileItem(_Strict):
+    """A play list item: a WAV file from the media file store, or from the web."""
+
+    file_to_play: FileToPlay
     decryption_cipher: Opt[Cipher] = None
+
+    @model_validator(mode="after")
+    def _no_cipher_for_the_web(self) -> FileItem:
+        if self.decryption_cipher is not None and isinstance(self.file_to_play, MediaPageRequest):
+            raise ValueError(
+                "decryption_cipher cannot be used when file_to_play is a web page request"
+            )
+        return self
 
 
 class DigitsItem(_Strict):
