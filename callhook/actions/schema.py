@@ -95,6 +95,13 @@ def _check_file_name(value: str) -> str:
     return value
 
 
+def _check_words(value: str) -> str:
+    # Words to listen for (a menu option, a barge-in phrase) need something to hear in them.
+    if not re.search(r"\w", value):
+        raise ValueError(f"expected a word or short phrase, got {value!r}")
+    return value
+
+
 def _not_null(value: Any) -> Any:
     if value is None:
         raise ValueError("expected a value, got null (leave the property out to get its default)")
@@ -127,6 +134,7 @@ def _pattern(regex: str) -> Any:
     return Field(json_schema_extra={"pattern": regex})
 
 
+Words = Annotated[str, AfterValidator(_check_words), _pattern(r"\w")]
 DigitOrEmpty = Annotated[str, AfterValidator(_check_digit_or_empty), _pattern(r"^[0-9A-D#*]?$")]
 Digits = Annotated[str, AfterValidator(_check_digits), _pattern(r"^[0-9A-D#*]*$")]
 Language = Annotated[
@@ -281,10 +289,13 @@ PlayItem = Annotated[
 
 
 class SpeechBargeInOptions(_Strict):
-    """Options of speech barge-in on a ``play``."""
+    """Options of speech barge-in on a ``play`` (Aculab's speech barge in options)."""
 
     language: Language = "en-US"
-    barge_in_phrases: list[str] = Field(default_factory=list)
+    # Only speech containing one of these (whole words) barges in; none: any speech.
+    barge_in_phrases: list[Words] = Field(default_factory=list)
+    # Engine-specific options; accepted for compatibility and passed to nothing.
+    speech_model_options: Opt[dict[str, Any]] = None
 
 
 class Play(_Strict):
@@ -551,14 +562,7 @@ def _check_one_digit(value: str) -> str:
     return value
 
 
-def _check_menu_word(value: str) -> str:
-    if not re.search(r"\w", value):
-        raise ValueError(f"expected a word or short phrase, got {value!r}")
-    return value
-
-
 OneDigit = Annotated[str, AfterValidator(_check_one_digit), _pattern(r"^[0-9A-D#*]$")]
-MenuWord = Annotated[str, AfterValidator(_check_menu_word), _pattern(r"\w")]
 
 
 def menu_words(text: str) -> str:
@@ -611,7 +615,7 @@ class RunMenu(_Strict):
 class SpeechMenuOption(_Strict):
     """One choice of a ``run_speech_menu``: words to say and/or a digit, and its page."""
 
-    words: list[MenuWord] = Field(default_factory=list)
+    words: list[Words] = Field(default_factory=list)
     digit: Opt[OneDigit] = None
     next_page: WebPageRequest
 
