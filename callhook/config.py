@@ -26,6 +26,10 @@ A config file is TOML::
     [recordings]
     max_mb = 64                         # a recording stops at this size (reason filesize)
 
+    [media]                             # file_to_play given as a web page request
+    remote_max_mb = 16                  # a larger WAV is not played (logged)
+    remote_timeout = 10                 # seconds a fetch may take
+
     [notifications]                     # recording_available_page (docs/recordings.md)
     first_retry = 2                     # seconds before the first retry; doubles each time
     max_retry = 600                     # the longest wait between two tries
@@ -99,6 +103,8 @@ class Settings:
     http_port: int = 8080
     max_upload_bytes: int = 50 * 2**20
     max_recording_bytes: int = 64 * 2**20
+    remote_media_bytes: int = 16 * 2**20
+    remote_media_timeout: float = 10.0
     notify_first_retry: float = 2.0
     notify_max_retry: float = 600.0
     notify_give_up_after: float = 86400.0
@@ -190,6 +196,13 @@ def load(path: Path) -> Settings:
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:
         settings.max_recording_bytes = _megabytes(path, "recordings", "max_mb", recordings)
+    media = raw.get("media", {})
+    _no_unknown(path, "media", media, {"remote_max_mb", "remote_timeout"})
+    if "remote_max_mb" in media:
+        settings.remote_media_bytes = _megabytes(path, "media", "remote_max_mb", media)
+    settings.remote_media_timeout = float(media.get("remote_timeout", 10.0))
+    if not 0 < settings.remote_media_timeout <= 300:
+        raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
     notifications = raw.get("notifications", {})
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
     settings.notify_first_retry = float(notifications.get("first_retry", 2.0))

@@ -1,4 +1,4 @@
-"""The config file's recordings and notifications settings."""
+"""The config file's recordings, media and notifications settings."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ def test_defaults_without_the_tables(tmp_path: Path) -> None:
     assert settings.max_recording_bytes == 64 * 2**20
     assert (settings.notify_first_retry, settings.notify_max_retry) == (2.0, 600.0)
     assert settings.notify_give_up_after == 86400.0
+    assert (settings.remote_media_bytes, settings.remote_media_timeout) == (16 * 2**20, 10.0)
+
+
+def test_the_media_table_is_read(tmp_path: Path) -> None:
+    settings = load(write(tmp_path, "[media]\nremote_max_mb = 2\nremote_timeout = 3.5\n"))
+    assert (settings.remote_media_bytes, settings.remote_media_timeout) == (2 * 2**20, 3.5)
 
 
 def test_the_tables_are_read(tmp_path: Path) -> None:
@@ -43,6 +49,9 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[notifications]\nfirst_retry = 10\nmax_retry = 5\n", "at most max_retry"),
         ("[notifications]\ngive_up_after = -1\n", "give_up_after must be above 0"),
         ("[notifications]\nretries = 3\n", "[notifications] unknown keys: retries"),
+        ("[media]\nremote_max_mb = 0\n", "remote_max_mb must be above 0"),
+        ("[media]\nremote_timeout = 0\n", "remote_timeout must be above 0"),
+        ("[media]\nmax_mb = 1\n", "[media] unknown keys: max_mb"),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
