@@ -5,7 +5,7 @@
 1. µs per 20 ms frame (160 samples, one call) for G.711, the DTMF tone detector, voice
    activity and the level meter, and per call-frame for the batched paths (``--calls`` calls
    in one numpy call); µs per RTP telephone-event packet and per SIP INFO body; ms to turn a
-   5 s 44.1 kHz prompt into 8 kHz.
+   5 s 44.1 kHz prompt into 8 kHz, and to decode 60 s of IMA and OKI ADPCM.
 2. On the full FSDD set (DESIGN.md §4: read from ``../shared``, skipped when absent): DTMF
    digits falsely detected in speech (plain, µ-law, A-law), and speech clips in which the
    voice activity detector finds activity when padded with -50 dBFS line noise (µ-law).
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from callhook.media import g711, tones, wav
+from callhook.media import adpcm, g711, tones, wav
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector, ToneDetectorBank, parse_dtmf_relay
 from callhook.media.vad import VoiceActivityDetector, level_dbfs
 
@@ -153,6 +153,17 @@ def frame_costs(calls: int) -> None:
         per_call(lambda: wav.decode_to_8k(file), 50) / 1000,
         "ms, not µs",
     )
+    # 60 s of 8 kHz ADPCM (random codes: the cost does not depend on the audio).
+    codes = np.random.default_rng(1).integers(0, 256, 951 * 512, dtype=np.uint8).tobytes()
+    for name, decode in [
+        (
+            "adpcm.ima_decode, 60 s at 8 kHz, mono",
+            lambda: adpcm.ima_decode(codes[: 951 * 256], 1, 256),
+        ),
+        ("adpcm.ima_decode, 60 s at 8 kHz, stereo", lambda: adpcm.ima_decode(codes, 2, 512)),
+        ("adpcm.oki_decode, 60 s at 8 kHz", lambda: adpcm.oki_decode(codes[:240000])),
+    ]:
+        row(name, per_call(decode, 5) / 1000, "ms, not µs")
 
 
 def wav_file(pcm: bytes, rate: int) -> bytes:

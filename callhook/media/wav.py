@@ -5,8 +5,13 @@ Recordings are 8 kHz mono WAV with format tag 6 (A-law) or 7 (µ-law)
 the WAVE format for non-PCM data requires.
 
 :func:`decode_to_8k` turns a prompt file of any common kind (PCM 8/16/24/32-bit,
-IEEE float, A-law, µ-law; mono or multichannel; any rate, plain or
-WAVE_FORMAT_EXTENSIBLE) into the 8 kHz mono int16 samples a call plays.
+IEEE float, A-law, µ-law, IMA ADPCM, OKI ADPCM; mono or multichannel; any
+rate, plain or WAVE_FORMAT_EXTENSIBLE) into the 8 kHz mono int16 samples a
+call plays. The two ADPCMs are the ones Aculab plays besides G.711 and PCM:
+IMA ADPCM (format tag 0x0011, blocks with a header per channel, the block
+size and samples per block in ``fmt``) and OKI ADPCM, as Dialogic's VOX in a
+WAV file (tag 0x0010, or Dialogic's 0x0017; mono, 4 bits, ``nBlockAlign``
+1); :mod:`callhook.media.adpcm` decodes them (OKI with Dialogic's rounding).
 """
 
 from __future__ import annotations
@@ -19,18 +24,27 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
-from callhook.media import g711
+from callhook.media import adpcm, g711
 
 FORMAT_PCM = 1
 FORMAT_FLOAT = 3
 FORMAT_ALAW = 6
 FORMAT_ULAW = 7
+FORMAT_OKI_ADPCM = 0x0010
+FORMAT_IMA_ADPCM = 0x0011
+FORMAT_DIALOGIC_OKI_ADPCM = 0x0017
 FORMAT_EXTENSIBLE = 0xFFFE
+
+#: The ADPCM encodings callhook decodes, with their names for error messages.
+ADPCM_FORMATS: Final = {
+    FORMAT_OKI_ADPCM: "OKI ADPCM",
+    FORMAT_IMA_ADPCM: "IMA ADPCM",
+    FORMAT_DIALOGIC_OKI_ADPCM: "Dialogic OKI ADPCM",
+}
 
 #: Names of encodings callhook does not decode, for error messages.
 _UNSUPPORTED: Final = {
     0x0002: "Microsoft ADPCM",
-    0x0011: "IMA ADPCM",
     0x0031: "GSM 6.10",
     0x0040: "G.721 ADPCM",
     0x0050: "MPEG audio",
@@ -58,6 +72,12 @@ class WavInfo:
     data_length: int
     #: For WAVE_FORMAT_EXTENSIBLE: the format tag in the first two bytes of the SubFormat GUID.
     sub_format: int | None = None
+    #: nBlockAlign: the bytes of one frame (PCM, G.711) or one block (IMA ADPCM).
+    block_align: int = 0
+    #: IMA ADPCM's wSamplesPerBlock (the fmt extension after cbSize 2); 0 when absent.
+    samples_per_block: int = 0
+    #: The sample count of the ``fact`` chunk, if the file has one before its data.
+    fact_samples: int | None = None
 
     @property
     def encoding(self) -> int:
@@ -71,8 +91,27 @@ class WavInfo:
         return self.channels * max(1, self.bits_per_sample // 8)
 
     @property
+    def frames(self) -> int:
+        """How many samples per channel the data holds (ADPCM: decodes to, up to ``fact``).
+
+        0 for an IMA ADPCM header whose blocks cannot be decoded (:func:`decode_to_8k` says why).
+        """
+        if self.encoding == FORMAT_IMA_ADPCM:
+            try:
+                n = adpcm.ima_frames(
+                    self.data_length, self.channels, self.block_align, self.samples_per_block
+                )
+            except adpcm.AdpcmError:
+                return 0
+        elif self.encoding in ADPCM_FORMATS:
+            n = 2 * self.data_length // self.channels
+        else:
+            return self.data_length // self.frame_bytes
+        return _cut_to_fact(n, self.fact_samples)
+
+    @property
     def seconds(self) -> float:
-        return self.data_length / self.frame_bytes / self.sample_rate
+        return self.frames / self.sample_rate
 
 
 def g711_header(law: str, samples: int, sample_rate: int = 8000) -> bytes:
@@ -110,27 +149,38 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise WavError("not a RIFF/WAVE file")
     pos = 12
-    fmt: tuple[int, int, int, int] | None = None
+    fmt: tuple[int, int, int, int, int] | None = None
     sub_format: int | None = None
+    samples_per_block = 0
+    fact: int | None = None
     while pos + 8 <= len(data):
         chunk, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
         body = pos + 8
         if chunk == b"fmt ":
             if size < 16 or body + 16 > len(data):
                 raise WavError("fmt chunk too short")
-            tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data, body)
-            fmt = (tag, channels, rate, bits)
+            tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", data, body)
+            fmt = (tag, channels, rate, bits, align)
+            extension = struct.unpack_from("<H", data, body + 16)[0] if size >= 18 else 0
             if tag == FORMAT_EXTENSIBLE and size >= 40 and body + 26 <= len(data):
                 sub_format = struct.unpack_from("<H", data, body + 24)[0]
+            elif tag == FORMAT_IMA_ADPCM and extension >= 2 and size >= 20:
+                if body + 20 > len(data):
+                    raise WavError("fmt chunk too short")
+                samples_per_block = struct.unpack_from("<H", data, body + 18)[0]
+        elif chunk == b"fact" and size >= 4 and body + 4 <= len(data):
+            fact = struct.unpack_from("<I", data, body)[0]
         elif chunk == b"data":
             if fmt is None:
                 raise WavError("data chunk before fmt chunk")
-            tag, channels, rate, bits = fmt
+            tag, channels, rate, bits, align = fmt
             if channels < 1 or rate < 1:
                 raise WavError(f"bad fmt chunk: {channels} channels at {rate} Hz")
             available = (file_size if file_size is not None else len(data)) - body
             length = max(0, min(size, available))
-            return WavInfo(tag, channels, rate, bits, body, length, sub_format)
+            return WavInfo(
+                tag, channels, rate, bits, body, length, sub_format, align, samples_per_block, fact
+            )
         pos = body + size + (size & 1)
     raise WavError("no data chunk")
 
@@ -170,9 +220,33 @@ def fix_sizes(data: bytes, *, force: bool = False) -> bytes:
     return bytes(out)
 
 
+def _cut_to_fact(frames: int, fact: int | None) -> int:
+    """``frames`` cut to a ``fact`` chunk's count (an ADPCM file's last block is padded)."""
+    return min(frames, fact) if fact else frames
+
+
+def _adpcm(info: WavInfo, raw: bytes) -> npt.NDArray[np.int16]:
+    """The samples of IMA or OKI ADPCM ``raw``, shape (frames, channels)."""
+    name, bits = ADPCM_FORMATS[info.encoding], info.bits_per_sample
+    if bits != 4:
+        raise WavError(f"{name} WAV with {bits} bits per sample (callhook reads 4-bit {name})")
+    if info.encoding == FORMAT_IMA_ADPCM:
+        try:
+            x = adpcm.ima_decode(raw, info.channels, info.block_align, info.samples_per_block)
+        except adpcm.AdpcmError as exc:
+            raise WavError(str(exc)) from None
+    else:
+        if info.channels != 1:
+            raise WavError(f"{name} WAV with {info.channels} channels (must be mono)")
+        x = adpcm.oki_decode(raw)[:, None]
+    return x[: _cut_to_fact(len(x), info.fact_samples)]
+
+
 def _samples(info: WavInfo, raw: bytes) -> npt.NDArray[np.float64]:
     """The samples of ``raw`` as float in [-1, 1), shape (frames, channels)."""
     encoding, bits = info.encoding, info.bits_per_sample
+    if encoding in ADPCM_FORMATS:
+        return _adpcm(info, raw).astype(np.float64) / 32768.0
     if encoding == FORMAT_PCM:
         if bits not in (8, 16, 24, 32):
             raise WavError(f"unsupported PCM sample size: {bits} bits (8, 16, 24 or 32)")
@@ -186,7 +260,7 @@ def _samples(info: WavInfo, raw: bytes) -> npt.NDArray[np.float64]:
         name = _UNSUPPORTED.get(encoding, "unknown encoding")
         raise WavError(
             f"unsupported WAV encoding: {name} (format tag 0x{encoding:04X}); "
-            "use PCM, IEEE float, A-law or µ-law"
+            "use PCM, IEEE float, A-law, µ-law, IMA ADPCM or OKI ADPCM"
         )
     width = bits // 8
     frames = len(raw) // (width * info.channels)
@@ -215,14 +289,19 @@ def decode_to_8k(data: bytes) -> npt.NDArray[np.int16]:
     """The samples of WAV file ``data`` as 8 kHz mono int16.
 
     Reads PCM (8-bit unsigned, 16/24/32-bit signed), IEEE float (32/64-bit),
-    A-law (tag 6) and µ-law (tag 7), plain or WAVE_FORMAT_EXTENSIBLE;
-    channels are averaged; other rates are resampled with libsoxr's
-    high-quality filter (band-limited, so nothing above 4 kHz folds back
-    into the call). 8 kHz mono 16-bit PCM and G.711 come back bit-exact.
-    Raises :class:`WavError` saying why for anything else (ADPCM, MP3, GSM...).
+    A-law (tag 6), µ-law (tag 7), 4-bit IMA ADPCM (tag 0x0011) and 4-bit OKI
+    ADPCM (0x0010, 0x0017), plain or WAVE_FORMAT_EXTENSIBLE; channels are
+    averaged; other rates are resampled with libsoxr's high-quality filter
+    (band-limited, so nothing above 4 kHz folds back into the call). 8 kHz
+    mono 16-bit PCM and G.711 come back bit-exact, 8 kHz mono ADPCM exactly
+    as it decodes (up to the ``fact`` chunk's count, when there is one; a
+    file cut short decodes as far as it goes). Raises :class:`WavError`
+    saying why for anything else (Microsoft ADPCM, MP3, GSM...).
     """
     info = read_info(data)
     raw = data[info.data_offset : info.data_offset + info.data_length]
+    if info.channels == 1 and info.sample_rate == 8000 and info.encoding in ADPCM_FORMATS:
+        return np.ascontiguousarray(_adpcm(info, raw)[:, 0])
     if info.channels == 1 and info.sample_rate == 8000 and info.bits_per_sample in (8, 16):
         if info.encoding == FORMAT_PCM and info.bits_per_sample == 16:
             return np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").astype(np.int16)

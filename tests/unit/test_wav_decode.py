@@ -212,8 +212,8 @@ def test_an_empty_file_is_empty(rate: int) -> None:
 @pytest.mark.parametrize(
     ("tag", "bits", "message"),
     [
-        (0x0011, 4, "IMA ADPCM"),
         (0x0002, 4, "Microsoft ADPCM"),
+        (0x0040, 4, "G.721 ADPCM"),
         (0x0031, 0, "GSM 6.10"),
         (0x0055, 0, "MP3"),
         (0x1234, 16, "unknown encoding"),
@@ -228,8 +228,8 @@ def test_unsupported_files_say_why(tag: int, bits: int, message: str) -> None:
 
 
 def test_unsupported_extensible_sub_format_says_why() -> None:
-    with pytest.raises(wav.WavError, match=r"IMA ADPCM \(format tag 0x0011\)"):
-        wav.decode_to_8k(make_wav(0x0011, 1, 8000, 4, b"\x00" * 64, extensible=True))
+    with pytest.raises(wav.WavError, match=r"Microsoft ADPCM \(format tag 0x0002\)"):
+        wav.decode_to_8k(make_wav(0x0002, 1, 8000, 4, b"\x00" * 64, extensible=True))
 
 
 @pytest.mark.parametrize(
