@@ -160,17 +160,18 @@ class SipLeg:
             self._cancel_stream(prompt_id)  # a new prompt replaces the one playing
         items = command.items
         self._note_voices(items)
-        audio, done, error = self.prompts.ready(self.app_name, items, self.session.law)
+        segments, done, error = self.prompts.ready(self.app_name, items, self.session.law)
         if error is not None or done == len(items):
             if error is not None:
                 self._prompt_errors[command.prompt_id] = error
-            if not audio and error is not None:
+            if not segments and error is not None:
                 self.inject(PromptFinished(command.prompt_id, error))
             else:
-                self.session.play_encoded(command.prompt_id, audio)
+                self.session.play_segments(command.prompt_id, segments)
             return
-        # Text to synthesise: play what is ready, the rest follows sentence by sentence.
-        self.session.play_encoded(command.prompt_id, audio, more=True)
+        # Text to synthesise (or a file to decrypt): play what is ready, the rest
+        # follows sentence by sentence, item by item.
+        self.session.play_segments(command.prompt_id, segments, more=True)
         task = self.loop.create_task(self._stream_prompt(command.prompt_id, items[done:]))
         self._streaming[command.prompt_id] = task
 
@@ -203,9 +204,9 @@ class SipLeg:
                         self.prompts.encoded_item, self.app_name, item, law
                     )
                     self.session.append_prompt(prompt_id, audio_bytes)
-                else:
-                    audio_bytes = self.prompts.encoded_item(self.app_name, item, law)
-                    self.session.append_prompt(prompt_id, audio_bytes)
+                else:  # audio from the store or a cache, or digits to send
+                    segment = self.prompts.segment(self.app_name, item, law)
+                    self.session.append_prompt(prompt_id, segment)
         except (PromptError, SynthesisError) as exc:
             error = str(exc)
             logger.error("call %s: prompt %d: %s", self.info.call_id, prompt_id, error)

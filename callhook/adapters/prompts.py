@@ -1,4 +1,4 @@
-"""Turning prompt items into audio for a real call: files from the store, tones, speech.
+"""Turning prompt items into a real call's prompt: files from the store, tones, speech, digits.
 
 Files are decoded once (any WAV callhook reads, resampled to 8 kHz) and kept,
 encoded in the law a call uses, in a small cache keyed by path, modification
@@ -8,6 +8,13 @@ text is there; otherwise the leg synthesises it on a worker thread while the
 prompt plays (:meth:`PromptAudio.ready` says how far a prompt can go now).
 Encrypted files are decrypted on a worker thread too (a large one would
 stall every call's audio), and never cached.
+
+A prompt is a sequence of segments for the media session
+(:data:`~callhook.media.session.Segment`): audio in the call's law, or the
+digits of a ``digits_to_play`` item, which the session sends as RFC 4733
+events or in-band tones, whichever the call negotiated. A remote file
+(``PlayUrl``) cannot be played on a SIP leg yet: it ends the prompt with an
+error, like a missing file.
 """
 
 from __future__ import annotations
@@ -18,13 +25,18 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from callhook.events import PlayFile, PlayTone, PromptItem, SayText
+from callhook.events import PlayDigits, PlayFile, PlayTone, PlayUrl, PromptItem, SayText
 from callhook.media import g711, tones, wav
+from callhook.media.dtmfsend import Digits
+from callhook.media.session import Segment
 from callhook.speech.synthesis import Synthesiser, sentences
 from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace
 
 CACHE_ENTRIES = 128
+
+#: The prompt items that are audio (the others are digits and remote files).
+AudioItem = SayText | PlayFile | PlayTone
 
 
 class PromptError(Exception):
@@ -42,30 +54,47 @@ class PromptAudio:
 
     def ready(
         self, app: str, items: tuple[PromptItem, ...], law: g711.Law
-    ) -> tuple[bytes, int, str | None]:
-        """The audio of the leading ``items`` that can play now, in ``law``.
+    ) -> tuple[list[Segment], int, str | None]:
+        """The segments of the leading ``items`` that can play now, audio in ``law``.
 
-        Returns the G.711 bytes, how many items they cover (text whose sentences
-        are not all synthesised yet stops there), and the error of the first
-        item that cannot be played at all (the prompt ends there).
+        Returns the segments (empty audio left out), how many items they cover
+        (text whose sentences are not all synthesised yet stops there), and the
+        error of the first item that cannot be played at all (the prompt ends
+        there).
         """
-        parts: list[bytes] = []
+        parts: list[Segment] = []
         for done, item in enumerate(items):
             try:
                 if isinstance(item, SayText):
                     speech = self._cached_speech(item)
                     if speech is None:
-                        return b"".join(parts), done, None  # to be synthesised
-                    parts.append(g711.encode(law, speech))
+                        return parts, done, None  # to be synthesised
+                    segment: Segment = g711.encode(law, speech)
                 elif isinstance(item, PlayFile) and item.cipher is not None:
-                    return b"".join(parts), done, None  # decrypted on a worker thread
+                    return parts, done, None  # decrypted on a worker thread
                 else:
-                    parts.append(self.encoded_item(app, item, law))
+                    segment = self.segment(app, item, law)
             except PromptError as exc:
-                return b"".join(parts), done, str(exc)
-        return b"".join(parts), len(items), None
+                return parts, done, str(exc)
+            if segment:
+                parts.append(segment)
+        return parts, len(items), None
 
-    def encoded_item(self, app: str, item: PromptItem, law: g711.Law) -> bytes:
+    def segment(self, app: str, item: PromptItem, law: g711.Law) -> Segment:
+        """One item's part of the prompt: its audio in ``law``, or its digits; raises PromptError.
+
+        Text only from the sentence cache, as for :meth:`encoded_item`.
+        """
+        if isinstance(item, PlayDigits):
+            try:
+                return Digits(item.digits)
+            except ValueError as exc:  # the schema lets none through; a bug must not crash
+                raise PromptError(str(exc)) from None
+        if isinstance(item, PlayUrl):
+            raise PromptError(f"{item.url}: remote files are not supported on this leg yet")
+        return self.encoded_item(app, item, law)
+
+    def encoded_item(self, app: str, item: AudioItem, law: g711.Law) -> bytes:
         """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""
         key: tuple[object, ...] | None = None
         if isinstance(item, PlayTone):
@@ -88,7 +117,7 @@ class PromptAudio:
                 self._encoded.popitem(last=False)
         return audio
 
-    def item(self, app: str, item: PromptItem) -> npt.NDArray[np.int16]:
+    def item(self, app: str, item: AudioItem) -> npt.NDArray[np.int16]:
         if isinstance(item, PlayTone):
             return tones.tone(item.frequency_hz, item.seconds)
         if isinstance(item, SayText):

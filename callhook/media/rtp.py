@@ -189,7 +189,13 @@ class RtpSender:
 
     def packet(self, payload: bytes, payload_type: int, timestamp: int, marker: bool) -> bytes:
         """A packet at an explicit timestamp (RFC 4733 §2.5.1: an event keeps its start
-        timestamp); the sequence number and counters advance, the timestamp does not."""
+        timestamp); the sequence number and counters advance, the timestamp does not.
+
+        A packet with the marker bit (an event's first, RFC 4733 §2.4.2) begins a
+        talkspurt: the audio that follows it does not carry the marker again.
+        """
+        if marker:
+            self._talkspurt = False
         seq = self.sequence
         self.sequence = (seq + 1) & 0xFFFF
         self.packets += 1

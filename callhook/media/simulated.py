@@ -27,8 +27,10 @@ from callhook.events import (
     MediaCommand,
     MediaEvent,
     Phrase,
+    PlayDigits,
     PlayFile,
     PlayTone,
+    PlayUrl,
     PromptFinished,
     PromptItem,
     SayText,
@@ -43,6 +45,7 @@ from callhook.events import (
     StopRecording,
     VoiceActivity,
 )
+from callhook.media.dtmfsend import DIGIT_SECONDS
 
 #: Seconds per character of text-to-speech: about 15 characters a second.
 SECONDS_PER_CHARACTER = 0.065
@@ -51,7 +54,10 @@ SECONDS_PER_CHARACTER = 0.065
 class PromptTimer:
     """How long prompt items play. Files not listed take ``default_file_seconds``.
 
-    ``files`` may map a name to None: that file does not exist.
+    ``files`` may map a name to None: that file does not exist. Digits take
+    their real time (``DIGIT_SECONDS`` each, as on a SIP call). A remote file
+    (``PlayUrl``) is timed like a file, listed in ``files`` under its URL; it
+    is not fetched here (``file_seconds`` reads the media file store only).
     """
 
     def __init__(
@@ -72,13 +78,15 @@ class PromptTimer:
             return self.texts.get(item.text, max(0.3, len(item.text) * SECONDS_PER_CHARACTER))
         if isinstance(item, PlayTone):
             return item.seconds
-        assert isinstance(item, PlayFile)
-        if item.name in self.files:
-            value = self.files[item.name]
+        if isinstance(item, PlayDigits):
+            return len(item.digits) * DIGIT_SECONDS
+        name = item.url if isinstance(item, PlayUrl) else item.name
+        if name in self.files:
+            value = self.files[name]
             if value is None:
-                raise FileNotFoundError(item.name)
+                raise FileNotFoundError(name)
             return value
-        if self.file_seconds is not None:
+        if self.file_seconds is not None and isinstance(item, PlayFile):
             return self.file_seconds(item)
         return self.default_file_seconds
 

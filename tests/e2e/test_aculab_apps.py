@@ -9,16 +9,18 @@ about the audio, not about callhook's own log.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from callhook.media import g711, tones, wav
+from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server
-from tests.e2e.rtpsink import RtpSink, dominant_hz
+from tests.e2e.rtpsink import Packet, RtpSink, dominant_hz
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -107,3 +109,73 @@ async def test_get_number_with_keyed_prompt_and_keyed_timeout_message(
     assert 4 <= message_span[1] - message_span[0] <= 6, heard
     gap = message_span[0] - prompt_span[1]
     assert 9 <= gap <= 11, heard
+
+
+# --- digits_to_play: DTMF sent by callhook --------------------------------------------------
+
+DIGITS = "1234#*"
+
+
+def heard_in(packets: list[Packet]) -> list[float]:
+    """The dominant frequencies of the audio in ``packets`` (µ-law), 0.2 s at a time."""
+    audio = b"".join(p.payload for p in packets if p.payload_type == 0)
+    return dominant_hz(g711.decode("ulaw", audio))
+
+
+def digits_app(app: AppServer, data: Path) -> None:
+    """A tone, the digits, another tone; then hang up (the play list plays in order)."""
+    before = write_tone(data, "prompts/before.wav", PROMPT_HZ, 0.4)
+    after = write_tone(data, "prompts/after.wav", MESSAGE_HZ, 0.4)
+    items = [{"file_to_play": before}, {"digits_to_play": DIGITS}, {"file_to_play": after}]
+    app.page("/start", [{"play": {"play_list": items}}, {"hang_up": {}}])
+    app.page("/final", None)
+
+
+async def test_digits_to_play_are_rfc4733_events_when_negotiated(
+    tmp_path: Path, app: AppServer
+) -> None:
+    digits_app(app, tmp_path / "data")
+    run, server, sink = await call_and_listen(tmp_path, app)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    events = sink.events()
+    assert len(events) == 7 * len(DIGITS), (events, server.output)
+    # One event per digit, in order, each of 7 packets with its start's timestamp (RFC 4733).
+    starts = sorted({e.timestamp for e in events})
+    assert [b - a for a, b in itertools.pairwise(starts)] == [1600] * (len(DIGITS) - 1)
+    for digit, start in zip(DIGITS, starts, strict=True):
+        packets = [e for e in events if e.timestamp == start]
+        assert {e.digit for e in packets} == {digit}
+        assert [e.marker for e in packets] == [True] + [False] * 6
+        assert [e.duration for e in packets] == [160, 320, 480, 640, 800, 800, 800]
+        assert [e.end for e in packets] == [False] * 4 + [True] * 3
+        assert {e.volume for e in packets} == {10}
+    # One RTP stream: sequence numbers run on across audio and events, and no audio is
+    # sent while an event is in progress (only the silent rest of each gap between).
+    ordered = sorted(sink.packets, key=lambda p: (p.sequence - sink.packets[0].sequence) & 0xFFFF)
+    seqs = [p.sequence for p in ordered]
+    assert all((b - a) & 0xFFFF == 1 for a, b in itertools.pairwise(seqs)), seqs
+    kinds = "".join("e" if p.payload_type == 101 else "a" for p in ordered)
+    first, last = kinds.index("e"), kinds.rindex("e")
+    assert kinds[first : last + 1] == ("eeeeeee" + "aaa") * (len(DIGITS) - 1) + "eeeeeee"
+    # The play list in order: the first tone before the digits, the second after them.
+    assert set(heard_in(ordered[:first])) - {0.0} == {PROMPT_HZ}
+    assert set(heard_in(ordered[last + 1 :])) - {0.0} == {MESSAGE_HZ}
+    # callhook's own receiver takes each digit once.
+    receiver = Rfc4733Receiver()
+    got = [
+        receiver.feed(p.payload, p.timestamp, p.arrived) for p in ordered if p.payload_type == 101
+    ]
+    assert "".join(d for d in got if d is not None) == DIGITS
+
+
+async def test_digits_to_play_are_in_band_tones_without_telephone_event(
+    tmp_path: Path, app: AppServer
+) -> None:
+    digits_app(app, tmp_path / "data")
+    run, server, sink = await call_and_listen(tmp_path, app, telephone_event=False)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    assert {p.payload_type for p in sink.packets} == {0}  # audio only
+    audio = sink.audio()
+    detector = ToneDetector()
+    heard = [detector.feed(audio[i : i + 160]) for i in range(0, len(audio) - 159, 160)]
+    assert "".join(d for d in heard if d is not None) == DIGITS, server.output

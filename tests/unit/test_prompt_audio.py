@@ -27,9 +27,10 @@ def prompts(tmp_path: Path) -> PromptAudio:
 
 def test_an_encrypted_file_waits_for_the_worker_thread(prompts: PromptAudio) -> None:
     items = (PlayTone(1000.0, 0.1), PlayFile("secret.wav", ("aescbc", KEY, IV)))
-    audio, done, error = prompts.ready("app", items, "alaw")
+    segments, done, error = prompts.ready("app", items, "alaw")
     assert (done, error) == (1, None)  # the tone now; the file is decrypted off the loop
-    assert len(audio) == 800
+    (tone,) = segments
+    assert isinstance(tone, bytes) and len(tone) == 800
 
 
 def test_the_right_key_plays_what_the_plain_file_holds(prompts: PromptAudio) -> None:
