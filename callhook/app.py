@@ -20,6 +20,7 @@ from callhook.adapters import web as web_adapter
 from callhook.adapters.api import Api
 from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
+from callhook.adapters.remote_media import RemoteMedia
 from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
 from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_id
 from callhook.calllog import CallLog, Listener
@@ -50,6 +51,7 @@ class Services:
     clock: Clock = field(default_factory=MonotonicClock)
     store: MediaStore = field(init=False)
     pages: HttpPages = field(init=False)
+    remote_media: RemoteMedia = field(init=False)
     secret: str = field(init=False)
     speech: SpeechService = field(init=False)
     db: Database = field(init=False)
@@ -67,6 +69,9 @@ class Services:
     def __post_init__(self) -> None:
         self.store = MediaStore(self.settings.data_dir / "media")
         self.pages = HttpPages(timeout=self.settings.page_timeout)
+        self.remote_media = RemoteMedia(
+            max_bytes=self.settings.remote_media_bytes, timeout=self.settings.remote_media_timeout
+        )
         self.secret = data_secret(self.settings.data_dir)
         settings = self.settings
         self.speech = SpeechService(
@@ -229,6 +234,7 @@ class Services:
             await self.notifier.close()
             self.notifier = None
         await self.pages.close()
+        await self.remote_media.close()
         self.db.close()
         self.ownership.close()
         if self.web_runner is not None:

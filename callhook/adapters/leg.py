@@ -33,6 +33,7 @@ from callhook.events import (
     MediaEvent,
     Phrase,
     PlayFile,
+    PlayUrl,
     PromptFinished,
     PromptItem,
     RecognitionOptions,
@@ -189,6 +190,7 @@ class SipLeg:
     async def _stream_prompt(self, prompt_id: int, items: tuple[PromptItem, ...]) -> None:
         law = self.session.law
         error: str | None = None
+        item: PromptItem | None = None
         try:
             for item in items:
                 synthesiser = self.prompts.synthesiser
@@ -204,11 +206,17 @@ class SipLeg:
                         self.prompts.encoded_item, self.app_name, item, law
                     )
                     self.session.append_prompt(prompt_id, audio_bytes)
+                elif isinstance(item, PlayUrl):
+                    audio_bytes = await self.prompts.remote_audio(item, law)
+                    self.session.append_prompt(prompt_id, audio_bytes)
                 else:  # audio from the store or a cache, or digits to send
                     segment = self.prompts.segment(self.app_name, item, law)
                     self.session.append_prompt(prompt_id, segment)
         except (PromptError, SynthesisError) as exc:
             error = str(exc)
+            if isinstance(item, SayText) and item.private:
+                # An engine's message may quote the text: text_is_private keeps it out.
+                error = f"a private text could not be spoken ({type(exc).__name__})"
             logger.error("call %s: prompt %d: %s", self.info.call_id, prompt_id, error)
         except Exception as exc:  # a bug must end the prompt, not leave it open forever
             error = f"internal error: {type(exc).__name__}: {exc}"

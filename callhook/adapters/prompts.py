@@ -13,14 +13,17 @@ A prompt is a sequence of segments for the media session
 (:data:`~callhook.media.session.Segment`): audio in the call's law, or the
 digits of a ``digits_to_play`` item, which the session sends as RFC 4733
 events or in-band tones, whichever the call negotiated. A remote file
-(``PlayUrl``) cannot be played on a SIP leg yet: it ends the prompt with an
-error, like a missing file.
+(``PlayUrl``, ``file_to_play`` given as a web page request) is fetched by
+:class:`~callhook.adapters.remote_media.RemoteMedia` while the prompt plays
+(:meth:`PromptAudio.remote_audio`); a fetch that fails ends the prompt with
+its cause, like a missing file.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -43,12 +46,26 @@ class PromptError(Exception):
     """An item that cannot be played, and why (the prompt ends there)."""
 
 
+class RemoteAudio(Protocol):
+    """Where remote files come from (``adapters.remote_media.RemoteMedia``)."""
+
+    async def audio(self, url: str) -> npt.NDArray[np.int16]:
+        """The file at ``url`` as 8 kHz samples; raises PromptError."""
+
+
 class PromptAudio:
     """Audio for prompt items of one application namespace."""
 
-    def __init__(self, store: MediaStore, synthesiser: Synthesiser | None) -> None:
+    def __init__(
+        self,
+        store: MediaStore,
+        synthesiser: Synthesiser | None,
+        *,
+        remote: RemoteAudio | None = None,
+    ) -> None:
         self.store = store
         self.synthesiser = synthesiser
+        self.remote = remote
         self._cache: OrderedDict[tuple[Path, int], npt.NDArray[np.int16]] = OrderedDict()
         self._encoded: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
 
@@ -72,6 +89,8 @@ class PromptAudio:
                     segment: Segment = g711.encode(law, speech)
                 elif isinstance(item, PlayFile) and item.cipher is not None:
                     return parts, done, None  # decrypted on a worker thread
+                elif isinstance(item, PlayUrl):
+                    return parts, done, None  # fetched while the prompt plays
                 else:
                     segment = self.segment(app, item, law)
             except PromptError as exc:
@@ -91,8 +110,14 @@ class PromptAudio:
             except ValueError as exc:  # the schema lets none through; a bug must not crash
                 raise PromptError(str(exc)) from None
         if isinstance(item, PlayUrl):
-            raise PromptError(f"{item.url}: remote files are not supported on this leg yet")
+            raise PromptError(f"{item.url}: a remote file is fetched with remote_audio()")
         return self.encoded_item(app, item, law)
+
+    async def remote_audio(self, item: PlayUrl, law: g711.Law) -> bytes:
+        """A remote file's audio in ``law``, fetched (or from its cache); raises PromptError."""
+        if self.remote is None:
+            raise PromptError(f"{item.url}: remote files cannot be played here")
+        return g711.encode(law, await self.remote.audio(item.url))
 
     def encoded_item(self, app: str, item: AudioItem, law: g711.Law) -> bytes:
         """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""

@@ -115,7 +115,9 @@ class SipService:
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.media: MediaEngine | None = None
-        self.prompts = PromptAudio(services.store, services.speech.synthesiser)
+        self.prompts = PromptAudio(
+            services.store, services.speech.synthesiser, remote=services.remote_media
+        )
         self.calls: dict[str, _Call] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None

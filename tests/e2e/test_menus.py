@@ -1,4 +1,4 @@
-"""Menus and ``delete_file`` on real calls: SIPp calls ``callhook serve``.
+"""Menus, ``delete_file`` and remote prompt files on real calls: SIPp calls ``callhook serve``.
 
 ``run_menu``: keys sent as SIP INFO, the caller's ear a socket of the test
 (``rtpsink``), so the test hears the prompt, the invalid-digit message and the
@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from callhook.adapters.speech import build_synthesiser
-from callhook.testing import AppServer
+from callhook.media import g711, tones, wav
+from callhook.testing import AppServer, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import Server
-from tests.e2e.rtpsink import dominant_hz
+from tests.e2e.rtpsink import RtpSink, dominant_hz
 from tests.e2e.rtpstream import Stream
-from tests.e2e.test_aculab_apps import call_and_listen, play, spans, write_tone
+from tests.e2e.test_aculab_apps import call_and_listen, invite_to, play, spans, write_tone
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -118,3 +119,50 @@ async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer) -> Non
     assert not (data / "media" / "default" / gone).exists()
     # The final page's own delete_file ran too (Aculab allows it there).
     assert not (data / "media" / "default" / keep).exists()
+
+
+async def test_a_remote_file_is_heard_and_failures_are_logged_and_skipped(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """file_to_play as a web page request: fetched from the app's server (relative URL).
+
+    A 404 and an oversized file each end their own play (logged with the cause);
+    the next action still runs and is heard.
+    """
+    data = tmp_path / "data"
+    local = write_tone(data, "prompts/after.wav", MESSAGE_HZ)
+    remote = wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(PROMPT_HZ, 1.0)))
+    app.page("/media/hello.wav", Reply(remote, content_type="audio/wav"))
+    app.page("/media/huge.wav", Reply(remote * 4, content_type="audio/wav"))
+    web_file = {"play": {"play_list": [{"file_to_play": {"url": "media/hello.wav"}}]}}
+    app.page(
+        "/start",
+        [
+            web_file,
+            {"play": {"play_list": [{"file_to_play": {"url": "media/missing.wav"}}]}},
+            {"play": {"play_list": [{"file_to_play": {"url": "/media/huge.wav"}}]}},
+            play(local),
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/final", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text("[media]\nremote_max_mb = 0.02\nremote_timeout = 5\n")  # 20 KiB
+    async with (
+        RtpSink() as sink,
+        Server.for_app(data, app, extra=("--config", str(config))) as server,
+    ):
+        parts = [invite_to(sink), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    fetched = [r.path for r in app.requests if r.path.startswith("/media/")]
+    assert fetched == ["/media/hello.wav", "/media/missing.wav", "/media/huge.wav"]
+    assert all(r.method == "GET" and r.raw == b"" for r in app.requests if r.path in fetched)
+    heard = dominant_hz(sink.audio())
+    (remote_span,) = spans(heard, PROMPT_HZ)
+    (local_span,) = spans(heard, MESSAGE_HZ)
+    assert 4 <= remote_span[1] - remote_span[0] <= 6 and remote_span[1] <= local_span[0], heard
+    (final,) = app.bodies("/final")
+    log = (data / "media" / "default" / final["log_filename"]).read_text()
+    assert f"{app.url('/media/missing.wav')}: HTTP 404" in log, log
+    assert f"{app.url('/media/huge.wav')}: larger than 20971 bytes" in log, log

@@ -62,6 +62,8 @@ class Engine:
     def synthesize(self, text: str, voice: str) -> np.ndarray:
         if text.startswith("Bad"):
             raise SynthesisError("test:v cannot say that")
+        if text.startswith("Secret"):
+            raise SynthesisError(f"test:v could not speak {text!r}")  # as piper and espeak do
         if text.startswith("Slow"):
             self.gate.wait(5)
         level = 1000 * (len(text) % 7 + 1)
@@ -160,6 +162,23 @@ async def test_a_sentence_the_engine_cannot_say_ends_the_prompt_with_the_error(t
     (finished,) = the_leg.take_pending()
     assert isinstance(finished, PromptFinished) and finished.prompt_id == 3
     assert finished.error == "test:v cannot say that"
+
+
+async def test_a_private_text_the_engine_cannot_say_is_not_quoted(tmp_path, caplog):
+    the_leg, session, _, _ = leg(tmp_path)
+    the_leg.send([StartPrompt(4, (SayText("Secret code 4321.", private=True),))])
+    await until(lambda: not the_leg._streaming)
+    payloads(session, 2)
+    (finished,) = the_leg.take_pending()
+    assert isinstance(finished, PromptFinished) and finished.prompt_id == 4
+    assert finished.error == "a private text could not be spoken (SynthesisError)"
+    assert "4321" not in caplog.text
+    # The same failure of a text that is not private says what the engine said.
+    the_leg.send([StartPrompt(5, (SayText("Secret code 4321."),))])
+    await until(lambda: not the_leg._streaming)
+    payloads(session, 2, start=1.0)
+    (finished,) = the_leg.take_pending()
+    assert isinstance(finished, PromptFinished) and finished.error and "4321" in finished.error
 
 
 async def test_a_stopped_prompt_stops_its_synthesis(tmp_path):
