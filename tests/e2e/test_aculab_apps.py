@@ -13,6 +13,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from callhook.media import g711, tones, wav
@@ -179,3 +180,25 @@ async def test_digits_to_play_are_in_band_tones_without_telephone_event(
     detector = ToneDetector()
     heard = [detector.feed(audio[i : i + 160]) for i in range(0, len(audio) - 159, 160)]
     assert "".join(d for d in heard if d is not None) == DIGITS, server.output
+
+
+async def test_a_private_text_is_spoken_but_never_logged(tmp_path: Path, app: AppServer) -> None:
+    """text_is_private on a real call: spoken to the caller, absent from every log."""
+    secret = "Your code is 4 3 2 1."
+    app.page(
+        "/start",
+        [
+            {"play": {"play_list": [{"text_to_say": secret, "text_is_private": True}]}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/final", None)
+    run, server, sink = await call_and_listen(tmp_path, app)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    heard = sink.audio()
+    assert int(np.sum(np.abs(heard.astype(np.int32)) > 1000)) > 800, "nothing was spoken"
+    (final,) = app.bodies("/final")
+    log = (tmp_path / "data" / "media" / "default" / final["log_filename"]).read_text()
+    assert "say <private text>" in log
+    for text in (log, server.output):
+        assert "4 3 2 1" not in text and "code is" not in text

@@ -31,6 +31,38 @@ def test_validate_accepts_a_valid_list(tmp_path: Path) -> None:
     assert result.stdout == "valid\n"
 
 
+def test_validate_takes_both_play_action_forms_and_names_menu_problems() -> None:
+    say = {"play_list": [{"text_to_say": "Press 1."}]}
+    keyed = {
+        "actions": [
+            {
+                "get_number": {
+                    "next_page": {"url": "/n"},
+                    "prompt": {"play": say},
+                    "on_digit_timeout_messages": [{"play": say}, say],
+                }
+            },
+            {
+                "run_menu": {
+                    "prompt": say,
+                    "menu_options": [{"digit": "1", "next_page": {"url": "a"}}],
+                }
+            },
+        ]
+    }
+    result = run("validate", "-", stdin=json.dumps(keyed))
+    assert (result.returncode, result.stdout) == (0, "valid\n")
+    bad = {
+        "actions": [{"run_menu": {"menu_options": [{"digit": "1", "next_page": {"url": "a"}}] * 2}}]
+    }
+    result = run("validate", "-", stdin=json.dumps(bad))
+    assert result.returncode == 1
+    assert result.stdout.startswith("$.actions[0].run_menu.menu_options: digit '1' is used by")
+    schema = json.loads(run("schema").stdout)
+    prompt = schema["$defs"]["GetNumber"]["properties"]["prompt"]
+    assert [r["$ref"] for r in prompt["oneOf"]] == ["#/$defs/PlayStep", "#/$defs/Play"]
+
+
 def test_validate_prints_every_error() -> None:
     doc = {
         "actions": [

@@ -144,3 +144,37 @@ async def test_speech_barges_in_on_a_prompt_and_is_kept_for_get_input(
     (body,) = app.bodies("/heard")
     # the prompt (about 20 s) was cut short: the page came well before it could have ended
     assert body["this_call"]["seconds_call_duration"] < 8.0
+
+
+@pytest.mark.parametrize(("said", "barges_in"), [("Operator, please.", True), ("Hello.", False)])
+async def test_barge_in_phrases_choose_which_speech_stops_the_prompt(
+    tmp_path: Path, app: AppServer, said: str, barges_in: bool
+):
+    """barge_in_on_speech_options: only speech holding one of the phrases barges in."""
+    long_prompt = " ".join(["This is a long announcement that nobody wants to hear."] * 3)
+    app.page(
+        "/start",
+        [
+            {
+                "play": {
+                    "play_list": [{"text_to_say": long_prompt}],
+                    "barge_in_on_speech": True,
+                    "barge_in_on_speech_options": {
+                        "language": "en-US",
+                        "barge_in_phrases": ["operator"],
+                    },
+                }
+            },
+            get_input(speech_input_mode="disabled", seconds_timeout=0),
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    await call(tmp_path, app, Stream(12.0).speech(spoken(said), at=2.0))
+    (final,) = app.bodies("/final")
+    duration = final["this_call"]["seconds_call_duration"]
+    if barges_in:
+        assert duration < 6.0, duration  # the ~10 s prompt was cut short by "operator"
+    else:
+        assert duration > 8.0, duration  # "hello" is not a barge-in phrase: it played on
