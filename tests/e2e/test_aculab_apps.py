@@ -202,3 +202,40 @@ async def test_a_private_text_is_spoken_but_never_logged(tmp_path: Path, app: Ap
     assert "say <private text>" in log
     for text in (log, server.output):
         assert "4 3 2 1" not in text and "code is" not in text
+
+
+async def test_get_input_with_keyed_prompt_and_keyed_timeout_message(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """get_input as the reference writes it: prompt and timeout message heard, digits taken."""
+    data = tmp_path / "data"
+    prompt = write_tone(data, "prompts/ask.wav", PROMPT_HZ)
+    sorry = write_tone(data, "prompts/nothing.wav", MESSAGE_HZ)
+    app.page(
+        "/start",
+        [
+            {
+                "get_input": {
+                    "prompt": play(prompt),
+                    "on_input_timeout_messages": [play(sorry), play(sorry)],
+                    "digit_input_options": {"digit_count": 2},
+                    "milliseconds_initial_timeout": 2000,
+                    "next_page": {"url": "/input"},
+                }
+            }
+        ],
+    )
+    app.page("/input", [{"hang_up": {}}])
+    app.page("/final", None)
+    infos = [sipp.INFO.format(cseq=2 + i, digit=d) for i, d in enumerate("73")]
+    run, server, sink = await call_and_listen(tmp_path, app, sipp.PAUSE.format(ms=4800), *infos)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (body,) = app.bodies("/input")
+    assert body["action_result"] == {
+        "action": "get_input",
+        "result": {"input_type": "digits", "digits_input": "73"},
+    }
+    heard = dominant_hz(sink.audio())
+    (prompt_span,) = spans(heard, PROMPT_HZ)
+    (message_span,) = spans(heard, MESSAGE_HZ)
+    assert 9 <= message_span[0] - prompt_span[1] <= 11, heard  # the 2 s initial timeout
