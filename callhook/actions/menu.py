@@ -281,7 +281,11 @@ class MenuMachine(ActionMachine):
             return []
         self.speaking = False
         if isinstance(event, SpeechRejected):
-            return []  # a noise, not an answer: the menu keeps waiting
+            # A noise, not an answer: the menu keeps waiting, its timeout from the end of
+            # the noise (as get_input's initial timeout), not cut short by the noise.
+            if self.state is State.WAIT:
+                self.wait_start = now
+            return []
         commands: list[MediaCommand] = []
         if self.state is State.PROMPT:
             commands += self.prompter.stop()  # speech barges in on the prompt

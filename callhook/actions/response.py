@@ -191,6 +191,8 @@ def _strings(node: Any) -> list[str]:
         return [s for item in node for s in _strings(item)]
     if isinstance(node, dict):
         return [s for item in node.values() for s in _strings(item)]
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return [json.dumps(node)]  # a number where the text belongs is private too
     return []
 
 
@@ -200,6 +202,14 @@ def parse_response(body: bytes | str) -> Response:
     Raises :class:`InvalidResponse` listing every problem (the body is not JSON,
     or is JSON but not a valid action list).
     """
+    try:
+        return _parse(body)
+    except RecursionError:  # nesting deeper than Python's stack: not an action list
+        message = "nested too deeply to be an action list"
+        raise InvalidResponse([Problem(path="$", message=message)]) from None
+
+
+def _parse(body: bytes | str) -> Response:
     try:
         document = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -170,8 +170,8 @@ class SipLeg:
             else:
                 self.session.play_segments(command.prompt_id, segments)
             return
-        # Text to synthesise (or a file to decrypt): play what is ready, the rest
-        # follows sentence by sentence, item by item.
+        # Text to synthesise, a file to read or decrypt, a file to fetch: play what is
+        # ready, the rest follows sentence by sentence, item by item.
         self.session.play_segments(command.prompt_id, segments, more=True)
         task = self.loop.create_task(self._stream_prompt(command.prompt_id, items[done:]))
         self._streaming[command.prompt_id] = task
@@ -201,7 +201,7 @@ class SipLeg:
                         if audio is None:
                             audio = await self.speech.sentence(choice, sentence)
                         self.session.append_prompt(prompt_id, g711.encode(law, audio))
-                elif isinstance(item, PlayFile) and item.cipher is not None:
+                elif isinstance(item, PlayFile):  # read and decoded off the event loop
                     audio_bytes = await asyncio.to_thread(
                         self.prompts.encoded_item, self.app_name, item, law
                     )

@@ -6,8 +6,9 @@ time and law: a prompt played on hundreds of calls is read and encoded once.
 Speech comes from the synthesiser's sentence cache when every sentence of the
 text is there; otherwise the leg synthesises it on a worker thread while the
 prompt plays (:meth:`PromptAudio.ready` says how far a prompt can go now).
-Encrypted files are decrypted on a worker thread too (a large one would
-stall every call's audio), and never cached.
+A file that is not cached yet is read and decoded on a worker thread (a
+large one, or ADPCM, would stall every call's audio); encrypted files are
+decrypted there too, and never cached.
 
 A prompt is a sequence of segments for the media session
 (:data:`~callhook.media.session.Segment`): audio in the call's law, or the
@@ -21,9 +22,10 @@ its cause, like a missing file.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +70,8 @@ class PromptAudio:
         self.remote = remote
         self._cache: OrderedDict[tuple[Path, int], npt.NDArray[np.int16]] = OrderedDict()
         self._encoded: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
+        # Worker threads fill the caches while the event loop reads them.
+        self._lock = threading.Lock()
 
     def ready(
         self, app: str, items: tuple[PromptItem, ...], law: g711.Law
@@ -87,8 +91,13 @@ class PromptAudio:
                     if speech is None:
                         return parts, done, None  # to be synthesised
                     segment: Segment = g711.encode(law, speech)
-                elif isinstance(item, PlayFile) and item.cipher is not None:
-                    return parts, done, None  # decrypted on a worker thread
+                elif isinstance(item, PlayFile):
+                    cached = self._cached_file(app, item, law)
+                    if cached is None:
+                        # Read, decoded (ADPCM is a Python loop) or decrypted on a worker
+                        # thread: never on the event loop every call's audio runs on.
+                        return parts, done, None
+                    segment = cached
                 elif isinstance(item, PlayUrl):
                     return parts, done, None  # fetched while the prompt plays
                 else:
@@ -119,6 +128,17 @@ class PromptAudio:
             raise PromptError(f"{item.url}: remote files cannot be played here")
         return g711.encode(law, await self.remote.audio(item.url))
 
+    def _cached_file(self, app: str, item: PlayFile, law: g711.Law) -> bytes | None:
+        """A store file's audio in ``law`` if it is cached and unchanged on disk, else None."""
+        if item.cipher is not None:
+            return None  # never cached
+        try:
+            path = self.store.path(app, item.name)
+            key = ("file", path, path.stat().st_mtime_ns, law)
+        except (OutsideNamespace, OSError):
+            return None  # encoded_item() says why, on the worker thread
+        return _lookup(self._encoded, key, self._lock)
+
     def encoded_item(self, app: str, item: AudioItem, law: g711.Law) -> bytes:
         """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""
         key: tuple[object, ...] | None = None
@@ -131,15 +151,12 @@ class PromptAudio:
             except (OutsideNamespace, OSError):
                 key = None  # item() says why
         if key is not None:
-            cached = self._encoded.get(key)
+            cached = _lookup(self._encoded, key, self._lock)
             if cached is not None:
-                self._encoded.move_to_end(key)
                 return cached
         audio = g711.encode(law, self.item(app, item))
         if key is not None:
-            self._encoded[key] = audio
-            if len(self._encoded) > CACHE_ENTRIES:
-                self._encoded.popitem(last=False)
+            _store(self._encoded, key, audio, self._lock)
         return audio
 
     def item(self, app: str, item: AudioItem) -> npt.NDArray[np.int16]:
@@ -161,17 +178,14 @@ class PromptAudio:
         except OSError:
             raise PromptError(f"{item.name}: no such file in the media file store") from None
         key = (path, stat.st_mtime_ns)
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
+        cached_audio = _lookup(self._cache, key, self._lock)
+        if cached_audio is not None:
+            return cached_audio
         try:
             audio = wav.decode_to_8k(path.read_bytes())
         except (OSError, wav.WavError) as exc:
             raise PromptError(f"{item.name}: {exc}") from None
-        self._cache[key] = audio
-        if len(self._cache) > CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+        _store(self._cache, key, audio, self._lock)
         return audio
 
     def _decrypted(
@@ -207,3 +221,25 @@ class PromptAudio:
                 return None
             parts.append(audio)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _lookup(cache: OrderedDict[K, V], key: K, lock: threading.Lock) -> V | None:
+    """A cached value (now the most recently used), or None."""
+    with lock:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _store(cache: OrderedDict[K, V], key: K, value: V, lock: threading.Lock) -> None:
+    """Cache ``value``, forgetting the least recently used entry past ``CACHE_ENTRIES``."""
+    with lock:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > CACHE_ENTRIES:
+            cache.popitem(last=False)

@@ -77,8 +77,10 @@ class RemoteMedia:
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
-        for task in list(self._inflight.values()):
+        tasks = list(self._inflight.values())
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -107,7 +109,10 @@ class RemoteMedia:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                headers={"User-Agent": f"callhook/{__version__}"}, auto_decompress=True
+                headers={"User-Agent": f"callhook/{__version__}"},
+                auto_decompress=True,
+                # No cookies: one app's media server must not set what another app's sees.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

@@ -133,8 +133,9 @@ def _run(
     after: list[int],
     low: int,
     high: int,
-) -> list[int]:
-    """The samples ``nibbles`` decode to from ``sample`` and ``state`` (16 × step index)."""
+) -> tuple[list[int], int, int]:
+    """The samples ``nibbles`` decode to from ``sample`` and ``state`` (16 × step index),
+    and the sample and state they end with (to go on with the next nibbles)."""
     out: list[int] = []
     append = out.append
     for n in nibbles:
@@ -146,7 +147,12 @@ def _run(
             sample = low
         append(sample)
         state = after[state]
-    return out
+    return out, sample, state
+
+
+#: Nibbles decoded per Python list: a long file never becomes one list of ints
+#: (about 36 bytes a sample), only the int16 array it is written into.
+_CHUNK = 1 << 16
 
 
 # ----------------------------------------------------------------------------- IMA
@@ -237,7 +243,7 @@ def ima_decode(
         for c in range(channels):
             codes = nibbles[b, c, : per_block - 1].tolist()
             sample, state = int(first[b, c]), int(states[b, c])
-            out[b, 1:, c] = _run(codes, sample, state, _IMA_DIFF, _IMA_NEXT, -32768, 32767)
+            out[b, 1:, c] = _run(codes, sample, state, _IMA_DIFF, _IMA_NEXT, -32768, 32767)[0]
     return out.reshape(count * per_block, channels)[:frames]
 
 
@@ -255,5 +261,10 @@ def oki_decode(data: bytes, rounding: OkiRounding = "dialogic") -> npt.NDArray[n
     nibbles = np.empty(2 * len(codes), np.uint8)
     nibbles[0::2] = codes >> 4
     nibbles[1::2] = codes & 0x0F
-    samples = _run(nibbles.tolist(), 0, 0, diff, after, -2048, 2047)
-    return (np.array(samples, np.int16) << 4).astype(np.int16)
+    out = np.empty(len(nibbles), np.int16)
+    sample = state = 0
+    for start in range(0, len(nibbles), _CHUNK):
+        part = nibbles[start : start + _CHUNK].tolist()
+        decoded, sample, state = _run(part, sample, state, diff, after, -2048, 2047)
+        out[start : start + len(decoded)] = decoded
+    return (out << 4).astype(np.int16)

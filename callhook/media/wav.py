@@ -146,6 +146,13 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
     is the one the header declares, cut to what the file holds: ``file_size``
     when given (a header read on its own), else ``len(data)`` (a whole file).
     """
+    try:
+        return _read_info(data, file_size)
+    except struct.error as exc:  # a header cut short anywhere: never anything but WavError
+        raise WavError(f"truncated header: {exc}") from None
+
+
+def _read_info(data: bytes, file_size: int | None) -> WavInfo:
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise WavError("not a RIFF/WAVE file")
     pos = 12
@@ -161,7 +168,8 @@ def read_info(data: bytes, file_size: int | None = None) -> WavInfo:
                 raise WavError("fmt chunk too short")
             tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", data, body)
             fmt = (tag, channels, rate, bits, align)
-            extension = struct.unpack_from("<H", data, body + 16)[0] if size >= 18 else 0
+            has_extension = size >= 18 and body + 18 <= len(data)
+            extension = struct.unpack_from("<H", data, body + 16)[0] if has_extension else 0
             if tag == FORMAT_EXTENSIBLE and size >= 40 and body + 26 <= len(data):
                 sub_format = struct.unpack_from("<H", data, body + 24)[0]
             elif tag == FORMAT_IMA_ADPCM and extension >= 2 and size >= 20:

@@ -376,3 +376,14 @@ def test_read_info_of_a_header_alone() -> None:
         data = file(name)
         info = wav.read_info(data[:100], len(data))
         assert info.seconds == seconds
+
+
+def test_a_header_cut_inside_the_fmt_extension_is_a_wav_error() -> None:
+    # fmt says 18 bytes (cbSize follows) but the file ends after 16: a clear WavError,
+    # never struct.error (which would end a whole call as an internal error).
+    data = b"RIFF" + struct.pack("<I", 28) + b"WAVE" + b"fmt " + struct.pack("<I", 18)
+    data += struct.pack("<HHIIHH", 0x11, 1, 8000, 4000, 256, 4)
+    with pytest.raises(wav.WavError):
+        wav.read_info(data)
+    with pytest.raises(wav.WavError):
+        wav.decode_to_8k(data)

@@ -234,3 +234,10 @@ def test_delete_file_names_are_confined(name: str, expected: str) -> None:
     (problem,) = problems(doc("delete_file", filename=name))
     assert problem.startswith("$.actions[0].delete_file.filename: "), problem
     assert expected in problem
+
+
+def test_a_body_nested_too_deeply_is_an_invalid_list_not_a_crash() -> None:
+    body = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(InvalidResponse) as info:
+        parse_response(body)
+    assert str(info.value) == "$: nested too deeply to be an action list"

@@ -379,4 +379,13 @@ async def test_cached_speech_from_a_barge_in_play_picks_the_option(app: AppServe
 
 async def test_noise_is_not_an_answer(app: AppServer) -> None:
     run = await call(app, [speech_menu(), PLAY_AFTER], Caller().noise(at=3.0, seconds=0.5))
-    assert timeline(run)[1] == (7.0, ST1)  # no invalid message for a noise
+    # No invalid message for a noise; the timeout runs again from its end (3.5 + 5).
+    assert timeline(run)[1] == (8.5, ST1)
+
+
+async def test_a_noise_across_the_timeout_does_not_end_in_a_message_at_once(
+    app: AppServer,
+) -> None:
+    # The timeout was due at 7.0, during the noise (6.5-7.5): it runs again from 7.5.
+    run = await call(app, [speech_menu(), PLAY_AFTER], Caller().noise(at=6.5, seconds=1.0))
+    assert timeline(run)[1] == (12.5, ST1)

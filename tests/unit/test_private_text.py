@@ -74,3 +74,9 @@ async def test_the_call_log_shows_a_private_prompt_without_its_text(app: AppServ
     assert "4 3 2 1" not in text
     assert "say <private text>, say 'Goodbye.'" in text
     assert text.count("<private text>") == 2
+
+
+def test_a_number_where_a_private_text_belongs_is_not_quoted() -> None:
+    document = {"actions": [{"play": {"play_list": [{**private(), "text_to_say": 43219876}]}}]}
+    (problem,) = problems(document)
+    assert "43219876" not in problem and "<private text>" in problem

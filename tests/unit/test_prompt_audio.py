@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,17 @@ def test_a_wrong_key_is_a_clear_error_not_noise(prompts: PromptAudio) -> None:
         prompts.encoded_item("app", PlayFile("secret.wav", ("aescbc", "b2" * 16, IV)), "ulaw")
     with pytest.raises(PromptError, match="no such file"):
         prompts.encoded_item("app", PlayFile("gone.wav", ("aescbc", KEY, IV)), "ulaw")
+
+
+def test_a_file_not_cached_yet_is_decoded_on_the_worker_thread(
+    prompts: PromptAudio, tmp_path: Path
+) -> None:
+    items = (PlayTone(1000.0, 0.1), PlayFile("plain.wav"))
+    segments, done, _ = prompts.ready("app", items, "alaw")
+    assert done == 1  # the file is read and decoded off the event loop (ADPCM is slow)
+    audio = prompts.encoded_item("app", PlayFile("plain.wav"), "alaw")  # what the thread does
+    segments, done, _ = prompts.ready("app", items, "alaw")
+    assert done == 2 and segments[1] == audio  # cached now: it plays at once
+    path = tmp_path / "app" / "plain.wav"
+    os.utime(path, ns=(1, 1))  # changed on disk: decoded again, off the loop
+    assert prompts.ready("app", items, "alaw")[1] == 1
