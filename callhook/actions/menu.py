@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from callhook.actions.fields import menu_words
 from callhook.actions.machine import (
     ActionContext,
     ActionMachine,
@@ -59,7 +60,7 @@ from callhook.actions.machine import (
     StopReason,
     say,
 )
-from callhook.actions.schema import Play, RunMenu, RunSpeechMenu, WebPageRequest, menu_words
+from callhook.actions.schema import Play, RunMenu, RunSpeechMenu, WebPageRequest
 from callhook.events import (
     DigitReceived,
     MediaCommand,

@@ -23,19 +23,20 @@ from pydantic import (
     create_model,
 )
 
-from callhook.actions.schema import ACTION_MODELS, Opt, PlayStep, _pattern, _Strict
+from callhook.actions.fields import Opt, Strict, pattern
+from callhook.actions.schema import ACTION_MODELS, PlayStep
 
 # --- the response envelope --------------------------------------------------------------
 
 # Each action in the list is an object with one key, the action name (reference §4.1).
 # One wrapper model per action (``GetNumberStep`` with the one property ``get_number``)
 # makes the JSON Schema of the envelope say exactly that.
-_STEPS: dict[str, type[_Strict]] = {"play": PlayStep}
+_STEPS: dict[str, type[Strict]] = {"play": PlayStep}
 for _name, _model in ACTION_MODELS.items():
     if _name not in _STEPS:
         _title = "".join(part.title() for part in _name.split("_")) + "Step"
         _fields: dict[str, Any] = {_name: (_model, ...)}
-        _STEPS[_name] = create_model(_title, __base__=_Strict, **_fields)
+        _STEPS[_name] = create_model(_title, __base__=Strict, **_fields)
 
 
 def _action_kind(value: Any) -> str | None:
@@ -47,7 +48,7 @@ def _action_kind(value: Any) -> str | None:
 
 
 if TYPE_CHECKING:
-    ActionItem: TypeAlias = _Strict
+    ActionItem: TypeAlias = Strict
 else:
     ActionItem = Annotated[
         Union[tuple(Annotated[step, Tag(f"~{name}")] for name, step in _STEPS.items())],  # noqa: UP007
@@ -61,10 +62,10 @@ def _check_api_version(value: str) -> str:
     return value
 
 
-ApiVersion = Annotated[str, AfterValidator(_check_api_version), _pattern(r"^2(\.\d+)*$")]
+ApiVersion = Annotated[str, AfterValidator(_check_api_version), pattern(r"^2(\.\d+)*$")]
 
 
-class Envelope(_Strict):
+class Envelope(Strict):
     """What a page answers: ``{"actions": [...], "token": "...", "api_version": "2.0"}``."""
 
     actions: list[ActionItem]

@@ -10,161 +10,43 @@ properties, wrong JSON types (``"5"`` for an integer, ``1`` for a boolean,
 invalid combinations the reference names are all errors, each reported with
 the JSON path of the offending value and what was expected there.
 
-The envelope around the actions, and :func:`~callhook.actions.response.parse_response`
-that turns a page's body into actions or precise problems, are in
-:mod:`callhook.actions.response`.
+The field types (digits, URLs, file names, words) are in
+:mod:`callhook.actions.fields`; the envelope around the actions, and
+:func:`~callhook.actions.response.parse_response` that turns a page's body into
+actions or precise problems, are in :mod:`callhook.actions.response`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
     model_validator,
 )
 
-from callhook.store.names import BadName, check_name
-
-DIGIT_CHARACTERS = "0123456789ABCD#*"
-
-
-def _check_digit_or_empty(value: str) -> str:
-    if len(value) > 1 or (value and value not in DIGIT_CHARACTERS):
-        raise ValueError(
-            f"expected one digit of {DIGIT_CHARACTERS} or an empty string, got {value!r}"
-        )
-    return value
-
-
-def _check_digits(value: str) -> str:
-    bad = sorted({c for c in value if c not in DIGIT_CHARACTERS})
-    if bad:
-        raise ValueError(
-            f"expected digits from {DIGIT_CHARACTERS}, got {value!r} (not digits: {''.join(bad)!r})"
-        )
-    return value
-
-
-def _hex_of(*lengths: int) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        wanted = " or ".join(str(n) for n in lengths)
-        if not re.fullmatch(r"[0-9A-Fa-f]*", value):
-            raise ValueError(f"expected {wanted} hexadecimal characters (0-9, a-f), got others")
-        if len(value) not in lengths:
-            raise ValueError(
-                f"expected {wanted} hexadecimal characters, got {len(value)} characters"
-            )
-        return value
-
-    return check
-
-
-def _check_language(value: str) -> str:
-    # BCP-47 language tag, e.g. en-US, en-GB, fr-FR, cmn-Hans-CN.
-    if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*", value):
-        raise ValueError(f"expected a BCP-47 language tag such as 'en-US', got {value!r}")
-    return value
-
-
-def _check_page_url(value: str) -> str:
-    # Absolute http(s) URLs, or a URL relative to the page that returned the action.
-    if not value.strip():
-        raise ValueError("expected a page URL, got an empty string")
-    scheme = value.split(":", 1)[0].lower() if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value) else ""
-    if scheme and scheme not in ("http", "https"):
-        raise ValueError(f"expected an http or https URL (or a relative one), got {value!r}")
-    return value
-
-
-def _check_file_name(value: str) -> str:
-    # Names in the application's media file namespace (DESIGN.md §1.5): the store's own
-    # rules, so a name that could never be played is refused when the list is validated.
-    try:
-        check_name(value)
-    except BadName as exc:
-        raise ValueError(f"expected a file name in the media file store: {exc}") from None
-    return value
-
-
-def _check_words(value: str) -> str:
-    # Words to listen for (a menu option, a barge-in phrase) need something to hear in them.
-    if not re.search(r"\w", value):
-        raise ValueError(f"expected a word or short phrase, got {value!r}")
-    return value
-
-
-def _not_null(value: Any) -> Any:
-    if value is None:
-        raise ValueError("expected a value, got null (leave the property out to get its default)")
-    return value
-
-
-T = TypeVar("T")
-
-
-class _NotNull:
-    """An optional property: leave it out for its default; ``null`` is an error.
-
-    Pydantic sees just ``T`` plus a null check, so an explicit null is rejected
-    like any other wrong type (only ``token`` may be null) and an error inside
-    the value keeps a plain JSON path (no union branches in it).
-    """
-
-    def __class_getitem__(cls, item: Any) -> Any:
-        return Annotated[item, BeforeValidator(_not_null)]
-
-
-if TYPE_CHECKING:
-    Opt: TypeAlias = T | None  # for the type checker: None means "not given"
-else:
-    Opt = _NotNull
-
-
-def _pattern(regex: str) -> Any:
-    # The checks above give the messages; this puts the same rule into the JSON Schema.
-    return Field(json_schema_extra={"pattern": regex})
-
-
-Words = Annotated[str, AfterValidator(_check_words), _pattern(r"\w")]
-DigitOrEmpty = Annotated[str, AfterValidator(_check_digit_or_empty), _pattern(r"^[0-9A-D#*]?$")]
-Digits = Annotated[str, AfterValidator(_check_digits), _pattern(r"^[0-9A-D#*]*$")]
-Language = Annotated[
-    str, AfterValidator(_check_language), _pattern(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
-]
-# A relative URL (no scheme) or an http(s) one.
-PageUrl = Annotated[
-    str,
-    AfterValidator(_check_page_url),
-    _pattern(r"^(?!\s*$)(?![A-Za-z][A-Za-z0-9+.-]*:)|^[Hh][Tt][Tt][Pp][Ss]?:"),
-]
-FileName = Annotated[
-    str,
-    AfterValidator(_check_file_name),
-    # The same rules as store.names.check_name, for the published JSON Schema.
-    _pattern(
-        r"^(?=.{1,255}$)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}"
-        r"(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127})*$"
-    ),
-]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
+from callhook.actions.fields import (
+    DigitOrEmpty,
+    Digits,
+    FileName,
+    Language,
+    OneDigit,
+    Opt,
+    PageUrl,
+    Strict,
+    Words,
+    hex_of,
+    menu_words,
+    pattern,
+)
 
 # --- shared objects (reference section 2.1) --------------------------------------------
 
 
-class WebPageRequest(_Strict):
+class WebPageRequest(Strict):
     """A page to request: ``url`` (absolute, or relative to the page that returned it)."""
 
     url: PageUrl
@@ -173,18 +55,16 @@ class WebPageRequest(_Strict):
     method: Literal["POST", "GET"] = "POST"
 
 
-class Cipher(_Strict):
+class Cipher(Strict):
     """``aescbc`` cipher: AES-128/192/256 key (32/48/64 hex characters), 16-byte IV."""
 
     type: Literal["aescbc"]
     key: Annotated[
         str,
-        AfterValidator(_hex_of(32, 48, 64)),
-        _pattern(r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{48}|[0-9A-Fa-f]{64})$"),
+        AfterValidator(hex_of(32, 48, 64)),
+        pattern(r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{48}|[0-9A-Fa-f]{64})$"),
     ]
-    initialisation_vector: Annotated[
-        str, AfterValidator(_hex_of(32)), _pattern(r"^[0-9A-Fa-f]{32}$")
-    ]
+    initialisation_vector: Annotated[str, AfterValidator(hex_of(32)), pattern(r"^[0-9A-Fa-f]{32}$")]
 
     def as_tuple(self) -> tuple[str, str, str]:
         return (self.type, self.key, self.initialisation_vector)
@@ -195,7 +75,7 @@ class Cipher(_Strict):
     __str__ = __repr__
 
 
-class TextItem(_Strict):
+class TextItem(Strict):
     """A play list item spoken by text-to-speech."""
 
     text_to_say: Annotated[str, Field(min_length=1)]
@@ -203,7 +83,7 @@ class TextItem(_Strict):
     text_is_private: bool = False
 
 
-class MediaPageRequest(_Strict):
+class MediaPageRequest(Strict):
     """``file_to_play`` as a web page request: a WAV fetched from ``url`` with GET.
 
     Aculab's play media: the URL is absolute or relative to the page that returned the
@@ -238,7 +118,7 @@ else:
     ]
 
 
-class FileItem(_Strict):
+class FileItem(Strict):
     """A play list item: a WAV file from the media file store, or from the web."""
 
     file_to_play: FileToPlay
@@ -253,7 +133,7 @@ class FileItem(_Strict):
         return self
 
 
-class DigitsItem(_Strict):
+class DigitsItem(Strict):
     """A play list item of DTMF digits sent to the far end (to drive another IVR or a PBX)."""
 
     digits_to_play: Annotated[Digits, Field(min_length=1, max_length=128)]
@@ -288,7 +168,7 @@ PlayItem = Annotated[
 ]
 
 
-class SpeechBargeInOptions(_Strict):
+class SpeechBargeInOptions(Strict):
     """Options of speech barge-in on a ``play`` (Aculab's speech barge in options)."""
 
     language: Language = "en-US"
@@ -298,7 +178,7 @@ class SpeechBargeInOptions(_Strict):
     speech_model_options: Opt[dict[str, Any]] = None
 
 
-class Play(_Strict):
+class Play(Strict):
     """The ``play`` action: play the items of ``play_list`` in order."""
 
     name: ClassVar[str] = "play"
@@ -324,13 +204,13 @@ class MessagePlay(Play):
 # validation knows which form the application wrote.
 
 
-class PlayStep(_Strict):
+class PlayStep(Strict):
     """``{"play": {...}}``: a play action in its wire form (reference §4.1)."""
 
     play: Play
 
 
-class MessagePlayStep(_Strict):
+class MessagePlayStep(Strict):
     """``{"play": {...}}`` inside ``on_*_messages`` (barge-in off by default)."""
 
     play: MessagePlay
@@ -380,13 +260,13 @@ else:
     ]
 
 
-class WordHint(_Strict):
+class WordHint(Strict):
     """Words the recogniser should favour."""
 
     words: list[Annotated[str, Field(min_length=1)]]
 
 
-class SpeechRecognitionOptions(_Strict):
+class SpeechRecognitionOptions(Strict):
     """Language and recognition options of ``get_input``."""
 
     language: Language = "en-US"
@@ -412,7 +292,7 @@ def _check_digit_entry(digit_count: int, end_digit: str) -> None:
         )
 
 
-class DigitInputOptions(_Strict):
+class DigitInputOptions(Strict):
     """Which digits ``get_input`` accepts and how digit entry completes."""
 
     digit_count: Annotated[int, Field(ge=0, le=32)] = 0
@@ -428,7 +308,7 @@ class DigitInputOptions(_Strict):
 # --- input actions (reference sections 2.2 - 2.4) ---------------------------------------
 
 
-class GetNumber(_Strict):
+class GetNumber(Strict):
     """The ``get_number`` action: collect a keypad number."""
 
     name: ClassVar[str] = "get_number"
@@ -461,7 +341,7 @@ class GetNumber(_Strict):
         return self.milliseconds_initial_timeout
 
 
-class GetInput(_Strict):
+class GetInput(Strict):
     """The ``get_input`` action: collect speech or keypad digits."""
 
     name: ClassVar[str] = "get_input"
@@ -500,7 +380,7 @@ class GetInput(_Strict):
         return self.speech_recognition_options or SpeechRecognitionOptions()
 
 
-class Record(_Strict):
+class Record(Strict):
     """The ``record`` action: record the caller to a WAV file."""
 
     name: ClassVar[str] = "record"
@@ -520,33 +400,33 @@ class Record(_Strict):
 # --- control actions (DESIGN.md §1.2) ---------------------------------------------------
 
 
-class Sleep(_Strict):
+class Sleep(Strict):
     """The ``sleep`` action: wait ``seconds`` (up to an hour) on the call."""
 
     name: ClassVar[str] = "sleep"
     seconds: Annotated[float, Field(ge=0, le=3600)]
 
 
-class HangUp(_Strict):
+class HangUp(Strict):
     """The ``hang_up`` action: end the call."""
 
     name: ClassVar[str] = "hang_up"
 
 
-class Redirect(_Strict):
+class Redirect(Strict):
     """The ``redirect`` action: request ``next_page`` and run its actions instead of the rest."""
 
     name: ClassVar[str] = "redirect"
     next_page: WebPageRequest
 
 
-class ClearInput(_Strict):
+class ClearInput(Strict):
     """The ``clear_input`` action: discard digits and speech cached from barge-in."""
 
     name: ClassVar[str] = "clear_input"
 
 
-class DeleteFile(_Strict):
+class DeleteFile(Strict):
     """The ``delete_file`` action: delete a file of the application's media namespace."""
 
     name: ClassVar[str] = "delete_file"
@@ -554,20 +434,6 @@ class DeleteFile(_Strict):
 
 
 # --- menus (Aculab REST API v2 run_menu, run_speech_menu; docs/behaviour.md) -------------
-
-
-def _check_one_digit(value: str) -> str:
-    if len(value) != 1 or value not in DIGIT_CHARACTERS:
-        raise ValueError(f"expected one digit of {DIGIT_CHARACTERS}, got {value!r}")
-    return value
-
-
-OneDigit = Annotated[str, AfterValidator(_check_one_digit), _pattern(r"^[0-9A-D#*]$")]
-
-
-def menu_words(text: str) -> str:
-    """A spoken option as the menus compare it: lower-case words, single-spaced."""
-    return " ".join(re.findall(r"[\w']+", text.lower()))
 
 
 def _unique_digits(options: list[Any]) -> list[Any]:
@@ -584,14 +450,14 @@ def _unique_digits(options: list[Any]) -> list[Any]:
     return options
 
 
-class MenuOption(_Strict):
+class MenuOption(Strict):
     """One choice of a ``run_menu``: the digit to press and the page it leads to."""
 
     digit: OneDigit
     next_page: WebPageRequest
 
 
-class RunMenu(_Strict):
+class RunMenu(Strict):
     """The ``run_menu`` action: the caller picks an option with one key press."""
 
     name: ClassVar[str] = "run_menu"
@@ -612,7 +478,7 @@ class RunMenu(_Strict):
         return self
 
 
-class SpeechMenuOption(_Strict):
+class SpeechMenuOption(Strict):
     """One choice of a ``run_speech_menu``: words to say and/or a digit, and its page."""
 
     words: list[Words] = Field(default_factory=list)
@@ -640,7 +506,7 @@ def _unique_words(options: list[SpeechMenuOption]) -> list[SpeechMenuOption]:
     return options
 
 
-class RunSpeechMenu(_Strict):
+class RunSpeechMenu(Strict):
     """The ``run_speech_menu`` action: the caller says an option's words or presses its digit."""
 
     name: ClassVar[str] = "run_speech_menu"
@@ -693,7 +559,7 @@ Action = (
     | ClearInput
     | DeleteFile
 )
-ACTION_MODELS: dict[str, type[_Strict]] = {
+ACTION_MODELS: dict[str, type[Strict]] = {
     m.name: m
     for m in (
         Play,
