@@ -22,7 +22,7 @@ from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.remote_media import RemoteMedia
 from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
-from callhook.call import CallInfo, CallRunner, CallSummary, Leg, new_instance_id
+from callhook.call import CallRunner, CallSummary, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
 from callhook.config import AppConfig, Settings, data_secret
@@ -30,6 +30,7 @@ from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, Start
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
+from callhook.ports import CallInfo, Leg
 from callhook.store import crypto, wavfile
 from callhook.store.database import Database, Ownership
 from callhook.store.files import MediaStore

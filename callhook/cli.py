@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from callhook import __version__
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
 from callhook.app import Services
-from callhook.call import CallInfo
 from callhook.config import (
     RECOGNISERS,
     AppConfig,
@@ -30,6 +29,7 @@ from callhook.config import (
 )
 from callhook.events import StartRecording
 from callhook.media import wav
+from callhook.ports import CallInfo
 
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing

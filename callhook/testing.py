@@ -30,11 +30,12 @@ from aiohttp import web
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import HttpPages
-from callhook.call import CallInfo, CallRunner, CallSummary, Files, Recordings
+from callhook.call import CallRunner, CallSummary
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import Alternative, CallEnded, MediaCommand, MediaEvent
 from callhook.media.simulated import PromptTimer, SimulatedMedia
+from callhook.ports import CallInfo, Files, Recordings
 from callhook.signature import HEADER, verify
 
 # --- time -------------------------------------------------------------------------------

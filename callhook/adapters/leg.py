@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from callhook.adapters.prompts import PromptAudio, PromptError
 from callhook.adapters.speech import SpeechService
-from callhook.call import CallInfo
 from callhook.events import (
     Aborted,
     CallEnded,
@@ -50,6 +49,7 @@ from callhook.events import (
 )
 from callhook.media import g711
 from callhook.media.session import MediaSession
+from callhook.ports import CallInfo
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError

@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 
 from callhook.adapters.pages import HttpPages
-from callhook.call import PageError
+from callhook.ports import PageError
 from callhook.store.outbox import Notification, Outbox
 
 logger = logging.getLogger("callhook.notify")

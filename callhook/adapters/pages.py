@@ -15,7 +15,7 @@ import logging
 import aiohttp
 
 from callhook import __version__
-from callhook.call import PageError
+from callhook.ports import PageError
 from callhook.signature import HEADER, sign
 
 logger = logging.getLogger("callhook.pages")

@@ -29,11 +29,12 @@ from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.app import Services
-from callhook.call import CallInfo, CallSummary
+from callhook.call import CallSummary
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
 from callhook.media.session import MediaSession
+from callhook.ports import CallInfo
 from callhook.sip import sdp
 from callhook.sip.agent import (
     Agent,

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from callhook.adapters.speech import SpeechService
-from callhook.call import CallInfo
 from callhook.clock import Clock, MonotonicClock
 from callhook.events import (
     Alternative,
@@ -54,6 +53,7 @@ from callhook.events import (
     StopRecording,
 )
 from callhook.media.simulated import PromptTimer, SimulatedMedia
+from callhook.ports import CallInfo
 
 DIGIT_KEYS = set("0123456789*#")
 #: How long typed speech takes to say: 0.4 s a word.

@@ -20,7 +20,6 @@ import pytest
 
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.prompts import PromptAudio, PromptError
-from callhook.call import CallInfo
 from callhook.events import (
     DigitReceived,
     PlayDigits,
@@ -35,6 +34,7 @@ from callhook.media.dtmfsend import Digits, EventTone
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import FRAME, MediaSession, Segment
 from callhook.media.simulated import PromptTimer
+from callhook.ports import CallInfo
 from callhook.store.files import MediaStore
 from callhook.testing import AppServer, Caller, run_call
 

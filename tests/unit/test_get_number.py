@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from callhook.call import CallInfo
 from callhook.events import SayText, StartPrompt, StopPrompt
 from callhook.media.simulated import PromptTimer
+from callhook.ports import CallInfo
 from callhook.testing import AppServer, Caller, CallRun, run_call
 
 PROMPT = "Enter your PIN"

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import HttpPages
-from callhook.call import CallInfo, CallRunner
+from callhook.call import CallRunner
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import CallEnded, MediaCommand, MediaEvent
+from callhook.ports import CallInfo
 from callhook.testing import AppServer, Reply, VirtualClock
 
 

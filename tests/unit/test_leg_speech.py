@@ -18,7 +18,6 @@ import numpy as np
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.speech import SpeechService
-from callhook.call import CallInfo
 from callhook.events import (
     Alternative,
     PromptFinished,
@@ -33,6 +32,7 @@ from callhook.events import (
 )
 from callhook.media import g711
 from callhook.media.session import MediaSession
+from callhook.ports import CallInfo
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import Synthesiser
 from callhook.speech.tts import SynthesisError

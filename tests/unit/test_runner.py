@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from callhook.actions.machine import ActionContext
-from callhook.call import CallInfo
 from callhook.events import SayText, StartPrompt
+from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
 from callhook.testing import AppServer, Caller, CallRun, Received, Reply, run_call
 

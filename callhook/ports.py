@@ -1,0 +1,115 @@
+"""What the call runner needs from the outside world, and what it gives it.
+
+:class:`~callhook.call.CallRunner` is written against these: a :class:`Leg`
+(the SIP/RTP call, the terminal phone, the scripted caller of
+``callhook.testing``), :class:`Pages` (HTTP to the application, or pages in
+memory), :class:`Recordings` (the journal) and :class:`Files` (the media
+store). :class:`PageError` is how a page request fails (DESIGN.md §1.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from callhook.events import CallEnded, MediaCommand, MediaEvent
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """Who is calling whom: the ``this_call`` facts that do not change."""
+
+    call_id: str
+    direction: Literal["inbound", "outbound"] = "inbound"
+    call_from: str = ""
+    call_to: str = ""
+    call_target: str = ""
+
+
+class Leg(Protocol):
+    """One call as the runner sees it: its signalling and its media session.
+
+    Implemented by the SIP/RTP call, by the terminal phone, and by the scripted
+    caller of ``callhook.testing``.
+    """
+
+    info: CallInfo
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        """Carry out media commands (start a prompt, start recording, ...)."""
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        """The next media event, or None once ``deadline`` (media time) has come."""
+
+    def take_pending(self) -> list[MediaEvent]:
+        """The events that have arrived and not been taken yet, without waiting."""
+
+    async def answer(self) -> None:
+        """Answer the call (a no-op once answered)."""
+
+    async def hang_up(self) -> str:
+        """End the call from our side; returns the raw cause (the SIP status)."""
+
+    async def wait_ended(self) -> CallEnded:
+        """Resolve when the far end ends the call."""
+
+    def recorded_seconds(self, filename: str) -> float | None:
+        """Seconds of audio written to a stopped recording (None: the leg does not know)."""
+
+
+class Recordings(Protocol):
+    """Where the runner reports recordings (``store.journal.RecordingJournal``)."""
+
+    def started(
+        self,
+        app: str,
+        filename: str,
+        *,
+        encrypted: bool,
+        record_id: str,
+        notify: tuple[str, str] | None,
+        body: dict[str, Any],
+    ) -> object:
+        """A recording began; ``notify`` is its recording_available_page (URL, method)."""
+
+    def completed(self, app: str, filename: str, result: dict[str, Any]) -> object:
+        """The record action completed with ``result``."""
+
+
+class Files(Protocol):
+    """The media file store, as ``delete_file`` uses it (``store.files.MediaStore``)."""
+
+    def delete(self, app: str, name: str) -> None:
+        """Delete ``name`` of ``app``'s namespace; FileNotFoundError if there is none."""
+
+
+class PageError(Exception):
+    """A page request that failed, and why (DESIGN.md §1.3)."""
+
+    def __init__(
+        self,
+        kind: Literal["unreachable", "timeout", "status", "invalid"],
+        url: str,
+        detail: str,
+        status: int | None = None,
+    ) -> None:
+        self.kind = kind
+        self.url = url
+        self.detail = detail
+        self.status = status
+        super().__init__(f"{kind}: {url}: {detail}")
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``error_result`` object sent to the error page."""
+        result: dict[str, Any] = {"cause": self.kind, "url": self.url, "description": self.detail}
+        if self.status is not None:
+            result["status"] = self.status
+        return result
+
+
+class Pages(Protocol):
+    """Requests application pages (``callhook.adapters.pages`` over HTTP)."""
+
+    async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
+        """The response body of a 2xx answer; raises :class:`PageError` otherwise."""
