@@ -91,6 +91,10 @@ class Services:
         self.journal = RecordingJournal(
             self.db, on_queued=self._notify_now, ownership=self.ownership
         )
+        # A recording deleted (delete_file, the REST API) is finished first, and is
+        # never announced afterwards.
+        self.store.before_delete = wavfile.finished
+        self.store.after_delete = self.journal.deleted
         # Before any call: finish the recordings a crash interrupted.
         recovered = self.journal.recover(self.store.path)
         if recovered:

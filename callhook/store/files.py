@@ -33,7 +33,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -126,6 +126,11 @@ class MediaStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        #: Called (blocking) with a file's path before it is deleted, and with (app,
+        #: name) after: the composition root waits for a recording still being finished
+        #: and withdraws its notification (app.py). Whoever deletes, the rules hold.
+        self.before_delete: Callable[[Path], object] | None = None
+        self.after_delete: Callable[[str, str], object] | None = None
 
     # --- names ------------------------------------------------------------------------------
 
@@ -292,8 +297,12 @@ class MediaStore:
         """Delete file ``name`` (durably); :class:`FileNotFoundError` if there is none."""
         path = self.path(app, name)
         _file_stat(path, name)
+        if self.before_delete is not None:
+            self.before_delete(path)
         os.unlink(path)
         fsync_directory(path.parent)
+        if self.after_delete is not None:
+            self.after_delete(app, name)
 
 
 def _file_stat(path: Path, name: str) -> os.stat_result:

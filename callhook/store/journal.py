@@ -140,6 +140,24 @@ class RecordingJournal:
 
         return self._submit(update)
 
+    def deleted(self, app: str, filename: str) -> Future[bool]:
+        """The application deleted the file: nothing is to be announced about it any more.
+
+        Its row goes, and so does a notification queued for it and not delivered yet
+        (``recording_available_page`` must never announce a file that is gone).
+        """
+
+        def delete(conn: sqlite3.Connection) -> bool:
+            _forget(conn, app, filename)
+            conn.execute(
+                "DELETE FROM notifications WHERE app = ?"
+                " AND json_extract(body, '$.action_result.result.filename') = ?",
+                (app, filename),
+            )
+            return False
+
+        return self._submit(delete)
+
     def failed(self, app: str, filename: str, why: str) -> Future[bool]:
         """The file could not be created: it will never be available, nothing to announce."""
         logger.error("recording %s/%s was not made: %s", app, filename, why)

@@ -28,6 +28,7 @@ the recording is then safe from a power cut, and may be announced.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import struct
@@ -52,12 +53,33 @@ HEADER_REFRESH_BYTES = 8000
 #: Finishes closed recordings (fsync, re-encryption) off the event loop.
 _finisher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callhook-wav")
 _finishing: set[Future[None]] = set()
+#: The finisher of each recording being finished, by path (for :func:`finished`).
+_finishing_paths: dict[Path, Future[None]] = {}
 
 
 def drain(timeout: float = 30.0) -> bool:
     """Wait until every closed recording is finished (at shutdown); False on timeout."""
     _, not_done = wait(list(_finishing), timeout)
     return not not_done
+
+
+def finished(path: Path, timeout: float = 30.0) -> bool:
+    """Wait until the recording at ``path`` is finished, if it is being finished.
+
+    Blocking (call it off the event loop). A recording deleted while its finisher
+    still works on it would be announced anyway, or come back when an encrypted
+    one's re-encryption is renamed over it. False on timeout.
+    """
+    future = _finishing_paths.get(path)
+    if future is None:
+        return True
+    _, not_done = wait([future], timeout)
+    return not not_done
+
+
+def _forget_finisher(path: Path, future: Future[None]) -> None:
+    if _finishing_paths.get(path) is future:
+        del _finishing_paths[path]
 
 
 @dataclass(frozen=True)
@@ -221,7 +243,9 @@ class WavWriter:
         self._fd = None
         future = _finisher.submit(self._finish, fd, Written(self.path, self.length), failed)
         _finishing.add(future)
+        _finishing_paths[self.path] = future
         future.add_done_callback(_finishing.discard)
+        future.add_done_callback(functools.partial(_forget_finisher, self.path))
 
     def _finish(self, fd: int, written: Written, failed: bool) -> None:
         try:

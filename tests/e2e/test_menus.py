@@ -10,12 +10,13 @@ recogniser picks the option. ``delete_file``: a real file of the store goes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from callhook.adapters.speech import build_synthesiser
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer, Reply
+from callhook.testing import AppServer, Received, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import Server
 from tests.e2e.rtpsink import RtpSink, dominant_hz
@@ -166,3 +167,40 @@ async def test_a_remote_file_is_heard_and_failures_are_logged_and_skipped(
     log = (data / "media" / "default" / final["log_filename"]).read_text()
     assert f"{app.url('/media/missing.wav')}: HTTP 404" in log, log
     assert f"{app.url('/media/huge.wav')}: larger than 20971 bytes" in log, log
+
+
+async def test_a_recording_deleted_at_once_is_never_announced(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """record, then delete_file of it in next_page's answer: gone, and no notification."""
+    data = tmp_path / "data"
+    app.page(
+        "/start",
+        [
+            {
+                "record": {
+                    "next_page": {"url": "/recorded"},
+                    "recording_available_page": {"url": "/available"},
+                    "milliseconds_max_initial_silence": 500,
+                }
+            }
+        ],
+    )
+
+    def recorded(request: Received) -> list[dict[str, Any]]:
+        filename = request.json["action_result"]["result"]["filename"]
+        return [{"delete_file": {"filename": filename}}, {"hang_up": {}}]
+
+    app.page("/recorded", recorded)
+    app.page("/available", None)
+    app.page("/final", None)
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
+    async with Server.for_app(data, app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    # serve has stopped: what was due was delivered on the way out (docs/recordings.md).
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (body,) = app.bodies("/recorded")
+    filename = body["action_result"]["result"]["filename"]
+    assert not (data / "media" / "default" / filename).exists()
+    assert app.bodies("/available") == []
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"

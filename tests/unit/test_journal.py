@@ -87,6 +87,32 @@ def test_the_notification_is_queued_once_completed_and_durable(
     assert recordings(db) == []  # announced: out of the journal
 
 
+@pytest.mark.parametrize("when", ["before_durable", "after_queued"])
+def test_a_deleted_recording_is_never_announced(db: Database, when: str) -> None:
+    journal = RecordingJournal(db)
+    start(journal)
+    journal.started(
+        "app",
+        "recordings/other.wav",
+        encrypted=False,
+        record_id="",
+        notify=("http://a/n", "POST"),
+        body=BODY,
+    ).result()
+    journal.completed("app", "recordings/r.wav", RESULT).result()
+    journal.completed("app", "recordings/other.wav", {**RESULT, "filename": "recordings/other.wav"})
+    journal.durable("app", "recordings/other.wav", 100).result()
+    if when == "after_queued":
+        journal.durable("app", "recordings/r.wav", 9600).result()
+        assert len(notifications(db)) == 2
+    journal.deleted("app", "recordings/r.wav").result()
+    journal.durable("app", "recordings/r.wav", 9600).result()  # a finisher that comes late
+    # Only the other recording is still to be announced.
+    ((_, _, _, body),) = notifications(db)
+    assert json.loads(body)["action_result"]["result"]["filename"] == "recordings/other.wav"
+    assert recordings(db) == []
+
+
 def test_without_a_recording_available_page_nothing_is_queued(db: Database) -> None:
     journal = RecordingJournal(db)
     start(journal, notify=None)

@@ -11,6 +11,7 @@ import pytest
 from callhook.media import g711, tones, wav
 from callhook.media.session import SinkFull
 from callhook.store import crypto, wavfile
+from callhook.store.files import MediaStore
 from callhook.store.wavfile import WavWriter, Written
 
 KEY = crypto.Key.from_hex("5a" * 32, "a5" * 16)
@@ -249,3 +250,33 @@ def test_new_directories_are_created(tmp_path: Path) -> None:
     writer.close()
     assert wavfile.drain()
     assert wav.read_info((tmp_path / "app" / "recordings" / "a.wav").read_bytes()).data_length == 0
+
+
+def test_deleting_a_recording_waits_for_its_finisher_then_withdraws_it(tmp_path: Path) -> None:
+    """MediaStore.delete with the composition root's hooks: never under a finisher's feet."""
+    store = MediaStore(tmp_path)
+    path = store.path("app", "recordings/r.wav")
+    gate, order = threading.Event(), []
+
+    def durable(written: wavfile.Written) -> None:
+        gate.wait(5)  # the finisher is still at work (fsync, re-encryption...)
+        order.append("durable")
+
+    def before(p: Path) -> None:
+        wavfile.finished(p)
+        order.append("finished")
+
+    store.before_delete = before
+    store.after_delete = lambda app, name: order.append(f"deleted {app}/{name}")
+    writer = WavWriter(path, "alaw", key=KEY, on_durable=durable)
+    writer.write(audio(0.5, "alaw"))
+    writer.close()
+    assert wavfile.finished(path, timeout=0.05) is False  # still being finished
+    deleting = threading.Thread(target=store.delete, args=("app", "recordings/r.wav"))
+    deleting.start()
+    gate.set()
+    deleting.join(5)
+    assert order == ["durable", "finished", "deleted app/recordings/r.wav"]
+    assert not path.exists()
+    assert not path.with_name(f".{path.name}.tmp").exists()  # nothing renamed back
+    assert wavfile.finished(path, timeout=0.05) is True  # nothing left to wait for
