@@ -9,10 +9,12 @@ answer ``delete_file`` (Aculab allows it there) and nothing else runs there.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from callhook.store.files import MediaStore
-from callhook.testing import AppServer, Caller, run_call
+from callhook.testing import AppServer, Caller, Received, run_call
 
 SPOKEN = {"play": {"play_list": [{"text_to_say": "after"}]}}
 
@@ -101,3 +103,71 @@ async def test_a_final_page_answer_that_is_not_a_list_is_ignored(
     )
     assert run.summary.errors == []
     assert any("final page; answer ignored" in line for line in run.log.lines)
+
+
+class Journal:
+    """What the runner reports about recordings (``completed`` is what may announce one)."""
+
+    def __init__(self) -> None:
+        self.completed_files: list[str] = []
+
+    def started(self, app: str, filename: str, **details: Any) -> None:
+        pass
+
+    def completed(self, app: str, filename: str, result: dict[str, Any]) -> None:
+        self.completed_files.append(filename)
+
+
+RECORD = {
+    "record": {
+        "next_page": {"url": "/recorded"},
+        "recording_available_page": {"url": "/available"},
+        "milliseconds_max_silence": 500,
+    }
+}
+
+
+def deleting(*before: dict[str, Any]) -> Callable[[Received], list[dict[str, Any]]]:
+    """next_page's answer: ``before``, then delete_file of the recording just made."""
+
+    def answer(request: Received) -> list[dict[str, Any]]:
+        filename = request.json["action_result"]["result"]["filename"]
+        return [*before, {"delete_file": {"filename": filename}}]
+
+    return answer
+
+
+async def test_a_recording_deleted_by_next_pages_answer_is_never_reported(
+    app: AppServer, tmp_path: Path
+) -> None:
+    journal, store = Journal(), store_with(tmp_path, "recordings/rec-1.wav")
+    app.page("/start", [RECORD])
+    app.page("/recorded", deleting())
+    caller = Caller().say("hello", at=0.5, seconds=1.0).hang_up(at=30)
+    await run_call(app, caller, recordings=journal, files=store)
+    assert not store.path("test", "recordings/rec-1.wav").exists()
+    assert journal.completed_files == []  # nothing can announce it
+
+
+async def test_a_recording_whose_deletion_fails_is_reported_then(
+    app: AppServer, tmp_path: Path
+) -> None:
+    journal = Journal()
+    app.page("/start", [RECORD])
+    app.page("/recorded", deleting())  # no such file in the store: the delete fails
+    caller = Caller().say("hello", at=0.5, seconds=1.0).hang_up(at=30)
+    run = await run_call(app, caller, recordings=journal, files=store_with(tmp_path))
+    assert journal.completed_files == ["recordings/rec-1.wav"]
+    assert any("no such file" in line for line in run.log.lines)
+
+
+async def test_a_recording_whose_delete_never_runs_is_reported_at_the_end(
+    app: AppServer, tmp_path: Path
+) -> None:
+    journal, store = Journal(), store_with(tmp_path, "recordings/rec-1.wav")
+    app.page("/start", [RECORD])
+    app.page("/recorded", deleting({"sleep": {"seconds": 60}}))  # the caller hangs up first
+    caller = Caller().say("hello", at=0.5, seconds=1.0).hang_up(at=10)
+    await run_call(app, caller, recordings=journal, files=store)
+    assert store.path("test", "recordings/rec-1.wav").exists()
+    assert journal.completed_files == ["recordings/rec-1.wav"]
