@@ -163,6 +163,7 @@ class CallRunner:
         self._recorded_result: dict[str, Any] | None = None
         # A recording next_page's answer deletes, held back until its delete_file ran.
         self._withheld: dict[str, Any] | None = None
+        self._cipher_noted = False
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "inbound" else "answered"
@@ -526,6 +527,13 @@ class CallRunner:
             raise PageError("invalid", request.url, str(exc)) from None
         if response.token_given:
             self.token = response.token
+        if response.call_recording_cipher_given and not self._cipher_noted:
+            self._cipher_noted = True
+            self.log.write(
+                "page_response",
+                f"{request.url}: call_recording_cipher ignored: callhook makes no whole-call "
+                "recordings (record actions take encryption_cipher)",
+            )
         names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
         self.log.write("page_response", f"{request.url}: {names}")
         return response.actions, request.url

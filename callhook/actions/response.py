@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from callhook.actions.fields import Opt, Strict, pattern
-from callhook.actions.schema import ACTION_MODELS, PlayStep
+from callhook.actions.schema import ACTION_MODELS, Cipher, PlayStep
 
 # --- the response envelope --------------------------------------------------------------
 
@@ -71,6 +71,10 @@ class Envelope(Strict):
     actions: list[ActionItem]
     token: str | None = None
     api_version: Opt[ApiVersion] = None
+    # Aculab's key for encrypting the service's whole-call recording. callhook makes
+    # no whole-call recordings, so nothing is written that it would protect: it is
+    # checked like any cipher and otherwise ignored (the call log says so).
+    call_recording_cipher: Opt[Cipher] = None
 
 
 # --- parsing with precise problems --------------------------------------------------------
@@ -93,6 +97,7 @@ class Response(BaseModel):
     actions: list[Any]
     token: str | None
     token_given: bool
+    call_recording_cipher_given: bool = False
 
 
 class InvalidResponse(Exception):
@@ -224,7 +229,12 @@ def _parse(body: bytes | str) -> Response:
     except ValidationError as exc:
         raise InvalidResponse(_problems(exc, document)) from None
     actions = [getattr(item, next(iter(type(item).model_fields))) for item in envelope.actions]
-    return Response(actions=actions, token=envelope.token, token_given="token" in document)
+    return Response(
+        actions=actions,
+        token=envelope.token,
+        token_given="token" in document,
+        call_recording_cipher_given=envelope.call_recording_cipher is not None,
+    )
 
 
 def _drop_null_defaults(node: Any) -> Any:

@@ -93,7 +93,7 @@ def test_schema_is_json_schema_of_the_envelope() -> None:
     schema = json.loads(result.stdout)
     assert schema["$schema"].startswith("https://json-schema.org/")
     assert schema["required"] == ["actions"]
-    assert set(schema["properties"]) == {"actions", "token", "api_version"}
+    assert set(schema["properties"]) == {"actions", "token", "api_version", "call_recording_cipher"}
 
 
 def _free_port() -> int:

@@ -80,3 +80,26 @@ def test_a_number_where_a_private_text_belongs_is_not_quoted() -> None:
     document = {"actions": [{"play": {"play_list": [{**private(), "text_to_say": 43219876}]}}]}
     (problem,) = problems(document)
     assert "43219876" not in problem and "<private text>" in problem
+
+
+async def test_call_recording_cipher_is_accepted_checked_and_noted(app: AppServer) -> None:
+    """Aculab's response-level call_recording_cipher: an Aculab app sends it; callhook
+    makes no whole-call recording, so it is validated, never logged, and noted once."""
+    key, iv = "ab" * 32, "cd" * 16
+    cipher = {"type": "aescbc", "key": key, "initialisation_vector": iv}
+    app.page(
+        "/start",
+        {
+            "actions": [{"redirect": {"next_page": {"url": "/next"}}}],
+            "call_recording_cipher": cipher,
+        },
+    )
+    app.page("/next", {"actions": [], "call_recording_cipher": cipher})
+    run = await run_call(app, Caller().hang_up(at=30))
+    text = "\n".join(run.log.lines)
+    assert text.count("call_recording_cipher ignored") == 1
+    assert key not in text and iv not in text
+    assert run.summary.errors == []
+    bad = {"actions": [], "call_recording_cipher": {**cipher, "key": "xyz"}}
+    (problem,) = problems(bad)
+    assert problem.startswith("$.call_recording_cipher.key: ")
