@@ -1,7 +1,7 @@
 """The field types of the wire models: what a digit, a URL, a file name or a word is.
 
 Each type carries its check (with the message a problem reports) and, through
-``_pattern``, the same rule for the published JSON Schema. :class:`Strict` is the
+``pattern``, the same rule for the published JSON Schema. :class:`Strict` is the
 base of every wire model: unknown properties, wrong JSON types and ``null`` for
 an optional property are errors (``Opt``).
 """
