@@ -15,6 +15,7 @@ A config file is TOML::
     port = 5060
     rtp_ports = [20000, 29999]          # even ports for RTP, one per call
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
+    rtp_timeout = 30                    # seconds without RTP before a call is hung up (0: never)
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
     [speech]
@@ -113,6 +114,7 @@ class Settings:
     sip_port: int = 5060
     rtp_ports: tuple[int, int] = (20000, 29999)
     shutdown_grace: float = 30.0
+    rtp_timeout: float = 30.0
     max_calls: int = 500
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
@@ -191,6 +193,9 @@ def load(path: Path) -> Settings:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
         settings.rtp_ports = (first, last)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
+    settings.rtp_timeout = float(sip.get("rtp_timeout", settings.rtp_timeout))
+    if not 0 <= settings.rtp_timeout <= 86400:
+        raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
     settings.max_calls = int(sip.get("max_calls", settings.max_calls))
     recordings = raw.get("recordings", {})
     _no_unknown(path, "recordings", recordings, {"max_mb"})

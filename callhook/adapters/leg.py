@@ -73,6 +73,7 @@ class SipLeg:
         *,
         answer: Callable[[], Awaitable[None]],
         hang_up: Callable[[], str],
+        dead: Callable[[], object] | None = None,
         max_recording_bytes: int | None = None,
         speech: SpeechService | None = None,
         journal: RecordingJournal | None = None,
@@ -84,6 +85,8 @@ class SipLeg:
         self.store = store
         self._answer = answer
         self._hang_up = hang_up
+        self._dead = dead  # the SIP service's hang-up of a call whose RTP stopped
+        self._dead_reported = False
         self.max_recording_bytes = max_recording_bytes
         self.loop = asyncio.get_running_loop()
         self._queue: deque[MediaEvent] = deque()
@@ -111,6 +114,10 @@ class SipLeg:
     # --- from the SIP service and the media engine ----------------------------------------
 
     def wake(self) -> None:
+        if self.session.timed_out and not self._dead_reported:
+            self._dead_reported = True
+            if self._dead is not None:
+                self._dead()
         self._wake.set()
 
     def far_end_ended(self, ended: CallEnded) -> None:
@@ -349,6 +356,7 @@ class SipLeg:
         if not self.answered:
             self.answered = True
             await self._answer()
+            self.session.expect_rtp(self.loop.time())  # the dead-call clock starts
 
     async def hang_up(self) -> str:
         self.finish()

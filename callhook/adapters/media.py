@@ -159,7 +159,7 @@ class MediaEngine:
                 if report is not None and destination is not None:
                     with contextlib.suppress(OSError):
                         stream.rtcp.sendto(report, destination)
-            if session.events or session.utterances:
+            if session.events or session.utterances or session.timed_out:
                 stream.wake()
         self.durations.append((self.loop.time() - now) * 1000)
         self._next += TICK

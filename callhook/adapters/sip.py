@@ -234,7 +234,7 @@ class SipService:
             logger.warning("call %s: %s", event.call_id, exc)
             agent.reject(event.call_id, 488, now, "Not Acceptable Here (no common codec)")
             return
-        session = _media_session(negotiated, event.call_id)
+        session = _media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
         info = CallInfo(
             call_id=event.call_id,
             direction="inbound",
@@ -251,6 +251,7 @@ class SipService:
             self.services.store,
             answer=lambda: self._answer(call_id),
             hang_up=lambda: self._hang_up(call_id),
+            dead=lambda: self._dead(call_id),
             speech=self.services.speech,
             journal=self.services.journal,
             max_recording_bytes=self.services.settings.max_recording_bytes,
@@ -280,6 +281,17 @@ class SipService:
         self.agent.answer(call_id, call.answer_sdp, self.loop.time())
         self._flush()
 
+    def _dead(self, call_id: str) -> None:
+        """The call's RTP stopped for ``rtp_timeout``: hang up, and tell the runner it dropped."""
+        call = self.calls.get(call_id)
+        if call is None or self.agent is None:
+            return
+        seconds = self.services.settings.rtp_timeout
+        logger.warning("call %s: no RTP for %g s (rtp_timeout): hanging up", call_id, seconds)
+        self.agent.hang_up(call_id, self.loop.time())
+        self._flush()
+        call.leg.far_end_ended(CallEnded("dropped", "rtp_timeout"))
+
     def _hang_up(self, call_id: str) -> str:
         assert self.agent is not None
         sip_call = self.agent.calls.get(call_id)
@@ -308,6 +320,8 @@ class SipService:
             session.remote = session.offered = negotiated.remote_address
             session.latched = False
         session.sending = negotiated.sends
+        # On hold the peer sends nothing by agreement: no dead-call clock until it resumes.
+        session.expect_rtp(now, negotiated.receives and not negotiated.on_hold)
         logger.info(
             "call %s: re-offer: %s", call.call_id, "on hold" if negotiated.on_hold else "active"
         )
@@ -349,6 +363,7 @@ class SipService:
             self.services.store,
             answer=_nothing,
             hang_up=lambda: self._hang_up(call_id),
+            dead=lambda: self._dead(call_id),
             speech=self.services.speech,
             journal=self.services.journal,
             max_recording_bytes=self.services.settings.max_recording_bytes,
@@ -373,7 +388,8 @@ class SipService:
                 agent.hang_up(call_id, self.loop.time(), cause="failed")
                 self._flush()
                 return await self.services.unanswered(app, info, "failed", "488")
-            new = _media_session(negotiated, call_id)
+            new = _media_session(negotiated, call_id, self.services.settings.rtp_timeout)
+            new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts
             leg.session = new
             call.media.session = new
             leg.answered = True
@@ -543,9 +559,11 @@ class SipService:
             self.transport.close()
 
 
-def _media_session(negotiated: sdp.Negotiated, call_id: str) -> MediaSession:
+def _media_session(
+    negotiated: sdp.Negotiated, call_id: str, rtp_timeout: float = 0.0
+) -> MediaSession:
     """The media session the SDP offer/answer agreed on."""
-    return MediaSession(
+    session = MediaSession(
         negotiated.codec,
         negotiated.payload_type,
         negotiated.telephone_event_pt,
@@ -553,6 +571,9 @@ def _media_session(negotiated: sdp.Negotiated, call_id: str) -> MediaSession:
         label=f"call {call_id}",
         sending=negotiated.sends,
     )
+    session.rtp_timeout = rtp_timeout
+    session.expects_rtp = negotiated.receives
+    return session
 
 
 class _Unanswered(Exception):

@@ -219,6 +219,14 @@ class MediaSession:
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
+        # Dead-call detection ([sip] rtp_timeout): seconds without an RTP packet of the
+        # call before it is taken for dead (0: never); the clock runs from the answer
+        # (:meth:`expect_rtp`) and from each packet, and not while the peer sends us
+        # nothing by agreement (on hold: its SDP says sendonly from us, or inactive).
+        self.rtp_timeout = 0.0
+        self.expects_rtp = True
+        self._rtp_since: float | None = None
+        self.timed_out = False
         self.flood_dropped = 0
         self.foreign_dropped = 0
         self.malformed = 0
@@ -275,6 +283,8 @@ class MediaSession:
         self.foreign_dropped += 1
 
     def _packet(self, packet: RtpPacket, now: float) -> None:
+        if self._rtp_since is not None:
+            self._rtp_since = now
         pt = packet.payload_type
         if pt == self.event_payload_type:
             digit = self.rfc4733.feed(packet.payload, packet.timestamp, now)
@@ -367,6 +377,27 @@ class MediaSession:
 
     # --- send -------------------------------------------------------------------------
 
+    def expect_rtp(self, now: float, expects: bool | None = None) -> None:
+        """The call is answered (or re-negotiated): RTP is due from now on.
+
+        ``expects``: whether the peer is to send RTP at all (False on hold).
+        """
+        if expects is not None:
+            self.expects_rtp = expects
+        self._rtp_since = now
+
+    def _check_dead(self, now: float) -> None:
+        since = self._rtp_since
+        if self.timed_out or since is None or self.rtp_timeout <= 0 or not self.expects_rtp:
+            return
+        if now - since >= self.rtp_timeout:
+            self.timed_out = True
+            logger.warning(
+                "%s: no RTP for %g s (rtp_timeout): the call is taken for dead",
+                self.label,
+                now - since,
+            )
+
     def tick(self, now: float) -> bytes | None:
         """The 20 ms media tick: the datagram to send now, or None (on hold / no address).
 
@@ -375,6 +406,7 @@ class MediaSession:
         """
         for late in self.receiver.poll(now):
             self._packet(late, now)
+        self._check_dead(now)
         if now - self._last_audio > SILENT_AFTER and self._last_audio:
             # No audio packets (silence suppression, a stalled stream): it is silence.
             self._detect(self._silence_pcm)
