@@ -16,6 +16,7 @@ A config file is TOML::
     rtp_ports = [20000, 29999]          # even ports for RTP, one per call
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
     rtp_timeout = 30                    # seconds without RTP before a call is hung up (0: never)
+    external_address = "203.0.113.7"    # behind NAT: the public address for Contact, Via, SDP
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
     [speech]
@@ -55,6 +56,7 @@ With no config the built-in demo application is the default app.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 import tomllib
@@ -115,6 +117,7 @@ class Settings:
     rtp_ports: tuple[int, int] = (20000, 29999)
     shutdown_grace: float = 30.0
     rtp_timeout: float = 30.0
+    external_address: str | None = None
     max_calls: int = 500
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
@@ -162,6 +165,17 @@ def _no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str])
         raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
 
 
+def _ip_address(path: Path, value: object) -> str:
+    """``[sip] external_address``: an IP address (it goes into SDP's c= line as it is)."""
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        raise ConfigError(
+            f"{path}: [sip] external_address must be an IP address (the public address "
+            f"callhook is reached at), got {value!r}"
+        ) from None
+
+
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
     mb = float(values[key])
@@ -194,6 +208,8 @@ def load(path: Path) -> Settings:
         settings.rtp_ports = (first, last)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
     settings.rtp_timeout = float(sip.get("rtp_timeout", settings.rtp_timeout))
+    if "external_address" in sip:
+        settings.external_address = _ip_address(path, sip["external_address"])
     if not 0 <= settings.rtp_timeout <= 86400:
         raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
     settings.max_calls = int(sip.get("max_calls", settings.max_calls))

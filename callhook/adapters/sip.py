@@ -112,7 +112,10 @@ class SipService:
         self.port = port
         self.rtp_ports = rtp_ports
         self.loop = asyncio.get_running_loop()
-        self.address = local_address(host)
+        # The address this machine has, and the one callhook advertises in Contact, Via
+        # and SDP: behind NAT, [sip] external_address (the public one, forwarded here).
+        self.local = local_address(host)
+        self.address = services.settings.external_address or self.local
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.media: MediaEngine | None = None
@@ -136,9 +139,11 @@ class SipService:
 
         self.agent = Agent(self.address, self.port, user_agent=f"callhook/{__version__}")
         self.media = MediaEngine(
-            self.address if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
+            self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
+        if self.address != self.local:
+            logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
 
     # --- the agent ------------------------------------------------------------------------
 

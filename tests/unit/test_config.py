@@ -52,8 +52,15 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[media]\nremote_max_mb = 0\n", "remote_max_mb must be above 0"),
         ("[media]\nremote_timeout = 0\n", "remote_timeout must be above 0"),
         ("[media]\nmax_mb = 1\n", "[media] unknown keys: max_mb"),
+        ('[sip]\nexternal_address = "my.host"\n', "external_address must be an IP address"),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem.replace("[", r"\[").replace("]", r"\]")):
         load(write(tmp_path, text))
+
+
+def test_external_address_is_an_ip_address(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "")).external_address is None
+    settings = load(write(tmp_path, '[sip]\nexternal_address = " 203.0.113.7 "\n'))
+    assert settings.external_address == "203.0.113.7"
