@@ -48,6 +48,7 @@ A config file is TOML::
     secret = "a long random string"                  # signs page requests
     api_key = "another long random string"           # its REST API key (docs/api.md)
     application_parameters = "anything"              # passed in this_call
+    numbers = ["+441234567890"]                      # dialled numbers that run this app
 
     default_app = "support"             # calls to any other user run this app
 
@@ -63,6 +64,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from callhook.numbers import BadNumber, app_for_number, configured
 
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
@@ -127,10 +130,20 @@ class Settings:
     trunk_password: str | None = None
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
+    #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
+    numbers: dict[str, str] = field(default_factory=dict)
 
-    def app_for(self, user: str) -> AppConfig | None:
-        """The application for calls to ``user`` (or the default application)."""
+    def app_for(self, user: str, to_user: str = "") -> AppConfig | None:
+        """The application for a call to ``user`` (the request-URI's user part).
+
+        An application of that name; else the one whose ``numbers`` has the dialled
+        number, from the request-URI user, else from the To user (``to_user``); else
+        the default application.
+        """
         app = self.apps.get(user)
+        if app is None:
+            name = app_for_number(self.numbers, user, to_user)
+            app = self.apps.get(name) if name is not None else None
         if app is None and self.default_app is not None:
             app = self.apps.get(self.default_app)
         return app
@@ -268,6 +281,7 @@ def load(path: Path) -> Settings:
             "secret",
             "api_key",
             "application_parameters",
+            "numbers",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -280,6 +294,20 @@ def load(path: Path) -> Settings:
             application_parameters=str(table.get("application_parameters", "")),
             api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
         )
+        numbers = table.get("numbers", [])
+        if not isinstance(numbers, list):
+            raise ConfigError(f"{path}: [apps.{name}] numbers must be a list of numbers")
+        for number in numbers:
+            try:
+                canonical = configured(str(number))
+            except BadNumber as exc:
+                raise ConfigError(f"{path}: [apps.{name}] numbers: {exc}") from None
+            if canonical in settings.numbers:
+                other = settings.numbers[canonical]
+                raise ConfigError(
+                    f"{path}: [apps.{name}] numbers: {number!r} is already [apps.{other}]'s"
+                )
+            settings.numbers[canonical] = name
         key = settings.apps[name].api_key
         if key is not None:
             if key in keys:

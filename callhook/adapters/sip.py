@@ -214,7 +214,8 @@ class SipService:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
             return
-        app = self.services.settings.app_for(event.user) or self.services.default_app()
+        to_user = _user_of(event.to_uri)
+        app = self.services.settings.app_for(event.user, to_user) or self.services.default_app()
         if app is None:
             logger.warning("call %s to %r: no application for that user", event.call_id, event.user)
             agent.reject(event.call_id, 404, now, "Not Found (no application for this user)")
@@ -590,3 +591,11 @@ class _Unanswered(Exception):
 
 async def _nothing() -> None:
     return None
+
+
+def _user_of(uri: str) -> str:
+    """The user part of a SIP URI (the To header's: a dialled number), or ""."""
+    try:
+        return parse_uri(uri).user or ""
+    except ValueError:
+        return ""
