@@ -62,7 +62,9 @@ from callhook.actions.machine import (
     Continue,
     Outcome,
     Prompter,
+    State,
     StopReason,
+    messages_or,
     say,
 )
 from callhook.actions.schema import GetInput, GetNumber, Play
@@ -169,16 +171,8 @@ class GatherSpec:
             initial_ms=a.initial_timeout_ms,
             inter_digit_ms=a.milliseconds_inter_digit_timeout,
             inter_speech_ms=0,
-            timeout_messages=tuple(
-                a.on_digit_timeout_messages
-                if a.on_digit_timeout_messages is not None
-                else _GET_NUMBER_TIMEOUT_MESSAGES
-            ),
-            invalid_messages=tuple(
-                a.on_invalid_digit_messages
-                if a.on_invalid_digit_messages is not None
-                else _GET_NUMBER_INVALID_MESSAGES
-            ),
+            timeout_messages=messages_or(a.on_digit_timeout_messages, _GET_NUMBER_TIMEOUT_MESSAGES),
+            invalid_messages=messages_or(a.on_invalid_digit_messages, _GET_NUMBER_INVALID_MESSAGES),
         )
 
     @classmethod
@@ -207,24 +201,9 @@ class GatherSpec:
             initial_ms=a.milliseconds_initial_timeout,
             inter_digit_ms=a.milliseconds_inter_digit_timeout,
             inter_speech_ms=a.milliseconds_inter_speech_timeout,
-            timeout_messages=tuple(
-                a.on_input_timeout_messages
-                if a.on_input_timeout_messages is not None
-                else _GET_INPUT_TIMEOUT_MESSAGES
-            ),
-            invalid_messages=tuple(
-                a.on_invalid_input_messages
-                if a.on_invalid_input_messages is not None
-                else _GET_INPUT_INVALID_MESSAGES
-            ),
+            timeout_messages=messages_or(a.on_input_timeout_messages, _GET_INPUT_TIMEOUT_MESSAGES),
+            invalid_messages=messages_or(a.on_invalid_input_messages, _GET_INPUT_INVALID_MESSAGES),
         )
-
-
-class State(enum.Enum):
-    PROMPT = "prompt"
-    WAIT = "wait"
-    MESSAGE = "message"
-    DONE = "done"
 
 
 class GatherMachine(ActionMachine):

@@ -24,8 +24,9 @@ fetches a page) wait there for the next ``get_number`` / ``get_input``
 
 from __future__ import annotations
 
+import enum
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urljoin
@@ -141,6 +142,20 @@ def prompt_items(
         elif isinstance(item, DigitsItem):
             items.append(PlayDigits(item.digits_to_play))
     return tuple(items)
+
+
+def messages_or(given: Sequence[Play] | None, default: tuple[Play, ...]) -> tuple[Play, ...]:
+    """An action's ``on_*_messages``, or ``default`` when it gave none (``[]`` is none at all)."""
+    return tuple(given) if given is not None else default
+
+
+class State(enum.Enum):
+    """Where an input action (gather, menu) is: prompting, waiting, retrying, or done."""
+
+    PROMPT = "prompt"
+    WAIT = "wait"
+    MESSAGE = "message"
+    DONE = "done"
 
 
 def say(*texts: str) -> tuple[Play, ...]:

@@ -44,8 +44,6 @@ prompt or message, and not while the caller is speaking.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,7 +55,9 @@ from callhook.actions.machine import (
     Continue,
     Outcome,
     Prompter,
+    State,
     StopReason,
+    messages_or,
     say,
 )
 from callhook.actions.schema import Play, RunMenu, RunSpeechMenu, WebPageRequest
@@ -93,6 +93,11 @@ SPEECH_MENU_INVALID_MESSAGES = (
     "or press the relevant digit.",
 )
 
+_RUN_MENU_TIMEOUT_MESSAGES = say(*RUN_MENU_TIMEOUT_MESSAGES)
+_RUN_MENU_INVALID_MESSAGES = say(*RUN_MENU_INVALID_MESSAGES)
+_SPEECH_MENU_TIMEOUT_MESSAGES = say(*SPEECH_MENU_TIMEOUT_MESSAGES)
+_SPEECH_MENU_INVALID_MESSAGES = say(*SPEECH_MENU_INVALID_MESSAGES)
+
 
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -127,8 +132,8 @@ class MenuSpec:
             help_word="",
             seconds_timeout=a.seconds_digit_timeout,
             speech=None,
-            timeout_messages=_messages(a.on_digit_timeout_messages, RUN_MENU_TIMEOUT_MESSAGES),
-            invalid_messages=_messages(a.on_invalid_digit_messages, RUN_MENU_INVALID_MESSAGES),
+            timeout_messages=messages_or(a.on_digit_timeout_messages, _RUN_MENU_TIMEOUT_MESSAGES),
+            invalid_messages=messages_or(a.on_invalid_digit_messages, _RUN_MENU_INVALID_MESSAGES),
         )
 
     @classmethod
@@ -151,13 +156,13 @@ class MenuSpec:
             speech=RecognitionOptions(
                 language=a.language, word_hints=tuple(hints), max_alternatives=3, mode="auto"
             ),
-            timeout_messages=_messages(a.on_input_timeout_messages, SPEECH_MENU_TIMEOUT_MESSAGES),
-            invalid_messages=_messages(a.on_invalid_input_messages, SPEECH_MENU_INVALID_MESSAGES),
+            timeout_messages=messages_or(
+                a.on_input_timeout_messages, _SPEECH_MENU_TIMEOUT_MESSAGES
+            ),
+            invalid_messages=messages_or(
+                a.on_invalid_input_messages, _SPEECH_MENU_INVALID_MESSAGES
+            ),
         )
-
-
-def _messages(given: Sequence[Play] | None, default: tuple[str, ...]) -> tuple[Play, ...]:
-    return tuple(given) if given is not None else say(*default)
 
 
 def match(phrase: Phrase, choices: tuple[Choice, ...], help_word: str) -> tuple[Choice | None, str]:
@@ -180,13 +185,6 @@ def match(phrase: Phrase, choices: tuple[Choice, ...], help_word: str) -> tuple[
         if best is not None:
             return best
     return None, ""
-
-
-class State(enum.Enum):
-    PROMPT = "prompt"
-    WAIT = "wait"
-    MESSAGE = "message"
-    DONE = "done"
 
 
 class MenuMachine(ActionMachine):

@@ -18,8 +18,7 @@ one of those phrases barges in. ``sleep`` waits its seconds and ignores input.
 
 from __future__ import annotations
 
-import re
-
+from callhook.actions.fields import menu_words
 from callhook.actions.machine import ActionContext, ActionMachine, Continue, Prompter, StopReason
 from callhook.actions.schema import Play, Sleep
 from callhook.events import (
@@ -34,16 +33,12 @@ from callhook.events import (
 )
 
 
-def _words(text: str) -> str:
-    return " ".join(re.findall(r"[\w']+", text.lower()))
-
-
 def phrase_matches(phrase: Phrase, wanted: list[str]) -> bool:
     """Whether any alternative of ``phrase`` contains one of ``wanted`` (as whole words)."""
     if not wanted:
         return True
-    texts = [f" {_words(a.text)} " for a in phrase.alternatives]
-    return any(f" {_words(w)} " in t for w in wanted for t in texts)
+    texts = [f" {menu_words(a.text)} " for a in phrase.alternatives]
+    return any(f" {menu_words(w)} " in t for w in wanted for t in texts)
 
 
 class PlayMachine(ActionMachine):
