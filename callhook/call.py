@@ -79,6 +79,7 @@ from callhook.events import (
     VoiceActivity,
 )
 from callhook.ports import Files, Leg, PageError, Pages, Recordings
+from callhook.reporting import RecordingReports
 
 #: The error page is used at most this often in one call (an error page whose
 #: actions fail again must not loop forever).
@@ -159,10 +160,8 @@ class CallRunner:
         self.recordings = recordings
         # The record action running and the URL its page came from (for its notification).
         self._recording: tuple[Record, str] | None = None
-        # A completed recording's result, reported once its next_page has been requested.
-        self._recorded_result: dict[str, Any] | None = None
-        # A recording next_page's answer deletes, held back until its delete_file ran.
-        self._withheld: dict[str, Any] | None = None
+        # Completed recordings, reported to the journal at the right moment.
+        self.reports = RecordingReports(app.name, recordings)
         self._cipher_noted = False
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
@@ -208,8 +207,7 @@ class CallRunner:
         self.summary.cause, self.summary.raw_cause = cause, raw
         self.log.write("call_end", f"call_cause={cause} call_raw_cause={raw}")
         await self._final_page(cause, raw)
-        self._report_recording()
-        self._release_withheld()  # its delete_file never ran: the file is there, announce it
+        self.reports.call_over()
         self.log.close()
         return self.summary
 
@@ -236,7 +234,7 @@ class CallRunner:
                 try:
                     actions, base = await self._page(current, base)
                 finally:
-                    self._report_recording(actions)
+                    self.reports.next_page_requested(actions)
                 if self.gone is not None or self.aborted is not None:
                     if actions:
                         self.log.write("call_gone", f"call ended; {len(actions)} action(s) not run")
@@ -426,37 +424,7 @@ class CallRunner:
         seconds = self.leg.recorded_seconds(str(result["filename"]))
         if seconds is not None:
             result["seconds_duration"] = round(seconds, 1)
-        self._recorded_result = result
-
-    def _report_recording(self, actions: list[Any] | None = None) -> None:
-        """After next_page was requested: the recording may now be announced to others.
-
-        So an application hears of its recording from ``next_page`` first
-        (``file_available: false``), then from ``recording_available_page``.
-        When next_page's answer deletes the recording, it is held back until the
-        ``delete_file`` has run: a recording the application deletes at once is
-        never announced (were it reported now, the notification could be on its way
-        before the file is gone). Should the deletion fail, it is reported then.
-        """
-        result, self._recorded_result = self._recorded_result, None
-        if result is None or self.recordings is None:
-            return
-        filename = str(result["filename"])
-        if any(isinstance(a, DeleteFile) and a.filename == filename for a in actions or ()):
-            self._release_withheld()  # an earlier one whose delete_file never ran
-            self._withheld = result
-            return
-        self.recordings.completed(self.app.name, filename, result)
-
-    def _release_withheld(self, name: str | None = None, *, deleted: bool = False) -> None:
-        """Report the held-back recording now (``name``: only if it is that file), unless
-        it was ``deleted`` (then the store's hook has told the journal: nothing is sent)."""
-        result = self._withheld
-        if result is None or (name is not None and result["filename"] != name):
-            return
-        self._withheld = None
-        if not deleted and self.recordings is not None:
-            self.recordings.completed(self.app.name, str(result["filename"]), result)
+        self.reports.completed(result)
 
     # --- files ----------------------------------------------------------------------
 
@@ -473,14 +441,14 @@ class CallRunner:
             await asyncio.to_thread(self.files.delete, self.app.name, name)
         except FileNotFoundError:
             self.log.write("action_end", f"{label}: {name}: no such file", level=logging.WARNING)
-            self._release_withheld(name)
+            self.reports.delete_ran(name)
             return
         except (OSError, ValueError) as exc:  # ValueError: OutsideNamespace
             self._error(f"{label}: {name}: cannot be deleted: {exc}")
-            self._release_withheld(name)
+            self.reports.delete_ran(name)
             return
         self.log.write("action_end", f"{label}: {name} deleted")
-        self._release_withheld(name, deleted=True)
+        self.reports.delete_ran(name, deleted=True)
 
     # --- pages ----------------------------------------------------------------------
 

@@ -1,0 +1,63 @@
+"""When the call runner tells the recordings journal that a recording is complete.
+
+A completed ``record`` is reported (:meth:`Recordings.completed
+<callhook.ports.Recordings.completed>`, which may lead to the
+``recording_available_page`` notification) only once its ``next_page`` has been
+requested, so an application hears of its recording from ``next_page`` first
+(``file_available: false``). When ``next_page``'s answer deletes the recording
+with ``delete_file``, the report is held back until that has run: a recording
+the application deletes at once is never announced (were it reported first,
+the notification could be on its way before the file is gone). If the
+deletion fails, or never runs, it is reported then, or when the call is over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from callhook.actions.schema import DeleteFile
+from callhook.ports import Recordings
+
+
+class RecordingReports:
+    """One call's completed recordings on their way to the journal (see the module doc)."""
+
+    def __init__(self, app: str, recordings: Recordings | None) -> None:
+        self.app = app
+        self.recordings = recordings
+        self._completed: dict[str, Any] | None = None  # until its next_page is requested
+        self._withheld: dict[str, Any] | None = None  # until its delete_file has run
+
+    def completed(self, result: dict[str, Any]) -> None:
+        """The record action completed with ``result`` (reported after its next_page)."""
+        self._completed = result
+
+    def next_page_requested(self, actions: list[Any] | None = None) -> None:
+        """Its next_page was requested (``actions``: the answer, if it was a valid list)."""
+        result, self._completed = self._completed, None
+        if result is None or self.recordings is None:
+            return
+        filename = str(result["filename"])
+        if any(isinstance(a, DeleteFile) and a.filename == filename for a in actions or ()):
+            self.delete_ran()  # an earlier one whose delete_file never ran
+            self._withheld = result
+            return
+        self.recordings.completed(self.app, filename, result)
+
+    def delete_ran(self, name: str | None = None, *, deleted: bool = False) -> None:
+        """``delete_file`` of ``name`` ran (None: whatever is held back is due now).
+
+        A held-back recording is reported now, unless it was ``deleted`` (the
+        store's hook has told the journal: nothing is to be sent).
+        """
+        result = self._withheld
+        if result is None or (name is not None and result["filename"] != name):
+            return
+        self._withheld = None
+        if not deleted and self.recordings is not None:
+            self.recordings.completed(self.app, str(result["filename"]), result)
+
+    def call_over(self) -> None:
+        """The call ended: whatever is still waiting is reported."""
+        self.next_page_requested()
+        self.delete_ran()
