@@ -204,3 +204,20 @@ async def test_a_recording_deleted_at_once_is_never_announced(
     assert not (data / "media" / "default" / filename).exists()
     assert app.bodies("/available") == []
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+
+
+@pytest.mark.parametrize("fixture", ["tone_ima.wav", "tone_oki.wav"])
+async def test_an_adpcm_prompt_is_heard(tmp_path: Path, app: AppServer, fixture: str) -> None:
+    """IMA and OKI ADPCM WAVs from the store (SoX-made, tests/data/adpcm) play on a call."""
+    data = tmp_path / "data"
+    target = data / "media" / "default" / "prompts" / fixture
+    target.parent.mkdir(parents=True)
+    target.write_bytes((Path(__file__).parent.parent / "data" / "adpcm" / fixture).read_bytes())
+    app.page("/start", [play(f"prompts/{fixture}"), {"hang_up": {}}])
+    app.page("/final", None)
+    async with RtpSink() as sink, Server.for_app(data, app) as server:
+        parts = [invite_to(sink), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=15000)]
+        run = await sipp.call(server.sip, tmp_path, *parts)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (tone,) = spans(dominant_hz(sink.audio()), PROMPT_HZ)  # the 1 s of 440 Hz
+    assert 4 <= tone[1] - tone[0] <= 6
