@@ -246,6 +246,8 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
         flush=True,
     )
+    for transport, port in sip.ports.items():
+        print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
     print(f"  web: {base}", flush=True)
     print(f"  application: {app.first_page if app else '(none)'}", flush=True)
     if app is not None and app.name == "demo":

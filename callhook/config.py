@@ -12,7 +12,12 @@ A config file is TOML::
 
     [sip]
     host = "0.0.0.0"                    # all interfaces, so phones on the LAN can call
-    port = 5060
+    port = 5060                         # UDP
+    tcp_port = 5060                     # default: the UDP port; 0: no TCP listener
+    tls_port = 5061                     # TLS listener when a certificate is set; 0: none
+    tls_certificate = "cert.pem"        # PEM chain (the key in it, or in tls_key)
+    tls_key = "key.pem"
+    tls_ca = "ca.pem"                   # CAs TLS peers are checked against (default: the system's)
     rtp_ports = [20000, 29999]          # even ports for RTP, one per call
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
     rtp_timeout = 30                    # seconds without RTP before a call is hung up (0: never)
@@ -60,12 +65,14 @@ from __future__ import annotations
 import ipaddress
 import re
 import secrets
+import ssl
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from callhook.numbers import BadNumber, app_for_number, configured
+from callhook.tls import client_context, server_context
 
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
@@ -117,6 +124,13 @@ class Settings:
     page_timeout: float = 10.0
     sip_host: str = "0.0.0.0"
     sip_port: int = 5060
+    #: TCP listener port: None is "the UDP port", 0 none.
+    sip_tcp_port: int | None = None
+    #: TLS listener port (when a certificate is set): 0 none.
+    sip_tls_port: int = 5061
+    tls_certificate: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
     rtp_ports: tuple[int, int] = (20000, 29999)
     shutdown_grace: float = 30.0
     rtp_timeout: float = 30.0
@@ -189,6 +203,40 @@ def _ip_address(path: Path, value: object) -> str:
         ) from None
 
 
+def _port(path: Path, key: str, value: object) -> int:
+    try:
+        port = int(str(value))
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{path}: [sip] {key} must be a port number (0: none), got {value!r}")
+    return port
+
+
+def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
+    """``[sip]`` tcp_port, tls_port and the TLS files, checked (the files are read once
+    here so that a bad certificate is a config error, not a failure on the first call)."""
+    if "tcp_port" in sip:
+        settings.sip_tcp_port = _port(path, "tcp_port", sip["tcp_port"])
+    if "tls_port" in sip:
+        settings.sip_tls_port = _port(path, "tls_port", sip["tls_port"])
+    for key in ("tls_certificate", "tls_key", "tls_ca"):
+        if key in sip:
+            file = Path(str(sip[key]))
+            if not file.is_file():
+                raise ConfigError(f"{path}: [sip] {key}: no such file {file}")
+            setattr(settings, key, file)
+    if settings.tls_key is not None and settings.tls_certificate is None:
+        raise ConfigError(f"{path}: [sip] tls_key needs tls_certificate")
+    try:
+        if settings.tls_certificate is not None:
+            server_context(settings.tls_certificate, settings.tls_key)
+        if settings.tls_ca is not None:
+            client_context(settings.tls_ca)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: [sip] TLS files unusable: {exc}") from None
+
+
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
     mb = float(values[key])
@@ -219,6 +267,7 @@ def load(path: Path) -> Settings:
         if not 1024 <= first < last <= 65535:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
         settings.rtp_ports = (first, last)
+    _transports(path, sip, settings)
     settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
     settings.rtp_timeout = float(sip.get("rtp_timeout", settings.rtp_timeout))
     if "external_address" in sip:

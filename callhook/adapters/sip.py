@@ -1,11 +1,13 @@
-"""The SIP side of ``callhook serve``: the user agent on a UDP socket, calls to applications.
+"""The SIP side of ``callhook serve``: the user agent on UDP, TCP and TLS, calls to applications.
 
 :class:`SipService` owns the sans-IO :class:`~callhook.sip.agent.Agent`: it
-feeds it datagrams, keeps one loop timer on the agent's ``deadline`` (as
-aioquic's protocol does), sends what the agent wants sent and acts on the
-agent's call events. An incoming call is routed by its request-URI user to
-an application; its SDP offer is answered (488 when no codec fits); it gets an
-RTP port, a media session and a :class:`~callhook.adapters.leg.SipLeg`; and a
+feeds it datagrams and the messages framed off TCP and TLS connections
+(:mod:`callhook.adapters.connections`), keeps one loop timer on the agent's
+``deadline`` (as aioquic's protocol does), sends what the agent wants sent,
+each on its transport, and acts on the agent's call events. An incoming call
+is routed by its request-URI user (or dialled number) to an application; its
+SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
+session and a :class:`~callhook.adapters.leg.SipLeg`; and a
 :class:`~callhook.call.CallRunner` runs the application on it. Outbound calls
 (:meth:`SipService.dial`) do the same once the callee answers.
 
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from callhook.adapters.connections import Connections
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
@@ -48,6 +51,8 @@ from callhook.sip.agent import (
     Reoffer,
 )
 from callhook.sip.message import parse_uri
+from callhook.sip.transport import Target, Transport
+from callhook.tls import client_context, server_context
 
 logger = logging.getLogger("callhook.sip")
 
@@ -110,6 +115,7 @@ class SipService:
         self.services = services
         self.host = host
         self.port = port
+        self.requested_port = port
         self.rtp_ports = rtp_ports
         self.loop = asyncio.get_running_loop()
         # The address this machine has, and the one callhook advertises in Contact, Via
@@ -118,6 +124,8 @@ class SipService:
         self.address = services.settings.external_address or self.local
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
+        self.connections: Connections | None = None
+        self.ports: dict[Transport, int] = {}
         self.media: MediaEngine | None = None
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
@@ -135,9 +143,12 @@ class SipService:
         # uvloop's UDP transport implements the interface without subclassing it.
         self.transport = transport
         self.port = transport.get_extra_info("sockname")[1]
+        await self._listen_streams()
         from callhook import __version__
 
-        self.agent = Agent(self.address, self.port, user_agent=f"callhook/{__version__}")
+        self.agent = Agent(
+            self.address, self.port, user_agent=f"callhook/{__version__}", ports=self.ports
+        )
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
@@ -145,9 +156,33 @@ class SipService:
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
 
+    async def _listen_streams(self) -> None:
+        """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
+        settings = self.services.settings
+        client_tls = client_context(settings.tls_ca)
+        self.connections = Connections(self.message_received, client_tls=client_tls)
+        if settings.sip_tcp_port is None:
+            # The UDP port (any free one when UDP's was chosen by the system).
+            self.ports["tcp"] = await self.connections.listen(
+                "tcp", self.host, self.port if self.requested_port else 0
+            )
+        elif settings.sip_tcp_port:
+            self.ports["tcp"] = await self.connections.listen(
+                "tcp", self.host, settings.sip_tcp_port
+            )
+        if settings.tls_certificate is not None and settings.sip_tls_port:
+            tls = server_context(settings.tls_certificate, settings.tls_key)
+            self.ports["tls"] = await self.connections.listen(
+                "tls", self.host, settings.sip_tls_port, tls
+            )
+
     # --- the agent ------------------------------------------------------------------------
 
     def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
+        self.message_received(data, Target(*source))
+
+    def message_received(self, data: bytes, source: Target) -> None:
+        """A SIP message from ``source`` (a datagram, or framed off a connection)."""
         assert self.agent is not None
         self.agent.receive(data, source, self.loop.time())
         self._flush()
@@ -161,8 +196,12 @@ class SipService:
             datagrams, events = agent.take_datagrams(), agent.take_events()
             if not datagrams and not events:
                 break
-            for data, address in datagrams:
-                transport.sendto(data, address)
+            for data, target in datagrams:
+                if target.transport == "udp":
+                    transport.sendto(data, (target.host, target.port))
+                else:
+                    assert self.connections is not None
+                    self.connections.send(data, target)
             for event in events:
                 self._dispatch(event)
         deadline = agent.deadline
@@ -563,6 +602,8 @@ class SipService:
             # Let the last BYEs out before the socket closes.
             await asyncio.sleep(0.05)
             self.transport.close()
+        if self.connections is not None:
+            await self.connections.close()
 
 
 def _media_session(

@@ -44,7 +44,7 @@ import logging
 import secrets
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from callhook.sip import digest
 from callhook.sip.checks import check_request, check_response, unsupported_options
@@ -86,6 +86,14 @@ from callhook.sip.transaction import (
     client,
     server,
 )
+from callhook.sip.transport import (
+    UDP_REQUEST_LIMIT,
+    Local,
+    Target,
+    Transport,
+    reliable,
+    target_of,
+)
 
 logger = logging.getLogger("callhook.sip")
 
@@ -109,6 +117,7 @@ __all__ = [
 ]
 
 State = Literal["offered", "early", "answered", "confirmed", "ending", "ended"]
+_NOWHERE = Target("", 0)
 
 
 @dataclass
@@ -118,14 +127,14 @@ class _Call:
     invite: Request
     tx: Transaction
     local_tag: str
-    peer: Address  # inbound: where the INVITE came from; outbound: where it went
+    peer: Target  # inbound: where the INVITE came from; outbound: where it went
     state: State = "offered"
     dialog: Dialog | None = None
     reported: bool = False  # CallTerminated was emitted
     live_txs: int = 0  # transactions of the call still running (it is forgotten at 0)
     # Our 2xx to an INVITE or re-INVITE, retransmitted until the ACK (§13.3.1.4).
     ok: bytes = b""
-    ok_to: Address = ("", 0)
+    ok_to: Target = _NOWHERE
     ok_next: float = 0.0
     ok_interval: float = T1
     ok_give_up: float = 0.0
@@ -148,16 +157,21 @@ def _token() -> str:
     return secrets.token_hex(8)
 
 
-def _branch() -> str:
-    return "z9hG4bK" + secrets.token_hex(10)
-
-
 class Agent:
     """callhook's SIP user agent (see the module docstring)."""
 
-    def __init__(self, host: str, port: int, *, user_agent: str = "callhook") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        user_agent: str = "callhook",
+        ports: dict[Transport, int] | None = None,
+    ) -> None:
+        """``host`` is the address advertised; ``port`` the UDP one; ``ports`` the others."""
         self.host = host
         self.port = port
+        self.local = Local(host, {"udp": port, **(ports or {})})
         self.user_agent = user_agent
         self.accepting = True
         self.calls: dict[str, _Call] = {}
@@ -165,12 +179,13 @@ class Agent:
         self._tx_call: dict[int, str] = {}  # id(transaction) -> call_id
         self._timers: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()
-        self._out: list[tuple[bytes, Address]] = []
+        self._out: list[tuple[bytes, Target]] = []
         self._events: deque[CallEvent] = deque()
 
     # --- the adapter's side ---------------------------------------------------------------
 
-    def take_datagrams(self) -> list[tuple[bytes, Address]]:
+    def take_datagrams(self) -> list[tuple[bytes, Target]]:
+        """The messages to send, each with the target to send it to (on its transport)."""
         out, self._out = self._out, []
         return out
 
@@ -221,14 +236,19 @@ class Agent:
             except Exception:
                 logger.exception("SIP timer %s failed", kind)
 
-    def receive(self, data: bytes, source: Address, now: float) -> None:
-        """A datagram from ``source``. Never raises: what cannot be handled is logged."""
+    def receive(self, data: bytes, source: Target | Address, now: float) -> None:
+        """A message from ``source`` (a datagram, or one framed off a stream).
+
+        A plain ``(host, port)`` source is UDP. Never raises: what cannot be handled
+        is logged.
+        """
+        source = Target(*source)
         if not data.strip(b"\r\n"):
             return  # keep-alive (RFC 5626 §4.4.1 CRLF ping)
         try:
             message = parse(data)
         except SipMessageError as exc:
-            logger.warning("SIP from %s:%s not well-formed: %s", *source, exc.reason)
+            logger.warning("SIP from %s not well-formed: %s", source, exc.reason)
             self._answer_error(exc, source)
             return
         try:
@@ -237,7 +257,7 @@ class Agent:
             else:
                 self._request(message, source, now)
         except SipMessageError as exc:
-            logger.warning("SIP from %s:%s refused: %s", *source, exc.reason)
+            logger.warning("SIP from %s refused: %s", source, exc.reason)
             if isinstance(message, Request):
                 self._answer_error(
                     SipMessageError(
@@ -246,9 +266,9 @@ class Agent:
                     source,
                 )
         except Exception:
-            logger.exception("SIP message from %s:%s could not be handled", *source)
+            logger.exception("SIP message from %s could not be handled", source)
 
-    def _answer_error(self, exc: SipMessageError, source: Address) -> None:
+    def _answer_error(self, exc: SipMessageError, source: Target) -> None:
         response = error_response(exc, server=self.user_agent)
         if response is not None:
             self._out.append((serialize(response), source))
@@ -289,13 +309,35 @@ class Agent:
             call.live_txs += 1
 
     def _start_client(
-        self, request: Request, address: Address, now: float, call: _Call
+        self, request: Request, address: Target, now: float, call: _Call
     ) -> Transaction:
+        request, address = self._fit(request, address)
         tx, outputs = client(request, address, now)
         self._txs[self._tx_key(tx)] = tx
         self._link(tx, call)
         self._tx_outputs(tx, outputs, now)
         return tx
+
+    def _fit(self, request: Request, target: Target) -> tuple[Request, Target]:
+        """A request too big for UDP goes over TCP, its Via saying so (§18.1.1)."""
+        if (
+            target.transport != "udp"
+            or not self.local.listens("tcp")
+            or request.method in ("ACK", "CANCEL")  # they follow their INVITE's path
+            or len(serialize(request)) <= UDP_REQUEST_LIMIT
+        ):
+            return request, target
+        headers = request.headers.copy()
+        vias = headers.get_all("Via")
+        if vias:
+            top = parse_via(vias[0])
+            headers.remove("Via")
+            headers.add("Via", self.local.via("tcp", branch_id=top.params.get("branch")))
+            for rest in vias[1:]:
+                headers.add("Via", rest)
+        return Request(request.method, request.uri, headers, request.body), target._replace(
+            transport="tcp"
+        )
 
     def _respond(self, tx: Transaction, response: Response, now: float) -> None:
         self._tx_outputs(tx, tx.respond(response, now), now)
@@ -319,7 +361,7 @@ class Agent:
             reason,
             server=self.user_agent,
             to_tag=tag,
-            contact=self._contact(request),
+            contact=self._contact(request, transport=tx.address.transport),
             extra=extra or [],
             body=body,
         )
@@ -331,7 +373,7 @@ class Agent:
 
     # --- requests in ------------------------------------------------------------------
 
-    def _request(self, request: Request, source: Address, now: float) -> None:
+    def _request(self, request: Request, source: Target, now: float) -> None:
         self._mark_received(request, source)
         method = request.method
         key = ("s", _server_branch(request), "INVITE" if method == "ACK" else method)
@@ -368,7 +410,7 @@ class Agent:
         }
         handlers[method](tx, request, now)
 
-    def _mark_received(self, request: Request, source: Address) -> None:
+    def _mark_received(self, request: Request, source: Target) -> None:
         """Record where the request really came from in its top Via (§18.2.1, RFC 3581 §4)."""
         vias = request.headers.get_all("Via")
         if not vias:
@@ -392,15 +434,18 @@ class Agent:
                 request.headers.add("Via", rest)
 
     @staticmethod
-    def _response_address(request: Request, source: Address) -> Address:
-        """Where responses go: §18.2.2 with RFC 3581 (the source port when rport was asked)."""
+    def _response_address(request: Request, source: Target) -> Target:
+        """Where responses go (§18.2.2): back on a stream's connection; over UDP to the
+        Via's address, or the source port when rport was asked (RFC 3581 §4)."""
+        if reliable(source.transport):
+            return source
         try:
             via = request.top_via
         except (ValueError, IndexError):
             return source
         if via.params.get("rport"):
             return source
-        return (via.params.get("received") or source[0], via.port or 5060)
+        return Target(via.params.get("received") or source.host, via.port or 5060)
 
     def _invite(self, tx: Transaction, request: Request, now: float) -> None:
         if request.to_tag:
@@ -542,14 +587,20 @@ class Agent:
             return None
         return call
 
-    def _contact(self, request: Request | None = None, user: str = "callhook") -> str:
+    def _contact(
+        self,
+        request: Request | None = None,
+        user: str = "callhook",
+        *,
+        transport: Transport = "udp",
+    ) -> str:
         if request is not None:
             with contextlib.suppress(ValueError):
                 user = parse_uri(request.uri).user or user
-        return f"<sip:{user}@{self.host}:{self.port}>"
+        return self.local.contact(user, transport)
 
-    def _via(self) -> str:
-        return f"SIP/2.0/UDP {self.host}:{self.port};branch={_branch()};rport"
+    def _via(self, transport: Transport = "udp") -> str:
+        return self.local.via(transport)
 
     # --- responses in (client transactions) ---------------------------------------------
 
@@ -627,15 +678,9 @@ class Agent:
             for name in ("Authorization", "Proxy-Authorization")
             if (value := call.invite.headers.get(name)) is not None
         ]
-        ack = call.dialog.request(
-            "ACK",
-            self._via(),
-            contact=self._contact(user="callhook"),
-            cseq=call.invite.cseq[0],
-            extra=extra,
-        )
+        ack, hop = self._in_dialog(call, "ACK", cseq=call.invite.cseq[0], extra=extra)
         call.ack = serialize(ack)
-        self._out.append((call.ack, self._hop(call)))
+        self._out.append((call.ack, hop))
         if call.cancel_wanted:
             # The 2xx crossed our CANCEL: the call is up, so end it (§15).
             call.state = "confirmed"
@@ -666,7 +711,7 @@ class Agent:
         invite = call.invite
         headers = invite.headers.copy()
         headers.remove("Via")
-        headers.add("Via", self._via())
+        headers.add("Via", self._via(call.peer.transport))
         headers.set("CSeq", f"{invite.cseq[0] + 1} INVITE")
         headers.remove(answer)
         headers.add(
@@ -740,15 +785,14 @@ class Agent:
             ("Session-Expires", f"{call.timer.interval};refresher=uas"),
             ("Supported", "timer"),
         ]
-        request = call.dialog.request(
+        request, hop = self._in_dialog(
+            call,
             method,
-            self._via(),
-            contact=self._contact(user="callhook"),
             body=call.local_sdp if method == "INVITE" else b"",
             content_type="application/sdp" if method == "INVITE" and call.local_sdp else None,
             extra=extra,
         )
-        self._start_client(request, self._hop(call), now, call)
+        self._start_client(request, hop, now, call)
 
     def _refresh_response(
         self, call: _Call, tx: Transaction, response: Response, now: float
@@ -760,10 +804,8 @@ class Agent:
             self._end(call, "dropped", str(response.status), by_remote=True)
             return
         if tx.request.method == "INVITE" and call.dialog is not None:
-            ack = call.dialog.request(
-                "ACK", self._via(), contact=self._contact(user="callhook"), cseq=tx.request.cseq[0]
-            )
-            self._out.append((serialize(ack), self._hop(call)))
+            ack, hop = self._in_dialog(call, "ACK", cseq=tx.request.cseq[0])
+            self._out.append((serialize(ack), hop))
         if call.state == "confirmed":
             self._schedule_refresh(call, now)
 
@@ -791,7 +833,7 @@ class Agent:
             200,
             server=self.user_agent,
             to_tag=call.local_tag,
-            contact=self._contact(call.invite),
+            contact=self._contact(call.invite, transport=call.peer.transport),
             extra=call.timer.headers() if call.timer is not None else [],
             body=sdp,
         )
@@ -816,12 +858,14 @@ class Agent:
             tx.request,
             200,
             server=self.user_agent,
-            contact=self._contact(call.invite),
+            contact=self._contact(call.invite, transport=tx.address.transport),
             extra=call.timer.headers() if call.timer is not None else [],
             body=sdp,
         )
         if tx.request.method == "INVITE":
-            response.headers.add("Contact", self._contact(call.invite))
+            response.headers.add(
+                "Contact", self._contact(call.invite, transport=tx.address.transport)
+            )
             self._send_ok(call, tx, response, now)
         else:
             self._respond(tx, response, now)
@@ -864,27 +908,42 @@ class Agent:
         from_user: str = "callhook",
         from_display: str | None = None,
         credentials: Credentials | None = None,
-        address: Address | None = None,
+        address: Target | Address | None = None,
+        from_host: str | None = None,
+        route: str | None = None,
     ) -> str:
-        """Place a call to ``target`` (a SIP URI) offering ``sdp``; returns its Call-ID."""
+        """Place a call to ``target`` (a SIP URI) offering ``sdp``; returns its Call-ID.
+
+        It goes to ``address`` if given (a trunk's proxy), else to the URI's host,
+        over the URI's transport (``sips:`` or ``;transport=``) or the address's.
+        ``from_host`` is the From URI's host (a trunk's domain; default ours);
+        ``route`` a loose-routing proxy URI put in a Route header (§8.1.2).
+        """
         uri = parse_uri(target)
+        peer = Target(*address) if address is not None else target_of(uri)
+        transport = peer.transport
         call_id = f"{_token()}@{self.host}"
         local_tag = _token()
         display = f'"{from_display}" ' if from_display else ""
+        if from_host:
+            from_uri = f"{'sips' if transport == 'tls' else 'sip'}:{from_user}@{from_host}"
+        else:
+            from_uri = self.local.uri(from_user, transport)
         headers = Headers()
-        headers.add("Via", self._via())
+        headers.add("Via", self._via(transport))
         headers.add("Max-Forwards", "70")
-        headers.add("From", f"{display}<sip:{from_user}@{self.host}:{self.port}>;tag={local_tag}")
+        if route:
+            headers.add("Route", f"<{route}>")
+        headers.add("From", f"{display}<{from_uri}>;tag={local_tag}")
         headers.add("To", f"<{target}>")
         headers.add("Call-ID", call_id)
         headers.add("CSeq", "1 INVITE")
-        headers.add("Contact", self._contact(user=from_user))
+        headers.add("Contact", self._contact(user=from_user, transport=transport))
         headers.add("Allow", ALLOW)
         headers.add("Supported", ", ".join(sorted(SUPPORTED)))
         headers.add("User-Agent", self.user_agent)
         headers.add("Content-Type", "application/sdp")
-        request = Request("INVITE", target, headers, sdp)
-        peer = address or (uri.host.strip("[]"), uri.port or 5060)
+        request, peer = self._fit(Request("INVITE", target, headers, sdp), peer)
         tx, outputs = client(request, peer, now)
         call = _Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
         call.local_sdp = sdp
@@ -896,14 +955,27 @@ class Agent:
 
     # --- ending ---------------------------------------------------------------------------
 
-    def _hop(self, call: _Call) -> Address:
+    def _hop(self, call: _Call) -> Target:
         """Where in-dialog requests go; the peer's address when the dialog names no usable one."""
         if call.dialog is not None:
             try:
-                return call.dialog.next_hop()
+                return call.dialog.next_hop(call.peer.transport)
             except ValueError as exc:
-                logger.warning("call %s: %s; sending to %s:%s", call.call_id, exc, *call.peer)
+                logger.warning("call %s: %s; sending to %s", call.call_id, exc, call.peer)
         return call.peer
+
+    def _in_dialog(self, call: _Call, method: str, **kwargs: Any) -> tuple[Request, Target]:
+        """A request of ``call``'s dialog, with the Via and Contact of the transport it
+        goes over, and where it goes."""
+        assert call.dialog is not None
+        hop = self._hop(call)
+        request = call.dialog.request(
+            method,
+            self._via(hop.transport),
+            contact=self._contact(user="callhook", transport=hop.transport),
+            **kwargs,
+        )
+        return request, hop
 
     def _send_bye(self, call: _Call, now: float) -> None:
         if call.dialog is None:
@@ -911,8 +983,8 @@ class Agent:
             return
         call.bye_pending = False
         call.state = "ending"
-        bye = call.dialog.request("BYE", self._via(), contact=self._contact(user="callhook"))
-        self._start_client(bye, self._hop(call), now, call)
+        bye, hop = self._in_dialog(call, "BYE")
+        self._start_client(bye, hop, now, call)
 
     def _send_cancel(self, call: _Call, now: float) -> None:
         """CANCEL our INVITE (§9.1): same branch, same request-URI, CSeq number, Route."""

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from callhook.sip.message import Headers, Request, Response, parse_name_addr, parse_uri
+from callhook.sip.transport import Target, Transport, target_of
 
 logger = logging.getLogger("callhook.sip")
 
@@ -105,15 +106,16 @@ class Dialog:
             headers.add("Content-Type", content_type)
         return Request(method, uri, headers, body)
 
-    def next_hop(self) -> tuple[str, int]:
+    def next_hop(self, default: Transport = "udp") -> Target:
         """Where requests of this dialog are sent: the first route, else the remote target.
 
-        Raises ValueError when that is not a SIP URI with a host.
+        Its transport is the URI's (``sips:``, ``;transport=``), else ``default`` (the
+        one the dialog was made over: a peer on TCP that leaves its Contact without
+        ``;transport=tcp`` still expects TCP). Raises ValueError when that is not a SIP
+        URI with a host.
         """
         uri = parse_uri(_uri_of(self.route_set[0]) if self.route_set else self.remote_target)
-        if uri.scheme not in ("sip", "sips") or not uri.host:
-            raise ValueError(f"cannot send to {uri}")
-        return uri.host.strip("[]"), uri.port or 5060
+        return target_of(uri, default)
 
     def accept_remote_cseq(self, request: Request) -> bool:
         """Whether an in-dialog request's CSeq is in order (§12.2.2: lower ones get a 500)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from callhook.sip.transport import Target
+
 Address = tuple[str, int]
 
 
@@ -17,7 +19,7 @@ class IncomingCall:
     to_uri: str
     request_uri: str
     offer: bytes
-    source: Address
+    source: Target  # where the INVITE came from (its transport, for a stream its connection)
 
 
 @dataclass(frozen=True, slots=True)

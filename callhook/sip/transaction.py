@@ -1,9 +1,11 @@
-"""SIP transactions over UDP: RFC 3261 §17 (with RFC 6026's Accepted states), sans-IO.
+"""SIP transactions: RFC 3261 §17 (with RFC 6026's Accepted states), sans-IO.
 
 Theory of operation
 -------------------
 A transaction is a request and the responses to it, made reliable over UDP
-by retransmission timers. There are four kinds:
+by retransmission timers (over TCP and TLS the transport is reliable: timers
+A, E and G never start and D, I, J and K are zero, §17.1.1.2, §17.1.2.2,
+§17.2.1, §17.2.2). There are four kinds:
 
 =====  =======================  ======================================
 kind   who                      states
@@ -50,12 +52,13 @@ import enum
 from dataclasses import dataclass, field
 
 from callhook.sip.message import Request, Response, serialize
+from callhook.sip.transport import Target, reliable
 
 T1 = 0.5
 T2 = 4.0
 T4 = 5.0
 
-Address = tuple[str, int]
+Address = tuple[str, int]  # host, port; a UDP target (see transport.Target)
 
 
 class Kind(enum.Enum):
@@ -83,7 +86,7 @@ class Transmit:
     """Send these bytes to ``address``."""
 
     data: bytes
-    address: Address
+    address: Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,7 @@ class Transaction:
 
     kind: Kind
     request: Request
-    address: Address  # where requests go (client) or responses go (server)
+    address: Target  # where requests go (client) or responses go (server)
     state: State = State.TERMINATED
     timers: dict[str, float] = field(default_factory=dict)
     last_response: Response | None = None
@@ -318,7 +321,14 @@ class Transaction:
             self.timers.clear()
         return out
 
+    @property
+    def reliable(self) -> bool:
+        """Whether the transaction runs over TCP or TLS (no retransmissions)."""
+        return reliable(self.address.transport)
+
     def _start(self, timer: str, now: float) -> None:
+        if self.reliable and timer in ("A", "E", "G"):
+            return  # the transport retransmits (§17.1.1.2, §17.1.2.2, §17.2.1)
         if timer in ("A", "E", "G") and timer in self._started:
             # Retransmit intervals double: A without limit, E and G up to T2 (§17.1.1.2,
             # §17.1.2.2, §17.2.1); in Proceeding, E is T2 at once.
@@ -326,12 +336,18 @@ class Transaction:
         if timer == "E" and self.state is State.PROCEEDING:
             self._interval = T2
         self._started.add(timer)
-        self.timers[timer] = now + _timer_length(timer, self._interval)
+        length = _timer_length(timer, self._interval)
+        if self.reliable and timer in ("D", "I", "J", "K"):
+            length = 0.0  # nothing to absorb: no retransmissions come over a stream
+        self.timers[timer] = now + length
 
 
-def client(request: Request, address: Address, now: float) -> tuple[Transaction, list[Output]]:
+def client(
+    request: Request, address: Target | Address, now: float
+) -> tuple[Transaction, list[Output]]:
     """Start a client transaction: send ``request`` to ``address`` (§17.1)."""
     kind = Kind.ICT if request.method == "INVITE" else Kind.NICT
+    address = Target(*address)
     tx = Transaction(kind, request, address, state=INITIAL[kind])
     tx._request_bytes = serialize(request)
     if kind is Kind.ICT:
@@ -340,13 +356,13 @@ def client(request: Request, address: Address, now: float) -> tuple[Transaction,
     else:
         tx._start("E", now)
         tx._start("F", now)
-    return tx, [Transmit(tx._request_bytes, address)]
+    return tx, [Transmit(tx._request_bytes, tx.address)]
 
 
-def server(request: Request, address: Address) -> Transaction:
+def server(request: Request, address: Target | Address) -> Transaction:
     """A server transaction for a new ``request`` whose responses go to ``address`` (§17.2)."""
     kind = Kind.IST if request.method == "INVITE" else Kind.NIST
-    return Transaction(kind, request, address, state=INITIAL[kind])
+    return Transaction(kind, request, Target(*address), state=INITIAL[kind])
 
 
 def ack_for(invite: Request, response: Response) -> Request:

@@ -15,10 +15,18 @@ CALLHOOK = [sys.executable, "-m", "callhook"]
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A UDP port that is free for TCP too (callhook serve listens on both by default)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            try:
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no port free for both UDP and TCP")
 
 
 def free_tcp_port() -> int:

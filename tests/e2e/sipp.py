@@ -178,8 +178,11 @@ class SippRun:
     errors: str
 
 
-async def call(server: tuple[str, int], workdir: Path, *parts: str) -> SippRun:
-    """One SIPp call made of scenario ``parts``, from free local ports."""
+async def call(
+    server: tuple[str, int], workdir: Path, *parts: str, transport: str = "udp"
+) -> SippRun:
+    """One SIPp call made of scenario ``parts``, from free local ports, over ``transport``
+    (``udp`` or ``tcp``: SIPp's ``-t u1`` / ``-t t1``, one socket)."""
     from tests.e2e.harness import free_even_udp_port, free_udp_port
 
     return await run_sipp(
@@ -188,6 +191,7 @@ async def call(server: tuple[str, int], workdir: Path, *parts: str) -> SippRun:
         workdir,
         local_port=free_udp_port(),
         media_port=free_even_udp_port(),
+        extra=("-t", {"udp": "u1", "tcp": "t1"}[transport]),
     )
 
 

@@ -36,12 +36,12 @@ from callhook.sip.message import (
     parse,
     parse_via,
 )
-from callhook.sip.transaction import Address
+from callhook.sip.transport import Target
 
 HOST, PORT = "192.0.2.1", 5060
 ME = (HOST, PORT)
-PEER: Address = ("192.0.2.10", 5062)  # the caller: its Via says so too
-CALLEE: Address = ("192.0.2.20", 5070)  # the callee of our outbound calls
+PEER = Target("192.0.2.10", 5062)  # the caller: its Via says so too
+CALLEE = Target("192.0.2.20", 5070)  # the callee of our outbound calls
 TARGET = "sip:bob@192.0.2.20:5070"
 T0 = 1000.0
 EPS = 0.001
@@ -63,7 +63,7 @@ HOLD = (
 )
 DATA = Path(__file__).resolve().parent.parent / "data" / "sip" / "rfc4475"
 
-Sent = list[tuple[Request | Response, Address]]
+Sent = list[tuple[Request | Response, Target]]
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -89,18 +89,18 @@ def statuses(out: Sent) -> list[int]:
     return [r.status for r in responses(out)]
 
 
-def one(out: Sent) -> tuple[Request | Response, Address]:
+def one(out: Sent) -> tuple[Request | Response, Target]:
     assert len(out) == 1, [(m.status if isinstance(m, Response) else m.method, a) for m, a in out]
     return out[0]
 
 
-def one_response(agent: Agent) -> tuple[Response, Address]:
+def one_response(agent: Agent) -> tuple[Response, Target]:
     msg, address = one(sent(agent))
     assert isinstance(msg, Response)
     return msg, address
 
 
-def one_request(agent: Agent) -> tuple[Request, Address]:
+def one_request(agent: Agent) -> tuple[Request, Target]:
     msg, address = one(sent(agent))
     assert isinstance(msg, Request)
     return msg, address
@@ -153,7 +153,7 @@ def offer_call(
     headers: Sequence[tuple[str, str]] = (),
     cseq: int = 1,
     via: str | None = None,
-    source: Address = PEER,
+    source: Target = PEER,
 ) -> IncomingCall:
     """The peer calls us; returns the IncomingCall event (the 100 is checked and taken)."""
     agent.receive(
@@ -447,7 +447,7 @@ def test_our_bye_follows_the_loose_route_set() -> None:
         "<sip:p1.example.com:5080;lr>",
         "<sip:p2.example.com;lr>",
     ]
-    assert address == ("p1.example.com", 5080)
+    assert address == Target("p1.example.com", 5080)
     assert bye.from_tag == tag
     assert bye.to_tag == FROM_TAG
     assert bye.cseq[1] == "BYE"
@@ -484,7 +484,7 @@ def test_our_bye_with_a_strict_router_first() -> None:
         "<sip:p2.example.com;lr>",
         "<sip:alice@192.0.2.10:5062>",
     ]
-    assert address == ("strict.example.com", 5090)
+    assert address == Target("strict.example.com", 5090)
 
 
 def test_hang_up_before_answer_declines_with_603() -> None:
@@ -666,7 +666,7 @@ def test_reinvite_for_hold_with_a_new_media_address() -> None:
     agent.hang_up(CALL_ID, T0 + 11.0)
     bye, bye_address = one_request(agent)
     assert bye.uri == "sip:alice@198.51.100.50:5064"
-    assert bye_address == ("198.51.100.50", 5064)
+    assert bye_address == Target("198.51.100.50", 5064)
     assert_no_leaks(agent, T0 + 11.0)
 
 
@@ -914,7 +914,7 @@ def test_when_we_refresh_the_session_we_do_it_at_half_the_interval(
     agent.handle_timer(T0 + 0.1 + 300)
     refresh, address = one_request(agent)
     assert refresh.method == method
-    assert address == ("192.0.2.10", 5062)
+    assert address == Target("192.0.2.10", 5062)
     assert refresh.to_tag == FROM_TAG and refresh.from_tag == tag  # in our dialog
     assert refresh.headers.get("Session-Expires") == "600;refresher=uas"
     assert refresh.cseq[1] == method
@@ -1017,7 +1017,7 @@ def test_keepalive_and_noise_are_ignored() -> None:
 # --- rport and where responses go (RFC 3261 §18.2.2, RFC 3581) ---------------------------
 
 
-def answer_call_to(agent: Agent, where: Address) -> Response:
+def answer_call_to(agent: Agent, where: Target) -> Response:
     agent.answer(CALL_ID, ANSWER, T0 + 0.5)
     ok, address = one_response(agent)
     assert address == where
@@ -1026,7 +1026,7 @@ def answer_call_to(agent: Agent, where: Address) -> Response:
 
 def test_rport_response_goes_to_the_source() -> None:
     agent = Agent(HOST, PORT)
-    nat = ("203.0.113.7", 40001)
+    nat = Target("203.0.113.7", 40001)
     via = f"SIP/2.0/UDP 10.0.0.5:5060;branch={INVITE_BRANCH};rport"
     agent.receive(sip_request("INVITE", via=via, body=OFFER), nat, T0)
     trying, address = one_response(agent)
@@ -1058,7 +1058,7 @@ def test_without_rport_responses_go_to_received_host_and_via_port() -> None:
     via = f"SIP/2.0/UDP caller.example.com:5070;branch={INVITE_BRANCH}"
     agent.receive(sip_request("INVITE", via=via, body=OFFER), ("203.0.113.8", 33333), T0)
     trying, address = one_response(agent)
-    assert address == ("203.0.113.8", 5070)
+    assert address == Target("203.0.113.8", 5070)
     top = parse_via(trying.headers.get_all("Via")[0])
     assert top.params.get("received") == "203.0.113.8"
     assert "rport" not in top.params
@@ -1069,7 +1069,7 @@ def test_without_rport_same_host_no_received_and_default_port() -> None:
     via = f"SIP/2.0/UDP {PEER[0]};branch={INVITE_BRANCH}"
     agent.receive(sip_request("INVITE", via=via, body=OFFER), PEER, T0)
     trying, address = one_response(agent)
-    assert address == (PEER[0], 5060)
+    assert address == Target(PEER[0], 5060)
     assert trying.headers.get_all("Via") == [via]
 
 
@@ -1214,7 +1214,7 @@ def test_outbound_call_answered() -> None:
         "<sip:p2.example.com;lr>",
         "<sip:p1.example.com:5080;lr>",
     ]
-    assert address == ("p2.example.com", 5060)
+    assert address == Target("p2.example.com", 5060)
     assert ack.cseq == (1, "ACK")
     assert ack.call_id == call_id
     assert ack.from_tag == invite.from_tag
@@ -1241,7 +1241,7 @@ def test_outbound_call_answered() -> None:
     assert bye.cseq == (2, "BYE")
     assert bye.uri == "sip:bob@192.0.2.99:5072"
     assert bye.headers.get_all("Route") == ack.headers.get_all("Route")
-    assert bye_address == ("p2.example.com", 5060)
+    assert bye_address == Target("p2.example.com", 5060)
     assert agent.take_events() == [CallTerminated(call_id, "completed", "200", by_remote=False)]
     agent.receive(reply(bye, 200), ("p2.example.com", 5060), T0 + 41.1)
     assert sent(agent) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from callhook.sip.dialog import Dialog
 from callhook.sip.message import Request, Response, parse, parse_name_addr
+from callhook.sip.transport import Target
 
 VIA = "SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKdlg1;rport"
 CONTACT = "<sip:callhook@192.0.2.1:5060>"
@@ -148,7 +149,7 @@ def test_loose_routing_request() -> None:
     assert bye.headers.get("Contact") == CONTACT
     assert bye.headers.get("Max-Forwards") == "70"
     assert bye.cseq == (first_seq + 1, "BYE")
-    assert dialog.next_hop() == ("p1.example.com", 5060)
+    assert dialog.next_hop() == Target("p1.example.com", 5060)
 
 
 def test_cseq_increments_per_request_and_override_does_not_consume() -> None:
@@ -167,7 +168,7 @@ def test_cseq_increments_per_request_and_override_does_not_consume() -> None:
     assert info.headers.get("Content-Type") == "application/dtmf-relay"
     assert "Route" not in bye.headers
     assert bye.uri == "sip:bob@192.0.2.20"
-    assert dialog.next_hop() == ("192.0.2.20", 5060)
+    assert dialog.next_hop() == Target("192.0.2.20", 5060)
 
 
 def test_strict_routing_when_first_route_has_no_lr() -> None:
@@ -186,7 +187,7 @@ def test_strict_routing_when_first_route_has_no_lr() -> None:
         "<sip:p2.example.com;lr>",
         "<sip:bob@192.0.2.20:5070>",
     ]
-    assert dialog.next_hop() == ("strict.example.com", 5070)
+    assert dialog.next_hop() == Target("strict.example.com", 5070)
     # The dialog itself is not changed by building the request.
     assert dialog.route_set == ["<sip:strict.example.com:5070>", "<sip:p2.example.com;lr>"]
     assert dialog.remote_target == "sip:bob@192.0.2.20:5070"
@@ -273,7 +274,7 @@ def test_target_refresh_moves_the_remote_target() -> None:
     dialog.update_target(reinvite)
     assert dialog.remote_target == "sip:bob@198.51.100.9:5062"
     assert dialog.request("BYE", VIA, contact=CONTACT).uri == "sip:bob@198.51.100.9:5062"
-    assert dialog.next_hop() == ("198.51.100.9", 5062)
+    assert dialog.next_hop() == Target("198.51.100.9", 5062)
     without_contact = parse_request(
         "UPDATE sip:app@192.0.2.1 SIP/2.0\r\n"
         "Via: SIP/2.0/UDP 198.51.100.9;branch=z9hG4bKw\r\n"

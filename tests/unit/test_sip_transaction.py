@@ -23,10 +23,11 @@ from callhook.sip.transaction import (
     client,
     server,
 )
+from callhook.sip.transport import Target
 
 T0 = 1000.0
 EPS = 0.001  # "1 ms before"
-PEER = ("192.0.2.20", 5070)
+PEER = Target("192.0.2.20", 5070)
 
 INVITE_BYTES = (
     b"INVITE sip:bob@192.0.2.20:5070 SIP/2.0\r\n"

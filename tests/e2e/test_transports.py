@@ -1,0 +1,170 @@
+"""SIP over TCP, and big messages over UDP, on real calls: SIPp calling ``callhook serve``.
+
+``serve`` listens on TCP beside UDP (on the same port by default, RFC 3261
+§18). A SIPp caller on TCP runs the same scenarios as on UDP: its INVITE,
+ACK, INFO digits and BYE, and callhook's responses and its own BYE, all go
+over the one connection or ones to the caller's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from pathlib import Path
+
+import pytest
+import trustme
+
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_tcp_port
+from tests.e2e.rtpstream import Stream
+from tests.e2e.test_sip_calls import get_number, write_prompt
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+
+async def test_a_call_over_tcp_takes_rfc4733_and_info_digits(
+    tmp_path: Path, app: AppServer
+) -> None:
+    write_prompt(tmp_path / "data", seconds=0.5)
+    app.page("/start", [get_number(digit_count=2)])
+    app.page("/number", [get_number(digit_count=0, end_digit="#", next_page={"url": "/more"})])
+    app.page("/more", [{"hang_up": {}}])
+    app.page("/final", None)
+    pcap = Stream(8.0).rfc4733("12", at=1.5).write_pcap(tmp_path / "caller.pcap")
+    infos = [sipp.INFO.format(cseq=2 + i, digit=d) for i, d in enumerate("34#")]
+    parts = [
+        sipp.invite("ivr"),
+        sipp.ANSWERED,
+        sipp.PLAY.format(pcap=pcap),
+        sipp.PAUSE.format(ms=3500),
+        *infos,
+        sipp.BYE_FROM_SERVER.format(timeout_ms=20000),  # callhook's BYE, over TCP
+    ]
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts, transport="tcp")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (first,) = app.bodies("/number")
+    assert first["action_result"]["result"] == {"entered_number": "12"}
+    (second,) = app.bodies("/more")
+    assert second["action_result"]["result"] == {"entered_number": "34"}
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "completed"
+
+
+async def test_the_caller_hangs_up_over_tcp(tmp_path: Path, app: AppServer) -> None:
+    app.page("/start", [{"sleep": {"seconds": 30}}])
+    app.page("/final", None)
+    parts = [
+        sipp.invite("ivr"),
+        sipp.ANSWERED,
+        sipp.PAUSE.format(ms=500),
+        sipp.BYE_FROM_CALLER.format(cseq=2),
+    ]
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts, transport="tcp")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "hung_up"
+
+
+async def test_a_3_kb_invite_over_udp_is_answered(tmp_path: Path, app: AppServer) -> None:
+    """Twice the size of a safe datagram (§18.1.1 is about sending; receiving one must work)."""
+    app.page("/start", [{"sleep": {"seconds": 0.2}}, {"hang_up": {}}])
+    app.page("/final", None)
+    padding = "".join(f"X-Padding-{i}: {'p' * 90}\n" for i in range(30))
+    invite = sipp.invite("ivr").replace("Max-Forwards: 70\n", "Max-Forwards: 70\n" + padding)
+    assert len(invite.encode()) > 3000
+    bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, invite, sipp.ANSWERED, bye)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "completed"
+
+
+def _tls_config(tmp_path: Path, port: int) -> tuple[Path, ssl.SSLContext]:
+    """A callhook config with a TLS listener on ``port`` (a certificate for 127.0.0.1 from a
+    test CA, made with trustme), and a client context that trusts only that CA."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    chain, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_pem.write_to_path(str(key))
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    config = tmp_path / "callhook.toml"
+    config.write_text(f'[sip]\ntls_port = {port}\ntls_certificate = "{chain}"\ntls_key = "{key}"\n')
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return config, client
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> bytes:
+    writer.write(request)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(re.search(rb"(?im)^content-length:\s*(\d+)", head).group(1))  # type: ignore[union-attr]
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+def _options(port: int, transport: str, cseq: int) -> bytes:
+    return (
+        f"OPTIONS sip:ivr@127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/{transport} 127.0.0.1:5999;branch=z9hG4bK-opt-{cseq}\r\n"
+        "From: <sip:probe@127.0.0.1>;tag=p1\r\nTo: <sip:ivr@127.0.0.1>\r\n"
+        f"Call-ID: options-1@127.0.0.1\r\nCSeq: {cseq} OPTIONS\r\nMax-Forwards: 70\r\n"
+        "Content-Length: 0\r\n\r\n"
+    ).encode()
+
+
+async def test_tls_listener_answers_on_the_connection_and_pongs(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """A TLS client that checks callhook's certificate against the test CA: two requests
+    and a keep-alive ping on one connection, each answered on it (§18.2.2, RFC 5626 §4.4.1)."""
+    port = free_tcp_port()
+    config, client = _tls_config(tmp_path, port)
+    app.page("/start", None)
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        assert f"SIP: tls 127.0.0.1:{port}" in server.output
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+        )
+        try:
+            for cseq in (1, 2):
+                reply = await _exchange(reader, writer, _options(port, "TLS", cseq))
+                assert reply.startswith(b"SIP/2.0 200"), reply
+                assert f"CSeq: {cseq} OPTIONS".encode() in reply
+            writer.write(b"\r\n\r\n")
+            assert await asyncio.wait_for(reader.readexactly(2), 5) == b"\r\n"
+        finally:
+            writer.close()
+
+
+async def test_a_tls_client_that_does_not_trust_the_certificate_gets_no_sip(
+    tmp_path: Path, app: AppServer
+) -> None:
+    port = free_tcp_port()
+    config, _ = _tls_config(tmp_path, port)
+    app.page("/start", None)
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))):
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await asyncio.open_connection(
+                "127.0.0.1", port, ssl=ssl.create_default_context(), server_hostname="127.0.0.1"
+            )
+
+
+async def test_a_stream_without_content_length_is_closed(tmp_path: Path, app: AppServer) -> None:
+    """§18.3: on a stream Content-Length is mandatory; without it nothing more can be framed."""
+    app.page("/start", None)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        reader, writer = await asyncio.open_connection(*server.sip)
+        request = _options(server.sip_port, "TCP", 1).replace(b"Content-Length: 0\r\n", b"")
+        writer.write(request)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
+        writer.close()
+        await asyncio.sleep(0.2)
+        assert "without Content-Length" in server.output

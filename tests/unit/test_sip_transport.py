@@ -1,0 +1,160 @@
+"""The agent over TCP and TLS (RFC 3261 §18), sans-IO: Via, Contact, where responses go,
+no retransmissions on a stream, and a request too big for UDP moved to TCP (§18.1.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from callhook.sip.agent import Agent, IncomingCall
+from callhook.sip.grammar import parse_uri
+from callhook.sip.message import Request, Response, parse, parse_name_addr
+from callhook.sip.transaction import T1, client
+from callhook.sip.transport import Local, Target, reliable, target_of
+
+T0 = 100.0
+HOST = "192.0.2.1"
+OFFER = (
+    b"v=0\r\no=a 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n"
+    b"m=audio 40000 RTP/AVP 0\r\n"
+)
+
+
+def invite(transport: str, via_port: int = 5070) -> bytes:
+    head = (
+        f"INVITE sip:ivr@{HOST} SIP/2.0\r\n"
+        f"Via: SIP/2.0/{transport.upper()} 192.0.2.10:{via_port};branch=z9hG4bK-1\r\n"
+        "From: <sip:alice@192.0.2.10>;tag=a1\r\n"
+        f"To: <sip:ivr@{HOST}>\r\n"
+        "Call-ID: c1@192.0.2.10\r\n"
+        "CSeq: 1 INVITE\r\n"
+        f"Contact: <sip:alice@192.0.2.10:{via_port}>\r\n"
+        "Content-Type: application/sdp\r\n"
+        f"Content-Length: {len(OFFER)}\r\n\r\n"
+    )
+    return head.encode() + OFFER
+
+
+def agent() -> Agent:
+    return Agent(HOST, 5060, ports={"tcp": 5060, "tls": 5061})
+
+
+def test_a_tcp_invite_is_answered_on_its_connection_with_a_tcp_contact() -> None:
+    a = agent()
+    source = Target("192.0.2.10", 40123, "tcp")  # the connection's far end, not the Via's port
+    a.receive(invite("tcp"), source, T0)
+    (event,) = a.take_events()
+    assert isinstance(event, IncomingCall) and event.source == source
+    a.answer(event.call_id, b"v=0\r\n", T0 + 0.1)
+    sent = a.take_datagrams()
+    assert [target for _, target in sent] == [source, source]  # 100 Trying, 200 OK
+    ok = parse(sent[-1][0])
+    assert isinstance(ok, Response) and ok.status == 200
+    contact = parse_name_addr(ok.headers.get("Contact") or "").uri
+    assert (contact.host, contact.port, contact.params.get("transport")) == (HOST, 5060, "tcp")
+
+
+def test_a_tls_invite_gets_a_sips_contact() -> None:
+    a = agent()
+    a.receive(invite("tls"), Target("192.0.2.10", 40124, "tls"), T0)
+    (event,) = a.take_events()
+    a.answer(event.call_id, b"v=0\r\n", T0 + 0.1)
+    ok = parse(a.take_datagrams()[-1][0])
+    assert str(parse_name_addr(ok.headers.get("Contact") or "").uri) == f"sips:ivr@{HOST}:5061"
+
+
+def test_our_2xx_over_tcp_is_still_repeated_until_the_ack() -> None:
+    """§13.3.1.4: the UAS core repeats its 2xx whatever the transport."""
+    a = agent()
+    source = Target("192.0.2.10", 40123, "tcp")
+    a.receive(invite("tcp"), source, T0)
+    (event,) = a.take_events()
+    a.answer(event.call_id, b"v=0\r\n", T0)
+    first = a.take_datagrams()[-1]
+    a.handle_timer(T0 + T1)
+    assert a.take_datagrams() == [first]
+
+
+def test_the_bye_of_a_tcp_call_goes_over_tcp_with_a_tcp_via() -> None:
+    a = agent()
+    a.receive(invite("tcp"), Target("192.0.2.10", 40123, "tcp"), T0)
+    (event,) = a.take_events()
+    a.answer(event.call_id, b"v=0\r\n", T0)
+    ok = parse(a.take_datagrams()[-1][0])
+    assert isinstance(ok, Response)
+    ack = (
+        f"ACK sip:ivr@{HOST} SIP/2.0\r\nVia: SIP/2.0/TCP 192.0.2.10:5070;branch=z9hG4bK-2\r\n"
+        f"From: <sip:alice@192.0.2.10>;tag=a1\r\nTo: <sip:ivr@{HOST}>;tag={ok.to_tag}\r\n"
+        "Call-ID: c1@192.0.2.10\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+    )
+    a.receive(ack.encode(), Target("192.0.2.10", 40123, "tcp"), T0 + 0.1)
+    a.hang_up(event.call_id, T0 + 1)
+    ((data, target),) = a.take_datagrams()
+    bye = parse(data)
+    assert isinstance(bye, Request) and bye.method == "BYE"
+    # The Contact named no transport: the dialog goes on over the one it was made on.
+    assert target == Target("192.0.2.10", 5070, "tcp")
+    assert bye.top_via.transport == "TCP"
+    # No retransmission of the BYE over a stream (§17.1.2.2); Timer F still bounds it.
+    a.handle_timer(T0 + 1 + 10 * T1)
+    assert a.take_datagrams() == []
+
+
+def test_a_request_over_1300_bytes_goes_over_tcp() -> None:
+    """§18.1.1: too big for UDP with no known path MTU: TCP, and the Via says so."""
+    a = agent()
+    big = b"v=0\r\n" + b"a=x-padding:" + b"p" * 1400 + b"\r\n"
+    a.invite("sip:bob@192.0.2.20:5070", big, T0)
+    ((data, target),) = a.take_datagrams()
+    assert target == Target("192.0.2.20", 5070, "tcp")
+    request = parse(data)
+    assert isinstance(request, Request) and request.top_via.transport == "TCP"
+
+
+def test_a_small_request_stays_on_udp_and_without_a_tcp_listener_so_does_a_big_one() -> None:
+    a = agent()
+    a.invite("sip:bob@192.0.2.20:5070", b"v=0\r\n", T0)
+    ((_, target),) = a.take_datagrams()
+    assert target.transport == "udp"
+    udp_only = Agent(HOST, 5060)
+    udp_only.invite("sip:bob@192.0.2.20:5070", b"v=0\r\n" + b"p" * 2000, T0)
+    ((_, target),) = udp_only.take_datagrams()
+    assert target.transport == "udp"
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("sip:bob@example.com", Target("example.com", 5060, "udp")),
+        ("sip:bob@example.com;transport=TCP", Target("example.com", 5060, "tcp")),
+        ("sips:bob@example.com", Target("example.com", 5061, "tls")),
+        ("sip:bob@[2001:db8::1]:5070;transport=tls", Target("2001:db8::1", 5070, "tls")),
+    ],
+)
+def test_where_a_uri_is_reached(uri: str, expected: Target) -> None:
+    assert target_of(parse_uri(uri)) == expected
+
+
+def test_an_unknown_transport_is_refused() -> None:
+    with pytest.raises(ValueError, match="sctp"):
+        target_of(parse_uri("sip:bob@example.com;transport=sctp"))
+
+
+def test_local_via_and_contact_per_transport() -> None:
+    local = Local("203.0.113.7", {"udp": 5060, "tcp": 5062, "tls": 5061})
+    assert (
+        local.via("tcp", branch_id="z9hG4bKx")
+        == "SIP/2.0/TCP 203.0.113.7:5062;branch=z9hG4bKx;rport"
+    )
+    assert local.contact("ivr", "udp") == "<sip:ivr@203.0.113.7:5060>"
+    assert local.contact("ivr", "tcp") == "<sip:ivr@203.0.113.7:5062;transport=tcp>"
+    assert local.contact("ivr", "tls") == "<sips:ivr@203.0.113.7:5061>"
+    assert Local("h", {"udp": 5080}).port("tcp") == 5080
+
+
+def test_client_transactions_do_not_retransmit_on_a_stream() -> None:
+    request = parse(invite("tcp"))
+    assert isinstance(request, Request)
+    tx, out = client(request, Target("192.0.2.20", 5060, "tcp"), T0)
+    assert len(out) == 1 and reliable(tx.address.transport)
+    assert set(tx.timers) == {"B"}  # no Timer A
+    assert tx.on_timer(T0 + 10) == []
