@@ -146,9 +146,12 @@ class Services:
         dial: web_adapter.Dial | None = None,
         stats: web_adapter.Stats | None = None,
         api: Api | None = None,
+        trunks: web_adapter.TrunkStates | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API); returns its base URL."""
-        app = web_adapter.application(self.secret, dial, stats or self.metrics.snapshot, api=api)
+        app = web_adapter.application(
+            self.secret, dial, stats or self.metrics.snapshot, api=api, trunks=trunks
+        )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
             host if host is not None else self.settings.http_host,

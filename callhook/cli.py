@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -209,7 +210,9 @@ async def _start_web(
     api = Api(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
-    return await services.start_web(host, port, dial=sip.dial_api, stats=sip.stats, api=api)
+    return await services.start_web(
+        host, port, dial=sip.dial_api, stats=sip.stats, api=api, trunks=sip.trunk_status
+    )
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -282,6 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.adapters.sip import SipService
+    from callhook.adapters.trunks import RouteError
     from callhook.sip.agent import Credentials
 
     services = Services(settings)
@@ -295,14 +299,18 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
             app = services.demo_app()
         host, port = _host_port(args.sip, 0)
         sip = SipService(services, host, port, rtp_ports=settings.rtp_ports)
-        await sip.start()
-        username = args.username or settings.trunk_username
-        password = args.password or settings.trunk_password
-        credentials = Credentials(username, password or "") if username else None
-        print(f"calling {args.target} from udp {sip.address}:{sip.port} ...", flush=True)
-        summary = await sip.dial(
-            args.target, app, credentials=credentials, ring_timeout=args.ring_timeout
-        )
+        await sip.start(register=False)
+        try:
+            route = sip.trunks.route(args.target, args.trunk)
+        except RouteError as exc:
+            raise ConfigError(str(exc)) from None
+        if args.username:
+            route = dataclasses.replace(
+                route, credentials=Credentials(args.username, args.password or "")
+            )
+        via = f" through trunk {route.trunk}" if route.trunk else ""
+        print(f"calling {route.uri}{via} from udp {sip.address}:{sip.port} ...", flush=True)
+        summary = await sip.dial(route.uri, app, route=route, ring_timeout=args.ring_timeout)
         await sip.shutdown(0)
         pages = len(summary.pages)
         print(f"call ended: {summary.cause} ({summary.raw_cause}); {pages} page request(s)")
@@ -338,6 +346,58 @@ def _speech_flags(p: argparse.ArgumentParser) -> None:
         choices=RECOGNISERS,
         help="speech recogniser (default whisper; none: get_input takes digits only)",
     )
+
+
+def cmd_trunks(args: argparse.Namespace) -> int:
+    """Print ``GET /api/trunks`` of a running ``serve`` as a table."""
+    import urllib.error
+    import urllib.request
+
+    settings = _settings(args)
+    host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    request = urllib.request.Request(
+        f"http://{host}:{port}/api/trunks",
+        headers={"Authorization": f"Bearer {data_secret(settings.data_dir)}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            trunks = json.load(response)
+    except urllib.error.HTTPError as exc:
+        print(
+            f"callhook: {host}:{port} answered {exc.code}: {exc.read().decode()}", file=sys.stderr
+        )
+        return 1
+    except OSError as exc:
+        print(f"callhook: cannot reach serve at {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    print(trunk_table(trunks))
+    return 0
+
+
+def trunk_table(trunks: list[dict[str, Any]]) -> str:
+    """``/api/trunks`` as aligned columns: name, state, expires in, next try in, reason."""
+    rows = [("NAME", "STATE", "EXPIRES IN", "NEXT TRY IN", "REASON")]
+    for trunk in trunks:
+        rows.append(
+            (
+                str(trunk.get("name", "")),
+                str(trunk.get("state", "")),
+                _seconds(trunk.get("expires_in")),
+                _seconds(trunk.get("next_try_in")),
+                str(trunk.get("reason") or ""),
+            )
+        )
+    if len(rows) == 1:
+        return "no trunks configured"
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        for row in rows
+    ).rstrip()
+
+
+def _seconds(value: object) -> str:
+    return "-" if value is None else f"{value} s"
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
@@ -419,7 +479,10 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
 
     d = sub.add_parser("dial", help="call a SIP URI and run an application on the call")
-    d.add_argument("target", help="who to call, e.g. sip:alice@192.0.2.10:5060")
+    d.add_argument(
+        "target", help="who to call: a SIP URI (sip:alice@192.0.2.10), or a number with --trunk"
+    )
+    d.add_argument("--trunk", help="the [trunks.NAME] to call through (a number or a URI)")
     d.add_argument("--sip", default="0.0.0.0:0", help="local HOST:PORT for SIP (default: any)")
     d.add_argument("--username", help="user name for digest authentication (401/407)")
     d.add_argument("--password", help="password for digest authentication")
@@ -440,6 +503,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="TOML config file")
     _speech_flags(c)
     c.set_defaults(func=cmd_call)
+
+    tr = sub.add_parser("trunks", help="show the trunks of a running serve and their state")
+    tr.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
+    tr.add_argument("--config", help="TOML config file")
+    tr.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
+    tr.set_defaults(func=cmd_trunks)
 
     de = sub.add_parser("decrypt", help="decrypt an encrypted (aescbc) recording to a WAV file")
     de.add_argument("file", help="the encrypted recording")

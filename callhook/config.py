@@ -42,7 +42,16 @@ A config file is TOML::
     max_retry = 600                     # the longest wait between two tries
     give_up_after = 86400               # seconds; then the notification is abandoned
 
-    [trunk]                             # for outbound calls that get challenged (optional)
+    [trunks.provider]                   # a SIP provider or PBX (docs/trunks.md)
+    registrar = "sip.provider.example"  # host[:port]; absent: no registration
+    transport = "udp"                   # udp | tcp | tls
+    username = "me"
+    password = "secret"
+    caller_id = "+441234567890"         # From user of outbound calls through it
+    srtp = "off"                        # off | offer | require
+    addresses = ["198.51.100.0/24"]     # other addresses its calls come from
+
+    [trunk]                             # the older form: credentials for challenged outbound calls
     username = "me"
     password = "secret"
 
@@ -71,8 +80,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from callhook import trunks
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.tls import client_context, server_context
+from callhook.trunks import Trunk
 
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
@@ -142,6 +153,8 @@ class Settings:
     speech_preload: bool = True
     trunk_username: str | None = None
     trunk_password: str | None = None
+    #: ``[trunks.NAME]`` (and ``[trunk]`` as ``trunk``), by name.
+    trunks: dict[str, Trunk] = field(default_factory=dict)
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
@@ -313,6 +326,10 @@ def load(path: Path) -> Settings:
     trunk = raw.get("trunk", {})
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")
+    try:
+        settings.trunks = trunks.load(path, raw)
+    except trunks.TrunkError as exc:
+        raise ConfigError(str(exc)) from None
     apps: dict[str, Any] = raw.get("apps", {})
     keys: dict[str, str] = {}
     for name, table in apps.items():

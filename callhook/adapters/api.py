@@ -32,6 +32,7 @@ from typing import Any, BinaryIO, NoReturn, Protocol
 from aiohttp import web
 
 from callhook.adapters.openapi import document
+from callhook.adapters.trunks import RouteError
 from callhook.config import AppConfig
 from callhook.media import wav
 from callhook.sip.message import parse_uri
@@ -163,7 +164,9 @@ class Calls(Protocol):
 
     def active_calls(self) -> list[dict[str, Any]]: ...
     def hang_up_call(self, call_id: str) -> bool: ...
-    async def place_call(self, target: str, app: AppConfig, ring_timeout: float = 60.0) -> str: ...
+    async def place_call(
+        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
+    ) -> str: ...
 
 
 @dataclass
@@ -382,14 +385,22 @@ class Api:
     async def place_call(self, request: web.Request) -> web.Response:
         name = self.app_of(request)
         calls = self._calls()
-        body = await _json_object(request, {"to", "application_parameters", "ring_timeout"})
+        body = await _json_object(
+            request, {"to", "application_parameters", "ring_timeout", "trunk"}
+        )
         target = body.get("to")
-        if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:")):
-            raise ApiError(400, "bad_request", "'to' must be a sip: URI")
-        try:
-            parse_uri(target)
-        except ValueError as exc:
-            raise ApiError(400, "bad_request", f"'to' is not a valid SIP URI: {exc}") from None
+        trunk = body.get("trunk")
+        if trunk is not None and not isinstance(trunk, str):
+            raise ApiError(400, "bad_request", "'trunk' must be the name of a trunk")
+        if trunk is None:
+            if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:")):
+                raise ApiError(400, "bad_request", "'to' must be a sip: URI")
+            try:
+                parse_uri(target)
+            except ValueError as exc:
+                raise ApiError(400, "bad_request", f"'to' is not a valid SIP URI: {exc}") from None
+        elif not isinstance(target, str):
+            raise ApiError(400, "bad_request", "'to' must be a number or a sip: URI")
         ring_timeout = body.get("ring_timeout", 60)
         if (
             not isinstance(ring_timeout, int | float)
@@ -406,7 +417,10 @@ class Api:
                 raise ApiError(400, "bad_request", "'application_parameters' must be a string")
             app = dataclasses.replace(app, application_parameters=parameters)
         try:
-            call_id = await calls.place_call(target, app, float(ring_timeout))
+            call_id = await calls.place_call(target, app, float(ring_timeout), trunk)
+        except RouteError as exc:
+            code = {404: "not_found", 503: "unavailable"}.get(exc.status, "bad_request")
+            raise ApiError(exc.status, code, str(exc)) from None
         except OSError as exc:
             raise ApiError(503, "unavailable", f"the call could not be placed: {exc}") from None
         answer = {"call_id": call_id, "to": target, "application": name, "status": "calling"}

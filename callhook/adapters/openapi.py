@@ -169,7 +169,15 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["to"],
         "additionalProperties": False,
         "properties": {
-            "to": {"type": "string", "description": "a sip: or sips: URI"},
+            "to": {
+                "type": "string",
+                "description": "a sip: or sips: URI; with a trunk, also a number (+ and digits)",
+            },
+            "trunk": {
+                "type": "string",
+                "description": "the [trunks.NAME] to call through (its proxy, credentials, "
+                "caller id)",
+            },
             "application_parameters": {"type": "string", "description": "for this call only"},
             "ring_timeout": {"type": "number", "minimum": 1, "maximum": 600, "default": 60},
         },

@@ -31,12 +31,14 @@ from callhook.adapters.connections import Connections
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.app import Services
 from callhook.call import CallSummary
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
 from callhook.media.session import MediaSession
+from callhook.media.srtp import SrtpContext, offer_keys
 from callhook.ports import CallInfo
 from callhook.sip import sdp
 from callhook.sip.agent import (
@@ -53,6 +55,7 @@ from callhook.sip.agent import (
 from callhook.sip.message import parse_uri
 from callhook.sip.transport import Target, Transport
 from callhook.tls import client_context, server_context
+from callhook.trunks import SrtpMode
 
 logger = logging.getLogger("callhook.sip")
 
@@ -86,6 +89,7 @@ class _Call:
     answered: asyncio.Future[bytes] | None = None  # outbound: the callee's SDP
     task: asyncio.Task[CallSummary] | None = None
     started: float = field(default_factory=time.time)  # wall clock, for the REST API
+    srtp: SrtpMode = "off"  # the call's SRTP policy, for re-offers too
 
 
 def local_address(host: str) -> str:
@@ -126,6 +130,7 @@ class SipService:
         self.transport: asyncio.DatagramTransport | None = None
         self.connections: Connections | None = None
         self.ports: dict[Transport, int] = {}
+        self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
         self.media: MediaEngine | None = None
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
@@ -136,7 +141,8 @@ class SipService:
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
 
-    async def start(self) -> None:
+    async def start(self, *, register: bool = True) -> None:
+        """Listen (UDP, and TCP and TLS as configured); register the trunks if ``register``."""
         transport, _ = await self.loop.create_datagram_endpoint(
             lambda: _SipProtocol(self), local_addr=(self.host, self.port)
         )
@@ -155,6 +161,7 @@ class SipService:
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
+        await self.trunks.start(self._flush, register=register)
 
     async def _listen_streams(self) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
@@ -204,6 +211,7 @@ class SipService:
                     self.connections.send(data, target)
             for event in events:
                 self._dispatch(event)
+        self.trunks.log_changes(self.loop.time())
         deadline = agent.deadline
         if deadline != self._timer_at:
             if self._timer is not None:
@@ -253,6 +261,11 @@ class SipService:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
             return
+        trunk = self.trunks.of_source(event.source.host)
+        if trunk is not None:
+            logger.info("call %s: from trunk %s", event.call_id, trunk.name)
+        # A trunk's own policy; any other caller may choose SRTP by offering it.
+        srtp: SrtpMode = trunk.srtp if trunk is not None else "offer"
         to_user = _user_of(event.to_uri)
         app = self.services.settings.app_for(event.user, to_user) or self.services.default_app()
         if app is None:
@@ -273,11 +286,12 @@ class SipService:
             return
         session_id = random.randint(1, 2**31)
         try:
-            answer, negotiated = sdp.answer(offer, self.address, port, session_id, 1)
-        except sdp.SdpError as exc:  # NoCommonCodec, mostly
+            answer, negotiated = sdp.answer(offer, self.address, port, session_id, 1, srtp=srtp)
+        except sdp.SdpError as exc:  # NoCommonCodec, SrtpMismatch
             media.release(sock, port)
             logger.warning("call %s: %s", event.call_id, exc)
-            agent.reject(event.call_id, 488, now, "Not Acceptable Here (no common codec)")
+            why = "SRTP" if isinstance(exc, sdp.SrtpMismatch) else "no common codec"
+            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
             return
         session = _media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
         info = CallInfo(
@@ -302,6 +316,7 @@ class SipService:
             max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
+        call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
         self.calls[call_id] = call
         agent.ring(call_id, now)
         call.task = self.loop.create_task(self._run(call, sock))
@@ -352,15 +367,26 @@ class SipService:
         try:
             offer = sdp.parse(body.decode("utf-8", "replace"))
             media.version += 1
+            session = media.session
             answer, negotiated = sdp.answer(
-                offer, self.address, media.port, media.session_id, media.version
+                offer,
+                self.address,
+                media.port,
+                media.session_id,
+                media.version,
+                srtp=call.srtp,
+                local_crypto=session.srtp.local if session.srtp is not None else None,
             )
         except sdp.SdpError as exc:
             logger.warning("call %s: re-offer refused: %s", call.call_id, exc)
             self.agent.reject_reoffer(call.call_id, 488, now)
             self._flush()
             return
-        session = media.session
+        if session.srtp is not None and negotiated.srtp:
+            assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
+            session.srtp.update(negotiated.local_crypto, negotiated.remote_crypto)
+        elif negotiated.srtp:
+            session.srtp = _srtp_context(negotiated)
         if negotiated.remote_address != session.offered and not negotiated.on_hold:
             session.remote = session.offered = negotiated.remote_address
             session.latched = False
@@ -384,18 +410,32 @@ class SipService:
         from_user: str = "callhook",
         ring_timeout: float = 60.0,
         placed: Callable[[str], object] | None = None,
+        route: Route | None = None,
     ) -> CallSummary:
         """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
 
-        ``placed`` is called with the call's id as soon as the INVITE is out.
+        ``route`` (from :meth:`Trunks.route`) sends it through a trunk: its request-URI,
+        proxy, credentials and caller id replace ``target``, ``credentials`` and
+        ``from_user``. ``placed`` is called with the call's id as soon as the INVITE is out.
         """
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
+        srtp: SrtpMode = "off"
+        if route is not None:
+            target, credentials, from_user = route.uri, route.credentials, route.from_user
+            srtp = route.srtp
+        keys = offer_keys() if srtp != "off" else ()
         sock, port = media.allocate()
         session_id = random.randint(1, 2**31)
-        offer = sdp.offer(self.address, port, session_id, 1)
+        offer = sdp.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
         call_id = agent.invite(
-            target, offer.encode(), self.loop.time(), from_user=from_user, credentials=credentials
+            target,
+            offer.encode(),
+            self.loop.time(),
+            from_user=from_user,
+            credentials=credentials,
+            address=route.address if route is not None else None,
+            from_host=route.from_host if route is not None else None,
         )
         self._flush()
         session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
@@ -413,7 +453,7 @@ class SipService:
             journal=self.services.journal,
             max_recording_bytes=self.services.settings.max_recording_bytes,
         )
-        call = _Call(call_id, app, leg, _Media(session, port, session_id))
+        call = _Call(call_id, app, leg, _Media(session, port, session_id), srtp=srtp)
         call.answered = self.loop.create_future()
         self.calls[call_id] = call
         try:
@@ -421,7 +461,12 @@ class SipService:
                 placed(call_id)  # inside the try: whatever it raises, the call is cleaned up
             try:
                 answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
-                negotiated = sdp.negotiate_answer(("PCMU", "PCMA"), sdp.parse(answer_sdp.decode()))
+                negotiated = sdp.negotiate_answer(
+                    ("PCMU", "PCMA"),
+                    sdp.parse(answer_sdp.decode()),
+                    srtp=srtp,
+                    offered_crypto=keys,
+                )
             except TimeoutError:
                 agent.hang_up(call_id, self.loop.time(), cause="no_answer")
                 self._flush()
@@ -434,6 +479,8 @@ class SipService:
                 self._flush()
                 return await self.services.unanswered(app, info, "failed", "488")
             new = _media_session(negotiated, call_id, self.services.settings.rtp_timeout)
+            if negotiated.srtp:
+                call.srtp = "require"
             new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts
             leg.session = new
             call.media.session = new
@@ -470,14 +517,18 @@ class SipService:
         )
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """``POST /api/calls``: ``{"to": "sip:...", "first_page": URL | "app": name, ...}``."""
+        """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |
+        "app": name, ...}``."""
         target = body.get("to")
-        if not isinstance(target, str) or not target.lower().startswith(("sip:", "sips:")):
-            return 400, {"error": "'to' must be a sip: URI"}
+        trunk = body.get("trunk")
+        if not isinstance(target, str):
+            return 400, {"error": "'to' must be a sip: URI, or a number with a 'trunk'"}
+        if trunk is not None and not isinstance(trunk, str):
+            return 400, {"error": "'trunk' must be the name of a trunk"}
         try:
-            parse_uri(target)
-        except ValueError as exc:
-            return 400, {"error": f"'to' is not a valid SIP URI: {exc}"}
+            route = self.trunks.route(target, trunk)
+        except RouteError as exc:
+            return exc.status, {"error": str(exc)}
         settings = self.services.settings
         app: AppConfig | None
         if isinstance(body.get("app"), str):
@@ -497,13 +548,13 @@ class SipService:
             app = settings.app_for("") or self.services.default_app()
             if app is None:
                 return 400, {"error": "say which application: 'app' or 'first_page'"}
-        credentials = None
-        if settings.trunk_username:
-            credentials = Credentials(settings.trunk_username, settings.trunk_password or "")
-        task = self.loop.create_task(self.dial(target, app, credentials=credentials))
+        task = self.loop.create_task(self.dial(route.uri, app, route=route))
         self._dials.add(task)
         task.add_done_callback(self._dials.discard)
-        return 202, {"status": "calling", "to": target, "application": app.first_page}
+        answer = {"status": "calling", "to": route.uri, "application": app.first_page}
+        if route.trunk is not None:
+            answer["trunk"] = route.trunk
+        return 202, answer
 
     # --- the REST API (adapters/api.py) ------------------------------------------------------
 
@@ -547,15 +598,15 @@ class SipService:
             call.leg.abort("hung up through the REST API")
         return True
 
-    async def place_call(self, target: str, app: AppConfig, ring_timeout: float = 60.0) -> str:
-        """Start calling ``target`` for ``app`` (trunk credentials if configured); its call id.
+    async def place_call(
+        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
+    ) -> str:
+        """Start calling ``target`` (a URI, or a number through ``trunk``) for ``app``; its
+        call id. RouteError when it cannot be placed so.
 
         Returns once the INVITE is out; the call goes on in the background.
         """
-        settings = self.services.settings
-        credentials = None
-        if settings.trunk_username:
-            credentials = Credentials(settings.trunk_username, settings.trunk_password or "")
+        route = self.trunks.route(target, trunk)
         placed: asyncio.Future[str] = self.loop.create_future()
 
         def report(call_id: str) -> None:
@@ -563,13 +614,7 @@ class SipService:
                 placed.set_result(call_id)
 
         task = self.loop.create_task(
-            self.dial(
-                target,
-                app,
-                credentials=credentials,
-                ring_timeout=ring_timeout,
-                placed=report,
-            )
+            self.dial(route.uri, app, route=route, ring_timeout=ring_timeout, placed=report)
         )
         self._dials.add(task)
         task.add_done_callback(self._dials.discard)
@@ -584,8 +629,27 @@ class SipService:
 
     # --- shutdown ---------------------------------------------------------------------------
 
+    async def _unregister(self, wait: float = 2.0) -> None:
+        """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
+        self.trunks.cancel()
+        agent = self.agent
+        if agent is None or not agent.registrations.by_name:
+            return
+        agent.unregister_all(self.loop.time())
+        self._flush()
+        registrations = agent.registrations.by_name.values()
+        for _ in range(int(wait / 0.05)):
+            if all(r.state == "unregistered" for r in registrations):
+                break
+            await asyncio.sleep(0.05)
+
+    def trunk_status(self) -> list[dict[str, Any]]:
+        """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""
+        return self.trunks.status(self.loop.time())
+
     async def shutdown(self, grace: float = 30.0) -> None:
-        """Stop taking calls (503), let running calls finish for ``grace`` s, then end them."""
+        """Stop taking calls (503), let running calls finish for ``grace`` s, then end them;
+        remove the trunks' registrations (``Expires: 0``)."""
         if self.agent is not None:
             self.agent.accepting = False
         tasks = [c.task for c in self.calls.values() if c.task is not None]
@@ -598,6 +662,7 @@ class SipService:
                 await asyncio.wait(pending, timeout=10)
         if self.media is not None:
             self.media.shutdown()
+        await self._unregister()
         if self.transport is not None:
             # Let the last BYEs out before the socket closes.
             await asyncio.sleep(0.05)
@@ -620,7 +685,14 @@ def _media_session(
     )
     session.rtp_timeout = rtp_timeout
     session.expects_rtp = negotiated.receives
+    if negotiated.srtp:
+        session.srtp = _srtp_context(negotiated)
     return session
+
+
+def _srtp_context(negotiated: sdp.Negotiated) -> SrtpContext:
+    assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
+    return SrtpContext(negotiated.local_crypto, negotiated.remote_crypto)
 
 
 class _Unanswered(Exception):

@@ -27,6 +27,8 @@ _CODES = {400: "bad_request", 404: "not_found", 503: "unavailable"}
 Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 #: The server's counters (``GET /api/stats``).
 Stats = Callable[[], dict[str, Any]]
+#: The trunks' states (``GET /api/trunks``).
+TrunkStates = Callable[[], list[dict[str, Any]]]
 
 INDEX = """<!doctype html>
 <title>callhook</title>
@@ -37,14 +39,18 @@ Try it with no phone: <code>callhook call</code>.</p>
 
 
 def application(
-    secret: str, dial: Dial | None = None, stats: Stats | None = None, api: Api | None = None
+    secret: str,
+    dial: Dial | None = None,
+    stats: Stats | None = None,
+    api: Api | None = None,
+    trunks: TrunkStates | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
     ``POST /api/calls`` places an outbound call; ``GET /api/stats`` gives the
-    server's counters. Both need ``Authorization: Bearer <the installation
-    secret>`` (``<data_dir>/secret``). ``api`` adds the REST API (``/api/v1``)
-    and its OpenAPI document (``/openapi.json``).
+    server's counters; ``GET /api/trunks`` each trunk's state. They need
+    ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
+    ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     """
     app = web.Application(client_max_size=MAX_JSON_BYTES, middlewares=[errors])
     app.add_routes(demo.routes(secret))
@@ -66,6 +72,12 @@ def application(
         return web.json_response(stats() if stats is not None else {})
 
     app.router.add_get("/api/stats", stats_page)
+
+    async def trunks_page(request: web.Request) -> web.Response:
+        authorise(request)
+        return web.json_response(trunks() if trunks is not None else [])
+
+    app.router.add_get("/api/trunks", trunks_page)
 
     async def calls(request: web.Request) -> web.Response:
         authorise(request)

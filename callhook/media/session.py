@@ -80,6 +80,7 @@ from callhook.media.dtmfsend import (
     inband,
 )
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
+from callhook.media.srtp import SrtpContext
 from callhook.media.vad import VoiceActivityDetector
 from callhook.speech.stream import Utterance, UtteranceCutter
 
@@ -229,6 +230,8 @@ class MediaSession:
         self.timed_out = False
         self.flood_dropped = 0
         self.foreign_dropped = 0
+        #: SRTP (RFC 3711) keys of the call, when its SDP agreed on SDES keys (RFC 4568).
+        self.srtp: SrtpContext | None = None
         self.malformed = 0
         # RTCP: where reports go (the peer's RTP port + 1 until its RTCP shows up).
         self.cname = f"callhook-{self.sender.ssrc:08x}"
@@ -241,16 +244,9 @@ class MediaSession:
 
     def receive(self, data: bytes, source: Address, now: float) -> None:
         """One datagram from the call's RTP port."""
-        if source != self.remote:
-            if self.latched and source != self.offered:
-                self._foreign(source)
-                return
-            # Symmetric RTP (RFC 4961): the first packet, or one from the address
-            # the SDP named, fixes where we send, so a caller behind NAT hears us
-            # and nobody can take the stream over by racing the first packet.
-            logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
-            self.remote = source
-        self.latched = True
+        if source != self.remote and self.latched and source != self.offered:
+            self._foreign(source)
+            return
         if now - self._bucket_start >= 1.0:
             self._bucket_start, self._bucket_count = now, 0
         self._bucket_count += 1
@@ -264,6 +260,22 @@ class MediaSession:
                 )
             self.flood_dropped += 1
             return
+        if self.srtp is not None:
+            # Authenticated before anything else, the latch included: a forged packet
+            # must not move where we send (RFC 3711 §3.3).
+            plain = self.srtp.unprotect(data)
+            if plain is None:
+                if self.srtp.dropped == 1:
+                    logger.warning("%s: dropping SRTP that fails authentication", self.label)
+                return
+            data = plain
+        if source != self.remote:
+            # Symmetric RTP (RFC 4961): the first packet, or one from the address
+            # the SDP named, fixes where we send, so a caller behind NAT hears us
+            # and nobody can take the stream over by racing the first packet.
+            logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
+            self.remote = source
+        self.latched = True
         try:
             packet = RtpPacket.parse(data)
         except RtpError:
@@ -343,7 +355,8 @@ class MediaSession:
             first = self.sender.sender_report(rtcp.ntp_timestamp(wall), blocks)
         else:
             first = rtcp.ReceiverReport(self.sender.ssrc, blocks)
-        return rtcp.report(first, self.cname)
+        report = rtcp.report(first, self.cname)
+        return report if self.srtp is None else self.srtp.protect_rtcp(report)
 
     def rtcp_destination(self) -> Address | None:
         if self.rtcp_remote is not None:
@@ -357,6 +370,11 @@ class MediaSession:
         if self.remote is not None and source[0] != self.remote[0]:
             self.foreign_dropped += 1
             return
+        if self.srtp is not None:
+            plain = self.srtp.unprotect_rtcp(data)
+            if plain is None:
+                return
+            data = plain
         try:
             packets = rtcp.parse(data)
         except rtcp.RtcpError:
@@ -402,8 +420,15 @@ class MediaSession:
         """The 20 ms media tick: the datagram to send now, or None (on hold / no address).
 
         One datagram a tick: the prompt's next audio frame (or silence), or,
-        while a digit is sent as an RFC 4733 event, the event's next packet.
+        while a digit is sent as an RFC 4733 event, the event's next packet;
+        encrypted when the call has SRTP.
         """
+        datagram = self._tick(now)
+        if datagram is None or self.srtp is None:
+            return datagram
+        return self.srtp.protect(datagram)
+
+    def _tick(self, now: float) -> bytes | None:
         for late in self.receiver.poll(now):
             self._packet(late, now)
         self._check_dead(now)

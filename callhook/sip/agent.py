@@ -71,6 +71,8 @@ from callhook.sip.notices import (
     InfoReceived,
     Reoffer,
 )
+from callhook.sip.registration import RegistrationSpec
+from callhook.sip.registrations import Registrations
 from callhook.sip.responses import cause_of, error_response, make_response
 from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, SessionTimer, negotiate
 from callhook.sip.transaction import (
@@ -181,12 +183,17 @@ class Agent:
         self._seq = itertools.count()
         self._out: list[tuple[bytes, Target]] = []
         self._events: deque[CallEvent] = deque()
+        #: The trunks callhook registers with (``register``), by name.
+        self.registrations = Registrations(self.local, user_agent, ALLOW, self._send_request)
 
     # --- the adapter's side ---------------------------------------------------------------
 
     def take_datagrams(self) -> list[tuple[bytes, Target]]:
         """The messages to send, each with the target to send it to (on its transport)."""
         out, self._out = self._out, []
+        if self.registrations.pings:
+            out += self.registrations.pings
+            self.registrations.pings = []
         return out
 
     def take_events(self) -> list[CallEvent]:
@@ -196,12 +203,14 @@ class Agent:
 
     @property
     def deadline(self) -> float | None:
+        """When ``handle_timer`` is due next (None: nothing is waiting for time)."""
+        registrations = self.registrations.deadline
         while self._timers:
             when, _, kind, obj = self._timers[0]
             if self._timer_valid(when, kind, obj):
-                return when
+                return when if registrations is None else min(when, registrations)
             heapq.heappop(self._timers)
-        return None
+        return registrations
 
     def _timer_valid(self, when: float, kind: str, obj: object) -> bool:
         if kind == "tx":
@@ -219,6 +228,10 @@ class Agent:
             heapq.heappush(self._timers, (when, next(self._seq), kind, obj))
 
     def handle_timer(self, now: float) -> None:
+        """Fire whatever is due at ``now``: retransmissions, timeouts, refreshes."""
+        registrations = self.registrations.deadline
+        if registrations is not None and registrations <= now:
+            self.registrations.handle_timer(now)
         while self._timers and self._timers[0][0] <= now:
             when, _, kind, obj = heapq.heappop(self._timers)
             if not self._timer_valid(when, kind, obj):
@@ -280,13 +293,18 @@ class Agent:
             if isinstance(out, Transmit):
                 self._out.append((out.data, out.address))
             elif isinstance(out, Deliver):
-                if isinstance(out.message, Response):
+                if isinstance(out.message, Response) and self.registrations.owns(tx):
+                    self.registrations.response(tx, out.message, now)
+                elif isinstance(out.message, Response):
                     self._client_response(tx, out.message, now)
                 elif out.message.method == "ACK":
                     self._ack(out.message, now)  # RFC 6026 §8
+            elif isinstance(out, Timeout) and self.registrations.owns(tx):
+                self.registrations.timeout(tx, now)
             elif isinstance(out, Timeout):
                 self._tx_timeout(tx, out.timer, now)
         if tx.terminated:
+            self.registrations.finished(tx)
             self._txs.pop(self._tx_key(tx), None)
             call_id = self._tx_call.pop(id(tx), None)
             call = self.calls.get(call_id or "")
@@ -309,14 +327,29 @@ class Agent:
             call.live_txs += 1
 
     def _start_client(
-        self, request: Request, address: Target, now: float, call: _Call
+        self, request: Request, address: Target, now: float, call: _Call | None
     ) -> Transaction:
         request, address = self._fit(request, address)
         tx, outputs = client(request, address, now)
         self._txs[self._tx_key(tx)] = tx
-        self._link(tx, call)
+        if call is not None:
+            self._link(tx, call)
         self._tx_outputs(tx, outputs, now)
         return tx
+
+    def _send_request(self, request: Request, address: Target, now: float) -> Transaction:
+        return self._start_client(request, address, now, None)
+
+    # --- registrations (registrations.py) --------------------------------------------------
+
+    def register(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
+        """Register with a trunk's registrar and keep the binding (RFC 3261 §10); ``target``
+        is the registrar's (or outbound proxy's) resolved address."""
+        self.registrations.start(spec, now, target)
+
+    def unregister_all(self, now: float) -> None:
+        """Remove every binding (``Expires: 0``): callhook is shutting down."""
+        self.registrations.stop_all(now)
 
     def _fit(self, request: Request, target: Target) -> tuple[Request, Target]:
         """A request too big for UDP goes over TCP, its Via saying so (§18.1.1)."""

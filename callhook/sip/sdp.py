@@ -15,6 +15,35 @@ Sans-IO (DESIGN.md §2): text in, values and text out.
 * Codecs: PCMU and PCMA by static payload type 0 and 8 (RFC 3551 §6, table 4)
   or by an ``a=rtpmap`` name with a dynamic payload type; RFC 4733
   ``telephone-event/8000`` for DTMF.
+* SRTP with SDES keys (RFC 3711 ``RTP/SAVP``, RFC 4568 ``a=crypto``): the
+  parser keeps each ``m=`` line's profile (``proto``) and its usable crypto
+  lines as :class:`~callhook.media.srtp.Crypto` values (``crypto``; why the
+  others were set aside in ``crypto_refused``); in ``attributes`` a crypto
+  line's key is replaced by ``<hidden>``, so a logged description shows no key.
+  The ``srtp`` mode (:data:`SrtpMode`) of :func:`answer`, :func:`offer` and
+  :func:`negotiate_answer` says what we accept and offer:
+
+  ``"off"`` (the default: the behaviour before SRTP)
+      inbound, RTP/AVP streams only; an offer whose only audio is RTP/SAVP is
+      refused with :class:`SrtpMismatch` (488); a=crypto lines in an RTP/AVP
+      offer are ignored, so the answer is plain RTP. Outbound, plain RTP/AVP.
+  ``"offer"`` (best effort)
+      inbound, SRTP when the offer carries a usable a=crypto (RTP/SAVP, or the
+      "best-effort" a=crypto in RTP/AVP that many PBXs and providers send),
+      else plain RTP. Outbound, RTP/AVP *with* a=crypto lines: a peer that
+      understands them answers with one and the call is SRTP, any other peer
+      ignores them (RFC 4568 §7.1.x describes SDES offer/answer only for
+      RTP/SAVP; RFC 5939 capability negotiation, the standard way to offer
+      both, is not implemented).
+  ``"require"``
+      inbound, SRTP or 488 (:class:`SrtpMismatch`); outbound, RTP/SAVP with
+      a=crypto, and an answer without a usable a=crypto is an error.
+
+  The answerer picks the first usable crypto line of the offer (the
+  offerer's order is its preference), answers it with the same tag and suite
+  and its *own* fresh key (RFC 4568 §5.1.2, §7.1.2); each side protects with
+  its own key and unprotects with the other's. :class:`Negotiated` carries
+  both keys (``local_crypto``, ``remote_crypto``; None for plain RTP).
 """
 
 from __future__ import annotations
@@ -24,8 +53,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from callhook.media.srtp import Crypto, SrtpError, new_key, redact
+
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 Codec = Literal["PCMU", "PCMA"]
+#: What SRTP an offer or answer may use: see the module docstring.
+SrtpMode = Literal["off", "offer", "require"]
 
 #: The codecs callhook speaks, with their RFC 3551 static payload types.
 STATIC_PAYLOAD_TYPES: dict[str, int] = {"PCMU": 0, "PCMA": 8}
@@ -46,6 +79,10 @@ _MIRROR: dict[str, Direction] = {
 }
 _STATIC_NAMES = {0: "PCMU", 8: "PCMA"}
 _RTP_PROTOS = frozenset(("RTP/AVP", "RTP/AVPF"))
+#: The SRTP profiles (RFC 3711 §12, RFC 5124); DTLS-SRTP's UDP/TLS/RTP/SAVP is not among them.
+_SRTP_PROTOS = frozenset(("RTP/SAVP", "RTP/SAVPF"))
+_ANY_RTP_PROTOS = _RTP_PROTOS | _SRTP_PROTOS
+_SRTP_MODES = frozenset(("off", "offer", "require"))
 #: Old-style hold (RFC 3264 §8.4, RFC 2543): a connection address of all zeros.
 _HOLD_ADDRESSES = frozenset(("0.0.0.0", "::"))
 
@@ -60,6 +97,14 @@ class SdpError(ValueError):
 
 class NoCommonCodec(SdpError):
     """No active audio stream offers a codec we support (the agent answers 488)."""
+
+
+class SrtpMismatch(NoCommonCodec):
+    """The streams' security does not fit the SRTP mode (488, RFC 4568 §7.1.2): SRTP
+    offered but off, required but not offered, or an answer's a=crypto that does not
+    match the offer. A subclass of :class:`NoCommonCodec`, which this case raised
+    before SRTP existed. The reason never contains key material.
+    """
 
 
 @dataclass(frozen=True)
@@ -117,6 +162,15 @@ class MediaDescription:
     maxptime: int | None = None
     #: The direction attribute written in this section, if any.
     direction: Direction | None = None
+    #: The usable ``a=crypto`` lines (RFC 4568 §9.1), in order; their keys are hidden from repr.
+    crypto: list[Crypto] = field(default_factory=list)
+    #: Why each other ``a=crypto`` line was set aside (its tag and the reason, never the key).
+    crypto_refused: list[str] = field(default_factory=list)
+
+    @property
+    def savp(self) -> bool:
+        """Whether the profile is RTP/SAVP or RTP/SAVPF (SRTP, RFC 3711 §12)."""
+        return self.proto.upper() in _SRTP_PROTOS
 
     def attribute(self, name: str) -> str | None:
         """The value of the first attribute called ``name`` ('' for a flag), or None."""
@@ -165,6 +219,7 @@ class Negotiated:
     ``direction`` is OUR direction (``sendrecv``: we send and receive).
     ``on_hold`` is true when the remote put the call on hold: its address is
     all zeros or its direction is ``sendonly`` / ``inactive`` (RFC 3264 §8.4).
+    ``local_crypto`` / ``remote_crypto`` are the SRTP keys (None: plain RTP).
     """
 
     remote_address: tuple[str, int]
@@ -177,6 +232,15 @@ class Negotiated:
     direction: Direction
     on_hold: bool
     media_index: int
+    #: Our SRTP key (we protect with it) and the peer's (we unprotect with it);
+    #: None for plain RTP. Both are set or neither.
+    local_crypto: Crypto | None = None
+    remote_crypto: Crypto | None = None
+
+    @property
+    def srtp(self) -> bool:
+        """Whether the stream is SRTP (RFC 3711)."""
+        return self.local_crypto is not None and self.remote_crypto is not None
 
     @property
     def sends(self) -> bool:
@@ -225,6 +289,8 @@ def parse(text: str) -> SessionDescription:
         elif kind == "a":
             if media is None:
                 name, attr = _split_attribute(value)
+                if name == "crypto" and attr is not None:
+                    attr = redact(attr)  # media-level only (RFC 4568 §9.1): not used here
                 session.attributes.append((name, attr))
                 if attr is None and name in _DIRECTIONS:
                     session.direction = cast(Direction, name)
@@ -289,6 +355,12 @@ def _split_attribute(value: str) -> tuple[str, str | None]:
 
 def _media_attribute(media: MediaDescription, value: str) -> None:
     name, attr = _split_attribute(value)
+    if name == "crypto":
+        if attr is None:
+            media.crypto_refused.append("a=crypto without a value")
+        else:
+            _crypto_attribute(media, attr)
+            attr = redact(attr)
     media.attributes.append((name, attr))
     if attr is None:
         if name in _DIRECTIONS:
@@ -308,6 +380,19 @@ def _media_attribute(media: MediaDescription, value: str) -> None:
             return  # a broken ptime is ignored, as if absent
         if millis > 0:
             setattr(media, name, millis)
+
+
+def _crypto_attribute(media: MediaDescription, value: str) -> None:
+    """Keep a usable ``a=crypto`` (RFC 4568 §9.1), or why it is not usable."""
+    try:
+        crypto = Crypto.parse(value)
+    except SrtpError as exc:
+        media.crypto_refused.append(str(exc))
+        return
+    if any(c.tag == crypto.tag for c in media.crypto):  # §9.1: tags are unique in a stream
+        media.crypto_refused.append(f"tag {crypto.tag}: repeated; the first one is used")
+        return
+    media.crypto.append(crypto)
 
 
 def _parse_rtpmap(value: str) -> RtpMap | None:
@@ -364,12 +449,16 @@ def _choose(media: MediaDescription, supported: Sequence[str]) -> _Choice | None
     return _Choice(codec.codec, codec.payload_type, te_pt, fmtp)
 
 
-def _usable_audio(media: MediaDescription) -> bool:
-    return media.media == "audio" and media.port != 0 and media.proto.upper() in _RTP_PROTOS
+def _usable_audio(media: MediaDescription, protos: frozenset[str] = _RTP_PROTOS) -> bool:
+    return media.media == "audio" and media.port != 0 and media.proto.upper() in protos
 
 
 def _negotiated(
-    session: SessionDescription, index: int, choice: _Choice, ours: Direction
+    session: SessionDescription,
+    index: int,
+    choice: _Choice,
+    ours: Direction,
+    keys: tuple[Crypto, Crypto] | None = None,
 ) -> Negotiated:
     media = session.media[index]
     conn = session.connection_for(media)
@@ -387,7 +476,38 @@ def _negotiated(
         direction=ours,
         on_hold=conn.is_hold or theirs in ("sendonly", "inactive"),
         media_index=index,
+        local_crypto=keys[0] if keys else None,
+        remote_crypto=keys[1] if keys else None,
     )
+
+
+def _check_mode(srtp: str) -> None:
+    if srtp not in _SRTP_MODES:
+        raise ValueError(f"srtp must be 'off', 'offer' or 'require', got {srtp!r}")
+
+
+def _offered_crypto(media: MediaDescription, index: int, srtp: SrtpMode) -> Crypto | str | None:
+    """The offer's crypto line we take for this stream, None for plain RTP, or why not.
+
+    RFC 4568 §7.1.2: the answerer accepts one of the offered crypto lines —
+    the first usable one, since the offerer lists them in its order of preference.
+    """
+    where = f"m= line {index} ({media.proto})"
+    if media.savp:
+        if srtp == "off":
+            return f"{where} is SRTP, which is off"
+        if not media.crypto:
+            refused = "; ".join(media.crypto_refused) or "no a=crypto"
+            return f"{where} has no usable a=crypto: {refused}"
+        return media.crypto[0]
+    if srtp == "off":
+        return None  # best-effort a=crypto lines in RTP/AVP are ignored: plain RTP
+    if media.crypto:
+        return media.crypto[0]
+    if srtp == "require":
+        refused = "; ".join(media.crypto_refused)
+        return f"{where} is plain RTP and SRTP is required" + (f" ({refused})" if refused else "")
+    return None
 
 
 def answer(
@@ -396,35 +516,63 @@ def answer(
     local_port: int,
     session_id: int,
     version: int,
+    *,
+    srtp: SrtpMode = "off",
+    local_crypto: Crypto | None = None,
 ) -> tuple[str, Negotiated]:
     """Answer an offer (RFC 3264 §6): one audio stream accepted, every other m= line rejected.
 
-    The accepted stream is the first active RTP/AVP(F) audio stream with a
-    codec we support; its codec is the FIRST of PCMU/PCMA in the offerer's
-    order, with the offerer's payload type (dynamic ones included), plus
+    The accepted stream is the first active audio stream with a codec we
+    support whose profile and security fit ``srtp`` (module docstring); its
+    codec is the FIRST of PCMU/PCMA in the offerer's order, with the
+    offerer's payload type (dynamic ones included), plus
     ``telephone-event/8000`` with the offerer's payload type and fmtp when
     offered. Our direction mirrors the offer's (§6.1). Rejected streams keep
-    their media type, proto and formats with port 0 (§6). Raises
-    :class:`NoCommonCodec` when no stream qualifies.
+    their media type, proto and formats with port 0 (§6).
+
+    An SRTP stream is answered with the offer's first usable crypto line's tag
+    and suite and our key: ``local_crypto`` when its suite matches (a re-offer:
+    keeping our key keeps the running SRTP context, RFC 4568 §7.1.4), else a
+    fresh one. Raises :class:`SrtpMismatch` when a stream had a common codec
+    but its security did not fit ``srtp``, else :class:`NoCommonCodec` when no
+    stream qualifies.
     """
-    chosen: tuple[int, _Choice] | None = None
+    _check_mode(srtp)
+    chosen: tuple[int, _Choice, Crypto | None] | None = None
+    refusals: list[str] = []
     for index, media in enumerate(offer.media):
-        if _usable_audio(media):
-            choice = _choose(media, tuple(STATIC_PAYLOAD_TYPES))
-            if choice is not None:
-                chosen = (index, choice)
-                break
+        if not _usable_audio(media, _ANY_RTP_PROTOS):
+            continue
+        choice = _choose(media, tuple(STATIC_PAYLOAD_TYPES))
+        if choice is None:
+            continue
+        theirs = _offered_crypto(media, index, srtp)
+        if isinstance(theirs, str):
+            refusals.append(theirs)
+            continue
+        chosen = (index, choice, theirs)
+        break
     if chosen is None:
-        raise NoCommonCodec("no audio stream offers PCMU or PCMA over RTP/AVP")
-    index, choice = chosen
-    ours = _MIRROR[offer.direction_for(offer.media[index])]
+        if refusals:
+            raise SrtpMismatch("; ".join(refusals))
+        raise NoCommonCodec("no audio stream offers PCMU or PCMA over RTP/AVP or RTP/SAVP")
+    index, choice, theirs = chosen
+    keys: tuple[Crypto, Crypto] | None = None
+    if theirs is not None:
+        if local_crypto is not None and local_crypto.suite == theirs.suite:
+            ours = local_crypto.with_tag(theirs.tag)
+        else:
+            ours = new_key(theirs.suite, theirs.tag)
+        keys = (ours, theirs)
+    direction = _MIRROR[offer.direction_for(offer.media[index])]
     lines = _session_lines(local_ip, session_id, version, offer.timing)
     for i, media in enumerate(offer.media):
         if i == index:
-            lines += _audio_lines(local_port, media.proto, [choice], ours)
+            crypto = [keys[0]] if keys else []
+            lines += _audio_lines(local_port, media.proto, [choice], direction, crypto)
         else:
             lines.append(f"m={media.media} 0 {media.proto} {' '.join(media.formats)}")
-    return _text(lines), _negotiated(offer, index, choice, ours)
+    return _text(lines), _negotiated(offer, index, choice, direction, keys)
 
 
 def offer(
@@ -434,13 +582,29 @@ def offer(
     version: int,
     codecs: Sequence[str] = ("PCMU", "PCMA"),
     direction: Direction = "sendrecv",
+    *,
+    srtp: SrtpMode = "off",
+    crypto: Sequence[Crypto] = (),
 ) -> str:
     """An offer for an outbound call (RFC 3264 §5): one audio stream, ``codecs`` in order.
 
     PCMU and PCMA by static payload type (RFC 3551), telephone-event 101 with
     events 0-16 (RFC 4733 §7), ptime 20. ``direction`` other than sendrecv puts
     the remote on hold in a re-offer (RFC 3264 §8.4).
+
+    With ``srtp`` "offer" or "require", ``crypto`` are the keys to offer, one
+    a=crypto line each in that order (:func:`callhook.media.srtp.offer_keys`:
+    AES_CM_128_HMAC_SHA1_80 then _32); keep them for :func:`negotiate_answer`.
+    "require" offers RTP/SAVP, "offer" RTP/AVP with the same lines (module
+    docstring). Raises ValueError for keys without SRTP or SRTP without keys.
     """
+    _check_mode(srtp)
+    if srtp == "off" and crypto:
+        raise ValueError("crypto keys given but srtp is 'off'")
+    if srtp != "off" and not crypto:
+        raise ValueError(f"srtp={srtp!r} needs the keys to offer (crypto=srtp.offer_keys())")
+    if len({c.tag for c in crypto}) != len(crypto):
+        raise ValueError("the offered crypto tags must be unique (RFC 4568 §9.1)")
     choices: list[_Choice] = []
     for name in codecs:
         key = name.upper()
@@ -451,28 +615,67 @@ def offer(
         raise ValueError("offer() needs at least one codec")
     last = choices[-1]
     choices[-1] = _Choice(last.codec, last.payload_type, TELEPHONE_EVENT_PT, TELEPHONE_EVENTS)
+    proto = "RTP/SAVP" if srtp == "require" else "RTP/AVP"
     lines = _session_lines(local_ip, session_id, version, "0 0")
-    lines += _audio_lines(local_port, "RTP/AVP", choices, direction)
+    lines += _audio_lines(local_port, proto, choices, direction, list(crypto))
     return _text(lines)
 
 
-def negotiate_answer(our_offer_codecs: Sequence[str], answer: SessionDescription) -> Negotiated:
+def negotiate_answer(
+    our_offer_codecs: Sequence[str],
+    answer: SessionDescription,
+    *,
+    srtp: SrtpMode = "off",
+    offered_crypto: Sequence[Crypto] = (),
+) -> Negotiated:
     """Read the callee's answer to our :func:`offer` (RFC 3264 §7).
 
     Uses the answer's first active audio stream and the first codec in it that
     we offered. Raises :class:`NoCommonCodec` when the audio stream was
     rejected (port 0) or names none of our codecs.
+
+    ``srtp`` and ``offered_crypto`` are what was passed to :func:`offer`. The
+    answer's a=crypto must carry the tag and suite of one of ours (RFC 4568
+    §7.1.3); that one of our keys protects, the answer's unprotects. An answer
+    without a=crypto is plain RTP under "offer", and :class:`SrtpMismatch`
+    under "require" (or when it chose RTP/SAVP).
     """
+    _check_mode(srtp)
+    secure = srtp != "off" and bool(offered_crypto)
+    protos = _ANY_RTP_PROTOS if secure else _RTP_PROTOS
     for index, media in enumerate(answer.media):
         if media.media != "audio":
             continue
-        if not _usable_audio(media):
+        if not _usable_audio(media, protos):
             raise NoCommonCodec(f"the answer rejected the audio stream (m= line {index})")
         choice = _choose(media, our_offer_codecs)
         if choice is None:
             raise NoCommonCodec("the answer names none of the codecs we offered")
-        return _negotiated(answer, index, choice, _MIRROR[answer.direction_for(media)])
+        keys = _answered_crypto(media, srtp, offered_crypto) if secure else None
+        return _negotiated(answer, index, choice, _MIRROR[answer.direction_for(media)], keys)
     raise NoCommonCodec("the answer has no audio stream")
+
+
+def _answered_crypto(
+    media: MediaDescription, srtp: SrtpMode, offered: Sequence[Crypto]
+) -> tuple[Crypto, Crypto] | None:
+    """(our offered key, the answer's key) for the answer's a=crypto; None for plain RTP."""
+    if media.crypto:
+        theirs = media.crypto[0]  # §7.1.2: an answer carries exactly one
+        ours = next((c for c in offered if c.tag == theirs.tag), None)
+        if ours is None:
+            raise SrtpMismatch(f"the answer's a=crypto tag {theirs.tag} is not one we offered")
+        if ours.suite != theirs.suite:
+            raise SrtpMismatch(
+                f"the answer's a=crypto tag {theirs.tag} has suite {theirs.suite}, "
+                f"we offered {ours.suite}"
+            )
+        return ours, theirs
+    if media.crypto_refused:
+        raise SrtpMismatch("the answer's a=crypto is unusable: " + "; ".join(media.crypto_refused))
+    if srtp == "require" or media.savp:
+        raise SrtpMismatch(f"the answer ({media.proto}) has no a=crypto; SRTP was required")
+    return None
 
 
 def _addrtype(local_ip: str) -> str:
@@ -487,8 +690,15 @@ def _session_lines(local_ip: str, session_id: int, version: int, timing: str) ->
     return ["v=0", f"o=- {session_id} {version} {addr}", "s=callhook", f"c={addr}", f"t={timing}"]
 
 
-def _audio_lines(port: int, proto: str, choices: list[_Choice], direction: Direction) -> list[str]:
-    """``m=audio`` with rtpmap for every format, telephone-event last (RFC 4733 §7.1)."""
+def _audio_lines(
+    port: int,
+    proto: str,
+    choices: list[_Choice],
+    direction: Direction,
+    crypto: Sequence[Crypto] = (),
+) -> list[str]:
+    """``m=audio`` with rtpmap for every format, telephone-event last (RFC 4733 §7.1),
+    then one ``a=crypto`` per key (RFC 4568 §9.1)."""
     te = next((c for c in choices if c.te_pt is not None), None)
     pts = [c.payload_type for c in choices]
     if te is not None and te.te_pt is not None:
@@ -499,6 +709,7 @@ def _audio_lines(port: int, proto: str, choices: list[_Choice], direction: Direc
         lines.append(f"a=rtpmap:{te.te_pt} telephone-event/{CLOCK_RATE}")
         if te.te_fmtp:
             lines.append(f"a=fmtp:{te.te_pt} {te.te_fmtp}")
+    lines += [f"a=crypto:{c.format()}" for c in crypto]
     lines += [f"a=ptime:{PTIME}", f"a={direction}"]
     return lines
 

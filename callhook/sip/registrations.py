@@ -1,0 +1,125 @@
+"""The agent's registrations: one :class:`~callhook.sip.registration.Registration` per trunk,
+their REGISTER transactions, and the keep-alives that hold a NAT binding open. Sans-IO.
+
+:class:`Registrations` sits between the agent and the registration state
+machines: it puts the agent's top Via on each REGISTER, starts its client
+transaction through the ``send`` callable the agent gives it, and routes the
+final response (or the timeout) back to the registration that sent it.
+
+Keep-alives (RFC 5626 §4.4): a registered trunk is also a NAT binding that
+must not expire between two REGISTERs. Every :data:`KEEPALIVE` seconds
+(:data:`STREAM_KEEPALIVE` on TCP and TLS) callhook sends a double CRLF to the
+registrar (or outbound proxy): over a stream it is RFC 5626's ping, answered
+with a pong; over UDP it is the lightweight keep-alive common SIP phones send,
+which a registrar ignores (RFC 3261 §7.5) and a NAT counts as traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from callhook.sip.message import Request, Response
+from callhook.sip.registration import Registration, RegistrationSpec, with_via
+from callhook.sip.transaction import Transaction
+from callhook.sip.transport import Local, Target, reliable, transport_of
+
+#: Seconds between keep-alives over UDP (NAT UDP bindings last 30 s or more: RFC 4787 REQ-5).
+KEEPALIVE = 25.0
+#: Seconds between pings on a TCP or TLS connection (RFC 5626 §4.4.1 suggests 120 s or so).
+STREAM_KEEPALIVE = 120.0
+
+PING = b"\r\n\r\n"
+
+Send = Callable[[Request, Target, float], Transaction]
+
+
+class Registrations:
+    """The trunks callhook registers, by trunk name."""
+
+    def __init__(self, local: Local, user_agent: str, allow: str, send: Send) -> None:
+        self.local = local
+        self.user_agent = user_agent
+        self.allow = allow
+        self._send = send
+        self.by_name: dict[str, Registration] = {}
+        self._targets: dict[str, Target] = {}
+        self._keepalive_at: dict[str, float] = {}
+        self._txs: dict[int, Registration] = {}  # id(transaction) -> its registration
+        self.pings: list[tuple[bytes, Target]] = []
+
+    def start(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
+        """Register ``spec`` (again, if it was), sending to ``target`` (its registrar's address,
+        resolved; default the registrar's host as written)."""
+        registration = self.by_name.get(spec.name)
+        if registration is None or registration.spec != spec:
+            transport = transport_of(spec.transport)
+            registration = Registration(
+                spec,
+                self.local.host,
+                self.local.port(transport),
+                user_agent=self.user_agent,
+                allow=self.allow,
+            )
+            self.by_name[spec.name] = registration
+        host, port = registration.destination
+        self._targets[spec.name] = target or Target(host, port, transport_of(spec.transport))
+        registration.start(now)
+        self._pump(registration, now)
+
+    def stop_all(self, now: float) -> None:
+        """Unregister every trunk (shutdown)."""
+        for registration in self.by_name.values():
+            registration.stop(now)
+            self._pump(registration, now)
+
+    def owns(self, tx: Transaction) -> bool:
+        return id(tx) in self._txs
+
+    def response(self, tx: Transaction, response: Response, now: float) -> None:
+        registration = self._txs.get(id(tx))
+        if registration is not None and response.status >= 200:
+            registration.on_response(tx.request, response, now)
+            self._pump(registration, now)
+
+    def timeout(self, tx: Transaction, now: float) -> None:
+        registration = self._txs.get(id(tx))
+        if registration is not None:
+            registration.on_timeout(tx.request, now)
+            self._pump(registration, now)
+
+    def finished(self, tx: Transaction) -> None:
+        self._txs.pop(id(tx), None)
+
+    @property
+    def deadline(self) -> float | None:
+        times = [r.deadline for r in self.by_name.values() if r.deadline is not None]
+        times += self._keepalive_at.values()
+        return min(times, default=None)
+
+    def handle_timer(self, now: float) -> None:
+        for name, registration in self.by_name.items():
+            if registration.deadline is not None and registration.deadline <= now:
+                registration.handle_timer(now)
+                self._pump(registration, now)
+            due = self._keepalive_at.get(name)
+            if due is not None and due <= now:
+                target = self._targets[name]
+                self.pings.append((PING, target))
+                self._keepalive_at[name] = now + _interval(target)
+
+    def _pump(self, registration: Registration, now: float) -> None:
+        name = registration.spec.name
+        target = self._targets[name]
+        for request in registration.take_requests():
+            request = with_via(request, self.local.via(target.transport))
+            tx = self._send(request, target, now)
+            if not tx.terminated:
+                self._txs[id(tx)] = registration
+        if registration.state == "registered" and name not in self._keepalive_at:
+            self._keepalive_at[name] = now + _interval(target)
+        elif registration.state == "unregistered":
+            self._keepalive_at.pop(name, None)
+
+
+def _interval(target: Target) -> float:
+    return STREAM_KEEPALIVE if reliable(target.transport) else KEEPALIVE

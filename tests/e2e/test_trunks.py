@@ -1,0 +1,221 @@
+"""Trunks on real calls: callhook registers with Kamailio playing the provider (digest
+auth, UDP, TCP and TLS), a SIPp caller dials the DID through it and the application that
+owns the number answers; Kamailio restarts and callhook registers again; a wrong password
+is ``failing`` with its reason, backing off; an outbound call goes through the trunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.kamailio import (  # noqa: F401  (fixtures)
+    Provider,
+    make_provider_fixture,
+    provider_fixture,
+)
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+DID = "+441234567890"
+
+
+def config(
+    tmp_path: Path, app: AppServer, provider: Provider, transport: str = "udp", **extra: Any
+) -> Path:
+    host, port = provider.address(transport)  # type: ignore[arg-type]
+    lines = [
+        "[trunks.provider]",
+        f'registrar = "{host}:{port}"',
+        f'transport = "{transport}"',
+        f'username = "{provider.username}"',
+        f'password = "{extra.pop("password", provider.password)}"',
+        f"expires = {extra.pop('expires', 300)}",
+        *(f"{key} = {value!r}".replace("'", '"') for key, value in extra.items()),
+        "[apps.support]",
+        f'first_page = "{app.url("/support")}"',
+        f'final_page = "{app.url("/final")}"',
+        f'secret = "{app.secret}"',
+        f'numbers = ["{DID}"]',
+    ]
+    if transport == "tls":
+        assert provider.ca_file is not None
+        lines = ["[sip]", f'tls_ca = "{provider.ca_file}"', *lines]
+    path = tmp_path / "callhook.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def trunk_states(server: Server, data_dir: Path) -> list[dict[str, Any]]:
+    secret = (data_dir / "secret").read_text().strip()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"http://127.0.0.1:{server.http_port}/api/trunks",
+            headers={"Authorization": f"Bearer {secret}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        states: list[dict[str, Any]] = await response.json()
+        return states
+
+
+async def call_the_did(tmp_path: Path, provider: Provider) -> sipp.SippRun:
+    """A SIPp caller dials the DID at the provider; callhook's application hangs up."""
+    parts = [sipp.invite(DID), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=15000)]
+    return await sipp.call(provider.udp, tmp_path, *parts)
+
+
+def answering_app(app: AppServer) -> None:
+    app.page("/support", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+@pytest.mark.parametrize("transport", ["udp", "tcp", "tls"])
+async def test_callhook_registers_and_a_call_to_the_did_runs_its_application(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider], transport: str
+) -> None:
+    provider = make_provider(tls=transport == "tls", algorithm="SHA-256")
+    answering_app(app)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider, transport)
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        (contact,) = await provider.wait_registered(timeout=10)
+        assert contact.startswith("sips:" if transport == "tls" else "sip:")
+        (state,) = await trunk_states(server, data)
+        assert state["name"] == "provider" and state["state"] == "registered"
+        assert 250 <= state["expires_in"] <= 300
+        run = await call_the_did(tmp_path, provider)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/final")
+    assert "trunk provider: registered" in server.output
+    (support,) = app.bodies("/support")
+    assert DID in support["this_call"]["call_to"]
+    assert app.bodies("/start") == []
+    # Shutdown removed the binding (Expires: 0).
+    assert provider.registered() == []
+
+
+async def test_after_the_provider_restarts_callhook_registers_again(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    provider = make_provider(min_expires=10)
+    answering_app(app)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider, expires=10)  # refreshed every 5 s
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        await provider.wait_registered(timeout=10)
+        provider.restart()
+        assert provider.registered() == []  # the provider forgot us
+        await provider.wait_registered(timeout=12)
+        run = await call_the_did(tmp_path, provider)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/final")
+    assert len(app.bodies("/support")) == 1
+
+
+async def test_a_wrong_password_is_failing_with_its_reason_and_backs_off(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    provider = make_provider()
+    answering_app(app)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider, password="not-the-password")
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        for _ in range(100):
+            (state,) = await trunk_states(server, data)
+            if state["state"] == "failing":
+                break
+            await asyncio.sleep(0.05)
+        assert state["state"] == "failing"
+        assert "password was refused" in state["reason"]
+        assert 25 <= state["next_try_in"] <= 30  # RFC 5626 back-off: 30 s first
+        await asyncio.sleep(1.0)  # no crash loop: nothing more is tried meanwhile
+        (again,) = await trunk_states(server, data)
+        assert again["state"] == "failing" and again["next_try_in"] < state["next_try_in"]
+        table = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "callhook",
+            "trunks",
+            "--http",
+            f"127.0.0.1:{server.http_port}",
+            "--data-dir",
+            str(data),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await table.communicate()
+        assert table.returncode == 0
+    assert provider.registered() == []
+    assert server.output.count("trunk provider: failing") == 1, server.output
+    assert "password was refused" in server.output
+    lines = out.decode().splitlines()
+    assert lines[0].split()[:2] == ["NAME", "STATE"]
+    assert lines[1].split()[:2] == ["provider", "failing"]
+    assert "password was refused" in lines[1]
+
+
+async def test_an_outbound_call_through_the_trunk(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """POST /api/calls with a trunk and a number: the provider challenges (407), callhook
+    answers with the trunk's credentials, the provider relays it to its "PSTN" (a SIPp
+    callee), which sees the number in the request-URI and the account as the caller."""
+    pstn_port = free_udp_port()
+    provider = make_provider(outbound=("127.0.0.1", pstn_port))
+    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    app.page("/support", [{"hang_up": {}}])
+    app.page("/final", None)
+    check = (
+        '  <recv request="INVITE">\n'
+        '    <action><ereg regexp="^INVITE sip:\\+15551234@" search_in="msg" check_it="true"'
+        ' assign_to="ruri"/>\n'
+        f'      <ereg regexp="From:.*sip:{provider.username}@" search_in="msg" check_it="true"'
+        ' assign_to="from"/></action>\n  </recv>\n'
+        '  <nop><action><log message="[$ruri] [$from]"/></action></nop>\n'
+    )
+    answer = sipp.UAS_ANSWER.format(receive=check).replace(
+        "[last_CSeq:]\n", "[last_CSeq:]\n[last_Record-Route:]\n"
+    )
+    pstn = await sipp.start_sipp(
+        sipp.scenario(answer, sipp.UAS_BYE.format(timeout_ms=20000)),
+        tmp_path,
+        local_port=pstn_port,
+        media_port=free_even_udp_port(),
+    )
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider)
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        await provider.wait_registered(timeout=10)
+        secret = (data / "secret").read_text().strip()
+        body = {
+            "to": "+15551234",
+            "trunk": "provider",
+            "first_page": app.url("/start"),
+            "final_page": app.url("/final"),
+            "secret": app.secret,
+        }
+        headers = {"Authorization": f"Bearer {secret}"}
+        url = f"http://127.0.0.1:{server.http_port}/api/calls"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, json={**body, "trunk": "nobody"}, headers=headers) as r:
+                assert r.status == 404
+            async with http.post(url, json=body, headers=headers) as r:
+                assert r.status == 202, await r.text()
+                assert (await r.json())["to"] == "sip:+15551234@127.0.0.1"
+        out, _ = await asyncio.wait_for(pstn.communicate(), 30)
+        assert await wait_for_request(app, "/final")
+    assert pstn.returncode == 0, out.decode(errors="replace") + server.output
+    (start,) = app.bodies("/start")
+    assert start["this_call"]["call_direction"] == "outbound"
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"

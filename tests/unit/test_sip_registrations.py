@@ -1,0 +1,104 @@
+"""The agent registering with a trunk (registrations.py through agent.py), on a virtual clock:
+REGISTERs leave with the agent's Via on the trunk's transport, answers reach the registration,
+refreshes and keep-alives go out at their times, shutdown unregisters."""
+
+from __future__ import annotations
+
+from callhook.sip.agent import Agent
+from callhook.sip.message import Request, parse, serialize
+from callhook.sip.registration import RegistrationSpec
+from callhook.sip.registrations import KEEPALIVE, STREAM_KEEPALIVE
+from callhook.sip.responses import make_response
+from callhook.sip.transport import Target
+
+T0 = 50.0
+REGISTRAR = Target("192.0.2.50", 5060)
+SPEC = RegistrationSpec("provider", "sip.example:5060", "me", "secret", expires=300)
+CHALLENGE = 'Digest realm="sip.example", nonce="abc123", qop="auth", algorithm=MD5'
+
+
+def sent_requests(agent: Agent) -> list[tuple[Request, Target]]:
+    out = []
+    for data, target in agent.take_datagrams():
+        message = parse(data)
+        assert isinstance(message, Request)
+        out.append((message, target))
+    return out
+
+
+def answer(agent: Agent, request: Request, status: int, now: float, **headers: str) -> None:
+    response = make_response(request, status, server="registrar", to_tag="reg1")
+    for name, value in headers.items():
+        response.headers.add(name.replace("_", "-"), value)
+    if status == 200:
+        response.headers.add("Contact", f"{request.headers.get('Contact')};expires=120")
+    agent.receive(serialize(response), REGISTRAR, now)
+
+
+def test_register_challenge_register_refresh_keepalive_and_unregister() -> None:
+    agent = Agent("192.0.2.1", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, target),) = sent_requests(agent)
+    assert target == REGISTRAR and first.method == "REGISTER"
+    assert first.uri == "sip:sip.example:5060"
+    assert first.top_via.transport == "UDP" and first.top_via.host == "192.0.2.1"
+    assert first.headers.get("Contact") == "<sip:me@192.0.2.1:5060>"
+    answer(agent, first, 401, T0 + 0.1, WWW_Authenticate=CHALLENGE)
+    ((second, _),) = sent_requests(agent)
+    assert second.cseq[0] == first.cseq[0] + 1
+    assert 'username="me"' in (second.headers.get("Authorization") or "")
+    assert second.branch != first.branch
+    answer(agent, second, 200, T0 + 0.2)
+    registration = agent.registrations.by_name["provider"]
+    assert registration.state == "registered" and registration.granted == 120
+    # A keep-alive to the registrar before the refresh (120 s lifetime: refresh at 108 s).
+    agent.handle_timer(T0 + 0.2 + KEEPALIVE)
+    assert agent.take_datagrams() == [(b"\r\n\r\n", REGISTRAR)]
+    deadline = agent.deadline
+    assert deadline is not None
+    refresh_at = T0 + 0.1 + 108  # counted from when the REGISTER that got the 2xx was sent
+    while deadline < refresh_at:
+        agent.handle_timer(deadline)
+        assert all(data == b"\r\n\r\n" for data, _ in agent.take_datagrams())
+        deadline = agent.deadline
+        assert deadline is not None
+    agent.handle_timer(refresh_at)
+    ((refresh, _),) = sent_requests(agent)
+    assert refresh.method == "REGISTER" and refresh.call_id == first.call_id
+    answer(agent, refresh, 200, refresh_at + 0.1)
+    agent.unregister_all(refresh_at + 1)
+    ((bye, _),) = sent_requests(agent)
+    assert bye.headers.get("Expires") == "0"
+    answer(agent, bye, 200, refresh_at + 1.1)
+    assert agent.registrations.by_name["provider"].state == "unregistered"
+
+
+def test_a_silent_registrar_fails_the_registration_after_timer_f() -> None:
+    agent = Agent("192.0.2.1", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    sent_requests(agent)
+    now = T0
+    while (deadline := agent.deadline) is not None and deadline <= T0 + 40:
+        now = deadline
+        agent.handle_timer(now)
+        agent.take_datagrams()  # retransmissions of the REGISTER (Timer E)
+    registration = agent.registrations.by_name["provider"]
+    assert registration.state == "failing"
+    assert "no answer" in registration.reason
+    assert registration.next_try_in(now) == 30
+
+
+def test_over_tcp_the_register_says_so_and_pings_are_rarer() -> None:
+    agent = Agent("192.0.2.1", 5060, ports={"tcp": 5062})
+    spec = RegistrationSpec("p", "sip.example", "me", "secret", transport="tcp")
+    target = Target("192.0.2.50", 5060, "tcp")
+    agent.register(spec, T0, target)
+    ((request, sent_to),) = sent_requests(agent)
+    assert sent_to == target
+    assert request.top_via.transport == "TCP" and request.top_via.port == 5062
+    assert request.headers.get("Contact") == "<sip:me@192.0.2.1:5062;transport=tcp>"
+    response = make_response(request, 200, server="registrar", to_tag="r")
+    response.headers.add("Contact", f"{request.headers.get('Contact')};expires=3600")
+    agent.receive(serialize(response), target, T0 + 0.1)
+    agent.handle_timer(T0 + 0.1)  # Timer K is zero on a stream: the transaction ends now
+    assert agent.deadline == T0 + 0.1 + STREAM_KEEPALIVE
