@@ -182,6 +182,26 @@ _SCHEMAS: dict[str, Any] = {
             "ring_timeout": {"type": "number", "minimum": 1, "maximum": 600, "default": 60},
         },
     },
+    "TrunkState": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "state": {
+                "enum": ["registered", "registering", "failing", "unregistered", "static"],
+                "description": "static: a trunk without a registrar",
+            },
+            "reason": {"type": "string", "description": "why it is failing or unregistered"},
+            "expires_in": {
+                "type": ["integer", "null"],
+                "description": "seconds until the registration lapses",
+            },
+            "next_try_in": {
+                "type": ["integer", "null"],
+                "description": "seconds until the next attempt while failing",
+            },
+        },
+        "required": ["name", "state", "reason", "expires_in", "next_try_in"],
+    },
     "CallPlaced": {
         "type": "object",
         "properties": {
@@ -312,6 +332,13 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "get": _op(
                 "Server counters (the installation secret's key)",
                 {"200": _json({"type": "object"}, "counters")},
+                (),
+            )
+        },
+        "/api/trunks": {
+            "get": _op(
+                "The trunks and their registration state (the installation secret's key)",
+                {"200": _json({"type": "array", "items": _ref("TrunkState")}, "trunks")},
                 (),
             )
         },
