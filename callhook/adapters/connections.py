@@ -124,8 +124,12 @@ class Connections:
         *,
         client_tls: ssl.SSLContext | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        closed: Callable[[Target], None] | None = None,
+        failed: Callable[[Target], None] | None = None,
     ) -> None:
         self.deliver = deliver
+        self.on_closed = closed
+        self.on_failed = failed
         self.client_tls = client_tls
         self.idle_timeout = idle_timeout
         self.streams: dict[Target, _Stream] = {}
@@ -168,10 +172,12 @@ class Connections:
                 lambda: stream, target.host, target.port, ssl=tls, server_hostname=server_hostname
             )
         except (OSError, ssl.SSLError) as exc:
-            # The transactions waiting on it time out (Timer B/F) and say so.
+            # The transactions waiting on it end now (``failed``), as a 503.
             logger.warning("SIP connection to %s failed: %s", target, exc)
             if self.streams.get(target) is stream:
                 del self.streams[target]
+            if self.on_failed is not None:
+                self.on_failed(target)
 
     def _opened(self, stream: _Stream) -> None:
         assert stream.key is not None
@@ -180,6 +186,8 @@ class Connections:
     def _closed(self, stream: _Stream) -> None:
         if stream.key is not None and self.streams.get(stream.key) is stream:
             del self.streams[stream.key]
+            if self.on_closed is not None:
+                self.on_closed(stream.key)
 
     async def close(self) -> None:
         """Stop listening and close every connection."""

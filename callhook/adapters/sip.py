@@ -167,7 +167,12 @@ class SipService:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
         settings = self.services.settings
         client_tls = client_context(settings.tls_ca)
-        self.connections = Connections(self.message_received, client_tls=client_tls)
+        self.connections = Connections(
+            self.message_received,
+            client_tls=client_tls,
+            closed=self._connection_closed,
+            failed=self._connection_failed,
+        )
         if settings.sip_tcp_port is None:
             # The UDP port (any free one when UDP's was chosen by the system).
             self.ports["tcp"] = await self.connections.listen(
@@ -187,6 +192,18 @@ class SipService:
 
     def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
         self.message_received(data, Target(*source))
+
+    def _connection_closed(self, target: Target) -> None:
+        """A TCP/TLS connection closed: a trunk registered over it registers again now."""
+        if self.agent is not None and self.agent.accepting:
+            self.agent.registrations.flow_lost(target, self.loop.time())
+            self._flush()
+
+    def _connection_failed(self, target: Target) -> None:
+        """A connection could not be opened: what was to go over it fails now."""
+        if self.agent is not None:
+            self.agent.transport_failed(target, self.loop.time())
+            self._flush()
 
     def message_received(self, data: bytes, source: Target) -> None:
         """A SIP message from ``source`` (a datagram, or framed off a connection)."""

@@ -295,6 +295,13 @@ class Registration:
         # Otherwise the answer to the one in flight decides.
         self._pump(now)
 
+    def flow_lost(self, now: float) -> None:
+        """The connection the binding was made over closed (RFC 5626 §4.4: the flow failed):
+        register again now rather than at the refresh, so the registrar can reach us."""
+        if self._wanted and self.state == "registered" and self._in_flight is None:
+            self._next_at = now
+            self._pump(now)
+
     def take_requests(self) -> list[Request]:
         """REGISTER requests to send now, without a Via (see :func:`with_via`)."""
         out, self._out = self._out, []

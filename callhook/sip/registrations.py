@@ -72,6 +72,13 @@ class Registrations:
             registration.stop(now)
             self._pump(registration, now)
 
+    def flow_lost(self, target: Target, now: float) -> None:
+        """The connection to ``target`` closed: the trunks registered over it register again."""
+        for name, registration in self.by_name.items():
+            if self._targets.get(name) == target:
+                registration.flow_lost(now)
+                self._pump(registration, now)
+
     def owns(self, tx: Transaction) -> bool:
         return id(tx) in self._txs
 
@@ -81,10 +88,12 @@ class Registrations:
             registration.on_response(tx.request, response, now)
             self._pump(registration, now)
 
-    def timeout(self, tx: Transaction, now: float) -> None:
+    def timeout(self, tx: Transaction, now: float, transport: bool = False) -> None:
+        """The REGISTER of ``tx`` got no answer, or (``transport``) could not be sent."""
         registration = self._txs.get(id(tx))
         if registration is not None:
-            registration.on_timeout(tx.request, now)
+            cause = f"cannot connect to {tx.address}" if transport else ""
+            registration.on_timeout(tx.request, now, cause)
             self._pump(registration, now)
 
     def finished(self, tx: Transaction) -> None:

@@ -276,6 +276,16 @@ class Transaction:
         self._response_bytes = serialize(response)
         return self._input(_response_class(response.status), now, response)
 
+    def transport_failed(self) -> list[Output]:
+        """Client transactions: the transport could not deliver the request (a connection that
+        could not be made or broke): the transaction ends as if it had timed out (§8.1.3.1,
+        §17.1.4); the user treats it as a 503."""
+        if self.terminated or self.kind not in (Kind.ICT, Kind.NICT):
+            return []
+        self.state = State.TERMINATED
+        self.timers.clear()
+        return [Timeout("transport")]
+
     def cancelled(self, now: float) -> None:
         """ICT: our CANCEL went out; give up 64*T1 later if no final response comes (§9.1)."""
         if self.kind is Kind.ICT and self.state in (State.CALLING, State.PROCEEDING):

@@ -102,3 +102,35 @@ def test_over_tcp_the_register_says_so_and_pings_are_rarer() -> None:
     agent.receive(serialize(response), target, T0 + 0.1)
     agent.handle_timer(T0 + 0.1)  # Timer K is zero on a stream: the transaction ends now
     assert agent.deadline == T0 + 0.1 + STREAM_KEEPALIVE
+
+
+def test_a_connection_that_cannot_be_made_fails_the_register_at_once() -> None:
+    agent = Agent("192.0.2.1", 5060, ports={"tcp": 5060})
+    target = Target("192.0.2.50", 5060, "tcp")
+    agent.register(RegistrationSpec("p", "sip.example", "me", "pw", transport="tcp"), T0, target)
+    sent_requests(agent)
+    agent.transport_failed(target, T0 + 0.01)
+    registration = agent.registrations.by_name["p"]
+    assert registration.state == "failing"
+    assert registration.reason.startswith("cannot connect to tcp 192.0.2.50:5060")
+    assert registration.next_try_in(T0 + 0.01) == 30
+
+
+def test_a_lost_connection_registers_again_at_once() -> None:
+    """RFC 5626 §4.4: the binding was made over that connection; the registrar cannot
+    reach us any more, so we register again now instead of at the refresh."""
+    agent = Agent("192.0.2.1", 5060, ports={"tcp": 5060})
+    target = Target("192.0.2.50", 5060, "tcp")
+    agent.register(RegistrationSpec("p", "sip.example", "me", "pw", transport="tcp"), T0, target)
+    ((first, _),) = sent_requests(agent)
+    response = make_response(first, 200, server="registrar", to_tag="r")
+    response.headers.add("Contact", f"{first.headers.get('Contact')};expires=300")
+    agent.receive(serialize(response), target, T0 + 0.1)
+    agent.handle_timer(T0 + 0.1)
+    assert sent_requests(agent) == []
+    agent.registrations.flow_lost(Target("192.0.2.99", 5060, "tcp"), T0 + 5)  # not ours
+    assert sent_requests(agent) == []
+    agent.registrations.flow_lost(target, T0 + 5)
+    ((again, sent_to),) = sent_requests(agent)
+    assert again.method == "REGISTER" and sent_to == target
+    assert again.cseq[0] == first.cseq[0] + 1

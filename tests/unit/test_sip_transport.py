@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from callhook.sip.agent import Agent, IncomingCall
+from callhook.sip.agent import Agent, CallTerminated, IncomingCall
 from callhook.sip.grammar import parse_uri
 from callhook.sip.message import Request, Response, parse, parse_name_addr
 from callhook.sip.transaction import T1, client
@@ -158,3 +158,15 @@ def test_client_transactions_do_not_retransmit_on_a_stream() -> None:
     assert len(out) == 1 and reliable(tx.address.transport)
     assert set(tx.timers) == {"B"}  # no Timer A
     assert tx.on_timer(T0 + 10) == []
+
+
+def test_an_outbound_call_whose_connection_fails_ends_at_once_as_a_503() -> None:
+    a = agent()
+    call_id = a.invite("sip:bob@192.0.2.20:5070;transport=tcp", b"v=0\r\n", T0)
+    ((_, target),) = a.take_datagrams()
+    assert target == Target("192.0.2.20", 5070, "tcp")
+    a.transport_failed(target, T0 + 0.2)
+    (ended,) = a.take_events()
+    assert isinstance(ended, CallTerminated)
+    assert (ended.call_id, ended.cause, ended.raw_cause) == (call_id, "failed", "503")
+    assert a.calls == {}

@@ -1,0 +1,517 @@
+"""The shared core of callhook's SIP user agent: calls, transactions, timers, dialogs. Sans-IO.
+
+:class:`Core` holds what both halves of the agent use: the calls it knows,
+the running transactions (``transaction.py``) and the one timer heap, the
+outbox of messages with their :class:`~callhook.sip.transport.Target`, the
+registrations (``registrations.py``), in-dialog requests (BYE, ACK, session
+refreshes, RFC 4028) and the end of a call. The server half (``uas.py``: requests
+in, our answers) and the client half (``uac.py``: our INVITEs, responses in)
+build on it; ``agent.py`` puts them together. See ``agent.py`` for the theory of
+operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import secrets
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from callhook.sip.dialog import Dialog
+from callhook.sip.message import (
+    Request,
+    Response,
+    SipMessageError,
+    parse,
+    parse_name_addr,
+    parse_uri,
+    parse_via,
+    serialize,
+)
+from callhook.sip.notices import (
+    CallEvent,
+    CallTerminated,
+    Credentials,
+)
+from callhook.sip.registration import RegistrationSpec
+from callhook.sip.registrations import Registrations
+from callhook.sip.responses import error_response, make_response
+from callhook.sip.sessiontimer import SessionTimer
+from callhook.sip.transaction import (
+    T1,
+    Address,
+    Deliver,
+    Kind,
+    Output,
+    Timeout,
+    Transaction,
+    Transmit,
+    client,
+)
+from callhook.sip.transport import (
+    UDP_REQUEST_LIMIT,
+    Local,
+    Target,
+    Transport,
+)
+
+logger = logging.getLogger("callhook.sip")
+
+METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE")
+ALLOW = ", ".join(METHODS)
+CONTENT_TYPES = ("application/sdp", "application/dtmf-relay", "application/dtmf")
+SUPPORTED = {"timer"}
+
+
+State = Literal["offered", "early", "answered", "confirmed", "ending", "ended"]
+_NOWHERE = Target("", 0)
+
+
+@dataclass
+class Call:
+    """What the agent knows of one call: its INVITE, dialog, state and timers."""
+
+    call_id: str
+    direction: Literal["inbound", "outbound"]
+    invite: Request
+    tx: Transaction
+    local_tag: str
+    peer: Target  # inbound: where the INVITE came from; outbound: where it went
+    state: State = "offered"
+    dialog: Dialog | None = None
+    reported: bool = False  # CallTerminated was emitted
+    live_txs: int = 0  # transactions of the call still running (it is forgotten at 0)
+    # Our 2xx to an INVITE or re-INVITE, retransmitted until the ACK (§13.3.1.4).
+    ok: bytes = b""
+    ok_to: Target = _NOWHERE
+    ok_next: float = 0.0
+    ok_interval: float = T1
+    ok_give_up: float = 0.0
+    awaiting_ack: bool = False
+    bye_pending: bool = False  # hang up as soon as the ACK comes (§15)
+    reoffer_tx: Transaction | None = None
+    local_sdp: bytes = b""
+    timer: SessionTimer | None = None
+    refresh_at: float | None = None
+    # Outbound calls.
+    credentials: Credentials | None = None
+    auth_tries: int = 0
+    provisional: bool = False  # a 1xx came: a CANCEL may be sent (§9.1)
+    cancel_wanted: bool = False
+    cancel_sent: bool = False
+    ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
+
+
+def new_tag() -> str:
+    """A random tag (§19.3), also used for Call-IDs."""
+    return secrets.token_hex(8)
+
+
+class Core:
+    """The agent's state and the machinery both halves share (see the module docstring)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        user_agent: str = "callhook",
+        ports: dict[Transport, int] | None = None,
+    ) -> None:
+        """``host`` is the address advertised; ``port`` the UDP one; ``ports`` the others."""
+        self.host = host
+        self.port = port
+        self.local = Local(host, {"udp": port, **(ports or {})})
+        self.user_agent = user_agent
+        self.accepting = True
+        self.calls: dict[str, Call] = {}
+        self._txs: dict[tuple[str, str, str], Transaction] = {}  # (side, branch, method)
+        self._tx_call: dict[int, str] = {}  # id(transaction) -> call_id
+        self._timers: list[tuple[float, int, str, object]] = []
+        self._seq = itertools.count()
+        self._out: list[tuple[bytes, Target]] = []
+        self._events: deque[CallEvent] = deque()
+        #: The trunks callhook registers with (``register``), by name.
+        self.registrations = Registrations(self.local, user_agent, ALLOW, self._send_request)
+
+    def take_datagrams(self) -> list[tuple[bytes, Target]]:
+        """The messages to send, each with the target to send it to (on its transport)."""
+        out, self._out = self._out, []
+        if self.registrations.pings:
+            out += self.registrations.pings
+            self.registrations.pings = []
+        return out
+
+    def take_events(self) -> list[CallEvent]:
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    @property
+    def deadline(self) -> float | None:
+        """When ``handle_timer`` is due next (None: nothing is waiting for time)."""
+        registrations = self.registrations.deadline
+        while self._timers:
+            when, _, kind, obj = self._timers[0]
+            if self._timer_valid(when, kind, obj):
+                return when if registrations is None else min(when, registrations)
+            heapq.heappop(self._timers)
+        return registrations
+
+    def _timer_valid(self, when: float, kind: str, obj: object) -> bool:
+        if kind == "tx":
+            assert isinstance(obj, Transaction)
+            return not obj.terminated and obj.deadline == when
+        assert isinstance(obj, Call)
+        if self.calls.get(obj.call_id) is not obj:
+            return False
+        if kind == "ok":
+            return obj.awaiting_ack and obj.ok_next == when
+        return obj.state == "confirmed" and obj.refresh_at == when
+
+    def _schedule(self, when: float | None, kind: str, obj: object) -> None:
+        if when is not None:
+            heapq.heappush(self._timers, (when, next(self._seq), kind, obj))
+
+    def handle_timer(self, now: float) -> None:
+        """Fire whatever is due at ``now``: retransmissions, timeouts, refreshes."""
+        registrations = self.registrations.deadline
+        if registrations is not None and registrations <= now:
+            self.registrations.handle_timer(now)
+        while self._timers and self._timers[0][0] <= now:
+            when, _, kind, obj = heapq.heappop(self._timers)
+            if not self._timer_valid(when, kind, obj):
+                continue
+            try:
+                if kind == "tx":
+                    assert isinstance(obj, Transaction)
+                    self._tx_outputs(obj, obj.on_timer(now), now)
+                elif kind == "ok":
+                    assert isinstance(obj, Call)
+                    self._retransmit_ok(obj, now)
+                else:
+                    assert isinstance(obj, Call)
+                    self._refresh(obj, now)
+            except Exception:
+                logger.exception("SIP timer %s failed", kind)
+
+    def receive(self, data: bytes, source: Target | Address, now: float) -> None:
+        """A message from ``source`` (a datagram, or one framed off a stream).
+
+        A plain ``(host, port)`` source is UDP. Never raises: what cannot be handled
+        is logged.
+        """
+        source = Target(*source)
+        if not data.strip(b"\r\n"):
+            return  # keep-alive (RFC 5626 §4.4.1 CRLF ping)
+        try:
+            message = parse(data)
+        except SipMessageError as exc:
+            logger.warning("SIP from %s not well-formed: %s", source, exc.reason)
+            self._answer_error(exc, source)
+            return
+        try:
+            if isinstance(message, Response):
+                self._on_response(message, now)
+            else:
+                self._request(message, source, now)
+        except SipMessageError as exc:
+            logger.warning("SIP from %s refused: %s", source, exc.reason)
+            if isinstance(message, Request):
+                self._answer_error(
+                    SipMessageError(
+                        exc.reason, exc.status, headers=message.headers, is_request=True
+                    ),
+                    source,
+                )
+        except Exception:
+            logger.exception("SIP message from %s could not be handled", source)
+
+    def _answer_error(self, exc: SipMessageError, source: Target) -> None:
+        response = error_response(exc, server=self.user_agent)
+        if response is not None:
+            self._out.append((serialize(response), source))
+
+    def _tx_outputs(self, tx: Transaction, outputs: list[Output], now: float) -> None:
+        for out in outputs:
+            if isinstance(out, Transmit):
+                self._out.append((out.data, out.address))
+            elif isinstance(out, Deliver):
+                if isinstance(out.message, Response) and self.registrations.owns(tx):
+                    self.registrations.response(tx, out.message, now)
+                elif isinstance(out.message, Response):
+                    self._client_response(tx, out.message, now)
+                elif out.message.method == "ACK":
+                    self._ack(out.message, now)  # RFC 6026 §8
+            elif isinstance(out, Timeout) and self.registrations.owns(tx):
+                self.registrations.timeout(tx, now, out.timer == "transport")
+            elif isinstance(out, Timeout):
+                self._tx_timeout(tx, out.timer, now)
+        if tx.terminated:
+            self.registrations.finished(tx)
+            self._txs.pop(self._tx_key(tx), None)
+            call_id = self._tx_call.pop(id(tx), None)
+            call = self.calls.get(call_id or "")
+            if call is not None:
+                call.live_txs -= 1
+                self._forget_if_done(call)
+        else:
+            self._schedule(tx.deadline, "tx", tx)
+
+    @staticmethod
+    def _tx_key(tx: Transaction) -> tuple[str, str, str]:
+        side = "c" if tx.kind in (Kind.ICT, Kind.NICT) else "s"
+        branch, method = tx.key
+        return (side, branch, method)
+
+    def _link(self, tx: Transaction, call: Call) -> None:
+        """Count ``tx`` as one of ``call``'s (the call is kept until they are all over)."""
+        if id(tx) not in self._tx_call and not tx.terminated:
+            self._tx_call[id(tx)] = call.call_id
+            call.live_txs += 1
+
+    def _start_client(
+        self, request: Request, address: Target, now: float, call: Call | None
+    ) -> Transaction:
+        request, address = self._fit(request, address)
+        tx, outputs = client(request, address, now)
+        self._txs[self._tx_key(tx)] = tx
+        if call is not None:
+            self._link(tx, call)
+        self._tx_outputs(tx, outputs, now)
+        return tx
+
+    def _send_request(self, request: Request, address: Target, now: float) -> Transaction:
+        return self._start_client(request, address, now, None)
+
+    def register(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
+        """Register with a trunk's registrar and keep the binding (RFC 3261 §10); ``target``
+        is the registrar's (or outbound proxy's) resolved address."""
+        self.registrations.start(spec, now, target)
+
+    def transport_failed(self, target: Target, now: float) -> None:
+        """Requests to ``target`` could not be delivered (its connection failed): their
+        transactions end now instead of at Timer B/F (§8.1.3.1: as a 503)."""
+        for tx in list(self._txs.values()):
+            if tx.address == target:
+                self._tx_outputs(tx, tx.transport_failed(), now)
+
+    def unregister_all(self, now: float) -> None:
+        """Remove every binding (``Expires: 0``): callhook is shutting down."""
+        self.registrations.stop_all(now)
+
+    def _fit(self, request: Request, target: Target) -> tuple[Request, Target]:
+        """A request too big for UDP goes over TCP, its Via saying so (§18.1.1)."""
+        if (
+            target.transport != "udp"
+            or not self.local.listens("tcp")
+            or request.method in ("ACK", "CANCEL")  # they follow their INVITE's path
+            or len(serialize(request)) <= UDP_REQUEST_LIMIT
+        ):
+            return request, target
+        headers = request.headers.copy()
+        vias = headers.get_all("Via")
+        if vias:
+            top = parse_via(vias[0])
+            headers.remove("Via")
+            headers.add("Via", self.local.via("tcp", branch_id=top.params.get("branch")))
+            for rest in vias[1:]:
+                headers.add("Via", rest)
+        return Request(request.method, request.uri, headers, request.body), target._replace(
+            transport="tcp"
+        )
+
+    def _respond(self, tx: Transaction, response: Response, now: float) -> None:
+        self._tx_outputs(tx, tx.respond(response, now), now)
+
+    def _reply(
+        self,
+        tx: Transaction,
+        request: Request,
+        status: int,
+        reason: str | None = None,
+        *,
+        extra: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        now: float,
+    ) -> None:
+        call = self.calls.get(request.headers.get("Call-ID") or "")
+        tag = call.local_tag if call is not None and call.direction == "inbound" else new_tag()
+        response = make_response(
+            request,
+            status,
+            reason,
+            server=self.user_agent,
+            to_tag=tag,
+            contact=self._contact(request, transport=tx.address.transport),
+            extra=extra or [],
+            body=body,
+        )
+        self._respond(tx, response, now)
+
+    def _forget_if_done(self, call: Call) -> None:
+        if call.state == "ended" and call.live_txs <= 0 and self.calls.get(call.call_id) is call:
+            del self.calls[call.call_id]
+
+    def _call_for(self, request: Request) -> Call | None:
+        """The call an in-dialog request belongs to: same Call-ID and the dialog's two tags."""
+        call = self.calls.get(request.call_id)
+        if call is None or call.dialog is None:
+            return None
+        if {request.from_tag, request.to_tag} != {call.dialog.local_tag, call.dialog.remote_tag}:
+            return None
+        return call
+
+    def _contact(
+        self,
+        request: Request | None = None,
+        user: str = "callhook",
+        *,
+        transport: Transport = "udp",
+    ) -> str:
+        if request is not None:
+            with contextlib.suppress(ValueError):
+                user = parse_uri(request.uri).user or user
+        return self.local.contact(user, transport)
+
+    def _via(self, transport: Transport = "udp") -> str:
+        return self.local.via(transport)
+
+    def _tx_timeout(self, tx: Transaction, timer: str, now: float) -> None:
+        call = self.calls.get(self._tx_call.get(id(tx), ""))
+        if call is None:
+            return
+        if tx is call.tx and tx.kind is Kind.ICT:
+            # Timer B (nobody answers at all) or Z (no final response after our CANCEL);
+            # a transport failure counts as a 503 (§8.1.3.1).
+            self._end(call, "failed", "503" if timer == "transport" else "408", by_remote=True)
+        elif tx.request.method == "BYE":
+            self._end(call, call_state="ended")  # the peer is gone; nothing more to do
+        elif tx.request.method in ("INVITE", "UPDATE"):
+            logger.warning("call %s: session refresh got no answer; ending it", call.call_id)
+            self._end(call, "dropped", "408", by_remote=True)
+
+    def _hop(self, call: Call) -> Target:
+        """Where in-dialog requests go; the peer's address when the dialog names no usable one."""
+        if call.dialog is not None:
+            try:
+                return call.dialog.next_hop(call.peer.transport)
+            except ValueError as exc:
+                logger.warning("call %s: %s; sending to %s", call.call_id, exc, call.peer)
+        return call.peer
+
+    def _in_dialog(self, call: Call, method: str, **kwargs: Any) -> tuple[Request, Target]:
+        """A request of ``call``'s dialog, with the Via and Contact of the transport it
+        goes over, and where it goes."""
+        assert call.dialog is not None
+        hop = self._hop(call)
+        request = call.dialog.request(
+            method,
+            self._via(hop.transport),
+            contact=self._contact(user="callhook", transport=hop.transport),
+            **kwargs,
+        )
+        return request, hop
+
+    def _send_bye(self, call: Call, now: float) -> None:
+        if call.dialog is None:
+            self._end(call, call_state="ended")
+            return
+        call.bye_pending = False
+        call.state = "ending"
+        bye, hop = self._in_dialog(call, "BYE")
+        self._start_client(bye, hop, now, call)
+
+    def _end(
+        self,
+        call: Call,
+        cause: str | None = None,
+        raw: str = "",
+        *,
+        by_remote: bool = False,
+        call_state: State = "ended",
+    ) -> None:
+        """Mark the call over (reporting ``cause`` if given and not reported yet)."""
+        call.state = call_state
+        call.awaiting_ack = False
+        if cause is not None:
+            self._report(call, cause, raw, by_remote=by_remote)
+        self._forget_if_done(call)
+
+    def _report(self, call: Call, cause: str, raw: str, *, by_remote: bool) -> None:
+        """Tell the application the call is over (once); signalling may still finish after."""
+        if not call.reported:
+            call.reported = True
+            self._events.append(CallTerminated(call.call_id, cause, raw, by_remote))
+
+    def _schedule_refresh(self, call: Call, now: float) -> None:
+        assert call.timer is not None
+        call.refresh_at = now + call.timer.interval / 2  # §10
+        self._schedule(call.refresh_at, "refresh", call)
+
+    def _refresh(self, call: Call, now: float) -> None:
+        if call.dialog is None or call.timer is None:
+            return
+        call.refresh_at = None
+        allowed = {
+            m.strip().upper() for v in call.invite.headers.get_all("Allow") for m in v.split(",")
+        }
+        method = "UPDATE" if "UPDATE" in allowed else "INVITE"
+        extra = [
+            ("Session-Expires", f"{call.timer.interval};refresher=uas"),
+            ("Supported", "timer"),
+        ]
+        request, hop = self._in_dialog(
+            call,
+            method,
+            body=call.local_sdp if method == "INVITE" else b"",
+            content_type="application/sdp" if method == "INVITE" and call.local_sdp else None,
+            extra=extra,
+        )
+        self._start_client(request, hop, now, call)
+
+    def _refresh_response(
+        self, call: Call, tx: Transaction, response: Response, now: float
+    ) -> None:
+        if response.status < 200:
+            return
+        if response.status >= 300:
+            logger.warning("call %s: session refresh refused (%d)", call.call_id, response.status)
+            self._end(call, "dropped", str(response.status), by_remote=True)
+            return
+        if tx.request.method == "INVITE" and call.dialog is not None:
+            ack, hop = self._in_dialog(call, "ACK", cseq=tx.request.cseq[0])
+            self._out.append((serialize(ack), hop))
+        if call.state == "confirmed":
+            self._schedule_refresh(call, now)
+
+    # --- what the UAS and UAC halves provide (uas.py, uac.py) -------------------------------
+
+    def _request(self, request: Request, source: Target, now: float) -> None:
+        raise NotImplementedError
+
+    def _ack(self, request: Request, now: float) -> None:
+        raise NotImplementedError
+
+    def _retransmit_ok(self, call: Call, now: float) -> None:
+        raise NotImplementedError
+
+    def _on_response(self, response: Response, now: float) -> None:
+        raise NotImplementedError
+
+    def _client_response(self, tx: Transaction, response: Response, now: float) -> None:
+        raise NotImplementedError
+
+
+def uri_text(value: str | None) -> str:
+    """The URI of a name-addr header value (From, To), or the value as it is."""
+    if not value:
+        return ""
+    try:
+        return str(parse_name_addr(value).uri)
+    except ValueError:
+        return value

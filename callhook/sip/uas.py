@@ -1,0 +1,373 @@
+"""The server half of callhook's SIP user agent (UAS core, RFC 3261 §8.2, §13.3, §14-15). Sans-IO.
+
+Requests that come in (INVITE, re-INVITE and UPDATE, ACK, BYE, CANCEL,
+OPTIONS, INFO) and what the application answers to an inbound call (``ring``,
+``answer``, ``reject``, re-offers), with our 2xx repeated until its ACK
+(§13.3.1.4). Builds on :class:`~callhook.sip.core.Core`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from callhook.sip.checks import check_request, unsupported_options
+from callhook.sip.core import (
+    ALLOW,
+    CONTENT_TYPES,
+    METHODS,
+    SUPPORTED,
+    Call,
+    Core,
+    new_tag,
+    uri_text,
+)
+from callhook.sip.dialog import Dialog
+from callhook.sip.message import (
+    Request,
+    Response,
+    parse_uri,
+    parse_via,
+    serialize,
+)
+from callhook.sip.notices import (
+    CallConfirmed,
+    IncomingCall,
+    InfoReceived,
+    Reoffer,
+)
+from callhook.sip.responses import make_response
+from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, negotiate
+from callhook.sip.transaction import (
+    T1,
+    T2,
+    Transaction,
+    server,
+)
+from callhook.sip.transport import (
+    Target,
+    reliable,
+)
+
+logger = logging.getLogger("callhook.sip")
+
+
+class Uas(Core):
+    """Requests in, and the answers to inbound calls."""
+
+    def _request(self, request: Request, source: Target, now: float) -> None:
+        self._mark_received(request, source)
+        method = request.method
+        key = ("s", _server_branch(request), "INVITE" if method == "ACK" else method)
+        existing = self._txs.get(key)
+        if existing is not None:
+            # A retransmission, or the ACK of a non-2xx final response (§17.2.3).
+            self._tx_outputs(existing, existing.receive(request, now), now)
+            return
+        if method == "ACK":
+            self._ack(request, now)
+            return
+        problem = check_request(request, SUPPORTED, methods=METHODS, content_types=CONTENT_TYPES)
+        tx = server(request, self._response_address(request, source))
+        tx.match = key[1]
+        self._txs[self._tx_key(tx)] = tx
+        if problem is not None:
+            status, reason = problem
+            extra = []
+            if status == 420:
+                extra = [("Unsupported", ", ".join(unsupported_options(request, SUPPORTED)))]
+            elif status in (405, 501):
+                extra = [("Allow", ALLOW)]
+            elif status == 415:
+                extra = [("Accept", ", ".join(CONTENT_TYPES))]
+            self._reply(tx, request, status, reason, extra=extra, now=now)
+            return
+        handlers = {
+            "INVITE": self._invite,
+            "BYE": self._bye,
+            "CANCEL": self._cancel,
+            "OPTIONS": self._options,
+            "INFO": self._info,
+            "UPDATE": self._update,
+        }
+        handlers[method](tx, request, now)
+
+    def _mark_received(self, request: Request, source: Target) -> None:
+        """Record where the request really came from in its top Via (§18.2.1, RFC 3581 §4)."""
+        vias = request.headers.get_all("Via")
+        if not vias:
+            return
+        try:
+            via = parse_via(vias[0])
+        except ValueError:
+            return
+        changed = False
+        if via.host.strip("[]") != source[0]:
+            via.params["received"] = source[0]
+            changed = True
+        if "rport" in via.params:
+            via.params["rport"] = str(source[1])
+            via.params["received"] = source[0]
+            changed = True
+        if changed:
+            request.headers.remove("Via")
+            request.headers.add("Via", str(via))
+            for rest in vias[1:]:
+                request.headers.add("Via", rest)
+
+    @staticmethod
+    def _response_address(request: Request, source: Target) -> Target:
+        """Where responses go (§18.2.2): back on a stream's connection; over UDP to the
+        Via's address, or the source port when rport was asked (RFC 3581 §4)."""
+        if reliable(source.transport):
+            return source
+        try:
+            via = request.top_via
+        except (ValueError, IndexError):
+            return source
+        if via.params.get("rport"):
+            return source
+        return Target(via.params.get("received") or source.host, via.port or 5060)
+
+    def _invite(self, tx: Transaction, request: Request, now: float) -> None:
+        if request.to_tag:
+            self._reinvite(tx, request, now)
+            return
+        if not self.accepting:
+            self._reply(tx, request, 503, "Service Unavailable (shutting down)", now=now)
+            return
+        try:
+            timer = negotiate(request)
+        except IntervalTooSmall as exc:
+            self._reply(tx, request, 422, extra=[("Min-SE", str(MIN_SE))], now=now)
+            logger.info("INVITE %s refused: %s", request.call_id, exc)
+            return
+        call = Call(request.call_id, "inbound", request, tx, new_tag(), tx.address, timer=timer)
+        self.calls[call.call_id] = call
+        self._link(tx, call)
+        self._reply(tx, request, 100, now=now)
+        user = ""
+        with contextlib.suppress(ValueError):
+            user = parse_uri(request.uri).user or ""
+        self._events.append(
+            IncomingCall(
+                call.call_id,
+                user,
+                uri_text(request.headers.get("From")),
+                uri_text(request.headers.get("To")),
+                request.uri,
+                request.body,
+                tx.address,
+            )
+        )
+
+    def _reinvite(self, tx: Transaction, request: Request, now: float) -> None:
+        call = self._call_for(request)
+        if call is None or call.dialog is None:
+            self._reply(tx, request, 481, now=now)
+            return
+        if call.state not in ("confirmed",):
+            # §14.2: the call is not set up yet (or our 2xx awaits its ACK).
+            self._reply(tx, request, 491, extra=[("Retry-After", "1")], now=now)
+            return
+        if not call.dialog.accept_remote_cseq(request):
+            self._reply(tx, request, 500, "Server Internal Error (CSeq out of order)", now=now)
+            return
+        if call.reoffer_tx is not None:
+            # §14.2: a re-INVITE while another is pending gets 500 with Retry-After.
+            self._reply(tx, request, 500, extra=[("Retry-After", "1")], now=now)
+            return
+        call.dialog.update_target(request)
+        call.reoffer_tx = tx
+        self._link(tx, call)
+        self._reply(tx, request, 100, now=now)
+        self._events.append(Reoffer(call.call_id, request.body))
+
+    def _update(self, tx: Transaction, request: Request, now: float) -> None:
+        call = self._call_for(request)
+        if call is None or call.dialog is None:
+            self._reply(tx, request, 481, now=now)
+            return
+        if not call.dialog.accept_remote_cseq(request):
+            self._reply(tx, request, 500, "Server Internal Error (CSeq out of order)", now=now)
+            return
+        call.dialog.update_target(request)
+        if request.body:
+            # An UPDATE with an offer (RFC 3311): answered like a re-INVITE, with no ACK.
+            if call.reoffer_tx is not None:
+                self._reply(tx, request, 500, extra=[("Retry-After", "1")], now=now)
+                return
+            call.reoffer_tx = tx
+            self._link(tx, call)
+            self._events.append(Reoffer(call.call_id, request.body))
+            return
+        extra = call.timer.headers() if call.timer is not None else []
+        self._reply(tx, request, 200, extra=extra, now=now)
+
+    def _ack(self, request: Request, now: float) -> None:
+        call = self._call_for(request)
+        if call is None or not call.awaiting_ack:
+            return  # a retransmitted ACK, or one for a call already over
+        call.awaiting_ack = False
+        if call.state == "answered":
+            call.state = "confirmed"
+            self._events.append(CallConfirmed(call.call_id))
+            if call.timer is not None and call.timer.we_refresh:
+                self._schedule_refresh(call, now)
+        if call.bye_pending:
+            self._send_bye(call, now)
+
+    def _bye(self, tx: Transaction, request: Request, now: float) -> None:
+        call = self._call_for(request)
+        if call is None:
+            self._reply(tx, request, 481, now=now)
+            return
+        self._reply(tx, request, 200, now=now)
+        if call.direction == "inbound" and call.state in ("offered", "early"):
+            # §15.1.2: a BYE on an early dialog; the INVITE gets 487.
+            self._reply(call.tx, call.invite, 487, now=now)
+        self._end(call, "hung_up", "BYE", by_remote=True)
+
+    def _cancel(self, tx: Transaction, request: Request, now: float) -> None:
+        invite_tx = self._txs.get(("s", _server_branch(request), "INVITE"))
+        if invite_tx is None:
+            self._reply(tx, request, 481, now=now)
+            return
+        self._reply(tx, request, 200, now=now)
+        call = self.calls.get(request.call_id)
+        if call is not None and call.tx is invite_tx and call.state in ("offered", "early"):
+            # §9.2: the INVITE gets 487; the call is over before it started.
+            self._reply(invite_tx, call.invite, 487, now=now)
+            self._end(call, "hung_up", "487", by_remote=True)
+
+    def _options(self, tx: Transaction, request: Request, now: float) -> None:
+        if not self.accepting:
+            self._reply(tx, request, 503, "Service Unavailable (shutting down)", now=now)
+            return
+        extra = [
+            ("Allow", ALLOW),
+            ("Accept", "application/sdp"),
+            ("Supported", ", ".join(sorted(SUPPORTED))),
+        ]
+        self._reply(tx, request, 200, extra=extra, now=now)
+
+    def _info(self, tx: Transaction, request: Request, now: float) -> None:
+        call = self._call_for(request)
+        if call is None:
+            self._reply(tx, request, 481, now=now)
+            return
+        self._reply(tx, request, 200, now=now)
+        content_type = request.headers.get("Content-Type") or ""
+        self._events.append(InfoReceived(call.call_id, content_type, request.body))
+
+    def _send_ok(self, call: Call, tx: Transaction, response: Response, now: float) -> None:
+        """Send a 2xx to an INVITE and keep sending it until the ACK (§13.3.1.4)."""
+        self._respond(tx, response, now)
+        call.ok = serialize(response)
+        call.ok_to = tx.address
+        call.awaiting_ack = True
+        call.ok_interval = T1
+        call.ok_give_up = now + 64 * T1
+        call.ok_next = now + T1
+        self._schedule(call.ok_next, "ok", call)
+
+    def _retransmit_ok(self, call: Call, now: float) -> None:
+        if now >= call.ok_give_up:
+            logger.warning("call %s: no ACK for our 2xx; hanging up", call.call_id)
+            call.awaiting_ack = False
+            self._send_bye(call, now)
+            self._report(call, "dropped", "408", by_remote=False)
+            return
+        self._out.append((call.ok, call.ok_to))
+        call.ok_interval = min(call.ok_interval * 2, T2)
+        call.ok_next = min(now + call.ok_interval, call.ok_give_up)
+        self._schedule(call.ok_next, "ok", call)
+
+    def ring(self, call_id: str, now: float) -> None:
+        """Send 180 Ringing for an inbound call (it makes an early dialog: §12.1.1)."""
+        call = self.calls.get(call_id)
+        if call is None or call.state not in ("offered", "early"):
+            return
+        call.state = "early"
+        call.dialog = Dialog.as_uas(call.invite, call.local_tag)
+        self._reply(call.tx, call.invite, 180, now=now)
+
+    def answer(self, call_id: str, sdp: bytes, now: float) -> None:
+        """Answer an inbound call with ``sdp``; the 2xx is retransmitted until the ACK."""
+        call = self.calls.get(call_id)
+        if call is None or call.state not in ("offered", "early"):
+            return
+        call.dialog = Dialog.as_uas(call.invite, call.local_tag)
+        call.state = "answered"
+        call.local_sdp = sdp
+        response = make_response(
+            call.invite,
+            200,
+            server=self.user_agent,
+            to_tag=call.local_tag,
+            contact=self._contact(call.invite, transport=call.peer.transport),
+            extra=call.timer.headers() if call.timer is not None else [],
+            body=sdp,
+        )
+        self._send_ok(call, call.tx, response, now)
+
+    def reject(self, call_id: str, status: int, now: float, reason: str | None = None) -> None:
+        """Refuse an inbound call that was not answered (486 busy, 603 decline, 488 ...)."""
+        call = self.calls.get(call_id)
+        if call is None or call.state not in ("offered", "early"):
+            return
+        self._reply(call.tx, call.invite, status, reason, now=now)
+        self._end(call, "completed", str(status), by_remote=False)
+
+    def answer_reoffer(self, call_id: str, sdp: bytes, now: float) -> None:
+        """Answer the pending re-INVITE / UPDATE of a call with ``sdp``."""
+        call = self.calls.get(call_id)
+        if call is None or call.reoffer_tx is None:
+            return
+        tx, call.reoffer_tx = call.reoffer_tx, None
+        call.local_sdp = sdp
+        response = make_response(
+            tx.request,
+            200,
+            server=self.user_agent,
+            contact=self._contact(call.invite, transport=tx.address.transport),
+            extra=call.timer.headers() if call.timer is not None else [],
+            body=sdp,
+        )
+        if tx.request.method == "INVITE":
+            response.headers.add(
+                "Contact", self._contact(call.invite, transport=tx.address.transport)
+            )
+            self._send_ok(call, tx, response, now)
+        else:
+            self._respond(tx, response, now)
+
+    def reject_reoffer(self, call_id: str, status: int, now: float) -> None:
+        """Refuse the pending re-offer (488: nothing acceptable); the call goes on as it was."""
+        call = self.calls.get(call_id)
+        if call is None or call.reoffer_tx is None:
+            return
+        tx, call.reoffer_tx = call.reoffer_tx, None
+        self._reply(tx, tx.request, status, now=now)
+
+
+def _server_branch(request: Request) -> str:
+    """The key a server transaction is matched by (§17.2.3).
+
+    RFC 3261 peers put a unique branch starting with the magic cookie in their
+    Via. For RFC 2543 peers (no cookie) the transaction is identified by the
+    Call-ID, the From tag, the CSeq number and the top Via instead; the To tag
+    is left out so that the ACK of an error response still matches its INVITE.
+    """
+    branch = request.branch or ""
+    if branch.startswith("z9hG4bK"):
+        return branch
+    vias = request.headers.get_all("Via")
+    parts = (
+        "2543",
+        request.call_id,
+        request.from_tag or "",
+        str(request.cseq[0]),
+        vias[0] if vias else "",
+    )
+    return "|".join(parts)
