@@ -194,9 +194,10 @@ class SipService:
         self.message_received(data, Target(*source))
 
     def _connection_closed(self, target: Target) -> None:
-        """A TCP/TLS connection closed: a trunk registered over it registers again now."""
-        if self.agent is not None and self.agent.accepting:
-            self.agent.registrations.flow_lost(target, self.loop.time())
+        """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered
+        over it registers again now."""
+        if self.agent is not None:
+            self.agent.flow_closed(target, self.loop.time())
             self._flush()
 
     def _connection_failed(self, target: Target) -> None:

@@ -57,6 +57,7 @@ from callhook.sip.transport import (
     Local,
     Target,
     Transport,
+    reliable,
 )
 
 logger = logging.getLogger("callhook.sip")
@@ -104,6 +105,7 @@ class Call:
     cancel_wanted: bool = False
     cancel_sent: bool = False
     ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
+    flow_open: bool = True  # the TCP/TLS connection the call was set up on is still open
 
 
 def new_tag() -> str:
@@ -300,6 +302,15 @@ class Core:
             if tx.address == target:
                 self._tx_outputs(tx, tx.transport_failed(), now)
 
+    def flow_closed(self, target: Target, now: float) -> None:
+        """The connection to or from ``target`` closed: calls set up on it use their
+        dialog's next hop from now on; trunks registered over it register again."""
+        for call in self.calls.values():
+            if call.peer == target:
+                call.flow_open = False
+        if self.accepting:
+            self.registrations.flow_lost(target, now)
+
     def unregister_all(self, now: float) -> None:
         """Remove every binding (``Expires: 0``): callhook is shutting down."""
         self.registrations.stop_all(now)
@@ -347,7 +358,7 @@ class Core:
             reason,
             server=self.user_agent,
             to_tag=tag,
-            contact=self._contact(request, transport=tx.address.transport),
+            contact=self._contact(request, peer=tx.address),
             extra=extra or [],
             body=body,
         )
@@ -371,12 +382,20 @@ class Core:
         request: Request | None = None,
         user: str = "callhook",
         *,
-        transport: Transport = "udp",
+        peer: Target,
+        sips: bool | None = None,
     ) -> str:
+        """Our Contact for a dialog with ``peer`` (§8.1.1.8), over its transport: ``sips:``
+        when the dialog is a SIPS one (``sips``, else whether ``request``'s URI is
+        ``sips:``: §12.1.1); with a trunk whose registrar saw us behind a NAT, the
+        address it registered for us (RFC 3581), so that its requests reach us too."""
         if request is not None:
             with contextlib.suppress(ValueError):
                 user = parse_uri(request.uri).user or user
-        return self.local.contact(user, transport)
+            if sips is None:
+                sips = request.uri.lower().startswith("sips:")
+        at = self.registrations.public_address(peer)
+        return self.local.contact(user, peer.transport, sips=bool(sips), at=at)
 
     def _via(self, transport: Transport = "udp") -> str:
         return self.local.via(transport)
@@ -396,23 +415,40 @@ class Core:
             self._end(call, "dropped", "408", by_remote=True)
 
     def _hop(self, call: Call) -> Target:
-        """Where in-dialog requests go; the peer's address when the dialog names no usable one."""
+        """Where in-dialog requests go; the peer's address when the dialog names no usable one.
+
+        Over TCP and TLS, the connection the call was set up on is used while it is open
+        when the next hop is on the same host: a phone rarely has a listener (or a TLS
+        certificate) for a connection of ours, and connection reuse is what it expects
+        (RFC 5923, RFC 5626 §5.3). Never another host's connection: behind one NAT
+        address, several phones may share a host.
+        """
+        hop = call.peer
         if call.dialog is not None:
             try:
-                return call.dialog.next_hop(call.peer.transport)
+                hop = call.dialog.next_hop(call.peer.transport)
             except ValueError as exc:
                 logger.warning("call %s: %s; sending to %s", call.call_id, exc, call.peer)
-        return call.peer
+                return call.peer
+        peer = call.peer
+        if (
+            call.flow_open
+            and reliable(peer.transport)
+            and (hop.host, hop.transport) == (peer.host, peer.transport)
+        ):
+            return peer
+        return hop
 
     def _in_dialog(self, call: Call, method: str, **kwargs: Any) -> tuple[Request, Target]:
         """A request of ``call``'s dialog, with the Via and Contact of the transport it
         goes over, and where it goes."""
         assert call.dialog is not None
         hop = self._hop(call)
+        sips = call.invite.uri.lower().startswith("sips:")
         request = call.dialog.request(
             method,
             self._via(hop.transport),
-            contact=self._contact(user="callhook", transport=hop.transport),
+            contact=self._contact(user="callhook", peer=hop, sips=sips),
             **kwargs,
         )
         return request, hop

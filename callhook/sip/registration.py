@@ -70,6 +70,15 @@ Failures and back-off (RFC 5626 §4.5; RFC 3261 §20.33)
     without its random factor (30, 60, 120, ... 1800 s; deterministic, and the lower
     end of the RFC's range). A 2xx resets the count.
 
+Behind a NAT (RFC 3581 §4, from the client's side)
+    Our Via asks for ``rport``; the registrar's 2xx says in ``received`` and ``rport``
+    where the REGISTER came from. Over UDP, when that is not our Contact (a NAT moved
+    us), we register again at once with that address as the Contact, removing the old
+    one in the same request (``;expires=0``), so calls reach us through the NAT
+    binding our keep-alives hold open. Not more often than every
+    :data:`REWRITE_AFTER` s. Over TCP and TLS the registrar reaches us on our
+    connection, whatever its address: the Contact stays.
+
 Unregistering (§10.2.2)
     ``stop`` removes our binding with ``Expires: 0`` and ``;expires=0`` on the Contact,
     once (a challenge to it is answered like any other), after the REGISTER in flight,
@@ -146,6 +155,8 @@ REFRESH_MARGIN = 5
 #: Challenges answered in a row before giving up (a registrar and a proxy, each with a
 #: stale nonce once, fit in four).
 MAX_CHALLENGES = 4
+#: Seconds before the Contact may move again to the address a registrar saw (RFC 3581).
+REWRITE_AFTER = 30.0
 TRANSPORTS = ("udp", "tcp", "tls")
 
 
@@ -267,6 +278,8 @@ class Registration:
         self._auth: dict[str, _Auth] = {}  # credential header -> challenge it answers
         self._fresh: set[str] = set()  # of those, the ones challenged just now
         self._cause = ""  # the failure, without the note about the binding
+        self._stale_contact: str | None = None  # to remove with the next REGISTER
+        self._rewritten_at = -math.inf  # when the Contact last moved to a NAT's address
 
     # --- the agent's side -----------------------------------------------------------------
 
@@ -405,6 +418,15 @@ class Registration:
             self._lapsed = False
             self._binding_until = sent.sent_at + granted
             self._next_at = sent.sent_at + refresh_after(granted)
+            public = self._public_address(response, now)
+            if public is not None:
+                # Behind a NAT: the registrar must send calls to where it saw us.
+                self._stale_contact = self.contact_uri
+                self._set_contact(*public)
+                self._rewritten_at = now
+                self._next_at = now
+                self._set("registered", f"behind NAT: registering {public[0]}:{public[1]}")
+                return
             self._set("registered", "")
             return
         if status in (401, 407):
@@ -426,6 +448,32 @@ class Registration:
             return
         retry_after = _seconds(response.headers.get("Retry-After"))  # §20.33
         self._fail(now, _status(response), retry_after)
+
+    def _public_address(self, response: Response, now: float) -> tuple[str, int] | None:
+        """Where the registrar saw our REGISTER come from, if not our Contact (RFC 3581 §4:
+        ``received`` and ``rport`` in the top Via of its answer), over UDP, where a NAT
+        gives us another address and port. None when it is our Contact, or when the last
+        change was under :data:`REWRITE_AFTER` s ago (a NAT that moves us at every
+        REGISTER must not make us register in a loop)."""
+        if self.spec.transport != "udp" or now - self._rewritten_at < REWRITE_AFTER:
+            return None
+        try:
+            via = response.top_via
+        except (ValueError, IndexError):
+            return None
+        rport = via.params.get("rport") or ""
+        if not rport.isdigit() or not 0 < int(rport) < 65536:
+            return None
+        host = via.params.get("received") or self.contact_host.strip("[]")
+        if (host, int(rport)) == (self.contact_host.strip("[]"), self.contact_port):
+            return None
+        return host, int(rport)
+
+    def _set_contact(self, host: str, port: int) -> None:
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        self.contact_host, self.contact_port = host, port
+        self.contact_uri = f"sip:{self.spec.username}@{host}:{port}"
 
     def _answered_after_stop(self, sent: _Sent, response: Response, now: float) -> None:
         """A REGISTER answered after stop(): note what it did, then unregister if needed."""
@@ -574,6 +622,10 @@ class Registration:
         headers.add("CSeq", f"{self._cseq} REGISTER")
         # §10.2.2: removing a binding says so in the Contact's expires as well.
         headers.add("Contact", f"<{self.contact_uri}>" + (";expires=0" if unregister else ""))
+        if self._stale_contact is not None:
+            # The Contact we registered before a NAT was seen: removed in the same request.
+            headers.add("Contact", f"<{self._stale_contact}>;expires=0")
+            self._stale_contact = None
         headers.add("Expires", str(expires))
         for name, auth in self._auth.items():
             auth.nonce_count += 1  # the same nonce again: the next count (RFC 7616 §3.4)

@@ -79,6 +79,18 @@ class Registrations:
                 registration.flow_lost(now)
                 self._pump(registration, now)
 
+    def public_address(self, peer: Target) -> tuple[str, int] | None:
+        """The address a registrar on ``peer``'s host registered for us when it differs
+        from ours (a NAT moved us: RFC 3581), for the Contact of dialogs with it."""
+        for name, registration in self.by_name.items():
+            target = self._targets[name]
+            if (target.host, target.transport) != (peer.host, peer.transport):
+                continue
+            at = (registration.contact_host.strip("[]"), registration.contact_port)
+            if at != (self.local.host, self.local.port(target.transport)):
+                return at
+        return None
+
     def owns(self, tx: Transaction) -> bool:
         return id(tx) in self._txs
 

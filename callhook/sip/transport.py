@@ -110,13 +110,33 @@ class Local:
             f";branch={branch_id or branch()};rport"
         )
 
-    def uri(self, user: str, transport: Transport = "udp") -> str:
-        """Our SIP URI for ``transport``: ``sips:`` over TLS, ``;transport=tcp`` over TCP."""
-        if transport == "tls":
-            return f"sips:{user}@{self.host}:{self.port('tls')}"
-        suffix = ";transport=tcp" if transport == "tcp" else ""
-        return f"sip:{user}@{self.host}:{self.port(transport)}{suffix}"
+    def uri(
+        self,
+        user: str,
+        transport: Transport = "udp",
+        *,
+        sips: bool = False,
+        at: tuple[str, int] | None = None,
+    ) -> str:
+        """Our SIP URI for ``transport``: ``;transport=tcp`` over TCP; over TLS ``sips:`` when
+        the dialog is a SIPS one (``sips``: its request-URI was ``sips:``, §12.1.1), else
+        ``sip:...;transport=tls`` (a peer that called a ``sip:`` URI may not route ``sips:``).
+        ``at`` is another host and port to name (a NAT's, that a registrar saw)."""
+        host, port = at or (self.host, self.port(transport))
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        if transport == "tls" and sips:
+            return f"sips:{user}@{host}:{port}"
+        suffix = f";transport={transport}" if transport != "udp" else ""
+        return f"sip:{user}@{host}:{port}{suffix}"
 
-    def contact(self, user: str, transport: Transport = "udp") -> str:
+    def contact(
+        self,
+        user: str,
+        transport: Transport = "udp",
+        *,
+        sips: bool = False,
+        at: tuple[str, int] | None = None,
+    ) -> str:
         """A Contact header value reaching us over ``transport`` (§8.1.1.8)."""
-        return f"<{self.uri(user, transport)}>"
+        return f"<{self.uri(user, transport, sips=sips, at=at)}>"

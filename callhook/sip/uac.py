@@ -82,7 +82,8 @@ class Uac(Core):
         headers.add("To", f"<{target}>")
         headers.add("Call-ID", call_id)
         headers.add("CSeq", "1 INVITE")
-        headers.add("Contact", self._contact(user=from_user, transport=transport))
+        sips = uri.scheme == "sips"
+        headers.add("Contact", self._contact(user=from_user, peer=peer, sips=sips))
         headers.add("Allow", ALLOW)
         headers.add("Supported", ", ".join(sorted(SUPPORTED)))
         headers.add("User-Agent", self.user_agent)

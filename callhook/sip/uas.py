@@ -305,7 +305,7 @@ class Uas(Core):
             200,
             server=self.user_agent,
             to_tag=call.local_tag,
-            contact=self._contact(call.invite, transport=call.peer.transport),
+            contact=self._contact(call.invite, peer=call.peer),
             extra=call.timer.headers() if call.timer is not None else [],
             body=sdp,
         )
@@ -330,16 +330,15 @@ class Uas(Core):
             tx.request,
             200,
             server=self.user_agent,
-            contact=self._contact(call.invite, transport=tx.address.transport),
+            contact=self._contact(call.invite, peer=tx.address),
             extra=call.timer.headers() if call.timer is not None else [],
             body=sdp,
         )
         if tx.request.method == "INVITE":
-            response.headers.add(
-                "Contact", self._contact(call.invite, transport=tx.address.transport)
-            )
-            self._send_ok(call, tx, response, now)
+            self._send_ok(call, tx, response, now)  # make_response gave it its Contact
         else:
+            # The 2xx to UPDATE, a target refresh request, has a Contact too (RFC 3311 §5.2).
+            response.headers.add("Contact", self._contact(call.invite, peer=tx.address))
             self._respond(tx, response, now)
 
     def reject_reoffer(self, call_id: str, status: int, now: float) -> None:

@@ -656,7 +656,7 @@ def test_reinvite_for_hold_with_a_new_media_address() -> None:
     assert ok.status == 200
     assert ok.cseq == (2, "INVITE")
     assert ok.to_tag == tag
-    assert ok.headers.get("Contact") == "<sip:app@192.0.2.1:5060>"
+    assert ok.headers.get_all("Contact") == ["<sip:app@192.0.2.1:5060>"]  # once
     assert ok.headers.get("Content-Type") == "application/sdp"
     assert b"a=recvonly" in ok.body
     agent.receive(ack_bytes(tag, cseq=2, branch="z9hG4bK-ack-2"), PEER, T0 + 10.2)
@@ -747,6 +747,7 @@ def test_update_with_sdp_is_a_reoffer_without_ack() -> None:
     ok, address = one_response(agent)
     assert address == PEER
     assert (ok.status, ok.cseq) == (200, (2, "UPDATE"))
+    assert ok.headers.get_all("Contact") == ["<sip:app@192.0.2.1:5060>"]  # RFC 3311 §5.2
     assert ok.body == ANSWER
     assert ok.headers.get("Content-Type") == "application/sdp"
     # No ACK for UPDATE: nothing is retransmitted, the transaction just ends.

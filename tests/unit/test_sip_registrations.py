@@ -5,7 +5,7 @@ refreshes and keep-alives go out at their times, shutdown unregisters."""
 from __future__ import annotations
 
 from callhook.sip.agent import Agent
-from callhook.sip.message import Request, parse, serialize
+from callhook.sip.message import Request, Response, parse, serialize
 from callhook.sip.registration import RegistrationSpec
 from callhook.sip.registrations import KEEPALIVE, STREAM_KEEPALIVE
 from callhook.sip.responses import make_response
@@ -134,3 +134,97 @@ def test_a_lost_connection_registers_again_at_once() -> None:
     ((again, sent_to),) = sent_requests(agent)
     assert again.method == "REGISTER" and sent_to == target
     assert again.cseq[0] == first.cseq[0] + 1
+
+
+def natted(agent: Agent, request: Request, now: float, received: str, rport: int) -> None:
+    """A 2xx as a registrar sends it when the REGISTER came through a NAT (RFC 3581 §4)."""
+    response = make_response(request, 200, server="registrar", to_tag="r")
+    via = request.headers.get_all("Via")[0].replace(";rport", f";received={received};rport={rport}")
+    response.headers.remove("Via")
+    response.headers.add("Via", via)
+    response.headers.add("Contact", f"{request.headers.get('Contact')};expires=300")
+    agent.receive(serialize(response), REGISTRAR, now)
+
+
+def test_behind_a_nat_the_contact_moves_to_where_the_registrar_saw_us() -> None:
+    agent = Agent("10.0.0.2", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, _),) = sent_requests(agent)
+    natted(agent, first, T0 + 0.1, "203.0.113.7", 40001)
+    ((again, _),) = sent_requests(agent)
+    assert again.headers.get_all("Contact") == [
+        "<sip:me@203.0.113.7:40001>",
+        "<sip:me@10.0.0.2:5060>;expires=0",  # the old binding goes in the same request
+    ]
+    registration = agent.registrations.by_name["provider"]
+    assert registration.reason == "behind NAT: registering 203.0.113.7:40001"
+    # Seen at the same address again: settled, nothing more is sent until the refresh.
+    response = make_response(again, 200, server="registrar", to_tag="r")
+    response.headers.remove("Via")
+    response.headers.add(
+        "Via",
+        again.headers.get_all("Via")[0].replace(";rport", ";received=203.0.113.7;rport=40001"),
+    )
+    response.headers.add("Contact", "<sip:me@203.0.113.7:40001>;expires=300")
+    agent.receive(serialize(response), REGISTRAR, T0 + 0.2)
+    assert sent_requests(agent) == []
+    assert registration.state == "registered" and registration.reason == ""
+    assert registration.granted == 300
+
+
+def test_a_nat_that_moves_us_at_every_register_does_not_make_a_loop() -> None:
+    agent = Agent("10.0.0.2", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, _),) = sent_requests(agent)
+    natted(agent, first, T0 + 0.1, "203.0.113.7", 40001)
+    ((again, _),) = sent_requests(agent)
+    natted(agent, again, T0 + 0.2, "203.0.113.7", 40002)  # moved again at once
+    assert sent_requests(agent) == []  # not within REWRITE_AFTER
+    assert agent.registrations.by_name["provider"].state == "registered"
+
+
+def test_over_tcp_the_contact_stays_whatever_the_registrar_saw() -> None:
+    agent = Agent("10.0.0.2", 5060, ports={"tcp": 5060})
+    target = Target("192.0.2.50", 5060, "tcp")
+    agent.register(RegistrationSpec("p", "sip.example", "me", "pw", transport="tcp"), T0, target)
+    ((first, _),) = sent_requests(agent)
+    response = make_response(first, 200, server="registrar", to_tag="r")
+    response.headers.remove("Via")
+    response.headers.add(
+        "Via", first.headers.get_all("Via")[0].replace(";rport", ";received=203.0.113.7;rport=1")
+    )
+    response.headers.add("Contact", f"{first.headers.get('Contact')};expires=300")
+    agent.receive(serialize(response), target, T0 + 0.1)
+    assert sent_requests(agent) == []
+
+
+def test_calls_from_a_natted_trunk_get_the_contact_it_registered() -> None:
+    """The registrar reaches us only through the NAT: our 2xx's Contact (where its ACK
+    and BYE go) names the address it registered, not our own."""
+    agent = Agent("10.0.0.2", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, _),) = sent_requests(agent)
+    natted(agent, first, T0 + 0.1, "203.0.113.7", 40001)
+    sent_requests(agent)
+    offer = b"v=0\r\no=a 1 1 IN IP4 192.0.2.50\r\ns=-\r\nc=IN IP4 192.0.2.50\r\nt=0 0\r\n"
+    invite = (
+        "INVITE sip:+441234567890@203.0.113.7:40001 SIP/2.0\r\n"
+        "Via: SIP/2.0/UDP 192.0.2.50:5060;branch=z9hG4bK-in1\r\n"
+        "From: <sip:caller@192.0.2.50>;tag=c1\r\nTo: <sip:+441234567890@sip.example>\r\n"
+        "Call-ID: in1@192.0.2.50\r\nCSeq: 1 INVITE\r\nContact: <sip:p@192.0.2.50:5060>\r\n"
+        f"Content-Type: application/sdp\r\nContent-Length: {len(offer)}\r\n\r\n"
+    ).encode() + offer
+    agent.receive(invite, REGISTRAR, T0 + 1)
+    (event,) = agent.take_events()
+    agent.answer(event.call_id, b"v=0\r\n", T0 + 1.1)
+    ok = parse(agent.take_datagrams()[-1][0])
+    assert isinstance(ok, Response) and ok.status == 200
+    assert ok.headers.get_all("Contact") == ["<sip:+441234567890@203.0.113.7:40001>"]
+    # Another peer still gets our own address.
+    other = invite.replace(b"in1@", b"in2@").replace(b"z9hG4bK-in1", b"z9hG4bK-in2")
+    agent.receive(other, Target("192.0.2.99", 5060), T0 + 2)
+    (event,) = agent.take_events()
+    agent.answer(event.call_id, b"v=0\r\n", T0 + 2.1)
+    ok = parse(agent.take_datagrams()[-1][0])
+    assert isinstance(ok, Response)
+    assert ok.headers.get_all("Contact") == ["<sip:+441234567890@10.0.0.2:5060>"]

@@ -19,9 +19,9 @@ OFFER = (
 )
 
 
-def invite(transport: str, via_port: int = 5070) -> bytes:
+def invite(transport: str, via_port: int = 5070, scheme: str = "sip") -> bytes:
     head = (
-        f"INVITE sip:ivr@{HOST} SIP/2.0\r\n"
+        f"INVITE {scheme}:ivr@{HOST} SIP/2.0\r\n"
         f"Via: SIP/2.0/{transport.upper()} 192.0.2.10:{via_port};branch=z9hG4bK-1\r\n"
         "From: <sip:alice@192.0.2.10>;tag=a1\r\n"
         f"To: <sip:ivr@{HOST}>\r\n"
@@ -53,13 +53,22 @@ def test_a_tcp_invite_is_answered_on_its_connection_with_a_tcp_contact() -> None
     assert (contact.host, contact.port, contact.params.get("transport")) == (HOST, 5060, "tcp")
 
 
-def test_a_tls_invite_gets_a_sips_contact() -> None:
+@pytest.mark.parametrize(
+    ("scheme", "contact"),
+    [
+        # §12.1.1: a SIPS Contact only in a SIPS dialog; a peer that called sip: may not
+        # route sips: (baresip 1.0 cannot), so it gets sip: with transport=tls.
+        ("sip", f"sip:ivr@{HOST}:5061;transport=tls"),
+        ("sips", f"sips:ivr@{HOST}:5061"),
+    ],
+)
+def test_a_tls_invite_gets_a_tls_contact_of_its_own_scheme(scheme: str, contact: str) -> None:
     a = agent()
-    a.receive(invite("tls"), Target("192.0.2.10", 40124, "tls"), T0)
+    a.receive(invite("tls", scheme=scheme), Target("192.0.2.10", 40124, "tls"), T0)
     (event,) = a.take_events()
     a.answer(event.call_id, b"v=0\r\n", T0 + 0.1)
     ok = parse(a.take_datagrams()[-1][0])
-    assert str(parse_name_addr(ok.headers.get("Contact") or "").uri) == f"sips:ivr@{HOST}:5061"
+    assert ok.headers.get_all("Contact") == [f"<{contact}>"]
 
 
 def test_our_2xx_over_tcp_is_still_repeated_until_the_ack() -> None:
@@ -91,8 +100,8 @@ def test_the_bye_of_a_tcp_call_goes_over_tcp_with_a_tcp_via() -> None:
     ((data, target),) = a.take_datagrams()
     bye = parse(data)
     assert isinstance(bye, Request) and bye.method == "BYE"
-    # The Contact named no transport: the dialog goes on over the one it was made on.
-    assert target == Target("192.0.2.10", 5070, "tcp")
+    # On the connection the call came on (the Contact is on the same host).
+    assert target == Target("192.0.2.10", 40123, "tcp")
     assert bye.top_via.transport == "TCP"
     # No retransmission of the BYE over a stream (§17.1.2.2); Timer F still bounds it.
     a.handle_timer(T0 + 1 + 10 * T1)
@@ -147,7 +156,8 @@ def test_local_via_and_contact_per_transport() -> None:
     )
     assert local.contact("ivr", "udp") == "<sip:ivr@203.0.113.7:5060>"
     assert local.contact("ivr", "tcp") == "<sip:ivr@203.0.113.7:5062;transport=tcp>"
-    assert local.contact("ivr", "tls") == "<sips:ivr@203.0.113.7:5061>"
+    assert local.contact("ivr", "tls") == "<sip:ivr@203.0.113.7:5061;transport=tls>"
+    assert local.contact("ivr", "tls", sips=True) == "<sips:ivr@203.0.113.7:5061>"
     assert Local("h", {"udp": 5080}).port("tcp") == 5080
 
 
@@ -170,3 +180,41 @@ def test_an_outbound_call_whose_connection_fails_ends_at_once_as_a_503() -> None
     assert isinstance(ended, CallTerminated)
     assert (ended.call_id, ended.cause, ended.raw_cause) == (call_id, "failed", "503")
     assert a.calls == {}
+
+
+def confirmed_tcp_call(a: Agent, source: Target) -> str:
+    a.receive(invite("tcp"), source, T0)
+    (event,) = a.take_events()
+    a.answer(event.call_id, b"v=0\r\n", T0)
+    ok = parse(a.take_datagrams()[-1][0])
+    assert isinstance(ok, Response)
+    ack = (
+        f"ACK sip:ivr@{HOST} SIP/2.0\r\nVia: SIP/2.0/TCP 192.0.2.10:5070;branch=z9hG4bK-2\r\n"
+        f"From: <sip:alice@192.0.2.10>;tag=a1\r\nTo: <sip:ivr@{HOST}>;tag={ok.to_tag}\r\n"
+        "Call-ID: c1@192.0.2.10\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+    )
+    a.receive(ack.encode(), source, T0 + 0.1)
+    return event.call_id
+
+
+def test_once_the_calls_connection_closed_the_bye_goes_to_its_contact() -> None:
+    a = agent()
+    source = Target("192.0.2.10", 40123, "tcp")
+    call_id = confirmed_tcp_call(a, source)
+    a.flow_closed(Target("192.0.2.10", 40999, "tcp"), T0 + 0.5)  # another connection
+    a.flow_closed(source, T0 + 0.6)
+    a.hang_up(call_id, T0 + 1)
+    ((_, target),) = a.take_datagrams()
+    # The Contact named no transport: the dialog goes on over the one it was made on.
+    assert target == Target("192.0.2.10", 5070, "tcp")
+
+
+def test_a_connection_from_another_host_is_never_used_for_the_call() -> None:
+    """A Contact on another host than the connection (a NAT's other side, a proxy without
+    Record-Route): its own address, over a connection to it."""
+    a = agent()
+    source = Target("198.51.100.7", 40123, "tcp")  # the Via and Contact say 192.0.2.10
+    call_id = confirmed_tcp_call(a, source)
+    a.hang_up(call_id, T0 + 1)
+    ((_, target),) = a.take_datagrams()
+    assert target == Target("192.0.2.10", 5070, "tcp")
