@@ -299,7 +299,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
             app = services.demo_app()
         host, port = _host_port(args.sip, 0)
         sip = SipService(services, host, port, rtp_ports=settings.rtp_ports)
-        await sip.start(register=False)
+        await sip.start(register=False, listen=False)
         try:
             route = sip.trunks.route(args.target, args.trunk)
         except RouteError as exc:

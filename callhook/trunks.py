@@ -16,6 +16,7 @@ it (registration, routing, outbound calls) and reports each trunk's state.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +46,10 @@ KEYS = {
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: A SIP user part as it may be written in a header (RFC 3261 §25.1 unreserved and
+#: user-unreserved characters, and escapes).
+_USER = re.compile(r"[A-Za-z0-9\-_.!~*'()&=+$,?/%]+")
 
 
 class TrunkError(ValueError):
@@ -109,7 +114,8 @@ class Trunk:
                 "not a number"
             )
         scheme = "sips" if self.transport == "tls" else "sip"
-        return f"{scheme}:{number_or_uri}@{domain}"
+        # '#' is not allowed in a URI's user part (RFC 3261 §25.1): escaped.
+        return f"{scheme}:{number_or_uri.replace('#', '%23')}@{domain}"
 
 
 def _host_port(path: Path, table: str, key: str, value: object) -> str:
@@ -159,6 +165,13 @@ def parse(path: Path, name: str, values: dict[str, Any]) -> Trunk:
             raise TrunkError(
                 f"{path}: [{table}] addresses: {address!r} is not an address or CIDR block"
             ) from None
+    for key in ("username", "caller_id"):
+        value = values.get(key)
+        if value is not None and not _USER.fullmatch(str(value)):
+            raise TrunkError(
+                f"{path}: [{table}] {key} must be a SIP user part (letters, digits, + - . _ "
+                "and the like; no spaces, quotes, ';', '@', '<' or '>')"
+            )
     return Trunk(
         name=name,
         registrar=registrar,

@@ -36,8 +36,17 @@ from callhook.tls import client_context
 
 logger = logging.getLogger("callhook.sip")
 
-#: Seconds a connection may go without traffic before it is closed.
+#: Seconds a connection may go without traffic before it is closed (unless a call or a
+#: registration depends on it).
 IDLE_TIMEOUT = 600.0
+#: Seconds an accepted connection has to deliver its first whole message.
+FIRST_MESSAGE_TIMEOUT = 30.0
+#: Accepted connections at once, in all and from one address: file descriptors are
+#: shared with the RTP sockets, and a peer must not be able to take them all.
+MAX_CONNECTIONS = 4096
+MAX_PER_ADDRESS = 64
+#: Octets waiting to be written to a peer that does not read, before it is dropped.
+MAX_WRITE_BUFFER = 1024 * 1024
 
 #: Messages queued for a connection that is still being opened, at most.
 MAX_PENDING = 64
@@ -54,6 +63,8 @@ class _Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.pending: list[bytes] = []
         self.idle: asyncio.TimerHandle | None = None
+        self.accepted = key is None
+        self.delivered = False  # a whole message came: the idle limit applies from now
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -62,6 +73,13 @@ class _Stream(asyncio.Protocol):
         if self.key is None:
             host, port = transport.get_extra_info("peername")[:2]
             self.key = Target(host, port, self.kind)
+            refusal = self.owner._refusal(host)
+            if refusal:
+                logger.warning(
+                    "SIP %s connection from %s:%s refused: %s", self.kind, host, port, refusal
+                )
+                transport.abort()
+                return
             logger.debug("SIP %s connection from %s:%s", self.kind, host, port)
         self.owner._opened(self)
         for data in self.pending:
@@ -82,6 +100,7 @@ class _Stream(asyncio.Protocol):
             if isinstance(item, Ping):
                 self.write(PONG)  # RFC 5626 §4.4.1
             else:
+                self.delivered = True
                 self.owner.deliver(item, self.key)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -98,6 +117,10 @@ class _Stream(asyncio.Protocol):
             return
         if not self.transport.is_closing():
             self.transport.write(data)
+            if self.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
+                logger.warning("SIP %s to %s: the peer reads nothing; closing", self.kind, self.key)
+                self.transport.abort()
+                return
             self._touch()
 
     def close(self) -> None:
@@ -108,9 +131,16 @@ class _Stream(asyncio.Protocol):
         if self.idle is not None:
             self.idle.cancel()
         loop = asyncio.get_running_loop()
-        self.idle = loop.call_later(self.owner.idle_timeout, self._idle)
+        quiet = self.owner.idle_timeout
+        if self.accepted and not self.delivered:
+            quiet = min(quiet, FIRST_MESSAGE_TIMEOUT)
+        self.idle = loop.call_later(quiet, self._idle)
 
     def _idle(self) -> None:
+        assert self.key is not None
+        if self.delivered and self.owner.in_use(self.key):
+            self._touch()  # a call or a registration depends on it: keep it
+            return
         logger.debug("SIP %s connection %s idle; closing it", self.kind, self.key)
         self.close()
 
@@ -126,10 +156,12 @@ class Connections:
         idle_timeout: float = IDLE_TIMEOUT,
         closed: Callable[[Target], None] | None = None,
         failed: Callable[[Target], None] | None = None,
+        in_use: Callable[[Target], bool] | None = None,
     ) -> None:
         self.deliver = deliver
         self.on_closed = closed
         self.on_failed = failed
+        self.in_use = in_use or (lambda target: False)
         self.client_tls = client_tls
         self.idle_timeout = idle_timeout
         self.streams: dict[Target, _Stream] = {}
@@ -179,8 +211,20 @@ class Connections:
             if self.on_failed is not None:
                 self.on_failed(target)
 
+    def _refusal(self, host: str) -> str:
+        """Why a new connection from ``host`` is refused ("" if it is not)."""
+        accepted = [s for s in self.streams.values() if s.accepted]
+        if len(accepted) >= MAX_CONNECTIONS:
+            return f"{MAX_CONNECTIONS} connections already"
+        if sum(1 for s in accepted if s.key is not None and s.key.host == host) >= MAX_PER_ADDRESS:
+            return f"{MAX_PER_ADDRESS} connections from that address already"
+        return ""
+
     def _opened(self, stream: _Stream) -> None:
         assert stream.key is not None
+        previous = self.streams.get(stream.key)
+        if previous is not None and previous is not stream:
+            previous.close()  # one connection per far end
         self.streams[stream.key] = stream
 
     def _closed(self, stream: _Stream) -> None:

@@ -305,7 +305,7 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "post": _op(
                 "Place an outbound call that runs this application when answered",
                 {"202": _json(_ref("CallPlaced"), "the INVITE is out")},
-                (400, 413, 503),
+                (400, 404, 413, 503),
                 requestBody={
                     "required": True,
                     "content": {"application/json": {"schema": _ref("PlaceCall")}},

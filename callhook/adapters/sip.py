@@ -141,15 +141,16 @@ class SipService:
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
 
-    async def start(self, *, register: bool = True) -> None:
-        """Listen (UDP, and TCP and TLS as configured); register the trunks if ``register``."""
+    async def start(self, *, register: bool = True, listen: bool = True) -> None:
+        """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside
+        a running ``serve`` must not take its ports); register the trunks if ``register``."""
         transport, _ = await self.loop.create_datagram_endpoint(
             lambda: _SipProtocol(self), local_addr=(self.host, self.port)
         )
         # uvloop's UDP transport implements the interface without subclassing it.
         self.transport = transport
         self.port = transport.get_extra_info("sockname")[1]
-        await self._listen_streams()
+        await self._listen_streams(listen)
         from callhook import __version__
 
         self.agent = Agent(
@@ -161,9 +162,18 @@ class SipService:
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
+        for trunk in self.services.settings.trunks.values():
+            if listen and trunk.transport != "udp" and trunk.transport not in self.ports:
+                logger.warning(
+                    "trunk %s: transport %s, but callhook has no %s listener: its calls "
+                    "can reach callhook only over the connection callhook opens",
+                    trunk.name,
+                    trunk.transport,
+                    trunk.transport,
+                )
         await self.trunks.start(self._flush, register=register)
 
-    async def _listen_streams(self) -> None:
+    async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
         settings = self.services.settings
         client_tls = client_context(settings.tls_ca)
@@ -172,7 +182,10 @@ class SipService:
             client_tls=client_tls,
             closed=self._connection_closed,
             failed=self._connection_failed,
+            in_use=self._connection_in_use,
         )
+        if not listen:
+            return
         if settings.sip_tcp_port is None:
             # The UDP port (any free one when UDP's was chosen by the system).
             self.ports["tcp"] = await self.connections.listen(
@@ -206,9 +219,20 @@ class SipService:
             self.agent.transport_failed(target, self.loop.time())
             self._flush()
 
+    def _connection_in_use(self, target: Target) -> bool:
+        """Whether a call or a registration depends on the connection to ``target`` (an idle
+        one is then kept: the peer may have no other way to reach us)."""
+        agent = self.agent
+        if agent is None:
+            return False
+        if any(call.peer == target and call.flow_open for call in agent.calls.values()):
+            return True
+        return target in agent.registrations.targets()
+
     def message_received(self, data: bytes, source: Target) -> None:
         """A SIP message from ``source`` (a datagram, or framed off a connection)."""
-        assert self.agent is not None
+        if self.agent is None:
+            return  # a listener accepted before the agent was made: the peer retransmits
         self.agent.receive(data, source, self.loop.time())
         self._flush()
 
@@ -279,7 +303,7 @@ class SipService:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
             return
-        trunk = self.trunks.of_source(event.source.host)
+        trunk = self.trunks.of_source(event.source)
         if trunk is not None:
             logger.info("call %s: from trunk %s", event.call_id, trunk.name)
         # A trunk's own policy; any other caller may choose SRTP by offering it.
@@ -454,6 +478,7 @@ class SipService:
             credentials=credentials,
             address=route.address if route is not None else None,
             from_host=route.from_host if route is not None else None,
+            fixed_transport=route is not None and route.trunk is not None,
         )
         self._flush()
         session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")

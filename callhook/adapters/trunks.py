@@ -23,7 +23,7 @@ from callhook.sip.agent import Agent, Credentials
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.message import parse_uri
 from callhook.sip.transport import Target, target_of
-from callhook.trunks import LEGACY, SrtpMode, Trunk
+from callhook.trunks import LEGACY, SrtpMode, Trunk, TrunkError
 
 logger = logging.getLogger("callhook.sip")
 
@@ -63,6 +63,7 @@ class Trunks:
         self.errors: dict[str, str] = {}  # why a trunk could not start (resolution)
         self._retries: dict[str, asyncio.TimerHandle] = {}
         self.register = True
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, on_change: Callable[[], None], *, register: bool = True) -> None:
         """Resolve every trunk's hosts; register those with a registrar (if ``register``)."""
@@ -84,9 +85,13 @@ class Trunks:
                 RESOLVE_RETRY,
             )
             loop = asyncio.get_running_loop()
-            self._retries[trunk.name] = loop.call_later(
-                RESOLVE_RETRY, lambda: loop.create_task(self._start(trunk, on_change))
-            )
+
+            def retry() -> None:
+                task = loop.create_task(self._start(trunk, on_change))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+            self._retries[trunk.name] = loop.call_later(RESOLVE_RETRY, retry)
             return
         self.errors.pop(trunk.name, None)
         spec = trunk.registration()
@@ -105,25 +110,34 @@ class Trunks:
         self.addresses[trunk.name] = sources
         if trunk.next_hop is not None:
             host, port = parse_hostport(trunk.next_hop, "host")
-            ips = sorted(await _addresses(host.strip("[]")))
+            # IPv4 first: callhook's sockets are IPv4 unless bound to an IPv6 address.
+            ips = sorted(await _addresses(host.strip("[]")), key=lambda ip: (":" in ip, ip))
             default_port = 5061 if trunk.transport == "tls" else 5060
             # TLS checks the certificate against the name, so it keeps the name.
             where = host.strip("[]") if trunk.transport == "tls" else ips[0]
             self.targets[trunk.name] = Target(where, port or default_port, trunk.transport)
 
     def cancel(self) -> None:
+        """Shutting down: no more resolving or registering."""
+        self.register = False
         for handle in self._retries.values():
             handle.cancel()
         self._retries.clear()
+        for task in self._tasks:
+            task.cancel()
 
-    def of_source(self, host: str) -> Trunk | None:
-        """The trunk a call from ``host`` came through (None: from no trunk we know)."""
+    def of_source(self, source: Target) -> Trunk | None:
+        """The trunk a call from ``source`` came through (None: from no trunk we know): on
+        the connection we opened to it, or from one of its addresses."""
+        for trunk in self.config.values():
+            if self.targets.get(trunk.name) == source:
+                return trunk
         try:
-            address = ipaddress.ip_address(host)
+            address = ipaddress.ip_address(source.host)
         except ValueError:
             return None
         for trunk in self.config.values():
-            if host in self.addresses.get(trunk.name, ()) or any(
+            if source.host in self.addresses.get(trunk.name, ()) or any(
                 address in network for network in trunk.addresses
             ):
                 return trunk
@@ -192,7 +206,10 @@ class Trunks:
         number = to.strip()
         if not number.lower().startswith(("sip:", "sips:")) and not _is_number(number):
             raise RouteError("'to' must be a phone number (digits, optional +) or a sip: URI")
-        uri = trunk.target_uri(number)
+        try:
+            uri = trunk.target_uri(number)
+        except TrunkError as exc:
+            raise RouteError(str(exc)) from None
         _check_uri(uri)
         credentials = None
         if trunk.username:

@@ -80,7 +80,7 @@ from callhook.media.dtmfsend import (
     inband,
 )
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
-from callhook.media.srtp import SrtpContext
+from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.vad import VoiceActivityDetector
 from callhook.speech.stream import Utterance, UtteranceCutter
 
@@ -426,7 +426,11 @@ class MediaSession:
         datagram = self._tick(now)
         if datagram is None or self.srtp is None:
             return datagram
-        return self.srtp.protect(datagram)
+        try:
+            return self.srtp.protect(datagram)
+        except SrtpError as exc:  # a bug of ours; one call's packet, not the media tick
+            logger.error("%s: SRTP protect failed: %s", self.label, exc)
+            return None
 
     def _tick(self, now: float) -> bytes | None:
         for late in self.receiver.poll(now):

@@ -106,6 +106,7 @@ class Call:
     cancel_sent: bool = False
     ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
     flow_open: bool = True  # the TCP/TLS connection the call was set up on is still open
+    fixed_transport: bool = False  # a trunk's call: never moved to TCP for its size
 
 
 def new_tag() -> str:
@@ -279,7 +280,8 @@ class Core:
     def _start_client(
         self, request: Request, address: Target, now: float, call: Call | None
     ) -> Transaction:
-        request, address = self._fit(request, address)
+        if call is None or not call.fixed_transport:
+            request, address = self._fit(request, address)
         tx, outputs = client(request, address, now)
         self._txs[self._tx_key(tx)] = tx
         if call is not None:
@@ -288,7 +290,11 @@ class Core:
         return tx
 
     def _send_request(self, request: Request, address: Target, now: float) -> Transaction:
-        return self._start_client(request, address, now, None)
+        """A REGISTER: over the transport its trunk's config names, whatever its size."""
+        tx, outputs = client(request, address, now)
+        self._txs[self._tx_key(tx)] = tx
+        self._tx_outputs(tx, outputs, now)
+        return tx
 
     def register(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
         """Register with a trunk's registrar and keep the binding (RFC 3261 §10); ``target``
@@ -316,7 +322,11 @@ class Core:
         self.registrations.stop_all(now)
 
     def _fit(self, request: Request, target: Target) -> tuple[Request, Target]:
-        """A request too big for UDP goes over TCP, its Via saying so (§18.1.1)."""
+        """A request too big for UDP goes over TCP, its Via saying so (§18.1.1).
+
+        Not for a trunk's requests (``Call.fixed_transport``, REGISTERs): its config
+        names the transport, and many UDP trunks take no TCP at all.
+        """
         if (
             target.transport != "udp"
             or not self.local.listens("tcp")

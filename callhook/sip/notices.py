@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from callhook.sip.transport import Target
 
@@ -88,4 +88,4 @@ class Credentials:
     """What a trunk that challenges (401/407) wants to hear."""
 
     username: str
-    password: str
+    password: str = field(repr=False)

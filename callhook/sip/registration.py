@@ -118,7 +118,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from callhook.sip import digest
@@ -155,6 +155,9 @@ REFRESH_MARGIN = 5
 #: Challenges answered in a row before giving up (a registrar and a proxy, each with a
 #: stale nonce once, fit in four).
 MAX_CHALLENGES = 4
+#: Seconds a connection must have carried the binding for its loss to be re-registered at
+#: once (RFC 5626 §4.5: a flow that keeps failing backs off).
+FLOW_STABLE = 120.0
 #: Seconds before the Contact may move again to the address a registrar saw (RFC 3581).
 REWRITE_AFTER = 30.0
 TRANSPORTS = ("udp", "tcp", "tls")
@@ -191,7 +194,7 @@ class RegistrationSpec:
     name: str  # the trunk's name, for logs
     registrar: str  # "host[:port]"; also the Request-URI (sip:host[:port], sips: over TLS)
     username: str
-    password: str
+    password: str = field(repr=False)
     realm: str = ""  # when set, only challenges of this realm are answered
     expires: int = 300  # asked-for lifetime (s)
     transport: str = "udp"  # udp | tcp | tls
@@ -214,6 +217,7 @@ class _Sent:
     sent_at: float
     unregister: bool
     fresh: frozenset[str]  # credential headers answering the challenge just received
+    stale_removed: bool = False  # it removes the Contact of before a NAT was seen
 
 
 class Registration:
@@ -280,6 +284,8 @@ class Registration:
         self._cause = ""  # the failure, without the note about the binding
         self._stale_contact: str | None = None  # to remove with the next REGISTER
         self._rewritten_at = -math.inf  # when the Contact last moved to a NAT's address
+        self._registered_at = -math.inf  # the last 2xx
+        self._flow_losses = 0  # connections lost in a row, each soon after registering
 
     # --- the agent's side -----------------------------------------------------------------
 
@@ -310,10 +316,17 @@ class Registration:
 
     def flow_lost(self, now: float) -> None:
         """The connection the binding was made over closed (RFC 5626 §4.4: the flow failed):
-        register again now rather than at the refresh, so the registrar can reach us."""
-        if self._wanted and self.state == "registered" and self._in_flight is None:
-            self._next_at = now
-            self._pump(now)
+        register again before the refresh, so the registrar can reach us. At once when
+        the flow had lived :data:`FLOW_STABLE` s; else after :func:`backoff` of the
+        losses in a row (RFC 5626 §4.5), so a registrar that drops every connection
+        does not make us register in a loop."""
+        if not (self._wanted and self.state == "registered" and self._in_flight is None):
+            return
+        if now - self._registered_at >= FLOW_STABLE:
+            self._flow_losses = 0
+        self._flow_losses += 1
+        self._next_at = now if self._flow_losses == 1 else now + backoff(self._flow_losses - 1)
+        self._pump(now)
 
     def take_requests(self) -> list[Request]:
         """REGISTER requests to send now, without a Via (see :func:`with_via`)."""
@@ -418,6 +431,9 @@ class Registration:
             self._lapsed = False
             self._binding_until = sent.sent_at + granted
             self._next_at = sent.sent_at + refresh_after(granted)
+            self._registered_at = now
+            if sent.stale_removed:
+                self._stale_contact = None  # the old Contact is gone with this 2xx
             public = self._public_address(response, now)
             if public is not None:
                 # Behind a NAT: the registrar must send calls to where it saw us.
@@ -623,9 +639,9 @@ class Registration:
         # §10.2.2: removing a binding says so in the Contact's expires as well.
         headers.add("Contact", f"<{self.contact_uri}>" + (";expires=0" if unregister else ""))
         if self._stale_contact is not None:
-            # The Contact we registered before a NAT was seen: removed in the same request.
+            # The Contact we registered before a NAT was seen: removed in the same request
+            # (and in the next, until one of them is accepted).
             headers.add("Contact", f"<{self._stale_contact}>;expires=0")
-            self._stale_contact = None
         headers.add("Expires", str(expires))
         for name, auth in self._auth.items():
             auth.nonce_count += 1  # the same nonce again: the next count (RFC 7616 §3.4)
@@ -643,7 +659,14 @@ class Registration:
         headers.add("User-Agent", self.user_agent)
         headers.add("Content-Length", "0")
         self._out.append(Request("REGISTER", self.request_uri, headers))
-        self._in_flight = _Sent(self._cseq, expires, now, unregister, frozenset(self._fresh))
+        self._in_flight = _Sent(
+            self._cseq,
+            expires,
+            now,
+            unregister,
+            frozenset(self._fresh),
+            stale_removed=self._stale_contact is not None,
+        )
         self._fresh.clear()
         self._next_at = None
 

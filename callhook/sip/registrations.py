@@ -91,6 +91,10 @@ class Registrations:
                 return at
         return None
 
+    def targets(self) -> set[Target]:
+        """Where the registrations go (their connections must stay open)."""
+        return set(self._targets.values())
+
     def owns(self, tx: Transaction) -> bool:
         return id(tx) in self._txs
 

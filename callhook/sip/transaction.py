@@ -280,8 +280,11 @@ class Transaction:
         """Client transactions: the transport could not deliver the request (a connection that
         could not be made or broke): the transaction ends as if it had timed out (§8.1.3.1,
         §17.1.4); the user treats it as a 503."""
-        if self.terminated or self.kind not in (Kind.ICT, Kind.NICT):
-            return []
+        if self.kind not in (Kind.ICT, Kind.NICT) or self.state not in (
+            State.CALLING,
+            State.TRYING,
+        ):
+            return []  # a server, or answered already: not waiting on that connection
         self.state = State.TERMINATED
         self.timers.clear()
         return [Timeout("transport")]

@@ -55,8 +55,12 @@ class Uac(Core):
         address: Target | Address | None = None,
         from_host: str | None = None,
         route: str | None = None,
+        fixed_transport: bool = False,
     ) -> str:
         """Place a call to ``target`` (a SIP URI) offering ``sdp``; returns its Call-ID.
+
+        ``fixed_transport``: the transport was chosen by configuration (a trunk's): the
+        call's requests keep it whatever their size (no move to TCP, §18.1.1).
 
         It goes to ``address`` if given (a trunk's proxy), else to the URI's host,
         over the URI's transport (``sips:`` or ``;transport=``) or the address's.
@@ -88,9 +92,12 @@ class Uac(Core):
         headers.add("Supported", ", ".join(sorted(SUPPORTED)))
         headers.add("User-Agent", self.user_agent)
         headers.add("Content-Type", "application/sdp")
-        request, peer = self._fit(Request("INVITE", target, headers, sdp), peer)
+        request = Request("INVITE", target, headers, sdp)
+        if not fixed_transport:
+            request, peer = self._fit(request, peer)
         tx, outputs = client(request, peer, now)
         call = Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
+        call.fixed_transport = fixed_transport
         call.local_sdp = sdp
         self.calls[call_id] = call
         self._txs[self._tx_key(tx)] = tx
@@ -218,8 +225,11 @@ class Uac(Core):
                 call.credentials.password,
             ),
         )
-        call.invite = Request("INVITE", invite.uri, headers, invite.body)
-        call.tx = self._start_client(call.invite, call.peer, now, call)
+        call.tx = self._start_client(
+            Request("INVITE", invite.uri, headers, invite.body), call.peer, now, call
+        )
+        # What went out (moved to TCP if it grew too big): the CANCEL must follow it.
+        call.invite, call.peer = call.tx.request, call.tx.address
         return True
 
     def _send_cancel(self, call: Call, now: float) -> None:

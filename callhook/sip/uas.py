@@ -9,6 +9,7 @@ OPTIONS, INFO) and what the application answers to an inbound call (``ring``,
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 
 from callhook.sip.checks import check_request, unsupported_options
@@ -95,8 +96,8 @@ class Uas(Core):
     def _mark_received(self, request: Request, source: Target) -> None:
         """Record where the request really came from in its top Via (§18.2.1, RFC 3581 §4)."""
         vias = request.headers.get_all("Via")
-        if not vias:
-            return
+        if not vias or not _is_ip(source.host):
+            return  # a stream we opened by name: the name is no "received" (§20.42: an IP)
         try:
             via = parse_via(vias[0])
         except ValueError:
@@ -370,3 +371,11 @@ def _server_branch(request: Request) -> str:
         vias[0] if vias else "",
     )
     return "|".join(parts)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True

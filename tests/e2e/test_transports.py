@@ -168,3 +168,25 @@ async def test_a_stream_without_content_length_is_closed(tmp_path: Path, app: Ap
         writer.close()
         await asyncio.sleep(0.2)
         assert "without Content-Length" in server.output
+
+
+async def test_one_address_cannot_take_every_connection(tmp_path: Path, app: AppServer) -> None:
+    """A peer that opens connection after connection gets MAX_PER_ADDRESS of them; the next
+    is closed at once (logged), and those it has still work."""
+    from callhook.adapters.connections import MAX_PER_ADDRESS
+
+    app.page("/start", None)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        held = [await asyncio.open_connection(*server.sip) for _ in range(MAX_PER_ADDRESS)]
+        try:
+            reader, writer = await asyncio.open_connection(*server.sip)
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
+            writer.close()
+            first_reader, first_writer = held[0]
+            reply = await _exchange(first_reader, first_writer, _options(server.sip_port, "TCP", 1))
+            assert reply.startswith(b"SIP/2.0 200")
+        finally:
+            for _, w in held:
+                w.close()
+        await asyncio.sleep(0.2)
+        assert f"{MAX_PER_ADDRESS} connections from that address already" in server.output

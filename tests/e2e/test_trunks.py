@@ -219,3 +219,25 @@ async def test_an_outbound_call_through_the_trunk(
     (start,) = app.bodies("/start")
     assert start["this_call"]["call_direction"] == "outbound"
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+
+
+async def test_a_tls_registrar_whose_certificate_is_not_trusted_is_failing(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """Without [sip] tls_ca, the test CA is not among the system's: callhook refuses the
+    registrar's certificate, so nothing is sent to it, and says why."""
+    provider = make_provider(tls=True)
+    answering_app(app)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider, "tls")
+    cfg.write_text("\n".join(line for line in cfg.read_text().splitlines() if "tls_ca" not in line))
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        for _ in range(100):
+            (state,) = await trunk_states(server, data)
+            if state["state"] == "failing":
+                break
+            await asyncio.sleep(0.05)
+    assert state["state"] == "failing", server.output
+    assert state["reason"].startswith("cannot connect to tls"), state
+    assert "CERTIFICATE_VERIFY_FAILED" in server.output
+    assert provider.registered() == []

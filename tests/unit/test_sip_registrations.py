@@ -228,3 +228,42 @@ def test_calls_from_a_natted_trunk_get_the_contact_it_registered() -> None:
     ok = parse(agent.take_datagrams()[-1][0])
     assert isinstance(ok, Response)
     assert ok.headers.get_all("Contact") == ["<sip:+441234567890@10.0.0.2:5060>"]
+
+
+def test_a_registrar_that_drops_every_connection_is_not_registered_with_in_a_loop() -> None:
+    """RFC 5626 §4.5: a flow lost soon after it was made waits before the next one."""
+    agent = Agent("192.0.2.1", 5060, ports={"tcp": 5060})
+    target = Target("192.0.2.50", 5060, "tcp")
+    agent.register(RegistrationSpec("p", "sip.example", "me", "pw", transport="tcp"), T0, target)
+
+    def registered_at(now: float) -> None:
+        ((request, _),) = sent_requests(agent)
+        response = make_response(request, 200, server="registrar", to_tag="r")
+        response.headers.add("Contact", f"{request.headers.get('Contact')};expires=300")
+        agent.receive(serialize(response), target, now)
+        agent.handle_timer(now)
+
+    registered_at(T0 + 0.1)
+    agent.registrations.flow_lost(target, T0 + 1)  # the first loss: again at once
+    registered_at(T0 + 1.1)
+    agent.registrations.flow_lost(target, T0 + 2)  # lost again at once: back off
+    assert sent_requests(agent) == []
+    registration = agent.registrations.by_name["p"]
+    assert registration.deadline == T0 + 2 + 30  # RFC 5626 §4.5 base-time
+    agent.handle_timer(T0 + 32)
+    registered_at(T0 + 32.1)
+    # A flow that lived FLOW_STABLE seconds: its loss is re-registered at once again.
+    agent.registrations.flow_lost(target, T0 + 32.1 + 120)
+    ((again, _),) = sent_requests(agent)
+    assert again.method == "REGISTER"
+
+
+def test_the_old_contact_is_removed_again_when_its_register_was_challenged() -> None:
+    agent = Agent("10.0.0.2", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, _),) = sent_requests(agent)
+    natted(agent, first, T0 + 0.1, "203.0.113.7", 40001)
+    ((moved, _),) = sent_requests(agent)
+    answer(agent, moved, 401, T0 + 0.2, WWW_Authenticate=CHALLENGE)
+    ((retry, _),) = sent_requests(agent)
+    assert "<sip:me@10.0.0.2:5060>;expires=0" in retry.headers.get_all("Contact")

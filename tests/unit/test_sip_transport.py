@@ -218,3 +218,68 @@ def test_a_connection_from_another_host_is_never_used_for_the_call() -> None:
     a.hang_up(call_id, T0 + 1)
     ((_, target),) = a.take_datagrams()
     assert target == Target("192.0.2.10", 5070, "tcp")
+
+
+def test_a_trunks_big_invite_keeps_its_configured_udp() -> None:
+    a = agent()
+    big = b"v=0\r\n" + b"a=x-padding:" + b"p" * 1400 + b"\r\n"
+    a.invite("sip:bob@192.0.2.20:5070", big, T0, fixed_transport=True)
+    ((_, target),) = a.take_datagrams()
+    assert target.transport == "udp"
+
+
+def test_an_invite_that_grows_past_1300_bytes_with_credentials_moves_and_its_cancel_follows() -> (
+    None
+):
+    from callhook.sip.agent import Credentials
+    from callhook.sip.message import serialize
+    from callhook.sip.responses import make_response
+
+    a = agent()
+    sdp = b"v=0\r\n" + b"a=x-padding:" + b"p" * 800 + b"\r\n"  # under 1300 without auth
+    call_id = a.invite(
+        "sip:bob@192.0.2.20:5070", sdp, T0, credentials=Credentials("u" * 40, "secret")
+    )
+    ((data, target),) = a.take_datagrams()
+    first = parse(data)
+    assert isinstance(first, Request) and target.transport == "udp"
+    challenge = make_response(first, 407, server="proxy", to_tag="p1")
+    challenge.headers.add(
+        "Proxy-Authenticate",
+        'Digest realm="'
+        + "r" * 60
+        + '", nonce="'
+        + "n" * 80
+        + '", qop="auth", opaque="'
+        + "o" * 60
+        + '", algorithm=SHA-256',
+    )
+    a.receive(serialize(challenge), target, T0 + 0.1)
+    out = a.take_datagrams()
+    (again, moved_to) = out[-1]
+    assert len(again) > 1300 and moved_to == Target("192.0.2.20", 5070, "tcp")
+    a.receive(
+        serialize(make_response(parse(again), 180, server="callee", to_tag="c1")),  # type: ignore[arg-type]
+        moved_to,
+        T0 + 0.2,
+    )
+    a.hang_up(call_id, T0 + 0.3)
+    cancels = [(parse(d), t) for d, t in a.take_datagrams()]
+    ((cancel, cancel_to),) = [(m, t) for m, t in cancels if isinstance(m, Request)]
+    assert cancel.method == "CANCEL" and cancel_to == moved_to
+    assert cancel.top_via.transport == "TCP"
+
+
+def test_a_failed_connection_spares_transactions_that_were_answered() -> None:
+    a = agent()
+    call_id = a.invite("sip:bob@192.0.2.20:5070;transport=tcp", b"v=0\r\n", T0)
+    ((data, target),) = a.take_datagrams()
+    from callhook.sip.message import serialize
+    from callhook.sip.responses import make_response
+
+    invite = parse(data)
+    assert isinstance(invite, Request)
+    a.receive(serialize(make_response(invite, 180, server="b", to_tag="b1")), target, T0 + 0.1)
+    a.take_events()
+    a.transport_failed(target, T0 + 0.2)  # it rings: the callee has the INVITE
+    assert a.take_events() == [] and call_id in a.calls

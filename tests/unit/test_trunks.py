@@ -65,6 +65,8 @@ def test_the_older_trunk_table_is_the_trunk_named_trunk(tmp_path: Path) -> None:
         ("expires = 0", "expires must be 1 to 86400"),
         ('addresses = ["not-an-ip"]', "not an address or CIDR block"),
         ('colour = "blue"', "unknown keys: colour"),
+        ('caller_id = "+44 1234"', "caller_id must be a SIP user part"),
+        ('username = "me>\\r\\nX-Evil: 1"', "username must be a SIP user part"),
     ],
 )
 def test_a_bad_trunk_is_a_config_error_naming_it(tmp_path: Path, table: str, message: str) -> None:
@@ -91,6 +93,7 @@ def test_a_number_through_a_trunk_goes_to_its_domain_with_its_caller_id(tmp_path
     assert route.from_user == "+441234567890" and route.from_host == "127.0.0.1"
     assert route.credentials is not None and route.credentials.username == "me"
     assert route.srtp == "offer" and route.trunk == "provider"
+    assert trunks.route("*21#", "provider").uri == "sip:*21%23@127.0.0.1"  # '#' escaped
     # A URI goes as given, still through the trunk's proxy.
     assert trunks.route("sip:bob@example.com", "provider").uri == "sip:bob@example.com"
 
@@ -107,8 +110,8 @@ def test_outbound_proxy_is_the_next_hop(tmp_path: Path) -> None:
     assert trunks.route("1000", "provider").address == Target("127.0.0.2", 5070, "tcp")
     asyncio.run(trunks.start(lambda: None, register=False))  # resolves both hosts
     assert trunks.route("1000", "provider").address == Target("127.0.0.2", 5070, "tcp")
-    assert trunks.of_source("127.0.0.2") is trunks.config["provider"]
-    assert trunks.of_source("127.0.0.1") is trunks.config["provider"]
+    assert trunks.of_source(Target("127.0.0.2", 5060)) is trunks.config["provider"]
+    assert trunks.of_source(Target("127.0.0.1", 5060)) is trunks.config["provider"]
 
 
 @pytest.mark.parametrize(
@@ -137,9 +140,9 @@ def test_without_a_trunk_the_older_credentials_answer_challenges(tmp_path: Path)
 
 def test_a_call_from_a_listed_block_is_from_that_trunk(tmp_path: Path) -> None:
     trunks = routes(tmp_path, PROVIDER)
-    assert trunks.of_source("198.51.100.77") is trunks.config["provider"]
-    assert trunks.of_source("203.0.113.9") is trunks.config["provider"]
-    assert trunks.of_source("192.0.2.1") is None
+    assert trunks.of_source(Target("198.51.100.77", 5060)) is trunks.config["provider"]
+    assert trunks.of_source(Target("203.0.113.9", 5060)) is trunks.config["provider"]
+    assert trunks.of_source(Target("192.0.2.1", 5060)) is None
 
 
 def test_a_static_trunk_status_and_the_table(tmp_path: Path) -> None:
@@ -159,3 +162,24 @@ def test_a_static_trunk_status_and_the_table(tmp_path: Path) -> None:
     assert lines[1].split() == ["pbx", "static", "-", "-"]
     assert lines[2].split() == ["provider", "failing", "-", "60", "s", "403", "Forbidden"]
     assert trunk_table([]) == "no trunks configured"
+
+
+def test_a_call_on_the_connection_opened_to_a_tls_trunk_is_from_that_trunk(
+    tmp_path: Path,
+) -> None:
+    """Over TLS the connection is opened to the registrar's name (the certificate names
+    it): a call that comes back on it is from that trunk, and follows its srtp."""
+    text = PROVIDER.replace('"127.0.0.1:5090"', '"localhost:5090"').replace('"tcp"', '"tls"')
+    trunks = routes(tmp_path, text)
+    asyncio.run(trunks.start(lambda: None, register=False))
+    connection = Target("localhost", 5090, "tls")
+    assert trunks.route("1000", "provider").address == connection
+    assert trunks.of_source(connection) is trunks.config["provider"]
+    assert trunks.of_source(Target("localhost", 5090, "tcp")) is None
+
+
+def test_a_number_through_a_trunk_with_no_domain_is_a_clear_400(tmp_path: Path) -> None:
+    trunks = routes(tmp_path, '[trunk]\nusername = "u"\n')
+    with pytest.raises(RouteError, match="call a sip: URI") as info:
+        trunks.route("123", "trunk")
+    assert info.value.status == 400
