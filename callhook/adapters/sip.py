@@ -163,6 +163,15 @@ class SipService:
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
         for trunk in self.services.settings.trunks.values():
+            if trunk.srtp != "off" and trunk.transport != "tls":
+                # RFC 4568 §8.3: SDES keys travel in the SDP; only TLS keeps them secret.
+                logger.warning(
+                    "trunk %s: srtp %s over %s: the SRTP keys cross the network in clear "
+                    'in the SDP (use transport = "tls")',
+                    trunk.name,
+                    trunk.srtp,
+                    trunk.transport,
+                )
             if listen and trunk.transport != "udp" and trunk.transport not in self.ports:
                 logger.warning(
                     "trunk %s: transport %s, but callhook has no %s listener: its calls "

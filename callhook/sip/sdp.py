@@ -266,7 +266,8 @@ def parse(text: str) -> SessionDescription:
         if not line:
             continue
         if len(line) < 2 or line[1] != "=" or not ("a" <= line[0] <= "z"):
-            raise SdpError(f"line {number} is not <type>=<value>: {line[:60]!r}")
+            # redact(): a mangled a=crypto line must not put a key in a log.
+            raise SdpError(f"line {number} is not <type>=<value>: {redact(line)[:60]!r}")
         lines.append((number, line[0], line[2:].strip()))
     if not lines or lines[0][1] != "v":
         raise SdpError("a session description starts with v=")

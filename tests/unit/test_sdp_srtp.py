@@ -343,3 +343,10 @@ def test_negotiate_answer_defaults_unchanged() -> None:
         sdp.negotiate_answer(("PCMU",), sdp.parse(answer_text("RTP/SAVP", C80)))
     with pytest.raises(NoCommonCodec, match="rejected"):
         negotiate("require", answer_text("RTP/SAVP", C80).replace("9000", "0"), srtp.offer_keys())
+
+
+def test_a_mangled_crypto_line_quoted_in_an_error_shows_no_key() -> None:
+    key = "WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz"
+    with pytest.raises(sdp.SdpError) as info:
+        sdp.parse(f"v=0\nA=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{key}")
+    assert "crypto" in str(info.value) and key[:8] not in str(info.value)
