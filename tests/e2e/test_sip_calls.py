@@ -1,4 +1,7 @@
-"""Real calls: SIPp calling ``callhook serve`` over UDP on 127.0.0.1, with a real application.
+"""Real calls: SIPp calling ``callhook serve`` on 127.0.0.1, with a real application.
+
+Every scenario runs twice: with SIPp over UDP and over TCP (RFC 3261 §18), the
+same messages framed on one connection.
 
 Each test starts ``callhook serve`` as a user would (a separate process, the
 application's first page given with ``--app-url``), runs an application
@@ -22,6 +25,15 @@ from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+#: The transport the SIPp caller of the running test uses (set by the ``transport`` fixture).
+TRANSPORT = {"now": "udp"}
+
+
+@pytest.fixture(autouse=True, params=["udp", "tcp"])
+def transport(request: pytest.FixtureRequest) -> str:
+    TRANSPORT["now"] = request.param
+    return str(request.param)
 
 PROMPT = "prompts/hello.wav"
 DATA = Path(__file__).parent.parent / "data"
@@ -67,7 +79,7 @@ async def call(
     parts += list(middle)
     parts.append(ending if ending is not None else sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
     async with Server.for_app(tmp_path / "data", app) as server:
-        run = await sipp.call(server.sip, tmp_path, *parts)
+        run = await sipp.call(server.sip, tmp_path, *parts, transport=TRANSPORT["now"])
     return run, server
 
 
@@ -147,7 +159,7 @@ async def test_cancel_before_answer(tmp_path: Path, app: AppServer) -> None:
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.CANCEL.format(user="ivr")]
     async with Server.for_app(tmp_path / "data", app) as server:
-        run = await sipp.call(server.sip, tmp_path, *parts)
+        run = await sipp.call(server.sip, tmp_path, *parts, transport=TRANSPORT["now"])
         await wait_for_request(app, "/final")
     assert run.returncode == 0, run.output + run.errors + server.output
     (final,) = app.bodies("/final")
