@@ -9,8 +9,9 @@ the same 2 cores, so the rate is a lower bound):
 * handshakes: ``--concurrency`` clients, each in a loop: connect, TLS
   handshake (verifying the certificate), one OPTIONS, its 200, close. Prints
   completed exchanges per second and serve's CPU per handshake;
-* idle connections: ``--idle`` TLS connections opened and kept, each having
-  sent one OPTIONS and had its 200; serve's RSS before and after, so memory
+* idle connections: ``--idle`` TLS connections opened and kept (from many
+  127.0.x.y source addresses, 50 each: serve accepts at most 64 from one
+  address), each having sent one OPTIONS and had its 200; serve's RSS before and after, so memory
   per idle connection; then checks every one still answers a ping.
 """
 
@@ -124,8 +125,14 @@ async def main_async(args: argparse.Namespace) -> None:
         before = rss_kb(serve.pid)
         held = []
         for n in range(args.idle):
+            # From many loopback addresses: serve takes at most MAX_PER_ADDRESS from one.
+            source = f"127.0.{1 + n // (50 * 250)}.{2 + (n // 50) % 250}"
             reader, writer = await asyncio.open_connection(
-                "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+                "127.0.0.1",
+                port,
+                ssl=client,
+                server_hostname="127.0.0.1",
+                local_addr=(source, 0),
             )
             await exchange(reader, writer, options(port, 10_000_000 + n))
             held.append((reader, writer))
