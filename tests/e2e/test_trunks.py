@@ -165,17 +165,9 @@ async def test_a_wrong_password_is_failing_with_its_reason_and_backs_off(
     assert "password was refused" in lines[1]
 
 
-async def test_an_outbound_call_through_the_trunk(
-    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
-) -> None:
-    """POST /api/calls with a trunk and a number: the provider challenges (407), callhook
-    answers with the trunk's credentials, the provider relays it to its "PSTN" (a SIPp
-    callee), which sees the number in the request-URI and the account as the caller."""
-    pstn_port = free_udp_port()
-    provider = make_provider(outbound=("127.0.0.1", pstn_port))
-    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
-    app.page("/support", [{"hang_up": {}}])
-    app.page("/final", None)
+async def start_pstn(tmp_path: Path, provider: Provider, port: int) -> asyncio.subprocess.Process:
+    """The provider's "PSTN": a SIPp callee that checks it is called at the number, by
+    the account, and answers."""
     check = (
         '  <recv request="INVITE">\n'
         '    <action><ereg regexp="^INVITE sip:\\+15551234@" search_in="msg" check_it="true"'
@@ -187,12 +179,26 @@ async def test_an_outbound_call_through_the_trunk(
     answer = sipp.UAS_ANSWER.format(receive=check).replace(
         "[last_CSeq:]\n", "[last_CSeq:]\n[last_Record-Route:]\n"
     )
-    pstn = await sipp.start_sipp(
+    return await sipp.start_sipp(
         sipp.scenario(answer, sipp.UAS_BYE.format(timeout_ms=20000)),
         tmp_path,
-        local_port=pstn_port,
+        local_port=port,
         media_port=free_even_udp_port(),
     )
+
+
+async def test_an_outbound_call_through_the_trunk(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """POST /api/calls with a trunk and a number: the provider challenges (407), callhook
+    answers with the trunk's credentials, the provider relays it to its "PSTN" (a SIPp
+    callee), which sees the number in the request-URI and the account as the caller."""
+    pstn_port = free_udp_port()
+    provider = make_provider(outbound=("127.0.0.1", pstn_port))
+    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    app.page("/support", [{"hang_up": {}}])
+    app.page("/final", None)
+    pstn = await start_pstn(tmp_path, provider, pstn_port)
     data = tmp_path / "data"
     cfg = config(tmp_path, app, provider)
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
@@ -241,3 +247,30 @@ async def test_a_tls_registrar_whose_certificate_is_not_trusted_is_failing(
     assert state["reason"].startswith("cannot connect to tls"), state
     assert "CERTIFICATE_VERIFY_FAILED" in server.output
     assert provider.registered() == []
+
+
+async def test_callhook_dial_through_the_trunk(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """`callhook dial --trunk provider +15551234` (no serve running): the same path."""
+    pstn_port = free_udp_port()
+    provider = make_provider(outbound=("127.0.0.1", pstn_port))
+    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    app.page("/support", [{"hang_up": {}}])
+    app.page("/final", None)
+    pstn = await start_pstn(tmp_path, provider, pstn_port)
+    cfg = config(tmp_path, app, provider)
+    dial = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "callhook", "dial", "+15551234", "--trunk", "provider",
+        "--config", str(cfg), "--app-url", app.url("/start"), "--secret", app.secret,
+        "--final-page", app.url("/final"), "--sip", "127.0.0.1:0",
+        "--data-dir", str(tmp_path / "data"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(dial.communicate(), 60)
+    pstn_out, _ = await asyncio.wait_for(pstn.communicate(), 30)
+    text = out.decode(errors="replace")
+    assert dial.returncode == 0, text + pstn_out.decode(errors="replace")
+    assert pstn.returncode == 0, pstn_out.decode(errors="replace") + text
+    assert "calling sip:+15551234@127.0.0.1 through trunk provider" in text
+    assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
