@@ -355,8 +355,9 @@ def cmd_trunks(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    where = f"[{host}]" if ":" in host else host
     request = urllib.request.Request(
-        f"http://{host}:{port}/api/trunks",
+        f"http://{where}:{port}/api/trunks",
         headers={"Authorization": f"Bearer {data_secret(settings.data_dir)}"},
     )
     try:

@@ -18,8 +18,13 @@ def server_context(certificate: Path, key: Path | None) -> ssl.SSLContext:
     """
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certificate, key)
+    # A key with a passphrase cannot be used unattended: fail instead of prompting a TTY.
+    context.load_cert_chain(certificate, key, password=_no_passphrase)
     return context
+
+
+def _no_passphrase() -> str:
+    raise ssl.SSLError("the TLS key is encrypted with a passphrase: give callhook a plain key")
 
 
 def client_context(ca: Path | None) -> ssl.SSLContext:

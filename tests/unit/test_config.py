@@ -64,3 +64,57 @@ def test_external_address_is_an_ip_address(tmp_path: Path) -> None:
     assert load(write(tmp_path, "")).external_address is None
     settings = load(write(tmp_path, '[sip]\nexternal_address = " 203.0.113.7 "\n'))
     assert settings.external_address == "203.0.113.7"
+
+
+def _tls_files(tmp_path: Path, *, passphrase: bytes | None = None) -> tuple[Path, Path]:
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    chain, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    private = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    encryption: serialization.KeySerializationEncryption = serialization.NoEncryption()
+    if passphrase is not None:
+        encryption = serialization.BestAvailableEncryption(passphrase)
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+        )
+    )
+    return chain, key
+
+
+def test_the_tls_listener_files_are_checked_at_load(tmp_path: Path) -> None:
+    chain, key = _tls_files(tmp_path)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[sip]\ntcp_port = 0\ntls_port = 5071\ntls_certificate = "{chain}"\ntls_key = "{key}"\n'
+    )
+    settings = load(path)
+    assert (settings.sip_tcp_port, settings.sip_tls_port) == (0, 5071)
+    assert settings.tls_certificate == chain and settings.tls_key == key
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('tls_certificate = "/nowhere.pem"', "no such file /nowhere.pem"),
+        ("tls_port = 70000", "tls_port must be a port number"),
+        ('tls_key = "KEY"', "tls_key needs tls_certificate"),
+    ],
+)
+def test_bad_tls_settings_are_named(tmp_path: Path, table: str, problem: str) -> None:
+    _, key = _tls_files(tmp_path)
+    path = tmp_path / "c.toml"
+    path.write_text("[sip]\n" + table.replace("KEY", str(key)) + "\n")
+    with pytest.raises(ConfigError, match=problem):
+        load(path)
+
+
+def test_a_key_with_a_passphrase_is_a_config_error_not_a_prompt(tmp_path: Path) -> None:
+    chain, key = _tls_files(tmp_path, passphrase=b"secret")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[sip]\ntls_certificate = "{chain}"\ntls_key = "{key}"\n')
+    with pytest.raises(ConfigError, match="encrypted with a passphrase"):
+        load(path)
