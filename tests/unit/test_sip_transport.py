@@ -85,18 +85,8 @@ def test_our_2xx_over_tcp_is_still_repeated_until_the_ack() -> None:
 
 def test_the_bye_of_a_tcp_call_goes_over_tcp_with_a_tcp_via() -> None:
     a = agent()
-    a.receive(invite("tcp"), Target("192.0.2.10", 40123, "tcp"), T0)
-    (event,) = a.take_events()
-    a.answer(event.call_id, b"v=0\r\n", T0)
-    ok = parse(a.take_datagrams()[-1][0])
-    assert isinstance(ok, Response)
-    ack = (
-        f"ACK sip:ivr@{HOST} SIP/2.0\r\nVia: SIP/2.0/TCP 192.0.2.10:5070;branch=z9hG4bK-2\r\n"
-        f"From: <sip:alice@192.0.2.10>;tag=a1\r\nTo: <sip:ivr@{HOST}>;tag={ok.to_tag}\r\n"
-        "Call-ID: c1@192.0.2.10\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
-    )
-    a.receive(ack.encode(), Target("192.0.2.10", 40123, "tcp"), T0 + 0.1)
-    a.hang_up(event.call_id, T0 + 1)
+    call_id = confirmed_tcp_call(a, Target("192.0.2.10", 40123, "tcp"))
+    a.hang_up(call_id, T0 + 1)
     ((data, target),) = a.take_datagrams()
     bye = parse(data)
     assert isinstance(bye, Request) and bye.method == "BYE"
