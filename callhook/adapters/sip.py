@@ -9,7 +9,8 @@ is routed by its request-URI user (or dialled number) to an application; its
 SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
 session and a :class:`~callhook.adapters.leg.SipLeg`; and a
 :class:`~callhook.call.CallRunner` runs the application on it. Outbound calls
-(:meth:`SipService.dial`) do the same once the callee answers.
+(:meth:`SipService.dial`, in :mod:`callhook.adapters.dialling`) do the same once the
+callee answers.
 
 Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
 stops sending), running calls may finish until a deadline, then they are
@@ -22,23 +23,25 @@ import asyncio
 import logging
 import random
 import socket
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from callhook.adapters.connections import Connections
+from callhook.adapters.dialling import Dialling
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
-from callhook.adapters.trunks import Route, RouteError, Trunks
+from callhook.adapters.sipcall import (
+    CallMedia,
+    SipCall,
+    Unanswered,
+    media_session,
+    srtp_context,
+)
+from callhook.adapters.trunks import Trunks
 from callhook.app import Services
 from callhook.call import CallSummary
-from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
-from callhook.media.session import MediaSession
-from callhook.media.srtp import SrtpContext, offer_keys
 from callhook.ports import CallInfo
 from callhook.sip import sdp
 from callhook.sip.agent import (
@@ -47,7 +50,6 @@ from callhook.sip.agent import (
     CallEvent,
     CallProgress,
     CallTerminated,
-    Credentials,
     IncomingCall,
     InfoReceived,
     Reoffer,
@@ -71,27 +73,6 @@ class _SipProtocol(asyncio.DatagramProtocol):
         logger.debug("SIP socket: %s", exc)
 
 
-@dataclass
-class _Media:
-    session: MediaSession
-    port: int
-    session_id: int
-    version: int = 1
-
-
-@dataclass
-class _Call:
-    call_id: str
-    app: AppConfig
-    leg: SipLeg
-    media: _Media
-    answer_sdp: bytes = b""
-    answered: asyncio.Future[bytes] | None = None  # outbound: the callee's SDP
-    task: asyncio.Task[CallSummary] | None = None
-    started: float = field(default_factory=time.time)  # wall clock, for the REST API
-    srtp: SrtpMode = "off"  # the call's SRTP policy, for re-offers too
-
-
 def local_address(host: str) -> str:
     """The address to put in Contact and SDP when bound to ``host`` (a wildcard needs one)."""
     if host not in ("0.0.0.0", "::", ""):
@@ -105,7 +86,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService:
+class SipService(Dialling):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -135,7 +116,7 @@ class SipService:
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
         )
-        self.calls: dict[str, _Call] = {}
+        self.calls: dict[str, SipCall] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.finished: list[CallSummary] = []
@@ -287,7 +268,7 @@ class SipService:
             if event.by_remote:
                 call.leg.far_end_ended(CallEnded(event.cause, event.raw_cause))
             if call.answered is not None and not call.answered.done():
-                call.answered.set_exception(_Unanswered(event.cause, event.raw_cause))
+                call.answered.set_exception(Unanswered(event.cause, event.raw_cause))
         elif isinstance(event, Reoffer):
             self._reoffer(call, event.offer)
         elif isinstance(event, InfoReceived):
@@ -344,7 +325,7 @@ class SipService:
             why = "SRTP" if isinstance(exc, sdp.SrtpMismatch) else "no common codec"
             agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
             return
-        session = _media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
+        session = media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
         info = CallInfo(
             call_id=event.call_id,
             direction="inbound",
@@ -366,13 +347,13 @@ class SipService:
             journal=self.services.journal,
             max_recording_bytes=self.services.settings.max_recording_bytes,
         )
-        call = _Call(call_id, app, leg, _Media(session, port, session_id), answer.encode())
+        call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
         call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
         self.calls[call_id] = call
         agent.ring(call_id, now)
         call.task = self.loop.create_task(self._run(call, sock))
 
-    async def _run(self, call: _Call, sock: socket.socket) -> CallSummary:
+    async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
         assert self.media is not None
         try:
             await self.media.open(call.media.session, sock, call.media.port, call.leg.wake)
@@ -411,7 +392,7 @@ class SipService:
         self._flush()
         return raw
 
-    def _reoffer(self, call: _Call, body: bytes) -> None:
+    def _reoffer(self, call: SipCall, body: bytes) -> None:
         assert self.agent is not None
         now = self.loop.time()
         media = call.media
@@ -437,7 +418,7 @@ class SipService:
             assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
             session.srtp.update(negotiated.local_crypto, negotiated.remote_crypto)
         elif negotiated.srtp:
-            session.srtp = _srtp_context(negotiated)
+            session.srtp = srtp_context(negotiated)
         if negotiated.remote_address != session.offered and not negotiated.on_hold:
             session.remote = session.offered = negotiated.remote_address
             session.latched = False
@@ -451,96 +432,6 @@ class SipService:
         self._flush()
 
     # --- outbound calls -------------------------------------------------------------------
-
-    async def dial(
-        self,
-        target: str,
-        app: AppConfig,
-        *,
-        credentials: Credentials | None = None,
-        from_user: str = "callhook",
-        ring_timeout: float = 60.0,
-        placed: Callable[[str], object] | None = None,
-        route: Route | None = None,
-    ) -> CallSummary:
-        """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
-
-        ``route`` (from :meth:`Trunks.route`) sends it through a trunk: its request-URI,
-        proxy, credentials and caller id replace ``target``, ``credentials`` and
-        ``from_user``. ``placed`` is called with the call's id as soon as the INVITE is out.
-        """
-        agent, media = self.agent, self.media
-        assert agent is not None and media is not None
-        srtp: SrtpMode = "off"
-        if route is not None:
-            target, credentials, from_user = route.uri, route.credentials, route.from_user
-            srtp = route.srtp
-        keys = offer_keys() if srtp != "off" else ()
-        sock, port = media.allocate()
-        session_id = random.randint(1, 2**31)
-        offer = sdp.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
-        call_id = agent.invite(
-            target,
-            offer.encode(),
-            self.loop.time(),
-            from_user=from_user,
-            credentials=credentials,
-            address=route.address if route is not None else None,
-            from_host=route.from_host if route is not None else None,
-            fixed_transport=route is not None and route.trunk is not None,
-        )
-        self._flush()
-        session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
-        info = CallInfo(call_id, "outbound", f"sip:{from_user}@{self.address}", target, target)
-        leg = SipLeg(
-            info,
-            app.name,
-            session,
-            self.prompts,
-            self.services.store,
-            answer=_nothing,
-            hang_up=lambda: self._hang_up(call_id),
-            dead=lambda: self._dead(call_id),
-            speech=self.services.speech,
-            journal=self.services.journal,
-            max_recording_bytes=self.services.settings.max_recording_bytes,
-        )
-        call = _Call(call_id, app, leg, _Media(session, port, session_id), srtp=srtp)
-        call.answered = self.loop.create_future()
-        self.calls[call_id] = call
-        try:
-            if placed is not None:
-                placed(call_id)  # inside the try: whatever it raises, the call is cleaned up
-            try:
-                answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
-                negotiated = sdp.negotiate_answer(
-                    ("PCMU", "PCMA"),
-                    sdp.parse(answer_sdp.decode()),
-                    srtp=srtp,
-                    offered_crypto=keys,
-                )
-            except TimeoutError:
-                agent.hang_up(call_id, self.loop.time(), cause="no_answer")
-                self._flush()
-                return await self.services.unanswered(app, info, "no_answer", "487")
-            except _Unanswered as exc:
-                return await self.services.unanswered(app, info, exc.cause, exc.raw)
-            except sdp.SdpError as exc:
-                logger.warning("call %s: unusable SDP answer: %s", call_id, exc)
-                agent.hang_up(call_id, self.loop.time(), cause="failed")
-                self._flush()
-                return await self.services.unanswered(app, info, "failed", "488")
-            new = _media_session(negotiated, call_id, self.services.settings.rtp_timeout)
-            if negotiated.srtp:
-                call.srtp = "require"
-            new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts
-            leg.session = new
-            call.media.session = new
-            leg.answered = True
-            return await self._run(call, sock)
-        finally:
-            media.release(sock, port)  # no-op once the call's media ran (and closed it)
-            self.calls.pop(call_id, None)
 
     def stats(self) -> dict[str, Any]:
         """The server's counters, with the SIP and media side's."""
@@ -567,46 +458,6 @@ class SipService:
                 self.services.notifier.snapshot() if self.services.notifier is not None else {}
             ),
         )
-
-    async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |
-        "app": name, ...}``."""
-        target = body.get("to")
-        trunk = body.get("trunk")
-        if not isinstance(target, str):
-            return 400, {"error": "'to' must be a sip: URI, or a number with a 'trunk'"}
-        if trunk is not None and not isinstance(trunk, str):
-            return 400, {"error": "'trunk' must be the name of a trunk"}
-        try:
-            route = self.trunks.route(target, trunk)
-        except RouteError as exc:
-            return exc.status, {"error": str(exc)}
-        settings = self.services.settings
-        app: AppConfig | None
-        if isinstance(body.get("app"), str):
-            app = settings.apps.get(body["app"])
-            if app is None:
-                return 404, {"error": f"no application named {body['app']!r}"}
-        elif isinstance(body.get("first_page"), str):
-            app = AppConfig(
-                name="api",
-                first_page=body["first_page"],
-                secret=str(body.get("secret") or self.services.secret),
-                error_page=body.get("error_page"),
-                final_page=body.get("final_page"),
-                application_parameters=str(body.get("application_parameters", "")),
-            )
-        else:
-            app = settings.app_for("") or self.services.default_app()
-            if app is None:
-                return 400, {"error": "say which application: 'app' or 'first_page'"}
-        task = self.loop.create_task(self.dial(route.uri, app, route=route))
-        self._dials.add(task)
-        task.add_done_callback(self._dials.discard)
-        answer = {"status": "calling", "to": route.uri, "application": app.first_page}
-        if route.trunk is not None:
-            answer["trunk"] = route.trunk
-        return 202, answer
 
     # --- the REST API (adapters/api.py) ------------------------------------------------------
 
@@ -650,35 +501,6 @@ class SipService:
             call.leg.abort("hung up through the REST API")
         return True
 
-    async def place_call(
-        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
-    ) -> str:
-        """Start calling ``target`` (a URI, or a number through ``trunk``) for ``app``; its
-        call id. RouteError when it cannot be placed so.
-
-        Returns once the INVITE is out; the call goes on in the background.
-        """
-        route = self.trunks.route(target, trunk)
-        placed: asyncio.Future[str] = self.loop.create_future()
-
-        def report(call_id: str) -> None:
-            if not placed.done():  # the caller may have given up waiting
-                placed.set_result(call_id)
-
-        task = self.loop.create_task(
-            self.dial(route.uri, app, route=route, ring_timeout=ring_timeout, placed=report)
-        )
-        self._dials.add(task)
-        task.add_done_callback(self._dials.discard)
-
-        def failed_early(task: asyncio.Task[CallSummary]) -> None:
-            if not placed.done():  # e.g. no RTP port free: the INVITE never went out
-                exc = None if task.cancelled() else task.exception()
-                placed.set_exception(exc or RuntimeError("the call ended before it was placed"))
-
-        task.add_done_callback(failed_early)
-        return await placed
-
     # --- shutdown ---------------------------------------------------------------------------
 
     async def _unregister(self, wait: float = 2.0) -> None:
@@ -721,41 +543,6 @@ class SipService:
             self.transport.close()
         if self.connections is not None:
             await self.connections.close()
-
-
-def _media_session(
-    negotiated: sdp.Negotiated, call_id: str, rtp_timeout: float = 0.0
-) -> MediaSession:
-    """The media session the SDP offer/answer agreed on."""
-    session = MediaSession(
-        negotiated.codec,
-        negotiated.payload_type,
-        negotiated.telephone_event_pt,
-        negotiated.remote_address,
-        label=f"call {call_id}",
-        sending=negotiated.sends,
-    )
-    session.rtp_timeout = rtp_timeout
-    session.expects_rtp = negotiated.receives
-    if negotiated.srtp:
-        session.srtp = _srtp_context(negotiated)
-    return session
-
-
-def _srtp_context(negotiated: sdp.Negotiated) -> SrtpContext:
-    assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
-    return SrtpContext(negotiated.local_crypto, negotiated.remote_crypto)
-
-
-class _Unanswered(Exception):
-    def __init__(self, cause: str, raw: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.raw = raw
-
-
-async def _nothing() -> None:
-    return None
 
 
 def _user_of(uri: str) -> str:

@@ -1,0 +1,223 @@
+"""Outbound calls of the SIP service: ``callhook dial``, ``POST /api/calls``, the REST API's
+``POST /api/v1/calls``, through a trunk or to a SIP URI.
+
+:class:`Dialling` is the half of :class:`~callhook.adapters.sip.SipService` that places
+calls: the INVITE with an SDP offer (SRTP keys when the route asks for them), the wait
+for an answer, then the same call runner as inbound calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from callhook.adapters.leg import SipLeg
+from callhook.adapters.media import MediaEngine
+from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.sipcall import CallMedia, SipCall, Unanswered, media_session, nothing
+from callhook.adapters.trunks import Route, RouteError, Trunks
+from callhook.app import Services
+from callhook.call import CallSummary
+from callhook.config import AppConfig
+from callhook.media.session import MediaSession
+from callhook.media.srtp import offer_keys
+from callhook.ports import CallInfo
+from callhook.sip import sdp
+from callhook.sip.agent import (
+    Agent,
+    Credentials,
+)
+from callhook.trunks import SrtpMode
+
+logger = logging.getLogger("callhook.sip")
+
+
+class Dialling:
+    """Placing calls (see the module docstring)."""
+
+    # --- what the service provides (adapters/sip.py) ---------------------------------------
+
+    services: Services
+    loop: asyncio.AbstractEventLoop
+    agent: Agent | None
+    media: MediaEngine | None
+    prompts: PromptAudio
+    address: str
+    calls: dict[str, SipCall]
+    trunks: Trunks
+    _dials: set[asyncio.Task[CallSummary]]
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
+        raise NotImplementedError
+
+    def _hang_up(self, call_id: str) -> str:
+        raise NotImplementedError
+
+    def _dead(self, call_id: str) -> None:
+        raise NotImplementedError
+
+    async def dial(
+        self,
+        target: str,
+        app: AppConfig,
+        *,
+        credentials: Credentials | None = None,
+        from_user: str = "callhook",
+        ring_timeout: float = 60.0,
+        placed: Callable[[str], object] | None = None,
+        route: Route | None = None,
+    ) -> CallSummary:
+        """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
+
+        ``route`` (from :meth:`Trunks.route`) sends it through a trunk: its request-URI,
+        proxy, credentials and caller id replace ``target``, ``credentials`` and
+        ``from_user``. ``placed`` is called with the call's id as soon as the INVITE is out.
+        """
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        srtp: SrtpMode = "off"
+        if route is not None:
+            target, credentials, from_user = route.uri, route.credentials, route.from_user
+            srtp = route.srtp
+        keys = offer_keys() if srtp != "off" else ()
+        sock, port = media.allocate()
+        session_id = random.randint(1, 2**31)
+        offer = sdp.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
+        call_id = agent.invite(
+            target,
+            offer.encode(),
+            self.loop.time(),
+            from_user=from_user,
+            credentials=credentials,
+            address=route.address if route is not None else None,
+            from_host=route.from_host if route is not None else None,
+            fixed_transport=route is not None and route.trunk is not None,
+        )
+        self._flush()
+        session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
+        info = CallInfo(call_id, "outbound", f"sip:{from_user}@{self.address}", target, target)
+        leg = SipLeg(
+            info,
+            app.name,
+            session,
+            self.prompts,
+            self.services.store,
+            answer=nothing,
+            hang_up=lambda: self._hang_up(call_id),
+            dead=lambda: self._dead(call_id),
+            speech=self.services.speech,
+            journal=self.services.journal,
+            max_recording_bytes=self.services.settings.max_recording_bytes,
+        )
+        call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), srtp=srtp)
+        call.answered = self.loop.create_future()
+        self.calls[call_id] = call
+        try:
+            if placed is not None:
+                placed(call_id)  # inside the try: whatever it raises, the call is cleaned up
+            try:
+                answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
+                negotiated = sdp.negotiate_answer(
+                    ("PCMU", "PCMA"),
+                    sdp.parse(answer_sdp.decode()),
+                    srtp=srtp,
+                    offered_crypto=keys,
+                )
+            except TimeoutError:
+                agent.hang_up(call_id, self.loop.time(), cause="no_answer")
+                self._flush()
+                return await self.services.unanswered(app, info, "no_answer", "487")
+            except Unanswered as exc:
+                return await self.services.unanswered(app, info, exc.cause, exc.raw)
+            except sdp.SdpError as exc:
+                logger.warning("call %s: unusable SDP answer: %s", call_id, exc)
+                agent.hang_up(call_id, self.loop.time(), cause="failed")
+                self._flush()
+                return await self.services.unanswered(app, info, "failed", "488")
+            new = media_session(negotiated, call_id, self.services.settings.rtp_timeout)
+            if negotiated.srtp:
+                call.srtp = "require"
+            new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts
+            leg.session = new
+            call.media.session = new
+            leg.answered = True
+            return await self._run(call, sock)
+        finally:
+            media.release(sock, port)  # no-op once the call's media ran (and closed it)
+            self.calls.pop(call_id, None)
+
+    async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |
+        "app": name, ...}``."""
+        target = body.get("to")
+        trunk = body.get("trunk")
+        if not isinstance(target, str):
+            return 400, {"error": "'to' must be a sip: URI, or a number with a 'trunk'"}
+        if trunk is not None and not isinstance(trunk, str):
+            return 400, {"error": "'trunk' must be the name of a trunk"}
+        try:
+            route = self.trunks.route(target, trunk)
+        except RouteError as exc:
+            return exc.status, {"error": str(exc)}
+        settings = self.services.settings
+        app: AppConfig | None
+        if isinstance(body.get("app"), str):
+            app = settings.apps.get(body["app"])
+            if app is None:
+                return 404, {"error": f"no application named {body['app']!r}"}
+        elif isinstance(body.get("first_page"), str):
+            app = AppConfig(
+                name="api",
+                first_page=body["first_page"],
+                secret=str(body.get("secret") or self.services.secret),
+                error_page=body.get("error_page"),
+                final_page=body.get("final_page"),
+                application_parameters=str(body.get("application_parameters", "")),
+            )
+        else:
+            app = settings.app_for("") or self.services.default_app()
+            if app is None:
+                return 400, {"error": "say which application: 'app' or 'first_page'"}
+        task = self.loop.create_task(self.dial(route.uri, app, route=route))
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+        answer = {"status": "calling", "to": route.uri, "application": app.first_page}
+        if route.trunk is not None:
+            answer["trunk"] = route.trunk
+        return 202, answer
+
+    async def place_call(
+        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
+    ) -> str:
+        """Start calling ``target`` (a URI, or a number through ``trunk``) for ``app``; its
+        call id. RouteError when it cannot be placed so.
+
+        Returns once the INVITE is out; the call goes on in the background.
+        """
+        route = self.trunks.route(target, trunk)
+        placed: asyncio.Future[str] = self.loop.create_future()
+
+        def report(call_id: str) -> None:
+            if not placed.done():  # the caller may have given up waiting
+                placed.set_result(call_id)
+
+        task = self.loop.create_task(
+            self.dial(route.uri, app, route=route, ring_timeout=ring_timeout, placed=report)
+        )
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+
+        def failed_early(task: asyncio.Task[CallSummary]) -> None:
+            if not placed.done():  # e.g. no RTP port free: the INVITE never went out
+                exc = None if task.cancelled() else task.exception()
+                placed.set_exception(exc or RuntimeError("the call ended before it was placed"))
+
+        task.add_done_callback(failed_early)
+        return await placed

@@ -1,0 +1,83 @@
+"""One call of the SIP service as the adapters hold it: its leg, its media, its policy.
+
+Shared by :mod:`callhook.adapters.sip` (inbound calls, the service) and
+:mod:`callhook.adapters.dialling` (outbound calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from callhook.adapters.leg import SipLeg
+from callhook.call import CallSummary
+from callhook.config import AppConfig
+from callhook.media.session import MediaSession
+from callhook.media.srtp import SrtpContext
+from callhook.sip import sdp
+from callhook.trunks import SrtpMode
+
+
+@dataclass
+class CallMedia:
+    """A call's RTP port, its media session, and its SDP's session id and version."""
+
+    session: MediaSession
+    port: int
+    session_id: int
+    version: int = 1
+
+
+@dataclass
+class SipCall:
+    """A call the service runs: its application, leg, media and SRTP policy."""
+
+    call_id: str
+    app: AppConfig
+    leg: SipLeg
+    media: CallMedia
+    answer_sdp: bytes = b""
+    answered: asyncio.Future[bytes] | None = None  # outbound: the callee's SDP
+    task: asyncio.Task[CallSummary] | None = None
+    started: float = field(default_factory=time.time)  # wall clock, for the REST API
+    srtp: SrtpMode = "off"  # the call's SRTP policy, for re-offers too
+
+
+def media_session(
+    negotiated: sdp.Negotiated, call_id: str, rtp_timeout: float = 0.0
+) -> MediaSession:
+    """The media session the SDP offer/answer agreed on."""
+    session = MediaSession(
+        negotiated.codec,
+        negotiated.payload_type,
+        negotiated.telephone_event_pt,
+        negotiated.remote_address,
+        label=f"call {call_id}",
+        sending=negotiated.sends,
+    )
+    session.rtp_timeout = rtp_timeout
+    session.expects_rtp = negotiated.receives
+    if negotiated.srtp:
+        session.srtp = srtp_context(negotiated)
+    return session
+
+
+def srtp_context(negotiated: sdp.Negotiated) -> SrtpContext:
+    """The SRTP keys the offer/answer agreed on, as a context (``negotiated.srtp``)."""
+    assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
+    return SrtpContext(negotiated.local_crypto, negotiated.remote_crypto)
+
+
+class Unanswered(Exception):
+    """An outbound call ended before it was answered, with its cause."""
+
+    def __init__(self, cause: str, raw: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.raw = raw
+
+
+async def nothing() -> None:
+    """The answer action of an outbound call: it is answered already."""
+    return None
