@@ -50,6 +50,7 @@ from bench.ivr_load import (
     Sampler,
     free_port,
     get_json,
+    load_config,
     prepare_data,
     quantiles,
     rtp_gaps,
@@ -242,6 +243,8 @@ def run_step(
         [
             str(ROOT / ".venv" / "bin" / "callhook"),
             "serve",
+            "--config",
+            str(load_config(workdir)),
             "--sip",
             f"127.0.0.1:{SIP_PORT}",
             "--http",

@@ -98,7 +98,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from bench.ivr_load import ROOT, Sampler, free_port, get_json
+from bench.ivr_load import ROOT, Sampler, free_port, get_json, load_config
 from callhook.media import wav
 from callhook.store import crypto
 
@@ -509,6 +509,8 @@ def run_recordings(args: argparse.Namespace, app_base: str, workdir: Path) -> di
     serve_cmd = [
         str(ROOT / ".venv" / "bin" / "callhook"),
         "serve",
+        "--config",
+        str(load_config(workdir)),
         "--sip",
         f"127.0.0.1:{sip_port}",
         "--http",

@@ -147,10 +147,11 @@ class Services:
         stats: web_adapter.Stats | None = None,
         api: Api | None = None,
         trunks: web_adapter.TrunkStates | None = None,
+        bans: web_adapter.Bans | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API); returns its base URL."""
         app = web_adapter.application(
-            self.secret, dial, stats or self.metrics.snapshot, api=api, trunks=trunks
+            self.secret, dial, stats or self.metrics.snapshot, api=api, trunks=trunks, bans=bans
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,

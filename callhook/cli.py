@@ -211,7 +211,13 @@ async def _start_web(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
     return await services.start_web(
-        host, port, dial=sip.dial_api, stats=sip.stats, api=api, trunks=sip.trunk_status
+        host,
+        port,
+        dial=sip.dial_api,
+        stats=sip.stats,
+        api=api,
+        trunks=sip.trunk_status,
+        bans=sip,
     )
 
 
@@ -350,6 +356,31 @@ def _speech_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_trunks(args: argparse.Namespace) -> int:
     """Print ``GET /api/trunks`` of a running ``serve`` as a table."""
+    trunks = _get_api(args, "/api/trunks")
+    if trunks is None:
+        return 1
+    print(trunk_table(trunks))
+    return 0
+
+
+def cmd_bans(args: argparse.Namespace) -> int:
+    """Print ``GET /api/bans`` of a running ``serve``: address, time left, reason."""
+    bans = _get_api(args, "/api/bans")
+    if bans is None:
+        return 1
+    if not bans:
+        print("no banned sources")
+        return 0
+    width = max(len(b["address"]) for b in bans)
+    print(f"{'ADDRESS'.ljust(width)}  LEFT     REASON")
+    for ban in bans:
+        left = f"{ban['seconds_left']} s"
+        print(f"{ban['address'].ljust(width)}  {left.ljust(7)}  {ban['reason']}")
+    return 0
+
+
+def _get_api(args: argparse.Namespace, path: str) -> Any:
+    """GET ``path`` of a running serve with the installation secret; None (said) if not."""
     import urllib.error
     import urllib.request
 
@@ -357,22 +388,18 @@ def cmd_trunks(args: argparse.Namespace) -> int:
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     where = f"[{host}]" if ":" in host else host
     request = urllib.request.Request(
-        f"http://{where}:{port}/api/trunks",
+        f"http://{where}:{port}{path}",
         headers={"Authorization": f"Bearer {data_secret(settings.data_dir)}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            trunks = json.load(response)
+            return json.load(response)
     except urllib.error.HTTPError as exc:
-        print(
-            f"callhook: {host}:{port} answered {exc.code}: {exc.read().decode()}", file=sys.stderr
-        )
-        return 1
+        detail = exc.read().decode(errors="replace")
+        print(f"callhook: {host}:{port} answered {exc.code}: {detail}", file=sys.stderr)
     except OSError as exc:
         print(f"callhook: cannot reach serve at {host}:{port}: {exc}", file=sys.stderr)
-        return 1
-    print(trunk_table(trunks))
-    return 0
+    return None
 
 
 def trunk_table(trunks: list[dict[str, Any]]) -> str:
@@ -510,6 +537,12 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="TOML config file")
     tr.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
     tr.set_defaults(func=cmd_trunks)
+
+    ba = sub.add_parser("bans", help="show the SIP sources a running serve has banned")
+    ba.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
+    ba.add_argument("--config", help="TOML config file")
+    ba.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
+    ba.set_defaults(func=cmd_bans)
 
     de = sub.add_parser("decrypt", help="decrypt an encrypted (aescbc) recording to a WAV file")
     de.add_argument("file", help="the encrypted recording")

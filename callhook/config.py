@@ -24,6 +24,12 @@ A config file is TOML::
     external_address = "203.0.113.7"    # behind NAT: the public address for Contact, Via, SDP
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
+    [security]                          # docs/security.md
+    allow = ["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]  # who may call in (+ trunks)
+    unknown = "drop"                    # drop | reject (403): what other sources get
+    rate = 20                           # SIP messages a second per source before a ban
+    ban_seconds = 600                   # how long a ban lasts
+
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
     recogniser = "whisper"              # whisper | sphinx | none (digits only)
@@ -82,6 +88,7 @@ from typing import Any
 
 from callhook import trunks
 from callhook.numbers import BadNumber, app_for_number, configured
+from callhook.sip.guard import PRIVATE, networks
 from callhook.tls import client_context, server_context
 from callhook.trunks import Trunk
 
@@ -155,6 +162,11 @@ class Settings:
     trunk_password: str | None = None
     #: ``[trunks.NAME]`` (and ``[trunk]`` as ``trunk``), by name.
     trunks: dict[str, Trunk] = field(default_factory=dict)
+    #: ``[security]``: who may send SIP requests, what others get, the flood limits.
+    security_allow: tuple[str, ...] = PRIVATE
+    security_unknown: str = "drop"
+    security_rate: float = 20.0
+    security_ban_seconds: float = 600.0
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
@@ -250,6 +262,29 @@ def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
         raise ConfigError(f"{path}: [sip] TLS files unusable: {exc}") from None
 
 
+def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[security]``: allow (CIDR blocks), unknown (drop | reject), rate, ban_seconds."""
+    _no_unknown(path, "security", values, {"allow", "unknown", "rate", "ban_seconds"})
+    if "allow" in values:
+        allow = values["allow"]
+        if not isinstance(allow, list):
+            raise ConfigError(f"{path}: [security] allow must be a list of CIDR blocks")
+        try:
+            networks(allow)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: [security] allow: {exc}") from None
+        settings.security_allow = tuple(str(a) for a in allow)
+    settings.security_unknown = str(values.get("unknown", "drop"))
+    if settings.security_unknown not in ("drop", "reject"):
+        raise ConfigError(f"{path}: [security] unknown must be drop or reject")
+    settings.security_rate = float(values.get("rate", 20))
+    settings.security_ban_seconds = float(values.get("ban_seconds", 600))
+    if not 1 <= settings.security_rate <= 100000:
+        raise ConfigError(f"{path}: [security] rate must be 1 to 100000 messages a second")
+    if not 0 < settings.security_ban_seconds <= 86400 * 7:
+        raise ConfigError(f"{path}: [security] ban_seconds must be above 0 and at most a week")
+
+
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
     mb = float(values[key])
@@ -310,6 +345,7 @@ def load(path: Path) -> Settings:
         )
     if settings.notify_give_up_after <= 0:
         raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
+    _security(path, raw.get("security", {}), settings)
     speech = raw.get("speech", {})
     unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
     if unknown_speech:

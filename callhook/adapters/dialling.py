@@ -31,6 +31,7 @@ from callhook.sip.agent import (
     Agent,
     Credentials,
 )
+from callhook.sip.guard import Guard
 from callhook.trunks import SrtpMode
 
 logger = logging.getLogger("callhook.sip")
@@ -49,6 +50,7 @@ class Dialling:
     address: str
     calls: dict[str, SipCall]
     trunks: Trunks
+    guard: Guard
     _dials: set[asyncio.Task[CallSummary]]
 
     def _flush(self) -> None:
@@ -101,6 +103,9 @@ class Dialling:
             fixed_transport=route is not None and route.trunk is not None,
         )
         self._flush()
+        # Its answers and in-dialog requests come from the callee (or its proxy): admitted.
+        peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
+        self.guard.add_peer(peer)
         session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
         info = CallInfo(call_id, "outbound", f"sip:{from_user}@{self.address}", target, target)
         leg = SipLeg(
@@ -152,6 +157,7 @@ class Dialling:
         finally:
             media.release(sock, port)  # no-op once the call's media ran (and closed it)
             self.calls.pop(call_id, None)
+            self.guard.remove_peer(peer)
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |

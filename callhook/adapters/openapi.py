@@ -182,6 +182,15 @@ _SCHEMAS: dict[str, Any] = {
             "ring_timeout": {"type": "number", "minimum": 1, "maximum": 600, "default": 60},
         },
     },
+    "Ban": {
+        "type": "object",
+        "properties": {
+            "address": {"type": "string"},
+            "reason": {"type": "string"},
+            "seconds_left": {"type": "integer"},
+        },
+        "required": ["address", "reason", "seconds_left"],
+    },
     "TrunkState": {
         "type": "object",
         "properties": {
@@ -334,6 +343,24 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
                 {"200": _json({"type": "object"}, "counters")},
                 (),
             )
+        },
+        "/api/bans": {
+            "get": _op(
+                "SIP sources banned now: flooding, failed authentications "
+                "(the installation secret's key)",
+                {"200": _json({"type": "array", "items": _ref("Ban")}, "bans")},
+                (),
+            )
+        },
+        "/api/bans/{address}": {
+            "parameters": [
+                {"name": "address", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "delete": _op(
+                "Lift a ban (the installation secret's key)",
+                {"200": _json({"type": "object"}, "lifted")},
+                (404,),
+            ),
         },
         "/api/trunks": {
             "get": _op(

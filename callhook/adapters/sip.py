@@ -54,6 +54,7 @@ from callhook.sip.agent import (
     InfoReceived,
     Reoffer,
 )
+from callhook.sip.guard import Guard, networks
 from callhook.sip.message import parse_uri
 from callhook.sip.transport import Target, Transport
 from callhook.tls import client_context, server_context
@@ -112,6 +113,13 @@ class SipService(Dialling):
         self.connections: Connections | None = None
         self.ports: dict[Transport, int] = {}
         self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
+        settings = services.settings
+        self.guard = Guard(
+            networks(settings.security_allow),
+            unknown="reject" if settings.security_unknown == "reject" else "drop",
+            rate=settings.security_rate,
+            ban_seconds=settings.security_ban_seconds,
+        )
         self.media: MediaEngine | None = None
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
@@ -161,7 +169,9 @@ class SipService(Dialling):
                     trunk.transport,
                     trunk.transport,
                 )
-        await self.trunks.start(self._flush, register=register)
+        self._trusted_trunks()
+        await self.trunks.start(self._trunks_changed, register=register)
+        self._trusted_trunks()
 
     async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
@@ -196,6 +206,18 @@ class SipService(Dialling):
     def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
         self.message_received(data, Target(*source))
 
+    def _trunks_changed(self) -> None:
+        self._trusted_trunks()
+        self._flush()
+
+    def _trusted_trunks(self) -> None:
+        """The guard admits requests from every trunk's addresses (resolved, and listed)."""
+        extra = [n for trunk in self.trunks.config.values() for n in trunk.addresses]
+        for addresses in self.trunks.addresses.values():
+            extra += networks(sorted(addresses))
+        self.guard.extra = tuple(extra)
+        self.guard.names = frozenset(target.host for target in self.trunks.targets.values())
+
     def _connection_closed(self, target: Target) -> None:
         """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered
         over it registers again now."""
@@ -220,10 +242,23 @@ class SipService(Dialling):
         return target in agent.registrations.targets()
 
     def message_received(self, data: bytes, source: Target) -> None:
-        """A SIP message from ``source`` (a datagram, or framed off a connection)."""
-        if self.agent is None:
+        """A SIP message from ``source`` (a datagram, or framed off a connection): put to
+        the guard first (access, rate, bans: ``[security]``), before any parsing."""
+        agent = self.agent
+        if agent is None:
             return  # a listener accepted before the agent was made: the peer retransmits
-        self.agent.receive(data, source, self.loop.time())
+        now = self.loop.time()
+        request = not data.startswith(b"SIP/2.0 ") and bool(data.strip(b"\r\n"))
+        verdict = self.guard.admit(source.host, now, request=request)
+        notes = self.guard.take_notes()
+        for host, cause in notes:
+            logger.warning("SIP from %s: %s", host, cause)
+        if verdict == "drop":
+            return
+        if verdict == "reject":
+            agent.refuse(data, source, now)
+        else:
+            agent.receive(data, source, now)
         self._flush()
 
     def _flush(self) -> None:
@@ -516,6 +551,20 @@ class SipService(Dialling):
             if all(r.state == "unregistered" for r in registrations):
                 break
             await asyncio.sleep(0.05)
+
+    def bans(self) -> list[dict[str, Any]]:
+        """``GET /api/bans``: the SIP sources banned now, why, and for how long."""
+        return [
+            {"address": b.address, "reason": b.reason, "seconds_left": b.seconds_left}
+            for b in self.guard.bans(self.loop.time())
+        ]
+
+    def lift_ban(self, address: str) -> bool:
+        """``DELETE /api/bans/{address}``: end a ban (False: not banned)."""
+        lifted = self.guard.lift(address, self.loop.time())
+        if lifted:
+            logger.info("SIP from %s: ban lifted through the API", address)
+        return lifted
 
     def trunk_status(self) -> list[dict[str, Any]]:
         """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -30,6 +30,14 @@ Stats = Callable[[], dict[str, Any]]
 #: The trunks' states (``GET /api/trunks``).
 TrunkStates = Callable[[], list[dict[str, Any]]]
 
+
+class Bans(Protocol):
+    """The banned SIP sources (``GET /api/bans``, ``DELETE /api/bans/{address}``)."""
+
+    def bans(self) -> list[dict[str, Any]]: ...
+    def lift_ban(self, address: str) -> bool: ...
+
+
 INDEX = """<!doctype html>
 <title>callhook</title>
 <h1>callhook {version}</h1>
@@ -44,6 +52,7 @@ def application(
     stats: Stats | None = None,
     api: Api | None = None,
     trunks: TrunkStates | None = None,
+    bans: Bans | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -78,6 +87,20 @@ def application(
         return web.json_response(trunks() if trunks is not None else [])
 
     app.router.add_get("/api/trunks", trunks_page)
+
+    async def bans_page(request: web.Request) -> web.Response:
+        authorise(request)
+        return web.json_response(bans.bans() if bans is not None else [])
+
+    async def lift_ban(request: web.Request) -> web.Response:
+        authorise(request)
+        address = request.match_info["address"]
+        if bans is None or not bans.lift_ban(address):
+            raise ApiError(404, "not_found", f"{address} is not banned")
+        return web.json_response({"address": address, "status": "lifted"})
+
+    app.router.add_get("/api/bans", bans_page)
+    app.router.add_delete("/api/bans/{address}", lift_ban)
 
     async def calls(request: web.Request) -> web.Response:
         authorise(request)

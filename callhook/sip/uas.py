@@ -27,6 +27,8 @@ from callhook.sip.dialog import Dialog
 from callhook.sip.message import (
     Request,
     Response,
+    SipMessageError,
+    parse,
     parse_uri,
     parse_via,
     serialize,
@@ -42,6 +44,7 @@ from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, negotiate
 from callhook.sip.transaction import (
     T1,
     T2,
+    Address,
     Transaction,
     server,
 )
@@ -55,6 +58,26 @@ logger = logging.getLogger("callhook.sip")
 
 class Uas(Core):
     """Requests in, and the answers to inbound calls."""
+
+    def refuse(self, data: bytes, source: Target | Address, now: float) -> None:
+        """Answer a request from a source outside ``[security] allow`` with 403, the same
+        for every user it names (a scanner learns nothing), statelessly (§8.2.6: no
+        transaction is kept for it). Anything else (an ACK, a response, garbage) is
+        dropped."""
+        source = Target(*source)
+        try:
+            message = parse(data)
+        except SipMessageError:
+            return
+        if not isinstance(message, Request) or message.method == "ACK":
+            return
+        try:
+            response = make_response(
+                message, 403, "Forbidden", server=self.user_agent, to_tag=new_tag()
+            )
+        except (SipMessageError, ValueError):
+            return
+        self._out.append((serialize(response), self._response_address(message, source)))
 
     def _request(self, request: Request, source: Target, now: float) -> None:
         self._mark_received(request, source)

@@ -70,6 +70,9 @@ CALLER_MEDIA_PORT = 6000
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
+#: The caller in ``wan`` has a public address: [security] allow must name it.
+ALLOW_CALLER = f'[security]\nallow = ["{CALLER_IP}/32"]\n'
+
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=15, check=False)
@@ -347,7 +350,7 @@ async def test_call_through_a_real_nat(
     app.page("/number", [{"hang_up": {}}])  # callhook's BYE goes to the caller through the NAT
     app.page("/final", None)
     config = tmp_path / "callhook.toml"
-    config.write_text(f'[sip]\nexternal_address = "{PUBLIC_IP}"\n')
+    config.write_text(f'[sip]\nexternal_address = "{PUBLIC_IP}"\n' + ALLOW_CALLER)
     pcap = Stream(6.0).rfc4733("2580", at=1.0).write_pcap(tmp_path / "caller.pcap")
     scenario = sipp.scenario(
         sipp.invite("ivr"),
@@ -385,7 +388,7 @@ async def test_without_external_address_the_call_fails_behind_nat(
     app.page("/number", [{"hang_up": {}}])
     app.page("/final", None)
     config = tmp_path / "callhook.toml"
-    config.write_text("[sip]\n")
+    config.write_text("[sip]\n" + ALLOW_CALLER)
     pcap = Stream(3.0).rfc4733("2580", at=0.5).write_pcap(tmp_path / "caller.pcap")
     scenario = sipp.scenario(
         sipp.invite("ivr"),

@@ -35,6 +35,7 @@ def transport(request: pytest.FixtureRequest) -> str:
     TRANSPORT["now"] = request.param
     return str(request.param)
 
+
 PROMPT = "prompts/hello.wav"
 DATA = Path(__file__).parent.parent / "data"
 

@@ -1,0 +1,150 @@
+"""Attacking a real ``serve`` over SIP on loopback: sources outside ``[security] allow``
+learn nothing, a flooding source is banned (visible and liftable through the API), and
+allowed callers are answered all along. Attackers bind 127.0.0.2/127.0.0.3 (loopback
+is a /8 on Linux); ``allow`` names only what each test allows."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from callhook.testing import AppServer
+from tests.e2e.harness import Server
+
+
+def request(method: str, user: str, port: int, n: int, local: str) -> bytes:
+    return (
+        f"{method} sip:{user}@127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP {local};branch=z9hG4bK-sec-{n};rport\r\n"
+        f"From: <sip:scanner@{local}>;tag=s{n}\r\nTo: <sip:{user}@127.0.0.1>\r\n"
+        f"Call-ID: sec-{n}@{local}\r\nCSeq: 1 {method}\r\nMax-Forwards: 70\r\n"
+        f"Contact: <sip:scanner@{local}>\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+
+
+def udp_from(address: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((address, 0))
+    sock.settimeout(1.0)
+    return sock
+
+
+def answer(sock: socket.socket, data: bytes, server: Server) -> bytes | None:
+    sock.sendto(data, server.sip)
+    try:
+        return sock.recv(65536)
+    except TimeoutError:
+        return None
+
+
+async def api(server: Server, data: Path, method: str, path: str) -> tuple[int, Any]:
+    secret = (data / "secret").read_text().strip()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(
+            method,
+            f"http://127.0.0.1:{server.http_port}{path}",
+            headers={"Authorization": f"Bearer {secret}"},
+        ) as response,
+    ):
+        return response.status, await response.json()
+
+
+def config(tmp_path: Path, text: str) -> tuple[str, ...]:
+    path = tmp_path / "callhook.toml"
+    path.write_text(text)
+    return ("--config", str(path))
+
+
+async def test_an_unallowed_source_gets_no_answer_and_learns_no_users(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    extra = config(tmp_path, '[security]\nallow = ["127.0.0.1/32"]\n')
+    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+        with udp_from("127.0.0.2") as outsider, udp_from("127.0.0.1") as insider:
+            port = server.sip_port
+            local = f"127.0.0.2:{outsider.getsockname()[1]}"
+            for n, (method, user) in enumerate(
+                [
+                    ("OPTIONS", "x"),
+                    ("INVITE", "demo"),
+                    ("INVITE", "nosuchuser"),
+                    ("REGISTER", "100"),
+                ]
+            ):
+                assert answer(outsider, request(method, user, port, n, local), server) is None
+            inside = f"127.0.0.1:{insider.getsockname()[1]}"
+            reply = answer(insider, request("OPTIONS", "x", port, 9, inside), server)
+            assert reply is not None and reply.startswith(b"SIP/2.0 200")
+        await asyncio.sleep(0.2)
+    assert app.bodies("/start") == []  # no application ran for the outsider
+    assert server.output.count("SIP from 127.0.0.2: not in [security] allow (drop)") == 1
+
+
+async def test_reject_answers_every_user_the_same(tmp_path: Path, app: AppServer) -> None:
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    extra = config(tmp_path, '[security]\nallow = ["127.0.0.1/32"]\nunknown = "reject"\n')
+    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+        with udp_from("127.0.0.2") as outsider:
+            local = f"127.0.0.2:{outsider.getsockname()[1]}"
+            replies = [
+                answer(outsider, request("INVITE", user, server.sip_port, n, local), server)
+                for n, user in enumerate(["demo", "nosuchuser", "support", "100"])
+            ]
+    status_lines = {r.split(b"\r\n", 1)[0] for r in replies if r is not None}
+    assert status_lines == {b"SIP/2.0 403 Forbidden"}, replies
+    assert len([r for r in replies if r is not None]) == 4
+    assert app.bodies("/start") == []
+
+
+async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    data = tmp_path / "data"
+    extra = config(tmp_path, '[security]\nallow = ["127.0.0.1/32", "127.0.0.3/32"]\nrate = 20\n')
+    async with Server.for_app(data, app, extra=extra) as server:
+        with udp_from("127.0.0.3") as flooder, udp_from("127.0.0.1") as caller:
+            local = f"127.0.0.3:{flooder.getsockname()[1]}"
+            for n in range(300):
+                flooder.sendto(request("OPTIONS", "x", server.sip_port, n, local), server.sip)
+            await asyncio.sleep(0.3)
+            inside = f"127.0.0.1:{caller.getsockname()[1]}"
+            reply = answer(caller, request("OPTIONS", "x", server.sip_port, 999, inside), server)
+            assert reply is not None and reply.startswith(b"SIP/2.0 200")  # others answered
+            status, bans = await api(server, data, "GET", "/api/bans")
+            assert status == 200
+            (ban,) = bans
+            assert ban["address"] == "127.0.0.3" and 590 <= ban["seconds_left"] <= 600
+            assert "more than 20 SIP messages a second" in ban["reason"]
+            table = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "callhook", "bans", "--http",
+                f"127.0.0.1:{server.http_port}", "--data-dir", str(data),
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await table.communicate()
+            assert table.returncode == 0 and "127.0.0.3" in out.decode()
+            flooder.settimeout(0.5)
+            while True:  # drain what was answered before the ban
+                try:
+                    flooder.recv(65536)
+                except TimeoutError:
+                    break
+            assert (
+                answer(flooder, request("OPTIONS", "x", server.sip_port, 1000, local), server)
+                is None
+            )
+            assert (await api(server, data, "DELETE", "/api/bans/127.0.0.3"))[0] == 200
+            assert (await api(server, data, "DELETE", "/api/bans/127.0.0.3"))[0] == 404
+            reply = answer(flooder, request("OPTIONS", "x", server.sip_port, 1001, local), server)
+            assert reply is not None and reply.startswith(b"SIP/2.0 200")
+    assert server.output.count("SIP from 127.0.0.3: banned for 600 s") == 1

@@ -1,0 +1,96 @@
+"""The SIP guard (callhook/sip/guard.py) on a virtual clock: access list, per-source token
+buckets, bans from the rate and from failed authentications, a bounded table, notes."""
+
+from __future__ import annotations
+
+from callhook.sip.guard import AUTH_FAILURES, Guard, networks
+
+T0 = 1000.0
+
+
+def test_private_sources_pass_and_others_get_the_unknown_policy() -> None:
+    guard = Guard()
+    assert guard.admit("192.168.1.20", T0) == "pass"
+    assert guard.admit("127.0.0.1", T0) == "pass"
+    assert guard.admit("203.0.113.5", T0) == "drop"
+    rejecting = Guard(unknown="reject")
+    assert rejecting.admit("203.0.113.5", T0) == "reject"
+    # Responses are not requests: access does not apply (the agent matches them).
+    assert rejecting.admit("203.0.113.5", T0, request=False) == "pass"
+
+
+def test_trunks_peers_and_named_hosts_are_admitted() -> None:
+    guard = Guard(networks(["127.0.0.1/32"]))
+    guard.extra = networks(["198.51.100.0/24"])
+    assert guard.admit("198.51.100.9", T0) == "pass"
+    guard.add_peer("203.0.113.7")
+    guard.add_peer("203.0.113.7")
+    guard.remove_peer("203.0.113.7")
+    assert guard.admit("203.0.113.7", T0) == "pass"  # one call still needs it
+    guard.remove_peer("203.0.113.7")
+    assert guard.admit("203.0.113.7", T0) == "drop"
+    guard.names = frozenset({"sip.provider.example"})
+    assert guard.admit("sip.provider.example", T0) == "pass"
+    assert guard.admit("other.example", T0) == "drop"
+
+
+def test_a_source_over_the_rate_is_banned_and_the_ban_ends() -> None:
+    guard = Guard(rate=10, ban_seconds=60)
+    verdicts = [guard.admit("10.0.0.5", T0 + i * 0.001) for i in range(25)]
+    assert verdicts[:20] == ["pass"] * 20  # the burst: twice the rate
+    assert verdicts[20:] == ["drop"] * 5
+    (ban,) = guard.bans(T0 + 1)
+    assert ban.address == "10.0.0.5" and "more than 10 SIP messages a second" in ban.reason
+    assert ban.seconds_left == 60
+    assert guard.admit("10.0.0.5", T0 + 30) == "drop"  # still banned, whatever its rate
+    assert guard.admit("10.0.0.6", T0 + 30) == "pass"  # others unaffected
+    assert guard.admit("10.0.0.5", T0 + 61) == "pass"
+    assert guard.bans(T0 + 61) == []
+
+
+def test_a_steady_source_at_the_rate_is_never_banned() -> None:
+    guard = Guard(rate=20)
+    assert all(guard.admit("10.0.0.5", T0 + i / 20) == "pass" for i in range(2000))
+
+
+def test_five_failed_authentications_in_a_minute_ban() -> None:
+    guard = Guard(ban_seconds=600)
+    for i in range(AUTH_FAILURES - 1):
+        guard.auth_failed("10.0.0.7", T0 + i * 20.0, "REST API key")  # spread: no ban
+    assert guard.admit("10.0.0.7", T0 + 80) == "pass"
+    for i in range(AUTH_FAILURES):
+        guard.auth_failed("10.0.0.7", T0 + 100 + i, "REST API key")
+    (ban,) = guard.bans(T0 + 110)
+    assert ban.reason == "5 failed REST API keys in a minute"
+    assert guard.admit("10.0.0.7", T0 + 110) == "drop"
+    assert guard.lift("10.0.0.7", T0 + 111)
+    assert guard.admit("10.0.0.7", T0 + 111) == "pass"
+    assert not guard.lift("10.0.0.7", T0 + 112)
+
+
+def test_the_table_is_bounded_and_keeps_bans() -> None:
+    guard = Guard(rate=1, max_sources=100)
+    for _ in range(3):
+        guard.admit("10.9.9.9", T0)  # banned: over a burst of 2
+    for n in range(500):
+        guard.admit(f"10.1.{n // 250}.{n % 250}", T0 + 1)
+    assert len(guard._sources) <= 100
+    assert [b.address for b in guard.bans(T0 + 2)] == ["10.9.9.9"]
+
+
+def test_notes_come_once_a_minute_per_source_and_cause() -> None:
+    guard = Guard()
+    for i in range(50):
+        guard.admit("203.0.113.5", T0 + i * 0.5)
+    assert guard.take_notes() == [("203.0.113.5", "not in [security] allow (drop)")]
+    guard.admit("203.0.113.5", T0 + 61)
+    assert len(guard.take_notes()) == 1
+
+
+def test_trunks_and_responses_have_no_bucket() -> None:
+    guard = Guard(networks(["127.0.0.1/32"]), rate=1)
+    guard.extra = networks(["198.51.100.7/32"])
+    assert all(guard.admit("198.51.100.7", T0) == "pass" for _ in range(1000))  # a proxy
+    assert all(guard.admit("127.0.0.1", T0, request=False) == "pass" for _ in range(1000))
+    assert guard.bans(T0) == []
+    assert [guard.admit("127.0.0.1", T0) for _ in range(3)] == ["pass", "pass", "drop"]
