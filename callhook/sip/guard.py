@@ -19,8 +19,9 @@ overflows).
   extra networks the service adds: its trunks' addresses, the peers of its
   own outbound calls) gets ``unknown``: ``drop`` (no answer at all) or
   ``reject`` (a 403, the same for every user it names, so enumeration learns
-  nothing). Responses pass: they match a transaction of ours or are dropped by
-  the agent.
+  nothing). Responses are not refused: they match a transaction of ours or are
+  dropped by the agent; but from a source that is not allowed they spend
+  tokens like requests, so a flood of fake responses is banned too.
 * **Authentication failures** (:meth:`auth_failed`): five in a minute from one
   source ban it, like the rate.
 
@@ -131,9 +132,10 @@ class Guard:
         if source.banned_until > now:
             self.dropped += 1
             return "drop"
-        if not request or self._trusted(host):
-            # Responses match our transactions or are dropped by the agent; a trunk (or
-            # a call's peer) may send hundreds of calls a second: no bucket for them.
+        if self._trusted(host) or (not request and self.allowed(host)):
+            # A trunk (or a call's peer) may send hundreds of calls a second; responses
+            # from allowed sources match our transactions: no bucket for them. Responses
+            # from anyone else spend tokens: a flood of fake ones is banned like any.
             return "pass"
         source.tokens = min(self.burst, source.tokens + (now - source.last) * self.rate)
         source.last = now
@@ -142,7 +144,7 @@ class Guard:
             self.dropped += 1
             return "drop"
         source.tokens -= 1.0
-        if not self.allowed(host):
+        if request and not self.allowed(host):
             self._note(host, f"not in [security] allow ({self.unknown})", now)
             self.dropped += 1
             return self.unknown

@@ -15,8 +15,12 @@ def test_private_sources_pass_and_others_get_the_unknown_policy() -> None:
     assert guard.admit("203.0.113.5", T0) == "drop"
     rejecting = Guard(unknown="reject")
     assert rejecting.admit("203.0.113.5", T0) == "reject"
-    # Responses are not requests: access does not apply (the agent matches them).
+    # Responses are not requests: access does not apply (the agent matches them)...
     assert rejecting.admit("203.0.113.5", T0, request=False) == "pass"
+    # ...but from an unallowed source they spend tokens: a flood of fake ones is banned.
+    limited = Guard(rate=5)
+    flood = [limited.admit("203.0.113.6", T0, request=False) for _ in range(12)]
+    assert flood == ["pass"] * 10 + ["drop"] * 2
 
 
 def test_trunks_peers_and_named_hosts_are_admitted() -> None:
