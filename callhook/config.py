@@ -29,6 +29,7 @@ A config file is TOML::
     unknown = "drop"                    # drop | reject (403): what other sources get
     rate = 20                           # SIP messages a second per source before a ban
     ban_seconds = 600                   # how long a ban lasts
+    max_message_bytes = 8192            # larger SIP messages: dropped (UDP), 413 (TCP/TLS)
 
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
@@ -167,6 +168,8 @@ class Settings:
     security_unknown: str = "drop"
     security_rate: float = 20.0
     security_ban_seconds: float = 600.0
+    #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
+    max_message_bytes: int = 8192
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
@@ -264,7 +267,9 @@ def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
 
 def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
     """``[security]``: allow (CIDR blocks), unknown (drop | reject), rate, ban_seconds."""
-    _no_unknown(path, "security", values, {"allow", "unknown", "rate", "ban_seconds"})
+    _no_unknown(
+        path, "security", values, {"allow", "unknown", "rate", "ban_seconds", "max_message_bytes"}
+    )
     if "allow" in values:
         allow = values["allow"]
         if not isinstance(allow, list):
@@ -281,6 +286,9 @@ def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
     settings.security_ban_seconds = float(values.get("ban_seconds", 600))
     if not 1 <= settings.security_rate <= 100000:
         raise ConfigError(f"{path}: [security] rate must be 1 to 100000 messages a second")
+    settings.max_message_bytes = int(values.get("max_message_bytes", 8192))
+    if not 1300 <= settings.max_message_bytes <= 65536:
+        raise ConfigError(f"{path}: [security] max_message_bytes must be 1300 to 65536")
     if not 0 < settings.security_ban_seconds <= 86400 * 7:
         raise ConfigError(f"{path}: [security] ban_seconds must be above 0 and at most a week")
 

@@ -59,7 +59,7 @@ class _Stream(asyncio.Protocol):
         self.owner = owner
         self.kind = transport
         self.key = key  # set at once for ours; from the peer's address for accepted ones
-        self.framer = StreamFramer()
+        self.framer = StreamFramer(max_message=owner.max_message)
         self.transport: asyncio.Transport | None = None
         self.pending: list[bytes] = []
         self.idle: asyncio.TimerHandle | None = None
@@ -94,6 +94,10 @@ class _Stream(asyncio.Protocol):
             items = self.framer.feed(data)
         except FramingError as exc:
             logger.warning("SIP %s from %s: %s; closing the connection", self.kind, self.key, exc)
+            if exc.head and self.owner.answer_oversized is not None:
+                answer = self.owner.answer_oversized(exc.head)
+                if answer:
+                    self.write(answer)  # 413 before the close ([security] max_message_bytes)
             self.close()
             return
         for item in items:
@@ -157,11 +161,15 @@ class Connections:
         closed: Callable[[Target], None] | None = None,
         failed: Callable[[Target], None] | None = None,
         in_use: Callable[[Target], bool] | None = None,
+        max_message: int = 65536,
+        answer_oversized: Callable[[bytes], bytes | None] | None = None,
     ) -> None:
         self.deliver = deliver
         self.on_closed = closed
         self.on_failed = failed
         self.in_use = in_use or (lambda target: False)
+        self.max_message = max_message
+        self.answer_oversized = answer_oversized
         self.client_tls = client_tls
         self.idle_timeout = idle_timeout
         self.streams: dict[Target, _Stream] = {}

@@ -183,6 +183,8 @@ class SipService(Dialling):
             closed=self._connection_closed,
             failed=self._connection_failed,
             in_use=self._connection_in_use,
+            max_message=settings.max_message_bytes,
+            answer_oversized=self._too_large,
         )
         if not listen:
             return
@@ -231,6 +233,9 @@ class SipService(Dialling):
             self.agent.transport_failed(target, self.loop.time())
             self._flush()
 
+    def _too_large(self, head: bytes) -> bytes | None:
+        return self.agent.too_large(head) if self.agent is not None else None
+
     def _connection_in_use(self, target: Target) -> bool:
         """Whether a call or a registration depends on the connection to ``target`` (an idle
         one is then kept: the peer may have no other way to reach us)."""
@@ -254,6 +259,12 @@ class SipService(Dialling):
         for host, cause in notes:
             logger.warning("SIP from %s: %s", host, cause)
         if verdict == "drop":
+            return
+        limit = self.services.settings.max_message_bytes
+        if len(data) > limit:  # over UDP (a stream's framer refuses them itself)
+            self.guard.note(source.host, f"a message of {len(data)} bytes (max {limit})", now)
+            for host, cause in self.guard.take_notes():
+                logger.warning("SIP from %s: %s dropped", host, cause)
             return
         if verdict == "reject":
             agent.refuse(data, source, now)

@@ -40,12 +40,14 @@ _LENGTH = re.compile(rb"(?im)^(?:content-length|l)[ \t]*:[ \t]*([^\r\n]*?)[ \t]*
 class FramingError(ValueError):
     """The stream cannot be framed any more (the connection must be closed), and why.
 
-    ``status`` is the response the caller may send first (413, 400), if any.
+    ``status`` is the response the caller may send first (413, 400), if any; ``head``
+    the message's header when it was read whole (a 413 can then be answered).
     """
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, head: bytes = b"") -> None:
         super().__init__(message)
         self.status = status
+        self.head = head
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +104,18 @@ class StreamFramer:
         body_length = int(next(iter(lengths)))
         total = head_length + body_length
         if total > self.max_message:
-            self._fail(f"a message of {total} octets (more than {self.max_message})", 413)
+            head = bytes(buffer[:head_length])
+            self._fail(f"a message of {total} octets (more than {self.max_message})", 413, head)
         if len(buffer) < total:
             return None
         message = bytes(buffer[:total])
         del buffer[:total]
         return message
 
-    def _fail(self, why: str, status: int = 400) -> None:
+    def _fail(self, why: str, status: int = 400, head: bytes = b"") -> None:
         self._failed = why
         self._buffer.clear()
-        raise FramingError(why, status)
+        raise FramingError(why, status, head)
 
     @property
     def pending(self) -> int:

@@ -236,6 +236,10 @@ class Guard:
         source.reason = reason
         self._note(host, f"banned for {self.ban_seconds:g} s: {reason}", now)
 
+    def note(self, host: str, cause: str, now: float) -> None:
+        """Something about ``host`` to log (once a minute per source and cause)."""
+        self._note(host, cause, now)
+
     def _note(self, host: str, cause: str, now: float) -> None:
         key = (host, cause)
         if now - self._noted.get(key, -NOTE_EVERY) >= NOTE_EVERY:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import re
 
 from callhook.sip.checks import check_request, unsupported_options
 from callhook.sip.core import (
@@ -78,6 +79,21 @@ class Uas(Core):
         except (SipMessageError, ValueError):
             return
         self._out.append((serialize(response), self._response_address(message, source)))
+
+    def too_large(self, head: bytes) -> bytes | None:
+        """The ``413 Request Entity Too Large`` (§21.4.11) for a request whose header
+        ``head`` announced a body over the limit; None for anything else."""
+        without_body = re.sub(
+            rb"(?im)^(content-length|l)[ \t]*:[^\r\n]*", rb"Content-Length: 0", head
+        )
+        try:
+            message = parse(without_body)
+            if not isinstance(message, Request) or message.method == "ACK":
+                return None
+            response = make_response(message, 413, server=self.user_agent, to_tag=new_tag())
+        except (SipMessageError, ValueError):
+            return None
+        return serialize(response)
 
     def _request(self, request: Request, source: Target, now: float) -> None:
         self._mark_received(request, source)

@@ -148,3 +148,32 @@ async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
             reply = answer(flooder, request("OPTIONS", "x", server.sip_port, 1001, local), server)
             assert reply is not None and reply.startswith(b"SIP/2.0 200")
     assert server.output.count("SIP from 127.0.0.3: banned for 600 s") == 1
+
+
+async def test_messages_over_max_message_bytes_are_refused(tmp_path: Path, app: AppServer) -> None:
+    """[security] max_message_bytes (8192): a bigger datagram is dropped (logged); over
+    TCP a request announcing a bigger body gets 413 and the connection is closed."""
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        with udp_from("127.0.0.1") as sock:
+            local = f"127.0.0.1:{sock.getsockname()[1]}"
+            big = request("OPTIONS", "x", server.sip_port, 1, local).replace(
+                b"Max-Forwards: 70\r\n", b"Max-Forwards: 70\r\nX-Pad: " + b"p" * 9000 + b"\r\n"
+            )
+            assert answer(sock, big, server) is None
+            small = request("OPTIONS", "x", server.sip_port, 2, local)
+            reply = answer(sock, small, server)
+            assert reply is not None and reply.startswith(b"SIP/2.0 200")
+        reader, writer = await asyncio.open_connection(*server.sip)
+        head = request("INVITE", "demo", server.sip_port, 3, "127.0.0.1:9").replace(
+            b"Content-Length: 0", b"Content-Length: 20000"
+        )
+        writer.write(head)
+        reply = await asyncio.wait_for(reader.read(), 5)  # the 413, then the close
+        writer.close()
+        await asyncio.sleep(0.2)
+    assert reply.startswith(b"SIP/2.0 413 "), reply
+    assert b"CSeq: 1 INVITE" in reply
+    assert "bytes (max 8192) dropped" in server.output
+    assert app.bodies("/start") == []

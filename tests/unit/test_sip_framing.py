@@ -106,3 +106,11 @@ def test_the_limits_are_settable() -> None:
     framer = StreamFramer(max_message=len(OPTIONS) - 1)
     with pytest.raises(FramingError, match="more than"):
         framer.feed(OPTIONS)
+
+
+def test_a_message_over_the_limit_fails_with_its_header_for_a_413() -> None:
+    framer = StreamFramer(max_message=1000)
+    head = b"INVITE sip:a@b SIP/2.0\r\nContent-Length: 5000\r\n\r\n"
+    with pytest.raises(FramingError) as info:
+        framer.feed(head + b"x" * 10)
+    assert info.value.status == 413 and info.value.head == head

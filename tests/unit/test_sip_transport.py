@@ -273,3 +273,19 @@ def test_a_failed_connection_spares_transactions_that_were_answered() -> None:
     a.take_events()
     a.transport_failed(target, T0 + 0.2)  # it rings: the callee has the INVITE
     assert a.take_events() == [] and call_id in a.calls
+
+
+def test_too_large_answers_a_request_head_with_413_and_nothing_else() -> None:
+    a = agent()
+    head = (
+        invite("tcp").split(b"\r\n\r\n")[0].replace(b"Content-Length: 85", b"Content-Length: 99999")
+        + b"\r\n\r\n"
+    )
+    answer = a.too_large(head)
+    assert answer is not None
+    response = parse(answer)
+    assert isinstance(response, Response) and response.status == 413
+    assert response.cseq == (1, "INVITE")
+    ok = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/TCP h;branch=z9hG4bKx\r\nContent-Length: 9999\r\n\r\n"
+    assert a.too_large(ok) is None
+    assert a.too_large(b"garbage\r\n\r\n") is None
