@@ -156,19 +156,15 @@ class Guard:
             return True
         if not self.extra:
             return False
-        try:
-            address = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            return False
-        return any(address in n for n in self.extra)
+        address = _address(host)
+        return address is not None and any(address in n for n in self.extra)
 
     def allowed(self, host: str) -> bool:
         """Whether ``host`` may send requests (``allow``, trunks, our calls' peers)."""
         if host in self.peers or host in self.names:
             return True
-        try:
-            address = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
+        address = _address(host)
+        if address is None:
             return False  # a name: a connection we opened to a trunk is admitted as a peer
         return any(address in n for n in self.allow) or any(address in n for n in self.extra)
 
@@ -247,3 +243,15 @@ class Guard:
             self._notes.append(key)
             if len(self._noted) > self.max_sources:
                 self._noted.clear()
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an address; an IPv4-mapped IPv6 one (a dual-stack socket's view of an
+    IPv4 peer, ``::ffff:192.0.2.1``) as the IPv4 address it is. None for a name."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address

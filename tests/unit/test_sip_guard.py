@@ -98,3 +98,10 @@ def test_trunks_and_responses_have_no_bucket() -> None:
     assert all(guard.admit("127.0.0.1", T0, request=False) == "pass" for _ in range(1000))
     assert guard.bans(T0) == []
     assert [guard.admit("127.0.0.1", T0) for _ in range(3)] == ["pass", "pass", "drop"]
+
+
+def test_an_ipv4_peer_seen_by_a_dual_stack_socket_is_judged_as_ipv4() -> None:
+    guard = Guard()
+    assert guard.admit("::ffff:192.168.1.20", T0) == "pass"
+    assert guard.admit("::ffff:203.0.113.5", T0) == "drop"
+    assert guard.admit("fd00::5", T0) == "pass"  # unique-local
