@@ -15,19 +15,17 @@ it (registration, routing, outbound calls) and reports each trunk's state.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from callhook.sip.grammar import parse_hostport
+from callhook.sip.guard import Network, networks
 from callhook.sip.message import SipMessageError
 from callhook.sip.registration import RegistrationSpec
+from callhook.sip.sdes import SRTP_MODES, SrtpMode
 from callhook.sip.transport import TRANSPORTS, Transport
-
-SrtpMode = Literal["off", "offer", "require"]
-SRTP_MODES: tuple[SrtpMode, ...] = ("off", "offer", "require")
 
 #: The name ``[trunk]`` goes by.
 LEGACY = "trunk"
@@ -45,7 +43,6 @@ KEYS = {
     "addresses",
 }
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 #: A SIP user part as it may be written in a header (RFC 3261 §25.1 unreserved and
 #: user-unreserved characters, and escapes).
@@ -157,14 +154,10 @@ def parse(path: Path, name: str, values: dict[str, Any]) -> Trunk:
     addresses = values.get("addresses", [])
     if not isinstance(addresses, list):
         raise TrunkError(f"{path}: [{table}] addresses must be a list of CIDR blocks")
-    networks = []
-    for address in addresses:
-        try:
-            networks.append(ipaddress.ip_network(str(address).strip(), strict=False))
-        except ValueError:
-            raise TrunkError(
-                f"{path}: [{table}] addresses: {address!r} is not an address or CIDR block"
-            ) from None
+    try:
+        blocks = networks(addresses)
+    except ValueError as exc:
+        raise TrunkError(f"{path}: [{table}] addresses: {exc}") from None
     for key in ("username", "caller_id"):
         value = values.get(key)
         if value is not None and not _USER.fullmatch(str(value)):
@@ -183,7 +176,7 @@ def parse(path: Path, name: str, values: dict[str, Any]) -> Trunk:
         outbound_proxy=proxy,
         caller_id=str(values["caller_id"]) if values.get("caller_id") else None,
         srtp=srtp,
-        addresses=tuple(networks),
+        addresses=blocks,
     )
 
 

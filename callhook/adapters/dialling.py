@@ -32,7 +32,7 @@ from callhook.sip.agent import (
     Credentials,
 )
 from callhook.sip.guard import Guard
-from callhook.trunks import SrtpMode
+from callhook.sip.sdes import SrtpMode
 
 logger = logging.getLogger("callhook.sip")
 

@@ -56,9 +56,9 @@ from callhook.sip.agent import (
 )
 from callhook.sip.guard import Guard, networks
 from callhook.sip.message import parse_uri
+from callhook.sip.sdes import SrtpMode
 from callhook.sip.transport import Target, Transport
 from callhook.tls import client_context, server_context
-from callhook.trunks import SrtpMode
 
 logger = logging.getLogger("callhook.sip")
 
@@ -214,11 +214,7 @@ class SipService(Dialling):
 
     def _trusted_trunks(self) -> None:
         """The guard admits requests from every trunk's addresses (resolved, and listed)."""
-        extra = [n for trunk in self.trunks.config.values() for n in trunk.addresses]
-        for addresses in self.trunks.addresses.values():
-            extra += networks(sorted(addresses))
-        self.guard.extra = tuple(extra)
-        self.guard.names = frozenset(target.host for target in self.trunks.targets.values())
+        self.guard.extra, self.guard.names = self.trunks.trusted()
 
     def _connection_closed(self, target: Target) -> None:
         """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered

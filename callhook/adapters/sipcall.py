@@ -16,7 +16,7 @@ from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import SrtpContext
 from callhook.sip import sdp
-from callhook.trunks import SrtpMode
+from callhook.sip.sdes import SrtpMode
 
 
 @dataclass

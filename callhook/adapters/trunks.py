@@ -21,9 +21,11 @@ from typing import Any
 
 from callhook.sip.agent import Agent, Credentials
 from callhook.sip.grammar import parse_hostport
+from callhook.sip.guard import Network, networks
 from callhook.sip.message import parse_uri
+from callhook.sip.sdes import SrtpMode
 from callhook.sip.transport import Target, target_of
-from callhook.trunks import LEGACY, SrtpMode, Trunk, TrunkError
+from callhook.trunks import LEGACY, Trunk, TrunkError
 
 logger = logging.getLogger("callhook.sip")
 
@@ -125,6 +127,14 @@ class Trunks:
         self._retries.clear()
         for task in self._tasks:
             task.cancel()
+
+    def trusted(self) -> tuple[tuple[Network, ...], frozenset[str]]:
+        """Every trunk's networks (its ``addresses`` and what its hosts resolved to) and the
+        host names of the connections opened to trunks by name: whom ``[security]`` admits."""
+        extra: list[Network] = [n for trunk in self.config.values() for n in trunk.addresses]
+        for addresses in self.addresses.values():
+            extra += networks(sorted(addresses))
+        return tuple(extra), frozenset(target.host for target in self.targets.values())
 
     def of_source(self, source: Target) -> Trunk | None:
         """The trunk a call from ``source`` came through (None: from no trunk we know): on

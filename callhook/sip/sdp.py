@@ -53,12 +53,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
-from callhook.media.srtp import Crypto, SrtpError, new_key, redact
+from callhook.media.srtp import Crypto, new_key, redact
+from callhook.sip import sdes
 
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
 Codec = Literal["PCMU", "PCMA"]
 #: What SRTP an offer or answer may use: see the module docstring.
-SrtpMode = Literal["off", "offer", "require"]
+SrtpMode = sdes.SrtpMode
 
 #: The codecs callhook speaks, with their RFC 3551 static payload types.
 STATIC_PAYLOAD_TYPES: dict[str, int] = {"PCMU": 0, "PCMA": 8}
@@ -82,7 +83,6 @@ _RTP_PROTOS = frozenset(("RTP/AVP", "RTP/AVPF"))
 #: The SRTP profiles (RFC 3711 §12, RFC 5124); DTLS-SRTP's UDP/TLS/RTP/SAVP is not among them.
 _SRTP_PROTOS = frozenset(("RTP/SAVP", "RTP/SAVPF"))
 _ANY_RTP_PROTOS = _RTP_PROTOS | _SRTP_PROTOS
-_SRTP_MODES = frozenset(("off", "offer", "require"))
 #: Old-style hold (RFC 3264 §8.4, RFC 2543): a connection address of all zeros.
 _HOLD_ADDRESSES = frozenset(("0.0.0.0", "::"))
 
@@ -360,7 +360,7 @@ def _media_attribute(media: MediaDescription, value: str) -> None:
         if attr is None:
             media.crypto_refused.append("a=crypto without a value")
         else:
-            _crypto_attribute(media, attr)
+            sdes.add_crypto_line(media.crypto, media.crypto_refused, attr)
             attr = redact(attr)
     media.attributes.append((name, attr))
     if attr is None:
@@ -381,19 +381,6 @@ def _media_attribute(media: MediaDescription, value: str) -> None:
             return  # a broken ptime is ignored, as if absent
         if millis > 0:
             setattr(media, name, millis)
-
-
-def _crypto_attribute(media: MediaDescription, value: str) -> None:
-    """Keep a usable ``a=crypto`` (RFC 4568 §9.1), or why it is not usable."""
-    try:
-        crypto = Crypto.parse(value)
-    except SrtpError as exc:
-        media.crypto_refused.append(str(exc))
-        return
-    if any(c.tag == crypto.tag for c in media.crypto):  # §9.1: tags are unique in a stream
-        media.crypto_refused.append(f"tag {crypto.tag}: repeated; the first one is used")
-        return
-    media.crypto.append(crypto)
 
 
 def _parse_rtpmap(value: str) -> RtpMap | None:
@@ -482,35 +469,6 @@ def _negotiated(
     )
 
 
-def _check_mode(srtp: str) -> None:
-    if srtp not in _SRTP_MODES:
-        raise ValueError(f"srtp must be 'off', 'offer' or 'require', got {srtp!r}")
-
-
-def _offered_crypto(media: MediaDescription, index: int, srtp: SrtpMode) -> Crypto | str | None:
-    """The offer's crypto line we take for this stream, None for plain RTP, or why not.
-
-    RFC 4568 §7.1.2: the answerer accepts one of the offered crypto lines —
-    the first usable one, since the offerer lists them in its order of preference.
-    """
-    where = f"m= line {index} ({media.proto})"
-    if media.savp:
-        if srtp == "off":
-            return f"{where} is SRTP, which is off"
-        if not media.crypto:
-            refused = "; ".join(media.crypto_refused) or "no a=crypto"
-            return f"{where} has no usable a=crypto: {refused}"
-        return media.crypto[0]
-    if srtp == "off":
-        return None  # best-effort a=crypto lines in RTP/AVP are ignored: plain RTP
-    if media.crypto:
-        return media.crypto[0]
-    if srtp == "require":
-        refused = "; ".join(media.crypto_refused)
-        return f"{where} is plain RTP and SRTP is required" + (f" ({refused})" if refused else "")
-    return None
-
-
 def answer(
     offer: SessionDescription,
     local_ip: str,
@@ -538,7 +496,7 @@ def answer(
     but its security did not fit ``srtp``, else :class:`NoCommonCodec` when no
     stream qualifies.
     """
-    _check_mode(srtp)
+    sdes.check_mode(srtp)
     chosen: tuple[int, _Choice, Crypto | None] | None = None
     refusals: list[str] = []
     for index, media in enumerate(offer.media):
@@ -547,7 +505,8 @@ def answer(
         choice = _choose(media, tuple(STATIC_PAYLOAD_TYPES))
         if choice is None:
             continue
-        theirs = _offered_crypto(media, index, srtp)
+        where = f"m= line {index} ({media.proto})"
+        theirs = sdes.offered_crypto(media.savp, media.crypto, media.crypto_refused, where, srtp)
         if isinstance(theirs, str):
             refusals.append(theirs)
             continue
@@ -599,7 +558,7 @@ def offer(
     "require" offers RTP/SAVP, "offer" RTP/AVP with the same lines (module
     docstring). Raises ValueError for keys without SRTP or SRTP without keys.
     """
-    _check_mode(srtp)
+    sdes.check_mode(srtp)
     if srtp == "off" and crypto:
         raise ValueError("crypto keys given but srtp is 'off'")
     if srtp != "off" and not crypto:
@@ -641,7 +600,7 @@ def negotiate_answer(
     without a=crypto is plain RTP under "offer", and :class:`SrtpMismatch`
     under "require" (or when it chose RTP/SAVP).
     """
-    _check_mode(srtp)
+    sdes.check_mode(srtp)
     secure = srtp != "off" and bool(offered_crypto)
     protos = _ANY_RTP_PROTOS if secure else _RTP_PROTOS
     for index, media in enumerate(answer.media):
@@ -652,31 +611,16 @@ def negotiate_answer(
         choice = _choose(media, our_offer_codecs)
         if choice is None:
             raise NoCommonCodec("the answer names none of the codecs we offered")
-        keys = _answered_crypto(media, srtp, offered_crypto) if secure else None
+        keys = None
+        if secure:
+            answered = sdes.answered_crypto(
+                media.savp, media.proto, media.crypto, media.crypto_refused, srtp, offered_crypto
+            )
+            if isinstance(answered, str):
+                raise SrtpMismatch(answered)
+            keys = answered
         return _negotiated(answer, index, choice, _MIRROR[answer.direction_for(media)], keys)
     raise NoCommonCodec("the answer has no audio stream")
-
-
-def _answered_crypto(
-    media: MediaDescription, srtp: SrtpMode, offered: Sequence[Crypto]
-) -> tuple[Crypto, Crypto] | None:
-    """(our offered key, the answer's key) for the answer's a=crypto; None for plain RTP."""
-    if media.crypto:
-        theirs = media.crypto[0]  # §7.1.2: an answer carries exactly one
-        ours = next((c for c in offered if c.tag == theirs.tag), None)
-        if ours is None:
-            raise SrtpMismatch(f"the answer's a=crypto tag {theirs.tag} is not one we offered")
-        if ours.suite != theirs.suite:
-            raise SrtpMismatch(
-                f"the answer's a=crypto tag {theirs.tag} has suite {theirs.suite}, "
-                f"we offered {ours.suite}"
-            )
-        return ours, theirs
-    if media.crypto_refused:
-        raise SrtpMismatch("the answer's a=crypto is unusable: " + "; ".join(media.crypto_refused))
-    if srtp == "require" or media.savp:
-        raise SrtpMismatch(f"the answer ({media.proto}) has no a=crypto; SRTP was required")
-    return None
 
 
 def _addrtype(local_ip: str) -> str:
