@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from callhook.testing import AppServer
 
@@ -140,6 +141,22 @@ class Server:
         assert self.proc is not None and self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
             self.output += line.decode(errors="replace")
+
+    async def api(self, method: str, path: str) -> tuple[int, Any]:
+        """``method path`` on serve's HTTP server with the installation secret as bearer
+        token (``/api/stats``, ``/api/trunks``, ``/api/bans``): status and JSON body."""
+        import aiohttp
+
+        secret = (self.data_dir / "secret").read_text().strip()
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(
+                method,
+                f"http://127.0.0.1:{self.http_port}{path}",
+                headers={"Authorization": f"Bearer {secret}"},
+            ) as response,
+        ):
+            return response.status, await response.json()
 
     async def stop(self) -> int:
         assert self.proc is not None

@@ -30,12 +30,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_udp_port, wait_for_request
+from tests.e2e.test_trunks import trunk_states
 
 DID = "+441234567890"
 
@@ -274,20 +274,6 @@ def config(tmp_path: Path, app: AppServer, pbx: Asterisk) -> Path:
     return path
 
 
-async def trunk_states(server: Server, data_dir: Path) -> list[dict[str, Any]]:
-    secret = (data_dir / "secret").read_text().strip()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(
-            f"http://127.0.0.1:{server.http_port}/api/trunks",
-            headers={"Authorization": f"Bearer {secret}"},
-        ) as response,
-    ):
-        assert response.status == 200
-        states: list[dict[str, Any]] = await response.json()
-        return states
-
-
 async def test_callhook_registers_with_asterisk_and_a_call_to_the_did_runs_its_application(
     tmp_path: Path, app: AppServer, asterisk: Asterisk
 ) -> None:
@@ -299,7 +285,7 @@ async def test_callhook_registers_with_asterisk_and_a_call_to_the_did_runs_its_a
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
         contact = await asterisk.wait_registered(timeout=10)
         assert f"@127.0.0.1:{server.sip_port}" in contact, contact
-        (state,) = await trunk_states(server, data)
+        (state,) = await trunk_states(server)
         assert state["name"] == "asterisk" and state["state"] == "registered", state
         # The caller dials the DID at Asterisk; callhook's application hangs up, and
         # Asterisk sends the caller the BYE.

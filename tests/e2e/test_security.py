@@ -9,9 +9,6 @@ import asyncio
 import socket
 import sys
 from pathlib import Path
-from typing import Any
-
-import aiohttp
 
 from callhook.testing import AppServer
 from tests.e2e.harness import Server
@@ -40,19 +37,6 @@ def answer(sock: socket.socket, data: bytes, server: Server) -> bytes | None:
         return sock.recv(65536)
     except TimeoutError:
         return None
-
-
-async def api(server: Server, data: Path, method: str, path: str) -> tuple[int, Any]:
-    secret = (data / "secret").read_text().strip()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.request(
-            method,
-            f"http://127.0.0.1:{server.http_port}{path}",
-            headers={"Authorization": f"Bearer {secret}"},
-        ) as response,
-    ):
-        return response.status, await response.json()
 
 
 def config(tmp_path: Path, text: str) -> tuple[str, ...]:
@@ -121,7 +105,7 @@ async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
             inside = f"127.0.0.1:{caller.getsockname()[1]}"
             reply = answer(caller, request("OPTIONS", "x", server.sip_port, 999, inside), server)
             assert reply is not None and reply.startswith(b"SIP/2.0 200")  # others answered
-            status, bans = await api(server, data, "GET", "/api/bans")
+            status, bans = await server.api("GET", "/api/bans")
             assert status == 200
             (ban,) = bans
             assert ban["address"] == "127.0.0.3" and 590 <= ban["seconds_left"] <= 600
@@ -143,8 +127,8 @@ async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
                 answer(flooder, request("OPTIONS", "x", server.sip_port, 1000, local), server)
                 is None
             )
-            assert (await api(server, data, "DELETE", "/api/bans/127.0.0.3"))[0] == 200
-            assert (await api(server, data, "DELETE", "/api/bans/127.0.0.3"))[0] == 404
+            assert (await server.api("DELETE", "/api/bans/127.0.0.3"))[0] == 200
+            assert (await server.api("DELETE", "/api/bans/127.0.0.3"))[0] == 404
             reply = answer(flooder, request("OPTIONS", "x", server.sip_port, 1001, local), server)
             assert reply is not None and reply.startswith(b"SIP/2.0 200")
     assert server.output.count("SIP from 127.0.0.3: banned for 600 s") == 1

@@ -55,18 +55,10 @@ def config(
     return path
 
 
-async def trunk_states(server: Server, data_dir: Path) -> list[dict[str, Any]]:
-    secret = (data_dir / "secret").read_text().strip()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(
-            f"http://127.0.0.1:{server.http_port}/api/trunks",
-            headers={"Authorization": f"Bearer {secret}"},
-        ) as response,
-    ):
-        assert response.status == 200
-        states: list[dict[str, Any]] = await response.json()
-        return states
+async def trunk_states(server: Server) -> list[dict[str, Any]]:
+    status, states = await server.api("GET", "/api/trunks")
+    assert status == 200
+    return list(states)
 
 
 async def call_the_did(tmp_path: Path, provider: Provider) -> sipp.SippRun:
@@ -92,7 +84,7 @@ async def test_callhook_registers_and_a_call_to_the_did_runs_its_application(
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
         (contact,) = await provider.wait_registered(timeout=10)
         assert contact.startswith("sips:" if transport == "tls" else "sip:")
-        (state,) = await trunk_states(server, data)
+        (state,) = await trunk_states(server)
         assert state["name"] == "provider" and state["state"] == "registered"
         assert 250 <= state["expires_in"] <= 300
         run = await call_the_did(tmp_path, provider)
@@ -133,7 +125,7 @@ async def test_a_wrong_password_is_failing_with_its_reason_and_backs_off(
     cfg = config(tmp_path, app, provider, password="not-the-password")
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
         for _ in range(100):
-            (state,) = await trunk_states(server, data)
+            (state,) = await trunk_states(server)
             if state["state"] == "failing":
                 break
             await asyncio.sleep(0.05)
@@ -141,7 +133,7 @@ async def test_a_wrong_password_is_failing_with_its_reason_and_backs_off(
         assert "password was refused" in state["reason"]
         assert 25 <= state["next_try_in"] <= 30  # RFC 5626 back-off: 30 s first
         await asyncio.sleep(1.0)  # no crash loop: nothing more is tried meanwhile
-        (again,) = await trunk_states(server, data)
+        (again,) = await trunk_states(server)
         assert again["state"] == "failing" and again["next_try_in"] < state["next_try_in"]
         table = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -239,7 +231,7 @@ async def test_a_tls_registrar_whose_certificate_is_not_trusted_is_failing(
     cfg.write_text("\n".join(line for line in cfg.read_text().splitlines() if "tls_ca" not in line))
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
         for _ in range(100):
-            (state,) = await trunk_states(server, data)
+            (state,) = await trunk_states(server)
             if state["state"] == "failing":
                 break
             await asyncio.sleep(0.05)
