@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from callhook.media import wav
@@ -150,10 +151,54 @@ def load_config(workdir: Path) -> Path:
 
 
 def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, object]:
+    """One load step of the kit's own call: N calls at once, 5 x N in all."""
     data = workdir / f"data-{n}"
     prepare_data(data, kit)
+    sipp = ["sipp", "-sf", "ivr_uac.xml", *sipp_common(n), "-mp", "6000"]
+    return run_load(n, data, str(n), app_base, workdir, sipp, kit / "scenarios")
+
+
+def sipp_common(n: int) -> list[str]:
+    """SIPp's arguments for load step ``n`` (the kit's README), but the scenario and the
+    media ports: target, addresses, N at once, the kit's ramp, 5 x N calls."""
+    return [
+        f"127.0.0.1:{SIP_PORT}",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        "5061",
+        "-mi",
+        "127.0.0.1",
+        "-l",
+        str(n),
+        "-r",
+        str((n + 11) // 12),
+        "-m",
+        str(n * 5),
+        "-recv_timeout",
+        "40000",
+        "-nostdin",
+        "-trace_err",
+    ]
+
+
+def run_load(
+    n: int,
+    data: Path,
+    label: str,
+    app_base: str,
+    workdir: Path,
+    sipp_command: list[str],
+    sipp_cwd: Path,
+    *,
+    digits: str = "1234",
+    from_capture: Callable[[Path], dict[str, object]] | None = None,
+) -> dict[str, object]:
+    """Run ``serve`` on ``data``, capture its RTP, run ``sipp_command`` and measure: the
+    figures of one line of the table. ``from_capture`` adds figures read off the RTP
+    capture before it is deleted; SIPp's screen is kept in ``sipp-<label>.out``."""
     http = free_port()
-    log = (workdir / f"callhook-{n}.log").open("w")
+    log = (workdir / f"callhook-{label}.log").open("w")
     server = subprocess.Popen(
         [
             str(ROOT / ".venv" / "bin" / "callhook"),
@@ -180,7 +225,7 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     )
     time.sleep(1.5)
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
-    pcap = workdir / f"rtp-{n}.pcap"
+    pcap = workdir / f"rtp-{label}.pcap"
     dump = subprocess.Popen(
         [
             "tcpdump",
@@ -202,35 +247,7 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     sampler = Sampler(server.pid)
     sampler.start()
     started = time.monotonic()
-    sipp = subprocess.run(
-        [
-            "sipp",
-            "-sf",
-            "ivr_uac.xml",
-            f"127.0.0.1:{SIP_PORT}",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5061",
-            "-mi",
-            "127.0.0.1",
-            "-mp",
-            "6000",
-            "-l",
-            str(n),
-            "-r",
-            str((n + 11) // 12),
-            "-m",
-            str(n * 5),
-            "-recv_timeout",
-            "40000",
-            "-nostdin",
-            "-trace_err",
-        ],
-        cwd=kit / "scenarios",
-        capture_output=True,
-        text=True,
-    )
+    sipp = subprocess.run(sipp_command, cwd=sipp_cwd, capture_output=True, text=True)
     elapsed = time.monotonic() - started
     time.sleep(2.0)  # final pages, last packets
     sampler.stop.set()
@@ -245,6 +262,7 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
     log.close()
 
     screen = sipp.stdout + sipp.stderr
+    (workdir / f"sipp-{label}.out").write_text(screen)
 
     def count(label: str) -> int:
         found = re.findall(rf"{label}\s*\|\s*\d+\s*\|\s*(\d+)", screen)
@@ -269,12 +287,13 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
         if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
     )
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
+    extra = from_capture(pcap) if from_capture is not None else {}
     pcap.unlink(missing_ok=True)
     return {
         "n": n,
         "ok": ok,
         "failed": failed,
-        "digits_right": app["digits"].get("1234", 0),
+        "digits_right": app["digits"].get(digits, 0),
         "digits_calls": sum(app["digits"].values()),
         "recordings_right": right_length,
         "recordings": len(recordings),
@@ -291,6 +310,7 @@ def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, objec
         "gc": stats.get("gc_pauses", {}),
         "elapsed": elapsed,
         "final": app["final"],
+        **extra,
     }
 
 

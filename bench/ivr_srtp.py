@@ -28,33 +28,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from bench.ivr_load import (
-    CALL_SECONDS,
-    EXPECTED_RECORDING,
-    KIT,
-    ROOT,
-    RTP_FIRST,
-    RTP_LAST,
-    SIP_PORT,
-    Sampler,
-    free_port,
-    get_json,
-    load_config,
-    prepare_data,
-    quantiles,
-    rtp_gaps,
-)
+from bench.ivr_load import KIT, ROOT, free_port, prepare_data, run_load, sipp_common
 
 SIPP = Path("/opt/sipp-srtp/sipp")
 DIGITS = "1234"
@@ -237,150 +218,18 @@ def run_step(
     prepare_data(data, kit)
     xml = workdir / f"ivr_uac_{mode}.xml"
     xml.write_text(scenario(srtp, workdir / "caller.ulaw"))
-    http = free_port()
-    log = (workdir / f"callhook-{mode}-{n}.log").open("w")
-    server = subprocess.Popen(
-        [
-            str(ROOT / ".venv" / "bin" / "callhook"),
-            "serve",
-            "--config",
-            str(load_config(workdir)),
-            "--sip",
-            f"127.0.0.1:{SIP_PORT}",
-            "--http",
-            f"127.0.0.1:{http}",
-            "--rtp-ports",
-            f"{RTP_FIRST}-{RTP_LAST}",
-            "--data-dir",
-            str(data),
-            "--app-url",
-            f"{app_base}/ivr/start",
-            "--final-page",
-            f"{app_base}/ivr/final",
-            "--secret",
-            "bench",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    time.sleep(1.5)
-    urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
-    pcap = workdir / f"rtp-{mode}-{n}.pcap"
-    dump = subprocess.Popen(
-        [
-            "tcpdump",
-            "-i",
-            "lo",
-            "-n",
-            "-s",
-            "64",
-            "-B",
-            "16384",
-            "-w",
-            str(pcap),
-            f"udp and src portrange {RTP_FIRST}-{RTP_LAST}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(1.0)
-    sampler = Sampler(server.pid)
-    sampler.start()
-    started = time.monotonic()
-    sipp = subprocess.run(
-        [
-            str(sipp_bin),
-            "-sf",
-            str(xml),
-            f"127.0.0.1:{SIP_PORT}",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            "5061",
-            "-mi",
-            "127.0.0.1",
-            "-min_rtp_port",
-            "6000",
-            "-max_rtp_port",
-            "19998",
-            "-l",
-            str(n),
-            "-r",
-            str((n + 11) // 12),
-            "-m",
-            str(n * 5),
-            "-recv_timeout",
-            "40000",
-            "-nostdin",
-            "-trace_err",
-        ],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-    )
-    elapsed = time.monotonic() - started
-    time.sleep(2.0)  # final pages, last packets
-    sampler.stop.set()
-    sampler.join()
-    dump.send_signal(signal.SIGINT)
-    dump.wait(timeout=10)
-    secret = (data / "secret").read_text().strip()
-    stats = get_json(f"http://127.0.0.1:{http}/api/stats", secret)
-    app = get_json(f"{app_base}/stats")
-    server.send_signal(signal.SIGTERM)
-    server.wait(timeout=60)
-    log.close()
-    screen = sipp.stdout + sipp.stderr
-    (workdir / f"sipp-{mode}-{n}.out").write_text(screen)
+    ports = ["-min_rtp_port", "6000", "-max_rtp_port", "19998"]
+    sipp = [str(sipp_bin), "-sf", str(xml), *sipp_common(n), *ports]
 
-    def count(label: str) -> int:
-        found = re.findall(rf"{label}\s*\|\s*\d+\s*\|\s*(\d+)", screen)
-        return int(found[-1]) if found else -1
+    def packet_bytes(pcap: Path) -> dict[str, object]:
+        sizes = packet_sizes(pcap)
+        return {"packet_bytes": sizes.most_common(1)[0][0] if sizes else 0}
 
-    ok, failed = count("Successful call"), count("Failed call")
-    samples = sampler.samples
-    cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else float("nan")
-    loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
-    pct = (
-        (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
-        if len(loaded) > 1
-        else float("nan")
-    )
-    rss_mb = max(s[2] for s in samples) / 1024 if samples else float("nan")
-    call_seconds = max(ok, 0) * CALL_SECONDS
-    recordings = app["recordings"]
-    right_length = sum(
-        1
-        for d, _, _ in recordings
-        if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
-    )
-    p50, p99, gmax = quantiles(rtp_gaps(pcap))
-    sizes = packet_sizes(pcap)
-    pcap.unlink(missing_ok=True)
-    return {
-        "n": n,
-        "srtp": srtp,
-        "ok": ok,
-        "failed": failed,
-        "digits_right": app["digits"].get(DIGITS, 0),
-        "digits_calls": sum(app["digits"].values()),
-        "recordings_right": right_length,
-        "recordings": len(recordings),
-        "recording_lengths": quantiles([d for d, _, _ in recordings if d is not None]),
-        "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else float("nan"),
-        "cpu_pct": pct,
-        "rss_mb": rss_mb,
-        "gap_p50": p50,
-        "gap_p99": p99,
-        "gap_max": gmax,
-        "packet_bytes": sizes.most_common(1)[0][0] if sizes else 0,
-        "page": stats.get("page_latency", {}),
-        "late_ticks": stats.get("media_late_ticks"),
-        "tick": stats.get("media_tick", {}),
-        "gc": stats.get("gc_pauses", {}),
-        "elapsed": elapsed,
-        "final": app["final"],
-    }
+    result = run_load(
+        n, data, f"{mode}-{n}", app_base, workdir, sipp, workdir,
+        digits=DIGITS, from_capture=packet_bytes,
+    )  # fmt: skip
+    return {**result, "srtp": srtp}
 
 
 def main() -> None:
