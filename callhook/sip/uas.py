@@ -63,7 +63,8 @@ class Uas(Core):
     def refuse(self, data: bytes, source: Target | Address, now: float) -> None:
         """Answer a request from a source outside ``[security] allow`` with 403, the same
         for every user it names (a scanner learns nothing), statelessly (§8.2.6: no
-        transaction is kept for it). Anything else (an ACK, a response, garbage) is
+        transaction is kept for it), sent where any response goes (its source port when
+        the Via asks rport, RFC 3581). Anything else (an ACK, a response, garbage) is
         dropped."""
         source = Target(*source)
         try:
@@ -72,6 +73,7 @@ class Uas(Core):
             return
         if not isinstance(message, Request) or message.method == "ACK":
             return
+        self._mark_received(message, source)
         try:
             response = make_response(
                 message, 403, "Forbidden", server=self.user_agent, to_tag=new_tag()

@@ -89,6 +89,26 @@ async def test_reject_answers_every_user_the_same(tmp_path: Path, app: AppServer
     assert app.bodies("/start") == []
 
 
+async def test_reject_answers_at_the_source_port_when_the_via_asks_rport(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """RFC 3581: a NATed (or scanning) source whose Via names another port gets its 403
+    at the port it sent from, like every other response."""
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    extra = config(tmp_path, '[security]\nallow = ["127.0.0.1/32"]\nunknown = "reject"\n')
+    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+        with udp_from("127.0.0.2") as outsider:
+            port = outsider.getsockname()[1]
+            reply = answer(
+                outsider, request("INVITE", "demo", server.sip_port, 1, "127.0.0.2:9"), server
+            )
+    assert reply is not None and reply.startswith(b"SIP/2.0 403 Forbidden"), reply
+    assert f"received=127.0.0.2;rport={port}".encode() in reply or (
+        f"rport={port};received=127.0.0.2".encode() in reply
+    ), reply
+
+
 async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
     tmp_path: Path, app: AppServer
 ) -> None:
