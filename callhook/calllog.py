@@ -7,19 +7,24 @@ media file namespace, named in the page requests' ``log_filename``. A line is
 
 wall-clock time (UTC, ms), seconds since the call started (media time), a
 kind, and the details. Lines are flushed as written, so the log survives a
-crash. The call's start and end and every warning and error also go to the server
-log (``logging``, ``callhook.call``, with the application instance id); the
-other lines do too at DEBUG (``callhook -v``). Listeners (the terminal phone)
-get every line.
+crash. A line the disk refuses (full) is kept in memory, at most
+:data:`HELD_MAX` of them, and written before the next line once it can be:
+the call goes on either way (issue 14). The call's start and end and every
+warning and error also go to the server log (``logging``, ``callhook.call``,
+with the application instance id); the other lines do too at DEBUG
+(``callhook -v``). Listeners (the terminal phone) get every line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 from callhook.clock import Clock
 
@@ -31,6 +36,9 @@ SERVER_KINDS = frozenset({"call_start", "call_end", "error", "invalid_response",
 #: (kind, text) of each line, for whoever wants to watch a call as it runs.
 Listener = Callable[[str, str], None]
 
+#: The most lines a call keeps in memory while its log file cannot be written.
+HELD_MAX = 2000
+
 
 class CallLog:
     """Writes one call's log lines to ``path`` (if given), the server log and listeners."""
@@ -39,11 +47,18 @@ class CallLog:
         self.instance_id = instance_id
         self._clock = clock
         self._start = clock.now()
-        self._file: TextIO | None = None
+        self._file: BinaryIO | None = None
         self.path = path
+        # Bytes the disk refused (full), written before the next line once it takes them.
+        self._held = bytearray()
+        self._held_lines = 0
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("a", encoding="utf-8", buffering=1)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # Unbuffered: a write that fails is known at once and never half-repeated.
+                self._file = path.open("ab", buffering=0)
+            except OSError as exc:
+                logger.error("[%s] call log %s cannot be opened: %s", instance_id, path, exc)
         self.listeners: list[Listener] = []
         self.lines: list[str] = []
 
@@ -54,7 +69,7 @@ class CallLog:
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()
         self.lines.append(line)
         if self._file is not None:
-            self._file.write(line + "\n")
+            self._append((line + "\n").encode())
         # The server log gets the call's start and end, and every warning or error;
         # the rest is in the call's own log file (writing it twice costs CPU at scale).
         if level > logging.INFO or kind in SERVER_KINDS:
@@ -64,7 +79,43 @@ class CallLog:
         for listener in self.listeners:
             listener(kind, text)
 
+    def _append(self, data: bytes) -> None:
+        assert self._file is not None
+        was_held = bool(self._held)
+        if self._held_lines < HELD_MAX:
+            self._held += data
+            self._held_lines += 1
+        try:
+            while self._held:
+                written = self._file.write(self._held) or 0
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                del self._held[:written]
+        except OSError as exc:
+            if not was_held:  # once per outage, with the cause
+                logger.error(
+                    "[%s] call log %s cannot be written (%s): lines held until it can",
+                    self.instance_id,
+                    self.path,
+                    exc,
+                )
+            return
+        self._held_lines = 0
+        if was_held:
+            logger.warning("[%s] call log %s is written again", self.instance_id, self.path)
+
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                while self._held and (written := self._file.write(self._held) or 0) > 0:
+                    del self._held[:written]
+            if self._held:
+                logger.error(
+                    "[%s] call log %s: %d byte(s) could not be written before the call ended",
+                    self.instance_id,
+                    self.path,
+                    len(self._held),
+                )
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None

@@ -101,6 +101,14 @@ class Database:
         """Run ``fn(connection)`` in a transaction on the database thread."""
         return self._thread.submit(self._transaction, fn)
 
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in a transaction now: only on the database thread (see :meth:`on_thread`)."""
+        return self._transaction(fn)
+
+    def on_thread(self, fn: Callable[[], T]) -> Future[T]:
+        """Run ``fn()`` on the database thread, outside any transaction (it may open several)."""
+        return self._thread.submit(fn)
+
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in a transaction and wait for it (start-up, tests, other threads)."""
         return self.submit(fn).result()

@@ -15,14 +15,25 @@ transaction. At start-up :meth:`RecordingJournal.recover` finishes what a
 crash interrupted: a file that was still being written is made valid
 (:func:`~callhook.store.wavfile.recover`) and, if its action never
 completed, reported with reason ``error`` and what the file holds.
+
+An update the database refuses (``sqlite3.OperationalError``: a full disk,
+an I/O error) is not lost: it is held in memory, in order with the updates
+after it, and tried again after :data:`RETRY_FIRST` seconds, doubling up to
+:data:`RETRY_MAX`, until the database takes it (issue 14: the notification
+goes out once space is back). A process that stops meanwhile loses only the
+held updates; start-up recovery then reports the recording with reason
+``error`` from what its file holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -33,6 +44,13 @@ from callhook.store import outbox, wavfile
 from callhook.store.database import Database, Ownership
 
 logger = logging.getLogger("callhook.store")
+
+#: Seconds before the first retry of journal updates the database refused (a full disk).
+RETRY_FIRST = 0.5
+#: The longest wait between retries.
+RETRY_MAX = 10.0
+
+Update = Callable[[sqlite3.Connection], bool]
 
 
 def _set(
@@ -74,15 +92,76 @@ class RecordingJournal:
         self.ownership = ownership
         #: Called (on the database thread) when a notification was queued.
         self.on_queued = on_queued
+        # Updates not yet taken by the database, oldest first (only touched on its thread).
+        self._backlog: deque[Update] = deque()
+        self._retry_delay = RETRY_FIRST
+        self._retry: threading.Timer | None = None
 
-    def _submit(self, fn: Callable[[sqlite3.Connection], bool]) -> Future[bool]:
-        future = self.db.submit(fn)
+    def _submit(self, fn: Update) -> Future[bool]:
+        future = self.db.on_thread(lambda: self._apply(fn))
         future.add_done_callback(_log_failure)
         future.add_done_callback(self._queued)
         return future
 
+    @property
+    def held_back(self) -> int:
+        """How many updates wait for the database to take them again (a full disk)."""
+        return len(self._backlog)
+
+    def _apply(self, fn: Update) -> bool:
+        """On the database thread: ``fn`` after the updates still held back, in order."""
+        self._backlog.append(fn)
+        if len(self._backlog) > 1:
+            return False  # behind held-back updates: the retry runs it, in its turn
+        return self._drain()
+
+    def _drain(self) -> bool:
+        """Run the held-back updates in order until one is refused; True if one queued a
+        notification."""
+        queued = False
+        while self._backlog:
+            try:
+                queued |= self.db.transaction(self._backlog[0])
+            except sqlite3.OperationalError as exc:  # "database or disk is full", I/O
+                self._hold(exc)
+                return queued
+            except Exception:  # a bug, not the disk: retrying would never help
+                logger.exception("a recordings journal update failed and is dropped")
+            self._backlog.popleft()
+        if self._retry_delay != RETRY_FIRST:
+            logger.warning("the recordings journal is written again; held-back updates done")
+            self._retry_delay = RETRY_FIRST
+        return queued
+
+    def _hold(self, exc: sqlite3.OperationalError) -> None:
+        if self._retry_delay == RETRY_FIRST:
+            logger.error(
+                "the recordings journal cannot be written (%s): %d update(s) held in memory,"
+                " retried until it can (the recordings' notifications follow then)",
+                exc,
+                len(self._backlog),
+            )
+        else:
+            logger.debug("the recordings journal still cannot be written: %s", exc)
+        if self._retry is None:
+            self._retry = threading.Timer(self._retry_delay, self._retry_soon)
+            self._retry.daemon = True
+            self._retry.start()
+        self._retry_delay = min(RETRY_MAX, self._retry_delay * 2)
+
+    def _retry_soon(self) -> None:
+        # On the timer's thread: the retry itself runs on the database thread.
+        with contextlib.suppress(RuntimeError):  # the database was closed: recovery's turn
+            future = self.db.on_thread(self._retry_now)
+            future.add_done_callback(_log_failure)
+            future.add_done_callback(self._queued)
+
+    def _retry_now(self) -> bool:
+        self._retry = None
+        return self._drain()
+
     def _queued(self, future: Future[bool]) -> None:
-        if not future.exception() and future.result() and self.on_queued is not None:
+        if future.exception() is None and future.result() and self.on_queued is not None:
             self.on_queued()
 
     def started(

@@ -27,6 +27,7 @@ the recording is then safe from a power cut, and may be announced.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -103,14 +104,28 @@ def unknown_length_header(law: str) -> bytes:
     return bytes(header)
 
 
+class ShortWrite(OSError):
+    """A write that stopped part-way (a full disk): ``written`` bytes of it reached the file."""
+
+    def __init__(self, cause: OSError, written: int) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.written = written
+
+
 def write_all(fd: int, data: bytes, offset: int) -> None:
-    """``pwrite`` all of ``data`` at ``offset`` (a short write, such as on a full disk, raises)."""
+    """``pwrite`` all of ``data`` at ``offset``; raises :class:`ShortWrite` (an OSError)
+    saying how much was written when the disk fails part-way (a full disk fills
+    the last page it has, then refuses)."""
     view = memoryview(data)
+    done = 0
     while view:
-        n = os.pwrite(fd, view, offset)
+        try:
+            n = os.pwrite(fd, view, offset)
+        except OSError as exc:
+            raise ShortWrite(exc, done) from exc
         if n <= 0:
-            raise OSError(errno.ENOSPC, "no space left to write the recording")
-        view, offset = view[n:], offset + n
+            raise ShortWrite(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), done)
+        view, offset, done = view[n:], offset + n, done + n
 
 
 class WavWriter:
@@ -142,6 +157,9 @@ class WavWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._since_header = 0
+        #: A write failed (a full disk): nothing more is written, the file is finished
+        #: from what it holds (issue 14: the recording so far is kept).
+        self._broken = False
         make_directories(path.parent)
         # Read-write: an encrypted file is read back when it is finished.
         self._fd: int | None = os.open(
@@ -163,6 +181,9 @@ class WavWriter:
         except OSError:
             os.close(self._fd)
             self._fd = None
+            # Not even the header fits (a full disk): no half-made file is left behind
+            # the name (the journal forgets the recording: RecordingJournal.failed).
+            path.unlink(missing_ok=True)
             raise
 
     @classmethod
@@ -183,7 +204,7 @@ class WavWriter:
         return cls(path, law, max_bytes, limit_bytes=limit, key=key, on_durable=on_durable)
 
     def write(self, data: bytes) -> None:
-        if self._fd is None:
+        if self._fd is None or self._broken:
             return
         taken = self.length + self._pending_bytes
         if self.limit_bytes is not None and taken + len(data) > self.limit_bytes:
@@ -199,7 +220,11 @@ class WavWriter:
             self._flush()
 
     def _flush(self, pad: bytes = b"") -> None:
-        """Write the pending audio (and ``pad``); what fails to be written is dropped."""
+        """Write the pending audio (and ``pad``); what fails to be written is dropped.
+
+        A failed write marks the writer broken (nothing more is written) and
+        raises; the file still holds a valid recording of everything before.
+        """
         assert self._fd is not None
         data = b"".join(self._pending)
         self._pending.clear()
@@ -208,19 +233,56 @@ class WavWriter:
             # The final blocks go where the old tail was, the new tail after them:
             # one write, so the file is a complete ciphertext before and after it.
             blocks, tail = self._stream.encrypt(data)
-            write_all(self._fd, blocks + tail, self._offset)
+            try:
+                write_all(self._fd, blocks + tail, self._offset)
+            except OSError:
+                self._broken = True
+                self._restore_tail()
+                raise
             self._stream.commit(data, blocks)
             self._offset += len(blocks)
             self.length += len(data)
             return
         if data or pad:
-            write_all(self._fd, data + pad, self._offset)
+            try:
+                write_all(self._fd, data + pad, self._offset)
+            except ShortWrite as exc:
+                # What reached the disk is audio the caller sent: it counts. An even
+                # number of bytes is kept (no pad byte is needed, which there may be no
+                # room for) and the file is cut there: shrinking a file needs no space.
+                kept = min(exc.written, len(data)) & ~1
+                self._offset += kept
+                self.length += kept
+                self._broken = True
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._offset)
+                raise
+            except OSError:
+                self._broken = True
+                raise
             self._offset += len(data) + len(pad)
             self.length += len(data)
             self._since_header += len(data)
         if self._since_header >= HEADER_REFRESH_BYTES:
             self._since_header = 0
             write_all(self._fd, wav.g711_header(self.law, self.length), 0)
+
+    def _restore_tail(self) -> None:
+        """After a failed write of an encrypted file: put the old tail block back.
+
+        A partial write may have replaced it with a block that is not a final
+        one, and the file would no longer decrypt. The tail's block is already
+        on disk (no new space is needed) and whatever the failed write added
+        after it is cut off, so the file is again the complete ciphertext of
+        what was committed (the :class:`~callhook.store.crypto.CbcStream` promise).
+        """
+        assert self._fd is not None and self._stream is not None
+        _, tail = self._stream.encrypt(b"")
+        try:
+            os.pwrite(self._fd, tail, self._offset)
+            os.ftruncate(self._fd, self._offset + len(tail))
+        except OSError as exc:
+            logger.error("recording %s: its last block could not be restored: %s", self.path, exc)
 
     def close(self) -> None:
         """Write what is left and the final header; the file is finished on a worker thread.
@@ -231,12 +293,18 @@ class WavWriter:
         if self._fd is None:
             return
         fd = self._fd
+        failed = False
         try:
-            odd = (self.length + self._pending_bytes) & 1
-            self._since_header = HEADER_REFRESH_BYTES  # the header is rewritten now
-            # RIFF chunks are word-aligned: a pad byte after odd-length audio.
-            self._flush(pad=b"\x00" if self._stream is None and odd else b"")
-            failed = False
+            if self._broken:
+                # A write failed (a full disk): nothing more is written but the header,
+                # in place (no new space). An encrypted file's tail is already restored.
+                if self._stream is None:
+                    write_all(fd, wav.g711_header(self.law, self.length), 0)
+            else:
+                odd = (self.length + self._pending_bytes) & 1
+                self._since_header = HEADER_REFRESH_BYTES  # the header is rewritten now
+                # RIFF chunks are word-aligned: a pad byte after odd-length audio.
+                self._flush(pad=b"\x00" if self._stream is None and odd else b"")
         except OSError as exc:
             logger.error("recording %s: the last write failed: %s", self.path, exc)
             failed = True

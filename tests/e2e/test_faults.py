@@ -1,0 +1,177 @@
+"""Faults lose nothing (issue 14, item 6): each fault made real against a real ``serve``.
+
+* **Disk full while recording.** ``serve`` runs with its data directory on a
+  small tmpfs of its own: ``unshare -rm`` (a user and mount namespace, which a
+  user who is not root may make on Debian) mounts it and execs ``serve``, so
+  nothing outside sees it. The test reaches that directory through
+  ``/proc/<serve's pid>/root`` (the kernel's view of another mount namespace),
+  fills it with a file while SIPp's caller is being recorded, and deletes the
+  file to bring space back. The state database lives there too, so the
+  recordings journal is refused as well (SQLITE_FULL).
+* **The speech recogniser crashing or hanging mid-``get_input``.** The real
+  engine runs; ``CALLHOOK_FAULT_RECOGNISER`` (read once at start-up by
+  ``callhook.speech.faults``) breaks the first engine instance on its first
+  utterance. The instances the restart builds are the real engine, healthy.
+* **The page server slow or resetting connections under load**: 21 SIPp calls at
+  once; a third of them get a next_page answered after the page timeout, a third
+  get a connection closed without an answer.
+* **5 % RTP loss with 60 ms jitter**: ``tc netem`` on the loopback of a network
+  namespace of the test's own, with ``serve`` and SIPp both inside.
+
+Outcomes are in docs/behaviour.md, "Faults".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.testing import AppServer
+from tests.e2e import harness, sipp
+from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.rtpstream import Stream
+from tests.e2e.test_recordings import (
+    assert_holds_what_was_sent,
+    assert_result_matches_file,
+    talk,
+)
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+#: The tmpfs the data directory is on: serve's start-up needs well under 1 MB of it.
+TMPFS_BYTES = 4 << 20
+
+
+async def until(condition: Any, timeout: float, what: str, step: float = 0.05) -> None:
+    """Wait until ``condition()`` is true, at most ``timeout`` seconds (a deadline, not hope)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        await asyncio.sleep(step)
+
+
+# --- disk full while recording ---------------------------------------------------------------
+
+
+def _unshare_works() -> str | None:
+    """Why a user+mount namespace with a tmpfs cannot be made here (None: it can)."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k probe /mnt"],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        return f"unshare -rm cannot mount a tmpfs here: {probe.stderr.strip()}"
+    return None
+
+
+@contextlib.contextmanager
+def serve_on_small_tmpfs(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> Iterator[None]:
+    """Make the harness start serve in its own mount namespace, its data dir a small tmpfs."""
+    why = _unshare_works()
+    if why is not None:
+        pytest.skip(why)
+    data_dir.mkdir(parents=True)
+    script = f'mount -t tmpfs -o size={TMPFS_BYTES} callhook-faults "$0" && exec "$@"'
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            harness,
+            "CALLHOOK",
+            ["unshare", "-rm", "sh", "-c", script, str(data_dir), sys.executable, "-m", "callhook"],
+        )
+        yield
+
+
+def fill(directory: Path) -> Path:
+    """Write a file in ``directory`` until its filesystem is full; returns the file."""
+    filler = directory / "filler"
+    chunk = b"\0" * 65536
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        try:  # the last partial page too
+            while f.write(b"\0" * 512):
+                pass
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = tmp_path / "data"
+    app.page(
+        "/start",
+        [
+            {
+                "record": {
+                    "next_page": {"url": "/recorded"},
+                    "recording_available_page": {"url": "/available"},
+                    "id": "full",
+                    "milliseconds_max_silence": 10000,
+                    "seconds_max_duration": 30,
+                }
+            }
+        ],
+    )
+    app.page("/recorded", [{"hang_up": {}}])
+    app.page("/available", None)
+    app.page("/final", None)
+    sent = talk(1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6)  # ~8 s of continuous speech
+    stream = Stream(12.0).speech(sent, at=0.5)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("rec"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
+    with serve_on_small_tmpfs(monkeypatch, data_dir):
+        async with Server.for_app(data_dir, app) as server:
+            assert server.proc is not None
+            inside = Path(f"/proc/{server.proc.pid}/root") / data_dir.relative_to("/")
+            recordings = inside / "media" / "default" / "recordings"
+            caller = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+
+            def recording_under_way() -> bool:
+                return any(f.stat().st_size > 16000 for f in recordings.glob("*.wav"))
+
+            await until(recording_under_way, 15, "the recording did not start")
+            filler = fill(inside)
+            assert await wait_for_request(app, "/recorded", 10), server.output
+            (body,) = app.bodies("/recorded")
+            result = body["action_result"]["result"]
+            assert result["reason"] == "error", result
+            assert result["id"] == "full" and result["contains_sound"] is True
+            data = (inside / "media" / "default" / result["filename"]).read_bytes()
+            # The recording so far: a valid WAV holding exactly a span of what was said.
+            assert_holds_what_was_sent(data, stream.sent(), law="ulaw", sent_law="ulaw")
+            assert_result_matches_file(result, data)
+            assert result["seconds_duration"] >= 1.5
+            run = await caller
+            assert run.returncode == 0, run.output + run.errors + server.output
+            await until(lambda: app.bodies("/final"), 10, "no final page")
+            # The cause, in the server log; the journal could not be written either.
+            assert "No space left on device" in server.output, server.output
+            assert "recordings journal cannot be written" in server.output, server.output
+            assert app.bodies("/available") == []  # not while the disk is full
+            filler.unlink()  # space comes back
+            assert await wait_for_request(app, "/available", 30), server.output
+            (notice,) = app.bodies("/available")
+            assert notice["is_notification"] is True
+            assert notice["action_result"]["result"] == {**result, "file_available": True}
+            assert (inside / "media" / "default" / result["filename"]).read_bytes() == data
+        assert server.proc.returncode == 0, server.output
+    assert "Traceback" not in server.output, server.output
