@@ -70,6 +70,7 @@ from callhook.events import (
     PromptFinished,
     SayText,
     SpeechRecognised,
+    SpeechRejected,
     StartPrompt,
     StartRecognition,
     StartRecording,
@@ -372,6 +373,9 @@ class CallRunner:
             best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
             typed = " (typed)" if event.phrase.typed else ""
             self.log.write("speech", f"{best!r}{typed}")
+        elif isinstance(event, SpeechRejected) and event.cause:
+            # The recogniser failed (issue 14): the utterance counts as nothing recognised.
+            self.log.write("speech_failed", event.cause, level=logging.WARNING)
         elif isinstance(event, PromptFinished) and event.error:
             self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
 

@@ -87,7 +87,14 @@ class SpeechRecognised:
 
 @dataclass(frozen=True, slots=True)
 class SpeechRejected:
-    """The caller spoke but the recogniser matched nothing."""
+    """The caller spoke but the recogniser matched nothing.
+
+    ``cause`` is set when that is because the recogniser failed (crashed, hung,
+    restarting: issue 14); the action takes it as nothing recognised, the call
+    log says why.
+    """
+
+    cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 from callhook.adapters.prompts import PromptAudio, PromptError
-from callhook.adapters.speech import SpeechService
+from callhook.adapters.speech import RecognitionFailed, SpeechService
 from callhook.events import (
     Aborted,
     CallEnded,
@@ -282,17 +282,22 @@ class SipLeg:
             options = self._recognition
             if options is None or generation != self._generation:
                 continue
+            cause: str | None = None
             try:
                 alternatives = await self.speech.recognise(utterance.audio, options)
-            except Exception:
+            except RecognitionFailed as exc:
+                # Crashed, hung or restarting (issue 14): nothing recognised, the
+                # call goes on; the service logged the fault and restarts the engine.
+                alternatives, cause = (), str(exc)
+            except Exception as exc:
                 logger.exception("call %s: speech recognition failed", self.info.call_id)
-                alternatives = ()
+                alternatives, cause = (), f"speech recognition failed: {exc}"
             if generation != self._generation:
                 continue  # the stream stopped meanwhile: nobody wants this any more
             if alternatives:
                 self.inject(SpeechRecognised(Phrase(alternatives)))
             else:
-                self.inject(SpeechRejected())
+                self.inject(SpeechRejected(cause))
 
     def _start_recording(self, command: StartRecording) -> None:
         law = command.format or self.session.law

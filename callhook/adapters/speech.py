@@ -6,27 +6,118 @@ runs them: :class:`SpeechService` hands them to two small thread pools, one
 for synthesis and one for recognition, so a burst of new prompts cannot delay
 a caller's answer and the other way round. The engines release the GIL while
 they compute (onnxruntime, CTranslate2, pocketsphinx's C code).
+
+The recogniser is supervised (:mod:`callhook.speech.supervisor`, issue 14): a
+decode that raises (a crash) or runs past its deadline (a hang) fails with
+:class:`RecognitionFailed` naming the cause, which the call takes as "nothing
+recognised"; the engine is then rebuilt (``restarted()``, a fresh instance
+with its model loaded anew) on a fresh pool of threads. A hung thread is
+abandoned: the recognition pool's threads are daemon threads, so one that
+never returns does not hold up the process's exit. Decodes still queued move
+to the new pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
+from callhook.speech import faults
 from callhook.speech.asr import Recogniser
 from callhook.speech.stream import cut_utterances
+from callhook.speech.supervisor import RecogniserSupervisor
 from callhook.speech.synthesis import Synthesiser, VoiceChoice
 from callhook.speech.tts import SpeechEngine
 
 logger = logging.getLogger("callhook.speech")
+
+T = TypeVar("T")
+
+
+class RecognitionFailed(Exception):
+    """The recogniser crashed, hung or is being restarted: nothing was recognised (why)."""
+
+
+_Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
+class DaemonPool(Executor):
+    """A thread pool whose threads are daemons, so that one stuck for good can be abandoned.
+
+    ``concurrent.futures.ThreadPoolExecutor`` joins its threads at exit: a
+    recogniser that never returns would keep ``serve`` from ever stopping.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if self._closed:
+            raise RuntimeError("the pool is shut down")
+        future: Future[T] = Future()
+        call = (lambda: fn(*args, **kwargs)) if kwargs else fn
+        self._queue.put((future, call, () if kwargs else args))
+        return future
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                # InvalidStateError: the supervisor already failed it (a hang that ended).
+                with contextlib.suppress(InvalidStateError):
+                    future.set_exception(exc)
+            else:
+                with contextlib.suppress(InvalidStateError):
+                    future.set_result(result)
+
+    def take_queued(self) -> list[_Job]:
+        """The jobs not started yet, taken out (to run them elsewhere)."""
+        jobs: list[_Job] = []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return jobs
+            if job is not None:
+                jobs.append(job)
+
+    def put(self, job: _Job) -> None:
+        """Queue a job taken from another pool."""
+        self._queue.put(job)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._closed = True
+        if cancel_futures:
+            for future, _, _ in self.take_queued():
+                future.cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 @dataclass
@@ -48,14 +139,28 @@ class SpeechService:
         recogniser: Recogniser | None,
         *,
         workers: int = 2,
+        supervisor: RecogniserSupervisor | None = None,
     ) -> None:
         self.synthesiser = synthesiser
         self.recogniser = recogniser
         self.stats = SpeechStats()
         #: The model loads under way (warm_up), for whoever waits for them.
         self.warming: list[Future[None]] = []
+        self.workers = workers
         self._tts_pool = ThreadPoolExecutor(workers, thread_name_prefix="tts")
-        self._asr_pool = ThreadPoolExecutor(workers, thread_name_prefix="asr")
+        self._asr_pool = DaemonPool(workers, "asr")
+        self.supervisor = supervisor or RecogniserSupervisor()
+        #: Restarts of the recogniser so far (``/api/stats``).
+        self.restarts = 0
+        self.faults = 0
+        self._jobs = itertools.count()
+        self._running: dict[int, Future[Any]] = {}
+        self._watch: asyncio.TimerHandle | None = None
+        self._restart: asyncio.TimerHandle | None = None
+        # Cleared while a fresh engine loads: decodes on the new pool wait for it.
+        self._ready = threading.Event()
+        self._ready.set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def warm_up(self) -> None:
         """Load the models in the background, so the first call does not wait for them."""
@@ -89,22 +194,151 @@ class SpeechService:
     async def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions
     ) -> tuple[Alternative, ...]:
-        """What the recogniser makes of one utterance (8 kHz)."""
+        """What the recogniser makes of one utterance (8 kHz).
+
+        Raises :class:`RecognitionFailed` (with the cause) when the engine
+        crashed or hung on it, or is being restarted after such a fault.
+        """
         assert self.recogniser is not None
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         start = loop.time()
-        result = await loop.run_in_executor(
-            self._asr_pool, self.recogniser.recognise, audio, options
-        )
+        if not self.supervisor.available(start):
+            raise RecognitionFailed("the speech recogniser is being restarted after a fault")
+        job = next(self._jobs)
+        seconds = len(audio) / 8000
+        future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options)
+        self._running[job] = future
+        try:
+            result: tuple[Alternative, ...] = await asyncio.wrap_future(future)
+        except RecognitionFailed:
+            raise
+        except Exception as exc:
+            cause = f"the {self.recogniser.name} recogniser crashed: {type(exc).__name__}: {exc}"
+            self._fault(cause)
+            raise RecognitionFailed(cause) from exc
+        finally:
+            self._running.pop(job, None)
         self.stats.utterances += 1
         self.stats.recognise_seconds += loop.time() - start
         return result
+
+    def _decode(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        job: int,
+        seconds: float,
+        audio: npt.NDArray[np.int16],
+        options: RecognitionOptions,
+    ) -> tuple[Alternative, ...]:
+        """On a recognition thread: wait for a fresh engine if one loads, then decode."""
+        self._ready.wait()
+        engine = self.recogniser
+        if engine is None:
+            raise RecognitionFailed("no speech recogniser could be started")
+        # Time queued behind other calls' decodes does not count: the deadline runs from now.
+        loop.call_soon_threadsafe(self._started, job, seconds)
+        try:
+            return engine.recognise(audio, options)
+        finally:
+            loop.call_soon_threadsafe(self._finished, job)
+
+    # --- the supervisor's side (on the event loop) ------------------------------------------
+
+    def _started(self, job: int, seconds: float) -> None:
+        # Watched even if its caller gave up (the call ended): a hang is a hang.
+        assert self._loop is not None
+        self.supervisor.started(job, self._loop.time(), seconds)
+        self._arm()
+
+    def _finished(self, job: int) -> None:
+        self.supervisor.finished(job)
+        self._arm()
+
+    def _arm(self) -> None:
+        """One timer, at the earliest deadline of a running decode."""
+        assert self._loop is not None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        deadline = self.supervisor.next_deadline
+        if deadline is not None:
+            self._watch = self._loop.call_at(deadline, self._check)
+
+    def _check(self) -> None:
+        assert self._loop is not None
+        self._watch = None
+        late = self.supervisor.expired(self._loop.time())
+        if late:
+            name = self.recogniser.name if self.recogniser else "speech"
+            cause = f"the {name} recogniser hung: no answer within its deadline (thread abandoned)"
+            for job in late:
+                future = self._running.get(job)
+                if future is not None:
+                    with contextlib.suppress(InvalidStateError):
+                        future.set_exception(RecognitionFailed(cause))
+            self._fault(cause)
+        self._arm()
+
+    def _fault(self, cause: str) -> None:
+        """The engine crashed or hung: every decode still running fails, a restart is due."""
+        if self._restart is not None:
+            return  # already being replaced
+        loop = self._loop
+        assert loop is not None
+        self.faults += 1
+        now = loop.time()
+        stuck = self.supervisor.running
+        at = self.supervisor.fault(now)
+        for job in stuck:  # they run on the broken engine; queued ones move to the new one
+            future = self._running.get(job)
+            if future is not None:
+                with contextlib.suppress(InvalidStateError):
+                    future.set_exception(RecognitionFailed(cause))
+        logger.error(
+            "speech recognition fault: %s; the engine restarts %s",
+            cause,
+            "now" if at <= now else f"in {at - now:.0f} s (it failed repeatedly)",
+        )
+        if at <= now:
+            self._restart_engine()  # now, before any other decode reaches the broken engine
+        else:
+            self._restart = loop.call_at(at, self._restart_engine)
+
+    def _restart_engine(self) -> None:
+        """A fresh engine on a fresh pool; the old pool's threads are left (a hung one forever)."""
+        self._restart = None
+        old_pool, old_engine = self._asr_pool, self.recogniser
+        queued = old_pool.take_queued()
+        old_pool.shutdown(wait=False)
+        self._ready.clear()
+        self._asr_pool = DaemonPool(self.workers, "asr")
+        self._asr_pool.submit(self._rebuild, old_engine)  # first: the others wait for it
+        for job in queued:
+            self._asr_pool.put(job)
+        self.restarts += 1
+        self.supervisor.restarted()
+
+    def _rebuild(self, old: Recogniser | None) -> None:
+        """On the new pool: build and load the fresh engine, then let decodes run."""
+        try:
+            fresh = getattr(old, "restarted", None)
+            engine: Recogniser | None = fresh() if fresh is not None else old
+            if engine is not None:
+                engine.warm_up()
+            self.recogniser = engine
+            logger.warning("speech recogniser restarted (%s)", engine.name if engine else "none")
+        except Exception:
+            logger.exception("the speech recogniser could not be restarted")
+        finally:
+            self._ready.set()
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for ``/api/stats``: work done, time taken, the sentence cache."""
         stats = self.stats
         out: dict[str, Any] = {
             "recogniser": self.recogniser.name if self.recogniser else None,
+            "recogniser_faults": self.faults,
+            "recogniser_restarts": self.restarts,
             "utterances": stats.utterances,
             "recognise_seconds": round(stats.recognise_seconds, 3),
             "sentences_synthesised": stats.sentences,
@@ -191,16 +425,20 @@ def build_recogniser(name: str) -> Recogniser | None:
     """The configured recogniser engine (``whisper``, ``sphinx``; ``none``: digits only)."""
     if name == "none":
         return None
+    if name not in ("whisper", "sphinx"):
+        raise ValueError(f"unknown speech recogniser {name!r} (whisper, sphinx or none)")
+    engine: Recogniser
     try:
         if name == "whisper":
             from callhook.speech.whisper import WhisperRecogniser
 
-            return WhisperRecogniser()
-        if name == "sphinx":
+            engine = WhisperRecogniser()
+        else:
             from callhook.speech.sphinx import SphinxRecogniser
 
-            return SphinxRecogniser()
+            engine = SphinxRecogniser()
     except Exception as exc:
         logger.error("speech recogniser %r is not available: %s: only digits count", name, exc)
         return None
-    raise ValueError(f"unknown speech recogniser {name!r} (whisper, sphinx or none)")
+    # A test's way to make the real engine crash or hang (callhook.speech.faults).
+    return faults.inject(engine)

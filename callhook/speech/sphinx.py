@@ -201,6 +201,10 @@ class SphinxRecogniser:
         self._lock = threading.Lock()
         self._grammars: OrderedDict[tuple[str, ...], Grammar | None] = OrderedDict()
 
+    def restarted(self) -> SphinxRecogniser:
+        """A fresh instance with the same settings (after a fault: callhook.speech.supervisor)."""
+        return SphinxRecogniser(garbage_weight=self.garbage_weight, **self._config)
+
     def warm_up(self) -> None:
         self._thread_decoder()
 

@@ -179,6 +179,16 @@ class WhisperRecogniser:
         #: log-prob; None scores every hint.
         self.shortlist = shortlist
 
+    def restarted(self) -> WhisperRecogniser:
+        """A fresh instance with the same settings (after a fault: callhook.speech.supervisor)."""
+        return WhisperRecogniser(
+            self._path,
+            inter_threads=self._inter,
+            intra_threads=self._intra,
+            compute_type=self._compute_type,
+            shortlist=self.shortlist,
+        )
+
     # -- loading ----------------------------------------------------------------------
 
     def warm_up(self) -> None:

@@ -1,0 +1,148 @@
+"""The recogniser crashing or hanging (issue 14): deadlines and restarts.
+
+The supervisor's decisions are checked on a virtual clock (sans-IO, every
+timing row deterministic). The service around it is checked with a stand-in
+engine, which is allowed here because this is a unit test of that one layer:
+the real engines crashing and hanging are tested end to end in
+``tests/e2e/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from callhook.adapters.speech import RecognitionFailed, SpeechService
+from callhook.events import Alternative, RecognitionOptions
+from callhook.speech import faults
+from callhook.speech.supervisor import RecogniserSupervisor
+from callhook.testing import VirtualClock
+
+OPTIONS = RecognitionOptions()
+SECOND = np.zeros(8000, dtype=np.int16)
+
+# --- the supervisor, on a virtual clock ------------------------------------------------------
+
+
+def test_a_decode_has_a_deadline_from_when_it_starts_running() -> None:
+    clock = VirtualClock(100.0)
+    watch = RecogniserSupervisor(base_timeout=5.0, per_audio_second=2.0)
+    assert watch.next_deadline is None
+    assert watch.started(1, clock.now(), audio_seconds=1.5) == 108.0
+    clock.advance_to(103.0)  # a second decode started later (it was queued): its own deadline
+    watch.started(2, clock.now(), audio_seconds=0.5)
+    assert watch.next_deadline == 108.0
+    clock.advance_to(107.999)
+    assert watch.expired(clock.now()) == []
+    watch.finished(1)  # returned in time
+    assert watch.next_deadline == 109.0
+    clock.advance_to(109.0)
+    assert watch.expired(clock.now()) == [2]  # hung
+    assert watch.next_deadline is None and watch.running == []
+
+
+def test_faults_restart_at_once_then_back_off_and_are_forgotten_after_the_window() -> None:
+    clock = VirtualClock(0.0)
+    watch = RecogniserSupervisor(window=60.0, free_restarts=3, max_backoff=10.0)
+    waits = []
+    for t in (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0):
+        clock.advance_to(t)
+        waits.append(watch.fault(clock.now()) - clock.now())
+        assert watch.available(clock.now()) is (waits[-1] == 0.0)
+        watch.restarted()
+    assert waits == [0.0, 0.0, 0.0, 2.0, 4.0, 8.0, 10.0]  # doubling, capped
+    clock.advance_to(70.0)  # the faults before t=10 are out of the window
+    assert watch.fault(clock.now()) == 70.0
+
+
+def test_the_engine_is_unavailable_until_its_restart_time() -> None:
+    watch = RecogniserSupervisor(free_restarts=0)
+    at = watch.fault(10.0)
+    assert at == 12.0
+    assert not watch.available(11.9)
+    assert watch.available(12.0)
+
+
+def test_a_fault_forgets_the_running_decodes() -> None:
+    watch = RecogniserSupervisor()
+    watch.started(1, 0.0, 1.0)
+    watch.fault(0.5)
+    assert watch.running == [] and watch.next_deadline is None
+
+
+# --- fault injection -------------------------------------------------------------------------
+
+
+class Engine:
+    """A stand-in engine: says "seven"; counts its instances."""
+
+    name = "stand-in"
+    built = 0
+
+    def __init__(self) -> None:
+        Engine.built += 1
+        self.warmed = False
+
+    def warm_up(self) -> None:
+        self.warmed = True
+
+    def recognise(
+        self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[Alternative, ...]:
+        return (Alternative("seven", 0.9),)
+
+    def restarted(self) -> Engine:
+        return Engine()
+
+
+def test_injection_is_off_unless_asked_and_refuses_unknown_faults() -> None:
+    engine = Engine()
+    assert faults.inject(engine, {}) is engine
+    assert faults.inject(None, {faults.ENV: "crash"}) is None
+    with pytest.raises(ValueError, match="crash"):
+        faults.inject(engine, {faults.ENV: "explode"})
+    broken = faults.inject(engine, {faults.ENV: "crash"})
+    assert isinstance(broken, faults.FaultyRecogniser)
+    with pytest.raises(faults.InjectedCrash):
+        broken.recognise(SECOND, OPTIONS)
+    assert isinstance(broken.restarted(), Engine)  # the restart is the real engine
+
+
+# --- the service: crash and hang with a stand-in engine ----------------------------------------
+
+
+async def test_a_crash_fails_the_decode_with_its_cause_and_a_fresh_engine_takes_over() -> None:
+    broken = faults.FaultyRecogniser(Engine(), "crash")
+    service = SpeechService(None, broken, workers=2)
+    try:
+        with pytest.raises(RecognitionFailed, match="crashed: InjectedCrash"):
+            await service.recognise(SECOND, OPTIONS)
+        assert service.faults == 1 and service.restarts == 1
+        result = await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        assert result[0].text == "seven"
+        assert isinstance(service.recogniser, Engine) and service.recogniser.warmed
+    finally:
+        service.close()
+
+
+async def test_a_hang_is_abandoned_at_its_deadline_and_the_next_decode_works() -> None:
+    hung = faults.FaultyRecogniser(Engine(), "hang")
+    # A short deadline: the decision itself is tested on the virtual clock above.
+    service = SpeechService(
+        None, hung, workers=1, supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0)
+    )
+    try:
+        with pytest.raises(RecognitionFailed, match="hung"):
+            await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        # One worker, and it is stuck for good: only a fresh pool can answer this.
+        result = await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        assert result[0].text == "seven"
+        assert service.restarts == 1
+        assert any(t.name.startswith("asr") and t.daemon for t in threading.enumerate())
+    finally:
+        service.close()
+        hung._never.set()  # let the abandoned thread end with the test
