@@ -33,8 +33,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
+from callhook.media import wav
 from callhook.testing import AppServer
 from tests.e2e import harness, sipp
 from tests.e2e.harness import Server, wait_for_request
@@ -47,8 +50,16 @@ from tests.e2e.test_recordings import (
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
+DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+SPEECH = Path(__file__).parent.parent / "data" / "speech"
+
 #: The tmpfs the data directory is on: serve's start-up needs well under 1 MB of it.
 TMPFS_BYTES = 4 << 20
+
+
+def speech_clip(name: str) -> npt.NDArray[np.int16]:
+    """A real recording of a spoken digit (tests/data/speech), 8 kHz."""
+    return wav.decode_to_8k((SPEECH / name).read_bytes())
 
 
 async def until(condition: Any, timeout: float, what: str, step: float = 0.05) -> None:
@@ -174,4 +185,69 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
             assert notice["action_result"]["result"] == {**result, "file_available": True}
             assert (inside / "media" / "default" / result["filename"]).read_bytes() == data
         assert server.proc.returncode == 0, server.output
+    assert "Traceback" not in server.output, server.output
+
+
+# --- the speech recogniser crashing or hanging --------------------------------------------
+
+
+def _get_input(page: str, **props: Any) -> dict[str, Any]:
+    return {
+        "get_input": {
+            "next_page": {"url": page},
+            "speech_input_mode": "auto",
+            "speech_recognition_options": {"word_hints": [{"words": DIGITS}]},
+            "milliseconds_initial_timeout": 2000,
+            "on_input_timeout_messages": [],
+            **props,
+        }
+    }
+
+
+#: When the caller says its second word: after the first get_input gave up (crash: the
+#: fault is at once, then 2 s initial timeout; hang: the deadline, 5 s + 2 s per second
+#: of the ~1 s utterance, first).
+SECOND_WORD_AT = {"crash": 6.0, "hang": 13.0}
+
+
+@pytest.mark.parametrize("fault", ["crash", "hang"])
+async def test_the_recogniser_crashing_or_hanging_ends_get_input_and_the_call_goes_on(
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    monkeypatch.setenv("CALLHOOK_FAULT_RECOGNISER", fault)
+    app.page(
+        "/start",
+        [
+            _get_input("/heard1", seconds_timeout=20),
+            _get_input("/heard2", milliseconds_initial_timeout=10000),
+        ],
+    )
+    app.page("/heard1", [{"hang_up": {}}])
+    app.page("/heard2", [{"hang_up": {}}])
+    app.page("/final", None)
+    second = SECOND_WORD_AT[fault]
+    stream = Stream(second + 3.0).speech(speech_clip("7_jackson_7.wav"), at=1.5)
+    stream.speech(speech_clip("3_jackson_3.wav"), at=second)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+        await until(lambda: app.bodies("/final"), 10, "no final page")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    # The first get_input: nothing recognised, so no next_page (reference section 3);
+    # the call went on to the next action, whose word the restarted engine heard.
+    assert app.bodies("/heard1") == [], server.output
+    (body,) = app.bodies("/heard2")
+    result = body["action_result"]["result"]
+    assert result["input_type"] == "speech", result
+    assert result["speech_input"][0]["alternatives"][0]["text"] == "three", result
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "completed"
+    # The cause: in the server log, and in the call's own log (the application's).
+    expected = {"crash": "crashed: InjectedCrash", "hang": "hung"}[fault]
+    assert f"speech recognition fault: the whisper recogniser {expected}" in server.output
+    assert "speech recogniser restarted (whisper)" in server.output, server.output
+    call_log = (tmp_path / "data" / "media" / "default" / body["log_filename"]).read_text()
+    assert "speech_failed" in call_log and expected in call_log, call_log
     assert "Traceback" not in server.output, server.output
