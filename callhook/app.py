@@ -18,6 +18,7 @@ from aiohttp import web
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
 from callhook.adapters.api import Api
+from callhook.adapters.egress import Egress, resolve, url_hosts
 from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.remote_media import RemoteMedia
@@ -26,6 +27,7 @@ from callhook.call import CallRunner, CallSummary, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
 from callhook.config import AppConfig, Settings, data_secret
+from callhook.egress import EgressPolicy
 from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
@@ -52,6 +54,8 @@ class Services:
     clock: Clock = field(default_factory=MonotonicClock)
     store: MediaStore = field(init=False)
     pages: HttpPages = field(init=False)
+    #: The egress policy every page, media and notification fetch obeys (``[egress]``).
+    egress: Egress = field(init=False)
     remote_media: RemoteMedia = field(init=False)
     secret: str = field(init=False)
     speech: SpeechService = field(init=False)
@@ -69,9 +73,26 @@ class Services:
 
     def __post_init__(self) -> None:
         self.store = MediaStore(self.settings.data_dir / "media")
-        self.pages = HttpPages(timeout=self.settings.page_timeout)
+        self.egress = Egress(
+            EgressPolicy(
+                allow_private=self.settings.egress_allow_private,
+                max_response_bytes=self.settings.max_response_bytes,
+                max_redirects=self.settings.max_redirects,
+            )
+        )
+        self._app_hosts: set[str] = set()
+        self.trust_app_hosts(*self.settings.apps.values())
+        self.pages = HttpPages(
+            timeout=self.settings.page_timeout,
+            egress=self.egress,
+            max_response_bytes=self.settings.max_response_bytes,
+            max_redirects=self.settings.max_redirects,
+        )
         self.remote_media = RemoteMedia(
-            max_bytes=self.settings.remote_media_bytes, timeout=self.settings.remote_media_timeout
+            max_bytes=self.settings.remote_media_bytes,
+            timeout=self.settings.remote_media_timeout,
+            max_redirects=self.settings.max_redirects,
+            egress=self.egress,
         )
         self.secret = data_secret(self.settings.data_dir)
         settings = self.settings
@@ -99,6 +120,17 @@ class Services:
         recovered = self.journal.recover(self.store.path)
         if recovered:
             logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
+
+    def trust_app_hosts(self, *apps: AppConfig) -> None:
+        """Let fetches reach the hosts of ``apps``' pages even when they are private or
+        loopback (``[egress]``: the configured applications' own hosts). Resolves names
+        (blocking, once per new host): for start-up, not for a call."""
+        hosts = url_hosts(url for a in apps for url in (a.first_page, a.error_page, a.final_page))
+        if hosts <= self._app_hosts:
+            return
+        self._app_hosts |= hosts
+        policy = self.egress.policy
+        policy.set_app_addresses({str(a) for a in policy.app_addresses} | resolve(hosts))
 
     # --- notifications ----------------------------------------------------------------
 
@@ -158,6 +190,7 @@ class Services:
             host if host is not None else self.settings.http_host,
             port if port is not None else self.settings.http_port,
         )
+        self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
         return self.base_url
 
     def demo_app(self) -> AppConfig:

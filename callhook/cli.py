@@ -102,6 +102,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
                 final_page=args.final_page,
                 application_parameters=args.parameters,
             )
+            services.trust_app_hosts(app)  # named on the command line: the operator's own
         else:
             await services.start_web("127.0.0.1", 0)
             app = services.demo_app()
@@ -158,18 +159,21 @@ def _host_port(text: str, default_port: int) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _apply_app_flags(args: argparse.Namespace, settings: Settings, secret: str) -> None:
-    """--app-url and friends: a default application given on the command line."""
+def _apply_app_flags(args: argparse.Namespace, services: Services) -> None:
+    """--app-url and friends: a default application given on the command line (its hosts
+    are the operator's own for the egress policy)."""
+    settings = services.settings
     if getattr(args, "app_url", None):
         settings.apps["default"] = AppConfig(
             name="default",
             first_page=args.app_url,
-            secret=args.secret or secret,
+            secret=args.secret or services.secret,
             error_page=args.error_page,
             final_page=args.final_page,
             application_parameters=args.parameters or "",
         )
         settings.default_app = "default"
+        services.trust_app_hosts(settings.apps["default"])
 
 
 def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
@@ -237,7 +241,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     services = Services(settings)
     services.start_notifier()
     services.metrics.watch_gc()
-    _apply_app_flags(args, settings, services.secret)
+    _apply_app_flags(args, services)
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
@@ -298,7 +302,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
     services.start_notifier()
     try:
         if args.app_url:
-            _apply_app_flags(args, settings, services.secret)
+            _apply_app_flags(args, services)
             app = settings.apps["default"]
         else:
             await services.start_web("127.0.0.1", 0)
@@ -308,6 +312,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
         await sip.start(register=False, listen=False)
         try:
             route = sip.trunks.route(args.target, args.trunk)
+            sip.admit_outbound(args.target, app)
         except RouteError as exc:
             raise ConfigError(str(exc)) from None
         if args.username:

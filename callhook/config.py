@@ -31,6 +31,16 @@ A config file is TOML::
     ban_seconds = 600                   # how long a ban lasts
     max_message_bytes = 8192            # larger SIP messages: dropped (UDP), 413 (TCP/TLS)
 
+    [outbound]                          # toll fraud (docs/security.md)
+    allow = ["sip:*@192.168.1.*", "+44"]  # what dial and the API may call (sip: globs, number
+                                        # prefixes, "*"); empty: only this installation's numbers
+    max_calls_per_app = 10              # outbound calls at once per application
+
+    [egress]                            # URLs callhook fetches: pages, file_to_play, notifications
+    allow_private = false               # private/loopback hosts besides the applications' own
+    max_response_mb = 5                 # largest page body
+    max_redirects = 3
+
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
     recogniser = "whisper"              # whisper | sphinx | none (digits only)
@@ -89,6 +99,7 @@ from typing import Any
 
 from callhook import trunks
 from callhook.numbers import BadNumber, app_for_number, configured
+from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.sip.guard import PRIVATE, networks
 from callhook.tls import client_context, server_context
 from callhook.trunks import Trunk
@@ -170,6 +181,13 @@ class Settings:
     security_ban_seconds: float = 600.0
     #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
     max_message_bytes: int = 8192
+    #: ``[outbound]``: the destinations outbound calls may reach, the calls per application.
+    outbound_allow: tuple[str, ...] = ()
+    max_calls_per_app: int = MAX_CALLS_PER_APP
+    #: ``[egress]``: what page, media and notification fetches may reach, and their limits.
+    egress_allow_private: bool = False
+    max_response_bytes: int = 5 * 2**20
+    max_redirects: int = 3
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
@@ -293,6 +311,39 @@ def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
         raise ConfigError(f"{path}: [security] ban_seconds must be above 0 and at most a week")
 
 
+def _outbound(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[outbound]``: allow (sip: URI globs, number prefixes, "*"), max_calls_per_app."""
+    _no_unknown(path, "outbound", values, {"allow", "max_calls_per_app"})
+    allow = values.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise ConfigError(f"{path}: [outbound] allow must be a list of strings")
+    for pattern in allow:
+        try:
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise ConfigError(f"{path}: [outbound] allow: {exc}") from None
+    settings.outbound_allow = tuple(allow)
+    limit = values.get("max_calls_per_app", MAX_CALLS_PER_APP)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100000:
+        raise ConfigError(f"{path}: [outbound] max_calls_per_app must be 1 to 100000")
+    settings.max_calls_per_app = limit
+
+
+def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[egress]``: allow_private, max_response_mb, max_redirects."""
+    _no_unknown(path, "egress", values, {"allow_private", "max_response_mb", "max_redirects"})
+    private = values.get("allow_private", False)
+    if not isinstance(private, bool):
+        raise ConfigError(f"{path}: [egress] allow_private must be true or false")
+    settings.egress_allow_private = private
+    if "max_response_mb" in values:
+        settings.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
+    redirects = values.get("max_redirects", 3)
+    if not isinstance(redirects, int) or isinstance(redirects, bool) or not 0 <= redirects <= 20:
+        raise ConfigError(f"{path}: [egress] max_redirects must be 0 to 20")
+    settings.max_redirects = redirects
+
+
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
     mb = float(values[key])
@@ -354,6 +405,8 @@ def load(path: Path) -> Settings:
     if settings.notify_give_up_after <= 0:
         raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
     _security(path, raw.get("security", {}), settings)
+    _outbound(path, raw.get("outbound", {}), settings)
+    _egress(path, raw.get("egress", {}), settings)
     speech = raw.get("speech", {})
     unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
     if unknown_speech:

@@ -218,15 +218,16 @@ Handler = Callable[[Received], Any | Awaitable[Any]]
 
 
 class AppServer:
-    """A real HTTP application on 127.0.0.1 that records every request it gets.
+    """A real HTTP application on ``host`` (127.0.0.1) that records every request it gets.
 
     ``page(path, answer)``: ``answer`` is an action list, a full response
     object, a :class:`Reply`, or a function of the :class:`Received` request
     returning one of those. Unknown paths answer 404.
     """
 
-    def __init__(self, secret: str = "test-secret") -> None:
+    def __init__(self, secret: str = "test-secret", host: str = "127.0.0.1") -> None:
         self.secret = secret
+        self.host = host
         self.requests: list[Received] = []
         self._pages: dict[str, Any] = {}
         self._runner: web.AppRunner | None = None
@@ -236,7 +237,7 @@ class AppServer:
         self._pages[path] = answer
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def bodies(self, path: str | None = None) -> list[Any]:
         return [r.json for r in self.requests if path is None or r.path == path]
@@ -277,7 +278,7 @@ class AppServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
         return self

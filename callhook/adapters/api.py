@@ -73,17 +73,32 @@ _HTTP_CODES = {
 }
 
 
+#: Codes of the statuses a refused outbound call gets (RouteError).
+_ROUTE_CODES = {403: "forbidden", 404: "not_found", 429: "too_many_calls", 503: "unavailable"}
+
+
 class ApiError(Exception):
-    """An error answer: HTTP ``status``, stable ``code``, human ``message``."""
+    """An error answer: HTTP ``status``, stable ``code``, human ``message``.
+
+    ``wrong_key``: a key was given and it is wrong (a failed authentication, which
+    counts towards a ban of the source; a request with no key at all does not).
+    """
 
     def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        wrong_key: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+        self.wrong_key = wrong_key
 
 
 def error_response(status: int, code: str, message: str, **headers: str) -> web.Response:
@@ -204,7 +219,9 @@ class Api:
             raise ApiError(401, "unauthorized", "an API key is needed: Bearer <key>", challenge)
         app = self.keys.app_for(key.strip())
         if app is None:
-            raise ApiError(401, "unauthorized", "the API key is not valid", challenge)
+            raise ApiError(
+                401, "unauthorized", "the API key is not valid", challenge, wrong_key=True
+            )
         return app
 
     async def openapi(self, request: web.Request) -> web.Response:
@@ -419,7 +436,7 @@ class Api:
         try:
             call_id = await calls.place_call(target, app, float(ring_timeout), trunk)
         except RouteError as exc:
-            code = {404: "not_found", 503: "unavailable"}.get(exc.status, "bad_request")
+            code = _ROUTE_CODES.get(exc.status, "bad_request")
             raise ApiError(exc.status, code, str(exc)) from None
         except OSError as exc:
             raise ApiError(503, "unavailable", f"the call could not be placed: {exc}") from None

@@ -3,7 +3,9 @@
 
 :class:`Dialling` is the half of :class:`~callhook.adapters.sip.SipService` that places
 calls: the INVITE with an SDP offer (SRTP keys when the route asks for them), the wait
-for an answer, then the same call runner as inbound calls.
+for an answer, then the same call runner as inbound calls. Every outbound call is first
+put to the toll-fraud limits (``[outbound]``, :mod:`callhook.outbound`): a destination
+they do not allow, or one call too many for its application, is refused with the rule.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from callhook.call import CallSummary
 from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
+from callhook.outbound import OutboundPolicy
 from callhook.ports import CallInfo
 from callhook.sip import sdp
 from callhook.sip.agent import (
@@ -51,7 +54,12 @@ class Dialling:
     calls: dict[str, SipCall]
     trunks: Trunks
     guard: Guard
+    outbound: OutboundPolicy
     _dials: set[asyncio.Task[CallSummary]]
+    #: Outbound calls running (or about to) per application, for max_calls_per_app.
+    _outbound_calls: dict[str, int]
+    #: When each (application, rule) refusal was last logged (once a minute).
+    _refusals_logged: dict[tuple[str, int], float]
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -159,6 +167,42 @@ class Dialling:
             self.calls.pop(call_id, None)
             self.guard.remove_peer(peer)
 
+    def admit_outbound(self, to: str, app: AppConfig) -> None:
+        """Put a call to ``to`` for ``app`` to ``[outbound]`` (allow, max_calls_per_app);
+        RouteError (403, 429) naming the rule if refused. Admitted, it counts towards the
+        application's calls until :meth:`outbound_ended`."""
+        why = self.outbound.refusal(to)
+        status = 403
+        if why is None:
+            why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+            status = 429
+        if why is not None:
+            now = self.loop.time()
+            key = (app.name, status)
+            if now - self._refusals_logged.get(key, -60.0) >= 60.0:
+                self._refusals_logged[key] = now
+                logger.warning("outbound call for application %r: %s", app.name, why)
+            raise RouteError(why, status)
+        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+
+    def outbound_ended(self, app: AppConfig) -> None:
+        """An admitted outbound call of ``app`` is over (or was never placed)."""
+        left = self._outbound_calls.get(app.name, 0) - 1
+        if left > 0:
+            self._outbound_calls[app.name] = left
+        else:
+            self._outbound_calls.pop(app.name, None)
+
+    def _start_dial(
+        self, app: AppConfig, route: Route, **kwargs: Any
+    ) -> asyncio.Task[CallSummary]:
+        """The background task of an admitted call; it releases the admission when done."""
+        task = self.loop.create_task(self.dial(route.uri, app, route=route, **kwargs))
+        self._dials.add(task)
+        task.add_done_callback(self._dials.discard)
+        task.add_done_callback(lambda _: self.outbound_ended(app))
+        return task
+
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |
         "app": name, ...}``."""
@@ -191,9 +235,11 @@ class Dialling:
             app = settings.app_for("") or self.services.default_app()
             if app is None:
                 return 400, {"error": "say which application: 'app' or 'first_page'"}
-        task = self.loop.create_task(self.dial(route.uri, app, route=route))
-        self._dials.add(task)
-        task.add_done_callback(self._dials.discard)
+        try:
+            self.admit_outbound(target, app)
+        except RouteError as exc:
+            return exc.status, {"error": str(exc)}
+        self._start_dial(app, route)
         answer = {"status": "calling", "to": route.uri, "application": app.first_page}
         if route.trunk is not None:
             answer["trunk"] = route.trunk
@@ -208,17 +254,14 @@ class Dialling:
         Returns once the INVITE is out; the call goes on in the background.
         """
         route = self.trunks.route(target, trunk)
+        self.admit_outbound(target, app)
         placed: asyncio.Future[str] = self.loop.create_future()
 
         def report(call_id: str) -> None:
             if not placed.done():  # the caller may have given up waiting
                 placed.set_result(call_id)
 
-        task = self.loop.create_task(
-            self.dial(route.uri, app, route=route, ring_timeout=ring_timeout, placed=report)
-        )
-        self._dials.add(task)
-        task.add_done_callback(self._dials.discard)
+        task = self._start_dial(app, route, ring_timeout=ring_timeout, placed=report)
 
         def failed_early(task: asyncio.Task[CallSummary]) -> None:
             if not placed.done():  # e.g. no RTP port free: the INVITE never went out

@@ -15,7 +15,9 @@ here). A prompt is played on many calls, so:
   wait for the same request;
 * **limits**: at most ``max_bytes`` are read (the ``Content-Length`` is
   checked first), the whole fetch must finish within ``timeout`` seconds,
-  at most ``max_redirects`` redirects are followed.
+  at most ``max_redirects`` redirects are followed;
+* **the egress policy** (``[egress]``, :mod:`callhook.adapters.egress`): every
+  connection, redirects included, goes only where it allows.
 
 A fetch that fails raises :class:`~callhook.adapters.prompts.PromptError`
 whose message names the URL and the cause; the leg logs it to the call's log
@@ -36,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook import __version__
+from callhook.adapters.egress import Egress
 from callhook.adapters.prompts import PromptError
 from callhook.media import wav
 
@@ -65,7 +68,10 @@ class RemoteMedia:
         max_redirects: int = MAX_REDIRECTS,
         cache_entries: int = CACHE_ENTRIES,
         clock: Callable[[], float] = time.monotonic,
+        egress: Egress | None = None,
     ) -> None:
+        """``egress``: the policy every connection obeys (None: none, for tests of one layer)."""
+        self.egress = egress
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.max_redirects = max_redirects
@@ -109,6 +115,7 @@ class RemoteMedia:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(socket_factory=self.egress),
                 headers={"User-Agent": f"callhook/{__version__}"},
                 auto_decompress=True,
                 # No cookies: one app's media server must not set what another app's sees.
@@ -133,6 +140,8 @@ class RemoteMedia:
         except aiohttp.InvalidURL:
             raise PromptError(f"{url}: not a valid URL") from None
         except aiohttp.ClientConnectorError as exc:
+            if "refused by [egress]" in str(exc.os_error):
+                raise PromptError(f"{url}: {exc.os_error}") from None
             raise PromptError(f"{url}: cannot connect: {exc.os_error}") from None
         except aiohttp.ClientError as exc:
             raise PromptError(f"{url}: {type(exc).__name__}: {exc}") from None

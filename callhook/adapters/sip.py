@@ -42,6 +42,7 @@ from callhook.app import Services
 from callhook.call import CallSummary
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
+from callhook.outbound import OutboundPolicy
 from callhook.ports import CallInfo
 from callhook.sip import sdp
 from callhook.sip.agent import (
@@ -129,6 +130,12 @@ class SipService(Dialling):
         self._timer_at: float | None = None
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
+        own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
+        self.outbound = OutboundPolicy(
+            settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
+        )
+        self._outbound_calls: dict[str, int] = {}
+        self._refusals_logged: dict[tuple[str, int], float] = {}
 
     async def start(self, *, register: bool = True, listen: bool = True) -> None:
         """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside
@@ -572,6 +579,16 @@ class SipService(Dialling):
         if lifted:
             logger.info("SIP from %s: ban lifted through the API", address)
         return lifted
+
+    def banned(self, address: str) -> bool:
+        """Whether ``address`` is banned now (the REST API refuses it too)."""
+        return self.guard.banned(address, self.loop.time())
+
+    def auth_failed(self, address: str, what: str) -> None:
+        """A failed authentication from ``address`` (a wrong REST API key): towards a ban."""
+        self.guard.auth_failed(address, self.loop.time(), what)
+        for host, cause in self.guard.take_notes():
+            logger.warning("%s: %s", host, cause)
 
     def trunk_status(self) -> list[dict[str, Any]]:
         """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""

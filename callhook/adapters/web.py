@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from callhook import __version__, demo
 from callhook.adapters.api import Api, ApiError, errors
@@ -21,21 +22,53 @@ from callhook.adapters.api import Api, ApiError, errors
 #: The largest JSON body (and demo form) the server reads; uploads have their own limit.
 MAX_JSON_BYTES = 64 * 1024
 #: Error codes of the statuses ``POST /api/calls`` answers with.
-_CODES = {400: "bad_request", 404: "not_found", 503: "unavailable"}
+_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    429: "too_many_calls",
+    503: "unavailable",
+}
 
 #: Places an outbound call from a JSON request; returns (HTTP status, JSON answer).
 Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 #: The server's counters (``GET /api/stats``).
 Stats = Callable[[], dict[str, Any]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: The trunks' states (``GET /api/trunks``).
 TrunkStates = Callable[[], list[dict[str, Any]]]
 
 
 class Bans(Protocol):
-    """The banned SIP sources (``GET /api/bans``, ``DELETE /api/bans/{address}``)."""
+    """The banned sources (``GET /api/bans``, ``DELETE /api/bans/{address}``); the REST API
+    refuses them too, and reports its failed authentications."""
 
     def bans(self) -> list[dict[str, Any]]: ...
     def lift_ban(self, address: str) -> bool: ...
+    def banned(self, address: str) -> bool: ...
+    def auth_failed(self, address: str, what: str) -> None: ...
+
+
+def guard(bans: Bans) -> Middleware:
+    """``/api/`` from a banned source gets 403; a wrong key (REST API key, installation
+    secret) counts towards a ban of its source (``[security] ban_seconds``; five in a
+    minute, DESIGN.md §5). Runs inside :func:`~callhook.adapters.api.errors`."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        source = request.remote
+        if source is None or not request.path.startswith("/api/"):
+            return await handler(request)
+        if bans.banned(source):
+            raise ApiError(403, "banned", "this address is banned for a while")
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            if exc.wrong_key:
+                bans.auth_failed(source, "REST API authentication")
+            raise
+
+    return middleware
 
 
 INDEX = """<!doctype html>
@@ -61,7 +94,10 @@ def application(
     ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     """
-    app = web.Application(client_max_size=MAX_JSON_BYTES, middlewares=[errors])
+    middlewares: list[Middleware] = [errors]
+    if bans is not None:
+        middlewares.append(guard(bans))
+    app = web.Application(client_max_size=MAX_JSON_BYTES, middlewares=middlewares)
     app.add_routes(demo.routes(secret))
     if api is not None:
         app.add_routes(api.routes())
@@ -74,6 +110,7 @@ def application(
                 "unauthorized",
                 "missing or wrong bearer token (the installation secret)",
                 {"WWW-Authenticate": 'Bearer realm="callhook"'},
+                wrong_key=bool(token),
             )
 
     async def stats_page(request: web.Request) -> web.Response:
@@ -137,4 +174,9 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound_host, bound_port = runner.addresses[0][:2]
+    # Listening on every address: our own requests (the demo's pages) go to loopback.
+    if bound_host in ("0.0.0.0", "::"):
+        bound_host = "127.0.0.1" if bound_host == "0.0.0.0" else "::1"
+    if ":" in bound_host:
+        bound_host = f"[{bound_host}]"
     return runner, f"http://{bound_host}:{bound_port}"

@@ -22,8 +22,11 @@ overflows).
   nothing). Responses are not refused: they match a transaction of ours or are
   dropped by the agent; but from a source that is not allowed they spend
   tokens like requests, so a flood of fake responses is banned too.
-* **Authentication failures** (:meth:`auth_failed`): five in a minute from one
-  source ban it, like the rate.
+* **Authentication failures** (:meth:`auth_failed`: a wrong REST API key, and
+  digest failures once callhook challenges): five in a minute from one source
+  ban it, like the rate. The machine's own loopback addresses (:data:`OPERATOR`)
+  are never banned so: the operator's ``callhook bans`` on the server itself
+  must always be able to lift a ban (fail2ban's ``ignoreip`` does the same).
 
 The table of sources is bounded (:data:`MAX_SOURCES`, least recently seen
 dropped first), so a spray of spoofed addresses cannot grow it. What happened
@@ -46,6 +49,8 @@ MAX_SOURCES = 65536
 #: Authentication failures in :data:`AUTH_WINDOW` seconds that ban a source.
 AUTH_FAILURES = 5
 AUTH_WINDOW = 60.0
+#: Never banned for failed authentications: the operator's own CLI on the server.
+OPERATOR = frozenset({"127.0.0.1", "::1"})
 #: A note about one source and cause is given at most this often (seconds).
 NOTE_EVERY = 60.0
 
@@ -172,10 +177,17 @@ class Guard:
 
     def auth_failed(self, host: str, now: float, what: str = "authentication") -> None:
         """A failed authentication from ``host`` (digest, REST API key): five in a minute ban."""
+        if host in OPERATOR:
+            return
         source = self._sources.get(host) or self._remember(host, now)
         source.failures = [t for t in source.failures if now - t < AUTH_WINDOW] + [now]
         if len(source.failures) >= AUTH_FAILURES and source.banned_until <= now:
             self._ban(host, source, now, f"{AUTH_FAILURES} failed {what}s in a minute")
+
+    def banned(self, host: str, now: float) -> bool:
+        """Whether ``host`` is banned now (the REST API refuses it too)."""
+        source = self._sources.get(host)
+        return source is not None and source.banned_until > now
 
     def add_peer(self, host: str) -> None:
         """Admit requests from ``host`` while an outbound call to it lasts."""

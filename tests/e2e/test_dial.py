@@ -16,7 +16,16 @@ from tests.e2e.rtpstream import Stream
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 
+def outbound_config(tmp_path: Path, allow: str = "sip:*@127.0.0.1:*") -> str:
+    """A config whose [outbound] allow lets the tests call SIPp on loopback."""
+    path = tmp_path / "outbound.toml"
+    path.write_text(f'[outbound]\nallow = ["{allow}"]\n')
+    return str(path)
+
+
 async def dial(tmp_path: Path, app: AppServer, target: str, *extra: str) -> tuple[int, str]:
+    if "--config" not in extra:
+        extra = ("--config", outbound_config(tmp_path), *extra)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -122,7 +131,8 @@ async def test_calls_api_places_a_call(tmp_path: Path, app: AppServer) -> None:
     uas = await sipp.start_sipp(
         sipp.uas(), tmp_path, local_port=port, media_port=free_even_udp_port()
     )
-    async with Server(tmp_path / "data") as server:
+    config = ("--config", outbound_config(tmp_path))
+    async with Server(tmp_path / "data", extra=config) as server:
         secret = (tmp_path / "data" / "secret").read_text().strip()
         url = f"http://127.0.0.1:{server.http_port}/api/calls"
         body = {

@@ -108,6 +108,9 @@ max_upload_mb = 0.25
 recogniser = "none"
 preload = false
 
+[outbound]
+allow = ["sip:*@127.0.0.1:*"]
+
 [apps.alpha]
 first_page = "{app.url("/alpha/start")}"
 final_page = "{app.url("/alpha/final")}"
@@ -502,6 +505,13 @@ async def test_an_outbound_call_runs_the_keys_application(
         await expect_error(r, 400, "bad_request")
     async with api.request("POST", "/api/v1/calls", json={"to": target, "app": "beta"}) as r:
         await expect_error(r, 400, "bad_request")  # the key says which application
+    # Toll fraud: a destination outside [outbound] allow is refused, naming the rule.
+    outside = {"to": "sip:callee@198.51.100.7"}
+    async with api.request("POST", "/api/v1/calls", json=outside) as r:
+        message = await expect_error(r, 403, "forbidden")
+        assert message == (
+            "refused by [outbound] allow: sip:callee@198.51.100.7 matches none of its patterns"
+        )
     body = {"to": target, "application_parameters": "from the API"}
     async with api.request("POST", "/api/v1/calls", json=body) as r:
         placed = await r.json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,41 @@ def test_a_key_with_a_passphrase_is_a_config_error_not_a_prompt(tmp_path: Path) 
     path.write_text(f'[sip]\ntls_certificate = "{chain}"\ntls_key = "{key}"\n')
     with pytest.raises(ConfigError, match="encrypted with a passphrase"):
         load(path)
+
+
+def test_outbound_and_egress_defaults_are_the_safe_ones(tmp_path: Path) -> None:
+    settings = load(write(tmp_path, ""))
+    assert settings.outbound_allow == () and settings.max_calls_per_app == 10
+    assert settings.egress_allow_private is False
+    assert (settings.max_response_bytes, settings.max_redirects) == (5 * 2**20, 3)
+
+
+def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
+    text = (
+        '[outbound]\nallow = ["sip:*@10.0.0.*", "+44"]\nmax_calls_per_app = 3\n'
+        "[egress]\nallow_private = true\nmax_response_mb = 1\nmax_redirects = 0\n"
+    )
+    settings = load(write(tmp_path, text))
+    assert settings.outbound_allow == ("sip:*@10.0.0.*", "+44")
+    assert settings.max_calls_per_app == 3
+    assert settings.egress_allow_private is True
+    assert (settings.max_response_bytes, settings.max_redirects) == (2**20, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[outbound]\nallow = ["premium"]\n', "[outbound] allow: 'premium' is neither"),
+        ("[outbound]\nallow = \"*\"\n", "[outbound] allow must be a list"),
+        ("[outbound]\nmax_calls_per_app = 0\n", "max_calls_per_app must be 1 to 100000"),
+        ("[outbound]\ndestinations = []\n", "[outbound] unknown keys: destinations"),
+        ('[egress]\nallow_private = "yes"\n', "allow_private must be true or false"),
+        ("[egress]\nmax_redirects = 50\n", "max_redirects must be 0 to 20"),
+        ("[egress]\nmax_response_mb = 0\n", "max_response_mb must be above 0"),
+    ],
+)
+def test_bad_outbound_and_egress_settings_are_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(write(tmp_path, text))

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from callhook.actions.machine import ActionContext
+from callhook.adapters.pages import MAX_RESPONSE_BYTES
 from callhook.events import SayText, StartPrompt
 from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
@@ -332,9 +333,10 @@ def bad_page(app: AppServer, kind: str) -> tuple[str, str, int | None]:
 
 
 def oversized_but_valid() -> bytes:
-    # a syntactically valid action list padded past 1 MiB: rejected for its size alone
+    # a syntactically valid action list padded past the default limit ([egress]
+    # max_response_mb, 5 MiB): rejected for its size alone
     actions = b'{"actions": [{"play": {"play_list": [{"text_to_say": "big"}]}}]}'
-    return actions + b" " * ((1 << 20) + 10)
+    return actions + b" " * (MAX_RESPONSE_BYTES + 10)
 
 
 OVERSIZED = "oversized"

@@ -67,9 +67,21 @@ def test_five_failed_authentications_in_a_minute_ban() -> None:
     (ban,) = guard.bans(T0 + 110)
     assert ban.reason == "5 failed REST API keys in a minute"
     assert guard.admit("10.0.0.7", T0 + 110) == "drop"
+    assert guard.banned("10.0.0.7", T0 + 110)
+    assert not guard.banned("10.0.0.7", T0 + 100 + 4 + 600)  # the ban runs out
     assert guard.lift("10.0.0.7", T0 + 111)
     assert guard.admit("10.0.0.7", T0 + 111) == "pass"
     assert not guard.lift("10.0.0.7", T0 + 112)
+
+
+def test_the_operators_own_loopback_is_never_banned_for_failed_authentications() -> None:
+    # The operator's `callhook bans` on the server must always be able to lift a ban.
+    guard = Guard()
+    for host in ("127.0.0.1", "::1", "127.0.0.2"):
+        for i in range(AUTH_FAILURES * 2):
+            guard.auth_failed(host, T0 + i, "REST API key")
+    assert [b.address for b in guard.bans(T0 + 20)] == ["127.0.0.2"]
+    assert not guard.banned("127.0.0.1", T0 + 20)
 
 
 def test_the_table_is_bounded_and_keeps_bans() -> None:
