@@ -27,6 +27,8 @@ import asyncio
 import contextlib
 import errno
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,9 +38,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from aiohttp import web
 
 from callhook.media import wav
-from callhook.testing import AppServer
+from callhook.testing import AppServer, Received, Reply
 from tests.e2e import harness, sipp
 from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
@@ -251,3 +254,122 @@ async def test_the_recogniser_crashing_or_hanging_ends_get_input_and_the_call_go
     call_log = (tmp_path / "data" / "media" / "default" / body["log_filename"]).read_text()
     assert "speech_failed" in call_log and expected in call_log, call_log
     assert "Traceback" not in server.output, server.output
+
+
+# --- the page server slow or resetting connections under load ------------------------------
+
+#: Page timeout of the load test's serve; the slow pages answer well after it.
+PAGE_TIMEOUT = 2.0
+SLOW = 2 * PAGE_TIMEOUT + 1.0
+CALLS = 21  # a third of each kind
+
+
+class FlakyApp(AppServer):
+    """The application server, except that ``/reset/...`` pages close the connection
+    without a byte of answer (an RST: SO_LINGER 0), as a crashing app server does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets: list[str] = []
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if not request.path.startswith("/reset/"):
+            return await super()._handle(request)
+        await request.read()
+        self.resets.append(request.path)
+        transport = request.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+        raise asyncio.CancelledError  # nothing is answered
+
+
+async def test_slow_and_resetting_pages_under_load_give_each_call_its_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = FlakyApp()
+    async with app:
+        kinds = {
+            f"{kind}{n}": kind
+            for n, kind in zip(range(CALLS), ["ok", "slow", "reset"] * CALLS, strict=False)
+        }
+
+        def start(request: Received) -> list[dict[str, Any]]:
+            user = str(request.json["this_call"]["call_to"]).removeprefix("sip:").split("@")[0]
+            prefix = {"ok": "/next", "slow": "/slow", "reset": "/reset"}[kinds[user]]
+            return [
+                {
+                    "get_number": {
+                        "digit_count": 3,
+                        "next_page": {"url": f"{prefix}/{user}"},
+                        "milliseconds_initial_timeout": 10000,
+                    }
+                }
+            ]
+
+        app.page("/start", start)
+        for user, kind in kinds.items():
+            if kind == "ok":
+                app.page(f"/next/{user}", [{"hang_up": {}}])
+            elif kind == "slow":
+                app.page(f"/slow/{user}", Reply([{"hang_up": {}}], delay=SLOW))
+        app.page("/error", [{"hang_up": {}}])
+        app.page("/final", None)
+        config = tmp_path / "callhook.toml"
+        config.write_text(f"page_timeout = {PAGE_TIMEOUT}\n")
+        stream = Stream(8.0).rfc4733("123", at=1.0)
+        pcap = stream.write_pcap(tmp_path / "caller.pcap")
+        server = Server(
+            tmp_path / "data",
+            app_url=app.url("/start"),
+            secret=app.secret,
+            final_page=app.url("/final"),
+            error_page=app.url("/error"),
+            extra=("--config", str(config)),
+        )
+        async with server:
+
+            async def one(user: str) -> sipp.SippRun:
+                workdir = tmp_path / user
+                workdir.mkdir()
+                parts = [sipp.invite(user), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+                parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
+                return await sipp.call(server.sip, workdir, *parts)
+
+            runs = await asyncio.gather(*(one(user) for user in kinds))
+            await until(lambda: len(app.bodies("/final")) == CALLS, 20, "final pages")
+            status, stats = await server.api("GET", "/api/stats")
+            assert status == 200, stats
+            # No call leaked: every one ended, in serve's own count ...
+            assert stats["calls_active"] == 0, stats
+            assert stats["calls_ended"] == {"completed": CALLS}, stats
+            # ... and the SIP agent forgets each once its last transaction is over (the
+            # INVITE server transaction's Accepted state lasts 64*T1 = 32 s, RFC 6026).
+            deadline = asyncio.get_running_loop().time() + 40
+            while stats["sip_calls"] and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(1.0)
+                stats = (await server.api("GET", "/api/stats"))[1]
+            assert stats["sip_calls"] == 0, stats
+        for user, run in zip(kinds, runs, strict=True):
+            assert run.returncode == 0, (user, run.output + run.errors)
+        finals = {
+            str(b["this_call"]["call_to"]).removeprefix("sip:").split("@")[0]: b
+            for b in app.bodies("/final")
+        }
+        errors = {b["application_instance_id"]: b["error_result"] for b in app.bodies("/error")}
+        for user, kind in kinds.items():
+            final = finals[user]
+            assert final["this_call"]["call_cause"] == "completed", (user, final)
+            instance = final["application_instance_id"]
+            if kind == "ok":  # untouched by the others: its digits, no error page
+                (body,) = app.bodies(f"/next/{user}")
+                assert body["action_result"]["result"] == {"entered_number": "123"}
+                assert instance not in errors, (user, errors.get(instance))
+            else:  # an application error: the error page, with the cause (DESIGN.md §1.3)
+                expected = "timeout" if kind == "slow" else "unreachable"
+                assert errors[instance]["cause"] == expected, (user, errors[instance])
+                assert errors[instance]["url"] == app.url(f"/{kind}/{user}")
+        # A page request that was sent is never retried (not idempotent, §1.3).
+        assert sorted(app.resets) == sorted(f"/reset/{u}" for u, k in kinds.items() if k == "reset")
+        assert "Traceback" not in server.output, server.output
