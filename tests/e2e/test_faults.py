@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import os
 import shutil
 import socket
 import struct
@@ -373,3 +374,104 @@ async def test_slow_and_resetting_pages_under_load_give_each_call_its_outcome(
         # A page request that was sent is never retried (not idempotent, §1.3).
         assert sorted(app.resets) == sorted(f"/reset/{u}" for u, k in kinds.items() if k == "reset")
         assert "Traceback" not in server.output, server.output
+
+
+# --- 5 % loss and 60 ms jitter on the line ----------------------------------------------------
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=15, check=False)
+
+
+@contextlib.contextmanager
+def lossy_netns() -> Iterator[str]:
+    """A network namespace of the test's own whose loopback loses 5 % and jitters 60 ms."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces and tc need root")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install iproute2)")
+    name = f"chk-netem-{os.getpid()}"
+    _ip("netns", "del", name)  # a leftover of a killed run with the same pid
+    made = _ip("netns", "add", name)
+    if made.returncode != 0:
+        pytest.skip(f"ip netns cannot be used here: {made.stderr.strip()}")
+    try:
+        assert _ip("-n", name, "link", "set", "lo", "up").returncode == 0
+        qdisc = subprocess.run(
+            ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root",
+             "netem", "loss", "5%", "delay", "20ms", "60ms"],
+            capture_output=True, text=True, timeout=15, check=False,
+        )  # fmt: skip
+        if qdisc.returncode != 0:
+            pytest.skip(f"tc netem cannot be used here: {qdisc.stderr.strip()}")
+        yield name
+    finally:
+        for pid in _ip("netns", "pids", name).stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        _ip("netns", "del", name)  # the qdisc goes with it
+
+
+async def sipp_in_netns(netns: str, text: str, workdir: Path, target: tuple[str, int]) -> str:
+    """One SIPp call inside ``netns``; returns its output (raises if it failed)."""
+    assert sipp.SIPP is not None
+    path = workdir / "scenario.xml"
+    path.write_text(text)
+    errors = workdir / "sipp-errors.log"
+    proc = await asyncio.create_subprocess_exec(
+        "ip", "netns", "exec", netns, sipp.SIPP, "-sf", str(path), f"{target[0]}:{target[1]}",
+        "-i", "127.0.0.1", "-p", str(harness.free_udp_port()),
+        "-mi", "127.0.0.1", "-mp", str(harness.free_even_udp_port()),
+        "-m", "1", "-nostdin", "-t", "u1", "-timeout", "60s",
+        "-trace_err", "-error_file", str(errors),
+        cwd=workdir, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 70)
+    report = out.decode(errors="replace")
+    if errors.exists():
+        report += errors.read_text(errors="replace")
+    assert proc.returncode == 0, report
+    return report
+
+
+async def test_digits_and_a_recording_survive_5_percent_loss_and_60_ms_jitter(
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.e2e.test_nat_netns import app_reachable_from
+    from tests.e2e.test_recordings import assert_valid_wav
+
+    data_dir = tmp_path / "data"
+    app.page(
+        "/start",
+        [{"get_number": {"digit_count": 4, "next_page": {"url": "/number"}}}],
+    )
+    app.page(
+        "/number",
+        [{"record": {"next_page": {"url": "/recorded"}, "milliseconds_max_silence": 1500}}],
+    )
+    app.page("/recorded", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(12.0).rfc4733("1937", at=1.0)
+    stream.speech(talk(1, 2, 3, 4, 5, 6), at=4.5)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
+    with lossy_netns() as netns:
+        monkeypatch.setattr(
+            harness, "CALLHOOK", ["ip", "netns", "exec", netns, sys.executable, "-m", "callhook"]
+        )
+        async with app_reachable_from(netns, app), Server.for_app(data_dir, app) as server:
+            await sipp_in_netns(netns, sipp.scenario(*parts), tmp_path, server.sip)
+            await until(lambda: app.bodies("/final"), 20, "no final page")
+    (number,) = app.bodies("/number")
+    assert number["action_result"]["result"] == {"entered_number": "1937"}, server.output
+    (recorded,) = app.bodies("/recorded")
+    result = recorded["action_result"]["result"]
+    assert result["reason"] == "silence" and result["contains_sound"] is True, result
+    data = (data_dir / "media" / "default" / result["filename"]).read_bytes()
+    info = assert_valid_wav(data, "ulaw")
+    # ~3.2 s of speech: lost packets are silence in the file, not a shorter file.
+    assert 3.0 <= info.data_length / 8000 <= 6.0, info
+    assert result["seconds_duration"] == pytest.approx(info.data_length / 8000, abs=0.1 + 1e-6)
+    assert "Traceback" not in server.output, server.output
