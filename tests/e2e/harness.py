@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from callhook.testing import AppServer
+from tests import leaks
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
 
@@ -101,6 +102,9 @@ class Server:
         ):
             if value is not None:
                 self.args += [flag, value]
+        for flag in ("--secret", "--api-key"):
+            if flag in self.args:
+                leaks.used(self.args[self.args.index(flag) + 1])
         self.proc: asyncio.subprocess.Process | None = None
         self.output = ""
         self._reader: asyncio.Task[None] | None = None
@@ -168,4 +172,8 @@ class Server:
         return code
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        try:
+            await self.stop()
+        finally:
+            # Kept for the session's check that no secret reached a log (tests/leaks.py).
+            (self.data_dir.parent / f"serve-{self.sip_port}.out").write_text(self.output)

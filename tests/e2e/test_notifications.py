@@ -20,6 +20,7 @@ import pytest
 
 from callhook.media import wav
 from callhook.testing import AppServer, Received, Reply
+from tests import leaks
 from tests.e2e import sipp
 from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
@@ -30,6 +31,7 @@ DATA = Path(__file__).parent.parent / "data"
 KEY = "8a" * 8 + "4c" * 8 + "91" * 8 + "e3" * 8
 IV = "0123456789abcdef" * 2
 CIPHER = {"type": "aescbc", "key": KEY, "initialisation_vector": IV}
+leaks.used(KEY, "ff" * 32)  # the right key and the wrong one the tests try: never logged
 
 
 def clip(name: str = "*jackson_0.wav") -> np.ndarray:

@@ -14,8 +14,10 @@ from callhook.config import AppConfig, Settings
 from callhook.events import PlayFile, StartRecording
 from callhook.media import g711, tones, wav
 from callhook.store import crypto
+from tests import leaks
 
 KEY, IV = "1f" * 32, "e0" * 16
+leaks.used(KEY)
 CIPHER = ("aescbc", KEY, IV)
 APP = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
 
