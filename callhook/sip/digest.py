@@ -14,6 +14,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from callhook.sip.grammar import quote
+
 ALGORITHMS = {"SHA-256": hashlib.sha256, "MD5": hashlib.md5}
 PREFERENCE = ["SHA-256", "SHA-256-sess", "MD5", "MD5-sess"]
 
@@ -33,16 +35,28 @@ class Challenge:
 
 
 _PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)\s*,?')
+# What a challenge must not hold: controls (a header value has no CR or LF, but may
+# have others) and the lone surrogates that stand for bytes that are not UTF-8 (the
+# SIP parser decodes with surrogateescape). The realm, nonce and opaque go back into
+# our Authorization and into the hashes, which are over UTF-8 text (RFC 7616 §3.4.4).
+_UNUSABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
 
 
 def parse_challenge(value: str) -> Challenge:
     """Parse one ``WWW-Authenticate`` / ``Proxy-Authenticate`` header value."""
     scheme, _, rest = value.strip().partition(" ")
     if scheme.lower() != "digest":
-        raise DigestError(f"unsupported authentication scheme {scheme!r}")
+        raise DigestError(f"unsupported authentication scheme {scheme[:40]!r}")
+    bad = _UNUSABLE.search(value)
+    if bad is not None:
+        what = "bytes that are not UTF-8" if bad.group() > "\x7f" else "control characters"
+        raise DigestError(f"challenge with {what}")
     params: dict[str, str] = {}
     for name, raw in _PARAM.findall(rest):
         if raw.startswith('"'):
+            if len(raw) < 2 or not raw.endswith('"'):
+                # The quoted form did not match: an unterminated quoted-string.
+                raise DigestError(f"challenge parameter {name[:40]!r} has an unclosed quote")
             raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
         params[name.lower()] = raw
     if "realm" not in params or "nonce" not in params:
@@ -109,16 +123,18 @@ def authorization(
         response = digest(f"{ha1}:{challenge.nonce}:{nc}:{cnonce}:auth:{ha2}")
     else:
         response = digest(f"{ha1}:{challenge.nonce}:{ha2}")
+    # quote(): a realm, nonce or opaque may hold quotes or backslashes (they came as
+    # quoted-pairs); sent as they are they would end the quoted-string early.
     parts = [
-        f'username="{username}"',
-        f'realm="{challenge.realm}"',
-        f'nonce="{challenge.nonce}"',
-        f'uri="{uri}"',
+        f"username={quote(username)}",
+        f"realm={quote(challenge.realm)}",
+        f"nonce={quote(challenge.nonce)}",
+        f"uri={quote(uri)}",
         f'response="{response}"',
         f"algorithm={challenge.algorithm}",
     ]
     if challenge.qop:
-        parts += ["qop=auth", f"nc={nc}", f'cnonce="{cnonce}"']
+        parts += ["qop=auth", f"nc={nc}", f"cnonce={quote(cnonce)}"]
     if challenge.opaque is not None:
-        parts.append(f'opaque="{challenge.opaque}"')
+        parts.append(f"opaque={quote(challenge.opaque)}")
     return "Digest " + ", ".join(parts)
