@@ -156,7 +156,9 @@ def _signal(value: str) -> str | None:
     v = value.strip().upper()
     if len(v) == 1 and v in EVENT_DIGITS:
         return v
-    if v.isdigit() and int(v) < len(EVENT_DIGITS):
+    # ASCII digits only, and few: str.isdigit() is also true of "²" and of numbers
+    # too long for int(), and the body is the peer's (latin-1 decoded) bytes.
+    if v.isascii() and v.isdigit() and len(v) <= 3 and int(v) < len(EVENT_DIGITS):
         return EVENT_DIGITS[int(v)]
     return None
 
@@ -328,7 +330,7 @@ class _Tracker:
 
 
 class ToneDetector:
-    """In-band DTMF on one call's 8 kHz audio, fed 20 ms frames of 160 int16 samples.
+    """In-band DTMF on one call's 8 kHz audio, analysed in 20 ms frames of 160 samples.
 
     Every frame gives four analysis windows of 20 ms, 5 ms apart. A window
     holds a key when its strongest low-group and high-group tones are within
@@ -352,13 +354,33 @@ class ToneDetector:
         self._buf = np.zeros(BUFFER, dtype=np.float64)
         self._current = self._buf[HISTORY:]
         self._tracker = _Tracker()
+        # Samples short of a whole frame, kept for the next call: a peer's packets need
+        # not hold 20 ms (a 30 ms ptime, a short or odd-sized packet from anyone).
+        self._partial: npt.NDArray[np.int16] = np.zeros(0, dtype=np.int16)
 
     def reset(self) -> None:
         self._buf[:] = 0.0
         self._tracker = _Tracker()
+        self._partial = np.zeros(0, dtype=np.int16)
 
     def feed(self, frame: npt.NDArray[np.int16]) -> str | None:
-        """The digit of a key press recognised in this frame, or None."""
+        """The digit of a key press recognised in these samples, or None.
+
+        Any number of samples is taken; they are analysed in 20 ms frames, and what
+        is short of a frame waits for the next call (the last digit recognised is
+        returned if one call completes several frames)."""
+        if len(frame) == FRAME and not len(self._partial):
+            return self._frame(frame)  # the usual case: one whole frame
+        samples = np.concatenate((self._partial, frame)) if len(self._partial) else frame
+        whole = len(samples) - len(samples) % FRAME
+        digit = None
+        for start in range(0, whole, FRAME):
+            digit = self._frame(samples[start : start + FRAME]) or digit
+        self._partial = np.array(samples[whole:], dtype=np.int16)
+        return digit
+
+    def _frame(self, frame: npt.NDArray[np.int16]) -> str | None:
+        """The digit of a key press recognised in one 160-sample frame, or None."""
         buf = self._buf
         buf[:HISTORY] = buf[FRAME:]
         buf[HISTORY:] = frame

@@ -211,6 +211,8 @@ class VoiceActivityDetector:
 
     def feed(self, frame: npt.NDArray[np.int16]) -> bool | None:
         """True: activity started; False: it ended (after the hangover); None: no change."""
+        if not len(frame):
+            return None  # an RTP packet with no payload: no audio, no verdict (nor 0/0)
         f = frame.astype(np.float32)
         power = float(f @ f) / len(f)
         # Noise floor: running minimum over BLOCKS blocks of BLOCK_FRAMES frames.
