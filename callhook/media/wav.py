@@ -54,6 +54,9 @@ _UNSUPPORTED: Final = {
 
 #: The encoding of silence in each G.711 law.
 SILENCE = {"alaw": 0xD5, "ulaw": 0xFF}
+#: The sample rates :func:`decode_to_8k` reads (telephony's 4 kHz to studio 384 kHz).
+MIN_RATE = 4000
+MAX_RATE = 384_000
 
 
 class WavError(ValueError):
@@ -307,6 +310,12 @@ def decode_to_8k(data: bytes) -> npt.NDArray[np.int16]:
     saying why for anything else (Microsoft ADPCM, MP3, GSM...).
     """
     info = read_info(data)
+    if not MIN_RATE <= info.sample_rate <= MAX_RATE:
+        # Resampling multiplies the length by 8000 / rate: a few kB declared at 1 Hz
+        # would become gigabytes of samples (a hostile file_to_play).
+        raise WavError(
+            f"sample rate {info.sample_rate} Hz (callhook reads {MIN_RATE} to {MAX_RATE})"
+        )
     raw = data[info.data_offset : info.data_offset + info.data_length]
     if info.channels == 1 and info.sample_rate == 8000 and info.encoding in ADPCM_FORMATS:
         return np.ascontiguousarray(_adpcm(info, raw)[:, 0])
