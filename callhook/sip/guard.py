@@ -37,6 +37,7 @@ minute, for the adapter to log (no log flood).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -53,6 +54,10 @@ AUTH_WINDOW = 60.0
 OPERATOR = frozenset({"127.0.0.1", "::1"})
 #: A note about one source and cause is given at most this often (seconds).
 NOTE_EVERY = 60.0
+#: When the table is full, the entry forgotten is the least recently seen unbanned one among
+#: this many least recently seen, else the least recently seen: a table full of bans must
+#: not make every new source (a spray of spoofed or IPv6 addresses) cost a scan of it all.
+EVICT_SCAN = 16
 
 #: Private, loopback and unique-local networks: the default ``[security] allow``, so a
 #: softphone on the LAN reaches ``serve`` with no setup and the internet does not.
@@ -228,8 +233,9 @@ class Guard:
 
     def _remember(self, host: str, now: float) -> _Source:
         if len(self._sources) >= self.max_sources:
-            # The least recently seen goes, unless banned (a ban outlives a spray).
-            for old, entry in self._sources.items():
+            # The least recently seen goes, unless banned (a ban outlives a spray; a banned
+            # source still sending is seen again, so it is never among the oldest).
+            for old, entry in itertools.islice(self._sources.items(), EVICT_SCAN):
                 if entry.banned_until <= now:
                     del self._sources[old]
                     break
