@@ -111,6 +111,9 @@ RECOGNISERS = ("whisper", "sphinx", "none")
 #: application's recordings.
 API_KEY_MIN = 16
 
+#: An application's page URLs besides first_page.
+_PAGES = ("error_page", "final_page")
+
 #: Application names: they name a directory of the media file store and a SIP user.
 _APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
@@ -232,6 +235,48 @@ def check_api_key(value: object, where: str) -> str | None:
     return value
 
 
+def _table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """The table ``[name]`` of the file (empty if absent); ConfigError if it is not one."""
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {name} must be a table ([{name}])")
+    return value
+
+
+def _number(path: Path, table: str, key: str, values: dict[str, Any], default: float) -> float:
+    """A number (integer or float; not a boolean, not text), or ``default`` when absent."""
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        where = f"[{table}] {key}" if table else key
+        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _integer(path: Path, table: str, key: str, values: dict[str, Any], default: int) -> int:
+    """A whole number, or ``default`` when absent."""
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{path}: [{table}] {key} must be a whole number, got {value!r}")
+    return value
+
+
+def _text(path: Path, table: str, key: str, values: dict[str, Any], default: str) -> str:
+    """A string, or ``default`` when absent."""
+    value = values.get(key, default)
+    if not isinstance(value, str):
+        where = f"[{table}] {key}" if table else key
+        raise ConfigError(f"{path}: {where} must be a string, got {value!r}")
+    return value
+
+
+def _flag(path: Path, table: str, key: str, values: dict[str, Any], default: bool) -> bool:
+    """``true`` or ``false``, or ``default`` when absent."""
+    value = values.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: [{table}] {key} must be true or false, got {value!r}")
+    return value
+
+
 def _no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str]) -> None:
     unknown = set(values) - known
     if unknown:
@@ -250,10 +295,7 @@ def _ip_address(path: Path, value: object) -> str:
 
 
 def _port(path: Path, key: str, value: object) -> int:
-    try:
-        port = int(str(value))
-    except ValueError:
-        port = -1
+    port = value if isinstance(value, int) and not isinstance(value, bool) else -1
     if not 0 <= port <= 65535:
         raise ConfigError(f"{path}: [sip] {key} must be a port number (0: none), got {value!r}")
     return port
@@ -268,7 +310,7 @@ def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
         settings.sip_tls_port = _port(path, "tls_port", sip["tls_port"])
     for key in ("tls_certificate", "tls_key", "tls_ca"):
         if key in sip:
-            file = Path(str(sip[key]))
+            file = Path(_text(path, "sip", key, sip, ""))
             if not file.is_file():
                 raise ConfigError(f"{path}: [sip] {key}: no such file {file}")
             setattr(settings, key, file)
@@ -297,14 +339,14 @@ def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
         except ValueError as exc:
             raise ConfigError(f"{path}: [security] allow: {exc}") from None
         settings.security_allow = tuple(str(a) for a in allow)
-    settings.security_unknown = str(values.get("unknown", "drop"))
+    settings.security_unknown = _text(path, "security", "unknown", values, "drop")
     if settings.security_unknown not in ("drop", "reject"):
         raise ConfigError(f"{path}: [security] unknown must be drop or reject")
-    settings.security_rate = float(values.get("rate", 20))
-    settings.security_ban_seconds = float(values.get("ban_seconds", 600))
+    settings.security_rate = _number(path, "security", "rate", values, 20)
+    settings.security_ban_seconds = _number(path, "security", "ban_seconds", values, 600)
     if not 1 <= settings.security_rate <= 100000:
         raise ConfigError(f"{path}: [security] rate must be 1 to 100000 messages a second")
-    settings.max_message_bytes = int(values.get("max_message_bytes", 8192))
+    settings.max_message_bytes = _integer(path, "security", "max_message_bytes", values, 8192)
     if not 1300 <= settings.max_message_bytes <= 65536:
         raise ConfigError(f"{path}: [security] max_message_bytes must be 1300 to 65536")
     if not 0 < settings.security_ban_seconds <= 86400 * 7:
@@ -346,7 +388,7 @@ def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
 
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
-    mb = float(values[key])
+    mb = _number(path, table, key, values, 0)
     if not 0 < mb <= 4096:
         raise ConfigError(f"{path}: [{table}] {key} must be above 0 and at most 4096")
     return int(mb * 2**20)
@@ -355,81 +397,95 @@ def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
 def load(path: Path) -> Settings:
     """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (TOML is UTF-8): {exc.reason}") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
     settings = Settings()
-    settings.data_dir = Path(raw.get("data_dir", "data"))
-    settings.page_timeout = float(raw.get("page_timeout", 10.0))
-    http = raw.get("http", {})
-    settings.http_host = str(http.get("host", settings.http_host))
-    settings.http_port = int(http.get("port", settings.http_port))
+    settings.data_dir = Path(_text(path, "", "data_dir", raw, "data"))
+    settings.page_timeout = _number(path, "", "page_timeout", raw, 10.0)
+    if not 0 < settings.page_timeout <= 600:
+        raise ConfigError(f"{path}: page_timeout must be above 0 and at most 600 seconds")
+    http = _table(path, raw, "http")
+    settings.http_host = _text(path, "http", "host", http, settings.http_host)
+    settings.http_port = _integer(path, "http", "port", http, settings.http_port)
+    if not 0 <= settings.http_port <= 65535:
+        raise ConfigError(f"{path}: [http] port must be a port number")
     if "max_upload_mb" in http:
         settings.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
-    sip = raw.get("sip", {})
-    settings.sip_host = str(sip.get("host", settings.sip_host))
-    settings.sip_port = int(sip.get("port", settings.sip_port))
+    sip = _table(path, raw, "sip")
+    settings.sip_host = _text(path, "sip", "host", sip, settings.sip_host)
+    settings.sip_port = _port(path, "port", sip.get("port", settings.sip_port))
     if "rtp_ports" in sip:
-        first, last = (int(p) for p in sip["rtp_ports"])
+        ports = sip["rtp_ports"]
+        ok = isinstance(ports, list) and len(ports) == 2
+        first, last = (ports if ok and all(type(p) is int for p in ports) else (0, 0))
         if not 1024 <= first < last <= 65535:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
         settings.rtp_ports = (first, last)
     _transports(path, sip, settings)
-    settings.shutdown_grace = float(sip.get("shutdown_grace", settings.shutdown_grace))
-    settings.rtp_timeout = float(sip.get("rtp_timeout", settings.rtp_timeout))
+    settings.shutdown_grace = _number(path, "sip", "shutdown_grace", sip, settings.shutdown_grace)
+    settings.rtp_timeout = _number(path, "sip", "rtp_timeout", sip, settings.rtp_timeout)
     if "external_address" in sip:
         settings.external_address = _ip_address(path, sip["external_address"])
     if not 0 <= settings.rtp_timeout <= 86400:
         raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
-    settings.max_calls = int(sip.get("max_calls", settings.max_calls))
-    recordings = raw.get("recordings", {})
+    settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
+    recordings = _table(path, raw, "recordings")
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:
         settings.max_recording_bytes = _megabytes(path, "recordings", "max_mb", recordings)
-    media = raw.get("media", {})
+    media = _table(path, raw, "media")
     _no_unknown(path, "media", media, {"remote_max_mb", "remote_timeout"})
     if "remote_max_mb" in media:
         settings.remote_media_bytes = _megabytes(path, "media", "remote_max_mb", media)
-    settings.remote_media_timeout = float(media.get("remote_timeout", 10.0))
+    settings.remote_media_timeout = _number(path, "media", "remote_timeout", media, 10.0)
     if not 0 < settings.remote_media_timeout <= 300:
         raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
-    notifications = raw.get("notifications", {})
+    notifications = _table(path, raw, "notifications")
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
-    settings.notify_first_retry = float(notifications.get("first_retry", 2.0))
-    settings.notify_max_retry = float(notifications.get("max_retry", 600.0))
-    settings.notify_give_up_after = float(notifications.get("give_up_after", 86400.0))
+    settings.notify_first_retry = _number(path, "notifications", "first_retry", notifications, 2)
+    settings.notify_max_retry = _number(path, "notifications", "max_retry", notifications, 600)
+    settings.notify_give_up_after = _number(
+        path, "notifications", "give_up_after", notifications, 86400
+    )
     if not 0 < settings.notify_first_retry <= settings.notify_max_retry:
         raise ConfigError(
             f"{path}: [notifications] first_retry must be above 0 and at most max_retry"
         )
     if settings.notify_give_up_after <= 0:
         raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
-    _security(path, raw.get("security", {}), settings)
-    _outbound(path, raw.get("outbound", {}), settings)
-    _egress(path, raw.get("egress", {}), settings)
-    speech = raw.get("speech", {})
+    _security(path, _table(path, raw, "security"), settings)
+    _outbound(path, _table(path, raw, "outbound"), settings)
+    _egress(path, _table(path, raw, "egress"), settings)
+    speech = _table(path, raw, "speech")
     unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
     if unknown_speech:
         raise ConfigError(f"{path}: [speech] unknown keys: {', '.join(sorted(unknown_speech))}")
-    settings.tts_voice = str(speech.get("voice", settings.tts_voice))
-    settings.recogniser = str(speech.get("recogniser", settings.recogniser))
+    settings.tts_voice = _text(path, "speech", "voice", speech, settings.tts_voice)
+    settings.recogniser = _text(path, "speech", "recogniser", speech, settings.recogniser)
     if settings.recogniser not in RECOGNISERS:
         raise ConfigError(
             f"{path}: [speech] recogniser must be one of {', '.join(RECOGNISERS)}, "
             f"not {settings.recogniser!r}"
         )
-    settings.speech_workers = max(1, int(speech.get("workers", settings.speech_workers)))
-    settings.speech_preload = bool(speech.get("preload", settings.speech_preload))
-    trunk = raw.get("trunk", {})
+    settings.speech_workers = _integer(path, "speech", "workers", speech, settings.speech_workers)
+    if not 1 <= settings.speech_workers <= 64:
+        raise ConfigError(f"{path}: [speech] workers must be 1 to 64")
+    settings.speech_preload = _flag(path, "speech", "preload", speech, settings.speech_preload)
+    trunk = _table(path, raw, "trunk")
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")
     try:
         settings.trunks = trunks.load(path, raw)
     except trunks.TrunkError as exc:
         raise ConfigError(str(exc)) from None
-    apps: dict[str, Any] = raw.get("apps", {})
+    apps = _table(path, raw, "apps")
     keys: dict[str, str] = {}
     for name, table in apps.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: apps.{name} must be a table ([apps.{name}])")
         if not _APP_NAME.fullmatch(name):
             raise ConfigError(
                 f"{path}: [apps.{name}]: an application name is 1 to 64 letters, digits, "
@@ -448,13 +504,15 @@ def load(path: Path) -> Settings:
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
+        where = f"apps.{name}"
+        pages = {k: _text(path, where, k, table, "") or None for k in _PAGES}
         settings.apps[name] = AppConfig(
             name=name,
-            first_page=str(table["first_page"]),
-            secret=str(table.get("secret") or data_secret(settings.data_dir)),
-            error_page=table.get("error_page"),
-            final_page=table.get("final_page"),
-            application_parameters=str(table.get("application_parameters", "")),
+            first_page=_text(path, where, "first_page", table, ""),
+            secret=_text(path, where, "secret", table, "") or data_secret(settings.data_dir),
+            error_page=pages["error_page"],
+            final_page=pages["final_page"],
+            application_parameters=_text(path, where, "application_parameters", table, ""),
             api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
         )
         numbers = table.get("numbers", [])
@@ -479,7 +537,8 @@ def load(path: Path) -> Settings:
                     "a key must name one application"
                 )
             keys[key] = name
-    settings.default_app = raw.get("default_app")
+    if "default_app" in raw:
+        settings.default_app = _text(path, "", "default_app", raw, "")
     if settings.default_app is not None and settings.default_app not in settings.apps:
         raise ConfigError(f"{path}: default_app {settings.default_app!r} is not in [apps]")
     return settings

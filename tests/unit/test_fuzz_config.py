@@ -3,11 +3,9 @@
 Property (``bench/fuzz.py --target config``): any file loads or raises
 ConfigError naming the problem, which ``callhook serve`` prints as one line.
 
-Open: ``config.load`` converts values with bare ``int()`` / ``float()`` and
-iterates values it has not type-checked, so a wrong type or a file that is not
-UTF-8 gives a traceback instead of ConfigError. config.py belongs to another
-line of work; the cases below are strict xfails, so the fix there turns them
-into failures that say "remove the marker".
+The cases below are the ones the campaign found (``config.load`` converted
+values with bare ``int()`` / ``float()`` and iterated tables it had not
+type-checked, so a wrong type or a file that is not UTF-8 gave a traceback).
 """
 
 from __future__ import annotations
@@ -18,10 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from bench.fuzz import TARGETS, check_of, strategy
-
-OPEN = pytest.mark.xfail(
-    strict=True, reason="config.load raises TypeError/ValueError for wrong types (open)"
-)
 
 
 @pytest.mark.parametrize(
@@ -39,12 +33,10 @@ OPEN = pytest.mark.xfail(
         pytest.param(b"default_app = []", id="default-app-list"),
     ],
 )
-@OPEN
 def test_a_wrong_type_is_a_config_error(text: bytes) -> None:
     check_of("config")(text)
 
 
-@OPEN
 @settings(
     max_examples=300,
     deadline=None,
