@@ -104,6 +104,17 @@ class Rfc4733Receiver:
         self._remember(ts, _Press(event, end, duration, now))
         return EVENT_DIGITS[event]
 
+    def feed_late(self, payload: bytes, timestamp: int, now: float) -> str | None:
+        """:meth:`feed` for a packet the RTP layer's reorder window had given up on (it
+        came after later packets were played): the key was still pressed, so its digit
+        counts when no packet of the same press came before it. A known press is left as
+        it is: the replay rule of :meth:`feed` (a short duration after the end) is for
+        packets in order, and a late duration update would pass for a new press."""
+        press = self._presses.get(timestamp & 0xFFFFFFFF)
+        if press is not None and now - press.last <= self.FORGET_SECONDS:
+            return None
+        return self.feed(payload, timestamp, now)
+
     def _continues(self, event: int, ts: int, now: float) -> bool:
         for start, p in self._presses.items():
             if (

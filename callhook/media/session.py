@@ -16,9 +16,10 @@ Receive path, per packet: rate limit (an RTP flood is dropped above
 the first valid packet fixes where we send, so a caller behind NAT hears us;
 packets from anywhere else are dropped); sequence/SSRC tracking and a small
 reorder window (``rtp.RtpReceiver``); then RFC 4733 events to the digit
-receiver, or audio to G.711 decode, the voice-activity detector, the in-band
-DTMF detector (only when the peer did not negotiate telephone-event: DESIGN.md
-§1.4) and the recording.
+receiver (also those the reorder window dropped as late: a key press that
+arrives late still counts), or audio to G.711 decode, the voice-activity
+detector, the in-band DTMF detector (only when the peer did not negotiate
+telephone-event: DESIGN.md §1.4) and the recording.
 
 Speech: while an action listens (a recording, a recognition stream, the
 record action's :meth:`detect_voice`) the detector's speech model runs, and
@@ -284,8 +285,15 @@ class MediaSession:
         if packet.payload_type not in (self.payload_type, self.event_payload_type, 13):
             self.malformed += 1
             return
+        late = self.receiver.late
         for ordered in self.receiver.feed(packet, now):
             self._packet(ordered, now)
+        if self.receiver.late != late and packet.payload_type == self.event_payload_type:
+            # A telephone-event that came after the reorder window gave up on it: too
+            # late to play, not to count (under heavy jitter a whole press can be late).
+            digit = self.rfc4733.feed_late(packet.payload, packet.timestamp, now)
+            if digit is not None:
+                self.events.append(DigitReceived(digit))
 
     def _foreign(self, source: Address) -> None:
         if self.foreign_dropped == 0:

@@ -188,6 +188,21 @@ def test_a_late_update_after_the_end_packets_is_not_a_new_press() -> None:
     assert feed(Rfc4733Receiver(), reordered) == ["2"]
 
 
+def test_a_late_packet_counts_only_for_a_press_not_yet_heard() -> None:
+    """feed_late: packets the RTP reorder window had already skipped. Alone they are the
+    press (it happened); after any packet of the press, even a short update, nothing."""
+    rx = Rfc4733Receiver()
+    assert rx.feed_late(event(7, 320), 8000, 0.0) == "7"
+    assert rx.feed(event(7, 960), 8000, 0.02) is None
+    assert rx.feed_late(event(7, 160), 8000, 0.04) is None
+    rx = Rfc4733Receiver()
+    assert rx.feed(event(3, 960, True), 16_000, 0.0) == "3"
+    # In order, this would be a replay of the ended press (a new one); late, it is not.
+    assert rx.feed_late(event(3, 160), 16_000, 0.02) is None
+    assert rx.feed(event(3, 160), 16_000, 0.04) == "3"
+    assert rx.feed_late(event(16, 160), 24_000, 0.06) is None  # flash: no digit
+
+
 def test_two_presses_of_the_same_key_are_two_digits() -> None:
     rx = Rfc4733Receiver()
     stream = press(1, ts=8000, t=0.0) + press(1, ts=8000 + 1600, t=0.2)

@@ -150,6 +150,32 @@ def test_rfc4733_digit_once_per_press() -> None:
     assert [e for e in events(session) if isinstance(e, DigitReceived)] == [DigitReceived("5")]
 
 
+def test_a_press_whose_packets_all_come_late_still_counts_once() -> None:
+    """Heavy jitter: audio after a press overtakes all of it, the reorder window skips
+    past the press, and then its packets come. The key was pressed: one digit (the
+    end-to-end fault test's line, 20 % loss and 50 ms ± 150 ms jitter, lost a digit so)."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    now = 0.0
+    for seq in range(1, 4):  # audio, in order
+        session.receive(rtp(seq, seq * 160, bytes(FRAME)), PEER, now)
+    # The press is seq 4..9 (ts 640); the audio after it (10..14) arrives first ...
+    for seq in range(10, 15):
+        now += 0.02
+        session.receive(rtp(seq, seq * 160, bytes(FRAME)), PEER, now)
+        session.tick(now)
+    assert session.receiver.late == 0 and not session.receiver._held  # skipped past 4..9
+    # ... then the press, every packet late (the end packet three times, one sequence
+    # number, as tests/e2e/rtpstream.py sends it).
+    packets = [(seq, struct.pack("!BBH", 9, 10, 160 * (seq - 3))) for seq in range(4, 9)]
+    packets += [(9, struct.pack("!BBH", 9, 0x80 | 10, 960))] * 3
+    for seq, payload in reversed(packets):  # the end first: later updates must not repeat it
+        now += 0.005
+        session.receive(rtp(seq, 640, payload, pt=101, marker=seq == 4), PEER, now)
+    session.tick(now)
+    assert session.receiver.late == len(packets)  # none played
+    assert [e for e in events(session) if isinstance(e, DigitReceived)] == [DigitReceived("9")]
+
+
 def test_inband_digits_only_without_telephone_event() -> None:
     tone = np.concatenate([tones.dtmf_tone("7", 0.1, level_dbfs=-12.0), np.zeros(1600, np.int16)])
     with_te = MediaSession("PCMU", 0, 101, PEER)
