@@ -15,8 +15,11 @@
 * **The page server slow or resetting connections under load**: 21 SIPp calls at
   once; a third of them get a next_page answered after the page timeout, a third
   get a connection closed without an answer.
-* **5 % RTP loss with 60 ms jitter**: ``tc netem`` on the loopback of a network
-  namespace of the test's own, with ``serve`` and SIPp both inside.
+* **5 % RTP loss with 60 ms jitter**, both ways: a userspace relay that ``serve``
+  advertises as its external address drops and delays the real RTP
+  (tests/e2e/impair.py; seeded, so it runs and loses the same packets everywhere),
+  and where the kernel has ``sch_netem`` and the test is root, ``tc netem`` on the
+  loopback of a network namespace of the test's own, with ``serve`` and SIPp inside.
 
 Outcomes are in docs/behaviour.md, "Faults".
 """
@@ -45,6 +48,7 @@ from callhook.media import wav
 from callhook.testing import AppServer, Received, Reply
 from tests.e2e import harness, sipp
 from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.impair import BACK, CLEAR, FORTH, Impairment, Relay
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_recordings import (
     assert_holds_what_was_sent,
@@ -415,6 +419,23 @@ def lossy_netns() -> Iterator[str]:
         _ip("netns", "del", name)  # the qdisc goes with it
 
 
+async def call_in_lossy_netns(
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, scenario_parts: list[str]
+) -> Server:
+    """The call with serve and SIPp in :func:`lossy_netns` (skips where it cannot be made)."""
+    from tests.e2e.test_nat_netns import app_reachable_from
+
+    with lossy_netns() as netns:
+        monkeypatch.setattr(
+            harness, "CALLHOOK", ["ip", "netns", "exec", netns, sys.executable, "-m", "callhook"]
+        )
+        server = Server.for_app(tmp_path / "data", app)
+        async with app_reachable_from(netns, app), server:
+            await sipp_in_netns(netns, sipp.scenario(*scenario_parts), tmp_path, server.sip)
+            await until(lambda: app.bodies("/final"), 20, "no final page")
+    return server
+
+
 async def sipp_in_netns(netns: str, text: str, workdir: Path, target: tuple[str, int]) -> str:
     """One SIPp call inside ``netns``; returns its output (raises if it failed)."""
     assert sipp.SIPP is not None
@@ -437,10 +458,49 @@ async def sipp_in_netns(netns: str, text: str, workdir: Path, target: tuple[str,
     return report
 
 
+#: The relay's address: 127.0.0.5 is this machine's too (all of 127/8 is), so serve,
+#: bound to 127.0.0.1, can advertise it as its external address.
+RELAY = "127.0.0.5"
+#: netem's ``loss 5% delay 20ms 60ms``, in userspace.
+LOSS_AND_JITTER = Impairment(loss=0.05, delay=0.020, jitter=0.060)
+
+
+async def call_through_relay(
+    tmp_path: Path, app: AppServer, scenario_parts: list[str]
+) -> tuple[Server, Relay, int]:
+    """The call, with serve advertising the relay (``[sip] external_address``) and one RTP
+    port (and its RTCP port) that the relay impairs; serve, the relay and the RTP port."""
+    rtp = harness.free_even_udp_port()
+    config = tmp_path / "callhook.toml"
+    config.write_text(f'[sip]\nexternal_address = "{RELAY}"\n')
+    # The harness's --rtp-ports comes first; the last one given counts.
+    extra = ("--config", str(config), "--rtp-ports", f"{rtp}-{rtp + 1}")
+    server = Server.for_app(tmp_path / "data", app, extra=extra)
+    # SIP would cross the relay unimpaired (the test is about media; SIP retransmits):
+    # SIPp sends all its SIP to the address it called, so only a UA that followed
+    # serve's Contact and Via would use it.
+    ports = {server.sip_port: CLEAR, rtp: LOSS_AND_JITTER, rtp + 1: LOSS_AND_JITTER}
+    async with Relay(RELAY, "127.0.0.1", ports, seed=14) as relay, server:
+        run = await sipp.call(server.sip, tmp_path, *scenario_parts)
+        await until(lambda: app.bodies("/final"), 20, "no final page")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    return server, relay, rtp
+
+
+@pytest.mark.parametrize("line", ["relay", "netem"])
 async def test_digits_and_a_recording_survive_5_percent_loss_and_60_ms_jitter(
-    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, line: str
 ) -> None:
-    from tests.e2e.test_nat_netns import app_reachable_from
+    """The caller sends RFC 4733 digits, then speaks, over a line that loses 5 % of the
+    RTP and delays each packet 20 ms ± 60 ms (so packets arrive out of order), both ways.
+
+    ``relay``: a userspace relay on 127.0.0.5 (tests/e2e/impair.py), which serve
+    advertises as its external address; SIPp's RTP goes to it and it forwards to
+    serve, which latches onto it and sends its RTP back through it. Seeded, so
+    each run loses the same packets; it runs wherever the test suite runs.
+    ``netem``: ``tc netem`` on the loopback of a network namespace, serve and
+    SIPp inside; it needs root and the kernel's sch_netem, and skips without.
+    """
     from tests.e2e.test_recordings import assert_valid_wav
 
     data_dir = tmp_path / "data"
@@ -448,10 +508,14 @@ async def test_digits_and_a_recording_survive_5_percent_loss_and_60_ms_jitter(
         "/start",
         [{"get_number": {"digit_count": 4, "next_page": {"url": "/number"}}}],
     )
-    app.page(
-        "/number",
-        [{"record": {"next_page": {"url": "/recorded"}, "milliseconds_max_silence": 1500}}],
-    )
+    # The recording listens from the last digit (~2.6 s) and the caller speaks at 4.5 s:
+    # the initial silence must outlast that gap (1.5 s, the max_silence, would not).
+    record = {
+        "next_page": {"url": "/recorded"},
+        "milliseconds_max_silence": 1500,
+        "milliseconds_max_initial_silence": 5000,
+    }
+    app.page("/number", [{"record": record}])
     app.page("/recorded", [{"hang_up": {}}])
     app.page("/final", None)
     stream = Stream(12.0).rfc4733("1937", at=1.0)
@@ -459,13 +523,20 @@ async def test_digits_and_a_recording_survive_5_percent_loss_and_60_ms_jitter(
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    with lossy_netns() as netns:
-        monkeypatch.setattr(
-            harness, "CALLHOOK", ["ip", "netns", "exec", netns, sys.executable, "-m", "callhook"]
-        )
-        async with app_reachable_from(netns, app), Server.for_app(data_dir, app) as server:
-            await sipp_in_netns(netns, sipp.scenario(*parts), tmp_path, server.sip)
-            await until(lambda: app.bodies("/final"), 20, "no final page")
+    if line == "netem":
+        server = await call_in_lossy_netns(tmp_path, app, monkeypatch, parts)
+    else:
+        server, relay, rtp = await call_through_relay(tmp_path, app, parts)
+        report = relay.report()
+        print(report)
+        forth, back = relay.line(rtp, FORTH), relay.line(rtp, BACK)
+        # The caller's RTP and serve's both crossed the relay (serve latched onto it) ...
+        assert forth.sent >= 400 and back.sent >= 400, report  # the ~10 s the call lasts
+        assert f"sending RTP to {RELAY}:{rtp} (where it comes from)" in server.output
+        # ... and the line was as bad as it says, each way.
+        for way in (forth, back):
+            assert way.dropped >= 0.02 * way.sent, report
+            assert way.reordered >= 0.05 * way.sent, report
     (number,) = app.bodies("/number")
     assert number["action_result"]["result"] == {"entered_number": "1937"}, server.output
     (recorded,) = app.bodies("/recorded")
