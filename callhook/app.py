@@ -265,7 +265,7 @@ class Services:
         return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
     async def close(self) -> None:
-        self.speech.close()
+        await asyncio.to_thread(self.speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.
         if not await asyncio.to_thread(wavfile.drain):
             logger.error("recordings still being finished at exit: start-up recovery will do it")

@@ -25,6 +25,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ T = TypeVar("T")
 class RecognitionFailed(Exception):
     """The recogniser crashed, hung or is being restarted: nothing was recognised (why)."""
 
+
+#: How long closing waits for the recogniser's running work (a model load takes seconds).
+CLOSE_TIMEOUT = 30.0
 
 _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 
@@ -118,6 +122,13 @@ class DaemonPool(Executor):
         if wait:
             for thread in self._threads:
                 thread.join()
+
+    def join(self, deadline: float) -> bool:
+        """Wait until the threads have finished their work, or until ``deadline`` (on
+        ``time.monotonic``); whether they all did. After :meth:`shutdown`."""
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
 
 @dataclass
@@ -390,9 +401,15 @@ class SpeechService:
         """Whether both engines are there for :meth:`hear`."""
         return self.synthesiser is not None and self.recogniser is not None
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop both pools: queued work is cancelled; running work (a model still loading,
+        a decode) is waited for up to ``timeout`` s, because native code the interpreter's
+        exit interrupts aborts the process (``terminate called without an active
+        exception``); a recogniser hung longer than that is abandoned. Blocks."""
         self._tts_pool.shutdown(wait=False, cancel_futures=True)
         self._asr_pool.shutdown(wait=False, cancel_futures=True)
+        if not self._asr_pool.join(time.monotonic() + timeout):
+            logger.warning("speech recognition still busy after %g s at exit: abandoned", timeout)
 
 
 def build_synthesiser(default_voice: str) -> Synthesiser | None:

@@ -146,3 +146,28 @@ async def test_a_hang_is_abandoned_at_its_deadline_and_the_next_decode_works() -
     finally:
         service.close()
         hung._never.set()  # let the abandoned thread end with the test
+
+
+def test_closing_waits_for_running_recogniser_work_but_not_for_a_hung_one() -> None:
+    """Native code (a model loading) cut off by the interpreter's exit aborts the process,
+    so a pool being closed is joined; one hung past the deadline is abandoned."""
+    import threading
+    import time
+
+    from callhook.adapters.speech import DaemonPool
+
+    pool = DaemonPool(1, "test")
+    release, started = threading.Event(), threading.Event()
+    def work() -> None:
+        started.set()
+        release.wait(10)
+
+    pool.submit(work)
+    assert started.wait(5)
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert not pool.join(time.monotonic() + 0.05)  # still at work: not finished
+    closer = threading.Thread(target=pool.join, args=(time.monotonic() + 10,))
+    closer.start()
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive() and pool.join(time.monotonic())
