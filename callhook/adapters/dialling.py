@@ -139,7 +139,7 @@ class Dialling:
                 answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
                 negotiated = sdp.negotiate_answer(
                     ("PCMU", "PCMA"),
-                    sdp.parse(answer_sdp.decode()),
+                    sdp.parse(answer_sdp.decode("utf-8", "replace")),
                     srtp=srtp,
                     offered_crypto=keys,
                 )

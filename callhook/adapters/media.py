@@ -51,6 +51,8 @@ class _Stream:
     port: int
     wake: Callable[[], None]
     rtcp: socket.socket | None = None
+    #: Exceptions its session raised (a bug: logged the first time, the call goes on).
+    faults: int = 0
 
 
 class MediaEngine:
@@ -68,6 +70,7 @@ class MediaEngine:
         self._next = 0.0
         self.late_ticks = 0
         self.send_errors = 0
+        self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
         # How late each tick ran (ms), the last minute's worth: the media's health.
         self.lateness: deque[float] = deque(maxlen=3000)
         self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
@@ -140,27 +143,50 @@ class MediaEngine:
 
     def _tick(self) -> None:
         now = self.loop.time()
+        try:
+            self._work(now)
+        finally:
+            # Whatever happened, the tick goes on: every call's audio depends on it.
+            self._schedule(now)
+
+    def _work(self, now: float) -> None:
         wall = time.time()
         self.lateness.append((now - self._next) * 1000)
         self._receive(now)
         for stream in list(self.streams.values()):
-            session = stream.session
-            data = session.tick(now)
-            if data is not None and session.remote is not None:
-                try:
-                    stream.sock.sendto(data, session.remote)
-                except OSError:
-                    # A full buffer or an ICMP error for a peer that went away: the
-                    # next frame goes out 20 ms later anyway.
-                    self.send_errors += 1
-            if stream.rtcp is not None:
-                report = session.rtcp_report(now, wall)
-                destination = session.rtcp_destination()
-                if report is not None and destination is not None:
-                    with contextlib.suppress(OSError):
-                        stream.rtcp.sendto(report, destination)
-            if session.events or session.utterances or session.timed_out:
-                stream.wake()
+            try:
+                self._send(stream, now, wall)
+            except Exception:
+                self._fault(stream, "sending")
+
+    def _send(self, stream: _Stream, now: float, wall: float) -> None:
+        session = stream.session
+        data = session.tick(now)
+        if data is not None and session.remote is not None:
+            try:
+                stream.sock.sendto(data, session.remote)
+            except OSError:
+                # A full buffer or an ICMP error for a peer that went away: the
+                # next frame goes out 20 ms later anyway.
+                self.send_errors += 1
+        if stream.rtcp is not None:
+            report = session.rtcp_report(now, wall)
+            destination = session.rtcp_destination()
+            if report is not None and destination is not None:
+                with contextlib.suppress(OSError):
+                    stream.rtcp.sendto(report, destination)
+        if session.events or session.utterances or session.timed_out:
+            stream.wake()
+
+    def _fault(self, stream: _Stream, doing: str) -> None:
+        """A session raised (a bug): contained to its call, logged the first time (a
+        packet that raises once may come 50 times a second)."""
+        self.faults += 1
+        stream.faults += 1
+        if stream.faults == 1:
+            logger.exception("%s: media %s failed; the call goes on", stream.session.label, doing)
+
+    def _schedule(self, now: float) -> None:
         self.durations.append((self.loop.time() - now) * 1000)
         self._next += TICK
         behind = self.loop.time() - self._next
@@ -171,7 +197,8 @@ class MediaEngine:
             self.late_ticks += 1
             if behind > MAX_CATCH_UP * TICK:
                 self._next += (int(behind / TICK) + 1) * TICK
-        self._handle = self.loop.call_at(self._next, self._tick)
+        # No call left (the last one closed during this tick): stop until one opens.
+        self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
 
     def _receive(self, now: float) -> None:
         poll = self._epoll.poll
@@ -193,10 +220,13 @@ class MediaEngine:
                     continue
                 except OSError:
                     continue  # an ICMP error queued on the socket
-                if sock is stream.sock:
-                    stream.session.receive(data, (address[0], address[1]), now)
-                else:
-                    stream.session.rtcp_received(data, (address[0], address[1]), now)
+                try:
+                    if sock is stream.sock:
+                        stream.session.receive(data, (address[0], address[1]), now)
+                    else:
+                        stream.session.rtcp_received(data, (address[0], address[1]), now)
+                except Exception:
+                    self._fault(stream, "receiving")  # that packet is lost, nothing else
 
     def shutdown(self) -> None:
         for port in list(self.streams):

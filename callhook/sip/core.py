@@ -212,6 +212,13 @@ class Core:
         if not data.strip(b"\r\n"):
             return  # keep-alive (RFC 5626 §4.4.1 CRLF ping)
         try:
+            self._receive(data, source, now)
+        except Exception:
+            # A bug: the message is lost, the agent and every other call go on.
+            logger.exception("SIP message from %s could not be handled", source)
+
+    def _receive(self, data: bytes, source: Target, now: float) -> None:
+        try:
             message = parse(data)
         except SipMessageError as exc:
             logger.warning("SIP from %s not well-formed: %s", source, exc.reason)
@@ -231,8 +238,6 @@ class Core:
                     ),
                     source,
                 )
-        except Exception:
-            logger.exception("SIP message from %s could not be handled", source)
 
     def _answer_error(self, exc: SipMessageError, source: Target) -> None:
         response = error_response(exc, server=self.user_agent)

@@ -65,22 +65,21 @@ class Uas(Core):
         for every user it names (a scanner learns nothing), statelessly (§8.2.6: no
         transaction is kept for it), sent where any response goes (its source port when
         the Via asks rport, RFC 3581). Anything else (an ACK, a response, garbage) is
-        dropped."""
+        dropped. Never raises."""
         source = Target(*source)
         try:
             message = parse(data)
-        except SipMessageError:
-            return
-        if not isinstance(message, Request) or message.method == "ACK":
-            return
-        self._mark_received(message, source)
-        try:
+            if not isinstance(message, Request) or message.method == "ACK":
+                return
+            self._mark_received(message, source)
             response = make_response(
                 message, 403, "Forbidden", server=self.user_agent, to_tag=new_tag()
             )
+            self._out.append((serialize(response), self._response_address(message, source)))
         except (SipMessageError, ValueError):
-            return
-        self._out.append((serialize(response), self._response_address(message, source)))
+            return  # not a request we can answer: dropped, as from any unallowed source
+        except Exception:
+            logger.exception("SIP from %s: the 403 could not be made", source)
 
     def too_large(self, head: bytes) -> bytes | None:
         """The ``413 Request Entity Too Large`` (§21.4.11) for a request whose header

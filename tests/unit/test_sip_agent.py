@@ -2028,3 +2028,29 @@ def test_ended_calls_are_forgotten() -> None:
     now = _peer_bye(agent)
     assert_no_leaks(agent, now)
     assert agent.calls == {}
+
+
+def test_a_bug_anywhere_in_handling_loses_the_message_not_the_agent(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """receive and refuse never raise (fuzzing's bar: no input stops serve's loop), even
+    when the parser itself has a bug: the message is logged and lost."""
+    import callhook.sip.core
+    import callhook.sip.uas
+
+    def broken(data: bytes) -> object:
+        raise RuntimeError("a parser bug")
+
+    agent = Agent(HOST, PORT)
+    monkeypatch.setattr(callhook.sip.core, "parse", broken)
+    monkeypatch.setattr(callhook.sip.uas, "parse", broken)
+    request = sip_request("INVITE", body=OFFER)
+    agent.receive(request, PEER, T0)
+    agent.refuse(request, PEER, T0)
+    assert agent.take_datagrams() == []
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        f"SIP message from {PEER} could not be handled",
+        f"SIP from {PEER}: the 403 could not be made",
+    ]
+    monkeypatch.undo()
+    offer_call(agent, T0 + 1)  # and the next message is handled as ever

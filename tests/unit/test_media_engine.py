@@ -1,0 +1,60 @@
+"""The media tick (callhook/adapters/media.py) with real sockets: a session that raises
+(a bug) costs its own packets, never the other calls' audio or the tick itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+import pytest
+
+from callhook.adapters.media import MediaEngine
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import Address, MediaSession
+
+
+class Broken(MediaSession):
+    """A session whose receive path has a bug."""
+
+    def receive(self, data: bytes, source: Address, now: float) -> None:
+        raise RuntimeError("a bug in the receive path")
+
+
+async def test_a_session_that_raises_does_not_stop_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = MediaEngine("127.0.0.1", 41000, 41100)
+    try:
+        ports = []
+        sessions = [
+            Broken("PCMU", 0, None, None, label="call broken"),
+            MediaSession("PCMU", 0, None, None, label="call fine"),
+        ]
+        for session in sessions:
+            sock, port = engine.allocate()
+            await engine.open(session, sock, port, lambda: None)
+            ports.append(port)
+        caller = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        caller.bind(("127.0.0.1", 0))
+        with caller:
+            address = caller.getsockname()
+            for seq in range(20):
+                packet = RtpPacket(0, False, seq, seq * 160, 1234, b"\xff" * 160).serialize()
+                for port in ports:
+                    caller.sendto(packet, ("127.0.0.1", port))
+                await asyncio.sleep(0.02)
+            fine = sessions[1]
+            for _ in range(100):  # the tick drains the sockets every 20 ms
+                if fine.receiver.received == 20:
+                    break
+                await asyncio.sleep(0.02)
+        assert fine.receiver.received == 20
+        assert fine.remote == address  # it latched, and sends there
+        assert engine.faults == 20  # every packet of the broken call, and only those
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert [r.getMessage() for r in errors] == [
+            "call broken: media receiving failed; the call goes on"
+        ]
+    finally:
+        engine.shutdown()
