@@ -279,11 +279,11 @@ class MediaSession:
         self.latched = True
         try:
             packet = RtpPacket.parse(data)
-        except RtpError:
-            self.malformed += 1
+        except RtpError as exc:
+            self._malformed(f"not RTP: {exc}")
             return
         if packet.payload_type not in (self.payload_type, self.event_payload_type, 13):
-            self.malformed += 1
+            self._malformed(f"payload type {packet.payload_type} was not negotiated")
             return
         late = self.receiver.late
         for ordered in self.receiver.feed(packet, now):
@@ -294,6 +294,12 @@ class MediaSession:
             digit = self.rfc4733.feed_late(packet.payload, packet.timestamp, now)
             if digit is not None:
                 self.events.append(DigitReceived(digit))
+
+    def _malformed(self, cause: str) -> None:
+        """A packet that is dropped for what it is; the first one of the call is logged."""
+        self.malformed += 1
+        if self.malformed == 1:
+            logger.warning("%s: dropping malformed media (%s)", self.label, cause)
 
     def _foreign(self, source: Address) -> None:
         if self.foreign_dropped == 0:
@@ -385,8 +391,8 @@ class MediaSession:
             data = plain
         try:
             packets = rtcp.parse(data)
-        except rtcp.RtcpError:
-            self.malformed += 1
+        except rtcp.RtcpError as exc:
+            self._malformed(f"not RTCP: {exc}")
             return
         self.rtcp_remote = source  # symmetric RTCP, like RTP
         for packet in packets:

@@ -125,12 +125,16 @@ def test_a_flood_from_the_peer_is_cut_at_the_limit() -> None:
     assert session.flood_dropped == 50
 
 
-def test_garbage_and_unknown_payload_types_are_ignored() -> None:
-    session = MediaSession("PCMU", 0, 101, PEER)
-    session.receive(b"\x00\x01garbage", PEER, 0.0)
+def test_garbage_and_unknown_payload_types_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    session = MediaSession("PCMU", 0, 101, PEER, label="call x")
     session.receive(rtp(1, 160, bytes(FRAME), pt=96), PEER, 0.0)
+    session.receive(b"\x00\x01garbage", PEER, 0.0)
     assert session.malformed == 2
     assert events(session) == []
+    # The cause is logged once a call (a stream of them would flood the log).
+    assert [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()] == [
+        "call x: dropping malformed media (payload type 96 was not negotiated)"
+    ]
 
 
 # --- digits ----------------------------------------------------------------------------------
