@@ -30,6 +30,7 @@ and the config file.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -37,6 +38,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -566,7 +568,7 @@ def _wav() -> Check:
     from callhook.media import wav
     from callhook.store import wavfile
 
-    scratch = Path(tempfile.mkdtemp(prefix="fuzz-wav-", dir=_scratch_root()))
+    scratch = _scratch("fuzz-wav-")
     path = scratch / "recording.wav"
 
     def check(data: bytes) -> None:
@@ -588,6 +590,13 @@ def _wav() -> Check:
                 assert wavfile.recover(path, encrypted) >= 0
 
     return check
+
+
+def _scratch(prefix: str) -> Path:
+    """A scratch directory removed when the process exits (the suite's runs leave none)."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=_scratch_root()))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return scratch
 
 
 def _scratch_root() -> str | None:
@@ -688,7 +697,7 @@ numbers = ["+441234567890"]
 def _config() -> Check:
     from callhook import config
 
-    scratch = Path(tempfile.mkdtemp(prefix="fuzz-config-", dir=_scratch_root()))
+    scratch = _scratch("fuzz-config-")
     path = scratch / "callhook.toml"
 
     def no_secret_file(data_dir: Path) -> str:
