@@ -73,6 +73,9 @@ class _Stream(asyncio.Protocol):
         if self.key is None:
             host, port = transport.get_extra_info("peername")[:2]
             self.key = Target(host, port, self.kind)
+            if self.owner.banned(host):
+                transport.abort()
+                return
             refusal = self.owner._refusal(host)
             if refusal:
                 logger.warning(
@@ -163,8 +166,12 @@ class Connections:
         in_use: Callable[[Target], bool] | None = None,
         max_message: int = 65536,
         answer_oversized: Callable[[bytes], bytes | None] | None = None,
+        banned: Callable[[str], bool] | None = None,
     ) -> None:
+        """``banned(host)``: a source whose connections are closed at once, unlogged (the
+        guard logged its ban; a banned flooder opening connections must not flood the log)."""
         self.deliver = deliver
+        self.banned = banned or (lambda host: False)
         self.on_closed = closed
         self.on_failed = failed
         self.in_use = in_use or (lambda target: False)

@@ -192,6 +192,7 @@ class SipService(Dialling):
             in_use=self._connection_in_use,
             max_message=settings.max_message_bytes,
             answer_oversized=self._too_large,
+            banned=lambda host: self.guard.banned(host, self.loop.time()),
         )
         if not listen:
             return
@@ -582,7 +583,7 @@ class SipService(Dialling):
 
     def banned(self, address: str) -> bool:
         """Whether ``address`` is banned now (the REST API refuses it too)."""
-        return self.guard.banned(address, self.loop.time())
+        return self.guard.refuses_api(address, self.loop.time())
 
     def auth_failed(self, address: str, what: str) -> None:
         """A failed authentication from ``address`` (a wrong REST API key): towards a ban."""

@@ -190,13 +190,15 @@ class Guard:
             self._ban(host, source, now, f"{AUTH_FAILURES} failed {what}s in a minute")
 
     def banned(self, host: str, now: float) -> bool:
+        """Whether ``host`` is banned now."""
+        source = self._sources.get(host)
+        return source is not None and source.banned_until > now
+
+    def refuses_api(self, host: str, now: float) -> bool:
         """Whether the REST API refuses ``host`` now: banned, and not the server's own
         loopback (:data:`OPERATOR`: a local SIP load test that trips the rate must not lock
         the operator's ``callhook bans`` out of lifting that very ban)."""
-        if host in OPERATOR:
-            return False
-        source = self._sources.get(host)
-        return source is not None and source.banned_until > now
+        return host not in OPERATOR and self.banned(host, now)
 
     def add_peer(self, host: str) -> None:
         """Admit requests from ``host`` while an outbound call to it lasts."""

@@ -44,7 +44,7 @@ def make_response(
     status: int,
     reason: str | None = None,
     *,
-    server: str,
+    server: str | None,
     to_tag: str | None = None,
     contact: str | None = None,
     extra: Iterable[tuple[str, str]] = (),
@@ -54,7 +54,8 @@ def make_response(
 
     ``to_tag`` is added to a To without one (every response but 100 needs it);
     a response that creates a dialog (a 1xx or 2xx to INVITE) also gets the
-    Record-Route copied (§12.1.1) and ``contact``.
+    Record-Route copied (§12.1.1) and ``contact``. ``server``: the Server header
+    (None: none, for answers that must not say what answers them).
     """
     headers = Headers()
     for via in request.headers.get_all("Via"):
@@ -70,7 +71,8 @@ def make_response(
             headers.add("Record-Route", route)
         if contact is not None:
             headers.add("Contact", contact)
-    headers.add("Server", server)
+    if server is not None:
+        headers.add("Server", server)
     for name, value in extra:
         headers.add(name, value)
     if body:

@@ -72,9 +72,9 @@ class Uas(Core):
             if not isinstance(message, Request) or message.method == "ACK":
                 return
             self._mark_received(message, source)
-            response = make_response(
-                message, 403, "Forbidden", server=self.user_agent, to_tag=new_tag()
-            )
+            # No Server header: a scanner must not learn what answers (svmap fingerprints
+            # by it); the answer is the same whatever user the request names.
+            response = make_response(message, 403, "Forbidden", server=None, to_tag=new_tag())
             self._out.append((serialize(response), self._response_address(message, source)))
         except (SipMessageError, ValueError):
             return  # not a request we can answer: dropped, as from any unallowed source

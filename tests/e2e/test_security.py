@@ -147,6 +147,15 @@ async def test_a_flooding_source_is_banned_and_the_ban_can_be_lifted(
                 answer(flooder, request("OPTIONS", "x", server.sip_port, 1000, local), server)
                 is None
             )
+            # Over TCP too: a banned source's connection is closed before it says anything.
+            with socket.create_connection(
+                server.sip, timeout=5, source_address=("127.0.0.3", 0)
+            ) as tcp:
+                try:
+                    closed = tcp.recv(1) == b""
+                except ConnectionResetError:
+                    closed = True
+                assert closed
             assert (await server.api("DELETE", "/api/bans/127.0.0.3"))[0] == 200
             assert (await server.api("DELETE", "/api/bans/127.0.0.3"))[0] == 404
             reply = answer(flooder, request("OPTIONS", "x", server.sip_port, 1001, local), server)

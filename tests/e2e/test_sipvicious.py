@@ -6,8 +6,9 @@ With the default ``unknown = "drop"`` the scanners get no answer at all: svmap f
 nothing, svwar's first probe times out, svcrack gives up after its first REGISTER (it
 sends no second one, so there is nothing to ban). With ``unknown = "reject"`` every
 request gets the same 403 whatever user it names (``sip:nosuchuser@`` and ``sip:demo@``
-alike), so svwar enumerates nothing; svcrack, answered, hammers on and is banned after
-the guard's burst (2 x ``rate``), which ``GET /api/bans`` shows.
+alike) and no Server header, so svmap lists a device it cannot fingerprint and svwar
+enumerates nothing; svcrack, answered, hammers on and is banned after the guard's burst
+(2 x ``rate``), which ``GET /api/bans`` shows.
 
 sipvicious 0.3.8's svwar and svcrack read ``-b`` but never pass it to their scanner (svmap
 does), so they are run through :data:`BIND_AS_TOLD`, which binds their socket to the
@@ -168,8 +169,11 @@ async def test_rejected_scanners_learn_no_users_and_the_cracker_is_banned(
         )
         status, bans = await server.api("GET", "/api/bans")
 
-    # svmap sees something answer on serve's port, and nothing else
-    assert [row[0] for row in svmap.table()] == [f"127.0.0.1:{server.sip_port}"]
+    # svmap sees something answer on serve's port, and cannot fingerprint it: the
+    # refusal names no server
+    ((address, agent),) = ([row[0], row[1]] for row in svmap.table())
+    assert address == f"127.0.0.1:{server.sip_port}"
+    assert agent == "unknown"  # svmap's word for a device it cannot fingerprint
 
     # svwar: the same 403 for a random extension, for demo and for nosuchuser
     for run, user in ((demo, "demo"), (nosuchuser, "nosuchuser")):
@@ -177,6 +181,7 @@ async def test_rejected_scanners_learn_no_users_and_the_cracker_is_banned(
         probe, named = run.responses()
         assert f"<sip:{user}@".encode() in named.split(b"\r\nTo:", 1)[0]  # the user's answer
         assert probe.startswith(b"SIP/2.0 403 Forbidden\r\n")
+        assert b"\r\nServer:" not in probe
         assert shape(named) == shape(probe), (probe, named)
     assert shape(demo.responses()[1]) == shape(nosuchuser.responses()[1])
 

@@ -83,12 +83,13 @@ def test_the_operators_own_loopback_is_never_banned_for_failed_authentications()
         for i in range(AUTH_FAILURES * 2):
             guard.auth_failed(host, T0 + i, "REST API key")
     assert [b.address for b in guard.bans(T0 + 20)] == ["127.0.0.2"]
-    assert not guard.banned("127.0.0.1", T0 + 20)
+    assert not guard.refuses_api("127.0.0.1", T0 + 20)
+    assert guard.refuses_api("127.0.0.2", T0 + 20)
     # Over the SIP rate it is banned like any source, but the REST API still lets it in.
     flooding = Guard(rate=1)
     verdicts = [flooding.admit("127.0.0.1", T0) for _ in range(4)]
     assert verdicts[-1] == "drop" and flooding.bans(T0)[0].address == "127.0.0.1"
-    assert not flooding.banned("127.0.0.1", T0)
+    assert flooding.banned("127.0.0.1", T0) and not flooding.refuses_api("127.0.0.1", T0)
 
 
 def test_the_table_is_bounded_and_keeps_bans() -> None:
