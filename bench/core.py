@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench import ivr_app
+from bench.ivr_load import start_app
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import HttpPages
 from callhook.call import CallRunner
@@ -45,18 +44,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def start_app_server() -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.ivr_app", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def ivr_caller() -> Caller:
@@ -144,7 +131,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=200)
     args = parser.parse_args()
-    proc, base = start_app_server()
+    proc, base = start_app()
     try:
         loop = "uvloop" if _has_uvloop() else "asyncio"
         print(f"python {sys.version.split()[0]}, event loop: {loop}")

@@ -38,11 +38,9 @@ import multiprocessing
 import multiprocessing.synchronize
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -60,12 +58,14 @@ from bench.ivr_load import (
     RTP_LAST,
     SIP_PORT,
     Sampler,
+    check_kit,
     free_port,
     get_json,
     prepare_data,
     quantiles,
     rtp_gaps,
     sipp_common,
+    start_app,
 )
 from callhook.sip.guard import Guard, networks
 
@@ -392,19 +392,9 @@ def main() -> None:
     parser.add_argument("--flood-allowed", action="store_true", help=f"{FLOODER} in allow")
     parser.add_argument("--kit", type=Path, default=KIT)
     args = parser.parse_args()
-    if not (args.kit / "scenarios" / "ivr_uac.xml").exists():
-        sys.exit(f"the load kit is not at {args.kit} (pass --kit)")
-    for tool in ("sipp", "tcpdump"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed (apt-get install sip-tester tcpdump)")
+    check_kit(args.kit)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-flood-"))
-    app_port = free_port()
-    app = subprocess.Popen(
-        [sys.executable, "-m", "bench.ivr_app", "--port", str(app_port)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert app.stdout is not None and app.stdout.readline().strip() == "ready"
-    app_base = f"http://127.0.0.1:{app_port}"
+    app, app_base = start_app()
     where = "inside [security] allow, rate-limited" if args.flood_allowed else "outside allow"
     print(f"callhook flood benchmark; kit {args.kit}; work dir {workdir}")
     print(

@@ -48,6 +48,30 @@ EXPECTED_RECORDING = (7.6, 9.0)  # 4.8 s of speech + 3 s of silence, pre-roll an
 CALL_SECONDS = 14.3  # ACK to BYE when the IVR keeps time (the kit's README)
 
 
+def start_app() -> tuple[subprocess.Popen[str], str]:
+    """The load kit's IVR application (bench/ivr_app.py) in a process of its own, so that
+    its CPU is not serve's; returns the process and its base URL once it is ready."""
+    port = free_port()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "bench.ivr_app", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert app.stdout is not None and app.stdout.readline().strip() == "ready"
+    return app, f"http://127.0.0.1:{port}"
+
+
+def check_kit(kit: Path) -> None:
+    """Exit with the reason unless the load kit, SIPp and tcpdump are there."""
+    if not (kit / "scenarios" / "ivr_uac.xml").exists():
+        sys.exit(f"the load kit is not at {kit} (pass --kit)")
+    for tool in ("sipp", "tcpdump"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (apt-get install sip-tester tcpdump)")
+
+
 def free_port() -> int:
     import socket
 
@@ -321,21 +345,9 @@ def main() -> None:
     parser.add_argument("--steps", default="50,100,200,400,800")
     parser.add_argument("--kit", type=Path, default=KIT)
     args = parser.parse_args()
-    if not (args.kit / "scenarios" / "ivr_uac.xml").exists():
-        sys.exit(f"the load kit is not at {args.kit} (pass --kit)")
-    for tool in ("sipp", "tcpdump"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed (apt-get install sip-tester tcpdump)")
+    check_kit(args.kit)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
-    app_port = free_port()
-    app = subprocess.Popen(
-        [sys.executable, "-m", "bench.ivr_app", "--port", str(app_port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert app.stdout is not None and app.stdout.readline().strip() == "ready"
-    app_base = f"http://127.0.0.1:{app_port}"
+    app, app_base = start_app()
     print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
     print(
         "   N |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | % core | RSS MB "

@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.ivr_load import KIT, ROOT, free_port, prepare_data, run_load, sipp_common
+from bench.ivr_load import KIT, prepare_data, run_load, sipp_common, start_app
 
 SIPP = Path("/opt/sipp-srtp/sipp")
 DIGITS = "1234"
@@ -251,15 +251,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-srtp-"))
     seconds = caller_audio(args.kit, workdir / "caller.ulaw")
     version = subprocess.run([str(args.sipp), "-v"], capture_output=True, text=True).stdout
-    app_port = free_port()
-    app = subprocess.Popen(
-        [sys.executable, "-m", "bench.ivr_app", "--port", str(app_port)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert app.stdout is not None and app.stdout.readline().strip() == "ready"
-    app_base = f"http://127.0.0.1:{app_port}"
+    app, app_base = start_app()
     print(
         f"callhook IVR load benchmark, SRTP off/on; kit {args.kit}; "
         f"{version.strip().splitlines()[0].rstrip('.') if version else args.sipp}; "
