@@ -33,7 +33,7 @@ import numpy.typing as npt
 from callhook.events import PlayDigits, PlayFile, PlayTone, PlayUrl, PromptItem, SayText
 from callhook.media import g711, tones, wav
 from callhook.media.dtmfsend import Digits
-from callhook.media.session import Segment
+from callhook.media.player import Segment
 from callhook.speech.synthesis import Synthesiser, sentences
 from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace

@@ -26,23 +26,12 @@ record action's :meth:`detect_voice`) the detector's speech model runs, and
 its edges are ``VoiceActivity`` events; while a recognition stream runs the
 frames are also cut into utterances (:mod:`callhook.speech.stream`):
 ``SpeechStarted`` in :attr:`events`, finished utterances in :attr:`utterances`
-for the leg to hand to a recogniser. Prompts can grow while they play
-(:meth:`append_prompt`, :meth:`close_prompt`): speech is synthesised sentence
-by sentence, and a prompt that runs out before its next sentence plays silence.
+for the leg to hand to a recogniser.
 
-A prompt is a sequence of segments (:data:`Segment`): audio in the call's law,
-or DTMF digits to send (:class:`~callhook.media.dtmfsend.Digits`, the play
-media ``digits_to_play``), played in order on one timeline. Each digit takes
-200 ms (``dtmfsend``): when the peer negotiated telephone-event it goes out as
-one RFC 4733 event (:class:`~callhook.media.dtmfsend.EventTone`: the tick
-sends the event's packet *instead of* an audio frame, so no audio is sent
-while the event is in progress, and the RTP sequence numbers run on across
-audio and events), otherwise as an in-band DTMF tone in the audio. A prompt
-stopped or replaced in the middle of an event still ends it properly: its end
-packet goes out three times (RFC 4733 §2.5.1.4) before any other audio. While
-in-band digits are sent, and for :data:`ECHO_TAIL_TICKS` after, in-band digits
-heard from the caller are ignored: an echo of callhook's own tones must not
-count as the caller's key presses (and barge in on the play that sends them).
+Send path: the call's :class:`~callhook.media.player.Player` gives each tick's
+audio (prompts of audio and digits, growing while they play) or the RFC 4733
+event packet that goes instead; the session numbers them, encrypts them (SRTP)
+and ignores in-band digits heard while its own tones may still echo back.
 
 Recording: frames are written as they arrive, in the file's companding (the
 call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
@@ -56,8 +45,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -72,17 +61,10 @@ from callhook.events import (
 )
 from callhook.media import g711, rtcp
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
-from callhook.media.dtmfsend import (
-    DIGIT_TICKS,
-    END_PACKETS,
-    GAP_TICKS,
-    Digits,
-    EventTone,
-    inband,
-)
+from callhook.media.player import FRAME, Player, Segment
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.srtp import SrtpContext, SrtpError
-from callhook.media.vad import VoiceActivityDetector
+from callhook.media.vad import new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
 
 logger = logging.getLogger("callhook.media")
@@ -90,7 +72,6 @@ logger = logging.getLogger("callhook.media")
 Law = Literal["ulaw", "alaw"]
 Address = tuple[str, int]
 
-FRAME = 160  # samples (and G.711 bytes) in 20 ms at 8 kHz
 #: An RTP flood is cut here: a call sends 50 packets a second (plus DTMF events).
 MAX_PACKETS_PER_SECOND = 150
 #: Frames kept for a recording's pre-roll (0.4 s).
@@ -101,31 +82,6 @@ MAX_GAP_SAMPLES = 80_000
 SILENT_AFTER = 0.1
 #: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
 RTCP_INTERVAL = 5.0
-#: Ticks after in-band digits were sent during which in-band digits heard are still
-#: taken for their echo (200 ms after the last digit's slot, 300 ms after its tone: a
-#: far end's echo path, its jitter buffer and the detector's 40 ms fit well inside).
-ECHO_TAIL_TICKS = 10
-
-
-_no_model_logged = False
-
-
-def new_detector() -> VoiceActivityDetector:
-    """The voice-activity detector a call uses (one definition for calls and benchmarks).
-
-    The energy gate with the silero speech model behind it (``media/vad.py``);
-    without the model file, the energy detector alone, said once in the log.
-    """
-    global _no_model_logged
-    try:
-        from callhook.speech.silero import SileroStream
-
-        return VoiceActivityDetector(SileroStream())
-    except (ImportError, OSError) as exc:
-        if not _no_model_logged:
-            _no_model_logged = True
-            logger.error("no speech model for voice activity (%s): energy alone decides", exc)
-        return VoiceActivityDetector()
 
 
 class Sink(Protocol):
@@ -140,30 +96,6 @@ class Sink(Protocol):
 
 class SinkFull(Exception):
     """The recording reached its size limit."""
-
-
-#: A part of a prompt: audio (G.711 in the call's law), or DTMF digits to send.
-Segment: TypeAlias = bytes | Digits
-
-#: Silent ticks after a digit's event: its gap, less the ticks its end packet's two
-#: retransmissions take (RFC 4733 §2.5.1.4), so a digit takes 200 ms either way.
-_GAP_AFTER_EVENT = GAP_TICKS - (END_PACKETS - 1)
-
-
-@dataclass
-class _Prompt:
-    prompt_id: int
-    audio: bytes = b""  # the audio playing now (G.711 in the call's law)
-    pos: int = 0
-    # What plays after ``audio``, in order.
-    rest: deque[Segment] = field(default_factory=deque)
-    # More is coming (text being synthesised sentence by sentence): running out
-    # plays silence instead of ending the prompt.
-    open: bool = False
-
-    @property
-    def exhausted(self) -> bool:
-        return self.pos >= len(self.audio) and not self.rest
 
 
 @dataclass
@@ -208,13 +140,8 @@ class MediaSession:
         self.recognising = False
         self.detecting = False  # an action wants voice activity (DetectVoice)
         self.utterances: deque[Utterance] = deque()
-        #: 20 ms frames a prompt had to wait for its next synthesised sentence.
-        self.underruns = 0
-        self._silence = g711.silence(self.law, FRAME)
+        self.player = Player(self.law, events=event_payload_type is not None)
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
-        self._prompt: _Prompt | None = None
-        self._event: EventTone | None = None  # the RFC 4733 event being sent
-        self._echo_ticks = 0  # ticks left in which in-band digits heard are our own echo
         self.echo_digits = 0  # in-band digits ignored as the echo of ours
         self._recording: _Recording | None = None
         self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
@@ -331,7 +258,7 @@ class MediaSession:
         self._voice(samples)
         if self.tones is not None:
             digit = self.tones.feed(samples)
-            if digit is not None and self._echo_ticks:
+            if digit is not None and self.player.echo_ticks:
                 self.echo_digits += 1  # the echo of the digits we are sending
             elif digit is not None:
                 self.events.append(DigitReceived(digit))
@@ -453,75 +380,34 @@ class MediaSession:
         if now - self._last_audio > SILENT_AFTER and self._last_audio:
             # No audio packets (silence suppression, a stalled stream): it is silence.
             self._detect(self._silence_pcm)
-        if self._echo_ticks:
-            self._echo_ticks -= 1
-        payload = self._silence
-        prompt = self._prompt
-        if self._event is None and prompt is not None:
-            payload = self._frame(prompt)
-            if prompt.exhausted and not prompt.open and self._event is None:
-                self._prompt = None
-                self.events.append(PromptFinished(prompt.prompt_id))
-        event = self._event
+        payload, finished = self.player.next_frame(self.sender.timestamp)
+        if finished is not None:
+            self.events.append(PromptFinished(finished))
+        event = self.player.event_packet()
         if event is not None:
-            return self._send_event(event)
+            return self._send_event(*event)
         if not self.sending or self.remote is None:
             self.sender.advance(FRAME)
             return None
         return self.sender.frame(payload)
 
-    def _frame(self, prompt: _Prompt) -> bytes:
-        """The prompt's next 20 ms of audio; or the start of a digit's event (see ``tick``)."""
-        while True:
-            left = len(prompt.audio) - prompt.pos
-            if left >= FRAME:
-                prompt.pos += FRAME
-                return prompt.audio[prompt.pos - FRAME : prompt.pos]
-            following = prompt.rest[0] if prompt.rest else None
-            if isinstance(following, bytes):
-                prompt.rest.popleft()
-                prompt.audio, prompt.pos = prompt.audio[prompt.pos :] + following, 0
-                continue
-            if following is None and prompt.open:
-                self.underruns += 1  # the next sentence is not synthesised yet
-                return self._silence
-            if left or following is None:
-                # The end of the audio (or of the prompt): padded with silence to a frame.
-                frame = prompt.audio[prompt.pos :]
-                prompt.pos = len(prompt.audio)
-                return frame + self._silence[len(frame) :]
-            prompt.rest.popleft()
-            self._start_digits(prompt, following)
-            if self._event is not None:
-                return self._silence  # not sent: the event's first packet goes instead
-
-    def _start_digits(self, prompt: _Prompt, digits: Digits) -> None:
-        """Digits reach the head of the prompt: tones in the audio, or the first one's event."""
-        if self.event_payload_type is None:
-            prompt.audio = b"".join(inband(digit, self.law) for digit in digits.digits)
-            prompt.pos = 0
-            self._echo_ticks = len(digits.digits) * DIGIT_TICKS + ECHO_TAIL_TICKS
-            return
-        # RFC 4733: the event starts at this tick's media time (§2.4.1); after it, the
-        # rest of the digit's gap in silence, then the next digit.
-        self._event = EventTone(digits.digits[0], self.sender.timestamp)
-        prompt.audio, prompt.pos = self._silence * _GAP_AFTER_EVENT, 0
-        if len(digits.digits) > 1:
-            prompt.rest.appendleft(Digits(digits.digits[1:]))
-
-    def _send_event(self, event: EventTone) -> bytes | None:
+    def _send_event(self, payload: bytes, marker: bool, timestamp: int) -> bytes | None:
         """This tick's packet of the RFC 4733 event in progress (None on hold: time goes on)."""
-        payload, marker = event.next_packet()
-        if event.done:
-            self._event = None
         if not self.sending or self.remote is None or self.event_payload_type is None:
             self.sender.advance(FRAME)
             return None
         # RFC 4733 §2.5.1.6: the sequence number runs on; §2.5.1.2: the timestamp stays
         # at the event's start while the media clock goes on underneath it.
-        data = self.sender.packet(payload, self.event_payload_type, event.timestamp, marker)
+        data = self.sender.packet(payload, self.event_payload_type, timestamp, marker)
         self.sender.advance(FRAME, silence=False)
         return data
+
+    # --- prompts (the player) -----------------------------------------------------------
+
+    @property
+    def underruns(self) -> int:
+        """20 ms frames a prompt had to wait for its next synthesised sentence."""
+        return self.player.underruns
 
     def play(self, prompt_id: int, samples: npt.NDArray[np.int16]) -> None:
         """Start playing ``samples`` (8 kHz) as prompt ``prompt_id``, replacing any prompt."""
@@ -533,63 +419,28 @@ class MediaSession:
         ``more``: the rest of the prompt follows through :meth:`append_prompt`
         and :meth:`close_prompt` (speech synthesised while it plays).
         """
-        self.play_segments(prompt_id, (audio,), more=more)
+        self.player.play(prompt_id, (audio,), more=more)
 
     def play_segments(
         self, prompt_id: int, segments: Sequence[Segment], *, more: bool = False
     ) -> None:
-        """Start prompt ``prompt_id``, replacing any prompt: ``segments`` in order.
-
-        ``more`` as for :meth:`play_encoded`. An empty prompt plays one frame of
-        silence and finishes. An RFC 4733 event of the prompt it replaces is
-        ended first (its end packet, three times), then this one starts.
-        """
-        self._end_event()
-        rest: deque[Segment] = deque(segment for segment in segments if segment)
-        if not rest and not more:
-            rest.append(self._silence)
-        self._prompt = _Prompt(prompt_id, rest=rest, open=more)
+        """Start prompt ``prompt_id``, replacing any prompt: ``segments`` in order
+        (:meth:`Player.play <callhook.media.player.Player.play>`)."""
+        self.player.play(prompt_id, segments, more=more)
 
     def append_prompt(self, prompt_id: int, segment: Segment) -> None:
         """More of prompt ``prompt_id``: audio or digits (ignored if it was stopped or replaced)."""
-        prompt = self._prompt
-        if prompt is None or prompt.prompt_id != prompt_id or not segment:
-            return
-        last = prompt.rest[-1] if prompt.rest else None
-        if isinstance(segment, bytes) and last is None:
-            prompt.audio, prompt.pos = prompt.audio[prompt.pos :] + segment, 0
-        elif isinstance(segment, bytes) and isinstance(last, bytes):
-            prompt.rest[-1] = last + segment
-        else:
-            prompt.rest.append(segment)
+        self.player.append(prompt_id, segment)
 
     def close_prompt(self, prompt_id: int) -> None:
         """Nothing more for prompt ``prompt_id``: it ends when what it has is played."""
-        prompt = self._prompt
-        if prompt is not None and prompt.prompt_id == prompt_id:
-            prompt.open = False
+        self.player.close(prompt_id)
 
     def stop_prompt(self, prompt_id: int) -> None:
-        """Stop prompt ``prompt_id`` now (it does not report finishing).
-
-        A digit being sent as an RFC 4733 event is not cut off: the event ends
-        with the duration it has reached, its end packet sent three times over
-        the next three ticks (§2.5.1.2, §2.5.1.4); only then is anything else sent.
-        """
-        if self._prompt is not None and self._prompt.prompt_id == prompt_id:
-            self._prompt = None
-            self._end_event()
-
-    def _end_event(self) -> None:
-        """The prompt stops: an event in progress ends (its end packet, three times).
-
-        In-band tones stop at once, but their echo may still come back for a while.
-        """
-        self._echo_ticks = min(self._echo_ticks, ECHO_TAIL_TICKS)
-        if self._event is not None:
-            self._event.stop()
-            if self._event.done:
-                self._event = None
+        """Stop prompt ``prompt_id`` now (it does not report finishing); an RFC 4733 event
+        in progress still ends properly (:meth:`Player.stop
+        <callhook.media.player.Player.stop>`)."""
+        self.player.stop(prompt_id)
 
     # --- speech recognition -----------------------------------------------------------
 

@@ -69,12 +69,15 @@ Levels are dBFS as in :mod:`callhook.media.tones`: RMS relative to 32768
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+logger = logging.getLogger("callhook.media")
 
 FULL_SCALE: Final = 32768.0
 #: What :func:`level_dbfs` returns for digital silence.
@@ -328,3 +331,24 @@ class VoiceActivityDetector:
         else:
             self._run = 0
         return None
+
+
+_no_model_logged = False
+
+
+def new_detector() -> VoiceActivityDetector:
+    """The voice-activity detector a call uses (one definition for calls and benchmarks).
+
+    The energy gate with the silero speech model behind it; without the model file,
+    the energy detector alone, said once in the log.
+    """
+    global _no_model_logged
+    try:
+        from callhook.speech.silero import SileroStream  # onnxruntime: loaded when needed
+
+        return VoiceActivityDetector(SileroStream())
+    except (ImportError, OSError) as exc:
+        if not _no_model_logged:
+            _no_model_logged = True
+            logger.error("no speech model for voice activity (%s): energy alone decides", exc)
+        return VoiceActivityDetector()

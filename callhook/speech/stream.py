@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from callhook.events import SpeechStarted
 from callhook.media import g711
-from callhook.media.vad import VoiceActivityDetector
+from callhook.media.vad import VoiceActivityDetector, new_detector
 
 FRAME = 160  # 20 ms at 8 kHz
 #: Frames before the detector's rising edge included in an utterance (300 ms).
@@ -122,7 +122,6 @@ def cut_utterances(
     the one a call uses) and an :class:`UtteranceCutter`; speech still going
     at the end is flushed as a last utterance, as when a call's stream stops.
     """
-    from callhook.media.session import new_detector  # the call's detector, one definition
 
     vad = detector if detector is not None else new_detector()
     cutter = UtteranceCutter()

@@ -31,8 +31,9 @@ from callhook.events import (
 from callhook.media import dtmfsend, g711, tones
 from callhook.media.dtmf import ToneDetector
 from callhook.media.dtmfsend import Digits, EventTone
+from callhook.media.player import FRAME, Segment
 from callhook.media.rtp import RtpPacket
-from callhook.media.session import FRAME, MediaSession, Segment
+from callhook.media.session import MediaSession
 from callhook.media.simulated import PromptTimer
 from callhook.ports import CallInfo
 from callhook.store.files import MediaStore

@@ -137,7 +137,9 @@ async def test_a_prompt_plays_sentence_by_sentence_while_the_rest_is_synthesised
     the_leg, session, engine, _ = leg(tmp_path)
     the_leg.send([StartPrompt(1, (SayText("First one. Slow second."),))])
     # The first sentence reaches the prompt; the second waits for the engine.
-    await until(lambda: session._prompt is not None and len(session._prompt.audio) == 320)
+    await until(
+        lambda: session.player._prompt is not None and len(session.player._prompt.audio) == 320
+    )
     played = payloads(session, 4)
     first = g711.encode("ulaw", np.full(160, 1000 * (len("First one.") % 7 + 1), np.int16))
     silence = g711.silence("ulaw", 160)

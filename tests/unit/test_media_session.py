@@ -21,9 +21,9 @@ from callhook.events import (
     VoiceActivity,
 )
 from callhook.media import g711, rtcp, tones, wav
+from callhook.media.player import FRAME
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import (
-    FRAME,
     MAX_PACKETS_PER_SECOND,
     MediaSession,
     SinkFull,
