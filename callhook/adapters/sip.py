@@ -10,7 +10,8 @@ SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
 session and a :class:`~callhook.adapters.leg.SipLeg`; and a
 :class:`~callhook.call.CallRunner` runs the application on it. Outbound calls
 (:meth:`SipService.dial`, in :mod:`callhook.adapters.dialling`) do the same once the
-callee answers.
+callee answers. What the HTTP API sees of it and asks of it (calls, counters, bans,
+trunks) is :mod:`callhook.adapters.control`.
 
 Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
 stops sending), running calls may finish until a deadline, then they are
@@ -23,9 +24,9 @@ import asyncio
 import logging
 import random
 import socket
-from typing import Any
 
 from callhook.adapters.connections import Connections
+from callhook.adapters.control import Control
 from callhook.adapters.dialling import Dialling
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
@@ -88,7 +89,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling):
+class SipService(Dialling, Control):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -481,76 +482,6 @@ class SipService(Dialling):
         self.agent.answer_reoffer(call.call_id, answer.encode(), now)
         self._flush()
 
-    # --- outbound calls -------------------------------------------------------------------
-
-    def stats(self) -> dict[str, Any]:
-        """The server's counters, with the SIP and media side's."""
-        media = self.media
-        lateness = sorted(media.lateness) if media else []
-        durations = sorted(media.durations) if media else []
-        tick = {}
-        if len(lateness) > 1:
-            tick = {
-                "late_p50_ms": lateness[len(lateness) // 2],
-                "late_p99_ms": lateness[int(len(lateness) * 0.99)],
-                "late_max_ms": lateness[-1],
-                "took_p50_ms": durations[len(durations) // 2],
-                "took_p99_ms": durations[int(len(durations) * 0.99)],
-                "took_max_ms": durations[-1],
-            }
-        return self.services.metrics.snapshot(
-            sip_calls=len(self.agent.calls) if self.agent else 0,
-            media_streams=len(media.streams) if media else 0,
-            media_late_ticks=media.late_ticks if media else 0,
-            media_tick=tick,
-            speech=self.services.speech.snapshot(),
-            notifications=(
-                self.services.notifier.snapshot() if self.services.notifier is not None else {}
-            ),
-        )
-
-    # --- the REST API (adapters/api.py) ------------------------------------------------------
-
-    def active_calls(self) -> list[dict[str, Any]]:
-        """The calls running now: application, ids, direction, parties, state, start time."""
-        calls = []
-        for call in self.calls.values():
-            info = call.leg.info
-            if call.answered is not None and not call.answered.done():
-                state = "calling"  # outbound, not answered yet
-            else:
-                state = "answered" if call.leg.answered else "inbound"
-            calls.append(
-                {
-                    "application": call.app.name,
-                    "call_id": call.call_id,
-                    "call_direction": info.direction,
-                    "call_from": info.call_from,
-                    "call_to": info.call_to,
-                    "call_target": info.call_target,
-                    "call_state": state,
-                    "started": call.started,
-                }
-            )
-        return calls
-
-    def hang_up_call(self, call_id: str) -> bool:
-        """End call ``call_id`` from our side (False: no such call).
-
-        A running application's action stops and the call is hung up (the
-        final page says ``dropped``); an outbound call still ringing is
-        cancelled (``no_answer``, as when it rings too long).
-        """
-        call = self.calls.get(call_id)
-        if call is None or self.agent is None:
-            return False
-        if call.answered is not None and not call.answered.done():
-            self.agent.hang_up(call_id, self.loop.time(), cause="no_answer")
-            self._flush()
-        else:
-            call.leg.abort("hung up through the REST API")
-        return True
-
     # --- shutdown ---------------------------------------------------------------------------
 
     async def _unregister(self, wait: float = 2.0) -> None:
@@ -566,34 +497,6 @@ class SipService(Dialling):
             if all(r.state == "unregistered" for r in registrations):
                 break
             await asyncio.sleep(0.05)
-
-    def bans(self) -> list[dict[str, Any]]:
-        """``GET /api/bans``: the SIP sources banned now, why, and for how long."""
-        return [
-            {"address": b.address, "reason": b.reason, "seconds_left": b.seconds_left}
-            for b in self.guard.bans(self.loop.time())
-        ]
-
-    def lift_ban(self, address: str) -> bool:
-        """``DELETE /api/bans/{address}``: end a ban (False: not banned)."""
-        lifted = self.guard.lift(address, self.loop.time())
-        if lifted:
-            logger.info("SIP from %s: ban lifted through the API", address)
-        return lifted
-
-    def banned(self, address: str) -> bool:
-        """Whether ``address`` is banned now (the REST API refuses it too)."""
-        return self.guard.refuses_api(address, self.loop.time())
-
-    def auth_failed(self, address: str, what: str) -> None:
-        """A failed authentication from ``address`` (a wrong REST API key): towards a ban."""
-        self.guard.auth_failed(address, self.loop.time(), what)
-        for host, cause in self.guard.take_notes():
-            logger.warning("%s: %s", host, cause)
-
-    def trunk_status(self) -> list[dict[str, Any]]:
-        """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""
-        return self.trunks.status(self.loop.time())
 
     async def shutdown(self, grace: float = 30.0) -> None:
         """Stop taking calls (503), let running calls finish for ``grace`` s, then end them;
