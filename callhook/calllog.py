@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from callhook.clock import Clock
+from callhook.redact import redact
 
 logger = logging.getLogger("callhook.call")
 
@@ -63,7 +64,9 @@ class CallLog:
         self.lines: list[str] = []
 
     def write(self, kind: str, text: str = "", *, level: int = logging.INFO) -> None:
-        """Add a line of ``kind`` (page_request, action_start, error, ...) with ``text``."""
+        """Add a line of ``kind`` (page_request, action_start, error, ...) with ``text``
+        (a password in a URL is written as ``***``)."""
+        text = redact(text)
         wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         wall = wall.replace("+00:00", "Z")
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()

@@ -31,6 +31,7 @@ from callhook.config import (
 from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.ports import CallInfo
+from callhook.redact import Redacting, redact
 
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
@@ -108,7 +109,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
             app = services.demo_app()
         out = sys.stdout
         out.write(
-            f"callhook {__version__} terminal phone — calling {app.first_page}\n"
+            f"callhook {__version__} terminal phone — calling {redact(app.first_page)}\n"
             "Press keys 0-9 * # to send them. Type  say <words>  to speak (your words are\n"
             "spoken by the TTS voice to the speech recogniser, as on a real call),\n"
             "keys <ABCD> for the A-D keys, hangup to hang up.\n\n"
@@ -262,7 +263,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     for transport, port in sip.ports.items():
         print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
     print(f"  web: {base}", flush=True)
-    print(f"  application: {app.first_page if app else '(none)'}", flush=True)
+    print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)
     if app is not None and app.name == "demo":
         print("  try it with no phone: callhook call   (in another terminal)", flush=True)
     stop = asyncio.Event()
@@ -574,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("serve", "dial") and not args.verbose:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(Redacting())  # no password of a URL in the server log
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -29,6 +29,7 @@ from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
 from callhook.ports import CallInfo
+from callhook.redact import redact
 from callhook.sip import sdp
 from callhook.sip.agent import (
     Agent,
@@ -240,7 +241,7 @@ class Dialling:
         except RouteError as exc:
             return exc.status, {"error": str(exc)}
         self._start_dial(app, route)
-        answer = {"status": "calling", "to": route.uri, "application": app.first_page}
+        answer = {"status": "calling", "to": route.uri, "application": redact(app.first_page)}
         if route.trunk is not None:
             answer["trunk"] = route.trunk
         return 202, answer

@@ -7,6 +7,7 @@ Attackers bind 127.0.0.2 (loopback is a /8 on Linux)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import aiohttp
 import pytest
 
 from callhook.testing import AppServer
+from tests import leaks
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_udp_port, wait_for_request
 
@@ -171,3 +173,30 @@ async def test_pages_cannot_reach_metadata_or_an_unlisted_private_host(
     # The server log names each refusal once (the call's errors are its own lines).
     assert server.output.count("callhook.egress: refused by [egress]: 169.254.169.254") == 1
     assert server.output.count("callhook.egress: refused by [egress]: 127.0.0.2") == 1
+
+
+@needs_sipp
+async def test_a_password_in_the_application_url_is_used_and_never_logged(
+    tmp_path: Path, app: AppServer
+) -> None:
+    password = "pw-" + "x7" * 8
+    leaks.used(password)  # and the session's check looks for it in every log
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    with_password = app.url("/").replace("http://", f"http://ivr:{password}@")
+    server = Server(
+        tmp_path / "data",
+        app_url=with_password + "start",
+        secret=app.secret,
+        final_page=with_password + "final",
+    )
+    async with server:
+        # The application hangs up at once: the INVITE is declined (603), as it says.
+        await sipp.call(server.sip, tmp_path, sipp.invite("ivr"))
+        assert await wait_for_request(app, "/final")
+    basic = "Basic " + base64.b64encode(f"ivr:{password}".encode()).decode()
+    assert all(r.headers.get("Authorization") == basic for r in app.requests)
+    log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
+    assert "page_request POST http://ivr:***@127.0.0.1:" in log
+    assert password not in log and password not in server.output
+    assert "application: http://ivr:***@127.0.0.1:" in server.output

@@ -1,0 +1,46 @@
+"""Passwords in URLs never reach a log (callhook/redact.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from callhook.calllog import CallLog
+from callhook.clock import MonotonicClock
+from callhook.redact import Redacting, redact
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "POST https://ivr:hunter2@app.example/start (first)",
+            "POST https://ivr:***@app.example/start (first)",
+        ),
+        ("http://a:b@h/x and http://c:d@h/y", "http://a:***@h/x and http://c:***@h/y"),
+        ("https://user@app.example/x", "https://user@app.example/x"),  # no password
+        ("sip:alice@192.0.2.1:5060", "sip:alice@192.0.2.1:5060"),  # not a URL with userinfo
+        ("https://app.example/a?to=x@y:z", "https://app.example/a?to=x@y:z"),
+        ("no url at all", "no url at all"),
+    ],
+)
+def test_passwords_in_urls_are_replaced(text: str, shown: str) -> None:
+    assert redact(text) == shown
+
+
+def test_the_call_log_and_the_server_log_redact() -> None:
+    log = CallLog("abc", MonotonicClock())
+    log.write("error", "unreachable: https://ivr:hunter2@app.example/start: refused")
+    assert log.lines[-1].endswith("error unreachable: https://ivr:***@app.example/start: refused")
+    record = logging.LogRecord(
+        "callhook.pages",
+        logging.INFO,
+        __file__,
+        1,
+        "page %s refused",
+        ("http://u:pw1234@h/",),
+        None,
+    )
+    assert Redacting().filter(record)
+    assert record.getMessage() == "page http://u:***@h/ refused"
