@@ -285,17 +285,17 @@ def _digest() -> Check:
 
 def _sdp_seeds() -> list[bytes]:
     from callhook.media.srtp import Crypto
-    from callhook.sip import sdp
+    from callhook.sip import offeranswer
 
     keys = (
         Crypto(1, "AES_CM_128_HMAC_SHA1_80", bytes(range(30))),
         Crypto(2, "AES_CM_128_HMAC_SHA1_32", bytes(range(30, 60))),
     )
     seeds = [
-        sdp.offer("192.0.2.1", 4000, 1, 1).encode(),
-        sdp.offer("2001:db8::1", 4000, 1, 1, ("PCMA",), "sendonly").encode(),
-        sdp.offer("192.0.2.1", 4000, 1, 1, srtp="offer", crypto=keys).encode(),
-        sdp.offer("192.0.2.1", 4000, 1, 1, srtp="require", crypto=keys).encode(),
+        offeranswer.offer("192.0.2.1", 4000, 1, 1).encode(),
+        offeranswer.offer("2001:db8::1", 4000, 1, 1, ("PCMA",), "sendonly").encode(),
+        offeranswer.offer("192.0.2.1", 4000, 1, 1, srtp="offer", crypto=keys).encode(),
+        offeranswer.offer("192.0.2.1", 4000, 1, 1, srtp="require", crypto=keys).encode(),
         (
             b"v=0\r\no=alice 2890844526 2890844526 IN IP4 host.atlanta.example.com\r\ns=\r\n"
             b"c=IN IP4 host.atlanta.example.com\r\nt=0 0\r\nm=audio 49170 RTP/AVP 0 8 97 101\r\n"
@@ -314,7 +314,7 @@ def _sdp_seeds() -> list[bytes]:
 @target("sdp", _sdp_seeds)
 def _sdp() -> Check:
     from callhook.media.srtp import Crypto, SrtpError
-    from callhook.sip import sdp
+    from callhook.sip import offeranswer, sdp
 
     ours = Crypto(7, "AES_CM_128_HMAC_SHA1_80", bytes(range(30)))
 
@@ -340,7 +340,7 @@ def _sdp() -> Check:
         for mode in ("off", "offer", "require"):
             for local in (None, ours):
                 try:
-                    answer, negotiated = sdp.answer(
+                    answer, negotiated = offeranswer.answer(
                         offer, "192.0.2.1", 4000, 1, 2, srtp=mode, local_crypto=local
                     )
                 except sdp.SdpError as exc:
@@ -350,7 +350,7 @@ def _sdp() -> Check:
                     # negotiate_answer reads answers to our offers, which have one stream.
                     continue
                 theirs = negotiated.remote_crypto
-                back = sdp.negotiate_answer(
+                back = offeranswer.negotiate_answer(
                     ("PCMU", "PCMA"),
                     sdp.parse(answer),
                     srtp=mode if theirs is not None else "off",

@@ -30,7 +30,7 @@ from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
 from callhook.ports import CallInfo
 from callhook.redact import redact
-from callhook.sip import sdp
+from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import (
     Agent,
     Credentials,
@@ -100,7 +100,7 @@ class Dialling:
         keys = offer_keys() if srtp != "off" else ()
         sock, port = media.allocate()
         session_id = random.randint(1, 2**31)
-        offer = sdp.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
+        offer = offeranswer.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
         call_id = agent.invite(
             target,
             offer.encode(),
@@ -138,7 +138,7 @@ class Dialling:
                 placed(call_id)  # inside the try: whatever it raises, the call is cleaned up
             try:
                 answer_sdp = await asyncio.wait_for(asyncio.shield(call.answered), ring_timeout)
-                negotiated = sdp.negotiate_answer(
+                negotiated = offeranswer.negotiate_answer(
                     ("PCMU", "PCMA"),
                     sdp.parse(answer_sdp.decode("utf-8", "replace")),
                     srtp=srtp,

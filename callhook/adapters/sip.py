@@ -45,7 +45,7 @@ from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
 from callhook.outbound import OutboundPolicy
 from callhook.ports import CallInfo
-from callhook.sip import sdp
+from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import (
     Agent,
     CallAnswered,
@@ -369,11 +369,13 @@ class SipService(Dialling, Control):
             return
         session_id = random.randint(1, 2**31)
         try:
-            answer, negotiated = sdp.answer(offer, self.address, port, session_id, 1, srtp=srtp)
+            answer, negotiated = offeranswer.answer(
+                offer, self.address, port, session_id, 1, srtp=srtp
+            )
         except sdp.SdpError as exc:  # NoCommonCodec, SrtpMismatch
             media.release(sock, port)
             logger.warning("call %s: %s", event.call_id, exc)
-            why = "SRTP" if isinstance(exc, sdp.SrtpMismatch) else "no common codec"
+            why = "SRTP" if isinstance(exc, offeranswer.SrtpMismatch) else "no common codec"
             agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
             return
         session = media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
@@ -451,7 +453,7 @@ class SipService(Dialling, Control):
             offer = sdp.parse(body.decode("utf-8", "replace"))
             media.version += 1
             session = media.session
-            answer, negotiated = sdp.answer(
+            answer, negotiated = offeranswer.answer(
                 offer,
                 self.address,
                 media.port,

@@ -15,7 +15,7 @@ from callhook.call import CallSummary
 from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import SrtpContext
-from callhook.sip import sdp
+from callhook.sip import offeranswer
 from callhook.sip.sdes import SrtpMode
 
 
@@ -45,7 +45,7 @@ class SipCall:
 
 
 def media_session(
-    negotiated: sdp.Negotiated, call_id: str, rtp_timeout: float = 0.0
+    negotiated: offeranswer.Negotiated, call_id: str, rtp_timeout: float = 0.0
 ) -> MediaSession:
     """The media session the SDP offer/answer agreed on."""
     session = MediaSession(
@@ -63,7 +63,7 @@ def media_session(
     return session
 
 
-def srtp_context(negotiated: sdp.Negotiated) -> SrtpContext:
+def srtp_context(negotiated: offeranswer.Negotiated) -> SrtpContext:
     """The SRTP keys the offer/answer agreed on, as a context (``negotiated.srtp``)."""
     assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
     return SrtpContext(negotiated.local_crypto, negotiated.remote_crypto)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from callhook.sip import sdp
-from callhook.sip.sdp import NoCommonCodec, SdpError
+from callhook.sip import offeranswer, sdp
+from callhook.sip.offeranswer import NoCommonCodec
+from callhook.sip.sdp import SdpError
 
 
 def crlf(*lines: str) -> str:
@@ -54,8 +55,8 @@ def baresip_offer(formats: str, *extra: str) -> str:
     )
 
 
-def do_answer(text: str, port: int = 7000) -> tuple[str, sdp.Negotiated]:
-    return sdp.answer(sdp.parse(text), "127.0.0.1", port, 42, 1)
+def do_answer(text: str, port: int = 7000) -> tuple[str, offeranswer.Negotiated]:
+    return offeranswer.answer(sdp.parse(text), "127.0.0.1", port, 42, 1)
 
 
 # ----------------------------------------------------------------------------- parse
@@ -161,7 +162,7 @@ def test_rejected_stream_needs_no_connection() -> None:
 
 def test_answer_sipp_offer() -> None:
     text, neg = do_answer(SIPP_OFFER)
-    assert neg == sdp.Negotiated(
+    assert neg == offeranswer.Negotiated(
         remote_address=("127.0.0.1", 6000),
         codec="PCMA",
         payload_type=8,
@@ -346,7 +347,7 @@ def test_ipv6_offer_and_answer() -> None:
         "t=0 0",
         "m=audio 30000 RTP/AVP 0",
     )
-    text, neg = sdp.answer(sdp.parse(offer), "2001:db8::1", 7000, 5, 6)
+    text, neg = offeranswer.answer(sdp.parse(offer), "2001:db8::1", 7000, 5, 6)
     assert neg.remote_address == ("2001:db8::10", 30000)
     parsed = sdp.parse(text)
     assert parsed.connection == sdp.Connection("IN", "IP6", "2001:db8::1")
@@ -398,7 +399,7 @@ def test_no_common_codec(media: str) -> None:
 
 def test_answer_round_trip_through_parse() -> None:
     offer = sdp.parse(baresip_offer("96 0 8 101"))
-    text, neg = sdp.answer(offer, "192.0.2.5", 16384, 123456789, 3)
+    text, neg = offeranswer.answer(offer, "192.0.2.5", 16384, 123456789, 3)
     parsed = sdp.parse(text)
     assert parsed.origin == sdp.Origin("-", "123456789", "3", "IN", "IP4", "192.0.2.5")
     assert parsed.connection == sdp.Connection("IN", "IP4", "192.0.2.5")
@@ -410,7 +411,7 @@ def test_answer_round_trip_through_parse() -> None:
     }
     assert (m.fmtp, m.ptime, m.direction) == ({"101": "0-15"}, 20, "sendrecv")
     # The offerer reading our answer reaches the same codec, pointed at us.
-    theirs = sdp.negotiate_answer(("PCMU", "PCMA", "opus"), parsed)
+    theirs = offeranswer.negotiate_answer(("PCMU", "PCMA", "opus"), parsed)
     assert (theirs.codec, theirs.payload_type) == (neg.codec, neg.payload_type)
     assert theirs.telephone_event_pt == neg.telephone_event_pt
     assert theirs.remote_address == ("192.0.2.5", 16384)
@@ -418,14 +419,14 @@ def test_answer_round_trip_through_parse() -> None:
 
 def test_answer_rejects_a_local_address_that_is_not_an_ip() -> None:
     with pytest.raises(ValueError):
-        sdp.answer(sdp.parse(SIPP_OFFER), "not-an-ip", 7000, 1, 1)
+        offeranswer.answer(sdp.parse(SIPP_OFFER), "not-an-ip", 7000, 1, 1)
 
 
 # ----------------------------------------------------------------------------- outbound
 
 
 def test_offer_text_and_parse() -> None:
-    text = sdp.offer("10.0.0.5", 20000, 99, 1)
+    text = offeranswer.offer("10.0.0.5", 20000, 99, 1)
     assert text == crlf(
         "v=0",
         "o=- 99 1 IN IP4 10.0.0.5",
@@ -441,19 +442,19 @@ def test_offer_text_and_parse() -> None:
         "a=sendrecv",
     )
     # And an answerer (ourselves) takes PCMU, our first choice.
-    _, neg = sdp.answer(sdp.parse(text), "10.0.0.6", 30000, 1, 1)
+    _, neg = offeranswer.answer(sdp.parse(text), "10.0.0.6", 30000, 1, 1)
     assert (neg.codec, neg.telephone_event_pt, neg.telephone_event_fmtp) == ("PCMU", 101, "0-16")
 
 
 def test_offer_codec_choice_and_hold() -> None:
-    text = sdp.offer("10.0.0.5", 20000, 99, 2, codecs=("pcma",), direction="sendonly")
+    text = offeranswer.offer("10.0.0.5", 20000, 99, 2, codecs=("pcma",), direction="sendonly")
     m = sdp.parse(text).media[0]
     assert m.formats == ["8", "101"]
     assert m.direction == "sendonly"
     with pytest.raises(ValueError):
-        sdp.offer("10.0.0.5", 20000, 99, 2, codecs=("G729",))
+        offeranswer.offer("10.0.0.5", 20000, 99, 2, codecs=("G729",))
     with pytest.raises(ValueError):
-        sdp.offer("10.0.0.5", 20000, 99, 2, codecs=())
+        offeranswer.offer("10.0.0.5", 20000, 99, 2, codecs=())
 
 
 def callee_answer(media: str, *extra: str) -> sdp.SessionDescription:
@@ -477,8 +478,8 @@ def test_negotiate_answer_reads_the_callees_choice() -> None:
         "a=fmtp:101 0-15",
         "a=ptime:30",
     )
-    neg = sdp.negotiate_answer(("PCMU", "PCMA"), answer)
-    assert neg == sdp.Negotiated(
+    neg = offeranswer.negotiate_answer(("PCMU", "PCMA"), answer)
+    assert neg == offeranswer.Negotiated(
         remote_address=("10.9.9.9", 40000),
         codec="PCMA",
         payload_type=8,
@@ -494,21 +495,23 @@ def test_negotiate_answer_reads_the_callees_choice() -> None:
 
 def test_negotiate_answer_only_uses_codecs_we_offered() -> None:
     answer = callee_answer("m=audio 40000 RTP/AVP 0 8")
-    assert sdp.negotiate_answer(("PCMA",), answer).codec == "PCMA"
+    assert offeranswer.negotiate_answer(("PCMA",), answer).codec == "PCMA"
     with pytest.raises(NoCommonCodec):
-        sdp.negotiate_answer(("PCMA",), callee_answer("m=audio 40000 RTP/AVP 0"))
+        offeranswer.negotiate_answer(("PCMA",), callee_answer("m=audio 40000 RTP/AVP 0"))
 
 
 def test_negotiate_answer_rejected_or_missing_audio() -> None:
     with pytest.raises(NoCommonCodec):
-        sdp.negotiate_answer(("PCMU",), callee_answer("m=audio 0 RTP/AVP 0"))
+        offeranswer.negotiate_answer(("PCMU",), callee_answer("m=audio 0 RTP/AVP 0"))
     with pytest.raises(NoCommonCodec):
-        sdp.negotiate_answer(("PCMU",), callee_answer("m=video 0 RTP/AVP 96"))
+        offeranswer.negotiate_answer(("PCMU",), callee_answer("m=video 0 RTP/AVP 96"))
 
 
 def test_negotiate_answer_to_our_hold_offer() -> None:
     # We offered sendonly (holding them); they answer recvonly: we only send.
-    neg = sdp.negotiate_answer(("PCMU",), callee_answer("m=audio 40000 RTP/AVP 0", "a=recvonly"))
+    neg = offeranswer.negotiate_answer(
+        ("PCMU",), callee_answer("m=audio 40000 RTP/AVP 0", "a=recvonly")
+    )
     assert (neg.direction, neg.on_hold, neg.sends, neg.receives) == (
         "sendonly",
         False,

@@ -9,8 +9,9 @@ import pytest
 from callhook.media import srtp
 from callhook.media.rtp import pack_header
 from callhook.media.srtp import Crypto, SrtpContext
-from callhook.sip import sdp
-from callhook.sip.sdp import NoCommonCodec, SdpError, SrtpMismatch
+from callhook.sip import offeranswer, sdp
+from callhook.sip.offeranswer import NoCommonCodec, SrtpMismatch
+from callhook.sip.sdp import SdpError
 
 KEY1 = "PS1uQCVeeCFCanVmcjkpPywjNWhcYD0mXXtxaVBR"  # RFC 4568 §4
 KEY2 = "WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz"  # RFC 4568 §5.1's answer
@@ -40,8 +41,8 @@ C80 = f"1 AES_CM_128_HMAC_SHA1_80 inline:{KEY1}|2^31"
 C32 = f"2 AES_CM_128_HMAC_SHA1_32 inline:{KEY2}|2^31"
 
 
-def do_answer(text: str, **kw: object) -> tuple[str, sdp.Negotiated]:
-    return sdp.answer(sdp.parse(text), "192.0.2.1", 7000, 42, 1, **kw)  # type: ignore[arg-type]
+def do_answer(text: str, **kw: object) -> tuple[str, offeranswer.Negotiated]:
+    return offeranswer.answer(sdp.parse(text), "192.0.2.1", 7000, 42, 1, **kw)  # type: ignore[arg-type]
 
 
 def crypto_lines(text: str) -> list[str]:
@@ -93,7 +94,7 @@ def test_parse_never_fails_on_crypto_lines() -> None:
 
 
 @pytest.mark.parametrize("mode", ["offer", "require"])
-def test_savp_offer_is_answered_with_our_key(mode: sdp.SrtpMode) -> None:
+def test_savp_offer_is_answered_with_our_key(mode: offeranswer.SrtpMode) -> None:
     text, neg = do_answer(offer_text("RTP/SAVP", C80, C32), srtp=mode)
     assert m_line(text) == "m=audio 7000 RTP/SAVP 0 101"
     lines = crypto_lines(text)
@@ -159,7 +160,7 @@ def test_codec_problems_stay_no_common_codec() -> None:
 
 
 @pytest.mark.parametrize("mode", ["off", "offer"])
-def test_plain_offer_gets_plain_answer(mode: sdp.SrtpMode) -> None:
+def test_plain_offer_gets_plain_answer(mode: offeranswer.SrtpMode) -> None:
     text, neg = do_answer(offer_text("RTP/AVP"), srtp=mode)
     assert m_line(text) == "m=audio 7000 RTP/AVP 0 101"
     assert crypto_lines(text) == []
@@ -231,15 +232,15 @@ def test_bad_mode() -> None:
 
 def test_offer_modes() -> None:
     keys = srtp.offer_keys()
-    plain = sdp.offer("192.0.2.1", 7000, 1, 1)
-    assert plain == sdp.offer("192.0.2.1", 7000, 1, 1, srtp="off")
+    plain = offeranswer.offer("192.0.2.1", 7000, 1, 1)
+    assert plain == offeranswer.offer("192.0.2.1", 7000, 1, 1, srtp="off")
     assert crypto_lines(plain) == [] and "RTP/AVP" in m_line(plain)
-    required = sdp.offer("192.0.2.1", 7000, 1, 1, srtp="require", crypto=keys)
+    required = offeranswer.offer("192.0.2.1", 7000, 1, 1, srtp="require", crypto=keys)
     assert m_line(required) == "m=audio 7000 RTP/SAVP 0 8 101"
     assert crypto_lines(required) == [f"a=crypto:{k.format()}" for k in keys]
     assert crypto_lines(required)[0].startswith("a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:")
     assert crypto_lines(required)[1].startswith("a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:")
-    best_effort = sdp.offer("192.0.2.1", 7000, 1, 1, srtp="offer", crypto=keys)
+    best_effort = offeranswer.offer("192.0.2.1", 7000, 1, 1, srtp="offer", crypto=keys)
     assert m_line(best_effort) == "m=audio 7000 RTP/AVP 0 8 101"
     assert crypto_lines(best_effort) == crypto_lines(required)
     # what we offer parses back to the same keys
@@ -248,14 +249,16 @@ def test_offer_modes() -> None:
 
 def test_offer_argument_errors() -> None:
     with pytest.raises(ValueError, match="needs the keys"):
-        sdp.offer("192.0.2.1", 7000, 1, 1, srtp="require")
+        offeranswer.offer("192.0.2.1", 7000, 1, 1, srtp="require")
     with pytest.raises(ValueError, match="srtp is 'off'"):
-        sdp.offer("192.0.2.1", 7000, 1, 1, crypto=srtp.offer_keys())
+        offeranswer.offer("192.0.2.1", 7000, 1, 1, crypto=srtp.offer_keys())
     with pytest.raises(ValueError, match="unique"):
-        sdp.offer("192.0.2.1", 7000, 1, 1, srtp="offer", crypto=(srtp.new_key(), srtp.new_key()))
+        offeranswer.offer(
+            "192.0.2.1", 7000, 1, 1, srtp="offer", crypto=(srtp.new_key(), srtp.new_key())
+        )
 
 
-def packets_flow(neg_a: sdp.Negotiated, neg_b: sdp.Negotiated) -> None:
+def packets_flow(neg_a: offeranswer.Negotiated, neg_b: offeranswer.Negotiated) -> None:
     """Each side's contexts, built from its Negotiated, understand the other's packets."""
     assert neg_a.local_crypto and neg_a.remote_crypto and neg_b.local_crypto and neg_b.remote_crypto
     a = SrtpContext(neg_a.local_crypto, neg_a.remote_crypto)
@@ -266,11 +269,13 @@ def packets_flow(neg_a: sdp.Negotiated, neg_b: sdp.Negotiated) -> None:
 
 
 @pytest.mark.parametrize(("ours", "theirs"), [("require", "offer"), ("offer", "require")])
-def test_call_between_two_callhooks(ours: sdp.SrtpMode, theirs: sdp.SrtpMode) -> None:
+def test_call_between_two_callhooks(
+    ours: offeranswer.SrtpMode, theirs: offeranswer.SrtpMode
+) -> None:
     keys = srtp.offer_keys()
-    offer = sdp.offer("192.0.2.1", 7000, 1, 1, srtp=ours, crypto=keys)
-    answer, callee = sdp.answer(sdp.parse(offer), "192.0.2.2", 8000, 2, 1, srtp=theirs)
-    caller = sdp.negotiate_answer(
+    offer = offeranswer.offer("192.0.2.1", 7000, 1, 1, srtp=ours, crypto=keys)
+    answer, callee = offeranswer.answer(sdp.parse(offer), "192.0.2.2", 8000, 2, 1, srtp=theirs)
+    caller = offeranswer.negotiate_answer(
         ("PCMU", "PCMA"), sdp.parse(answer), srtp=ours, offered_crypto=keys
     )
     assert caller.srtp and callee.srtp
@@ -294,8 +299,12 @@ def answer_text(proto: str, *crypto: str) -> str:
     )
 
 
-def negotiate(mode: sdp.SrtpMode, text: str, keys: tuple[Crypto, ...]) -> sdp.Negotiated:
-    return sdp.negotiate_answer(("PCMU", "PCMA"), sdp.parse(text), srtp=mode, offered_crypto=keys)
+def negotiate(
+    mode: offeranswer.SrtpMode, text: str, keys: tuple[Crypto, ...]
+) -> offeranswer.Negotiated:
+    return offeranswer.negotiate_answer(
+        ("PCMU", "PCMA"), sdp.parse(text), srtp=mode, offered_crypto=keys
+    )
 
 
 def test_answer_crypto_picks_our_key_by_tag() -> None:
@@ -337,10 +346,10 @@ def test_answer_crypto_must_match_the_offer() -> None:
 
 
 def test_negotiate_answer_defaults_unchanged() -> None:
-    neg = sdp.negotiate_answer(("PCMU",), sdp.parse(answer_text("RTP/AVP", C80)))
+    neg = offeranswer.negotiate_answer(("PCMU",), sdp.parse(answer_text("RTP/AVP", C80)))
     assert not neg.srtp  # crypto in an answer we did not ask for is ignored
     with pytest.raises(NoCommonCodec, match="rejected the audio stream"):
-        sdp.negotiate_answer(("PCMU",), sdp.parse(answer_text("RTP/SAVP", C80)))
+        offeranswer.negotiate_answer(("PCMU",), sdp.parse(answer_text("RTP/SAVP", C80)))
     with pytest.raises(NoCommonCodec, match="rejected"):
         negotiate("require", answer_text("RTP/SAVP", C80).replace("9000", "0"), srtp.offer_keys())
 
