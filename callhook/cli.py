@@ -313,7 +313,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
         await sip.start(register=False, listen=False)
         try:
             route = sip.trunks.route(args.target, args.trunk)
-            sip.admit_outbound(args.target, app)
+            sip.admit_outbound(args.target, app, args.trunk)
         except RouteError as exc:
             raise ConfigError(str(exc)) from None
         if args.username:

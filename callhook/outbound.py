@@ -8,17 +8,25 @@ INVITE goes out (DESIGN.md §5: "outbound calls need an authenticated caller and
 an allowed destination"):
 
 * ``[outbound] allow`` lists what may be called. A pattern starting ``sip:`` or
-  ``sips:`` is a shell-style glob over the whole destination URI, compared
-  without regard to case (``"sip:*@192.168.1.*"``, ``"sip:alice@pbx.example.com"``).
-  Any other pattern is a number prefix (``"+44"``, ``"+4420"``, ``"0800"``):
-  a number destination matches when, in canonical form
-  (:func:`callhook.numbers.canonical`), it starts with the prefix; a prefix
-  without ``+`` also matches the digits of a ``+`` number. ``"*"`` allows
-  every destination (an operator's explicit choice).
+  ``sips:`` is ``scheme:user@host[:port]`` with shell-style globs, compared part
+  by part with the *parsed* destination, without regard to case: the user glob
+  against its user part, the host glob label by label (a ``*`` never spans a
+  dot, so ``"sip:*@192.168.1.*"`` does not match ``192.168.1.1.attacker.example``),
+  the port glob (if any) against its port. A destination URI with ``maddr`` or
+  URI headers is refused whatever the patterns (they would send the call, or
+  shape it, elsewhere than its host says). Any other pattern is a number prefix
+  (``"+44"``, ``"+4420"``, ``"0800"``): a number matches when, in canonical
+  form (:func:`callhook.numbers.canonical`), it starts with the prefix; a prefix
+  without ``+`` also matches the digits of a ``+`` number. ``"*"`` allows every
+  destination (an operator's explicit choice).
+* **Through a trunk** the number the provider routes on is what counts: a
+  ``sip:`` destination sent through a trunk is judged by its user part, as a
+  number when it is one (the provider routes ``sip:+1900...@anything`` to
+  +1900...), else by the URI patterns.
 * With ``allow`` empty (the default) nothing may be called but the
-  installation's own numbers: each trunk's ``caller_id`` and the ``[apps.X]
-  numbers`` the trunks deliver (calling your own number through the provider
-  is how a trunk is tested, and costs nothing to the operator but the call).
+  installation's own numbers, exactly (with or without ``+``): each trunk's
+  ``caller_id`` and the ``[apps.X] numbers`` the trunks deliver (calling your
+  own number through the provider is how a trunk is tested).
 * ``max_calls_per_app`` bounds the outbound calls one application has at once.
 
 A refusal names the rule it comes from, for the caller's error and the log.
@@ -27,33 +35,104 @@ A refusal names the rule it comes from, for the caller's error and the log.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from callhook import numbers
+from callhook.sip.message import SipMessageError, parse_uri
 
 #: The default ``[outbound] max_calls_per_app``.
 MAX_CALLS_PER_APP = 10
+
+_PORT = re.compile(r"[0-9*?]+")
 
 
 class PatternError(ValueError):
     """An ``[outbound] allow`` pattern that is neither a URI glob nor a number prefix."""
 
 
-def check_pattern(pattern: str) -> str:
-    """``pattern`` as it is matched (a URI glob lower-cased, a prefix canonical); or raises."""
+@dataclass(frozen=True)
+class UriPattern:
+    """A ``sip:``/``sips:`` pattern, in parts (globs, lower case)."""
+
+    scheme: str
+    user: str
+    host: str
+    port: str | None
+
+    def matches(self, scheme: str, user: str, host: str, port: int | None) -> bool:
+        """Whether a parsed destination matches, part by part (see the module docstring)."""
+        if scheme != self.scheme or not fnmatch.fnmatchcase(user.lower(), self.user):
+            return False
+        if not _host_matches(host.lower(), self.host):
+            return False
+        if self.port is None:
+            return True
+        default = 5061 if scheme == "sips" else 5060
+        return fnmatch.fnmatchcase(str(port or default), self.port)
+
+
+def _host_matches(host: str, glob: str) -> bool:
+    """A host against a glob label by label, so that ``*`` never spans a dot."""
+    if glob.startswith("[") or host.startswith("["):  # an IPv6 reference: no labels
+        # (its brackets are not a glob's character class)
+        both = glob.startswith("[") and host.startswith("[")
+        return both and fnmatch.fnmatchcase(host[1:-1], glob[1:-1])
+    labels, globs = host.split("."), glob.split(".")
+    return len(labels) == len(globs) and all(
+        fnmatch.fnmatchcase(label, g) for label, g in zip(labels, globs, strict=True)
+    )
+
+
+Pattern = UriPattern | str  # a URI pattern, a number prefix, or "*"
+
+
+def check_pattern(pattern: str) -> Pattern:
+    """``pattern`` as it is matched (a URI pattern in parts, a prefix canonical); or raises."""
     text = pattern.strip()
     if text == "*":
         return text
-    if text.lower().startswith(("sip:", "sips:")):
-        if len(text) < 5 or any(c.isspace() for c in text):
-            raise PatternError(f"{pattern!r} is not a sip: URI pattern")
-        return text.lower()
+    scheme, colon, rest = text.partition(":")
+    if colon and scheme.lower() in ("sip", "sips"):
+        return _uri_pattern(pattern, scheme.lower(), rest.lower())
     prefix = numbers.canonical(text)
     if not prefix or prefix == "+":
         raise PatternError(
             f"{pattern!r} is neither a sip: URI pattern nor a number prefix (+ and digits)"
         )
     return prefix
+
+
+def _uri_pattern(pattern: str, scheme: str, rest: str) -> UriPattern:
+    bad = PatternError(
+        f"{pattern!r} is not a sip: URI pattern (sip:user@host or sip:user@host:port, "
+        "with * and ? as wildcards; no parameters)"
+    )
+    if not rest or any(c.isspace() or c in ';?&<>"' for c in rest.replace("?", "")):
+        raise bad
+    user, at, hostport = rest.rpartition("@")
+    if not at:
+        user = "*"  # sip:host: any user at that host
+    if not hostport or "@" in user:
+        raise bad
+    port: str | None = None
+    if hostport.startswith("["):
+        host, _, after = hostport.partition("]")
+        host += "]"
+        if after:
+            if not after.startswith(":") or not _PORT.fullmatch(after[1:]):
+                raise bad
+            port = after[1:]
+    else:
+        host, colon, after = hostport.partition(":")
+        if colon:
+            if not _PORT.fullmatch(after):
+                raise bad
+            port = after
+    if not host or host in ("[]",):
+        raise bad
+    return UriPattern(scheme, user, host, port)
 
 
 class OutboundPolicy:
@@ -66,12 +145,36 @@ class OutboundPolicy:
         max_calls_per_app: int = MAX_CALLS_PER_APP,
     ) -> None:
         self.allow = tuple(check_pattern(p) for p in allow)
-        self.own_numbers = tuple(n for n in own_numbers if numbers.canonical(n))
+        self.own_numbers = tuple(numbers.canonical(n) for n in own_numbers if numbers.canonical(n))
         self.max_calls_per_app = max_calls_per_app
 
-    def refusal(self, destination: str) -> str | None:
-        """Why ``destination`` (a ``sip:`` URI or a number) may not be called; None: it may."""
-        if self.allows(destination):
+    def refusal(self, destination: str, trunk: str | None = None) -> str | None:
+        """Why ``destination`` (a ``sip:`` URI or a number; through ``trunk`` if named) may
+        not be called; None: it may."""
+        text = destination.strip()
+        if text.lower().startswith(("sip:", "sips:")):
+            try:
+                uri = parse_uri(text)
+            except (SipMessageError, ValueError):
+                return f"refused by [outbound] allow: {destination} is not a valid SIP URI"
+            if uri.headers or "maddr" in uri.params:
+                return (
+                    f"refused by [outbound] allow: {destination} has maddr or URI headers, "
+                    "which callhook does not call"
+                )
+            user = uri.user or ""
+            if trunk is not None and numbers.canonical(user):
+                allowed = self._number_allowed(user)  # what the provider routes on
+            else:
+                host = uri.host  # an IPv6 reference keeps its brackets
+                allowed = any(
+                    p == "*"
+                    or (isinstance(p, UriPattern) and p.matches(uri.scheme, user, host, uri.port))
+                    for p in self.allow
+                )
+        else:
+            allowed = self._number_allowed(text)
+        if allowed:
             return None
         if not self.allow:
             return (
@@ -81,24 +184,20 @@ class OutboundPolicy:
             )
         return f"refused by [outbound] allow: {destination} matches none of its patterns"
 
-    def allows(self, destination: str) -> bool:
+    def allows(self, destination: str, trunk: str | None = None) -> bool:
         """Whether ``destination`` is allowed (see the module docstring)."""
-        text = destination.strip()
-        if text.lower().startswith(("sip:", "sips:")):
-            uri = text.lower()
-            return any(
-                p == "*" or (p.startswith(("sip:", "sips:")) and fnmatch.fnmatchcase(uri, p))
-                for p in self.allow
-            )
+        return self.refusal(destination, trunk) is None
+
+    def _number_allowed(self, text: str) -> bool:
         number = numbers.canonical(text)
         if not number:
             return False
-        if any(numbers.matches(text, own) for own in self.own_numbers):
+        if any(number.lstrip("+") == own.lstrip("+") for own in self.own_numbers):
             return True
         for p in self.allow:
             if p == "*":
                 return True
-            if p.startswith(("sip:", "sips:")):
+            if isinstance(p, UriPattern):
                 continue
             if number.startswith(p) or (not p.startswith("+") and number.lstrip("+").startswith(p)):
                 return True

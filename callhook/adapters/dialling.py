@@ -168,11 +168,11 @@ class Dialling:
             self.calls.pop(call_id, None)
             self.guard.remove_peer(peer)
 
-    def admit_outbound(self, to: str, app: AppConfig) -> None:
-        """Put a call to ``to`` for ``app`` to ``[outbound]`` (allow, max_calls_per_app);
-        RouteError (403, 429) naming the rule if refused. Admitted, it counts towards the
-        application's calls until :meth:`outbound_ended`."""
-        why = self.outbound.refusal(to)
+    def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
+        """Put a call to ``to`` (through ``trunk``, if named) for ``app`` to ``[outbound]``
+        (allow, max_calls_per_app); RouteError (403, 429) naming the rule if refused.
+        Admitted, it counts towards the application's calls until :meth:`outbound_ended`."""
+        why = self.outbound.refusal(to, trunk)
         status = 403
         if why is None:
             why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
@@ -237,7 +237,7 @@ class Dialling:
             if app is None:
                 return 400, {"error": "say which application: 'app' or 'first_page'"}
         try:
-            self.admit_outbound(target, app)
+            self.admit_outbound(target, app, trunk)
         except RouteError as exc:
             return exc.status, {"error": str(exc)}
         self._start_dial(app, route)
@@ -255,7 +255,7 @@ class Dialling:
         Returns once the INVITE is out; the call goes on in the background.
         """
         route = self.trunks.route(target, trunk)
-        self.admit_outbound(target, app)
+        self.admit_outbound(target, app, trunk)
         placed: asyncio.Future[str] = self.loop.create_future()
 
         def report(call_id: str) -> None:

@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from callhook.outbound import OutboundPolicy, PatternError, check_pattern
+from callhook.outbound import OutboundPolicy, PatternError, UriPattern, check_pattern
 
 
-def test_empty_allow_refuses_everything_but_our_own_numbers() -> None:
+def test_empty_allow_refuses_everything_but_our_own_numbers_exactly() -> None:
     policy = OutboundPolicy((), own_numbers=["+441234567890"])
     assert policy.refusal("+441234567890") is None
-    assert policy.refusal("01234 567890") is None  # the same number, national form
-    assert policy.refusal("00441234567890") is None
-    for destination in ("+441234567891", "+882", "sip:alice@127.0.0.1", "0900123456"):
+    assert policy.refusal("00441234567890") is None  # 00 is +
+    assert policy.refusal("441234567890") is None  # the same digits without +
+    # Not the national form: its country code is a guess, and a guess can be another number.
+    for destination in ("01234 567890", "+441234567891", "+882", "sip:alice@127.0.0.1"):
         why = policy.refusal(destination)
         assert why is not None and why.startswith("refused by [outbound] allow:")
         assert destination in why and "allow is empty" in why
 
 
-def test_sip_patterns_are_globs_over_the_whole_uri_without_case() -> None:
+def test_sip_patterns_match_the_parsed_uri_part_by_part_without_case() -> None:
     policy = OutboundPolicy(["sip:*@192.168.1.*", "SIP:Alice@PBX.example.com"])
     assert policy.allows("sip:100@192.168.1.20")
     assert policy.allows("sip:100@192.168.1.20:5070;transport=tcp")
@@ -30,6 +31,38 @@ def test_sip_patterns_are_globs_over_the_whole_uri_without_case() -> None:
     assert not policy.allows("+44123")  # a URI pattern allows no number
     why = policy.refusal("sip:x@203.0.113.9")
     assert why == "refused by [outbound] allow: sip:x@203.0.113.9 matches none of its patterns"
+
+
+@pytest.mark.parametrize(
+    "destination",
+    [
+        "sip:+44@evil.example;x=@provider.example",  # a parameter ending in @allowed
+        "sip:+44@evil.example?h=@provider.example",  # a URI header ending in @allowed
+        "sip:x@evil.example;maddr=192.168.1.1",  # maddr: sent elsewhere than its host
+        "sip:x@192.168.1.1.attacker.example",  # * would have spanned the dots
+        "sip:x@192.168.1",  # fewer labels
+    ],
+)
+def test_a_glob_cannot_be_stretched_to_another_host(destination: str) -> None:
+    policy = OutboundPolicy(["sip:+44*@provider.example", "sip:*@192.168.1.*"])
+    assert not policy.allows(destination)
+
+
+def test_ports_and_ipv6_references() -> None:
+    policy = OutboundPolicy(["sip:*@pbx.example:5070", "sip:*@[fd00::*]"])
+    assert policy.allows("sip:a@pbx.example:5070") and not policy.allows("sip:a@pbx.example")
+    assert OutboundPolicy(["sip:*@pbx.example:5060"]).allows("sip:a@pbx.example")  # default
+    assert policy.allows("sip:a@[fd00::1]") and not policy.allows("sip:a@[fe80::1]")
+
+
+def test_through_a_trunk_the_user_part_is_the_number_that_counts() -> None:
+    # A LAN pattern must not let a premium number out through the provider.
+    policy = OutboundPolicy(["sip:*@192.168.1.*", "+44"])
+    assert not policy.allows("sip:+1900555@192.168.1.5", trunk="provider")
+    assert policy.allows("sip:+1900555@192.168.1.5")  # directly: the LAN host itself
+    assert policy.allows("sip:+4420@anything.example", trunk="provider")
+    assert policy.allows("sip:reception@192.168.1.5", trunk="provider")  # not a number: URI
+    assert policy.allows("+442071234567", trunk="provider")
 
 
 def test_number_prefixes_match_canonical_numbers() -> None:
@@ -51,8 +84,9 @@ def test_star_allows_everything() -> None:
 
 def test_patterns_are_checked() -> None:
     assert check_pattern(" +44 20 ") == "+4420"
-    assert check_pattern("sip:*@Example.COM") == "sip:*@example.com"
-    for bad in ("", "+", "premium", "sip:a b@c", "tel:+44"):
+    assert check_pattern("sip:*@Example.COM") == UriPattern("sip", "*", "example.com", None)
+    assert check_pattern("sips:pbx.example:50*") == UriPattern("sips", "*", "pbx.example", "50*")
+    for bad in ("", "+", "premium", "sip:a b@c", "tel:+44", "sip:a@b;maddr=c", "sip:a@", "sip:"):
         with pytest.raises(PatternError):
             check_pattern(bad)
 
