@@ -143,9 +143,14 @@ class Uas(Core):
         except ValueError:
             return
         changed = False
-        if via.host.strip("[]") != source[0]:
-            via.params["received"] = source[0]
-            changed = True
+        # A received= the sender wrote itself is no evidence (RFC 3261 §18.2.1 has the
+        # server add it): whenever one is there, or the host differs, it says the source.
+        # Left as sent, "Via: SIP/2.0/UDP <own ip>;received=<victim>" made us answer the
+        # victim: a reflection without spoofing.
+        if via.host.strip("[]") != source[0] or "received" in via.params:
+            if via.params.get("received") != source[0]:
+                via.params["received"] = source[0]
+                changed = True
         if "rport" in via.params:
             via.params["rport"] = str(source[1])
             via.params["received"] = source[0]

@@ -1065,6 +1065,19 @@ def test_without_rport_responses_go_to_received_host_and_via_port() -> None:
     assert "rport" not in top.params
 
 
+def test_a_received_the_sender_wrote_is_replaced_by_its_source() -> None:
+    """A forged received= would make us answer a victim (a reflection without spoofing):
+    the request's source replaces it, on the normal path and on the 403 of refuse()."""
+    via = f"SIP/2.0/UDP {PEER[0]}:5060;branch={INVITE_BRANCH};received=198.51.100.99"
+    for send in ("receive", "refuse"):
+        agent = Agent(HOST, PORT)
+        getattr(agent, send)(sip_request("INVITE", via=via, body=OFFER), PEER, T0)
+        response, address = one_response(agent)
+        assert address == Target(PEER[0], 5060), send
+        top = parse_via(response.headers.get_all("Via")[0])
+        assert top.params.get("received") == PEER[0]
+
+
 def test_without_rport_same_host_no_received_and_default_port() -> None:
     agent = Agent(HOST, PORT)
     via = f"SIP/2.0/UDP {PEER[0]};branch={INVITE_BRANCH}"
