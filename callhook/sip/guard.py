@@ -29,7 +29,9 @@ overflows).
   must always be able to lift a ban (fail2ban's ``ignoreip`` does the same).
 
 The table of sources is bounded (:data:`MAX_SOURCES`, least recently seen
-dropped first), so a spray of spoofed addresses cannot grow it. What happened
+dropped first), so a spray of spoofed addresses cannot grow it; bans are kept
+in a bounded table of their own (the oldest, the first to end, dropped first),
+so no spray of new sources can flush a ban out of it. What happened
 is reported through :meth:`take_notes`, at most once per source and cause a
 minute, for the adapter to log (no log flood).
 """
@@ -37,7 +39,6 @@ minute, for the adapter to log (no log flood).
 from __future__ import annotations
 
 import ipaddress
-import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -54,10 +55,6 @@ AUTH_WINDOW = 60.0
 OPERATOR = frozenset({"127.0.0.1", "::1"})
 #: A note about one source and cause is given at most this often (seconds).
 NOTE_EVERY = 60.0
-#: When the table is full, the entry forgotten is the least recently seen unbanned one among
-#: this many least recently seen, else the least recently seen: a table full of bans must
-#: not make every new source (a spray of spoofed or IPv6 addresses) cost a scan of it all.
-EVICT_SCAN = 16
 
 #: Private, loopback and unique-local networks: the default ``[security] allow``, so a
 #: softphone on the LAN reaches ``serve`` with no setup and the internet does not.
@@ -86,9 +83,13 @@ def networks(texts: tuple[str, ...] | list[str]) -> tuple[Network, ...]:
 class _Source:
     tokens: float
     last: float
-    banned_until: float = 0.0
-    reason: str = ""
     failures: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Banned:
+    until: float
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,11 @@ class Guard:
         self.peers: dict[str, int] = {}
         #: Host names admitted (the trunks callhook opened a TLS connection to by name).
         self.names: frozenset[str] = frozenset()
+        # Buckets of the sources seen, least recently seen first (the one forgotten when
+        # full); bans in a table of their own, oldest first (all last ban_seconds, so the
+        # first to end), so that no spray of new sources can flush a ban out.
         self._sources: OrderedDict[str, _Source] = OrderedDict()
+        self._bans: OrderedDict[str, _Banned] = OrderedDict()
         self._noted: dict[tuple[str, str], float] = {}
         self._notes: list[tuple[str, str]] = []
         self.dropped = 0
@@ -134,14 +139,18 @@ class Guard:
     def admit(self, host: str, now: float, *, request: bool = True) -> Verdict:
         """What to do with a message from ``host``: ``pass`` it on, ``drop`` it, or
         ``reject`` it (answer 403). ``request``: it is a request (access applies)."""
+        if self._bans:
+            ban = self._bans.get(host)
+            if ban is not None and ban.until > now:
+                self.dropped += 1
+                return "drop"
+            if ban is not None:
+                del self._bans[host]  # over
         source = self._sources.get(host)
         if source is None:
             source = self._remember(host, now)
         else:
             self._sources.move_to_end(host)
-        if source.banned_until > now:
-            self.dropped += 1
-            return "drop"
         if self._trusted(host) or (not request and self.allowed(host)):
             # A trunk (or a call's peer) may send hundreds of calls a second; responses
             # from allowed sources match our transactions: no bucket for them. Responses
@@ -186,13 +195,13 @@ class Guard:
             return
         source = self._sources.get(host) or self._remember(host, now)
         source.failures = [t for t in source.failures if now - t < AUTH_WINDOW] + [now]
-        if len(source.failures) >= AUTH_FAILURES and source.banned_until <= now:
+        if len(source.failures) >= AUTH_FAILURES and not self.banned(host, now):
             self._ban(host, source, now, f"{AUTH_FAILURES} failed {what}s in a minute")
 
     def banned(self, host: str, now: float) -> bool:
         """Whether ``host`` is banned now."""
-        source = self._sources.get(host)
-        return source is not None and source.banned_until > now
+        ban = self._bans.get(host)
+        return ban is not None and ban.until > now
 
     def refuses_api(self, host: str, now: float) -> bool:
         """Whether the REST API refuses ``host`` now: banned, and not the server's own
@@ -214,20 +223,21 @@ class Guard:
     def bans(self, now: float) -> list[Ban]:
         """The sources banned now, longest left first."""
         out = [
-            Ban(host, s.reason, int(s.banned_until - now + 0.999))
-            for host, s in self._sources.items()
-            if s.banned_until > now
+            Ban(host, b.reason, int(b.until - now + 0.999))
+            for host, b in self._bans.items()
+            if b.until > now
         ]
         return sorted(out, key=lambda b: -b.seconds_left)
 
     def lift(self, host: str, now: float) -> bool:
         """End ``host``'s ban (False: it was not banned)."""
-        source = self._sources.get(host)
-        if source is None or source.banned_until <= now:
+        if not self.banned(host, now):
             return False
-        source.banned_until = 0.0
-        source.tokens = self.burst
-        source.failures.clear()
+        del self._bans[host]
+        source = self._sources.get(host)
+        if source is not None:
+            source.tokens = self.burst
+            source.failures.clear()
         return True
 
     def take_notes(self) -> list[tuple[str, str]]:
@@ -239,21 +249,17 @@ class Guard:
 
     def _remember(self, host: str, now: float) -> _Source:
         if len(self._sources) >= self.max_sources:
-            # The least recently seen goes, unless banned (a ban outlives a spray; a banned
-            # source still sending is seen again, so it is never among the oldest).
-            for old, entry in itertools.islice(self._sources.items(), EVICT_SCAN):
-                if entry.banned_until <= now:
-                    del self._sources[old]
-                    break
-            else:
-                self._sources.popitem(last=False)
+            self._sources.popitem(last=False)  # the least recently seen (bans are apart)
         source = _Source(tokens=self.burst, last=now)
         self._sources[host] = source
         return source
 
     def _ban(self, host: str, source: _Source, now: float, reason: str) -> None:
-        source.banned_until = now + self.ban_seconds
-        source.reason = reason
+        self._bans[host] = _Banned(now + self.ban_seconds, reason)
+        self._bans.move_to_end(host)
+        if len(self._bans) > self.max_sources:
+            # Bounded too: the oldest ban goes (every ban lasts as long: it ends first).
+            self._bans.popitem(last=False)
         self._note(host, f"banned for {self.ban_seconds:g} s: {reason}", now)
 
     def note(self, host: str, cause: str, now: float) -> None:
