@@ -147,10 +147,10 @@ class Uas(Core):
         # server add it): whenever one is there, or the host differs, it says the source.
         # Left as sent, "Via: SIP/2.0/UDP <own ip>;received=<victim>" made us answer the
         # victim: a reflection without spoofing.
-        if via.host.strip("[]") != source[0] or "received" in via.params:
-            if via.params.get("received") != source[0]:
-                via.params["received"] = source[0]
-                changed = True
+        moved = via.host.strip("[]") != source[0] or "received" in via.params
+        if moved and via.params.get("received") != source[0]:
+            via.params["received"] = source[0]
+            changed = True
         if "rport" in via.params:
             via.params["rport"] = str(source[1])
             via.params["received"] = source[0]
