@@ -18,7 +18,7 @@ from aiohttp import web
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
 from callhook.adapters.api import Api
-from callhook.adapters.egress import Egress, resolve, url_hosts
+from callhook.adapters.egress import Egress
 from callhook.adapters.notifier import Notifier
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.remote_media import RemoteMedia
@@ -80,7 +80,6 @@ class Services:
                 max_redirects=self.settings.max_redirects,
             )
         )
-        self._app_hosts: set[str] = set()
         self.trust_app_hosts(*self.settings.apps.values())
         self.pages = HttpPages(
             timeout=self.settings.page_timeout,
@@ -122,15 +121,11 @@ class Services:
             logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
 
     def trust_app_hosts(self, *apps: AppConfig) -> None:
-        """Let fetches reach the hosts of ``apps``' pages even when they are private or
-        loopback (``[egress]``: the configured applications' own hosts). Resolves names
-        (blocking, once per new host): for start-up, not for a call."""
-        hosts = url_hosts(url for a in apps for url in (a.first_page, a.error_page, a.final_page))
-        if hosts <= self._app_hosts:
-            return
-        self._app_hosts |= hosts
-        policy = self.egress.policy
-        policy.set_app_addresses({str(a) for a in policy.app_addresses} | resolve(hosts))
+        """Let fetches reach the endpoints of ``apps``' pages (host and port) even when they
+        are private or loopback (``[egress]``: the configured applications' own)."""
+        for app in apps:
+            for url in (app.first_page, app.error_page, app.final_page):
+                self.egress.trust_url(url)
 
     # --- notifications ----------------------------------------------------------------
 

@@ -11,9 +11,13 @@ from the machine (server-side request forgery). DESIGN.md §5; ``[egress]``:
   unspecified address, multicast and reserved space, and the known metadata
   addresses outside link-local.
 * **Private and loopback** (RFC 1918, ``127.0.0.0/8``, ``::1``, unique-local
-  ``fc00::/7``, shared ``100.64.0.0/10``): only the addresses of the configured
-  applications' own hosts (their pages' hosts, and ``serve``'s own HTTP server
-  for the built-in demo), unless ``allow_private``.
+  ``fc00::/7``, site-local ``fec0::/10``, shared ``100.64.0.0/10``): only the
+  configured applications' own endpoints, address *and port* (their pages' hosts
+  and ports, and ``serve``'s own HTTP server for the built-in demo), unless
+  ``allow_private``: trusting an application's host must not open every other
+  service on that host (a database, an admin page) to its pages.
+* IPv6 forms that carry an IPv4 address (IPv4-mapped ``::ffff:0:0/96``, NAT64
+  ``64:ff9b::/96``, 6to4 ``2002::/16``) are judged by that IPv4 address.
 * Everything else (the public internet) is allowed.
 
 The check is on the *address a connection is made to*, after DNS resolution,
@@ -43,14 +47,26 @@ class EgressRefused(PermissionError):
     """A connection the egress policy refuses; the message names the address and the rule."""
 
 
+#: NAT64's well-known prefix (RFC 6052): the last 32 bits are an IPv4 address.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+#: Site-local (deprecated by RFC 3879, still routed inside some networks): private.
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+
+
 def address_of(host: str) -> Address | None:
-    """``host`` as an address (an IPv4-mapped IPv6 one as its IPv4 address); None: a name."""
+    """``host`` as an address, an IPv6 one that carries an IPv4 address as that IPv4
+    address (IPv4-mapped, NAT64, 6to4); None: a name."""
     try:
         address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
     except ValueError:
         return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
 
 
@@ -61,23 +77,27 @@ class EgressPolicy:
         self,
         *,
         allow_private: bool = False,
-        app_addresses: Iterable[str] = (),
+        app_endpoints: Iterable[tuple[str, int]] = (),
         max_response_bytes: int = 5 * 2**20,
         max_redirects: int = 3,
     ) -> None:
         self.allow_private = allow_private
         self.max_response_bytes = max_response_bytes
         self.max_redirects = max_redirects
-        self.app_addresses: frozenset[Address] = frozenset()
-        self.set_app_addresses(app_addresses)
+        #: (address, port) of the configured applications (private ones allowed).
+        self.app_endpoints: set[tuple[Address, int]] = set()
+        for host, port in app_endpoints:
+            self.trust(host, port)
 
-    def set_app_addresses(self, addresses: Iterable[str]) -> None:
-        """The addresses the configured applications' hosts resolve to (private ones allowed)."""
-        found = (address_of(a) for a in addresses)
-        self.app_addresses = frozenset(a for a in found if a is not None)
+    def trust(self, host: str, port: int) -> None:
+        """An address and port a configured application's page URL leads to."""
+        address = address_of(host)
+        if address is not None:
+            self.app_endpoints.add((address, port))
 
-    def refusal(self, host: str) -> str | None:
-        """Why a connection to ``host`` (an address) is refused; None: it may be made."""
+    def refusal(self, host: str, port: int) -> str | None:
+        """Why a connection to ``host`` (an address) and ``port`` is refused; None: it may
+        be made."""
         address = address_of(host)
         if address is None:
             return f"refused by [egress]: {host} is not an address"
@@ -90,11 +110,12 @@ class EgressPolicy:
             return f"refused by [egress]: {address} is not a unicast address"
         if address.is_reserved and not address.is_loopback:  # ::1 is in IPv6's reserved ::/8
             return f"refused by [egress]: {address} is in reserved address space"
-        if address.is_loopback or address.is_private or address in _SHARED:
-            if self.allow_private or address in self.app_addresses:
+        private = address.is_loopback or address.is_private or address in _SHARED
+        if private or address in _SITE_LOCAL:
+            if self.allow_private or (address, port) in self.app_endpoints:
                 return None
             return (
-                f"refused by [egress]: {address} is a private or loopback address and not "
-                "a configured application's host (allow_private is false)"
+                f"refused by [egress]: {address} port {port} is a private or loopback "
+                "address and not a configured application's (allow_private is false)"
             )
         return None

@@ -232,6 +232,9 @@ class Dialling:
                 final_page=body.get("final_page"),
                 application_parameters=str(body.get("application_parameters", "")),
             )
+            # Named with the installation secret: the operator's own application, whose
+            # endpoints the egress policy lets its fetches reach.
+            self.services.trust_app_hosts(app)
         else:
             app = settings.app_for("") or self.services.default_app()
             if app is None:

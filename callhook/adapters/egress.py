@@ -7,6 +7,12 @@ request and for every redirect, whatever the name said before (no DNS-rebinding
 bypass). A refusal raises :class:`~callhook.egress.EgressRefused`, which aiohttp
 reports as a connection error whose message names the rule; it is logged here
 once a minute per address.
+
+The configured applications' endpoints are trusted by what their URLs say: a
+literal address and port at once; a host name through :class:`AppResolver`,
+the client's resolver, which marks the addresses a configured application's
+host name resolves to, for its port, each time it is resolved (so a name that
+did not resolve at start-up, or whose address changed, is trusted once it does).
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from aiohappyeyeballs import AddrInfoType
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
-from callhook.egress import EgressPolicy, EgressRefused
+from callhook.egress import EgressPolicy, EgressRefused, address_of
 
 logger = logging.getLogger("callhook.egress")
 
@@ -30,16 +38,20 @@ LOG_EVERY = 60.0
 class Egress:
     """The socket factory that enforces ``policy`` (see the module docstring)."""
 
-    def __init__(self, policy: EgressPolicy, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, policy: EgressPolicy, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.policy = policy
         self.clock = clock
         self.refused = 0
         self._logged: dict[str, float] = {}
+        #: (host name, port) of the configured applications' URLs, lower case.
+        self.app_names: set[tuple[str, int]] = set()
 
     def __call__(self, addr_info: AddrInfoType) -> socket.socket:
         family, type_, proto, _, address = addr_info
-        host = str(address[0])
-        why = self.policy.refusal(host)
+        host, port = str(address[0]), int(address[1])
+        why = self.policy.refusal(host, port)
         if why is not None:
             self.refused += 1
             now = self.clock()
@@ -51,30 +63,42 @@ class Egress:
             raise EgressRefused(why)
         return socket.socket(family=family, type=type_, proto=proto)
 
-
-def url_hosts(urls: Iterable[str | None]) -> set[str]:
-    """The host names of ``urls`` (None and URLs without a host are skipped)."""
-    hosts = set()
-    for url in urls:
-        if url:
-            host = urlsplit(url).hostname
-            if host:
-                hosts.add(host)
-    return hosts
-
-
-def resolve(hosts: Iterable[str]) -> set[str]:
-    """Every address ``hosts`` resolve to (blocking: for start-up, or a worker thread).
-
-    A host that does not resolve now is left out (its fetches will fail anyway, and
-    the application's own page errors say so).
-    """
-    out: set[str] = set()
-    for host in hosts:
+    def trust_url(self, url: str | None) -> None:
+        """Trust the endpoint of a configured application's URL (see the module docstring)."""
+        if not url:
+            return
+        parts = urlsplit(url)
+        if not parts.hostname:
+            return
         try:
-            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            logger.warning("egress: application host %s does not resolve now: %s", host, exc)
-            continue
-        out.update(str(info[4][0]) for info in infos)
-    return out
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return  # not a port: the fetch fails on its own, with that cause
+        if address_of(parts.hostname) is not None:
+            self.policy.trust(parts.hostname, port)
+        else:
+            self.app_names.add((parts.hostname.lower(), port))
+
+    def resolver(self) -> AppResolver:
+        """The resolver for an HTTP client whose connections this factory makes."""
+        return AppResolver(self)
+
+
+class AppResolver(AbstractResolver):
+    """aiohttp's resolver, marking what a configured application's host resolves to."""
+
+    def __init__(self, egress: Egress) -> None:
+        self.egress = egress
+        self._inner = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        if (host.lower(), port) in self.egress.app_names:
+            for result in results:
+                self.egress.policy.trust(result["host"], port)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()

@@ -58,7 +58,9 @@ class HttpPages:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self._max_connections, socket_factory=self._egress
+                    limit=self._max_connections,
+                    socket_factory=self._egress,
+                    resolver=self._egress.resolver() if self._egress else None,
                 ),
                 headers={"User-Agent": f"callhook/{__version__}"},
                 auto_decompress=True,

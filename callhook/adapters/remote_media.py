@@ -115,7 +115,10 @@ class RemoteMedia:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(socket_factory=self.egress),
+                connector=aiohttp.TCPConnector(
+                    socket_factory=self.egress,
+                    resolver=self.egress.resolver() if self.egress else None,
+                ),
                 headers={"User-Agent": f"callhook/{__version__}"},
                 auto_decompress=True,
                 # No cookies: one app's media server must not set what another app's sees.

@@ -135,12 +135,20 @@ async def test_callhook_dial_refuses_a_destination_outside_the_allow_list(
 async def test_pages_cannot_reach_metadata_or_an_unlisted_private_host(
     tmp_path: Path, app: AppServer
 ) -> None:
-    async with AppServer(host="127.0.0.2") as internal:  # a private host no app lives on
+    async with (
+        AppServer(host="127.0.0.2") as internal,  # a private host no app lives on
+        AppServer() as beside,  # another service on the application's own host
+    ):
         internal.page("/prompt.wav", None)
+        beside.page("/prompt.wav", None)
+        plays = [
+            {"play": {"play_list": [{"file_to_play": {"url": s.url("/prompt.wav")}}]}}
+            for s in (internal, beside)
+        ]
         app.page(
             "/start",
             [
-                {"play": {"play_list": [{"file_to_play": {"url": internal.url("/prompt.wav")}}]}},
+                *plays,
                 {
                     "record": {
                         "seconds_max_duration": 1,
@@ -160,11 +168,15 @@ async def test_pages_cannot_reach_metadata_or_an_unlisted_private_host(
             )
             assert run.returncode == 0, server.output + run.errors
             assert await wait_for_request(app, "/final")
-        assert internal.requests == []  # not one request reached it
+        assert internal.requests == [] and beside.requests == []  # not one reached them
     log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
     assert (
-        "refused by [egress]: 127.0.0.2 is a private or loopback address and not a "
-        "configured application's host (allow_private is false)"
+        f"refused by [egress]: 127.0.0.2 port {internal.port} is a private or loopback "
+        "address and not a configured application's (allow_private is false)"
+    ) in log
+    assert (
+        f"refused by [egress]: 127.0.0.1 port {beside.port} is a private or loopback "
+        "address and not a configured application's (allow_private is false)"
     ) in log
     assert (
         "refused by [egress]: 169.254.169.254 is a link-local or cloud metadata address "

@@ -1,5 +1,5 @@
-"""The egress policy (callhook/egress.py) and its socket factory (adapters/egress.py):
-where page, media and notification fetches may connect."""
+"""The egress policy (callhook/egress.py) and its socket factory and resolver
+(adapters/egress.py): where page, media and notification fetches may connect."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from callhook.adapters.egress import Egress, url_hosts
+from callhook.adapters.egress import Egress
 from callhook.egress import EgressPolicy, EgressRefused
 
 
@@ -20,6 +20,8 @@ from callhook.egress import EgressPolicy, EgressRefused
         "fd00:ec2::254",  # AWS metadata over IPv6
         "100.100.100.200",  # Alibaba Cloud metadata
         "::ffff:169.254.169.254",  # the same, IPv4-mapped
+        "64:ff9b::a9fe:a9fe",  # the same through NAT64
+        "2002:a9fe:a9fe::1",  # the same through 6to4
         "0.0.0.0",
         "::",
         "224.0.0.1",
@@ -27,8 +29,8 @@ from callhook.egress import EgressPolicy, EgressRefused
     ],
 )
 def test_never_link_local_metadata_or_non_unicast(address: str) -> None:
-    policy = EgressPolicy(allow_private=True, app_addresses=[address])
-    why = policy.refusal(address)
+    policy = EgressPolicy(allow_private=True, app_endpoints=[(address, 80)])
+    why = policy.refusal(address, 80)
     assert why is not None and why.startswith("refused by [egress]:")
 
 
@@ -42,22 +44,28 @@ def test_never_link_local_metadata_or_non_unicast(address: str) -> None:
         "172.16.0.1",
         "192.168.1.1",
         "fd12::1",
+        "fec0::1",  # site-local
         "100.64.0.1",
         "::ffff:10.1.2.3",
+        "64:ff9b::a01:203",  # 10.1.2.3 through NAT64
+        "2002:a01:203::1",  # 10.1.2.3 through 6to4
     ],
 )
-def test_private_and_loopback_only_for_application_hosts(address: str) -> None:
-    why = EgressPolicy().refusal(address)
+def test_private_and_loopback_only_for_application_endpoints(address: str) -> None:
+    why = EgressPolicy().refusal(address, 8000)
     assert why is not None and "private or loopback" in why and "allow_private" in why
-    assert EgressPolicy(allow_private=True).refusal(address) is None
-    listed = EgressPolicy(app_addresses=[address.removeprefix("::ffff:")])
-    assert listed.refusal(address) is None
+    assert EgressPolicy(allow_private=True).refusal(address, 8000) is None
+    listed = EgressPolicy(app_endpoints=[(address, 8000)])
+    assert listed.refusal(address, 8000) is None
+    # The application's port only: its host's other services stay out of reach.
+    assert listed.refusal(address, 2375) is not None
 
 
 def test_public_addresses_are_allowed() -> None:
     policy = EgressPolicy()
-    assert policy.refusal("93.184.216.34") is None
-    assert policy.refusal("2606:2800:220:1::1") is None
+    assert policy.refusal("93.184.216.34", 443) is None
+    assert policy.refusal("2606:2800:220:1::1", 443) is None
+    assert policy.refusal("64:ff9b::5db8:d822", 80) is None  # 93.184.216.34 via NAT64
 
 
 def test_the_socket_factory_refuses_before_any_socket_and_logs_once_a_minute(
@@ -68,10 +76,10 @@ def test_the_socket_factory_refuses_before_any_socket_and_logs_once_a_minute(
     info = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.9.8.7", 80))
     for t in (0.0, 30.0, 61.0):
         now[0] = t
-        with pytest.raises(EgressRefused, match=r"10\.9\.8\.7 is a private"):
+        with pytest.raises(EgressRefused, match=r"10\.9\.8\.7 port 80 is a private"):
             egress(info)
     assert egress.refused == 3
-    why = EgressPolicy().refusal("10.9.8.7")
+    why = EgressPolicy().refusal("10.9.8.7", 80)
     assert why is not None
     assert [r.getMessage() for r in caplog.records].count(why) == 2
     public = (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 80))
@@ -79,6 +87,19 @@ def test_the_socket_factory_refuses_before_any_socket_and_logs_once_a_minute(
         assert sock.family == socket.AF_INET
 
 
-def test_url_hosts() -> None:
-    urls = ["http://127.0.0.1:8080/a", "https://App.example.com/x", None, "relative/page"]
-    assert url_hosts(urls) == {"127.0.0.1", "app.example.com"}
+async def test_an_application_host_name_is_trusted_by_what_it_resolves_to() -> None:
+    egress = Egress(EgressPolicy())
+    egress.trust_url("http://LocalHost:8000/start")  # a name: trusted when resolved
+    egress.trust_url("http://127.0.0.9:9000/final")  # an address: trusted at once
+    egress.trust_url("https://10.0.0.5/page")  # https: port 443
+    assert egress.policy.refusal("127.0.0.9", 9000) is None
+    assert egress.policy.refusal("10.0.0.5", 443) is None
+    assert egress.policy.refusal("127.0.0.1", 8000) is not None  # not resolved yet
+    resolver = egress.resolver()
+    try:
+        other = await resolver.resolve("localhost", 8001)  # not an application's port
+        assert egress.policy.refusal(other[0]["host"], 8001) is not None
+        results = await resolver.resolve("localhost", 8000)
+    finally:
+        await resolver.close()
+    assert results and egress.policy.refusal(results[0]["host"], 8000) is None
