@@ -37,7 +37,7 @@ A config file is TOML::
     max_calls_per_app = 10              # outbound calls at once per application
 
     [egress]                            # URLs callhook fetches: pages, file_to_play, notifications
-    allow_private = false               # private/loopback hosts besides the applications' own
+    allow_private = false               # private/loopback endpoints besides the applications' own
     max_response_mb = 5                 # largest page body
     max_redirects = 3
 
