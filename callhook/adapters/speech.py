@@ -53,6 +53,8 @@ class RecognitionFailed(Exception):
 
 #: How long closing waits for the recogniser's running work (a model load takes seconds).
 CLOSE_TIMEOUT = 30.0
+#: How long a decode waits for a restarted engine to load before it fails (nothing heard).
+READY_TIMEOUT = 60.0
 
 _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 
@@ -171,6 +173,7 @@ class SpeechService:
         # Cleared while a fresh engine loads: decodes on the new pool wait for it.
         self._ready = threading.Event()
         self._ready.set()
+        self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def warm_up(self) -> None:
@@ -242,7 +245,13 @@ class SpeechService:
         options: RecognitionOptions,
     ) -> tuple[Alternative, ...]:
         """On a recognition thread: wait for a fresh engine if one loads, then decode."""
-        self._ready.wait()
+        if not self._ready.wait(READY_TIMEOUT):
+            # A restart that hangs must not hang every call's get_input behind it.
+            raise RecognitionFailed(
+                f"the speech recogniser is still being restarted after {READY_TIMEOUT:g} s"
+            )
+        if self._closing:
+            raise RecognitionFailed("callhook is shutting down")
         engine = self.recogniser
         if engine is None:
             raise RecognitionFailed("no speech recogniser could be started")
@@ -406,6 +415,8 @@ class SpeechService:
         a decode) is waited for up to ``timeout`` s, because native code the interpreter's
         exit interrupts aborts the process (``terminate called without an active
         exception``); a recogniser hung longer than that is abandoned. Blocks."""
+        self._closing = True
+        self._ready.set()  # decodes waiting for a restart give up now (see _decode)
         self._tts_pool.shutdown(wait=False, cancel_futures=True)
         self._asr_pool.shutdown(wait=False, cancel_futures=True)
         if not self._asr_pool.join(time.monotonic() + timeout):

@@ -171,3 +171,30 @@ def test_closing_waits_for_running_recogniser_work_but_not_for_a_hung_one() -> N
     release.set()
     closer.join(10)
     assert not closer.is_alive() and pool.join(time.monotonic())
+
+
+async def test_a_restart_that_hangs_fails_decodes_instead_of_hanging_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh engine that never finishes loading: decodes waiting for it fail after
+    READY_TIMEOUT (nothing heard, the call goes on), and closing releases them at once."""
+    import callhook.adapters.speech as speech
+
+    monkeypatch.setattr(speech, "READY_TIMEOUT", 0.3)
+    stuck = threading.Event()
+
+    class StuckRestart(Engine):
+        def restarted(self) -> Engine:
+            stuck.wait(30)  # the model load that never ends
+            return Engine()
+
+    broken = faults.FaultyRecogniser(StuckRestart(), "crash")
+    service = SpeechService(None, broken, workers=2)
+    try:
+        with pytest.raises(RecognitionFailed, match="crashed"):
+            await service.recognise(SECOND, OPTIONS)
+        with pytest.raises(RecognitionFailed, match="still being restarted"):
+            await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+    finally:
+        stuck.set()
+        service.close()
