@@ -122,9 +122,11 @@ class RecordingJournal:
         while self._backlog:
             try:
                 queued |= self.db.transaction(self._backlog[0])
-            except sqlite3.OperationalError as exc:  # "database or disk is full", I/O
-                self._hold(exc)
-                return queued
+            except sqlite3.OperationalError as exc:
+                if _passing(exc):  # "database or disk is full", I/O, locked: wait and retry
+                    self._hold(exc)
+                    return queued
+                logger.exception("a recordings journal update failed and is dropped")
             except Exception:  # a bug, not the disk: retrying would never help
                 logger.exception("a recordings journal update failed and is dropped")
             self._backlog.popleft()
@@ -362,3 +364,18 @@ class RecordingJournal:
         else:
             logger.info("recording %s was complete before the restart; made durable now", name)
         return self._finish_if_ready(conn, app, filename)
+
+
+#: SQLite's primary result codes of refusals that pass (a full disk gets space, a lock is
+#: released); anything else (a bug: "no such column", a read-only file) never would, and
+#: holding it would block every later update behind it for good.
+_PASSING = frozenset(
+    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+)
+
+
+def _passing(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:  # no code: judged by the message SQLite gives a full disk
+        return "full" in str(exc) or "disk I/O" in str(exc)
+    return code & 0xFF in _PASSING  # extended codes (SQLITE_IOERR_WRITE, ...) by their primary

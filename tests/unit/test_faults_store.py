@@ -100,6 +100,29 @@ def test_a_refused_update_does_not_overtake_the_ones_before_it(
     assert db.call(lambda c: c.execute("SELECT COUNT(*) FROM recordings").fetchone()[0]) == 0
 
 
+def test_a_refusal_that_will_not_pass_is_dropped_not_held(
+    db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only database (or a bug's "no such column") never gets better: that update is
+    logged and dropped, and the ones after it are not held behind it for good."""
+    monkeypatch.setattr(journal_module, "RETRY_FIRST", 3600.0)
+    journal = RecordingJournal(db)
+    db.call(lambda c: c.execute("PRAGMA query_only = ON"))  # SQLITE_READONLY on writes
+    journal.started(
+        "app", "recordings/r.wav", encrypted=False, record_id="msg",
+        notify=("http://a/n", "POST"), body=BODY,
+    ).result()  # fmt: skip
+    assert journal.held_back == 0
+    assert "a recordings journal update failed and is dropped" in caplog.text
+    db.on_thread(lambda: db._conn.execute("PRAGMA query_only = OFF")).result()
+    journal.started(
+        "app", "recordings/s.wav", encrypted=False, record_id="msg",
+        notify=("http://a/n", "POST"), body=BODY,
+    ).result()  # fmt: skip
+    count = db.call(lambda c: c.execute("SELECT COUNT(*) FROM recordings").fetchone()[0])
+    assert journal.held_back == 0 and count == 1
+
+
 def test_a_call_log_on_a_full_disk_never_raises_and_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
