@@ -23,6 +23,9 @@ from callhook.redact import Redacting, redact
         ("sip:alice@192.0.2.1:5060", "sip:alice@192.0.2.1:5060"),  # not a URL with userinfo
         ("https://app.example/a?to=x@y:z", "https://app.example/a?to=x@y:z"),
         ("no url at all", "no url at all"),
+        ("https://user:p@ss@host/x", "https://user:***@host/x"),  # an @ in the password
+        ("<sip:bob:pw1234@pbx.example;transport=tcp>", "<sip:bob:***@pbx.example;transport=tcp>"),
+        ("Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9", "Via: SIP/2.0/UDP 192.0.2.1:5060;branch=z9"),
     ],
 )
 def test_passwords_in_urls_are_replaced(text: str, shown: str) -> None:
@@ -44,3 +47,17 @@ def test_the_call_log_and_the_server_log_redact() -> None:
     )
     assert Redacting().filter(record)
     assert record.getMessage() == "page http://u:***@h/ refused"
+
+
+def test_a_traceback_is_redacted_too() -> None:
+    try:
+        raise ValueError("cannot fetch https://ivr:hunter2@app.example/start")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord(
+            "callhook.pages", logging.ERROR, __file__, 1, "failed", None, sys.exc_info()
+        )
+    assert Redacting().filter(record)
+    text = logging.Formatter().format(record)
+    assert "hunter2" not in text and "https://ivr:***@app.example/start" in text
