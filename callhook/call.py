@@ -592,7 +592,8 @@ def _describe_items(command: StartPrompt) -> str:
         elif isinstance(item, PlayFile):
             parts.append(f"file {item.name}")
         elif isinstance(item, PlayTone):
-            parts.append(f"tone {item.frequency_hz:g} Hz {item.seconds:g} s")
+            also = f" + {item.and_hz:g}" if item.and_hz else ""
+            parts.append(f"tone {item.frequency_hz:g}{also} Hz {item.seconds:g} s")
         elif isinstance(item, PlayDigits):
             parts.append(f"digits {item.digits}")
         elif isinstance(item, PlayUrl):

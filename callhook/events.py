@@ -131,6 +131,39 @@ class Aborted:
     reason: str
 
 
+# --- events of the far legs of a connect (callhook.actions.connect) -----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CalleeRinging:
+    """Far leg ``attempt`` of a connect rings (180/183); ``early_media``: it sends audio."""
+
+    attempt: int
+    early_media: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CalleeAnswered:
+    """Far leg ``attempt`` answered; ``info`` is its call's description (``this_call``-like)."""
+
+    attempt: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CalleeEnded:
+    """Far leg ``attempt`` ended: before answering (busy, no answer, unreachable) or after.
+
+    ``cause`` is one of the call causes of the final page (``busy``, ``no_answer``,
+    ``unobtainable``, ``failed``, ``hung_up``, ...); ``raw_cause`` the SIP status or
+    method, as a string.
+    """
+
+    attempt: int
+    cause: str
+    raw_cause: str
+
+
 MediaEvent = (
     DigitReceived
     | PromptFinished
@@ -141,6 +174,9 @@ MediaEvent = (
     | RecorderFailed
     | CallEnded
     | Aborted
+    | CalleeRinging
+    | CalleeAnswered
+    | CalleeEnded
 )
 
 # --- commands: actions -> media session -----------------------------------------------
@@ -170,10 +206,12 @@ class PlayFile:
 
 @dataclass(frozen=True, slots=True)
 class PlayTone:
-    """A prompt item: a sine tone (the record beep)."""
+    """A prompt item: a sine tone (the record beep), or two summed (``and_hz``: ringback's
+    440 + 480 Hz); a frequency of 0 is silence."""
 
     frequency_hz: float
     seconds: float
+    and_hz: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +309,35 @@ class DetectVoice:
     on: bool
 
 
+# --- commands of a connect: its far legs (callhook.actions.connect) ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallCallee:
+    """Place far leg ``attempt`` of a connect: call ``destination`` (a ``sip:`` URI, a number
+    through a trunk, ``user:NAME``) as ``call_from`` (None: the caller's identity)."""
+
+    attempt: int
+    destination: str
+    call_from: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DropCallee:
+    """End far leg ``attempt``: CANCEL while it rings, BYE once it answered."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class JoinCallee:
+    """Bridge the call with far leg ``attempt``: audio and digits both ways
+    (``early``: its early media only, to the caller, before it answers)."""
+
+    attempt: int
+    early: bool = False
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -279,4 +346,7 @@ MediaCommand = (
     | StartRecording
     | StopRecording
     | DetectVoice
+    | CallCallee
+    | DropCallee
+    | JoinCallee
 )

@@ -143,7 +143,7 @@ class PromptAudio:
         """One item's audio in ``law`` (text only from the sentence cache); raises PromptError."""
         key: tuple[object, ...] | None = None
         if isinstance(item, PlayTone):
-            key = ("tone", item.frequency_hz, item.seconds, law)
+            key = ("tone", item.frequency_hz, item.and_hz, item.seconds, law)
         elif isinstance(item, PlayFile) and item.cipher is None:
             try:
                 path = self.store.path(app, item.name)
@@ -161,7 +161,7 @@ class PromptAudio:
 
     def item(self, app: str, item: AudioItem) -> npt.NDArray[np.int16]:
         if isinstance(item, PlayTone):
-            return tones.tone(item.frequency_hz, item.seconds)
+            return _tone(item)
         if isinstance(item, SayText):
             speech = self._cached_speech(item)
             if speech is None:
@@ -243,3 +243,13 @@ def _store(cache: OrderedDict[K, V], key: K, value: V, lock: threading.Lock) -> 
         cache.move_to_end(key)
         while len(cache) > CACHE_ENTRIES:
             cache.popitem(last=False)
+
+
+def _tone(item: PlayTone) -> npt.NDArray[np.int16]:
+    """A tone item's audio: one sine, two summed (ringback), or silence (0 Hz)."""
+    if item.frequency_hz <= 0:
+        return np.zeros(int(item.seconds * tones.SAMPLE_RATE), dtype=np.int16)
+    if item.and_hz is None:
+        return tones.tone(item.frequency_hz, item.seconds)
+    # Two tones each 3 dB below one, so that the pair is as loud as a single tone.
+    return tones.sines([(item.frequency_hz, -13.0), (item.and_hz, -13.0)], item.seconds)

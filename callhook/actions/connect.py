@@ -1,0 +1,270 @@
+"""The ``connect`` action: put the caller through to another party. Wire model and machine.
+
+Aculab's REST API version 2 ``connect`` (its property names and defaults; the
+decisions where it is silent are in docs/behaviour.md). The call the
+application runs on is the *primary* call; each destination is called at once
+as a far leg (a *secondary* call): the first to answer is bridged to the
+caller, the others are dropped.
+
+Theory of operation
+-------------------
+:class:`ConnectMachine` is an :class:`~callhook.actions.machine.ActionMachine`
+(sans-IO: ``now`` and events in, commands out). The leg places the far legs
+(:class:`~callhook.events.CallCallee`), ends them
+(:class:`~callhook.events.DropCallee`: CANCEL while ringing, BYE once up) and
+joins one to the call (:class:`~callhook.events.JoinCallee`); it reports each
+far leg's progress as :class:`~callhook.events.CalleeRinging`,
+:class:`~callhook.events.CalleeAnswered` and
+:class:`~callhook.events.CalleeEnded`.
+
+=====================  ==================================================================
+state / event          what happens
+=====================  ==================================================================
+start                  every destination is called; the caller hears ``hold_media``
+                       over and over, else ringback (440 + 480 Hz, 2 s on, 4 s off)
+RINGING: ringing with  one destination and ``pass_early_media``: the hold prompt stops
+early media            and the far leg's early media is passed to the caller
+RINGING: answered      the hold prompt stops, the other far legs are dropped, the answered
+                       one is joined: BRIDGED
+RINGING: a far leg     forgotten; when it was the last, the action is over, not connected,
+ended                  with the most telling cause of them all (busy, then no answer,
+                       unobtainable, failed)
+RINGING: deadline      ``seconds_answer_timeout`` passed: every far leg is dropped; over,
+                       not connected, ``no_answer``
+BRIDGED: the far leg   the bridge is over: the result says connected, to which
+ended                  destination, the far end's cause and how long the bridge lasted
+the caller hangs up    every far leg is dropped (CANCEL / BYE); the call is over
+=====================  ==================================================================
+
+The result goes to ``next_page`` (absent: the next action runs).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from callhook.actions.fields import Opt, Strict
+from callhook.actions.machine import (
+    ActionContext,
+    ActionMachine,
+    Completed,
+    Continue,
+    StopReason,
+    prompt_items,
+)
+from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
+from callhook.events import (
+    CallCallee,
+    CalleeAnswered,
+    CalleeEnded,
+    CalleeRinging,
+    DropCallee,
+    JoinCallee,
+    MediaCommand,
+    MediaEvent,
+    PlayTone,
+    PromptFinished,
+    PromptItem,
+    StartPrompt,
+    StopPrompt,
+)
+
+#: Ringback (North American: 440 + 480 Hz, 2 s on, 4 s off), what the caller hears while
+#: the far end rings and the application gave no ``hold_media``.
+RINGBACK: tuple[PromptItem, ...] = (
+    PlayTone(440.0, 2.0, and_hz=480.0),
+    PlayTone(0.0, 4.0),
+)
+
+#: When every far leg failed, the cause the result reports: the most telling one.
+_CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
+
+
+class SecondaryCall(Strict):
+    """The ``secondary_call`` object: pages and properties of the far leg's lifetime."""
+
+    call_recording: bool = False
+    call_recording_encryption: bool = False
+    call_recording_eliminate_dtmf: bool = True
+    call_recording_mode: Literal["mixed", "separate"] = "mixed"
+    call_recording_cipher: Opt[Cipher] = None
+    minutes_max_call_duration: Annotated[int, Field(ge=1)] = 240
+    first_page: Opt[WebPageRequest] = None
+    final_page: Opt[WebPageRequest] = None
+    error_page: Opt[WebPageRequest] = None
+
+
+class Connect(Strict):
+    """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
+
+    name: ClassVar[str] = "connect"
+    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    call_from: Opt[str] = None
+    hold_media: Opt[PlayAction] = None
+    pass_early_media: bool = False
+    seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
+    classify_callee: Opt[dict[str, Any]] = None
+    secondary_call: Opt[SecondaryCall] = None
+    next_page: Opt[WebPageRequest] = None
+
+    @model_validator(mode="after")
+    def _combination(self) -> Connect:
+        if self.classify_callee is not None:
+            raise ValueError(
+                "classify_callee (answering-machine detection) is not supported by callhook "
+                "yet: leave it out"
+            )
+        if self.pass_early_media and len(self.destinations) != 1:
+            raise ValueError("pass_early_media needs exactly one destination")
+        if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
+            raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
+        return self
+
+
+class State(enum.Enum):
+    RINGING = "ringing"
+    BRIDGED = "bridged"
+    DONE = "done"
+
+
+class ConnectMachine(ActionMachine):
+    """Runs one ``connect`` action (see the module docstring)."""
+
+    def __init__(self, action: Connect, ctx: ActionContext) -> None:
+        self.action = action
+        self.ctx = ctx
+        self.state = State.RINGING
+        self.live: set[int] = set()  # far legs not ended yet
+        self.causes: dict[int, tuple[str, str]] = {}
+        self.joined: int | None = None
+        self.bridged_at = 0.0
+        self.until = 0.0
+        self.holding: int | None = None  # the hold prompt playing
+        self.early = False
+        self.info: dict[str, Any] = {}  # the joined far leg's description
+
+    # --- the machine --------------------------------------------------------------------
+
+    def start(self, now: float) -> list[MediaCommand]:
+        self.until = now + self.action.seconds_answer_timeout
+        commands: list[MediaCommand] = []
+        for attempt, destination in enumerate(self.action.destinations):
+            self.live.add(attempt)
+            commands.append(CallCallee(attempt, destination, self.action.call_from))
+        return commands + self._hold()
+
+    @property
+    def deadline(self) -> float | None:
+        return self.until if self.state is State.RINGING else None
+
+    def on_deadline(self, now: float) -> list[MediaCommand]:
+        if self.state is not State.RINGING:
+            return []
+        commands = self._stop_hold() + self._drop_all()
+        self._finish(now, connected=False, cause=("no_answer", "487"))
+        return commands
+
+    def handle(self, event: MediaEvent, now: float) -> list[MediaCommand]:
+        if isinstance(event, PromptFinished) and event.prompt_id == self.holding:
+            self.holding = None
+            return self._hold()  # over and over, until the bridge (or the early media)
+        if isinstance(event, CalleeRinging):
+            return self._ringing(event)
+        if isinstance(event, CalleeAnswered):
+            return self._answered(event, now)
+        if isinstance(event, CalleeEnded):
+            return self._ended(event, now)
+        return []
+
+    def stop(self, now: float, why: StopReason) -> list[MediaCommand]:
+        commands = self._stop_hold() + self._drop_all()
+        self.state = State.DONE
+        self.outcome = Continue(f"connect stopped: {why}")
+        return commands
+
+    # --- events -------------------------------------------------------------------------
+
+    def _ringing(self, event: CalleeRinging) -> list[MediaCommand]:
+        wanted = self.action.pass_early_media and event.early_media
+        if self.state is not State.RINGING or not wanted or self.early:
+            return []
+        self.early = True
+        return [*self._stop_hold(), JoinCallee(event.attempt, early=True)]
+
+    def _answered(self, event: CalleeAnswered, now: float) -> list[MediaCommand]:
+        if self.state is not State.RINGING or event.attempt not in self.live:
+            return [DropCallee(event.attempt)]  # too late: another one won
+        self.state = State.BRIDGED
+        self.joined = event.attempt
+        self.bridged_at = now
+        self.info = event.info
+        others = [DropCallee(a) for a in sorted(self.live) if a != event.attempt]
+        self.live = {event.attempt}
+        return [*self._stop_hold(), *others, JoinCallee(event.attempt)]
+
+    def _ended(self, event: CalleeEnded, now: float) -> list[MediaCommand]:
+        if event.attempt not in self.live:
+            return []
+        self.live.discard(event.attempt)
+        self.causes[event.attempt] = (event.cause, event.raw_cause)
+        if self.state is State.BRIDGED and event.attempt == self.joined:
+            self._finish(now, connected=True, cause=(event.cause, event.raw_cause))
+            return []
+        if self.state is State.RINGING and not self.live:
+            commands = self._stop_hold()
+            self._finish(now, connected=False, cause=self._most_telling())
+            return commands
+        return []
+
+    # --- inside -------------------------------------------------------------------------
+
+    def _hold(self) -> list[MediaCommand]:
+        if self.state is not State.RINGING or self.early:
+            return []
+        prompt_id = self.ctx.new_prompt_id()
+        self.holding = prompt_id
+        hold = self.action.hold_media
+        items = prompt_items(hold, None, self.ctx.page_url) if hold is not None else RINGBACK
+        return [StartPrompt(prompt_id, items)]
+
+    def _stop_hold(self) -> list[MediaCommand]:
+        if self.holding is None:
+            return []
+        prompt_id, self.holding = self.holding, None
+        return [StopPrompt(prompt_id)]
+
+    def _drop_all(self) -> list[MediaCommand]:
+        commands: list[MediaCommand] = [DropCallee(a) for a in sorted(self.live)]
+        self.live.clear()
+        return commands
+
+    def _most_telling(self) -> tuple[str, str]:
+        causes = list(self.causes.values())
+        for wanted in _CAUSE_ORDER:
+            for cause in causes:
+                if cause[0] == wanted:
+                    return cause
+        return causes[0] if causes else ("failed", "")
+
+    def _finish(self, now: float, *, connected: bool, cause: tuple[str, str]) -> None:
+        self.state = State.DONE
+        destination = None
+        if self.joined is not None:
+            destination = self.action.destinations[self.joined]
+        result: dict[str, Any] = {
+            "connected": connected,
+            "destination": destination,
+            "call_cause": cause[0],
+            "call_raw_cause": cause[1],
+            "seconds_connected_duration": round(now - self.bridged_at, 1) if connected else 0,
+        }
+        if connected:
+            result["secondary_call"] = dict(self.info)
+        page = self.action.next_page
+        if page is None:
+            self.outcome = Continue(f"connect: {cause[0]}")
+        else:
+            self.outcome = Completed("connect", result)

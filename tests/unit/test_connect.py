@@ -1,0 +1,182 @@
+"""The connect action's machine (callhook/actions/connect.py) on a virtual clock, and its
+wire model: far legs called at once, the first to answer bridged, the rest dropped; the
+hold media or ringback looped meanwhile; every way it ends and the result it gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from callhook.actions.connect import RINGBACK, Connect, ConnectMachine
+from callhook.actions.machine import ActionContext, Completed, Continue
+from callhook.events import (
+    CallCallee,
+    CalleeAnswered,
+    CalleeEnded,
+    CalleeRinging,
+    DropCallee,
+    JoinCallee,
+    PromptFinished,
+    SayText,
+    StartPrompt,
+    StopPrompt,
+)
+
+T0 = 100.0
+PAGE = {"url": "/connected"}
+
+
+def machine(**props: Any) -> ConnectMachine:
+    action = Connect.model_validate({"destinations": ["sip:a@x", "sip:b@y"], **props})
+    return ConnectMachine(action, ActionContext())
+
+
+def test_every_destination_is_called_at_once_with_ringback_meanwhile() -> None:
+    m = machine(next_page=PAGE, call_from="+441234")
+    commands = m.start(T0)
+    assert commands[:2] == [
+        CallCallee(0, "sip:a@x", "+441234"),
+        CallCallee(1, "sip:b@y", "+441234"),
+    ]
+    (prompt,) = commands[2:]
+    assert isinstance(prompt, StartPrompt) and prompt.items == RINGBACK
+    assert m.deadline == T0 + 30  # seconds_answer_timeout's default
+    # Ringback goes on until an answer: each time it ends it starts again.
+    again = m.handle(PromptFinished(prompt.prompt_id), T0 + 6)
+    assert len(again) == 1 and isinstance(again[0], StartPrompt)
+    assert again[0].items == RINGBACK and again[0].prompt_id != prompt.prompt_id
+
+
+def test_hold_media_is_looped_instead_of_ringback() -> None:
+    m = machine(hold_media={"play": {"play_list": [{"text_to_say": "please hold"}]}})
+    (prompt,) = m.start(T0)[2:]
+    assert isinstance(prompt, StartPrompt)
+    assert prompt.items == (SayText("please hold"),)
+
+
+def test_the_first_to_answer_is_bridged_and_the_other_dropped() -> None:
+    m = machine(next_page=PAGE)
+    prompt = m.start(T0)[2]
+    assert isinstance(prompt, StartPrompt)
+    assert m.handle(CalleeRinging(0), T0 + 1) == []
+    commands = m.handle(CalleeAnswered(1, {"call_id": "far-1"}), T0 + 4)
+    assert commands == [StopPrompt(prompt.prompt_id), DropCallee(0), JoinCallee(1)]
+    assert m.deadline is None and m.outcome is None  # bridged: no answer timeout any more
+    assert m.handle(CalleeAnswered(0), T0 + 5) == [DropCallee(0)]  # too late
+    assert m.handle(CalleeEnded(0, "no_answer", "487"), T0 + 5) == []  # the dropped one
+    assert m.handle(CalleeEnded(1, "hung_up", "BYE"), T0 + 16.5) == []
+    assert m.outcome == Completed(
+        "connect",
+        {
+            "connected": True,
+            "destination": "sip:b@y",
+            "call_cause": "hung_up",
+            "call_raw_cause": "BYE",
+            "seconds_connected_duration": 12.5,
+            "secondary_call": {"call_id": "far-1"},
+        },
+    )
+
+
+def test_when_every_far_leg_fails_the_most_telling_cause_is_given() -> None:
+    m = machine(next_page=PAGE)
+    m.start(T0)
+    assert m.handle(CalleeEnded(0, "failed", "503"), T0 + 1) == []
+    commands = m.handle(CalleeEnded(1, "busy", "486"), T0 + 2)
+    assert len(commands) == 1 and isinstance(commands[0], StopPrompt)
+    assert isinstance(m.outcome, Completed)
+    assert m.outcome.result == {
+        "connected": False,
+        "destination": None,
+        "call_cause": "busy",
+        "call_raw_cause": "486",
+        "seconds_connected_duration": 0,
+    }
+
+
+def test_no_answer_within_the_timeout_drops_every_far_leg() -> None:
+    m = machine(next_page=PAGE, seconds_answer_timeout=10)
+    m.start(T0)
+    assert m.deadline == T0 + 10
+    commands = m.on_deadline(T0 + 10)
+    assert commands[1:] == [DropCallee(0), DropCallee(1)] and isinstance(commands[0], StopPrompt)
+    assert isinstance(m.outcome, Completed)
+    assert (m.outcome.result["connected"], m.outcome.result["call_cause"]) == (False, "no_answer")
+    assert m.handle(CalleeEnded(0, "no_answer", "487"), T0 + 10.1) == []  # nothing more
+
+
+def test_the_caller_hanging_up_drops_the_far_legs_ringing_or_bridged() -> None:
+    ringing = machine()
+    ringing.start(T0)
+    commands = ringing.stop(T0 + 3, "hangup")
+    assert commands[1:] == [DropCallee(0), DropCallee(1)]
+    assert isinstance(ringing.outcome, Continue)
+    bridged = machine()
+    bridged.start(T0)
+    bridged.handle(CalleeAnswered(0), T0 + 2)
+    assert bridged.stop(T0 + 9, "hangup") == [DropCallee(0)]
+
+
+def test_without_next_page_the_next_action_runs() -> None:
+    m = machine()
+    m.start(T0)
+    m.handle(CalleeEnded(0, "busy", "486"), T0 + 1)
+    m.handle(CalleeEnded(1, "unobtainable", "404"), T0 + 1)
+    assert m.outcome == Continue("connect: busy")
+
+
+def test_early_media_is_passed_when_asked() -> None:
+    action = Connect.model_validate(
+        {"destinations": ["sip:a@x"], "pass_early_media": True, "next_page": PAGE}
+    )
+    m = ConnectMachine(action, ActionContext())
+    prompt = m.start(T0)[1]
+    assert isinstance(prompt, StartPrompt)
+    assert m.handle(CalleeRinging(0, early_media=False), T0 + 1) == []  # a plain 180
+    commands = m.handle(CalleeRinging(0, early_media=True), T0 + 2)
+    assert commands == [StopPrompt(prompt.prompt_id), JoinCallee(0, early=True)]
+    assert m.handle(PromptFinished(prompt.prompt_id), T0 + 3) == []  # no more ringback
+    assert m.handle(CalleeAnswered(0), T0 + 4) == [JoinCallee(0)]
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"destinations": []}, "at least 1 item"),
+        ({"classify_callee": {"enable": True}}, r"classify_callee \(answering-machine detection\)"),
+        ({"pass_early_media": True}, "pass_early_media needs exactly one destination"),
+        ({"seconds_answer_timeout": 0}, "greater than or equal to 1"),
+        ({"secondary_call": {"call_recording_mode": "stereo"}}, "'mixed' or 'separate'"),
+        ({"hold_media": {"get_number": {}}}, "play action"),
+    ],
+)
+def test_the_wire_model_refuses_what_cannot_be_done(props: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Connect.model_validate({"destinations": ["sip:a@x", "sip:b@y"], **props})
+
+
+def test_defaults() -> None:
+    action = Connect.model_validate({"destinations": ["+441234567890"]})
+    assert (action.seconds_answer_timeout, action.pass_early_media) == (30, False)
+    assert action.hold_media is None and action.next_page is None
+    assert action.secondary_call is None and action.call_from is None
+
+
+def test_ringback_is_440_and_480_hz_then_silence() -> None:
+    import numpy as np
+
+    from callhook.adapters.prompts import _tone
+    from callhook.events import PlayTone
+
+    on, off = RINGBACK
+    assert isinstance(on, PlayTone) and isinstance(off, PlayTone)
+    audio = _tone(on)
+    assert len(audio) == 16000  # 2 s at 8 kHz
+    spectrum = np.abs(np.fft.rfft(audio.astype(np.float64)))
+    hz = np.fft.rfftfreq(len(audio), 1 / 8000)
+    peaks = sorted(hz[np.argsort(spectrum)[-2:]])
+    assert peaks == [440.0, 480.0]
+    silence = _tone(off)
+    assert len(silence) == 32000 and not silence.any()
