@@ -51,6 +51,10 @@ FRAME = 160  # samples (and G.711 bytes) in 20 ms at 8 kHz
 #: far end's echo path, its jitter buffer and the detector's 40 ms fit well inside).
 ECHO_TAIL_TICKS = 10
 
+#: The prompt id of digits relayed across a bridge (actions' prompt ids start at 1): its
+#: end is no action's business.
+RELAY = 0
+
 #: A part of a prompt: audio (G.711 in the call's law), or DTMF digits to send.
 Segment: TypeAlias = bytes | Digits
 
@@ -92,6 +96,7 @@ class Player:
         self.echo_ticks = 0
         self._prompt: _Prompt | None = None
         self._event: EventTone | None = None  # the RFC 4733 event being sent
+        self._relay: list[Digits] = []  # digits to relay once the playing prompt ends
 
     # --- the tick ---------------------------------------------------------------------
 
@@ -108,8 +113,27 @@ class Player:
         payload = self._frame(prompt, timestamp)
         if prompt.exhausted and not prompt.open and self._event is None:
             self._prompt = None
+            if self._relay:
+                self.play(RELAY, self._relay)
+                self._relay = []
             return payload, prompt.prompt_id
         return payload, None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to play: no prompt, no event (a bridge's audio may go out instead)."""
+        return self._prompt is None and self._event is None
+
+    def relay(self, digits: Digits) -> None:
+        """Send ``digits`` from across a bridge: now, or after the prompt that plays
+        (its end is reported with the id :data:`RELAY`)."""
+        prompt = self._prompt
+        if prompt is None:
+            self.play(RELAY, (digits,))
+        elif prompt.prompt_id == RELAY:
+            prompt.rest.append(digits)
+        else:
+            self._relay.append(digits)
 
     def event_packet(self) -> tuple[bytes, bool, int] | None:
         """This tick's packet of the RFC 4733 event in progress: its payload, marker bit

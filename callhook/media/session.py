@@ -60,8 +60,10 @@ from callhook.events import (
     VoiceActivity,
 )
 from callhook.media import g711, rtcp
+from callhook.media.bridge import Feed
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
-from callhook.media.player import FRAME, Player, Segment
+from callhook.media.dtmfsend import Digits
+from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.vad import new_detector
@@ -141,6 +143,11 @@ class MediaSession:
         self.detecting = False  # an action wants voice activity (DetectVoice)
         self.utterances: deque[Utterance] = deque()
         self.player = Player(self.law, events=event_payload_type is not None)
+        # A bridge (media/bridge.py): what this side hears from the other, where what it
+        # receives goes, and the session digits received here are relayed to.
+        self.hears: Feed | None = None
+        self.tells: Feed | None = None
+        self.tells_digits: MediaSession | None = None
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
         self.echo_digits = 0  # in-band digits ignored as the echo of ours
         self._recording: _Recording | None = None
@@ -242,12 +249,14 @@ class MediaSession:
         if pt == self.event_payload_type:
             digit = self.rfc4733.feed(packet.payload, packet.timestamp, now)
             if digit is not None:
-                self.events.append(DigitReceived(digit))
+                self._digit(digit)
         elif pt == self.payload_type:
             self._audio(packet.payload, packet.timestamp, now)
 
     def _audio(self, payload: bytes, timestamp: int, now: float) -> None:
         self._last_audio = now
+        if self.tells is not None:
+            self.tells.push(payload)  # the other side of a bridge hears it
         self._preroll.append((timestamp, payload))
         if self._recording is not None:
             self._record(payload, timestamp)
@@ -261,7 +270,7 @@ class MediaSession:
             if digit is not None and self.player.echo_ticks:
                 self.echo_digits += 1  # the echo of the digits we are sending
             elif digit is not None:
-                self.events.append(DigitReceived(digit))
+                self._digit(digit, inband=True)
 
     def _voice(self, samples: npt.NDArray[np.int16]) -> None:
         edge = self.vad.feed(samples)
@@ -332,7 +341,37 @@ class MediaSession:
 
     def inject_digit(self, digit: str) -> None:
         """A digit that came another way (SIP INFO)."""
+        self._digit(digit)
+
+    def _digit(self, digit: str, *, inband: bool = False) -> None:
+        """A digit the caller pressed; across a bridge, relayed as the other side takes
+        them (an in-band one already travels in the audio, unless it takes events)."""
         self.events.append(DigitReceived(digit))
+        other = self.tells_digits
+        if other is not None and (not inband or other.event_payload_type is not None):
+            other.relay_digits(digit)
+
+    def join(self, other: MediaSession) -> None:
+        """Bridge this call's media with ``other``'s, both ways (media/bridge.py)."""
+        self.listen_to(other)
+        other.listen_to(self)
+
+    def listen_to(self, other: MediaSession) -> None:
+        """One way: this side hears what ``other`` receives, and gets its digits (early
+        media: the caller hears the far end before it answers)."""
+        feed = Feed(other.law, self.law)
+        other.tells, other.tells_digits = feed, self
+        self.hears = feed
+
+    def part(self, other: MediaSession) -> None:
+        """Undo :meth:`join` (or :meth:`listen_to`, either way)."""
+        for talker, listener in ((self, other), (other, self)):
+            if talker.tells_digits is listener:
+                talker.tells = talker.tells_digits = listener.hears = None
+
+    def relay_digits(self, digits: str) -> None:
+        """Send ``digits`` pressed across a bridge (RFC 4733 or in-band, as negotiated)."""
+        self.player.relay(Digits(digits))
 
     # --- send -------------------------------------------------------------------------
 
@@ -380,12 +419,15 @@ class MediaSession:
         if now - self._last_audio > SILENT_AFTER and self._last_audio:
             # No audio packets (silence suppression, a stalled stream): it is silence.
             self._detect(self._silence_pcm)
+        bridged = self.hears is not None and self.player.idle
         payload, finished = self.player.next_frame(self.sender.timestamp)
-        if finished is not None:
+        if finished is not None and finished != RELAY:
             self.events.append(PromptFinished(finished))
         event = self.player.event_packet()
         if event is not None:
             return self._send_event(*event)
+        if bridged and self.hears is not None:
+            payload = self.hears.frame() or payload  # the other side's audio, or silence
         if not self.sending or self.remote is None:
             self.sender.advance(FRAME)
             return None

@@ -1,0 +1,113 @@
+"""Two calls' media joined (callhook/media/bridge.py, MediaSession.join): audio both ways
+in the one tick, µ-law <-> A-law, bounded delay, 30 ms packets repacked, digits relayed
+in the form each side negotiated, and parting again."""
+
+from __future__ import annotations
+
+import struct
+
+from callhook.events import DigitReceived
+from callhook.media import g711, tones
+from callhook.media.bridge import FRAME, MAX_BUFFERED, Feed
+from callhook.media.dtmf import ToneDetector
+from callhook.media.dtmfsend import event_payload
+from callhook.media.session import MediaSession
+
+CALLER = ("192.0.2.10", 40000)
+CALLEE = ("192.0.2.20", 50000)
+
+
+def rtp(seq: int, ts: int, payload: bytes, pt: int = 0, marker: bool = False) -> bytes:
+    return struct.pack("!BBHII", 0x80, (0x80 if marker else 0) | pt, seq, ts, 7) + payload
+
+
+def pair() -> tuple[MediaSession, MediaSession]:
+    """A caller on µ-law with telephone-event, a callee on A-law with in-band digits."""
+    caller = MediaSession("PCMU", 0, 101, CALLER, label="caller")
+    callee = MediaSession("PCMA", 8, None, CALLEE, label="callee")
+    caller.join(callee)
+    return caller, callee
+
+
+def payload_of(datagram: bytes | None) -> tuple[int, bytes]:
+    assert datagram is not None
+    return datagram[1] & 0x7F, datagram[12:]
+
+
+def test_a_feed_translates_bounds_and_repacks() -> None:
+    speech = tones.tone(700, 0.1, -12)
+    ulaw = g711.encode("ulaw", speech)
+    alaw = g711.encode("alaw", g711.decode("ulaw", ulaw))  # what each µ-law code stands for
+    feed = Feed("ulaw", "alaw")
+    feed.push(ulaw[:240])  # a 30 ms packet...
+    assert feed.frame() == alaw[:160]  # ...out in 20 ms frames
+    assert feed.frame() is None  # 80 bytes wait for more
+    feed.push(ulaw[240:480])
+    assert feed.frame() == alaw[160:320] and feed.frame() == alaw[320:480]
+    same = Feed("ulaw", "ulaw")
+    for _ in range(20):  # 400 ms pushed, none taken: only the newest 120 ms stay
+        same.push(ulaw[:FRAME])
+    assert len(same) == MAX_BUFFERED and same.dropped == 14 * FRAME
+
+
+def test_each_side_hears_the_other_in_its_own_law_in_the_same_tick() -> None:
+    caller, callee = pair()
+    said = g711.encode("ulaw", tones.tone(700, 0.02, -12))
+    caller.receive(rtp(1, 160, said), CALLER, 0.0)
+    pt, heard = payload_of(callee.tick(0.02))
+    assert (pt, heard) == (8, g711.encode("alaw", g711.decode("ulaw", said)))
+    answer = g711.encode("alaw", tones.tone(900, 0.02, -12))
+    callee.receive(rtp(1, 160, answer, pt=8), CALLEE, 0.0)
+    pt, heard = payload_of(caller.tick(0.02))
+    expected = g711.encode("ulaw", g711.decode("alaw", answer))
+    assert pt == 0 and heard == expected
+    # Nothing more came: silence, not a repeat.
+    pt, heard = payload_of(callee.tick(0.04))
+    assert heard == g711.silence("alaw", FRAME)
+
+
+def test_digits_cross_in_the_form_the_other_side_negotiated() -> None:
+    caller, callee = pair()
+    # An RFC 4733 key press on the caller's side...
+    for seq, (end, duration) in enumerate([(False, 160), (False, 320), (True, 800)], 1):
+        caller.receive(
+            rtp(seq, 8000, event_payload("5", end=end, duration=duration), 101), CALLER, 0.0
+        )
+    assert [e for e in caller.events if isinstance(e, DigitReceived)] == [DigitReceived("5")]
+    # ...is an in-band tone to the callee, which has no telephone-event.
+    detector = ToneDetector()
+    heard = []
+    for n in range(12):
+        _, payload = payload_of(callee.tick(0.02 * (n + 1)))
+        digit = detector.feed(g711.decode("alaw", payload))
+        if digit is not None:
+            heard.append(digit)
+    assert heard == ["5"]
+    for n in range(12, 40):  # past the window in which tones heard are taken for its echo
+        callee.tick(0.02 * (n + 1))
+    # An in-band key press on the callee's side travels in its audio, and the caller, who
+    # negotiated telephone-event, gets it as an RFC 4733 event too.
+    tone = g711.encode("alaw", tones.dtmf_tone("9", 0.1))
+    for n in range(5):
+        callee.receive(
+            rtp(10 + n, 160 * (10 + n), tone[n * FRAME : (n + 1) * FRAME], 8),
+            CALLEE,
+            1.0 + n * 0.02,
+        )
+    assert DigitReceived("9") in callee.events
+    kinds = {payload_of(caller.tick(1.0 + n * 0.02))[0] for n in range(10)}
+    assert 101 in kinds  # the event packets
+
+
+def test_a_prompt_on_one_side_goes_before_the_bridge_and_parting_ends_it() -> None:
+    caller, callee = pair()
+    said = g711.encode("ulaw", tones.tone(700, 0.02, -12))
+    prompt = g711.encode("alaw", tones.tone(1200, 0.02, -12))
+    callee.play_encoded(1, prompt)
+    caller.receive(rtp(1, 160, said), CALLER, 0.0)
+    assert payload_of(callee.tick(0.02))[1] == prompt  # its own prompt first
+    assert payload_of(callee.tick(0.04))[1] != g711.silence("alaw", FRAME)  # then the caller
+    caller.part(callee)
+    assert caller.tells is None and callee.hears is None and callee.tells is None
+    caller.receive(rtp(2, 320, said), CALLER, 0.04)
+    assert payload_of(callee.tick(0.06))[1] == g711.silence("alaw", FRAME)
