@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from callhook.actions.connect import ConnectMachine
 from callhook.actions.gather import GatherMachine, GatherSpec
 from callhook.actions.machine import ActionContext, ActionMachine
 from callhook.actions.menu import MenuMachine, MenuSpec
 from callhook.actions.play import PlayMachine, SleepMachine
 from callhook.actions.record import RecordMachine
 from callhook.actions.schema import (
+    Connect,
     GetInput,
     GetNumber,
     Play,
@@ -18,7 +20,7 @@ from callhook.actions.schema import (
 )
 
 #: The actions that run on the call's media through a state machine.
-MachineAction = Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep
+MachineAction = Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep | Connect
 
 
 def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
@@ -35,4 +37,6 @@ def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
         return MenuMachine(MenuSpec.for_run_menu(action), ctx)
     if isinstance(action, RunSpeechMenu):
         return MenuMachine(MenuSpec.for_run_speech_menu(action), ctx)
+    if isinstance(action, Connect):
+        return ConnectMachine(action, ctx)
     return SleepMachine(action)

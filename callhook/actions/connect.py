@@ -1,4 +1,4 @@
-"""The ``connect`` action: put the caller through to another party. Wire model and machine.
+"""The ``connect`` action: put the caller through to another party. The machine.
 
 Aculab's REST API version 2 ``connect`` (its property names and defaults; the
 decisions where it is silent are in docs/behaviour.md). The call the
@@ -42,11 +42,8 @@ The result goes to ``next_page`` (absent: the next action runs).
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
-
-from callhook.actions.fields import Opt, Strict
 from callhook.actions.machine import (
     ActionContext,
     ActionMachine,
@@ -55,7 +52,7 @@ from callhook.actions.machine import (
     StopReason,
     prompt_items,
 )
-from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
+from callhook.actions.schema import Connect
 from callhook.events import (
     CallCallee,
     CalleeAnswered,
@@ -81,47 +78,6 @@ RINGBACK: tuple[PromptItem, ...] = (
 
 #: When every far leg failed, the cause the result reports: the most telling one.
 _CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
-
-
-class SecondaryCall(Strict):
-    """The ``secondary_call`` object: pages and properties of the far leg's lifetime."""
-
-    call_recording: bool = False
-    call_recording_encryption: bool = False
-    call_recording_eliminate_dtmf: bool = True
-    call_recording_mode: Literal["mixed", "separate"] = "mixed"
-    call_recording_cipher: Opt[Cipher] = None
-    minutes_max_call_duration: Annotated[int, Field(ge=1)] = 240
-    first_page: Opt[WebPageRequest] = None
-    final_page: Opt[WebPageRequest] = None
-    error_page: Opt[WebPageRequest] = None
-
-
-class Connect(Strict):
-    """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
-
-    name: ClassVar[str] = "connect"
-    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
-    call_from: Opt[str] = None
-    hold_media: Opt[PlayAction] = None
-    pass_early_media: bool = False
-    seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
-    classify_callee: Opt[dict[str, Any]] = None
-    secondary_call: Opt[SecondaryCall] = None
-    next_page: Opt[WebPageRequest] = None
-
-    @model_validator(mode="after")
-    def _combination(self) -> Connect:
-        if self.classify_callee is not None:
-            raise ValueError(
-                "classify_callee (answering-machine detection) is not supported by callhook "
-                "yet: leave it out"
-            )
-        if self.pass_early_media and len(self.destinations) != 1:
-            raise ValueError("pass_early_media needs exactly one destination")
-        if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
-            raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
-        return self
 
 
 class State(enum.Enum):

@@ -397,6 +397,64 @@ class Record(Strict):
     recording_available_page: Opt[WebPageRequest] = None
 
 
+# --- putting the caller through (Aculab v2's connect; docs/behaviour.md) --------------
+
+
+class SecondaryCall(Strict):
+    """The ``secondary_call`` object: pages and properties of the far leg's lifetime."""
+
+    call_recording: bool = False
+    call_recording_encryption: bool = False
+    call_recording_eliminate_dtmf: bool = True
+    call_recording_mode: Literal["mixed", "separate"] = "mixed"
+    call_recording_cipher: Opt[Cipher] = None
+    minutes_max_call_duration: Annotated[int, Field(ge=1)] = 240
+    first_page: Opt[WebPageRequest] = None
+    final_page: Opt[WebPageRequest] = None
+    error_page: Opt[WebPageRequest] = None
+
+
+class Connect(Strict):
+    """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
+
+    name: ClassVar[str] = "connect"
+    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    call_from: Opt[str] = None
+    hold_media: Opt[PlayAction] = None
+    pass_early_media: bool = False
+    seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
+    classify_callee: Opt[dict[str, Any]] = None
+    secondary_call: Opt[SecondaryCall] = None
+    next_page: Opt[WebPageRequest] = None
+
+    @model_validator(mode="after")
+    def _combination(self) -> Connect:
+        if self.classify_callee is not None:
+            raise ValueError(
+                "classify_callee (answering-machine detection) is not supported by callhook "
+                "yet: leave it out"
+            )
+        if self.pass_early_media and len(self.destinations) != 1:
+            raise ValueError("pass_early_media needs exactly one destination")
+        if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
+            raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
+        # Not built yet (issue 15 goes on): refused by name rather than silently ignored.
+        if self.pass_early_media:
+            raise ValueError("pass_early_media is not supported by callhook yet: leave it out")
+        second = self.secondary_call
+        if second is not None:
+            for name in ("first_page", "final_page", "error_page"):
+                if getattr(second, name) is not None:
+                    raise ValueError(
+                        f"secondary_call.{name} is not supported by callhook yet: leave it out"
+                    )
+            if second.call_recording:
+                raise ValueError(
+                    "secondary_call.call_recording is not supported by callhook yet: leave it out"
+                )
+        return self
+
+
 # --- control actions (DESIGN.md §1.2) ---------------------------------------------------
 
 
@@ -548,6 +606,7 @@ class RunSpeechMenu(Strict):
 
 Action = (
     Play
+    | Connect
     | GetNumber
     | GetInput
     | Record
@@ -563,6 +622,7 @@ ACTION_MODELS: dict[str, type[Strict]] = {
     m.name: m
     for m in (
         Play,
+        Connect,
         GetNumber,
         GetInput,
         Record,

@@ -21,13 +21,18 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from callhook.adapters.prompts import PromptAudio, PromptError
 from callhook.adapters.speech import RecognitionFailed, SpeechService
 from callhook.events import (
     Aborted,
+    CallCallee,
+    CalleeEnded,
     CallEnded,
     DetectVoice,
+    DropCallee,
+    JoinCallee,
     MediaCommand,
     MediaEvent,
     Phrase,
@@ -60,8 +65,19 @@ from callhook.store.wavfile import WavWriter
 logger = logging.getLogger("callhook.call")
 
 
+class FarLegs(Protocol):
+    """The far legs of the call's ``connect`` (adapters/connecting.py)."""
+
+    def place(self, attempt: int, destination: str, call_from: str | None) -> None: ...
+    def drop(self, attempt: int) -> None: ...
+    def join(self, attempt: int, early: bool) -> None: ...
+
+
 class SipLeg:
     """One SIP call's signalling and media, for the call runner."""
+
+    #: What places this call's far legs (set by the SIP service; None: it cannot).
+    far: FarLegs | None = None
 
     def __init__(
         self,
@@ -160,6 +176,16 @@ class SipLeg:
                 self._generation += 1
                 self._pending.clear()
                 self.session.stop_recognition()
+            elif isinstance(command, CallCallee):
+                if self.far is None:
+                    logger.error("call %s: this call cannot place far legs", self.info.call_id)
+                    self.inject(CalleeEnded(command.attempt, "failed", ""))
+                else:
+                    self.far.place(command.attempt, command.destination, command.call_from)
+            elif isinstance(command, DropCallee) and self.far is not None:
+                self.far.drop(command.attempt)
+            elif isinstance(command, JoinCallee) and self.far is not None:
+                self.far.join(command.attempt, command.early)
 
     # --- prompts --------------------------------------------------------------------------
 

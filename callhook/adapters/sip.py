@@ -25,6 +25,7 @@ import logging
 import random
 import socket
 
+from callhook.adapters.connecting import CallFarLegs, Connecting, FarLeg
 from callhook.adapters.connections import Connections
 from callhook.adapters.control import Control
 from callhook.adapters.dialling import Dialling
@@ -89,7 +90,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling, Control):
+class SipService(Dialling, Control, Connecting):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -131,6 +132,7 @@ class SipService(Dialling, Control):
         self._timer_at: float | None = None
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
+        self.far_legs: dict[str, FarLeg] = {}
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
@@ -310,6 +312,10 @@ class SipService(Dialling, Control):
         self._flush()
 
     def _dispatch(self, event: CallEvent) -> None:
+        far = self.far_legs.get(event.call_id)
+        if far is not None:
+            self.far_event(far, event)  # a far leg of a connect (adapters/connecting.py)
+            return
         call = self.calls.get(event.call_id)
         if isinstance(event, IncomingCall):
             self._incoming(event)
@@ -402,9 +408,14 @@ class SipService(Dialling, Control):
         )
         call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
         call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
+        self._attach_far_legs(call)
         self.calls[call_id] = call
         agent.ring(call_id, now)
         call.task = self.loop.create_task(self._run(call, sock))
+
+    def _attach_far_legs(self, call: SipCall) -> None:
+        """Let the call's ``connect`` place far legs through this service."""
+        call.leg.far = CallFarLegs(self, call)
 
     async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
         assert self.media is not None
@@ -415,6 +426,7 @@ class SipService(Dialling, Control):
             return summary
         finally:
             call.leg.finish()
+            self.drop_all_callees(call)
             self.media.close(call.media.port)
             self.calls.pop(call.call_id, None)
             self._flush()

@@ -315,6 +315,34 @@ a=ptime:20
   <recv request="ACK"/>
 """
 
+#: A callee that remembers the INVITE's From, To and Contact, to hang up itself (BYE_FROM_UAS).
+UAS_RECEIVE_REMEMBERING = """
+  <recv request="INVITE">
+    <action>
+      <ereg regexp=".*" search_in="hdr" header="From:" check_it="true" assign_to="caller"/>
+      <ereg regexp=".*" search_in="hdr" header="To:" check_it="true" assign_to="callee"/>
+      <ereg regexp="sips?:[^>;]*" search_in="hdr" header="Contact:" check_it="true"
+            assign_to="contact"/>
+    </action>
+  </recv>
+"""
+
+BYE_FROM_UAS = """
+  <send retrans="500"><![CDATA[
+BYE [$contact] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: [$callee];tag=[pid]SIPpTag01[call_number]
+To: [$caller]
+Call-ID: [call_id]
+CSeq: 1 BYE
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200"/>
+"""
+
 UAS_BYE = (
     BYE_FROM_SERVER
     + """  <label id="end"/>

@@ -164,8 +164,9 @@ def test_model_property_names_are_the_spec_names(
 
 def test_action_names() -> None:
     # The spec's three actions, play (used by prompts), DESIGN.md's control actions, and
-    # Aculab's menus and delete_file (DESIGN.md §1.2).
+    # Aculab's menus, delete_file and connect (DESIGN.md §1.2, issue 15).
     assert set(ACTION_MODELS) == {
+        "connect",
         "run_menu",
         "run_speech_menu",
         "delete_file",

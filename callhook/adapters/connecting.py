@@ -1,0 +1,267 @@
+"""The far legs of a ``connect``: calls the SIP service places for a call and joins to it.
+
+callhook is a B2BUA for a bridged call: the caller's dialog and each far leg's
+are separate SIP dialogs, and the media goes through callhook (the two media
+sessions are joined in the one tick: :meth:`MediaSession.join
+<callhook.media.session.MediaSession.join>`). :class:`Connecting` is the half
+of :class:`~callhook.adapters.sip.SipService` that places the far legs
+(``CallCallee``), ends them (``DropCallee``: CANCEL while ringing, BYE once up),
+joins one (``JoinCallee``) and tells the call's action what happens to each
+(``CalleeRinging``, ``CalleeAnswered``, ``CalleeEnded``, injected into the
+call's leg). A far leg runs no application of its own.
+
+Destinations: a ``sip:``/``sips:`` URI is called directly; a number goes through
+the first configured trunk (docs/behaviour.md). Every far leg is an outbound
+call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from callhook.adapters.media import MediaEngine
+from callhook.adapters.sipcall import SipCall, media_session
+from callhook.adapters.trunks import Route, RouteError, Trunks
+from callhook.app import Services
+from callhook.config import AppConfig
+from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging
+from callhook.media.session import MediaSession
+from callhook.media.srtp import Crypto, offer_keys
+from callhook.sip import offeranswer, sdp
+from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
+from callhook.sip.guard import Guard
+
+logger = logging.getLogger("callhook.sip")
+
+
+@dataclass
+class FarLeg:
+    """One far leg of a call's ``connect``."""
+
+    primary: SipCall
+    attempt: int
+    destination: str
+    call_id: str
+    sock: socket.socket
+    port: int
+    keys: tuple[Crypto, ...]
+    route: Route
+    peer: str
+    session: MediaSession | None = None
+    answered: bool = False
+    ended: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Connecting:
+    """Placing, ending and joining far legs (see the module docstring)."""
+
+    # --- what the service provides (adapters/sip.py) ---------------------------------------
+
+    services: Services
+    loop: asyncio.AbstractEventLoop
+    agent: Agent | None
+    media: MediaEngine | None
+    address: str
+    trunks: Trunks
+    guard: Guard
+    #: Far legs by their SIP call id (the agent's events for them come here).
+    far_legs: dict[str, FarLeg]
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
+        raise NotImplementedError
+
+    def outbound_ended(self, app: AppConfig) -> None:
+        raise NotImplementedError
+
+    # --- what a call's leg asks (adapters/leg.py's FarLegs) -------------------------------
+
+    def place_callee(
+        self, primary: SipCall, attempt: int, destination: str, call_from: str | None
+    ) -> None:
+        """Call ``destination`` as far leg ``attempt`` of ``primary``'s connect."""
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        leg = primary.leg
+        try:
+            route, trunk = self._route(destination)
+            self.admit_outbound(destination, primary.app, trunk)
+        except RouteError as exc:
+            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
+            cause = "unobtainable" if exc.status in (400, 404) else "failed"
+            leg.inject(CalleeEnded(attempt, cause, str(exc.status)))
+            return
+        try:
+            sock, port = media.allocate()
+        except OSError as exc:
+            logger.error("call %s: cannot call %s: %s", primary.call_id, destination, exc)
+            self.outbound_ended(primary.app)
+            leg.inject(CalleeEnded(attempt, "failed", "503"))
+            return
+        keys = offer_keys() if route.srtp != "off" else ()
+        offer = offeranswer.offer(
+            self.address, port, random.randint(1, 2**31), 1, srtp=route.srtp, crypto=keys
+        )
+        from_user = call_from_user(call_from) or route.from_user
+        call_id = agent.invite(
+            route.uri,
+            offer.encode(),
+            self.loop.time(),
+            from_user=from_user,
+            credentials=route.credentials,
+            address=route.address,
+            from_host=route.from_host,
+            fixed_transport=route.trunk is not None,
+        )
+        self._flush()
+        peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
+        self.guard.add_peer(peer)
+        far = FarLeg(primary, attempt, destination, call_id, sock, port, keys, route, peer)
+        self.far_legs[call_id] = far
+        logger.info("call %s: calling %s (far leg %s)", primary.call_id, route.uri, call_id)
+
+    def drop_callee(self, primary: SipCall, attempt: int) -> None:
+        """End far leg ``attempt`` of ``primary``: CANCEL while it rings, BYE once up."""
+        for far in list(self.far_legs.values()):
+            if far.primary is primary and far.attempt == attempt and not far.ended:
+                self._hang_up_far(far)
+
+    def join_callee(self, primary: SipCall, attempt: int, early: bool) -> None:
+        """Bridge ``primary``'s media with far leg ``attempt``'s (``early``: one way)."""
+        for far in self.far_legs.values():
+            if far.primary is primary and far.attempt == attempt and far.session is not None:
+                if early:
+                    primary.media.session.listen_to(far.session)
+                else:
+                    primary.media.session.join(far.session)
+
+    def drop_all_callees(self, primary: SipCall) -> None:
+        """``primary`` is over: every far leg of it ends."""
+        for far in list(self.far_legs.values()):
+            if far.primary is primary and not far.ended:
+                self._hang_up_far(far)
+
+    # --- the agent's events for far legs (SipService._dispatch) ------------------------------
+
+    def far_event(self, far: FarLeg, event: CallEvent) -> None:
+        """What the SIP agent says of far leg ``far``."""
+        leg = far.primary.leg
+        if isinstance(event, CallProgress) and event.status in (180, 183):
+            leg.inject(CalleeRinging(far.attempt))
+        elif isinstance(event, CallAnswered):
+            self._answered(far, event.answer)
+        elif isinstance(event, CallTerminated):
+            self._ended(far, event.cause, event.raw_cause)
+
+    def _answered(self, far: FarLeg, answer_sdp: bytes) -> None:
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        try:
+            negotiated = offeranswer.negotiate_answer(
+                ("PCMU", "PCMA"),
+                sdp.parse(answer_sdp.decode("utf-8", "replace")),
+                srtp=far.route.srtp,
+                offered_crypto=far.keys,
+            )
+        except sdp.SdpError as exc:
+            logger.warning("far leg %s: unusable SDP answer: %s", far.call_id, exc)
+            self._hang_up_far(far, cause="failed")
+            return
+        session = media_session(negotiated, far.call_id, self.services.settings.rtp_timeout)
+        session.expect_rtp(self.loop.time())
+        far.session = session
+        far.answered = True
+        far.info = {
+            "call_id": far.call_id,
+            "call_direction": "outbound",
+            "call_to": far.route.uri,
+            "call_state": "answered",
+        }
+
+        def wake() -> None:
+            # Nobody runs an application on a far leg: what its session noted is dropped
+            # (its digits were relayed across the bridge already); a dead one is ended.
+            session.events.clear()
+            session.utterances.clear()
+            if session.timed_out and not far.ended:
+                self._hang_up_far(far, cause="failed")
+
+        answered = CalleeAnswered(far.attempt, far.info)
+        task = self.loop.create_task(media.open(session, far.sock, far.port, wake))
+        task.add_done_callback(lambda _: far.primary.leg.inject(answered))
+
+    def _hang_up_far(self, far: FarLeg, cause: str | None = None) -> None:
+        agent = self.agent
+        assert agent is not None
+        if cause is None:
+            cause = "completed" if far.answered else "no_answer"
+        agent.hang_up(far.call_id, self.loop.time(), cause=cause)
+        self._flush()
+        if far.call_id in self.far_legs and not agent.calls.get(far.call_id):
+            self._ended(far, cause, "")  # the agent had nothing left to end
+
+    def _ended(self, far: FarLeg, cause: str, raw_cause: str) -> None:
+        if far.ended:
+            return
+        far.ended = True
+        self.far_legs.pop(far.call_id, None)
+        media = self.media
+        assert media is not None
+        if far.session is not None:
+            far.primary.media.session.part(far.session)
+            media.close(far.port)
+        else:
+            media.release(far.sock, far.port)
+        self.guard.remove_peer(far.peer)
+        self.outbound_ended(far.primary.app)
+        logger.info("far leg %s ended: %s (%s)", far.call_id, cause, raw_cause)
+        far.primary.leg.inject(CalleeEnded(far.attempt, cause, raw_cause))
+
+    # --- inside -----------------------------------------------------------------------------
+
+    def _route(self, destination: str) -> tuple[Route, str | None]:
+        """How a far leg to ``destination`` goes: a URI directly, a number through the
+        first configured trunk (RouteError when there is none)."""
+        text = destination.strip()
+        if text.lower().startswith(("sip:", "sips:")):
+            return self.trunks.route(text, None), None
+        names = list(self.trunks.config)
+        if not names:
+            raise RouteError(f"{text} is a number and no trunk is configured", 404)
+        return self.trunks.route(text, names[0]), names[0]
+
+
+class CallFarLegs:
+    """One call's :class:`~callhook.adapters.leg.FarLegs`: its leg's way to the service."""
+
+    def __init__(self, service: Connecting, call: SipCall) -> None:
+        self.service = service
+        self.call = call
+
+    def place(self, attempt: int, destination: str, call_from: str | None) -> None:
+        self.service.place_callee(self.call, attempt, destination, call_from)
+
+    def drop(self, attempt: int) -> None:
+        self.service.drop_callee(self.call, attempt)
+
+    def join(self, attempt: int, early: bool) -> None:
+        self.service.join_callee(self.call, attempt, early)
+
+
+def call_from_user(call_from: str | None) -> str | None:
+    """The From user part for ``call_from`` (a number or a ``sip:`` address), or None."""
+    if not call_from:
+        return None
+    text = call_from.strip()
+    if text.lower().startswith(("sip:", "sips:")):
+        text = text.split(":", 1)[1]
+    user = text.split("@", 1)[0]
+    return user or None

@@ -1,0 +1,140 @@
+"""The connect action on real calls: a SIPp caller calls serve, whose application puts it
+through to a SIPp callee (callhook in the middle as a B2BUA, media through it).
+
+Each direction is heard by a socket of the test (tests/e2e/rtpsink.py) that the listening
+side's SDP names: SIPp plays its pcap from its own media port, so the side that plays is
+not the side whose audio is checked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from callhook.media import tones
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+from tests.e2e.rtpstream import Stream
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+CALLEE_HZ = 700.0
+CALLER_HZ = 1100.0
+
+
+def config(tmp_path: Path) -> tuple[str, ...]:
+    path = tmp_path / "callhook.toml"
+    path.write_text('[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n')
+    return ("--config", str(path))
+
+
+def connect_app(app: AppServer, callee_port: int) -> None:
+    app.page(
+        "/start",
+        [
+            {
+                "connect": {
+                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"],
+                    "next_page": {"url": "/connected"},
+                }
+            }
+        ],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+def energy_at(samples: npt.NDArray[np.int16], hz: float) -> float:
+    """The share of the signal's energy within 20 Hz of ``hz``."""
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
+    freqs = np.fft.rfftfreq(len(samples), 1 / 8000)
+    total = float(spectrum.sum()) or 1.0
+    return float(spectrum[np.abs(freqs - hz) <= 20].sum()) / total
+
+
+def callee_scenario(pcap: Path | None, media_port: int | None = None) -> str:
+    answer = sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
+    if media_port is not None:  # the callee's SDP names the test's socket
+        answer = answer.replace("m=audio [media_port]", f"m=audio {media_port}")
+    parts = [answer]
+    if pcap is not None:
+        parts.append(sipp.PLAY.format(pcap=pcap))
+    parts += [sipp.PAUSE.format(ms=4000), sipp.BYE_FROM_UAS]
+    return sipp.scenario(*parts)
+
+
+async def test_the_caller_hears_the_callee_and_the_application_goes_on_after(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    connect_app(app, callee_port)
+    said = Stream(3.0).speech(tones.tone(CALLEE_HZ, 2.5, -12), at=0.2)
+    pcap = said.write_pcap(tmp_path / "callee.pcap")
+    callee = await sipp.start_sipp(
+        callee_scenario(pcap), tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+    )
+    async with (
+        RtpSink() as caller_ear,
+        Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
+    ):
+        invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {caller_ear.port}")
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            invite,
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+        )
+        callee_out, _ = await asyncio.wait_for(callee.communicate(), 30)
+        assert callee.returncode == 0, callee_out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/connected")
+    heard = caller_ear.audio()
+    assert energy_at(heard, CALLEE_HZ) > 0.5, "the caller did not hear the callee's tone"
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]
+    assert result["action"] == "connect"
+    outcome = result["result"]
+    assert outcome["connected"] is True
+    assert outcome["destination"] == f"sip:callee@127.0.0.1:{callee_port}"
+    assert outcome["call_cause"] == "hung_up"
+    assert 3.0 < outcome["seconds_connected_duration"] < 10
+
+
+async def test_the_callee_hears_the_caller_and_gets_the_digits_pressed(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    connect_app(app, callee_port)
+    said = Stream(4.0).speech(tones.tone(CALLER_HZ, 1.5, -12), at=0.5).rfc4733("7", at=2.5)
+    pcap = said.write_pcap(tmp_path / "caller.pcap")
+    async with (
+        RtpSink() as callee_ear,
+        Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
+    ):
+        callee = await sipp.start_sipp(
+            callee_scenario(None, callee_ear.port),
+            tmp_path,
+            local_port=callee_port,
+            media_port=free_even_udp_port(),
+        )
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.PLAY.format(pcap=pcap),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+        )
+        callee_out, _ = await asyncio.wait_for(callee.communicate(), 30)
+        assert callee.returncode == 0, callee_out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+    heard = callee_ear.audio()
+    assert energy_at(heard, CALLER_HZ) > 0.3, "the callee did not hear the caller's tone"
+    digits = {e.digit for e in callee_ear.events() if e.end}
+    assert digits == {"7"}, callee_ear.events()
