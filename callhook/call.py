@@ -46,6 +46,7 @@ from callhook.actions.machine import ActionContext, ActionMachine, Completed, Ou
 from callhook.actions.response import InvalidResponse, parse_response
 from callhook.actions.schema import (
     ClearInput,
+    Connect,
     DeleteFile,
     GetInput,
     GetNumber,
@@ -289,7 +290,8 @@ class CallRunner:
                 if outcome.page is not None:
                     page = outcome.page  # a menu option's own page
                 else:
-                    assert isinstance(action, GetNumber | GetInput | Record)
+                    assert isinstance(action, GetNumber | GetInput | Record | Connect)
+                    assert action.next_page is not None  # a connect without one continues
                     page = action.next_page
                 return self._next(page, base, outcome.action_result(), name)
             self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
