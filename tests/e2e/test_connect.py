@@ -138,3 +138,176 @@ async def test_the_callee_hears_the_caller_and_gets_the_digits_pressed(
     assert energy_at(heard, CALLER_HZ) > 0.3, "the callee did not hear the caller's tone"
     digits = {e.digit for e in callee_ear.events() if e.end}
     assert digits == {"7"}, callee_ear.events()
+
+
+UAS_RINGS_UNTIL_CANCEL = """
+  <recv request="INVITE"/>
+  <send><![CDATA[
+SIP/2.0 180 Ringing
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Content-Length: 0
+
+]]></send>
+  <recv request="CANCEL" timeout="30000"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <send><![CDATA[
+SIP/2.0 487 Request Terminated
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+CSeq: [cseq] INVITE
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK"/>
+"""
+
+UAS_BUSY = """
+  <recv request="INVITE"/>
+  <send><![CDATA[
+SIP/2.0 486 Busy Here
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK"/>
+"""
+
+
+async def connect_call(
+    tmp_path: Path, app: AppServer, connect: dict[str, object], *callees: str
+) -> tuple[Server, RtpSink, list[asyncio.subprocess.Process], list[int]]:
+    """``callees`` (SIPp scenarios) wait; a SIPp caller calls serve, whose /start connects
+    to them in order; the caller's audio is heard by the returned sink."""
+    ports = [free_udp_port() for _ in callees]
+    app.page(
+        "/start",
+        [
+            {
+                "connect": {
+                    "destinations": [f"sip:callee{n}@127.0.0.1:{p}" for n, p in enumerate(ports)],
+                    "next_page": {"url": "/connected"},
+                    **connect,
+                }
+            }
+        ],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+    procs = [
+        await sipp.start_sipp(
+            sipp.scenario(text), tmp_path, local_port=port, media_port=free_even_udp_port()
+        )
+        for text, port in zip(callees, ports, strict=True)
+    ]
+    async with (
+        RtpSink() as sink,
+        Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
+    ):
+        invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {sink.port}")
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            invite,
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+    assert caller.returncode == 0, caller.output + caller.errors + server.output
+    return server, sink, procs, ports
+
+
+async def test_no_answer_in_time_cancels_the_callee_while_the_caller_hears_ringback(
+    tmp_path: Path, app: AppServer
+) -> None:
+    server, sink, (callee,), _ = await connect_call(
+        tmp_path, app, {"seconds_answer_timeout": 3}, UAS_RINGS_UNTIL_CANCEL
+    )
+    out, _ = await asyncio.wait_for(callee.communicate(), 30)
+    assert callee.returncode == 0, out.decode(errors="replace") + server.output  # CANCEL came
+    (connected,) = app.bodies("/connected")
+    outcome = connected["action_result"]["result"]
+    assert (outcome["connected"], outcome["call_cause"]) == (False, "no_answer")
+    heard = sink.audio()[: 2 * 8000]  # the first ringback burst: 440 + 480 Hz
+    assert energy_at(heard, 440.0) + energy_at(heard, 480.0) > 0.8
+
+
+async def test_busy_is_the_result_and_the_first_to_answer_of_two_wins(
+    tmp_path: Path, app: AppServer
+) -> None:
+    _, _, (busy,), _ = await connect_call(tmp_path, app, {}, UAS_BUSY)
+    await asyncio.wait_for(busy.communicate(), 30)
+    (connected,) = app.bodies("/connected")
+    outcome = connected["action_result"]["result"]
+    assert (outcome["connected"], outcome["call_cause"], outcome["call_raw_cause"]) == (
+        False,
+        "busy",
+        "486",
+    )
+
+
+async def test_of_two_destinations_the_first_to_answer_is_bridged_the_other_cancelled(
+    tmp_path: Path, app: AppServer
+) -> None:
+    answers = (
+        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
+        + sipp.PAUSE.format(ms=2000)
+        + sipp.BYE_FROM_UAS
+    )
+    server, _, (ringing, answering), ports = await connect_call(
+        tmp_path, app, {}, UAS_RINGS_UNTIL_CANCEL, answers
+    )
+    for proc in (ringing, answering):
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, out.decode(errors="replace") + server.output
+    (connected,) = app.bodies("/connected")
+    outcome = connected["action_result"]["result"]
+    assert outcome["connected"] is True
+    assert outcome["destination"] == f"sip:callee1@127.0.0.1:{ports[1]}"
+
+
+async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    connect_app(app, callee_port)
+    callee = await sipp.start_sipp(
+        sipp.scenario(UAS_RINGS_UNTIL_CANCEL),
+        tmp_path,
+        local_port=callee_port,
+        media_port=free_even_udp_port(),
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.PAUSE.format(ms=1500),
+            sipp.BYE_FROM_CALLER.format(cseq=2),
+        )
+        out, _ = await asyncio.wait_for(callee.communicate(), 30)
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert callee.returncode == 0, out.decode(errors="replace") + server.output  # CANCEL
+        assert await wait_for_request(app, "/final")
+    assert app.bodies("/connected") == []  # the call was over: no next page
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "hung_up"
