@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ from callhook.media.srtp import Crypto, offer_keys
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
+from callhook.sip.message import parse_uri
 
 logger = logging.getLogger("callhook.sip")
 
@@ -110,17 +112,27 @@ class Connecting:
         offer = offeranswer.offer(
             self.address, port, random.randint(1, 2**31), 1, srtp=route.srtp, crypto=keys
         )
-        from_user = call_from_user(call_from) or route.from_user
-        call_id = agent.invite(
-            route.uri,
-            offer.encode(),
-            self.loop.time(),
-            from_user=from_user,
-            credentials=route.credentials,
-            address=route.address,
-            from_host=route.from_host,
-            fixed_transport=route.trunk is not None,
-        )
+        # Aculab: without call_from, the caller's identity is presented; through a trunk
+        # the trunk's own caller id (a provider refuses numbers that are not the account's).
+        caller = call_from_user(primary.leg.info.call_from) if trunk is None else None
+        from_user = call_from_user(call_from) or caller or route.from_user
+        try:
+            call_id = agent.invite(
+                route.uri,
+                offer.encode(),
+                self.loop.time(),
+                from_user=from_user,
+                credentials=route.credentials,
+                address=route.address,
+                from_host=route.from_host,
+                fixed_transport=route.trunk is not None,
+            )
+        except ValueError as exc:  # a destination the agent cannot send to
+            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
+            media.release(sock, port)
+            self.outbound_ended(primary.app)
+            leg.inject(CalleeEnded(attempt, "unobtainable", ""))
+            return
         self._flush()
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
@@ -257,11 +269,21 @@ class CallFarLegs:
 
 
 def call_from_user(call_from: str | None) -> str | None:
-    """The From user part for ``call_from`` (a number or a ``sip:`` address), or None."""
+    """The From user part for ``call_from`` (a number, a ``sip:`` URI, or a name-addr such
+    as ``"Alice" <sip:alice@host>``), or None when it has no usable one."""
     if not call_from:
         return None
     text = call_from.strip()
+    if "<" in text and ">" in text:
+        text = text[text.index("<") + 1 : text.index(">")]
     if text.lower().startswith(("sip:", "sips:")):
-        text = text.split(":", 1)[1]
-    user = text.split("@", 1)[0]
-    return user or None
+        try:
+            text = parse_uri(text).user or ""
+        except ValueError:
+            return None
+    return text if _USER.fullmatch(text) else None
+
+
+#: A SIP user part callhook puts in a From (RFC 3261 §25.1 unreserved and user-unreserved,
+#: no escapes): what a caller id can be.
+_USER = re.compile(r"[A-Za-z0-9\-_.!~*'()&=+$,;?/]{1,64}")

@@ -190,3 +190,13 @@ def test_ringback_is_440_and_480_hz_then_silence() -> None:
     assert peaks == [440.0, 480.0]
     silence = _tone(off)
     assert len(silence) == 32000 and not silence.any()
+
+
+def test_the_from_user_of_a_far_leg() -> None:
+    from callhook.adapters.connecting import call_from_user
+
+    assert call_from_user("+441234567890") == "+441234567890"
+    assert call_from_user("sip:reception@pbx.example:5060") == "reception"
+    assert call_from_user('"Alice" <sip:alice@192.0.2.1>;tag=9') == "alice"
+    for unusable in (None, "", "sip:two words@h", "<sip:@h>", "a b"):
+        assert call_from_user(unusable) is None
