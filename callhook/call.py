@@ -60,8 +60,14 @@ from callhook.clock import Clock
 from callhook.config import AppConfig
 from callhook.events import (
     Aborted,
+    CallCallee,
+    CalleeAnswered,
+    CalleeEnded,
+    CalleeRinging,
     CallEnded,
     DigitReceived,
+    DropCallee,
+    JoinCallee,
     MediaCommand,
     MediaEvent,
     PlayDigits,
@@ -378,6 +384,12 @@ class CallRunner:
         elif isinstance(event, SpeechRejected) and event.cause:
             # The recogniser failed (issue 14): the utterance counts as nothing recognised.
             self.log.write("speech_failed", event.cause, level=logging.WARNING)
+        elif isinstance(event, CalleeRinging):
+            self.log.write("callee_ringing", f"#{event.attempt}")
+        elif isinstance(event, CalleeAnswered):
+            self.log.write("callee_answered", f"#{event.attempt} {event.info.get('call_id', '')}")
+        elif isinstance(event, CalleeEnded):
+            self.log.write("callee_ended", f"#{event.attempt} {event.cause} ({event.raw_cause})")
         elif isinstance(event, PromptFinished) and event.error:
             self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
 
@@ -398,6 +410,12 @@ class CallRunner:
                 self._recording_started(c)
             elif isinstance(c, StopRecording):
                 self.log.write("recording_stop", c.filename)
+            elif isinstance(c, CallCallee):  # a connect's far legs (both legs in one log)
+                self.log.write("callee_call", f"#{c.attempt} {c.destination}")
+            elif isinstance(c, DropCallee):
+                self.log.write("callee_drop", f"#{c.attempt}")
+            elif isinstance(c, JoinCallee):
+                self.log.write("bridge", f"#{c.attempt}{' (early media)' if c.early else ''}")
         self.leg.send(commands)
 
     # --- recordings -----------------------------------------------------------------

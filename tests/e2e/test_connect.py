@@ -104,6 +104,15 @@ async def test_the_caller_hears_the_callee_and_the_application_goes_on_after(
     assert outcome["destination"] == f"sip:callee@127.0.0.1:{callee_port}"
     assert outcome["call_cause"] == "hung_up"
     assert 3.0 < outcome["seconds_connected_duration"] < 10
+    # The call log shows both legs and how they were joined.
+    log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
+    for line in (
+        f"callee_call #0 sip:callee@127.0.0.1:{callee_port}",
+        "callee_answered #0 ",
+        "bridge #0",
+        "callee_ended #0 hung_up (BYE)",
+    ):
+        assert line in log, log
 
 
 async def test_the_callee_hears_the_caller_and_gets_the_digits_pressed(
