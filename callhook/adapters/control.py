@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
+from callhook.adapters.connecting import FarLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Trunks
@@ -35,6 +36,7 @@ class Control:
     calls: dict[str, SipCall]
     trunks: Trunks
     guard: Guard
+    far_legs: dict[str, FarLeg]
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -72,6 +74,11 @@ class Control:
     def active_calls(self) -> list[dict[str, Any]]:
         """The calls running now: application, ids, direction, parties, state, start time."""
         calls = []
+        bridged = {
+            id(far.primary): far
+            for far in self.far_legs.values()
+            if far.session is not None and not far.ended
+        }
         for call in self.calls.values():
             info = call.leg.info
             if call.answered is not None and not call.answered.done():
@@ -90,6 +97,9 @@ class Control:
                     "started": call.started,
                 }
             )
+            far = bridged.get(id(call))
+            if far is not None:  # a connect joined it to a far leg: both legs, and how
+                calls[-1]["bridged_to"] = {"call_id": far.call_id, "call_to": far.route.uri}
         return calls
 
     def hang_up_call(self, call_id: str) -> bool:

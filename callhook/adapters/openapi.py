@@ -110,6 +110,11 @@ _CALL = {
         "call_target": {"type": "string"},
         "call_state": {"enum": ["inbound", "calling", "answered"]},
         "started": {"type": "string", "format": "date-time"},
+        "bridged_to": {
+            "description": "the far leg a connect joined this call to (absent: none)",
+            "type": "object",
+            "properties": {"call_id": {"type": "string"}, "call_to": {"type": "string"}},
+        },
     },
 }
 _SCHEMAS: dict[str, Any] = {

@@ -57,6 +57,24 @@ def energy_at(samples: npt.NDArray[np.int16], hz: float) -> float:
     return float(spectrum[np.abs(freqs - hz) <= 20].sum()) / total
 
 
+async def bridged_calls(server: Server) -> list[tuple[str, str]]:
+    """(call id, far leg's URI) of the calls ``GET /api/v1/calls`` shows bridged, as soon
+    as there are some (within 10 s)."""
+    import aiohttp
+
+    key = (server.data_dir / "secret").read_text().strip()
+    url = f"http://127.0.0.1:{server.http_port}/api/v1/calls"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            async with http.get(url, headers={"Authorization": f"Bearer {key}"}) as r:
+                calls = (await r.json())["calls"]
+            found = [(c["call_id"], c["bridged_to"]["call_to"]) for c in calls if "bridged_to" in c]
+            if found:
+                return found
+            await asyncio.sleep(0.05)
+    return []
+
+
 def callee_scenario(pcap: Path | None, media_port: int | None = None) -> str:
     answer = sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
     if media_port is not None:  # the callee's SDP names the test's socket
@@ -83,17 +101,23 @@ async def test_the_caller_hears_the_callee_and_the_application_goes_on_after(
         Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
     ):
         invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {caller_ear.port}")
-        caller = await sipp.call(
-            server.sip,
-            tmp_path,
-            invite,
-            sipp.ANSWERED,
-            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+        calling = asyncio.create_task(
+            sipp.call(
+                server.sip,
+                tmp_path,
+                invite,
+                sipp.ANSWERED,
+                sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            )
         )
+        bridged = await bridged_calls(server)  # the REST API shows both legs while bridged
+        caller = await calling
         callee_out, _ = await asyncio.wait_for(callee.communicate(), 30)
         assert callee.returncode == 0, callee_out.decode(errors="replace") + server.output
         assert caller.returncode == 0, caller.output + caller.errors + server.output
         assert await wait_for_request(app, "/connected")
+    ((primary, far_to),) = bridged
+    assert primary.startswith("1-") and far_to == f"sip:callee@127.0.0.1:{callee_port}"
     heard = caller_ear.audio()
     assert energy_at(heard, CALLEE_HZ) > 0.5, "the caller did not hear the callee's tone"
     (connected,) = app.bodies("/connected")
