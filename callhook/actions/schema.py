@@ -439,8 +439,6 @@ class Connect(Strict):
         if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
             raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
         # Not built yet (issue 15 goes on): refused by name rather than silently ignored.
-        if self.pass_early_media:
-            raise ValueError("pass_early_media is not supported by callhook yet: leave it out")
         second = self.secondary_call
         if second is not None:
             for name in ("first_page", "final_page", "error_page"):

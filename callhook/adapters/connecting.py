@@ -30,7 +30,7 @@ from callhook.adapters.sipcall import SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.app import Services
 from callhook.config import AppConfig
-from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging
+from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging, MediaEvent
 from callhook.media.session import MediaSession
 from callhook.media.srtp import Crypto, offer_keys
 from callhook.sip import offeranswer, sdp
@@ -167,29 +167,15 @@ class Connecting:
         """What the SIP agent says of far leg ``far``."""
         leg = far.primary.leg
         if isinstance(event, CallProgress) and event.status in (180, 183):
-            leg.inject(CalleeRinging(far.attempt))
+            early = bool(event.sdp) and far.session is None and self._media_for(far, event.sdp)
+            if not early:
+                leg.inject(CalleeRinging(far.attempt))
         elif isinstance(event, CallAnswered):
             self._answered(far, event.answer)
         elif isinstance(event, CallTerminated):
             self._ended(far, event.cause, event.raw_cause)
 
     def _answered(self, far: FarLeg, answer_sdp: bytes) -> None:
-        agent, media = self.agent, self.media
-        assert agent is not None and media is not None
-        try:
-            negotiated = offeranswer.negotiate_answer(
-                ("PCMU", "PCMA"),
-                sdp.parse(answer_sdp.decode("utf-8", "replace")),
-                srtp=far.route.srtp,
-                offered_crypto=far.keys,
-            )
-        except sdp.SdpError as exc:
-            logger.warning("far leg %s: unusable SDP answer: %s", far.call_id, exc)
-            self._hang_up_far(far, cause="failed")
-            return
-        session = media_session(negotiated, far.call_id, self.services.settings.rtp_timeout)
-        session.expect_rtp(self.loop.time())
-        far.session = session
         far.answered = True
         far.info = {
             "call_id": far.call_id,
@@ -197,6 +183,32 @@ class Connecting:
             "call_to": far.route.uri,
             "call_state": "answered",
         }
+        answered = CalleeAnswered(far.attempt, far.info)
+        if far.session is not None:  # its early media's session goes on (RFC 3960)
+            far.primary.leg.inject(answered)
+            return
+        self._media_for(far, answer_sdp, then=answered)
+
+    def _media_for(self, far: FarLeg, description: bytes, then: MediaEvent | None = None) -> bool:
+        """Make far leg ``far``'s media session from its SDP (an answer, or early media's);
+        when it takes part in the tick, tell the call ``then`` (else: that it rings with
+        early media). False when the SDP is unusable (then the far leg is ended)."""
+        media = self.media
+        assert media is not None
+        try:
+            negotiated = offeranswer.negotiate_answer(
+                ("PCMU", "PCMA"),
+                sdp.parse(description.decode("utf-8", "replace")),
+                srtp=far.route.srtp,
+                offered_crypto=far.keys,
+            )
+        except sdp.SdpError as exc:
+            logger.warning("far leg %s: unusable SDP: %s", far.call_id, exc)
+            self._hang_up_far(far, cause="failed")
+            return False
+        session = media_session(negotiated, far.call_id, self.services.settings.rtp_timeout)
+        session.expect_rtp(self.loop.time())
+        far.session = session
 
         def wake() -> None:
             # Nobody runs an application on a far leg: what its session noted is dropped
@@ -206,9 +218,10 @@ class Connecting:
             if session.timed_out and not far.ended:
                 self._hang_up_far(far, cause="failed")
 
-        answered = CalleeAnswered(far.attempt, far.info)
+        event = then if then is not None else CalleeRinging(far.attempt, early_media=True)
         task = self.loop.create_task(media.open(session, far.sock, far.port, wake))
-        task.add_done_callback(lambda _: far.primary.leg.inject(answered))
+        task.add_done_callback(lambda _: far.primary.leg.inject(event))
+        return True
 
     def _hang_up_far(self, far: FarLeg, cause: str | None = None) -> None:
         agent = self.agent

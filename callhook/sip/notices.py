@@ -24,10 +24,12 @@ class IncomingCall:
 
 @dataclass(frozen=True, slots=True)
 class CallProgress:
-    """An outbound call got a provisional response (180 ringing, 183 progress)."""
+    """An outbound call got a provisional response (180 ringing, 183 progress); ``sdp``:
+    its session description when it has one (early media, RFC 3960)."""
 
     call_id: str
     status: int
+    sdp: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,7 +151,9 @@ class Uac(Core):
             if status > 100:
                 if call.state == "offered":
                     call.state = "early"
-                self._events.append(CallProgress(call.call_id, status))
+                content_type = (response.headers.get("Content-Type") or "").lower()
+                early = response.body if content_type.startswith("application/sdp") else b""
+                self._events.append(CallProgress(call.call_id, status, early))
             if call.cancel_wanted and not call.cancel_sent:
                 self._send_cancel(call, now)
             return

@@ -344,3 +344,83 @@ async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
     assert app.bodies("/connected") == []  # the call was over: no next page
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "hung_up"
+
+
+UAS_EARLY_MEDIA = """
+  <recv request="INVITE">
+    <action>
+      <ereg regexp=".*" search_in="hdr" header="From:" check_it="true" assign_to="caller"/>
+      <ereg regexp=".*" search_in="hdr" header="To:" check_it="true" assign_to="callee"/>
+      <ereg regexp="sips?:[^>;]*" search_in="hdr" header="Contact:" check_it="true"
+            assign_to="contact"/>
+    </action>
+  </recv>
+  <send><![CDATA[
+SIP/2.0 183 Session Progress
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=sipp 1 1 IN IP4 [local_ip]
+s=-
+c=IN IP4 [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0 101
+a=rtpmap:0 PCMU/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-16
+a=ptime:20
+]]></send>
+  <nop><action><exec play_pcap_audio="{pcap}"/></action></nop>
+  <pause milliseconds="2500"/>
+  <send retrans="500"><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:[local_ip]:[local_port];transport=[transport]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=sipp 1 1 IN IP4 [local_ip]
+s=-
+c=IN IP4 [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0 101
+a=rtpmap:0 PCMU/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-16
+a=ptime:20
+]]></send>
+  <recv request="ACK"/>
+  <pause milliseconds="1500"/>
+"""
+
+
+async def test_early_media_is_passed_to_the_caller_when_asked(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """pass_early_media: the far end's announcement before it answers (183 with SDP and
+    audio) is what the caller hears, instead of ringback; then the call is bridged."""
+    early = Stream(2.4).speech(tones.tone(CALLEE_HZ, 2.2, -12), at=0.1)
+    pcap = early.write_pcap(tmp_path / "early.pcap")
+    scenario = UAS_EARLY_MEDIA.format(pcap=pcap) + sipp.BYE_FROM_UAS
+    server, sink, (callee,), _ = await connect_call(
+        tmp_path, app, {"pass_early_media": True}, scenario
+    )
+    out, _ = await asyncio.wait_for(callee.communicate(), 30)
+    assert callee.returncode == 0, out.decode(errors="replace") + server.output
+    (connected,) = app.bodies("/connected")
+    assert connected["action_result"]["result"]["connected"] is True
+    heard = sink.audio()[: 2 * 8000]  # before the answer: the far end's tone, no ringback
+    assert energy_at(heard, CALLEE_HZ) > 0.5
+    assert energy_at(heard, 440.0) < 0.05
