@@ -210,10 +210,10 @@ Content-Length: 0
   <recv request="ACK"/>
 """
 
-UAS_BUSY = """
+UAS_REFUSES = """
   <recv request="INVITE"/>
   <send><![CDATA[
-SIP/2.0 486 Busy Here
+SIP/2.0 {status} {reason}
 [last_Via:]
 [last_From:]
 [last_To:];tag=[pid]SIPpTag01[call_number]
@@ -283,17 +283,27 @@ async def test_no_answer_in_time_cancels_the_callee_while_the_caller_hears_ringb
     assert energy_at(heard, 440.0) + energy_at(heard, 480.0) > 0.8
 
 
-async def test_busy_is_the_result_and_the_first_to_answer_of_two_wins(
-    tmp_path: Path, app: AppServer
+@pytest.mark.parametrize(
+    ("status", "reason", "cause"),
+    [
+        (486, "Busy Here", "busy"),
+        (404, "Not Found", "unobtainable"),
+        (408, "Request Timeout", "no_answer"),
+        (503, "Service Unavailable", "failed"),
+    ],
+)
+async def test_a_refusal_gives_its_cause(
+    tmp_path: Path, app: AppServer, status: int, reason: str, cause: str
 ) -> None:
-    _, _, (busy,), _ = await connect_call(tmp_path, app, {}, UAS_BUSY)
-    await asyncio.wait_for(busy.communicate(), 30)
+    refusal = UAS_REFUSES.format(status=status, reason=reason)
+    _, _, (callee,), _ = await connect_call(tmp_path, app, {}, refusal)
+    await asyncio.wait_for(callee.communicate(), 30)
     (connected,) = app.bodies("/connected")
     outcome = connected["action_result"]["result"]
     assert (outcome["connected"], outcome["call_cause"], outcome["call_raw_cause"]) == (
         False,
-        "busy",
-        "486",
+        cause,
+        str(status),
     )
 
 
