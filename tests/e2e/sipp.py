@@ -277,43 +277,34 @@ Content-Length: 0
   <label id="goodauth"/>
 """
 
-UAS_ANSWER = """
-{receive}
-  <send><![CDATA[
-SIP/2.0 180 Ringing
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-Content-Length: 0
+def uas_response(status: int, reason: str, *, sdp: bool, retrans: bool = False) -> str:
+    """A callee's response to the INVITE it received (its To tag fixed for the call), with
+    its SDP (our media address; PCMU and telephone-event) when ``sdp``."""
+    body = (
+        "Content-Type: application/sdp\nContent-Length: [len]\n\n"
+        "v=0\no=sipp 1 1 IN IP4 [local_ip]\ns=-\nc=IN IP4 [media_ip]\nt=0 0\n"
+        "m=audio [media_port] RTP/AVP 0 101\na=rtpmap:0 PCMU/8000\n"
+        "a=rtpmap:101 telephone-event/8000\na=fmtp:101 0-16\na=ptime:20\n"
+        if sdp
+        else "Content-Length: 0\n\n"
+    )
+    send = '  <send retrans="500">' if retrans else "  <send>"
+    return (
+        f"{send}<![CDATA[\n"
+        f"SIP/2.0 {status} {reason}\n"
+        "[last_Via:]\n[last_From:]\n[last_To:];tag=[pid]SIPpTag01[call_number]\n"
+        "[last_Call-ID:]\n[last_CSeq:]\n"
+        "Contact: <sip:[local_ip]:[local_port];transport=[transport]>\n"
+        f"{body}]]></send>\n"
+    )
 
-]]></send>
-  <send retrans="500"><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-Content-Type: application/sdp
-Content-Length: [len]
 
-v=0
-o=sipp 1 1 IN IP4 [local_ip]
-s=-
-c=IN IP4 [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0 101
-a=rtpmap:0 PCMU/8000
-a=rtpmap:101 telephone-event/8000
-a=fmtp:101 0-16
-a=ptime:20
-]]></send>
-  <recv request="ACK"/>
-"""
+UAS_ANSWER = (
+    "\n{receive}\n"
+    + uas_response(180, "Ringing", sdp=False).replace("{", "{{").replace("}", "}}")
+    + uas_response(200, "OK", sdp=True, retrans=True).replace("{", "{{").replace("}", "}}")
+    + '  <recv request="ACK"/>\n'
+)
 
 #: A callee that remembers the INVITE's From, To and Contact, to hang up itself (BYE_FROM_UAS).
 UAS_RECEIVE_REMEMBERING = """

@@ -173,20 +173,10 @@ async def test_the_callee_hears_the_caller_and_gets_the_digits_pressed(
     assert digits == {"7"}, callee_ear.events()
 
 
-UAS_RINGS_UNTIL_CANCEL = """
-  <recv request="INVITE"/>
-  <send><![CDATA[
-SIP/2.0 180 Ringing
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-Content-Length: 0
-
-]]></send>
-  <recv request="CANCEL" timeout="30000"/>
+UAS_RINGS_UNTIL_CANCEL = (
+    '  <recv request="INVITE"/>\n'
+    + sipp.uas_response(180, "Ringing", sdp=False)
+    + """  <recv request="CANCEL" timeout="30000"/>
   <send><![CDATA[
 SIP/2.0 200 OK
 [last_Via:]
@@ -209,21 +199,13 @@ Content-Length: 0
 ]]></send>
   <recv request="ACK"/>
 """
+)
 
-UAS_REFUSES = """
-  <recv request="INVITE"/>
-  <send><![CDATA[
-SIP/2.0 {status} {reason}
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>
-  <recv request="ACK"/>
-"""
+UAS_REFUSES = (
+    '  <recv request="INVITE"/>\n'
+    + sipp.uas_response(999, "reason", sdp=False).replace("999 reason", "{status} {reason}")
+    + '  <recv request="ACK"/>\n'
+)
 
 
 async def connect_call(
@@ -356,64 +338,15 @@ async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
     assert final["this_call"]["call_cause"] == "hung_up"
 
 
-UAS_EARLY_MEDIA = """
-  <recv request="INVITE">
-    <action>
-      <ereg regexp=".*" search_in="hdr" header="From:" check_it="true" assign_to="caller"/>
-      <ereg regexp=".*" search_in="hdr" header="To:" check_it="true" assign_to="callee"/>
-      <ereg regexp="sips?:[^>;]*" search_in="hdr" header="Contact:" check_it="true"
-            assign_to="contact"/>
-    </action>
-  </recv>
-  <send><![CDATA[
-SIP/2.0 183 Session Progress
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=sipp 1 1 IN IP4 [local_ip]
-s=-
-c=IN IP4 [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0 101
-a=rtpmap:0 PCMU/8000
-a=rtpmap:101 telephone-event/8000
-a=fmtp:101 0-16
-a=ptime:20
-]]></send>
-  <nop><action><exec play_pcap_audio="{pcap}"/></action></nop>
-  <pause milliseconds="2500"/>
-  <send retrans="500"><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=sipp 1 1 IN IP4 [local_ip]
-s=-
-c=IN IP4 [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0 101
-a=rtpmap:0 PCMU/8000
-a=rtpmap:101 telephone-event/8000
-a=fmtp:101 0-16
-a=ptime:20
-]]></send>
-  <recv request="ACK"/>
-  <pause milliseconds="1500"/>
-"""
+UAS_EARLY_MEDIA = (
+    sipp.UAS_RECEIVE_REMEMBERING
+    + sipp.uas_response(183, "Session Progress", sdp=True)
+    + sipp.PLAY
+    + sipp.PAUSE.format(ms=2500)
+    + sipp.uas_response(200, "OK", sdp=True, retrans=True)
+    + '  <recv request="ACK"/>\n'
+    + sipp.PAUSE.format(ms=1500)
+)
 
 
 async def test_early_media_is_passed_to_the_caller_when_asked(
