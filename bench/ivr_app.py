@@ -7,6 +7,10 @@ Run it on its own (``python -m bench.ivr_app --port 8090``) so that its CPU is
 not counted as callhook's, or import :func:`page` to answer in memory.
 The prompt and beep are files of the application's namespace in the media
 file store: ``ivr/prompt.wav`` (3.0 s) and ``ivr/beep.wav`` (0.25 s).
+
+It also answers the bridged variant of :mod:`bench.connect_load` under
+``/connect/PORT/``: ``start`` puts the caller through to
+``sip:callee@127.0.0.1:PORT``; ``after`` (the connect's ``next_page``) hangs up.
 """
 
 from __future__ import annotations
@@ -56,8 +60,26 @@ def page(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"actions": actions}
 
 
+def connect_page(port: int, name: str) -> dict[str, Any]:
+    """The answer of each page of the bridged variant: connect to the callee on ``port``
+    of this host, then (``after``, ``error``) hang up."""
+    if name == "start":
+        destination = f"sip:callee@127.0.0.1:{port}"
+        return {
+            "actions": [{"connect": {"destinations": [destination], "next_page": {"url": "after"}}}]
+        }
+    return {"actions": [{"hang_up": {}}]}
+
+
 def application() -> web.Application:
-    stats: dict[str, Any] = {"calls": 0, "digits": {}, "recordings": [], "final": {}}
+    stats: dict[str, Any] = {
+        "calls": 0,
+        "digits": {},
+        "recordings": [],
+        "final": {},
+        "connects": [],
+        "errors": 0,
+    }
 
     async def handle(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
@@ -77,11 +99,33 @@ def application() -> web.Application:
             return web.Response(status=204)
         return web.json_response(page(str(request.url), body))
 
+    async def connect(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        name = request.match_info["page"]
+        if name == "final":
+            cause = body["this_call"].get("call_cause")
+            stats["final"][cause] = stats["final"].get(cause, 0) + 1
+            return web.Response(status=204)
+        if name == "start":
+            stats["calls"] += 1
+        elif name == "error":
+            stats["errors"] += 1
+        elif name == "after":
+            result = (body.get("action_result") or {}).get("result") or {}
+            stats["connects"].append(
+                [
+                    result.get("connected"),
+                    result.get("call_cause"),
+                    result.get("seconds_connected_duration"),
+                ]
+            )
+        return web.json_response(connect_page(int(request.match_info["port"]), name))
+
     async def show(request: web.Request) -> web.Response:
         return web.json_response(stats)
 
     async def reset(request: web.Request) -> web.Response:
-        stats.update(calls=0, digits={}, recordings=[], final={})
+        stats.update(calls=0, digits={}, recordings=[], final={}, connects=[], errors=0)
         return web.Response(status=204)
 
     async def chain(request: web.Request) -> web.Response:
@@ -96,6 +140,7 @@ def application() -> web.Application:
     app.router.add_post("/stats/reset", reset)
     app.router.add_post("/ivr/{page}", handle)
     app.router.add_post("/chain/{page}", chain)
+    app.router.add_post("/connect/{port}/{page}", connect)
     return app
 
 
