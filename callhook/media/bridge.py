@@ -21,7 +21,18 @@ packet. Each direction is a :class:`Feed`, a byte FIFO of G.711 in the
   as a byte stream;
 * a feed holds at most :data:`MAX_BUFFERED` bytes (120 ms): a talker whose
   clock runs fast, or a burst after a stall, costs the oldest audio, never a
-  growing delay.
+  growing delay;
+* what a feed holds beyond its jitter cushion comes back down: nothing takes
+  from a feed while the listening side plays something of its own (relayed
+  digits: 200 ms each), and a tick that finds it short sends silence and
+  leaves the next packet waiting, so its backlog only grows, up to the bound,
+  where every burst of jitter would then cost audio. When for a whole
+  :data:`WINDOW` (1 s) of takes the feed never held less than the frame taken
+  plus :data:`SPARE` plus more, that more is its excess: a frame of it goes
+  each time a quiet frame (:data:`QUIET`) is next, unheard; in speech without
+  a pause, one frame goes after each further window. A backlog shrinks down
+  to the cushion the jitter it sees needs (the least it held in a window),
+  and no further.
 
 Digits cross as the listening side negotiated them (``MediaSession.relay_digits``):
 an RFC 4733 event or a SIP INFO digit received on one side is sent on the
@@ -43,6 +54,12 @@ Law = Literal["ulaw", "alaw"]
 FRAME = 160  # bytes of G.711 in 20 ms
 #: The most a feed holds (120 ms): beyond it the oldest audio goes, so delay cannot grow.
 MAX_BUFFERED = 6 * FRAME
+#: Audio a feed keeps waiting beyond the frame it gives, as a cushion for jitter (20 ms).
+SPARE = FRAME
+#: Takes (20 ms each) over which a feed watches the least it held, before trimming a frame.
+WINDOW = 50
+#: A frame whose samples are all within this (about -42 dBFS) is quiet: trimmed unheard.
+QUIET = 256
 
 
 def _translation(source: Law, target: Law) -> bytes | None:
@@ -58,15 +75,41 @@ _TABLES: dict[tuple[Law, Law], bytes | None] = {
 }
 
 
+def _quiet_codes(law: Law) -> bytes:
+    """The codes of ``law`` that stand for a sample within :data:`QUIET`."""
+    codes = np.arange(256, dtype=np.uint8)
+    linear = np.abs(g711.decode_array(law, codes).astype(np.int32))
+    return bytes(codes[linear <= QUIET].tolist())
+
+
+QUIET_CODES: dict[Law, bytes] = {law: _quiet_codes(law) for law in ("ulaw", "alaw")}
+
+
 class Feed:
     """One direction of a bridge: audio from the talking side, in the listening side's law."""
 
-    __slots__ = ("_buffer", "_table", "dropped")
+    __slots__ = (
+        "_buffer",
+        "_excess",
+        "_least",
+        "_quiet",
+        "_table",
+        "_takes",
+        "_waited",
+        "dropped",
+        "trimmed",
+    )
 
     def __init__(self, talker: Law, listener: Law) -> None:
         self._table = _TABLES[(talker, listener)]
+        self._quiet = QUIET_CODES[listener]
         self._buffer = bytearray()
         self.dropped = 0  # bytes of audio dropped to keep the delay bounded
+        self.trimmed = 0  # of which: dropped because the feed stayed above its cushion
+        self._takes = 0  # takes in this window
+        self._least = MAX_BUFFERED  # the least the feed held at a take in this window
+        self._excess = 0  # frames to trim, the last window found
+        self._waited = 0  # takes since one was trimmed, waiting for a quiet frame
 
     def push(self, payload: bytes) -> None:
         """Audio the talking side received (its law)."""
@@ -78,7 +121,25 @@ class Feed:
 
     def frame(self) -> bytes | None:
         """The next 20 ms for the listening side, or None when less than that is there."""
-        if len(self._buffer) < FRAME:
+        held = len(self._buffer)
+        if held < self._least:
+            self._least = held
+        self._takes += 1
+        if self._takes >= WINDOW:  # more than it needed all along: the excess goes
+            self._excess = max(0, (self._least - FRAME - SPARE) // FRAME)
+            self._takes, self._least = 0, MAX_BUFFERED
+        while self._excess and held >= 2 * FRAME:
+            quiet = not self._buffer[:FRAME].translate(None, self._quiet)
+            if not quiet and self._waited < WINDOW:
+                self._waited += 1  # speech: wait for a pause, a window at most
+                break
+            del self._buffer[:FRAME]
+            self.dropped += FRAME
+            self.trimmed += FRAME
+            held -= FRAME
+            self._excess -= 1
+            self._waited = 0
+        if held < FRAME:
             return None
         frame = bytes(self._buffer[:FRAME])
         del self._buffer[:FRAME]

@@ -1,14 +1,16 @@
 """Two calls' media joined (callhook/media/bridge.py, MediaSession.join): audio both ways
-in the one tick, µ-law <-> A-law, bounded delay, 30 ms packets repacked, digits relayed
-in the form each side negotiated, and parting again."""
+in the one tick, µ-law <-> A-law, bounded delay that comes back down after a backlog,
+30 ms packets repacked, digits relayed in the form each side negotiated, and parting
+again."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 from callhook.events import DigitReceived
 from callhook.media import g711, tones
-from callhook.media.bridge import FRAME, MAX_BUFFERED, Feed
+from callhook.media.bridge import FRAME, MAX_BUFFERED, SPARE, WINDOW, Feed
 from callhook.media.dtmf import ToneDetector
 from callhook.media.dtmfsend import event_payload
 from callhook.media.session import MediaSession
@@ -111,3 +113,88 @@ def test_a_prompt_on_one_side_goes_before_the_bridge_and_parting_ends_it() -> No
     assert caller.tells is None and callee.hears is None and callee.tells is None
     caller.receive(rtp(2, 320, said), CALLER, 0.04)
     assert payload_of(callee.tick(0.06))[1] == g711.silence("alaw", FRAME)
+
+
+def frames(count: int, start: int = 0) -> list[bytes]:
+    """``count`` distinct 20 ms frames, numbered from ``start`` (to see which ones arrive)."""
+    return [struct.pack("!I", start + n) * (FRAME // 4) for n in range(count)]
+
+
+def test_a_backlog_comes_back_down_to_the_cushion_and_no_further() -> None:
+    # Five frames wait (the listening side played relayed digits meanwhile), then one
+    # frame comes and goes each tick: a backlog that nothing else would ever take away.
+    feed = Feed("ulaw", "ulaw")
+    sent = frames(5 + 10 * WINDOW)
+    for frame in sent[:5]:
+        feed.push(frame)
+    heard = []
+    for frame in sent[5:]:
+        feed.push(frame)
+        heard.append(feed.frame())
+    # Speech without a pause: one frame (the oldest) goes a window at a time, until one
+    # frame of cushion is left.
+    assert feed.trimmed == 4 * FRAME == feed.dropped
+    assert len(feed) == SPARE
+    assert all(h is not None for h in heard)
+    # Heard in order but for the four trimmed, a second apart; the last one still waits.
+    missing = [n for n, frame in enumerate(sent[:-1]) if frame not in heard]
+    assert len(missing) == 4
+    assert all(b - a >= WINDOW - 1 for a, b in itertools.pairwise(missing))
+    assert heard == [sent[n] for n in range(len(sent) - 1) if n not in missing]
+
+
+def test_a_feed_keeps_the_cushion_its_jitter_needs() -> None:
+    # Two frames every other tick (jitter of one packet): the feed is sometimes down to
+    # the frame it gives, so nothing is trimmed and, after the first tick, nothing missed.
+    feed = Feed("ulaw", "ulaw")
+    sent = frames(10 * WINDOW)
+    heard = []
+    for tick in range(len(sent)):
+        if tick % 2 == 1:
+            feed.push(sent[tick - 1])
+            feed.push(sent[tick])
+        heard.append(feed.frame())
+    assert feed.trimmed == 0 and feed.dropped == 0
+    assert heard[0] is None and heard[1:] == sent[:-1]
+
+
+def test_relayed_digits_do_not_leave_the_bridge_late() -> None:
+    # The callee takes RFC 4733 events: each digit the caller presses is relayed as an
+    # event of 200 ms, during which the caller's audio waits in the feed. Afterwards the
+    # delay comes back down (it stayed at the 120 ms bound, where any jitter costs audio).
+    caller = MediaSession("PCMU", 0, 101, CALLER, label="caller")
+    callee = MediaSession("PCMU", 0, 101, CALLEE, label="callee")
+    caller.join(callee)
+    said = g711.encode("ulaw", tones.tone(700, 0.02, -12))
+    seq = 0
+    now = 0.0
+    for tick in range(10 * WINDOW):
+        seq += 1
+        now += 0.02
+        if tick in (25, 50, 75, 100):  # a key press: 100 ms of event, then its end
+            for duration in (160, 320, 480, 640, 800):
+                end = duration == 800
+                payload = event_payload("5", end=end, duration=duration)
+                caller.receive(rtp(seq, 160 * 25 * tick, payload, 101), CALLER, now)
+                callee.tick(now)
+                seq += 1
+                now += 0.02
+        caller.receive(rtp(seq, 160 * seq, said), CALLER, now)
+        callee.tick(now + 0.01)
+        if tick == 150:
+            assert callee.hears is not None and len(callee.hears) >= 4 * FRAME  # late
+    assert callee.hears is not None and len(callee.hears) <= SPARE
+
+
+def test_a_backlog_is_trimmed_in_a_pause_not_in_speech() -> None:
+    feed = Feed("ulaw", "ulaw")
+    speech = frames(65)
+    sent = speech + [g711.silence("ulaw", FRAME)] * (3 * WINDOW)
+    for frame in sent[:5]:
+        feed.push(frame)
+    heard = []
+    for frame in sent[5:]:
+        feed.push(frame)
+        heard.append(feed.frame())
+    assert heard[:65] == speech  # every frame of speech, none trimmed from it
+    assert feed.trimmed == 4 * FRAME and len(feed) == SPARE  # four quiet frames went
