@@ -24,8 +24,9 @@ to the caller's media port 6000, the callee leg RTP to the callee's 7000; ideal 
 late media ticks, and the audio's continuity across the bridge: on each leg, the
 4.8 s of speech the other side's pcap holds is looked for in what serve sent (the
 first 10 payload bytes of each packet, which the 64-byte capture keeps), frame by
-frame: legs whose speech arrived whole, frames missing (dropped) and silent frames
-inserted in it (the feed ran dry: an underrun). Then the kit's IVR call
+frame: legs whose speech arrived whole, frames of it missing (dropped), quiet frames
+of it missing (trimmed by the bridge's feed to shrink a backlog: unheard) and silent
+frames inserted in it (the feed ran dry: an underrun). Then the kit's IVR call
 (``ivr_load.run_step``) for the same N in the same run, for comparison.
 
 Needs ``sipp`` and ``tcpdump`` and root, like :mod:`bench.ivr_load`.
@@ -60,6 +61,7 @@ from bench.ivr_load import (
     sipp_common,
     start_app,
 )
+from callhook.media.bridge import QUIET_CODES
 from tests.e2e import sipp as scenarios
 
 CALLER_MEDIA = 6000  # the kit's -mp
@@ -68,6 +70,7 @@ CALLEE_SIP, CALLEE_MEDIA = 5090, 7000
 BRIDGE_MS = 14300
 PCAP = "pcap/caller_ivr_1234.pcap"
 SILENCE = b"\xff" * 10  # PCMU silence, as much of it as the capture keeps
+QUIET_ULAW = QUIET_CODES["ulaw"]
 
 
 def load_config(workdir: Path, n: int) -> Path:
@@ -136,15 +139,22 @@ def payloads(pcap: Path, payload_type: int | None = None) -> dict[int, list[byte
     return flows
 
 
-def continuity(sent: list[bytes], speech: list[bytes]) -> tuple[int, int] | None:
-    """(frames of ``speech`` missing, silent frames inserted in it) in what one leg was
-    sent, or None when its speech is not there at all (the leg ended before it)."""
+def quiet(prefix: bytes) -> bool:
+    """Whether a frame is quiet as far as its captured bytes say (a bridge's feed trims
+    quiet frames unheard to shrink a backlog: ``callhook.media.bridge.QUIET``)."""
+    return not prefix.translate(None, QUIET_ULAW)
+
+
+def continuity(sent: list[bytes], speech: list[bytes]) -> tuple[int, int, int] | None:
+    """(frames of ``speech`` missing, quiet ones of it missing, silent frames inserted in
+    it) in what one leg was sent, or None when its speech is not there at all."""
     head = {f: i for i, f in reversed(list(enumerate(speech[:25]))) if f != SILENCE}
     at = next((i for i, frame in enumerate(sent) if frame in head), None)
     if at is None:
         return None
     j = head[sent[at]]  # its first frames may be the ones missing
-    missing, inserted = j, 0
+    lost = speech[:j]
+    inserted = 0
     for frame in sent[at:]:
         if j >= len(speech):
             break
@@ -154,29 +164,35 @@ def continuity(sent: list[bytes], speech: list[bytes]) -> tuple[int, int] | None
             inserted += 1
         else:
             ahead = speech[j + 1 : j + 25]
-            if frame in ahead:  # frames were skipped
-                skip = ahead.index(frame) + 1
-                missing += skip
-                j += skip + 1
-            else:
-                missing += 1  # something else in its place
-                j += 1
-    missing += len(speech) - j  # the leg ended before its speech did
-    return missing, inserted
+            skip = ahead.index(frame) + 1 if frame in ahead else 1  # skipped, or replaced
+            lost += speech[j : j + skip]
+            j += skip + (frame in ahead)
+    lost += speech[j:]  # the leg ended before its speech did
+    quiet_lost = sum(1 for f in lost if quiet(f))
+    return len(lost) - quiet_lost, quiet_lost, inserted
 
 
 def leg_audio(pcap: Path, speech: list[bytes]) -> dict[str, int]:
-    """The continuity of the speech on each flow of one leg's capture, summed."""
-    whole = cut = missing = inserted = 0
+    """The continuity of the speech on each flow of one leg's capture, summed: legs whose
+    speech came whole (no frame of it but quiet ones missing, no silence inserted)."""
+    whole = cut = missing = trimmed = inserted = 0
     for flow in payloads(pcap).values():
         found = continuity([p[:10] for p in flow], speech)
         if found is None:
             continue
-        whole += found == (0, 0)
-        cut += found != (0, 0)
+        intact = found[0] == 0 and found[2] == 0
+        whole += intact
+        cut += not intact
         missing += found[0]
-        inserted += found[1]
-    return {"whole": whole, "cut": cut, "missing": missing, "inserted": inserted}
+        trimmed += found[1]
+        inserted += found[2]
+    return {
+        "whole": whole,
+        "cut": cut,
+        "missing": missing,
+        "trimmed": trimmed,
+        "inserted": inserted,
+    }
 
 
 # --- one step ----------------------------------------------------------------------------
@@ -368,7 +384,10 @@ def gaps(values: object) -> str:
 def audio(values: object) -> str:
     assert isinstance(values, dict)
     legs = values["whole"] + values["cut"]
-    return f"{values['whole']:4}/{legs:<4} {values['missing']:3} {values['inserted']:3}"
+    return (
+        f"{values['whole']:4}/{legs:<4} {values['missing']:3} {values['trimmed']:4} "
+        f"{values['inserted']:3}"
+    )
 
 
 def main() -> None:
@@ -386,7 +405,8 @@ def main() -> None:
     print(
         "   N | call   |   ok | fail | callee ok/fail | connected (bridge p50 s) "
         "| CPU ms/call-s | % core | RSS MB | RTP gap p50/p99/max ms: caller leg "
-        "| callee leg | speech whole/legs, frames missing, inserted: caller leg | callee leg "
+        "| callee leg | speech whole/legs, frames missing, quiet trimmed, silence inserted: "
+        "caller leg | callee leg "
         "| late ticks"
     )
     try:
