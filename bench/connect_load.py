@@ -53,6 +53,7 @@ from bench.ivr_load import (
     RTP_LAST,
     SIP_PORT,
     Sampler,
+    capture,
     check_kit,
     free_port,
     get_json,
@@ -196,26 +197,6 @@ def leg_audio(pcap: Path, speech: list[bytes]) -> dict[str, int]:
 
 
 # --- one step ----------------------------------------------------------------------------
-
-
-def capture(pcap: Path, dst_port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            "tcpdump",
-            "-i",
-            "lo",
-            "-n",
-            "-s",
-            "64",
-            "-B",
-            "16384",
-            "-w",
-            str(pcap),
-            f"udp and src portrange {RTP_FIRST}-{RTP_LAST} and dst port {dst_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def sipp_count(screen: str, label: str) -> int:

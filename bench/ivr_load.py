@@ -72,6 +72,19 @@ def check_kit(kit: Path) -> None:
             sys.exit(f"{tool} is not installed (apt-get install sip-tester tcpdump)")
 
 
+def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
+    """tcpdump of the RTP serve sends on loopback (to ``dst_port`` only, if given) into
+    ``pcap``: the first 64 bytes of each packet, enough for the gap and payload checks."""
+    where = f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"
+    if dst_port is not None:
+        where += f" and dst port {dst_port}"
+    return subprocess.Popen(
+        ["tcpdump", "-i", "lo", "-n", "-s", "64", "-B", "16384", "-w", str(pcap), where],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def free_port() -> int:
     import socket
 
@@ -250,23 +263,7 @@ def run_load(
     time.sleep(1.5)
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{label}.pcap"
-    dump = subprocess.Popen(
-        [
-            "tcpdump",
-            "-i",
-            "lo",
-            "-n",
-            "-s",
-            "64",
-            "-B",
-            "16384",
-            "-w",
-            str(pcap),
-            f"udp and src portrange {RTP_FIRST}-{RTP_LAST}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    dump = capture(pcap)
     time.sleep(1.0)
     sampler = Sampler(server.pid)
     sampler.start()
