@@ -75,6 +75,7 @@ from callhook.events import (
     PlayTone,
     PlayUrl,
     PromptFinished,
+    RecordCall,
     SayText,
     SpeechRecognised,
     SpeechRejected,
@@ -168,6 +169,7 @@ class CallRunner:
         self.recordings = recordings
         # The record action running and the URL its page came from (for its notification).
         self._recording: tuple[Record, str] | None = None
+        self._call_recordings: set[str] = set()  # connects' whole-call recordings running
         # Completed recordings, reported to the journal at the right moment.
         self.reports = RecordingReports(app.name, recordings)
         self._cipher_noted = False
@@ -408,8 +410,15 @@ class CallRunner:
             elif isinstance(c, StartRecording):
                 self.log.write("recording_start", c.filename)
                 self._recording_started(c)
+            elif isinstance(c, RecordCall):
+                self.log.write("recording_start", f"{c.filename} (the call, {c.mode})")
+                self._call_recording_started(c)
             elif isinstance(c, StopRecording):
                 self.log.write("recording_stop", c.filename)
+                if c.filename in self._call_recordings and self.recordings is not None:
+                    # No page announces it (Aculab has none): the journal only sees it safe.
+                    self._call_recordings.discard(c.filename)
+                    self.recordings.completed(self.app.name, c.filename, {"filename": c.filename})
             elif isinstance(c, CallCallee):  # a connect's far legs (both legs in one log)
                 self.log.write("callee_call", f"#{c.attempt} {c.destination}")
             elif isinstance(c, DropCallee):
@@ -441,6 +450,20 @@ class CallRunner:
             record_id=action.id,
             notify=notify,
             body=body,
+        )
+
+    def _call_recording_started(self, command: RecordCall) -> None:
+        """A connect's whole-call recording: journaled like any (recovered after a crash)."""
+        if self.recordings is None:
+            return
+        self._call_recordings.add(command.filename)
+        self.recordings.started(
+            self.app.name,
+            command.filename,
+            encrypted=command.cipher is not None,
+            record_id="",
+            notify=None,
+            body={},
         )
 
     def _recorded(self, result: dict[str, Any]) -> None:

@@ -338,6 +338,18 @@ class JoinCallee:
     early: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class RecordCall:
+    """Record the bridged call, both directions, into ``filename`` (a connect's
+    ``secondary_call.call_recording``): ``mode`` ``mixed`` (one channel: the two sides
+    summed) or ``separate`` (stereo: the caller left, the far end right). Ended by
+    :class:`StopRecording` with the same ``filename``."""
+
+    filename: str
+    mode: Literal["mixed", "separate"] = "mixed"
+    cipher: tuple[str, str, str] | None = field(default=None, repr=False)  # keys never shown
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -349,4 +361,5 @@ MediaCommand = (
     | CallCallee
     | DropCallee
     | JoinCallee
+    | RecordCall
 )

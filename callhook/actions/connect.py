@@ -65,8 +65,10 @@ from callhook.events import (
     PlayTone,
     PromptFinished,
     PromptItem,
+    RecordCall,
     StartPrompt,
     StopPrompt,
+    StopRecording,
 )
 
 #: Ringback (North American: 440 + 480 Hz, 2 s on, 4 s off), what the caller hears while
@@ -101,6 +103,8 @@ class ConnectMachine(ActionMachine):
         self.holding: int | None = None  # the hold prompt playing
         self.early = False
         self.info: dict[str, Any] = {}  # the joined far leg's description
+        self.recording: str | None = None  # the whole-call recording's file, while it runs
+        self.recorded: str | None = None  # the file it made
 
     # --- the machine --------------------------------------------------------------------
 
@@ -136,7 +140,7 @@ class ConnectMachine(ActionMachine):
         return []
 
     def stop(self, now: float, why: StopReason) -> list[MediaCommand]:
-        commands = self._stop_hold() + self._drop_all()
+        commands = self._stop_hold() + self._drop_all() + self._stop_recording()
         self.state = State.DONE
         self.outcome = Continue(f"connect stopped: {why}")
         return commands
@@ -159,7 +163,7 @@ class ConnectMachine(ActionMachine):
         self.info = event.info
         others = [DropCallee(a) for a in sorted(self.live) if a != event.attempt]
         self.live = {event.attempt}
-        return [*self._stop_hold(), *others, JoinCallee(event.attempt)]
+        return [*self._stop_hold(), *others, JoinCallee(event.attempt), *self._record()]
 
     def _ended(self, event: CalleeEnded, now: float) -> list[MediaCommand]:
         if event.attempt not in self.live:
@@ -167,8 +171,9 @@ class ConnectMachine(ActionMachine):
         self.live.discard(event.attempt)
         self.causes[event.attempt] = (event.cause, event.raw_cause)
         if self.state is State.BRIDGED and event.attempt == self.joined:
+            commands = self._stop_recording()
             self._finish(now, connected=True, cause=(event.cause, event.raw_cause))
-            return []
+            return commands
         if self.state is State.RINGING and not self.live:
             commands = self._stop_hold()
             self._finish(now, connected=False, cause=self._most_telling())
@@ -191,6 +196,27 @@ class ConnectMachine(ActionMachine):
             return []
         prompt_id, self.holding = self.holding, None
         return [StopPrompt(prompt_id)]
+
+    def _record(self) -> list[MediaCommand]:
+        """``secondary_call.call_recording``: the bridged call, from the join on."""
+        second = self.action.secondary_call
+        if second is None or not second.call_recording:
+            return []
+        self.recording = self.recorded = self.ctx.new_recording_name()
+        cipher = second.call_recording_cipher if second.call_recording_encryption else None
+        return [
+            RecordCall(
+                self.recording,
+                second.call_recording_mode,
+                cipher.as_tuple() if cipher is not None else None,
+            )
+        ]
+
+    def _stop_recording(self) -> list[MediaCommand]:
+        if self.recording is None:
+            return []
+        filename, self.recording = self.recording, None
+        return [StopRecording(filename)]
 
     def _drop_all(self) -> list[MediaCommand]:
         commands: list[MediaCommand] = [DropCallee(a) for a in sorted(self.live)]
@@ -219,6 +245,8 @@ class ConnectMachine(ActionMachine):
         }
         if connected:
             result["secondary_call"] = dict(self.info)
+        if self.recorded is not None:
+            result["call_recording_filename"] = self.recorded  # callhook's (behaviour.md)
         page = self.action.next_page
         if page is None:
             self.outcome = Continue(f"connect: {cause[0]}")

@@ -446,9 +446,11 @@ class Connect(Strict):
                     raise ValueError(
                         f"secondary_call.{name} is not supported by callhook yet: leave it out"
                     )
-            if second.call_recording:
+            # Aculab lets a first_page's response give the cipher; without first_page the
+            # action must, or the recording could not be encrypted.
+            if second.call_recording_encryption and second.call_recording_cipher is None:
                 raise ValueError(
-                    "secondary_call.call_recording is not supported by callhook yet: leave it out"
+                    "secondary_call.call_recording_encryption needs call_recording_cipher"
                 )
         return self
 

@@ -21,6 +21,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from callhook.adapters.prompts import PromptAudio, PromptError
@@ -41,6 +42,7 @@ from callhook.events import (
     PromptFinished,
     PromptItem,
     RecognitionOptions,
+    RecordCall,
     RecorderFailed,
     SayText,
     SpeechRecognised,
@@ -53,14 +55,16 @@ from callhook.events import (
     StopRecording,
 )
 from callhook.media import g711
+from callhook.media.callrecording import CallRecording
 from callhook.media.session import MediaSession
 from callhook.ports import CallInfo
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
+from callhook.store.crypto import Key
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
-from callhook.store.wavfile import WavWriter
+from callhook.store.wavfile import WavWriter, Written
 
 logger = logging.getLogger("callhook.call")
 
@@ -110,6 +114,7 @@ class SipLeg:
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
         self._recorders: dict[str, WavWriter] = {}
+        self._call_recording: str | None = None  # the file of a connect's call recording
         self._recorded: dict[str, float] = {}  # seconds written to each stopped recording
         self.journal = journal
         self.speech = speech
@@ -162,8 +167,14 @@ class SipLeg:
                 self.session.stop_prompt(command.prompt_id)
             elif isinstance(command, StartRecording):
                 self._start_recording(command)
+            elif isinstance(command, RecordCall):
+                self._record_call(command)
             elif isinstance(command, StopRecording):
-                self.session.stop_recording(self.loop.time())
+                if command.filename == self._call_recording:
+                    self._call_recording = None
+                    self.session.stop_call_recording()
+                else:
+                    self.session.stop_recording(self.loop.time())
                 writer = self._recorders.pop(command.filename, None)
                 if writer is not None:
                     self._recorded[command.filename] = writer.seconds
@@ -327,25 +338,53 @@ class SipLeg:
 
     def _start_recording(self, command: StartRecording) -> None:
         law = command.format or self.session.law
-        app, filename, journal = self.app_name, command.filename, self.journal
-        try:
-            writer = WavWriter.for_recording(
-                self.store.path(app, filename),
+        writer = self._open(
+            command.filename,
+            lambda path, durable: WavWriter.for_recording(
+                path, law, command, self.max_recording_bytes, on_durable=durable
+            ),
+        )
+        if writer is not None:
+            self.session.start_recording(writer, law, command.preroll)
+
+    def _record_call(self, command: RecordCall) -> None:
+        """A connect's whole-call recording: both directions, from the bridge on."""
+        law = self.session.law
+        channels = 2 if command.mode == "separate" else 1
+        writer = self._open(
+            command.filename,
+            lambda path, durable: WavWriter(
+                path,
                 law,
-                command,
                 self.max_recording_bytes,
-                on_durable=(
-                    None if journal is None else lambda w: journal.durable(app, filename, w.length)
-                ),
-            )
+                key=Key.from_cipher(command.cipher) if command.cipher else None,
+                on_durable=durable,
+                channels=channels,
+            ),
+        )
+        if writer is not None:
+            self._call_recording = command.filename
+            self.session.start_call_recording(CallRecording(writer, law, command.mode))
+
+    def _open(
+        self,
+        filename: str,
+        make: Callable[[Path, Callable[[Written], object] | None], WavWriter],
+    ) -> WavWriter | None:
+        """A recording's file (its journal told when it is safe on disk), or None when it
+        cannot be made (RecorderFailed for the action, the journal forgets it)."""
+        app, journal = self.app_name, self.journal
+        durable = None if journal is None else lambda w: journal.durable(app, filename, w.length)
+        try:
+            writer = make(self.store.path(app, filename), durable)
         except (OSError, ValueError) as exc:  # OutsideNamespace is a ValueError
             why = f"cannot create {filename}: {exc}"
             if journal is not None:
                 journal.failed(app, filename, why)
             self.inject(RecorderFailed("error", why))
-            return
-        self._recorders[command.filename] = writer
-        self.session.start_recording(writer, law, command.preroll)
+            return None
+        self._recorders[filename] = writer
+        return writer
 
     def _take(self) -> MediaEvent | None:
         if self.session.utterances:
@@ -409,6 +448,8 @@ class SipLeg:
             self._decoder.cancel()
         if self._recorders:
             self.session.stop_recording(self.loop.time())
+            self.session.stop_call_recording()
+            self._call_recording = None
             for filename, writer in self._recorders.items():
                 self._recorded[filename] = writer.seconds
             self._recorders.clear()

@@ -46,7 +46,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -61,10 +61,12 @@ from callhook.events import (
 )
 from callhook.media import g711, rtcp
 from callhook.media.bridge import Feed
+from callhook.media.callrecording import CallRecording
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
+from callhook.media.sink import Sink, SinkFull
 from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.vad import new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
@@ -84,20 +86,6 @@ MAX_GAP_SAMPLES = 80_000
 SILENT_AFTER = 0.1
 #: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
 RTCP_INTERVAL = 5.0
-
-
-class Sink(Protocol):
-    """Where a recording's audio goes (a WAV file in the media file store)."""
-
-    def write(self, data: bytes) -> None:
-        """Append G.711 bytes; raises OSError when the disk fails, or SinkFull."""
-
-    def close(self) -> None:
-        """Finish the file."""
-
-
-class SinkFull(Exception):
-    """The recording reached its size limit."""
 
 
 @dataclass
@@ -151,6 +139,7 @@ class MediaSession:
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
         self.echo_digits = 0  # in-band digits ignored as the echo of ours
         self._recording: _Recording | None = None
+        self._call_recording: CallRecording | None = None  # the bridged call, both ways
         self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
         self._last_audio = 0.0
         self._bucket_start = 0.0
@@ -257,6 +246,8 @@ class MediaSession:
         self._last_audio = now
         if self.tells is not None:
             self.tells.push(payload)  # the other side of a bridge hears it
+        if self._call_recording is not None:
+            self._call_recording.hear_caller(payload)
         self._preroll.append((timestamp, payload))
         if self._recording is not None:
             self._record(payload, timestamp)
@@ -424,10 +415,15 @@ class MediaSession:
         if finished is not None and finished != RELAY:
             self.events.append(PromptFinished(finished))
         event = self.player.event_packet()
+        heard = None
+        if event is None and bridged and self.hears is not None:
+            heard = self.hears.frame()  # the other side's audio (None: silence)
+        if self._call_recording is not None:
+            self._record_call(self._call_recording, heard)
         if event is not None:
             return self._send_event(*event)
-        if bridged and self.hears is not None:
-            payload = self.hears.frame() or payload  # the other side's audio, or silence
+        if heard is not None:
+            payload = heard
         if not self.sending or self.remote is None:
             self.sender.advance(FRAME)
             return None
@@ -576,6 +572,23 @@ class MediaSession:
         if recording.law != self.law:
             payload = g711.encode(recording.law, g711.decode(self.law, payload))
         self._write(recording, payload)
+
+    def start_call_recording(self, recording: CallRecording) -> None:
+        """Record the bridged call, both directions (media/callrecording.py)."""
+        self._call_recording = recording
+
+    def stop_call_recording(self) -> None:
+        """Finish the bridged call's recording."""
+        recording, self._call_recording = self._call_recording, None
+        if recording is not None:
+            recording.close(self.label)
+
+    def _record_call(self, recording: CallRecording, heard: bytes | None) -> None:
+        failed = recording.write(heard)
+        if failed is not None:
+            logger.error("%s: call recording stopped: %s", self.label, failed.detail)
+            self._call_recording = None  # what was written so far is kept
+            self.events.append(failed)
 
     def _silence_in(self, law: Law) -> bytes:
         return g711.silence(law, FRAME)

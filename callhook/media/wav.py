@@ -117,11 +117,16 @@ class WavInfo:
         return self.frames / self.sample_rate
 
 
-def g711_header(law: str, samples: int, sample_rate: int = 8000) -> bytes:
-    """A complete header (RIFF, fmt with cbSize, fact, data) for ``samples`` G.711 bytes."""
+def g711_header(law: str, samples: int, sample_rate: int = 8000, channels: int = 1) -> bytes:
+    """A complete header (RIFF, fmt with cbSize, fact, data) for ``samples`` G.711 bytes.
+
+    ``channels``: 2 for a stereo file (the channels' bytes interleaved, one byte each per
+    sample frame); ``fact`` counts sample frames, ``data`` bytes.
+    """
     tag = FORMAT_ALAW if law == "alaw" else FORMAT_ULAW
-    fmt = struct.pack("<HHIIHHH", tag, 1, sample_rate, sample_rate, 1, 8, 0)
-    fact = struct.pack("<I", samples)
+    rate = sample_rate * channels
+    fmt = struct.pack("<HHIIHHH", tag, channels, sample_rate, rate, channels, 8, 0)
+    fact = struct.pack("<I", samples // channels)
     body = (
         b"WAVE"
         + b"fmt "

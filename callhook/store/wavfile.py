@@ -40,7 +40,7 @@ from pathlib import Path
 
 from callhook.events import StartRecording
 from callhook.media import wav
-from callhook.media.session import SinkFull
+from callhook.media.sink import SinkFull
 from callhook.store import crypto
 from callhook.store.files import fsync_directory, make_directories
 
@@ -95,9 +95,9 @@ class Written:
         return self.length / 8000
 
 
-def unknown_length_header(law: str) -> bytes:
+def unknown_length_header(law: str, channels: int = 1) -> bytes:
     """A G.711 header that declares an unknown length (RIFF, fact and data sizes)."""
-    header = bytearray(wav.g711_header(law, 0))
+    header = bytearray(wav.g711_header(law, 0, channels=channels))
     struct.pack_into("<I", header, 4, wav.UNKNOWN_SIZE)
     struct.pack_into("<I", header, header.index(b"fact") + 8, wav.UNKNOWN_SIZE)
     struct.pack_into("<I", header, len(header) - 4, wav.UNKNOWN_SIZE)
@@ -129,7 +129,7 @@ def write_all(fd: int, data: bytes, offset: int) -> None:
 
 
 class WavWriter:
-    """A recording sink (``media.session.Sink``) writing a G.711 WAV file, maybe encrypted.
+    """A recording sink (``media.sink.Sink``) writing a G.711 WAV file, maybe encrypted.
 
     ``max_bytes`` is the process's size limit (going past it raises
     ``SinkFull``: reason ``filesize``); ``limit_bytes`` the recording's own
@@ -146,9 +146,11 @@ class WavWriter:
         limit_bytes: int | None = None,
         key: crypto.Key | None = None,
         on_durable: Callable[[Written], object] | None = None,
+        channels: int = 1,
     ) -> None:
         self.path = path
         self.law = law
+        self.channels = channels  # 2: a stereo file, the bytes of the two interleaved
         self.max_bytes = max_bytes
         self.limit_bytes = limit_bytes
         self.key = key
@@ -168,12 +170,12 @@ class WavWriter:
         try:
             if key is None:
                 self._stream = None
-                header = wav.g711_header(law, 0)
+                header = wav.g711_header(law, 0, channels=channels)
                 write_all(self._fd, header, 0)
                 self._offset = len(header)  # where the next audio byte goes
             else:
                 self._stream = crypto.CbcStream(key)
-                header = unknown_length_header(law)
+                header = unknown_length_header(law, channels)
                 blocks, tail = self._stream.encrypt(header)
                 write_all(self._fd, blocks + tail, 0)
                 self._stream.commit(header, blocks)
@@ -194,6 +196,7 @@ class WavWriter:
         command: StartRecording,
         max_bytes: int | None = None,
         on_durable: Callable[[Written], object] | None = None,
+        channels: int = 1,
     ) -> WavWriter:
         """The writer of the recording ``command`` starts: its cipher, its duration limit.
 
@@ -201,7 +204,17 @@ class WavWriter:
         """
         key = crypto.Key.from_cipher(command.cipher) if command.cipher else None
         limit = None if command.max_seconds is None else round(command.max_seconds * 8000)
-        return cls(path, law, max_bytes, limit_bytes=limit, key=key, on_durable=on_durable)
+        if limit is not None:
+            limit *= channels
+        return cls(
+            path,
+            law,
+            max_bytes,
+            limit_bytes=limit,
+            key=key,
+            on_durable=on_durable,
+            channels=channels,
+        )
 
     def write(self, data: bytes) -> None:
         if self._fd is None or self._broken:
@@ -265,7 +278,7 @@ class WavWriter:
             self._since_header += len(data)
         if self._since_header >= HEADER_REFRESH_BYTES:
             self._since_header = 0
-            write_all(self._fd, wav.g711_header(self.law, self.length), 0)
+            write_all(self._fd, wav.g711_header(self.law, self.length, channels=self.channels), 0)
 
     def _restore_tail(self) -> None:
         """After a failed write of an encrypted file: put the old tail block back.
@@ -299,7 +312,7 @@ class WavWriter:
                 # A write failed (a full disk): nothing more is written but the header,
                 # in place (no new space). An encrypted file's tail is already restored.
                 if self._stream is None:
-                    write_all(fd, wav.g711_header(self.law, self.length), 0)
+                    write_all(fd, wav.g711_header(self.law, self.length, channels=self.channels), 0)
             else:
                 odd = (self.length + self._pending_bytes) & 1
                 self._since_header = HEADER_REFRESH_BYTES  # the header is rewritten now
@@ -344,7 +357,7 @@ class WavWriter:
         """Give an encrypted recording its real sizes: re-encrypt it to a new file, rename."""
         assert self.key is not None
         temp = self.path.with_name(f".{self.path.name}.tmp")
-        header = wav.g711_header(self.law, written.length)
+        header = wav.g711_header(self.law, written.length, channels=self.channels)
         try:
             with os.fdopen(os.dup(fd), "rb") as source, temp.open("wb") as target:
                 size = crypto.reencrypt_with_header(source, target, self.key, header)
@@ -361,7 +374,7 @@ class WavWriter:
 
     @property
     def seconds(self) -> float:
-        return self.length / 8000
+        return self.length / (8000 * self.channels)
 
 
 def recover(path: Path, encrypted: bool) -> int:

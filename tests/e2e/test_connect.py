@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from callhook.media import tones
+from callhook.media import g711, tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
@@ -367,3 +367,68 @@ async def test_early_media_is_passed_to_the_caller_when_asked(
     heard = sink.audio()[: 2 * 8000]  # before the answer: the far end's tone, no ringback
     assert energy_at(heard, CALLEE_HZ) > 0.5
     assert energy_at(heard, 440.0) < 0.05
+
+
+async def test_the_bridged_call_is_recorded_both_ways_caller_left_callee_right(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    app.page(
+        "/start",
+        [
+            {
+                "connect": {
+                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"],
+                    "secondary_call": {"call_recording": True, "call_recording_mode": "separate"},
+                    "next_page": {"url": "/connected"},
+                }
+            }
+        ],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+    callee_pcap = (
+        Stream(3.0)
+        .speech(tones.tone(CALLEE_HZ, 1.0, -12), at=1.5)
+        .write_pcap(tmp_path / "callee.pcap")
+    )
+    caller_pcap = (
+        Stream(3.0)
+        .speech(tones.tone(CALLER_HZ, 1.0, -12), at=0.2)
+        .write_pcap(tmp_path / "caller.pcap")
+    )
+    callee = await sipp.start_sipp(
+        callee_scenario(callee_pcap),
+        tmp_path,
+        local_port=callee_port,
+        media_port=free_even_udp_port(),
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.PLAY.format(pcap=caller_pcap),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+        )
+        callee_out, _ = await asyncio.wait_for(callee.communicate(), 30)
+        assert callee.returncode == 0, callee_out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/connected")
+    (connected,) = app.bodies("/connected")
+    filename = connected["action_result"]["result"]["call_recording_filename"]
+    (path,) = (tmp_path / "data" / "media").glob(f"*/{filename}")
+    data = path.read_bytes()
+    info = wav.read_info(data)
+    assert info.channels == 2
+    audio = data[info.data_offset : info.data_offset + info.data_length]
+    seconds = len(audio) / 16000
+    assert 3.0 < seconds < 8, seconds  # from the bridge to the callee's hang-up
+    left, right = g711.decode("ulaw", audio[0::2]), g711.decode("ulaw", audio[1::2])
+    # The caller said its tone first, the callee its own a second later: each on its side.
+    assert energy_at(left, CALLER_HZ) > 0.5 and energy_at(left, CALLEE_HZ) < 0.05
+    assert energy_at(right, CALLEE_HZ) > 0.5 and energy_at(right, CALLER_HZ) < 0.05
+    log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
+    assert f"recording_start {filename} (the call, separate)" in log, log
+    assert f"recording_stop {filename}" in log, log

@@ -20,9 +20,11 @@ from callhook.events import (
     DropCallee,
     JoinCallee,
     PromptFinished,
+    RecordCall,
     SayText,
     StartPrompt,
     StopPrompt,
+    StopRecording,
 )
 
 T0 = 100.0
@@ -149,7 +151,10 @@ def test_early_media_is_passed_when_asked() -> None:
         ({"classify_callee": {"enable": True}}, r"classify_callee \(answering-machine detection\)"),
         ({"pass_early_media": True}, "pass_early_media needs exactly one destination"),
         ({"secondary_call": {"first_page": PAGE}}, r"secondary_call\.first_page is not supported"),
-        ({"secondary_call": {"call_recording": True}}, r"secondary_call\.call_recording is not"),
+        (
+            {"secondary_call": {"call_recording": True, "call_recording_encryption": True}},
+            "call_recording_encryption needs call_recording_cipher",
+        ),
         ({"seconds_answer_timeout": 0}, "greater than or equal to 1"),
         ({"secondary_call": {"call_recording_mode": "stereo"}}, "'mixed' or 'separate'"),
         ({"hold_media": {"get_number": {}}}, "play action"),
@@ -193,3 +198,61 @@ def test_the_from_user_of_a_far_leg() -> None:
     assert call_from_user('"Alice" <sip:alice@192.0.2.1>;tag=9') == "alice"
     for unusable in (None, "", "sip:two words@h", "<sip:@h>", "a b"):
         assert call_from_user(unusable) is None
+
+
+CIPHER = {"type": "aescbc", "key": "00" * 32, "initialisation_vector": "11" * 16}
+
+
+@pytest.mark.parametrize("mode", ["mixed", "separate"])
+def test_call_recording_runs_while_bridged_and_the_result_names_its_file(mode: str) -> None:
+    names = iter(["recordings/call-1.wav"])
+    action = Connect.model_validate(
+        {
+            "destinations": ["sip:a@x"],
+            "next_page": PAGE,
+            "secondary_call": {
+                "call_recording": True,
+                "call_recording_mode": mode,
+                "call_recording_encryption": True,
+                "call_recording_cipher": CIPHER,
+            },
+        }
+    )
+    m = ConnectMachine(action, ActionContext(new_recording_name=lambda: next(names)))
+    m.start(T0)
+    commands = m.handle(CalleeAnswered(0, {"call_id": "far-0"}), T0 + 2)
+    record = commands[-1]
+    assert commands[-2] == JoinCallee(0)  # the recording starts with the bridge
+    assert isinstance(record, RecordCall)
+    assert (record.filename, record.mode) == ("recordings/call-1.wav", mode)
+    assert record.cipher == ("aescbc", "00" * 32, "11" * 16)
+    assert m.handle(CalleeEnded(0, "hung_up", "BYE"), T0 + 9) == [
+        StopRecording("recordings/call-1.wav")
+    ]
+    assert isinstance(m.outcome, Completed)
+    assert m.outcome.result["call_recording_filename"] == "recordings/call-1.wav"
+
+
+def test_call_recording_without_encryption_ignores_a_cipher_and_stops_on_hang_up() -> None:
+    action = Connect.model_validate(
+        {
+            "destinations": ["sip:a@x"],
+            "secondary_call": {"call_recording": True, "call_recording_cipher": CIPHER},
+        }
+    )
+    m = ConnectMachine(action, ActionContext(new_recording_name=lambda: "r.wav"))
+    m.start(T0)
+    (record,) = [c for c in m.handle(CalleeAnswered(0), T0 + 1) if isinstance(c, RecordCall)]
+    assert record.cipher is None and record.mode == "mixed"
+    assert StopRecording("r.wav") in m.stop(T0 + 5, "hangup")
+
+
+def test_no_call_recording_unless_asked_and_none_before_the_answer() -> None:
+    m = machine(next_page=PAGE)
+    started = m.start(T0)
+    assert not any(isinstance(c, RecordCall) for c in started)
+    answered = m.handle(CalleeAnswered(0), T0 + 1)
+    assert not any(isinstance(c, RecordCall) for c in answered)
+    m.handle(CalleeEnded(0, "hung_up", "BYE"), T0 + 3)
+    assert isinstance(m.outcome, Completed)
+    assert "call_recording_filename" not in m.outcome.result

@@ -26,8 +26,8 @@ from callhook.media.rtp import RtpPacket
 from callhook.media.session import (
     MAX_PACKETS_PER_SECOND,
     MediaSession,
-    SinkFull,
 )
+from callhook.media.sink import SinkFull
 
 SPEECH = Path(__file__).parent.parent / "data" / "speech"
 PEER = ("192.0.2.10", 40000)

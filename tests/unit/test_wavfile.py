@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from callhook.media import g711, tones, wav
-from callhook.media.session import SinkFull
+from callhook.media.sink import SinkFull
 from callhook.store import crypto, wavfile
 from callhook.store.files import MediaStore
 from callhook.store.wavfile import WavWriter, Written
@@ -280,3 +280,28 @@ def test_deleting_a_recording_waits_for_its_finisher_then_withdraws_it(tmp_path:
     assert not path.exists()
     assert not path.with_name(f".{path.name}.tmp").exists()  # nothing renamed back
     assert wavfile.finished(path, timeout=0.05) is True  # nothing left to wait for
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_a_stereo_file_declares_two_channels_and_counts_sample_frames(
+    tmp_path: Path, key: crypto.Key | None
+) -> None:
+    path = tmp_path / "call.wav"
+    durable = Durable()
+    writer = WavWriter(path, "alaw", key=key, on_durable=durable, channels=2)
+    left, right = audio(1.0, "alaw"), g711.silence("alaw", 8000)
+    both = bytearray(16000)
+    both[0::2], both[1::2] = left, right
+    for frame in frames(bytes(both), 320):
+        writer.write(frame)
+    assert writer.seconds == 1.0
+    writer.close()
+    assert durable.wait().length == 16000
+    data = path.read_bytes() if key is None else crypto.decrypt_wav(path.read_bytes(), key)
+    info = wav.read_info(data)
+    assert (info.channels, info.block_align, info.data_length) == (2, 2, 16000)
+    assert data[info.data_offset : info.data_offset + 16000] == both
+    fact = data.index(b"fact")
+    assert int.from_bytes(data[fact + 8 : fact + 12], "little") == 8000  # sample frames
+    decoded = wav.decode_to_8k(data)  # a stereo recording plays (its channels mixed)
+    assert len(decoded) == 8000
