@@ -42,11 +42,11 @@ from typing import Any, Literal
 from urllib.parse import urljoin
 
 from callhook.actions import MachineAction, machine_for
+from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome
 from callhook.actions.response import InvalidResponse, parse_response
 from callhook.actions.schema import (
     ClearInput,
-    Connect,
     DeleteFile,
     GetInput,
     GetNumber,
@@ -55,35 +55,18 @@ from callhook.actions.schema import (
     Redirect,
     WebPageRequest,
 )
-from callhook.calllog import CallLog
+from callhook.calllog import CallLog, command_line, event_line
 from callhook.clock import Clock
 from callhook.config import AppConfig
 from callhook.events import (
     Aborted,
-    CallCallee,
-    CalleeAnswered,
-    CalleeEnded,
-    CalleeRinging,
     CallEnded,
     DigitReceived,
-    DropCallee,
-    JoinCallee,
     MediaCommand,
     MediaEvent,
-    PlayDigits,
-    PlayFile,
-    PlayTone,
-    PlayUrl,
     PromptFinished,
     RecordCall,
-    SayText,
-    SpeechRecognised,
-    SpeechRejected,
-    StartPrompt,
-    StartRecognition,
     StartRecording,
-    StopPrompt,
-    StopRecognition,
     StopRecording,
     VoiceActivity,
 )
@@ -298,7 +281,7 @@ class CallRunner:
                 if outcome.page is not None:
                     page = outcome.page  # a menu option's own page
                 else:
-                    assert isinstance(action, GetNumber | GetInput | Record | Connect)
+                    assert isinstance(action, GetNumber | GetInput | Record | Connect | Transfer)
                     assert action.next_page is not None  # a connect without one continues
                     page = action.next_page
                 return self._next(page, base, outcome.action_result(), name)
@@ -375,23 +358,11 @@ class CallRunner:
             self.log.write("caller_hung_up", f"{event.cause} ({event.raw_cause})")
 
     def _observe(self, event: MediaEvent, machine: ActionMachine) -> None:
-        if isinstance(event, DigitReceived):
-            self.log.write("digit", event.digit)
-        elif isinstance(event, VoiceActivity):
+        line = event_line(event)
+        if line is not None:
+            self.log.write(*line)
+        if isinstance(event, VoiceActivity):
             self.ctx.voice_active = event.active
-        elif isinstance(event, SpeechRecognised):
-            best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
-            typed = " (typed)" if event.phrase.typed else ""
-            self.log.write("speech", f"{best!r}{typed}")
-        elif isinstance(event, SpeechRejected) and event.cause:
-            # The recogniser failed (issue 14): the utterance counts as nothing recognised.
-            self.log.write("speech_failed", event.cause, level=logging.WARNING)
-        elif isinstance(event, CalleeRinging):
-            self.log.write("callee_ringing", f"#{event.attempt}")
-        elif isinstance(event, CalleeAnswered):
-            self.log.write("callee_answered", f"#{event.attempt} {event.info.get('call_id', '')}")
-        elif isinstance(event, CalleeEnded):
-            self.log.write("callee_ended", f"#{event.attempt} {event.cause} ({event.raw_cause})")
         elif isinstance(event, PromptFinished) and event.error:
             self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
 
@@ -399,32 +370,18 @@ class CallRunner:
         if not commands:
             return
         for c in commands:
-            if isinstance(c, StartPrompt):
-                self.log.write("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
-            elif isinstance(c, StopPrompt):
-                self.log.write("prompt_stop", f"#{c.prompt_id}")
-            elif isinstance(c, StartRecognition):
-                self.log.write("recognition_start", c.options.language)
-            elif isinstance(c, StopRecognition):
-                self.log.write("recognition_stop")
-            elif isinstance(c, StartRecording):
-                self.log.write("recording_start", c.filename)
+            line = command_line(c)
+            if line is not None:
+                self.log.write(*line)
+            if isinstance(c, StartRecording):
                 self._recording_started(c)
             elif isinstance(c, RecordCall):
-                self.log.write("recording_start", f"{c.filename} (the call, {c.mode})")
                 self._call_recording_started(c)
-            elif isinstance(c, StopRecording):
-                self.log.write("recording_stop", c.filename)
-                if c.filename in self._call_recordings and self.recordings is not None:
-                    # No page announces it (Aculab has none): the journal only sees it safe.
-                    self._call_recordings.discard(c.filename)
+            elif isinstance(c, StopRecording) and c.filename in self._call_recordings:
+                # No page announces it (Aculab has none): the journal only sees it safe.
+                self._call_recordings.discard(c.filename)
+                if self.recordings is not None:
                     self.recordings.completed(self.app.name, c.filename, {"filename": c.filename})
-            elif isinstance(c, CallCallee):  # a connect's far legs (both legs in one log)
-                self.log.write("callee_call", f"#{c.attempt} {c.destination}")
-            elif isinstance(c, DropCallee):
-                self.log.write("callee_drop", f"#{c.attempt}")
-            elif isinstance(c, JoinCallee):
-                self.log.write("bridge", f"#{c.attempt}{' (early media)' if c.early else ''}")
         self.leg.send(commands)
 
     # --- recordings -----------------------------------------------------------------
@@ -625,20 +582,3 @@ class CallRunner:
     def _error(self, text: str) -> None:
         self.summary.errors.append(text)
         self.log.write("error", text, level=logging.ERROR)
-
-
-def _describe_items(command: StartPrompt) -> str:
-    parts = []
-    for item in command.items:
-        if isinstance(item, SayText):
-            parts.append("say <private text>" if item.private else f"say {item.text!r}")
-        elif isinstance(item, PlayFile):
-            parts.append(f"file {item.name}")
-        elif isinstance(item, PlayTone):
-            also = f" + {item.and_hz:g}" if item.and_hz else ""
-            parts.append(f"tone {item.frequency_hz:g}{also} Hz {item.seconds:g} s")
-        elif isinstance(item, PlayDigits):
-            parts.append(f"digits {item.digits}")
-        elif isinstance(item, PlayUrl):
-            parts.append(f"file {item.url}")
-    return ", ".join(parts)

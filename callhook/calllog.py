@@ -27,6 +27,34 @@ from pathlib import Path
 from typing import BinaryIO
 
 from callhook.clock import Clock
+from callhook.events import (
+    CallCallee,
+    CalleeAnswered,
+    CalleeEnded,
+    CalleeRinging,
+    DigitReceived,
+    DropCallee,
+    JoinCallee,
+    MediaCommand,
+    MediaEvent,
+    PlayDigits,
+    PlayFile,
+    PlayTone,
+    PlayUrl,
+    RecordCall,
+    Refer,
+    ReferAnswered,
+    ReferNotified,
+    SayText,
+    SpeechRecognised,
+    SpeechRejected,
+    StartPrompt,
+    StartRecognition,
+    StartRecording,
+    StopPrompt,
+    StopRecognition,
+    StopRecording,
+)
 from callhook.redact import redact
 
 logger = logging.getLogger("callhook.call")
@@ -122,3 +150,75 @@ class CallLog:
             with contextlib.suppress(OSError):
                 self._file.close()
             self._file = None
+
+
+# --- what the log says of a call's media events and commands ------------------------------
+
+Line = tuple[str, str] | tuple[str, str, int]
+
+
+def event_line(event: MediaEvent) -> Line | None:
+    """The log line (kind, text[, level]) of a media event an action sees, if it has one."""
+    if isinstance(event, DigitReceived):
+        return ("digit", event.digit)
+    if isinstance(event, SpeechRecognised):
+        best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
+        return ("speech", f"{best!r}{' (typed)' if event.phrase.typed else ''}")
+    if isinstance(event, SpeechRejected) and event.cause:
+        # The recogniser failed (issue 14): the utterance counts as nothing recognised.
+        return ("speech_failed", event.cause, logging.WARNING)
+    if isinstance(event, CalleeRinging):  # a connect's far legs: both legs in one log
+        return ("callee_ringing", f"#{event.attempt}")
+    if isinstance(event, CalleeAnswered):
+        return ("callee_answered", f"#{event.attempt} {event.info.get('call_id', '')}")
+    if isinstance(event, CalleeEnded):
+        return ("callee_ended", f"#{event.attempt} {event.cause} ({event.raw_cause})")
+    if isinstance(event, ReferAnswered):
+        return ("refer_answered", str(event.status))
+    if isinstance(event, ReferNotified):
+        return ("refer_notify", f"{event.status}{' (final)' if event.final else ''}")
+    return None
+
+
+def command_line(c: MediaCommand) -> Line | None:
+    """The log line (kind, text) of a command an action gives, if it has one."""
+    if isinstance(c, StartPrompt):
+        return ("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
+    if isinstance(c, StopPrompt):
+        return ("prompt_stop", f"#{c.prompt_id}")
+    if isinstance(c, StartRecognition):
+        return ("recognition_start", c.options.language)
+    if isinstance(c, StopRecognition):
+        return ("recognition_stop", "")
+    if isinstance(c, StartRecording):
+        return ("recording_start", c.filename)
+    if isinstance(c, RecordCall):
+        return ("recording_start", f"{c.filename} (the call, {c.mode})")
+    if isinstance(c, StopRecording):
+        return ("recording_stop", c.filename)
+    if isinstance(c, CallCallee):
+        return ("callee_call", f"#{c.attempt} {c.destination}")
+    if isinstance(c, DropCallee):
+        return ("callee_drop", f"#{c.attempt}")
+    if isinstance(c, JoinCallee):
+        return ("bridge", f"#{c.attempt}{' (early media)' if c.early else ''}")
+    if isinstance(c, Refer):
+        return ("refer", c.destination)
+    return None
+
+
+def _describe_items(command: StartPrompt) -> str:
+    parts = []
+    for item in command.items:
+        if isinstance(item, SayText):
+            parts.append("say <private text>" if item.private else f"say {item.text!r}")
+        elif isinstance(item, PlayFile):
+            parts.append(f"file {item.name}")
+        elif isinstance(item, PlayTone):
+            also = f" + {item.and_hz:g}" if item.and_hz else ""
+            parts.append(f"tone {item.frequency_hz:g}{also} Hz {item.seconds:g} s")
+        elif isinstance(item, PlayDigits):
+            parts.append(f"digits {item.digits}")
+        elif isinstance(item, PlayUrl):
+            parts.append(f"file {item.url}")
+    return ", ".join(parts)

@@ -164,6 +164,24 @@ class CalleeEnded:
     raw_cause: str
 
 
+@dataclass(frozen=True, slots=True)
+class ReferAnswered:
+    """The final response to the REFER (202: accepted; 408 when none came)."""
+
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReferNotified:
+    """A NOTIFY of the transfer's progress: the status line of its ``message/sipfrag``
+    (RFC 3515 §2.4.5), with ``cause`` the final page cause that status maps to; ``final``
+    when it ends the transfer (a final status, or the subscription terminated)."""
+
+    status: int
+    cause: str = ""
+    final: bool = False
+
+
 MediaEvent = (
     DigitReceived
     | PromptFinished
@@ -177,6 +195,8 @@ MediaEvent = (
     | CalleeRinging
     | CalleeAnswered
     | CalleeEnded
+    | ReferAnswered
+    | ReferNotified
 )
 
 # --- commands: actions -> media session -----------------------------------------------
@@ -350,6 +370,19 @@ class RecordCall:
     cipher: tuple[str, str, str] | None = field(default=None, repr=False)  # keys never shown
 
 
+# --- a transfer (callhook.actions.transfer) ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Refer:
+    """Ask the caller's side to call ``destination`` instead (a SIP REFER in the call's
+    dialog, RFC 3515; ``referred_by``: its Referred-By, RFC 3892; None: the call's own
+    address)."""
+
+    destination: str
+    referred_by: str | None = None
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -362,4 +395,5 @@ MediaCommand = (
     | DropCallee
     | JoinCallee
     | RecordCall
+    | Refer
 )

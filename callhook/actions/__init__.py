@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from callhook.actions.connect import ConnectMachine
+from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.gather import GatherMachine, GatherSpec
 from callhook.actions.machine import ActionContext, ActionMachine
 from callhook.actions.menu import MenuMachine, MenuSpec
+from callhook.actions.menuschema import RunMenu, RunSpeechMenu
 from callhook.actions.play import PlayMachine, SleepMachine
 from callhook.actions.record import RecordMachine
-from callhook.actions.schema import (
-    Connect,
-    GetInput,
-    GetNumber,
-    Play,
-    Record,
-    RunMenu,
-    RunSpeechMenu,
-    Sleep,
-)
+from callhook.actions.schema import GetInput, GetNumber, Play, Record, Sleep
+from callhook.actions.transfer import TransferMachine
 
 #: The actions that run on the call's media through a state machine.
-MachineAction = Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep | Connect
+MachineAction = (
+    Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep | Connect | Transfer
+)
 
 
 def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
@@ -39,4 +35,6 @@ def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
         return MenuMachine(MenuSpec.for_run_speech_menu(action), ctx)
     if isinstance(action, Connect):
         return ConnectMachine(action, ctx)
+    if isinstance(action, Transfer):
+        return TransferMachine(action, ctx)
     return SleepMachine(action)

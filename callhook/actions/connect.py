@@ -44,6 +44,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from callhook.actions.connectschema import Connect
 from callhook.actions.machine import (
     ActionContext,
     ActionMachine,
@@ -52,7 +53,6 @@ from callhook.actions.machine import (
     StopReason,
     prompt_items,
 )
-from callhook.actions.schema import Connect
 from callhook.events import (
     CallCallee,
     CalleeAnswered,
@@ -105,6 +105,7 @@ class ConnectMachine(ActionMachine):
         self.info: dict[str, Any] = {}  # the joined far leg's description
         self.recording: str | None = None  # the whole-call recording's file, while it runs
         self.recorded: str | None = None  # the file it made
+        self.result: dict[str, Any] | None = None  # once over (with or without a next_page)
 
     # --- the machine --------------------------------------------------------------------
 
@@ -247,6 +248,7 @@ class ConnectMachine(ActionMachine):
             result["secondary_call"] = dict(self.info)
         if self.recorded is not None:
             result["call_recording_filename"] = self.recorded  # callhook's (behaviour.md)
+        self.result = result
         page = self.action.next_page
         if page is None:
             self.outcome = Continue(f"connect: {cause[0]}")

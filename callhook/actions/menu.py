@@ -60,7 +60,8 @@ from callhook.actions.machine import (
     messages_or,
     say,
 )
-from callhook.actions.schema import Play, RunMenu, RunSpeechMenu, WebPageRequest
+from callhook.actions.menuschema import RunMenu, RunSpeechMenu
+from callhook.actions.schema import Play, WebPageRequest
 from callhook.events import (
     DigitReceived,
     MediaCommand,

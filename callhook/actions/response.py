@@ -23,8 +23,9 @@ from pydantic import (
     create_model,
 )
 
+from callhook.actions.catalogue import ACTION_MODELS
 from callhook.actions.fields import Opt, Strict, pattern
-from callhook.actions.schema import ACTION_MODELS, Cipher, PlayStep
+from callhook.actions.schema import Cipher, PlayStep
 
 # --- the response envelope --------------------------------------------------------------
 

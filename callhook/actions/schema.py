@@ -33,13 +33,11 @@ from callhook.actions.fields import (
     Digits,
     FileName,
     Language,
-    OneDigit,
     Opt,
     PageUrl,
     Strict,
     Words,
     hex_of,
-    menu_words,
     pattern,
 )
 
@@ -223,8 +221,8 @@ def _play_form(value: Any) -> str | None:
         return None
     if "play" in value:
         return "~action"
-    if len(value) == 1 and next(iter(value)) in ACTION_MODELS:
-        return None  # another action where a play action belongs
+    if len(value) == 1 and next(iter(value)) not in Play.model_fields:
+        return None  # another action (or nothing like a play) where a play action belongs
     return "~body"
 
 
@@ -397,64 +395,6 @@ class Record(Strict):
     recording_available_page: Opt[WebPageRequest] = None
 
 
-# --- putting the caller through (Aculab v2's connect; docs/behaviour.md) --------------
-
-
-class SecondaryCall(Strict):
-    """The ``secondary_call`` object: pages and properties of the far leg's lifetime."""
-
-    call_recording: bool = False
-    call_recording_encryption: bool = False
-    call_recording_eliminate_dtmf: bool = True
-    call_recording_mode: Literal["mixed", "separate"] = "mixed"
-    call_recording_cipher: Opt[Cipher] = None
-    minutes_max_call_duration: Annotated[int, Field(ge=1)] = 240
-    first_page: Opt[WebPageRequest] = None
-    final_page: Opt[WebPageRequest] = None
-    error_page: Opt[WebPageRequest] = None
-
-
-class Connect(Strict):
-    """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
-
-    name: ClassVar[str] = "connect"
-    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
-    call_from: Opt[str] = None
-    hold_media: Opt[PlayAction] = None
-    pass_early_media: bool = False
-    seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
-    classify_callee: Opt[dict[str, Any]] = None
-    secondary_call: Opt[SecondaryCall] = None
-    next_page: Opt[WebPageRequest] = None
-
-    @model_validator(mode="after")
-    def _combination(self) -> Connect:
-        if self.classify_callee is not None:
-            raise ValueError(
-                "classify_callee (answering-machine detection) is not supported by callhook "
-                "yet: leave it out"
-            )
-        if self.pass_early_media and len(self.destinations) != 1:
-            raise ValueError("pass_early_media needs exactly one destination")
-        if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
-            raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
-        # Not built yet (issue 15 goes on): refused by name rather than silently ignored.
-        second = self.secondary_call
-        if second is not None:
-            for name in ("first_page", "final_page", "error_page"):
-                if getattr(second, name) is not None:
-                    raise ValueError(
-                        f"secondary_call.{name} is not supported by callhook yet: leave it out"
-                    )
-            # Aculab lets a first_page's response give the cipher; without first_page the
-            # action must, or the recording could not be encrypted.
-            if second.call_recording_encryption and second.call_recording_cipher is None:
-                raise ValueError(
-                    "secondary_call.call_recording_encryption needs call_recording_cipher"
-                )
-        return self
-
-
 # --- control actions (DESIGN.md §1.2) ---------------------------------------------------
 
 
@@ -489,149 +429,3 @@ class DeleteFile(Strict):
 
     name: ClassVar[str] = "delete_file"
     filename: FileName
-
-
-# --- menus (Aculab REST API v2 run_menu, run_speech_menu; docs/behaviour.md) -------------
-
-
-def _unique_digits(options: list[Any]) -> list[Any]:
-    seen: dict[str, int] = {}
-    for index, option in enumerate(options):
-        if option.digit is None:
-            continue
-        if option.digit in seen:
-            raise ValueError(
-                f"digit {option.digit!r} is used by menu_options[{seen[option.digit]}] "
-                f"and menu_options[{index}]; each option needs its own digit"
-            )
-        seen[option.digit] = index
-    return options
-
-
-class MenuOption(Strict):
-    """One choice of a ``run_menu``: the digit to press and the page it leads to."""
-
-    digit: OneDigit
-    next_page: WebPageRequest
-
-
-class RunMenu(Strict):
-    """The ``run_menu`` action: the caller picks an option with one key press."""
-
-    name: ClassVar[str] = "run_menu"
-    menu_options: Annotated[list[MenuOption], Field(min_length=1), AfterValidator(_unique_digits)]
-    prompt: Opt[PlayAction] = None
-    help_digit: DigitOrEmpty = "*"
-    seconds_digit_timeout: Annotated[int, Field(ge=1, le=3600)] = 5
-    on_digit_timeout_messages: Opt[list[MessagePlayAction]] = None
-    on_invalid_digit_messages: Opt[list[MessagePlayAction]] = None
-
-    @model_validator(mode="after")
-    def _help(self) -> RunMenu:
-        for index, option in enumerate(self.menu_options):
-            if self.help_digit and option.digit == self.help_digit:
-                raise ValueError(
-                    f"help_digit {self.help_digit!r} is also the digit of menu_options[{index}]"
-                )
-        return self
-
-
-class SpeechMenuOption(Strict):
-    """One choice of a ``run_speech_menu``: words to say and/or a digit, and its page."""
-
-    words: list[Words] = Field(default_factory=list)
-    digit: Opt[OneDigit] = None
-    next_page: WebPageRequest
-
-    @model_validator(mode="after")
-    def _something(self) -> SpeechMenuOption:
-        if not self.words and self.digit is None:
-            raise ValueError("an option needs words to say, a digit to press, or both")
-        return self
-
-
-def _unique_words(options: list[SpeechMenuOption]) -> list[SpeechMenuOption]:
-    seen: dict[str, int] = {}
-    for index, option in enumerate(options):
-        for word in option.words:
-            key = menu_words(word)
-            if key in seen and seen[key] != index:
-                raise ValueError(
-                    f"{word!r} is a word of menu_options[{seen[key]}] "
-                    f"and menu_options[{index}]; each option needs its own words"
-                )
-            seen[key] = index
-    return options
-
-
-class RunSpeechMenu(Strict):
-    """The ``run_speech_menu`` action: the caller says an option's words or presses its digit."""
-
-    name: ClassVar[str] = "run_speech_menu"
-    menu_options: Annotated[
-        list[SpeechMenuOption],
-        Field(min_length=1),
-        AfterValidator(_unique_digits),
-        AfterValidator(_unique_words),
-    ]
-    prompt: Opt[PlayAction] = None
-    language: Language = "en-US"
-    # Engine-specific options; accepted for compatibility and passed to nothing.
-    speech_model_options: Opt[dict[str, Any]] = None
-    help_digit: DigitOrEmpty = "*"
-    help_word: str = "help"
-    # 0 or less: no timeout (the menu waits until the caller answers or hangs up).
-    seconds_timeout: Annotated[int, Field(le=3600)] = 5
-    on_input_timeout_messages: Opt[list[MessagePlayAction]] = None
-    on_invalid_input_messages: Opt[list[MessagePlayAction]] = None
-
-    @model_validator(mode="after")
-    def _help(self) -> RunSpeechMenu:
-        help_word = menu_words(self.help_word)
-        if self.help_word and not help_word:
-            raise ValueError(
-                f"help_word: expected a word or an empty string, got {self.help_word!r}"
-            )
-        for index, option in enumerate(self.menu_options):
-            if self.help_digit and option.digit == self.help_digit:
-                raise ValueError(
-                    f"help_digit {self.help_digit!r} is also the digit of menu_options[{index}]"
-                )
-            if help_word and help_word in {menu_words(w) for w in option.words}:
-                raise ValueError(
-                    f"help_word {self.help_word!r} is also a word of menu_options[{index}]"
-                )
-        return self
-
-
-Action = (
-    Play
-    | Connect
-    | GetNumber
-    | GetInput
-    | Record
-    | RunMenu
-    | RunSpeechMenu
-    | Sleep
-    | HangUp
-    | Redirect
-    | ClearInput
-    | DeleteFile
-)
-ACTION_MODELS: dict[str, type[Strict]] = {
-    m.name: m
-    for m in (
-        Play,
-        Connect,
-        GetNumber,
-        GetInput,
-        Record,
-        RunMenu,
-        RunSpeechMenu,
-        Sleep,
-        HangUp,
-        Redirect,
-        ClearInput,
-        DeleteFile,
-    )
-}

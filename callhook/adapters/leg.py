@@ -44,6 +44,8 @@ from callhook.events import (
     RecognitionOptions,
     RecordCall,
     RecorderFailed,
+    Refer,
+    ReferAnswered,
     SayText,
     SpeechRecognised,
     SpeechRejected,
@@ -77,11 +79,19 @@ class FarLegs(Protocol):
     def join(self, attempt: int, early: bool) -> None: ...
 
 
+class Referrer(Protocol):
+    """The call's way to send a REFER in its dialog (a ``transfer``: adapters/referring.py)."""
+
+    def refer(self, destination: str, referred_by: str | None) -> None: ...
+
+
 class SipLeg:
     """One SIP call's signalling and media, for the call runner."""
 
     #: What places this call's far legs (set by the SIP service; None: it cannot).
     far: FarLegs | None = None
+    #: What sends this call's REFERs (set by the SIP service; None: it cannot).
+    referrer: Referrer | None = None
 
     def __init__(
         self,
@@ -197,6 +207,13 @@ class SipLeg:
                 self.far.drop(command.attempt)
             elif isinstance(command, JoinCallee) and self.far is not None:
                 self.far.join(command.attempt, command.early)
+            elif isinstance(command, Refer):
+                if self.referrer is None:
+                    # As a peer that does not do REFER answers (RFC 3261 §8.2.1).
+                    logger.warning("call %s: this call cannot be transferred", self.info.call_id)
+                    self.inject(ReferAnswered(501))
+                else:
+                    self.referrer.refer(command.destination, command.referred_by)
 
     # --- prompts --------------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from callhook.actions.connect import RINGBACK, ConnectMachine
+from callhook.actions.connectschema import Connect
 from callhook.actions.machine import ActionContext, Completed, Continue
-from callhook.actions.schema import Connect
 from callhook.events import (
     CallCallee,
     CalleeAnswered,

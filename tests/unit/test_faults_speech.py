@@ -158,6 +158,7 @@ def test_closing_waits_for_running_recogniser_work_but_not_for_a_hung_one() -> N
 
     pool = DaemonPool(1, "test")
     release, started = threading.Event(), threading.Event()
+
     def work() -> None:
         started.set()
         release.wait(10)

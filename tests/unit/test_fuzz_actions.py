@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.fuzz import TARGETS, check_of, strategy
-from callhook.actions.schema import ACTION_MODELS
+from callhook.actions.catalogue import ACTION_MODELS
 
 FUZZ = settings(
     max_examples=300,

@@ -14,8 +14,9 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
+from callhook.actions.menuschema import RunMenu, RunSpeechMenu
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
-from callhook.actions.schema import DeleteFile, RunMenu, RunSpeechMenu
+from callhook.actions.schema import DeleteFile
 
 NEXT = {"url": "/next"}
 RM = "$.actions[0].run_menu"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from callhook.actions.catalogue import ACTION_MODELS
 from callhook.actions.gather import GatherSpec
 from callhook.actions.response import parse_response
 from callhook.actions.schema import (
-    ACTION_MODELS,
     Cipher,
     DigitInputOptions,
     FileItem,
@@ -164,9 +164,11 @@ def test_model_property_names_are_the_spec_names(
 
 def test_action_names() -> None:
     # The spec's three actions, play (used by prompts), DESIGN.md's control actions, and
-    # Aculab's menus, delete_file and connect (DESIGN.md §1.2, issue 15).
+    # Aculab's menus, delete_file and connect, and callhook's transfer (DESIGN.md §1.2,
+    # issue 15).
     assert set(ACTION_MODELS) == {
         "connect",
+        "transfer",
         "run_menu",
         "run_speech_menu",
         "delete_file",

@@ -1,0 +1,52 @@
+"""Every action an application may send, by its wire name (``{"<name>": {...}}``)."""
+
+from __future__ import annotations
+
+from callhook.actions.connectschema import Connect, Transfer
+from callhook.actions.fields import Strict
+from callhook.actions.menuschema import RunMenu, RunSpeechMenu
+from callhook.actions.schema import (
+    ClearInput,
+    DeleteFile,
+    GetInput,
+    GetNumber,
+    HangUp,
+    Play,
+    Record,
+    Redirect,
+    Sleep,
+)
+
+Action = (
+    Play
+    | Connect
+    | Transfer
+    | GetNumber
+    | GetInput
+    | Record
+    | RunMenu
+    | RunSpeechMenu
+    | Sleep
+    | HangUp
+    | Redirect
+    | ClearInput
+    | DeleteFile
+)
+ACTION_MODELS: dict[str, type[Strict]] = {
+    m.name: m
+    for m in (
+        Play,
+        Connect,
+        Transfer,
+        GetNumber,
+        GetInput,
+        Record,
+        RunMenu,
+        RunSpeechMenu,
+        Sleep,
+        HangUp,
+        Redirect,
+        ClearInput,
+        DeleteFile,
+    )
+}

@@ -1,0 +1,109 @@
+"""Wire models of the actions that put the caller through: ``connect`` (Aculab REST API
+version 2's, with its ``secondary_call`` object) and ``transfer`` (callhook's own: Aculab
+has no transfer). The decisions where Aculab is silent are in docs/behaviour.md."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from callhook.actions.fields import Opt, Strict
+from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
+
+# --- putting the caller through (Aculab v2's connect; docs/behaviour.md) --------------
+
+
+class SecondaryCall(Strict):
+    """The ``secondary_call`` object: pages and properties of the far leg's lifetime."""
+
+    call_recording: bool = False
+    call_recording_encryption: bool = False
+    call_recording_eliminate_dtmf: bool = True
+    call_recording_mode: Literal["mixed", "separate"] = "mixed"
+    call_recording_cipher: Opt[Cipher] = None
+    minutes_max_call_duration: Annotated[int, Field(ge=1)] = 240
+    first_page: Opt[WebPageRequest] = None
+    final_page: Opt[WebPageRequest] = None
+    error_page: Opt[WebPageRequest] = None
+
+
+class Connect(Strict):
+    """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
+
+    name: ClassVar[str] = "connect"
+    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    call_from: Opt[str] = None
+    hold_media: Opt[PlayAction] = None
+    pass_early_media: bool = False
+    seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
+    classify_callee: Opt[dict[str, Any]] = None
+    secondary_call: Opt[SecondaryCall] = None
+    next_page: Opt[WebPageRequest] = None
+
+    @model_validator(mode="after")
+    def _combination(self) -> Connect:
+        if self.classify_callee is not None:
+            raise ValueError(
+                "classify_callee (answering-machine detection) is not supported by callhook "
+                "yet: leave it out"
+            )
+        if self.pass_early_media and len(self.destinations) != 1:
+            raise ValueError("pass_early_media needs exactly one destination")
+        if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
+            raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
+        # Not built yet (issue 15 goes on): refused by name rather than silently ignored.
+        second = self.secondary_call
+        if second is not None:
+            for name in ("first_page", "final_page", "error_page"):
+                if getattr(second, name) is not None:
+                    raise ValueError(
+                        f"secondary_call.{name} is not supported by callhook yet: leave it out"
+                    )
+            # Aculab lets a first_page's response give the cipher; without first_page the
+            # action must, or the recording could not be encrypted.
+            if second.call_recording_encryption and second.call_recording_cipher is None:
+                raise ValueError(
+                    "secondary_call.call_recording_encryption needs call_recording_cipher"
+                )
+        return self
+
+
+class ConnectStep(Strict):
+    """``{"connect": {...}}``: a connect action in its wire form (reference §4.1)."""
+
+    connect: Connect
+
+
+#: A transfer's destination: a SIP URI, or a number (digits, ``+`` first, ``-`` between).
+_NUMBER = re.compile(r"\+?[0-9]+(?:-[0-9]+)*")
+
+
+class Transfer(Strict):
+    """The ``transfer`` action (callhook's): hand the caller to ``destination`` with a SIP
+    REFER (RFC 3515, blind, Referred-By: RFC 3892) and report how it went."""
+
+    name: ClassVar[str] = "transfer"
+    destination: Annotated[str, Field(min_length=1)]
+    referred_by: Opt[Annotated[str, Field(min_length=1)]] = None
+    seconds_timeout: Annotated[int, Field(ge=1, le=3600)] = 30
+    fallback_connect: Opt[ConnectStep] = None
+    next_page: Opt[WebPageRequest] = None
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, value: str) -> str:
+        lowered = value.lower()
+        if lowered.startswith(("sip:", "sips:")) and len(value) > value.index(":") + 1:
+            return value
+        if _NUMBER.fullmatch(value):
+            return value
+        raise ValueError("a sip: or sips: URI, or a number (digits, + first, - between)")
+
+    @field_validator("referred_by")
+    @classmethod
+    def _referred_by(cls, value: str | None) -> str | None:
+        if value is not None and not value.lower().startswith(("sip:", "sips:")):
+            raise ValueError("a sip: or sips: URI (RFC 3892)")
+        return value
