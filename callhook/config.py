@@ -30,6 +30,7 @@ A config file is TOML::
     rate = 20                           # SIP messages a second per source before a ban
     ban_seconds = 600                   # how long a ban lasts
     max_message_bytes = 8192            # larger SIP messages: dropped (UDP), 413 (TCP/TLS)
+    digest_algorithms = ["MD5"]         # what [users] phones are challenged with: MD5, SHA-256
 
     [outbound]                          # toll fraud (docs/security.md)
     allow = ["sip:*@192.168.1.*", "+44"]  # what dial and the API may call (sip: globs, number
@@ -83,6 +84,10 @@ A config file is TOML::
 
     default_app = "support"             # calls to any other user run this app
 
+    [users.alice]                       # a phone that registers with callhook (docs/behaviour.md)
+    password = "a long random string"   # its digest password (at least 8 characters)
+    app = "support"                     # optional: the application its calls run
+
 With no config the built-in demo application is the default app.
 """
 
@@ -117,6 +122,14 @@ _PAGES = ("error_page", "final_page")
 #: Application names: they name a directory of the media file store and a SIP user.
 _APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 
+#: User names (``[users.NAME]``): the user part of the phone's SIP address, as it writes
+#: it (case-sensitive), so characters no phone escapes (RFC 3261 §25.1 unreserved).
+_USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.!~*'()-]{0,63}")
+
+#: The shortest user password accepted: the digest is all that keeps a caller from
+#: ringing someone else's phone or calling in as them.
+PASSWORD_MIN = 8
+
 
 class ConfigError(ValueError):
     """A config file that cannot be used, with the reason."""
@@ -138,6 +151,16 @@ class AppConfig:
     final_page: str | None = None
     application_parameters: str = ""
     api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    """A user whose phones register with callhook (``[users.NAME]``): reached by ``connect``
+    to ``user:NAME``; its calls in run ``app`` when set. The password is not in the repr."""
+
+    name: str
+    password: str = field(repr=False)
+    app: str | None = None
 
 
 @dataclass
@@ -184,6 +207,8 @@ class Settings:
     security_ban_seconds: float = 600.0
     #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
     max_message_bytes: int = 8192
+    #: The digest algorithms ``[users]`` phones are challenged with, most preferred first.
+    digest_algorithms: tuple[str, ...] = ("MD5",)
     #: ``[outbound]``: the destinations outbound calls may reach, the calls per application.
     outbound_allow: tuple[str, ...] = ()
     max_calls_per_app: int = MAX_CALLS_PER_APP
@@ -195,6 +220,8 @@ class Settings:
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.numbers`) and the application of each.
     numbers: dict[str, str] = field(default_factory=dict)
+    #: ``[users.NAME]``: the phones callhook is the registrar of, by user name.
+    users: dict[str, UserConfig] = field(default_factory=dict)
 
     def app_for(self, user: str, to_user: str = "") -> AppConfig | None:
         """The application for a call to ``user`` (the request-URI's user part).
@@ -328,8 +355,25 @@ def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
 def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
     """``[security]``: allow (CIDR blocks), unknown (drop | reject), rate, ban_seconds."""
     _no_unknown(
-        path, "security", values, {"allow", "unknown", "rate", "ban_seconds", "max_message_bytes"}
+        path,
+        "security",
+        values,
+        {"allow", "unknown", "rate", "ban_seconds", "max_message_bytes", "digest_algorithms"},
     )
+    if "digest_algorithms" in values:
+        algorithms = values["digest_algorithms"]
+        known = ("MD5", "SHA-256")
+        if (
+            not isinstance(algorithms, list)
+            or not algorithms
+            or not all(isinstance(a, str) and a.upper() in known for a in algorithms)
+            or len({a.upper() for a in algorithms}) != len(algorithms)
+        ):
+            raise ConfigError(
+                f"{path}: [security] digest_algorithms must list MD5 and/or SHA-256 "
+                "(most preferred first), each once"
+            )
+        settings.digest_algorithms = tuple(a.upper() for a in algorithms)
     if "allow" in values:
         allow = values["allow"]
         if not isinstance(allow, list):
@@ -420,7 +464,7 @@ def load(path: Path) -> Settings:
     if "rtp_ports" in sip:
         ports = sip["rtp_ports"]
         ok = isinstance(ports, list) and len(ports) == 2
-        first, last = (ports if ok and all(type(p) is int for p in ports) else (0, 0))
+        first, last = ports if ok and all(type(p) is int for p in ports) else (0, 0)
         if not 1024 <= first < last <= 65535:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
         settings.rtp_ports = (first, last)
@@ -541,4 +585,34 @@ def load(path: Path) -> Settings:
         settings.default_app = _text(path, "", "default_app", raw, "")
     if settings.default_app is not None and settings.default_app not in settings.apps:
         raise ConfigError(f"{path}: default_app {settings.default_app!r} is not in [apps]")
+    settings.users = _users(path, _table(path, raw, "users"), settings.apps)
     return settings
+
+
+def _users(path: Path, users: dict[str, Any], apps: dict[str, AppConfig]) -> dict[str, UserConfig]:
+    """``[users.NAME]``: password (required), app (optional, one of ``[apps]``)."""
+    out: dict[str, UserConfig] = {}
+    for name, table in users.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: users.{name} must be a table ([users.{name}])")
+        if not _USER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: [users.{name}]: a user name is 1 to 64 letters, digits or "
+                "_ . ! ~ * ' ( ) - (a letter or digit first)"
+            )
+        where = f"users.{name}"
+        _no_unknown(path, where, table, {"password", "app"})
+        if "password" not in table:
+            raise ConfigError(f"{path}: [{where}] needs a password (its phone's digest password)")
+        password = _text(path, where, "password", table, "")
+        if len(password) < PASSWORD_MIN:
+            raise ConfigError(
+                f"{path}: [{where}] password must be at least {PASSWORD_MIN} characters"
+            )
+        app = table.get("app")
+        if app is not None:
+            app = _text(path, where, "app", table, "")
+            if app not in apps:
+                raise ConfigError(f"{path}: [{where}] app {app!r} is not in [apps]")
+        out[name] = UserConfig(name, password, app)
+    return out

@@ -13,6 +13,17 @@ call's leg). A far leg runs no application of its own.
 Destinations: a ``sip:``/``sips:`` URI is called directly; a number goes through
 the first configured trunk (docs/behaviour.md). Every far leg is an outbound
 call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other.
+
+``user:NAME`` calls every phone NAME has registered (``callhook/sip/registrar.py``)
+at once, a fork (:class:`Fork`): the action still sees one attempt. It rings when
+the first phone rings; the first phone to answer is the attempt's answer, and
+the others get CANCEL (or BYE, if they answered too late); it ends when that
+phone hangs up or, unanswered, when every phone has failed, with the most
+telling of their causes (busy, no answer, unobtainable, failed: the action's own
+order). These are the installation's own phones: ``[outbound] allow`` does not
+apply, ``max_calls_per_app`` does (each phone is a call). A user that does not
+exist fails ``unobtainable`` (404), one with no phone registered ``unobtainable``
+(480).
 """
 
 from __future__ import annotations
@@ -33,10 +44,12 @@ from callhook.config import AppConfig
 from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging, MediaEvent
 from callhook.media.session import MediaSession
 from callhook.media.srtp import Crypto, offer_keys
+from callhook.outbound import OutboundPolicy
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
 from callhook.sip.message import parse_uri
+from callhook.sip.registrar import Binding, Registrar
 
 logger = logging.getLogger("callhook.sip")
 
@@ -58,6 +71,31 @@ class FarLeg:
     answered: bool = False
     ended: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    fork: Fork | None = None  # one of the phones of a user: destination
+
+
+@dataclass
+class Fork:
+    """The far legs of one ``user:NAME`` destination: one per registered phone."""
+
+    devices: list[FarLeg] = field(default_factory=list)
+    placing: bool = True  # its phones are being called (it cannot have failed yet)
+    rang: bool = False
+    winner: FarLeg | None = None
+    dropped: bool = False
+    causes: list[tuple[str, str]] = field(default_factory=list)
+
+    def most_telling(self) -> tuple[str, str]:
+        """Of the phones' causes, the one the action would report (its order)."""
+        for wanted in CAUSE_ORDER:
+            for cause in self.causes:
+                if cause[0] == wanted:
+                    return cause
+        return self.causes[0] if self.causes else ("failed", "")
+
+
+#: The order in which far legs' causes tell (callhook/actions/connect.py uses the same).
+CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
 
 
 class Connecting:
@@ -74,6 +112,9 @@ class Connecting:
     guard: Guard
     #: Far legs by their SIP call id (the agent's events for them come here).
     far_legs: dict[str, FarLeg]
+    registrar: Registrar | None
+    outbound: OutboundPolicy
+    _outbound_calls: dict[str, int]
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -90,24 +131,79 @@ class Connecting:
         self, primary: SipCall, attempt: int, destination: str, call_from: str | None
     ) -> None:
         """Call ``destination`` as far leg ``attempt`` of ``primary``'s connect."""
-        agent, media = self.agent, self.media
-        assert agent is not None and media is not None
-        leg = primary.leg
+        if destination.strip().lower().startswith("user:"):
+            self._place_user(primary, attempt, destination, call_from)
+            return
         try:
             route, trunk = self._route(destination)
             self.admit_outbound(destination, primary.app, trunk)
         except RouteError as exc:
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             cause = "unobtainable" if exc.status in (400, 404) else "failed"
-            leg.inject(CalleeEnded(attempt, cause, str(exc.status)))
+            primary.leg.inject(CalleeEnded(attempt, cause, str(exc.status)))
             return
+        failure = self._start_far(primary, attempt, destination, route, trunk, call_from)
+        if failure is not None:
+            primary.leg.inject(CalleeEnded(attempt, *failure))
+
+    def _place_user(
+        self, primary: SipCall, attempt: int, destination: str, call_from: str | None
+    ) -> None:
+        """Call every phone ``user:NAME`` has registered at once (a :class:`Fork`)."""
+        name = destination.strip()[len("user:") :]
+        registrar, leg = self.registrar, primary.leg
+        if registrar is None or not registrar.knows(name):
+            logger.warning("call %s: cannot call %s: no such user", primary.call_id, destination)
+            leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
+            return
+        phones = registrar.bindings(name, self.loop.time())
+        if not phones:
+            logger.info("call %s: %s has no phone registered", primary.call_id, destination)
+            leg.inject(CalleeEnded(attempt, "unobtainable", "480"))
+            return
+        fork = Fork()
+        for phone in phones:
+            why = self.outbound.over_limit(
+                primary.app.name, self._outbound_calls.get(primary.app.name, 0)
+            )
+            if why is not None:
+                logger.warning("call %s: cannot call %s: %s", primary.call_id, phone.contact, why)
+                fork.causes.append(("failed", "429"))
+                continue
+            self._outbound_calls[primary.app.name] = (
+                self._outbound_calls.get(primary.app.name, 0) + 1
+            )
+            route = _phone_route(phone)
+            to = f"sip:{name}@{self.address}"  # the address of record; the Contact is the URI
+            failure = self._start_far(
+                primary, attempt, destination, route, None, call_from, fork, to
+            )
+            if failure is not None:
+                fork.causes.append(failure)
+        fork.placing = False
+        if all(device.ended for device in fork.devices) and fork.winner is None:
+            leg.inject(CalleeEnded(attempt, *fork.most_telling()))
+
+    def _start_far(
+        self,
+        primary: SipCall,
+        attempt: int,
+        destination: str,
+        route: Route,
+        trunk: str | None,
+        call_from: str | None,
+        fork: Fork | None = None,
+        to: str | None = None,
+    ) -> tuple[str, str] | None:
+        """INVITE one far leg (admitted already); its cause and raw cause if it could not."""
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
         try:
             sock, port = media.allocate()
         except OSError as exc:
             logger.error("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             self.outbound_ended(primary.app)
-            leg.inject(CalleeEnded(attempt, "failed", "503"))
-            return
+            return ("failed", "503")
         keys = offer_keys() if route.srtp != "off" else ()
         offer = offeranswer.offer(
             self.address, port, random.randint(1, 2**31), 1, srtp=route.srtp, crypto=keys
@@ -126,30 +222,44 @@ class Connecting:
                 address=route.address,
                 from_host=route.from_host,
                 fixed_transport=route.trunk is not None,
+                to=to,
             )
         except ValueError as exc:  # a destination the agent cannot send to
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             media.release(sock, port)
             self.outbound_ended(primary.app)
-            leg.inject(CalleeEnded(attempt, "unobtainable", ""))
-            return
-        self._flush()
+            return ("unobtainable", "")
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
         far = FarLeg(primary, attempt, destination, call_id, sock, port, keys, route, peer)
         self.far_legs[call_id] = far
-        logger.info("call %s: calling %s (far leg %s)", primary.call_id, route.uri, call_id)
+        if fork is not None:
+            far.fork = fork
+            fork.devices.append(far)
+        logger.info(
+            "call %s: calling %s (far leg %s%s)",
+            primary.call_id,
+            route.uri,
+            call_id,
+            f", a phone of {destination}" if fork is not None else "",
+        )
+        self._flush()
+        return None
 
     def drop_callee(self, primary: SipCall, attempt: int) -> None:
         """End far leg ``attempt`` of ``primary``: CANCEL while it rings, BYE once up."""
         for far in list(self.far_legs.values()):
             if far.primary is primary and far.attempt == attempt and not far.ended:
+                if far.fork is not None:
+                    far.fork.dropped = True  # a phone answering after this is hung up
                 self._hang_up_far(far)
 
     def join_callee(self, primary: SipCall, attempt: int, early: bool) -> None:
         """Bridge ``primary``'s media with far leg ``attempt``'s (``early``: one way)."""
         for far in self.far_legs.values():
             if far.primary is primary and far.attempt == attempt and far.session is not None:
+                if far.fork is not None and far.fork.winner is not far:
+                    continue  # a user's phone that did not win
                 if early:
                     primary.media.session.listen_to(far.session)
                 else:
@@ -166,10 +276,30 @@ class Connecting:
     def far_event(self, far: FarLeg, event: CallEvent) -> None:
         """What the SIP agent says of far leg ``far``."""
         leg = far.primary.leg
-        if isinstance(event, CallProgress) and event.status in (180, 183):
+        fork = far.fork
+        if isinstance(event, CallProgress) and event.status in (180, 183) and fork is not None:
+            # A user's phones: the first to ring makes the destination ring. Their early
+            # media is not passed (which of them would the caller hear?).
+            logger.info("far leg %s (%s): %d", far.call_id, far.destination, event.status)
+            if not fork.rang and fork.winner is None:
+                fork.rang = True
+                leg.inject(CalleeRinging(far.attempt))
+        elif isinstance(event, CallProgress) and event.status in (180, 183):
             early = bool(event.sdp) and far.session is None and self._media_for(far, event.sdp)
             if not early:
                 leg.inject(CalleeRinging(far.attempt))
+        elif isinstance(event, CallAnswered) and fork is not None:
+            if fork.winner is not None or fork.dropped:
+                logger.info("far leg %s answered too late: hanging up", far.call_id)
+                far.answered = True
+                self._hang_up_far(far)  # BYE
+                return
+            fork.winner = far
+            logger.info("far leg %s answered %s first", far.call_id, far.destination)
+            for other in fork.devices:
+                if other is not far and not other.ended:
+                    self._hang_up_far(other)  # CANCEL (BYE if it answered meanwhile)
+            self._answered(far, event.answer)
         elif isinstance(event, CallAnswered):
             self._answered(far, event.answer)
         elif isinstance(event, CallTerminated):
@@ -248,7 +378,16 @@ class Connecting:
         self.guard.remove_peer(far.peer)
         self.outbound_ended(far.primary.app)
         logger.info("far leg %s ended: %s (%s)", far.call_id, cause, raw_cause)
-        far.primary.leg.inject(CalleeEnded(far.attempt, cause, raw_cause))
+        fork = far.fork
+        if fork is None or far is fork.winner:
+            far.primary.leg.inject(CalleeEnded(far.attempt, cause, raw_cause))
+            return
+        if fork.winner is not None:
+            return  # a phone that lost to the one that answered: the destination goes on
+        fork.causes.append((cause, raw_cause))
+        if not fork.placing and all(device.ended for device in fork.devices):
+            # Every phone failed: the destination failed, as the most telling of them.
+            far.primary.leg.inject(CalleeEnded(far.attempt, *fork.most_telling()))
 
     # --- inside -----------------------------------------------------------------------------
 
@@ -262,6 +401,18 @@ class Connecting:
         if not names:
             raise RouteError(f"{text} is a number and no trunk is configured", 404)
         return self.trunks.route(text, names[0]), names[0]
+
+
+def _phone_route(phone: Binding) -> Route:
+    """How a far leg to a registered phone goes: to its Contact, sent where the registrar
+    says it is reached (its connection, its Contact, or its NAT's address)."""
+    return Route(
+        uri=phone.contact,
+        address=phone.target,
+        credentials=None,
+        from_user="callhook",
+        from_host=None,
+    )
 
 
 class CallFarLegs:

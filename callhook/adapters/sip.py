@@ -11,7 +11,9 @@ session and a :class:`~callhook.adapters.leg.SipLeg`; and a
 :class:`~callhook.call.CallRunner` runs the application on it. Outbound calls
 (:meth:`SipService.dial`, in :mod:`callhook.adapters.dialling`) do the same once the
 callee answers. What the HTTP API sees of it and asks of it (calls, counters, bans,
-trunks) is :mod:`callhook.adapters.control`.
+trunks) is :mod:`callhook.adapters.control`. With ``[users]`` it is also the registrar of
+those users' phones (:mod:`callhook.adapters.users`), and a call from one of them, once
+its digest is right, runs the user's ``app`` when it has one.
 
 Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
 stops sending), running calls may finish until a deadline, then they are
@@ -40,8 +42,10 @@ from callhook.adapters.sipcall import (
     srtp_context,
 )
 from callhook.adapters.trunks import Trunks
+from callhook.adapters.users import Users
 from callhook.app import Services
 from callhook.call import CallSummary
+from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
 from callhook.outbound import OutboundPolicy
@@ -90,7 +94,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling, Control, Connecting):
+class SipService(Dialling, Control, Connecting, Users):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -133,6 +137,7 @@ class SipService(Dialling, Control, Connecting):
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
         self.far_legs: dict[str, FarLeg] = {}
+        self.registrar = None
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
@@ -158,6 +163,7 @@ class SipService(Dialling, Control, Connecting):
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
+        self._start_registrar()
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
@@ -296,6 +302,7 @@ class SipService(Dialling, Control, Connecting):
                     self.connections.send(data, target)
             for event in events:
                 self._dispatch(event)
+        self._registrar_flush()
         self.trunks.log_changes(self.loop.time())
         deadline = agent.deadline
         if deadline != self._timer_at:
@@ -356,7 +363,14 @@ class SipService(Dialling, Control, Connecting):
         # A trunk's own policy; any other caller may choose SRTP by offering it.
         srtp: SrtpMode = trunk.srtp if trunk is not None else "offer"
         to_user = _user_of(event.to_uri)
-        app = self.services.settings.app_for(event.user, to_user) or self.services.default_app()
+        settings = self.services.settings
+        user = settings.users.get(event.caller_user) if event.caller_user else None
+        if user is not None:
+            logger.info("call %s: from user %s", event.call_id, user.name)
+        if user is not None and user.app is not None:
+            app: AppConfig | None = settings.apps[user.app]
+        else:
+            app = settings.app_for(event.user, to_user) or self.services.default_app()
         if app is None:
             logger.warning("call %s to %r: no application for that user", event.call_id, event.user)
             agent.reject(event.call_id, 404, now, "Not Found (no application for this user)")

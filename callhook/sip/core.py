@@ -37,6 +37,7 @@ from callhook.sip.notices import (
     CallTerminated,
     Credentials,
 )
+from callhook.sip.registrar import Registrar
 from callhook.sip.registration import RegistrationSpec
 from callhook.sip.registrations import Registrations
 from callhook.sip.responses import error_response, make_response
@@ -64,6 +65,8 @@ logger = logging.getLogger("callhook.sip")
 
 METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE")
 ALLOW = ", ".join(METHODS)
+#: What a registrar for ``[users]`` adds (``use_registrar``).
+REGISTRAR_METHODS = ("REGISTER",)
 CONTENT_TYPES = ("application/sdp", "application/dtmf-relay", "application/dtmf")
 SUPPORTED = {"timer"}
 
@@ -140,6 +143,17 @@ class Core:
         self._events: deque[CallEvent] = deque()
         #: The trunks callhook registers with (``register``), by name.
         self.registrations = Registrations(self.local, user_agent, ALLOW, self._send_request)
+        #: The registrar of callhook's own users' phones (None: no ``[users]``, and
+        #: REGISTER gets 405 like any method a plain user agent does not implement).
+        self.registrar: Registrar | None = None
+        self.methods: tuple[str, ...] = METHODS
+        self.allow = ALLOW
+
+    def use_registrar(self, registrar: Registrar) -> None:
+        """Be the registrar of ``registrar``'s users (REGISTER; their calls challenged)."""
+        self.registrar = registrar
+        self.methods = METHODS + REGISTRAR_METHODS
+        self.allow = ", ".join(self.methods)
 
     def take_datagrams(self) -> list[tuple[bytes, Target]]:
         """The messages to send, each with the target to send it to (on its transport)."""

@@ -5,6 +5,11 @@ When a trunk answers an INVITE with 401 (``WWW-Authenticate``) or 407
 ``Authorization`` / ``Proxy-Authorization`` computed from the challenge and
 its credentials. RFC 8760 lets a server offer several challenges, one per
 algorithm; the strongest one we support wins (SHA-256 before MD5).
+
+The server side (callhook challenging its registered users' phones,
+``authentication.py``) uses the same pieces: :func:`challenge` writes a
+challenge, :func:`parse_credentials` reads an ``Authorization`` and
+:func:`response` computes the digest either side compares.
 """
 
 from __future__ import annotations
@@ -42,23 +47,29 @@ _PARAM = re.compile(r'\s*([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,\s]*)\s*,?
 _UNUSABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
 
 
-def parse_challenge(value: str) -> Challenge:
-    """Parse one ``WWW-Authenticate`` / ``Proxy-Authenticate`` header value."""
+def _digest_params(value: str, what: str) -> dict[str, str]:
+    """The parameters of a ``Digest`` challenge or credentials header value."""
     scheme, _, rest = value.strip().partition(" ")
     if scheme.lower() != "digest":
         raise DigestError(f"unsupported authentication scheme {scheme[:40]!r}")
     bad = _UNUSABLE.search(value)
     if bad is not None:
-        what = "bytes that are not UTF-8" if bad.group() > "\x7f" else "control characters"
-        raise DigestError(f"challenge with {what}")
+        kind = "bytes that are not UTF-8" if bad.group() > "\x7f" else "control characters"
+        raise DigestError(f"{what} with {kind}")
     params: dict[str, str] = {}
     for name, raw in _PARAM.findall(rest):
         if raw.startswith('"'):
             if len(raw) < 2 or not raw.endswith('"'):
                 # The quoted form did not match: an unterminated quoted-string.
-                raise DigestError(f"challenge parameter {name[:40]!r} has an unclosed quote")
+                raise DigestError(f"{what} parameter {name[:40]!r} has an unclosed quote")
             raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
         params[name.lower()] = raw
+    return params
+
+
+def parse_challenge(value: str) -> Challenge:
+    """Parse one ``WWW-Authenticate`` / ``Proxy-Authenticate`` header value."""
+    params = _digest_params(value, "challenge")
     if "realm" not in params or "nonce" not in params:
         raise DigestError("challenge without realm or nonce")
     algorithm = params.get("algorithm", "MD5")
@@ -107,22 +118,20 @@ def authorization(
     body: bytes = b"",
 ) -> str:
     """The ``Authorization`` header value answering ``challenge`` (RFC 7616 §3.4.1)."""
-    base = challenge.algorithm.upper().removesuffix("-SESS")
-    h = ALGORITHMS[base]
-
-    def digest(text: str) -> str:
-        return h(text.encode()).hexdigest()
-
     cnonce = cnonce or secrets.token_hex(8)
     nc = f"{nonce_count:08x}"
-    ha1 = digest(f"{username}:{challenge.realm}:{password}")
-    if challenge.algorithm.upper().endswith("-SESS"):
-        ha1 = digest(f"{ha1}:{challenge.nonce}:{cnonce}")
-    ha2 = digest(f"{method}:{uri}")
-    if challenge.qop:
-        response = digest(f"{ha1}:{challenge.nonce}:{nc}:{cnonce}:auth:{ha2}")
-    else:
-        response = digest(f"{ha1}:{challenge.nonce}:{ha2}")
+    value = response(
+        challenge.algorithm,
+        username,
+        challenge.realm,
+        password,
+        method,
+        uri,
+        challenge.nonce,
+        qop="auth" if challenge.qop else None,
+        nc=nc,
+        cnonce=cnonce,
+    )
     # quote(): a realm, nonce or opaque may hold quotes or backslashes (they came as
     # quoted-pairs); sent as they are they would end the quoted-string early.
     parts = [
@@ -130,7 +139,7 @@ def authorization(
         f"realm={quote(challenge.realm)}",
         f"nonce={quote(challenge.nonce)}",
         f"uri={quote(uri)}",
-        f'response="{response}"',
+        f'response="{value}"',
         f"algorithm={challenge.algorithm}",
     ]
     if challenge.qop:
@@ -138,3 +147,48 @@ def authorization(
     if challenge.opaque is not None:
         parts.append(f"opaque={quote(challenge.opaque)}")
     return "Digest " + ", ".join(parts)
+
+
+def response(
+    algorithm: str,
+    username: str,
+    realm: str,
+    password: str,
+    method: str,
+    uri: str,
+    nonce: str,
+    *,
+    qop: str | None,
+    nc: str = "",
+    cnonce: str = "",
+) -> str:
+    """The ``response`` digest (RFC 7616 §3.4.1; RFC 2069's form when ``qop`` is None)."""
+    h = ALGORITHMS[algorithm.upper().removesuffix("-SESS")]
+
+    def digest(text: str) -> str:
+        return h(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+    ha1 = digest(f"{username}:{realm}:{password}")
+    if algorithm.upper().endswith("-SESS"):
+        ha1 = digest(f"{ha1}:{nonce}:{cnonce}")
+    ha2 = digest(f"{method}:{uri}")
+    if qop:
+        return digest(f"{ha1}:{nonce}:{nc}:{cnonce}:{qop}:{ha2}")
+    return digest(f"{ha1}:{nonce}:{ha2}")
+
+
+def challenge(realm: str, nonce: str, algorithm: str, *, stale: bool = False) -> str:
+    """A ``WWW-Authenticate`` value: a ``qop=auth`` challenge with ``algorithm`` (RFC 8760)."""
+    value = f"Digest realm={quote(realm)}, nonce={quote(nonce)}, algorithm={algorithm}"
+    value += ', qop="auth"'
+    return value + (", stale=true" if stale else "")
+
+
+def parse_credentials(value: str) -> dict[str, str]:
+    """The parameters of an ``Authorization`` / ``Proxy-Authorization`` value (names
+    lower-cased); DigestError when it is not a usable digest answer."""
+    params = _digest_params(value, "credentials")
+    missing = [k for k in ("username", "realm", "nonce", "uri", "response") if k not in params]
+    if missing:
+        raise DigestError(f"credentials without {', '.join(missing)}")
+    return params

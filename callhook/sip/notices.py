@@ -20,6 +20,8 @@ class IncomingCall:
     request_uri: str
     offer: bytes
     source: Target  # where the INVITE came from (its transport, for a stream its connection)
+    #: The ``[users]`` user the caller authenticated as (digest), or "" (anyone else).
+    caller_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

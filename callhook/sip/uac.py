@@ -56,6 +56,7 @@ class Uac(Core):
         from_host: str | None = None,
         route: str | None = None,
         fixed_transport: bool = False,
+        to: str | None = None,
     ) -> str:
         """Place a call to ``target`` (a SIP URI) offering ``sdp``; returns its Call-ID.
 
@@ -65,7 +66,9 @@ class Uac(Core):
         It goes to ``address`` if given (a trunk's proxy), else to the URI's host,
         over the URI's transport (``sips:`` or ``;transport=``) or the address's.
         ``from_host`` is the From URI's host (a trunk's domain; default ours);
-        ``route`` a loose-routing proxy URI put in a Route header (§8.1.2).
+        ``route`` a loose-routing proxy URI put in a Route header (§8.1.2); ``to`` the
+        To URI when it is not ``target`` (a registered phone's address of record, its
+        Contact being the request-URI: §8.1.1.1, §10.2.1.1).
         """
         uri = parse_uri(target)
         peer = Target(*address) if address is not None else target_of(uri)
@@ -83,7 +86,7 @@ class Uac(Core):
         if route:
             headers.add("Route", f"<{route}>")
         headers.add("From", f"{display}<{from_uri}>;tag={local_tag}")
-        headers.add("To", f"<{target}>")
+        headers.add("To", f"<{to or target}>")
         headers.add("Call-ID", call_id)
         headers.add("CSeq", "1 INVITE")
         sips = uri.scheme == "sips"

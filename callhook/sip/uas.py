@@ -1,9 +1,12 @@
 """The server half of callhook's SIP user agent (UAS core, RFC 3261 §8.2, §13.3, §14-15). Sans-IO.
 
 Requests that come in (INVITE, re-INVITE and UPDATE, ACK, BYE, CANCEL,
-OPTIONS, INFO) and what the application answers to an inbound call (``ring``,
-``answer``, ``reject``, re-offers), with our 2xx repeated until its ACK
-(§13.3.1.4). Builds on :class:`~callhook.sip.core.Core`.
+OPTIONS, INFO, and REGISTER when callhook is its users' registrar) and what the
+application answers to an inbound call (``ring``, ``answer``, ``reject``,
+re-offers), with our 2xx repeated until its ACK (§13.3.1.4). An INVITE whose
+From names one of ``[users]`` is challenged (401, §22.2) until it carries that
+user's right digest credentials (``registrar.py``). Builds on
+:class:`~callhook.sip.core.Core`.
 """
 
 from __future__ import annotations
@@ -15,9 +18,7 @@ import re
 
 from callhook.sip.checks import check_request, unsupported_options
 from callhook.sip.core import (
-    ALLOW,
     CONTENT_TYPES,
-    METHODS,
     SUPPORTED,
     Call,
     Core,
@@ -30,6 +31,7 @@ from callhook.sip.message import (
     Response,
     SipMessageError,
     parse,
+    parse_name_addr,
     parse_uri,
     parse_via,
     serialize,
@@ -108,7 +110,9 @@ class Uas(Core):
         if method == "ACK":
             self._ack(request, now)
             return
-        problem = check_request(request, SUPPORTED, methods=METHODS, content_types=CONTENT_TYPES)
+        problem = check_request(
+            request, SUPPORTED, methods=self.methods, content_types=CONTENT_TYPES
+        )
         tx = server(request, self._response_address(request, source))
         tx.match = key[1]
         self._txs[self._tx_key(tx)] = tx
@@ -118,10 +122,19 @@ class Uas(Core):
             if status == 420:
                 extra = [("Unsupported", ", ".join(unsupported_options(request, SUPPORTED)))]
             elif status in (405, 501):
-                extra = [("Allow", ALLOW)]
+                extra = [("Allow", self.allow)]
             elif status == 415:
                 extra = [("Accept", ", ".join(CONTENT_TYPES))]
             self._reply(tx, request, status, reason, extra=extra, now=now)
+            return
+        if method == "REGISTER":
+            self._register(tx, request, source, now)
+            return
+        if method == "INVITE" and not request.to_tag:
+            caller = self._authenticate_caller(tx, request, source, now)
+            if caller is None:
+                return
+            self._invite(tx, request, now, caller)
             return
         handlers = {
             "INVITE": self._invite,
@@ -175,7 +188,37 @@ class Uas(Core):
             return source
         return Target(via.params.get("received") or source.host, via.port or 5060)
 
-    def _invite(self, tx: Transaction, request: Request, now: float) -> None:
+    def _register(self, tx: Transaction, request: Request, source: Target, now: float) -> None:
+        """A REGISTER for one of our users' phones (RFC 3261 §10.3: ``registrar.py``)."""
+        registrar = self.registrar
+        assert registrar is not None  # REGISTER is in self.methods only with a registrar
+        answer = registrar.register(request, source, now)
+        self._reply(tx, request, answer.status, answer.reason, extra=list(answer.headers), now=now)
+
+    def _authenticate_caller(
+        self, tx: Transaction, request: Request, source: Target, now: float
+    ) -> str | None:
+        """The ``[users]`` user a new INVITE is from ("" for any other caller), or None
+        when it was answered instead: challenged (401), or refused (403)."""
+        registrar = self.registrar
+        if registrar is None:
+            return ""
+        try:
+            from_user = parse_name_addr(request.headers.get("From") or "").uri.user or ""
+        except SipMessageError:
+            return ""
+        if not registrar.knows(from_user):
+            return ""
+        found = registrar.authenticate(request, source, now)
+        if isinstance(found, str) and found == from_user:
+            return found
+        if isinstance(found, str):  # right credentials, for another user than the From's
+            self._reply(tx, request, 403, "Forbidden (not your identity)", now=now)
+            return None
+        self._reply(tx, request, found.status, found.reason, extra=list(found.headers), now=now)
+        return None
+
+    def _invite(self, tx: Transaction, request: Request, now: float, caller: str = "") -> None:
         if request.to_tag:
             self._reinvite(tx, request, now)
             return
@@ -204,6 +247,7 @@ class Uas(Core):
                 request.uri,
                 request.body,
                 tx.address,
+                caller,
             )
         )
 
@@ -291,7 +335,7 @@ class Uas(Core):
             self._reply(tx, request, 503, "Service Unavailable (shutting down)", now=now)
             return
         extra = [
-            ("Allow", ALLOW),
+            ("Allow", self.allow),
             ("Accept", "application/sdp"),
             ("Supported", ", ".join(sorted(SUPPORTED))),
         ]

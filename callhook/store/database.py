@@ -1,4 +1,5 @@
-"""callhook's own state in SQLite (DESIGN.md §3): recordings in progress, notifications due.
+"""callhook's own state in SQLite (DESIGN.md §3): recordings in progress, notifications due,
+the registered phones of its users.
 
 One file in the data directory (``state.sqlite3``), in WAL mode with
 ``synchronous=FULL``: a transaction that has returned survives a crash or a
@@ -62,6 +63,20 @@ CREATE TABLE IF NOT EXISTS notifications (
 );
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
 CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
+CREATE TABLE IF NOT EXISTS bindings (
+    user TEXT NOT NULL,
+    contact TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    cseq INTEGER NOT NULL,
+    expires REAL NOT NULL,
+    source_transport TEXT NOT NULL,
+    source_host TEXT NOT NULL,
+    source_port INTEGER NOT NULL,
+    target_transport TEXT NOT NULL,
+    target_host TEXT NOT NULL,
+    target_port INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bindings_user ON bindings (user);
 """
 
 

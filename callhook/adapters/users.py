@@ -1,0 +1,125 @@
+"""The registrar's side of ``callhook serve``: its users' bindings kept, its failures counted.
+
+:class:`Users` is the half of :class:`~callhook.adapters.sip.SipService` that
+runs the sans-IO :class:`~callhook.sip.registrar.Registrar` of ``[users.NAME]``
+(the phones of the people callers are put through to): it builds it from the
+settings, hands it to the agent (REGISTER, challenged calls), loads the stored
+bindings back at start (:mod:`callhook.store.bindings`: they survive a
+restart), stores each change, and puts every failed digest authentication to
+the guard, where five in a minute from one source ban it (``[security]``).
+
+The registrar runs on the agent's clock (the event loop's, monotonic); the
+database keeps wall clock times. The two are converted at the edge here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+
+from callhook.app import Services
+from callhook.sip.agent import Agent
+from callhook.sip.guard import Guard
+from callhook.sip.message import parse_uri
+from callhook.sip.registrar import Binding, Registrar
+from callhook.sip.transport import Target, reliable, target_of, transport_of
+from callhook.store.bindings import Bindings, StoredBinding
+
+logger = logging.getLogger("callhook.sip")
+
+
+class Users:
+    """The registrar's bindings and failures (see the module docstring)."""
+
+    # --- what the service provides (adapters/sip.py) ---------------------------------------
+
+    services: Services
+    loop: asyncio.AbstractEventLoop
+    agent: Agent | None
+    guard: Guard
+    #: The registrar of ``[users]`` (None: no users configured).
+    registrar: Registrar | None
+
+    def _start_registrar(self) -> None:
+        """Be the registrar of ``[users]``, with the bindings stored before (if any users)."""
+        users = self.services.settings.users
+        agent = self.agent
+        if not users or agent is None:
+            return
+        # The nonces' key, derived from the installation's secret: nonces issued before
+        # a restart are still ours after it (a phone mid-registration is not refused).
+        key = hmac.new(self.services.secret.encode(), b"digest nonces", hashlib.sha256).digest()
+        registrar = Registrar(
+            {n: u.password for n, u in users.items()},
+            key,
+            algorithms=self.services.settings.digest_algorithms,
+        )
+        self.registrar = registrar
+        agent.use_registrar(registrar)
+        store = Bindings(self.services.db)
+        now, wall = self.loop.time(), time.time()
+        loaded = [_binding(stored, now - wall) for stored in store.load(wall)]
+        taken = registrar.load([b for b in loaded if b is not None], now)
+        logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
+
+    def _registrar_flush(self) -> None:
+        """Store the bindings that changed; count the failed authentications."""
+        registrar = self.registrar
+        if registrar is None:
+            return
+        now = self.loop.time()
+        for host, what in registrar.take_failures():
+            self.guard.auth_failed(host, now, "digest authentication")
+            self.guard.note(host, f"failed digest authentication ({what})", now)
+        for host, cause in self.guard.take_notes():
+            logger.warning("SIP from %s: %s", host, cause)
+        changed = registrar.take_changes()
+        if not changed:
+            return
+        store = Bindings(self.services.db)
+        offset = time.time() - now
+        for user in changed:
+            stored = [_stored(b, offset) for b in registrar.bindings(user, now)]
+            store.replace(user, stored)
+
+
+def _stored(binding: Binding, offset: float) -> StoredBinding:
+    """``binding`` as stored: its expiry on the wall clock (``offset``: wall - agent)."""
+    source, target = binding.source, binding.target
+    return StoredBinding(
+        binding.user,
+        binding.contact,
+        binding.call_id,
+        binding.cseq,
+        binding.expires_at + offset,
+        (source.transport, source.host, source.port),
+        (target.transport, target.host, target.port),
+    )
+
+
+def _binding(stored: StoredBinding, offset: float) -> Binding | None:
+    """A stored binding on the agent's clock (``offset``: agent - wall); None if unusable.
+
+    A phone that registered over TCP or TLS was reached on its connection, which a
+    restart closed: it is now reached at its Contact (callhook opens a connection).
+    """
+    try:
+        source = Target(stored.source[1], stored.source[2], transport_of(stored.source[0]))
+        target = Target(stored.target[1], stored.target[2], transport_of(stored.target[0]))
+        if reliable(target.transport):
+            target = target_of(parse_uri(stored.contact), target.transport)
+    except ValueError as exc:
+        logger.warning("user %s: stored registration %s unusable: %s", stored.user, stored, exc)
+        return None
+    return Binding(
+        stored.user,
+        stored.contact,
+        stored.call_id,
+        stored.cseq,
+        stored.expires + offset,
+        source,
+        target,
+    )

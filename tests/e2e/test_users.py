@@ -1,0 +1,360 @@
+"""callhook as the registrar of its users' phones (issue 15): real phones register with a real
+``serve`` (digest), ``connect`` to ``user:NAME`` reaches them, the bindings survive a restart,
+wrong passwords are refused and counted, and a user's phones all ring (the first to answer wins).
+
+The phones are baresip (a softphone registering with its own digest code) and SIPp
+(REGISTER answered with SIPp's ``[authentication]``, then a SIPp UAS on the same port
+takes the call: a phone reached at its Contact).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import (
+    Server,
+    free_even_udp_port,
+    free_tcp_port,
+    free_udp_port,
+    wait_for_request,
+)
+from tests.e2e.test_baresip import _pcm16_wav, baresip_config, command
+from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, bridged_calls
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+PASSWORD = "alice-digest-password-7f3a"
+WRONG = "not-alices-password-00"
+
+
+def users_config(tmp_path: Path, extra: str = "") -> tuple[str, ...]:
+    path = tmp_path / "callhook.toml"
+    path.write_text(f'[users.alice]\npassword = "{PASSWORD}"\n{extra}')
+    return ("--config", str(path))
+
+
+def connect_to_alice(app: AppServer) -> None:
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["user:alice"], "next_page": {"url": "/connected"}}}],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+async def wait_for_output(server: Server, text: str, timeout: float = 10.0) -> bool:
+    """Wait until ``text`` is in ``server``'s output (False if it is not in time)."""
+    for _ in range(round(timeout / 0.05)):
+        if text in server.output:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def call_in(server: Server, tmp_path: Path) -> sipp.SippRun:
+    """A SIPp caller calls ``ivr`` on ``server`` and waits for its BYE."""
+    return await sipp.call(
+        server.sip,
+        tmp_path,
+        sipp.invite("ivr"),
+        sipp.ANSWERED,
+        sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+    )
+
+
+def restarted(first: Server, tmp_path: Path, app: AppServer) -> Server:
+    """Another ``serve`` on ``first``'s data directory and SIP port, as after a restart."""
+    again = Server.for_app(first.data_dir, app, extra=users_config(tmp_path))
+    again.sip_port = first.sip_port
+    again.args[again.args.index("--sip") + 1] = f"127.0.0.1:{first.sip_port}"
+    return again
+
+
+# --- baresip ------------------------------------------------------------------------------
+
+BARESIP = shutil.which("baresip")
+
+
+@contextlib.asynccontextmanager
+async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.StreamWriter]:
+    """baresip on the config in ``phone_dir``; yields its control connection. Killed at the
+    end: on SIGTERM it would unregister first, from a serve that is stopped by then."""
+    assert BARESIP is not None
+    phone = await asyncio.create_subprocess_exec(
+        BARESIP,
+        "-f",
+        str(phone_dir),
+        "-t",
+        "120",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("baresip's control socket did not open")
+        yield writer
+        writer.close()
+    finally:
+        phone.kill()
+        await asyncio.wait_for(phone.wait(), 10)
+
+
+@pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
+async def test_baresip_registered_as_alice_is_reached_and_still_is_after_a_restart(
+    tmp_path: Path, app: AppServer
+) -> None:
+    connect_to_alice(app)
+    microphone = tmp_path / "mic.wav"
+    microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 60, dtype=np.int16)))
+    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    phone_dir = tmp_path / "baresip"
+    phone_dir.mkdir()
+    baresip_config(phone_dir, sip_port, ctrl_port, microphone)
+    first = Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path))
+    # An hour's registration: baresip does not register again during the test.
+    (phone_dir / "accounts").write_text(
+        f"<sip:alice@127.0.0.1:{first.sip_port}>;auth_pass={PASSWORD};regint=3600;"
+        "answermode=auto;audio_codecs=PCMU,PCMA\n"
+    )
+    await first.__aenter__()  # serve first (baresip registers once, as it starts)
+    try:
+        async with baresip(phone_dir, ctrl_port) as phone:
+            assert await wait_for_output(first, "user alice: registered"), first.output
+            calling = asyncio.create_task(call_in(first, tmp_path))
+            assert await bridged_calls(first), first.output  # baresip answered
+            await command(phone, "hangup")
+            caller = await calling
+            assert caller.returncode == 0, caller.output + caller.errors + first.output
+            assert await wait_for_request(app, "/connected")
+            await first.__aexit__(None, None, None)
+            # serve again, on the same data directory: baresip does not register again.
+            async with restarted(first, tmp_path, app) as second:
+                assert "1 registered phone(s) loaded" in second.output, second.output
+                calling = asyncio.create_task(call_in(second, tmp_path))
+                assert await bridged_calls(second), second.output
+                await command(phone, "hangup")
+                caller = await calling
+                assert caller.returncode == 0, caller.output + caller.errors + second.output
+                for _ in range(100):
+                    if len(app.bodies("/connected")) == 2:
+                        break
+                    await asyncio.sleep(0.05)
+            assert "user alice: registered" not in second.output, second.output
+    finally:
+        await first.__aexit__(None, None, None)  # (again: it is idempotent)
+    for connected in app.bodies("/connected"):
+        outcome = connected["action_result"]["result"]
+        assert outcome["connected"] is True, outcome
+        assert outcome["destination"] == "user:alice"
+        assert outcome["call_cause"] == "hung_up"  # baresip hung up
+    assert len(app.bodies("/connected")) == 2
+
+
+# --- SIPp phones --------------------------------------------------------------------------
+
+REGISTER = """
+  <send retrans="500"><![CDATA[
+REGISTER sip:127.0.0.1:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: <sip:{user}@127.0.0.1>;tag=[pid]SIPpReg[call_number]
+To: <sip:{user}@127.0.0.1>
+Call-ID: [call_id]
+CSeq: {cseq} REGISTER
+Contact: <sip:{user}@[local_ip]:[local_port]>
+Expires: {expires}
+Max-Forwards: 70
+{auth}Content-Length: 0
+
+]]></send>
+"""
+
+
+def register_scenario(password: str, expect: str = "200", expires: int = 3600) -> str:
+    """REGISTER as alice, answer the 401 with SIPp's digest of ``password``, expect ``expect``."""
+    auth = f"[authentication username=alice password={password}]\n"
+    return sipp.scenario(
+        REGISTER.format(user="alice", cseq=1, expires=expires, auth=""),
+        '  <recv response="401" auth="true"/>\n',
+        REGISTER.format(user="alice", cseq=2, expires=expires, auth=auth),
+        f'  <recv response="{expect}"/>\n',
+    )
+
+
+async def sipp_from(
+    scenario_text: str,
+    server: tuple[str, int],
+    workdir: Path,
+    *,
+    local_port: int,
+    address: str = "127.0.0.1",
+    calls: int = 1,
+    timeout: int = 30,
+) -> sipp.SippRun:
+    """SIPp runs ``scenario_text`` ``calls`` times (one after the other) from ``address``."""
+    assert sipp.SIPP is not None
+    path = workdir / f"client-{local_port}.xml"
+    path.write_text(scenario_text)
+    proc = await asyncio.create_subprocess_exec(
+        sipp.SIPP,
+        "-sf",
+        str(path),
+        f"{server[0]}:{server[1]}",
+        "-i",
+        address,
+        "-p",
+        str(local_port),
+        "-m",
+        str(calls),
+        "-l",
+        "1",
+        "-nostdin",
+        "-timeout",
+        f"{timeout}s",
+        "-recv_timeout",
+        f"{timeout * 1000}",
+        cwd=workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout + 10)
+    return sipp.SippRun(proc.returncode or 0, out.decode(errors="replace"), "")
+
+
+async def register_phone(server: Server, tmp_path: Path, port: int) -> None:
+    """A SIPp phone on ``port`` registers as alice (with the right password)."""
+    run = await sipp_from(register_scenario(PASSWORD), server.sip, tmp_path, local_port=port)
+    assert run.returncode == 0, run.output + server.output
+
+
+ANSWERS_THEN_HANGS_UP = (
+    sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
+    + sipp.PAUSE.format(ms=1500)
+    + sipp.BYE_FROM_UAS
+)
+
+
+async def test_a_phone_registered_once_is_reached_after_a_restart(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """The binding is in the state database: a restarted serve calls the phone at once."""
+    connect_to_alice(app)
+    port = free_udp_port()
+    first = Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path))
+    async with first:
+        await register_phone(first, tmp_path, port)
+    async with restarted(first, tmp_path, app) as second:
+        phone = await sipp.start_sipp(
+            sipp.scenario(ANSWERS_THEN_HANGS_UP),
+            tmp_path,
+            local_port=port,
+            media_port=free_even_udp_port(),
+        )
+        caller = await call_in(second, tmp_path)
+        out, _ = await asyncio.wait_for(phone.communicate(), 30)
+        assert phone.returncode == 0, out.decode(errors="replace") + second.output
+        assert caller.returncode == 0, caller.output + caller.errors + second.output
+        assert await wait_for_request(app, "/connected")
+    outcome = app.bodies("/connected")[0]["action_result"]["result"]
+    assert (outcome["connected"], outcome["destination"]) == (True, "user:alice"), outcome
+
+
+async def test_both_phones_of_a_user_ring_and_the_first_to_answer_wins(
+    tmp_path: Path, app: AppServer
+) -> None:
+    connect_to_alice(app)
+    ringing_port, answering_port = free_udp_port(), free_udp_port()
+    async with Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path)) as server:
+        for port in (ringing_port, answering_port):
+            await register_phone(server, tmp_path, port)
+        phones = [
+            await sipp.start_sipp(
+                sipp.scenario(scenario),
+                tmp_path,
+                local_port=port,
+                media_port=free_even_udp_port(),
+            )
+            for scenario, port in (
+                (UAS_RINGS_UNTIL_CANCEL, ringing_port),
+                (ANSWERS_THEN_HANGS_UP, answering_port),
+            )
+        ]
+        caller = await call_in(server, tmp_path)
+        for phone in phones:  # the one that rang got CANCEL; the other answered, hung up
+            out, _ = await asyncio.wait_for(phone.communicate(), 30)
+            assert phone.returncode == 0, out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/connected")
+    outcome = app.bodies("/connected")[0]["action_result"]["result"]
+    assert (outcome["connected"], outcome["destination"]) == (True, "user:alice"), outcome
+    assert outcome["call_cause"] == "hung_up"
+    assert len(re.findall(r"a phone of user:alice", server.output)) == 2, server.output
+
+
+async def test_unknown_users_and_users_with_no_phone_are_unobtainable(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["user:alice"], "next_page": {"url": "/one"}}}],
+    )
+    app.page(
+        "/one",
+        [{"connect": {"destinations": ["user:nobody"], "next_page": {"url": "/two"}}}],
+    )
+    app.page("/two", [{"hang_up": {}}])
+    app.page("/final", None)
+    async with Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path)) as server:
+        caller = await call_in(server, tmp_path)
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+    (one,) = app.bodies("/one")
+    (two,) = app.bodies("/two")
+    first, second = one["action_result"]["result"], two["action_result"]["result"]
+    assert (first["call_cause"], first["call_raw_cause"]) == ("unobtainable", "480")
+    assert (second["call_cause"], second["call_raw_cause"]) == ("unobtainable", "404")
+
+
+async def test_a_wrong_password_is_refused_and_counted_until_the_source_is_banned(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """From 127.0.0.2 (the server's own 127.0.0.1 is never banned for failed
+    authentications): each wrong REGISTER gets 403 and counts; the fifth bans the source."""
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    async with Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path)) as server:
+        wrong = register_scenario(WRONG, expect="403")
+        run = await sipp_from(
+            wrong, server.sip, tmp_path, local_port=free_udp_port(), address="127.0.0.2", calls=5
+        )
+        assert run.returncode == 0, run.output + server.output
+        status, bans = await server.api("GET", "/api/bans")
+        assert status == 200
+        assert [b["address"] for b in bans] == ["127.0.0.2"], bans
+        assert bans[0]["reason"] == "5 failed digest authentications in a minute", bans
+        assert "failed digest authentication (REGISTER as alice)" in server.output
+        # Banned: even the right password gets no answer now.
+        right = await sipp_from(
+            register_scenario(PASSWORD),
+            server.sip,
+            tmp_path,
+            local_port=free_udp_port(),
+            address="127.0.0.2",
+            timeout=3,
+        )
+        assert right.returncode != 0
+    assert "user alice: registered" not in server.output
