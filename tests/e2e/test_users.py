@@ -358,3 +358,49 @@ async def test_a_wrong_password_is_refused_and_counted_until_the_source_is_banne
         )
         assert right.returncode != 0
     assert "user alice: registered" not in server.output
+
+
+def invite_as_alice(cseq: int, auth: str = "") -> str:
+    """SIPp's INVITE to ``ivr``, from alice (CSeq ``cseq``, with ``auth`` if given)."""
+    text = sipp.invite("ivr").replace("sipp <sip:sipp@", "alice <sip:alice@")
+    return text.replace("CSeq: 1 INVITE\n", f"CSeq: {cseq} INVITE\n{auth}")
+
+
+ACK_THE_401 = """
+  <send><![CDATA[
+ACK sip:ivr@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch-3]
+From: alice <sip:alice@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+"""
+
+
+async def test_a_users_phone_calling_in_is_challenged_and_runs_the_users_app(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page("/start", [{"hang_up": {}}])  # the default application: not for alice
+    app.page("/alice", [{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+    app.page("/final", None)
+    desk = f'[apps.desk]\nfirst_page = "{app.url("/alice")}"\nsecret = "{app.secret}"\n'
+    extra = users_config(tmp_path, 'app = "desk"\n' + desk)
+    auth = f"[authentication username=alice password={PASSWORD}]\n"
+    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            invite_as_alice(1),
+            '  <recv response="100" optional="true"/>\n  <recv response="401" auth="true"/>\n',
+            ACK_THE_401,
+            invite_as_alice(2, auth),
+            sipp.ANSWERED.replace("CSeq: 1 ACK", "CSeq: 2 ACK"),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+        )
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+    assert len(app.bodies("/alice")) == 1 and app.bodies("/start") == []
+    assert "from user alice" in server.output
