@@ -29,7 +29,7 @@ from tests.e2e.harness import (
     wait_for_request,
 )
 from tests.e2e.test_baresip import _pcm16_wav, baresip_config, command
-from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, bridged_calls
+from tests.e2e.test_connect import UAS_REFUSES, UAS_RINGS_UNTIL_CANCEL, bridged_calls
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -304,6 +304,37 @@ async def test_both_phones_of_a_user_ring_and_the_first_to_answer_wins(
     assert (outcome["connected"], outcome["destination"]) == (True, "user:alice"), outcome
     assert outcome["call_cause"] == "hung_up"
     assert len(re.findall(r"a phone of user:alice", server.output)) == 2, server.output
+
+
+async def test_when_every_phone_refuses_the_most_telling_cause_is_the_users(
+    tmp_path: Path, app: AppServer
+) -> None:
+    connect_to_alice(app)
+    ports = [free_udp_port(), free_udp_port()]
+    async with Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path)) as server:
+        for port in ports:
+            await register_phone(server, tmp_path, port)
+        refusals = (
+            UAS_REFUSES.format(status=404, reason="Not Found"),
+            UAS_REFUSES.format(status=486, reason="Busy Here"),
+        )
+        phones = [
+            await sipp.start_sipp(
+                sipp.scenario(text), tmp_path, local_port=port, media_port=free_even_udp_port()
+            )
+            for text, port in zip(refusals, ports, strict=True)
+        ]
+        caller = await call_in(server, tmp_path)
+        for phone in phones:
+            out, _ = await asyncio.wait_for(phone.communicate(), 30)
+            assert phone.returncode == 0, out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+    outcome = app.bodies("/connected")[0]["action_result"]["result"]
+    assert (outcome["connected"], outcome["call_cause"], outcome["call_raw_cause"]) == (
+        False,
+        "busy",
+        "486",
+    )
 
 
 async def test_unknown_users_and_users_with_no_phone_are_unobtainable(
