@@ -198,9 +198,7 @@ class Dialling:
         else:
             self._outbound_calls.pop(app.name, None)
 
-    def _start_dial(
-        self, app: AppConfig, route: Route, **kwargs: Any
-    ) -> asyncio.Task[CallSummary]:
+    def _start_dial(self, app: AppConfig, route: Route, **kwargs: Any) -> asyncio.Task[CallSummary]:
         """The background task of an admitted call; it releases the admission when done."""
         task = self.loop.create_task(self.dial(route.uri, app, route=route, **kwargs))
         self._dials.add(task)

@@ -38,9 +38,7 @@ LOG_EVERY = 60.0
 class Egress:
     """The socket factory that enforces ``policy`` (see the module docstring)."""
 
-    def __init__(
-        self, policy: EgressPolicy, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, policy: EgressPolicy, clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy
         self.clock = clock
         self.refused = 0

@@ -34,6 +34,7 @@ from callhook.adapters.dialling import Dialling
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.referring import CallReferrer, Referring
 from callhook.adapters.sipcall import (
     CallMedia,
     SipCall,
@@ -63,6 +64,7 @@ from callhook.sip.agent import (
 )
 from callhook.sip.guard import Guard, networks
 from callhook.sip.message import parse_uri
+from callhook.sip.notices import ReferProgress, ReferResponse
 from callhook.sip.sdes import SrtpMode
 from callhook.sip.transport import Target, Transport
 from callhook.tls import client_context, server_context
@@ -94,7 +96,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling, Control, Connecting, Users):
+class SipService(Dialling, Control, Connecting, Referring, Users):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -335,6 +337,8 @@ class SipService(Dialling, Control, Connecting, Users):
                 call.answered.set_exception(Unanswered(event.cause, event.raw_cause))
         elif isinstance(event, Reoffer):
             self._reoffer(call, event.offer)
+        elif isinstance(event, ReferResponse | ReferProgress):
+            self.refer_event(call, event)  # a transfer (adapters/referring.py)
         elif isinstance(event, InfoReceived):
             digit = parse_dtmf_relay(event.content_type, event.body)
             if digit is not None:
@@ -428,8 +432,10 @@ class SipService(Dialling, Control, Connecting, Users):
         call.task = self.loop.create_task(self._run(call, sock))
 
     def _attach_far_legs(self, call: SipCall) -> None:
-        """Let the call's ``connect`` place far legs through this service."""
+        """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
+        through this service."""
         call.leg.far = CallFarLegs(self, call)
+        call.leg.referrer = CallReferrer(self, call)
 
     async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
         assert self.media is not None

@@ -11,7 +11,8 @@ RFC 6026). It does no IO, like aioquic's connection: the adapter feeds it
   off a TCP or TLS connection), ``source`` naming its transport,
 * ``handle_timer(now)`` when ``deadline`` has come,
 * call-control commands from the application side (``ring``, ``answer``,
-  ``reject``, ``hang_up``, ``invite``, ``answer_reoffer``, ``reject_reoffer``)
+  ``reject``, ``hang_up``, ``invite``, ``answer_reoffer``, ``reject_reoffer``,
+  ``refer``)
   and ``register`` / ``unregister_all`` for trunks,
 
 and after each, takes the messages to send, each with the
@@ -21,14 +22,16 @@ and what happened to calls (``take_events``, see ``notices.py``). Transactions
 owns the dialogs and the calls, and forgets a call once it has ended and its
 last transaction has finished.
 
-It is built in three parts: ``core.py`` (calls, transactions, timers,
-in-dialog requests, registrations), ``uas.py`` (requests in and the answers
-to inbound calls) and ``uac.py`` (outbound INVITEs and the responses to our
-requests); this class joins the two halves and ends calls in any state.
+It is built in four parts: ``core.py`` (calls, transactions, timers,
+in-dialog requests, registrations), ``referral.py`` (a transfer's REFER and
+its NOTIFYs), ``uas.py`` (requests in and the answers to inbound calls) and
+``uac.py`` (outbound INVITEs and the responses to our requests); this class
+joins the two halves and ends calls in any state.
 
 What the agent answers on its own: ``100 Trying`` at once to an INVITE;
-``200`` to OPTIONS (``503`` while shutting down), BYE, CANCEL, INFO and
-UPDATE; ``487`` to a cancelled INVITE (and to the INVITE of an early dialog a
+``200`` to OPTIONS (``503`` while shutting down), BYE, CANCEL, INFO,
+UPDATE and the NOTIFYs of a REFER it sent (``referral.py``; ``489`` for
+other event packages); ``487`` to a cancelled INVITE (and to the INVITE of an early dialog a
 BYE ends); ``481`` to requests for unknown dialogs; ``405``/``501`` for
 methods it does not implement; ``420`` for unsupported ``Require``
 extensions (``100rel`` included); ``415`` for bodies it cannot read; ``422``

@@ -36,6 +36,7 @@ from callhook.sip.notices import (
     CallEvent,
     CallTerminated,
     Credentials,
+    ReferResponse,
 )
 from callhook.sip.registrar import Registrar
 from callhook.sip.registration import RegistrationSpec
@@ -63,11 +64,16 @@ from callhook.sip.transport import (
 
 logger = logging.getLogger("callhook.sip")
 
-METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE")
+METHODS = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "NOTIFY")
 ALLOW = ", ".join(METHODS)
 #: What a registrar for ``[users]`` adds (``use_registrar``).
 REGISTRAR_METHODS = ("REGISTER",)
-CONTENT_TYPES = ("application/sdp", "application/dtmf-relay", "application/dtmf")
+CONTENT_TYPES = (
+    "application/sdp",
+    "application/dtmf-relay",
+    "application/dtmf",
+    "message/sipfrag",  # a NOTIFY of a transfer's progress (RFC 3515 §2.4.5)
+)
 SUPPORTED = {"timer"}
 
 
@@ -439,6 +445,8 @@ class Core:
             self._end(call, "failed", "503" if timer == "transport" else "408", by_remote=True)
         elif tx.request.method == "BYE":
             self._end(call, call_state="ended")  # the peer is gone; nothing more to do
+        elif tx.request.method == "REFER":  # Timer F: as a 408 (§8.1.3.1)
+            self._events.append(ReferResponse(call.call_id, 408))
         elif tx.request.method in ("INVITE", "UPDATE"):
             logger.warning("call %s: session refresh got no answer; ending it", call.call_id)
             self._end(call, "dropped", "408", by_remote=True)

@@ -76,6 +76,24 @@ class CallTerminated:
     by_remote: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ReferResponse:
+    """The final response to our REFER (sip/referral.py): 202 accepted; 408 when none came."""
+
+    call_id: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReferProgress:
+    """A NOTIFY of our REFER's outcome (already answered 200): its sipfrag's status (0:
+    none readable); ``final`` when the subscription ended or the status is final."""
+
+    call_id: str
+    status: int
+    final: bool
+
+
 CallEvent = (
     IncomingCall
     | CallProgress
@@ -84,6 +102,8 @@ CallEvent = (
     | Reoffer
     | InfoReceived
     | CallTerminated
+    | ReferResponse
+    | ReferProgress
 )
 
 

@@ -3,7 +3,7 @@
 Outbound calls: the INVITE (through a trunk's proxy, over its transport),
 the responses to our requests, digest authentication for 401/407, CANCEL
 while it rings, and the ACK of the 2xx (again for each retransmission,
-RFC 6026 §8.10). Builds on :class:`~callhook.sip.core.Core`.
+RFC 6026 §8.10). Builds on :class:`~callhook.sip.core.Core` (through ``referral.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 
 from callhook.sip import digest
 from callhook.sip.checks import check_response
-from callhook.sip.core import ALLOW, SUPPORTED, Call, Core, new_tag
+from callhook.sip.core import ALLOW, SUPPORTED, Call, new_tag
 from callhook.sip.dialog import Dialog
 from callhook.sip.message import (
     Headers,
@@ -26,6 +26,7 @@ from callhook.sip.notices import (
     CallProgress,
     Credentials,
 )
+from callhook.sip.referral import Referral
 from callhook.sip.responses import cause_of
 from callhook.sip.transaction import (
     Address,
@@ -40,7 +41,7 @@ from callhook.sip.transport import (
 logger = logging.getLogger("callhook.sip")
 
 
-class Uac(Core):
+class Uac(Referral):
     """Our requests out, and their responses in."""
 
     def invite(
@@ -146,6 +147,8 @@ class Uac(Core):
             self._refresh_response(call, tx, response, now)
         elif method == "BYE" and response.status >= 200:
             self._end(call, call_state="ended")
+        elif method == "REFER":
+            self._refer_response(call, response)
 
     def _invite_response(self, call: Call, response: Response, now: float) -> None:
         status = response.status

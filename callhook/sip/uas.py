@@ -1,12 +1,12 @@
 """The server half of callhook's SIP user agent (UAS core, RFC 3261 §8.2, §13.3, §14-15). Sans-IO.
 
-Requests that come in (INVITE, re-INVITE and UPDATE, ACK, BYE, CANCEL,
-OPTIONS, INFO, and REGISTER when callhook is its users' registrar) and what the
-application answers to an inbound call (``ring``, ``answer``, ``reject``,
-re-offers), with our 2xx repeated until its ACK (§13.3.1.4). An INVITE whose
-From names one of ``[users]`` is challenged (401, §22.2) until it carries that
-user's right digest credentials (``registrar.py``). Builds on
-:class:`~callhook.sip.core.Core`.
+Requests that come in (INVITE, re-INVITE and UPDATE, ACK, BYE, CANCEL, OPTIONS,
+INFO, NOTIFY of a transfer's progress, and REGISTER when callhook is its users'
+registrar) and what the application answers to an inbound call (``ring``,
+``answer``, ``reject``, re-offers), with our 2xx repeated until its ACK (§13.3.1.4).
+An INVITE whose From names one of ``[users]`` is challenged (401, §22.2) until it
+carries that user's right digest credentials (``registrar.py``). Builds on
+:class:`~callhook.sip.core.Core` (through ``referral.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from callhook.sip.core import (
     CONTENT_TYPES,
     SUPPORTED,
     Call,
-    Core,
     new_tag,
     uri_text,
 )
@@ -42,6 +41,7 @@ from callhook.sip.notices import (
     InfoReceived,
     Reoffer,
 )
+from callhook.sip.referral import Referral
 from callhook.sip.responses import make_response
 from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, negotiate
 from callhook.sip.transaction import (
@@ -59,7 +59,7 @@ from callhook.sip.transport import (
 logger = logging.getLogger("callhook.sip")
 
 
-class Uas(Core):
+class Uas(Referral):
     """Requests in, and the answers to inbound calls."""
 
     def refuse(self, data: bytes, source: Target | Address, now: float) -> None:
@@ -143,6 +143,7 @@ class Uas(Core):
             "OPTIONS": self._options,
             "INFO": self._info,
             "UPDATE": self._update,
+            "NOTIFY": self._notify,  # a transfer's progress (sip/referral.py)
         }
         handlers[method](tx, request, now)
 

@@ -277,6 +277,7 @@ Content-Length: 0
   <label id="goodauth"/>
 """
 
+
 def uas_response(status: int, reason: str, *, sdp: bool, retrans: bool = False) -> str:
     """A callee's response to the INVITE it received (its To tag fixed for the call), with
     its SDP (our media address; PCMU and telephone-event) when ``sdp``."""

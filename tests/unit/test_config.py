@@ -144,7 +144,7 @@ def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('[outbound]\nallow = ["premium"]\n', "[outbound] allow: 'premium' is neither"),
-        ("[outbound]\nallow = \"*\"\n", "[outbound] allow must be a list"),
+        ('[outbound]\nallow = "*"\n', "[outbound] allow must be a list"),
         ("[outbound]\nmax_calls_per_app = 0\n", "max_calls_per_app must be 1 to 100000"),
         ("[outbound]\ndestinations = []\n", "[outbound] unknown keys: destinations"),
         ('[egress]\nallow_private = "yes"\n', "allow_private must be true or false"),
