@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -225,9 +225,16 @@ class Services:
         return None
 
     def runner(
-        self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
+        self,
+        app: AppConfig,
+        leg: Leg,
+        listeners: list[Listener] | None = None,
+        *,
+        primary_call_id: str | None = None,
+        on_ready: Callable[[], object] | None = None,
     ) -> CallRunner:
-        """A call runner for ``app`` on ``leg``, with its log in the app's namespace."""
+        """A call runner for ``app`` on ``leg``, with its log in the app's namespace
+        (``primary_call_id``, ``on_ready``: a connect's far leg running its pages)."""
         instance_id = new_instance_id()
         log_filename = f"logs/{instance_id}.log"
         log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
@@ -244,6 +251,8 @@ class Services:
             ctx=ctx,
             recordings=self.journal,
             files=self.store,
+            primary_call_id=primary_call_id,
+            on_ready=on_ready,
         )
 
     async def run_call(

@@ -8,8 +8,8 @@ Theory of operation
 1. requests the first page and validates the answer (``actions.schema``);
 2. runs the actions in order: ``clear_input``, ``redirect``, ``hang_up`` and
    ``delete_file`` itself; ``play``, ``get_number``, ``get_input``,
-   ``record``, ``run_menu``, ``run_speech_menu``, ``sleep`` through their
-   sans-IO state machines (``callhook.actions``), feeding them the call's
+   ``record``, ``run_menu``, ``run_speech_menu``, ``sleep``, ``connect``,
+   ``transfer`` through their sans-IO state machines (``callhook.actions``), feeding them the call's
    media events and deadlines and passing their media commands to the
    call's :class:`~callhook.ports.Leg`;
 3. when an action completes, requests its ``next_page`` (a menu: the chosen
@@ -21,6 +21,11 @@ Theory of operation
 5. when the list runs out, the application hangs up, the caller hangs up or
    an error ends the call: requests the final page once, with ``call_cause``
    (and runs the ``delete_file`` actions of its answer, nothing else).
+
+A connect's far leg with ``secondary_call`` pages gets a runner of its own
+(``primary_call_id``, ``on_ready``): when its first page's list runs out it is
+joined to the caller instead of hung up, and its final page comes when the
+bridge ends.
 
 The call is answered just before the first action that needs the media
 (so an application can reject a call it does not want with ``hang_up``).
@@ -37,6 +42,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urljoin
@@ -139,8 +145,15 @@ class CallRunner:
         ctx: ActionContext | None = None,
         recordings: Recordings | None = None,
         files: Files | None = None,
+        primary_call_id: str | None = None,
+        on_ready: Callable[[], object] | None = None,
     ) -> None:
         self.app = app
+        # A connect's far leg running its secondary_call pages: the call it is put through
+        # to, and what joins it once its first page's actions have all run.
+        self.primary_call_id = primary_call_id
+        self.on_ready = on_ready
+        self._list_ended = False
         self.files = files
         self.leg = leg
         self.pages = pages
@@ -178,7 +191,10 @@ class CallRunner:
         )
         cause, raw = "completed", ""
         try:
-            await self._run_application()
+            if self.app.first_page:
+                await self._run_application()
+            if self.on_ready is not None and (self._list_ended or not self.app.first_page):
+                await self._join_primary()
         except CallGone as exc:
             cause, raw = exc.ended.cause, exc.ended.raw_cause
         except CallAborted:
@@ -288,7 +304,18 @@ class CallRunner:
             self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
             self._raise_if_over()
         self.log.write("list_end", "no more actions")
+        self._list_ended = True
         return None
+
+    async def _join_primary(self) -> None:
+        """A far leg whose first page's actions have all run: it is joined to the caller,
+        and stays so until one of them hangs up (then its final page is requested)."""
+        assert self.on_ready is not None
+        self.log.write("bridge", f"joined to call {self.primary_call_id}")
+        self.on_ready()
+        ended = await self.leg.wait_ended()
+        self._ended(ended)
+        raise CallGone(ended)
 
     def _next(
         self, page: WebPageRequest, base: str, result: dict[str, Any] | None, why: str
@@ -463,7 +490,7 @@ class CallRunner:
         else:
             end = self.ended_at if self.ended_at is not None else self.clock.now()
             duration = round(max(0.0, end - self.answered_at), 1)
-        return {
+        this_call: dict[str, Any] = {
             "call_id": info.call_id,
             "call_direction": info.direction,
             "call_from": info.call_from,
@@ -473,6 +500,9 @@ class CallRunner:
             "seconds_call_duration": duration,
             "application_parameters": self.app.application_parameters,
         }
+        if self.primary_call_id is not None:  # callhook's: the call it is put through to
+            this_call["primary_call_id"] = self.primary_call_id
+        return this_call
 
     def _body(self, request: _Request) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -165,6 +165,14 @@ class CalleeEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class CalleeReady:
+    """Far leg ``attempt`` answered and its ``secondary_call.first_page`` actions have all
+    run on it: it is to be joined to the call now."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReferAnswered:
     """The final response to the REFER (202: accepted; 408 when none came)."""
 
@@ -195,6 +203,7 @@ MediaEvent = (
     | CalleeRinging
     | CalleeAnswered
     | CalleeEnded
+    | CalleeReady
     | ReferAnswered
     | ReferNotified
 )
@@ -359,6 +368,27 @@ class JoinCallee:
 
 
 @dataclass(frozen=True, slots=True)
+class SecondaryPages:
+    """A connect's ``secondary_call`` pages, as absolute URLs with their methods (None: not
+    given), and how long the far leg may last."""
+
+    first_page: tuple[str, str] | None = None
+    final_page: tuple[str, str] | None = None
+    error_page: tuple[str, str] | None = None
+    max_seconds: float = 240 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunCallee:
+    """Far leg ``attempt`` answered: run its ``secondary_call`` pages on it (its
+    ``first_page`` actions before it is joined, then :class:`CalleeReady`; its
+    ``final_page`` when it ends)."""
+
+    attempt: int
+    pages: SecondaryPages
+
+
+@dataclass(frozen=True, slots=True)
 class RecordCall:
     """Record the bridged call, both directions, into ``filename`` (a connect's
     ``secondary_call.call_recording``): ``mode`` ``mixed`` (one channel: the two sides
@@ -394,6 +424,7 @@ MediaCommand = (
     | CallCallee
     | DropCallee
     | JoinCallee
+    | RunCallee
     | RecordCall
     | Refer
 )

@@ -24,8 +24,14 @@ start                  every destination is called; the caller hears ``hold_medi
                        over and over, else ringback (440 + 480 Hz, 2 s on, 4 s off)
 RINGING: ringing with  one destination and ``pass_early_media``: the hold prompt stops
 early media            and the far leg's early media is passed to the caller
-RINGING: answered      the hold prompt stops, the other far legs are dropped, the answered
-                       one is joined: BRIDGED
+RINGING: answered      the other far legs are dropped; with ``secondary_call``, its pages
+                       are run on the answered one (RunCallee); with a ``first_page``,
+                       SCREENING, the hold media or ringback going on; else the hold
+                       prompt stops and the answered one is joined: BRIDGED
+SCREENING: ready       the far leg's first page actions all ran: the hold prompt stops, it
+                       is joined: BRIDGED
+SCREENING: the far     over, not connected, with its cause (its first page hung up, or
+leg ended              it did)
 RINGING: a far leg     forgotten; when it was the last, the action is over, not connected,
 ended                  with the most telling cause of them all (busy, then no answer,
                        unobtainable, failed)
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import enum
 from typing import Any
+from urllib.parse import urljoin
 
 from callhook.actions.connectschema import Connect
 from callhook.actions.machine import (
@@ -53,10 +60,12 @@ from callhook.actions.machine import (
     StopReason,
     prompt_items,
 )
+from callhook.actions.schema import WebPageRequest
 from callhook.events import (
     CallCallee,
     CalleeAnswered,
     CalleeEnded,
+    CalleeReady,
     CalleeRinging,
     DropCallee,
     JoinCallee,
@@ -66,6 +75,8 @@ from callhook.events import (
     PromptFinished,
     PromptItem,
     RecordCall,
+    RunCallee,
+    SecondaryPages,
     StartPrompt,
     StopPrompt,
     StopRecording,
@@ -79,11 +90,12 @@ RINGBACK: tuple[PromptItem, ...] = (
 )
 
 #: When every far leg failed, the cause the result reports: the most telling one.
-_CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
+CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
 
 
 class State(enum.Enum):
     RINGING = "ringing"
+    SCREENING = "screening"  # answered; its secondary_call.first_page actions run on it
     BRIDGED = "bridged"
     DONE = "done"
 
@@ -136,6 +148,8 @@ class ConnectMachine(ActionMachine):
             return self._ringing(event)
         if isinstance(event, CalleeAnswered):
             return self._answered(event, now)
+        if isinstance(event, CalleeReady):
+            return self._ready(event, now)
         if isinstance(event, CalleeEnded):
             return self._ended(event, now)
         return []
@@ -158,13 +172,32 @@ class ConnectMachine(ActionMachine):
     def _answered(self, event: CalleeAnswered, now: float) -> list[MediaCommand]:
         if self.state is not State.RINGING or event.attempt not in self.live:
             return [DropCallee(event.attempt)]  # too late: another one won
-        self.state = State.BRIDGED
         self.joined = event.attempt
-        self.bridged_at = now
         self.info = event.info
-        others = [DropCallee(a) for a in sorted(self.live) if a != event.attempt]
+        others: list[MediaCommand] = [
+            DropCallee(a) for a in sorted(self.live) if a != event.attempt
+        ]
         self.live = {event.attempt}
-        return [*self._stop_hold(), *others, JoinCallee(event.attempt), *self._record()]
+        pages = self._pages()
+        if pages is not None:
+            others.append(RunCallee(event.attempt, pages))
+        if pages is not None and pages.first_page is not None:
+            # Aculab: the first page's actions run on the far leg before it is joined;
+            # the caller hears the hold media (or ringback) meanwhile.
+            self.state = State.SCREENING
+            return others
+        return self._join(event.attempt, now, others)
+
+    def _ready(self, event: CalleeReady, now: float) -> list[MediaCommand]:
+        if self.state is not State.SCREENING or event.attempt != self.joined:
+            return []
+        return self._join(event.attempt, now, [])
+
+    def _join(self, attempt: int, now: float, then: list[MediaCommand]) -> list[MediaCommand]:
+        """Bridge far leg ``attempt`` (after the hold prompt stops and ``then``)."""
+        self.state = State.BRIDGED
+        self.bridged_at = now
+        return [*self._stop_hold(), *then, JoinCallee(attempt), *self._record()]
 
     def _ended(self, event: CalleeEnded, now: float) -> list[MediaCommand]:
         if event.attempt not in self.live:
@@ -175,6 +208,11 @@ class ConnectMachine(ActionMachine):
             commands = self._stop_recording()
             self._finish(now, connected=True, cause=(event.cause, event.raw_cause))
             return commands
+        if self.state is State.SCREENING and event.attempt == self.joined:
+            # The far leg ended before it was joined (its first page hung up, or it did).
+            commands = self._stop_hold()
+            self._finish(now, connected=False, cause=(event.cause, event.raw_cause))
+            return commands
         if self.state is State.RINGING and not self.live:
             commands = self._stop_hold()
             self._finish(now, connected=False, cause=self._most_telling())
@@ -184,7 +222,7 @@ class ConnectMachine(ActionMachine):
     # --- inside -------------------------------------------------------------------------
 
     def _hold(self) -> list[MediaCommand]:
-        if self.state is not State.RINGING or self.early:
+        if self.state not in (State.RINGING, State.SCREENING) or self.early:
             return []
         prompt_id = self.ctx.new_prompt_id()
         self.holding = prompt_id
@@ -197,6 +235,24 @@ class ConnectMachine(ActionMachine):
             return []
         prompt_id, self.holding = self.holding, None
         return [StopPrompt(prompt_id)]
+
+    def _pages(self) -> SecondaryPages | None:
+        """The ``secondary_call`` pages to run on the far leg, and its duration limit (None:
+        no ``secondary_call``: the far leg runs nothing, and the limit is Aculab's default)."""
+        second = self.action.secondary_call
+        if second is None:
+            return None
+        first, final, error = second.first_page, second.final_page, second.error_page
+
+        def resolved(page: WebPageRequest | None) -> tuple[str, str] | None:
+            return None if page is None else (urljoin(self.ctx.page_url, page.url), page.method)
+
+        return SecondaryPages(
+            resolved(first),
+            resolved(final),
+            resolved(error),
+            max_seconds=second.minutes_max_call_duration * 60.0,
+        )
 
     def _record(self) -> list[MediaCommand]:
         """``secondary_call.call_recording``: the bridged call, from the join on."""
@@ -226,7 +282,7 @@ class ConnectMachine(ActionMachine):
 
     def _most_telling(self) -> tuple[str, str]:
         causes = list(self.causes.values())
-        for wanted in _CAUSE_ORDER:
+        for wanted in CAUSE_ORDER:
             for cause in causes:
                 if cause[0] == wanted:
                     return cause
@@ -235,7 +291,7 @@ class ConnectMachine(ActionMachine):
     def _finish(self, now: float, *, connected: bool, cause: tuple[str, str]) -> None:
         self.state = State.DONE
         destination = None
-        if self.joined is not None:
+        if connected and self.joined is not None:
             destination = self.action.destinations[self.joined]
         result: dict[str, Any] = {
             "connected": connected,

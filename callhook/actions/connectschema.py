@@ -53,20 +53,11 @@ class Connect(Strict):
             raise ValueError("pass_early_media needs exactly one destination")
         if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
             raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
-        # Not built yet (issue 15 goes on): refused by name rather than silently ignored.
         second = self.secondary_call
-        if second is not None:
-            for name in ("first_page", "final_page", "error_page"):
-                if getattr(second, name) is not None:
-                    raise ValueError(
-                        f"secondary_call.{name} is not supported by callhook yet: leave it out"
-                    )
-            # Aculab lets a first_page's response give the cipher; without first_page the
-            # action must, or the recording could not be encrypted.
-            if second.call_recording_encryption and second.call_recording_cipher is None:
-                raise ValueError(
-                    "secondary_call.call_recording_encryption needs call_recording_cipher"
-                )
+        # Aculab also takes the cipher from the first page's response; callhook takes it
+        # from the action only (docs/behaviour.md), so it must be there.
+        if second and second.call_recording_encryption and not second.call_recording_cipher:
+            raise ValueError("secondary_call.call_recording_encryption needs call_recording_cipher")
         return self
 
 

@@ -8,7 +8,8 @@ of :class:`~callhook.adapters.sip.SipService` that places the far legs
 (``CallCallee``), ends them (``DropCallee``: CANCEL while ringing, BYE once up),
 joins one (``JoinCallee``) and tells the call's action what happens to each
 (``CalleeRinging``, ``CalleeAnswered``, ``CalleeEnded``, injected into the
-call's leg). A far leg runs no application of its own.
+call's leg). A far leg runs an application only for ``secondary_call`` pages
+(:class:`~callhook.adapters.screening.Screening`).
 
 Destinations: a ``sip:``/``sips:`` URI is called directly; a number goes through
 the first configured trunk (docs/behaviour.md). Every far leg is an outbound
@@ -32,18 +33,23 @@ import asyncio
 import logging
 import random
 import re
-import socket
-from dataclasses import dataclass, field
-from typing import Any
 
+from callhook.adapters.farleg import FarLeg, Fork
 from callhook.adapters.media import MediaEngine
+from callhook.adapters.screening import Screening
 from callhook.adapters.sipcall import SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.app import Services
 from callhook.config import AppConfig
-from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging, MediaEvent
-from callhook.media.session import MediaSession
-from callhook.media.srtp import Crypto, offer_keys
+from callhook.events import (
+    CalleeAnswered,
+    CalleeEnded,
+    CalleeRinging,
+    CallEnded,
+    MediaEvent,
+    SecondaryPages,
+)
+from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
@@ -54,51 +60,7 @@ from callhook.sip.registrar import Binding, Registrar
 logger = logging.getLogger("callhook.sip")
 
 
-@dataclass
-class FarLeg:
-    """One far leg of a call's ``connect``."""
-
-    primary: SipCall
-    attempt: int
-    destination: str
-    call_id: str
-    sock: socket.socket
-    port: int
-    keys: tuple[Crypto, ...]
-    route: Route
-    peer: str
-    session: MediaSession | None = None
-    answered: bool = False
-    ended: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
-    fork: Fork | None = None  # one of the phones of a user: destination
-
-
-@dataclass
-class Fork:
-    """The far legs of one ``user:NAME`` destination: one per registered phone."""
-
-    devices: list[FarLeg] = field(default_factory=list)
-    placing: bool = True  # its phones are being called (it cannot have failed yet)
-    rang: bool = False
-    winner: FarLeg | None = None
-    dropped: bool = False
-    causes: list[tuple[str, str]] = field(default_factory=list)
-
-    def most_telling(self) -> tuple[str, str]:
-        """Of the phones' causes, the one the action would report (its order)."""
-        for wanted in CAUSE_ORDER:
-            for cause in self.causes:
-                if cause[0] == wanted:
-                    return cause
-        return self.causes[0] if self.causes else ("failed", "")
-
-
-#: The order in which far legs' causes tell (callhook/actions/connect.py uses the same).
-CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
-
-
-class Connecting:
+class Connecting(Screening):
     """Placing, ending and joining far legs (see the module docstring)."""
 
     # --- what the service provides (adapters/sip.py) ---------------------------------------
@@ -232,6 +194,7 @@ class Connecting:
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
         far = FarLeg(primary, attempt, destination, call_id, sock, port, keys, route, peer)
+        far.from_user = from_user
         self.far_legs[call_id] = far
         if fork is not None:
             far.fork = fork
@@ -307,6 +270,7 @@ class Connecting:
 
     def _answered(self, far: FarLeg, answer_sdp: bytes) -> None:
         far.answered = True
+        self.limit_far(far)  # secondary_call's own limit replaces it (RunCallee)
         far.info = {
             "call_id": far.call_id,
             "call_direction": "outbound",
@@ -341,8 +305,11 @@ class Connecting:
         far.session = session
 
         def wake() -> None:
-            # Nobody runs an application on a far leg: what its session noted is dropped
-            # (its digits were relayed across the bridge already); a dead one is ended.
+            if far.leg is not None:  # its secondary_call pages run on it
+                far.leg.wake()
+                return
+            # Nobody runs an application on this far leg: what its session noted is
+            # dropped (its digits were relayed across the bridge already); a dead one ends.
             session.events.clear()
             session.utterances.clear()
             if session.timed_out and not far.ended:
@@ -368,6 +335,10 @@ class Connecting:
             return
         far.ended = True
         self.far_legs.pop(far.call_id, None)
+        if far.limit is not None:
+            far.limit.cancel()
+        if far.leg is not None:  # its pages' runner: the final page is due
+            far.leg.far_end_ended(CallEnded(cause, raw_cause))
         media = self.media
         assert media is not None
         if far.session is not None:
@@ -430,6 +401,9 @@ class CallFarLegs:
 
     def join(self, attempt: int, early: bool) -> None:
         self.service.join_callee(self.call, attempt, early)
+
+    def run(self, attempt: int, pages: SecondaryPages) -> None:
+        self.service.run_callee(self.call, attempt, pages)
 
 
 def call_from_user(call_from: str | None) -> str | None:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from callhook.adapters.connecting import FarLeg
+from callhook.adapters.farleg import FarLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Trunks

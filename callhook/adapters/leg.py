@@ -46,7 +46,9 @@ from callhook.events import (
     RecorderFailed,
     Refer,
     ReferAnswered,
+    RunCallee,
     SayText,
+    SecondaryPages,
     SpeechRecognised,
     SpeechRejected,
     StartPrompt,
@@ -77,6 +79,7 @@ class FarLegs(Protocol):
     def place(self, attempt: int, destination: str, call_from: str | None) -> None: ...
     def drop(self, attempt: int) -> None: ...
     def join(self, attempt: int, early: bool) -> None: ...
+    def run(self, attempt: int, pages: SecondaryPages) -> None: ...
 
 
 class Referrer(Protocol):
@@ -207,6 +210,8 @@ class SipLeg:
                 self.far.drop(command.attempt)
             elif isinstance(command, JoinCallee) and self.far is not None:
                 self.far.join(command.attempt, command.early)
+            elif isinstance(command, RunCallee) and self.far is not None:
+                self.far.run(command.attempt, command.pages)
             elif isinstance(command, Refer):
                 if self.referrer is None:
                     # As a peer that does not do REFER answers (RFC 3261 §8.2.1).

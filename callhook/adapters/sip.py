@@ -27,10 +27,11 @@ import logging
 import random
 import socket
 
-from callhook.adapters.connecting import CallFarLegs, Connecting, FarLeg
+from callhook.adapters.connecting import CallFarLegs, Connecting
 from callhook.adapters.connections import Connections
 from callhook.adapters.control import Control
 from callhook.adapters.dialling import Dialling
+from callhook.adapters.farleg import FarLeg
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
@@ -139,6 +140,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.finished: list[CallSummary] = []
         self._dials: set[asyncio.Task[CallSummary]] = set()
         self.far_legs: dict[str, FarLeg] = {}
+        self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
         self.registrar = None
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(

@@ -16,12 +16,15 @@ from callhook.events import (
     CallCallee,
     CalleeAnswered,
     CalleeEnded,
+    CalleeReady,
     CalleeRinging,
     DropCallee,
     JoinCallee,
     PromptFinished,
     RecordCall,
+    RunCallee,
     SayText,
+    SecondaryPages,
     StartPrompt,
     StopPrompt,
     StopRecording,
@@ -150,7 +153,6 @@ def test_early_media_is_passed_when_asked() -> None:
         ({"destinations": []}, "at least 1 item"),
         ({"classify_callee": {"enable": True}}, r"classify_callee \(answering-machine detection\)"),
         ({"pass_early_media": True}, "pass_early_media needs exactly one destination"),
-        ({"secondary_call": {"first_page": PAGE}}, r"secondary_call\.first_page is not supported"),
         (
             {"secondary_call": {"call_recording": True, "call_recording_encryption": True}},
             "call_recording_encryption needs call_recording_cipher",
@@ -256,3 +258,67 @@ def test_no_call_recording_unless_asked_and_none_before_the_answer() -> None:
     m.handle(CalleeEnded(0, "hung_up", "BYE"), T0 + 3)
     assert isinstance(m.outcome, Completed)
     assert "call_recording_filename" not in m.outcome.result
+
+
+def screening_machine(**second: Any) -> ConnectMachine:
+    action = Connect.model_validate(
+        {
+            "destinations": ["sip:a@x", "sip:b@y"],
+            "next_page": PAGE,
+            "secondary_call": {"first_page": {"url": "whisper"}, **second},
+        }
+    )
+    return ConnectMachine(action, ActionContext(page_url="http://app.example/ivr/start"))
+
+
+def test_with_a_first_page_the_answered_leg_runs_it_before_it_is_joined() -> None:
+    m = screening_machine(final_page={"url": "/over", "method": "GET"})
+    hold = m.start(T0)[2]
+    assert isinstance(hold, StartPrompt)
+    commands = m.handle(CalleeAnswered(1, {"call_id": "far-1"}), T0 + 3)
+    assert commands == [
+        DropCallee(0),
+        RunCallee(
+            1,
+            SecondaryPages(
+                first_page=("http://app.example/ivr/whisper", "POST"),
+                final_page=("http://app.example/over", "GET"),
+                max_seconds=240 * 60,
+            ),
+        ),
+    ]
+    # Not joined yet: the caller still hears ringback, looped, and no answer timeout runs.
+    assert m.deadline is None and m.outcome is None
+    again = m.handle(PromptFinished(hold.prompt_id), T0 + 6)
+    assert len(again) == 1 and isinstance(again[0], StartPrompt)
+    assert m.handle(CalleeReady(0), T0 + 7) == []  # not the one screened
+    joined = m.handle(CalleeReady(1), T0 + 8)
+    assert joined == [StopPrompt(again[0].prompt_id), JoinCallee(1)]
+    m.handle(CalleeEnded(1, "hung_up", "BYE"), T0 + 20)
+    assert isinstance(m.outcome, Completed)
+    assert m.outcome.result["connected"] is True
+    assert m.outcome.result["seconds_connected_duration"] == 12  # from the join
+
+
+def test_a_far_leg_that_ends_while_screened_is_not_connected() -> None:
+    m = screening_machine()
+    hold = m.start(T0)[2]
+    assert isinstance(hold, StartPrompt)
+    m.handle(CalleeAnswered(0, {"call_id": "far-0"}), T0 + 2)
+    # Its first page's actions hung it up (the person declined the call).
+    assert m.handle(CalleeEnded(0, "completed", "200"), T0 + 5) == [StopPrompt(hold.prompt_id)]
+    assert isinstance(m.outcome, Completed)
+    result = m.outcome.result
+    assert (result["connected"], result["destination"]) == (False, None)
+    assert (result["call_cause"], result["call_raw_cause"]) == ("completed", "200")
+
+
+def test_secondary_call_without_pages_still_gives_its_duration_limit() -> None:
+    action = Connect.model_validate(
+        {"destinations": ["sip:a@x"], "secondary_call": {"minutes_max_call_duration": 2}}
+    )
+    m = ConnectMachine(action, ActionContext())
+    m.start(T0)
+    commands = m.handle(CalleeAnswered(0), T0 + 1)
+    assert RunCallee(0, SecondaryPages(max_seconds=120.0)) in commands
+    assert JoinCallee(0) in commands  # no first page: joined at once

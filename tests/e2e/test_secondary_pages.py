@@ -1,0 +1,113 @@
+"""A connect's secondary_call pages on real calls: a SIPp caller calls serve, whose
+application connects it to a SIPp callee; the callee's first page's actions (a whisper)
+run on the callee's leg before it is joined, and its final page is requested when the
+bridge ends; a first page that hangs up leaves the caller unconnected."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+from tests.e2e.test_connect import callee_scenario, config
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+
+def connect_app(app: AppServer, callee_port: int, first_page: list[Any]) -> None:
+    app.page(
+        "/start",
+        [
+            {
+                "connect": {
+                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"],
+                    "secondary_call": {
+                        "first_page": {"url": "/whisper"},
+                        "final_page": {"url": "/far-final"},
+                    },
+                    "next_page": {"url": "/connected"},
+                }
+            }
+        ],
+    )
+    app.page("/whisper", first_page)
+    app.page("/far-final", None)
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+async def call_through(
+    tmp_path: Path, app: AppServer, callee_port: int, callee: str, ear: RtpSink
+) -> Server:
+    process = await sipp.start_sipp(
+        callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0, out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/far-final")
+        assert await wait_for_request(app, "/final")
+    return server
+
+
+async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_comes(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    connect_app(app, callee_port, [{"play": {"play_list": [{"text_to_say": "A call for you."}]}}])
+    async with RtpSink() as callee_ear:
+        await call_through(
+            tmp_path, app, callee_port, callee_scenario(None, callee_ear.port), callee_ear
+        )
+    # The callee heard the whisper (speech, not silence) before it was joined.
+    heard = callee_ear.audio()
+    assert len(heard) > 8000 and float(np.abs(heard[:16000].astype(np.int32)).max()) > 2000
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert result["connected"] is True and result["call_cause"] == "hung_up"
+    primary = connected["this_call"]["call_id"]
+    far = result["secondary_call"]["call_id"]
+    (whisper,) = app.bodies("/whisper")
+    assert whisper["this_call"]["call_id"] == far
+    assert whisper["this_call"]["primary_call_id"] == primary  # both legs, and how joined
+    assert whisper["this_call"]["call_direction"] == "outbound"
+    assert whisper["application_instance_id"] != connected["application_instance_id"]
+    (far_final,) = app.bodies("/far-final")
+    assert far_final["this_call"]["call_cause"] == "hung_up"
+    assert far_final["this_call"]["primary_call_id"] == primary
+    # The join came after the whisper: the bridge lasted less than the far leg.
+    assert result["seconds_connected_duration"] < far_final["this_call"]["seconds_call_duration"]
+
+
+async def test_a_first_page_that_hangs_up_leaves_the_caller_unconnected(
+    tmp_path: Path, app: AppServer
+) -> None:
+    callee_port = free_udp_port()
+    connect_app(app, callee_port, [{"hang_up": {}}])
+    callee = sipp.scenario(
+        sipp.UAS_ANSWER.format(receive='  <recv request="INVITE"/>'),
+        sipp.UAS_BYE.format(timeout_ms=20000),
+    )
+    async with RtpSink() as ear:
+        await call_through(tmp_path, app, callee_port, callee, ear)
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert (result["connected"], result["destination"]) == (False, None)
+    assert result["call_cause"] == "completed"
+    (far_final,) = app.bodies("/far-final")
+    assert far_final["this_call"]["call_cause"] == "completed"

@@ -1,0 +1,106 @@
+"""A connect's far leg running its secondary_call pages (the runner's secondary mode,
+callhook/call.py) against a real local application: its first page's actions, then the
+join instead of a hang-up, its final page when the bridge ends, primary_call_id."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from callhook.adapters.pages import HttpPages
+from callhook.call import CallRunner, CallSummary
+from callhook.calllog import CallLog
+from callhook.config import AppConfig
+from callhook.events import CallEnded, SayText, StartPrompt
+from callhook.ports import CallInfo
+from callhook.testing import AppServer, ScriptedLeg
+
+
+class FarLeg(ScriptedLeg):
+    """A far leg that the far end hangs up once it has been joined."""
+
+    def __init__(self) -> None:
+        super().__init__(info=CallInfo("far-1", "outbound", "sip:ivr@cb", "sip:bob@x", "bob"))
+        self.joined_at: float | None = None
+        self.joined = asyncio.Event()
+
+    async def wait_ended(self) -> CallEnded:
+        await self.joined.wait()  # (the runner also waits on this while it fetches pages)
+        assert self.joined_at is not None
+        self.clock.advance_to(self.joined_at + 12.0)
+        return CallEnded("hung_up", "BYE")
+
+
+async def run_far(app: AppServer, first_page: str | None) -> tuple[CallSummary, FarLeg, int]:
+    leg = FarLeg()
+    joins = 0
+
+    def ready() -> None:
+        nonlocal joins
+        joins += 1
+        leg.joined_at = leg.clock.now()
+        leg.joined.set()
+
+    config = AppConfig(
+        name="test",
+        first_page=app.url(first_page) if first_page else "",
+        secret=app.secret,
+        final_page=app.url("/far-final"),
+    )
+    log = CallLog("far", leg.clock, Path(tempfile.mkdtemp(prefix="callhook-test-")) / "far.log")
+    pages = HttpPages(timeout=5.0)
+    runner = CallRunner(
+        config,
+        leg,
+        pages,
+        leg.clock,
+        log,
+        log_filename="logs/far.log",
+        primary_call_id="primary-1",
+        on_ready=ready,
+    )
+    try:
+        summary = await runner.run()
+    finally:
+        await pages.close()
+    return summary, leg, joins
+
+
+async def test_the_first_page_runs_then_the_leg_is_joined_and_its_final_page_follows(
+    app: AppServer,
+) -> None:
+    app.page("/whisper", [{"play": {"play_list": [{"text_to_say": "a call for you"}]}}])
+    app.page("/far-final", None)
+    summary, leg, joins = await run_far(app, "/whisper")
+    (_, prompt), *_ = leg.commands(StartPrompt)
+    assert [i.text for i in prompt.items if isinstance(i, SayText)] == ["a call for you"]
+    assert joins == 1 and leg.hung_up_at is None  # joined, not hung up, when the list ran out
+    assert (summary.cause, summary.raw_cause) == ("hung_up", "BYE")
+    (first,) = app.bodies("/whisper")
+    assert first["this_call"]["primary_call_id"] == "primary-1"
+    assert first["this_call"]["call_direction"] == "outbound"
+    (final,) = app.bodies("/far-final")
+    this_call = final["this_call"]
+    assert (this_call["call_cause"], this_call["call_raw_cause"]) == ("hung_up", "BYE")
+    assert this_call["call_state"] == "idle" and this_call["primary_call_id"] == "primary-1"
+    assert this_call["seconds_call_duration"] >= 12.0
+
+
+async def test_a_first_page_that_hangs_up_is_never_joined(app: AppServer) -> None:
+    app.page("/whisper", [{"hang_up": {}}])
+    app.page("/far-final", None)
+    summary, leg, joins = await run_far(app, "/whisper")
+    assert joins == 0 and leg.hung_up_at is not None
+    assert summary.cause == "completed"
+    assert app.bodies("/far-final")[0]["this_call"]["call_cause"] == "completed"
+
+
+async def test_without_a_first_page_it_is_joined_at_once_and_only_its_final_page_comes(
+    app: AppServer,
+) -> None:
+    app.page("/far-final", None)
+    summary, leg, joins = await run_far(app, None)
+    assert joins == 1 and leg.hung_up_at is None
+    assert [r.path for r in app.requests] == ["/far-final"]
+    assert summary.cause == "hung_up"
