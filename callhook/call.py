@@ -387,7 +387,7 @@ class CallRunner:
     def _observe(self, event: MediaEvent, machine: ActionMachine) -> None:
         line = event_line(event)
         if line is not None:
-            self.log.write(*line)
+            self.log.write(line.kind, line.text, level=line.level)
         if isinstance(event, VoiceActivity):
             self.ctx.voice_active = event.active
         elif isinstance(event, PromptFinished) and event.error:
@@ -399,7 +399,7 @@ class CallRunner:
         for c in commands:
             line = command_line(c)
             if line is not None:
-                self.log.write(*line)
+                self.log.write(line.kind, line.text, level=line.level)
             if isinstance(c, StartRecording):
                 self._recording_started(c)
             elif isinstance(c, RecordCall):

@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from callhook.clock import Clock
 from callhook.events import (
@@ -154,56 +154,62 @@ class CallLog:
 
 # --- what the log says of a call's media events and commands ------------------------------
 
-Line = tuple[str, str] | tuple[str, str, int]
+
+class Line(NamedTuple):
+    """A line the log is to get: its kind, its text, its level for the server log."""
+
+    kind: str
+    text: str = ""
+    level: int = logging.INFO
 
 
 def event_line(event: MediaEvent) -> Line | None:
     """The log line (kind, text[, level]) of a media event an action sees, if it has one."""
     if isinstance(event, DigitReceived):
-        return ("digit", event.digit)
+        return Line("digit", event.digit)
     if isinstance(event, SpeechRecognised):
         best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
-        return ("speech", f"{best!r}{' (typed)' if event.phrase.typed else ''}")
+        return Line("speech", f"{best!r}{' (typed)' if event.phrase.typed else ''}")
     if isinstance(event, SpeechRejected) and event.cause:
         # The recogniser failed (issue 14): the utterance counts as nothing recognised.
-        return ("speech_failed", event.cause, logging.WARNING)
+        return Line("speech_failed", event.cause, logging.WARNING)
     if isinstance(event, CalleeRinging):  # a connect's far legs: both legs in one log
-        return ("callee_ringing", f"#{event.attempt}")
+        return Line("callee_ringing", f"#{event.attempt}")
     if isinstance(event, CalleeAnswered):
-        return ("callee_answered", f"#{event.attempt} {event.info.get('call_id', '')}")
+        return Line("callee_answered", f"#{event.attempt} {event.info.get('call_id', '')}")
     if isinstance(event, CalleeEnded):
-        return ("callee_ended", f"#{event.attempt} {event.cause} ({event.raw_cause})")
+        return Line("callee_ended", f"#{event.attempt} {event.cause} ({event.raw_cause})")
     if isinstance(event, ReferAnswered):
-        return ("refer_answered", str(event.status))
+        return Line("refer_answered", str(event.status))
     if isinstance(event, ReferNotified):
-        return ("refer_notify", f"{event.status}{' (final)' if event.final else ''}")
+        return Line("refer_notify", f"{event.status}{' (final)' if event.final else ''}")
     return None
 
 
 def command_line(c: MediaCommand) -> Line | None:
     """The log line (kind, text) of a command an action gives, if it has one."""
     if isinstance(c, StartPrompt):
-        return ("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
+        return Line("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
     if isinstance(c, StopPrompt):
-        return ("prompt_stop", f"#{c.prompt_id}")
+        return Line("prompt_stop", f"#{c.prompt_id}")
     if isinstance(c, StartRecognition):
-        return ("recognition_start", c.options.language)
+        return Line("recognition_start", c.options.language)
     if isinstance(c, StopRecognition):
-        return ("recognition_stop", "")
+        return Line("recognition_stop", "")
     if isinstance(c, StartRecording):
-        return ("recording_start", c.filename)
+        return Line("recording_start", c.filename)
     if isinstance(c, RecordCall):
-        return ("recording_start", f"{c.filename} (the call, {c.mode})")
+        return Line("recording_start", f"{c.filename} (the call, {c.mode})")
     if isinstance(c, StopRecording):
-        return ("recording_stop", c.filename)
+        return Line("recording_stop", c.filename)
     if isinstance(c, CallCallee):
-        return ("callee_call", f"#{c.attempt} {c.destination}")
+        return Line("callee_call", f"#{c.attempt} {c.destination}")
     if isinstance(c, DropCallee):
-        return ("callee_drop", f"#{c.attempt}")
+        return Line("callee_drop", f"#{c.attempt}")
     if isinstance(c, JoinCallee):
-        return ("bridge", f"#{c.attempt}{' (early media)' if c.early else ''}")
+        return Line("bridge", f"#{c.attempt}{' (early media)' if c.early else ''}")
     if isinstance(c, Refer):
-        return ("refer", c.destination)
+        return Line("refer", c.destination)
     return None
 
 

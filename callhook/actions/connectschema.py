@@ -69,6 +69,8 @@ class ConnectStep(Strict):
 
 #: A transfer's destination: a SIP URI, or a number (digits, ``+`` first, ``-`` between).
 _NUMBER = re.compile(r"\+?[0-9]+(?:-[0-9]+)*")
+#: A URI that can go in ``Refer-To: <...>`` as it is: printable, no space, no ``<>"``.
+_URI = re.compile(r"sips?:[!#-;=?-~]+", re.IGNORECASE)
 
 
 class Transfer(Strict):
@@ -85,10 +87,7 @@ class Transfer(Strict):
     @field_validator("destination")
     @classmethod
     def _destination(cls, value: str) -> str:
-        lowered = value.lower()
-        if lowered.startswith(("sip:", "sips:")) and len(value) > value.index(":") + 1:
-            return value
-        if _NUMBER.fullmatch(value):
+        if _URI.fullmatch(value) or _NUMBER.fullmatch(value):
             return value
         raise ValueError("a sip: or sips: URI, or a number (digits, + first, - between)")
 

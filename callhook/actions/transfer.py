@@ -23,8 +23,11 @@ state / event          what happens
 =====================  ==================================================================
 start                  REFER sent: REFERRING; the deadline is ``seconds_timeout`` away
 REFERRING: 2xx         accepted (202): ACCEPTED, waiting for the outcome
-REFERRING: 3xx-6xx     refused: with ``fallback_connect``, its connect runs (CONNECTING);
-                       without, over: not transferred, ``refer_status`` says why
+REFERRING: NOTIFY      accepted too (the NOTIFY overtook the 2xx, RFC 6665 §4.1.2.4):
+                       ACCEPTED, and the NOTIFY is taken as below
+REFERRING: 3xx-6xx     refused, or not answered (408): with ``fallback_connect``, its
+                       connect runs (CONNECTING); without, over: not transferred,
+                       ``refer_status`` says why
 ACCEPTED: NOTIFY 1xx   progress (``notify_status`` remembered)
 ACCEPTED: NOTIFY 2xx   over: transferred (the leg ends the call: RFC 5589 §6.1)
 ACCEPTED: NOTIFY       over: not transferred, the destination's cause (busy, no answer,
@@ -102,6 +105,9 @@ class TransferMachine(ActionMachine):
             return self._connect(self.connecting.handle(event, now))
         if isinstance(event, ReferAnswered) and self.state is State.REFERRING:
             return self._answered(event, now)
+        if isinstance(event, ReferNotified) and self.state is State.REFERRING:
+            # A NOTIFY may come before the REFER's 2xx (RFC 6665 §4.1.2.4): it accepted.
+            self.state = State.ACCEPTED
         if isinstance(event, ReferNotified) and self.state is State.ACCEPTED:
             self._notified(event)
         return []

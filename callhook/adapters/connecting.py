@@ -185,6 +185,7 @@ class Connecting(Screening):
                 from_host=route.from_host,
                 fixed_transport=route.trunk is not None,
                 to=to,
+                pinned=route.pinned,
             )
         except ValueError as exc:  # a destination the agent cannot send to
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
@@ -383,6 +384,7 @@ def _phone_route(phone: Binding) -> Route:
         credentials=None,
         from_user="callhook",
         from_host=None,
+        pinned=True,  # ACK, BYE, re-INVITEs go where the INVITE went, not to its Contact
     )
 
 

@@ -2,15 +2,15 @@
 
 The SIP service (adapters/sip.py) is a :class:`Referring`; each call's leg
 gets a :class:`CallReferrer` (the leg's :class:`~callhook.adapters.leg.Referrer`).
-The action (``actions/transfer.py``) says where to; this turns the destination
-into a ``Refer-To`` URI, sends the REFER through the agent
-(``sip/referral.py``) and tells the action what comes back:
+The action (``actions/transfer.py``) says where to; this puts the destination to
+``[outbound]`` as if callhook called it (a refusal is answered as a refused REFER,
+403, and no REFER goes out), turns it into a ``Refer-To`` URI, sends the REFER
+through the agent (``sip/referral.py``) and tells the action what comes back:
 :class:`~callhook.events.ReferAnswered` for the REFER's final response,
-:class:`~callhook.events.ReferNotified` for each NOTIFY (with the cause its
-status maps to, as a far leg's refusal does). When a NOTIFY says the
-destination answered (a 2xx), the caller is the destination's: callhook ends
-its own call (BYE, RFC 5589 §6.1) and the runner is told it ended
-(``completed``).
+:class:`~callhook.events.ReferNotified` for each NOTIFY (with the cause its status
+maps to, as a far leg's refusal does). When a NOTIFY says the destination answered
+(a 2xx), the caller is the destination's: callhook ends its own call (BYE, RFC 5589
+§6.1) and the runner is told it ended (``completed``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import logging
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Trunks
 from callhook.events import CallEnded, ReferAnswered, ReferNotified
+from callhook.outbound import OutboundPolicy
 from callhook.sip.agent import Agent
 from callhook.sip.notices import ReferProgress, ReferResponse
 from callhook.sip.responses import cause_of
@@ -38,6 +39,7 @@ class Referring:
     agent: Agent | None
     trunks: Trunks
     calls: dict[str, SipCall]
+    outbound: OutboundPolicy
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -48,6 +50,16 @@ class Referring:
         """Send ``call``'s REFER to ``destination`` (a SIP URI or a number)."""
         agent = self.agent
         assert agent is not None
+        # The caller's side calls the destination, through its provider when it is one:
+        # a call the operator pays for, so [outbound] judges it as one of callhook's own.
+        text = destination.strip()
+        uri_form = text.lower().startswith(("sip:", "sips:"))
+        trunk = None if uri_form else next(iter(self.trunks.config), None)
+        why = self.outbound.refusal(text if uri_form else text.replace("-", ""), trunk)
+        if why is not None:
+            logger.warning("call %s: transfer to %s: %s", call.call_id, text, why)
+            call.leg.inject(ReferAnswered(403))  # as a REFER refused (no REFER is sent)
+            return
         refer_to = self.refer_uri(destination, call)
         by = referred_by or call.leg.info.call_to
         try:

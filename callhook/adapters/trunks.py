@@ -44,6 +44,7 @@ class Route:
     from_host: str | None
     srtp: SrtpMode = "off"
     trunk: str | None = None
+    pinned: bool = False  # every request of the call to ``address`` (a registered phone)
 
 
 class RouteError(ValueError):

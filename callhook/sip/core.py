@@ -116,6 +116,8 @@ class Call:
     ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
     flow_open: bool = True  # the TCP/TLS connection the call was set up on is still open
     fixed_transport: bool = False  # a trunk's call: never moved to TCP for its size
+    pinned: bool = False  # every request goes to ``peer`` (a registered phone's flow)
+    refer_cseq: int | None = None  # our REFER's CSeq: its NOTIFYs are welcome (referral.py)
 
 
 def new_tag() -> str:
@@ -461,6 +463,8 @@ class Core:
         address, several phones may share a host.
         """
         hop = call.peer
+        if call.pinned:
+            return hop  # a phone behind a NAT: only where it registered from reaches it
         if call.dialog is not None:
             try:
                 hop = call.dialog.next_hop(call.peer.transport)

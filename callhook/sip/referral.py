@@ -13,9 +13,12 @@ the destination goes (§2.4.5); each is answered 200 and reported as
 :class:`~callhook.sip.notices.ReferProgress`, ``final`` when its ``Subscription-
 State`` is ``terminated`` or the status is final (≥ 200).
 
-What it answers: a NOTIFY for an unknown dialog gets 481; one of another event
-package (or none) 489 Bad Event (RFC 6665 §8.2.1), which also tells a peer
-that keeps a stale subscription to stop; one whose body is not a sipfrag status
+What it answers: a NOTIFY for an unknown dialog gets 481, and so does one in a
+dialog where callhook sent no REFER, or whose ``Event: refer;id=`` names
+another REFER than ours (§2.4.6: the id is the REFER's CSeq; the first REFER
+of a dialog may be referred to without it); one of another event package (or
+none) 489 Bad Event (RFC 6665 §8.2.1), which also tells a peer that keeps a
+stale subscription to stop; one whose body is not a sipfrag status
 line still gets 200 (the subscription is the peer's) and is reported as
 progress 0, which the action ignores. One REFER at a time per call: the action
 sends one.
@@ -35,6 +38,16 @@ logger = logging.getLogger("callhook.sip")
 
 #: A sipfrag's first line (RFC 3420): a SIP status line.
 _STATUS_LINE = re.compile(rb"\s*SIP/2\.0\s+([1-6][0-9][0-9])\b")
+
+
+def _event_id(params: str) -> int | None:
+    """The ``id`` parameter of an Event header's parameters (None: none; -1: not a number)."""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "id":
+            value = value.strip()
+            return int(value) if value.isascii() and value.isdigit() else -1
+    return None
 
 
 def sipfrag_status(body: bytes) -> int:
@@ -59,6 +72,7 @@ class Referral(Core):
             "REFER",
             extra=[("Refer-To", f"<{refer_to}>"), ("Referred-By", f"<{referred_by}>")],
         )
+        call.refer_cseq = request.cseq[0]  # RFC 3515 §2.4.6: its NOTIFYs' Event id
         self._start_client(request, hop, now, call)
 
     def _refer_response(self, call: Call, response: Response) -> None:
@@ -70,9 +84,13 @@ class Referral(Core):
         if call is None:
             self._reply(tx, request, 481, now=now)
             return
-        event = (request.headers.get("Event") or "").split(";", 1)[0].strip().lower()
-        if event != "refer":
+        package, _, params = (request.headers.get("Event") or "").partition(";")
+        if package.strip().lower() != "refer":
             self._reply(tx, request, 489, now=now)
+            return
+        if call.refer_cseq is None or _event_id(params) not in (None, call.refer_cseq):
+            # No REFER of ours made this subscription (RFC 6665 §4.1.3): it does not exist.
+            self._reply(tx, request, 481, now=now)
             return
         self._reply(tx, request, 200, now=now)
         status = sipfrag_status(request.body)

@@ -58,6 +58,7 @@ class Uac(Referral):
         route: str | None = None,
         fixed_transport: bool = False,
         to: str | None = None,
+        pinned: bool = False,
     ) -> str:
         """Place a call to ``target`` (a SIP URI) offering ``sdp``; returns its Call-ID.
 
@@ -69,7 +70,10 @@ class Uac(Referral):
         ``from_host`` is the From URI's host (a trunk's domain; default ours);
         ``route`` a loose-routing proxy URI put in a Route header (§8.1.2); ``to`` the
         To URI when it is not ``target`` (a registered phone's address of record, its
-        Contact being the request-URI: §8.1.1.1, §10.2.1.1).
+        Contact being the request-URI: §8.1.1.1, §10.2.1.1). ``pinned``: every request
+        of the call goes to ``address``, whatever the dialog's remote target (a phone
+        reached where its REGISTER came from: behind a NAT its Contact is a private
+        address; the flow of RFC 5626 §5.3).
         """
         uri = parse_uri(target)
         peer = Target(*address) if address is not None else target_of(uri)
@@ -102,6 +106,7 @@ class Uac(Referral):
         tx, outputs = client(request, peer, now)
         call = Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
         call.fixed_transport = fixed_transport
+        call.pinned = pinned and address is not None
         call.local_sdp = sdp
         self.calls[call_id] = call
         self._txs[self._tx_key(tx)] = tx

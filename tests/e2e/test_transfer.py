@@ -12,7 +12,7 @@ import pytest
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
-from tests.e2e.test_connect import callee_scenario, config
+from tests.e2e.test_connect import callee_scenario
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -90,11 +90,19 @@ def transfer_app(app: AppServer, **props: object) -> None:
     app.page("/final", None)
 
 
+def allow_target(tmp_path: Path) -> tuple[str, ...]:
+    """[outbound] lets the application call (and so transfer to) TARGET, and call the
+    test's SIPp callees."""
+    path = tmp_path / "callhook.toml"
+    path.write_text('[outbound]\nallow = ["sip:bob@192.0.2.55", "sip:*@127.0.0.1:*"]\n')
+    return ("--config", str(path))
+
+
 async def test_a_caller_that_accepts_the_refer_is_transferred_and_callhook_leaves(
     tmp_path: Path, app: AppServer
 ) -> None:
     transfer_app(app)
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with Server.for_app(tmp_path / "data", app, extra=allow_target(tmp_path)) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
@@ -135,7 +143,7 @@ async def test_a_failed_transfer_leaves_the_caller_with_the_application(
     tmp_path: Path, app: AppServer
 ) -> None:
     transfer_app(app)
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with Server.for_app(tmp_path / "data", app, extra=allow_target(tmp_path)) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
@@ -170,7 +178,7 @@ async def test_a_caller_that_refuses_refer_is_put_through_by_the_fallback_connec
     callee = await sipp.start_sipp(
         callee_scenario(None), tmp_path, local_port=callee_port, media_port=free_even_udp_port()
     )
-    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+    async with Server.for_app(tmp_path / "data", app, extra=allow_target(tmp_path)) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
@@ -200,3 +208,25 @@ async def test_a_caller_that_refuses_refer_is_put_through_by_the_fallback_connec
     connected = result["connect_result"]
     assert connected["connected"] is True and connected["call_cause"] == "hung_up"
     assert connected["destination"] == f"sip:callee@127.0.0.1:{callee_port}"
+
+
+async def test_a_transfer_outbound_refuses_is_never_referred(
+    tmp_path: Path, app: AppServer
+) -> None:
+    transfer_app(app)  # no [outbound] allow: the target is not the installation's to call
+    async with Server.for_app(tmp_path / "data", app) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            # No REFER comes (SIPp would fail on an unexpected one): the app goes on, and
+            # its list ends.
+            sipp.BYE_FROM_SERVER.format(timeout_ms=15000),
+        )
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/final")
+        assert "refused by [outbound] allow" in server.output
+    (transferred,) = app.bodies("/transferred")
+    result = transferred["action_result"]["result"]
+    assert (result["transferred"], result["refer_status"]) == (False, "403")

@@ -20,7 +20,7 @@ import pytest
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import MAX_RESPONSE_BYTES
-from callhook.events import SayText, StartPrompt
+from callhook.events import SayText, SpeechRejected, StartPrompt
 from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
 from callhook.testing import AppServer, Caller, CallRun, Received, Reply, run_call
@@ -594,3 +594,35 @@ async def test_per_call_log_file(app: AppServer, tmp_path: Path) -> None:
     (got,) = [line for line in r.log.lines if " action_end " in line and "get_number" in line]
     assert " +2.000 " in got
     assert k[-1] == "page_response"  # the final page, last
+
+
+async def test_a_recogniser_failure_is_logged_as_a_warning_and_the_call_goes_on(
+    app: AppServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A media event whose log line has a level of its own (calllog.event_line)."""
+    caplog.set_level(logging.INFO)
+    app.page(
+        "/start",
+        [
+            {
+                "get_input": {
+                    "next_page": {"url": "/heard"},
+                    "speech_input_mode": "auto",
+                    "milliseconds_initial_timeout": 3000,
+                    "on_input_timeout_messages": [],
+                }
+            },
+            say("still here"),
+        ],
+    )
+    app.page("/final", None)
+    caller = Caller()
+    caller.steps.append(lambda media: media.inject(SpeechRejected("recogniser crashed"), 1.0))
+    r = await run_call(app, caller, final_page="/final")
+    failed = [line for line in r.log.lines if " speech_failed " in line]
+    assert failed and failed[0].endswith("speech_failed recogniser crashed"), r.log.lines
+    assert any(
+        rec.levelno == logging.WARNING and "recogniser crashed" in rec.getMessage()
+        for rec in caplog.records
+    )
+    assert "still here" in spoken(r) and r.summary.cause == "completed"

@@ -127,3 +127,21 @@ def test_a_refer_needs_a_call_that_is_up() -> None:
 )
 def test_sipfrag_status(body: bytes, status: int) -> None:
     assert sipfrag_status(body) == status
+
+
+def test_a_notify_where_no_refer_was_sent_or_for_another_refer_gets_481() -> None:
+    agent = Agent(HOST, PORT)
+    tag = confirmed_call(agent)
+    agent.receive(notify(tag, 2, b"SIP/2.0 200 OK\r\n"), PEER, T0 + 1)  # no REFER of ours
+    assert one_response(agent)[0].status == 481
+    assert agent.take_events() == []
+    agent.refer(CALL_ID, TARGET, BY, T0 + 2)
+    refer_request, _ = one_request(agent)
+    cseq = refer_request.cseq[0]
+    agent.receive(notify(tag, 3, b"SIP/2.0 200 OK\r\n", Event=f"refer;id={cseq + 7}"), PEER, T0 + 3)
+    assert one_response(agent)[0].status == 481  # another REFER's subscription
+    agent.receive(
+        notify(tag, 4, b"SIP/2.0 180 Ringing\r\n", Event=f"refer;id={cseq}"), PEER, T0 + 4
+    )
+    assert one_response(agent)[0].status == 200
+    assert agent.take_events() == [ReferProgress(CALL_ID, 180, False)]

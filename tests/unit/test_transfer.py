@@ -142,11 +142,20 @@ def test_a_hang_up_while_waiting_still_reports_and_without_next_page_the_list_go
     assert isinstance(quiet.outcome, Continue)
 
 
-def test_a_notify_before_the_refer_is_answered_is_ignored() -> None:
+@pytest.mark.parametrize(
+    ("status", "cause", "transferred"), [(200, "", True), (486, "busy", False)]
+)
+def test_a_notify_that_overtakes_the_202_is_the_outcome(
+    status: int, cause: str, transferred: bool
+) -> None:
     m = machine(next_page=PAGE)
     m.start(T0)
-    m.handle(ReferNotified(200, final=True), T0)  # not accepted yet: not the outcome
-    assert m.outcome is None
+    m.handle(ReferNotified(status, cause, final=True), T0 + 0.1)  # RFC 6665 §4.1.2.4
+    got = result(m)
+    assert (got["transferred"], got["notify_status"]) == (transferred, str(status))
+    assert got["refer_status"] == ""  # its 202 had not come yet
+    m.handle(ReferAnswered(202), T0 + 0.2)  # and when it comes, nothing changes
+    assert result(m) == got
 
 
 @pytest.mark.parametrize(
@@ -155,6 +164,9 @@ def test_a_notify_before_the_refer_is_answered_is_ignored() -> None:
         ({"destination": "bob"}, "a sip: or sips: URI, or a number"),
         ({"destination": "user:alice"}, "a sip: or sips: URI, or a number"),
         ({"destination": "sip:"}, "a sip: or sips: URI, or a number"),
+        ({"destination": "sip:bob@example.com\r\nX: 1"}, "a sip: or sips: URI, or a number"),
+        ({"destination": "sip:bob@example.com>;x=<"}, "a sip: or sips: URI, or a number"),
+        ({"destination": "sip:bob @example.com"}, "a sip: or sips: URI, or a number"),
         ({"referred_by": "ivr@example.com"}, r"a sip: or sips: URI \(RFC 3892\)"),
         ({"seconds_timeout": 0}, "greater than or equal to 1"),
         ({"fallback_connect": {"destinations": ["sip:b@x"]}}, "connect"),
