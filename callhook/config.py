@@ -22,6 +22,7 @@ A config file is TOML::
     shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
     rtp_timeout = 30                    # seconds without RTP before a call is hung up (0: never)
     external_address = "203.0.113.7"    # behind NAT: the public address for Contact, Via, SDP
+    domains = ["pbx.example.com"]       # other names phones know callhook by ([users]' domain)
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
 
     [security]                          # docs/security.md
@@ -191,6 +192,9 @@ class Settings:
     shutdown_grace: float = 30.0
     rtp_timeout: float = 30.0
     external_address: str | None = None
+    #: ``[sip] domains``: names (and addresses) phones know callhook by besides its own
+    #: address; an INVITE from one of them (its From host) is challenged as a user's.
+    sip_domains: tuple[str, ...] = ()
     max_calls: int = 500
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
@@ -319,6 +323,27 @@ def _ip_address(path: Path, value: object) -> str:
             f"{path}: [sip] external_address must be an IP address (the public address "
             f"callhook is reached at), got {value!r}"
         ) from None
+
+
+#: A host name (RFC 3261 §25.1 hostname: labels of letters, digits and hyphens).
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _domains(path: Path, value: object) -> tuple[str, ...]:
+    """``[sip] domains``: host names or IP addresses, no ports."""
+    where = f"{path}: [sip] domains"
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of host names or addresses")
+    out = []
+    for text in value:
+        host = text.strip().strip("[]")
+        try:
+            host = str(ipaddress.ip_address(host))
+        except ValueError:
+            if len(host) > 253 or not _HOSTNAME.fullmatch(host):
+                raise ConfigError(f"{where}: {text!r} is not a host name or address") from None
+        out.append(host.lower())
+    return tuple(out)
 
 
 def _port(path: Path, key: str, value: object) -> int:
@@ -473,6 +498,8 @@ def load(path: Path) -> Settings:
     settings.rtp_timeout = _number(path, "sip", "rtp_timeout", sip, settings.rtp_timeout)
     if "external_address" in sip:
         settings.external_address = _ip_address(path, sip["external_address"])
+    if "domains" in sip:
+        settings.sip_domains = _domains(path, sip["domains"])
     if not 0 <= settings.rtp_timeout <= 86400:
         raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
     settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)

@@ -7,6 +7,9 @@ settings, hands it to the agent (REGISTER, challenged calls), loads the stored
 bindings back at start (:mod:`callhook.store.bindings`: they survive a
 restart), stores each change, and puts every failed digest authentication to
 the guard, where five in a minute from one source ban it (``[security]``).
+It tells the registrar callhook's own hosts (its addresses and ``[sip]
+domains``: an INVITE from one is challenged as a user's) and which hosts are
+the trunks' (a phone's Contact must not be one).
 
 The registrar runs on the agent's clock (the event loop's, monotonic); the
 database keeps wall clock times. The two are converted at the edge here.
@@ -17,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import logging
 import time
 
+from callhook.adapters.trunks import Trunks
 from callhook.app import Services
 from callhook.sip.agent import Agent
+from callhook.sip.grammar import parse_hostport
 from callhook.sip.guard import Guard
-from callhook.sip.message import parse_uri
-from callhook.sip.registrar import Binding, Registrar
+from callhook.sip.message import SipMessageError, parse_uri
+from callhook.sip.registrar import Binding, Registrar, host_key
 from callhook.sip.transport import Target, reliable, target_of, transport_of
 from callhook.store.bindings import Bindings, StoredBinding
 
@@ -40,6 +46,10 @@ class Users:
     loop: asyncio.AbstractEventLoop
     agent: Agent | None
     guard: Guard
+    trunks: Trunks
+    host: str  # the address SIP listens on
+    local: str  # this machine's address (the one SIP listens on, or the main one)
+    address: str  # the address callhook advertises
     #: The registrar of ``[users]`` (None: no users configured).
     registrar: Registrar | None
 
@@ -49,13 +59,19 @@ class Users:
         agent = self.agent
         if not users or agent is None:
             return
-        # The nonces' key, derived from the installation's secret: nonces issued before
-        # a restart are still ours after it (a phone mid-registration is not refused).
+        # The nonces' key, derived from the installation's secret: a nonce issued before
+        # a restart is still recognised after it, as stale (a phone mid-registration
+        # answers again without asking its user), never as valid.
         key = hmac.new(self.services.secret.encode(), b"digest nonces", hashlib.sha256).digest()
+        own = {self.address, self.local, *self.services.settings.sip_domains}
+        if self.host not in ("0.0.0.0", "::", ""):
+            own.add(self.host)
         registrar = Registrar(
             {n: u.password for n, u in users.items()},
             key,
             algorithms=self.services.settings.digest_algorithms,
+            domains=own,
+            is_trunk=self._is_trunk,
         )
         self.registrar = registrar
         agent.use_registrar(registrar)
@@ -64,6 +80,29 @@ class Users:
         loaded = [_binding(stored, now - wall) for stored in store.load(wall)]
         taken = registrar.load([b for b in loaded if b is not None], now)
         logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
+
+    def _is_trunk(self, host: str) -> bool:
+        """Whether ``host`` is a trunk's: its registrar's or outbound proxy's name, an
+        address those resolved to, or in its ``addresses``."""
+        key = host_key(host)
+        for trunk in self.trunks.config.values():
+            for hostport in (trunk.registrar, trunk.outbound_proxy):
+                if hostport is None:
+                    continue
+                try:
+                    if host_key(parse_hostport(hostport, "trunk")[0]) == key:
+                        return True
+                except SipMessageError:
+                    continue
+        resolved = [t.host for t in self.trunks.targets.values()]
+        resolved += [a for addresses in self.trunks.addresses.values() for a in addresses]
+        if any(host_key(a) == key for a in resolved):
+            return True
+        try:
+            address = ipaddress.ip_address(key)
+        except ValueError:
+            return False
+        return any(address in n for t in self.trunks.config.values() for n in t.addresses)
 
     def _registrar_flush(self) -> None:
         """Store the bindings that changed; count the failed authentications."""

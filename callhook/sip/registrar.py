@@ -33,8 +33,25 @@ IO and takes ``now`` (the agent's clock). Following §10.3's steps:
    with expiry 0, removed; but when its Call-ID is the same as the binding's and
    the CSeq not higher, the REGISTER is out of order and the whole request
    fails with 500 (atomic: nothing of it is applied). At most
-   :data:`MAX_BINDINGS` phones per user (more: 403).
+   :data:`MAX_BINDINGS` phones per user: a right REGISTER is never refused for
+   being one too many (a phone whose Contact port changed, after a reboot or a
+   NAT's rebinding, would lock itself out behind its own stale bindings);
+   instead the user's other bindings go, first those registered from the same
+   address, then those that expire soonest. Only a REGISTER that itself lists
+   more Contacts than that is refused (403).
 8. The 200 lists every binding the user has now, each with its ``expires``.
+
+Never a trunk's: a Contact whose host is a configured trunk's host or address
+(``is_trunk``, given by the adapter), or that would be reached at one, is
+refused (403, logged), and a binding that turns out to be one (a trunk resolved
+after it was registered) is dropped: ``connect`` to ``user:NAME`` is not
+checked against ``[outbound] allow``, so a user's password must not buy a call
+to ``sip:+1900...@<a provider that trusts callhook's address>``.
+
+Which calls are a user's: :meth:`Registrar.own_domain` says whether a host is
+one of callhook's own (its addresses, given by the adapter, and ``[sip]
+domains``): an INVITE whose From host is one is challenged, whatever its user
+(``uas.py``).
 
 Where a phone is reached: a binding remembers where its REGISTER came from.
 Over TCP or TLS the phone is reached on that connection (a phone rarely accepts
@@ -43,6 +60,9 @@ Contact, unless the Contact names a private, loopback or link-local address
 other than the one the REGISTER came from: the phone is behind a NAT, and its
 REGISTER's source (the NAT's mapping, kept open by its re-REGISTERs) is used
 instead, as Kamailio's ``fix_nated_register`` and Asterisk's ``force_rport`` do.
+A Contact naming a host name rather than an address is reached at the source
+too: callhook does not look phones' names up (a name can be made to lead
+anywhere, a trunk's address included).
 
 Changes are reported (:meth:`take_changes`: the users whose bindings changed)
 for the adapter to store; at start the adapter gives the stored ones back
@@ -54,7 +74,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from callhook.sip.authentication import DEFAULT_ALGORITHMS, Authenticator, Verdict
@@ -120,11 +140,19 @@ class Registrar:
         max_expires: int = MAX_EXPIRES,
         default_expires: int = DEFAULT_EXPIRES,
         algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS,
+        domains: Iterable[str] = (),
+        is_trunk: Callable[[str], bool] = lambda host: False,
+        boot: str | None = None,
     ) -> None:
         """``users``: name -> password; ``key``: the digest nonces' HMAC key;
-        ``algorithms``: the digest algorithms offered, most preferred first."""
+        ``algorithms``: the digest algorithms offered, most preferred first;
+        ``domains``: callhook's own hosts (addresses and names phones know it by);
+        ``is_trunk``: whether a host is a trunk's (name or address); ``boot``: this
+        start's id in the nonces (default random)."""
         self.users = users
-        self.auth = Authenticator(users, key, algorithms=algorithms)
+        self.auth = Authenticator(users, key, algorithms=algorithms, boot=boot)
+        self.domains = {host_key(d) for d in domains}
+        self.is_trunk = is_trunk
         self.min_expires = min_expires
         self.max_expires = max_expires
         self.default_expires = min(default_expires, max_expires)
@@ -138,9 +166,27 @@ class Registrar:
         """Whether ``user`` is one of ``[users]``."""
         return user in self.users
 
+    def own_domain(self, host: str) -> bool:
+        """Whether ``host`` is one of callhook's own (the host its users' addresses have)."""
+        return host_key(host) in self.domains
+
     def bindings(self, user: str, now: float) -> list[Binding]:
-        """``user``'s live bindings (expired ones are dropped)."""
-        live = [b for b in self._bindings.get(user, []) if b.expires_at > now]
+        """``user``'s live bindings (expired ones and any a trunk's are dropped)."""
+        live = []
+        for binding in self._bindings.get(user, []):
+            if binding.expires_at <= now:
+                continue
+            trunk = self._trunk_host(binding.contact, binding.target)
+            if trunk is not None:
+                logger.warning(
+                    "user %s: registration %s dropped: %s is a trunk's",
+                    user,
+                    show(binding.contact),
+                    show(trunk),
+                )
+                self._changed.append(user)
+                continue
+            live.append(binding)
         if live:
             self._bindings[user] = live
         else:
@@ -182,6 +228,8 @@ class Registrar:
         if verdict.outcome == "wrong":
             self._failures.append((source.host, f"{request.method} as {show(verdict.user)}"))
             return Answer(403, "Forbidden")
+        if verdict.outcome == "bad":
+            return Answer(400, "Bad Request (digest uri is not the Request-URI)")
         challenges = self.auth.challenges(now, stale=verdict.outcome == "stale")
         return Answer(401, None, tuple(("WWW-Authenticate", c) for c in challenges))
 
@@ -238,8 +286,20 @@ class Registrar:
             uri = str(contact.uri)
             if contact.uri.scheme not in ("sip", "sips"):
                 raise RegisterError(Answer(400, f"Bad Request (Contact {show(uri)})"))
-            updates.append((uri, _uri_key(uri), min(expires, self.max_expires)))
+            expires = min(expires, self.max_expires)
+            trunk = self._trunk_host(uri, _target(uri, source)) if expires else None
+            if trunk is not None:
+                logger.warning(
+                    "user %s: REGISTER from %s refused: Contact %s is a trunk's (%s)",
+                    user,
+                    source,
+                    show(uri),
+                    show(trunk),
+                )
+                raise RegisterError(Answer(403, "Forbidden (Contact is a trunk's address)"))
+            updates.append((uri, _uri_key(uri), expires))
         kept = list(existing)
+        added: list[Binding] = []
         for uri, key, expires in updates:
             old = next((b for b in kept if _uri_key(b.contact) == key), None)
             if old is not None and old.call_id == call_id and cseq <= old.cseq:
@@ -248,27 +308,67 @@ class Registrar:
                 kept.remove(old)
             if expires > 0:
                 target = _target(uri, source)
-                kept.append(Binding(user, uri, call_id, cseq, now + expires, source, target))
-        if len(kept) > MAX_BINDINGS:
-            raise RegisterError(Answer(403, f"Forbidden (at most {MAX_BINDINGS} registrations)"))
+                added.append(Binding(user, uri, call_id, cseq, now + expires, source, target))
+                kept.append(added[-1])
+        if len(added) > MAX_BINDINGS:
+            raise RegisterError(Answer(403, f"Forbidden (more than {MAX_BINDINGS} Contacts)"))
+        evicted = _evict(kept, added, source, len(kept) - MAX_BINDINGS)
         if not updates:
             return  # a query (§10.2.3): the 200 lists the bindings
         self._bindings[user] = kept
         if not kept:
             self._bindings.pop(user)
         self._changed.append(user)
+        for binding in evicted:
+            logger.info(
+                "user %s: %s unregistered to make room (at most %d registrations)",
+                user,
+                binding.contact,
+                MAX_BINDINGS,
+            )
         for uri, _, expires in updates:
             if expires:
                 logger.info("user %s: registered %s from %s for %d s", user, uri, source, expires)
             else:
                 logger.info("user %s: %s unregistered", user, uri)
 
+    def _trunk_host(self, contact: str, target: Target) -> str | None:
+        """The host that makes ``contact`` (reached at ``target``) a trunk's, if one does."""
+        try:
+            host = parse_uri(contact).host
+        except SipMessageError:
+            host = ""
+        for candidate in (host, target.host):
+            if candidate and self.is_trunk(candidate.strip("[]")):
+                return candidate
+        return None
+
+
+def _evict(kept: list[Binding], added: list[Binding], source: Target, excess: int) -> list[Binding]:
+    """Remove ``excess`` bindings from ``kept``, none of ``added``: first those registered
+    from ``source``'s address (the same phone, its port changed), then the soonest to
+    expire. The ones removed."""
+    if excess <= 0:
+        return []
+    fresh = {id(b) for b in added}
+    others = [b for b in kept if id(b) not in fresh]
+    others.sort(key=lambda b: (b.source.host != source.host, b.expires_at))
+    for binding in others[:excess]:
+        kept.remove(binding)
+    return others[:excess]
+
 
 def _seconds(value: str | None) -> int | None:
-    """A delta-seconds value (§20.19), or None when absent or not a number."""
-    if value is None or not value.strip().isdigit():
+    """A delta-seconds value (§20.19: 1*DIGIT, ASCII digits only), or None when absent or
+    not a number. (``"²".isdigit()`` is true, but ``int("²")`` raises.)"""
+    if value is None:
         return None
-    return min(int(value.strip()), 2**32 - 1)
+    text = value.strip()
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    digits = text.lstrip("0") or "0"
+    # Past ten digits it is over the cap anyway (and int() refuses 4300 digits and more).
+    return 2**32 - 1 if len(digits) > 10 else min(int(digits), 2**32 - 1)
 
 
 def _uri_key(text: str) -> tuple[object, ...]:
@@ -290,9 +390,27 @@ def _target(contact: str, source: Target) -> Target:
         target = target_of(parse_uri(contact))
     except (SipMessageError, ValueError):
         return source
-    if target.transport == "udp" and target.host != source.host and _private(target.host):
+    elsewhere = target.transport == "udp" and target.host != source.host
+    if elsewhere and (_private(target.host) or not _is_address(target.host)):
         return source
     return target
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def host_key(host: str) -> str:
+    """A host as compared (§19.1.4: without regard to case; an address in one spelling)."""
+    text = host.strip().strip("[]").lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text
 
 
 def _private(host: str) -> bool:

@@ -4,8 +4,12 @@ Requests that come in (INVITE, re-INVITE and UPDATE, ACK, BYE, CANCEL, OPTIONS,
 INFO, NOTIFY of a transfer's progress, and REGISTER when callhook is its users'
 registrar) and what the application answers to an inbound call (``ring``,
 ``answer``, ``reject``, re-offers), with our 2xx repeated until its ACK (§13.3.1.4).
-An INVITE whose From names one of ``[users]`` is challenged (401, §22.2) until it
-carries that user's right digest credentials (``registrar.py``). Builds on
+An INVITE whose From host is callhook's own (its address, or one of ``[sip]
+domains``: where its users' addresses are) is challenged (401, §22.2) until it
+carries the From user's right digest credentials (``registrar.py``), whatever
+that user is: a name that is no user gets the same 401 and, with any digest,
+the same 403, so the answers tell no user names (DESIGN.md §5). Callers from
+other domains (trunks, other callers) are not challenged. Builds on
 :class:`~callhook.sip.core.Core` (through ``referral.py``).
 """
 
@@ -42,6 +46,7 @@ from callhook.sip.notices import (
     Reoffer,
 )
 from callhook.sip.referral import Referral
+from callhook.sip.registrar import Answer
 from callhook.sip.responses import make_response
 from callhook.sip.sessiontimer import MIN_SE, IntervalTooSmall, negotiate
 from callhook.sip.transaction import (
@@ -193,24 +198,42 @@ class Uas(Referral):
         """A REGISTER for one of our users' phones (RFC 3261 §10.3: ``registrar.py``)."""
         registrar = self.registrar
         assert registrar is not None  # REGISTER is in self.methods only with a registrar
-        answer = registrar.register(request, source, now)
+        try:
+            answer = registrar.register(request, source, now)
+        except Exception:
+            # A bug, but the REGISTER is answered all the same: its transaction ends.
+            logger.exception("REGISTER %s from %s could not be judged", request.call_id, source)
+            answer = Answer(500, "Server Internal Error")
         self._reply(tx, request, answer.status, answer.reason, extra=list(answer.headers), now=now)
 
     def _authenticate_caller(
         self, tx: Transaction, request: Request, source: Target, now: float
     ) -> str | None:
         """The ``[users]`` user a new INVITE is from ("" for any other caller), or None
-        when it was answered instead: challenged (401), or refused (403)."""
+        when it was answered instead: challenged (401), or refused (403, 400).
+
+        Which INVITEs are challenged must not depend on whether the From user exists
+        (a scanner would learn the names from 401 against 100): every one whose From
+        host is callhook's own is, as a proxy challenges requests that claim its domain's
+        users (RFC 3261 §22.3); the answers for a name that is no user's are those for a
+        wrong password."""
         registrar = self.registrar
         if registrar is None:
             return ""
         try:
-            from_user = parse_name_addr(request.headers.get("From") or "").uri.user or ""
+            from_uri = parse_name_addr(request.headers.get("From") or "").uri
         except SipMessageError:
             return ""
-        if not registrar.knows(from_user):
+        if from_uri.scheme not in ("sip", "sips") or not (
+            registrar.own_domain(from_uri.host) or _same_host(from_uri.host, self.host)
+        ):
             return ""
-        found = registrar.authenticate(request, source, now)
+        from_user = from_uri.user or ""
+        try:
+            found = registrar.authenticate(request, source, now)
+        except Exception:
+            logger.exception("INVITE %s from %s could not be judged", request.call_id, source)
+            found = Answer(500, "Server Internal Error")
         if isinstance(found, str) and found == from_user:
             return found
         if isinstance(found, str):  # right credentials, for another user than the From's
@@ -461,6 +484,14 @@ def _server_branch(request: Request) -> str:
         vias[0] if vias else "",
     )
     return "|".join(parts)
+
+
+def _same_host(a: str, b: str) -> bool:
+    """Whether two hosts are the same (§19.1.4: without regard to case; addresses parsed)."""
+    x, y = a.strip("[]").lower(), b.strip("[]").lower()
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(x) == ipaddress.ip_address(y)
+    return x == y
 
 
 def _is_ip(host: str) -> bool:

@@ -61,13 +61,22 @@ async def wait_for_output(server: Server, text: str, timeout: float = 10.0) -> b
     return False
 
 
+def from_elsewhere(text: str) -> str:
+    """SIPp's scenario ``text`` with a From of another domain than callhook's: SIPp's own
+    address is callhook's here (both on 127.0.0.1), and a call from callhook's domain is
+    challenged as a user's."""
+    return text.replace(
+        "From: sipp <sip:sipp@[local_ip]:[local_port]>", "From: sipp <sip:sipp@caller.example>"
+    )
+
+
 async def call_in(server: Server, tmp_path: Path) -> sipp.SippRun:
-    """A SIPp caller calls ``ivr`` on ``server`` and waits for its BYE."""
+    """A SIPp caller (not a user) calls ``ivr`` on ``server`` and waits for its BYE."""
     return await sipp.call(
         server.sip,
         tmp_path,
-        sipp.invite("ivr"),
-        sipp.ANSWERED,
+        from_elsewhere(sipp.invite("ivr")),
+        from_elsewhere(sipp.ANSWERED),
         sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
     )
 
@@ -422,16 +431,52 @@ async def test_a_users_phone_calling_in_is_challenged_and_runs_the_users_app(
     extra = users_config(tmp_path, 'app = "desk"\n' + desk)
     auth = f"[authentication username=alice password={PASSWORD}]\n"
     async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
-        caller = await sipp.call(
+        host, port = server.sip
+        caller = await sipp.run_sipp(
+            sipp.scenario(
+                invite_as_alice(1),
+                '  <recv response="100" optional="true"/>\n  <recv response="401" auth="true"/>\n',
+                ACK_THE_401,
+                invite_as_alice(2, auth),
+                sipp.ANSWERED.replace("CSeq: 1 ACK", "CSeq: 2 ACK"),
+                sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            ),
             server.sip,
             tmp_path,
-            invite_as_alice(1),
-            '  <recv response="100" optional="true"/>\n  <recv response="401" auth="true"/>\n',
-            ACK_THE_401,
-            invite_as_alice(2, auth),
-            sipp.ANSWERED.replace("CSeq: 1 ACK", "CSeq: 2 ACK"),
-            sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            local_port=free_udp_port(),
+            media_port=free_even_udp_port(),
+            # SIPp's digest uri is sip:<its remote address> unless -auth_uri (to which it
+            # adds "sip:") says otherwise: callhook checks that it is the Request-URI (RFC
+            # 7616 §3.4.6), as a phone's is.
+            extra=("-t", "u1", "-auth_uri", f"ivr@{host}:{port}"),
         )
         assert caller.returncode == 0, caller.output + caller.errors + server.output
     assert len(app.bodies("/alice")) == 1 and app.bodies("/start") == []
     assert "from user alice" in server.output
+
+
+def invite_as(name: str) -> str:
+    """SIPp's INVITE to ``ivr`` from ``name`` at SIPp's address, which is callhook's."""
+    return sipp.invite("ivr").replace("sipp <sip:sipp@", f"{name} <sip:{name}@")
+
+
+async def test_a_call_from_callhooks_domain_is_challenged_whatever_the_name(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """A scanner calling as one name after another learns nothing: alice (a user) and
+    nobody (none) get the same 401; a caller from elsewhere is not challenged."""
+    app.page("/start", [{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+    app.page("/final", None)
+    async with Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path)) as server:
+        for name in ("alice", "nobody"):
+            caller = await sipp.call(
+                server.sip,
+                tmp_path,
+                invite_as(name),
+                '  <recv response="100" optional="true"/>\n  <recv response="401"/>\n',
+                ACK_THE_401.replace("alice", name),
+            )
+            assert caller.returncode == 0, caller.output + caller.errors + server.output
+        elsewhere = await call_in(server, tmp_path)
+        assert elsewhere.returncode == 0, elsewhere.output + elsewhere.errors + server.output
+    assert len(app.bodies("/start")) == 1  # only the caller from elsewhere ran the app

@@ -300,14 +300,55 @@ def test_contact_uris_are_compared_as_uris() -> None:
     assert registrar.bindings("alice", T0 + 1) == []
 
 
-def test_several_phones_of_one_user_and_no_more_than_the_limit() -> None:
+def test_a_phone_is_never_locked_out_by_a_full_set_of_bindings() -> None:
+    """Past the limit the stale bindings go (those from the REGISTER's own address first,
+    then the soonest to expire), not the right REGISTER: a phone whose Contact port
+    changes at every reboot would otherwise be refused for an hour."""
+    registrar = new()
+    phone = Target("93.184.216.34", 5060)  # public: each Contact is reached as it says
+    for n in range(MAX_BINDINGS):
+        contact = f"<sip:a@93.184.216.34:{6000 + n}>"
+        status, _ = answered(
+            registrar, register(contact, call_id=f"boot-{n}"), T0 + n, source=phone
+        )
+        assert status == 200
+    assert len(registrar.bindings("alice", T0 + 20)) == MAX_BINDINGS
+    # Another phone of alice's, elsewhere, registers for a short time; then the first
+    # phone reboots once more: its own oldest binding makes room, not the other phone's.
+    other = Target("151.101.1.1", 5060)
+    answered(registrar, register("<sip:a@151.101.1.1>", call_id="o"), T0 + 20, source=other)
+    assert len(registrar.bindings("alice", T0 + 20)) == MAX_BINDINGS
+    contacts = {b.contact for b in registrar.bindings("alice", T0 + 20)}
+    assert "sip:a@151.101.1.1" in contacts and "sip:a@93.184.216.34:6000" not in contacts
+    status, headers = answered(
+        registrar, register("<sip:a@93.184.216.34:7000>", call_id="boot-x"), T0 + 30, source=phone
+    )
+    assert status == 200 and len(headers["Contact"]) == MAX_BINDINGS
+    contacts = {b.contact for b in registrar.bindings("alice", T0 + 30)}
+    assert {"sip:a@151.101.1.1", "sip:a@93.184.216.34:7000"} <= contacts
+    assert "sip:a@93.184.216.34:6001" not in contacts  # the oldest from that address
+
+
+def test_from_elsewhere_the_binding_that_expires_soonest_makes_room() -> None:
+    registrar = new()
+    for n in range(MAX_BINDINGS):
+        source = Target(f"151.101.1.{n + 1}", 5060)
+        request = register(f"<sip:a@151.101.1.{n + 1}>", call_id=f"c{n}", expires=3600 - n * 60)
+        assert answered(registrar, request, T0, source=source)[0] == 200
+    newcomer = Target("93.184.216.34", 5060)
+    status, _ = answered(registrar, register("<sip:a@93.184.216.34>"), T0 + 1, source=newcomer)
+    assert status == 200
+    contacts = {b.contact for b in registrar.bindings("alice", T0 + 1)}
+    assert len(contacts) == MAX_BINDINGS and "sip:a@93.184.216.34" in contacts
+    assert f"sip:a@151.101.1.{MAX_BINDINGS}" not in contacts  # the shortest expiry went
+
+
+def test_a_register_listing_more_contacts_than_a_user_may_have_is_refused() -> None:
     registrar = new()
     contacts = [f"<sip:a@192.0.2.{10 + n}>" for n in range(MAX_BINDINGS + 1)]
-    status, _ = answered(registrar, register(*contacts[:MAX_BINDINGS]), T0)
-    assert status == 200 and len(registrar.bindings("alice", T0)) == MAX_BINDINGS
-    status, _ = answered(registrar, register(contacts[-1], cseq=2), T0 + 1)
+    status, _ = answered(registrar, register(*contacts), T0)
     assert status == 403
-    assert len(registrar.bindings("alice", T0 + 1)) == MAX_BINDINGS
+    assert registrar.bindings("alice", T0) == [] and registrar.take_failures() == []
 
 
 @pytest.mark.parametrize(
@@ -334,6 +375,50 @@ def test_where_a_phone_is_reached(contact: str, source: Target, target: Target) 
     assert status == 200
     (binding,) = registrar.bindings("alice", T0)
     assert binding.target == target
+
+
+def test_a_contact_naming_a_host_is_reached_at_its_source_over_udp() -> None:
+    """callhook does not look phones' names up: a name could be made to lead anywhere."""
+    registrar = new()
+    source = Target("151.101.1.1", 5070)
+    status, _ = answered(registrar, register("<sip:a@phone.example:5060>"), T0, source=source)
+    assert status == 200
+    (binding,) = registrar.bindings("alice", T0)
+    assert binding.target == source
+
+
+TRUNKS = {"sip.provider.example", "198.51.100.7"}
+
+
+@pytest.mark.parametrize(
+    ("contact", "source"),
+    [
+        ("<sip:+19005550100@sip.provider.example>", PHONE),
+        ("<sip:+19005550100@SIP.Provider.Example:5060>", PHONE),
+        ("<sip:+19005550100@198.51.100.7>", PHONE),
+        # A private Contact from the trunk's address would be reached at that address.
+        ("<sip:+19005550100@192.168.1.5>", Target("198.51.100.7", 5060)),
+    ],
+)
+def test_a_contact_that_is_a_trunks_is_refused(contact: str, source: Target) -> None:
+    """``connect`` to ``user:NAME`` is not checked against ``[outbound] allow``: a user's
+    password must not buy calls through a provider that trusts callhook's address."""
+    registrar = Registrar(USERS, KEY, is_trunk=lambda host: host.lower() in TRUNKS)
+    status, _ = answered(registrar, register(contact), T0, source=source)
+    assert status == 403
+    assert registrar.bindings("alice", T0) == [] and registrar.take_changes() == []
+
+
+def test_a_binding_that_turns_out_to_be_a_trunks_is_dropped() -> None:
+    """Loaded before the trunks were resolved, or a trunk configured since: not called."""
+    trunks: set[str] = set()
+    registrar = Registrar(USERS, KEY, is_trunk=lambda host: host in trunks)
+    phone = Target("198.51.100.7", 5060)
+    registrar.load([Binding("alice", "sip:a@198.51.100.7", "c", 1, T0 + 60, phone, phone)], T0)
+    assert len(registrar.bindings("alice", T0)) == 1
+    trunks.add("198.51.100.7")
+    assert registrar.bindings("alice", T0) == []
+    assert registrar.take_changes() == ["alice"]
 
 
 def test_stored_bindings_are_loaded_but_not_those_expired_or_of_unknown_users() -> None:
@@ -397,13 +482,20 @@ OFFER = (
 )
 
 
-def invite_bytes(from_user: str, cseq: int = 1, auth: str | None = None) -> bytes:
+def invite_bytes(
+    from_user: str,
+    cseq: int = 1,
+    auth: str | None = None,
+    *,
+    from_host: str = "192.0.2.1",
+    call_id: str = "call-1@phone",
+) -> bytes:
     lines = [
         "INVITE sip:support@192.0.2.1 SIP/2.0",
-        f"Via: SIP/2.0/UDP 192.0.2.10:5062;branch=z9hG4bK-i{cseq}",
-        f"From: <sip:{from_user}@192.0.2.1>;tag=ft",
+        f"Via: SIP/2.0/UDP 192.0.2.10:5062;branch=z9hG4bK-i{cseq}-{call_id}",
+        f"From: <sip:{from_user}@{from_host}>;tag=ft",
         "To: <sip:support@192.0.2.1>",
-        "Call-ID: call-1@phone",
+        f"Call-ID: {call_id}",
         f"CSeq: {cseq} INVITE",
         "Contact: <sip:a@192.0.2.10:5062>",
         "Content-Type: application/sdp",
@@ -439,12 +531,64 @@ def test_a_call_from_a_user_with_a_wrong_password_is_refused_and_counted() -> No
     assert registrar.take_failures() == [("192.0.2.10", "INVITE as alice")]
 
 
-def test_a_call_from_anyone_else_is_not_challenged() -> None:
+@pytest.mark.parametrize("name", ["alice", "carol", "+441234567890"])
+def test_every_call_from_callhooks_own_domain_is_challenged_alike(name: str) -> None:
+    """Whether the From user exists or not (or is a number), the same 401, and with a digest
+    the same 403, counted: a scanner learns no user names (DESIGN.md §5)."""
     agent = agent_with_registrar()
-    agent.receive(invite_bytes("somebody"), PHONE, T0)
+    registrar = agent.registrar
+    assert registrar is not None
+    agent.receive(invite_bytes(name), PHONE, T0)
+    (challenge,) = responses(agent)
+    assert (challenge.status, challenge.reason) == (401, "Unauthorized")
+    assert [h for h, _ in challenge.headers.items()].count("WWW-Authenticate") == 1
+    assert agent.take_events() == []
+    parsed = digest.parse_challenge(challenge.headers.get("WWW-Authenticate") or "")
+    guess = digest.authorization(parsed, "INVITE", "sip:support@192.0.2.1", name, "guess-123")
+    agent.receive(invite_bytes(name, cseq=2, auth=guess), PHONE, T0 + 0.1)
+    (refusal,) = responses(agent)
+    assert (refusal.status, refusal.reason) == (403, "Forbidden")
+    assert registrar.take_failures() == [("192.0.2.10", f"INVITE as {name}")]
+
+
+def test_a_domain_callhook_is_known_by_is_its_own_too() -> None:
+    """``[sip] domains``: the names phones use for callhook (the host of their From)."""
+    agent = Agent("192.0.2.1", 5060)
+    agent.use_registrar(Registrar(USERS, KEY, domains=["PBX.example.com"]))
+    agent.receive(invite_bytes("nobody", from_host="pbx.example.com"), PHONE, T0)
+    assert [r.status for r in responses(agent)] == [401]
+
+
+@pytest.mark.parametrize("host", ["example.com", "192.0.2.99", "anonymous.invalid"])
+def test_a_call_from_another_domain_is_not_challenged(host: str) -> None:
+    """Callers from other domains (trunks, anyone [security] allow admits) are not callhook's
+    users, even with a user's name: their calls run as anybody's."""
+    agent = agent_with_registrar()
+    agent.receive(invite_bytes("alice", from_host=host), PHONE, T0)
     assert [r.status for r in responses(agent)] == [100]
     (event,) = agent.take_events()
     assert isinstance(event, IncomingCall) and event.caller_user == ""
+
+
+def test_a_captured_invites_credentials_cannot_call_again() -> None:
+    """The nonce count (RFC 7616 §3.3): the same Authorization in a new INVITE (another
+    Call-ID) gets a fresh challenge, not a call."""
+    agent = agent_with_registrar()
+    nonce = agent_registrar(agent).auth.nonce(T0)
+    challenge = digest.Challenge("callhook", nonce, "MD5", ("auth",))
+    auth = digest.authorization(challenge, "INVITE", "sip:support@192.0.2.1", "alice", PASSWORD)
+    agent.receive(invite_bytes("alice", auth=auth), PHONE, T0)
+    assert [r.status for r in responses(agent)] == [100]
+    agent.take_events()
+    agent.receive(invite_bytes("alice", auth=auth, call_id="again@x"), PHONE, T0 + 60)
+    (answer,) = responses(agent)
+    assert answer.status == 401 and agent.take_events() == []
+    assert digest.parse_challenge(answer.headers.get("WWW-Authenticate") or "").stale
+
+
+def agent_registrar(agent: Agent) -> Registrar:
+    assert agent.registrar is not None
+    return agent.registrar
 
 
 def test_without_users_register_is_not_allowed() -> None:

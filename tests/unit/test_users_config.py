@@ -59,6 +59,10 @@ def test_no_users_by_default(tmp_path: Path) -> None:
         ('[security]\ndigest_algorithms = ["SHA-512"]\n', "digest_algorithms must list MD5"),
         ("[security]\ndigest_algorithms = []\n", "digest_algorithms must list MD5"),
         ('[security]\ndigest_algorithms = ["MD5", "md5"]\n', "each once"),
+        ('[sip]\ndomains = "pbx.example.com"\n', "[sip] domains must be a list"),
+        ('[sip]\ndomains = ["pbx.example.com:5060"]\n', "is not a host name or address"),
+        ('[sip]\ndomains = ["sip:pbx.example.com"]\n', "is not a host name or address"),
+        ('[sip]\ndomains = ["-pbx.example"]\n', "is not a host name or address"),
     ],
 )
 def test_bad_users_are_refused_clearly(tmp_path: Path, text: str, message: str) -> None:
@@ -70,3 +74,11 @@ def test_bad_users_are_refused_clearly(tmp_path: Path, text: str, message: str) 
 def test_digest_algorithms_keep_their_order(tmp_path: Path) -> None:
     settings = load(write(tmp_path, '[security]\ndigest_algorithms = ["sha-256", "MD5"]\n'))
     assert settings.digest_algorithms == ("SHA-256", "MD5")
+
+
+def test_sip_domains_are_read_as_hosts(tmp_path: Path) -> None:
+    """The names phones know callhook by: an INVITE from one is challenged as a user's."""
+    text = '[sip]\ndomains = ["PBX.Example.com", "[2001:DB8::1]", "192.0.2.7"]\n'
+    settings = load(write(tmp_path, text))
+    assert settings.sip_domains == ("pbx.example.com", "2001:db8::1", "192.0.2.7")
+    assert load(write(tmp_path, "")).sip_domains == ()
