@@ -7,11 +7,14 @@ import struct
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from callhook.events import RecorderFailed
 from callhook.media import g711, tones
 from callhook.media.bridge import FRAME
 from callhook.media.callrecording import CallRecording
+from callhook.media.dtmf import ToneDetector
+from callhook.media.dtmfsend import event_payload
 from callhook.media.session import MediaSession
 from callhook.media.sink import SinkFull
 
@@ -86,15 +89,38 @@ def test_separate_puts_the_caller_left_and_the_far_end_right() -> None:
     assert level_at(right, 1100) > 0.8 and level_at(right, 700) < 0.01
 
 
-def test_relayed_digits_are_not_in_the_recording() -> None:
-    recording = CallRecording(Sink(), "ulaw", "separate")
-    recording.hear_caller(g711.encode("ulaw", tones.tone(700, 0.02, -12)))
-    # The caller's side played relayed digits this tick: nothing came from the far end.
-    frame = recording.frame(None)
-    assert frame[1::2] == g711.silence("ulaw", FRAME)
-    assert frame[0::2] != g711.silence("ulaw", FRAME)
-    # And nothing of the caller's waiting: silence, not a repeat.
-    assert recording.frame(None) == g711.silence("ulaw", 2 * FRAME)
+@pytest.mark.parametrize("events", [True, False], ids=["rfc4733", "in-band"])
+def test_relayed_digits_are_not_in_the_recording(events: bool) -> None:
+    """The far end presses a key (an RFC 4733 event) while it talks: the caller's side gets
+    the digit relayed (as an event, or as a tone without telephone-event) and, meanwhile,
+    none of the far end's audio; the recording's far-end channel has neither the tone
+    nor the far end's audio of those ticks, just silence."""
+    caller = MediaSession("PCMU", 0, 101 if events else None, CALLER, label="caller")
+    callee = MediaSession("PCMA", 8, 101, CALLEE, label="callee")
+    caller.join(callee)
+    sink = Sink()
+    caller.start_call_recording(CallRecording(sink, "ulaw", "separate"))
+    talk = g711.encode("alaw", tones.tone(1100, 2.0, -12))
+    key = [(False, 160), (False, 320), (True, 800)]
+    for n in range(60):
+        now = n * 0.02
+        callee.receive(rtp(n + 1, talk[n * FRAME : (n + 1) * FRAME], 8), CALLEE, now)
+        if 20 <= n < 23:  # the key press, in the middle of its talk
+            end, duration = key[n - 20]
+            event = event_payload("1", end=end, duration=duration)
+            callee.receive(rtp(1000 + n, event, 101), CALLEE, now)
+        caller.tick(now)
+    right = g711.decode("ulaw", bytes(sink.data[1::2]))
+    frames = right.reshape(-1, FRAME)
+    loud = [int(np.abs(f.astype(np.int32)).max()) > 1000 for f in frames]
+    relaying = [n for n, is_loud in enumerate(loud) if not is_loud and n > 5]
+    assert relaying, "the caller's side relayed nothing"
+    # From the key press on, while the caller's side relays the digit (its 200 ms and
+    # the pause after it), one stretch of silence in the far end's channel.
+    assert relaying == list(range(20, 20 + len(relaying))) and len(relaying) >= 10
+    quiet = np.concatenate([frames[n] for n in relaying])
+    assert int(np.abs(quiet.astype(np.int32)).max()) < 100  # no DTMF, no far-end audio
+    assert ToneDetector().feed(right) is None
 
 
 def test_a_full_sink_stops_the_recording_keeping_what_it_holds() -> None:
