@@ -165,7 +165,6 @@ class CallRunner:
         self.recordings = recordings
         # The record action running and the URL its page came from (for its notification).
         self._recording: tuple[Record, str] | None = None
-        self._call_recordings: set[str] = set()  # connects' whole-call recordings running
         # Completed recordings, reported to the journal at the right moment.
         self.reports = RecordingReports(app.name, recordings)
         self._cipher_noted = False
@@ -400,55 +399,24 @@ class CallRunner:
             line = command_line(c)
             if line is not None:
                 self.log.write(line.kind, line.text, level=line.level)
-            if isinstance(c, StartRecording):
-                self._recording_started(c)
+            if isinstance(c, StartRecording) and self._recording is not None:
+                action, base = self._recording
+                # The notification carries the instance info of the request that follows
+                # the action, without this_call (DESIGN.md §1.1).
+                body = {
+                    "application_instance_id": self.instance_id,
+                    "token": self.token,
+                    "log_filename": self.log_filename,
+                    "is_notification": True,
+                }
+                self.reports.record_started(c, action, base, body)
             elif isinstance(c, RecordCall):
-                self._call_recording_started(c)
-            elif isinstance(c, StopRecording) and c.filename in self._call_recordings:
-                # No page announces it (Aculab has none): the journal only sees it safe.
-                self._call_recordings.discard(c.filename)
-                if self.recordings is not None:
-                    self.recordings.completed(self.app.name, c.filename, {"filename": c.filename})
+                self.reports.call_recording_started(c)
+            elif isinstance(c, StopRecording):
+                self.reports.call_recording_stopped(c.filename)
         self.leg.send(commands)
 
     # --- recordings -----------------------------------------------------------------
-
-    def _recording_started(self, command: StartRecording) -> None:
-        if self.recordings is None or self._recording is None:
-            return
-        action, base = self._recording
-        page = action.recording_available_page
-        notify = (urljoin(base, page.url), page.method) if page is not None else None
-        # The notification carries the instance info of the request that follows
-        # the action, without this_call (DESIGN.md §1.1).
-        body = {
-            "application_instance_id": self.instance_id,
-            "token": self.token,
-            "log_filename": self.log_filename,
-            "is_notification": True,
-        }
-        self.recordings.started(
-            self.app.name,
-            command.filename,
-            encrypted=command.cipher is not None,
-            record_id=action.id,
-            notify=notify,
-            body=body,
-        )
-
-    def _call_recording_started(self, command: RecordCall) -> None:
-        """A connect's whole-call recording: journaled like any (recovered after a crash)."""
-        if self.recordings is None:
-            return
-        self._call_recordings.add(command.filename)
-        self.recordings.started(
-            self.app.name,
-            command.filename,
-            encrypted=command.cipher is not None,
-            record_id="",
-            notify=None,
-            body={},
-        )
 
     def _recorded(self, result: dict[str, Any]) -> None:
         """The record action completed: its duration is what the file holds."""

@@ -1,4 +1,8 @@
-"""When the call runner tells the recordings journal that a recording is complete.
+"""What the call runner tells the recordings journal: a recording began, it is complete.
+
+A recording is journaled when its file begins (a ``record`` action's with its
+``recording_available_page``; a connect's whole-call recording with none, and
+complete when it stops), so a crash cannot lose it (``store/journal.py``).
 
 A completed ``record`` is reported (:meth:`Recordings.completed
 <callhook.ports.Recordings.completed>`, which may lead to the
@@ -14,8 +18,10 @@ deletion fails, or never runs, it is reported then, or when the call is over.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urljoin
 
-from callhook.actions.schema import DeleteFile
+from callhook.actions.schema import DeleteFile, Record
+from callhook.events import RecordCall, StartRecording
 from callhook.ports import Recordings
 
 
@@ -27,6 +33,45 @@ class RecordingReports:
         self.recordings = recordings
         self._completed: dict[str, Any] | None = None  # until its next_page is requested
         self._withheld: dict[str, Any] | None = None  # until its delete_file has run
+        self._calls: set[str] = set()  # connects' whole-call recordings running
+
+    def record_started(
+        self, command: StartRecording, action: Record, base: str, body: dict[str, Any]
+    ) -> None:
+        """A record action's file began (``base``: its page's URL; ``body``: the instance
+        info its ``recording_available_page`` notification will carry)."""
+        if self.recordings is None:
+            return
+        page = action.recording_available_page
+        notify = (urljoin(base, page.url), page.method) if page is not None else None
+        self.recordings.started(
+            self.app,
+            command.filename,
+            encrypted=command.cipher is not None,
+            record_id=action.id,
+            notify=notify,
+            body=body,
+        )
+
+    def call_recording_started(self, command: RecordCall) -> None:
+        """A connect's whole-call recording: journaled like any (recovered after a crash)."""
+        if self.recordings is None:
+            return
+        self._calls.add(command.filename)
+        self.recordings.started(
+            self.app,
+            command.filename,
+            encrypted=command.cipher is not None,
+            record_id="",
+            notify=None,
+            body={},
+        )
+
+    def call_recording_stopped(self, filename: str) -> None:
+        """It ended: no page announces it (Aculab has none), the journal sees it safe."""
+        if filename in self._calls and self.recordings is not None:
+            self._calls.discard(filename)
+            self.recordings.completed(self.app, filename, {"filename": filename})
 
     def completed(self, result: dict[str, Any]) -> None:
         """The record action completed with ``result`` (reported after its next_page)."""
