@@ -29,8 +29,8 @@ packet. Each direction is a :class:`Feed`, a byte FIFO of G.711 in the
   where every burst of jitter would then cost audio. When for a whole
   :data:`WINDOW` (1 s) of takes the feed never held less than the frame taken
   plus :data:`SPARE` plus more, that more is its excess: a frame of it goes
-  each time a quiet frame (:data:`QUIET`) is next, unheard; in speech without
-  a pause, one frame goes after each further window. A backlog shrinks down
+  each time a quiet frame (:data:`QUIET`) comes in, or is next, unheard; in
+  speech without a pause for :data:`PATIENCE` (3 s), a frame of speech goes. A backlog shrinks down
   to the cushion the jitter it sees needs (the least it held in a window),
   and no further.
 
@@ -60,6 +60,9 @@ SPARE = FRAME
 WINDOW = 50
 #: A frame whose samples are all within this (about -42 dBFS) is quiet: trimmed unheard.
 QUIET = 256
+#: Takes (3 s) a feed waits for a quiet frame before it trims one of speech: people pause
+#: between phrases well within that (the load kit's speech does), so speech is rarely cut.
+PATIENCE = 3 * WINDOW
 
 
 def _translation(source: Law, target: Law) -> bytes | None:
@@ -113,7 +116,19 @@ class Feed:
 
     def push(self, payload: bytes) -> None:
         """Audio the talking side received (its law)."""
-        self._buffer += payload if self._table is None else payload.translate(self._table)
+        data = payload if self._table is None else payload.translate(self._table)
+        if (
+            self._excess
+            and len(data) == FRAME
+            and len(self._buffer) >= FRAME + SPARE
+            and not data.translate(None, self._quiet)
+        ):
+            # A quiet frame while the feed holds more than its cushion: left out, unheard.
+            # (At the head, at a take, it might never be: the short pauses between words
+            # come and go while the feed holds two frames or less.)
+            self._trim()
+            return
+        self._buffer += data
         over = len(self._buffer) - MAX_BUFFERED
         if over > 0:
             del self._buffer[:over]
@@ -130,20 +145,24 @@ class Feed:
             self._takes, self._least = 0, MAX_BUFFERED
         while self._excess and held >= 2 * FRAME:
             quiet = not self._buffer[:FRAME].translate(None, self._quiet)
-            if not quiet and self._waited < WINDOW:
-                self._waited += 1  # speech: wait for a pause, a window at most
+            if not quiet and self._waited < PATIENCE:
+                self._waited += 1  # speech: wait for a pause, PATIENCE at most
                 break
             del self._buffer[:FRAME]
-            self.dropped += FRAME
-            self.trimmed += FRAME
+            self._trim()
             held -= FRAME
-            self._excess -= 1
-            self._waited = 0
         if held < FRAME:
             return None
         frame = bytes(self._buffer[:FRAME])
         del self._buffer[:FRAME]
         return frame
+
+    def _trim(self) -> None:
+        """A frame of the excess went (from the buffer, or before it got there)."""
+        self.dropped += FRAME
+        self.trimmed += FRAME
+        self._excess -= 1
+        self._waited = 0
 
     def __len__(self) -> int:
         return len(self._buffer)

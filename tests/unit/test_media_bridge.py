@@ -10,7 +10,7 @@ import struct
 
 from callhook.events import DigitReceived
 from callhook.media import g711, tones
-from callhook.media.bridge import FRAME, MAX_BUFFERED, SPARE, WINDOW, Feed
+from callhook.media.bridge import FRAME, MAX_BUFFERED, PATIENCE, SPARE, WINDOW, Feed
 from callhook.media.dtmf import ToneDetector
 from callhook.media.dtmfsend import event_payload
 from callhook.media.session import MediaSession
@@ -124,22 +124,22 @@ def test_a_backlog_comes_back_down_to_the_cushion_and_no_further() -> None:
     # Five frames wait (the listening side played relayed digits meanwhile), then one
     # frame comes and goes each tick: a backlog that nothing else would ever take away.
     feed = Feed("ulaw", "ulaw")
-    sent = frames(5 + 10 * WINDOW)
+    sent = frames(5 + 5 * PATIENCE)
     for frame in sent[:5]:
         feed.push(frame)
     heard = []
     for frame in sent[5:]:
         feed.push(frame)
         heard.append(feed.frame())
-    # Speech without a pause: one frame (the oldest) goes a window at a time, until one
-    # frame of cushion is left.
+    # Speech without a pause: one frame (the oldest) goes each time the feed has waited
+    # PATIENCE for a pause in vain, until one frame of cushion is left.
     assert feed.trimmed == 4 * FRAME == feed.dropped
     assert len(feed) == SPARE
     assert all(h is not None for h in heard)
-    # Heard in order but for the four trimmed, a second apart; the last one still waits.
+    # Heard in order but for the four trimmed, 3 s apart; the last one still waits.
     missing = [n for n, frame in enumerate(sent[:-1]) if frame not in heard]
     assert len(missing) == 4
-    assert all(b - a >= WINDOW - 1 for a, b in itertools.pairwise(missing))
+    assert all(b - a >= PATIENCE - 1 for a, b in itertools.pairwise(missing))
     assert heard == [sent[n] for n in range(len(sent) - 1) if n not in missing]
 
 
@@ -168,7 +168,7 @@ def test_relayed_digits_do_not_leave_the_bridge_late() -> None:
     said = g711.encode("ulaw", tones.tone(700, 0.02, -12))
     seq = 0
     now = 0.0
-    for tick in range(10 * WINDOW):
+    for tick in range(5 * PATIENCE):
         seq += 1
         now += 0.02
         if tick in (25, 50, 75, 100):  # a key press: 100 ms of event, then its end
@@ -198,3 +198,28 @@ def test_a_backlog_is_trimmed_in_a_pause_not_in_speech() -> None:
         heard.append(feed.frame())
     assert heard[:65] == speech  # every frame of speech, none trimmed from it
     assert feed.trimmed == 4 * FRAME and len(feed) == SPARE  # four quiet frames went
+
+
+def test_a_quiet_frame_is_left_out_as_it_comes_in_when_the_feed_holds_too_much() -> None:
+    """A pause between words is often one quiet frame, and the talker's packets come in
+    bursts: that frame may reach the head of the feed only when it is all the feed holds,
+    too late to trim it there. It goes as it comes in instead, and no speech goes."""
+    feed = Feed("ulaw", "ulaw")
+    quiet = g711.silence("ulaw", FRAME)
+    talk = frames(2 * WINDOW)
+    for frame in talk[:4]:  # a backlog of four frames (relayed digits played meanwhile)
+        feed.push(frame)
+    heard: list[bytes | None] = []
+    for frame in talk[4 : 4 + WINDOW]:  # a window of speech: the excess is known
+        feed.push(frame)
+        heard.append(feed.frame())
+    feed.push(quiet)  # the pause, then nothing for five ticks (a burst comes later)
+    for _ in range(5):
+        heard.append(feed.frame())
+    for frame in talk[4 + WINDOW :]:
+        feed.push(frame)
+        heard.append(feed.frame())
+    assert quiet not in heard and feed.trimmed == FRAME
+    spoken = [h for h in heard if h is not None]
+    assert spoken == talk[: len(spoken)]  # every frame of speech, in order: none trimmed
+    assert len(spoken) + len(feed) // FRAME == len(talk)
