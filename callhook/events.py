@@ -398,6 +398,7 @@ class RecordCall:
     filename: str
     mode: Literal["mixed", "separate"] = "mixed"
     cipher: tuple[str, str, str] | None = field(default=None, repr=False)  # keys never shown
+    eliminate_dtmf: bool = True  # in-band key presses silenced in the file
 
 
 # --- a transfer (callhook.actions.transfer) ------------------------------------------------

@@ -266,6 +266,7 @@ class ConnectMachine(ActionMachine):
                 self.recording,
                 second.call_recording_mode,
                 cipher.as_tuple() if cipher is not None else None,
+                eliminate_dtmf=second.call_recording_eliminate_dtmf,
             )
         ]
 

@@ -386,7 +386,9 @@ class SipLeg:
         )
         if writer is not None:
             self._call_recording = command.filename
-            self.session.start_call_recording(CallRecording(writer, law, command.mode))
+            self.session.start_call_recording(
+                CallRecording(writer, law, command.mode, eliminate_dtmf=command.eliminate_dtmf)
+            )
 
     def _open(
         self,

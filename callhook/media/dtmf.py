@@ -369,6 +369,12 @@ class ToneDetector:
         # not hold 20 ms (a 30 ms ptime, a short or odd-sized packet from anyone).
         self._partial: npt.NDArray[np.int16] = np.zeros(0, dtype=np.int16)
 
+    @property
+    def key_down(self) -> bool:
+        """A key press was reported and its tone has not yet been gone long enough to end
+        it (:data:`MIN_OFF_HOPS` windows after the tone, the press is over)."""
+        return self._tracker.on >= 0
+
     def reset(self) -> None:
         self._buf[:] = 0.0
         self._tracker = _Tracker()

@@ -130,3 +130,64 @@ def test_a_full_sink_stops_the_recording_keeping_what_it_holds() -> None:
     failures = [e for e in caller.events if isinstance(e, RecorderFailed)]
     assert failures == [RecorderFailed("filesize", "full")]
     caller.stop_call_recording()  # already over: nothing more happens
+
+
+@pytest.mark.parametrize("side", ["caller", "far end"])
+@pytest.mark.parametrize("eliminate", [True, False])
+def test_in_band_key_presses_are_silenced_in_the_file_when_asked(
+    side: str, eliminate: bool
+) -> None:
+    """call_recording_eliminate_dtmf (Aculab's default: true): a key press one side sends
+    as a tone in its own audio, in the middle of its talk, is silence in the file, from
+    its first frame; the talk around it is kept. Without it, the tone is there."""
+    sink = Sink()
+    recording = CallRecording(sink, "ulaw", "separate", eliminate_dtmf=eliminate)
+    talk = tones.tone(700, 1.0, -12)
+    key = tones.dtmf_tone("5", 0.1, -10)
+    sent = talk.copy()
+    sent[8000 // 2 : 8000 // 2 + len(key)] = key  # at 0.5 s, 100 ms of the key
+    audio = g711.encode("ulaw", sent)
+    quiet = g711.silence("ulaw", FRAME)
+    for n in range(50):
+        part = audio[n * FRAME : (n + 1) * FRAME]
+        if side == "caller":
+            recording.hear_caller(part)
+            data = recording.frame(quiet)
+        else:
+            recording.hear_caller(quiet)
+            data = recording.frame(part)
+        sink.write(data)
+    recording.close("test")
+    assert len(sink.data) == 2 * 50 * FRAME  # every frame, the held ones written at close
+    channel = g711.decode("ulaw", bytes(sink.data[0::2] if side == "caller" else sink.data[1::2]))
+    assert (ToneDetector().feed(channel) is None) is eliminate
+    frames_out = channel.reshape(-1, FRAME)
+    silent = [n for n, f in enumerate(frames_out) if int(np.abs(f.astype(np.int32)).max()) < 100]
+    if eliminate:
+        # The press (frames 25 to 29) and the 40 ms its end takes to be sure of, no more.
+        assert set(range(25, 30)) <= set(silent) and len(silent) <= 9
+        assert level_at(channel[: 24 * FRAME], 700) > 0.9  # the talk before it is kept
+    else:
+        assert silent == []
+
+
+def test_speech_is_not_taken_for_key_presses() -> None:
+    """Every spoken-digit recording of the test set, through a recording that leaves
+    DTMF out: nothing of it is silenced."""
+    from pathlib import Path
+
+    from callhook.media import wav
+
+    clips = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*.wav"))
+    assert len(clips) >= 20
+    for clip in clips:
+        speech = wav.decode_to_8k(clip.read_bytes())
+        speech = speech[: len(speech) - len(speech) % FRAME]
+        audio = g711.encode("ulaw", speech)
+        sink = Sink()
+        recording = CallRecording(sink, "ulaw", "separate", eliminate_dtmf=True)
+        for n in range(len(audio) // FRAME):
+            recording.hear_caller(audio[n * FRAME : (n + 1) * FRAME])
+            sink.write(recording.frame(audio[n * FRAME : (n + 1) * FRAME]))
+        recording.close("test")
+        assert bytes(sink.data[0::2]) == audio and bytes(sink.data[1::2]) == audio, clip.name
