@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -232,6 +233,7 @@ class Services:
         *,
         primary_call_id: str | None = None,
         on_ready: Callable[[], object] | None = None,
+        dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> CallRunner:
         """A call runner for ``app`` on ``leg``, with its log in the app's namespace
         (``primary_call_id``, ``on_ready``: a connect's far leg running its pages)."""
@@ -253,6 +255,7 @@ class Services:
             files=self.store,
             primary_call_id=primary_call_id,
             on_ready=on_ready,
+            dropped_calls=dropped_calls,
         )
 
     async def run_call(

@@ -147,12 +147,14 @@ class CallRunner:
         files: Files | None = None,
         primary_call_id: str | None = None,
         on_ready: Callable[[], object] | None = None,
+        dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.app = app
         # A connect's far leg running its secondary_call pages: the call it is put through
         # to, and what joins it once its first page's actions have all run.
         self.primary_call_id = primary_call_id
         self.on_ready = on_ready
+        self.dropped_calls = dropped_calls  # for its final page (Aculab's dropped_calls)
         self._list_ended = False
         self.files = files
         self.leg = leg
@@ -542,6 +544,8 @@ class CallRunner:
         body = self._body(_Request(url, "POST"))
         body["this_call"]["call_cause"] = cause
         body["this_call"]["call_raw_cause"] = raw
+        if self.dropped_calls is not None:
+            body["dropped_calls"] = self.dropped_calls()
         data = json.dumps(body, separators=(",", ":")).encode()
         self.summary.pages.append(url)
         self.log.write("page_request", f"POST {url} (final page)")

@@ -216,6 +216,7 @@ class Connecting(Screening):
             if far.primary is primary and far.attempt == attempt and not far.ended:
                 if far.fork is not None:
                     far.fork.dropped = True  # a phone answering after this is hung up
+                far.dropped = True
                 self._hang_up_far(far)
 
     def join_callee(self, primary: SipCall, attempt: int, early: bool) -> None:
@@ -262,6 +263,7 @@ class Connecting(Screening):
             logger.info("far leg %s answered %s first", far.call_id, far.destination)
             for other in fork.devices:
                 if other is not far and not other.ended:
+                    other.dropped = True
                     self._hang_up_far(other)  # CANCEL (BYE if it answered meanwhile)
             self._answered(far, event.answer)
         elif isinstance(event, CallAnswered):
@@ -340,6 +342,19 @@ class Connecting(Screening):
             far.limit.cancel()
         if far.leg is not None:  # its pages' runner: the final page is due
             far.leg.far_end_ended(CallEnded(cause, raw_cause))
+        if far.dropped:
+            far.primary.dropped_calls.append(
+                {
+                    "call_id": far.call_id,
+                    "call_direction": "outbound",
+                    "call_from": f"sip:{far.from_user}@{self.address}",
+                    "call_to": far.route.uri,
+                    "call_target": far.destination,
+                    "call_state": "idle",
+                    "call_cause": "dropped",  # Aculab: dropped during the connect action
+                    "call_raw_cause": raw_cause,
+                }
+            )
         media = self.media
         assert media is not None
         if far.session is not None:

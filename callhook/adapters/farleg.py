@@ -38,6 +38,7 @@ class FarLeg:
     from_user: str = "callhook"  # who it was called as
     leg: SipLeg | None = None  # while its secondary_call pages run (adapters/screening.py)
     limit: asyncio.TimerHandle | None = None  # minutes_max_call_duration
+    dropped: bool = False  # hung up by callhook: another destination (or phone) won
 
 
 @dataclass

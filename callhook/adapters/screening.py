@@ -124,6 +124,7 @@ class Screening:
             leg,
             primary_call_id=primary.call_id,
             on_ready=lambda: primary.leg.inject(CalleeReady(attempt)),
+            dropped_calls=lambda: list(primary.dropped_calls),
         )
         logger.info("far leg %s: running its secondary_call pages", far.call_id)
         task = self.loop.create_task(self._run_pages(leg, runner))

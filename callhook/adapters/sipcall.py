@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from callhook.adapters.leg import SipLeg
 from callhook.call import CallSummary
@@ -42,6 +43,9 @@ class SipCall:
     task: asyncio.Task[CallSummary] | None = None
     started: float = field(default_factory=time.time)  # wall clock, for the REST API
     srtp: SrtpMode = "off"  # the call's SRTP policy, for re-offers too
+    #: Far legs of its connect that callhook hung up because another won (Aculab's
+    #: ``dropped_calls``, for the winner's ``secondary_call.final_page``).
+    dropped_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def media_session(

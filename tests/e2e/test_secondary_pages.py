@@ -16,18 +16,19 @@ from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
 from tests.e2e.rtpsink import RtpSink
-from tests.e2e.test_connect import callee_scenario, config
+from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, callee_scenario, config
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 
-def connect_app(app: AppServer, callee_port: int, first_page: list[Any]) -> None:
+def connect_app(app: AppServer, callee_port: int, first_page: list[Any], *others: int) -> None:
     app.page(
         "/start",
         [
             {
                 "connect": {
-                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"],
+                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"]
+                    + [f"sip:other@127.0.0.1:{port}" for port in others],
                     "secondary_call": {
                         "first_page": {"url": "/whisper"},
                         "final_page": {"url": "/far-final"},
@@ -68,12 +69,21 @@ async def call_through(
 async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_comes(
     tmp_path: Path, app: AppServer
 ) -> None:
-    callee_port = free_udp_port()
-    connect_app(app, callee_port, [{"play": {"play_list": [{"text_to_say": "A call for you."}]}}])
+    callee_port, other_port = free_udp_port(), free_udp_port()
+    whisper = [{"play": {"play_list": [{"text_to_say": "A call for you."}]}}]
+    connect_app(app, callee_port, whisper, other_port)
+    other = await sipp.start_sipp(
+        sipp.scenario(UAS_RINGS_UNTIL_CANCEL),
+        tmp_path,
+        local_port=other_port,
+        media_port=free_even_udp_port(),
+    )
     async with RtpSink() as callee_ear:
         await call_through(
             tmp_path, app, callee_port, callee_scenario(None, callee_ear.port), callee_ear
         )
+    out, _ = await asyncio.wait_for(other.communicate(), 30)
+    assert other.returncode == 0, out.decode(errors="replace")  # it rang, then got CANCEL
     # The callee heard the whisper (speech, not silence) before it was joined.
     heard = callee_ear.audio()
     assert len(heard) > 8000 and float(np.abs(heard[:16000].astype(np.int32)).max()) > 2000
@@ -90,6 +100,10 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
     (far_final,) = app.bodies("/far-final")
     assert far_final["this_call"]["call_cause"] == "hung_up"
     assert far_final["this_call"]["primary_call_id"] == primary
+    # The other destination, dropped when the callee answered (Aculab's dropped_calls).
+    ((dropped),) = far_final["dropped_calls"]
+    assert dropped["call_to"] == f"sip:other@127.0.0.1:{other_port}"
+    assert (dropped["call_state"], dropped["call_cause"]) == ("idle", "dropped")
     # The join came after the whisper: the bridge lasted less than the far leg.
     assert result["seconds_connected_duration"] < far_final["this_call"]["seconds_call_duration"]
 

@@ -32,6 +32,9 @@ class FarLeg(ScriptedLeg):
         return CallEnded("hung_up", "BYE")
 
 
+DROPPED = [{"call_id": "far-0", "call_state": "idle", "call_cause": "dropped"}]
+
+
 async def run_far(app: AppServer, first_page: str | None) -> tuple[CallSummary, FarLeg, int]:
     leg = FarLeg()
     joins = 0
@@ -59,6 +62,7 @@ async def run_far(app: AppServer, first_page: str | None) -> tuple[CallSummary, 
         log_filename="logs/far.log",
         primary_call_id="primary-1",
         on_ready=ready,
+        dropped_calls=lambda: DROPPED,
     )
     try:
         summary = await runner.run()
@@ -85,6 +89,8 @@ async def test_the_first_page_runs_then_the_leg_is_joined_and_its_final_page_fol
     assert (this_call["call_cause"], this_call["call_raw_cause"]) == ("hung_up", "BYE")
     assert this_call["call_state"] == "idle" and this_call["primary_call_id"] == "primary-1"
     assert this_call["seconds_call_duration"] >= 12.0
+    assert final["dropped_calls"] == DROPPED  # Aculab: the connect's other attempts
+    assert "dropped_calls" not in first
 
 
 async def test_a_first_page_that_hangs_up_is_never_joined(app: AppServer) -> None:
