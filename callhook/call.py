@@ -234,7 +234,8 @@ class CallRunner:
         return self.summary
 
     async def _run_application(self) -> None:
-        request: _Request | None = _Request(self.app.first_page, "POST", why="first page")
+        first = _Request(self.app.first_page, self.app.first_page_method, why="first page")
+        request: _Request | None = first
         base = self.app.first_page
         error_pages = 0
         while request is not None:
@@ -262,7 +263,7 @@ class CallRunner:
                     raise ApplicationFailed(str(exc)) from None
                 request = _Request(
                     urljoin(self.app.first_page, self.app.error_page),
-                    "POST",
+                    self.app.error_page_method,
                     error_result=exc.as_json(),
                     why="error page",
                 )
@@ -541,16 +542,17 @@ class CallRunner:
         if not self.app.final_page:
             return
         url = urljoin(self.app.first_page, self.app.final_page)
-        body = self._body(_Request(url, "POST"))
+        method = self.app.final_page_method
+        body = self._body(_Request(url, method))
         body["this_call"]["call_cause"] = cause
         body["this_call"]["call_raw_cause"] = raw
         if self.dropped_calls is not None:
             body["dropped_calls"] = self.dropped_calls()
         data = json.dumps(body, separators=(",", ":")).encode()
         self.summary.pages.append(url)
-        self.log.write("page_request", f"POST {url} (final page)")
+        self.log.write("page_request", f"{method} {url} (final page)")
         try:
-            answer = await self.pages.fetch(url, "POST", data, self.app.secret)
+            answer = await self.pages.fetch(url, method, data, self.app.secret)
         except PageError as exc:
             self._error(str(exc))
             return

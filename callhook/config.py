@@ -152,6 +152,11 @@ class AppConfig:
     final_page: str | None = None
     application_parameters: str = ""
     api_key: str | None = field(default=None, repr=False)
+    #: How each of its pages is requested: POST for an application's own; a connect's
+    #: ``secondary_call`` pages as their web page request objects say.
+    first_page_method: str = "POST"
+    error_page_method: str = "POST"
+    final_page_method: str = "POST"
 
 
 @dataclass(frozen=True)

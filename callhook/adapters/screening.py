@@ -97,6 +97,9 @@ class Screening:
             error_page=pages.error_page[0] if pages.error_page else None,
             final_page=pages.final_page[0] if pages.final_page else None,
             application_parameters=app.application_parameters,
+            first_page_method=pages.first_page[1] if pages.first_page else "POST",
+            error_page_method=pages.error_page[1] if pages.error_page else "POST",
+            final_page_method=pages.final_page[1] if pages.final_page else "POST",
         )
         settings = self.services.settings
         leg = SipLeg(

@@ -31,7 +31,7 @@ def connect_app(app: AppServer, callee_port: int, first_page: list[Any], *others
                     + [f"sip:other@127.0.0.1:{port}" for port in others],
                     "secondary_call": {
                         "first_page": {"url": "/whisper"},
-                        "final_page": {"url": "/far-final"},
+                        "final_page": {"url": "/far-final", "method": "GET"},
                     },
                     "next_page": {"url": "/connected"},
                 }
@@ -98,6 +98,7 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
     assert whisper["this_call"]["call_direction"] == "outbound"
     assert whisper["application_instance_id"] != connected["application_instance_id"]
     (far_final,) = app.bodies("/far-final")
+    assert [r.method for r in app.requests if r.path == "/far-final"] == ["GET"]  # as asked
     assert far_final["this_call"]["call_cause"] == "hung_up"
     assert far_final["this_call"]["primary_call_id"] == primary
     # The other destination, dropped when the callee answered (Aculab's dropped_calls).
