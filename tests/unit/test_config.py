@@ -24,6 +24,11 @@ def test_defaults_without_the_tables(tmp_path: Path) -> None:
     assert (settings.remote_media_bytes, settings.remote_media_timeout) == (16 * 2**20, 10.0)
 
 
+def test_the_speech_model_is_read(tmp_path: Path) -> None:
+    assert load(write(tmp_path, "")).speech_model == "tiny.en"
+    assert load(write(tmp_path, '[speech]\nmodel = "small"\n')).speech_model == "small"
+
+
 def test_the_media_table_is_read(tmp_path: Path) -> None:
     settings = load(write(tmp_path, "[media]\nremote_max_mb = 2\nremote_timeout = 3.5\n"))
     assert (settings.remote_media_bytes, settings.remote_media_timeout) == (2 * 2**20, 3.5)
@@ -54,6 +59,7 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[media]\nremote_timeout = 0\n", "remote_timeout must be above 0"),
         ("[media]\nmax_mb = 1\n", "[media] unknown keys: max_mb"),
         ('[sip]\nexternal_address = "my.host"\n', "external_address must be an IP address"),
+        ('[speech]\nmodel = "large-v3"\n', "[speech] model must be one of tiny.en, base, small"),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
