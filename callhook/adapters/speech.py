@@ -459,9 +459,12 @@ def build_recogniser(name: str, model: str = "tiny.en") -> Recogniser | None:
     engine: Recogniser
     try:
         if name == "whisper":
+            from callhook.speech.models import model_path
             from callhook.speech.whisper import WhisperRecogniser
 
-            engine = WhisperRecogniser(model=model)
+            # Found (and, once, put together) now: a model not installed is said at
+            # start-up, not by every call's first utterance.
+            engine = WhisperRecogniser(model_path(model), model=model)
         else:
             from callhook.speech.sphinx import SphinxRecogniser
 

