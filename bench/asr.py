@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib
 import re
 import subprocess
 import sys
@@ -102,19 +101,20 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def load_engine(name: str) -> Recogniser | None:
-    """The engine, warmed up, or None (with a message) when it is absent or broken."""
+def load_engine(name: str, model: str = "tiny.en") -> Recogniser | None:
+    """The engine (Whisper with ``model``), warmed up, or None (with a message) when it
+    is absent or broken."""
     try:
         if name == "sphinx":
             from callhook.speech.sphinx import SphinxRecogniser
 
             engine: Recogniser = SphinxRecogniser()
         else:
-            # imported by name: the module may not exist yet (written in parallel)
-            whisper = importlib.import_module("callhook.speech.whisper")
-            engine = whisper.WhisperRecogniser()
+            from callhook.speech.whisper import WhisperRecogniser
+
+            engine = WhisperRecogniser(model=model)
         engine.warm_up()
-    except Exception as exc:  # another agent's engine may be missing or half-written
+    except Exception as exc:  # not installed (a model's optional packages), or broken
         print(f"{name}: skipped ({type(exc).__name__}: {exc})")
         return None
     return engine
@@ -210,9 +210,11 @@ def synthesised(engine: Recogniser) -> None:
 
 def run_engine(name: str, args: argparse.Namespace, files: list[Path]) -> None:
     before = rss_mb()
-    engine = load_engine(name)
+    engine = load_engine(name, args.model)
     if engine is None:
         return
+    if name == "whisper":
+        name = f"whisper {args.model}"
     print(f"\n== {name}: RSS {rss_mb():.0f} MB after warm_up ({before:.0f} MB before)")
     clips = []
     for i, path in enumerate(files):
@@ -232,6 +234,7 @@ def main() -> None:
     parser.add_argument("--speaker", default=None)
     parser.add_argument("--fsdd", type=Path, default=FSDD)
     parser.add_argument("--no-synth", action="store_true", help="skip the TTS round trip")
+    parser.add_argument("--model", default="tiny.en", help="Whisper's: tiny.en, base, small")
     args = parser.parse_args()
     if not args.fsdd.is_dir():
         print(f"no FSDD recordings at {args.fsdd}: nothing to measure")
