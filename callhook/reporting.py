@@ -64,7 +64,7 @@ class RecordingReports:
             encrypted=command.cipher is not None,
             record_id="",
             notify=None,
-            body={},
+            body={"channels": 2 if command.mode == "separate" else 1},  # for recovery's figures
         )
 
     def call_recording_stopped(self, filename: str) -> None:

@@ -303,14 +303,22 @@ class RecordingJournal:
     ) -> int:
         def work(conn: sqlite3.Connection) -> tuple[int, bool]:
             rows = conn.execute(
-                "SELECT app, filename, encrypted, record_id, result, length FROM recordings"
-                + ("" if everyone else " WHERE owner IS ?"),
+                "SELECT app, filename, encrypted, record_id, result, length, body"
+                " FROM recordings" + ("" if everyone else " WHERE owner IS ?"),
                 () if everyone else (owner,),
             ).fetchall()
             queued = False
-            for app, filename, encrypted, record_id, result, length in rows:
+            for app, filename, encrypted, record_id, result, length, body in rows:
                 queued |= self._recover_one(
-                    conn, path_of, app, filename, bool(encrypted), record_id, result, length
+                    conn,
+                    path_of,
+                    app,
+                    filename,
+                    bool(encrypted),
+                    record_id,
+                    result,
+                    length,
+                    _channels(body),
                 )
             return len(rows), queued
 
@@ -329,6 +337,7 @@ class RecordingJournal:
         record_id: str,
         result: str | None,
         length: int | None,
+        channels: int = 1,
     ) -> bool:
         name = f"{app}/{filename}"
         if length is None:
@@ -344,7 +353,7 @@ class RecordingJournal:
                 return False
             _set(conn, app, filename, "length", length)
         if result is None:
-            seconds = round(length / 8000, 1)
+            seconds = round(length / (8000 * channels), 1)
             logger.warning(
                 "recording %s was interrupted by a restart of callhook: %.1f s kept,"
                 " reported with reason 'error'",
@@ -372,6 +381,16 @@ class RecordingJournal:
 _PASSING = frozenset(
     {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 )
+
+
+def _channels(body: str | None) -> int:
+    """The channels a recording's file has: 2 for a connect's ``separate`` call recording,
+    which says so in its journal body (reporting.py), else 1."""
+    try:
+        channels = json.loads(body or "{}").get("channels", 1)
+    except (ValueError, AttributeError):
+        return 1
+    return channels if channels in (1, 2) else 1
 
 
 def _passing(exc: sqlite3.OperationalError) -> bool:

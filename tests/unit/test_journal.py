@@ -152,6 +152,29 @@ def test_recovery_reports_an_interrupted_recording_with_reason_error(
     assert recordings(db) == []
 
 
+def test_recovery_of_a_stereo_call_recording_counts_its_seconds_per_channel(
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connect's separate-mode call recording (two channels) cut by a crash: 2 s of it
+    are 2 s, not 4 (its journal body says it has two channels)."""
+    RecordingJournal(db).started(
+        "app",
+        "recordings/r.wav",
+        encrypted=False,
+        record_id="",
+        notify=None,
+        body={"channels": 2},
+    ).result()
+    path = tmp_path / "media" / "app" / "recordings" / "r.wav"
+    path.parent.mkdir(parents=True)
+    sound = g711.encode("ulaw", tones.tone(300.0, 4.0))  # 2 s of two interleaved channels
+    path.write_bytes(wav.g711_header("ulaw", 0, channels=2) + sound)
+    assert RecordingJournal(db).recover(lambda app, name: tmp_path / "media" / app / name) == 1
+    assert "2.0 s kept" in caplog.text, caplog.text
+    assert wav.read_info(path.read_bytes()).channels == 2
+    assert recordings(db) == [] and notifications(db) == []  # nothing announces it
+
+
 def test_recovery_keeps_the_result_of_a_completed_recording(db: Database, tmp_path: Path) -> None:
     journal = RecordingJournal(db)
     start(journal)
