@@ -95,7 +95,6 @@ With no config the built-in demo application is the default app.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import secrets
 import ssl
@@ -105,6 +104,16 @@ from pathlib import Path
 from typing import Any
 
 from callhook import trunks
+from callhook.configvalues import ConfigError as ConfigError
+from callhook.configvalues import domains as _domains
+from callhook.configvalues import flag as _flag
+from callhook.configvalues import integer as _integer
+from callhook.configvalues import ip_address as _ip_address
+from callhook.configvalues import no_unknown as _no_unknown
+from callhook.configvalues import number as _number
+from callhook.configvalues import port as _port
+from callhook.configvalues import table as _table
+from callhook.configvalues import text as _text
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.sip.guard import PRIVATE, networks
@@ -134,10 +143,6 @@ _USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.!~*'()-]{0,63}")
 #: The shortest user password accepted: the digest is all that keeps a caller from
 #: ringing someone else's phone or calling in as them.
 PASSWORD_MIN = 8
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be used, with the reason."""
 
 
 @dataclass(frozen=True)
@@ -274,93 +279,6 @@ def check_api_key(value: object, where: str) -> str | None:
     if value != value.strip() or any(ord(c) < 33 or ord(c) > 126 for c in value):
         raise ConfigError(f"{where} must be printable ASCII with no spaces (it is a bearer token)")
     return value
-
-
-def _table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
-    """The table ``[name]`` of the file (empty if absent); ConfigError if it is not one."""
-    value = raw.get(name, {})
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: {name} must be a table ([{name}])")
-    return value
-
-
-def _number(path: Path, table: str, key: str, values: dict[str, Any], default: float) -> float:
-    """A number (integer or float; not a boolean, not text), or ``default`` when absent."""
-    value = values.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        where = f"[{table}] {key}" if table else key
-        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
-    return float(value)
-
-
-def _integer(path: Path, table: str, key: str, values: dict[str, Any], default: int) -> int:
-    """A whole number, or ``default`` when absent."""
-    value = values.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{path}: [{table}] {key} must be a whole number, got {value!r}")
-    return value
-
-
-def _text(path: Path, table: str, key: str, values: dict[str, Any], default: str) -> str:
-    """A string, or ``default`` when absent."""
-    value = values.get(key, default)
-    if not isinstance(value, str):
-        where = f"[{table}] {key}" if table else key
-        raise ConfigError(f"{path}: {where} must be a string, got {value!r}")
-    return value
-
-
-def _flag(path: Path, table: str, key: str, values: dict[str, Any], default: bool) -> bool:
-    """``true`` or ``false``, or ``default`` when absent."""
-    value = values.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{path}: [{table}] {key} must be true or false, got {value!r}")
-    return value
-
-
-def _no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str]) -> None:
-    unknown = set(values) - known
-    if unknown:
-        raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
-
-
-def _ip_address(path: Path, value: object) -> str:
-    """``[sip] external_address``: an IP address (it goes into SDP's c= line as it is)."""
-    try:
-        return str(ipaddress.ip_address(str(value).strip()))
-    except ValueError:
-        raise ConfigError(
-            f"{path}: [sip] external_address must be an IP address (the public address "
-            f"callhook is reached at), got {value!r}"
-        ) from None
-
-
-#: A host name (RFC 3261 §25.1 hostname: labels of letters, digits and hyphens).
-_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
-
-
-def _domains(path: Path, value: object) -> tuple[str, ...]:
-    """``[sip] domains``: host names or IP addresses, no ports."""
-    where = f"{path}: [sip] domains"
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where} must be a list of host names or addresses")
-    out = []
-    for text in value:
-        host = text.strip().strip("[]")
-        try:
-            host = str(ipaddress.ip_address(host))
-        except ValueError:
-            if len(host) > 253 or not _HOSTNAME.fullmatch(host):
-                raise ConfigError(f"{where}: {text!r} is not a host name or address") from None
-        out.append(host.lower())
-    return tuple(out)
-
-
-def _port(path: Path, key: str, value: object) -> int:
-    port = value if isinstance(value, int) and not isinstance(value, bool) else -1
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{path}: [sip] {key} must be a port number (0: none), got {value!r}")
-    return port
 
 
 def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:

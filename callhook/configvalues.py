@@ -1,0 +1,104 @@
+"""Reading one value of the config file: its TOML type checked, its range, a clear error.
+
+Each function takes the file's path (for the message), the table and key it reads, and
+gives the value or raises :class:`ConfigError` naming the file, the table, the key and
+what was wrong; ``config.py`` builds the settings from them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used, with the reason."""
+
+
+def table(path: Path, raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """The table ``[name]`` of the file (empty if absent); ConfigError if it is not one."""
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {name} must be a table ([{name}])")
+    return value
+
+
+def number(path: Path, table: str, key: str, values: dict[str, Any], default: float) -> float:
+    """A number (integer or float; not a boolean, not text), or ``default`` when absent."""
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        where = f"[{table}] {key}" if table else key
+        raise ConfigError(f"{path}: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def integer(path: Path, table: str, key: str, values: dict[str, Any], default: int) -> int:
+    """A whole number, or ``default`` when absent."""
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{path}: [{table}] {key} must be a whole number, got {value!r}")
+    return value
+
+
+def text(path: Path, table: str, key: str, values: dict[str, Any], default: str) -> str:
+    """A string, or ``default`` when absent."""
+    value = values.get(key, default)
+    if not isinstance(value, str):
+        where = f"[{table}] {key}" if table else key
+        raise ConfigError(f"{path}: {where} must be a string, got {value!r}")
+    return value
+
+
+def flag(path: Path, table: str, key: str, values: dict[str, Any], default: bool) -> bool:
+    """``true`` or ``false``, or ``default`` when absent."""
+    value = values.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: [{table}] {key} must be true or false, got {value!r}")
+    return value
+
+
+def no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str]) -> None:
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
+
+
+def ip_address(path: Path, value: object) -> str:
+    """``[sip] external_address``: an IP address (it goes into SDP's c= line as it is)."""
+    try:
+        return str(ipaddress.ip_address(str(value).strip()))
+    except ValueError:
+        raise ConfigError(
+            f"{path}: [sip] external_address must be an IP address (the public address "
+            f"callhook is reached at), got {value!r}"
+        ) from None
+
+
+#: A host name (RFC 3261 §25.1 hostname: labels of letters, digits and hyphens).
+HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def domains(path: Path, value: object) -> tuple[str, ...]:
+    """``[sip] domains``: host names or IP addresses, no ports."""
+    where = f"{path}: [sip] domains"
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of host names or addresses")
+    out = []
+    for text in value:
+        host = text.strip().strip("[]")
+        try:
+            host = str(ipaddress.ip_address(host))
+        except ValueError:
+            if len(host) > 253 or not HOSTNAME.fullmatch(host):
+                raise ConfigError(f"{where}: {text!r} is not a host name or address") from None
+        out.append(host.lower())
+    return tuple(out)
+
+
+def port(path: Path, key: str, value: object) -> int:
+    port = value if isinstance(value, int) and not isinstance(value, bool) else -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{path}: [sip] {key} must be a port number (0: none), got {value!r}")
+    return port
