@@ -6,7 +6,8 @@
 
 1. False alarms: ``--clips`` noise-only clips (4 s, fixed seeds, kinds in turn: white and pink
    line noise, 50/60 Hz mains hum with harmonics and a slow wobble, clicks, pops, a mixture),
-   each at −55, −45 and −35 dBFS, G.711 µ-law round tripped. A clip is a false alarm when the
+   each at −75, −65, −55, −45 and −35 dBFS (the quietest for the model's gain on quiet lines),
+   G.711 µ-law round tripped. A clip is a false alarm when the
    detector reports any onset. For the impulsive kinds the level is that of the background
    hiss and each click or pop is ~25 dB louder than it (they are what trips detectors).
 2. Speech: the FSDD clips (DESIGN.md §4: read from ``../shared``, skipped when absent) padded
@@ -16,6 +17,12 @@
    start to 300 ms after its end. Latency: first onset (end of its frame) minus speech start.
    Cut early: the last release minus the 300 ms hangover is >100 ms before the speech end.
    False: an onset in the noise before the speech.
+   ``--quieter 10,20,30``: a quieter caller, two ways. ``-20 dB``: the whole line 20 dB down
+   (the talker and the line's hiss together: a phone with a low microphone gain or a soft
+   talker on a quiet digital line). ``-20 dB/h``: only the talker 20 dB down, under the
+   same −50 dBFS hiss; a clip whose loudest frame is then below the hiss cannot be heard
+   by any detector, so the clips whose loudest frame is at least 6 dB over the hiss are
+   also counted apart (``audible missed``).
 3. CPU per 20 ms frame (µs, this machine, one call): energy only; gated with the gate closed
    (−50 dBFS hiss) and open (speech; the model runs on 5 frames out of 8).
 """
@@ -40,7 +47,7 @@ Samples = npt.NDArray[np.int16]
 Floats = npt.NDArray[np.float64]
 FS = 8000
 FSDD = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "speech" / "fsdd"
-LEVELS = (-55.0, -45.0, -35.0)
+LEVELS = (-75.0, -65.0, -55.0, -45.0, -35.0)
 KINDS = ("white", "pink", "hum50", "hum60", "clicks", "pops", "mix")
 Factory = Callable[[], VoiceActivityDetector]
 
@@ -185,12 +192,14 @@ def speech(
     print(f"\nspeech: {len(files)} FSDD clips in 1 s of -50 dBFS hiss, µ-law ({fsdd})")
     print(
         f"  {'detector':14} {'condition':8} {'missed':>7} {'false':>6} {'cut early':>10}"
-        f" {'onset ms p50/p95/max':>22}  missed clips"
+        f" {'onset ms p50/p95/max':>22} {'audible missed':>15}  missed clips"
     )
     clips = [(p, load(p)) for p in files]
     for name, make in detectors.items():
-        for condition in ("clean", "hum", "clicks", *(f"-{db:g} dB" for db in quieter)):
+        quiet = [f"-{db:g} dB{kind}" for db in quieter for kind in ("", "/h")]
+        for condition in ("clean", "hum", "clicks", *quiet):
             missed: list[str] = []
+            audible = audible_missed = 0
             false = cut = 0
             latency: list[float] = []
             for i, (path, x) in enumerate(clips):
@@ -198,10 +207,19 @@ def speech(
                 rng = np.random.default_rng(i)
                 # Line hiss throughout (it does not stop while the caller speaks).
                 said = x.astype(np.float64)
-                if condition.endswith(" dB"):  # a quieter talker: the clip attenuated
-                    said *= 10 ** (float(condition.split()[0]) / 20)
+                hiss = -50.0
+                heard = True
+                if " dB" in condition:  # a quieter talker: the clip attenuated
+                    down = float(condition.split()[0])
+                    said *= 10 ** (down / 20)
+                    if condition.endswith("/h"):
+                        loudest = max(level_dbfs(f) for f in frames(x)) + down
+                        heard = loudest >= hiss + 6.0
+                        audible += heard
+                    else:
+                        hiss += down  # the whole line
                 padded = np.concatenate([np.zeros(FS), said, np.zeros(FS)])
-                padded += at_level(rng.standard_normal(len(padded)), -50.0)
+                padded += at_level(rng.standard_normal(len(padded)), hiss)
                 if condition == "hum":
                     padded += at_level(hum(len(padded), rng, (50.0, 60.0)[i % 2]), -45.0)
                 elif condition == "clicks":
@@ -214,6 +232,7 @@ def speech(
                 hits = [t for t in onsets if 1.0 <= t <= end + 0.3]
                 if not hits:
                     missed.append(path.stem)
+                    audible_missed += condition.endswith("/h") and heard
                     continue
                 latency.append((hits[0] - start) * 1000)
                 last = [t for t in releases if t > hits[0]]
@@ -225,9 +244,10 @@ def speech(
                 else "-"
             )
             shown = " ".join(missed[:4]) + (" ..." if len(missed) > 4 else "")
+            of_audible = f"{audible_missed}/{audible}" if condition.endswith("/h") else "-"
             print(
                 f"  {name:14} {condition:8} {len(missed):>7} {false:>6} {cut:>10}"
-                f" {figures:>22}  {shown}"
+                f" {figures:>22} {of_audible:>15}  {shown}"
             )
 
 
@@ -284,7 +304,8 @@ def main() -> None:
     parser.add_argument(
         "--quieter",
         default="",
-        help="also the speech clips this many dB below their recorded level, e.g. 10,20,30",
+        help="also the speech clips this many dB below their recorded level, e.g. 10,20,30"
+        " (the whole line, and the talker alone under the hiss)",
     )
     args = parser.parse_args()
     detectors: dict[str, Factory] = {

@@ -72,6 +72,8 @@ from callhook.events import (
     MediaEvent,
     PromptFinished,
     RecordCall,
+    SpeechStarted,
+    StartRecognition,
     StartRecording,
     StopRecording,
     VoiceActivity,
@@ -170,6 +172,7 @@ class CallRunner:
         # Completed recordings, reported to the journal at the right moment.
         self.reports = RecordingReports(app.name, recordings)
         self._cipher_noted = False
+        self._detected = 0  # utterances the running recognition stream detected
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "inbound" else "answered"
@@ -390,7 +393,9 @@ class CallRunner:
         line = event_line(event)
         if line is not None:
             self.log.write(line.kind, line.text, level=line.level)
-        if isinstance(event, VoiceActivity):
+        if isinstance(event, SpeechStarted):
+            self._detected += 1  # for the recognition_stop line
+        elif isinstance(event, VoiceActivity):
             self.ctx.voice_active = event.active
         elif isinstance(event, PromptFinished) and event.error:
             self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
@@ -399,7 +404,9 @@ class CallRunner:
         if not commands:
             return
         for c in commands:
-            line = command_line(c)
+            if isinstance(c, StartRecognition):
+                self._detected = 0
+            line = command_line(c, self._detected)
             if line is not None:
                 self.log.write(line.kind, line.text, level=line.level)
             if isinstance(c, StartRecording) and self._recording is not None:

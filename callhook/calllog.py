@@ -48,6 +48,7 @@ from callhook.events import (
     SayText,
     SpeechRecognised,
     SpeechRejected,
+    SpeechStarted,
     StartPrompt,
     StartRecognition,
     StartRecording,
@@ -170,9 +171,14 @@ def event_line(event: MediaEvent) -> Line | None:
     if isinstance(event, SpeechRecognised):
         best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
         return Line("speech", f"{best!r}{' (typed)' if event.phrase.typed else ''}")
-    if isinstance(event, SpeechRejected) and event.cause:
-        # The recogniser failed (issue 14): the utterance counts as nothing recognised.
-        return Line("speech_failed", event.cause, logging.WARNING)
+    if isinstance(event, SpeechStarted):
+        # Voice activity began: an utterance goes to the recogniser when it ends.
+        return Line("speech_detected")
+    if isinstance(event, SpeechRejected):
+        if event.cause:
+            # The recogniser failed (issue 14): the utterance counts as nothing recognised.
+            return Line("speech_failed", event.cause, logging.WARNING)
+        return Line("speech_unrecognised", "speech detected, nothing recognised")
     if isinstance(event, CalleeRinging):  # a connect's far legs: both legs in one log
         return Line("callee_ringing", f"#{event.attempt}")
     if isinstance(event, CalleeAnswered):
@@ -186,8 +192,12 @@ def event_line(event: MediaEvent) -> Line | None:
     return None
 
 
-def command_line(c: MediaCommand) -> Line | None:
-    """The log line (kind, text) of a command an action gives, if it has one."""
+def command_line(c: MediaCommand, detected: int = 0) -> Line | None:
+    """The log line (kind, text) of a command an action gives, if it has one.
+
+    ``detected``: utterances the recognition stream a ``StopRecognition`` ends detected,
+    so its line tells a caller who was never heard from one who was not understood.
+    """
     if isinstance(c, StartPrompt):
         return Line("prompt_start", f"#{c.prompt_id} {_describe_items(c)}")
     if isinstance(c, StopPrompt):
@@ -195,7 +205,10 @@ def command_line(c: MediaCommand) -> Line | None:
     if isinstance(c, StartRecognition):
         return Line("recognition_start", c.options.language)
     if isinstance(c, StopRecognition):
-        return Line("recognition_stop", "")
+        if not detected:
+            return Line("recognition_stop", "nothing detected (no voice activity while listening)")
+        plural = "s" if detected > 1 else ""
+        return Line("recognition_stop", f"{detected} utterance{plural} detected")
     if isinstance(c, StartRecording):
         return Line("recording_start", c.filename)
     if isinstance(c, RecordCall):

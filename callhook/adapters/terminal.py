@@ -311,23 +311,24 @@ class Keyboard:
 def log_printer(leg: TerminalLeg) -> Callable[[str, str], None]:
     """A call-log listener that shows the call's progress on the terminal."""
     shown = {
-        "page_request": "→ ",
-        "page_response": "← ",
-        "action_start": "▶ ",
-        "action_end": "■ ",
-        "digit": "  key ",
-        "speech": "  heard ",
-        "recording_start": "  ● recording ",
-        "recording_stop": "  ○ recording saved: ",
-        "caller_hung_up": "(you hung up) ",
-        "error": "!! ",
-        "invalid_response": "!! ",
-        "call_end": "call over: ",
+        "page_request": "→ {}",
+        "page_response": "← {}",
+        "action_start": "▶ {}",
+        "action_end": "■ {}",
+        "digit": "  key {}",
+        "speech": "  heard {}",
+        "speech_unrecognised": "  ({})",
+        "recording_start": "  ● recording {}",
+        "recording_stop": "  ○ recording saved: {}",
+        "caller_hung_up": "(you hung up) {}",
+        "error": "!! {}",
+        "invalid_response": "!! {}",
+        "call_end": "call over: {}",
     }
 
     def show(kind: str, text: str) -> None:
         if kind in shown:
-            leg.say_line(shown[kind] + text)
+            leg.say_line(shown[kind].format(text))
         elif kind == "recognition_start":
             leg.say_line("  (listening for speech: type  say <words>)")
 

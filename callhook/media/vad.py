@@ -29,7 +29,7 @@ fire it on most clips.
 the gate only decides where the model runs; a frame is speech when it is loud
 *and* the model says speech (probability ≥ 0.5 switches the model's verdict on,
 < 0.35 off: hysteresis, so one doubtful window mid-word does not count). The
-model rejects hiss and hum, so the gate can be lower (defaults: −55 dBFS and
+model rejects hiss and hum, so the gate can be lower (defaults: −75 dBFS and
 3 dB over the floor to open, 1 dB to stay open, 2 dB to keep activity going),
 which theo's very quiet recordings (peaks below −40 dBFS) need. Onset after 3
 speech frames in a row (60 ms), and until then a frame needs the full margin:
@@ -53,6 +53,26 @@ release is unchanged: 15 frames that are quiet or not speech (300 ms). The
 floor's prior is replaced by the first measured block (200 ms) instead of
 lasting its whole 1.6 s window, so a call that starts on loud noise does not
 count it as loud.
+
+**Quiet lines** (issue 16: a quiet caller's one short word was never heard).
+Two things stopped it, both measured with ``bench/vad.py --quieter``: the
+gate's absolute minimum (it was −55 dBFS: a phone whose whole signal is 20 dB
+down puts a soft talker's loudest syllable near −60 dBFS, never loud enough to
+wake the model, however quiet the line), and the model itself, which calls
+speech at −60 dBFS noise even when it is clearly louder than the line (Silero
+was trained on audio at ordinary levels). So the gated minimum is now
+−75 dBFS (near µ-law's own quantisation noise; the floor-relative margin is
+what rejects the line), and the model hears the line at a nominal level: its
+input is amplified (unclipped) so that the noise floor sits at :attr:`MODEL_FLOOR_DBFS`
+(−50 dBFS), by at most :attr:`MAX_GAIN_DB`. The gain is 0 dB until the floor
+has been measured (the first block), follows the floor only between
+utterances, in steps of at least :attr:`GAIN_STEP_DB` (a gain that drifted
+frame by frame under a wobbling hum made the model call it speech: 2 false
+alarms in 100 noise clips at −65 dBFS), and when it changes while the gate is
+open the model restarts, so it never hears a level jump. Lines at an ordinary
+level (floor at or above −50 dBFS) get no gain: nothing changes for them.
+Speech under the line's hiss is not recoverable by any gain; the bench reports
+those clips apart.
 
 The gate opens on the first loud frame and closes after the hangover (15
 quiet frames); the model sees every frame in between, so silent calls cost
@@ -80,6 +100,8 @@ import numpy.typing as npt
 logger = logging.getLogger("callhook.media")
 
 FULL_SCALE: Final = 32768.0
+#: A frame of samples on the int16 scale (float: amplified for the model, unclipped).
+Frame = npt.NDArray[np.int16] | npt.NDArray[np.float32]
 #: What :func:`level_dbfs` returns for digital silence.
 SILENCE_DBFS: Final = -120.0
 
@@ -87,8 +109,12 @@ SILENCE_DBFS: Final = -120.0
 class SpeechModel(Protocol):
     """A stateful per-call speech classifier fed contiguous 20 ms frames (8 kHz int16)."""
 
-    def probability(self, frame: npt.NDArray[np.int16]) -> float:
-        """Take the next frame; the probability (0..1) that the latest audio is speech."""
+    def probability(self, frame: Frame) -> float:
+        """Take the next frame; the probability (0..1) that the latest audio is speech.
+
+        Samples are on the int16 scale; a float frame (the detector's gain on a quiet
+        line) may go past it, unclipped.
+        """
         ...
 
     def reset(self) -> None:
@@ -140,6 +166,13 @@ class VoiceActivityDetector:
     RELEASE_MARGIN_DB: Final = 2.0
     #: Frames kept while the gate is closed, fed to the model when it opens (160 ms).
     PREROLL: Final = 8
+    #: Gated: the model's input is amplified to put the noise floor here, by at most
+    #: MAX_GAIN_DB, changed in steps of at least GAIN_STEP_DB (module docstring).
+    MODEL_FLOOR_DBFS: Final = -50.0
+    MAX_GAIN_DB: Final = 30.0
+    #: Gated: the minimum level of a loud frame until the first block has measured the floor.
+    START_LEVEL_DBFS: Final = -55.0
+    GAIN_STEP_DB: Final = 3.0
 
     def __init__(
         self,
@@ -160,7 +193,7 @@ class VoiceActivityDetector:
         self.hangover_frames = hangover_frames
         self.margin_db = margin_db if margin_db is not None else (3.0 if gated else 8.0)
         self.min_level_dbfs = (
-            min_level_dbfs if min_level_dbfs is not None else (-55.0 if gated else -47.0)
+            min_level_dbfs if min_level_dbfs is not None else (-75.0 if gated else -47.0)
         )
         self.speech_on = speech_on
         self.speech_off = speech_off
@@ -171,6 +204,7 @@ class VoiceActivityDetector:
         # Gated: while active, a frame counts only this far over the floor (see _gated).
         self._release = math.pow(10.0, (self.RELEASE_MARGIN_DB - self.margin_db) / 10.0)
         self._min_power = _power(self.min_level_dbfs)
+        self._start_power = max(self._min_power, _power(self.START_LEVEL_DBFS))
         # Until real blocks replace it, the floor is one that puts the threshold at the minimum.
         prior = self._min_power / self._margin
         self._blocks: deque[float] = deque([prior], maxlen=self.BLOCKS)
@@ -188,6 +222,9 @@ class VoiceActivityDetector:
         self._closed_for = self.PREROLL + 1  # "long ago": the first opening resets the model
         self._preroll: deque[npt.NDArray[np.int16]] = deque(maxlen=self.PREROLL)
         self._says_speech = False
+        #: Gated: dB the model's input is amplified by, and the same as a factor.
+        self.model_gain_db = 0.0
+        self._gain = 1.0
         #: Frames the model was fed (pre-roll included), for the benchmark and tests.
         self.model_frames = 0
         #: Gated: while True the model is not run and no frame is speech (the energy and
@@ -235,7 +272,10 @@ class VoiceActivityDetector:
             self._history_floor = min(self._blocks)
             self._block_min = math.inf
             self._block_count = 0
-        threshold = max(self._min_power, floor * self._margin)
+        # Gated: until the floor is measured, the old absolute minimum (a call that starts on
+        # -60 dBFS hiss must not count it as loud while the prior stands).
+        minimum = self._start_power if self._prior else self._min_power
+        threshold = max(minimum, floor * self._margin)
         if self.model is None:
             held = self._active
             speech = power > (max(self._min_power, threshold * self._hold) if held else threshold)
@@ -257,6 +297,8 @@ class VoiceActivityDetector:
             self._closed_for = self.PREROLL + 1
             return False
         loud = power > (max(self._min_power, threshold * self._hold) if self._gate else threshold)
+        if not self._active:
+            self._follow_floor()
         if not self._gate:
             if not loud:
                 self._closed_for += 1
@@ -299,10 +341,31 @@ class VoiceActivityDetector:
             held = power > threshold
         return self._classify(frame) and loud and held
 
-    def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
-        """Feed the model one frame; its verdict with hysteresis."""
+    def _follow_floor(self) -> None:
+        """Between utterances: the model's gain for the current noise floor (docstring)."""
         assert self.model is not None
-        p = self.model.probability(frame)
+        if self._prior:
+            return  # the floor is not measured yet: no gain
+        gain = min(self.MAX_GAIN_DB, max(0.0, self.MODEL_FLOOR_DBFS - self.noise_floor_dbfs))
+        if abs(gain - self.model_gain_db) < self.GAIN_STEP_DB and (gain or not self.model_gain_db):
+            return  # a small change (but back to no gain at once when the line is loud again)
+        self.model_gain_db = gain
+        self._gain = math.pow(10.0, gain / 20.0)
+        if self._gate:
+            # The model must not hear a level jump inside its contiguous audio.
+            self.model.reset()
+            self._says_speech = False
+
+    def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
+        """Feed the model one frame (at the model's gain); its verdict with hysteresis."""
+        assert self.model is not None
+        if self._gain != 1.0:
+            # Unclipped floats: a line of digital silence gets the whole gain, and clipping a
+            # loud talker's words kept Silero from confirming them (a word replayed when
+            # the detector wakes, test_media_session.py).
+            p = self.model.probability(frame.astype(np.float32) * np.float32(self._gain))
+        else:
+            p = self.model.probability(frame)
         self.model_frames += 1
         if p >= self.speech_on:
             self._says_speech = True

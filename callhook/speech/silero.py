@@ -109,8 +109,11 @@ class SileroStream:
         self._filled = 0
         self._probability = 0.0
 
-    def probability(self, frame: npt.NDArray[np.int16]) -> float:
+    def probability(self, frame: npt.NDArray[np.int16] | npt.NDArray[np.float32]) -> float:
         """Feed one frame (any length; 160 samples = 20 ms); the latest window's probability.
+
+        Samples are on the int16 scale; floats past it (a gain, unclipped) are taken as
+        they are.
 
         The model runs once for every 256 samples received, so a 20 ms frame
         completes zero or one window (two only for frames longer than 256).

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from callhook.adapters.speech import build_synthesiser
-from callhook.media import wav
+from callhook.media import tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server
@@ -79,6 +79,29 @@ async def test_a_spoken_digit_is_recognised_with_word_hints(tmp_path: Path, app:
     assert best["text"] == "seven"
     # (how well confidence separates right from wrong is measured in bench/asr.py)
     assert 0.0 < best["confidence"] <= 1.0
+
+
+async def test_a_quiet_phone_is_heard_and_recognised_with_hints(tmp_path: Path, app: AppServer):
+    """Issue 16: a quiet talker on a quiet phone (theo's "six", already one of the quietest
+    recordings, and the whole line 20 dB down: hiss at -70 dBFS). The gate's -55 dBFS
+    minimum and the recogniser's -55 dBFS silence guard lost it before."""
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_input_mode="auto",
+                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    quiet = np.rint(clip("6_theo_26.wav") * 0.1).astype(np.int16)
+    stream = Stream(6.0).speech(tones.white_noise(6.0, -70.0, seed=5), at=0.0)
+    await call(tmp_path, app, stream.speech(quiet, at=2.0))
+    (phrase,) = heard(app)["speech_input"]
+    assert phrase["alternatives"][0]["text"] == "six"
 
 
 async def test_free_speech_is_transcribed_without_hints(tmp_path: Path, app: AppServer):

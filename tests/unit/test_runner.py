@@ -20,7 +20,7 @@ import pytest
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters.pages import MAX_RESPONSE_BYTES
-from callhook.events import SayText, SpeechRejected, StartPrompt
+from callhook.events import SayText, SpeechRejected, SpeechStarted, StartPrompt
 from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
 from callhook.testing import AppServer, Caller, CallRun, Received, Reply, run_call
@@ -626,3 +626,29 @@ async def test_a_recogniser_failure_is_logged_as_a_warning_and_the_call_goes_on(
         for rec in caplog.records
     )
     assert "still here" in spoken(r) and r.summary.cause == "completed"
+
+
+async def test_the_log_tells_speech_not_recognised_from_nothing_detected(app: AppServer) -> None:
+    """Issue 16: "did not hear anything" twice could be a caller never heard or one not
+    understood; the recognition_stop line says which, and each utterance has a line."""
+    spec = {
+        "next_page": {"url": "/heard"},
+        "milliseconds_initial_timeout": 2000,
+        "on_input_timeout_messages": [say("Sorry, I did not hear anything.")] * 2,
+    }
+    app.page("/start", [{"get_input": spec}, say("goodbye")])
+    app.page("/final", None)
+    caller = Caller()
+    # First wait: speech detected at 1.0 s and rejected at 1.5 s, nothing more. Second wait
+    # (after the message): silence.
+    caller.steps.append(lambda media: media.inject(SpeechStarted(), 1.0))
+    caller.steps.append(lambda media: media.inject(SpeechRejected(), 1.5))
+    r = await run_call(app, caller, final_page="/final")
+    lines = [line.split(" ", 2)[-1] for line in r.log.lines]
+    speech = [x for x in lines if x.startswith(("speech_", "recognition_stop"))]
+    assert speech == [
+        "speech_detected",
+        "speech_unrecognised speech detected, nothing recognised",
+        "recognition_stop 1 utterance detected",
+        "recognition_stop nothing detected (no voice activity while listening)",
+    ], "\n".join(r.log.lines)

@@ -200,21 +200,21 @@ def test_gated_defaults_and_energy_only_defaults() -> None:
     plain = VoiceActivityDetector()
     assert (plain.onset_frames, plain.margin_db, plain.min_level_dbfs) == (3, 8.0, -47.0)
     gated = VoiceActivityDetector(Scripted())
-    assert (gated.onset_frames, gated.margin_db, gated.min_level_dbfs) == (3, 3.0, -55.0)
+    assert (gated.onset_frames, gated.margin_db, gated.min_level_dbfs) == (3, 3.0, -75.0)
     assert gated.hangover_frames == plain.hangover_frames == 15
 
 
 def test_the_model_is_not_called_while_the_gate_is_closed() -> None:
     model = Scripted()
     vad = VoiceActivityDetector(model)
-    # Digital silence and hiss under the gate's -55 dBFS minimum: the energy only.
-    assert edges(cat(tones.silence(2.0), noise(4.0, -62.0)), vad) == []
+    # Digital silence and hiss under the gate's -75 dBFS minimum: the energy only.
+    assert edges(cat(tones.silence(2.0), noise(4.0, -80.0)), vad) == []
     assert model.calls == 0 and not vad.gate_open
 
 
 def test_a_loud_sound_the_model_rejects_is_not_activity() -> None:
     model = Scripted(0.1)
-    x = cat(noise(1.0, -60.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -60.0, seed=1))
+    x = cat(noise(1.0, -85.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -85.0, seed=1))
     assert edges(x, VoiceActivityDetector(model)) == []
     # The gate opened for the tone: the model was asked (8 frames of pre-roll + the tone + the
     # 15 frames of the gate's hangover), and nothing after the gate closed.
@@ -222,14 +222,14 @@ def test_a_loud_sound_the_model_rejects_is_not_activity() -> None:
 
 
 def test_gated_onset_and_hangover() -> None:
-    x = cat(noise(1.0, -60.0), tones.tone(1000, 0.5, -20.0), noise(2.0, -60.0, seed=1))
+    x = cat(noise(1.0, -85.0), tones.tone(1000, 0.5, -20.0), noise(2.0, -85.0, seed=1))
     # Onset after 3 speech frames (60 ms), release 15 frames (300 ms) after the sound.
     assert edges(x, VoiceActivityDetector(Scripted(0.9))) == [(1.06, True), (1.8, False)]
 
 
 def test_quiet_speech_opens_the_lower_gate() -> None:
-    # -50 dBFS over -60 dBFS hiss: under the energy-only minimum (-47), over the gate's (-55).
-    x = cat(noise(1.0, -60.0), tones.tone(300, 0.5, -50.0), noise(1.0, -60.0, seed=1))
+    # -50 dBFS over -85 dBFS hiss: under the energy-only minimum (-47), over the gate's (-75).
+    x = cat(noise(1.0, -85.0), tones.tone(300, 0.5, -50.0), noise(1.0, -85.0, seed=1))
     assert edges(x) == []
     assert [e for _, e in edges(x, VoiceActivityDetector(Scripted(0.9)))] == [True, False]
 
@@ -237,7 +237,7 @@ def test_quiet_speech_opens_the_lower_gate() -> None:
 def test_model_hysteresis() -> None:
     # 8 pre-roll calls, then per frame: on at >= 0.5, held down to 0.35, off below it.
     ps = [0.0] * 8 + [0.6] * 3 + [0.4] * 20 + [0.3] * 40
-    x = cat(noise(1.0, -60.0), tones.tone(1000, 2.0, -20.0))
+    x = cat(noise(1.0, -85.0), tones.tone(1000, 2.0, -20.0))
     got = edges(x, VoiceActivityDetector(Scripted(ps), model_holds=True))
     # On at the 3rd tone frame; 0.4 holds it; 0.3 from the 24th frame, off 15 frames later.
     assert got == [(1.06, True), (round(1.0 + (23 + 15) * 0.02, 2), False)]
@@ -247,23 +247,23 @@ def test_the_model_is_reset_after_a_long_closure_and_fed_what_it_missed_after_a_
     model = Scripted(0.0)
     vad = VoiceActivityDetector(model)
     burst = tones.tone(800, 0.1, -20.0)  # 5 frames
-    hangover = noise(0.3, -60.0, seed=1)  # 15 quiet frames: the gate closes on the last
-    edges(cat(noise(1.0, -60.0), burst, hangover), vad)
+    hangover = noise(0.3, -85.0, seed=1)  # 15 quiet frames: the gate closes on the last
+    edges(cat(noise(1.0, -85.0), burst, hangover), vad)
     # The first opening resets (the stream starts) and feeds the 8 pre-roll frames.
     assert model.resets == [0] and model.calls == 8 + 5 + 15 and not vad.gate_open
     calls = model.calls
     # Closed 5 frames (fewer than the 8 of the pre-roll), then reopened: the 5 missed frames
     # are fed, no reset (the model's audio stays contiguous).
-    edges(cat(noise(0.1, -60.0, seed=2), burst, hangover), vad)
+    edges(cat(noise(0.1, -85.0, seed=2), burst, hangover), vad)
     assert model.resets == [0] and model.calls == calls + 5 + 5 + 15
     # Closed 2 s: reset, and only the 8 most recent frames are fed before the burst.
-    edges(cat(noise(2.0, -60.0, seed=4), burst), vad)
+    edges(cat(noise(2.0, -85.0, seed=4), burst), vad)
     assert len(model.resets) == 2 and model.calls - model.resets[1] == 8 + 5
 
 
 def test_by_default_the_model_confirms_the_onset_and_the_energy_holds_the_utterance() -> None:
     model = Scripted(0.9)
-    x = cat(noise(1.0, -60.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -60.0, seed=1))
+    x = cat(noise(1.0, -85.0), tones.tone(1000, 1.0, -20.0), noise(1.0, -85.0, seed=1))
     got = edges(x, VoiceActivityDetector(model))
     assert got == [(1.06, True), (2.3, False)]  # held for the whole 1 s sound
     # Run on the 8 pre-roll frames, the 3 onset frames and the frame that closes the gate,
@@ -271,3 +271,72 @@ def test_by_default_the_model_confirms_the_onset_and_the_energy_holds_the_uttera
     # its audio), ready for the next one.
     assert model.calls == 8 + 3 + 1
     assert model.resets == [0, 12]
+
+
+class Levels(Scripted):
+    """A Scripted model that also keeps the level (dBFS) of every frame it is fed."""
+
+    def __init__(self, p: float | list[float] = 1.0) -> None:
+        super().__init__(p)
+        self.levels: list[float] = []
+
+    def probability(self, frame: Samples) -> float:
+        self.levels.append(level_dbfs(frame))
+        return super().probability(frame)
+
+
+def test_hiss_at_the_start_of_a_call_is_not_loud_before_the_floor_is_measured() -> None:
+    # The gated minimum is -75 dBFS only once the floor is known: the prior floor puts the
+    # threshold there, and a call that starts on -60 dBFS hiss would count it as loud.
+    assert edges(noise(1.0, -60.0), VoiceActivityDetector(Scripted(0.9))) == []
+
+
+def test_the_model_hears_a_quiet_line_at_a_nominal_level() -> None:
+    model = Levels(0.0)
+    vad = VoiceActivityDetector(model)
+    edges(noise(1.0, -80.0), vad)
+    # The floor (the quietest frame, ~-81.5 dBFS) raised to -50, at most by 30 dB.
+    assert vad.model_gain_db == 30.0
+    edges(tones.tone(300, 0.2, -60.0), vad)
+    assert model.levels[-5:] == pytest.approx([-30.0] * 5, abs=0.1)
+
+
+def test_a_line_at_an_ordinary_level_gets_no_gain() -> None:
+    model = Levels(0.0)
+    vad = VoiceActivityDetector(model)
+    edges(cat(noise(1.0, -45.0), tones.tone(300, 0.2, -20.0)), vad)
+    assert vad.model_gain_db == 0.0
+    assert model.levels[-5:] == pytest.approx([-20.0] * 5, abs=0.1)
+
+
+def test_the_gain_follows_the_floor_between_utterances_and_restarts_the_model() -> None:
+    model = Scripted(0.0)
+    vad = VoiceActivityDetector(model)
+    edges(noise(2.0, -56.0), vad)  # -57.5 floor: 7.5 dB of gain; the gate open on the hiss
+    assert vad.gate_open and vad.model_gain_db == pytest.approx(7.5, abs=0.5)
+    resets = len(model.resets)
+    # The line drops 10 dB: the floor follows at once, the gate (still open for its
+    # hangover) restarts the model, which must not hear a level jump in its audio.
+    edges(noise(0.02, -66.0, seed=3), vad)
+    gain = vad.model_gain_db
+    assert gain == pytest.approx(-50.0 - vad.noise_floor_dbfs) and gain > 12.0
+    assert len(model.resets) == resets + 1
+    # Small changes (under 3 dB) leave the gain alone.
+    floor = vad.noise_floor_dbfs
+    edges(noise(2.0, -66.0, seed=4), vad)
+    assert floor - 3.0 < vad.noise_floor_dbfs < floor - 0.5
+    assert vad.model_gain_db == gain
+
+
+def test_the_gain_does_not_change_during_an_utterance() -> None:
+    model = Levels(0.9)
+    vad = VoiceActivityDetector(model, model_holds=True)
+    edges(noise(1.0, -70.0), vad)
+    before = vad.model_gain_db
+    assert 20.0 < before < 23.0
+    got = edges(cat(tones.tone(300, 0.5, -40.0), noise(0.1, -90.0, seed=5)), vad)
+    assert got == [(0.06, True)] and vad.active
+    # The floor fell 20 dB under the utterance: the gain waits for it to end...
+    assert vad.noise_floor_dbfs < -89.0 and vad.model_gain_db == before
+    edges(noise(0.3, -90.0, seed=6), vad)
+    assert not vad.active and vad.model_gain_db == 30.0  # ...then follows it

@@ -150,3 +150,18 @@ def test_shortlist_keeps_hints_sharing_a_first_token(engine: WhisperRecogniser) 
         assert engine._shortlisted(first, hints, prior) == (0, 1)
     finally:
         engine.shortlist = 4
+
+
+def test_a_quiet_phone_is_recognised(engine: WhisperRecogniser) -> None:
+    # Issue 16: theo's clips with the whole line 20 dB down (his loudest syllables near
+    # -60 dBFS, hiss at -70). The old -55 dBFS silence guard answered nothing for 6 of these
+    # 9; now they are scored like any utterance (measured: 9 of 9 right).
+    theo = [(d, p) for (d, _), p in zip(CLIPS, FILES, strict=True) if "_theo_" in p.name][:9]
+    right = 0
+    for d, path in theo:
+        down = np.rint(on_the_line(path, 7) * 0.1).astype(np.int16)
+        quiet = g711.ulaw_decode(g711.ulaw_encode(down))
+        result = engine.recognise(quiet, HINTS)
+        assert result, f"{path.name}: nothing recognised"
+        right += result[0].text == DIGITS[int(d)]
+    assert right >= 7, right
