@@ -49,6 +49,7 @@ from callhook.events import (
     SpeechRecognised,
     SpeechRejected,
     SpeechStarted,
+    SpeechUnavailable,
     StartPrompt,
     StartRecognition,
     StartRecording,
@@ -179,6 +180,8 @@ def event_line(event: MediaEvent) -> Line | None:
             # The recogniser failed (issue 14): the utterance counts as nothing recognised.
             return Line("speech_failed", event.cause, logging.WARNING)
         return Line("speech_unrecognised", "speech detected, nothing recognised")
+    if isinstance(event, SpeechUnavailable):
+        return Line("speech_unavailable", event.cause, logging.ERROR)
     if isinstance(event, CalleeRinging):  # a connect's far legs: both legs in one log
         return Line("callee_ringing", f"#{event.attempt}")
     if isinstance(event, CalleeAnswered):

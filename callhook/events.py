@@ -98,6 +98,14 @@ class SpeechRejected:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechUnavailable:
+    """Speech cannot be recognised as the action asks (a language the configured
+    recogniser does not know): only digits count. ``cause`` says why, for the call log."""
+
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
 class VoiceActivity:
     """Sound above the background noise started (``active``) or stopped on the caller's side."""
 
@@ -196,6 +204,7 @@ MediaEvent = (
     | SpeechStarted
     | SpeechRecognised
     | SpeechRejected
+    | SpeechUnavailable
     | VoiceActivity
     | RecorderFailed
     | CallEnded

@@ -51,6 +51,7 @@ from callhook.events import (
     SecondaryPages,
     SpeechRecognised,
     SpeechRejected,
+    SpeechUnavailable,
     StartPrompt,
     StartRecognition,
     StartRecording,
@@ -62,6 +63,7 @@ from callhook.media import g711
 from callhook.media.callrecording import CallRecording
 from callhook.media.session import MediaSession
 from callhook.ports import CallInfo
+from callhook.speech import languages
 from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
@@ -196,10 +198,7 @@ class SipLeg:
             elif isinstance(command, StartRecognition):
                 self._start_recognition(command.options)
             elif isinstance(command, StopRecognition):
-                self._recognition = None
-                self._generation += 1
-                self._pending.clear()
-                self.session.stop_recognition()
+                self._stop_recognition()
             elif isinstance(command, CallCallee):
                 if self.far is None:
                     logger.error("call %s: this call cannot place far legs", self.info.call_id)
@@ -310,21 +309,29 @@ class SipLeg:
                     self.info.call_id,
                 )
             return
-        language = options.language.lower()
-        if not language.startswith("en") and language not in self._languages_warned:
-            # Both embedded recognisers have English models only (docs/speech.md).
-            self._languages_warned.add(language)
-            logger.warning(
-                "call %s: speech language %s asked, but the %s recogniser knows English only",
-                self.info.call_id,
-                options.language,
-                self.speech.recogniser.name,
-            )
+        recogniser = self.speech.recogniser
+        engine = f"{recogniser.name} {getattr(recogniser, 'model', '')}".strip()
+        cause = languages.unsupported(options.language, recogniser.languages, engine)
+        if cause is not None:
+            # Only digits count (docs/speech.md): said once per call and language, in the
+            # call log (an error the application's developer sees) and the server log.
+            if options.language not in self._languages_warned:
+                self._languages_warned.add(options.language)
+                logger.warning("call %s: %s", self.info.call_id, cause)
+                self.inject(SpeechUnavailable(f"{cause}: only digits count"))
+            self._stop_recognition()  # one in another language may be running
+            return
         if options != self._recognition:
             self._generation += 1
             self._pending.clear()
         self._recognition = options
         self.session.start_recognition()
+
+    def _stop_recognition(self) -> None:
+        self._recognition = None
+        self._generation += 1
+        self._pending.clear()
+        self.session.stop_recognition()
 
     def _collect_utterances(self) -> None:
         utterances = self.session.utterances

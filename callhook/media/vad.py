@@ -127,7 +127,7 @@ def _power(dbfs: float) -> float:
     return FULL_SCALE * FULL_SCALE * math.pow(10.0, dbfs / 10.0)
 
 
-def level_dbfs(frame: npt.NDArray[np.int16]) -> float:
+def level_dbfs(frame: Frame) -> float:
     """RMS level of ``frame`` in dBFS (a full-scale square wave is 0), at least -120."""
     if frame.size == 0:
         return SILENCE_DBFS

@@ -34,6 +34,12 @@ class Recogniser(Protocol):
     #: Short engine name, as configured (``whisper``, ``sphinx``).
     name: str
 
+    @property
+    def languages(self) -> frozenset[str]:
+        """The languages it recognises, as Whisper codes (:mod:`callhook.speech.languages`:
+        ``es-ES`` asks for ``es``). Known without loading a model."""
+        ...
+
     def warm_up(self) -> None:
         """Load models now (called once off the event loop at start-up)."""
 

@@ -49,6 +49,7 @@ class FaultyRecogniser:
         self.engine = engine
         self.fault = fault
         self.name = engine.name
+        self.languages = engine.languages
         self._never = threading.Event()
 
     def warm_up(self) -> None:

@@ -62,6 +62,7 @@ import numpy.typing as npt
 import soxr
 
 from callhook.events import Alternative, RecognitionOptions
+from callhook.speech import languages as _languages
 from callhook.speech.asr import SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
@@ -192,6 +193,8 @@ class SphinxRecogniser:
     """The :class:`~callhook.speech.asr.Recogniser` on pocketsphinx (see the module docstring)."""
 
     name = "sphinx"
+    #: pocketsphinx's bundled model is US English.
+    languages = _languages.ENGLISH
 
     def __init__(self, *, garbage_weight: float = GARBAGE_WEIGHT, **config: Any) -> None:
         """``config``: pocketsphinx options (``beam=1e-60``...) for experiments."""

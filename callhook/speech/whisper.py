@@ -59,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
+from callhook.speech import languages
 from callhook.speech.asr import SAMPLE_RATE
 from callhook.speech.models import model_path
 
@@ -96,21 +97,21 @@ _PRIOR_CACHE = 64
 _SHORTLIST = 4
 
 
-def _special_tokens(tokenizer: Any, multilingual: bool) -> tuple[int, list[int]]:
-    """End-of-text, and the prompt a transcript follows: start of transcript, then (a
-    multilingual model) English and transcribe, then no timestamps. (The English-only
+def _token(tokenizer: Any, text: str) -> int:
+    found = tokenizer.token_to_id(text)
+    if found is None:
+        raise ValueError(f"the model's tokenizer has no {text}")
+    return int(found)
+
+
+def _prompt(tokenizer: Any, multilingual: bool, language: str) -> list[int]:
+    """The tokens a transcript follows: start of transcript, then (a multilingual model)
+    the language (a Whisper code) and transcribe, then no timestamps. (The English-only
     vocabulary has the language tokens too; its models were not trained with them.)"""
-
-    def token(text: str) -> int:
-        found = tokenizer.token_to_id(text)
-        if found is None:
-            raise ValueError(f"the model's tokenizer has no {text}")
-        return int(found)
-
-    start = [token(_SOT_TOKEN)]
+    start = [_token(tokenizer, _SOT_TOKEN)]
     if multilingual:
-        start += [token("<|en|>"), token("<|transcribe|>")]
-    return token(_EOT_TOKEN), [*start, token(_NO_TIMESTAMPS_TOKEN)]
+        start += [_token(tokenizer, f"<|{language}|>"), _token(tokenizer, "<|transcribe|>")]
+    return [*start, _token(tokenizer, _NO_TIMESTAMPS_TOKEN)]
 
 
 class _Prior(NamedTuple):
@@ -189,7 +190,9 @@ class WhisperRecogniser:
         self._path = Path(model_path) if model_path is not None else None
         self.model = model  # which one (callhook/speech/models.py), unless a path is given
         self._eot = 0
-        self._start: list[int] = []
+        self._multilingual = False
+        self._languages = languages.ENGLISH
+        self._prompts: dict[str, list[int]] = {}
         self._inter = inter_threads or min(2, os.cpu_count() or 1)
         self._intra = intra_threads
         self._compute_type = compute_type
@@ -197,7 +200,7 @@ class WhisperRecogniser:
         self._model: Any = None
         self._tokenizer: Any = None
         self._features: Any = None
-        self._priors: OrderedDict[tuple[str, ...], _Prior] = OrderedDict()
+        self._priors: OrderedDict[tuple[str, tuple[str, ...]], _Prior] = OrderedDict()
         #: Hints scored in full (``align``) per utterance, picked by their first token's
         #: log-prob; None scores every hint.
         self.shortlist = shortlist
@@ -237,9 +240,35 @@ class WhisperRecogniser:
                     inter_threads=self._inter,
                     intra_threads=self._intra,
                 )
-                multilingual = bool(self._model.is_multilingual)
-                self._eot, self._start = _special_tokens(self._tokenizer, multilingual)
+                self._multilingual = bool(self._model.is_multilingual)
+                self._languages = frozenset(
+                    c
+                    for c in languages.WHISPER
+                    if self._tokenizer.token_to_id(f"<|{c}|>") is not None
+                )
+                self._eot = _token(self._tokenizer, _EOT_TOKEN)
+                self._prompts = {"en": _prompt(self._tokenizer, self._multilingual, "en")}
             return self._model
+
+    @property
+    def languages(self) -> frozenset[str]:
+        """The languages (Whisper codes) this model recognises: an English-only model
+        (``tiny.en``) English, a multilingual one every language Whisper was trained on.
+        Known from the model's name before it is loaded, from the model itself after."""
+        if self._model is not None:
+            return self._languages if self._multilingual else languages.ENGLISH
+        if self._path is None and self.model.endswith(".en"):
+            return languages.ENGLISH
+        return languages.WHISPER if self._path is None else languages.ENGLISH
+
+    def _start(self, language: str) -> list[int]:
+        """The prompt for ``language`` (a BCP-47 tag); English for an English-only model."""
+        lang = languages.code(language) if self._multilingual else "en"
+        prompt = self._prompts.get(lang)
+        if prompt is None:
+            prompt = _prompt(self._tokenizer, self._multilingual, lang)
+            self._prompts[lang] = prompt
+        return prompt
 
     # -- recognition ------------------------------------------------------------------
 
@@ -252,9 +281,10 @@ class WhisperRecogniser:
         self._load()
         n = max(1, options.max_alternatives)
         hints = tuple(dict.fromkeys(h for h in options.word_hints if h.strip()))
+        start = self._start(options.language)
         if hints:
-            return self._closed_set(audio, hints)[:n]
-        return self._free(audio, n)
+            return self._closed_set(audio, hints, start)[:n]
+        return self._free(audio, n, start)
 
     def _encode(self, audio: npt.NDArray[np.int16], window: int) -> tuple[Any, int]:
         """Encoder output of ``audio`` padded (or cut) to ``window`` frames, and its frames."""
@@ -274,7 +304,7 @@ class WhisperRecogniser:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def _scores(
-        self, encoded: Any, frames: int, candidates: list[list[int]]
+        self, encoded: Any, frames: int, candidates: list[list[int]], start: list[int]
     ) -> npt.NDArray[np.float64]:
         """Log-probability of each token list as the whole transcript of the encoded audio."""
         import ctranslate2
@@ -282,7 +312,7 @@ class WhisperRecogniser:
         batch = np.repeat(np.asarray(encoded), len(candidates), axis=0)
         results = self._model.align(
             ctranslate2.StorageView.from_array(batch),
-            self._start,
+            start,
             candidates,
             [frames] * len(candidates),
         )
@@ -291,13 +321,18 @@ class WhisperRecogniser:
         )
 
     def _hint_scores(
-        self, encoded: Any, frames: int, hints: tuple[str, ...], extra: list[int] | None = None
+        self,
+        encoded: Any,
+        frames: int,
+        hints: tuple[str, ...],
+        start: list[int],
+        extra: list[int] | None = None,
     ) -> tuple[npt.NDArray[np.float64], float]:
         """Each hint's best spelling score, and ``extra``'s score (−inf without it)."""
         candidates, owner = self._spelt(hints)
         if extra:
             candidates.append(extra)
-        raw = self._scores(encoded, frames, candidates)
+        raw = self._scores(encoded, frames, candidates, start)
         best = np.full(len(hints), -np.inf)
         for i, score in zip(owner, raw, strict=False):
             best[i] = max(best[i], score)
@@ -313,11 +348,11 @@ class WhisperRecogniser:
                 owner.append(i)
         return candidates, owner
 
-    def _greedy(self, encoded: Any) -> tuple[Any, npt.NDArray[np.float64]]:
+    def _greedy(self, encoded: Any, start: list[int]) -> tuple[Any, npt.NDArray[np.float64]]:
         """Greedy decoding of the encoded audio, and the log-probs of its first token."""
         result = self._model.generate(
             encoded,
-            [self._start],
+            [start],
             beam_size=1,
             max_length=16,
             return_no_speech_prob=True,
@@ -326,22 +361,24 @@ class WhisperRecogniser:
         first = np.asarray(result.logits[0], dtype=np.float64)[0]
         return result, first - np.logaddexp.reduce(first)
 
-    def _prior(self, hints: tuple[str, ...]) -> _Prior:
-        """The hints' scores on line noise alone (the model's bias), cached per hint set."""
+    def _prior(self, hints: tuple[str, ...], start: list[int]) -> _Prior:
+        """The hints' scores on line noise alone (the model's bias), cached per hint set
+        and language."""
+        key = (" ".join(map(str, start)), hints)
         with self._lock:
-            prior = self._priors.get(hints)
+            prior = self._priors.get(key)
             if prior is not None:
-                self._priors.move_to_end(hints)
+                self._priors.move_to_end(key)
                 return prior
         encoded, frames = self._encode(line_noise(), _SHORT_WINDOW)
         candidates, _ = self._spelt(hints)
-        first = self._greedy(encoded)[1]
+        first = self._greedy(encoded, start)[1]
         prior = _Prior(
-            self._hint_scores(encoded, frames, hints)[0],
+            self._hint_scores(encoded, frames, hints, start)[0],
             np.array([first[c[0]] for c in candidates]),
         )
         with self._lock:
-            self._priors[hints] = prior
+            self._priors[key] = prior
             while len(self._priors) > _PRIOR_CACHE:
                 self._priors.popitem(last=False)
         return prior
@@ -361,20 +398,20 @@ class WhisperRecogniser:
         return tuple(int(i) for i in np.flatnonzero(quick >= cut))
 
     def _closed_set(
-        self, audio: npt.NDArray[np.int16], hints: tuple[str, ...]
+        self, audio: npt.NDArray[np.int16], hints: tuple[str, ...], start: list[int]
     ) -> tuple[Alternative, ...]:
-        prior = self._prior(hints)
+        prior = self._prior(hints, start)
         encoded, frames = self._encode(audio, _SHORT_WINDOW)
         # What the model would say unprompted: if that is far more likely than any hint,
         # the caller said something outside the set and the confidence must be low. The
         # same decoding step gives every hint's first-token log-prob: only the best few
         # hints are scored in full.
-        free, first = self._greedy(encoded)
+        free, first = self._greedy(encoded, start)
         free_tokens = [t for t in free.sequences_ids[0] if t < self._eot]
         free_key = _key(self._tokenizer.decode(free_tokens))
         kept = self._shortlisted(first, hints, prior)
         aligned, free_score = self._hint_scores(
-            encoded, frames, tuple(hints[i] for i in kept), free_tokens or None
+            encoded, frames, tuple(hints[i] for i in kept), start, free_tokens or None
         )
         raw = np.full(len(hints), -np.inf)
         raw[list(kept)] = aligned
@@ -401,14 +438,16 @@ class WhisperRecogniser:
             out.append(Alternative(hints[i], min(1.0, max(0.0, confidence))))
         return tuple(out)
 
-    def _free(self, audio: npt.NDArray[np.int16], n: int) -> tuple[Alternative, ...]:
+    def _free(
+        self, audio: npt.NDArray[np.int16], n: int, start: list[int]
+    ) -> tuple[Alternative, ...]:
         encoded, _ = self._encode(audio, _FULL_WINDOW)
         seconds = len(audio) / SAMPLE_RATE
         # Cap the length by the audio's (a few tokens a second): stops runaway repeats.
         max_length = int(8 + 6 * seconds)
         result = self._model.generate(
             encoded,
-            [self._start],
+            [start],
             beam_size=1 if n == 1 else max(n, 3),
             num_hypotheses=n,
             max_length=max_length,

@@ -31,6 +31,34 @@ def test_validate_accepts_a_valid_list(tmp_path: Path) -> None:
     assert result.stdout == "valid\n"
 
 
+def test_validate_warns_of_a_language_the_configured_recogniser_does_not_know(
+    tmp_path: Path,
+) -> None:
+    listen = {"next_page": {"url": "/x"}, "speech_recognition_options": {"language": "es-ES"}}
+    option = {"digit": "1", "words": ["uno"], "next_page": {"url": "/uno"}}
+    menu = {"language": "tlh-QO", "menu_options": [option]}
+    page = {"actions": [{"get_input": listen}, {"run_speech_menu": menu}]}
+    result = run("validate", "-", stdin=json.dumps(page))
+    assert result.returncode == 0, result.stdout + result.stderr  # valid: a warning only
+    assert result.stdout.splitlines() == [
+        "warning: $.actions[0].get_input.speech_recognition_options.language: speech language"
+        " es-ES is not recognised by whisper tiny.en (English only; Whisper's multilingual"
+        ' models do: [speech] recogniser = "whisper", model = "base"); speech input will not'
+        " be recognised",
+        "warning: $.actions[1].run_speech_menu.language: speech language tlh-QO is not"
+        " recognised by whisper tiny.en (English only); speech input will not be recognised",
+        "valid",
+    ]
+    config = tmp_path / "callhook.toml"
+    config.write_text('[speech]\nmodel = "base"\n')
+    result = run("validate", "--config", str(config), "-", stdin=json.dumps(page))
+    assert result.stdout.splitlines() == [
+        "warning: $.actions[1].run_speech_menu.language: speech language tlh-QO is not one"
+        " whisper base recognises; speech input will not be recognised",
+        "valid",
+    ]
+
+
 def test_validate_takes_both_play_action_forms_and_names_menu_problems() -> None:
     say = {"play_list": [{"text_to_say": "Press 1."}]}
     keyed = {

@@ -19,7 +19,7 @@ from callhook.adapters.speech import build_synthesiser
 from callhook.media import tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -42,13 +42,23 @@ def get_input(**props: Any) -> dict[str, Any]:
     return {"get_input": {"next_page": {"url": "/heard"}, **props}}
 
 
-async def call(tmp_path: Path, app: AppServer, stream: Stream) -> None:
+async def call(tmp_path: Path, app: AppServer, stream: Stream, extra: tuple[str, ...] = ()) -> str:
+    """The call, and what ``serve`` printed (its log)."""
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
+        await wait_for_request(app, "/final")  # the call's log is complete then
     assert run.returncode == 0, run.output + run.errors + server.output
+    return server.output
+
+
+def call_log(tmp_path: Path, app: AppServer) -> str:
+    """The call's log, named by the final page's request."""
+    (body,) = app.bodies("/final")
+    name = str(body["log_filename"])
+    return (tmp_path / "data" / "media" / "default" / name).read_text()
 
 
 def heard(app: AppServer) -> dict[str, Any]:
@@ -102,6 +112,57 @@ async def test_a_quiet_phone_is_heard_and_recognised_with_hints(tmp_path: Path, 
     await call(tmp_path, app, stream.speech(quiet, at=2.0))
     (phrase,) = heard(app)["speech_input"]
     assert phrase["alternatives"][0]["text"] == "six"
+
+
+async def test_a_spanish_word_is_recognised_in_spanish(tmp_path: Path, app: AppServer):
+    """Issue 16: [speech] model = "base" (multilingual) and language es-ES; the word is
+    spoken by espeak-ng's Spanish voice."""
+    from callhook.speech.espeak import EspeakEngine
+
+    hints = ["ventas", "soporte", "facturación", "operador"]
+    options = {"language": "es-ES", "word_hints": [{"words": hints}]}
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_input_mode="auto",
+                speech_recognition_options=options,
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    tts = EspeakEngine()
+    said = tts.synthesize("facturación", tts.voice_for("es-ES") or "es")
+    config = tmp_path / "callhook.toml"
+    config.write_text('[speech]\nmodel = "base"\n')
+    stream = Stream(6.0).speech(tones.white_noise(6.0, -50.0, seed=6), at=0.0)
+    await call(tmp_path, app, stream.speech(said, at=1.5), extra=("--config", str(config)))
+    (phrase,) = heard(app)["speech_input"]
+    assert phrase["alternatives"][0]["text"] == "facturación"
+    assert "recognition_start es-ES" in call_log(tmp_path, app)
+
+
+async def test_a_language_the_recogniser_does_not_know_is_an_error_in_the_call_log(
+    tmp_path: Path, app: AppServer
+):
+    """tiny.en (the default) is English only: Spanish speech is not recognised, the call log
+    says why, and a digit still counts."""
+    options = {"language": "es-ES", "word_hints": [{"words": ["uno", "dos"]}]}
+    app.page(
+        "/start",
+        [get_input(speech_recognition_options=options, milliseconds_initial_timeout=8000)],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    await call(tmp_path, app, Stream(6.0).rfc4733("2#", at=1.5))
+    assert heard(app) == {"input_type": "digits", "digits_input": "2"}
+    log = call_log(tmp_path, app)
+    assert (
+        "speech_unavailable speech language es-ES is not recognised by whisper tiny.en"
+        " (English only" in log
+    ), log
 
 
 async def test_free_speech_is_transcribed_without_hints(tmp_path: Path, app: AppServer):

@@ -81,6 +81,7 @@ class Engine:
     """A stand-in engine: says "seven"; counts its instances."""
 
     name = "stand-in"
+    languages = frozenset({"en"})
     built = 0
 
     def __init__(self) -> None:

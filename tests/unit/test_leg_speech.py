@@ -25,6 +25,7 @@ from callhook.events import (
     SayText,
     SpeechRecognised,
     SpeechRejected,
+    SpeechUnavailable,
     StartPrompt,
     StartRecognition,
     StopPrompt,
@@ -73,6 +74,7 @@ class Engine:
 
 class Recogniser:
     name = "test"
+    languages = frozenset({"en", "es"})
 
     def __init__(self) -> None:
         self.heard: list[int] = []
@@ -219,6 +221,24 @@ async def test_utterances_are_decoded_in_order_and_a_stopped_streams_results_dro
     await until(lambda: the_leg._decoder is not None and the_leg._decoder.done())
     assert recogniser.heard == [320, 160, 480]
     assert the_leg.take_pending() == []
+
+
+async def test_a_language_the_recogniser_does_not_know_is_said_once_and_digits_only_count(
+    tmp_path, caplog
+):
+    the_leg, session, _, recogniser = leg(tmp_path)  # it knows en and es
+    the_leg.send([StartRecognition(RecognitionOptions(language="es-MX"))])
+    assert session.recognising and the_leg.take_pending() == []
+    for _ in range(2):  # a get_input listening again after its timeout message
+        the_leg.send([StartRecognition(RecognitionOptions(language="fr-FR"))])
+        assert not session.recognising  # the Spanish stream stopped; none in French
+    (event,) = the_leg.take_pending()
+    assert event == SpeechUnavailable(
+        "speech language fr-FR is not one test recognises: only digits count"
+    )
+    assert caplog.text.count("speech language fr-FR is not one test recognises") == 1
+    session.utterances.append(Utterance(np.zeros(320, np.int16)))
+    assert the_leg.take_pending() == [] and recogniser.heard == []
 
 
 def _phrase(text: str):

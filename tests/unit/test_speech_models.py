@@ -10,6 +10,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -151,13 +152,16 @@ def test_the_prompt_tokens_come_from_the_models_tokenizer() -> None:
     language and the task, by the ids its own tokenizer gives them."""
     from tokenizers import Tokenizer
 
-    from callhook.speech.whisper import _special_tokens
+    from callhook.speech.whisper import _prompt, _token
 
     tokenizer = Tokenizer.from_file(str(model_path("tiny.en") / "tokenizer.json"))
-    assert _special_tokens(tokenizer, multilingual=False) == (50256, [50257, 50362])
-    eot, start = _special_tokens(tokenizer, multilingual=True)
-    assert eot == 50256 and start[0] == 50257 and start[-1] == 50362
-    assert start[1:3] == [tokenizer.token_to_id("<|en|>"), tokenizer.token_to_id("<|transcribe|>")]
+    assert _token(tokenizer, "<|endoftext|>") == 50256
+    assert _prompt(tokenizer, False, "en") == [50257, 50362]
+    start = _prompt(tokenizer, True, "es")
+    assert start[0] == 50257 and start[-1] == 50362
+    assert start[1:3] == [tokenizer.token_to_id("<|es|>"), tokenizer.token_to_id("<|transcribe|>")]
+    with pytest.raises(ValueError, match=re.escape("no <|xx|>")):
+        _prompt(tokenizer, True, "xx")
 
 
 def test_serve_says_at_start_when_the_configured_model_is_not_installed(

@@ -15,7 +15,7 @@ import numpy.typing as npt
 import pytest
 
 from callhook.media import g711, tones
-from callhook.media.vad import SILENCE_DBFS, VoiceActivityDetector, level_dbfs
+from callhook.media.vad import SILENCE_DBFS, Frame, VoiceActivityDetector, level_dbfs
 
 SPEECH = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*.wav"))
 FRAME_S = 0.02
@@ -186,7 +186,7 @@ class Scripted:
         self.calls = 0
         self.resets: list[int] = []  # the call count at each reset
 
-    def probability(self, frame: Samples) -> float:
+    def probability(self, frame: Frame) -> float:
         self.calls += 1
         if isinstance(self.p, list):
             return self.p[min(self.calls - 1, len(self.p) - 1)]
@@ -280,7 +280,7 @@ class Levels(Scripted):
         super().__init__(p)
         self.levels: list[float] = []
 
-    def probability(self, frame: Samples) -> float:
+    def probability(self, frame: Frame) -> float:
         self.levels.append(level_dbfs(frame))
         return super().probability(frame)
 

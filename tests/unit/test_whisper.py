@@ -142,7 +142,7 @@ def test_shortlist_matches_full_scoring(engine: WhisperRecogniser) -> None:
 
 def test_shortlist_keeps_hints_sharing_a_first_token(engine: WhisperRecogniser) -> None:
     hints = ("customer service", "customer support", "sales", "billing", "operator")
-    prior = engine._prior(hints)
+    prior = engine._prior(hints, engine._start("en-US"))
     first = np.full(51864, -20.0)
     first[engine._tokens(" Customer")[0]] = -0.1
     engine.shortlist = 1
@@ -165,3 +165,28 @@ def test_a_quiet_phone_is_recognised(engine: WhisperRecogniser) -> None:
         assert result, f"{path.name}: nothing recognised"
         right += result[0].text == DIGITS[int(d)]
     assert right >= 7, right
+
+
+def test_the_languages_a_model_recognises(engine: WhisperRecogniser) -> None:
+    assert WhisperRecogniser(model="tiny.en").languages == {"en"}  # by name, not loaded
+    assert engine.languages == {"en"}  # loaded
+    assert {"es", "fr", "de"} <= WhisperRecogniser(model="base").languages
+
+
+def test_a_spanish_word_with_spanish_hints_on_the_multilingual_model() -> None:
+    from callhook.speech.espeak import EspeakEngine
+
+    base = WhisperRecogniser(model="base")
+    base.warm_up()
+    assert "yue" not in base.languages and "es" in base.languages  # from its vocabulary
+    tts = EspeakEngine()
+    voice = tts.voice_for("es-ES")
+    assert voice is not None
+    hints = ("ventas", "soporte", "facturación", "operador")
+    options = RecognitionOptions(language="es-ES", word_hints=hints, max_alternatives=2)
+    for i, word in enumerate(("facturación", "soporte")):
+        said = tts.synthesize(word, voice)
+        audio = np.concatenate([line_noise(0.5, seed=20 + i), said, line_noise(0.5, seed=30 + i)])
+        result = base.recognise(g711.ulaw_decode(g711.ulaw_encode(audio)), options)
+        assert result[0].text == word, result
+        assert len(result) == 2 and result[0].confidence > result[1].confidence
