@@ -110,9 +110,12 @@ def load_engine(name: str, model: str = "tiny.en") -> Recogniser | None:
 
             engine: Recogniser = SphinxRecogniser()
         else:
-            from callhook.speech.whisper import WhisperRecogniser
+            from callhook.adapters.speech import build_recogniser
 
-            engine = WhisperRecogniser(model=model)
+            built = build_recogniser("whisper", model)  # a cascade for "tiny.en+base"
+            if built is None:
+                raise RuntimeError(f"whisper {model} is not installed (see the log above)")
+            engine = built
         engine.warm_up()
     except Exception as exc:  # not installed (a model's optional packages), or broken
         print(f"{name}: skipped ({type(exc).__name__}: {exc})")
@@ -133,18 +136,21 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 
 def digits(engine: Recogniser, clips: list[tuple[str, str, Samples | None]]) -> list[Samples]:
-    hints = RecognitionOptions(word_hints=DIGITS)
+    hints3 = RecognitionOptions(word_hints=DIGITS, max_alternatives=3)
     free = RecognitionOptions()
     right: dict[tuple[str, bool], int] = collections.Counter()
     total: dict[str, int] = collections.Counter()
     latencies: list[float] = []
+    judged: list[tuple[float, bool]] = []  # (confidence, right) of every alternative
     utterances = [u for _, _, u in clips if u is not None]
     for speaker, word, audio in clips:
         total[speaker] += 1
         t = time.perf_counter()
-        got = first_text(engine, audio, hints)
+        alternatives = engine.recognise(audio, hints3) if audio is not None else ()
         if audio is not None:
             latencies.append(time.perf_counter() - t)
+        got = normalise(alternatives[0].text) if alternatives else ""
+        judged += [(a.confidence, normalise(a.text) == word) for a in alternatives]
         right[speaker, True] += got == word
         right[speaker, False] += first_text(engine, audio, free) == word
     print(f"\n{engine.name}: FSDD digits, {sum(total.values())} clips, exact match %")
@@ -155,6 +161,7 @@ def digits(engine: Recogniser, clips: list[tuple[str, str, Samples | None]]) -> 
         h = sum(right[s, True] for s in spk) * 100 / n
         f = sum(right[s, False] for s in spk) * 100 / n
         print(f"{speaker:<10} {n:>6} {h:>7.1f} {f:>9.1f}")
+    reliability(judged)
     missing = sum(u is None for _, _, u in clips)
     print(f"(clips with no utterance from the cutter: {missing})")
     audio_s = sum(len(u) for u in utterances) / SAMPLE_RATE
@@ -164,6 +171,17 @@ def digits(engine: Recogniser, clips: list[tuple[str, str, Samples | None]]) -> 
         f"{sum(latencies) / audio_s:.3f} (mean utterance {audio_s / len(utterances):.2f} s)"
     )
     return utterances
+
+
+def reliability(judged: list[tuple[float, bool]]) -> None:
+    """How confidence relates to being right: every alternative (max_alternatives 3) by
+    its confidence, and the share of them that was the word said."""
+    print("confidence (all 3 alternatives)   n   right")
+    for lo in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9):
+        hi = {0.0: 0.1, 0.1: 0.3, 0.3: 0.5, 0.5: 0.7, 0.7: 0.9, 0.9: 1.01}[lo]
+        inside = [ok for c, ok in judged if lo <= c < hi]
+        share = f"{100 * sum(inside) / len(inside):5.1f} %" if inside else "    -"
+        print(f"  {lo:.1f} .. {min(hi, 1.0):.1f}  {len(inside):>16} {share}")
 
 
 def capacity(engine: Recogniser, utterances: list[Samples], threads: int = 2) -> None:
@@ -221,6 +239,10 @@ def run_engine(name: str, args: argparse.Namespace, files: list[Path]) -> None:
         digit, speaker, _ = path.stem.split("_")
         clips.append((speaker, DIGITS[int(digit)], on_the_line(load_wav(path), i)))
     utterances = digits(engine, clips)
+    passes = getattr(engine, "second_passes", None)
+    if passes is not None:
+        share = 100 * passes / max(1, getattr(engine, "utterances", 0))
+        print(f"cascade: the larger model scored {passes} utterances ({share:.1f} %)")
     capacity(engine, utterances)
     if not args.no_synth:
         synthesised(engine)
@@ -234,7 +256,9 @@ def main() -> None:
     parser.add_argument("--speaker", default=None)
     parser.add_argument("--fsdd", type=Path, default=FSDD)
     parser.add_argument("--no-synth", action="store_true", help="skip the TTS round trip")
-    parser.add_argument("--model", default="tiny.en", help="Whisper's: tiny.en, base, small")
+    parser.add_argument(
+        "--model", default="tiny.en", help="Whisper's: tiny.en, base, small, tiny.en+base"
+    )
     args = parser.parse_args()
     if not args.fsdd.is_dir():
         print(f"no FSDD recordings at {args.fsdd}: nothing to measure")

@@ -46,7 +46,7 @@ A config file is TOML::
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
     recogniser = "whisper"              # whisper | sphinx | none (digits only)
-    model = "tiny.en"                   # whisper's: tiny.en | base | small (docs/speech.md)
+    model = "tiny.en"                   # tiny.en | base | small | tiny.en+base (docs/speech.md)
     workers = 2                         # threads for synthesis, and as many for recognition
     preload = true                      # load the models at start-up, not on the first call
 
@@ -121,8 +121,9 @@ from callhook.speech.models import MODELS
 from callhook.tls import client_context, server_context
 from callhook.trunks import Trunk
 
-#: Whisper's models ([speech] model): tiny.en, base, small (callhook/speech/models.py).
-SPEECH_MODELS = MODELS
+#: Whisper's models ([speech] model): tiny.en, base, small (callhook/speech/models.py),
+#: and "fast+large" cascades of two (callhook/speech/cascade.py).
+SPEECH_MODELS = (*MODELS, "tiny.en+base", "tiny.en+small")
 #: The speech recognisers callhook has (``none``: get_input takes digits only).
 RECOGNISERS = ("whisper", "sphinx", "none")
 

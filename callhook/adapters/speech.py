@@ -189,10 +189,13 @@ class SpeechService:
 
     @staticmethod
     def _warm(load: Callable[[], None], what: str) -> None:
+        started = time.monotonic()
         try:
             load()
         except Exception:
             logger.exception("loading the %s model failed", what)
+        else:
+            logger.info("the %s model is ready (%.1f s)", what, time.monotonic() - started)
 
     async def sentence(self, choice: VoiceChoice, text: str) -> npt.NDArray[np.int16]:
         """One sentence spoken by ``choice`` (8 kHz); raises SynthesisError."""
@@ -451,7 +454,7 @@ def build_synthesiser(default_voice: str) -> Synthesiser | None:
 
 def build_recogniser(name: str, model: str = "tiny.en") -> Recogniser | None:
     """The configured recogniser engine (``whisper``, with its ``model``: ``tiny.en``,
-    ``base``, ``small``; ``sphinx``; ``none``: digits only)."""
+    ``base``, ``small``, or a cascade ``tiny.en+base``; ``sphinx``; ``none``: digits only)."""
     if name == "none":
         return None
     if name not in ("whisper", "sphinx"):
@@ -464,7 +467,13 @@ def build_recogniser(name: str, model: str = "tiny.en") -> Recogniser | None:
 
             # Found (and, once, put together) now: a model not installed is said at
             # start-up, not by every call's first utterance.
-            engine = WhisperRecogniser(model_path(model), model=model)
+            whispers = [WhisperRecogniser(model_path(m), model=m) for m in model.split("+")]
+            if len(whispers) == 2:
+                from callhook.speech.cascade import CascadeRecogniser
+
+                engine = CascadeRecogniser(whispers[0], whispers[1])
+            else:
+                (engine,) = whispers
         else:
             from callhook.speech.sphinx import SphinxRecogniser
 

@@ -144,6 +144,29 @@ async def test_a_spanish_word_is_recognised_in_spanish(tmp_path: Path, app: AppS
     assert "recognition_start es-ES" in call_log(tmp_path, app)
 
 
+async def test_the_cascade_recognises_on_a_real_call(tmp_path: Path, app: AppServer):
+    """[speech] model = "tiny.en+base": both models load at start-up, a digit is heard."""
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_input_mode="auto",
+                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text('[speech]\nmodel = "tiny.en+base"\n')
+    stream = Stream(6.0).speech(clip("8_nicolas_18.wav"), at=1.5)
+    output = await call(tmp_path, app, stream, extra=("--config", str(config)))
+    (phrase,) = heard(app)["speech_input"]
+    assert phrase["alternatives"][0]["text"] == "eight"
+    assert "the speech recognition model is ready" in output, output
+
+
 async def test_a_language_the_recogniser_does_not_know_is_an_error_in_the_call_log(
     tmp_path: Path, app: AppServer
 ):

@@ -171,6 +171,10 @@ def test_the_languages_a_model_recognises(engine: WhisperRecogniser) -> None:
     assert WhisperRecogniser(model="tiny.en").languages == {"en"}  # by name, not loaded
     assert engine.languages == {"en"}  # loaded
     assert {"es", "fr", "de"} <= WhisperRecogniser(model="base").languages
+    # serve gives the model's directory too: still known by its name before it is loaded
+    from callhook.speech.models import model_path
+
+    assert "es" in WhisperRecogniser(model_path("base"), model="base").languages
 
 
 def test_a_spanish_word_with_spanish_hints_on_the_multilingual_model() -> None:
