@@ -76,42 +76,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem)
         return 1
+    from callhook.speech import languages
+
     settings = _settings(args)
-    for warning in language_warnings(json.loads(data), settings.recogniser, settings.speech_model):
+    for warning in languages.warnings(json.loads(data), settings.recogniser, settings.speech_model):
         print(f"warning: {warning}")
     print("valid")
     return 0
-
-
-def language_warnings(document: Any, recogniser: str, model: str) -> list[str]:
-    """A warning for every ``language`` (or ``language_outbound``) of ``document`` that
-    the configured recogniser does not recognise: valid, but only digits will count."""
-    from callhook.speech import languages
-
-    if recogniser == "none":
-        return []
-    known = languages.WHISPER if recogniser == "whisper" else languages.ENGLISH
-    if recogniser == "whisper" and model.endswith(".en"):
-        known = languages.ENGLISH
-    engine = f"{recogniser} {model}" if recogniser == "whisper" else recogniser
-    out: list[str] = []
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                here = f"{path}.{key}"
-                if key in ("language", "language_outbound") and isinstance(value, str):
-                    cause = languages.unsupported(value, known, engine)
-                    if cause is not None:
-                        out.append(f"{here}: {cause}; speech input will not be recognised")
-                else:
-                    walk(value, here)
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, f"{path}[{i}]")
-
-    walk(document, "$")
-    return out
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

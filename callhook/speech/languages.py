@@ -10,7 +10,7 @@ and pocketsphinx's model know :data:`ENGLISH`.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 # faster-whisper's table of the multilingual vocabulary's language tokens (<|es|>, ...),
 # the languages the models were trained on. It is private to faster_whisper, so
@@ -47,3 +47,42 @@ def unsupported(tag: str, languages: frozenset[str], engine: str) -> str | None:
         )
         return f"speech language {tag} is not recognised by {engine} (English only{hint})"
     return f"speech language {tag} is not one {engine} recognises"
+
+
+def for_model(recogniser: str, model: str) -> frozenset[str]:
+    """The languages a configured recogniser knows, by its name alone (no model loaded):
+    Whisper's English-only models (``tiny.en``) and pocketsphinx English, any other Whisper
+    model or cascade (``base``, ``tiny.en+base``) :data:`WHISPER`, ``none`` nothing."""
+    if recogniser == "none":
+        return frozenset()
+    if recogniser == "whisper" and not model.endswith(".en"):
+        return WHISPER
+    return ENGLISH
+
+
+def warnings(document: Any, recogniser: str, model: str) -> list[str]:
+    """What ``callhook validate`` warns of: every ``language`` (or ``language_outbound``) of
+    a page response ``document`` that the configured recogniser does not recognise. The
+    page is valid, but only digits will count."""
+    if recogniser == "none":
+        return []
+    known = for_model(recogniser, model)
+    engine = f"{recogniser} {model}" if recogniser == "whisper" else recogniser
+    out: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = f"{path}.{key}"
+                if key in ("language", "language_outbound") and isinstance(value, str):
+                    cause = unsupported(value, known, engine)
+                    if cause is not None:
+                        out.append(f"{here}: {cause}; speech input will not be recognised")
+                else:
+                    walk(value, here)
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(document, "$")
+    return out

@@ -294,7 +294,7 @@ class WhisperRecogniser:
         Known from the model's name before it is loaded, from the model itself after."""
         if self._model is not None:
             return self._languages if self._multilingual else languages.ENGLISH
-        return languages.ENGLISH if self.model.endswith(".en") else languages.WHISPER
+        return languages.for_model("whisper", self.model)
 
     def _start(self, language: str) -> list[int]:
         """The prompt for ``language`` (a BCP-47 tag); English for an English-only model."""

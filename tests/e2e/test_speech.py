@@ -61,6 +61,23 @@ def call_log(tmp_path: Path, app: AppServer) -> str:
     return (tmp_path / "data" / "media" / "default" / name).read_text()
 
 
+def listen_once(app: AppServer, options: dict[str, Any]) -> None:
+    """The application: one get_input in auto mode with these speech recognition options,
+    its next_page hangs up."""
+    app.page(
+        "/start",
+        [
+            get_input(
+                speech_input_mode="auto",
+                speech_recognition_options=options,
+                milliseconds_initial_timeout=8000,
+            )
+        ],
+    )
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
 def heard(app: AppServer) -> dict[str, Any]:
     (body,) = app.bodies("/heard")
     result: dict[str, Any] = body["action_result"]["result"]
@@ -68,18 +85,7 @@ def heard(app: AppServer) -> dict[str, Any]:
 
 
 async def test_a_spoken_digit_is_recognised_with_word_hints(tmp_path: Path, app: AppServer):
-    app.page(
-        "/start",
-        [
-            get_input(
-                speech_input_mode="auto",
-                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
-                milliseconds_initial_timeout=8000,
-            )
-        ],
-    )
-    app.page("/heard", [{"hang_up": {}}])
-    app.page("/final", None)
+    listen_once(app, {"word_hints": [{"words": DIGITS}]})
     await call(tmp_path, app, Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5))
     result = heard(app)
     assert result["input_type"] == "speech"
@@ -95,18 +101,7 @@ async def test_a_quiet_phone_is_heard_and_recognised_with_hints(tmp_path: Path, 
     """Issue 16: a quiet talker on a quiet phone (theo's "six", already one of the quietest
     recordings, and the whole line 20 dB down: hiss at -70 dBFS). The gate's -55 dBFS
     minimum and the recogniser's -55 dBFS silence guard lost it before."""
-    app.page(
-        "/start",
-        [
-            get_input(
-                speech_input_mode="auto",
-                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
-                milliseconds_initial_timeout=8000,
-            )
-        ],
-    )
-    app.page("/heard", [{"hang_up": {}}])
-    app.page("/final", None)
+    listen_once(app, {"word_hints": [{"words": DIGITS}]})
     quiet = np.rint(clip("6_theo_26.wav") * 0.1).astype(np.int16)
     stream = Stream(6.0).speech(tones.white_noise(6.0, -70.0, seed=5), at=0.0)
     await call(tmp_path, app, stream.speech(quiet, at=2.0))
@@ -121,18 +116,7 @@ async def test_a_spanish_word_is_recognised_in_spanish(tmp_path: Path, app: AppS
 
     hints = ["ventas", "soporte", "facturación", "operador"]
     options = {"language": "es-ES", "word_hints": [{"words": hints}]}
-    app.page(
-        "/start",
-        [
-            get_input(
-                speech_input_mode="auto",
-                speech_recognition_options=options,
-                milliseconds_initial_timeout=8000,
-            )
-        ],
-    )
-    app.page("/heard", [{"hang_up": {}}])
-    app.page("/final", None)
+    listen_once(app, options)
     tts = EspeakEngine()
     said = tts.synthesize("facturación", tts.voice_for("es-ES") or "es")
     config = tmp_path / "callhook.toml"
@@ -146,18 +130,7 @@ async def test_a_spanish_word_is_recognised_in_spanish(tmp_path: Path, app: AppS
 
 async def test_the_cascade_recognises_on_a_real_call(tmp_path: Path, app: AppServer):
     """[speech] model = "tiny.en+base": both models load at start-up, a digit is heard."""
-    app.page(
-        "/start",
-        [
-            get_input(
-                speech_input_mode="auto",
-                speech_recognition_options={"word_hints": [{"words": DIGITS}]},
-                milliseconds_initial_timeout=8000,
-            )
-        ],
-    )
-    app.page("/heard", [{"hang_up": {}}])
-    app.page("/final", None)
+    listen_once(app, {"word_hints": [{"words": DIGITS}]})
     config = tmp_path / "callhook.toml"
     config.write_text('[speech]\nmodel = "tiny.en+base"\n')
     stream = Stream(6.0).speech(clip("8_nicolas_18.wav"), at=1.5)

@@ -52,3 +52,11 @@ def test_what_an_engine_cannot_recognise_is_said_with_the_way_out() -> None:
     assert languages.unsupported("tlh-QO", whisper, "whisper base") == (
         "speech language tlh-QO is not one whisper base recognises"
     )
+
+
+def test_a_configured_recognisers_languages_by_its_name() -> None:
+    assert languages.for_model("whisper", "tiny.en") == languages.ENGLISH
+    assert languages.for_model("whisper", "base") == languages.WHISPER
+    assert languages.for_model("whisper", "tiny.en+base") == languages.WHISPER
+    assert languages.for_model("sphinx", "base") == languages.ENGLISH
+    assert languages.for_model("none", "tiny.en") == frozenset()
