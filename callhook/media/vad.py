@@ -229,6 +229,7 @@ class VoiceActivityDetector:
         #: Gated: dB the model's input is amplified by, and the same as a factor.
         self.model_gain_db = 0.0
         self._gain = 1.0
+        self._gain_floor = -1.0  # the floor the gain was last judged for (none yet)
         #: Frames the model was fed (pre-roll included), for the benchmark and tests.
         self.model_frames = 0
         #: Gated: while True the model is not run and no frame is speech (the energy and
@@ -353,6 +354,9 @@ class VoiceActivityDetector:
         if self._says_speech or self._run:
             return  # an onset is being confirmed: a restart now would lose the word
         floor = self._history_floor  # completed blocks only (module docstring)
+        if floor == self._gain_floor:
+            return  # judged already: the floor moves once a block (10 frames) at most
+        self._gain_floor = floor
         floor_dbfs = (
             10.0 * math.log10(floor / (FULL_SCALE * FULL_SCALE))
             if floor > _power(SILENCE_DBFS)
