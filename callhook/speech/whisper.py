@@ -138,17 +138,23 @@ class Scored(NamedTuple):
 
 def alternatives(scored: Scored, n: int) -> tuple[Alternative, ...]:
     """The best ``n`` hints, with their confidences: a softmax over the hints' scores, times
-    a penalty when the free decoding is much more likely than the hint (the caller
-    probably said something else; ``_OOS_MARGIN``, ``_OOS_SCALE``)."""
+    a penalty when the free decoding is much more likely than the best hint (the caller
+    probably said something else; ``_OOS_MARGIN``, ``_OOS_SCALE``).
+
+    The penalty is the utterance's, judged on the best hint, and the same for every
+    alternative: it says how likely the caller said one of the hints at all. (Judged per
+    hint, a lower-ranked hint whose own shortfall was smaller could come out more
+    confident than a better one, and the alternatives were no longer best first.)"""
     scores = scored.scores
     probs = np.exp(scores - scores.max())
     probs /= probs.sum()
-    out = []
-    for i in np.argsort(-scores, kind="stable")[: max(1, n)]:
-        penalty = math.exp(-max(0.0, float(scored.shortfall[i]) - _OOS_MARGIN) / _OOS_SCALE)
-        confidence = float(probs[i]) * penalty
-        out.append(Alternative(scored.hints[i], min(1.0, max(0.0, confidence))))
-    return tuple(out)
+    order = np.argsort(-scores, kind="stable")[: max(1, n)]
+    shortfall = float(scored.shortfall[order[0]])
+    penalty = math.exp(-max(0.0, shortfall - _OOS_MARGIN) / _OOS_SCALE)
+    return tuple(
+        Alternative(scored.hints[i], min(1.0, max(0.0, float(probs[i]) * penalty)))
+        for i in order
+    )
 
 
 class _Prior(NamedTuple):

@@ -15,7 +15,14 @@ import pytest
 
 from callhook.events import RecognitionOptions
 from callhook.media import g711, tones
-from callhook.speech.whisper import WhisperRecogniser, line_noise, normalise, spellings
+from callhook.speech.whisper import (
+    Scored,
+    WhisperRecogniser,
+    alternatives,
+    line_noise,
+    normalise,
+    spellings,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "speech"
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -194,3 +201,22 @@ def test_a_spanish_word_with_spanish_hints_on_the_multilingual_model() -> None:
         result = base.recognise(g711.ulaw_decode(g711.ulaw_encode(audio)), options)
         assert result[0].text == word, result
         assert len(result) == 2 and result[0].confidence > result[1].confidence
+
+
+def test_alternatives_are_best_first_whatever_each_hints_shortfall() -> None:
+    # "two" scores below "one" but the free decoding is much nearer it: judged per hint,
+    # its out-of-set penalty was smaller and it came out more confident than "one".
+    scored = Scored(
+        ("one", "two", "three"),
+        scores=np.array([-1.0, -1.2, -9.0]),
+        shortfall=np.array([6.0, 0.0, 6.0]),
+    )
+    result = alternatives(scored, 3)
+    assert [a.text for a in result] == ["one", "two", "three"]
+    confidences = [a.confidence for a in result]
+    assert confidences == sorted(confidences, reverse=True)
+    assert sum(confidences) <= 1.0
+    # The penalty is the utterance's: 5 nats past the margin of 1 nat, at 2 nats a step.
+    softmax = np.exp([-1.0, -1.2, -9.0]) / np.exp([-1.0, -1.2, -9.0]).sum()
+    assert confidences[0] == pytest.approx(softmax[0] * np.exp(-2.5))
+    assert confidences[1] == pytest.approx(softmax[1] * np.exp(-2.5))
