@@ -32,6 +32,7 @@ from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.ports import CallInfo
 from callhook.redact import Redacting, redact
+from callhook.remote import ban_table, get_api, trunk_table
 
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
@@ -148,6 +149,14 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if summary.cause in ("completed", "hung_up") else 1
     finally:
         await services.close()
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    """Run call flows against applications (callhook/tester.py)."""
+    from callhook.tester import test_command
+
+    junit = Path(args.junit) if args.junit else None
+    return run_loop(test_command([Path(f) for f in args.flows], _settings(args), junit))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -379,64 +388,14 @@ def cmd_bans(args: argparse.Namespace) -> int:
     bans = _get_api(args, "/api/bans")
     if bans is None:
         return 1
-    if not bans:
-        print("no banned sources")
-        return 0
-    width = max(len(b["address"]) for b in bans)
-    print(f"{'ADDRESS'.ljust(width)}  LEFT     REASON")
-    for ban in bans:
-        left = f"{ban['seconds_left']} s"
-        print(f"{ban['address'].ljust(width)}  {left.ljust(7)}  {ban['reason']}")
+    print(ban_table(bans))
     return 0
 
 
 def _get_api(args: argparse.Namespace, path: str) -> Any:
-    """GET ``path`` of a running serve with the installation secret; None (said) if not."""
-    import urllib.error
-    import urllib.request
-
     settings = _settings(args)
     host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
-    where = f"[{host}]" if ":" in host else host
-    request = urllib.request.Request(
-        f"http://{where}:{port}{path}",
-        headers={"Authorization": f"Bearer {data_secret(settings.data_dir)}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        print(f"callhook: {host}:{port} answered {exc.code}: {detail}", file=sys.stderr)
-    except OSError as exc:
-        print(f"callhook: cannot reach serve at {host}:{port}: {exc}", file=sys.stderr)
-    return None
-
-
-def trunk_table(trunks: list[dict[str, Any]]) -> str:
-    """``/api/trunks`` as aligned columns: name, state, expires in, next try in, reason."""
-    rows = [("NAME", "STATE", "EXPIRES IN", "NEXT TRY IN", "REASON")]
-    for trunk in trunks:
-        rows.append(
-            (
-                str(trunk.get("name", "")),
-                str(trunk.get("state", "")),
-                _seconds(trunk.get("expires_in")),
-                _seconds(trunk.get("next_try_in")),
-                str(trunk.get("reason") or ""),
-            )
-        )
-    if len(rows) == 1:
-        return "no trunks configured"
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
-        for row in rows
-    ).rstrip()
-
-
-def _seconds(value: object) -> str:
-    return "-" if value is None else f"{value} s"
+    return get_api(host, port, path, data_secret(settings.data_dir))
 
 
 def cmd_decrypt(args: argparse.Namespace) -> int:
@@ -542,6 +501,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--config", help="TOML config file")
     _speech_flags(c)
     c.set_defaults(func=cmd_call)
+
+    t = sub.add_parser("test", help="run call flows (FLOW.yaml) against applications, for CI")
+    t.add_argument("flows", nargs="+", help="flow files (YAML): docs/testing.md")
+    t.add_argument("--junit", help="also write the outcomes as JUnit XML to this file")
+    t.add_argument("--data-dir", help="where recordings and logs go (default ./data)")
+    t.add_argument("--config", help="TOML config file (speech engines, page timeout)")
+    _speech_flags(t)
+    t.set_defaults(func=cmd_test)
 
     tr = sub.add_parser("trunks", help="show the trunks of a running serve and their state")
     tr.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")

@@ -385,12 +385,25 @@ class SpeechService:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._asr_pool, self._hear, text, options)
 
+    async def hear_audio(
+        self, speech: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[float, tuple[Alternative, ...]]:
+        """A recording (8 kHz) spoken into the call and heard as :meth:`hear` hears words
+        (``callhook test``'s ``play`` step)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._asr_pool, self._heard, speech, options, 0)
+
     def _hear(
         self, text: str, options: RecognitionOptions
     ) -> tuple[float, tuple[Alternative, ...]]:
-        assert self.synthesiser is not None and self.recogniser is not None
-        speech = self.synthesiser.speak(text)
-        rng = np.random.default_rng(len(text))
+        assert self.synthesiser is not None
+        return self._heard(self.synthesiser.speak(text), options, len(text))
+
+    def _heard(
+        self, speech: npt.NDArray[np.int16], options: RecognitionOptions, seed: int
+    ) -> tuple[float, tuple[Alternative, ...]]:
+        assert self.recogniser is not None
+        rng = np.random.default_rng(seed)
         quiet = np.zeros(4000, dtype=np.int16)
         line = np.concatenate([quiet, speech, quiet, quiet]).astype(np.float64)
         line += rng.normal(0.0, 32768 * 10 ** (-60 / 20), line.size)  # a quiet phone line

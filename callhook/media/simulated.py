@@ -183,6 +183,10 @@ class SimulatedMedia:
             if recording is not None and recording.stop is None:
                 recording.stop = now
 
+    def playing(self, prompt_id: int) -> bool:
+        """Whether prompt ``prompt_id`` has started and neither ended nor been stopped."""
+        return prompt_id in self._prompts
+
     # --- events ---------------------------------------------------------------------
 
     def next_time(self) -> float | None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from callhook.adapters.trunks import RouteError, Trunks
-from callhook.cli import trunk_table
 from callhook.config import ConfigError, load
+from callhook.remote import trunk_table
 from callhook.sip.transport import Target
 
 

@@ -1,0 +1,65 @@
+"""Asking a running ``serve`` over its REST API: ``callhook trunks`` and ``callhook bans``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def get_api(host: str, port: int, path: str, secret: str) -> Any:
+    """GET ``path`` of a running serve with the installation ``secret``; None (said on
+    standard error) when it cannot be had."""
+    where = f"[{host}]" if ":" in host else host
+    request = urllib.request.Request(
+        f"http://{where}:{port}{path}", headers={"Authorization": f"Bearer {secret}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        print(f"callhook: {host}:{port} answered {exc.code}: {detail}", file=sys.stderr)
+    except OSError as exc:
+        print(f"callhook: cannot reach serve at {host}:{port}: {exc}", file=sys.stderr)
+    return None
+
+
+def trunk_table(trunks: list[dict[str, Any]]) -> str:
+    """``/api/trunks`` as aligned columns: name, state, expires in, next try in, reason."""
+    rows = [("NAME", "STATE", "EXPIRES IN", "NEXT TRY IN", "REASON")]
+    for trunk in trunks:
+        rows.append(
+            (
+                str(trunk.get("name", "")),
+                str(trunk.get("state", "")),
+                _seconds(trunk.get("expires_in")),
+                _seconds(trunk.get("next_try_in")),
+                str(trunk.get("reason") or ""),
+            )
+        )
+    if len(rows) == 1:
+        return "no trunks configured"
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        for row in rows
+    ).rstrip()
+
+
+def ban_table(bans: list[dict[str, Any]]) -> str:
+    """``/api/bans`` as aligned columns: address, time left, reason."""
+    if not bans:
+        return "no banned sources"
+    width = max(len(b["address"]) for b in bans)
+    lines = [f"{'ADDRESS'.ljust(width)}  LEFT     REASON"]
+    for ban in bans:
+        left = f"{ban['seconds_left']} s"
+        lines.append(f"{ban['address'].ljust(width)}  {left.ljust(7)}  {ban['reason']}")
+    return "\n".join(lines)
+
+
+def _seconds(value: object) -> str:
+    return "-" if value is None else f"{value} s"

@@ -1,0 +1,158 @@
+"""``callhook test FLOW.yaml ...``: call flows against applications, for their CI.
+
+Each flow file (:mod:`callhook.flow`) is one call to its application, run in this
+process on a virtual clock (:mod:`callhook.adapters.flowcaller`) with the real call
+runner, page requests over HTTP and the configured speech engines. A line per flow
+says whether it passed; a failed one says which step and what happened instead, then
+shows the call's timeline. The exit status is 0 when every flow passed, 1 when one
+failed, 2 when a flow file could not be read. ``--junit FILE`` writes JUnit XML (one
+test case per flow) for CI systems.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from callhook.adapters.flowcaller import FlowResult, run_flow
+from callhook.app import Services
+from callhook.config import AppConfig, Settings
+from callhook.events import StartRecording
+from callhook.flow import Flow, FlowError, load_flow
+from callhook.redact import redact
+
+
+@dataclass
+class Outcome:
+    """One flow file's outcome: its result, or why it could not be run."""
+
+    path: Path
+    result: FlowResult | None = None
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.result is not None and self.result.passed
+
+    @property
+    def name(self) -> str:
+        return self.result.flow.name if self.result is not None else self.path.stem
+
+
+def _app(flow: Flow, services: Services) -> AppConfig:
+    if flow.app == "demo":
+        return services.demo_app()
+    app = AppConfig(
+        name="flow",
+        first_page=flow.app,
+        secret=flow.secret or services.secret,
+        error_page=flow.error_page,
+        final_page=flow.final_page,
+        application_parameters=flow.application_parameters,
+    )
+    services.trust_app_hosts(app)  # named by the flow: the developer's own application
+    return app
+
+
+def _silence(services: Services, app: AppConfig) -> Callable[[StartRecording, float], float]:
+    def save(command: StartRecording, seconds: float) -> float:
+        return services.record_silence(app, command, seconds)
+
+    return save
+
+
+async def run_files(paths: Sequence[Path], settings: Settings, out: TextIO) -> list[Outcome]:
+    """Run every flow file, reporting each on ``out`` as it ends."""
+    services = Services(settings)
+    outcomes: list[Outcome] = []
+    try:
+        await services.start_web("127.0.0.1", 0)  # the demo application's pages
+        for path in paths:
+            try:
+                flow = load_flow(path)
+            except FlowError as exc:
+                outcomes.append(Outcome(path, error=str(exc)))
+                out.write(f"ERROR {path}: {exc}\n")
+                continue
+            app = _app(flow, services)
+            result = await run_flow(
+                flow,
+                app,
+                services.pages,
+                timer=services.prompt_timer(app),
+                speech=services.speech,
+                log_dir=services.store.path(app.name, "logs"),
+                new_recording_name=services.store.new_recording_name,
+                recordings=services.journal,
+                files=services.store,
+                save_recording=_silence(services, app),
+            )
+            outcomes.append(Outcome(path, result))
+            _report(path, result, out)
+    finally:
+        await services.close()
+    return outcomes
+
+
+def _report(path: Path, result: FlowResult, out: TextIO) -> None:
+    steps = len(result.flow.steps)
+    where = f"{path} ({result.flow.name}: {redact(result.flow.app)})"
+    timing = f"{result.call_seconds:.1f} s of call, {result.wall_seconds:.1f} s"
+    if result.passed:
+        out.write(f"PASS {where}: {steps} steps, call {result.cause}; {timing}\n")
+        return
+    out.write(f"FAIL {where}: {result.failure}\n  the call ({result.cause}; {timing}):\n")
+    for line in result.timeline:
+        out.write(f"    {line}\n")
+
+
+def junit(outcomes: Sequence[Outcome]) -> bytes:
+    """The outcomes as JUnit XML: a test suite, a test case per flow file."""
+    failures = sum(1 for o in outcomes if o.result is not None and not o.passed)
+    errors = sum(1 for o in outcomes if o.result is None)
+    seconds = sum(o.result.wall_seconds for o in outcomes if o.result is not None)
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="callhook flows",
+        tests=str(len(outcomes)),
+        failures=str(failures),
+        errors=str(errors),
+        time=f"{seconds:.3f}",
+    )
+    for o in outcomes:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname="callhook.flow",
+            name=o.name,
+            file=str(o.path),
+            time=f"{o.result.wall_seconds:.3f}" if o.result is not None else "0",
+        )
+        if o.result is None:
+            ET.SubElement(case, "error", message=o.error or "", type="FlowError")
+        elif not o.passed:
+            failure = ET.SubElement(case, "failure", message=o.result.failure or "")
+            failure.text = "\n".join(o.result.timeline)
+        if o.result is not None:
+            ET.SubElement(case, "system-out").text = "\n".join(o.result.timeline)
+    return bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True))
+
+
+async def test_command(
+    paths: Sequence[Path], settings: Settings, junit_file: Path | None, out: TextIO = sys.stdout
+) -> int:
+    """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable)."""
+    outcomes = await run_files(paths, settings, out)
+    if junit_file is not None:
+        junit_file.write_bytes(junit(outcomes))
+    passed = sum(o.passed for o in outcomes)
+    out.write(f"{passed} of {len(outcomes)} flows passed\n")
+    if any(o.result is None for o in outcomes):
+        return 2
+    return 0 if passed == len(outcomes) else 1

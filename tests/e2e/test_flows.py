@@ -1,0 +1,107 @@
+"""``callhook test`` as an application developer's CI runs it: the example flows (one per
+action, and the demo) against the example application (written with callhook.sdk) served
+on its own port, with the real speech engines; JUnit XML; a wrong expectation fails."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CALLHOOK = [sys.executable, "-m", "callhook"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def app_port() -> Iterator[int]:
+    port = _free_port()
+    app = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "actions_app.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or app.poll() is not None:
+                    raise AssertionError("the example app did not start") from None
+                time.sleep(0.1)
+        yield port
+    finally:
+        app.terminate()
+        app.wait(timeout=10)
+
+
+def _test(*args: str, port: int, data: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "APP_PORT": str(port)}
+    return subprocess.run(
+        [*CALLHOOK, "test", "--data-dir", str(data), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def test_the_example_flows_pass_against_the_example_app(app_port: int, tmp_path: Path) -> None:
+    flows = sorted(str(p.relative_to(ROOT)) for p in (EXAMPLES / "flows").glob("*.yaml"))
+    assert len(flows) >= 12
+    report = tmp_path / "junit.xml"
+    result = _test(*flows, "--junit", str(report), port=app_port, data=tmp_path / "data")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASS ") == len(flows)
+    assert result.stdout.splitlines()[-1] == f"{len(flows)} of {len(flows)} flows passed"
+    suite = ET.parse(report).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
+        str(len(flows)),
+        "0",
+        "0",
+    )
+    # The spoken answer went through TTS, the VAD and Whisper with the action's hints.
+    get_input = next(c for c in suite.findall("testcase") if c.get("name") == "get_input")
+    out = get_input.findtext("system-out") or ""
+    assert "speech 'support'" in out
+
+
+def test_a_wrong_expectation_fails_with_a_clear_message(app_port: int, tmp_path: Path) -> None:
+    flow = tmp_path / "wrong.yaml"
+    flow.write_text(
+        "app: http://127.0.0.1:${APP_PORT}/get_number/start\nsecret: s3cret\nsteps:\n"
+        " - hear: Enter your four digit PIN\n - press: '1234'\n"
+        " - request: {page: /done, result: {entered_number: '4321'}}\n"
+    )
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("app: demo\nsteps:\n - press: 'abc'\n")
+    report = tmp_path / "junit.xml"
+    result = _test(str(flow), "--junit", str(report), port=app_port, data=tmp_path / "d")
+    assert result.returncode == 1, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"FAIL {flow}")
+    assert "step 3 (request {page: '/done', result: {'entered_number': '4321'}})" in first
+    assert "'entered_number': '1234'" in first  # what the application received instead
+    failure = ET.parse(report).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and "step 3" in (failure.get("message") or "")
+
+    result = _test(str(broken), port=app_port, data=tmp_path / "d")
+    assert result.returncode == 2
+    assert f"ERROR {broken}: steps[0] (press)" in result.stdout

@@ -1,0 +1,214 @@
+"""Call flows (``callhook test``): reading flow files, and running them on the virtual clock
+against a real local application over HTTP (no speech engines: typed speech)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.adapters.flowcaller import FlowResult, PageCall, matches, run_flow
+from callhook.adapters.pages import HttpPages
+from callhook.config import AppConfig
+from callhook.events import SayText
+from callhook.flow import Flow, FlowError, Request, parse_flow
+from callhook.media.simulated import PromptTimer
+from callhook.tester import Outcome, junit
+from callhook.testing import AppServer, Received
+
+
+def _say(text: str) -> dict[str, Any]:
+    return {"play": {"play_list": [{"text_to_say": text}]}}
+
+
+PIN = [{"get_number": {"prompt": _say("Enter your PIN."), "digit_count": 4,
+                       "next_page": {"url": "/pin"}}}]  # fmt: skip
+THANKS = [_say("Thank you."), {"hang_up": {}}]
+
+
+async def _run(app: AppServer, text: str, tmp_path: Path) -> FlowResult:
+    flow = parse_flow(text, name="t", folder=tmp_path)
+    config = AppConfig(name="t", first_page=app.url("/start"), secret=app.secret)
+    pages = HttpPages(timeout=5)
+    names = iter(range(1000))
+    try:
+        return await run_flow(
+            flow,
+            config,
+            pages,
+            timer=PromptTimer(),
+            speech=None,
+            log_dir=tmp_path,
+            new_recording_name=lambda: f"recordings/r{next(names)}.wav",
+        )
+    finally:
+        await pages.close()
+
+
+# --- flow files -------------------------------------------------------------------------
+
+
+def test_a_flow_file_is_read_with_its_steps_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("APP_PORT", "5123")
+    flow = parse_flow(
+        "app: http://127.0.0.1:${APP_PORT}/start\nsecret: ${SECRET:-s3cret}\n"
+        "steps:\n - hear: PIN\n - press: '12#'\n - say: sales\n - wait: 2\n - hang_up\n"
+        " - request: {page: /pin, result: {entered_number: '12'}}\n - ended\n"
+    )
+    assert flow.app == "http://127.0.0.1:5123/start" and flow.secret == "s3cret"
+    assert [type(s).__name__ for s in flow.steps] == [
+        "Hear", "Press", "Say", "Wait", "HangUp", "Request", "Ended",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("app: demo\nsteps:\n - press: '12x'\n", "steps[0] (press)"),
+        ("app: demo\nsteps:\n - jump: 1\n", "expected exactly one of hear"),
+        ("app: demo\nsteps:\n - press: '1'\n   say: x\n", "got press, say"),
+        ("app: demo\nsteps:\n - wait: -1\n", "steps[0] (wait)"),
+        ("app: ftp://x\n", "app"),
+        ("app: demo\ncolour: red\n", "colour"),
+        ("app: ${NOT_SET_ANYWHERE}\n", "NOT_SET_ANYWHERE"),
+        ("[1, 2", "not YAML"),
+        ("- 1\n", "mapping"),
+    ],
+)
+def test_a_bad_flow_file_says_what_is_wrong_where(text: str, words: str) -> None:
+    with pytest.raises(FlowError, match=None) as caught:
+        parse_flow(text)
+    assert words in str(caught.value)
+
+
+def test_a_request_step_matches_the_page_the_action_and_the_result() -> None:
+    call = PageCall(
+        1.0,
+        "http://127.0.0.1:5000/app/pin",
+        {"action_result": {"action": "get_number", "result": {"entered_number": "0042"}}},
+    )
+
+    def step(**want: Any) -> Request:
+        return Request.model_validate({"request": want})
+
+    assert matches(call, step(page="/app/pin", action="get_number"))
+    assert matches(call, step(page="pin", result={"entered_number": "0042"}))
+    assert not matches(call, step(page="/other"))
+    assert not matches(call, step(action="record"))
+    assert not matches(call, step(result={"entered_number": "42"}))
+    assert not matches(call, step(result={"missing": None}))
+
+
+# --- running a flow -----------------------------------------------------------------------
+
+
+async def test_a_flow_that_does_what_the_app_expects_passes(tmp_path: Path) -> None:
+    async with AppServer() as app:
+        app.page("/start", PIN)
+        app.page("/pin", THANKS)
+        result = await _run(
+            app,
+            "app: demo\nsteps:\n - hear: enter your pin\n - press: '1234'\n"
+            " - request: {page: /pin, action: get_number, result: {entered_number: '1234'}}\n"
+            " - hear: Thank you\n - ended: completed\n",
+            tmp_path,
+        )
+    assert result.passed, result.failure
+    assert result.cause == "completed"
+    # hear waits for the prompt's end: the first key comes when "Enter your PIN." has
+    # played, not while it plays.
+    digit = next(line for line in result.timeline if " digit 1" in line)
+    prompt = PromptTimer().seconds(SayText("Enter your PIN."))
+    assert float(digit.split("]")[0].strip("[ ")) == pytest.approx(prompt, abs=0.006)
+
+
+async def test_a_wrong_expectation_fails_naming_the_step_and_what_happened(
+    tmp_path: Path,
+) -> None:
+    async with AppServer() as app:
+        app.page("/start", PIN)
+        app.page("/pin", THANKS)
+        result = await _run(
+            app,
+            "app: demo\nsteps:\n - press: '1234'\n"
+            " - request: {page: /pin, result: {entered_number: '9999'}}\n",
+            tmp_path,
+        )
+    assert not result.passed
+    assert result.failure is not None
+    assert result.failure.startswith("step 2 (request {page: '/pin'")
+    assert "'entered_number': '1234'" in result.failure  # what the app got instead
+
+
+async def test_a_prompt_never_played_fails_the_hear_step(tmp_path: Path) -> None:
+    async with AppServer() as app:
+        app.page("/start", THANKS)
+        result = await _run(app, "app: demo\nsteps:\n - hear: Goodbye\n", tmp_path)
+    assert result.failure is not None and "step 1 (hear 'Goodbye')" in result.failure
+    assert "Thank you." in result.failure
+
+
+async def test_a_call_that_never_ends_fails_at_the_flow_timeout(tmp_path: Path) -> None:
+    looping = [_say("Still here."), {"redirect": {"next_page": {"url": "/start"}}}]
+    async with AppServer() as app:
+        app.page("/start", looping)
+        result = await _run(app, "app: demo\ntimeout: 20\nsteps:\n - hear: Goodbye\n", tmp_path)
+    assert result.failure is not None and "timeout (20 s of call time)" in result.failure
+    assert result.call_seconds == pytest.approx(20, abs=1.0)
+
+
+async def test_typed_speech_without_engines_reaches_get_input(tmp_path: Path) -> None:
+    ask = [{"get_input": {"prompt": _say("Sales or support?"), "next_page": {"url": "/said"}}}]
+    seen: list[Any] = []
+
+    def said(request: Received) -> list[Any]:
+        seen.append(request.json["action_result"]["result"])
+        return THANKS
+
+    async with AppServer() as app:
+        app.page("/start", ask)
+        app.page("/said", said)
+        result = await _run(
+            app, "app: demo\nsteps:\n - hear: Sales\n - say: support\n - ended\n", tmp_path
+        )
+    assert result.passed, result.failure
+    assert seen[0]["speech_input"][0]["alternatives"][0]["text"] == "support"
+
+
+async def test_the_caller_hangs_up_mid_call(tmp_path: Path) -> None:
+    async with AppServer() as app:
+        app.page("/start", PIN)
+        app.page("/pin", THANKS)
+        result = await _run(
+            app, "app: demo\nsteps:\n - press: '12'\n - hang_up\n - ended: hung_up\n", tmp_path
+        )
+    assert result.passed, result.failure
+    assert result.cause == "hung_up"
+    assert [c for c in app.bodies("/pin")] == []  # get_number never completed
+
+
+def test_junit_xml_has_a_case_per_flow_with_failures_and_errors() -> None:
+    flow = Flow(name="pin")
+    ok = FlowResult(flow, None, "completed", 3.0, 0.5, ["[ 0.00] call_start"])
+    bad = FlowResult(Flow(name="bad"), "step 2 (press '1'): nope", "hung_up", 1.0, 0.25)
+    xml = junit(
+        [
+            Outcome(Path("pin.yaml"), ok),
+            Outcome(Path("bad.yaml"), bad),
+            Outcome(Path("broken.yaml"), error="not YAML"),
+        ]
+    )
+    suite = ET.fromstring(xml).find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "1", "1")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["pin", "bad", "broken"]
+    assert cases[0].find("failure") is None
+    failure = cases[1].find("failure")
+    assert failure is not None and failure.get("message") == "step 2 (press '1'): nope"
+    error = cases[2].find("error")
+    assert error is not None and error.get("message") == "not YAML"
