@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
+from typing import Protocol
 
 from callhook.signature import HEADER, verify
 
 
+class Headers(Protocol):
+    """Request headers as any framework has them: a dict, aiohttp's, Flask's, Starlette's."""
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+
+
 def verify_signature(
-    headers: Mapping[str, str],
+    headers: Headers,
     body: bytes | str,
     secret: str | bytes,
     max_age: float = 300,

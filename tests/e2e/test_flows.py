@@ -1,6 +1,8 @@
 """``callhook test`` as an application developer's CI runs it: the example flows (one per
 action, and the demo) against the example application (written with callhook.sdk) served
-on its own port, with the real speech engines; JUnit XML; a wrong expectation fails."""
+on its own port, with the real speech engines; JUnit XML; a wrong expectation fails. And
+the framework examples (aiohttp, Flask, FastAPI): each serves the PIN entry, the speech
+menu and the voicemail of examples/voiceapp and passes their flows."""
 
 from __future__ import annotations
 
@@ -26,6 +28,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_for(port: int, app: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or app.poll() is not None:
+                raise AssertionError("the example app did not start") from None
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def app_port() -> Iterator[int]:
     port = _free_port()
@@ -35,15 +49,7 @@ def app_port() -> Iterator[int]:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or app.poll() is not None:
-                    raise AssertionError("the example app did not start") from None
-                time.sleep(0.1)
+        _wait_for(port, app)
         yield port
     finally:
         app.terminate()
@@ -105,3 +111,43 @@ def test_a_wrong_expectation_fails_with_a_clear_message(app_port: int, tmp_path:
     result = _test(str(broken), port=app_port, data=tmp_path / "d")
     assert result.returncode == 2
     assert f"ERROR {broken}: steps[0] (press)" in result.stdout
+
+
+@pytest.mark.parametrize("framework", ["aiohttp", "flask", "fastapi"])
+def test_each_framework_example_passes_its_flows(framework: str, tmp_path: Path) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    port = _free_port()
+    app = subprocess.Popen(
+        [sys.executable, f"{framework}_app.py", "--port", str(port)],
+        cwd=EXAMPLES,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(port, app)
+        # The framework's page checks the signature: a forged request is refused.
+        forged = urllib.request.Request(
+            f"http://127.0.0.1:{port}/pin/start",
+            data=json.dumps({"application_instance_id": "x"}).encode(),
+            headers={"Callhook-Signature": "t=1,v1=00", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(forged, timeout=10)
+        assert refused.value.code == 403
+        flows = sorted(str(p) for p in (EXAMPLES / "flows" / "voiceapp").glob("*.yaml"))
+        env = {**os.environ, "APP_URL": f"http://127.0.0.1:{port}"}
+        result = subprocess.run(
+            [*CALLHOOK, "test", "--data-dir", str(tmp_path), *flows],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "3 of 3 flows passed"
+    finally:
+        app.terminate()
+        app.wait(timeout=10)
