@@ -14,7 +14,6 @@ the first that cannot be satisfied fails the flow with what the call did instead
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 import wave
@@ -460,7 +459,6 @@ async def run_flow(
         leg.failure = leg.failure or str(exc)
         cause = "failed"
     leg.finish(cause)
-    await asyncio.sleep(0)
     return FlowResult(
         flow, leg.failure, cause, clock.now(), time.perf_counter() - started, timeline
     )
