@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.asr [--engine sphinx|whisper|all] [--limit N] [--speaker S]
                                   [--fsdd ../shared/data/speech/fsdd] [--no-synth]
+                                  [--model tiny.en|base|small|tiny.en+base] [--hints-only]
 
 1. Spoken digits: the FSDD recordings (DESIGN.md §4: read from ``../shared``; the benchmark
    says so and exits when absent), each padded with 1 s of −50 dBFS Gaussian line noise on
@@ -135,7 +136,9 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def digits(engine: Recogniser, clips: list[tuple[str, str, Samples | None]]) -> list[Samples]:
+def digits(
+    engine: Recogniser, clips: list[tuple[str, str, Samples | None]], free_too: bool = True
+) -> list[Samples]:
     hints3 = RecognitionOptions(word_hints=DIGITS, max_alternatives=3)
     free = RecognitionOptions()
     right: dict[tuple[str, bool], int] = collections.Counter()
@@ -152,7 +155,8 @@ def digits(engine: Recogniser, clips: list[tuple[str, str, Samples | None]]) -> 
         got = normalise(alternatives[0].text) if alternatives else ""
         judged += [(a.confidence, normalise(a.text) == word) for a in alternatives]
         right[speaker, True] += got == word
-        right[speaker, False] += first_text(engine, audio, free) == word
+        if free_too:
+            right[speaker, False] += first_text(engine, audio, free) == word
     print(f"\n{engine.name}: FSDD digits, {sum(total.values())} clips, exact match %")
     print(f"{'speaker':<10} {'clips':>6} {'hints':>7} {'no hints':>9}")
     for speaker in [*sorted(total), "all"]:
@@ -238,11 +242,14 @@ def run_engine(name: str, args: argparse.Namespace, files: list[Path]) -> None:
     for i, path in enumerate(files):
         digit, speaker, _ = path.stem.split("_")
         clips.append((speaker, DIGITS[int(digit)], on_the_line(load_wav(path), i)))
-    utterances = digits(engine, clips)
+    utterances = digits(engine, clips, free_too=not args.hints_only)
     passes = getattr(engine, "second_passes", None)
     if passes is not None:
         share = 100 * passes / max(1, getattr(engine, "utterances", 0))
         print(f"cascade: the larger model scored {passes} utterances ({share:.1f} %)")
+    if args.hints_only:
+        print(f"RSS at the end: {rss_mb():.0f} MB")
+        return
     capacity(engine, utterances)
     if not args.no_synth:
         synthesised(engine)
@@ -256,6 +263,12 @@ def main() -> None:
     parser.add_argument("--speaker", default=None)
     parser.add_argument("--fsdd", type=Path, default=FSDD)
     parser.add_argument("--no-synth", action="store_true", help="skip the TTS round trip")
+    parser.add_argument(
+        "--hints-only",
+        action="store_true",
+        help="digits with hints only: accuracy, confidence table, latency (no free "
+        "transcription, capacity or TTS round trip; the 'no hints' column reads 0)",
+    )
     parser.add_argument(
         "--model", default="tiny.en", help="Whisper's: tiny.en, base, small, tiny.en+base"
     )
