@@ -170,9 +170,7 @@ class FlowLeg(ScriptedLeg):
         self._prompt_seen = 0  # prompts before this index were matched or passed by
         self._requests_seen = 0
         self._waiting_prompt: int | None = None  # a heard prompt, until it ends
-        self._ended_at: float | None = None
         self._hung_up = False
-        self.heard: list[str] = []  # what the caller's speech was recognised as
 
     # --- what callhook does -----------------------------------------------------------------
 
@@ -339,7 +337,6 @@ class FlowLeg(ScriptedLeg):
         else:
             seconds = SECONDS_PER_WORD * len(words.split())
             alternatives, typed = (Alternative(words, 1.0),), True
-        self.heard.append(alternatives[0].text if alternatives else "(not recognised)")
         self.media.speak(alternatives, now, seconds, typed=typed)
         self.ready_at = now + seconds
 
