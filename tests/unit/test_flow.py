@@ -212,3 +212,68 @@ def test_junit_xml_has_a_case_per_flow_with_failures_and_errors() -> None:
     assert failure is not None and failure.get("message") == "step 2 (press '1'): nope"
     error = cases[2].find("error")
     assert error is not None and error.get("message") == "not YAML"
+
+
+async def test_a_play_step_speaks_a_recording_to_the_recogniser(tmp_path: Path) -> None:
+    # A real recording of "seven" (tests/data/speech), heard through the call's VAD and
+    # Whisper with the action's digit hints; espeak stands in as the (unused) voice.
+    from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
+
+    wav = Path(__file__).resolve().parent.parent / "data" / "speech" / "7_jackson_7.wav"
+    assert wav.exists()
+    (tmp_path / "seven.wav").write_bytes(wav.read_bytes())
+    digits = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    ask = [{"get_input": {"prompt": _say("Say a digit."), "next_page": {"url": "/said"},
+            "speech_recognition_options": {"word_hints": [{"words": digits}]}}}]  # fmt: skip
+    speech = SpeechService(build_synthesiser("espeak:en-us"), build_recogniser("whisper"))
+    flow = parse_flow(
+        "app: demo\nsteps:\n - hear: Say a digit\n - play: seven.wav\n"
+        " - request: {page: /said, action: get_input, result: {input_type: speech}}\n",
+        folder=tmp_path,
+    )
+    async with AppServer() as app:
+        app.page("/start", ask)
+        app.page("/said", THANKS)
+        pages = HttpPages(timeout=5)
+        try:
+            result = await run_flow(
+                flow,
+                AppConfig(name="t", first_page=app.url("/start"), secret=app.secret),
+                pages,
+                timer=PromptTimer(),
+                speech=speech,
+                log_dir=tmp_path,
+                new_recording_name=lambda: "recordings/r.wav",
+            )
+        finally:
+            await pages.close()
+            speech.close()
+    assert result.passed, result.failure
+    said = app.bodies("/said")[0]["action_result"]["result"]["speech_input"][0]
+    assert said["alternatives"][0]["text"] == "seven"
+
+
+async def test_a_play_step_with_a_missing_file_fails_it(tmp_path: Path) -> None:
+    from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
+
+    speech = SpeechService(build_synthesiser("espeak:en-us"), build_recogniser("whisper"))
+    flow = parse_flow("app: demo\nsteps:\n - play: nowhere.wav\n", folder=tmp_path)
+    async with AppServer() as app:
+        app.page("/start", PIN)
+        pages = HttpPages(timeout=5)
+        try:
+            result = await run_flow(
+                flow,
+                AppConfig(name="t", first_page=app.url("/start"), secret=app.secret),
+                pages,
+                timer=PromptTimer(),
+                speech=speech,
+                log_dir=tmp_path,
+                new_recording_name=lambda: "recordings/r.wav",
+            )
+        finally:
+            await pages.close()
+            speech.close()
+    assert result.failure is not None
+    assert result.failure.startswith("step 1 (play 'nowhere.wav'): play ")
+    assert "nowhere.wav" in result.failure
