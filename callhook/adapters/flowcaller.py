@@ -42,7 +42,6 @@ from callhook.events import (
     StartRecognition,
     StartRecording,
     StopPrompt,
-    StopRecording,
 )
 from callhook.flow import (
     Ended,
@@ -58,7 +57,7 @@ from callhook.flow import (
     Wait,
     describe,
 )
-from callhook.media.simulated import PromptTimer
+from callhook.media.simulated import PromptTimer, SavedRecordings
 from callhook.ports import CallInfo, Files, Pages, Recordings
 from callhook.testing import ScriptedLeg, VirtualClock
 
@@ -153,9 +152,7 @@ class FlowLeg(ScriptedLeg):
         save_recording: Callable[[StartRecording, float], float] | None = None,
     ) -> None:
         super().__init__(None, clock=clock, timer=timer, info=info)
-        self._save_recording = save_recording
-        self._recording: dict[str, StartRecording] = {}
-        self._saved: dict[str, float] = {}
+        self._recordings = SavedRecordings(self.media, save_recording)
         self.flow = flow
         self.speech = speech
         self.pages = pages
@@ -178,6 +175,9 @@ class FlowLeg(ScriptedLeg):
         now = self.clock.now()
         super().send(commands)
         for command in commands:
+            # Simulated media has no audio: a recording's file holds silence for its length
+            # (as the terminal phone's), so the application can play it, delete it, be told.
+            self._recordings.command(command, now)
             if isinstance(command, StartRecognition):
                 self.options = command.options
             elif isinstance(command, StartPrompt):
@@ -187,21 +187,9 @@ class FlowLeg(ScriptedLeg):
                 self.prompts.append((now, command.prompt_id, text))
             elif isinstance(command, StopPrompt) and command.prompt_id == self._waiting_prompt:
                 self._prompt_over(now)
-            elif isinstance(command, StartRecording):
-                self._recording[command.filename] = command
-            elif isinstance(command, StopRecording):
-                self._save(command.filename, now)
-
-    def _save(self, filename: str, now: float) -> None:
-        # Simulated media has no audio: the file holds silence for the recording's length
-        # (as the terminal phone's), so the application can play it, delete it, be told.
-        start = self._recording.pop(filename, None)
-        recording = self.media.recordings.get(filename)
-        if start is not None and recording is not None and self._save_recording is not None:
-            self._saved[filename] = self._save_recording(start, now - recording.start)
 
     def recorded_seconds(self, filename: str) -> float | None:
-        return self._saved.get(filename)
+        return self._recordings.seconds(filename)
 
     def _deliver(self) -> MediaEvent:
         event = super()._deliver()

@@ -50,9 +50,8 @@ from callhook.events import (
     StartPrompt,
     StartRecognition,
     StartRecording,
-    StopRecording,
 )
-from callhook.media.simulated import PromptTimer, SimulatedMedia
+from callhook.media.simulated import PromptTimer, SavedRecordings, SimulatedMedia
 from callhook.ports import CallInfo
 
 DIGIT_KEYS = set("0123456789*#")
@@ -80,9 +79,7 @@ class TerminalLeg:
         self.out = out
         self.clock = clock or MonotonicClock()
         self.media = SimulatedMedia(timer)
-        self._save_recording = save_recording
-        self._recordings: dict[str, StartRecording] = {}
-        self._saved: dict[str, float] = {}  # seconds written to each stopped recording
+        self._recordings = SavedRecordings(self.media, save_recording)
         self._queue: deque[MediaEvent] = deque()
         self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = asyncio.get_running_loop().create_future()
@@ -169,19 +166,12 @@ class TerminalLeg:
         now = self.clock.now()
         for command in commands:
             self.media.command(command, now)
+            self._recordings.command(command, now)
             if isinstance(command, StartRecognition):
                 self._options = command.options
             if isinstance(command, StartPrompt):
                 for item in command.items:
                     self.say_line(self._describe(item))
-            elif isinstance(command, StartRecording):
-                self._recordings[command.filename] = command
-            elif isinstance(command, StopRecording):
-                recording = self.media.recordings.get(command.filename)
-                start = self._recordings.pop(command.filename, None)
-                if recording is not None and start is not None:
-                    seconds = self._save_recording(start, now - recording.start)
-                    self._saved[command.filename] = seconds
         self._wake.set()
 
     def _describe(self, item: PromptItem) -> str:
@@ -236,7 +226,7 @@ class TerminalLeg:
         return await asyncio.shield(self._ended)
 
     def recorded_seconds(self, filename: str) -> float | None:
-        return self._saved.get(filename)
+        return self._recordings.seconds(filename)
 
 
 class Keyboard:

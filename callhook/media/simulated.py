@@ -242,3 +242,31 @@ class SimulatedMedia:
         for recording in self.recordings.values():
             if recording.stop is None:
                 recording.stop = now
+
+
+class SavedRecordings:
+    """The files of a simulated call's recordings: when one stops, ``save`` (given the
+    command that started it and its length in seconds) writes it and says how many seconds
+    it wrote. The terminal phone and ``callhook test`` write silence (no microphone)."""
+
+    def __init__(
+        self, media: SimulatedMedia, save: Callable[[StartRecording, float], float] | None
+    ) -> None:
+        self.media = media
+        self.save = save
+        self._started: dict[str, StartRecording] = {}
+        self._saved: dict[str, float] = {}
+
+    def command(self, command: MediaCommand, now: float) -> None:
+        """Follow a media command sent to the call (after the media has seen it)."""
+        if isinstance(command, StartRecording):
+            self._started[command.filename] = command
+        elif isinstance(command, StopRecording):
+            start = self._started.pop(command.filename, None)
+            recording = self.media.recordings.get(command.filename)
+            if start is not None and recording is not None and self.save is not None:
+                self._saved[command.filename] = self.save(start, now - recording.start)
+
+    def seconds(self, filename: str) -> float | None:
+        """The seconds written to a stopped recording (None: not saved)."""
+        return self._saved.get(filename)

@@ -11,6 +11,7 @@ import pytest
 
 from callhook.adapters.flowcaller import FlowResult, PageCall, matches, run_flow
 from callhook.adapters.pages import HttpPages
+from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
 from callhook.config import AppConfig
 from callhook.events import SayText
 from callhook.flow import Flow, FlowError, Request, parse_flow
@@ -28,7 +29,9 @@ PIN = [{"get_number": {"prompt": _say("Enter your PIN."), "digit_count": 4,
 THANKS = [_say("Thank you."), {"hang_up": {}}]
 
 
-async def _run(app: AppServer, text: str, tmp_path: Path) -> FlowResult:
+async def _run(
+    app: AppServer, text: str, tmp_path: Path, speech: SpeechService | None = None
+) -> FlowResult:
     flow = parse_flow(text, name="t", folder=tmp_path)
     config = AppConfig(name="t", first_page=app.url("/start"), secret=app.secret)
     pages = HttpPages(timeout=5)
@@ -39,7 +42,7 @@ async def _run(app: AppServer, text: str, tmp_path: Path) -> FlowResult:
             config,
             pages,
             timer=PromptTimer(),
-            speech=None,
+            speech=speech,
             log_dir=tmp_path,
             new_recording_name=lambda: f"recordings/r{next(names)}.wav",
         )
@@ -217,8 +220,6 @@ def test_junit_xml_has_a_case_per_flow_with_failures_and_errors() -> None:
 async def test_a_play_step_speaks_a_recording_to_the_recogniser(tmp_path: Path) -> None:
     # A real recording of "seven" (tests/data/speech), heard through the call's VAD and
     # Whisper with the action's digit hints; espeak stands in as the (unused) voice.
-    from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
-
     wav = Path(__file__).resolve().parent.parent / "data" / "speech" / "7_jackson_7.wav"
     assert wav.exists()
     (tmp_path / "seven.wav").write_bytes(wav.read_bytes())
@@ -226,27 +227,16 @@ async def test_a_play_step_speaks_a_recording_to_the_recogniser(tmp_path: Path) 
     ask = [{"get_input": {"prompt": _say("Say a digit."), "next_page": {"url": "/said"},
             "speech_recognition_options": {"word_hints": [{"words": digits}]}}}]  # fmt: skip
     speech = SpeechService(build_synthesiser("espeak:en-us"), build_recogniser("whisper"))
-    flow = parse_flow(
+    flow = (
         "app: demo\nsteps:\n - hear: Say a digit\n - play: seven.wav\n"
-        " - request: {page: /said, action: get_input, result: {input_type: speech}}\n",
-        folder=tmp_path,
+        " - request: {page: /said, action: get_input, result: {input_type: speech}}\n"
     )
     async with AppServer() as app:
         app.page("/start", ask)
         app.page("/said", THANKS)
-        pages = HttpPages(timeout=5)
         try:
-            result = await run_flow(
-                flow,
-                AppConfig(name="t", first_page=app.url("/start"), secret=app.secret),
-                pages,
-                timer=PromptTimer(),
-                speech=speech,
-                log_dir=tmp_path,
-                new_recording_name=lambda: "recordings/r.wav",
-            )
+            result = await _run(app, flow, tmp_path, speech)
         finally:
-            await pages.close()
             speech.close()
     assert result.passed, result.failure
     said = app.bodies("/said")[0]["action_result"]["result"]["speech_input"][0]
@@ -254,25 +244,12 @@ async def test_a_play_step_speaks_a_recording_to_the_recogniser(tmp_path: Path) 
 
 
 async def test_a_play_step_with_a_missing_file_fails_it(tmp_path: Path) -> None:
-    from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
-
     speech = SpeechService(build_synthesiser("espeak:en-us"), build_recogniser("whisper"))
-    flow = parse_flow("app: demo\nsteps:\n - play: nowhere.wav\n", folder=tmp_path)
     async with AppServer() as app:
         app.page("/start", PIN)
-        pages = HttpPages(timeout=5)
         try:
-            result = await run_flow(
-                flow,
-                AppConfig(name="t", first_page=app.url("/start"), secret=app.secret),
-                pages,
-                timer=PromptTimer(),
-                speech=speech,
-                log_dir=tmp_path,
-                new_recording_name=lambda: "recordings/r.wav",
-            )
+            result = await _run(app, "app: demo\nsteps:\n - play: nowhere.wav\n", tmp_path, speech)
         finally:
-            await pages.close()
             speech.close()
     assert result.failure is not None
     assert result.failure.startswith("step 1 (play 'nowhere.wav'): play ")
