@@ -33,7 +33,7 @@ from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, Start
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
-from callhook.ports import CallInfo, Leg
+from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
 from callhook.store.database import Database, Ownership
 from callhook.store.files import MediaStore
@@ -176,10 +176,18 @@ class Services:
         api: Api | None = None,
         trunks: web_adapter.TrunkStates | None = None,
         bans: web_adapter.Bans | None = None,
+        phone: web_adapter.Routes | None = None,
     ) -> str:
-        """Start the HTTP server (demo application, calls API, REST API); returns its base URL."""
+        """Start the HTTP server (demo application, calls API, REST API, web phone); returns
+        its base URL."""
         app = web_adapter.application(
-            self.secret, dial, stats or self.metrics.snapshot, api=api, trunks=trunks, bans=bans
+            self.secret,
+            dial,
+            stats or self.metrics.snapshot,
+            api=api,
+            trunks=trunks,
+            bans=bans,
+            phone=phone,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
@@ -234,9 +242,11 @@ class Services:
         primary_call_id: str | None = None,
         on_ready: Callable[[], object] | None = None,
         dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
+        pages: Pages | None = None,
     ) -> CallRunner:
         """A call runner for ``app`` on ``leg``, with its log in the app's namespace
-        (``primary_call_id``, ``on_ready``: a connect's far leg running its pages)."""
+        (``primary_call_id``, ``on_ready``: a connect's far leg running its pages;
+        ``pages``: the page requests go through it instead of straight to HTTP)."""
         instance_id = new_instance_id()
         log_filename = f"logs/{instance_id}.log"
         log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
@@ -246,7 +256,7 @@ class Services:
         return CallRunner(
             app,
             leg,
-            self.pages,
+            pages or self.pages,
             self.clock,
             log,
             log_filename=log_filename,

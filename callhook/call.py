@@ -49,7 +49,7 @@ from urllib.parse import urljoin
 
 from callhook.actions import MachineAction, machine_for
 from callhook.actions.connectschema import Connect, Transfer
-from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome
+from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome, Timer
 from callhook.actions.response import InvalidResponse, parse_response
 from callhook.actions.schema import (
     ClearInput,
@@ -334,6 +334,7 @@ class CallRunner:
         self._raise_if_over()
         machine = machine_for(action, self.ctx)
         self._send(machine.start(self.clock.now()))
+        timers = self._note_timers(machine, ())
         while machine.outcome is None:
             event = await self.leg.next_event(machine.deadline)
             now = self.clock.now()
@@ -348,7 +349,20 @@ class CallRunner:
             else:
                 self._observe(event, machine)
                 self._send(machine.handle(event, now))
+            timers = self._note_timers(machine, timers)
         return machine.outcome
+
+    def _note_timers(self, machine: ActionMachine, before: tuple[Timer, ...]) -> tuple[Timer, ...]:
+        """Log the action's running timers when they change (``timers`` lines: name, start
+        and expiry in the log's seconds), so the call's picture shows why it ended when it did."""
+        now = machine.timers() if machine.outcome is None else ()
+        if now != before:
+            text = "; ".join(
+                f"{t.name} {self.log.since(t.started):.3f}..{self.log.since(t.expires):.3f}"
+                for t in now
+            )
+            self.log.write("timers", text or "none")
+        return now
 
     async def _answer(self) -> None:
         if self.state != "inbound":

@@ -41,6 +41,7 @@ from callhook.events import (
     PlayFile,
     PlayTone,
     PlayUrl,
+    PromptFinished,
     RecordCall,
     Refer,
     ReferAnswered,
@@ -56,6 +57,7 @@ from callhook.events import (
     StopPrompt,
     StopRecognition,
     StopRecording,
+    VoiceActivity,
 )
 from callhook.redact import redact
 
@@ -92,6 +94,10 @@ class CallLog:
                 logger.error("[%s] call log %s cannot be opened: %s", instance_id, path, exc)
         self.listeners: list[Listener] = []
         self.lines: list[str] = []
+
+    def since(self, t: float) -> float:
+        """Media time ``t`` as seconds since the call started (the lines' ``+`` column)."""
+        return t - self._start
 
     def write(self, kind: str, text: str = "", *, level: int = logging.INFO) -> None:
         """Add a line of ``kind`` (page_request, action_start, error, ...) with ``text``
@@ -170,8 +176,18 @@ def event_line(event: MediaEvent) -> Line | None:
     if isinstance(event, DigitReceived):
         return Line("digit", event.digit)
     if isinstance(event, SpeechRecognised):
-        best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
-        return Line("speech", f"{best!r}{' (typed)' if event.phrase.typed else ''}")
+        if event.phrase.typed:
+            best = event.phrase.alternatives[0].text if event.phrase.alternatives else ""
+            return Line("speech", f"{best!r} (typed)")
+        if not event.phrase.alternatives:
+            return Line("speech", "''")
+        top = event.phrase.alternatives[0]
+        return Line("speech", f"{top.text!r} (confidence {top.confidence:.2f})")
+    if isinstance(event, VoiceActivity):
+        # The voice-activity detector's edges, while an action listens: the picture's spans.
+        return Line("voice", "on" if event.active else "off")
+    if isinstance(event, PromptFinished):
+        return Line("prompt_end", f"#{event.prompt_id}{' (not played)' if event.error else ''}")
     if isinstance(event, SpeechStarted):
         # Voice activity began: an utterance goes to the recogniser when it ends.
         return Line("speech_detected")

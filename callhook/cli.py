@@ -217,6 +217,7 @@ async def _start_web(
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
+    from callhook.adapters.webphone import WebPhone
 
     settings = services.settings
 
@@ -226,9 +227,14 @@ async def _start_web(
             return demo
         return settings.apps.get(name)
 
+    def known_apps() -> dict[str, AppConfig]:
+        demo = services.default_app()
+        return {**({demo.name: demo} if demo is not None else {}), **settings.apps}
+
     api = Api(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
+    sip.phone = WebPhone(services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip)
     return await services.start_web(
         host,
         port,
@@ -237,6 +243,7 @@ async def _start_web(
         api=api,
         trunks=sip.trunk_status,
         bans=sip,
+        phone=sip.phone,
     )
 
 
@@ -277,6 +284,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     for transport, port in sip.ports.items():
         print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
     print(f"  web: {base}", flush=True)
+    print(f"  web phone: {base}/phone", flush=True)
     print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)
     if app is not None and app.name == "demo":
         print("  try it with no phone: callhook call   (in another terminal)", flush=True)

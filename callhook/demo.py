@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
@@ -75,11 +76,11 @@ def number(body: dict[str, Any]) -> dict[str, Any]:
             "get_input": {
                 "prompt": _say(
                     "Would you like sales or support? "
-                    "Say sales or support, or press 1 for sales, 2 for support."
+                    "Say sales or support, or say or press 1 for sales, 2 for support."
                 ),
                 "speech_input_mode": "auto",
                 "speech_recognition_options": {
-                    "word_hints": [{"words": ["sales", "support"]}],
+                    "word_hints": [{"words": ["sales", "support", "one", "two"]}],
                 },
                 "digit_input_options": {"digit_count": 1, "valid_digits": "12"},
                 "next_page": {"url": "choice"},
@@ -102,7 +103,9 @@ def choice(body: dict[str, Any]) -> dict[str, Any]:
             for phrase in result.get("speech_input", [])
             for alt in phrase.get("alternatives", [])[:1]
         )
-        picked = next((w for w in ("sales", "support") if w in heard), "neither")
+        spoken = {"sales": "sales", "support": "support", "one": "sales", "two": "support"}
+        words = re.findall(r"[a-z]+", heard)
+        picked = next((v for w, v in spoken.items() if w in words), "neither")
     said = f"You chose {picked}." if picked != "neither" else "I did not catch that."
     return {
         "actions": [

@@ -64,6 +64,8 @@ from callhook.actions.machine import (
     Prompter,
     State,
     StopReason,
+    Timer,
+    earliest,
     messages_or,
     say,
 )
@@ -268,21 +270,29 @@ class GatherMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
+        return earliest(self.timers())
+
+    def timers(self) -> tuple[Timer, ...]:
         if self.state is not State.WAIT:
-            return None
+            return ()
         spec = self.spec
-        times = []
+        running = []
         if spec.seconds_timeout > 0:
-            times.append(self.wait_start + spec.seconds_timeout)
+            running.append(
+                Timer("overall", self.wait_start, self.wait_start + spec.seconds_timeout)
+            )
         if self.entry.digits:
             if spec.inter_digit_ms > 0:
-                times.append(self.last_input + spec.inter_digit_ms / 1000)
+                expires = self.last_input + spec.inter_digit_ms / 1000
+                running.append(Timer("inter-digit", self.last_input, expires))
         elif self.phrases:
             if not self.speaking and spec.inter_speech_ms > 0:
-                times.append(self.last_input + spec.inter_speech_ms / 1000)
+                expires = self.last_input + spec.inter_speech_ms / 1000
+                running.append(Timer("inter-speech", self.last_input, expires))
         elif not self.speaking and spec.initial_ms > 0:
-            times.append(self.initial_from + spec.initial_ms / 1000)
-        return min(times) if times else None
+            expires = self.initial_from + spec.initial_ms / 1000
+            running.append(Timer("initial", self.initial_from, expires))
+        return tuple(running)
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         if self.state is not State.WAIT:

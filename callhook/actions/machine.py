@@ -11,6 +11,10 @@ IO and never awaits: the call runner (``callhook.call``) drives it with
 * ``on_deadline(now)`` when the time it asked for (``deadline``) has come,
 * ``stop(now, why)`` if the call ends (or the runner aborts) first,
 
+and ``timers()`` tells which of its timers are running (name, start, expiry):
+the call log records them, so a call's picture shows why the action ended when
+it did (``deadline`` is the earliest expiry of those timers).
+
 and each of them returns the media commands to carry out, in order. When the
 action is over, ``outcome`` is set: :class:`Completed` (request the action's
 ``next_page`` with an ``action_result``) or :class:`Continue` (run the next
@@ -28,7 +32,7 @@ import enum
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urljoin
 
 from callhook.actions.schema import (
@@ -196,6 +200,20 @@ class Prompter:
         return False
 
 
+class Timer(NamedTuple):
+    """A running timer of an action: its name (``initial``, ``inter-digit``, ...), when it
+    started and when it expires, in media time."""
+
+    name: str
+    started: float
+    expires: float
+
+
+def earliest(timers: Sequence[Timer]) -> float | None:
+    """The first expiry of ``timers`` (None: none is running)."""
+    return min((t.expires for t in timers), default=None)
+
+
 class ActionMachine:
     """Base of the sans-IO action state machines (see the module docstring)."""
 
@@ -215,6 +233,10 @@ class ActionMachine:
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         return []
+
+    def timers(self) -> tuple[Timer, ...]:
+        """The timers running now (for the call's log and picture; none by default)."""
+        return ()
 
     def stop(self, now: float, why: StopReason) -> list[MediaCommand]:
         """The call ended (``hangup``) or the runner gave up on the action (``aborted``)."""

@@ -57,6 +57,8 @@ from callhook.actions.machine import (
     Prompter,
     State,
     StopReason,
+    Timer,
+    earliest,
     messages_or,
     say,
 )
@@ -244,9 +246,12 @@ class MenuMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
+        return earliest(self.timers())
+
+    def timers(self) -> tuple[Timer, ...]:
         if self.state is not State.WAIT or self.speaking or self.spec.seconds_timeout <= 0:
-            return None
-        return self.wait_start + self.spec.seconds_timeout
+            return ()
+        return (Timer("overall", self.wait_start, self.wait_start + self.spec.seconds_timeout),)
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         if self.state is not State.WAIT:

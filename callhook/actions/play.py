@@ -19,7 +19,15 @@ one of those phrases barges in. ``sleep`` waits its seconds and ignores input.
 from __future__ import annotations
 
 from callhook.actions.fields import menu_words
-from callhook.actions.machine import ActionContext, ActionMachine, Continue, Prompter, StopReason
+from callhook.actions.machine import (
+    ActionContext,
+    ActionMachine,
+    Continue,
+    Prompter,
+    StopReason,
+    Timer,
+    earliest,
+)
 from callhook.actions.schema import Play, Sleep
 from callhook.events import (
     DigitReceived,
@@ -90,9 +98,10 @@ class SleepMachine(ActionMachine):
 
     def __init__(self, action: Sleep) -> None:
         self.seconds = action.seconds
-        self.until = 0.0
+        self.since = self.until = 0.0
 
     def start(self, now: float) -> list[MediaCommand]:
+        self.since = now
         self.until = now + self.seconds
         if self.seconds <= 0:
             self.outcome = Continue("slept")
@@ -100,7 +109,10 @@ class SleepMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
-        return None if self.outcome else self.until
+        return earliest(self.timers())
+
+    def timers(self) -> tuple[Timer, ...]:
+        return () if self.outcome else (Timer("sleep", self.since, self.until),)
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         self.outcome = Continue("slept")

@@ -48,6 +48,8 @@ from callhook.actions.machine import (
     Completed,
     Prompter,
     StopReason,
+    Timer,
+    earliest,
 )
 from callhook.actions.schema import Record
 from callhook.events import (
@@ -133,14 +135,23 @@ class RecordMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
+        return earliest(self.timers())
+
+    def timers(self) -> tuple[Timer, ...]:
         if self.state is State.LISTEN:
             a = self.action
             initial = a.milliseconds_max_initial_silence or a.milliseconds_max_silence
-            return self.listen_start + initial / 1000
+            return (
+                Timer("initial silence", self.listen_start, self.listen_start + initial / 1000),
+            )
         if self.state is State.CAPTURE:
+            assert self.file_start is not None
             limit, silence = self._limits()
-            return limit if silence is None else min(limit, silence)
-        return None
+            running = [Timer("max duration", self.file_start, limit)]
+            if silence is not None and self.silence_since is not None:
+                running.append(Timer("silence", self.silence_since, silence))
+            return tuple(running)
+        return ()
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         if self.state is State.LISTEN:

@@ -13,6 +13,12 @@ for all calls at once:
    packet it returns is sent;
 3. the legs of calls whose sessions have events are woken.
 
+A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
+:mod:`callhook.adapters.webphone`) takes part in the same tick through
+:meth:`MediaEngine.attach`: the packets it is given wait in its inbox for
+step 1 (at most :data:`ROUNDS` a tick, as a socket's), and step 2 hands its
+session's packet to its sender instead of a socket.
+
 Compared with a callback per datagram this saves an event-loop wake-up per
 packet, which profiling showed to be half of the media path's cost. Packets
 wait at most one tick (20 ms) before they are looked at. The tick keeps its
@@ -44,15 +50,22 @@ ROUNDS = 6
 MAX_CATCH_UP = 3
 
 
+#: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
+#: that is dropped, as a socket's kernel buffer would drop it.
+INBOX = 50
+
+
 @dataclass
 class _Stream:
     session: MediaSession
-    sock: socket.socket
+    sock: socket.socket | None  # None: a socketless stream (``out`` sends, ``inbox`` receives)
     port: int
     wake: Callable[[], None]
     rtcp: socket.socket | None = None
     #: Exceptions its session raised (a bug: logged the first time, the call goes on).
     faults: int = 0
+    out: Callable[[bytes], None] | None = None
+    inbox: deque[tuple[bytes, tuple[str, int]]] | None = None
 
 
 class MediaEngine:
@@ -71,6 +84,8 @@ class MediaEngine:
         self.late_ticks = 0
         self.send_errors = 0
         self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
+        self._attached = 0  # the last socketless stream's key (they count down from -1)
+        self._socketless: dict[int, _Stream] = {}
         # How late each tick ran (ms), the last minute's worth: the media's health.
         self.lateness: deque[float] = deque(maxlen=3000)
         self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
@@ -107,6 +122,27 @@ class MediaEngine:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
 
+    def attach(
+        self, session: MediaSession, out: Callable[[bytes], None], wake: Callable[[], None]
+    ) -> int:
+        """Make ``session`` take part in the tick with no socket: what it sends goes to
+        ``out``; what it receives is given with :meth:`deliver`. Returns the stream's key
+        (a negative number, never a port), for :meth:`deliver` and :meth:`close`."""
+        self._attached -= 1
+        key = self._attached
+        stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX))
+        self.streams[key] = self._socketless[key] = stream
+        if self._handle is None:
+            self._next = self.loop.time() + TICK
+            self._handle = self.loop.call_at(self._next, self._tick)
+        return key
+
+    def deliver(self, key: int, data: bytes, source: tuple[str, int]) -> None:
+        """A packet for the socketless stream ``key``, received at the next tick."""
+        stream = self.streams.get(key)
+        if stream is not None and stream.inbox is not None:
+            stream.inbox.append((data, source))
+
     def _rtcp_socket(self, rtp: socket.socket, port: int) -> socket.socket | None:
         """The RTCP socket on port + 1 (RFC 3550 §11); none if that port is taken."""
         sock = socket.socket(rtp.family, socket.SOCK_DGRAM)
@@ -127,7 +163,8 @@ class MediaEngine:
 
     def close(self, port: int) -> None:
         stream = self.streams.pop(port, None)
-        if stream is not None:
+        self._socketless.pop(port, None)
+        if stream is not None and stream.sock is not None:
             for s in (stream.sock, stream.rtcp):
                 if s is None:
                     continue
@@ -153,6 +190,8 @@ class MediaEngine:
         wall = time.time()
         self.lateness.append((now - self._next) * 1000)
         self._receive(now)
+        if self._socketless:
+            self._receive_attached(now)
         for stream in list(self.streams.values()):
             try:
                 self._send(stream, now, wall)
@@ -162,7 +201,9 @@ class MediaEngine:
     def _send(self, stream: _Stream, now: float, wall: float) -> None:
         session = stream.session
         data = session.tick(now)
-        if data is not None and session.remote is not None:
+        if data is not None and stream.out is not None:
+            stream.out(data)
+        elif data is not None and session.remote is not None and stream.sock is not None:
             try:
                 stream.sock.sendto(data, session.remote)
             except OSError:
@@ -200,6 +241,17 @@ class MediaEngine:
         # No call left (the last one closed during this tick): stop until one opens.
         self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
 
+    def _receive_attached(self, now: float) -> None:
+        for stream in list(self._socketless.values()):
+            inbox = stream.inbox
+            for _ in range(min(ROUNDS, len(inbox) if inbox else 0)):
+                assert inbox is not None
+                data, source = inbox.popleft()
+                try:
+                    stream.session.receive(data, source, now)
+                except Exception:
+                    self._fault(stream, "receiving")
+
     def _receive(self, now: float) -> None:
         poll = self._epoll.poll
         by_fd = self._by_fd
@@ -211,6 +263,7 @@ class MediaEngine:
                 stream = by_fd.get(fd)
                 if stream is None:
                     continue
+                assert stream.sock is not None  # only sockets are polled
                 sock = stream.sock if stream.sock.fileno() == fd else stream.rtcp
                 if sock is None:
                     continue

@@ -45,6 +45,7 @@ from callhook.adapters.sipcall import (
 )
 from callhook.adapters.trunks import Trunks
 from callhook.adapters.users import Users
+from callhook.adapters.webphone import WebPhone
 from callhook.app import Services
 from callhook.call import CallSummary
 from callhook.config import AppConfig
@@ -131,6 +132,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             ban_seconds=settings.security_ban_seconds,
         )
         self.media: MediaEngine | None = None
+        #: The web phone (its calls share this service's media engine and prompts).
+        self.phone: WebPhone | None = None
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
         )
@@ -547,6 +550,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                 call.leg.abort("callhook is shutting down")
             if pending:
                 await asyncio.wait(pending, timeout=10)
+        if self.phone is not None:
+            await self.phone.hang_up_all("callhook is shutting down")
         if self.media is not None:
             self.media.shutdown()
         await self._unregister()

@@ -49,6 +49,12 @@ class Bans(Protocol):
     def auth_failed(self, address: str, what: str) -> None: ...
 
 
+class Routes(Protocol):
+    """More routes for the server (the web phone: :mod:`callhook.adapters.webphone`)."""
+
+    def routes(self) -> list[web.RouteDef]: ...
+
+
 def guard(bans: Bans) -> Middleware:
     """``/api/`` from a banned source gets 403; a wrong key (REST API key, installation
     secret) counts towards a ban of its source (``[security] ban_seconds``; five in a
@@ -75,7 +81,7 @@ INDEX = """<!doctype html>
 <title>callhook</title>
 <h1>callhook {version}</h1>
 <p>The built-in demo application is at <code>{base}/demo/start</code>.
-Try it with no phone: <code>callhook call</code>.</p>
+Try it with no phone: the <a href="/phone">web phone</a>, or <code>callhook call</code>.</p>
 """
 
 
@@ -86,6 +92,7 @@ def application(
     api: Api | None = None,
     trunks: TrunkStates | None = None,
     bans: Bans | None = None,
+    phone: Routes | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -101,6 +108,8 @@ def application(
     app.add_routes(demo.routes(secret))
     if api is not None:
         app.add_routes(api.routes())
+    if phone is not None:
+        app.add_routes(phone.routes())
 
     def authorise(request: web.Request) -> None:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()

@@ -64,6 +64,7 @@ from callhook.media.bridge import Feed
 from callhook.media.callrecording import CallRecording
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
+from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink, SinkFull
@@ -131,6 +132,8 @@ class MediaSession:
         self.detecting = False  # an action wants voice activity (DetectVoice)
         self.utterances: deque[Utterance] = deque()
         self.player = Player(self.law, events=event_payload_type is not None)
+        #: The caller's audio level for the call's picture (the web phone's calls; None: off).
+        self.meter: LevelMeter | None = None
         # A bridge (media/bridge.py): what this side hears from the other, where what it
         # receives goes, and the session digits received here are relayed to.
         self.hears: Feed | None = None
@@ -265,6 +268,8 @@ class MediaSession:
 
     def _voice(self, samples: npt.NDArray[np.int16]) -> None:
         edge = self.vad.feed(samples)
+        if self.meter is not None:
+            self.meter.feed(samples, self.vad.active and not self.vad.paused)
         if edge is not None:
             self.events.append(VoiceActivity(edge))
         if not self.recognising:

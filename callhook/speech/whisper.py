@@ -152,8 +152,7 @@ def alternatives(scored: Scored, n: int) -> tuple[Alternative, ...]:
     shortfall = float(scored.shortfall[order[0]])
     penalty = math.exp(-max(0.0, shortfall - _OOS_MARGIN) / _OOS_SCALE)
     return tuple(
-        Alternative(scored.hints[i], min(1.0, max(0.0, float(probs[i]) * penalty)))
-        for i in order
+        Alternative(scored.hints[i], min(1.0, max(0.0, float(probs[i]) * penalty))) for i in order
     )
 
 

@@ -357,7 +357,8 @@ async def test_slow_and_resetting_pages_under_load_give_each_call_its_outcome(
             try:
                 await until(lambda: not finals_missing(), 20, "final pages")
             except AssertionError as exc:
-                raise AssertionError(f"{exc}; missing {finals_missing()}\n{server.output}") from None
+                missing = finals_missing()
+                raise AssertionError(f"{exc}; missing {missing}\n{server.output}") from None
             status, stats = await server.api("GET", "/api/stats")
             assert status == 200, stats
             # No call leaked: every one ended, in serve's own count ...

@@ -58,3 +58,37 @@ async def test_a_session_that_raises_does_not_stop_the_others(
         ]
     finally:
         engine.shutdown()
+
+
+async def test_a_socketless_stream_takes_part_in_the_tick() -> None:
+    """The web phone's streams: packets given to ``deliver`` are received at the next
+    tick, at most ROUNDS a tick as a socket's, and the session's packets go to ``out``."""
+    from callhook.adapters.media import INBOX, ROUNDS
+
+    engine = MediaEngine("127.0.0.1", 41200, 41300)
+    try:
+        peer = ("127.0.0.1", 5004)
+        session = MediaSession("PCMU", 0, None, peer, label="call web")
+        sent: list[bytes] = []
+        woken: list[int] = []
+        key = engine.attach(session, sent.append, lambda: woken.append(1))
+        assert key < 0  # never a port
+        for seq in range(10):
+            packet = RtpPacket(0, False, seq, seq * 160, 1234, b"\xff" * 160).serialize()
+            engine.deliver(key, packet, peer)
+        assert session.receiver.received == 0  # nothing before the tick
+        now = asyncio.get_running_loop().time()
+        engine._work(now)
+        assert session.receiver.received == ROUNDS
+        engine._work(now + 0.02)
+        assert session.receiver.received == 10
+        assert len(sent) == 2  # a frame each tick, to the page
+        assert RtpPacket.parse(sent[0]).payload_type == 0
+        for _ in range(INBOX + 30):  # a flood: the inbox keeps a second's worth
+            engine.deliver(key, b"\x80" + bytes(11), peer)
+        assert len(engine.streams[key].inbox or ()) == INBOX
+        engine.close(key)
+        assert key not in engine.streams
+        engine.deliver(key, b"late", peer)  # after the call: ignored
+    finally:
+        engine.shutdown()

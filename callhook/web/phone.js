@@ -1,0 +1,521 @@
+// The callhook web phone (docs/webphone.md): a call from the browser over a
+// WebSocket whose binary messages are RTP packets (G.711 µ-law, RFC 4733
+// digits), and the call drawn as it happens from its call-log lines.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const PCMU = 0;
+const TELEPHONE_EVENT = 101;
+const EVENT_CODES = { "0": 0, "1": 1, "2": 2, "3": 3, "4": 4, "5": 5, "6": 6, "7": 7, "8": 8, "9": 9, "*": 10, "#": 11 };
+
+// --- G.711 µ-law (ITU-T G.711) ------------------------------------------------------------
+
+function ulawEncode(sample) {
+  // sample: -1..1 float. Standard 14-bit µ-law with bias 0x84.
+  let s = Math.max(-32768, Math.min(32767, Math.round(sample * 32767)));
+  const sign = s < 0 ? 0x80 : 0;
+  if (s < 0) s = -s;
+  s = Math.min(s + 0x84, 32767);
+  let exponent = 7;
+  for (let mask = 0x4000; (s & mask) === 0 && exponent > 0; mask >>= 1) exponent--;
+  const mantissa = (s >> (exponent + 3)) & 0x0f;
+  return ~(sign | (exponent << 4) | mantissa) & 0xff;
+}
+
+const ULAW_DECODE = new Float32Array(256);
+for (let i = 0; i < 256; i++) {
+  const u = ~i & 0xff;
+  const t = (((u & 0x0f) << 3) + 0x84) << ((u & 0x70) >> 4);
+  ULAW_DECODE[i] = ((u & 0x80) ? 0x84 - t : t - 0x84) / 32768;
+}
+
+// --- RTP (RFC 3550) -------------------------------------------------------------------------
+
+class RtpSender {
+  constructor() {
+    this.seq = Math.floor(Math.random() * 65536);
+    this.ts = Math.floor(Math.random() * 2 ** 31);
+    this.ssrc = Math.floor(Math.random() * 2 ** 32) >>> 0;
+    this.event = null; // the RFC 4733 event being sent
+    this.digits = [];
+  }
+
+  packet(pt, marker, timestamp, payload) {
+    const p = new Uint8Array(12 + payload.length);
+    const v = new DataView(p.buffer);
+    p[0] = 0x80;
+    p[1] = (marker ? 0x80 : 0) | pt;
+    v.setUint16(2, this.seq);
+    this.seq = (this.seq + 1) & 0xffff;
+    v.setUint32(4, timestamp >>> 0);
+    v.setUint32(8, this.ssrc);
+    p.set(payload, 12);
+    return p.buffer;
+  }
+
+  // The packets of the next 20 ms: the microphone's frame, or an RFC 4733 event's packet
+  // while a digit is being sent (RFC 4733 §2.5: the event replaces the audio).
+  frame(samples) {
+    const out = [];
+    if (this.event === null && this.digits.length) {
+      this.event = { code: EVENT_CODES[this.digits.shift()], start: this.ts, n: 0 };
+    }
+    if (this.event !== null) {
+      const e = this.event;
+      e.n++;
+      const tone = 5; // 100 ms of tone, then the end packet three times (§2.5.1.4)
+      const end = e.n > tone;
+      const duration = Math.min(e.n, tone) * 160;
+      const payload = new Uint8Array([e.code, (end ? 0x80 : 0) | 10, duration >> 8, duration & 0xff]);
+      const repeats = end ? 3 : 1;
+      for (let i = 0; i < repeats; i++) out.push(this.packet(TELEPHONE_EVENT, e.n === 1, e.start, payload));
+      if (end) this.event = null;
+    } else {
+      const payload = new Uint8Array(samples.length);
+      for (let i = 0; i < samples.length; i++) payload[i] = ulawEncode(samples[i]);
+      out.push(this.packet(PCMU, false, this.ts, payload));
+    }
+    this.ts = (this.ts + 160) >>> 0;
+    return out;
+  }
+}
+
+function rtpPayload(buffer) {
+  const p = new Uint8Array(buffer);
+  if (p.length < 12 || (p[0] >> 6) !== 2) return null;
+  let offset = 12 + (p[0] & 0x0f) * 4;
+  if (p[0] & 0x10) {
+    if (p.length < offset + 4) return null;
+    offset += 4 + ((p[offset + 2] << 8) | p[offset + 3]) * 4;
+  }
+  let end = p.length;
+  if (p[0] & 0x20) end -= p[end - 1];
+  if (offset > end) return null;
+  return { pt: p[1] & 0x7f, payload: p.subarray(offset, end) };
+}
+
+// --- the call log's lines -------------------------------------------------------------------
+
+// "2026-11-21T10:15:02.114Z +3.260 kind text" -> {t, kind, text}
+function parseLine(line) {
+  const m = /^(\S+) \+([0-9.]+) (\S+) ?(.*)$/.exec(line);
+  if (!m) return null;
+  return { wall: m[1], t: parseFloat(m[2]), kind: m[3], text: m[4] };
+}
+
+// What a call's picture needs, built from its log lines (and, live, its page events).
+class CallModel {
+  constructor() {
+    this.lines = [];
+    this.pages = [];
+    this.end = 0;
+    this.live = false;
+    this.startedAt = performance.now();
+  }
+
+  add(line) {
+    const l = parseLine(line);
+    if (!l) return null;
+    this.lines.push(l);
+    this.end = Math.max(this.end, l.t);
+    return l;
+  }
+
+  now() {
+    return this.live ? Math.max(this.end, (performance.now() - this.startedAt) / 1000) : this.end;
+  }
+
+  // Spans and marks for the picture.
+  shapes() {
+    const now = this.now();
+    const prompts = [], actions = [], voice = [], timers = [], marks = [], levels = [];
+    const openPrompts = {};
+    let openAction = null, voiceOn = null, running = [];
+    const closeTimers = (t) => {
+      for (const r of running) {
+        const expired = t >= r.expires - 0.0005;
+        timers.push({ name: r.name, from: r.from, to: Math.min(t, r.expires), expires: r.expires, expired });
+      }
+      running = [];
+    };
+    for (const l of this.lines) {
+      const id = (/^#(\d+)/.exec(l.text) || [])[1];
+      switch (l.kind) {
+        case "prompt_start":
+          openPrompts[id] = { from: l.t, text: l.text.replace(/^#\d+ /, "") };
+          break;
+        case "prompt_end":
+        case "prompt_stop":
+          if (openPrompts[id]) {
+            prompts.push({ ...openPrompts[id], to: l.t, stopped: l.kind === "prompt_stop" });
+            delete openPrompts[id];
+          }
+          break;
+        case "action_start":
+          openAction = { from: l.t, text: l.text.replace(/^\[\d+\] /, "") };
+          break;
+        case "action_end":
+          if (openAction) actions.push({ ...openAction, to: l.t, result: l.text });
+          openAction = null;
+          break;
+        case "voice":
+          if (l.text === "on") voiceOn = l.t;
+          else if (voiceOn !== null) { voice.push({ from: voiceOn, to: l.t }); voiceOn = null; }
+          break;
+        case "timers": {
+          // The set running from now: a timer in it with the same start and expiry runs on;
+          // any other one stopped (or expired) now.
+          const next = [];
+          if (l.text !== "none") {
+            for (const part of l.text.split("; ")) {
+              const m = /^(.*) ([0-9.]+)\.\.([0-9.]+)$/.exec(part);
+              if (m) next.push({ name: m[1], from: parseFloat(m[2]), expires: parseFloat(m[3]) });
+            }
+          }
+          const same = (a, b) => a.name === b.name && a.from === b.from && a.expires === b.expires;
+          const stopped = running.filter((r) => !next.some((n) => same(n, r)));
+          const kept = running.filter((r) => next.some((n) => same(n, r)));
+          running = stopped;
+          closeTimers(l.t);
+          running = kept.concat(next.filter((n) => !kept.some((r) => same(n, r))));
+          break;
+        }
+        case "levels": {
+          const n = l.text.length;
+          for (let i = 0; i < n; i++) levels.push({ t: l.t - (n - i) * 0.1, ch: l.text[i] });
+          break;
+        }
+        case "digit":
+          marks.push({ t: l.t, cls: "digit", text: l.text.split(" ")[0] });
+          break;
+        case "speech":
+          marks.push({ t: l.t, cls: "speech", text: l.text });
+          break;
+        case "page_request":
+          marks.push({ t: l.t, cls: "page", text: "page" });
+          break;
+      }
+    }
+    for (const id in openPrompts) prompts.push({ ...openPrompts[id], to: now, open: true });
+    if (openAction) actions.push({ ...openAction, to: now, open: true });
+    if (voiceOn !== null) voice.push({ from: voiceOn, to: now });
+    for (const r of running) timers.push({ name: r.name, from: r.from, to: Math.min(now, r.expires), expires: r.expires, running: true });
+    return { prompts, actions, voice, timers, marks, levels, now };
+  }
+}
+
+// --- drawing ----------------------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+const PX = 60; // pixels a second
+const LEFT = 130;
+const ROWS = { action: 22, prompt: 50, level: 80, voice: 118, digits: 142, timers: 168 };
+
+function el(name, attrs, text) {
+  const e = document.createElementNS(SVG, name);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function draw(model) {
+  const svg = $("picture");
+  const s = model.shapes();
+  const timerNames = [...new Set(s.timers.map((t) => t.name))];
+  const height = ROWS.timers + 22 * Math.max(1, timerNames.length) + 24;
+  const width = LEFT + Math.max(10, Math.ceil(s.now + 1)) * PX + 20;
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.replaceChildren();
+  const x = (t) => LEFT + t * PX;
+  const label = (y, text) => svg.append(el("text", { x: 4, y: y + 12 }, text));
+  for (let sec = 0; sec <= Math.ceil(s.now + 1); sec++) {
+    svg.append(el("line", { class: "grid", x1: x(sec), x2: x(sec), y1: 0, y2: height - 18 }));
+    svg.append(el("text", { x: x(sec) - 3, y: height - 4 }, `${sec}s`));
+  }
+  label(ROWS.action, "actions");
+  label(ROWS.prompt, "prompts");
+  label(ROWS.level, "caller level");
+  label(ROWS.voice, "voice (VAD)");
+  label(ROWS.digits, "digits, speech");
+  label(ROWS.timers, "timers");
+  for (const a of s.actions) {
+    const r = el("rect", { class: "action", x: x(a.from), y: ROWS.action, width: Math.max(2, (a.to - a.from) * PX), height: 18 });
+    r.append(el("title", {}, `${a.text}${a.result ? " → " + a.result : ""}`));
+    svg.append(r, el("text", { x: x(a.from) + 3, y: ROWS.action + 13 }, a.text));
+  }
+  for (const p of s.prompts) {
+    const r = el("rect", { class: "prompt", x: x(p.from), y: ROWS.prompt, width: Math.max(2, (p.to - p.from) * PX), height: 18 });
+    r.append(el("title", {}, `${p.text}${p.stopped ? " (stopped: barge-in)" : ""}`));
+    svg.append(r, el("text", { x: x(p.from) + 3, y: ROWS.prompt + 13 }, p.text.slice(0, Math.max(4, Math.floor((p.to - p.from) * PX / 6)))));
+  }
+  for (const b of s.levels) {
+    const db = -60 + "abcdefghijklmnopqrstu".indexOf(b.ch.toLowerCase()) * 3;
+    const h = Math.max(1, (db + 60) / 60 * 30);
+    const voice = b.ch !== b.ch.toLowerCase();
+    svg.append(el("rect", { class: voice ? "level voice" : "level", x: x(b.t), y: ROWS.level + 30 - h, width: 0.1 * PX - 1, height: h }));
+  }
+  for (const v of s.voice) {
+    svg.append(el("rect", { class: "voice", x: x(v.from), y: ROWS.voice, width: Math.max(2, (v.to - v.from) * PX), height: 14 }));
+  }
+  for (const m of s.marks) {
+    // Page requests sit above the actions they bring; digits and speech on their own row.
+    const cy = m.cls === "page" ? ROWS.action - 5 : ROWS.digits + 7;
+    const r = el("circle", { class: m.cls, cx: x(m.t), cy, r: m.cls === "page" ? 3 : 5 });
+    r.append(el("title", {}, `${m.cls} ${m.text} at ${m.t.toFixed(2)} s`));
+    svg.append(r);
+    if (m.cls !== "page") svg.append(el("text", { x: x(m.t) + 7, y: ROWS.digits + 11 }, m.text));
+  }
+  s.timers.forEach((t) => {
+    const y = ROWS.timers + 22 * timerNames.indexOf(t.name);
+    const cls = "timer" + (t.expired ? " expired" : t.running ? " running" : " stopped");
+    if (t.running) {
+      // Still running: where it will expire, faint.
+      svg.append(el("rect", { class: cls, x: x(t.from), y, width: Math.max(2, (t.expires - t.from) * PX), height: 18, "fill-opacity": 0.35, "stroke-dasharray": "4 3" }));
+    }
+    const ran = el("rect", { class: cls, x: x(t.from), y, width: Math.max(2, (t.to - t.from) * PX), height: 18 });
+    const state = t.expired ? "expired" : t.running ? "running" : "stopped";
+    ran.append(el("title", {}, `${t.name}: ${t.from.toFixed(2)}–${t.expires.toFixed(2)} s (${state})`));
+    const name = t.expired ? `${t.name} expired` : t.name;
+    svg.append(ran, el("text", { x: x(t.from) + 3, y: y + 13 }, name.slice(0, Math.max(3, Math.floor((t.to - t.from) * PX / 6)))));
+  });
+  if (model.live) svg.append(el("line", { class: "now", x1: x(s.now), x2: x(s.now), y1: 0, y2: height - 18 }));
+}
+
+// --- the timeline -------------------------------------------------------------------------------
+
+const SHOWN = new Set(["call_start", "answered", "page_request", "page_response", "action_start", "action_end",
+  "prompt_start", "prompt_end", "prompt_stop", "digit", "speech", "speech_detected", "speech_unrecognised",
+  "speech_failed", "speech_unavailable", "recognition_start", "recognition_stop", "recording_start",
+  "recording_stop", "error", "invalid_response", "caller_hung_up", "hang_up", "call_end", "timers", "voice",
+  "list_end", "aborted", "bridge", "callee_call", "callee_answered", "callee_ended", "refer"]);
+
+function addTimeline(l, app) {
+  if (!SHOWN.has(l.kind)) return;
+  const li = document.createElement("li");
+  li.className = l.kind;
+  li.innerHTML = `<span class="t"></span> <span class="k"></span> <span class="x"></span>`;
+  li.querySelector(".t").textContent = `+${l.t.toFixed(3)}`;
+  li.querySelector(".k").textContent = l.kind;
+  li.querySelector(".x").textContent = l.text;
+  if (l.kind === "recording_stop") {
+    const button = document.createElement("button");
+    button.textContent = "play";
+    button.className = "play";
+    button.onclick = () => playRecording(app, l.text.split(" ")[0], li);
+    li.append(" ", button);
+  }
+  $("timeline").append(li);
+  li.scrollIntoView({ block: "nearest" });
+}
+
+function addPage(p) {
+  const li = document.createElement("li");
+  li.className = "page";
+  const d = document.createElement("details");
+  const s = document.createElement("summary");
+  const outcome = p.ok ? "answered" : `failed (${p.error})`;
+  s.textContent = `+${p.at.toFixed(3)} ${p.method} ${p.url} → ${outcome}${p.status ? " " + p.status : ""} in ${p.ms} ms`;
+  if (!p.ok) s.className = "page-fail";
+  const pretty = (text) => { try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; } };
+  const req = document.createElement("pre");
+  req.textContent = "request:\n" + pretty(p.request);
+  const res = document.createElement("pre");
+  res.textContent = "response:\n" + pretty(p.response);
+  d.append(s, req, res);
+  li.append(d);
+  $("timeline").append(li);
+}
+
+async function playRecording(app, name, li) {
+  const r = await api(`/phone/api/media/${encodeURIComponent(app)}/${name}`);
+  if (!r.ok) { li.append(` (cannot play: ${r.status})`); return; }
+  const audio = document.createElement("audio");
+  audio.controls = true;
+  audio.src = URL.createObjectURL(await r.blob());
+  li.append(audio);
+  audio.play().catch(() => {});
+}
+
+// --- the server ---------------------------------------------------------------------------------
+
+function key() { return localStorage.getItem("callhook-key") || ""; }
+
+function api(path) {
+  const headers = key() ? { Authorization: `Bearer ${key()}` } : {};
+  return fetch(path, { headers });
+}
+
+async function loadApps() {
+  const r = await api("/phone/api/apps");
+  if (r.status === 401) { $("login").hidden = false; setStatus("an API key is needed", "error"); return; }
+  const body = await r.json();
+  const select = $("app");
+  select.replaceChildren(...body.apps.map((n) => new Option(n, n)));
+  $("call").disabled = body.apps.length === 0;
+  $("login").hidden = true;
+  await loadCalls();
+}
+
+async function loadCalls() {
+  const app = $("app").value;
+  if (!app) return;
+  const r = await api(`/phone/api/calls/${encodeURIComponent(app)}`);
+  if (!r.ok) return;
+  const list = $("calls");
+  list.replaceChildren();
+  for (const c of (await r.json()).calls) {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.textContent = `${new Date(c.modified * 1000).toLocaleTimeString()} ${c.id.slice(0, 8)}`;
+    a.onclick = () => showPast(app, c.id);
+    li.append(a);
+    list.append(li);
+  }
+}
+
+async function showPast(app, id) {
+  if (phone) return;
+  const r = await api(`/phone/api/calls/${encodeURIComponent(app)}/${encodeURIComponent(id)}`);
+  if (!r.ok) return;
+  const model = new CallModel();
+  $("timeline").replaceChildren();
+  for (const line of (await r.text()).split("\n")) {
+    const l = model.add(line);
+    if (l) addTimeline(l, app);
+  }
+  $("view-title").textContent = `Call ${id} (from its call log)`;
+  draw(model);
+}
+
+function setStatus(text, state) {
+  $("status").textContent = text;
+  $("status").dataset.state = state;
+}
+
+// --- a call ---------------------------------------------------------------------------------------
+
+let phone = null;
+
+class Phone {
+  constructor(app) {
+    this.app = app;
+    this.model = new CallModel();
+    this.model.live = true;
+    this.sender = new RtpSender();
+    this.frames = 0;
+  }
+
+  async start() {
+    setStatus("starting the microphone", "ringing");
+    this.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
+    });
+    this.ctx = new AudioContext({ sampleRate: 8000, latencyHint: "interactive" });
+    await this.ctx.audioWorklet.addModule("/phone/assets/worklet.js");
+    this.node = new AudioWorkletNode(this.ctx, "phone", { numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1] });
+    this.ctx.createMediaStreamSource(this.stream).connect(this.node);
+    this.node.connect(this.ctx.destination);
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    this.ws = new WebSocket(`${scheme}://${location.host}/phone/call`);
+    this.ws.binaryType = "arraybuffer";
+    this.ws.onopen = () => {
+      this.ws.send(JSON.stringify({ type: "start", app: this.app, key: key() }));
+      setStatus("calling", "ringing");
+    };
+    this.ws.onmessage = (e) => this.received(e.data);
+    this.ws.onclose = () => this.stop();
+    this.node.port.onmessage = (e) => this.captured(e.data);
+    $("timeline").replaceChildren();
+    $("view-title").textContent = `Call to ${this.app} (live)`;
+    this.timer = setInterval(() => draw(this.model), 250);
+  }
+
+  captured(samples) {
+    this.frames++;
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN || !this.started) return;
+    for (const p of this.sender.frame(samples)) this.ws.send(p);
+  }
+
+  received(data) {
+    if (typeof data !== "string") {
+      const rtp = rtpPayload(data);
+      if (rtp && rtp.pt === PCMU) {
+        const out = new Float32Array(rtp.payload.length);
+        for (let i = 0; i < out.length; i++) out[i] = ULAW_DECODE[rtp.payload[i]];
+        this.node.port.postMessage(out, [out.buffer]);
+      }
+      return;
+    }
+    const m = JSON.parse(data);
+    if (m.type === "started") {
+      this.started = true;
+      this.callId = m.call_id;
+      this.model.startedAt = performance.now();
+      document.body.dataset.call = m.call_id;
+    } else if (m.type === "answered") {
+      setStatus("in call", "up");
+    } else if (m.type === "log") {
+      const l = this.model.add(m.line);
+      if (l) addTimeline(l, this.app);
+    } else if (m.type === "page") {
+      addPage(m);
+    } else if (m.type === "ended") {
+      setStatus(m.by === "callhook" ? "the application hung up" : "hung up", "idle");
+    } else if (m.type === "error") {
+      setStatus(m.message, "error");
+    }
+  }
+
+  press(digit) {
+    if (digit in EVENT_CODES) this.sender.digits.push(digit);
+  }
+
+  hangUp() {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ type: "hangup" }));
+    setTimeout(() => this.stop(), 1000); // the last log lines come first
+  }
+
+  stop() {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearInterval(this.timer);
+    this.model.live = false;
+    draw(this.model);
+    if (this.ws) this.ws.close();
+    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    if (this.ctx) this.ctx.close();
+    document.body.dataset.ended = this.callId || "yes";
+    if ($("status").dataset.state !== "error") setStatus("idle", "idle");
+    phone = null;
+    $("call").disabled = false;
+    $("hangup").disabled = true;
+    loadCalls();
+  }
+}
+
+$("call").onclick = async () => {
+  if (phone) return;
+  phone = new Phone($("app").value);
+  $("call").disabled = true;
+  $("hangup").disabled = false;
+  delete document.body.dataset.ended;
+  try {
+    await phone.start();
+  } catch (e) {
+    setStatus(`cannot call: ${e.message || e}`, "error");
+    phone.stop();
+  }
+};
+$("hangup").onclick = () => phone && phone.hangUp();
+for (const b of document.querySelectorAll("#keypad button")) b.onclick = () => phone && phone.press(b.dataset.digit);
+document.addEventListener("keydown", (e) => {
+  if (phone && e.key in EVENT_CODES && e.target.tagName !== "INPUT") phone.press(e.key);
+});
+$("app").onchange = loadCalls;
+$("login").onsubmit = (e) => {
+  e.preventDefault();
+  localStorage.setItem("callhook-key", $("key").value.trim());
+  loadApps();
+};
+loadApps();

@@ -1,0 +1,109 @@
+"""Who may use the web phone (docs/webphone.md): its routes are the REST API's business.
+
+Every socket of the test suite is on loopback, where the web phone needs no key; these
+tests give the handlers requests from elsewhere (aiohttp's mocked requests, with a
+remote address of TEST-NET-1), which no real socket here can make.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+from aiohttp.web import Request
+
+from callhook.adapters.api import ApiError, KeyRing
+from callhook.adapters.webphone import WebPhone, _loopback
+from callhook.config import AppConfig
+
+SALES_KEY = "k" * 32
+SUPPORT_KEY = "s" * 32
+
+
+class Bans:
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str]] = []
+
+    def bans(self) -> list[dict[str, Any]]:
+        return []
+
+    def lift_ban(self, address: str) -> bool:
+        return False
+
+    def banned(self, address: str) -> bool:
+        return address == "192.0.2.99"
+
+    def auth_failed(self, address: str, what: str) -> None:
+        self.failed.append((address, what))
+
+
+def phone(bans: Bans) -> WebPhone:
+    apps = {
+        name: AppConfig(name=name, first_page=f"http://127.0.0.1:1/{name}", secret="x" * 32)
+        for name in ("sales", "support")
+    }
+    keys = KeyRing({SALES_KEY: "sales", SUPPORT_KEY: "support"})
+    # Only the access checks run here: no call is made, so no services are needed.
+    return WebPhone(cast(Any, None), lambda: None, cast(Any, None), keys, lambda: apps, bans)
+
+
+def request(path: str, remote: str, key: str | None = None) -> Request:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return make_mocked_request("GET", path, headers=headers).clone(remote=remote)
+
+
+async def apps_seen(p: WebPhone, remote: str, key: str | None = None) -> list[str]:
+    response = await p.list_apps(request("/phone/api/apps", remote, key))
+    body = json.loads(cast(Any, response).body)
+    return cast(list[str], body["apps"])
+
+
+@pytest.mark.parametrize("remote", ["127.0.0.1", "127.0.0.2", "::1"])
+async def test_loopback_sees_every_application_without_a_key(remote: str) -> None:
+    assert await apps_seen(phone(Bans()), remote) == ["sales", "support"]
+
+
+async def test_elsewhere_needs_a_key_and_sees_only_its_application() -> None:
+    bans = Bans()
+    p = phone(bans)
+    with pytest.raises(ApiError) as no_key:
+        await apps_seen(p, "192.0.2.7")
+    assert no_key.value.status == 401
+    assert await apps_seen(p, "192.0.2.7", SALES_KEY) == ["sales"]
+    assert bans.failed == []  # no key at all is not a wrong key
+
+
+async def test_a_wrong_key_is_refused_and_counts_towards_a_ban() -> None:
+    bans = Bans()
+    p = phone(bans)
+    with pytest.raises(ApiError) as wrong:
+        await apps_seen(p, "192.0.2.7", "w" * 32)
+    assert wrong.value.status == 401
+    assert bans.failed == [("192.0.2.7", "web phone authentication")]
+
+
+async def test_another_applications_calls_and_recordings_do_not_exist() -> None:
+    p = phone(Bans())
+    for path, handler in (
+        ("/phone/api/calls/support", p.past_calls),
+        ("/phone/api/media/support/recordings/a.wav", p.media_file),
+    ):
+        req = request(path, "192.0.2.7", SALES_KEY)
+        info = {"app": "support", "name": "recordings/a.wav"}
+        req.match_info.update(info)
+        with pytest.raises(ApiError) as other:
+            await handler(req)
+        assert other.value.status == 404, path
+
+
+async def test_a_banned_source_is_refused_before_its_key_is_looked_at() -> None:
+    with pytest.raises(ApiError) as banned:
+        await phone(Bans()).list_apps(request("/phone/api/apps", "192.0.2.99", SALES_KEY))
+    assert banned.value.status == 403
+
+
+def test_loopback_addresses() -> None:
+    assert _loopback("127.0.0.1") and _loopback("127.9.9.9") and _loopback("::1")
+    assert not _loopback("192.0.2.7") and not _loopback(None) and not _loopback("nonsense")
