@@ -234,7 +234,9 @@ async def _start_web(
     api = Api(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
-    sip.phone = WebPhone(services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip)
+    sip.phone = WebPhone(
+        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
+    )
     return await services.start_web(
         host,
         port,

@@ -74,7 +74,7 @@ class Dialling:
     def _dead(self, call_id: str) -> None:
         raise NotImplementedError
 
-    def _attach_far_legs(self, call: SipCall) -> None:
+    def attach_far_legs(self, call: SipCall) -> None:
         raise NotImplementedError
 
     async def dial(
@@ -135,7 +135,7 @@ class Dialling:
         )
         call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), srtp=srtp)
         call.answered = self.loop.create_future()
-        self._attach_far_legs(call)  # its application may connect it onwards
+        self.attach_far_legs(call)  # its application may connect it onwards
         self.calls[call_id] = call
         try:
             if placed is not None:

@@ -431,12 +431,12 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         )
         call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
         call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
-        self._attach_far_legs(call)
+        self.attach_far_legs(call)
         self.calls[call_id] = call
         agent.ring(call_id, now)
         call.task = self.loop.create_task(self._run(call, sock))
 
-    def _attach_far_legs(self, call: SipCall) -> None:
+    def attach_far_legs(self, call: SipCall) -> None:
         """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
         through this service."""
         call.leg.far = CallFarLegs(self, call)

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import WSMsgType, web
 
@@ -44,6 +44,7 @@ from callhook.adapters.api import LOGS, ApiError, KeyRing
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
+from callhook.adapters.sipcall import CallMedia, SipCall
 from callhook.adapters.web import Bans
 from callhook.app import Services
 from callhook.config import AppConfig
@@ -140,6 +141,13 @@ class _WatchedPages:
         return answer
 
 
+class FarLegService(Protocol):
+    """What places a call's far legs (a ``connect``: the SIP service)."""
+
+    def attach_far_legs(self, call: SipCall) -> None: ...
+    def drop_all_callees(self, call: SipCall) -> None: ...
+
+
 class WebPhone:
     """The web phone's routes and its calls (see the module docstring)."""
 
@@ -151,8 +159,13 @@ class WebPhone:
         keys: KeyRing,
         apps: Callable[[], dict[str, AppConfig]],
         bans: Bans | None = None,
+        far_legs: FarLegService | None = None,
     ) -> None:
+        """``far_legs``: a ``connect`` on a web phone call puts it through to SIP callees
+        there (None: it cannot); ``transfer`` cannot REFER a WebSocket, so it gets 501 and
+        its ``fallback_connect`` runs."""
         self.services = services
+        self.far_legs = far_legs
         self._media = media
         self.prompts = prompts
         self.keys = keys
@@ -357,6 +370,10 @@ class WebPhone:
         holder.append(runner.log.since)
         outbox.event("started", call_id=call_id, app=app.name, log=runner.log_filename)
         key = media.attach(session, outbox.audio, leg.wake)
+        call = SipCall(call_id, app, leg, CallMedia(session, key, 0))
+        if self.far_legs is not None:
+            self.far_legs.attach_far_legs(call)
+            leg.referrer = None  # no SIP dialog to send a REFER in
         self.calls[call_id] = leg
         levels = asyncio.get_running_loop().create_task(self._levels(session, runner.log.write))
         listener = asyncio.get_running_loop().create_task(self._listen(ws, media, key, source))
@@ -373,6 +390,8 @@ class WebPhone:
             listener.cancel()
             self._flush_levels(session, runner.log.write)
             leg.finish()
+            if self.far_legs is not None:
+                self.far_legs.drop_all_callees(call)
             media.close(key)
             self.calls.pop(call_id, None)
 

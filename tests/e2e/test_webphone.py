@@ -15,7 +15,6 @@ import asyncio
 import os
 import time
 import wave
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.e2e.browser import browser, count, wait
 from tests.e2e.harness import Server
 
 SPEECH = Path(__file__).parent.parent / "data" / "speech"
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = Path(os.environ.get("CALLHOOK_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts"))
 
 #: The page's colours (callhook/web/phone.css), as the screenshot has them.
@@ -50,53 +48,6 @@ def fake_microphone(path: Path) -> Path:
         out.setframerate(rate)
         out.writeframes(np.concatenate([audio, np.zeros(3 * rate, np.int16)]).tobytes())
     return path
-
-
-def browser(microphone: Path, profile: Path) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for tool in (CHROMIUM, CHROMEDRIVER):
-        if not Path(tool).exists():
-            pytest.fail(
-                f"{tool} is missing: scripts/setup --test installs chromium, chromium-driver"
-            )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        # Without these Chromium keeps trying hosts this machine cannot reach.
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-ui-for-media-stream",  # the microphone is allowed without asking
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={microphone}",
-        "--autoplay-policy=no-user-gesture-required",
-        "--window-size=1400,1000",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-
-
-def wait(what: str, condition: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll ``condition`` until it is truthy (a deadline, then a failure naming ``what``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
-
-
-def count(driver: Any, selector: str) -> int:
-    return int(driver.execute_script(f"return document.querySelectorAll('{selector}').length"))
 
 
 def call_the_demo(base: str, microphone: Path, profile: Path, shot: Path) -> dict[str, Any]:
