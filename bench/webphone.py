@@ -53,8 +53,15 @@ class Tap extends AudioWorkletProcessor {
   constructor() { super(); this.frame = 0; }
   process(inputs) {
     // Per input: its peak, and the first sample at least half of it (for sub-quantum onsets).
-    const peak = (x) => { let m = 0; if (x) for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i])); return m; };
-    const first = (x, m) => { if (x) for (let i = 0; i < x.length; i++) if (Math.abs(x[i]) >= m / 2) return i; return 0; };
+    const peak = (x) => {
+      let m = 0;
+      if (x) for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i]));
+      return m;
+    };
+    const first = (x, m) => {
+      if (x) for (let i = 0; i < x.length; i++) if (Math.abs(x[i]) >= m / 2) return i;
+      return 0;
+    };
     const mic = inputs[0][0], ear = inputs[1][0];
     const pm = peak(mic), pe = peak(ear);
     this.port.postMessage([this.frame, pm, pe, first(mic, pm), first(ear, pe)]);
@@ -202,7 +209,8 @@ def first_prompt(checkout: Path, http_port: int) -> None:
             driver.get(f"{base}/phone")
             wait("the demo listed", lambda: "demo" in driver.find_element(By.ID, "app").text, 120)
             driver.find_element(By.ID, "call").click()
-            wait("the call started", lambda: driver.execute_script("return !!(phone && phone.node)"))
+            is_up = "return !!(phone && phone.node)"
+            wait("the call started", lambda: driver.execute_script(is_up))
             driver.execute_async_script(INSTALL, TAP)
             heard = wait("the first prompt heard", lambda: driver.execute_script(
                 "return (window.tapped || []).some((r) => r[2] > 0.02)"), 120)  # fmt: skip

@@ -56,5 +56,3 @@ def wait(what: str, condition: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 def count(driver: Any, selector: str) -> int:
     return int(driver.execute_script(f"return document.querySelectorAll('{selector}').length"))
-
-
