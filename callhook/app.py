@@ -177,6 +177,7 @@ class Services:
         trunks: web_adapter.TrunkStates | None = None,
         bans: web_adapter.Bans | None = None,
         phone: web_adapter.Routes | None = None,
+        call_log: web_adapter.CallLogOf | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API, web phone); returns
         its base URL."""
@@ -188,6 +189,7 @@ class Services:
             trunks=trunks,
             bans=bans,
             phone=phone,
+            call_log=call_log,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
@@ -269,11 +271,21 @@ class Services:
         )
 
     async def run_call(
-        self, app: AppConfig, leg: Leg, listeners: list[Listener] | None = None
+        self,
+        app: AppConfig,
+        leg: Leg,
+        listeners: list[Listener] | None = None,
+        *,
+        pages: Pages | None = None,
+        started: Callable[[CallRunner], object] | None = None,
     ) -> CallSummary:
-        """Run ``app`` on ``leg`` until the call ends."""
+        """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
+        ``started`` is told the call's runner before it runs: its log, its instance id)."""
         self.metrics.call_started()
-        summary = await self.runner(app, leg, listeners).run()
+        runner = self.runner(app, leg, listeners, pages=pages)
+        if started is not None:
+            started(runner)
+        summary = await runner.run()
         self.metrics.call_ended(summary)
         return summary
 

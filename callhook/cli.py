@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -153,10 +154,31 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """Run call flows against applications (callhook/tester.py)."""
+    from callhook.config import Serve
     from callhook.tester import test_command
 
     junit = Path(args.junit) if args.junit else None
-    return run_loop(test_command([Path(f) for f in args.flows], _settings(args), junit))
+    settings = _settings(args)
+    serve = None
+    if args.sip:
+        http_host, http_port = _host_port(
+            args.http or f"{settings.http_host}:{settings.http_port}", 8080
+        )
+        where = f"[{http_host}]" if ":" in http_host else http_host
+        secret = os.environ.get("CALLHOOK_SECRET", "")
+        path = settings.data_dir / "secret"
+        if not secret and path.exists():
+            secret = path.read_text().strip()
+        if not secret:
+            print(
+                "callhook test --sip: serve's call logs are read with its installation"
+                f" secret: {path} does not exist (--data-dir: serve's; or CALLHOOK_SECRET)",
+                file=sys.stderr,
+            )
+            return 2
+        serve = Serve(_host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
+    flows = [Path(f) for f in args.flows]
+    return run_loop(test_command(flows, settings, junit, serve=serve))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -246,6 +268,7 @@ async def _start_web(
         trunks=sip.trunk_status,
         bans=sip,
         phone=sip.phone,
+        call_log=sip.call_log,
     )
 
 
@@ -515,8 +538,18 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("test", help="run call flows (FLOW.yaml) against applications, for CI")
     t.add_argument("flows", nargs="+", help="flow files (YAML): docs/testing.md")
     t.add_argument("--junit", help="also write the outcomes as JUnit XML to this file")
-    t.add_argument("--data-dir", help="where recordings and logs go (default ./data)")
+    t.add_argument(
+        "--data-dir",
+        help="where recordings and logs go (default ./data); with --sip, serve's: its"
+        " installation secret reads the calls' logs",
+    )
     t.add_argument("--config", help="TOML config file (speech engines, page timeout)")
+    t.add_argument(
+        "--sip",
+        metavar="HOST:PORT",
+        help="call a running serve there over real SIP and RTP instead of running in-process",
+    )
+    t.add_argument("--http", help="with --sip: serve's web server, HOST:PORT (default 8080)")
     _speech_flags(t)
     t.set_defaults(func=cmd_test)
 

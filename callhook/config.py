@@ -259,6 +259,17 @@ class Settings:
         return app
 
 
+@dataclass(frozen=True)
+class Serve:
+    """A running ``callhook serve`` to call over SIP (``callhook test --sip HOST:PORT``): its
+    SIP address, its web server's base URL and its installation secret (which reads its
+    calls' logs)."""
+
+    sip: tuple[str, int]
+    http: str
+    secret: str = field(repr=False)
+
+
 def data_secret(data_dir: Path) -> str:
     """The installation's own secret (created on first use), for apps configured without one."""
     path = data_dir / "secret"

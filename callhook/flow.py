@@ -5,6 +5,7 @@ A flow file is YAML (JSON is YAML too)::
     name: PIN entry                      # optional: the file's name
     app: http://127.0.0.1:5000/start     # the first page, or "demo" (the built-in demo)
     secret: s3cret                       # the application's secret (a URL app)
+    to: support                          # with --sip HOST:PORT: the user called (flow)
     final_page: http://127.0.0.1:5000/final     # optional, as is error_page
     timeout: 300                         # seconds of call time the whole flow may take
     steps:
@@ -153,6 +154,8 @@ class Flow(BaseModel):
     final_page: str | None = None
     application_parameters: str = ""
     call_from: str = "sip:flow@127.0.0.1"
+    #: The user called with ``--sip HOST:PORT`` (serve's routing picks the application).
+    to: Annotated[str, Field(pattern=r"^[A-Za-z0-9\-_.!~*'()&=+$,;?/]{1,64}$")] = "flow"
     timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     steps: list[Step] = Field(default_factory=list)
     #: The flow file's folder (``play`` files are found there).

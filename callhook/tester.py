@@ -20,7 +20,7 @@ from typing import TextIO
 
 from callhook.adapters.flowcaller import FlowResult, run_flow
 from callhook.app import Services
-from callhook.config import AppConfig, Settings
+from callhook.config import AppConfig, Serve, Settings
 from callhook.events import StartRecording
 from callhook.flow import Flow, FlowError, load_flow
 from callhook.redact import redact
@@ -65,18 +65,38 @@ def _silence(services: Services, app: AppConfig) -> Callable[[StartRecording, fl
     return save
 
 
-async def run_files(paths: Sequence[Path], settings: Settings, out: TextIO) -> list[Outcome]:
-    """Run every flow file, reporting each on ``out`` as it ends."""
+async def run_files(
+    paths: Sequence[Path], settings: Settings, out: TextIO, serve: Serve | None = None
+) -> list[Outcome]:
+    """Run every flow file, reporting each on ``out`` as it ends (in this process, or as
+    real SIP calls to ``serve``)."""
     services = Services(settings)
     outcomes: list[Outcome] = []
+    sip = None
     try:
-        await services.start_web("127.0.0.1", 0)  # the demo application's pages
+        if serve is None:
+            await services.start_web("127.0.0.1", 0)  # the demo application's pages
+        else:
+            from callhook.adapters.sip import SipService
+
+            loopback = serve.sip[0].startswith("127.") or serve.sip[0] in ("::1", "localhost")
+            sip = SipService(
+                services, "127.0.0.1" if loopback else "0.0.0.0", 0, rtp_ports=settings.rtp_ports
+            )
+            await sip.start()
         for path in paths:
             try:
                 flow = load_flow(path)
             except FlowError as exc:
                 outcomes.append(Outcome(path, error=str(exc)))
                 out.write(f"ERROR {path}: {exc}\n")
+                continue
+            if serve is not None:
+                from callhook.adapters.sipflow import run_sip_flow
+
+                result = await run_sip_flow(flow, sip, services, serve)
+                outcomes.append(Outcome(path, result))
+                _report(path, result, out, via=f"sip:{flow.to}@{serve.sip[0]}:{serve.sip[1]}")
                 continue
             app = _app(flow, services)
             result = await run_flow(
@@ -94,13 +114,15 @@ async def run_files(paths: Sequence[Path], settings: Settings, out: TextIO) -> l
             outcomes.append(Outcome(path, result))
             _report(path, result, out)
     finally:
+        if sip is not None:
+            await sip.shutdown(0)
         await services.close()
     return outcomes
 
 
-def _report(path: Path, result: FlowResult, out: TextIO) -> None:
+def _report(path: Path, result: FlowResult, out: TextIO, via: str | None = None) -> None:
     steps = len(result.flow.steps)
-    where = f"{path} ({result.flow.name}: {redact(result.flow.app)})"
+    where = f"{path} ({result.flow.name}: {via or redact(result.flow.app)})"
     timing = f"{result.call_seconds:.1f} s of call, {result.wall_seconds:.1f} s"
     if result.passed:
         out.write(f"PASS {where}: {steps} steps, call {result.cause}; {timing}\n")
@@ -145,10 +167,14 @@ def junit(outcomes: Sequence[Outcome]) -> bytes:
 
 
 async def test_command(
-    paths: Sequence[Path], settings: Settings, junit_file: Path | None, out: TextIO = sys.stdout
+    paths: Sequence[Path],
+    settings: Settings,
+    junit_file: Path | None,
+    out: TextIO = sys.stdout,
+    serve: Serve | None = None,
 ) -> int:
     """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable)."""
-    outcomes = await run_files(paths, settings, out)
+    outcomes = await run_files(paths, settings, out, serve)
     if junit_file is not None:
         junit_file.write_bytes(junit(outcomes))
     passed = sum(o.passed for o in outcomes)

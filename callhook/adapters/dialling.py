@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from callhook.adapters.leg import SipLeg
@@ -87,12 +87,16 @@ class Dialling:
         ring_timeout: float = 60.0,
         placed: Callable[[str], object] | None = None,
         route: Route | None = None,
+        script: Callable[[SipLeg], Awaitable[CallSummary]] | None = None,
     ) -> CallSummary:
         """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
 
         ``route`` (from :meth:`Trunks.route`) sends it through a trunk: its request-URI,
         proxy, credentials and caller id replace ``target``, ``credentials`` and
         ``from_user``. ``placed`` is called with the call's id as soon as the INVITE is out.
+        ``script`` runs on the answered call instead of ``app`` (``callhook test --sip``:
+        the caller's side of a flow); ``app`` still names it and gets an unanswered call's
+        final page.
         """
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
@@ -133,7 +137,9 @@ class Dialling:
             journal=self.services.journal,
             max_recording_bytes=self.services.settings.max_recording_bytes,
         )
-        call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), srtp=srtp)
+        call = SipCall(
+            call_id, app, leg, CallMedia(session, port, session_id), srtp=srtp, script=script
+        )
         call.answered = self.loop.create_future()
         self.attach_far_legs(call)  # its application may connect it onwards
         self.calls[call_id] = call

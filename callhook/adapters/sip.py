@@ -26,6 +26,7 @@ import asyncio
 import logging
 import random
 import socket
+from collections import OrderedDict
 
 from callhook.adapters.connecting import CallFarLegs, Connecting
 from callhook.adapters.connections import Connections
@@ -47,7 +48,7 @@ from callhook.adapters.trunks import Trunks
 from callhook.adapters.users import Users
 from callhook.adapters.webphone import WebPhone
 from callhook.app import Services
-from callhook.call import CallSummary
+from callhook.call import CallRunner, CallSummary
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
@@ -72,6 +73,9 @@ from callhook.sip.transport import Target, Transport
 from callhook.tls import client_context, server_context
 
 logger = logging.getLogger("callhook.sip")
+
+#: Recent calls whose logs ``GET /api/calls/{call_id}/log`` finds by Call-ID.
+RECENT_LOGS = 1000
 
 
 class _SipProtocol(asyncio.DatagramProtocol):
@@ -141,6 +145,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.finished: list[CallSummary] = []
+        #: The call log of each recent call, by Call-ID: (application, instance id), the
+        #: last RECENT_LOGS calls (``GET /api/calls/{call_id}/log``: callhook test --sip).
+        self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._dials: set[asyncio.Task[CallSummary]] = set()
         self.far_legs: dict[str, FarLeg] = {}
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
@@ -446,7 +453,17 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         assert self.media is not None
         try:
             await self.media.open(call.media.session, sock, call.media.port, call.leg.wake)
-            summary = await self.services.run_call(call.app, call.leg)
+            if call.script is not None:
+                summary = await call.script(call.leg)
+            else:
+
+                def started(runner: CallRunner) -> None:
+                    call.instance_id = runner.instance_id
+                    self.recent_logs[call.call_id] = (call.app.name, runner.instance_id)
+                    while len(self.recent_logs) > RECENT_LOGS:
+                        self.recent_logs.popitem(last=False)
+
+                summary = await self.services.run_call(call.app, call.leg, started=started)
             self.finished.append(summary)
             return summary
         finally:
@@ -536,6 +553,17 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             if all(r.state == "unregistered" for r in registrations):
                 break
             await asyncio.sleep(0.05)
+
+    def call_log(self, call_id: str) -> bytes | None:
+        """The call log so far of a recent call (None: no such call, or no log yet)."""
+        found = self.recent_logs.get(call_id)
+        if found is None:
+            return None
+        app, instance = found
+        try:
+            return self.services.store.path(app, f"logs/{instance}.log").read_bytes()
+        except OSError:
+            return None
 
     async def shutdown(self, grace: float = 30.0) -> None:
         """Stop taking calls (503), let running calls finish for ``grace`` s, then end them;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ class SipCall:
     #: Far legs of its connect that callhook hung up because another won (Aculab's
     #: ``dropped_calls``, for the winner's ``secondary_call.final_page``).
     dropped_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: The application instance running on it (its call log), once it runs.
+    instance_id: str | None = None
+    #: What runs on the call instead of its application (``callhook test --sip``'s caller).
+    script: Callable[[SipLeg], Awaitable[CallSummary]] | None = None
 
 
 def media_session(

@@ -8,6 +8,7 @@ JSON shape (:func:`callhook.adapters.api.errors`).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,8 @@ Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 #: The server's counters (``GET /api/stats``).
 Stats = Callable[[], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: A recent call's log so far, by its SIP Call-ID (``GET /api/calls/{call_id}/log``).
+CallLogOf = Callable[[str], bytes | None]
 #: The trunks' states (``GET /api/trunks``).
 TrunkStates = Callable[[], list[dict[str, Any]]]
 
@@ -93,11 +96,13 @@ def application(
     trunks: TrunkStates | None = None,
     bans: Bans | None = None,
     phone: Routes | None = None,
+    call_log: CallLogOf | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
     ``POST /api/calls`` places an outbound call; ``GET /api/stats`` gives the
-    server's counters; ``GET /api/trunks`` each trunk's state. They need
+    server's counters; ``GET /api/trunks`` each trunk's state; ``GET
+    /api/calls/{call_id}/log`` a recent call's log by its SIP Call-ID. They need
     ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     """
@@ -165,6 +170,16 @@ def application(
         return web.json_response(answer, status=status)
 
     app.router.add_post("/api/calls", calls)
+
+    async def log_of_call(request: web.Request) -> web.Response:
+        authorise(request)
+        call_id = request.match_info["call_id"]
+        text = await asyncio.to_thread(call_log, call_id) if call_log is not None else None
+        if text is None:
+            raise ApiError(404, "not_found", "no recent call with that Call-ID (or no log yet)")
+        return web.Response(body=text, content_type="text/plain", charset="utf-8")
+
+    app.router.add_get("/api/calls/{call_id}/log", log_of_call)
 
     async def index(request: web.Request) -> web.Response:
         base = f"{request.scheme}://{request.host}"

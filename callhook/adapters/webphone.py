@@ -47,6 +47,7 @@ from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.sipcall import CallMedia, SipCall
 from callhook.adapters.web import Bans
 from callhook.app import Services
+from callhook.call import CallRunner
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.meter import LevelMeter
@@ -363,22 +364,35 @@ class WebPhone:
             lambda: holder[0](clock.now()) if holder else 0.0,
         )
 
-        def line(kind: str, text: str) -> None:
-            outbox.event("log", line=runner.log.lines[-1] if runner.log.lines else "")
-
-        runner = services.runner(app, leg, [line], pages=pages)
-        holder.append(runner.log.since)
-        outbox.event("started", call_id=call_id, app=app.name, log=runner.log_filename)
         key = media.attach(session, outbox.audio, leg.wake)
         call = SipCall(call_id, app, leg, CallMedia(session, key, 0))
         if self.far_legs is not None:
             self.far_legs.attach_far_legs(call)
             leg.referrer = None  # no SIP dialog to send a REFER in
         self.calls[call_id] = leg
-        levels = asyncio.get_running_loop().create_task(self._levels(session, runner.log.write))
-        listener = asyncio.get_running_loop().create_task(self._listen(ws, media, key, source))
+        runners: list[CallRunner] = []
+        levels: asyncio.Task[None] | None = None
+
+        def started(runner: CallRunner) -> None:
+            nonlocal levels
+            runners.append(runner)
+            call.instance_id = runner.instance_id
+            holder.append(runner.log.since)
+            outbox.event("started", call_id=call_id, app=app.name, log=runner.log_filename)
+            levels = loop.create_task(self._levels(session, runner.log.write))
+
+        def line(kind: str, text: str) -> None:
+            lines = runners[0].log.lines if runners else []
+            outbox.event("log", line=lines[-1] if lines else "")
+            if kind == "call_end" and runners:  # the last levels, while the log is open
+                self._flush_levels(session, runners[0].log.write)
+
+        loop = asyncio.get_running_loop()
+        listener = loop.create_task(self._listen(ws, media, key, source))
         try:
-            task = asyncio.get_running_loop().create_task(runner.run())
+            task = loop.create_task(
+                services.run_call(app, leg, [line], pages=pages, started=started)
+            )
             done, _ = await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
             if listener in done and not task.done():
                 leg.far_end_ended(CallEnded("hung_up", "BYE"))  # the page hung up or went away
@@ -386,9 +400,9 @@ class WebPhone:
             if not ended:
                 outbox.event("ended", by="caller")
         finally:
-            levels.cancel()
             listener.cancel()
-            self._flush_levels(session, runner.log.write)
+            if levels is not None:
+                levels.cancel()
             leg.finish()
             if self.far_legs is not None:
                 self.far_legs.drop_all_callees(call)

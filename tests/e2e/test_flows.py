@@ -2,7 +2,9 @@
 action, and the demo) against the example application (written with callhook.sdk) served
 on its own port, with the real speech engines; JUnit XML; a wrong expectation fails. And
 the framework examples (aiohttp, Flask, FastAPI): each serves the PIN entry, the speech
-menu and the voicemail of examples/voiceapp and passes their flows."""
+menu and the voicemail of examples/voiceapp and passes their flows. The example flows and
+the framework apps' flows also run through a real serve, over SIP and RTP
+(``callhook test --sip``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.harness import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -113,41 +117,109 @@ def test_a_wrong_expectation_fails_with_a_clear_message(app_port: int, tmp_path:
     assert f"ERROR {broken}: steps[0] (press)" in result.stdout
 
 
-@pytest.mark.parametrize("framework", ["aiohttp", "flask", "fastapi"])
-def test_each_framework_example_passes_its_flows(framework: str, tmp_path: Path) -> None:
+# --- the same flows through a real serve, over SIP and RTP (callhook test --sip) -------------
+
+
+def _serve_config(tmp_path: Path, actions_port: int, voice_port: int) -> Path:
+    """examples/serve.toml with the examples' ports of this test."""
+    text = (EXAMPLES / "serve.toml").read_text()
+    text = text.replace("127.0.0.1:5000/", f"127.0.0.1:{actions_port}/")
+    text = text.replace("127.0.0.1:5001/", f"127.0.0.1:{voice_port}/")
+    path = tmp_path / "serve.toml"
+    path.write_text(text)
+    return path
+
+
+async def _test_sip(server: Server, *flows: str) -> tuple[int, str]:
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec(
+        *CALLHOOK, "test", "--sip", f"127.0.0.1:{server.sip_port}",
+        "--http", f"127.0.0.1:{server.http_port}", "--data-dir", str(server.data_dir), *flows,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_the_example_flows_pass_through_a_real_serve_over_sip(
+    app_port: int, tmp_path: Path
+) -> None:
+    """Each flow is a real SIP call from callhook test's own user agent to serve: digits
+    as RFC 4733, speech as TTS audio over RTP heard by serve's VAD and Whisper; the
+    expectations are judged from serve's own call log."""
+    flows = sorted(str(p.relative_to(ROOT)) for p in (EXAMPLES / "flows").glob("*.yaml"))
+    config = _serve_config(tmp_path, app_port, _free_port())
+    async with Server(tmp_path / "data", extra=("--config", str(config))) as server:
+        status, out = await _test_sip(server, *flows)
+        assert status == 0, out + server.output[-3000:]
+        assert out.count("PASS ") == len(flows), out
+        assert f"sip:get_input@127.0.0.1:{server.sip_port}" in out
+        # A deliberately wrong expectation: exit 1, the step, and what serve's log had.
+        wrong = tmp_path / "wrong.yaml"
+        wrong.write_text(
+            "to: get_number\nsteps:\n - hear: Enter your four digit PIN\n - press: '1234'\n"
+            " - request: {page: /done, result: {entered_number: '4321'}}\n"
+        )
+        status, out = await _test_sip(server, str(wrong))
+    assert status == 1, out
+    first = out.splitlines()[0]
+    assert first.startswith(f"FAIL {wrong}"), out
+    assert "step 3 (request {page: '/done', result: {'entered_number': '4321'}})" in first
+    assert "'entered_number': '1234'" in first  # what the application received instead
+    assert "digit 1" in out  # serve's call log, shown under the failure
+
+
+FRAMEWORKS = ("aiohttp", "flask", "fastapi")
+
+
+async def test_each_framework_example_passes_its_flows_through_a_real_serve(
+    tmp_path: Path,
+) -> None:
+    """The PIN entry, speech menu and voicemail of examples/voiceapp, served by each
+    framework's example app, called over SIP through its own serve (the three at once)."""
+    import asyncio
     import json
     import urllib.error
     import urllib.request
 
-    port = _free_port()
-    app = subprocess.Popen(
-        [sys.executable, f"{framework}_app.py", "--port", str(port)],
-        cwd=EXAMPLES,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    flows = sorted(str(p) for p in (EXAMPLES / "flows" / "voiceapp").glob("*.yaml"))
+    apps = []
     try:
-        _wait_for(port, app)
-        # The framework's page checks the signature: a forged request is refused.
-        forged = urllib.request.Request(
-            f"http://127.0.0.1:{port}/pin/start",
-            data=json.dumps({"application_instance_id": "x"}).encode(),
-            headers={"Callhook-Signature": "t=1,v1=00", "Content-Type": "application/json"},
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(forged, timeout=10)
-        assert refused.value.code == 403
-        flows = sorted(str(p) for p in (EXAMPLES / "flows" / "voiceapp").glob("*.yaml"))
-        env = {**os.environ, "APP_URL": f"http://127.0.0.1:{port}"}
-        result = subprocess.run(
-            [*CALLHOOK, "test", "--data-dir", str(tmp_path), *flows],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert result.stdout.splitlines()[-1] == "3 of 3 flows passed"
+        ports = {}
+        for framework in FRAMEWORKS:
+            ports[framework] = port = _free_port()
+            command = [sys.executable, f"{framework}_app.py", "--port", str(port)]
+            apps.append(
+                subprocess.Popen(
+                    command, cwd=EXAMPLES, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            )
+        for framework, app in zip(FRAMEWORKS, apps, strict=True):
+            _wait_for(ports[framework], app)
+            # The framework's page checks the signature: a forged request is refused.
+            forged = urllib.request.Request(
+                f"http://127.0.0.1:{ports[framework]}/pin/start",
+                data=json.dumps({"application_instance_id": "x"}).encode(),
+                headers={"Callhook-Signature": "t=1,v1=00", "Content-Type": "application/json"},
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(forged, timeout=10)
+            assert refused.value.code == 403, framework
+
+        async def one(framework: str) -> tuple[str, int, str]:
+            work = tmp_path / framework
+            work.mkdir()
+            config = _serve_config(work, _free_port(), ports[framework])
+            async with Server(work / "data", extra=("--config", str(config))) as server:
+                status, out = await _test_sip(server, *flows)
+            return framework, status, out
+
+        for framework, status, out in await asyncio.gather(*(one(f) for f in FRAMEWORKS)):
+            assert status == 0, (framework, out)
+            assert out.splitlines()[-1] == "3 of 3 flows passed", (framework, out)
     finally:
-        app.terminate()
-        app.wait(timeout=10)
+        for app in apps:
+            app.terminate()
+            app.wait(timeout=10)
