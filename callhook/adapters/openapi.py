@@ -342,6 +342,28 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
                 (400, 404, 413, 503),
             )
         },
+        "/api/calls/{call_id}/log": {
+            "get": _op(
+                "Older: a recent call's log so far, by its SIP Call-ID, for any application "
+                "(the installation secret's key; callhook test --sip reads its calls with it)",
+                {
+                    "200": {
+                        "description": "the log",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+                (404,),
+                parameters=[
+                    {
+                        "name": "call_id",
+                        "in": "path",
+                        "required": True,
+                        "description": "the SIP Call-ID of one of the last 1000 calls",
+                        "schema": {"type": "string"},
+                    }
+                ],
+            )
+        },
         "/api/stats": {
             "get": _op(
                 "Server counters (the installation secret's key)",

@@ -79,6 +79,12 @@ class HttpPages:
 
         ``answer=False`` (a notification): any 2xx is success and its body is not read.
         """
+        return (await self.fetch_status(url, method, body, secret, answer=answer))[1]
+
+    async def fetch_status(
+        self, url: str, method: str, body: bytes, secret: str, *, answer: bool = True
+    ) -> tuple[int, bytes]:
+        """:meth:`fetch`, with the 2xx status of the answer (the web phone shows it)."""
         headers = {HEADER: sign(secret, body)}
         for attempt in (1, 2):
             try:
@@ -106,7 +112,7 @@ class HttpPages:
 
     async def _once(
         self, url: str, method: str, body: bytes, headers: dict[str, str], answer: bool = True
-    ) -> bytes:
+    ) -> tuple[int, bytes]:
         client = self._client()
         if method == "GET":
             request = client.get(
@@ -121,7 +127,7 @@ class HttpPages:
         limit = self.max_response_bytes
         async with request as response:
             if not answer and 200 <= response.status < 300:
-                return b""
+                return response.status, b""
             too_big = f"response larger than {limit} bytes ([egress] max_response_mb)"
             if (response.content_length or 0) > limit:
                 raise PageError("invalid", url, too_big)
@@ -136,7 +142,7 @@ class HttpPages:
                 if snippet:
                     detail += f": {snippet}"
                 raise PageError("status", url, detail, status=response.status)
-            return bytes(data)
+            return response.status, bytes(data)
 
 
 def _egress_refusal(error: BaseException | None) -> bool:

@@ -43,6 +43,7 @@ from aiohttp import WSMsgType, web
 from callhook.adapters.api import LOGS, ApiError, KeyRing
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
+from callhook.adapters.pages import HttpPages
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.sipcall import CallMedia, SipCall
 from callhook.adapters.web import Bans
@@ -124,8 +125,12 @@ class _WatchedPages:
     async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
         at, started = self._since(), time.monotonic()
         request = body.decode("utf-8", "replace")
+        status: int | None = None
         try:
-            answer = await self._pages.fetch(url, method, body, secret)
+            if isinstance(self._pages, HttpPages):
+                status, answer = await self._pages.fetch_status(url, method, body, secret)
+            else:
+                answer = await self._pages.fetch(url, method, body, secret)
         except PageError as exc:
             ms = round((time.monotonic() - started) * 1000)
             self._show(
@@ -137,7 +142,7 @@ class _WatchedPages:
         response = answer[:65536].decode("utf-8", "replace")
         self._show(
             url=url, method=method, at=at, ms=ms, request=request, ok=True,
-            status=None, error=None, response=response,
+            status=status, error=None, response=response,
         )  # fmt: skip
         return answer
 

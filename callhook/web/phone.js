@@ -314,8 +314,8 @@ function addPage(p) {
   li.className = "page";
   const d = document.createElement("details");
   const s = document.createElement("summary");
-  const outcome = p.ok ? "answered" : `failed (${p.error})`;
-  s.textContent = `+${p.at.toFixed(3)} ${p.method} ${p.url} → ${outcome}${p.status ? " " + p.status : ""} in ${p.ms} ms`;
+  const outcome = p.ok ? `${p.status || "answered"}` : `failed: ${p.error}`;
+  s.textContent = `+${p.at.toFixed(3)} ${p.method} ${p.url} → ${outcome} in ${p.ms} ms`;
   if (!p.ok) s.className = "page-fail";
   const pretty = (text) => { try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; } };
   const req = document.createElement("pre");

@@ -84,6 +84,9 @@ def call_the_demo(base: str, microphone: Path, profile: Path, shot: Path) -> dic
         live = {
             "timeline": timeline(),
             "pages": count(driver, "#timeline li.page details"),
+            "page": driver.execute_script(
+                "return document.querySelector('#timeline li.page summary').textContent"
+            ),
             "prompts": count(driver, "#picture rect.prompt"),
             "voice": count(driver, "#picture rect.voice"),
             "digits": count(driver, "#picture circle.digit"),
@@ -143,6 +146,7 @@ async def test_the_web_phone_calls_the_demo_with_keypad_and_voice(tmp_path: Path
     assert "recording_stop recordings/" in text, text
     # The timeline folds each page request with its body and answer.
     assert live["pages"] >= 3, live
+    assert "/demo/start → 200 in " in live["page"], live  # its HTTP status and latency
     # The picture: prompts, the caller's level, VAD, digits, speech and timers.
     assert live["prompts"] >= 5, live
     assert live["voice"] >= 1, live
