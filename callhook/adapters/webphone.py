@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import ipaddress
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -239,15 +241,22 @@ class WebPhone:
     async def past_calls(self, request: web.Request) -> web.Response:
         self._banned(request)
         app = self._app(request, request.match_info["app"])
-        store = self.services.store
-        files = await asyncio.to_thread(store.list, app.name, LOGS, "", 1000)
-        newest = sorted(files.files, key=lambda f: f.modified, reverse=True)[:PAST_CALLS]
-        calls = [
-            {"id": f.name.removeprefix(LOGS).removesuffix(".log"), "modified": f.modified}
-            for f in newest
-            if f.name.endswith(".log")
-        ]
+        newest = await asyncio.to_thread(self._newest_logs, app.name)
+        calls = [{"id": name.removesuffix(".log"), "modified": when} for when, name in newest]
         return web.json_response({"calls": calls})
+
+    def _newest_logs(self, app: str) -> list[tuple[float, str]]:
+        """(modified, file name) of the app's :data:`PAST_CALLS` newest call logs (their
+        names are random: the store's listing by name says nothing of their age)."""
+        found = []
+        try:
+            with os.scandir(self.services.store.namespace(app) / LOGS.rstrip("/")) as it:
+                for entry in it:
+                    if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
+                        found.append((entry.stat(follow_symlinks=False).st_mtime, entry.name))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return heapq.nlargest(PAST_CALLS, found)
 
     async def past_call(self, request: web.Request) -> web.Response:
         self._banned(request)

@@ -8,6 +8,7 @@ remote address of TEST-NET-1), which no real socket here can make.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -107,3 +108,26 @@ async def test_a_banned_source_is_refused_before_its_key_is_looked_at() -> None:
 def test_loopback_addresses() -> None:
     assert _loopback("127.0.0.1") and _loopback("127.9.9.9") and _loopback("::1")
     assert not _loopback("192.0.2.7") and not _loopback(None) and not _loopback("nonsense")
+
+
+def test_past_calls_are_the_newest_logs_whatever_their_random_names(tmp_path: Path) -> None:
+    import os
+    from types import SimpleNamespace
+
+    from callhook.adapters.webphone import PAST_CALLS
+    from callhook.store.files import MediaStore
+
+    store = MediaStore(tmp_path)
+    logs = store.namespace("sales") / "logs"
+    logs.mkdir(parents=True)
+    for i in range(PAST_CALLS + 20):
+        # Random-looking names whose order says nothing of their age.
+        path = logs / f"{(i * 7919) % 1000:04d}{i:03d}.log"
+        path.write_text("x")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    p = phone(Bans())
+    p.services = cast(Any, SimpleNamespace(store=store))
+    newest = p._newest_logs("sales")
+    assert len(newest) == PAST_CALLS
+    assert [when for when, _ in newest] == [1_000_000 + i for i in range(PAST_CALLS + 19, 19, -1)]
+    assert p._newest_logs("support") == []  # no calls yet
