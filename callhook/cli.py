@@ -178,7 +178,7 @@ def cmd_test(args: argparse.Namespace) -> int:
             return 2
         serve = Serve(_host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
     flows = [Path(f) for f in args.flows]
-    return run_loop(test_command(flows, settings, junit, serve=serve))
+    return run_loop(test_command(flows, settings, junit, serve=serve, jobs=args.jobs))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -550,6 +550,9 @@ def parser() -> argparse.ArgumentParser:
         help="call a running serve there over real SIP and RTP instead of running in-process",
     )
     t.add_argument("--http", help="with --sip: serve's web server, HOST:PORT (default 8080)")
+    t.add_argument(
+        "--jobs", type=int, default=1, help="with --sip: calls at once (default 1, one by one)"
+    )
     _speech_flags(t)
     t.set_defaults(func=cmd_test)
 

@@ -11,6 +11,7 @@ test case per flow) for CI systems.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -66,58 +67,93 @@ def _silence(services: Services, app: AppConfig) -> Callable[[StartRecording, fl
 
 
 async def run_files(
-    paths: Sequence[Path], settings: Settings, out: TextIO, serve: Serve | None = None
+    paths: Sequence[Path],
+    settings: Settings,
+    out: TextIO,
+    serve: Serve | None = None,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    """Run every flow file, reporting each on ``out`` as it ends (in this process, or as
-    real SIP calls to ``serve``)."""
+    """Run every flow file, reporting each on ``out`` (in order): in this process, or as
+    real SIP calls to ``serve``, ``jobs`` of them at once."""
     services = Services(settings)
-    outcomes: list[Outcome] = []
-    sip = None
     try:
         if serve is None:
-            await services.start_web("127.0.0.1", 0)  # the demo application's pages
-        else:
-            from callhook.adapters.sip import SipService
-
-            loopback = serve.sip[0].startswith("127.") or serve.sip[0] in ("::1", "localhost")
-            sip = SipService(
-                services, "127.0.0.1" if loopback else "0.0.0.0", 0, rtp_ports=settings.rtp_ports
-            )
-            await sip.start()
-        for path in paths:
-            try:
-                flow = load_flow(path)
-            except FlowError as exc:
-                outcomes.append(Outcome(path, error=str(exc)))
-                out.write(f"ERROR {path}: {exc}\n")
-                continue
-            if serve is not None:
-                from callhook.adapters.sipflow import run_sip_flow
-
-                result = await run_sip_flow(flow, sip, services, serve)
-                outcomes.append(Outcome(path, result))
-                _report(path, result, out, via=f"sip:{flow.to}@{serve.sip[0]}:{serve.sip[1]}")
-                continue
-            app = _app(flow, services)
-            result = await run_flow(
-                flow,
-                app,
-                services.pages,
-                timer=services.prompt_timer(app),
-                speech=services.speech,
-                log_dir=services.store.path(app.name, "logs"),
-                new_recording_name=services.store.new_recording_name,
-                recordings=services.journal,
-                files=services.store,
-                save_recording=_silence(services, app),
-            )
-            outcomes.append(Outcome(path, result))
-            _report(path, result, out)
+            return await _in_process(paths, services, out)
+        return await _over_sip(paths, services, out, serve, jobs)
     finally:
-        if sip is not None:
-            await sip.shutdown(0)
         await services.close()
+
+
+def _load(path: Path, out: TextIO) -> Flow | Outcome:
+    try:
+        return load_flow(path)
+    except FlowError as exc:
+        out.write(f"ERROR {path}: {exc}\n")
+        return Outcome(path, error=str(exc))
+
+
+async def _in_process(paths: Sequence[Path], services: Services, out: TextIO) -> list[Outcome]:
+    await services.start_web("127.0.0.1", 0)  # the demo application's pages
+    outcomes: list[Outcome] = []
+    for path in paths:
+        flow = _load(path, out)
+        if isinstance(flow, Outcome):
+            outcomes.append(flow)
+            continue
+        app = _app(flow, services)
+        result = await run_flow(
+            flow,
+            app,
+            services.pages,
+            timer=services.prompt_timer(app),
+            speech=services.speech,
+            log_dir=services.store.path(app.name, "logs"),
+            new_recording_name=services.store.new_recording_name,
+            recordings=services.journal,
+            files=services.store,
+            save_recording=_silence(services, app),
+        )
+        outcomes.append(Outcome(path, result))
+        _report(path, result, out)
     return outcomes
+
+
+async def _over_sip(
+    paths: Sequence[Path], services: Services, out: TextIO, serve: Serve, jobs: int
+) -> list[Outcome]:
+    from callhook.adapters.sip import SipService
+    from callhook.adapters.sipflow import run_sip_flow
+
+    host = serve.sip[0]
+    loopback = host.startswith("127.") or host in ("::1", "localhost")
+    sip = SipService(
+        services, "127.0.0.1" if loopback else "0.0.0.0", 0, rtp_ports=services.settings.rtp_ports
+    )
+    await sip.start()
+    running = asyncio.Semaphore(max(1, jobs))
+
+    async def one(path: Path, flow: Flow) -> FlowResult:
+        async with running:
+            return await run_sip_flow(flow, sip, services, serve)
+
+    try:
+        flows = [(path, _load(path, out)) for path in paths]
+        tasks = {
+            path: asyncio.create_task(one(path, flow))
+            for path, flow in flows
+            if not isinstance(flow, Outcome)
+        }
+        outcomes: list[Outcome] = []
+        for path, flow in flows:  # reported in the order given, each as soon as it can be
+            if isinstance(flow, Outcome):
+                outcomes.append(flow)
+                continue
+            result = await tasks[path]
+            outcomes.append(Outcome(path, result))
+            _report(path, result, out, via=f"sip:{flow.to}@{host}:{serve.sip[1]}")
+        return outcomes
+    finally:
+        await sip.shutdown(0)
 
 
 def _report(path: Path, result: FlowResult, out: TextIO, via: str | None = None) -> None:
@@ -172,9 +208,10 @@ async def test_command(
     junit_file: Path | None,
     out: TextIO = sys.stdout,
     serve: Serve | None = None,
+    jobs: int = 1,
 ) -> int:
     """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable)."""
-    outcomes = await run_files(paths, settings, out, serve)
+    outcomes = await run_files(paths, settings, out, serve, jobs)
     if junit_file is not None:
         junit_file.write_bytes(junit(outcomes))
     passed = sum(o.passed for o in outcomes)

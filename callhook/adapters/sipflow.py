@@ -196,6 +196,7 @@ class SipCaller:
         self._ended: CallEnded | None = None
         self.deadline = time.monotonic() + flow.timeout
         self.leg: SipLeg | None = None
+        self._written: list[Path] = []  # this call's sounds, deleted when it is over
 
     async def drive(self, leg: SipLeg) -> CallSummary:
         """The script: every step in order, then the end of the call."""
@@ -213,6 +214,8 @@ class SipCaller:
             self._fail(str(exc))
             if self._ended is None:
                 await leg.hang_up()
+        for path in self._written:
+            path.unlink(missing_ok=True)
         summary = CallSummary(leg.info.call_id)
         summary.cause = "completed"
         return summary
@@ -292,9 +295,10 @@ class SipCaller:
 
     def _sound(self, stem: str, samples: np.ndarray[Any, Any]) -> str:
         """Write ``samples`` (8 kHz) to this process's store, for the caller to play."""
-        name = f"{SOUNDS}/{stem}.wav"
+        name = f"{SOUNDS}/{stem}-{id(self):x}.wav"  # this call's own: flows run at once
         path = self.services.store.path(self.flow_app, name)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._written.append(path)
         with wave.open(str(path), "wb") as out:
             out.setnchannels(1)
             out.setsampwidth(2)
