@@ -16,6 +16,20 @@ from tests import leaks
 CALLHOOK = [sys.executable, "-m", "callhook"]
 
 
+#: Ports these helpers handed out in this process: the kernel may give a port that was
+#: just closed to the next bind, so two ports chosen for one test (baresip's control port,
+#: then serve's HTTP port) could otherwise be the same (baresip then exits with 98,
+#: EADDRINUSE, seen once in a full run).
+_issued: set[int] = set()
+
+
+def _unissued(port: int) -> bool:
+    if port in _issued:
+        return False
+    _issued.add(port)
+    return True
+
+
 def free_udp_port() -> int:
     """A UDP port that is free for TCP too (callhook serve listens on both by default)."""
     for _ in range(100):
@@ -27,15 +41,20 @@ def free_udp_port() -> int:
                     t.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+            if _unissued(port):
+                return port
     raise RuntimeError("no port free for both UDP and TCP")
 
 
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port free now, and not handed out before by this process."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if _unissued(port):
+            return port
+    raise RuntimeError("no TCP port free")
 
 
 def free_even_udp_port() -> int:
@@ -49,6 +68,7 @@ def free_even_udp_port() -> int:
             ):
                 a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 1))
+                _issued.update((port, port + 1))
                 return port
         except OSError:
             continue
