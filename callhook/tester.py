@@ -134,7 +134,11 @@ async def _over_sip(
 
     async def one(path: Path, flow: Flow) -> FlowResult:
         async with running:
-            return await run_sip_flow(flow, sip, services, serve)
+            try:
+                return await run_sip_flow(flow, sip, services, serve)
+            except Exception as exc:  # this flow's call only: the others go on
+                why = f"the call could not be made: {type(exc).__name__}: {exc}"
+                return FlowResult(flow, why, "failed", 0.0, 0.0)
 
     try:
         flows = [(path, _load(path, out)) for path in paths]

@@ -374,11 +374,14 @@ async def run_sip_flow(flow: Flow, sip: Any, services: Services, serve: Serve) -
         if caller.leg is None:  # never answered
             caller.failure = f"serve did not answer: {summary.cause} ({summary.raw_cause})"
         else:
-            for _ in range(20):  # serve's last lines (its final page) after the BYE
-                await log.refresh()
-                if call_cause(log.lines) is not None:
-                    break
-                await asyncio.sleep(0.25)
+            try:
+                for _ in range(20):  # serve's last lines (its final page) after the BYE
+                    await log.refresh()
+                    if call_cause(log.lines) is not None:
+                        break
+                    await asyncio.sleep(0.25)
+            except FlowFailed as exc:
+                caller.failure = caller.failure or str(exc)
     cause = call_cause(log.lines) or summary.cause
     timeline = [f"[{line.t:7.2f}] {line.kind} {line.text}" for line in log.lines]
     call_seconds = log.lines[-1].t if log.lines else 0.0
