@@ -9,7 +9,6 @@ import dataclasses
 import gc
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -155,7 +154,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     """Run call flows against applications (callhook/tester.py)."""
     from callhook.config import Serve
-    from callhook.tester import test_command
+    from callhook.tester import serve_secret, test_command
 
     junit = Path(args.junit) if args.junit else None
     settings = _settings(args)
@@ -165,16 +164,8 @@ def cmd_test(args: argparse.Namespace) -> int:
             args.http or f"{settings.http_host}:{settings.http_port}", 8080
         )
         where = f"[{http_host}]" if ":" in http_host else http_host
-        secret = os.environ.get("CALLHOOK_SECRET", "")
-        path = settings.data_dir / "secret"
-        if not secret and path.exists():
-            secret = path.read_text().strip()
-        if not secret:
-            print(
-                "callhook test --sip: serve's call logs are read with its installation"
-                f" secret: {path} does not exist (--data-dir: serve's; or CALLHOOK_SECRET)",
-                file=sys.stderr,
-            )
+        secret = serve_secret(settings.data_dir)
+        if secret is None:
             return 2
         serve = Serve(_host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
     flows = [Path(f) for f in args.flows]

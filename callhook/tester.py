@@ -12,6 +12,7 @@ test case per flow) for CI systems.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -204,6 +205,23 @@ def junit(outcomes: Sequence[Outcome]) -> bytes:
         if o.result is not None:
             ET.SubElement(case, "system-out").text = "\n".join(o.result.timeline)
     return bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True))
+
+
+def serve_secret(data_dir: Path) -> str | None:
+    """serve's installation secret for ``--sip`` (its calls' logs are read with it):
+    ``CALLHOOK_SECRET``, else ``<data_dir>/secret``; None, said on standard error, if neither."""
+    secret = os.environ.get("CALLHOOK_SECRET", "")
+    path = data_dir / "secret"
+    if not secret and path.exists():
+        secret = path.read_text().strip()
+    if not secret:
+        print(
+            "callhook test --sip: serve's call logs are read with its installation"
+            f" secret: {path} does not exist (--data-dir: serve's; or CALLHOOK_SECRET)",
+            file=sys.stderr,
+        )
+        return None
+    return secret
 
 
 async def test_command(

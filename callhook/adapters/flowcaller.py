@@ -98,7 +98,8 @@ def _json(body: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _words(text: str) -> str:
+def plain_words(text: str) -> str:
+    """``text`` as lower-case words, punctuation and spacing aside (what ``hear`` matches)."""
     return " ".join(re.findall(r"[\w']+", text.lower()))
 
 
@@ -296,10 +297,10 @@ class FlowLeg(ScriptedLeg):
         return False
 
     def _hear(self, step: Hear) -> bool:
-        want = _words(step.hear)
+        want = plain_words(step.hear)
         for i in range(self._prompt_seen, len(self.prompts)):
             _, prompt_id, text = self.prompts[i]
-            if want in _words(text):
+            if want in plain_words(text):
                 self._prompt_seen = i + 1
                 if self.media.playing(prompt_id):  # the next step comes when it ends
                     self._waiting_prompt = prompt_id
@@ -350,14 +351,15 @@ class FlowLeg(ScriptedLeg):
                 heard = [t for _, _, t in self.prompts[self._prompt_seen :] if t]
                 self._fail(f"the call ended ({cause}) and no prompt said it; prompts: {heard}")
             elif isinstance(step, Request):
-                seen = [_shown(c) for c in self.pages.calls[self._requests_seen :]]
+                seen = [shown(c) for c in self.pages.calls[self._requests_seen :]]
                 self._fail(f"the call ended ({cause}) with no such request; requests: {seen}")
             else:
                 self._fail(f"the call ended ({cause}) before this step")
             return
 
 
-def _shown(call: PageCall) -> str:
+def shown(call: PageCall) -> str:
+    """A page request as a failure message lists it: its path and action result."""
     result = call.body.get("action_result")
     path = urlsplit(call.url).path
     return f"{path} {result}" if result else path

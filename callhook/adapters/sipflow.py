@@ -39,10 +39,10 @@ from callhook.adapters.flowcaller import (
     FlowFailed,
     FlowResult,
     PageCall,
-    _shown,
-    _words,
     matches,
+    plain_words,
     read_wav,
+    shown,
 )
 from callhook.adapters.leg import SipLeg
 from callhook.app import Services
@@ -323,10 +323,10 @@ class SipCaller:
             await self._events(time.monotonic() + POLL)
 
     def _hear(self, step: Hear) -> bool:
-        want = _words(step.hear)
+        want = plain_words(step.hear)
         found = prompts(self.log.lines)
         for i in range(self._prompt_seen, len(found)):
-            if want in _words(found[i].text):
+            if want in plain_words(found[i].text):
                 if not found[i].over and self._ended is None:
                     return False  # heard, but the next step comes when it ends
                 self._prompt_seen = i + 1
@@ -346,7 +346,7 @@ class SipCaller:
         return False
 
     def _not_requested(self) -> str:
-        seen = [_shown(c) for c in page_calls(self.log.lines)[self._requests_seen :]]
+        seen = [shown(c) for c in page_calls(self.log.lines)[self._requests_seen :]]
         return f"there was no such request; requests: {seen}"
 
 
