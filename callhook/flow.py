@@ -18,6 +18,9 @@ A flow file is YAML (JSON is YAML too)::
       - wait: 2                          # let call time pass
       - hang_up                          # the caller hangs up
       - ended: completed                 # the call is over, with this cause (any: "any")
+    callees:                             # in-process: the far ends a connect calls
+      "sip:sales@*": {rings: 2, talks: 5}       # answers after 2 s, hangs up 5 s later
+      "+44*": {outcome: busy}                   # answer (default), busy, no_answer, ...
 
 Steps run in order. ``hear`` and ``request`` wait for what they name (it may already
 have happened since the step before); the call ending first, or the flow's ``timeout``,
@@ -28,6 +31,13 @@ application to end the call (or hangs up, when nothing more could happen).
 ``${NAME}`` and ``${NAME:-default}`` in a value are replaced by the environment's
 ``NAME``, so one flow runs against an app on whatever port CI gives it.
 
+In process there is no network: the destinations a ``connect`` (or a ``transfer``'s
+``fallback_connect``) calls behave as ``callees`` says, the first glob matching the
+destination (``fnmatch``) deciding; a destination none matches is ``unobtainable``, as a
+number nobody has. The caller refuses a ``transfer``'s REFER with 405, as callhook
+test's user agent does over SIP (a phone that does not do REFER). With ``--sip`` the
+destinations are real and ``callees`` is not used.
+
 This module only reads and checks flow files; :mod:`callhook.adapters.flowcaller` runs
 them.
 """
@@ -37,7 +47,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -142,6 +152,18 @@ _STEPS: dict[str, type[_Step]] = {
 }
 
 
+class Callee(BaseModel):
+    """How a far end a connect calls behaves, in process: it rings for ``rings`` seconds,
+    then answers (``outcome`` ``answer``) or fails with that cause; once answered, it
+    hangs up after ``talks`` seconds (None: it stays until the caller's side ends)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rings: Annotated[float, Field(ge=0, le=3600)] = 1.0
+    outcome: Literal["answer", "busy", "no_answer", "unobtainable", "failed"] = "answer"
+    talks: Annotated[float, Field(ge=0, le=86400)] | None = None
+
+
 class Flow(BaseModel):
     """One call flow (see the module docstring)."""
 
@@ -158,6 +180,8 @@ class Flow(BaseModel):
     to: Annotated[str, Field(pattern=r"^[A-Za-z0-9\-_.!~*'()&=+$,;?/]{1,64}$")] = "flow"
     timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     steps: list[Step] = Field(default_factory=list)
+    #: In process: how the destinations a connect calls behave (glob -> behaviour).
+    callees: dict[str, Callee] = Field(default_factory=dict)
     #: The flow file's folder (``play`` files are found there).
     folder: Path = Path()
 

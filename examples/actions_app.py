@@ -38,7 +38,26 @@ def _said(result: Any) -> str:
         return f"You chose option {result.selected_digit}."
     if isinstance(result, sdk.RunSpeechMenuResult):
         return f"You chose {result.selected_input}."
+    if isinstance(result, sdk.TransferResult):
+        if result.transferred:
+            return "You were transferred."
+        if result.fell_back and result.connect_result is not None:
+            return f"Your phone refused the transfer. {_said(result.connect_result)}"
+        return f"The transfer failed with status {result.refer_status or 'none'}."
+    if isinstance(result, sdk.ConnectResult):
+        if result.connected:
+            return f"You were connected for {result.seconds_connected_duration:.0f} seconds."
+        return f"Nobody answered: {result.call_cause}."
     return "Done."
+
+
+def callee(request: sdk.PageRequest) -> str:
+    """Where ``connect`` and ``transfer`` send the caller: the ``callee`` application
+    (examples/serve.toml) on the serve this call came through, whose address the call's
+    own ``call_to`` (``sip:connect@HOST:PORT``) gives."""
+    call_to = request.this_call.call_to if request.this_call else ""
+    host = call_to.split("@", 1)[-1].split(";", 1)[0].rstrip(">") or "127.0.0.1"
+    return f"sip:callee@{host}"
 
 
 def done(request: sdk.PageRequest) -> dict[str, Any]:
@@ -95,6 +114,16 @@ PAGES: dict[str, Page] = {
     "delete_file/recorded": lambda r: sdk.response(
         sdk.delete_file(r.result().filename), sdk.play("Your message is deleted."), sdk.hang_up()
     ),
+    "connect/start": lambda r: sdk.response(
+        sdk.play("Putting you through."),
+        sdk.connect(callee(r), seconds_answer_timeout=20, next_page="../done"),
+    ),
+    # callhook test's caller refuses a REFER (as many phones do): the connect runs instead.
+    "transfer/start": lambda r: sdk.response(
+        sdk.transfer(callee(r), fallback_connect=sdk.connect(callee(r)), next_page="../done")
+    ),
+    # The far end of both: answers, speaks, hangs up.
+    "callee/start": lambda r: sdk.response(sdk.play("Hello, this is the callee."), sdk.hang_up()),
     "hang_up/start": lambda r: sdk.response(sdk.play("Goodbye."), sdk.hang_up()),
     "done": done,
 }

@@ -29,6 +29,7 @@ import numpy.typing as npt
 from callhook.actions.machine import ActionContext
 from callhook.adapters.speech import SpeechService
 from callhook.call import CallRunner
+from callhook.callees import SimulatedCallees
 from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import (
@@ -37,6 +38,8 @@ from callhook.events import (
     MediaEvent,
     PromptFinished,
     RecognitionOptions,
+    RecordCall,
+    RunCallee,
     SayText,
     StartPrompt,
     StartRecognition,
@@ -154,6 +157,7 @@ class FlowLeg(ScriptedLeg):
     ) -> None:
         super().__init__(None, clock=clock, timer=timer, info=info)
         self._recordings = SavedRecordings(self.media, save_recording)
+        self.callees = SimulatedCallees(flow.callees)
         self.flow = flow
         self.speech = speech
         self.pages = pages
@@ -179,7 +183,19 @@ class FlowLeg(ScriptedLeg):
             # Simulated media has no audio: a recording's file holds silence for its length
             # (as the terminal phone's), so the application can play it, delete it, be told.
             self._recordings.command(command, now)
-            if isinstance(command, StartRecognition):
+            self.callees.command(command, now)
+            pages = command.pages if isinstance(command, RunCallee) else None
+            if pages is not None and (pages.first_page or pages.final_page or pages.error_page):
+                self._fail(
+                    "a connect's secondary_call pages run only on a real call "
+                    "(test this flow through serve: callhook test --sip)"
+                )
+            elif isinstance(command, RecordCall):
+                self._fail(
+                    "a connect's call_recording is made only on a real call "
+                    "(test this flow through serve: callhook test --sip)"
+                )
+            elif isinstance(command, StartRecognition):
                 self.options = command.options
             elif isinstance(command, StartPrompt):
                 text = " ".join(
@@ -211,7 +227,13 @@ class FlowLeg(ScriptedLeg):
             limit = None if self._hung_up else self.flow.timeout
             due = [
                 t
-                for t in (self.media.next_time(), self._step_time(), deadline, limit)
+                for t in (
+                    self.media.next_time(),
+                    self.callees.next_time(),
+                    self._step_time(),
+                    deadline,
+                    limit,
+                )
                 if t is not None
             ]
             if not due:
@@ -226,6 +248,7 @@ class FlowLeg(ScriptedLeg):
             self.clock.advance_to(max(min(due), now))
             now = self.clock.now()
             self._queue.extend(self.media.pop_due(now))
+            self._queue.extend(self.callees.pop_due(now))
             if self._queue:
                 break
             if deadline is not None and now >= deadline:

@@ -126,8 +126,8 @@ class TransferResult(_Lenient):
 
     transferred: bool
     destination: str = ""
-    refer_status: int | None = None
-    notify_status: int | None = None
+    refer_status: str = ""  # the REFER's final status ("501"), "" if none came
+    notify_status: str = ""  # the last NOTIFY's sipfrag status, "" if none
     call_cause: str = ""
     call_raw_cause: str = ""
     fell_back: bool = False

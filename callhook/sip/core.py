@@ -75,6 +75,11 @@ CONTENT_TYPES = (
     "message/sipfrag",  # a NOTIFY of a transfer's progress (RFC 3515 §2.4.5)
 )
 SUPPORTED = {"timer"}
+#: Ends the key of the inbound half of a call callhook placed to itself (a hairpin: a
+#: connect to an application of this same serve). Both halves have one Call-ID on the
+#: wire and are told apart by their tags (§12); ";" is no Call-ID character (§25.1), so
+#: no peer's Call-ID can end so.
+HAIRPIN = ";hairpin"
 
 
 State = Literal["offered", "early", "answered", "confirmed", "ending", "ended"]
@@ -387,7 +392,9 @@ class Core:
         body: bytes = b"",
         now: float,
     ) -> None:
-        call = self.calls.get(request.headers.get("Call-ID") or "")
+        call_id = request.headers.get("Call-ID") or ""
+        # A hairpin's inbound half answers its INVITE (the outbound half has the Call-ID).
+        call = self.calls.get(call_id + HAIRPIN) or self.calls.get(call_id)
         tag = call.local_tag if call is not None and call.direction == "inbound" else new_tag()
         response = make_response(
             request,
@@ -406,13 +413,22 @@ class Core:
             del self.calls[call.call_id]
 
     def _call_for(self, request: Request) -> Call | None:
-        """The call an in-dialog request belongs to: same Call-ID and the dialog's two tags."""
-        call = self.calls.get(request.call_id)
-        if call is None or call.dialog is None:
-            return None
-        if {request.from_tag, request.to_tag} != {call.dialog.local_tag, call.dialog.remote_tag}:
-            return None
-        return call
+        """The call an in-dialog request belongs to: same Call-ID, its To tag our local tag
+        and its From tag the remote one (§12.2.2; the two halves of a hairpin have the same
+        Call-ID and the same tags, the other way round)."""
+        for call in self.calls_of(request.call_id):
+            dialog = call.dialog
+            if (
+                dialog is not None
+                and request.to_tag == dialog.local_tag
+                and request.from_tag == dialog.remote_tag
+            ):
+                return call
+        return None
+
+    def calls_of(self, call_id: str) -> list[Call]:
+        """The calls with this Call-ID on the wire: one, or the two halves of a hairpin."""
+        return [c for c in (self.calls.get(call_id), self.calls.get(call_id + HAIRPIN)) if c]
 
     def _contact(
         self,

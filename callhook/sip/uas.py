@@ -23,6 +23,7 @@ import re
 from callhook.sip.checks import check_request, unsupported_options
 from callhook.sip.core import (
     CONTENT_TYPES,
+    HAIRPIN,
     SUPPORTED,
     Call,
     new_tag,
@@ -255,7 +256,16 @@ class Uas(Referral):
             self._reply(tx, request, 422, extra=[("Min-SE", str(MIN_SE))], now=now)
             logger.info("INVITE %s refused: %s", request.call_id, exc)
             return
-        call = Call(request.call_id, "inbound", request, tx, new_tag(), tx.address, timer=timer)
+        key = request.call_id
+        placed = self.calls.get(key)
+        if placed is not None and placed.direction == "outbound":
+            if request.from_tag != placed.local_tag:
+                # Another party reusing the Call-ID of a call of ours (§8.1.1.4: it must be
+                # unique): taking it would lose our call.
+                self._reply(tx, request, 482, "Loop Detected (Call-ID in use)", now=now)
+                return
+            key += HAIRPIN  # our own INVITE, come back to us: the hairpin's inbound half
+        call = Call(key, "inbound", request, tx, new_tag(), tx.address, timer=timer)
         self.calls[call.call_id] = call
         self._link(tx, call)
         self._reply(tx, request, 100, now=now)
@@ -348,8 +358,8 @@ class Uas(Referral):
             self._reply(tx, request, 481, now=now)
             return
         self._reply(tx, request, 200, now=now)
-        call = self.calls.get(request.call_id)
-        if call is not None and call.tx is invite_tx and call.state in ("offered", "early"):
+        call = next((c for c in self.calls_of(request.call_id) if c.tx is invite_tx), None)
+        if call is not None and call.state in ("offered", "early"):
             # §9.2: the INVITE gets 487; the call is over before it started.
             self._reply(invite_tx, call.invite, 487, now=now)
             self._end(call, "hung_up", "487", by_remote=True)

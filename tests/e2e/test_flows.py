@@ -75,7 +75,7 @@ def _test(*args: str, port: int, data: Path) -> subprocess.CompletedProcess[str]
 
 def test_the_example_flows_pass_against_the_example_app(app_port: int, tmp_path: Path) -> None:
     flows = sorted(str(p.relative_to(ROOT)) for p in (EXAMPLES / "flows").glob("*.yaml"))
-    assert len(flows) >= 12
+    assert len(flows) >= 14  # one per action, and the demo
     report = tmp_path / "junit.xml"
     result = _test(*flows, "--junit", str(report), port=app_port, data=tmp_path / "data")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -270,3 +270,37 @@ def test_the_snippet_in_the_docs_runs() -> None:
     status, answer = space["pin"]({}, request.encode())
     said = answer["actions"][0]["play"]["play_list"][0]["text_to_say"]
     assert said == "You entered 1 2 3 4."
+
+
+def test_a_transfer_result_as_the_machine_makes_it_parses() -> None:
+    """The result of a refused REFER that fell back to a connect, as the transfer machine
+    makes it (statuses are strings, "" when none came), read by the library."""
+    from callhook.actions.connectschema import Transfer
+    from callhook.actions.machine import ActionContext, Completed
+    from callhook.actions.transfer import TransferMachine
+    from callhook.events import CalleeAnswered, CalleeEnded, ReferAnswered
+
+    action = Transfer.model_validate(
+        {
+            "destination": "sip:bob@example.com",
+            "fallback_connect": {"connect": {"destinations": ["sip:bob@example.com"]}},
+            "next_page": {"url": "/after"},
+        }
+    )
+    machine = TransferMachine(action, ActionContext())
+    machine.start(0.0)
+    machine.handle(ReferAnswered(405), 0.1)
+    machine.handle(CalleeAnswered(0, {"call_id": "far"}), 1.0)
+    machine.handle(CalleeEnded(0, "hung_up", "BYE"), 4.0)
+    assert isinstance(machine.outcome, Completed)
+    body = {"application_instance_id": "i", "action_result": machine.outcome.action_result()}
+    got = sdk.parse_request(body).result()
+    assert isinstance(got, sdk.TransferResult)
+    assert (got.transferred, got.refer_status, got.notify_status, got.fell_back) == (
+        False,
+        "405",
+        "",
+        True,
+    )
+    assert isinstance(got.connect_result, sdk.ConnectResult)
+    assert got.connect_result.connected and got.connect_result.seconds_connected_duration == 3
