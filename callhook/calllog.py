@@ -103,6 +103,10 @@ class CallLog:
         """Add a line of ``kind`` (page_request, action_start, error, ...) with ``text``
         (a password in a URL is written as ``***``)."""
         text = redact(text)
+        if not text.isascii():
+            # A caller's text that was not UTF-8 (kept as surrogates by the SIP parser)
+            # is written escaped: the line is kept, and the file stays UTF-8.
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
         wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         wall = wall.replace("+00:00", "Z")
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()

@@ -466,6 +466,12 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                 summary = await self.services.run_call(call.app, call.leg, started=started)
             self.finished.append(summary)
             return summary
+        except Exception as exc:
+            # A fault inside callhook (a bug): named in the log at once, and the caller
+            # released (500 before the answer, BYE after) rather than left ringing.
+            logger.exception("call %s: failed inside callhook (%r); ending it", call.call_id, exc)
+            self._release(call.call_id)
+            return CallSummary(call.instance_id or "", "failed", "500")
         finally:
             call.leg.finish()
             self.drop_all_callees(call)
@@ -490,6 +496,16 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.agent.hang_up(call_id, self.loop.time())
         self._flush()
         call.leg.far_end_ended(CallEnded("dropped", "rtp_timeout"))
+
+    def _release(self, call_id: str) -> None:
+        if self.agent is None:
+            return
+        sip_call = self.agent.calls.get(call_id)
+        if sip_call is not None and sip_call.state in ("offered", "early"):
+            self.agent.reject(call_id, 500, self.loop.time(), "Server Internal Error")
+        else:
+            self.agent.hang_up(call_id, self.loop.time(), cause="failed")
+        self._flush()
 
     def _hang_up(self, call_id: str) -> str:
         assert self.agent is not None

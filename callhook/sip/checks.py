@@ -167,7 +167,10 @@ def _check_fields(headers: Headers, what: str) -> str | None:
         if problem is not None:
             return problem
     call_id = headers.get("Call-ID") or ""
-    if not call_id or len(call_id.split()) != 1:
+    # §25.1: callid = word ["@" word], every character of a word visible ASCII. Any
+    # visible ASCII is taken (some user agents use characters beyond word's); bytes
+    # beyond ASCII are not: the Call-ID names the call in logs, files and APIs.
+    if not call_id or not all("!" <= c <= "~" for c in call_id):
         return f"bad Call-ID {show(call_id)}"
     try:
         parse_cseq(headers.get("CSeq") or "")

@@ -219,3 +219,41 @@ async def test_no_common_codec_gets_488_and_gives_its_port_back(
         run = await sipp.call(server.sip, tmp_path, *parts)
     assert run.returncode == 0, run.output + run.errors + server.output
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+
+
+async def test_a_caller_whose_headers_are_not_utf8_is_served_and_logged(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """A From user that is not UTF-8 (byte 0xff): the call runs, the application is asked
+    for its page, and the call's lines are in the server log and in the call log file,
+    escaped. A Call-ID beyond ASCII is not well-formed (§25.1): 400, and no call (it
+    used to get 100 and 180, then nothing: writing it to the call log raised, and the
+    call was lost without a word)."""
+    app.page("/start", [{"hang_up": {}}])
+    async with Server(tmp_path / "data", app_url=app.url("/start"), secret=app.secret) as server:
+        invite = request("INVITE", server.sip_port, extra=_SDP_HEADERS).replace(
+            b"Content-Length: 0\r\n\r\n", b"Content-Length: %d\r\n\r\n" % len(_SDP) + _SDP
+        )
+        odd = invite.replace(b"sip:probe@", b"sip:jos\xff@")
+        answers = await asyncio.to_thread(exchange, server.sip, odd, 3.0)
+        # The application ran: its hang_up before any answer declines the call (603).
+        assert [a.status for a in answers][-1] == 603, [a.status for a in answers]
+        assert await wait_for_request(app, "/start")
+        bad_id = request("INVITE", server.sip_port).replace(b"@probe\r\n", b"\xff@probe\r\n")
+        (refused,) = await asyncio.to_thread(exchange, server.sip, bad_id)
+        assert refused.status == 400 and "bad Call-ID" in refused.reason
+        for _ in range(50):
+            if "call_end" in server.output:
+                break
+            await asyncio.sleep(0.1)
+    assert "from 'sip:jos\\udcff@127.0.0.1'" in server.output
+    (log,) = (tmp_path / "data").rglob("logs/*.log")
+    text = log.read_bytes().decode("utf-8")  # the file is UTF-8
+    assert "call_start" in text and "jos\\udcff" in text and "call_end" in text
+
+
+_SDP = (
+    b"v=0\r\no=probe 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+    b"m=audio 40000 RTP/AVP 0\r\n"
+)
+_SDP_HEADERS = "Contact: <sip:probe@127.0.0.1:5999>\r\nContent-Type: application/sdp\r\n"

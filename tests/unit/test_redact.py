@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,18 @@ def test_a_traceback_is_redacted_too() -> None:
     assert Redacting().filter(record)
     text = logging.Formatter().format(record)
     assert "hunter2" not in text and "https://ivr:***@app.example/start" in text
+
+
+def test_a_caller_text_that_was_not_utf8_is_written_escaped_and_kept(tmp_path: Path) -> None:
+    """The SIP parser keeps bytes that are not UTF-8 as surrogates; the call log writes
+    them escaped (the line was once lost with the call: encoding it raised)."""
+    path = tmp_path / "call.log"
+    log = CallLog("abc", MonotonicClock(), path)
+    text = b"from 'sip:jos\xff@192.0.2.1'".decode("utf-8", "surrogateescape")
+    log.write("call_start", text)
+    log.write("call_end", "café")  # UTF-8 that is not ASCII stays as it is
+    log.close()
+    lines = path.read_bytes().decode("utf-8").splitlines()  # valid UTF-8
+    assert lines[0].endswith("call_start from 'sip:jos\\udcff@192.0.2.1'")
+    assert lines[1].endswith("call_end café")
+    assert log.lines[0].endswith("\\udcff@192.0.2.1'")

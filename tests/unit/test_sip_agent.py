@@ -974,6 +974,18 @@ def test_cseq_method_mismatch_gets_400() -> None:
     assert "CSeq" in resp.reason
 
 
+@pytest.mark.parametrize("call_id", [b"abc\xff@192.0.2.10", b"caf\xc3\xa9@192.0.2.10"])
+def test_a_call_id_beyond_ascii_gets_400(call_id: bytes) -> None:
+    """§25.1: a Call-ID is visible ASCII (it names the call in logs, files and APIs)."""
+    agent = Agent(HOST, PORT)
+    data = sip_request("INVITE", body=OFFER).replace(CALL_ID.encode(), call_id)
+    agent.receive(data, PEER, T0)
+    resp, _ = one_response(agent)
+    assert resp.status == 400
+    assert "(bad Call-ID " in resp.reason
+    assert agent.take_events() == []
+
+
 def test_missing_call_id_gets_400_with_the_reason() -> None:
     agent = Agent(HOST, PORT)
     agent.receive(sip_request("INVITE", call_id=None, body=OFFER), PEER, T0)

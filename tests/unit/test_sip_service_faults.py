@@ -1,0 +1,75 @@
+"""A fault inside callhook while it runs a call (a bug: here an exception injected into the
+call runner): the call's task names it in the log at once and releases the caller, who
+gets 500 instead of ringing for ever. The SIP service runs for real on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.adapters.sip import SipService
+from callhook.app import Services
+from callhook.config import AppConfig, Settings
+from callhook.sip.message import Response, parse
+
+
+def _invite(port: int, local: int) -> bytes:
+    sdp = (
+        b"v=0\r\no=probe 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+        b"m=audio 40000 RTP/AVP 0\r\n"
+    )
+    head = (
+        f"INVITE sip:demo@127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bK-fault-1\r\n"
+        "Max-Forwards: 70\r\nFrom: <sip:probe@127.0.0.1>;tag=p1\r\n"
+        "To: <sip:demo@127.0.0.1>\r\nCall-ID: fault-1@probe\r\nCSeq: 1 INVITE\r\n"
+        f"Contact: <sip:probe@127.0.0.1:{local}>\r\nContent-Type: application/sdp\r\n"
+        f"Content-Length: {len(sdp)}\r\n\r\n"
+    )
+    return head.encode() + sdp
+
+
+async def test_a_call_that_fails_inside_callhook_is_logged_and_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
+    settings = Settings(
+        data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
+    )
+    services = Services(settings)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected fault")
+
+    services.run_call = broken  # type: ignore[method-assign]
+    sip = SipService(services, "127.0.0.1", 0, rtp_ports=(47000, 47100))
+    await sip.start(register=False)
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        with caplog.at_level(logging.ERROR, logger="callhook.sip"):
+            await loop.sock_sendto(
+                peer, _invite(sip.port, peer.getsockname()[1]), ("127.0.0.1", sip.port)
+            )
+            statuses: list[int] = []
+            while not statuses or statuses[-1] < 200:
+                data = await asyncio.wait_for(loop.sock_recv(peer, 65535), 5)
+                message = parse(data)
+                assert isinstance(message, Response)
+                statuses.append(message.status)
+        assert statuses[-1] == 500, statuses
+        failed = [r for r in caplog.records if "failed inside callhook" in r.getMessage()]
+        assert len(failed) == 1 and "injected fault" in failed[0].getMessage()
+        assert failed[0].exc_info is not None  # the traceback is in the log
+        assert sip.calls == {}
+    finally:
+        peer.close()
+        await sip.shutdown(grace=1.0)
+        await services.close()
