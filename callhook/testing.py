@@ -276,7 +276,9 @@ class AppServer:
     async def start(self) -> AppServer:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Stopping does not wait for answers still being delayed (a test's 30 s slow
+        # page): they are cancelled at once, their connections closed.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
         await site.start()

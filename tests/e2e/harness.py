@@ -23,8 +23,24 @@ CALLHOOK = [sys.executable, "-m", "callhook"]
 _issued: set[int] = set()
 
 
+#: Under pytest-xdist each worker is a process of its own: the ports are dealt in blocks
+#: of 128, round robin, so two workers never pick the same one (a port probed free and
+#: closed could otherwise be bound by the other worker before it is used). Only the
+#: first 64 of a block are picked, so a peer's ports above its own (baresip's RTP range,
+#: a TLS port beside a TCP one) stay in the block.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+def worker_owns(port: int) -> bool:
+    """Whether this test process may use ``port`` (always, without pytest-xdist)."""
+    if _WORKERS <= 1:
+        return True
+    return (port // 128) % _WORKERS == _WORKER and port % 128 < 64
+
+
 def _unissued(port: int) -> bool:
-    if port in _issued:
+    if port in _issued or not worker_owns(port):
         return False
     _issued.add(port)
     return True
@@ -32,7 +48,7 @@ def _unissued(port: int) -> bool:
 
 def free_udp_port() -> int:
     """A UDP port that is free for TCP too (callhook serve listens on both by default)."""
-    for _ in range(100):
+    for _ in range(400):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
@@ -48,7 +64,7 @@ def free_udp_port() -> int:
 
 def free_tcp_port() -> int:
     """A TCP port free now, and not handed out before by this process."""
-    for _ in range(100):
+    for _ in range(400):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
@@ -100,7 +116,10 @@ class Server:
         self.data_dir = data_dir
         self.sip_port = free_udp_port()
         self.http_port = free_tcp_port()
-        base = 30000 + (os.getpid() * 37 + self.sip_port) % 20000
+        # Below the kernel's ephemeral ports (32768 up), where the port helpers probe, and
+        # a span of its own per pytest-xdist worker; serve skips a port in use.
+        span = 20000 // max(_WORKERS, 1)
+        base = 10000 + _WORKER * span + (os.getpid() * 37 + self.sip_port) % (span - 202)
         self.rtp_ports = (base & ~1, (base & ~1) + 200)
         self.args = [
             "serve",

@@ -50,6 +50,8 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.e2e.harness import free_tcp_port, free_udp_port
+
 KAMAILIO = shutil.which("kamailio") or (
     "/usr/sbin/kamailio" if Path("/usr/sbin/kamailio").exists() else None
 )
@@ -72,24 +74,11 @@ MODULES = _modules_dir()
 
 def free_udp_tcp_port() -> int:
     """A port number free on 127.0.0.1 for both UDP and TCP (a provider's one SIP port)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port: int = u.getsockname()[1]
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no port free for both UDP and TCP")
+    return free_udp_port()
 
 
 def _free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_tcp_port()
 
 
 class Provider:

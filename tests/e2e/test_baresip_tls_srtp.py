@@ -49,7 +49,7 @@ import trustme
 from callhook.media import g711, tones, wav
 from callhook.media.srtp import TAG_LENGTH, Crypto, SrtpContext, new_key
 from callhook.testing import AppServer
-from tests.e2e.harness import Server, free_tcp_port, wait_for_request
+from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
 from tests.e2e.test_baresip import BARESIP, PROMPT, TONE_HZ, _pcm16_wav, baresip_config, command
 
 TCPDUMP = shutil.which("tcpdump")
@@ -240,9 +240,7 @@ def _certificates(tmp_path: Path) -> dict[str, Path]:
 def _free_port_pair() -> int:
     """A port free for UDP and TCP whose next port is free for TCP (baresip's TLS)."""
     for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
+        port = free_udp_port()
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))

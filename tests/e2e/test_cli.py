@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import aiohttp
 
 from callhook.signature import HEADER, sign
+from tests.e2e.harness import free_tcp_port
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
 
@@ -125,10 +125,7 @@ def test_schema_is_json_schema_of_the_envelope() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_tcp_port()
 
 
 async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:

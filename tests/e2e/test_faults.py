@@ -56,7 +56,11 @@ from tests.e2e.test_recordings import (
     talk,
 )
 
-pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+pytestmark = [
+    pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
+    # Calls under load, lossy links, a recogniser that hangs: timing counts (scripts/test).
+    pytest.mark.solo,
+]
 
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SPEECH = Path(__file__).parent.parent / "data" / "speech"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, free_tcp_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -28,9 +28,7 @@ CALLHOOK = [sys.executable, "-m", "callhook"]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_tcp_port()
 
 
 def _wait_for(port: int, app: subprocess.Popen[bytes]) -> None:
