@@ -73,21 +73,34 @@ def free_tcp_port() -> int:
     raise RuntimeError("no TCP port free")
 
 
+#: SIPp's media ports: in 3000-10000, below serve's RTP spans (10000-30000) and the
+#: kernel's ephemeral ports (32768 up, which any outgoing connection may take at any
+#: moment), a span of their own per pytest-xdist worker, handed out in steps of 4.
+_MEDIA_SPAN = 7000 // max(_WORKERS, 1) // 4 * 4
+_media_next = 3000 + _WORKER * _MEDIA_SPAN + os.getpid() % (_MEDIA_SPAN // 8) * 4
+
+
 def free_even_udp_port() -> int:
-    """An even UDP port whose odd neighbour is free too (RTP and RTCP, as SIPp uses them)."""
-    for _ in range(100):
-        port = free_udp_port() & ~1
+    """An even UDP port whose next three are free too: SIPp binds its audio RTP and RTCP
+    there, and its video RTP and RTCP on the two after (errno 98 when one is taken)."""
+    global _media_next
+    first = 3000 + _WORKER * _MEDIA_SPAN
+    for _ in range(_MEDIA_SPAN // 4):
+        port = _media_next
+        _media_next = port + 4 if port + 8 <= first + _MEDIA_SPAN else first
+        if any(p in _issued for p in range(port, port + 4)):
+            continue
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
         try:
-            with (
-                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a,
-                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b,
-            ):
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-                _issued.update((port, port + 1))
-                return port
+            for offset, sock in enumerate(sockets):
+                sock.bind(("127.0.0.1", port + offset))
         except OSError:
             continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        _issued.update(range(port, port + 4))
+        return port
     raise RuntimeError("no free even UDP port")
 
 
