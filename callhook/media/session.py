@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -55,7 +54,6 @@ from callhook.events import (
     DigitReceived,
     MediaEvent,
     PromptFinished,
-    RecorderFailed,
     SpeechStarted,
     VoiceActivity,
 )
@@ -66,8 +64,9 @@ from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
+from callhook.media.recorder import CallerRecording
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
-from callhook.media.sink import Sink, SinkFull
+from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.vad import new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
@@ -81,19 +80,10 @@ Address = tuple[str, int]
 MAX_PACKETS_PER_SECOND = 150
 #: Frames kept for a recording's pre-roll (0.4 s).
 PREROLL_FRAMES = 20
-#: Largest gap in the caller's RTP timestamps filled with silence in a recording (10 s).
-MAX_GAP_SAMPLES = 80_000
 #: After this long without audio packets the caller is taken to be silent.
 SILENT_AFTER = 0.1
 #: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
 RTCP_INTERVAL = 5.0
-
-
-@dataclass
-class _Recording:
-    sink: Sink
-    law: Law
-    next_ts: int | None = None  # RTP timestamp expected next, for gap filling
 
 
 class MediaSession:
@@ -141,7 +131,7 @@ class MediaSession:
         self.tells_digits: MediaSession | None = None
         self._silence_pcm = np.zeros(FRAME, dtype=np.int16)
         self.echo_digits = 0  # in-band digits ignored as the echo of ours
-        self._recording: _Recording | None = None
+        self._recording: CallerRecording | None = None
         self._call_recording: CallRecording | None = None  # the bridged call, both ways
         self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
         self._last_audio = 0.0
@@ -542,8 +532,9 @@ class MediaSession:
     # --- recording --------------------------------------------------------------------
 
     def start_recording(self, sink: Sink, law: Law | None, preroll: float) -> None:
-        """Record what the caller sends into ``sink``, starting ``preroll`` seconds back."""
-        self._recording = _Recording(sink, law or self.law)
+        """Record what the caller sends into ``sink``, starting ``preroll`` seconds back
+        (media/recorder.py)."""
+        self._recording = CallerRecording(sink, law or self.law, self.label)
         self._listen()
         frames = min(len(self._preroll), round(preroll / 0.02))
         for timestamp, payload in list(self._preroll)[len(self._preroll) - frames :]:
@@ -556,27 +547,18 @@ class MediaSession:
         if recording is None:
             return
         quiet = now - self._last_audio if self._last_audio else 0.0
-        if quiet > SILENT_AFTER:
-            frames = min(int(quiet / 0.02), MAX_GAP_SAMPLES // FRAME)
-            self._write(recording, self._silence_in(recording.law) * frames)
-        try:
-            recording.sink.close()
-        except OSError as exc:
-            logger.error("%s: recording could not be finished: %s", self.label, exc)
+        failed = recording.finish(quiet if quiet > SILENT_AFTER else 0.0)
+        if failed is not None:
+            self.events.append(failed)
 
     def _record(self, payload: bytes, timestamp: int) -> None:
         recording = self._recording
         assert recording is not None
-        if recording.next_ts is not None:
-            gap = (timestamp - recording.next_ts) & 0xFFFFFFFF
-            if 0 < gap <= MAX_GAP_SAMPLES:
-                self._write(recording, self._silence_in(recording.law) * (gap // FRAME))
-            elif gap > 0x7FFFFFFF:
-                return  # a late or repeated frame: already covered
-        recording.next_ts = (timestamp + len(payload)) & 0xFFFFFFFF
-        if recording.law != self.law:
-            payload = g711.encode(recording.law, g711.decode(self.law, payload))
-        self._write(recording, payload)
+        failed = recording.frame(payload, timestamp, self.law)
+        if failed is not None:
+            self._recording = None  # what was written so far is kept
+            self._listen()
+            self.events.append(failed)
 
     def start_call_recording(self, recording: CallRecording) -> None:
         """Record the bridged call, both directions (media/callrecording.py)."""
@@ -594,29 +576,3 @@ class MediaSession:
             logger.error("%s: call recording stopped: %s", self.label, failed.detail)
             self._call_recording = None  # what was written so far is kept
             self.events.append(failed)
-
-    def _silence_in(self, law: Law) -> bytes:
-        return g711.silence(law, FRAME)
-
-    def _write(self, recording: _Recording, data: bytes) -> None:
-        if not data:
-            return
-        try:
-            recording.sink.write(data)
-        except SinkFull as exc:
-            self._fail(recording, "filesize", str(exc))
-        except OSError as exc:
-            self._fail(recording, "error", f"{type(exc).__name__}: {exc}")
-
-    def _fail(
-        self, recording: _Recording, reason: Literal["error", "filesize"], detail: str
-    ) -> None:
-        logger.error("%s: recording stopped: %s", self.label, detail)
-        if self._recording is recording:
-            self._recording = None
-            self._listen()
-        try:
-            recording.sink.close()  # what was written so far is kept (a size limit: all of it)
-        except OSError as exc:
-            logger.error("%s: recording could not be finished: %s", self.label, exc)
-        self.events.append(RecorderFailed(reason, detail))

@@ -1,0 +1,88 @@
+"""What the caller sends, written into a recording's sink: the ``record`` action's file.
+Pure (the sink is the only thing it writes to).
+
+The file is the call's timeline, not just the packets that came: a gap in the caller's
+RTP timestamps (lost packets, or a phone that stops sending while muted) becomes silence,
+up to :data:`MAX_GAP_SAMPLES`, so the file lasts as long as the call did; a late or
+repeated frame, already covered, is skipped. Frames are transcoded to the file's law when
+it differs from the call's. A sink that refuses a write (full disk, the size limit) ends
+the recording with what was written so far kept: :meth:`CallerRecording.frame` and
+:meth:`~CallerRecording.finish` then return the
+:class:`~callhook.events.RecorderFailed` the session reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from callhook.events import RecorderFailed
+from callhook.media import g711
+from callhook.media.g711 import Law
+from callhook.media.player import FRAME
+from callhook.media.sink import Sink, SinkFull
+
+logger = logging.getLogger("callhook.media")
+
+#: Largest gap in the caller's RTP timestamps filled with silence in a recording (10 s).
+MAX_GAP_SAMPLES = 80_000
+
+
+@dataclass
+class CallerRecording:
+    """One recording of the caller, into ``sink`` in ``law``; ``label`` names the call in
+    log lines."""
+
+    sink: Sink
+    law: Law
+    label: str
+    next_ts: int | None = None  # RTP timestamp expected next, for gap filling
+
+    def frame(self, payload: bytes, timestamp: int, law: Law) -> RecorderFailed | None:
+        """One frame the caller sent (in the call's ``law``), after silence for any gap."""
+        if self.next_ts is not None:
+            gap = (timestamp - self.next_ts) & 0xFFFFFFFF
+            if 0 < gap <= MAX_GAP_SAMPLES:
+                failed = self._write(g711.silence(self.law, FRAME) * (gap // FRAME))
+                if failed is not None:
+                    return failed
+            elif gap > 0x7FFFFFFF:
+                return None  # a late or repeated frame: already covered
+        self.next_ts = (timestamp + len(payload)) & 0xFFFFFFFF
+        if law != self.law:
+            payload = g711.encode(self.law, g711.decode(law, payload))
+        return self._write(payload)
+
+    def finish(self, quiet: float) -> RecorderFailed | None:
+        """End the recording, with silence for the ``quiet`` seconds since the caller's
+        last frame (a caller who went quiet still gets a file as long as the call)."""
+        if quiet > 0:
+            frames = min(int(quiet / 0.02), MAX_GAP_SAMPLES // FRAME)
+            failed = self._write(g711.silence(self.law, FRAME) * frames)
+            if failed is not None:
+                return failed
+        self._close()
+        return None
+
+    def _write(self, data: bytes) -> RecorderFailed | None:
+        if not data:
+            return None
+        try:
+            self.sink.write(data)
+        except SinkFull as exc:
+            return self._fail("filesize", str(exc))
+        except OSError as exc:
+            return self._fail("error", f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _fail(self, reason: Literal["error", "filesize"], detail: str) -> RecorderFailed:
+        logger.error("%s: recording stopped: %s", self.label, detail)
+        self._close()  # what was written so far is kept (a size limit: all of it)
+        return RecorderFailed(reason, detail)
+
+    def _close(self) -> None:
+        try:
+            self.sink.close()
+        except OSError as exc:
+            logger.error("%s: recording could not be finished: %s", self.label, exc)
