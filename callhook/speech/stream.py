@@ -93,6 +93,10 @@ class UtteranceCutter:
             out.append(Utterance(np.concatenate(frames), truncated=True))
         return out
 
+    def current(self) -> npt.NDArray[np.int16] | None:
+        """The utterance in progress so far, pre-roll included (None: no speech now)."""
+        return np.concatenate(self._frames) if self._frames else None
+
     def begin(self) -> SpeechStarted:
         """Start an utterance now, with the pre-roll (the caller is already talking)."""
         if self._frames is None:
