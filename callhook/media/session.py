@@ -70,6 +70,7 @@ from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.vad import new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
+from callhook.speech.transcription import CallTranscriber
 
 logger = logging.getLogger("callhook.media")
 
@@ -133,6 +134,8 @@ class MediaSession:
         self.echo_digits = 0  # in-band digits ignored as the echo of ours
         self._recording: CallerRecording | None = None
         self._call_recording: CallRecording | None = None  # the bridged call, both ways
+        #: A live transcription (start_transcription): it is handed both directions' frames.
+        self.transcriber: CallTranscriber | None = None
         self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
         self._last_audio = 0.0
         self._bucket_start = 0.0
@@ -249,6 +252,8 @@ class MediaSession:
 
     def _detect(self, samples: npt.NDArray[np.int16]) -> None:
         self._voice(samples)
+        if self.transcriber is not None:
+            self.transcriber.caller(samples)
         if self.tones is not None:
             digit = self.tones.feed(samples)
             if digit is not None and self.player.echo_ticks:
@@ -415,10 +420,13 @@ class MediaSession:
             heard = self.hears.frame()  # the other side's audio (None: silence)
         if self._call_recording is not None:
             self._record_call(self._call_recording, heard)
-        if event is not None:
-            return self._send_event(*event)
         if heard is not None:
             payload = heard
+        if self.transcriber is not None:  # what the caller hears this tick (an event: silence)
+            sent = payload if event is None else None
+            self.transcriber.sent(g711.decode(self.law, sent) if sent else None)
+        if event is not None:
+            return self._send_event(*event)
         if not self.sending or self.remote is None:
             self.sender.advance(FRAME)
             return None

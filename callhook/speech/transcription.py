@@ -26,6 +26,8 @@ decodes are dropped when the phrase's final one is already out) are put right by
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -197,3 +199,71 @@ class PhraseResults:
         self._last_final = max(self._last_final, piece_phrase)
         self._interim_text.pop(piece_phrase, None)
         self._interim_seq.pop(piece_phrase, None)
+
+
+TranscriptionMode = Literal["separate", "mixed", "inbound", "outbound"]
+#: The streams of each mode, by the direction their phrases carry (None: mixed).
+DIRECTIONS: dict[TranscriptionMode, tuple[Direction | None, ...]] = {
+    "separate": ("inbound", "outbound"),
+    "inbound": ("inbound",),
+    "outbound": ("outbound",),
+    "mixed": (None,),
+}
+
+
+class CallTranscriber:
+    """A call's transcription in ``mode`` (Aculab's ``transcription_mode``): the caller's
+    audio (*inbound*) and what the call sends the caller (*outbound*: prompts, or the far
+    end of a bridge) each in a stream of its own (``separate``), or one of them, or both
+    summed into one stream whose phrases have no direction (``mixed``).
+
+    The media session hands it the caller's frames as they arrive (:meth:`caller`) and the
+    frame it sends each 20 ms tick (:meth:`sent`); the pieces, with their direction
+    (None: mixed), collect in :attr:`pieces`."""
+
+    def __init__(
+        self,
+        mode: TranscriptionMode,
+        detector: Callable[[], VoiceActivityDetector],
+        *,
+        interim: bool = False,
+        interim_every: float = INTERIM_EVERY,
+    ) -> None:
+        self.mode = mode
+        directions = DIRECTIONS[mode]
+        self.streams: dict[Direction | None, TranscriptStream] = {
+            d: TranscriptStream(detector(), interim=interim, interim_every=interim_every)
+            for d in directions
+        }
+        self.pieces: deque[tuple[Direction | None, Piece]] = deque()
+        # Mixed: the caller's frames wait here for the tick that sums them with ours (a
+        # packet's jitter is not a reason to lose one: a few are kept).
+        self._waiting: deque[npt.NDArray[np.int16]] = deque(maxlen=5)
+
+    def caller(self, frame: npt.NDArray[np.int16]) -> None:
+        """A 20 ms frame of the caller's audio (silence included, as the session has it)."""
+        if self.mode == "mixed":
+            self._waiting.append(frame)
+        elif "inbound" in self.streams:
+            self._feed("inbound", frame)
+
+    def sent(self, frame: npt.NDArray[np.int16] | None) -> None:
+        """The 20 ms frame sent to the caller this tick (None: silence)."""
+        ours = frame if frame is not None else np.zeros(FRAME, dtype=np.int16)
+        if self.mode == "mixed":
+            theirs = self._waiting.popleft() if self._waiting else None
+            if theirs is not None:
+                summed = ours.astype(np.int32) + theirs.astype(np.int32)
+                ours = np.clip(summed, -32768, 32767).astype(np.int16)
+            self._feed(None, ours)
+        elif "outbound" in self.streams:
+            self._feed("outbound", ours)
+
+    def stop(self) -> None:
+        """The transcription ends: each stream's phrase in progress is finished."""
+        for direction, stream in self.streams.items():
+            self.pieces.extend((direction, p) for p in stream.flush())
+
+    def _feed(self, direction: Direction | None, frame: npt.NDArray[np.int16]) -> None:
+        for piece in self.streams[direction].feed(frame):
+            self.pieces.append((direction, piece))
