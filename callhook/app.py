@@ -146,6 +146,10 @@ class Services:
         if self.notifier is not None:
             self.notifier.wake()
 
+    def notify_now(self) -> None:
+        """A notification was added to the outbox: deliver it now, not at the next poll."""
+        self._notify_now()
+
     def secret_for(self, app: str) -> str:
         """The secret that signs requests to application ``app``."""
         known = self._apps.get(app) or self.settings.apps.get(app)

@@ -59,8 +59,11 @@ from callhook.actions.schema import (
     HangUp,
     Record,
     Redirect,
+    StartTranscription,
+    StopTranscription,
     WebPageRequest,
 )
+from callhook.actions.transcription import transcription_command
 from callhook.calllog import CallLog, command_line, event_line
 from callhook.clock import Clock
 from callhook.config import AppConfig
@@ -285,6 +288,12 @@ class CallRunner:
             if isinstance(action, ClearInput):
                 self.ctx.buffer.clear()
                 self.log.write("action_end", f"[{index}] clear_input")
+                continue
+            if isinstance(action, StartTranscription | StopTranscription):
+                await self._answer()  # it hears the call: the call is answered first
+                command = transcription_command(action, base, self.instance_id, self.log_filename)
+                self.leg.send([command])
+                self.log.write("action_end", f"[{index}] {name}")
                 continue
             if isinstance(action, DeleteFile):
                 await self._delete_file(action.filename, f"[{index}] delete_file")

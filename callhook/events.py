@@ -423,6 +423,29 @@ class Refer:
     referred_by: str | None = None
 
 
+# --- live transcription (start_transcription) ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribe:
+    """Transcribe the call (both directions as ``mode`` says), posting each phrase to
+    ``results`` (absolute URL, method) with ``transcription_id``; replaces any running."""
+
+    mode: Literal["separate", "mixed", "inbound", "outbound"]
+    options: RecognitionOptions
+    interim: bool
+    results: tuple[str, str]
+    transcription_id: str = ""
+    #: The application instance and its log file, named in every result posted.
+    instance_id: str = ""
+    log_filename: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StopTranscribing:
+    """End the call's transcription (its phrase in progress is still decoded and sent)."""
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -437,4 +460,6 @@ MediaCommand = (
     | RunCallee
     | RecordCall
     | Refer
+    | Transcribe
+    | StopTranscribing
 )

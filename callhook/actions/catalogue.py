@@ -15,6 +15,8 @@ from callhook.actions.schema import (
     Record,
     Redirect,
     Sleep,
+    StartTranscription,
+    StopTranscription,
 )
 
 Action = (
@@ -31,6 +33,8 @@ Action = (
     | Redirect
     | ClearInput
     | DeleteFile
+    | StartTranscription
+    | StopTranscription
 )
 ACTION_MODELS: dict[str, type[Strict]] = {
     m.name: m
@@ -48,5 +52,7 @@ ACTION_MODELS: dict[str, type[Strict]] = {
         Redirect,
         ClearInput,
         DeleteFile,
+        StartTranscription,
+        StopTranscription,
     )
 }

@@ -429,3 +429,25 @@ class DeleteFile(Strict):
 
     name: ClassVar[str] = "delete_file"
     filename: FileName
+
+
+class StartTranscription(Strict):
+    """The ``start_transcription`` action: transcribe the call as it goes on, the phrases
+    posted to ``results_page`` outside the application's flow; the next action runs at
+    once. A second one replaces the first (Aculab REST API v2)."""
+
+    name: ClassVar[str] = "start_transcription"
+    results_page: WebPageRequest
+    transcription_mode: Literal["separate", "mixed", "inbound", "outbound"] = "separate"
+    id: str = ""
+    speech_recognition_options: SpeechRecognitionOptions = Field(
+        default_factory=SpeechRecognitionOptions
+    )
+    enable_interim_results: bool = False
+
+
+class StopTranscription(Strict):
+    """The ``stop_transcription`` action: end the call's transcription (its last results
+    may still come for a few seconds)."""
+
+    name: ClassVar[str] = "stop_transcription"

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from callhook.adapters.prompts import PromptAudio, PromptError
 from callhook.adapters.speech import RecognitionFailed, SpeechService
+from callhook.adapters.transcribing import LiveTranscription, ResultPoster
 from callhook.events import (
     Aborted,
     CallCallee,
@@ -58,6 +59,8 @@ from callhook.events import (
     StopPrompt,
     StopRecognition,
     StopRecording,
+    StopTranscribing,
+    Transcribe,
 )
 from callhook.media import g711
 from callhook.media.callrecording import CallRecording
@@ -97,6 +100,8 @@ class SipLeg:
     far: FarLegs | None = None
     #: What sends this call's REFERs (set by the SIP service; None: it cannot).
     referrer: Referrer | None = None
+    #: Where a live transcription's results go (set by the SIP service; None: nowhere).
+    transcripts: ResultPoster | None = None
 
     def __init__(
         self,
@@ -145,6 +150,7 @@ class SipLeg:
         self._generation = 0
         self._pending: deque[tuple[int, Utterance]] = deque()
         self._decoder: asyncio.Task[None] | None = None
+        self._transcription: LiveTranscription | None = None
         self.answered = False
 
     # --- from the SIP service and the media engine ----------------------------------------
@@ -154,7 +160,25 @@ class SipLeg:
             self._dead_reported = True
             if self._dead is not None:
                 self._dead()
+        if self._transcription is not None:
+            self._transcription.collect()
         self._wake.set()
+
+    def _transcribe(self, command: Transcribe) -> None:
+        """Start a live transcription, replacing any running (Aculab: one at a time)."""
+        if self._transcription is not None:
+            self._transcription.stop()
+            self._transcription = None
+        if self.speech is None or not self.speech.can_hear or self.transcripts is None:
+            logger.warning(
+                "call %s: start_transcription: this call cannot transcribe (no speech "
+                "recogniser, or nowhere to post results); nothing is sent",
+                self.info.call_id,
+            )
+            return
+        self._transcription = LiveTranscription(
+            command, self.session, self.speech, self.transcripts
+        )
 
     def far_end_ended(self, ended: CallEnded) -> None:
         """The caller hung up (or the call dropped)."""
@@ -211,6 +235,11 @@ class SipLeg:
                 self.far.join(command.attempt, command.early)
             elif isinstance(command, RunCallee) and self.far is not None:
                 self.far.run(command.attempt, command.pages)
+            elif isinstance(command, Transcribe):
+                self._transcribe(command)
+            elif isinstance(command, StopTranscribing) and self._transcription is not None:
+                self._transcription.stop()
+                self._transcription = None
             elif isinstance(command, Refer):
                 if self.referrer is None:
                     # As a peer that does not do REFER answers (RFC 3261 §8.2.1).
@@ -477,6 +506,11 @@ class SipLeg:
         self._pending.clear()
         if self._decoder is not None:
             self._decoder.cancel()
+        if self._transcription is not None:
+            # Its last phrase and the completed result still go out (they do not need
+            # the call, only the recogniser and the outbox).
+            self._transcription.stop()
+            self._transcription = None
         if self._recorders:
             self.session.stop_recording(self.loop.time())
             self.session.stop_call_recording()

@@ -216,7 +216,8 @@ class MediaEngine:
             if report is not None and destination is not None:
                 with contextlib.suppress(OSError):
                     stream.rtcp.sendto(report, destination)
-        if session.events or session.utterances or session.timed_out:
+        transcript = session.transcriber is not None and session.transcriber.pieces
+        if session.events or session.utterances or session.timed_out or transcript:
             stream.wake()
 
     def _fault(self, stream: _Stream, doing: str) -> None:

@@ -44,6 +44,7 @@ from callhook.adapters.sipcall import (
     media_session,
     srtp_context,
 )
+from callhook.adapters.transcribing import OutboxPoster
 from callhook.adapters.trunks import Trunks
 from callhook.adapters.users import Users
 from callhook.adapters.webphone import WebPhone
@@ -448,6 +449,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         through this service."""
         call.leg.far = CallFarLegs(self, call)
         call.leg.referrer = CallReferrer(self, call)
+        call.leg.transcripts = OutboxPoster(self.services, call.app.name)
 
     async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
         assert self.media is not None

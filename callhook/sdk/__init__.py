@@ -48,6 +48,8 @@ from callhook.sdk.actions import (
     sleep,
     speech_menu_option,
     speech_options,
+    start_transcription,
+    stop_transcription,
     transfer,
 )
 from callhook.sdk.requests import (
@@ -104,6 +106,8 @@ __all__ = [
     "sleep",
     "speech_menu_option",
     "speech_options",
+    "start_transcription",
+    "stop_transcription",
     "transfer",
     "verify_signature",
 ]

@@ -387,6 +387,32 @@ def delete_file(filename: str) -> Action:
     return _action("delete_file", filename=filename)
 
 
+def start_transcription(
+    results_page: Page,
+    *,
+    transcription_mode: Literal["separate", "mixed", "inbound", "outbound"] | None = None,
+    id: str | None = None,
+    speech_recognition_options: Mapping[str, Any] | None = None,
+    enable_interim_results: bool | None = None,
+) -> Action:
+    """``start_transcription``: transcribe the call as it goes on; each phrase is posted
+    to ``results_page`` (outside the call's flow: answer it 204) and the next action runs
+    at once."""
+    return _action(
+        "start_transcription",
+        results_page=_page(results_page),
+        transcription_mode=transcription_mode,
+        id=id,
+        speech_recognition_options=speech_recognition_options,
+        enable_interim_results=enable_interim_results,
+    )
+
+
+def stop_transcription() -> Action:
+    """``stop_transcription``: end the call's transcription."""
+    return _action("stop_transcription")
+
+
 def response(*actions: Action, token: str | None = None) -> dict[str, Any]:
     """A page's answer: the actions in order (none: hang up), and the ``token`` the next
     page request will carry. Checked as a whole, as ``serve`` checks it."""

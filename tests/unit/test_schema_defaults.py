@@ -164,9 +164,11 @@ def test_model_property_names_are_the_spec_names(
 
 def test_action_names() -> None:
     # The spec's three actions, play (used by prompts), DESIGN.md's control actions, and
-    # Aculab's menus, delete_file and connect, and callhook's transfer (DESIGN.md §1.2,
-    # issue 15).
+    # Aculab's menus, delete_file, connect and start/stop_transcription, and callhook's
+    # transfer (DESIGN.md §1.2, issues 15 and 18).
     assert set(ACTION_MODELS) == {
+        "start_transcription",
+        "stop_transcription",
         "connect",
         "transfer",
         "run_menu",
@@ -427,3 +429,19 @@ def test_web_page_request_method_defaults_to_post() -> None:
     # docs/behaviour.md: every page request is a POST unless the object says GET.
     assert get_number().next_page.method == "POST"
     assert get_number(next_page={"url": "/n", "method": "GET"}).next_page.method == "GET"
+
+
+def test_start_transcription_defaults_are_aculabs() -> None:
+    from callhook.actions.schema import StartTranscription
+
+    action = StartTranscription.model_validate({"results_page": {"url": "results"}})
+    assert action.transcription_mode == "separate"
+    assert action.id == ""
+    assert action.enable_interim_results is False
+    assert action.speech_recognition_options.language == "en-US"
+    with pytest.raises(ValueError):
+        StartTranscription.model_validate({})  # results_page is required
+    with pytest.raises(ValueError):
+        StartTranscription.model_validate(
+            {"results_page": {"url": "r"}, "transcription_mode": "both"}
+        )

@@ -37,6 +37,8 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "redirect": sdk.redirect,
     "clear_input": sdk.clear_input,
     "delete_file": sdk.delete_file,
+    "start_transcription": sdk.start_transcription,
+    "stop_transcription": sdk.stop_transcription,
 }
 #: Properties a builder leaves out on purpose: connect's answering-machine detection is
 #: refused by validate whatever its value.

@@ -1,0 +1,103 @@
+"""Live transcription on a real call (``start_transcription``): callhook test's user agent
+calls a real serve over SIP and speaks a script (TTS audio over RTP) while the application
+plays a prompt; the application's results page, a real HTTP server, receives the phrases.
+The inbound finals match the script (word error rate), interim results come with their
+stability, the prompt's phrase is labelled outbound, and ``completed`` ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+from callhook.testing import AppServer
+from tests.e2e.harness import Server
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = (
+    "My order number is four five six and it has not arrived yet.",
+    "Please call me back tomorrow morning after nine o'clock.",
+    "I need to change the delivery address for my new phone.",
+)
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def words(text: str) -> list[str]:
+    out: list[str] = []
+    for word in re.findall(r"[a-z0-9']+", text.lower()):
+        out += [DIGITS[int(c)] for c in word] if word.isdigit() else [word]
+    return out
+
+
+def word_errors(reference: list[str], hypothesis: list[str]) -> int:
+    previous = list(range(len(hypothesis) + 1))
+    for i, r in enumerate(reference, 1):
+        current = [i]
+        for j, h in enumerate(hypothesis, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
+        previous = current
+    return previous[-1]
+
+
+async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
+    tmp_path: Path, app: AppServer
+) -> None:
+    app.page(
+        "/start",
+        [
+            {
+                "start_transcription": {
+                    "results_page": {"url": "results"},
+                    "id": "order-line",
+                    "enable_interim_results": True,
+                }
+            },
+            {"play": {"play_list": [{"text_to_say": "Hello. Please tell me about your order."}]}},
+            {"sleep": {"seconds": 25}},
+            {"stop_transcription": {}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/results", None)  # 204
+    flow = tmp_path / "caller.yaml"
+    steps = "".join(f"  - say: {line!r}\n  - wait: 1.5\n" for line in SCRIPT)
+    flow.write_text(f"to: transcribed\nsteps:\n  - wait: 4\n{steps}  - wait: 30\n")
+    async with Server(
+        tmp_path / "data",
+        app_url=app.url("/start"),
+        secret=app.secret,
+        final_page=app.url("/final"),
+    ) as server:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "callhook", "test", "--sip", f"127.0.0.1:{server.sip_port}",
+            "--http", f"127.0.0.1:{server.http_port}", "--data-dir", str(server.data_dir),
+            str(flow), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 180)
+        for _ in range(100):  # the completed result follows the last decode
+            if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
+                break
+            await asyncio.sleep(0.1)
+        output = server.output
+    assert proc.returncode == 0, out.decode() + output[-3000:]
+    posts = [r for r in app.requests if r.path == "/results"]
+    assert posts and all(r.signature_ok(app.secret) for r in posts)
+    results = [r.json["action_result"]["result"] for r in posts]
+    assert all(r["id"] == "order-line" for r in results)
+    assert all(r.json["token"] == "" and "this_call" not in r.json for r in posts)
+    # completed comes once, last (the outbox may deliver a few out of order: by then all
+    # phrases were queued)
+    assert [r["completed"] for r in results].count(True) == 1
+    phrases = [p for r in results for p in r["transcription"]]
+    finals = [p for p in phrases if p["final"]]
+    inbound = " ".join(p["alternatives"][0]["text"] for p in finals if p["direction"] == "inbound")
+    reference = words(" ".join(SCRIPT))
+    errors = word_errors(reference, words(inbound))
+    print(f"transcription WER {100 * errors / len(reference):.1f} % ({inbound!r})")
+    assert errors / len(reference) <= 0.10, inbound
+    outbound = [p for p in finals if p["direction"] == "outbound"]
+    assert outbound and "your order" in outbound[0]["alternatives"][0]["text"].lower()
+    interims = [p for p in phrases if not p["final"]]
+    assert interims and all(0.0 <= p["stability"] <= 1.0 for p in interims)
+    assert all("confidence" in p["alternatives"][0] for p in finals)
