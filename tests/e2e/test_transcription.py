@@ -1,8 +1,9 @@
-"""Live transcription on a real call (``start_transcription``): callhook test's user agent
-calls a real serve over SIP and speaks a script (TTS audio over RTP) while the application
-plays a prompt; the application's results page, a real HTTP server, receives the phrases.
-The inbound finals match the script (word error rate), interim results come with their
-stability, the prompt's phrase is labelled outbound, and ``completed`` ends it."""
+"""Live transcription on a real call (``start_transcription``): a caller speaks a script
+(sentences made by the default TTS voice) to a real serve while the application plays a
+prompt; the application's results page, a real HTTP server, receives the phrases. The
+inbound finals match the script (word error rate), the prompt's phrase is labelled
+outbound, interim results come with their stability, and ``completed`` ends it. The
+caller is SIPp playing a pcap, and callhook test's own user agent (``--sip``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import re
 import sys
 from pathlib import Path
 
+from callhook.adapters.speech import build_synthesiser
 from callhook.testing import AppServer
+from tests.e2e import sipp
 from tests.e2e.harness import Server
+from tests.e2e.rtpstream import Stream
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = (
@@ -101,3 +105,60 @@ async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
     interims = [p for p in phrases if not p["final"]]
     assert interims and all(0.0 <= p["stability"] <= 1.0 for p in interims)
     assert all("confidence" in p["alternatives"][0] for p in finals)
+
+
+def _script_results(app: AppServer) -> tuple[list[dict[str, object]], str]:
+    """Every phrase the results page received, and the inbound finals' text."""
+    results = [b["action_result"]["result"] for b in app.bodies("/results")]
+    phrases = [p for r in results for p in r["transcription"]]
+    inbound = " ".join(
+        p["alternatives"][0]["text"]
+        for p in phrases
+        if p["final"] and p.get("direction") == "inbound"
+    )
+    return phrases, inbound
+
+
+async def test_a_sipp_caller_speaking_a_script_is_transcribed(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """SIPp calls and plays a pcap of the three sentences; finals only (the default)."""
+    synthesiser = build_synthesiser("piper:joe")
+    assert synthesiser is not None
+    app.page(
+        "/start",
+        [
+            {"start_transcription": {"results_page": {"url": "results"}, "id": "pcap"}},
+            {"play": {"play_list": [{"text_to_say": "Hello. Please tell me about your order."}]}},
+            {"sleep": {"seconds": 22}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/results", None)
+    app.page("/final", None)
+    stream = Stream(24.0)
+    at = 4.0
+    for line in SCRIPT:
+        spoken = synthesiser.speak(line)
+        stream = stream.speech(spoken, at=at)
+        at += len(spoken) / 8000 + 1.5
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
+    async with Server.for_app(tmp_path / "data", app) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+        for _ in range(100):  # the call's end stops it: the completed result comes last
+            if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
+                break
+            await asyncio.sleep(0.1)
+        output = server.output
+    assert run.returncode == 0, run.output + run.errors + output[-3000:]
+    phrases, inbound = _script_results(app)
+    reference = words(" ".join(SCRIPT))
+    errors = word_errors(reference, words(inbound))
+    print(f"transcription WER (SIPp) {100 * errors / len(reference):.1f} % ({inbound!r})")
+    assert errors / len(reference) <= 0.10, inbound
+    assert all(p["final"] for p in phrases)  # interim results are off by default
+    assert any(p.get("direction") == "outbound" for p in phrases)
+    completed = [b for b in app.bodies("/results") if b["action_result"]["result"]["completed"]]
+    assert len(completed) == 1  # the call's end stopped it
