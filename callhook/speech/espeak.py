@@ -69,30 +69,43 @@ def _languages(address: int) -> list[tuple[int, str]]:
     return found
 
 
+class _Library:
+    """The process's espeak-ng: loaded and initialised once, used under :attr:`lock`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lib: ctypes.CDLL | None = None
+        self.rate = 0
+        # voice name → (espeak identifier, [(priority, language)])
+        self.voices: dict[str, tuple[str, list[tuple[int, str]]]] = {}
+        self.samples: list[npt.NDArray[np.int16]] = []
+        self.current = ""  # the voice espeak is set to, to skip resetting it
+        self.callback = _SynthCallback(self._collect)  # kept alive: C holds a pointer
+
+    def _collect(self, wav: ctypes._Pointer[ctypes.c_short], count: int, _events: int) -> int:
+        if count > 0 and wav:
+            self.samples.append(np.ctypeslib.as_array(wav, shape=(count,)).copy())
+        return 0
+
+
+_SHARED = _Library()
+
+
 class EspeakEngine:
     """espeak-ng voices, one per espeak voice file: many languages, tiny cost."""
 
     name = "espeak"
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lib: ctypes.CDLL | None = None
-        self._rate = 0
-        # voice name → (espeak identifier, [(priority, language)])
-        self._voices: dict[str, tuple[str, list[tuple[int, str]]]] = {}
-        self._samples: list[npt.NDArray[np.int16]] = []
-        self._current = ""  # the voice espeak is set to, to skip resetting it
-        self._callback = _SynthCallback(self._collect)  # kept alive: C holds a pointer
-
-    def _collect(self, wav: ctypes._Pointer[ctypes.c_short], count: int, _events: int) -> int:
-        if count > 0 and wav:
-            self._samples.append(np.ctypeslib.as_array(wav, shape=(count,)).copy())
-        return 0
+        # espeak-ng has one state per process (espeak_Initialize, its synth callback, its
+        # current voice): every engine shares it, under one lock. Each engine initialising
+        # its own once crashed a process that had two (a segfault in espeak_Synth).
+        self._shared = _SHARED
 
     def _init(self) -> ctypes.CDLL:
         """Load and initialise the library once; the caller holds the lock."""
-        if self._lib is not None:
-            return self._lib
+        if self._shared.lib is not None:
+            return self._shared.lib
         try:
             lib = ctypes.CDLL(espeakng_loader.get_library_path())
             data = espeakng_loader.get_data_path().encode()
@@ -117,34 +130,34 @@ class EspeakEngine:
         rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data, _INITIALIZE_DONT_EXIT)
         if rate <= 0:
             raise SynthesisError(f"espeak-ng failed to initialise ({rate})")
-        lib.espeak_SetSynthCallback(self._callback)
+        lib.espeak_SetSynthCallback(self._shared.callback)
         listed = lib.espeak_ListVoices(None)
         i = 0
         while listed[i]:
             voice = listed[i].contents
             identifier = (voice.identifier or b"").decode()
             name = identifier.rsplit("/", 1)[-1].lower()
-            if name and voice.languages and name not in self._voices:
-                self._voices[name] = (identifier, _languages(voice.languages))
+            if name and voice.languages and name not in self._shared.voices:
+                self._shared.voices[name] = (identifier, _languages(voice.languages))
             i += 1
-        self._rate, self._lib = rate, lib
+        self._shared.rate, self._shared.lib = rate, lib
         return lib
 
     def voices(self) -> Sequence[str]:
-        with self._lock:
+        with self._shared.lock:
             self._init()
-            return sorted(self._voices)
+            return sorted(self._shared.voices)
 
     def voice_for(self, language: str) -> str | None:
         tag = language.replace("_", "-").lower()
-        with self._lock:
+        with self._shared.lock:
             self._init()
             for wanted in (tag, tag.split("-")[0]):
-                if wanted in self._voices:  # a voice of that very name (en-us, fr, de)
+                if wanted in self._shared.voices:  # a voice of that very name (en-us, fr, de)
                     return wanted
                 ranked = sorted(
                     (priority, name)
-                    for name, (_, languages) in self._voices.items()
+                    for name, (_, languages) in self._shared.voices.items()
                     for priority, spoken in languages
                     if spoken == wanted
                 )
@@ -153,27 +166,27 @@ class EspeakEngine:
         return None
 
     def warm_up(self) -> None:
-        with self._lock:
+        with self._shared.lock:
             self._init()
 
     def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
-        with self._lock:
+        with self._shared.lock:
             lib = self._init()
-            if voice not in self._voices:
+            if voice not in self._shared.voices:
                 raise SynthesisError(f"espeak has no voice {voice!r}")
-            if voice != self._current:
-                if lib.espeak_SetVoiceByName(self._voices[voice][0].encode()) != _EE_OK:
+            if voice != self._shared.current:
+                if lib.espeak_SetVoiceByName(self._shared.voices[voice][0].encode()) != _EE_OK:
                     raise SynthesisError(f"espeak could not select voice {voice!r}")
-                self._current = voice
+                self._shared.current = voice
             encoded = text.encode()
-            self._samples = []
+            self._shared.samples = []
             status = lib.espeak_Synth(
                 encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None
             )
-            samples, self._samples = self._samples, []
+            samples, self._shared.samples = self._shared.samples, []
             if status != _EE_OK:
                 raise SynthesisError(f"espeak could not speak {text!r} (error {status})")
-            rate = self._rate
+            rate = self._shared.rate
         if not samples:
             return np.zeros(0, dtype=np.int16)
         return telephone_audio(np.concatenate(samples).astype(np.float32) / 32768, rate)

@@ -29,7 +29,10 @@ _issued: set[int] = set()
 #: first 64 of a block are picked, so a peer's ports above its own (baresip's RTP range,
 #: a TLS port beside a TCP one) stay in the block.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+# (a worker that crashed is replaced by one numbered past the count: it takes a slot)
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % max(
+    _WORKERS, 1
+)
 
 
 def worker_owns(port: int) -> bool:
