@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from callhook.adapters.speech import SpeechService
 from callhook.events import Alternative, Transcribe
 from callhook.media.session import MediaSession
-from callhook.media.vad import new_detector
+from callhook.media.vad import VoiceActivityDetector, new_detector
 from callhook.speech.transcription import (
     CallTranscriber,
     Direction,
@@ -53,7 +53,7 @@ class LiveTranscription:
         speech: SpeechService,
         poster: ResultPoster,
         *,
-        detector: Callable[[], Any] = new_detector,
+        detector: Callable[[], VoiceActivityDetector] = new_detector,
     ) -> None:
         self.command = command
         self.speech = speech

@@ -8,10 +8,10 @@ caller is SIPp playing a pcap, and callhook test's own user agent (``--sip``).""
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from pathlib import Path
 
+from bench.transcription import wer, words
 from callhook.adapters.speech import build_synthesiser
 from callhook.testing import AppServer
 from tests.e2e import sipp
@@ -24,24 +24,6 @@ SCRIPT = (
     "Please call me back tomorrow morning after nine o'clock.",
     "I need to change the delivery address for my new phone.",
 )
-DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-
-
-def words(text: str) -> list[str]:
-    out: list[str] = []
-    for word in re.findall(r"[a-z0-9']+", text.lower()):
-        out += [DIGITS[int(c)] for c in word] if word.isdigit() else [word]
-    return out
-
-
-def word_errors(reference: list[str], hypothesis: list[str]) -> int:
-    previous = list(range(len(hypothesis) + 1))
-    for i, r in enumerate(reference, 1):
-        current = [i]
-        for j, h in enumerate(hypothesis, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
-        previous = current
-    return previous[-1]
 
 
 async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
@@ -97,7 +79,7 @@ async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
     finals = [p for p in phrases if p["final"]]
     inbound = " ".join(p["alternatives"][0]["text"] for p in finals if p["direction"] == "inbound")
     reference = words(" ".join(SCRIPT))
-    errors = word_errors(reference, words(inbound))
+    errors, _ = wer(reference, words(inbound))
     print(f"transcription WER {100 * errors / len(reference):.1f} % ({inbound!r})")
     assert errors / len(reference) <= 0.10, inbound
     outbound = [p for p in finals if p["direction"] == "outbound"]
@@ -155,7 +137,7 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
     assert run.returncode == 0, run.output + run.errors + output[-3000:]
     phrases, inbound = _script_results(app)
     reference = words(" ".join(SCRIPT))
-    errors = word_errors(reference, words(inbound))
+    errors, _ = wer(reference, words(inbound))
     print(f"transcription WER (SIPp) {100 * errors / len(reference):.1f} % ({inbound!r})")
     assert errors / len(reference) <= 0.10, inbound
     assert all(p["final"] for p in phrases)  # interim results are off by default
