@@ -66,6 +66,9 @@ class Notifier:
         #: Seconds from being queued (the file available) to a 2xx answer, latest first.
         self.latencies: deque[float] = deque(maxlen=10000)
         self._in_flight: dict[int, asyncio.Task[None]] = {}
+        # Answered 2xx and being marked so: close() lets these finish rather than
+        # cancel them, or an answered notification would be sent again at the next start.
+        self._finishing: set[int] = set()
         self._busy: Counter[str] = Counter()
         # Answered 2xx but not yet deleted (the database failed): never sent again.
         self._answered: set[int] = set()
@@ -131,7 +134,7 @@ class Notifier:
             except PageError as exc:
                 await self._failed(n, str(exc))
                 return
-            self.delivered += 1
+            self._finishing.add(n.id)
             self.latencies.append(self.clock() - n.created)
             logger.info("notification %d of %s delivered to %s", n.id, n.app, n.url)
             try:
@@ -139,10 +142,12 @@ class Notifier:
             except Exception as exc:
                 logger.error("notification %d answered, but not marked so: %s", n.id, exc)
                 self._answered.add(n.id)
+            self.delivered += 1
         except Exception:
             logger.exception("notification %d of %s: delivery failed", n.id, n.app)
             self._not_before[n.id] = self.clock() + POLL_SECONDS
         finally:
+            self._finishing.discard(n.id)
             self._in_flight.pop(n.id, None)
             self._busy[n.app] -= 1
             if self._busy[n.app] <= 0:
@@ -188,10 +193,13 @@ class Notifier:
         }
 
     async def close(self) -> None:
-        tasks = list(self._in_flight.values())
+        """Stop delivering: requests in flight are abandoned (they stay in the outbox
+        and go again at the next start); answered ones are still marked delivered."""
         if self._task is not None:
-            tasks.append(self._task)
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for notification_id, task in list(self._in_flight.items()):
+            if notification_id not in self._finishing:
+                task.cancel()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)

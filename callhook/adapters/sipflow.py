@@ -71,6 +71,7 @@ from callhook.flow import (
     Wait,
     describe,
 )
+from callhook.speech.synthesis import sentences
 
 #: Seconds the caller waits after its last step for the application to end the call.
 LINGER = 5.0
@@ -350,6 +351,19 @@ class SipCaller:
         return f"there was no such request; requests: {seen}"
 
 
+async def prepare_words(flow: Flow, services: Services) -> None:
+    """Synthesise the flow's ``say`` words before the call: a caller answers a prompt
+    at once, as a person would, rather than after its own speech engine had its turn on
+    a busy machine (an application's silence timeout runs meanwhile)."""
+    synthesiser = services.speech.synthesiser
+    if synthesiser is None:
+        return
+    for step in flow.steps:
+        if isinstance(step, Say):
+            for sentence in sentences(step.say):
+                await services.speech.sentence(synthesiser.default, sentence)
+
+
 async def run_sip_flow(flow: Flow, sip: Any, services: Services, serve: Serve) -> FlowResult:
     """Call ``serve`` and run ``flow`` on the call (``sip``: this process's
     :class:`~callhook.adapters.sip.SipService`)."""
@@ -358,6 +372,7 @@ async def run_sip_flow(flow: Flow, sip: Any, services: Services, serve: Serve) -
     where = f"[{host}]" if ":" in host else host
     uri = f"sip:{flow.to}@{where}:{port}"
     app = AppConfig(name=SipCaller.flow_app, first_page="http://127.0.0.1/", secret="-" * 32)
+    await prepare_words(flow, services)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as client:
         ids: list[str] = []
         log = ServeLog(client, serve.http, serve.secret)

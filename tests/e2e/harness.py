@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,13 +189,23 @@ class Server:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self._reader = asyncio.create_task(self._read())
-        for _ in range(300):
+        # Up to a minute: a start takes a second or two, far more on a loaded machine.
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
             if "web: " in self.output:
                 return self
             if self.proc.returncode is not None:
                 break
             await asyncio.sleep(0.05)
+        await self._stop_unstarted()
         raise AssertionError(f"callhook serve did not start:\n{self.output}")
+
+    async def _stop_unstarted(self) -> None:
+        """Stop a serve that did not start in time (not left running past the test)."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
 
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

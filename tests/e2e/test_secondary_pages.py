@@ -84,9 +84,10 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
         )
     out, _ = await asyncio.wait_for(other.communicate(), 30)
     assert other.returncode == 0, out.decode(errors="replace")  # it rang, then got CANCEL
-    # The callee heard the whisper (speech, not silence) before it was joined.
+    # The callee heard the whisper (speech, not silence): the caller sends no audio, so
+    # anything loud is the whisper, however long the loaded machine took to start it.
     heard = callee_ear.audio()
-    assert len(heard) > 8000 and float(np.abs(heard[:16000].astype(np.int32)).max()) > 2000
+    assert len(heard) > 8000 and float(np.abs(heard.astype(np.int32)).max()) > 2000
     (connected,) = app.bodies("/connected")
     result = connected["action_result"]["result"]
     assert result["connected"] is True and result["call_cause"] == "hung_up"

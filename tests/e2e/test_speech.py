@@ -231,7 +231,9 @@ async def test_barge_in_phrases_choose_which_speech_stops_the_prompt(
     tmp_path: Path, app: AppServer, said: str, barges_in: bool
 ):
     """barge_in_on_speech_options: only speech holding one of the phrases barges in."""
-    long_prompt = " ".join(["This is a long announcement that nobody wants to hear."] * 3)
+    # About 20 s: far longer than speech, its end, and the recognition that must find the
+    # phrase take even on a loaded machine, so a cut-short prompt is told from a whole one.
+    long_prompt = " ".join(["This is a long announcement that nobody wants to hear."] * 6)
     app.page(
         "/start",
         [
@@ -255,6 +257,6 @@ async def test_barge_in_phrases_choose_which_speech_stops_the_prompt(
     (final,) = app.bodies("/final")
     duration = final["this_call"]["seconds_call_duration"]
     if barges_in:
-        assert duration < 6.0, duration  # the ~10 s prompt was cut short by "operator"
+        assert duration < 12.0, duration  # the ~20 s prompt was cut short by "operator"
     else:
-        assert duration > 8.0, duration  # "hello" is not a barge-in phrase: it played on
+        assert duration > 16.0, duration  # "hello" is not a barge-in phrase: it played on

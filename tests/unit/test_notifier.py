@@ -83,6 +83,43 @@ async def test_a_slow_endpoint_does_not_hold_up_another_application(outbox: Outb
             assert (await outbox.counts())["pending"] == 20
 
 
+class HeldOutbox(Outbox):
+    """An outbox whose marking as delivered waits for ``release`` (a slow disk)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.marking = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def delivered(self, notification_id: int) -> None:
+        self.marking.set()
+        await self.release.wait()
+        await super().delivered(notification_id)
+
+
+async def test_closing_while_an_answered_one_is_being_marked_does_not_send_it_again(
+    tmp_path: Path,
+) -> None:
+    db = Database(tmp_path / "state.sqlite3")
+    outbox = HeldOutbox(db, FAST, seed=3)
+    try:
+        async with AppServer() as app:
+            app.page("/n", None)
+            async with running(outbox, lambda _: "s", timeout=5.0) as notifier:
+                await outbox.add("a", app.url("/n"), "POST", {}, time.time())
+                notifier.wake()
+                await asyncio.wait_for(outbox.marking.wait(), 10)
+                closing = asyncio.create_task(notifier.close())
+                await asyncio.sleep(0)
+                outbox.release.set()
+                await closing
+                assert notifier.delivered == 1
+                # Answered and marked: the next start has nothing to send.
+                assert await outbox.counts() == {"pending": 0, "abandoned": 0}
+    finally:
+        db.close()
+
+
 async def test_an_unreachable_endpoint_is_retried_not_lost(outbox: Outbox) -> None:
     async with running(outbox, lambda _: "s", timeout=1.0) as notifier:
         # The discard port: the connection is refused.
