@@ -24,7 +24,13 @@ from callhook.media import g711, tones, wav
 from callhook.speech.sphinx import SphinxRecogniser
 from callhook.speech.stream import cut_utterances
 from callhook.testing import AppServer
-from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    Server,
+    free_even_udp_port,
+    free_tcp_port,
+    free_udp_port,
+    wait_for_request,
+)
 
 BARESIP = shutil.which("baresip")
 MODULES = Path("/usr/lib/baresip/modules")
@@ -35,6 +41,9 @@ TONE_HZ = 440.0
 
 
 def baresip_config(directory: Path, sip_port: int, ctrl_port: int, microphone: Path) -> None:
+    # Its RTP ports are this test process's own media ports (tests/e2e/harness.py): ports
+    # next to the SIP port may belong to another process (exit 98, address in use).
+    media = free_even_udp_port()
     records = directory / "heard"
     records.mkdir(parents=True, exist_ok=True)
     (directory / "config").write_text(
@@ -48,7 +57,7 @@ audio_alert\t\taubridge,null
 audio_level\t\tno
 ausrc_srate\t\t8000
 auplay_srate\t\t8000
-rtp_ports\t\t{sip_port + 2}-{sip_port + 60}
+rtp_ports\t\t{media}-{media + 3}
 rtp_timeout\t\t0
 module_path\t\t{MODULES}
 module\t\t\tg711.so
