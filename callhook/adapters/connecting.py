@@ -13,7 +13,11 @@ call's leg). A far leg runs an application only for ``secondary_call`` pages
 
 Destinations: a ``sip:``/``sips:`` URI is called directly; a number goes through
 the first configured trunk (docs/behaviour.md). Every far leg is an outbound
-call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other.
+call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other. A
+``wss://`` (``ws://``) URL is a call to a WebSocket server
+(:mod:`callhook.adapters.websocketleg`): answered when its handshake is done,
+counted towards ``max_calls_per_app``, and held to the egress policy rather
+than ``allow`` (it reaches no telephone network).
 
 ``user:NAME`` calls every phone NAME has registered (``callhook/sip/registrar.py``)
 at once, a fork (:class:`Fork`): the action still sees one attempt. It rings when
@@ -33,12 +37,14 @@ import asyncio
 import logging
 import random
 import re
+import uuid
 
 from callhook.adapters.farleg import FarLeg, Fork
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.screening import Screening
 from callhook.adapters.sipcall import SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
+from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.app import Services
 from callhook.config import AppConfig
 from callhook.events import (
@@ -49,6 +55,7 @@ from callhook.events import (
     MediaEvent,
     SecondaryPages,
 )
+from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
 from callhook.sip import offeranswer, sdp
@@ -56,6 +63,7 @@ from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, Cal
 from callhook.sip.guard import Guard
 from callhook.sip.message import parse_uri
 from callhook.sip.registrar import Binding, Registrar
+from callhook.tls import client_context
 
 logger = logging.getLogger("callhook.sip")
 
@@ -95,6 +103,9 @@ class Connecting(Screening):
         """Call ``destination`` as far leg ``attempt`` of ``primary``'s connect."""
         if destination.strip().lower().startswith("user:"):
             self._place_user(primary, attempt, destination, call_from)
+            return
+        if destination.strip().lower().startswith(("ws://", "wss://")):
+            self._place_websocket(primary, attempt, destination.strip())
             return
         try:
             route, trunk = self._route(destination)
@@ -210,6 +221,59 @@ class Connecting(Screening):
         self._flush()
         return None
 
+    def _place_websocket(self, primary: SipCall, attempt: int, destination: str) -> None:
+        """Call the WebSocket server ``destination`` (adapters/websocketleg.py). It is no
+        telephone call (``[outbound] allow`` is for those), but it counts towards the
+        application's ``max_calls_per_app`` and obeys the egress policy."""
+        media = self.media
+        assert media is not None
+        app = primary.app
+        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+        if why is not None:
+            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
+            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+            return
+        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+        call_id = f"ws-{uuid.uuid4().hex}"
+        route = Route(destination, None, None, "callhook", None)
+        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
+        caller = primary.leg.info
+        call = {
+            "call_id": call_id,
+            "primary_call_id": primary.call_id,
+            "call_from": caller.call_from,
+            "call_to": destination,
+        }
+        settings = self.services.settings
+        far.websocket = WebSocketLeg(
+            destination,
+            call,
+            media,
+            label=f"far leg {call_id}",
+            egress=self.services.egress,
+            ca=client_context(settings.tls_ca) if settings.tls_ca is not None else None,
+            answered=lambda session, key: self._websocket_answered(far, session, key),
+            ended=lambda cause, raw: self._ended(far, cause, raw),
+            wake=lambda session: self._far_wake(far, session),
+        )
+        self.far_legs[call_id] = far
+        logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
+        far.websocket.start()
+
+    def _websocket_answered(self, far: FarLeg, session: MediaSession, key: int) -> None:
+        far.session, far.port = session, key
+        if far.ended:
+            return
+        far.answered = True
+        self.limit_far(far)
+        far.info = {
+            "call_id": far.call_id,
+            "call_direction": "outbound",
+            "call_to": far.destination,
+            "call_state": "answered",
+        }
+        far.primary.leg.inject(CalleeAnswered(far.attempt, far.info))
+
     def drop_callee(self, primary: SipCall, attempt: int) -> None:
         """End far leg ``attempt`` of ``primary``: CANCEL while it rings, BYE once up."""
         for far in list(self.far_legs.values()):
@@ -308,26 +372,34 @@ class Connecting(Screening):
         far.session = session
 
         def wake() -> None:
-            if far.leg is not None:  # its secondary_call pages run on it
-                far.leg.wake()
-                return
-            # Nobody runs an application on this far leg: what its session noted is
-            # dropped (its digits were relayed across the bridge already); a dead one ends.
-            session.events.clear()
-            session.utterances.clear()
-            if session.timed_out and not far.ended:
-                self._hang_up_far(far, cause="failed")
+            self._far_wake(far, session)
 
         event = then if then is not None else CalleeRinging(far.attempt, early_media=True)
+        assert far.sock is not None
         task = self.loop.create_task(media.open(session, far.sock, far.port, wake))
         task.add_done_callback(lambda _: far.primary.leg.inject(event))
         return True
 
+    def _far_wake(self, far: FarLeg, session: MediaSession) -> None:
+        """The far leg's session has news (the media tick)."""
+        if far.leg is not None:  # its secondary_call pages run on it
+            far.leg.wake()
+            return
+        # Nobody runs an application on this far leg: what its session noted is
+        # dropped (its digits were relayed across the bridge already); a dead one ends.
+        session.events.clear()
+        session.utterances.clear()
+        if session.timed_out and not far.ended:
+            self._hang_up_far(far, cause="failed")
+
     def _hang_up_far(self, far: FarLeg, cause: str | None = None) -> None:
-        agent = self.agent
-        assert agent is not None
         if cause is None:
             cause = "completed" if far.answered else "no_answer"
+        if far.websocket is not None:
+            far.websocket.hang_up(cause)  # it reports its end (_ended) when it is over
+            return
+        agent = self.agent
+        assert agent is not None
         agent.hang_up(far.call_id, self.loop.time(), cause=cause)
         self._flush()
         if far.call_id in self.far_legs and not agent.calls.get(far.call_id):
@@ -360,9 +432,10 @@ class Connecting(Screening):
         if far.session is not None:
             far.primary.media.session.part(far.session)
             media.close(far.port)
-        else:
+        elif far.sock is not None:
             media.release(far.sock, far.port)
-        self.guard.remove_peer(far.peer)
+        if far.peer:
+            self.guard.remove_peer(far.peer)
         self.outbound_ended(far.primary.app)
         logger.info("far leg %s ended: %s (%s)", far.call_id, cause, raw_cause)
         fork = far.fork

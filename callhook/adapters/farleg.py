@@ -1,6 +1,7 @@
 """A far leg of a ``connect``: a call the SIP service places for a caller's call and
-joins to it (adapters/connecting.py), and the phones of one ``user:NAME`` destination
-called at once (:class:`Fork`)."""
+joins to it (adapters/connecting.py), or a call to a WebSocket server
+(adapters/websocketleg.py), and the phones of one ``user:NAME`` destination called at
+once (:class:`Fork`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from callhook.actions.connect import CAUSE_ORDER
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Route
+from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.media.session import MediaSession
 from callhook.media.srtp import Crypto
 
@@ -25,7 +27,7 @@ class FarLeg:
     attempt: int
     destination: str
     call_id: str
-    sock: socket.socket
+    sock: socket.socket | None  # None: a WebSocket far leg (its port is its stream's key)
     port: int
     keys: tuple[Crypto, ...]
     route: Route
@@ -39,6 +41,7 @@ class FarLeg:
     leg: SipLeg | None = None  # while its secondary_call pages run (adapters/screening.py)
     limit: asyncio.TimerHandle | None = None  # minutes_max_call_duration
     dropped: bool = False  # hung up by callhook: another destination (or phone) won
+    websocket: WebSocketLeg | None = None  # a wss:// (ws://) destination's call
 
 
 @dataclass

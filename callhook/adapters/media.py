@@ -14,10 +14,12 @@ for all calls at once:
 3. the legs of calls whose sessions have events are woken.
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
-:mod:`callhook.adapters.webphone`) takes part in the same tick through
+:mod:`callhook.adapters.webphone`; a ``connect`` to a WebSocket server,
+:mod:`callhook.adapters.websocketleg`) takes part in the same tick through
 :meth:`MediaEngine.attach`: the packets it is given wait in its inbox for
-step 1 (at most :data:`ROUNDS` a tick, as a socket's), and step 2 hands its
-session's packet to its sender instead of a socket.
+step 1 (at most :data:`ROUNDS` a tick, as a socket's), or its paced source
+gives exactly one each tick; step 2 hands its session's packet to its sender
+instead of a socket.
 
 Compared with a callback per datagram this saves an event-loop wake-up per
 packet, which profiling showed to be half of the media path's cost. Packets
@@ -66,6 +68,8 @@ class _Stream:
     faults: int = 0
     out: Callable[[bytes], None] | None = None
     inbox: deque[tuple[bytes, tuple[str, int]]] | None = None
+    #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
+    pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
 
 
 class MediaEngine:
@@ -123,14 +127,19 @@ class MediaEngine:
             self._handle = self.loop.call_at(self._next, self._tick)
 
     def attach(
-        self, session: MediaSession, out: Callable[[bytes], None], wake: Callable[[], None]
+        self,
+        session: MediaSession,
+        out: Callable[[bytes], None],
+        wake: Callable[[], None],
+        pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None,
     ) -> int:
         """Make ``session`` take part in the tick with no socket: what it sends goes to
-        ``out``; what it receives is given with :meth:`deliver`. Returns the stream's key
-        (a negative number, never a port), for :meth:`deliver` and :meth:`close`."""
+        ``out``; what it receives is given with :meth:`deliver`, or taken from ``pull``
+        once every tick (a source that paces itself). Returns the stream's key (a
+        negative number, never a port), for :meth:`deliver` and :meth:`close`."""
         self._attached -= 1
         key = self._attached
-        stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX))
+        stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
         self.streams[key] = self._socketless[key] = stream
         if self._handle is None:
             self._next = self.loop.time() + TICK
@@ -244,6 +253,13 @@ class MediaEngine:
 
     def _receive_attached(self, now: float) -> None:
         for stream in list(self._socketless.values()):
+            if stream.pull is not None:
+                try:
+                    paced = stream.pull()
+                    if paced is not None:
+                        stream.session.receive(paced[0], paced[1], now)
+                except Exception:
+                    self._fault(stream, "receiving")
             inbox = stream.inbox
             for _ in range(min(ROUNDS, len(inbox) if inbox else 0)):
                 assert inbox is not None

@@ -1,0 +1,139 @@
+"""connect to a WebSocket server on real calls: a SIPp caller calls serve, whose application
+connects it to ``wss://`` server of the test (tests/e2e/wsagent.py, a certificate from a
+test CA that serve is configured to trust).
+
+The caller's ear is a socket of the test (its SDP names it) until the caller starts
+playing its pcap (serve then sends where the caller's RTP comes from): the server's
+audio is sent, and heard, first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from aiohttp import web
+
+from callhook.media import wav
+from callhook.testing import AppServer
+from callhook.wsprotocol import AUDIO, V1, V2
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_udp_port, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+from tests.e2e.rtpstream import Stream
+from tests.e2e.wsagent import Agent
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+SPEECH = Path(__file__).parent.parent / "data" / "speech"
+
+
+def clip(name: str) -> npt.NDArray[np.int16]:
+    return wav.decode_to_8k((SPEECH / name).read_bytes())
+
+
+def config(tmp_path: Path, agent: Agent | None = None) -> tuple[str, ...]:
+    path = tmp_path / "callhook.toml"
+    lines = ["[egress]", "allow_private = true"]  # the test's server is on loopback
+    if agent is not None:
+        lines = ["[sip]", f'tls_ca = "{agent.ca_file}"', *lines]
+    path.write_text("\n".join(lines) + "\n")
+    return ("--config", str(path))
+
+
+def connect_app(app: AppServer, destination: str) -> None:
+    app.page(
+        "/start",
+        [{"connect": {"destinations": [destination], "next_page": {"url": "/connected"}}}],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+def best_match(got: npt.NDArray[np.int16], sent: npt.NDArray[np.int16]) -> float:
+    """The highest normalised correlation of ``sent`` against any stretch of ``got``."""
+    g, s = got.astype(np.float64), sent.astype(np.float64)
+    if len(g) < len(s):
+        return 0.0
+    s = s - s.mean()
+    corr = np.correlate(g, s, mode="valid")
+    window = np.convolve(g * g, np.ones(len(s)), mode="valid")
+    energy = np.sqrt(window * float(s @ s)) + 1e-9
+    return float(np.max(corr / energy))
+
+
+async def test_a_caller_talks_with_a_websocket_server_both_ways_and_it_hangs_up(
+    tmp_path: Path, app: AppServer
+) -> None:
+    caller_says = clip("7_jackson_7.wav")
+    agent_says = clip("3_nicolas_13.wav")
+
+    async def converse(agent: Agent, ws: web.WebSocketResponse) -> None:
+        # Its answer in one burst, as a speech model sends it: the caller must hear it
+        # whole, paced out in real time.
+        await ws.send_bytes(agent_says.astype("<i2").tobytes())
+        await agent.wait_for("dtmf")
+        await ws.send_str(json.dumps({"type": "call_hangup", "raw_cause": "4321"}))
+
+    async with Agent(tmp_path, converse) as agent:
+        connect_app(app, agent.url)
+        stream = Stream(3.0).speech(caller_says, at=0.2).rfc4733("5", at=2.0)
+        pcap = stream.write_pcap(tmp_path / "caller.pcap")
+        async with (
+            RtpSink() as caller_ear,
+            Server.for_app(tmp_path / "data", app, extra=config(tmp_path, agent)) as server,
+        ):
+            invite = sipp.invite("ivr").replace(
+                "m=audio [media_port]", f"m=audio {caller_ear.port}"
+            )
+            run = await sipp.call(
+                server.sip,
+                tmp_path,
+                invite,
+                sipp.ANSWERED,
+                sipp.PAUSE.format(ms=2500),  # the server's answer reaches the ear first
+                sipp.PLAY.format(pcap=pcap),
+                sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            )
+            assert run.returncode == 0, run.output + run.errors + server.output
+            assert await wait_for_request(app, "/connected"), server.output
+        # The handshake offered both protocols; this server chose v2.
+        assert agent.offered == [V2, V1] and agent.protocol == V2
+        (start,) = agent.of_type("start")
+        assert start["protocol"] == V2 and start["audio"] == AUDIO
+        assert start["call"]["call_to"] == agent.url
+        # The caller's digit came as a v2 DTMF event.
+        assert [m["digit"] for m in agent.of_type("dtmf")] == ["5"]
+        # The server heard what the caller said.
+        assert best_match(agent.samples(), caller_says) > 0.9
+        # The caller heard the server's burst, whole and in real time.
+        heard = caller_ear.audio()
+        assert best_match(heard, agent_says) > 0.9, server.output
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert result["connected"] is True
+    assert result["call_cause"] == "hung_up" and result["call_raw_cause"] == "4321"
+
+
+@pytest.mark.parametrize(("where", "raw"), [("not found", "404"), ("nobody", "903")])
+async def test_a_websocket_that_cannot_be_reached_gives_aculabs_raw_cause(
+    tmp_path: Path, app: AppServer, where: str, raw: str
+) -> None:
+    async with Agent(tmp_path, status=404) as agent:
+        url = agent.url if where == "not found" else f"wss://127.0.0.1:{free_udp_port()}/agent"
+        connect_app(app, url)
+        async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path, agent)) as server:
+            run = await sipp.call(
+                server.sip,
+                tmp_path,
+                sipp.invite("ivr"),
+                sipp.ANSWERED,
+                sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            )
+            assert run.returncode == 0, run.output + run.errors + server.output
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert result["connected"] is False and result["call_raw_cause"] == raw, result
+    assert result["call_cause"] == ("unobtainable" if raw == "404" else "failed")
