@@ -82,6 +82,8 @@ class Services:
             )
         )
         self.trust_app_hosts(*self.settings.apps.values())
+        for endpoint in self.settings.egress_endpoints:
+            self.egress.trust_url(f"http://{endpoint}")
         self.pages = HttpPages(
             timeout=self.settings.page_timeout,
             egress=self.egress,

@@ -40,6 +40,7 @@ A config file is TOML::
 
     [egress]                            # URLs callhook fetches: pages, file_to_play, notifications
     allow_private = false               # private/loopback endpoints besides the applications' own
+    endpoints = ["127.0.0.1:8765"]      # private endpoints trusted as well (a voice agent)
     max_response_mb = 5                 # largest page body
     max_redirects = 3
 
@@ -234,6 +235,8 @@ class Settings:
     max_calls_per_app: int = MAX_CALLS_PER_APP
     #: ``[egress]``: what page, media and notification fetches may reach, and their limits.
     egress_allow_private: bool = False
+    #: ``[egress] endpoints``: private endpoints (host:port) trusted as the applications' are.
+    egress_endpoints: tuple[str, ...] = ()
     max_response_bytes: int = 5 * 2**20
     max_redirects: int = 3
     apps: dict[str, AppConfig] = field(default_factory=dict)
@@ -381,18 +384,34 @@ def _outbound(path: Path, values: dict[str, Any], settings: Settings) -> None:
 
 
 def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
-    """``[egress]``: allow_private, max_response_mb, max_redirects."""
-    _no_unknown(path, "egress", values, {"allow_private", "max_response_mb", "max_redirects"})
+    """``[egress]``: allow_private, endpoints, max_response_mb, max_redirects."""
+    known = {"allow_private", "endpoints", "max_response_mb", "max_redirects"}
+    _no_unknown(path, "egress", values, known)
     private = values.get("allow_private", False)
     if not isinstance(private, bool):
         raise ConfigError(f"{path}: [egress] allow_private must be true or false")
     settings.egress_allow_private = private
+    endpoints = values.get("endpoints", [])
+    if not isinstance(endpoints, list) or not all(_endpoint(e) for e in endpoints):
+        raise ConfigError(
+            f'{path}: [egress] endpoints must be a list of "host:port" '
+            f'(e.g. "127.0.0.1:8765", "[::1]:8765", "agent.internal:443")'
+        )
+    settings.egress_endpoints = tuple(endpoints)
     if "max_response_mb" in values:
         settings.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
     redirects = values.get("max_redirects", 3)
     if not isinstance(redirects, int) or isinstance(redirects, bool) or not 0 <= redirects <= 20:
         raise ConfigError(f"{path}: [egress] max_redirects must be 0 to 20")
     settings.max_redirects = redirects
+
+
+def _endpoint(value: object) -> bool:
+    """Whether ``value`` is ``host:port`` (an IPv6 address in brackets)."""
+    if not isinstance(value, str):
+        return False
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})", value)
+    return m is not None and 1 <= int(m.group(2)) <= 65535
 
 
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:

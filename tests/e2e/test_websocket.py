@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -34,12 +35,12 @@ def clip(name: str) -> npt.NDArray[np.int16]:
     return wav.decode_to_8k((SPEECH / name).read_bytes())
 
 
-def config(tmp_path: Path, agent: Agent | None = None) -> tuple[str, ...]:
+def config(tmp_path: Path, agent: Agent, *urls: str) -> tuple[str, ...]:
+    """serve trusts the test's CA, and the servers at ``urls`` (on loopback: the egress
+    policy refuses them unless they are listed)."""
+    endpoints = ", ".join(f'"{urlsplit(url).netloc}"' for url in urls)
     path = tmp_path / "callhook.toml"
-    lines = ["[egress]", "allow_private = true"]  # the test's server is on loopback
-    if agent is not None:
-        lines = ["[sip]", f'tls_ca = "{agent.ca_file}"', *lines]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(f'[sip]\ntls_ca = "{agent.ca_file}"\n[egress]\nendpoints = [{endpoints}]\n')
     return ("--config", str(path))
 
 
@@ -83,7 +84,9 @@ async def test_a_caller_talks_with_a_websocket_server_both_ways_and_it_hangs_up(
         pcap = stream.write_pcap(tmp_path / "caller.pcap")
         async with (
             RtpSink() as caller_ear,
-            Server.for_app(tmp_path / "data", app, extra=config(tmp_path, agent)) as server,
+            Server.for_app(
+                tmp_path / "data", app, extra=config(tmp_path, agent, agent.url)
+            ) as server,
         ):
             invite = sipp.invite("ivr").replace(
                 "m=audio [media_port]", f"m=audio {caller_ear.port}"
@@ -124,7 +127,9 @@ async def test_a_websocket_that_cannot_be_reached_gives_aculabs_raw_cause(
     async with Agent(tmp_path, status=404) as agent:
         url = agent.url if where == "not found" else f"wss://127.0.0.1:{free_udp_port()}/agent"
         connect_app(app, url)
-        async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path, agent)) as server:
+        async with Server.for_app(
+            tmp_path / "data", app, extra=config(tmp_path, agent, url)
+        ) as server:
             run = await sipp.call(
                 server.sip,
                 tmp_path,

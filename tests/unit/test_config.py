@@ -138,8 +138,10 @@ def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
     text = (
         '[outbound]\nallow = ["sip:*@10.0.0.*", "+44"]\nmax_calls_per_app = 3\n'
         "[egress]\nallow_private = true\nmax_response_mb = 1\nmax_redirects = 0\n"
+        'endpoints = ["127.0.0.1:8765", "[::1]:9000", "agent.internal:443"]\n'
     )
     settings = load(write(tmp_path, text))
+    assert settings.egress_endpoints == ("127.0.0.1:8765", "[::1]:9000", "agent.internal:443")
     assert settings.outbound_allow == ("sip:*@10.0.0.*", "+44")
     assert settings.max_calls_per_app == 3
     assert settings.egress_allow_private is True
@@ -152,6 +154,11 @@ def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
         ('[outbound]\nallow = ["premium"]\n', "[outbound] allow: 'premium' is neither"),
         ('[outbound]\nallow = "*"\n', "[outbound] allow must be a list"),
         ("[outbound]\nmax_calls_per_app = 0\n", "max_calls_per_app must be 1 to 100000"),
+        (
+            '[egress]\nendpoints = ["127.0.0.1"]\n',
+            '[egress] endpoints must be a list of "host:port"',
+        ),
+        ('[egress]\nendpoints = ["a:70000"]\n', '[egress] endpoints must be a list of "host:port"'),
         ("[outbound]\ndestinations = []\n", "[outbound] unknown keys: destinations"),
         ('[egress]\nallow_private = "yes"\n', "allow_private must be true or false"),
         ("[egress]\nmax_redirects = 50\n", "max_redirects must be 0 to 20"),
