@@ -13,6 +13,7 @@ Every request's signature is checked (a forged one gets 403).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ from aiohttp import web
 from callhook import sdk
 
 Page = Callable[[sdk.PageRequest], dict[str, Any]]
+
+#: Where ``/agent/start`` connects the caller (examples/voice_agent.py's default).
+AGENT_URL = os.environ.get("AGENT_URL", "ws://127.0.0.1:8765/agent")
 
 
 def _said(result: Any) -> str:
@@ -121,6 +125,11 @@ PAGES: dict[str, Page] = {
     # callhook test's caller refuses a REFER (as many phones do): the connect runs instead.
     "transfer/start": lambda r: sdk.response(
         sdk.transfer(callee(r), fallback_connect=sdk.connect(callee(r)), next_page="../done")
+    ),
+    # A voice agent on a WebSocket (examples/voice_agent.py): the caller talks with it.
+    "agent/start": lambda r: sdk.response(
+        sdk.play("Connecting you to the agent."),
+        sdk.connect(AGENT_URL, next_page="../done"),
     ),
     # The far end of both: answers, speaks, hangs up.
     "callee/start": lambda r: sdk.response(sdk.play("Hello, this is the callee."), sdk.hang_up()),

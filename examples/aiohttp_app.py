@@ -1,6 +1,6 @@
 """The voice applications of ``voiceapp`` served with aiohttp.
 
-    python examples/aiohttp_app.py --port 5000 --secret s3cret
+python examples/aiohttp_app.py --port 5000 --secret s3cret
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The voice applications of ``voiceapp`` served with FastAPI (and uvicorn).
 
-    python examples/fastapi_app.py --port 5000 --secret s3cret
+python examples/fastapi_app.py --port 5000 --secret s3cret
 """
 
 from __future__ import annotations
