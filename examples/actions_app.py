@@ -126,6 +126,15 @@ PAGES: dict[str, Page] = {
     "transfer/start": lambda r: sdk.response(
         sdk.transfer(callee(r), fallback_connect=sdk.connect(callee(r)), next_page="../done")
     ),
+    # Live transcription: every phrase the caller says goes to /transcript as it is heard.
+    "transcription/start": lambda r: sdk.response(
+        sdk.start_transcription("../transcript", transcription_mode="inbound"),
+        sdk.play("Talk to me. Everything you say is written down."),
+        sdk.sleep(10),
+        sdk.stop_transcription(),
+        sdk.play("Thank you."),
+        sdk.hang_up(),
+    ),
     # A voice agent on a WebSocket (examples/voice_agent.py): the caller talks with it.
     "agent/start": lambda r: sdk.response(
         sdk.play("Connecting you to the agent."),
@@ -153,10 +162,25 @@ def application(secret: str) -> web.Application:
     async def final(request: web.Request) -> web.Response:
         return web.Response(status=204)
 
+    async def transcript(request: web.Request) -> web.Response:
+        """``start_transcription``'s results page: outside the call's flow, answered 204."""
+        body = await request.read()
+        if not sdk.verify_signature(request.headers, body, secret):
+            return web.Response(status=403, text="bad signature")
+        result = sdk.parse_request(body).result()
+        assert isinstance(result, sdk.TranscriptionResult)
+        for phrase in result.transcription:
+            if phrase.final:
+                print(f"transcript {result.id!r} ({phrase.direction}): {phrase.text}", flush=True)
+        if result.completed:
+            print(f"transcript {result.id!r}: completed", flush=True)
+        return web.Response(status=204)
+
     app = web.Application()
     for path, page in PAGES.items():
         app.router.add_post(f"/{path}", handler(page))
     app.router.add_post("/final", final)
+    app.router.add_post("/transcription/transcript", transcript)
     return app
 
 

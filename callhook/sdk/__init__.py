@@ -63,6 +63,7 @@ from callhook.sdk.requests import (
     RunMenuResult,
     RunSpeechMenuResult,
     ThisCall,
+    TranscriptionResult,
     TransferResult,
     parse_request,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "RunMenuResult",
     "RunSpeechMenuResult",
     "ThisCall",
+    "TranscriptionResult",
     "TransferResult",
     "cipher",
     "clear_input",

@@ -43,18 +43,22 @@ class ThisCall(_Lenient):
 
 
 class Alternative(_Lenient):
-    """One hypothesis of a phrase: its ``text`` and ``confidence`` (0 to 1)."""
+    """One hypothesis of a phrase: its ``text`` and ``confidence`` (0 to 1; None on a
+    transcription's interim results, which have none)."""
 
     text: str
-    confidence: float
+    confidence: float | None = None
 
 
 class Phrase(_Lenient):
-    """A recognised phrase: its ``alternatives``, best first."""
+    """A recognised phrase: its ``alternatives``, best first; whose speech it is
+    (``direction``: ``inbound``, the caller's, or ``outbound``, what the caller hears; None
+    in a ``mixed`` transcription); ``final``, or an interim result with its ``stability``."""
 
     alternatives: list[Alternative]
-    direction: str = "inbound"
+    direction: str | None = None
     final: bool = True
+    stability: float | None = None
 
     @property
     def text(self) -> str:
@@ -134,6 +138,15 @@ class TransferResult(_Lenient):
     connect_result: ConnectResult | None = None
 
 
+class TranscriptionResult(_Lenient):
+    """What a ``start_transcription``'s ``results_page`` is sent: phrases as they are
+    recognised (interim ones too when enabled), then ``completed`` once it is over."""
+
+    transcription: list[Phrase] = Field(default_factory=list)
+    id: str = ""
+    completed: bool = False
+
+
 RESULTS: dict[str, type[_Lenient]] = {
     "get_number": GetNumberResult,
     "get_input": GetInputResult,
@@ -142,6 +155,7 @@ RESULTS: dict[str, type[_Lenient]] = {
     "run_speech_menu": RunSpeechMenuResult,
     "connect": ConnectResult,
     "transfer": TransferResult,
+    "start_transcription": TranscriptionResult,
 }
 
 

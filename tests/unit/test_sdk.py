@@ -252,7 +252,7 @@ async def test_an_application_written_with_the_library_runs_on_a_call() -> None:
     assert first is None
     assert isinstance(number, sdk.GetNumberResult) and number.entered_number == "1234"
     assert isinstance(speech, sdk.GetInputResult) and speech.input_type == "speech"
-    assert speech.text == "support" and speech.speech_input[0].alternatives[0].confidence > 0
+    assert speech.text == "support" and (speech.speech_input[0].alternatives[0].confidence or 0) > 0
     assert isinstance(recording, sdk.RecordResult)
     assert recording.filename.startswith("recordings/") and recording.seconds_duration > 0
 
@@ -306,3 +306,29 @@ def test_a_transfer_result_as_the_machine_makes_it_parses() -> None:
     )
     assert isinstance(got.connect_result, sdk.ConnectResult)
     assert got.connect_result.connected and got.connect_result.seconds_connected_duration == 3
+
+
+def test_a_transcription_result_is_read_as_the_machine_sends_it() -> None:
+    from callhook.events import Alternative
+    from callhook.speech.transcription import phrase, result_body
+
+    body = result_body(
+        "inst-1",
+        "logs/x.log",
+        "t-7",
+        [
+            phrase([Alternative("hello there", 0.0)], final=False, direction="outbound",
+                   stability_value=0.5),
+            phrase([Alternative("hello there friend", 0.87)], final=True, direction=None),
+        ],
+        completed=False,
+    )  # fmt: skip
+    request = sdk.parse_request(json.dumps(body))
+    result = request.result()
+    assert isinstance(result, sdk.TranscriptionResult)
+    assert result.id == "t-7" and result.completed is False and request.token == ""
+    interim, final = result.transcription
+    assert (interim.final, interim.stability, interim.direction) == (False, 0.5, "outbound")
+    assert interim.alternatives[0].confidence is None  # interim results carry none
+    assert (final.final, final.direction, final.text) == (True, None, "hello there friend")
+    assert final.alternatives[0].confidence == 0.87
