@@ -8,6 +8,7 @@ audio is sent, and heard, first."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ import numpy.typing as npt
 import pytest
 from aiohttp import web
 
+from callhook.adapters.speech import build_synthesiser
 from callhook.media import wav
 from callhook.testing import AppServer
 from callhook.wsprotocol import AUDIO, V1, V2
@@ -142,3 +144,60 @@ async def test_a_websocket_that_cannot_be_reached_gives_aculabs_raw_cause(
     result = connected["action_result"]["result"]
     assert result["connected"] is False and result["call_raw_cause"] == raw, result
     assert result["call_cause"] == ("unobtainable" if raw == "404" else "failed")
+
+
+async def test_a_transcription_hears_both_the_caller_and_the_websocket_server(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """start_transcription in separate mode, then connect: the far end's speech (the
+    server's, bridged) is transcribed as outbound, the caller's as inbound."""
+    synthesiser = build_synthesiser("piper:joe")
+    assert synthesiser is not None
+    server_says = synthesiser.speak("Your parcel will arrive on Tuesday morning.")
+    caller_says = synthesiser.speak("Thank you very much for the update.")
+
+    async def speak_then_hang_up(agent: Agent, ws: web.WebSocketResponse) -> None:
+        await ws.send_bytes(server_says.astype("<i2").tobytes())
+        await asyncio.sleep(len(server_says) / 8000 + 4.5)  # the caller answers meanwhile
+        await ws.send_str(json.dumps({"type": "call_hangup", "raw_cause": "200"}))
+
+    async with Agent(tmp_path, speak_then_hang_up) as agent:
+        app.page(
+            "/start",
+            [
+                {"start_transcription": {"results_page": {"url": "results"}, "id": "bridged"}},
+                {"connect": {"destinations": [agent.url], "next_page": {"url": "/connected"}}},
+            ],
+        )
+        app.page("/connected", [{"hang_up": {}}])
+        app.page("/results", None)
+        app.page("/final", None)
+        pcap = Stream(8.0).speech(caller_says, at=4.0).write_pcap(tmp_path / "caller.pcap")
+        extra = config(tmp_path, agent, agent.url)
+        async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+            run = await sipp.call(
+                server.sip,
+                tmp_path,
+                sipp.invite("ivr"),
+                sipp.ANSWERED,
+                sipp.PLAY.format(pcap=pcap),
+                sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+            )
+            assert run.returncode == 0, run.output + run.errors + server.output
+            for _ in range(100):  # the call's end completes it
+                if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
+                    break
+                await asyncio.sleep(0.1)
+    phrases = [
+        p for b in app.bodies("/results") for p in b["action_result"]["result"]["transcription"]
+    ]
+    said = {
+        direction: " ".join(
+            p["alternatives"][0]["text"].lower()
+            for p in phrases
+            if p["final"] and p["direction"] == direction
+        )
+        for direction in ("inbound", "outbound")
+    }
+    assert "parcel" in said["outbound"] and "tuesday" in said["outbound"], said
+    assert "thank you" in said["inbound"] and "parcel" not in said["inbound"], said
