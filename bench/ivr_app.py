@@ -10,7 +10,9 @@ file store: ``ivr/prompt.wav`` (3.0 s) and ``ivr/beep.wav`` (0.25 s).
 
 It also answers the bridged variant of :mod:`bench.connect_load` under
 ``/connect/PORT/``: ``start`` puts the caller through to
-``sip:callee@127.0.0.1:PORT``; ``after`` (the connect's ``next_page``) hangs up.
+``sip:callee@127.0.0.1:PORT``; ``after`` (the connect's ``next_page``) hangs up; and
+:mod:`bench.websocket_load`'s under ``/websocket/PORT/``, the same with
+``ws://127.0.0.1:PORT/echo``.
 """
 
 from __future__ import annotations
@@ -60,11 +62,14 @@ def page(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"actions": actions}
 
 
-def connect_page(port: int, name: str) -> dict[str, Any]:
+def connect_page(port: int, name: str, kind: str = "connect") -> dict[str, Any]:
     """The answer of each page of the bridged variant: connect to the callee on ``port``
-    of this host, then (``after``, ``error``) hang up."""
+    of this host (``kind`` ``websocket``: the WebSocket server there, ``ws://``), then
+    (``after``, ``error``) hang up."""
     if name == "start":
-        destination = f"sip:callee@127.0.0.1:{port}"
+        destination = (
+            f"ws://127.0.0.1:{port}/echo" if kind == "websocket" else f"sip:callee@127.0.0.1:{port}"
+        )
         return {
             "actions": [{"connect": {"destinations": [destination], "next_page": {"url": "after"}}}]
         }
@@ -119,7 +124,8 @@ def application() -> web.Application:
                     result.get("seconds_connected_duration"),
                 ]
             )
-        return web.json_response(connect_page(int(request.match_info["port"]), name))
+        kind = request.path.strip("/").split("/", 1)[0]
+        return web.json_response(connect_page(int(request.match_info["port"]), name, kind))
 
     async def show(request: web.Request) -> web.Response:
         return web.json_response(stats)
@@ -141,6 +147,7 @@ def application() -> web.Application:
     app.router.add_post("/ivr/{page}", handle)
     app.router.add_post("/chain/{page}", chain)
     app.router.add_post("/connect/{port}/{page}", connect)
+    app.router.add_post("/websocket/{port}/{page}", connect)
     return app
 
 
