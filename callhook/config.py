@@ -107,6 +107,7 @@ from typing import Any
 from callhook import trunks
 from callhook.configvalues import ConfigError as ConfigError
 from callhook.configvalues import domains as _domains
+from callhook.configvalues import endpoints as _endpoints
 from callhook.configvalues import flag as _flag
 from callhook.configvalues import integer as _integer
 from callhook.configvalues import ip_address as _ip_address
@@ -391,27 +392,13 @@ def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
     if not isinstance(private, bool):
         raise ConfigError(f"{path}: [egress] allow_private must be true or false")
     settings.egress_allow_private = private
-    endpoints = values.get("endpoints", [])
-    if not isinstance(endpoints, list) or not all(_endpoint(e) for e in endpoints):
-        raise ConfigError(
-            f'{path}: [egress] endpoints must be a list of "host:port" '
-            f'(e.g. "127.0.0.1:8765", "[::1]:8765", "agent.internal:443")'
-        )
-    settings.egress_endpoints = tuple(endpoints)
+    settings.egress_endpoints = _endpoints(path, "egress", "endpoints", values)
     if "max_response_mb" in values:
         settings.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
     redirects = values.get("max_redirects", 3)
     if not isinstance(redirects, int) or isinstance(redirects, bool) or not 0 <= redirects <= 20:
         raise ConfigError(f"{path}: [egress] max_redirects must be 0 to 20")
     settings.max_redirects = redirects
-
-
-def _endpoint(value: object) -> bool:
-    """Whether ``value`` is ``host:port`` (an IPv6 address in brackets)."""
-    if not isinstance(value, str):
-        return False
-    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})", value)
-    return m is not None and 1 <= int(m.group(2)) <= 65535
 
 
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:

@@ -102,3 +102,21 @@ def port(path: Path, key: str, value: object) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{path}: [sip] {key} must be a port number (0: none), got {value!r}")
     return port
+
+
+def endpoints(path: Path, table: str, key: str, values: dict[str, Any]) -> tuple[str, ...]:
+    """A list of ``host:port`` (an IPv6 address in brackets), or () when absent."""
+    value = values.get(key, [])
+    if not isinstance(value, list) or not all(_endpoint(v) for v in value):
+        raise ConfigError(
+            f'{path}: [{table}] {key} must be a list of "host:port" '
+            f'(e.g. "127.0.0.1:8765", "[::1]:8765", "agent.internal:443")'
+        )
+    return tuple(value)
+
+
+def _endpoint(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})", value)
+    return m is not None and 1 <= int(m.group(2)) <= 65535
