@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.actions.machine import ActionContext
+from callhook.adapters.flowtranscript import FlowTranscript
 from callhook.adapters.speech import SpeechService
 from callhook.call import CallRunner
 from callhook.callees import SimulatedCallees
@@ -45,6 +46,8 @@ from callhook.events import (
     StartRecognition,
     StartRecording,
     StopPrompt,
+    StopTranscribing,
+    Transcribe,
 )
 from callhook.flow import (
     Ended,
@@ -154,8 +157,14 @@ class FlowLeg(ScriptedLeg):
         pages: RecordingPages,
         clock: VirtualClock,
         save_recording: Callable[[StartRecording, float], float] | None = None,
+        secret: str = "",
     ) -> None:
         super().__init__(None, clock=clock, timer=timer, info=info)
+        self.transcript = FlowTranscript(
+            pages.pages,
+            secret,
+            lambda url, body: pages.calls.append(PageCall(clock.now(), url, body)),
+        )
         self._recordings = SavedRecordings(self.media, save_recording)
         self.callees = SimulatedCallees(flow.callees)
         self.flow = flow
@@ -202,6 +211,11 @@ class FlowLeg(ScriptedLeg):
                     i.text for i in command.items if isinstance(i, SayText) and not i.private
                 )
                 self.prompts.append((now, command.prompt_id, text))
+                self.transcript.prompt(text)
+            elif isinstance(command, Transcribe):
+                self.transcript.start(command)
+            elif isinstance(command, StopTranscribing):
+                self.transcript.stop()
             elif isinstance(command, StopPrompt) and command.prompt_id == self._waiting_prompt:
                 self._prompt_over(now)
 
@@ -350,6 +364,7 @@ class FlowLeg(ScriptedLeg):
             seconds = SECONDS_PER_WORD * len(words.split())
             alternatives, typed = (Alternative(words, 1.0),), True
         self.media.speak(alternatives, now, seconds, typed=typed)
+        self.transcript.caller(alternatives)
         self.ready_at = now + seconds
 
     def finish(self, cause: str) -> None:
@@ -446,6 +461,7 @@ async def run_flow(
         pages=recording,
         clock=clock,
         save_recording=save_recording,
+        secret=app.secret,
     )
     instance = f"flow-{int(time.time() * 1000):x}"
     log = CallLog(instance, clock, log_dir / f"{instance}.log")
@@ -468,6 +484,8 @@ async def run_flow(
     except FlowFailed as exc:
         leg.failure = leg.failure or str(exc)
         cause = "failed"
+    leg.transcript.stop()  # the call's end ends its transcription
+    await leg.transcript.drain()
     leg.finish(cause)
     return FlowResult(
         flow, leg.failure, cause, clock.now(), time.perf_counter() - started, timeline

@@ -254,3 +254,45 @@ async def test_a_play_step_with_a_missing_file_fails_it(tmp_path: Path) -> None:
     assert result.failure is not None
     assert result.failure.startswith("step 1 (play 'nowhere.wav'): play ")
     assert "nowhere.wav" in result.failure
+
+
+@pytest.mark.parametrize(
+    ("mode", "directions"),
+    [("separate", ["outbound", "inbound", "outbound"]), ("mixed", [None, None, None]),
+     ("inbound", ["inbound"]), ("outbound", ["outbound", "outbound"])],
+)  # fmt: skip
+async def test_a_transcription_in_process_posts_what_is_said_and_prompted(
+    tmp_path: Path, mode: str, directions: list[str | None]
+) -> None:
+    """start_transcription on the simulated call: the caller's words and the prompts'
+    text as final phrases to the results page (signed), then completed; a request step
+    can expect them."""
+    start = [
+        {"start_transcription": {"results_page": {"url": "/words"}, "id": "t1",
+                                 "transcription_mode": mode}},
+        {"get_input": {"prompt": _say("Sales or support?"), "next_page": {"url": "/said"}}},
+    ]  # fmt: skip
+    async with AppServer() as app:
+        app.page("/start", start)
+        app.page("/said", [_say("Putting you through."), {"stop_transcription": {}},
+                           _say("Not written down."), {"hang_up": {}}])  # fmt: skip
+        app.page("/words", None)
+        flow = (
+            "app: demo\nsteps:\n - hear: Sales\n - say: support please\n"
+            " - request: {page: /words, action: start_transcription, result: {id: t1}}\n"
+            " - ended\n"
+        )
+        result = await _run(app, flow, tmp_path)
+        posts = [r for r in app.requests if r.path == "/words"]
+    assert result.passed, result.failure
+    assert posts and all(r.signature_ok(app.secret) for r in posts)
+    results = [r.json["action_result"]["result"] for r in posts]
+    phrases = [p for r in results for p in r["transcription"]]
+    assert [p.get("direction") for p in phrases] == directions
+    assert all(p["final"] for p in phrases)
+    texts = [p["alternatives"][0]["text"] for p in phrases]
+    if mode in ("separate", "mixed"):
+        assert texts == ["Sales or support?", "support please", "Putting you through."]
+    assert "Not written down." not in texts  # after stop_transcription
+    assert [r["completed"] for r in results].count(True) == 1 and results[-1]["completed"]
+    assert all(r["id"] == "t1" for r in results)
