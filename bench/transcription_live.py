@@ -1,8 +1,10 @@
 """Live transcription on live calls: how many at once one ``serve`` keeps up with.
 
-    .venv/bin/python -m bench.transcription_live [--steps 4,8,16] [--interim]
+    .venv/bin/python -m bench.transcription_live [--steps 4,8,16] [--rate 2] [--interim]
 
-For each step N, N SIPp callers call one ``serve`` at once and play the same pcap: the
+For each step N, N SIPp callers call one ``serve``, ``--rate`` new calls a second (so
+their sentences do not all end at the same moment, as a real line's do not), and play
+the same pcap: the
 script of :mod:`bench.transcription` (six sentences by the default voice, in line
 noise), about 30 s. The application (in this process) answers the first page with
 ``start_transcription`` (finals only, or with interim results), a ``sleep`` as long as
@@ -80,8 +82,9 @@ class Results:
 
 
 async def run_step(
-    n: int, pcap: Path, ends: list[float], seconds: float, interim: bool, workdir: Path
-) -> dict[str, Any]:
+    n: int, pcap: Path, ends: list[float], seconds: float, interim: bool, rate: float,
+    workdir: Path,
+) -> dict[str, Any]:  # fmt: skip
     results = Results(seconds, interim)
     app = web.Application()
     app.router.add_post("/start", results.start)
@@ -111,7 +114,8 @@ async def run_step(
     (workdir / "caller.xml").write_text(scenario)
     caller = await asyncio.create_subprocess_exec(
         "sipp", "-sf", "caller.xml", f"127.0.0.1:{SIP_PORT}", "-i", "127.0.0.1", "-p", "5061",
-        "-mi", "127.0.0.1", "-mp", "6000", "-l", str(n), "-r", str(n), "-m", str(n),
+        "-mi", "127.0.0.1", "-mp", "6000", "-l", str(n), "-m", str(n),
+        "-r", "1", "-rp", str(round(1000 / rate)),
         "-nostdin", "-trace_err", cwd=workdir,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -155,6 +159,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--steps", default="4,8,16")
+    parser.add_argument("--rate", type=float, default=2.0, help="new calls a second")
     parser.add_argument("--interim", action="store_true", help="with interim results")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-transcription-"))
@@ -168,7 +173,7 @@ def main() -> None:
     )
     print("   N | calls | completed | finals | WER % | end of speech to final p50 / p95 / max s")
     for n in (int(x) for x in args.steps.split(",")):
-        r = asyncio.run(run_step(n, pcap, ends, seconds + 2.0, args.interim, workdir))
+        r = asyncio.run(run_step(n, pcap, ends, seconds + 2.0, args.interim, args.rate, workdir))
         print(
             f"{n:4d} | {r['calls']:5} | {r['completed']:9} | {r['finals']:6} | {r['wer']:5.1f} "
             f"| {r['p50']:.2f} / {r['p95']:.2f} / {r['max']:.2f}",
