@@ -73,9 +73,10 @@ async def test_the_example_agent_doubles_a_spoken_number_and_a_key_then_hangs_up
         assert synthesiser is not None
         goodbye = synthesiser.speak("Goodbye.")
         number = synthesiser.speak("Twenty one.")
-        # The greeting takes about 3 s; then a number, a key, goodbye, each after the
-        # agent's answer to the one before.
-        stream = Stream(16.0).speech(number, at=4.5).rfc4733("4", at=9.0).speech(goodbye, at=12.5)
+        # The greeting takes about 3 s; then a number, a key, goodbye, each well after the
+        # agent's answer to the one before (speech over an answer would cut it short:
+        # the agent's barge-in), even on a loaded machine.
+        stream = Stream(20.0).speech(number, at=4.5).rfc4733("4", at=10.5).speech(goodbye, at=16.0)
         pcap = stream.write_pcap(tmp_path / "caller.pcap")
         config = tmp_path / "callhook.toml"
         config.write_text(f'[egress]\nendpoints = ["127.0.0.1:{port}"]\n')
