@@ -98,7 +98,7 @@ async def test_a_caller_talks_with_a_websocket_server_both_ways_and_it_hangs_up(
                 tmp_path,
                 invite,
                 sipp.ANSWERED,
-                sipp.PAUSE.format(ms=2500),  # the server's answer reaches the ear first
+                sipp.PAUSE.format(ms=5000),  # the server's answer reaches the ear first
                 sipp.PLAY.format(pcap=pcap),
                 sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
             )
