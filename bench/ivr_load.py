@@ -11,10 +11,13 @@ runs in its own process; callhook is one ``callhook serve`` process.
 For each step N (N calls at once, 5 x N calls in all) it prints: calls
 completed and failed (SIPp's count), digits right, recordings of the right
 length, callhook's CPU (ms per call-second, % of one core while loaded), its
-peak RSS, the gaps between consecutive RTP packets callhook sends on a call
-(p50/p99/max, from a tcpdump capture on loopback; ideal 20 ms), and page
-request latency as callhook measured it. Needs ``sipp`` and ``tcpdump``
-(Debian ``sip-tester``, ``tcpdump``) and root for the capture.
+peak RSS, the IO floor of the same run (:mod:`bench.floor`: the captured streams
+replayed to a process that only echoes them; its CPU per call-second, and callhook's
+CPU as a multiple of it, the figure that holds still on a noisy machine), the gaps
+between consecutive RTP packets callhook sends on a call (p50/p99/max, from a tcpdump
+capture on loopback; ideal 20 ms), and page request latency as callhook measured it.
+Needs ``sipp`` and ``tcpdump`` (Debian ``sip-tester``, ``tcpdump``) and root for the
+capture.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import floor
 from callhook.media import wav
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,6 +313,7 @@ def run_load(
     )
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
     extra = from_capture(pcap) if from_capture is not None else {}
+    floor_cpu = floor.measure(pcap)  # the same streams, echoed by a process doing nothing else
     pcap.unlink(missing_ok=True)
     return {
         "n": n,
@@ -320,6 +325,8 @@ def run_load(
         "recordings": len(recordings),
         "recording_lengths": quantiles([d for d, _, _ in recordings if d is not None]),
         "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else float("nan"),
+        "floor_ms_per_call_s": floor_cpu * 1000 / call_seconds if call_seconds else float("nan"),
+        "floor_ratio": cpu_total / floor_cpu if floor_cpu > 0 else float("nan"),
         "cpu_pct": pct,
         "rss_mb": rss_mb,
         "gap_p50": p50,
@@ -347,8 +354,8 @@ def main() -> None:
     app, app_base = start_app()
     print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
     print(
-        "   N |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | % core | RSS MB "
-        "| RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
+        "   N |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | floor ms (x) "
+        "| % core | RSS MB | RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
     )
     try:
         for n in (int(x) for x in args.steps.split(",")):
@@ -362,7 +369,9 @@ def main() -> None:
                 f"{n:4d} | {r['ok']:4} | {r['failed']:4} "
                 f"| {r['digits_right']:4}/{r['digits_calls']:<4} "
                 f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
-                f"| {r['cpu_ms_per_call_s']:13.2f} | {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "
+                f"| {r['cpu_ms_per_call_s']:13.2f} "
+                f"| {r['floor_ms_per_call_s']:5.2f} ({r['floor_ratio']:4.1f}) "
+                f"| {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "
                 f"| {r['gap_p50']:5.1f} / {r['gap_p99']:5.1f} / {r['gap_max']:5.0f} "
                 f"| {page.get('p50_ms', nan):5.1f} / {page.get('p99_ms', nan):5.1f} "
                 f"| {r['late_ticks']}",
