@@ -42,7 +42,7 @@ from callhook.adapters.sipcall import (
     SipCall,
     Unanswered,
     media_session,
-    srtp_context,
+    reoffer,
 )
 from callhook.adapters.transcribing import OutboxPoster
 from callhook.adapters.trunks import Trunks
@@ -520,40 +520,15 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
     def _reoffer(self, call: SipCall, body: bytes) -> None:
         assert self.agent is not None
         now = self.loop.time()
-        media = call.media
         try:
-            offer = sdp.parse(body.decode("utf-8", "replace"))
-            media.version += 1
-            session = media.session
-            answer, negotiated = offeranswer.answer(
-                offer,
-                self.address,
-                media.port,
-                media.session_id,
-                media.version,
-                srtp=call.srtp,
-                local_crypto=session.srtp.local if session.srtp is not None else None,
-            )
+            answer, on_hold = reoffer(call, body, self.address, now)
         except sdp.SdpError as exc:
             logger.warning("call %s: re-offer refused: %s", call.call_id, exc)
             self.agent.reject_reoffer(call.call_id, 488, now)
             self._flush()
             return
-        if session.srtp is not None and negotiated.srtp:
-            assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
-            session.srtp.update(negotiated.local_crypto, negotiated.remote_crypto)
-        elif negotiated.srtp:
-            session.srtp = srtp_context(negotiated)
-        if negotiated.remote_address != session.offered and not negotiated.on_hold:
-            session.remote = session.offered = negotiated.remote_address
-            session.latched = False
-        session.sending = negotiated.sends
-        # On hold the peer sends nothing by agreement: no dead-call clock until it resumes.
-        session.expect_rtp(now, negotiated.receives and not negotiated.on_hold)
-        logger.info(
-            "call %s: re-offer: %s", call.call_id, "on hold" if negotiated.on_hold else "active"
-        )
-        self.agent.answer_reoffer(call.call_id, answer.encode(), now)
+        logger.info("call %s: re-offer: %s", call.call_id, "on hold" if on_hold else "active")
+        self.agent.answer_reoffer(call.call_id, answer, now)
         self._flush()
 
     # --- shutdown ---------------------------------------------------------------------------

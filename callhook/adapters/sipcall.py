@@ -17,7 +17,7 @@ from callhook.call import CallSummary
 from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import SrtpContext
-from callhook.sip import offeranswer
+from callhook.sip import offeranswer, sdp
 from callhook.sip.sdes import SrtpMode
 
 
@@ -90,3 +90,34 @@ class Unanswered(Exception):
 async def nothing() -> None:
     """The answer action of an outbound call: it is answered already."""
     return None
+
+
+def reoffer(call: SipCall, body: bytes, address: str, now: float) -> tuple[bytes, bool]:
+    """A re-INVITE's offer (RFC 3264 §8) applied to ``call``'s media: its answer's SDP,
+    and whether the far end put the call on hold. :class:`~callhook.sip.sdp.SdpError`
+    when the offer is unusable (the caller answers 488); the media is left as it was."""
+    media = call.media
+    session = media.session
+    offer = sdp.parse(body.decode("utf-8", "replace"))
+    answer, negotiated = offeranswer.answer(
+        offer,
+        address,
+        media.port,
+        media.session_id,
+        media.version + 1,
+        srtp=call.srtp,
+        local_crypto=session.srtp.local if session.srtp is not None else None,
+    )
+    media.version += 1
+    if session.srtp is not None and negotiated.srtp:
+        assert negotiated.local_crypto is not None and negotiated.remote_crypto is not None
+        session.srtp.update(negotiated.local_crypto, negotiated.remote_crypto)
+    elif negotiated.srtp:
+        session.srtp = srtp_context(negotiated)
+    if negotiated.remote_address != session.offered and not negotiated.on_hold:
+        session.remote = session.offered = negotiated.remote_address
+        session.latched = False
+    session.sending = negotiated.sends
+    # On hold the peer sends nothing by agreement: no dead-call clock until it resumes.
+    session.expect_rtp(now, negotiated.receives and not negotiated.on_hold)
+    return answer.encode(), negotiated.on_hold
