@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from tests.e2e.browser import browser, count, wait
@@ -129,6 +130,7 @@ def colour_pixels(shot: Path) -> dict[str, int]:
     }
 
 
+@pytest.mark.solo  # a real browser's audio: starved of CPU beside other tests, it stutters
 async def test_the_web_phone_calls_the_demo_with_keypad_and_voice(tmp_path: Path) -> None:
     microphone = fake_microphone(tmp_path / "microphone.wav")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
