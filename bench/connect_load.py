@@ -307,15 +307,7 @@ def run_connect(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, ob
         if re.search(r"Traceback|ERROR|Exception|WARNING", line)
     ]
 
-    samples = sampler.samples
-    cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else float("nan")
-    loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
-    pct = (
-        (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
-        if len(loaded) > 1
-        else float("nan")
-    )
-    rss_mb = max(s[2] for s in samples) / 1024 if samples else float("nan")
+    cpu_total, pct, rss_mb = sampler.figures()
     connects = app.get("connects", [])
     connected = [c for c in connects if c[0]]
     bridged_seconds = sum(float(c[2] or 0) for c in connected)

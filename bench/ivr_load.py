@@ -129,6 +129,21 @@ class Sampler(threading.Thread):
         rss = int(match.group(1)) if match else 0
         return cpu, rss
 
+    def figures(self) -> tuple[float, float, float]:
+        """(CPU seconds over the run, % of one core while fully loaded: the middle half
+        of the run, peak RSS in MB); NaN where there are too few samples."""
+        samples = self.samples
+        nan = float("nan")
+        cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else nan
+        loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
+        pct = (
+            (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
+            if len(loaded) > 1
+            else nan
+        )
+        rss_mb = max(s[2] for s in samples) / 1024 if samples else nan
+        return cpu_total, pct, rss_mb
+
     def run(self) -> None:
         while not self.stop.wait(1.0):
             value = self.read()
@@ -294,16 +309,7 @@ def run_load(
         return int(found[-1]) if found else -1
 
     ok, failed = count("Successful call"), count("Failed call")
-    samples = sampler.samples
-    cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else float("nan")
-    # % of a core while fully loaded: the middle half of the run
-    loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
-    pct = (
-        (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
-        if len(loaded) > 1
-        else float("nan")
-    )
-    rss_mb = max(s[2] for s in samples) / 1024 if samples else float("nan")
+    cpu_total, pct, rss_mb = sampler.figures()
     call_seconds = max(ok, 0) * CALL_SECONDS
     recordings = app["recordings"]
     right_length = sum(

@@ -245,14 +245,7 @@ def run_websocket(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, 
     (workdir / f"sipp-{label}.out").write_text(screen)
     log = (workdir / f"callhook-{label}.log").read_text(errors="replace")
     problems = [l for l in log.splitlines() if re.search(r"Traceback|ERROR|Exception", l)]  # noqa: E741
-    samples = sampler.samples
-    cpu_total = samples[-1][1] - samples[0][1] if len(samples) > 1 else float("nan")
-    loaded = samples[len(samples) // 4 : 3 * len(samples) // 4]
-    pct = (
-        (loaded[-1][1] - loaded[0][1]) / (loaded[-1][0] - loaded[0][0]) * 100
-        if len(loaded) > 1
-        else float("nan")
-    )
+    cpu_total, pct, rss_mb = sampler.figures()
     connects = app.get("connects", [])
     connected = [c for c in connects if c[0]]
     seconds = sum(float(c[2] or 0) for c in connected)
@@ -265,7 +258,7 @@ def run_websocket(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, 
         "seconds": seconds,
         "cpu_ms_per_s": cpu_total * 1000 / seconds if seconds else float("nan"),
         "cpu_pct": pct,
-        "rss_mb": max(s[2] for s in samples) / 1024 if samples else float("nan"),
+        "rss_mb": rss_mb,
         "gaps": quantiles(rtp_gaps(pcap)),
         "audio": leg_audio(pcap, speech_frames(kit)),
         "late_ticks": stats.get("media_late_ticks"),

@@ -41,6 +41,7 @@ from typing import Any, Final
 import numpy as np
 
 from callhook.media import g711
+from callhook.media.dtmf import EVENT_DIGITS
 
 V1: Final = "v1.ws.cloud.aculab.com"
 V2: Final = "v2.ws.cloud.aculab.com"
@@ -70,7 +71,6 @@ AUDIO: Final = {
 #: Payload types of the far leg's media session (RFC 3551 §6; a dynamic type for events).
 PCMU: Final = 0
 TELEPHONE_EVENT: Final = 101
-_EVENT_NAMES: Final = "0123456789*#ABCD"
 _SILENCE: Final = bytes(320)
 
 
@@ -184,12 +184,12 @@ class Outgoing:
             event, flags, duration = struct.unpack("!BBH", payload[:4])
             timestamp = struct.unpack("!I", data[4:8])[0]
             end = bool(flags & 0x80)
-            if end and timestamp not in self._reported and event < len(_EVENT_NAMES):
+            if end and timestamp not in self._reported and event < len(EVENT_DIGITS):
                 self._reported.add(timestamp)
                 if len(self._reported) > 64:
                     self._reported = {timestamp}
                 if self.protocol == V2:
-                    out.append(dtmf_message(_EVENT_NAMES[event], duration // 8))
+                    out.append(dtmf_message(EVENT_DIGITS[event], duration // 8))
             return out
         return [_SILENCE]  # comfort noise or anything else: the slot stays filled
 

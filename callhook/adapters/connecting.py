@@ -37,6 +37,7 @@ import asyncio
 import logging
 import random
 import re
+import ssl
 import uuid
 
 from callhook.adapters.farleg import FarLeg, Fork
@@ -63,7 +64,6 @@ from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, Cal
 from callhook.sip.guard import Guard
 from callhook.sip.message import parse_uri
 from callhook.sip.registrar import Binding, Registrar
-from callhook.tls import client_context
 
 logger = logging.getLogger("callhook.sip")
 
@@ -85,6 +85,7 @@ class Connecting(Screening):
     registrar: Registrar | None
     outbound: OutboundPolicy
     _outbound_calls: dict[str, int]
+    client_tls: ssl.SSLContext
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -244,14 +245,13 @@ class Connecting(Screening):
             "call_from": caller.call_from,
             "call_to": destination,
         }
-        settings = self.services.settings
         far.websocket = WebSocketLeg(
             destination,
             call,
             media,
             label=f"far leg {call_id}",
             egress=self.services.egress,
-            ca=client_context(settings.tls_ca) if settings.tls_ca is not None else None,
+            ca=self.client_tls,
             answered=lambda session, key: self._websocket_answered(far, session, key),
             ended=lambda cause, raw: self._ended(far, cause, raw),
             wake=lambda session: self._far_wake(far, session),

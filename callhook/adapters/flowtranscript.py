@@ -22,7 +22,7 @@ from typing import Any
 
 from callhook.events import Alternative, Transcribe
 from callhook.ports import PageError, Pages
-from callhook.speech.transcription import Direction, phrase, result_body
+from callhook.speech.transcription import Direction, command_result, phrase
 
 logger = logging.getLogger("callhook.flow")
 
@@ -74,13 +74,7 @@ class FlowTranscript:
     def _post(self, phrases: list[dict[str, Any]], *, completed: bool = False) -> None:
         command = self.command
         assert command is not None
-        body = result_body(
-            command.instance_id,
-            command.log_filename,
-            command.transcription_id,
-            phrases,
-            completed=completed,
-        )
+        body = command_result(command, phrases, completed=completed)
         url, method = command.results
         self.record(url, body)
         self._queue.append((url, method, body))

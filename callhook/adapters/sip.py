@@ -130,6 +130,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.ports: dict[Transport, int] = {}
         self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
         settings = services.settings
+        #: The TLS context of connections callhook opens: SIP over TLS, wss:// far legs.
+        self.client_tls = client_context(settings.tls_ca)
         self.guard = Guard(
             networks(settings.security_allow),
             unknown="reject" if settings.security_unknown == "reject" else "drop",
@@ -207,10 +209,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
     async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
         settings = self.services.settings
-        client_tls = client_context(settings.tls_ca)
         self.connections = Connections(
             self.message_received,
-            client_tls=client_tls,
+            client_tls=self.client_tls,
             closed=self._connection_closed,
             failed=self._connection_failed,
             in_use=self._connection_in_use,

@@ -27,8 +27,8 @@ from callhook.speech.transcription import (
     Final,
     PhraseResults,
     Piece,
+    command_result,
     phrase,
-    result_body,
 )
 
 if TYPE_CHECKING:
@@ -128,16 +128,8 @@ class LiveTranscription:
             )
 
     def _post(self, phrases: list[dict[str, Any]], *, completed: bool = False) -> None:
-        command = self.command
-        body = result_body(
-            command.instance_id,
-            command.log_filename,
-            command.transcription_id,
-            phrases,
-            completed=completed,
-        )
-        url, method = command.results
-        self.poster.post(url, method, body)
+        url, method = self.command.results
+        self.poster.post(url, method, command_result(self.command, phrases, completed=completed))
 
 
 class OutboxPoster:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from callhook.events import Alternative
+from callhook.events import Alternative, Transcribe
 from callhook.media.player import FRAME
 from callhook.media.vad import VoiceActivityDetector
 from callhook.speech.stream import MAX_FRAMES, Utterance, UtteranceCutter
@@ -267,3 +267,16 @@ class CallTranscriber:
     def _feed(self, direction: Direction | None, frame: npt.NDArray[np.int16]) -> None:
         for piece in self.streams[direction].feed(frame):
             self.pieces.append((direction, piece))
+
+
+def command_result(
+    command: Transcribe, phrases: list[dict[str, Any]], *, completed: bool = False
+) -> dict[str, Any]:
+    """:func:`result_body` for the transcription ``command`` started."""
+    return result_body(
+        command.instance_id,
+        command.log_filename,
+        command.transcription_id,
+        phrases,
+        completed=completed,
+    )
