@@ -81,6 +81,7 @@ from callhook.events import (
     StopRecording,
     VoiceActivity,
 )
+from callhook.instanceinfo import page_body, this_call
 from callhook.ports import Files, Leg, PageError, Pages, Recordings
 from callhook.reporting import RecordingReports
 
@@ -484,40 +485,26 @@ class CallRunner:
 
     # --- pages ----------------------------------------------------------------------
 
-    def _this_call(self) -> dict[str, Any]:
-        info = self.leg.info
-        if self.answered_at is None:
-            duration = 0.0
-        else:
-            end = self.ended_at if self.ended_at is not None else self.clock.now()
-            duration = round(max(0.0, end - self.answered_at), 1)
-        this_call: dict[str, Any] = {
-            "call_id": info.call_id,
-            "call_direction": info.direction,
-            "call_from": info.call_from,
-            "call_to": info.call_to,
-            "call_target": info.call_target,
-            "call_state": self.state,
-            "seconds_call_duration": duration,
-            "application_parameters": self.app.application_parameters,
-        }
-        if self.primary_call_id is not None:  # callhook's: the call it is put through to
-            this_call["primary_call_id"] = self.primary_call_id
-        return this_call
-
     def _body(self, request: _Request) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "application_instance_id": self.instance_id,
-            "token": self.token,
-            "log_filename": self.log_filename,
-            "is_notification": False,
-            "this_call": self._this_call(),
-        }
-        if request.action_result is not None:
-            body["action_result"] = request.action_result
-        if request.error_result is not None:
-            body["error_result"] = request.error_result
-        return body
+        seconds = 0.0
+        if self.answered_at is not None:
+            end = self.ended_at if self.ended_at is not None else self.clock.now()
+            seconds = end - self.answered_at
+        call = this_call(
+            self.leg.info,
+            self.state,
+            seconds,
+            self.app.application_parameters,
+            self.primary_call_id,
+        )
+        return page_body(
+            self.instance_id,
+            self.token,
+            self.log_filename,
+            call,
+            request.action_result,
+            request.error_result,
+        )
 
     async def _page(self, request: _Request, base: str) -> tuple[list[Any], str]:
         """Request a page and validate its action list; returns (actions, the page's URL)."""
