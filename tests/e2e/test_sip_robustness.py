@@ -94,17 +94,23 @@ async def test_rtp_flood_is_cut_and_the_call_goes_on(tmp_path: Path, app: AppSer
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
     async with Server.for_app(tmp_path / "data", app) as server:
         sipp_task = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
-        await asyncio.sleep(1.0)
+        # The call's media port exists once its first page is asked for; on a loaded
+        # machine that can take seconds, so wait for it rather than for a fixed time.
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
         ports = range(server.rtp_ports[0], server.rtp_ports[1], 2)
 
         def flood() -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 junk = b"\x80\x00" + bytes(170)
-                for _ in range(3000):
+                for _ in range(500):
                     for port in ports[:4]:
                         s.sendto(junk, ("127.0.0.1", port))
 
-        await asyncio.to_thread(flood)
+        # Bursts until serve says it cut one (or the call is over), so a slow start of
+        # the media session cannot make the flood miss it.
+        while "which is not the call's peer" not in server.output and not sipp_task.done():
+            await asyncio.to_thread(flood)
+            await asyncio.sleep(0.1)
         run = await sipp_task
     assert run.returncode == 0, run.output + run.errors + server.output
     assert app.bodies("/number")[0]["action_result"]["result"] == {"entered_number": "77"}
@@ -120,7 +126,7 @@ async def test_shutdown_refuses_new_calls_and_lets_running_ones_finish(
     server = Server.for_app(tmp_path / "data", app)
     async with server:
         running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
-        await wait_for_request(app, "/start")
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.5)
@@ -140,7 +146,7 @@ async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer) -> 
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
     async with Server.for_app(tmp_path / "data", app, extra=("--max-calls", "1")) as server:
         running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
-        await wait_for_request(app, "/start")
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
         answers = await asyncio.to_thread(
             exchange, server.sip, request("INVITE", server.sip_port, via_port=5997)
         )
@@ -181,7 +187,7 @@ async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(
     server = Server.for_app(tmp_path / "data", app, extra=("--shutdown-grace", "1"))
     async with server:
         running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
-        await wait_for_request(app, "/start")
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
         await asyncio.sleep(2.0)  # recording
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
