@@ -184,6 +184,7 @@ class Services:
         bans: web_adapter.Bans | None = None,
         phone: web_adapter.Routes | None = None,
         call_log: web_adapter.CallLogOf | None = None,
+        reuse_port: bool = False,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API, web phone); returns
         its base URL."""
@@ -201,6 +202,7 @@ class Services:
             app,
             host if host is not None else self.settings.http_host,
             port if port is not None else self.settings.http_port,
+            reuse_port=reuse_port,
         )
         self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
         return self.base_url

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
-import gc
 import json
 import logging
-import signal
 import sys
 from collections.abc import Coroutine
-from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
+from callhook.adapters.server import apply_app_flags, host_port
 from callhook.app import Services
 from callhook.config import (
     RECOGNISERS,
     AppConfig,
     ConfigError,
     Settings,
-    check_api_key,
     data_secret,
     load,
 )
@@ -35,8 +31,7 @@ from callhook.redact import Redacting, redact
 from callhook.remote import ban_table, get_api, trunk_table
 
 if TYPE_CHECKING:
-    from callhook.adapters.api import KeyRing
-    from callhook.adapters.sip import SipService
+    pass
 
 
 def run_loop(coro: Coroutine[Any, Any, int]) -> int:
@@ -160,14 +155,14 @@ def cmd_test(args: argparse.Namespace) -> int:
     settings = _settings(args)
     serve = None
     if args.sip:
-        http_host, http_port = _host_port(
+        http_host, http_port = host_port(
             args.http or f"{settings.http_host}:{settings.http_port}", 8080
         )
         where = f"[{http_host}]" if ":" in http_host else http_host
         secret = serve_secret(settings.data_dir)
         if secret is None:
             return 2
-        serve = Serve(_host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
+        serve = Serve(host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
     flows = [Path(f) for f in args.flows]
     return run_loop(test_command(flows, settings, junit, serve=serve, jobs=args.jobs))
 
@@ -180,156 +175,11 @@ def cmd_call(args: argparse.Namespace) -> int:
 # --- serve / dial -----------------------------------------------------------------------
 
 
-def _host_port(text: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        return text, default_port
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _apply_app_flags(args: argparse.Namespace, services: Services) -> None:
-    """--app-url and friends: a default application given on the command line (its hosts
-    are the operator's own for the egress policy)."""
-    settings = services.settings
-    if getattr(args, "app_url", None):
-        settings.apps["default"] = AppConfig(
-            name="default",
-            first_page=args.app_url,
-            secret=args.secret or services.secret,
-            error_page=args.error_page,
-            final_page=args.final_page,
-            application_parameters=args.parameters or "",
-        )
-        settings.default_app = "default"
-        services.trust_app_hosts(settings.apps["default"])
-
-
-def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
-    """The REST API's keys: each configured application's ``api_key``, and one more.
-
-    That one (``--api-key``, else the installation secret) is the key of the
-    application given with ``--app-url``, or of the built-in demo when it is
-    the default application. Raises ConfigError for a weak or shared key.
-    """
-    from callhook.adapters.api import key_ring
-
-    key = check_api_key(args.api_key, "--api-key") or data_secret(settings.data_dir)
-    default = None
-    if args.app_url:
-        default = ("default", key)
-    elif settings.default_app is None:
-        default = ("demo", key)
-    try:
-        return key_ring(settings.apps, default)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-async def _start_web(
-    services: Services, sip: SipService, host: str, port: int, keys: KeyRing
-) -> str:
-    """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
-    from callhook.adapters.api import Api
-    from callhook.adapters.webphone import WebPhone
-
-    settings = services.settings
-
-    def app_named(name: str) -> AppConfig | None:
-        demo = services.default_app()  # the demo's pages are on this server: known once it runs
-        if demo is not None and name == demo.name:
-            return demo
-        return settings.apps.get(name)
-
-    def known_apps() -> dict[str, AppConfig]:
-        demo = services.default_app()
-        return {**({demo.name: demo} if demo is not None else {}), **settings.apps}
-
-    api = Api(
-        services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
-    )
-    sip.phone = WebPhone(
-        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
-    )
-    return await services.start_web(
-        host,
-        port,
-        dial=sip.dial_api,
-        stats=sip.stats,
-        api=api,
-        trunks=sip.trunk_status,
-        bans=sip,
-        phone=sip.phone,
-        call_log=sip.call_log,
-    )
-
-
-async def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from callhook.adapters.sip import SipService
-
-    if args.sip:
-        settings.sip_host, settings.sip_port = _host_port(args.sip, 5060)
-    if args.rtp_ports:
-        first, _, last = args.rtp_ports.partition("-")
-        settings.rtp_ports = (int(first), int(last))
-    if args.max_calls is not None:
-        settings.max_calls = args.max_calls
-    if args.shutdown_grace is not None:
-        settings.shutdown_grace = args.shutdown_grace
-    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
-    services = Services(settings)
-    services.start_notifier()
-    services.metrics.watch_gc()
-    _apply_app_flags(args, services)
-    host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
-    sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
-    await sip.start()
-    base = await _start_web(services, sip, host, port, keys)
-    app = services.settings.app_for("") or services.default_app()
-    # Everything built so far (modules, schemas, the server) lives as long as the
-    # process: keep it out of the collector's passes, so a full collection only
-    # walks the calls' objects and stays short (it stops every call's audio).
-    gc.collect()
-    gc.freeze()
-    # The speech models load on worker threads meanwhile: freeze again once they are in.
-    frozen = asyncio.get_running_loop().create_task(_freeze_after(services.speech.warming))
-    print(f"callhook {__version__} serving", flush=True)
-    print(
-        f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
-        flush=True,
-    )
-    for transport, port in sip.ports.items():
-        print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
-    print(f"  web: {base}", flush=True)
-    print(f"  web phone: {base}/phone", flush=True)
-    print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)
-    if app is not None and app.name == "demo":
-        print("  try it with no phone: callhook call   (in another terminal)", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        print("callhook: shutting down (new calls get 503)", flush=True)
-        frozen.cancel()
-        await sip.shutdown(settings.shutdown_grace)
-        await services.close()
-    return 0
-
-
-async def _freeze_after(loading: list[Future[None]]) -> None:
-    """``gc.freeze()`` again when the models being loaded in the background are in."""
-    if loading:
-        await asyncio.gather(*(asyncio.wrap_future(f) for f in loading))
-        gc.collect()
-        gc.freeze()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
-    return run_loop(_serve(args, _settings(args)))
+    from callhook.adapters.server import serve
+
+    return run_loop(serve(args, _settings(args)))
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
@@ -341,12 +191,12 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
     services.start_notifier()
     try:
         if args.app_url:
-            _apply_app_flags(args, services)
+            apply_app_flags(args, services)
             app = settings.apps["default"]
         else:
             await services.start_web("127.0.0.1", 0)
             app = services.demo_app()
-        host, port = _host_port(args.sip, 0)
+        host, port = host_port(args.sip, 0)
         sip = SipService(services, host, port, rtp_ports=settings.rtp_ports)
         await sip.start(register=False, listen=False)
         try:
@@ -418,7 +268,7 @@ def cmd_bans(args: argparse.Namespace) -> int:
 
 def _get_api(args: argparse.Namespace, path: str) -> Any:
     settings = _settings(args)
-    host, port = _host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     return get_api(host, port, path, data_secret(settings.data_dir))
 
 
@@ -489,6 +339,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sip", help="HOST:PORT to take SIP calls on (default 0.0.0.0:5060)")
     s.add_argument("--rtp-ports", help="FIRST-LAST port range for RTP (default 20000-29999)")
     s.add_argument("--max-calls", type=int, help="calls at once; more get 503 (default 500)")
+    s.add_argument(
+        "--workers", type=int, help="processes behind Kamailio (default 1; docs/scaling.md)"
+    )
+    s.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # the supervisor's children
     s.add_argument(
         "--shutdown-grace", type=float, help="seconds calls may go on after SIGTERM (default 30)"
     )
@@ -581,6 +435,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # serve --workers: the workers'
     level = logging.DEBUG if args.verbose else logging.WARNING
     if args.command in ("serve", "dial") and not args.verbose:
         level = logging.INFO

@@ -24,6 +24,11 @@ A config file is TOML::
     external_address = "203.0.113.7"    # behind NAT: the public address for Contact, Via, SDP
     domains = ["pbx.example.com"]       # other names phones know callhook by ([users]' domain)
     max_calls = 500                     # calls at once; more get 503 (0: no limit)
+    proxies = ["10.0.0.5"]              # SIP proxies in front of callhook: trusted (no rate limit)
+
+    [workers]                           # serve --workers: every core (docs/scaling.md)
+    count = 4                           # worker processes (default 1: one process, no Kamailio)
+    first_port = 5100                   # worker i takes SIP on first_port + i (the proxy's side)
 
     [security]                          # docs/security.md
     allow = ["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]  # who may call in (+ trunks)
@@ -108,14 +113,16 @@ from callhook import trunks
 from callhook.configvalues import ConfigError as ConfigError
 from callhook.configvalues import domains as _domains
 from callhook.configvalues import endpoints as _endpoints
-from callhook.configvalues import flag as _flag
 from callhook.configvalues import integer as _integer
 from callhook.configvalues import ip_address as _ip_address
+from callhook.configvalues import network_list as _network_list
 from callhook.configvalues import no_unknown as _no_unknown
 from callhook.configvalues import number as _number
 from callhook.configvalues import port as _port
+from callhook.configvalues import speech as _speech
 from callhook.configvalues import table as _table
 from callhook.configvalues import text as _text
+from callhook.configvalues import workers as _workers
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.sip.guard import PRIVATE, networks
@@ -213,6 +220,11 @@ class Settings:
     #: address; an INVITE from one of them (its From host) is challenged as a user's.
     sip_domains: tuple[str, ...] = ()
     max_calls: int = 500
+    #: SIP proxies in front of callhook (Kamailio): trusted like trunks ([sip] proxies).
+    sip_proxies: tuple[str, ...] = ()
+    #: ``serve`` worker processes behind Kamailio, and the first worker's SIP port.
+    workers: int = 1
+    worker_first_port: int = 5100
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
     speech_model: str = "tiny.en"
@@ -449,6 +461,8 @@ def load(path: Path) -> Settings:
     if not 0 <= settings.rtp_timeout <= 86400:
         raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
     settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
+    settings.sip_proxies = _network_list(path, "sip", "proxies", sip)
+    settings.workers, settings.worker_first_port = _workers(path, _table(path, raw, "workers"))
     recordings = _table(path, raw, "recordings")
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:
@@ -476,27 +490,13 @@ def load(path: Path) -> Settings:
     _security(path, _table(path, raw, "security"), settings)
     _outbound(path, _table(path, raw, "outbound"), settings)
     _egress(path, _table(path, raw, "egress"), settings)
-    speech = _table(path, raw, "speech")
-    unknown_speech = set(speech) - {"voice", "recogniser", "model", "workers", "preload"}
-    if unknown_speech:
-        raise ConfigError(f"{path}: [speech] unknown keys: {', '.join(sorted(unknown_speech))}")
-    settings.tts_voice = _text(path, "speech", "voice", speech, settings.tts_voice)
-    settings.recogniser = _text(path, "speech", "recogniser", speech, settings.recogniser)
-    if settings.recogniser not in RECOGNISERS:
-        raise ConfigError(
-            f"{path}: [speech] recogniser must be one of {', '.join(RECOGNISERS)}, "
-            f"not {settings.recogniser!r}"
-        )
-    settings.speech_model = _text(path, "speech", "model", speech, settings.speech_model)
-    if settings.speech_model not in SPEECH_MODELS:
-        raise ConfigError(
-            f"{path}: [speech] model must be one of {', '.join(SPEECH_MODELS)}, "
-            f"not {settings.speech_model!r}"
-        )
-    settings.speech_workers = _integer(path, "speech", "workers", speech, settings.speech_workers)
-    if not 1 <= settings.speech_workers <= 64:
-        raise ConfigError(f"{path}: [speech] workers must be 1 to 64")
-    settings.speech_preload = _flag(path, "speech", "preload", speech, settings.speech_preload)
+    (
+        settings.tts_voice,
+        settings.recogniser,
+        settings.speech_model,
+        settings.speech_workers,
+        settings.speech_preload,
+    ) = _speech(path, _table(path, raw, "speech"), RECOGNISERS, SPEECH_MODELS)
     trunk = _table(path, raw, "trunk")
     settings.trunk_username = trunk.get("username")
     settings.trunk_password = trunk.get("password")

@@ -120,3 +120,52 @@ def _endpoint(value: object) -> bool:
         return False
     m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})", value)
     return m is not None and 1 <= int(m.group(2)) <= 65535
+
+
+def network_list(path: Path, table: str, key: str, values: dict[str, Any]) -> tuple[str, ...]:
+    """A list of addresses or CIDR blocks, or () when absent."""
+    value = values.get(key, [])
+    where = f"{path}: [{table}] {key}"
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of addresses or CIDR blocks")
+    for text in value:
+        try:
+            ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            raise ConfigError(f"{where}: {text!r} is not an address or CIDR block") from None
+    return tuple(v.strip() for v in value)
+
+
+def workers(path: Path, values: dict[str, Any]) -> tuple[int, int]:
+    """``[workers]``: how many worker processes ``serve`` runs, and their first SIP port."""
+    no_unknown(path, "workers", values, {"count", "first_port"})
+    count = integer(path, "workers", "count", values, 1)
+    if not 1 <= count <= 256:
+        raise ConfigError(f"{path}: [workers] count must be 1 to 256, got {count}")
+    first = integer(path, "workers", "first_port", values, 5100)
+    if not 1024 <= first <= 65535:
+        raise ConfigError(f"{path}: [workers] first_port must be a port above 1023, got {first}")
+    return count, first
+
+
+def speech(
+    path: Path, values: dict[str, Any], recognisers: tuple[str, ...], models: tuple[str, ...]
+) -> tuple[str, str, str, int, bool]:
+    """``[speech]``: voice, recogniser, model, workers and preload (defaults: config.Settings)."""
+    no_unknown(path, "speech", values, {"voice", "recogniser", "model", "workers", "preload"})
+    voice = text(path, "speech", "voice", values, "piper:joe")
+    recogniser = text(path, "speech", "recogniser", values, "whisper")
+    if recogniser not in recognisers:
+        raise ConfigError(
+            f"{path}: [speech] recogniser must be one of {', '.join(recognisers)}, "
+            f"not {recogniser!r}"
+        )
+    model = text(path, "speech", "model", values, "tiny.en")
+    if model not in models:
+        raise ConfigError(
+            f"{path}: [speech] model must be one of {', '.join(models)}, not {model!r}"
+        )
+    threads = integer(path, "speech", "workers", values, 2)
+    if not 1 <= threads <= 64:
+        raise ConfigError(f"{path}: [speech] workers must be 1 to 64")
+    return voice, recogniser, model, threads, flag(path, "speech", "preload", values, True)

@@ -138,6 +138,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             rate=settings.security_rate,
             ban_seconds=settings.security_ban_seconds,
         )
+        self._proxies = networks(settings.sip_proxies)
+        self.guard.extra = self._proxies
         self.media: MediaEngine | None = None
         #: The web phone (its calls share this service's media engine and prompts).
         self.phone: WebPhone | None = None
@@ -246,8 +248,10 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self._flush()
 
     def _trusted_trunks(self) -> None:
-        """The guard admits requests from every trunk's addresses (resolved, and listed)."""
-        self.guard.extra, self.guard.names = self.trunks.trusted()
+        """The guard admits requests from every trunk's addresses (resolved, and listed)
+        and from the SIP proxies in front of callhook ([sip] proxies)."""
+        extra, self.guard.names = self.trunks.trusted()
+        self.guard.extra = extra + self._proxies
 
     def _connection_closed(self, target: Target) -> None:
         """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered

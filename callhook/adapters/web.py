@@ -191,11 +191,16 @@ def application(
     return app
 
 
-async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, str]:
-    """Serve ``app`` on host:port (port 0: any free port); returns the runner and base URL."""
+async def start(
+    app: web.Application, host: str, port: int, *, reuse_port: bool = False
+) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on host:port (port 0: any free port); returns the runner and base URL.
+
+    ``reuse_port``: the port is shared with the other workers of ``serve --workers``
+    (SO_REUSEPORT: the kernel spreads connections over them)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
     bound_host, bound_port = runner.addresses[0][:2]
     # Listening on every address: our own requests (the demo's pages) go to loopback.

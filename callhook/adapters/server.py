@@ -1,0 +1,196 @@
+"""``callhook serve``: one engine (the SIP service, its web server) until SIGTERM or SIGINT.
+
+With ``--workers N`` (N > 1) this process becomes the supervisor of N of them
+behind Kamailio (:mod:`callhook.adapters.supervisor`); each worker runs
+:func:`serve` with ``--worker I``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from callhook import __version__
+from callhook.adapters.supervisor import READY
+from callhook.app import Services
+from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
+from callhook.redact import redact
+
+if TYPE_CHECKING:
+    from callhook.adapters.api import KeyRing
+    from callhook.adapters.sip import SipService
+
+
+def host_port(text: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, default_port
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def apply_app_flags(args: argparse.Namespace, services: Services) -> None:
+    """--app-url and friends: a default application given on the command line (its hosts
+    are the operator's own for the egress policy)."""
+    settings = services.settings
+    if getattr(args, "app_url", None):
+        settings.apps["default"] = AppConfig(
+            name="default",
+            first_page=args.app_url,
+            secret=args.secret or services.secret,
+            error_page=args.error_page,
+            final_page=args.final_page,
+            application_parameters=args.parameters or "",
+        )
+        settings.default_app = "default"
+        services.trust_app_hosts(settings.apps["default"])
+
+
+def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
+    """The REST API's keys: each configured application's ``api_key``, and one more.
+
+    That one (``--api-key``, else the installation secret) is the key of the
+    application given with ``--app-url``, or of the built-in demo when it is
+    the default application. Raises ConfigError for a weak or shared key.
+    """
+    from callhook.adapters.api import key_ring
+
+    key = check_api_key(args.api_key, "--api-key") or data_secret(settings.data_dir)
+    default = None
+    if args.app_url:
+        default = ("default", key)
+    elif settings.default_app is None:
+        default = ("demo", key)
+    try:
+        return key_ring(settings.apps, default)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+async def _start_web(
+    services: Services, sip: SipService, host: str, port: int, keys: KeyRing, *, reuse: bool
+) -> str:
+    """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
+    from callhook.adapters.api import Api
+    from callhook.adapters.webphone import WebPhone
+
+    settings = services.settings
+
+    def app_named(name: str) -> AppConfig | None:
+        demo = services.default_app()  # the demo's pages are on this server: known once it runs
+        if demo is not None and name == demo.name:
+            return demo
+        return settings.apps.get(name)
+
+    def known_apps() -> dict[str, AppConfig]:
+        demo = services.default_app()
+        return {**({demo.name: demo} if demo is not None else {}), **settings.apps}
+
+    api = Api(
+        services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
+    )
+    sip.phone = WebPhone(
+        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
+    )
+    return await services.start_web(
+        host,
+        port,
+        dial=sip.dial_api,
+        stats=sip.stats,
+        api=api,
+        trunks=sip.trunk_status,
+        bans=sip,
+        phone=sip.phone,
+        call_log=sip.call_log,
+        reuse_port=reuse,
+    )
+
+
+async def serve(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.adapters.sip import SipService
+
+    if args.sip:
+        settings.sip_host, settings.sip_port = host_port(args.sip, 5060)
+    if args.rtp_ports:
+        first, _, last = args.rtp_ports.partition("-")
+        settings.rtp_ports = (int(first), int(last))
+    if args.max_calls is not None:
+        settings.max_calls = args.max_calls
+    if args.shutdown_grace is not None:
+        settings.shutdown_grace = args.shutdown_grace
+    count = args.workers if args.workers is not None else settings.workers
+    if args.worker is not None:
+        for handler in logging.getLogger().handlers:  # whose line it is, in the shared log
+            handler.setFormatter(
+                logging.Formatter(f"%(asctime)s %(levelname)s {args.worker}:%(name)s: %(message)s")
+            )
+        from callhook.adapters.supervisor import become_worker
+
+        become_worker(settings, args.worker, count)
+    elif count > 1:
+        from callhook.adapters.supervisor import supervise
+
+        http = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+        return await supervise(settings, count, args.argv, http)
+    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
+    services = Services(settings)
+    services.start_notifier()
+    services.metrics.watch_gc()
+    apply_app_flags(args, services)
+    host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
+    await sip.start()
+    base = await _start_web(services, sip, host, port, keys, reuse=args.worker is not None)
+    app = services.settings.app_for("") or services.default_app()
+    # Everything built so far (modules, schemas, the server) lives as long as the
+    # process: keep it out of the collector's passes, so a full collection only
+    # walks the calls' objects and stays short (it stops every call's audio).
+    gc.collect()
+    gc.freeze()
+    # The speech models load on worker threads meanwhile: freeze again once they are in.
+    frozen = asyncio.get_running_loop().create_task(_freeze_after(services.speech.warming))
+    if args.worker is not None:
+        print(READY, flush=True)  # the supervisor prints where callhook is reached
+    else:
+        _banner(settings, sip, base, app)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        print("callhook: shutting down (new calls get 503)", flush=True)
+        frozen.cancel()
+        await sip.shutdown(settings.shutdown_grace)
+        await services.close()
+    return 0
+
+
+def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | None) -> None:
+    print(f"callhook {__version__} serving", flush=True)
+    print(
+        f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
+        flush=True,
+    )
+    for transport, port in sip.ports.items():
+        print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
+    print(f"  web: {base}", flush=True)
+    print(f"  web phone: {base}/phone", flush=True)
+    print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)
+    if app is not None and app.name == "demo":
+        print("  try it with no phone: callhook call   (in another terminal)", flush=True)
+
+
+async def _freeze_after(loading: list[Future[None]]) -> None:
+    """``gc.freeze()`` again when the models being loaded in the background are in."""
+    if loading:
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in loading))
+        gc.collect()
+        gc.freeze()

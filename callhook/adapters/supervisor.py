@@ -1,0 +1,367 @@
+"""``serve --workers N``: start the workers and Kamailio, keep them running, stop them.
+
+The layout and Kamailio's configuration are :mod:`callhook.workers`'s; this is
+the process work. The supervisor runs no calls itself:
+
+1. it writes Kamailio's configuration and dispatcher list into
+   ``<data_dir>/run/`` (again at every start, from the settings);
+2. it starts the N workers (``callhook serve`` with the same arguments, plus
+   ``--worker I``), each in its own session so a terminal's Ctrl-C reaches them
+   only through the supervisor, and waits until each says it is serving;
+3. it starts Kamailio in front of them and prints where callhook is reached;
+4. when a worker or Kamailio ends without being asked to, it says so and starts
+   another in its place: at once the first time, then after a pause that
+   doubles (to at most :data:`MAX_PAUSE`) while they keep ending within
+   :data:`STEADY` seconds of their start, so a worker that cannot run does not
+   spin. A worker that fails at its very first start with a configuration error
+   (exit status 2) stops everything: nothing would fix it;
+5. on SIGTERM or SIGINT it sends SIGTERM to every worker (each lets its calls
+   run on for ``shutdown_grace``, refusing new ones with 503, which Kamailio
+   passes on to the next worker) and stops Kamailio only when the workers are
+   done, so their calls' BYEs still pass through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from callhook.config import ConfigError, Settings
+from callhook.workers import (
+    Layout,
+    dispatcher_list,
+    kamailio_binary,
+    kamailio_config,
+    kamailio_modules,
+    plan,
+)
+
+logger = logging.getLogger("callhook.workers")
+
+#: What a worker prints on standard output once it takes calls.
+READY = "callhook worker ready"
+#: A worker (or Kamailio) that ran this long before ending is restarted at once.
+STEADY = 30.0
+MAX_PAUSE = 30.0
+#: How long a worker may take to start (its speech models load in the background).
+START_TIMEOUT = 120.0
+
+
+def layout_of(settings: Settings, count: int) -> Layout:
+    """The layout ``count`` workers would have with ``settings``; ConfigError if they can't."""
+    from callhook.adapters.sip import local_address
+
+    if settings.tls_certificate is not None and settings.sip_tls_port:
+        raise ConfigError(
+            "SIP over TLS with more than one worker is not supported yet: "
+            "use --workers 1, or set [sip] tls_port = 0"
+        )
+    registering = [t.name for t in settings.trunks.values() if t.registrar]
+    if registering:
+        raise ConfigError(
+            f"trunks that register ({', '.join(registering)}) need one worker for now: "
+            "use --workers 1"
+        )
+    return plan(
+        count,
+        host=settings.sip_host,
+        port=settings.sip_port,
+        advertised=settings.external_address or local_address(settings.sip_host),
+        first_port=settings.worker_first_port,
+        rtp_ports=settings.rtp_ports,
+        tcp=settings.sip_tcp_port != 0,
+    )
+
+
+def become_worker(settings: Settings, index: int, count: int) -> None:
+    """Change ``settings`` into those of worker ``index`` of ``count``."""
+    layout = layout_of(settings, count)
+    if not 0 <= index < count:
+        raise ConfigError(f"--worker {index}: there are {count} workers (0 to {count - 1})")
+    worker = layout.worker(index)
+    settings.sip_port = worker.sip_port
+    settings.rtp_ports = worker.rtp_ports
+    settings.sip_tcp_port = 0  # Kamailio takes TCP and passes requests on over UDP
+    settings.sip_tls_port = 0
+    settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
+
+
+@dataclass
+class _Child:
+    """A process the supervisor keeps running."""
+
+    name: str
+    argv: list[str]
+    process: asyncio.subprocess.Process | None = None
+    started: float = 0.0
+    pause: float = 0.0
+    restarts: int = 0
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Supervisor:
+    """The workers and Kamailio of one ``serve --workers N``."""
+
+    def __init__(
+        self, settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
+    ) -> None:
+        self.settings = settings
+        self.layout = layout_of(settings, count)
+        self.http = http
+        self.run_dir = settings.data_dir / "run"
+        kamailio, modules = kamailio_binary(), kamailio_modules()
+        if kamailio is None or modules is None:
+            raise ConfigError(
+                "more than one worker needs Kamailio in front of them: apt install kamailio "
+                "(or use --workers 1)"
+            )
+        self.modules = modules
+        host, port = http
+        self.workers = [
+            _Child(
+                f"worker {i}",
+                [
+                    sys.executable,
+                    "-m",
+                    "callhook",
+                    *worker_argv,
+                    "--workers",
+                    str(count),
+                    "--worker",
+                    str(i),
+                    "--http",
+                    f"{host}:{port}",
+                ],
+            )
+            for i in range(count)
+        ]
+        config = self.run_dir / "kamailio.cfg"
+        self.kamailio = _Child(
+            "kamailio",
+            [
+                kamailio,
+                *("-f", str(config), "-DD", "-E", "-m", "64", "-M", "8"),
+                *("-P", str(self.run_dir / "kamailio.pid"), "-Y", str(self.run_dir)),
+            ],
+        )
+        self.stopping = False
+        self._quiet = False  # Kamailio was told to stop: its log is not passed on
+        self._tasks: list[asyncio.Task[None]] = []
+        self.failed: str | None = None
+        self._failed = asyncio.Event()
+
+    def write_config(self) -> Path:
+        """Kamailio's configuration and dispatcher list, from the settings."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dispatcher = self.run_dir / "dispatcher.list"
+        dispatcher.write_text(dispatcher_list(self.layout))
+        settings = self.settings
+        trunks = tuple(str(n) for t in settings.trunks.values() for n in t.addresses)
+        config = self.run_dir / "kamailio.cfg"
+        config.write_text(
+            kamailio_config(
+                self.layout,
+                modules=self.modules,
+                dispatcher=dispatcher,
+                allow=(*settings.security_allow, *trunks),
+                unknown=settings.security_unknown,
+                rate=settings.security_rate,
+                ban_seconds=settings.security_ban_seconds,
+            )
+        )
+        return config
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Start everything, keep it running until ``stop``; the exit status."""
+        self.write_config()
+        for child in self.workers:
+            self._tasks.append(asyncio.create_task(self._keep(child, worker=True)))
+        ready = asyncio.create_task(self._all_ready())
+        failing = asyncio.create_task(self._failed.wait())
+        stopping = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait(
+            [ready, failing, stopping],
+            timeout=START_TIMEOUT,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not done:
+            self.failed = f"the workers did not start within {START_TIMEOUT:g} s"
+        if self.failed is None and not stop.is_set():
+            self._tasks.append(asyncio.create_task(self._keep(self.kamailio, worker=False)))
+            self._banner()
+            await asyncio.wait([failing, stopping], return_when=asyncio.FIRST_COMPLETED)
+        for task in (failing, stopping, ready):
+            task.cancel()
+        await self.shutdown()
+        if self.failed is not None:
+            print(f"callhook: {self.failed}", file=sys.stderr, flush=True)
+            return 1
+        return 0
+
+    async def _all_ready(self) -> None:
+        for child in self.workers:
+            await child.ready.wait()
+
+    def _banner(self) -> None:
+        layout = self.layout
+        host, port = self.http
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        print(f"callhook serving with {len(self.workers)} workers behind Kamailio", flush=True)
+        print(
+            f"  SIP: udp{'/tcp' if layout.tcp else ''} {layout.host}:{layout.port}  "
+            f"(call sip:anything@{layout.advertised}:{layout.port})",
+            flush=True,
+        )
+        for w in layout.workers:
+            print(
+                f"  worker {w.index}: SIP {layout.worker_host}:{w.sip_port}, "
+                f"RTP {w.rtp_ports[0]}-{w.rtp_ports[1]}",
+                flush=True,
+            )
+        print(f"  web: http://{shown}:{port}", flush=True)
+
+    async def _start(self, child: _Child, worker: bool) -> asyncio.subprocess.Process:
+        if child.restarts:
+            child.ready.clear()
+        process = await asyncio.create_subprocess_exec(
+            *child.argv,
+            # Kamailio prints its sockets on standard output; its log is standard error,
+            # passed on by _relay.
+            stdout=asyncio.subprocess.PIPE if worker else asyncio.subprocess.DEVNULL,
+            stderr=None if worker else asyncio.subprocess.PIPE,
+            start_new_session=True,  # a terminal's Ctrl-C reaches them through us
+            preexec_fn=_die_with_parent,
+        )
+        child.process = process
+        child.started = time.monotonic()
+        stream = process.stdout if worker else process.stderr
+        assert stream is not None
+        self._tasks.append(asyncio.create_task(self._relay(child, stream, worker)))
+        if not worker:
+            child.ready.set()
+        return process
+
+    async def _relay(self, child: _Child, stream: asyncio.StreamReader, worker: bool) -> None:
+        """A worker's standard output (its ready line noted), Kamailio's log: passed on.
+
+        Once Kamailio is told to stop, its lines are not: its processes race to end, and
+        some say CRITICAL about the sockets their siblings closed first."""
+        while line := await stream.readline():
+            text = line.decode(errors="replace").rstrip("\n")
+            if not worker:
+                if not self._quiet:
+                    print(text, file=sys.stderr, flush=True)
+                continue
+            if text == READY:
+                child.ready.set()
+                if child.restarts:
+                    logger.warning("%s is serving again", child.name)
+                continue
+            print(f"{child.name}: {text}", flush=True)
+
+    async def _keep(self, child: _Child, *, worker: bool) -> None:
+        """Run ``child``, and another in its place whenever it ends unasked."""
+        while not self.stopping:
+            try:
+                process = await self._start(child, worker)
+            except OSError as exc:
+                self._fail(f"{child.name} could not start: {exc}")
+                return
+            code = await process.wait()
+            if self.stopping:
+                return
+            ran = time.monotonic() - child.started
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            if not child.ready.is_set() and child.restarts == 0 and code == 2:
+                self._fail(f"{child.name} could not start ({how}): see its error above")
+                return
+            if child is self.kamailio and child.restarts == 0 and ran < 5.0:
+                self._fail(f"kamailio ended at its start ({how}): see its lines above")
+                return
+            steady = ran >= STEADY or child.restarts == 0
+            child.pause = 0.0 if steady else min(MAX_PAUSE, max(1.0, child.pause * 2))
+            child.restarts += 1
+            logger.error(
+                "%s (pid %d) ended after %.0f s with %s: its calls are lost; starting another%s",
+                child.name,
+                process.pid,
+                ran,
+                how,
+                f" in {child.pause:g} s" if child.pause else "",
+            )
+            if child.pause:
+                await asyncio.sleep(child.pause)
+
+    def _fail(self, why: str) -> None:
+        if self.failed is None:
+            self.failed = why
+        self._failed.set()
+
+    async def shutdown(self) -> None:
+        """SIGTERM to the workers, wait for them (their grace), then stop Kamailio."""
+        self.stopping = True
+        grace = self.settings.shutdown_grace + 15.0
+        await _terminate([c.process for c in self.workers], grace)
+        self._quiet = True
+        await _terminate([self.kamailio.process], 10.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux
+    prctl PR_SET_PDEATHSIG), so no worker or Kamailio outlives it unsupervised."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
+async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout: float) -> None:
+    running = [p for p in processes if p is not None and p.returncode is None]
+    for p in running:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), timeout)
+    except TimeoutError:
+        for p in running:
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        await asyncio.gather(*(p.wait() for p in running))
+
+
+def http_port(host: str, port: int) -> int:
+    """The web port the workers share (SO_REUSEPORT): a free one when ``port`` is 0."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"the web port {host}:{port} cannot be used: {exc}") from None
+        bound: int = probe.getsockname()[1]
+        return bound
+
+
+async def supervise(
+    settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
+) -> int:
+    """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status)."""
+    host, port = http
+    supervisor = Supervisor(settings, count, worker_argv, (host, http_port(host, port)))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return await supervisor.run(stop)

@@ -1,0 +1,289 @@
+"""``serve --workers N``: N callhook processes behind Kamailio, and who listens where. Pure.
+
+Theory of operation
+-------------------
+One callhook process runs its media tick, its SIP core and its call runners on
+one core. To use every core, ``serve --workers N`` starts N *workers*, each a
+whole callhook engine (``serve`` as it is with one worker) on its own SIP port
+and its own slice of the RTP range, and puts Kamailio (an existing SIP proxy,
+its ``dispatcher`` module) on the SIP address the outside world knows:
+
+* an initial request goes to the next worker in turn (dispatcher algorithm 4,
+  round robin); Kamailio Record-Routes dialogs, so every in-dialog request of
+  a call (ACK, BYE, re-INVITE, INFO) reaches the worker that has the call
+  (RFC 3261 §16.12: the route set), and the worker's own BYE goes back through
+  the proxy;
+* Kamailio probes every worker with OPTIONS each :attr:`Layout.probe_seconds`;
+  a worker that does not answer is skipped until it does again, and an INVITE
+  sent to a worker that does not answer (408 from the timer, or 503: full or
+  shutting down) goes on to the next worker (``failure_route``);
+* media does not pass through Kamailio: the caller's RTP goes straight to the
+  worker's own port, named in its SDP.
+
+Kamailio applies ``[security] allow`` and a per-source rate (its ``pike``
+module, the same figure as ``[security] rate``; a source over it is banned for
+``ban_seconds``) to what comes from outside, because the workers see every
+request come from the proxy: they trust it (``[sip] proxies``) and keep their
+own checks for anything that reaches them another way.
+
+The workers share the data directory: recordings and notifications already
+work across processes there (``store/database.py``: ``flock`` ownership; the
+notifier lock passes to a survivor; a new worker finishes the recordings of a
+dead one at its start).
+
+This module only computes: the layout from the settings, Kamailio's
+configuration and dispatcher list. ``adapters/supervisor.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from callhook.configvalues import ConfigError
+
+#: Where Debian's kamailio package puts its modules.
+MODULE_DIRS = (
+    Path("/usr/lib/x86_64-linux-gnu/kamailio/modules"),
+    Path("/usr/lib/aarch64-linux-gnu/kamailio/modules"),
+    Path("/usr/lib/kamailio/modules"),
+    Path("/usr/local/lib64/kamailio/modules"),
+)
+#: The dispatcher set the workers are in.
+SET = 1
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker process: its index (0-based), SIP port and RTP port range."""
+
+    index: int
+    sip_port: int
+    rtp_ports: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the front (Kamailio) and each worker listen."""
+
+    #: The SIP address callers use: Kamailio's.
+    host: str
+    port: int
+    #: The address put in Record-Route, Contact and SDP (the host's, or external_address).
+    advertised: str
+    #: Where Kamailio reaches the workers (loopback when they listen on every address).
+    worker_host: str
+    workers: tuple[Worker, ...]
+    tcp: bool
+    probe_seconds: int = 1
+
+    def worker(self, index: int) -> Worker:
+        return self.workers[index]
+
+    @property
+    def proxies(self) -> tuple[str, ...]:
+        """The addresses the proxy's requests come from: what the workers trust."""
+        return tuple(dict.fromkeys((self.worker_host, self.advertised, "127.0.0.1")))
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def kamailio_binary() -> str | None:
+    """The kamailio executable, or None when it is not installed."""
+    found = shutil.which("kamailio")
+    if found:
+        return found
+    return "/usr/sbin/kamailio" if Path("/usr/sbin/kamailio").exists() else None
+
+
+def kamailio_modules() -> Path | None:
+    """Kamailio's module directory, or None."""
+    for directory in MODULE_DIRS:
+        if (directory / "dispatcher.so").exists():
+            return directory
+    return None
+
+
+def plan(
+    count: int,
+    *,
+    host: str,
+    port: int,
+    advertised: str,
+    first_port: int,
+    rtp_ports: tuple[int, int],
+    tcp: bool = True,
+) -> Layout:
+    """The layout of ``count`` workers; ConfigError when it cannot be laid out.
+
+    Worker ``i`` takes SIP on ``first_port + i`` and the ``i``-th slice of the RTP
+    range (even ports, RFC 3550 §11: each slice starts on one).
+    """
+    if count < 1:
+        raise ConfigError(f"workers must be at least 1, got {count}")
+    last_sip = first_port + count - 1
+    if not first_port >= 1 or last_sip > 65535:
+        raise ConfigError(f"[workers] first_port {first_port}: {count} workers go past 65535")
+    if first_port <= port <= last_sip:
+        raise ConfigError(
+            f"[workers] first_port {first_port}: the workers' SIP ports "
+            f"{first_port}-{last_sip} include the SIP port {port}"
+        )
+    first, last = rtp_ports
+    if first <= last_sip and first_port <= last:
+        raise ConfigError(
+            f"[workers] first_port {first_port}: the workers' SIP ports overlap the RTP range"
+        )
+    start = first + (first & 1)
+    pairs = (last - start + 1) // 2  # even ports, each with its RTCP port above it
+    share = pairs // count
+    if share < 2:
+        raise ConfigError(
+            f"rtp_ports {first}-{last}: too few ports for {count} workers (each needs some)"
+        )
+    workers = tuple(
+        Worker(
+            i,
+            first_port + i,
+            (start + 2 * share * i, start + 2 * share * (i + 1) - 1),
+        )
+        for i in range(count)
+    )
+    wildcard = host in ("0.0.0.0", "::", "")
+    worker_host = ("::1" if ":" in host else "127.0.0.1") if wildcard else host
+    return Layout(host, port, advertised, worker_host, workers, tcp)
+
+
+def dispatcher_list(layout: Layout) -> str:
+    """Kamailio's dispatcher list file: the workers, one set."""
+    host = f"[{layout.worker_host}]" if ":" in layout.worker_host else layout.worker_host
+    lines = [f"{SET} sip:{host}:{w.sip_port} 0 0 worker={w.index}" for w in layout.workers]
+    return "\n".join(lines) + "\n"
+
+
+def _subnet_test(networks: tuple[str, ...]) -> str:
+    """A Kamailio condition: the request's source is in one of ``networks``."""
+    tests = []
+    for text in networks:
+        network = ipaddress.ip_network(text, strict=False)
+        tests.append(f'is_in_subnet("$si", "{network}")')
+    return " || ".join(tests) if tests else "0"
+
+
+def kamailio_config(
+    layout: Layout,
+    *,
+    modules: Path,
+    dispatcher: Path,
+    allow: tuple[str, ...],
+    unknown: str,
+    rate: float,
+    ban_seconds: float,
+    children: int = 2,
+) -> str:
+    """Kamailio's configuration for ``layout`` (see the module docstring).
+
+    ``allow``: networks (``[security] allow`` and the trunks' listed addresses) that
+    may send requests; ``unknown``: ``drop`` or ``reject`` (403) for other sources.
+    """
+    host = f"[{layout.host}]" if ":" in layout.host else layout.host
+    advertise = ""
+    if layout.host in ("0.0.0.0", "::", ""):
+        shown = f"[{layout.advertised}]" if ":" in layout.advertised else layout.advertised
+        advertise = f" advertise {shown}:{layout.port}"
+    listens = [f"listen=udp:{host}:{layout.port}{advertise}"]
+    if layout.tcp:
+        listens.append(f"listen=tcp:{host}:{layout.port}{advertise}")
+    refuse = "exit;" if unknown == "drop" else 'sl_send_reply("403", "Forbidden"); exit;'
+    # pike counts requests per source in units of 2 s and blocks a source over the density.
+    density = max(2, round(rate * 2))
+    ports = [w.sip_port for w in layout.workers]
+    from_worker = f"({_subnet_test(layout.proxies)}) && $sp >= {min(ports)} && $sp <= {max(ports)}"
+    return f"""#!KAMAILIO
+# Written by callhook serve (callhook/workers.py): SIP in front of {len(layout.workers)}
+# callhook workers. It is written again at every start: edit the config, not this file.
+debug=1
+log_stderror=yes
+log_prefix="kamailio: "
+fork=yes
+children={children}
+{"tcp_children=" + str(children) if layout.tcp else "disable_tcp=yes"}
+{chr(10).join(listens)}
+mpath="{modules}"
+loadmodule "tm.so"
+loadmodule "sl.so"
+loadmodule "rr.so"
+loadmodule "pv.so"
+loadmodule "maxfwd.so"
+loadmodule "textops.so"
+loadmodule "siputils.so"
+loadmodule "xlog.so"
+loadmodule "ipops.so"
+loadmodule "pike.so"
+loadmodule "htable.so"
+loadmodule "dispatcher.so"
+# A worker answers 100 Trying at once: one that says nothing for 2 s is taken for gone.
+modparam("tm", "fr_timer", 2000)
+modparam("dispatcher", "list_file", "{dispatcher}")
+modparam("dispatcher", "flags", 2)
+modparam("dispatcher", "ds_ping_interval", {layout.probe_seconds})
+modparam("dispatcher", "ds_probing_mode", 1)
+modparam("dispatcher", "ds_probing_threshold", 1)
+modparam("dispatcher", "ds_inactive_threshold", 1)
+modparam("dispatcher", "ds_ping_from", "sip:dispatcher@{layout.advertised}")
+modparam("pike", "sampling_time_unit", 2)
+modparam("pike", "reqs_density_per_unit", {density})
+modparam("pike", "remove_latency", 4)
+modparam("htable", "htable", "ban=>size=8;autoexpire={max(1, round(ban_seconds))};")
+
+request_route {{
+    if (!({from_worker})) {{
+        # [security] rate and bans, per source (callhook's Guard does the same in one
+        # process; the workers see only this proxy).
+        if ($sht(ban=>$si) != $null) {{ exit; }}
+        if (!pike_check_req()) {{
+            $sht(ban=>$si) = 1;
+            xlog("L_WARN", "banned $si for {ban_seconds:g} s: over {rate:g} SIP messages/s\\n");
+            exit;
+        }}
+        # [security] allow: who may send requests.
+        if (!({_subnet_test(allow)})) {{ {refuse} }}
+    }}
+    if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}
+    if (has_totag()) {{
+        # In a dialog: the route set names the worker (or the caller) it belongs to.
+        if (loose_route()) {{ t_relay(); exit; }}
+        if (is_method("ACK")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
+        sl_send_reply("404", "Not here");
+        exit;
+    }}
+    if (is_method("CANCEL")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
+    if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
+    if (!ds_select_dst("{SET}", "4")) {{ sl_send_reply("503", "No worker"); exit; }}
+    t_on_failure("NEXT_WORKER");
+    t_relay();
+}}
+
+failure_route[NEXT_WORKER] {{
+    if (t_is_canceled()) {{ exit; }}
+    if (t_branch_timeout() && !t_branch_replied()) {{
+        xlog("L_WARN", "worker $du did not answer $rm: trying the next\\n");
+        ds_mark_dst("ip");
+    }} else if (!t_check_status("503")) {{
+        exit;
+    }}
+    if (ds_next_dst()) {{
+        t_on_failure("NEXT_WORKER");
+        t_relay();
+    }}
+}}
+"""

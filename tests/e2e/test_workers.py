@@ -1,0 +1,201 @@
+"""``serve --workers 2``: two callhook workers behind a real Kamailio, one SIP address.
+
+SIPp calls Kamailio's address; the calls are spread over the workers (round robin).
+A worker killed with SIGKILL mid-call loses only its own calls: the other worker's
+call goes on, new calls go to the survivor, the supervisor starts another worker in
+its place, which finishes the dead worker's recording and announces it once, and the
+notification the dead worker was delivering is delivered once, by another worker.
+Which worker has a call is never asked: a kill shows it (exactly one of two
+concurrent calls drops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.testing import AppServer, Received, Reply
+from callhook.workers import kamailio_binary, kamailio_modules
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port
+from tests.e2e.test_notifications import talking
+
+pytestmark = pytest.mark.skipif(
+    kamailio_binary() is None or kamailio_modules() is None or sipp.SIPP is None,
+    reason="kamailio or SIPp is not installed",
+)
+
+
+def worker_pids(data_dir: Path) -> dict[int, int]:
+    """The running workers of the serve using ``data_dir``: index -> pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--worker" in argv and str(data_dir).encode() in argv:
+            found[int(argv[argv.index(b"--worker") + 1])] = int(entry.name)
+    return found
+
+
+def notifier_pid(data_dir: Path) -> int | None:
+    """The process holding ``notifier.lock`` (the one delivering notifications)."""
+    inode = (data_dir / "notifier.lock").stat().st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return None
+
+
+async def until(check: Any, what: str, output: Any, seconds: float = 60.0) -> None:
+    for _ in range(round(seconds / 0.1)):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} did not happen in {seconds:g} s:\n{output()}")
+
+
+def record(max_silence_ms: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "record": {
+                "next_page": {"url": "/recorded"},
+                "recording_available_page": {"url": "/available"},
+                "milliseconds_max_silence": max_silence_ms,
+                "seconds_max_duration": 60,
+            }
+        }
+    ]
+
+
+async def test_two_workers_share_the_calls_and_survive_a_kill_9(
+    tmp_path: Path, app: AppServer
+) -> None:
+    # What each call's first page gives, in the order the calls come.
+    plan: list[list[dict[str, Any]]] = []
+    app.page("/start", lambda _: plan.pop(0))
+    app.page("/recorded", [{"hang_up": {}}])
+    app.page("/final", None)
+    killed = False
+    delivered: list[str] = []
+
+    def available(request: Received) -> Reply:
+        # 503 until a worker is killed: that notification is pending in the outbox then.
+        if not killed:
+            return Reply(status=503)
+        delivered.append(request.json["action_result"]["result"]["filename"])
+        return Reply(status=204)
+
+    app.page("/available", available)
+    config = tmp_path / "workers.toml"
+    config.write_text(
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
+        "[notifications]\nfirst_retry = 0.5\nmax_retry = 1\n"
+        "[speech]\npreload = false\n"
+        "[sip]\nshutdown_grace = 5\n"
+    )
+    data_dir = tmp_path / "data"
+    server = Server.for_app(data_dir, app, extra=("--workers", "2", "--config", str(config)))
+    speaking = talking(2.0).write_pcap(tmp_path / "short.pcap")
+    long_talk = talking(6.0).write_pcap(tmp_path / "long.pcap")
+
+    def caller(pcap: Path, wait_ms: int) -> list[str]:
+        return [
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.PLAY.format(pcap=pcap),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=wait_ms),
+        ]
+
+    async with server:
+        assert "with 2 workers behind Kamailio" in server.output
+        pids = worker_pids(data_dir)
+        assert sorted(pids) == [0, 1], server.output
+
+        # A: a recording whose notification is answered 503: it waits in the outbox.
+        plan.append(record(800))
+        run = await sipp.call(server.sip, tmp_path, *caller(speaking, 20000))
+        assert run.returncode == 0, run.output + run.errors + server.output
+        await until(lambda: len(app.bodies("/available")) >= 2, "retries", lambda: server.output)
+        (pending,) = {b["action_result"]["result"]["filename"] for b in app.bodies("/available")}
+
+        # B and C at once: round robin puts one on each worker; both are recording when
+        # the worker delivering notifications is killed.
+        plan += [record(2000), record(2000)]
+        calls = [
+            asyncio.create_task(sipp.call(server.sip, tmp_path, *caller(long_talk, 12000)))
+            for _ in range(2)
+        ]
+        folder = data_dir / "media" / "default" / "recordings"
+
+        def both_recording() -> bool:
+            files = list(folder.glob("*.wav")) if folder.exists() else []
+            return sum(f.stat().st_size > 58 + 8000 for f in files) >= 3  # A's, B's, C's
+
+        await until(both_recording, "two recordings", lambda: server.output)
+        victim = notifier_pid(data_dir)
+        assert victim is not None and victim in pids.values(), (victim, pids)
+        index = next(i for i, pid in pids.items() if pid == victim)
+        killed = True
+        os.kill(victim, signal.SIGKILL)
+
+        # D, right after: it goes to the survivor (a dead worker is skipped).
+        plan.append([{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+        quick = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=15000)]
+        run = await sipp.call(server.sip, tmp_path, *quick)
+        assert run.returncode == 0, run.output + run.errors + server.output
+
+        outcomes = [r.returncode for r in await asyncio.gather(*calls)]
+        assert sorted(c == 0 for c in outcomes) == [False, True], (outcomes, server.output)
+
+        await until(
+            lambda: f"worker {index} is serving again" in server.output,
+            "the new worker",
+            lambda: server.output,
+        )
+        assert f"worker {index} (pid {victim}) ended" in server.output
+        # The dead worker's recording: finished and announced by its successor; the
+        # pending notification: delivered by whoever holds the notifier lock now.
+        await until(lambda: len(delivered) >= 3, "three notifications", lambda: server.output)
+        await asyncio.sleep(2.0)  # time for any duplicate to arrive (retries are 1 s apart)
+        assert delivered.count(pending) == 1, delivered
+        assert len(delivered) == len(set(delivered)) == 3, delivered
+        assert "interrupted by a restart" in server.output
+
+        # The new worker takes calls: with E and F up, killing the other worker drops
+        # exactly one of them.
+        plan += [[{"sleep": {"seconds": 6}}, {"hang_up": {}}] for _ in range(2)]
+        starts = len(app.bodies("/start"))
+        calls = [asyncio.create_task(sipp.call(server.sip, tmp_path, *quick)) for _ in range(2)]
+        assert await wait_for_request_count(app, "/start", starts + 2), server.output
+        survivor = worker_pids(data_dir)[1 - index]
+        os.kill(survivor, signal.SIGKILL)
+        outcomes = [r.returncode for r in await asyncio.gather(*calls)]
+        assert sorted(c == 0 for c in outcomes) == [False, True], (outcomes, server.output)
+        assert await server.stop() == 0, server.output
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
+    assert not leftovers, "a worker or Kamailio outlived serve"
+
+
+async def wait_for_request_count(app: AppServer, path: str, count: int) -> bool:
+    for _ in range(300):
+        if len(app.bodies(path)) >= count:
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def _runs(entry: Path, data_dir: Path) -> bool:
+    try:
+        return str(data_dir).encode() in (entry / "cmdline").read_bytes()
+    except OSError:
+        return False

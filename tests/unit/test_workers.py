@@ -1,0 +1,153 @@
+"""``serve --workers N``: the layout, Kamailio's configuration (checked by Kamailio itself),
+the config keys, and what a worker's settings become."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from callhook.adapters.supervisor import become_worker, layout_of
+from callhook.config import ConfigError, Settings, load
+from callhook.trunks import Trunk
+from callhook.workers import (
+    Layout,
+    dispatcher_list,
+    kamailio_binary,
+    kamailio_config,
+    kamailio_modules,
+    plan,
+)
+
+KAMAILIO = kamailio_binary()
+MODULES = kamailio_modules()
+
+
+def two(**kw: object) -> Layout:
+    args: dict[str, object] = {
+        "host": "127.0.0.1",
+        "port": 5060,
+        "advertised": "127.0.0.1",
+        "first_port": 5100,
+        "rtp_ports": (20000, 29999),
+    }
+    args.update(kw)
+    return plan(2, **args)  # type: ignore[arg-type]
+
+
+def test_each_worker_has_its_sip_port_and_an_even_slice_of_the_rtp_range() -> None:
+    layout = plan(
+        3,
+        host="0.0.0.0",
+        port=5060,
+        advertised="192.0.2.10",
+        first_port=5100,
+        rtp_ports=(20001, 29999),
+    )
+    assert [w.sip_port for w in layout.workers] == [5100, 5101, 5102]
+    slices = [w.rtp_ports for w in layout.workers]
+    assert slices[0][0] == 20002  # the first even port of the range
+    for (first, last), (following, _) in itertools.pairwise(slices):
+        assert first % 2 == 0 and last == following - 1  # contiguous, each from an even port
+    assert slices[-1][1] <= 29999
+    # Workers listen on every address, so the proxy reaches them on loopback; they trust
+    # what comes from it, on loopback or on the advertised address.
+    assert layout.worker_host == "127.0.0.1"
+    assert set(layout.proxies) == {"127.0.0.1", "192.0.2.10"}
+    assert dispatcher_list(layout).splitlines() == [
+        "1 sip:127.0.0.1:5100 0 0 worker=0",
+        "1 sip:127.0.0.1:5101 0 0 worker=1",
+        "1 sip:127.0.0.1:5102 0 0 worker=2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kw", "problem"),
+    [
+        ({"first_port": 5059}, "include the SIP port 5060"),
+        ({"first_port": 65535}, "go past 65535"),
+        ({"first_port": 20000}, "overlap the RTP range"),
+        ({"rtp_ports": (20000, 20006)}, "too few ports for 2 workers"),
+    ],
+)
+def test_a_layout_that_cannot_work_is_refused_with_the_reason(
+    kw: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        two(**kw)
+
+
+def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[workers]\ncount = 4\nfirst_port = 6000\n[sip]\nproxies = ["10.1.2.3"]\n')
+    settings = load(path)
+    assert (settings.workers, settings.worker_first_port) == (4, 6000)
+    assert settings.sip_proxies == ("10.1.2.3",)
+    assert load(tmp_path / "c.toml").workers == 4
+    path.write_text("")
+    assert (load(path).workers, load(path).worker_first_port) == (1, 5100)
+    for text, problem in [
+        ("[workers]\ncount = 0\n", "count must be 1 to 256"),
+        ("[workers]\nfirst_port = 80\n", "first_port must be a port above 1023"),
+        ("[workers]\nprocesses = 2\n", r"\[workers\] unknown keys: processes"),
+        ('[sip]\nproxies = ["kamailio.lan"]\n', "'kamailio.lan' is not an address"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=problem):
+            load(path)
+
+
+def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
+    settings = Settings(sip_host="127.0.0.1", sip_port=5060, sip_proxies=("10.0.0.9",))
+    become_worker(settings, 1, 2)
+    assert settings.sip_port == 5101
+    assert settings.rtp_ports == (25000, 29999)
+    assert (settings.sip_tcp_port, settings.sip_tls_port) == (0, 0)  # Kamailio takes TCP
+    assert "10.0.0.9" in settings.sip_proxies and "127.0.0.1" in settings.sip_proxies
+    with pytest.raises(ConfigError, match="there are 2 workers"):
+        become_worker(Settings(sip_host="127.0.0.1"), 2, 2)
+
+
+def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> None:
+    tls = Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "cert.pem")
+    with pytest.raises(ConfigError, match="SIP over TLS with more than one worker"):
+        layout_of(tls, 2)
+    registering = Settings(sip_host="127.0.0.1")
+    registering.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
+    with pytest.raises(ConfigError, match=r"trunks that register \(pbx\)"):
+        layout_of(registering, 2)
+
+
+@pytest.mark.skipif(KAMAILIO is None or MODULES is None, reason="kamailio is not installed")
+@pytest.mark.parametrize("unknown", ["drop", "reject"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: str) -> None:
+    assert KAMAILIO is not None and MODULES is not None
+    layout = two(host=host, tcp=host == "0.0.0.0")
+    dispatcher = tmp_path / "dispatcher.list"
+    dispatcher.write_text(dispatcher_list(layout))
+    config = tmp_path / "kamailio.cfg"
+    config.write_text(
+        kamailio_config(
+            layout,
+            modules=MODULES,
+            dispatcher=dispatcher,
+            allow=("127.0.0.0/8", "10.0.0.0/8", "::1/128"),
+            unknown=unknown,
+            rate=20.0,
+            ban_seconds=600.0,
+        )
+    )
+    # kamailio -c parses the whole configuration and loads its modules.
+    check = subprocess.run(
+        [KAMAILIO, "-c", "-f", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    text = config.read_text()
+    assert ('sl_send_reply("403", "Forbidden")' in text) == (unknown == "reject")
+    assert ("listen=tcp:" in text) == layout.tcp
+    assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
+    assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
+    assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
