@@ -1,12 +1,16 @@
 """The IVR load benchmark: the load kit's SIPp call against one ``callhook serve``.
 
-    .venv/bin/python -m bench.ivr_load [--steps 50,100,200,400,800] [--kit ../shared/bench]
+    .venv/bin/python -m bench.ivr_load [--steps 50,100,200,400,800] [--workers 1,2]
+                                       [--kit ../shared/bench]
 
 The call (``../shared/bench/README.md``): answer, play a 3.0 s prompt, beep,
 collect 4 RFC 2833 digits, record until 3 s of silence, hang up. The caller
 is the kit's SIPp scenario replaying the kit's pcap — the same work the kit's
 Asterisk 20 figures were measured on. The application (``bench/ivr_app.py``)
-runs in its own process; callhook is one ``callhook serve`` process.
+runs in its own process; callhook is one ``callhook serve`` process, or with
+``--workers 2`` a ``serve --workers 2`` (a supervisor, two workers and Kamailio:
+CPU and RSS are the sum over all of them; the late ticks, tick and GC figures are
+those of the worker that answered ``/api/stats``).
 
 For each step N (N calls at once, 5 x N calls in all) it prints: calls
 completed and failed (SIPp's count), digits right, recordings of the right
@@ -118,9 +122,22 @@ class Sampler(threading.Thread):
         self.hz = os.sysconf("SC_CLK_TCK")
 
     def read(self) -> tuple[float, int] | None:
+        """CPU seconds and RSS of the process and of every process under it (serve
+        --workers: the workers and Kamailio); None once the process is gone."""
+        own = self._one(self.pid)
+        if own is None:
+            return None
+        cpu, rss = own
+        for child in _descendants(self.pid):
+            figures = self._one(child)
+            if figures is not None:
+                cpu, rss = cpu + figures[0], rss + figures[1]
+        return cpu, rss
+
+    def _one(self, pid: int) -> tuple[float, int] | None:
         try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            status = Path(f"/proc/{self.pid}/status").read_text()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             return None
         fields = stat[stat.rindex(")") + 2 :].split()
@@ -150,6 +167,26 @@ class Sampler(threading.Thread):
             if value is None:
                 return
             self.samples.append((time.monotonic(), *value))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (children, their children ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def rtp_gaps(pcap: Path) -> list[float]:
@@ -206,12 +243,16 @@ def load_config(workdir: Path) -> Path:
     return path
 
 
-def run_step(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, object]:
+def run_step(
+    n: int, kit: Path, app_base: str, workdir: Path, workers: int = 1
+) -> dict[str, object]:
     """One load step of the kit's own call: N calls at once, 5 x N in all."""
-    data = workdir / f"data-{n}"
+    data = workdir / f"data-{n}-{workers}"
     prepare_data(data, kit)
     sipp = ["sipp", "-sf", "ivr_uac.xml", *sipp_common(n), "-mp", "6000"]
-    return run_load(n, data, str(n), app_base, workdir, sipp, kit / "scenarios")
+    return run_load(
+        n, data, f"{n}-{workers}", app_base, workdir, sipp, kit / "scenarios", workers=workers
+    )
 
 
 def sipp_common(n: int) -> list[str]:
@@ -238,6 +279,16 @@ def sipp_common(n: int) -> list[str]:
     ]
 
 
+def wait_started(log: Path, server: subprocess.Popen[bytes], seconds: float = 90.0) -> None:
+    """Until serve says where its web server is (every worker is up, Kamailio too)."""
+    deadline = time.monotonic() + seconds
+    while "  web: " not in log.read_text(errors="replace"):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"callhook serve did not start: see {log}")
+        time.sleep(0.2)
+    time.sleep(0.5)
+
+
 def run_load(
     n: int,
     data: Path,
@@ -249,6 +300,7 @@ def run_load(
     *,
     digits: str = "1234",
     from_capture: Callable[[Path], dict[str, object]] | None = None,
+    workers: int = 1,
 ) -> dict[str, object]:
     """Run ``serve`` on ``data``, capture its RTP, run ``sipp_command`` and measure: the
     figures of one line of the table. ``from_capture`` adds figures read off the RTP
@@ -275,11 +327,13 @@ def run_load(
             f"{app_base}/ivr/final",
             "--secret",
             "bench",
+            "--workers",
+            str(workers),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    time.sleep(1.5)
+    wait_started(workdir / f"callhook-{label}.log", server)
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{label}.pcap"
     dump = capture(pcap)
@@ -354,25 +408,31 @@ def main() -> None:
     )
     parser.add_argument("--steps", default="50,100,200,400,800")
     parser.add_argument("--kit", type=Path, default=KIT)
+    parser.add_argument(
+        "--workers",
+        default="1",
+        help="serve --workers for each step, a list (e.g. 1,2: every step with each)",
+    )
     args = parser.parse_args()
     check_kit(args.kit)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
     app, app_base = start_app()
     print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
     print(
-        "   N |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | floor ms (x) "
+        "   N | W |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | floor ms (x) "
         "| % core | RSS MB | RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
     )
     try:
-        for n in (int(x) for x in args.steps.split(",")):
-            r = run_step(n, args.kit, app_base, workdir)
+        steps = [int(x) for x in args.steps.split(",")]
+        for n, workers in ((n, int(w)) for n in steps for w in args.workers.split(",")):
+            r = run_step(n, args.kit, app_base, workdir, workers)
             page = r["page"] or {}
             assert isinstance(page, dict)
             lengths = r["recording_lengths"]
             assert isinstance(lengths, tuple)
             nan = float("nan")
             print(
-                f"{n:4d} | {r['ok']:4} | {r['failed']:4} "
+                f"{n:4d} | {workers} | {r['ok']:4} | {r['failed']:4} "
                 f"| {r['digits_right']:4}/{r['digits_calls']:<4} "
                 f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
                 f"| {r['cpu_ms_per_call_s']:13.2f} "

@@ -12,7 +12,10 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   round robin); Kamailio Record-Routes dialogs, so every in-dialog request of
   a call (ACK, BYE, re-INVITE, INFO) reaches the worker that has the call
   (RFC 3261 §16.12: the route set), and the worker's own BYE goes back through
-  the proxy;
+  the proxy; a caller that ignores Record-Route and sends its in-dialog requests
+  to the proxy's address with no Route still reaches the call's worker: Kamailio
+  keeps each call's worker by Call-ID (``htable``, until the BYE, at most
+  :data:`CALL_AFFINITY_SECONDS`);
 * Kamailio probes every worker with OPTIONS each :attr:`Layout.probe_seconds`;
   a worker that does not answer is skipped until it does again, and an INVITE
   sent to a worker that does not answer (408 from the timer, or 503: full or
@@ -54,6 +57,8 @@ MODULE_DIRS = (
 )
 #: The dispatcher set the workers are in.
 SET = 1
+#: How long Kamailio remembers a call's worker by its Call-ID (a BYE forgets it sooner).
+CALL_AFFINITY_SECONDS = 4 * 3600
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,8 @@ modparam("pike", "sampling_time_unit", 2)
 modparam("pike", "reqs_density_per_unit", {density})
 modparam("pike", "remove_latency", 4)
 modparam("htable", "htable", "ban=>size=8;autoexpire={max(1, round(ban_seconds))};")
+# Call-ID -> the worker of the call, for in-dialog requests that carry no Route.
+modparam("htable", "htable", "calls=>size=14;autoexpire={CALL_AFFINITY_SECONDS};")
 
 request_route {{
     if (!({from_worker})) {{
@@ -261,7 +268,19 @@ request_route {{
     if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}
     if (has_totag()) {{
         # In a dialog: the route set names the worker (or the caller) it belongs to.
-        if (loose_route()) {{ t_relay(); exit; }}
+        if (loose_route()) {{
+            if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
+            t_relay();
+            exit;
+        }}
+        # A phone that ignores Record-Route sends them here with no Route: the call's
+        # worker, by its Call-ID.
+        if ($sht(calls=>$ci) != $null) {{
+            $du = $sht(calls=>$ci);
+            if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
+            t_relay();
+            exit;
+        }}
         if (is_method("ACK")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
         sl_send_reply("404", "Not here");
         exit;
@@ -269,6 +288,7 @@ request_route {{
     if (is_method("CANCEL")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
     if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
     if (!ds_select_dst("{SET}", "4")) {{ sl_send_reply("503", "No worker"); exit; }}
+    if (is_method("INVITE")) {{ $sht(calls=>$ci) = $du; }}
     t_on_failure("NEXT_WORKER");
     t_relay();
 }}
@@ -282,6 +302,7 @@ failure_route[NEXT_WORKER] {{
         exit;
     }}
     if (ds_next_dst()) {{
+        if (is_method("INVITE")) {{ $sht(calls=>$ci) = $du; }}
         t_on_failure("NEXT_WORKER");
         t_relay();
     }}

@@ -121,6 +121,14 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         pids = worker_pids(data_dir)
         assert sorted(pids) == [0, 1], server.output
 
+        # A caller that ignores Record-Route (as the load kit's does): its ACK and BYE come
+        # to the proxy's address with no Route, and still reach the call's worker.
+        plan.append([{"sleep": {"seconds": 30}}])
+        run = await sipp.call(server.sip, tmp_path, *routeless())
+        assert run.returncode == 0, run.output + run.errors + server.output
+        await until(lambda: app.bodies("/final"), "the final page", lambda: server.output)
+        assert app.bodies("/final")[0]["this_call"]["call_cause"] == "hung_up"
+
         # A: a recording whose notification is answered 503: it waits in the outbox.
         plan.append(record(800))
         run = await sipp.call(server.sip, tmp_path, *caller(speaking, 20000))
@@ -184,6 +192,19 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         assert await server.stop() == 0, server.output
     leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
     assert not leftovers, "a worker or Kamailio outlived serve"
+
+
+def routeless() -> list[str]:
+    """A call whose ACK and BYE go to the address called, with no Route header."""
+    to_proxy = "sip:ivr@[remote_ip]:[remote_port]"
+    answered = sipp.ANSWERED.replace("[next_url]", to_proxy).replace("[routes]\n", "")
+    bye = sipp.BYE_FROM_CALLER.format(cseq=2).replace("[next_url]", to_proxy)
+    return [
+        sipp.invite("ivr"),
+        answered,
+        sipp.PAUSE.format(ms=1000),
+        bye.replace("[routes]\n", ""),
+    ]
 
 
 async def wait_for_request_count(app: AppServer, path: str, count: int) -> bool:
