@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from callhook.actions.machine import ActionContext
 from callhook.adapters import web as web_adapter
@@ -185,6 +186,8 @@ class Services:
         phone: web_adapter.Routes | None = None,
         call_log: web_adapter.CallLogOf | None = None,
         reuse_port: bool = False,
+        outer: Middleware | None = None,
+        private_port: int | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API, web phone); returns
         its base URL."""
@@ -197,12 +200,14 @@ class Services:
             bans=bans,
             phone=phone,
             call_log=call_log,
+            outer=outer,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
             host if host is not None else self.settings.http_host,
             port if port is not None else self.settings.http_port,
             reuse_port=reuse_port,
+            private_port=private_port,
         )
         self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
         return self.base_url

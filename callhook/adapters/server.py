@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from callhook import __version__
+from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY
 from callhook.app import Services
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
@@ -73,7 +74,13 @@ def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
 
 
 async def _start_web(
-    services: Services, sip: SipService, host: str, port: int, keys: KeyRing, *, reuse: bool
+    services: Services,
+    sip: SipService,
+    host: str,
+    port: int,
+    keys: KeyRing,
+    *,
+    siblings: Siblings | None,
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
@@ -107,7 +114,9 @@ async def _start_web(
         bans=sip,
         phone=sip.phone,
         call_log=sip.call_log,
-        reuse_port=reuse,
+        reuse_port=siblings is not None,
+        outer=siblings.middleware if siblings is not None else None,
+        private_port=settings.sip_port if siblings is not None else None,
     )
 
 
@@ -124,6 +133,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.shutdown_grace is not None:
         settings.shutdown_grace = args.shutdown_grace
     count = args.workers if args.workers is not None else settings.workers
+    siblings: Siblings | None = None
     if args.worker is not None:
         for handler in logging.getLogger().handlers:  # whose line it is, in the shared log
             handler.setFormatter(
@@ -131,7 +141,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
             )
         from callhook.adapters.supervisor import become_worker
 
-        become_worker(settings, args.worker, count)
+        layout = become_worker(settings, args.worker, count)
+        siblings = Siblings(args.worker, [w.sip_port for w in layout.workers])
     elif count > 1:
         from callhook.adapters.supervisor import supervise
 
@@ -145,7 +156,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
-    base = await _start_web(services, sip, host, port, keys, reuse=args.worker is not None)
+    base = await _start_web(services, sip, host, port, keys, siblings=siblings)
     app = services.settings.app_for("") or services.default_app()
     # Everything built so far (modules, schemas, the server) lives as long as the
     # process: keep it out of the collector's passes, so a full collection only
@@ -170,6 +181,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         frozen.cancel()
         await sip.shutdown(settings.shutdown_grace)
         await services.close()
+        if siblings is not None:
+            await siblings.close()
     return 0
 
 

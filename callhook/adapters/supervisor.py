@@ -81,8 +81,8 @@ def layout_of(settings: Settings, count: int) -> Layout:
     )
 
 
-def become_worker(settings: Settings, index: int, count: int) -> None:
-    """Change ``settings`` into those of worker ``index`` of ``count``."""
+def become_worker(settings: Settings, index: int, count: int) -> Layout:
+    """Change ``settings`` into those of worker ``index`` of ``count``; the layout."""
     layout = layout_of(settings, count)
     if not 0 <= index < count:
         raise ConfigError(f"--worker {index}: there are {count} workers (0 to {count - 1})")
@@ -92,6 +92,7 @@ def become_worker(settings: Settings, index: int, count: int) -> None:
     settings.sip_tcp_port = 0  # Kamailio takes TCP and passes requests on over UDP
     settings.sip_tls_port = 0
     settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
+    return layout
 
 
 @dataclass

@@ -97,6 +97,7 @@ def application(
     bans: Bans | None = None,
     phone: Routes | None = None,
     call_log: CallLogOf | None = None,
+    outer: Middleware | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -105,8 +106,9 @@ def application(
     /api/calls/{call_id}/log`` a recent call's log by its SIP Call-ID. They need
     ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
+    ``outer`` wraps everything (``serve --workers``: the other workers' live calls).
     """
-    middlewares: list[Middleware] = [errors]
+    middlewares: list[Middleware] = [errors] if outer is None else [outer, errors]
     if bans is not None:
         middlewares.append(guard(bans))
     app = web.Application(client_max_size=MAX_JSON_BYTES, middlewares=middlewares)
@@ -192,16 +194,24 @@ def application(
 
 
 async def start(
-    app: web.Application, host: str, port: int, *, reuse_port: bool = False
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    reuse_port: bool = False,
+    private_port: int | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on host:port (port 0: any free port); returns the runner and base URL.
 
     ``reuse_port``: the port is shared with the other workers of ``serve --workers``
-    (SO_REUSEPORT: the kernel spreads connections over them)."""
+    (SO_REUSEPORT: the kernel spreads connections over them); ``private_port``: this
+    worker alone, on loopback (the other workers ask it about its calls)."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
+    if private_port is not None:
+        await web.TCPSite(runner, "127.0.0.1", private_port).start()
     bound_host, bound_port = runner.addresses[0][:2]
     # Listening on every address: our own requests (the demo's pages) go to loopback.
     if bound_host in ("0.0.0.0", "::"):

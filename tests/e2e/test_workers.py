@@ -150,6 +150,15 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
             return sum(f.stat().st_size > 58 + 8000 for f in files) >= 3  # A's, B's, C's
 
         await until(both_recording, "two recordings", lambda: server.output)
+        # The REST API on the one web address (every worker listens there) lists both
+        # calls and finds each, whichever worker takes the connection.
+        for _ in range(4):
+            status, listed = await server.api("GET", "/api/v1/calls")
+            assert status == 200 and len(listed["calls"]) == 2, listed
+        for call in listed["calls"]:
+            for _ in range(3):
+                status, one = await server.api("GET", f"/api/v1/calls/{call['call_id']}")
+                assert status == 200 and one["call_id"] == call["call_id"], one
         victim = notifier_pid(data_dir)
         assert victim is not None and victim in pids.values(), (victim, pids)
         index = next(i for i, pid in pids.items() if pid == victim)

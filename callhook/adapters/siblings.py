@@ -1,0 +1,109 @@
+"""The other workers' live calls, for the REST routes of ``serve --workers N``.
+
+Every worker serves the one web address (SO_REUSEPORT: the kernel gives each new
+connection to one of them), but a live call is in one worker's memory. So a worker
+also listens on a private loopback port (its SIP port number, over TCP), and this
+middleware completes, on the shared address, the routes that are about live calls:
+
+* ``GET /api/v1/calls``: the application's calls on every worker, one list;
+* ``GET`` / ``DELETE /api/v1/calls/{id}`` and ``GET /api/calls/{id}/log``: when the
+  call is not this worker's (404 here), the same request goes to the others in
+  turn; the first answer that is not 404 is the answer.
+
+Forwarded requests carry the caller's own ``Authorization`` (every worker has the
+same keys) and :data:`HEADER`, so the worker that gets one answers for itself
+only. A worker that does not answer (dead, restarting) is skipped: its calls are
+gone anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from callhook.adapters.web import Handler
+
+logger = logging.getLogger("callhook.workers")
+
+HEADER = "X-Callhook-Worker"
+#: Routes about one live call, answered by the worker that has it.
+ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
+ALL_CALLS = "/api/v1/calls"
+#: How long a sibling may take to answer.
+TIMEOUT = 5.0
+
+
+class Siblings:
+    """The other workers' private addresses, and the middleware that asks them."""
+
+    def __init__(self, index: int, ports: list[int]) -> None:
+        self.index = index
+        self.others = [f"http://127.0.0.1:{p}" for i, p in enumerate(ports) if i != index]
+        self._client: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._client is None or self._client.closed:
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT), auto_decompress=False
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if HEADER in request.headers or not self.others:
+            return response  # a sibling's question: this worker's own answer
+        path = request.path
+        if path == ALL_CALLS and request.method == "GET" and response.status == 200:
+            assert isinstance(response, web.Response) and response.text is not None
+            calls: list[Any] = json.loads(response.text)["calls"]
+            answers = await asyncio.gather(*(self._ask(base, request) for base in self.others))
+            for answer in answers:
+                if answer is not None and answer.status == 200:
+                    calls += json.loads(answer.body)["calls"]
+            return web.json_response({"calls": calls})
+        if response.status == 404 and ONE_CALL.fullmatch(path):
+            for base in self.others:
+                answer = await self._ask(base, request)
+                if answer is not None and answer.status != 404:
+                    return web.Response(
+                        status=answer.status, body=answer.body, headers=answer.headers
+                    )
+        return response
+
+    async def _ask(self, base: str, request: web.Request) -> _Answer | None:
+        """``request`` asked of the worker at ``base`` (None: it did not answer)."""
+        headers = {HEADER: str(self.index)}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        try:
+            async with self._session().request(
+                request.method, base + request.path_qs, headers=headers
+            ) as answer:
+                kept = {
+                    k: v
+                    for k, v in answer.headers.items()
+                    if k.lower() in ("content-type", "www-authenticate")
+                }
+                return _Answer(answer.status, await answer.read(), kept)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            logger.info("worker at %s did not answer %s: %s", base, request.path, exc)
+            return None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    headers: dict[str, str]

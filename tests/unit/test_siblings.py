@@ -1,0 +1,112 @@
+"""The live-call routes of ``serve --workers``: one worker's answer completed by the others'.
+
+Two real aiohttp servers on loopback stand for two workers' private ports; a third
+port has nobody on it (a worker that is dead or restarting).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from callhook.adapters.siblings import HEADER, Siblings
+
+
+def worker_app(calls: list[str], hung_up: list[str], siblings: Siblings | None) -> web.Application:
+    """A worker's live-call routes over ``calls`` (the REST API's shapes)."""
+
+    async def list_calls(request: web.Request) -> web.Response:
+        return web.json_response({"calls": [{"call_id": c} for c in calls]})
+
+    async def one(request: web.Request) -> web.Response:
+        call_id = request.match_info["id"]
+        if call_id not in calls:
+            return web.json_response({"error": "not_found"}, status=404)
+        if request.method == "DELETE":
+            hung_up.append(call_id)
+            return web.json_response({"call_id": call_id, "status": "hanging_up"}, status=202)
+        return web.json_response({"call_id": call_id, "auth": request.headers["Authorization"]})
+
+    async def log(request: web.Request) -> web.Response:
+        call_id = request.match_info["id"]
+        if call_id not in calls:
+            return web.json_response({"error": "not_found"}, status=404)
+        return web.Response(text=f"log of {call_id}")
+
+    middlewares = [siblings.middleware] if siblings is not None else []
+    app = web.Application(middlewares=middlewares)
+    app.router.add_get("/api/v1/calls", list_calls)
+    app.router.add_route("*", "/api/v1/calls/{id}", one)
+    app.router.add_get("/api/calls/{id}/log", log)
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def workers() -> AsyncIterator[dict[str, Any]]:
+    ports = [free_port(), free_port(), free_port()]  # the third: nobody listens there
+    siblings = Siblings(0, ports)
+    hung_up: list[str] = []
+    runners: list[web.AppRunner] = []
+    for app in (
+        worker_app(["a1"], hung_up, siblings),
+        worker_app(["b1", "b2"], hung_up, None),
+    ):
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", ports[len(runners)]).start()
+        runners.append(runner)
+    try:
+        yield {"base": f"http://127.0.0.1:{ports[0]}", "hung_up": hung_up}
+    finally:
+        await siblings.close()
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def get(url: str, method: str = "GET", **headers: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as client,
+        client.request(method, url, headers={"Authorization": "Bearer k", **headers}) as r,
+    ):
+        return r.status, await r.text()
+
+
+async def test_the_list_has_every_workers_calls(workers: dict[str, Any]) -> None:
+    status, text = await get(workers["base"] + "/api/v1/calls")
+    assert status == 200
+    assert sorted(c["call_id"] for c in json.loads(text)["calls"]) == ["a1", "b1", "b2"]
+
+
+async def test_a_call_of_another_worker_is_found_with_the_callers_key(
+    workers: dict[str, Any],
+) -> None:
+    status, text = await get(workers["base"] + "/api/v1/calls/b2")
+    assert status == 200 and '"call_id": "b2"' in text and "Bearer k" in text
+    status, text = await get(workers["base"] + "/api/calls/b1/log")
+    assert (status, text) == (200, "log of b1")
+    status, _ = await get(workers["base"] + "/api/v1/calls/b1", method="DELETE")
+    assert status == 202 and workers["hung_up"] == ["b1"]
+
+
+async def test_a_call_nobody_has_is_404_and_a_siblings_question_is_not_passed_on(
+    workers: dict[str, Any],
+) -> None:
+    status, _ = await get(workers["base"] + "/api/v1/calls/zz")
+    assert status == 404
+    status, text = await get(workers["base"] + "/api/v1/calls/b2", **{HEADER: "1"})
+    assert status == 404  # asked by a sibling: this worker answers for itself only
+    status, text = await get(workers["base"] + "/api/v1/calls", **{HEADER: "1"})
+    assert '"b1"' not in text
