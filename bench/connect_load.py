@@ -219,6 +219,8 @@ def run_connect(n: int, kit: Path, app_base: str, workdir: Path) -> dict[str, ob
         [
             str(ROOT / ".venv" / "bin" / "callhook"),
             "serve",
+            "--workers",
+            "1",
             "--config",
             str(load_config(workdir, n)),
             "--sip",

@@ -238,6 +238,8 @@ class Serve:
             [
                 str(ROOT / ".venv" / "bin" / "callhook"),
                 "serve",
+                "--workers",
+                "1",
                 "--config",
                 str(config),
                 "--sip",

@@ -509,6 +509,8 @@ def run_recordings(args: argparse.Namespace, app_base: str, workdir: Path) -> di
     serve_cmd = [
         str(ROOT / ".venv" / "bin" / "callhook"),
         "serve",
+        "--workers",
+        "1",
         "--config",
         str(load_config(workdir)),
         "--sip",

@@ -51,7 +51,7 @@ def start(model: str) -> tuple[float, float, float, float]:
         )
         started = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "callhook", "serve", "--config", str(config)],
+            [sys.executable, "-m", "callhook", "serve", "--workers", "1", "--config", str(config)],
             cwd=tmp,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

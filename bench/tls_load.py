@@ -98,6 +98,8 @@ async def main_async(args: argparse.Namespace) -> None:
     serve = await asyncio.create_subprocess_exec(
         *CALLHOOK,
         "serve",
+        "--workers",
+        "1",
         "--config",
         str(work / "callhook.toml"),
         "--sip",

@@ -98,7 +98,7 @@ async def run_step(
     data = workdir / f"data-{n}"
     (workdir / f"load-{n}.toml").write_text("[security]\nrate = 100000\n")
     server = await asyncio.create_subprocess_exec(
-        str(ROOT / ".venv" / "bin" / "callhook"), "serve",
+        str(ROOT / ".venv" / "bin" / "callhook"), "serve", "--workers", "1",
         "--config", str(workdir / f"load-{n}.toml"), "--sip", f"127.0.0.1:{SIP_PORT}",
         "--http", f"127.0.0.1:{free_port()}", "--data-dir", str(data),
         "--app-url", f"{base}/start", "--final-page", f"{base}/final", "--secret", "bench",

@@ -107,7 +107,8 @@ def serve(workdir: Path, label: str, app_url: str, echo_port: int, n: int) -> tu
     base = app_url.rsplit("/", 1)[0]
     server = subprocess.Popen(
         [
-            str(ROOT / ".venv" / "bin" / "callhook"), "serve", "--config", str(config),
+            str(ROOT / ".venv" / "bin" / "callhook"), "serve", "--workers", "1",
+            "--config", str(config),
             "--sip", f"127.0.0.1:{SIP_PORT}", "--http", f"127.0.0.1:{http}",
             "--rtp-ports", f"{RTP_FIRST}-{RTP_LAST}", "--data-dir", str(data),
             "--app-url", app_url, "--error-page", f"{base}/error",

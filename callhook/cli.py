@@ -340,7 +340,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rtp-ports", help="FIRST-LAST port range for RTP (default 20000-29999)")
     s.add_argument("--max-calls", type=int, help="calls at once; more get 503 (default 500)")
     s.add_argument(
-        "--workers", type=int, help="processes behind Kamailio (default 1; docs/scaling.md)"
+        "--workers",
+        type=int,
+        help="processes behind Kamailio (default: one per core, when Kamailio is installed)",
     )
     s.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # the supervisor's children
     s.add_argument(

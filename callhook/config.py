@@ -27,7 +27,7 @@ A config file is TOML::
     proxies = ["10.0.0.5"]              # SIP proxies in front of callhook: trusted (no rate limit)
 
     [workers]                           # serve --workers: every core (docs/scaling.md)
-    count = 4                           # worker processes (default 1: one process, no Kamailio)
+    count = 4                           # worker processes; "auto" (default): one per core
     first_port = 5100                   # worker i takes SIP on first_port + i (the proxy's side)
 
     [security]                          # docs/security.md
@@ -222,8 +222,9 @@ class Settings:
     max_calls: int = 500
     #: SIP proxies in front of callhook (Kamailio): trusted like trunks ([sip] proxies).
     sip_proxies: tuple[str, ...] = ()
-    #: ``serve`` worker processes behind Kamailio, and the first worker's SIP port.
-    workers: int = 1
+    #: ``serve`` worker processes behind Kamailio (None: one per core when it can, see
+    #: ``adapters/supervisor.workers_for``), and the first worker's SIP port.
+    workers: int | None = None
     worker_first_port: int = 5100
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"

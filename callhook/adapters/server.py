@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from callhook import __version__
 from callhook.adapters.siblings import Siblings
-from callhook.adapters.supervisor import READY
+from callhook.adapters.supervisor import READY, workers_for
 from callhook.app import Services
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.redact import redact
@@ -132,7 +132,9 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.max_calls = args.max_calls
     if args.shutdown_grace is not None:
         settings.shutdown_grace = args.shutdown_grace
-    count = args.workers if args.workers is not None else settings.workers
+    count, why = workers_for(settings, args.workers)
+    if why is not None:
+        logging.getLogger("callhook.workers").info("one worker: %s (docs/scaling.md)", why)
     siblings: Siblings | None = None
     if args.worker is not None:
         for handler in logging.getLogger().handlers:  # whose line it is, in the shared log

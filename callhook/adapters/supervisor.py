@@ -37,6 +37,7 @@ from pathlib import Path
 from callhook.config import ConfigError, Settings
 from callhook.workers import (
     Layout,
+    cores,
     dispatcher_list,
     kamailio_binary,
     kamailio_config,
@@ -79,6 +80,28 @@ def layout_of(settings: Settings, count: int) -> Layout:
         rtp_ports=settings.rtp_ports,
         tcp=settings.sip_tcp_port != 0,
     )
+
+
+def workers_for(settings: Settings, asked: int | None) -> tuple[int, str | None]:
+    """How many workers ``serve`` runs, and why only one when it chose so.
+
+    ``asked`` (``--workers``), else ``[workers] count``; when neither is given
+    ("auto"), one per core, if Kamailio is installed and the configuration can be
+    served by several workers; else one.
+    """
+    count = asked if asked is not None else settings.workers
+    if count is not None:
+        return count, None
+    available = cores()
+    if available < 2:
+        return 1, "this machine has one core"
+    if kamailio_binary() is None or kamailio_modules() is None:
+        return 1, "Kamailio is not installed (apt install kamailio)"
+    try:
+        layout_of(settings, available)
+    except ConfigError as exc:
+        return 1, str(exc)
+    return available, None
 
 
 def become_worker(settings: Settings, index: int, count: int) -> Layout:
@@ -197,8 +220,11 @@ class Supervisor:
             self.failed = f"the workers did not start within {START_TIMEOUT:g} s"
         if self.failed is None and not stop.is_set():
             self._tasks.append(asyncio.create_task(self._keep(self.kamailio, worker=False)))
-            self._banner()
-            await asyncio.wait([failing, stopping], return_when=asyncio.FIRST_COMPLETED)
+            probe = asyncio.create_task(asyncio.to_thread(self._answers_sip))
+            await asyncio.wait([probe, failing, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if self.failed is None and not stop.is_set():
+                self._banner()
+                await asyncio.wait([failing, stopping], return_when=asyncio.FIRST_COMPLETED)
         for task in (failing, stopping, ready):
             task.cancel()
         await self.shutdown()
@@ -206,6 +232,35 @@ class Supervisor:
             print(f"callhook: {self.failed}", file=sys.stderr, flush=True)
             return 1
         return 0
+
+    def _answers_sip(self, seconds: float = 10.0) -> bool:
+        """Whether the SIP address answers an OPTIONS (Kamailio passes it to a worker)
+        within ``seconds``: the banner is printed once callhook is reachable there."""
+        layout = self.layout
+        host = layout.worker_host if layout.host in ("0.0.0.0", "::", "") else layout.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        deadline = time.monotonic() + seconds
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))
+            probe.settimeout(0.3)
+            local = probe.getsockname()[1]
+            n = 0
+            while time.monotonic() < deadline and self.failed is None and not self.stopping:
+                n += 1
+                options = (
+                    f"OPTIONS sip:{host}:{layout.port} SIP/2.0\r\n"
+                    f"Via: SIP/2.0/UDP {host}:{local};branch=z9hG4bKsupervisor{n}\r\n"
+                    f"From: <sip:supervisor@{host}>;tag=s{n}\r\nTo: <sip:{host}>\r\n"
+                    f"Call-ID: supervisor-{local}-{n}\r\nCSeq: 1 OPTIONS\r\n"
+                    "Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+                )
+                try:
+                    probe.sendto(options.encode(), (host, layout.port))
+                    if probe.recv(4096).startswith(b"SIP/2.0 "):
+                        return True
+                except OSError:  # a timeout, or nobody there yet (ICMP)
+                    time.sleep(0.2)
+        return False
 
     async def _all_ready(self) -> None:
         for child in self.workers:
@@ -228,6 +283,7 @@ class Supervisor:
                 flush=True,
             )
         print(f"  web: http://{shown}:{port}", flush=True)
+        print(f"  web phone: http://{shown}:{port}/phone", flush=True)
 
     async def _start(self, child: _Child, worker: bool) -> asyncio.subprocess.Process:
         if child.restarts:

@@ -140,6 +140,8 @@ class Server:
         self.rtp_ports = (base & ~1, (base & ~1) + 200)
         self.args = [
             "serve",
+            "--workers",
+            "1",
             "--sip",
             f"127.0.0.1:{self.sip_port}",
             "--http",

@@ -133,6 +133,8 @@ async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         *CALLHOOK,
         "serve",
+        "--workers",
+        "1",
         "--http",
         f"127.0.0.1:{port}",
         "--sip",

@@ -572,6 +572,8 @@ async def test_serve_refuses_a_weak_api_key(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         *CALLHOOK,
         "serve",
+        "--workers",
+        "1",
         "--data-dir",
         str(tmp_path / "data"),
         "--http",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from callhook.testing import AppServer, Received, Reply
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port
+from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port
 from tests.e2e.test_notifications import talking
 
 pytestmark = pytest.mark.skipif(
@@ -229,3 +230,31 @@ def _runs(entry: Path, data_dir: Path) -> bool:
         return str(data_dir).encode() in (entry / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+async def test_a_sip_address_that_is_taken_stops_serve_with_the_reason(tmp_path: Path) -> None:
+    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    taken.bind(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    config = tmp_path / "workers.toml"
+    config.write_text(
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+    )
+    data_dir = tmp_path / "data"
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *CALLHOOK, "serve", "--workers", "2", "--config", str(config),
+            "--sip", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{free_tcp_port()}",
+            "--data-dir", str(data_dir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        taken.close()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 1, text
+    assert "Address already in use" in text  # Kamailio's own line, passed on
+    assert "callhook: kamailio ended at its start" in text
+    assert "serving with 2 workers" not in text  # no banner for an address nobody answers
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
+    assert not leftovers, "a worker or Kamailio outlived serve"

@@ -87,9 +87,12 @@ def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
     assert settings.sip_proxies == ("10.1.2.3",)
     assert load(tmp_path / "c.toml").workers == 4
     path.write_text("")
-    assert (load(path).workers, load(path).worker_first_port) == (1, 5100)
+    assert (load(path).workers, load(path).worker_first_port) == (None, 5100)  # "auto"
+    path.write_text('[workers]\ncount = "auto"\n')
+    assert load(path).workers is None
     for text, problem in [
         ("[workers]\ncount = 0\n", "count must be 1 to 256"),
+        ('[workers]\ncount = "many"\n', "count must be a whole number"),
         ("[workers]\nfirst_port = 80\n", "first_port must be a port above 1023"),
         ("[workers]\nprocesses = 2\n", r"\[workers\] unknown keys: processes"),
         ('[sip]\nproxies = ["kamailio.lan"]\n', "'kamailio.lan' is not an address"),
@@ -151,3 +154,28 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
     assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
+
+
+def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
+    from callhook.adapters import supervisor
+
+    settings = Settings(sip_host="127.0.0.1")
+    assert supervisor.workers_for(settings, 3) == (3, None)  # --workers wins
+    settings.workers = 2
+    assert supervisor.workers_for(settings, None) == (2, None)  # then [workers] count
+    settings.workers = None  # "auto"
+    monkeypatch.setattr(supervisor, "cores", lambda: 4)
+    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
+    monkeypatch.setattr(supervisor, "kamailio_modules", lambda: Path("/modules"))
+    assert supervisor.workers_for(settings, None) == (4, None)
+    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: None)
+    assert supervisor.workers_for(settings, None) == (
+        1,
+        "Kamailio is not installed (apt install kamailio)",
+    )
+    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
+    settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
+    count, why = supervisor.workers_for(settings, None)
+    assert count == 1 and why is not None and "trunks that register (pbx)" in why
+    monkeypatch.setattr(supervisor, "cores", lambda: 1)
+    assert supervisor.workers_for(Settings(), None) == (1, "this machine has one core")
