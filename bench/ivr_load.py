@@ -402,6 +402,22 @@ def run_load(
     }
 
 
+def asterisk_reference(kit: Path) -> str:
+    """The kit's Asterisk 20 figures for the same call (its README's table), to print beside
+    callhook's."""
+    rows = re.findall(
+        r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*/\s*(\d+)\s*\|",
+        (kit / "README.md").read_text(),
+        re.MULTILINE,
+    )
+    lines = [
+        "Asterisk 20 on the same call (the kit's README): N | fail | CPU ms/call-s | gap p99/max"
+    ]
+    for n, failed, _, cpu, p99, gmax in rows:
+        lines.append(f"  {int(n):4d} | {int(failed):4d} | {float(cpu):13.2f} | {p99} / {gmax}")
+    return "\n".join(lines) if rows else "(no Asterisk figures found in the kit's README)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -418,6 +434,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
     app, app_base = start_app()
     print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
+    print(asterisk_reference(args.kit))
     print(
         "   N | W |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | floor ms (x) "
         "| % core | RSS MB | RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"

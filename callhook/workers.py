@@ -59,6 +59,12 @@ MODULE_DIRS = (
 SET = 1
 #: How long Kamailio remembers a call's worker by its Call-ID (a BYE forgets it sooner).
 CALL_AFFINITY_SECONDS = 4 * 3600
+#: A worker or Kamailio that ran this long before ending is replaced at once.
+STEADY = 30.0
+#: The longest pause between two starts of a process that keeps ending.
+MAX_PAUSE = 30.0
+#: Kamailio ending this soon after its first start did not start (its address is taken).
+KAMAILIO_START = 5.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,24 @@ class Layout:
     def proxies(self) -> tuple[str, ...]:
         """The addresses the proxy's requests come from: what the workers trust."""
         return tuple(dict.fromkeys((self.worker_host, self.advertised, "127.0.0.1")))
+
+
+def pause_before_restart(
+    *, kamailio: bool, ready: bool, restarts: int, ran: float, pause: float
+) -> float | None:
+    """When a worker or Kamailio ends unasked: seconds to wait before starting another,
+    or None to give up (it never started at all: nothing a retry would change).
+
+    ``ready``: a worker had said it takes calls; ``restarts``: how many times it was
+    replaced before; ``ran``: seconds it ran; ``pause``: the last pause. Replaced at
+    once the first time and after a steady run; while it keeps ending within
+    :data:`STEADY` seconds, the pause doubles from 1 s to :data:`MAX_PAUSE`.
+    """
+    if restarts == 0 and (ran < KAMAILIO_START if kamailio else not ready):
+        return None
+    if restarts == 0 or ran >= STEADY:
+        return 0.0
+    return min(MAX_PAUSE, max(1.0, pause * 2))
 
 
 def cores() -> int:

@@ -10,11 +10,11 @@ the process work. The supervisor runs no calls itself:
    only through the supervisor, and waits until each says it is serving;
 3. it starts Kamailio in front of them and prints where callhook is reached;
 4. when a worker or Kamailio ends without being asked to, it says so and starts
-   another in its place: at once the first time, then after a pause that
-   doubles (to at most :data:`MAX_PAUSE`) while they keep ending within
-   :data:`STEADY` seconds of their start, so a worker that cannot run does not
-   spin. A worker that fails at its very first start with a configuration error
-   (exit status 2) stops everything: nothing would fix it;
+   another in its place (:func:`callhook.workers.pause_before_restart`: at once,
+   then after a pause that doubles while they keep ending soon after their start,
+   so one that cannot run does not spin). One that ends at its very first start,
+   before it ever took calls (a port taken, a bad configuration), stops everything
+   with the reason: nothing a retry would change;
 5. on SIGTERM or SIGINT it sends SIGTERM to every worker (each lets its calls
    run on for ``shutdown_grace``, refusing new ones with 503, which Kamailio
    passes on to the next worker) and stops Kamailio only when the workers are
@@ -42,6 +42,7 @@ from callhook.workers import (
     kamailio_binary,
     kamailio_config,
     kamailio_modules,
+    pause_before_restart,
     plan,
 )
 
@@ -49,9 +50,6 @@ logger = logging.getLogger("callhook.workers")
 
 #: What a worker prints on standard output once it takes calls.
 READY = "callhook worker ready"
-#: A worker (or Kamailio) that ran this long before ending is restarted at once.
-STEADY = 30.0
-MAX_PAUSE = 30.0
 #: How long a worker may take to start (its speech models load in the background).
 START_TIMEOUT = 120.0
 
@@ -337,14 +335,19 @@ class Supervisor:
                 return
             ran = time.monotonic() - child.started
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
-            if not child.ready.is_set() and child.restarts == 0 and code == 2:
-                self._fail(f"{child.name} could not start ({how}): see its error above")
+            kamailio = child is self.kamailio
+            pause = pause_before_restart(
+                kamailio=kamailio,
+                ready=child.ready.is_set(),
+                restarts=child.restarts,
+                ran=ran,
+                pause=child.pause,
+            )
+            if pause is None:
+                whose = "its lines" if kamailio else "its error"
+                self._fail(f"{child.name} ended at its start ({how}): see {whose} above")
                 return
-            if child is self.kamailio and child.restarts == 0 and ran < 5.0:
-                self._fail(f"kamailio ended at its start ({how}): see its lines above")
-                return
-            steady = ran >= STEADY or child.restarts == 0
-            child.pause = 0.0 if steady else min(MAX_PAUSE, max(1.0, child.pause * 2))
+            child.pause = pause
             child.restarts += 1
             logger.error(
                 "%s (pid %d) ended after %.0f s with %s: its calls are lost; starting another%s",

@@ -23,7 +23,7 @@ import pytest
 from callhook.testing import AppServer, Received, Reply
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
-from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port
+from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port, free_udp_port
 from tests.e2e.test_notifications import talking
 
 pytestmark = pytest.mark.skipif(
@@ -256,5 +256,30 @@ async def test_a_sip_address_that_is_taken_stops_serve_with_the_reason(tmp_path:
     assert "Address already in use" in text  # Kamailio's own line, passed on
     assert "callhook: kamailio ended at its start" in text
     assert "serving with 2 workers" not in text  # no banner for an address nobody answers
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
+    assert not leftovers, "a worker or Kamailio outlived serve"
+
+
+async def test_a_worker_that_cannot_start_stops_serve_with_the_reason(tmp_path: Path) -> None:
+    first = free_even_udp_port()
+    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    taken.bind(("127.0.0.1", first + 1))  # worker 1's SIP port
+    config = tmp_path / "workers.toml"
+    config.write_text(f"[workers]\nfirst_port = {first}\n[speech]\npreload = false\n")
+    data_dir = tmp_path / "data"
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *CALLHOOK, "serve", "--workers", "2", "--config", str(config),
+            "--sip", f"127.0.0.1:{free_udp_port()}", "--http", f"127.0.0.1:{free_tcp_port()}",
+            "--data-dir", str(data_dir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        taken.close()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 1, text
+    assert "callhook: worker 1 ended at its start" in text, text
+    assert "serving with 2 workers" not in text
     leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
     assert not leftovers, "a worker or Kamailio outlived serve"

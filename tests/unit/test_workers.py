@@ -18,6 +18,7 @@ from callhook.workers import (
     kamailio_binary,
     kamailio_config,
     kamailio_modules,
+    pause_before_restart,
     plan,
 )
 
@@ -179,3 +180,28 @@ def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPa
     assert count == 1 and why is not None and "trunks that register (pbx)" in why
     monkeypatch.setattr(supervisor, "cores", lambda: 1)
     assert supervisor.workers_for(Settings(), None) == (1, "this machine has one core")
+
+
+def test_a_process_that_keeps_ending_is_restarted_ever_more_slowly() -> None:
+    def pause(ran: float, restarts: int, last: float, kamailio: bool = False) -> float | None:
+        return pause_before_restart(
+            kamailio=kamailio, ready=True, restarts=restarts, ran=ran, pause=last
+        )
+
+    # The first replacement is immediate; then, while each ends within 30 s of its start,
+    # 1 s, 2 s, 4 s ... up to 30 s; after a steady run, immediate again.
+    pauses, last = [], 0.0
+    for restarts in range(8):
+        got = pause(ran=3.0, restarts=restarts, last=last)
+        assert got is not None
+        pauses.append(got)
+        last = got
+    assert pauses == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert pause(ran=30.0, restarts=7, last=30.0) == 0.0
+    # Never started at all: give up (a worker that never said it takes calls; Kamailio
+    # ending within 5 s of its first start, its address taken).
+    assert pause_before_restart(kamailio=False, ready=False, restarts=0, ran=1.0, pause=0) is None
+    assert pause(ran=1.0, restarts=0, last=0.0, kamailio=True) is None
+    assert pause(ran=60.0, restarts=0, last=0.0, kamailio=True) == 0.0
+    # A replacement that fails before it is ready is retried (it took calls once).
+    assert pause_before_restart(kamailio=False, ready=False, restarts=1, ran=1.0, pause=0) == 1.0
