@@ -127,6 +127,7 @@ class _Child:
     pause: float = 0.0
     restarts: int = 0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    relay: asyncio.Task[None] | None = None  # passes its output on
 
 
 class Supervisor:
@@ -299,7 +300,8 @@ class Supervisor:
         child.started = time.monotonic()
         stream = process.stdout if worker else process.stderr
         assert stream is not None
-        self._tasks.append(asyncio.create_task(self._relay(child, stream, worker)))
+        child.relay = asyncio.create_task(self._relay(child, stream, worker))
+        self._tasks.append(child.relay)
         if not worker:
             child.ready.set()
         return process
@@ -331,6 +333,10 @@ class Supervisor:
                 self._fail(f"{child.name} could not start: {exc}")
                 return
             code = await process.wait()
+            if child.relay is not None:
+                # Its last lines (why it ended) are passed on before anything is said of it.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(child.relay), 2.0)
             if self.stopping:
                 return
             ran = time.monotonic() - child.started

@@ -129,8 +129,10 @@ class Server:
         final_page: str | None = None,
         error_page: str | None = None,
         extra: tuple[str, ...] = (),
+        start_timeout: float = 60.0,
     ) -> None:
         self.data_dir = data_dir
+        self.start_timeout = start_timeout
         self.sip_port = free_udp_port()
         self.http_port = free_tcp_port()
         # Below the kernel's ephemeral ports (32768 up), where the port helpers probe, and
@@ -192,7 +194,7 @@ class Server:
         )
         self._reader = asyncio.create_task(self._read())
         # Up to a minute: a start takes a second or two, far more on a loaded machine.
-        deadline = time.monotonic() + 60.0
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if "web: " in self.output:
                 return self

@@ -106,6 +106,7 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
     )
     data_dir = tmp_path / "data"
     server = Server.for_app(data_dir, app, extra=("--workers", "2", "--config", str(config)))
+    server.start_timeout = 150.0  # two workers load at once: slow on a loaded machine
     speaking = talking(2.0).write_pcap(tmp_path / "short.pcap")
     long_talk = talking(6.0).write_pcap(tmp_path / "long.pcap")
 
@@ -141,7 +142,7 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         # the worker delivering notifications is killed.
         plan += [record(2000), record(2000)]
         calls = [
-            asyncio.create_task(sipp.call(server.sip, tmp_path, *caller(long_talk, 12000)))
+            asyncio.create_task(sipp.call(server.sip, tmp_path, *caller(long_talk, 20000)))
             for _ in range(2)
         ]
         folder = data_dir / "media" / "default" / "recordings"
