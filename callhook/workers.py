@@ -18,16 +18,20 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   :data:`CALL_AFFINITY_SECONDS`);
 * Kamailio probes every worker with OPTIONS each :attr:`Layout.probe_seconds`;
   a worker that does not answer is skipped until it does again, and an INVITE
-  sent to a worker that does not answer (408 from the timer, or 503: full or
-  shutting down) goes on to the next worker (``failure_route``);
+  sent to a worker that does not answer within :data:`WORKER_TIMEOUT_MS` (not
+  even 100 Trying), or answers 503 (full), goes on to the next worker
+  (``failure_route``);
+* it relays nothing but calls to and from its workers: a request from outside
+  "in a dialog" whose route leads anywhere but a worker gets 403;
 * media does not pass through Kamailio: the caller's RTP goes straight to the
   worker's own port, named in its SDP.
 
 Kamailio applies ``[security] allow`` and a per-source rate (its ``pike``
 module, the same figure as ``[security] rate``; a source over it is banned for
-``ban_seconds``) to what comes from outside, because the workers see every
-request come from the proxy: they trust it (``[sip] proxies``) and keep their
-own checks for anything that reaches them another way.
+``ban_seconds``; ``[sip] proxies`` are exempt) to what comes from outside,
+because the workers see every request come from the proxy: they trust it (``serve``
+adds its addresses to their ``[sip] proxies``) and keep their own checks for
+anything that reaches them another way.
 
 The workers share the data directory: recordings and notifications already
 work across processes there (``store/database.py``: ``flock`` ownership; the
@@ -65,6 +69,8 @@ STEADY = 30.0
 MAX_PAUSE = 30.0
 #: Kamailio ending this soon after its first start did not start (its address is taken).
 KAMAILIO_START = 5.0
+#: A worker that does not answer an INVITE (not even 100 Trying) this long is skipped.
+WORKER_TIMEOUT_MS = 5000
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,8 @@ class Layout:
     #: Where Kamailio reaches the workers (loopback when they listen on every address).
     worker_host: str
     workers: tuple[Worker, ...]
-    tcp: bool
+    #: Kamailio's TCP port ([sip] tcp_port, by default the UDP port); None: no TCP.
+    tcp_port: int | None
     probe_seconds: int = 1
 
     def worker(self, index: int) -> Worker:
@@ -150,7 +157,7 @@ def plan(
     advertised: str,
     first_port: int,
     rtp_ports: tuple[int, int],
-    tcp: bool = True,
+    tcp_port: int | None = None,
 ) -> Layout:
     """The layout of ``count`` workers; ConfigError when it cannot be laid out.
 
@@ -189,7 +196,7 @@ def plan(
     )
     wildcard = host in ("0.0.0.0", "::", "")
     worker_host = ("::1" if ":" in host else "127.0.0.1") if wildcard else host
-    return Layout(host, port, advertised, worker_host, workers, tcp)
+    return Layout(host, port, advertised, worker_host, workers, tcp_port)
 
 
 def dispatcher_list(layout: Layout) -> str:
@@ -217,12 +224,14 @@ def kamailio_config(
     unknown: str,
     rate: float,
     ban_seconds: float,
+    trusted: tuple[str, ...] = (),
     children: int = 2,
 ) -> str:
     """Kamailio's configuration for ``layout`` (see the module docstring).
 
-    ``allow``: networks (``[security] allow`` and the trunks' listed addresses) that
-    may send requests; ``unknown``: ``drop`` or ``reject`` (403) for other sources.
+    ``allow``: networks (``[security] allow``) that may send requests; ``unknown``:
+    ``drop`` or ``reject`` (403) for other sources; ``trusted``: networks with no rate
+    limit that may always send (``[sip] proxies``: a proxy in front of this one).
     """
     host = f"[{layout.host}]" if ":" in layout.host else layout.host
     advertise = ""
@@ -230,13 +239,17 @@ def kamailio_config(
         shown = f"[{layout.advertised}]" if ":" in layout.advertised else layout.advertised
         advertise = f" advertise {shown}:{layout.port}"
     listens = [f"listen=udp:{host}:{layout.port}{advertise}"]
-    if layout.tcp:
-        listens.append(f"listen=tcp:{host}:{layout.port}{advertise}")
+    if layout.tcp_port is not None:
+        tcp_advertise = advertise.replace(f":{layout.port}", f":{layout.tcp_port}")
+        listens.append(f"listen=tcp:{host}:{layout.tcp_port}{tcp_advertise}")
     refuse = "exit;" if unknown == "drop" else 'sl_send_reply("403", "Forbidden"); exit;'
     # pike counts requests per source in units of 2 s and blocks a source over the density.
     density = max(2, round(rate * 2))
     ports = [w.sip_port for w in layout.workers]
-    from_worker = f"({_subnet_test(layout.proxies)}) && $sp >= {min(ports)} && $sp <= {max(ports)}"
+    first, last = min(ports), max(ports)
+    from_worker = f"({_subnet_test(layout.proxies)}) && $sp >= {first} && $sp <= {last}"
+    to_worker_host = " || ".join(f'$var(host) == "{h}"' for h in layout.proxies)
+    trusted_test = _subnet_test(trusted)
     return f"""#!KAMAILIO
 # Written by callhook serve (callhook/workers.py): SIP in front of {len(layout.workers)}
 # callhook workers. It is written again at every start: edit the config, not this file.
@@ -245,7 +258,7 @@ log_stderror=yes
 log_prefix="kamailio: "
 fork=yes
 children={children}
-{"tcp_children=" + str(children) if layout.tcp else "disable_tcp=yes"}
+{"tcp_children=" + str(children) if layout.tcp_port is not None else "disable_tcp=yes"}
 {chr(10).join(listens)}
 mpath="{modules}"
 loadmodule "tm.so"
@@ -260,8 +273,6 @@ loadmodule "ipops.so"
 loadmodule "pike.so"
 loadmodule "htable.so"
 loadmodule "dispatcher.so"
-# A worker answers 100 Trying at once: one that says nothing for 2 s is taken for gone.
-modparam("tm", "fr_timer", 2000)
 modparam("dispatcher", "list_file", "{dispatcher}")
 modparam("dispatcher", "flags", 2)
 modparam("dispatcher", "ds_ping_interval", {layout.probe_seconds})
@@ -277,7 +288,7 @@ modparam("htable", "htable", "ban=>size=8;autoexpire={max(1, round(ban_seconds))
 modparam("htable", "htable", "calls=>size=14;autoexpire={CALL_AFFINITY_SECONDS};")
 
 request_route {{
-    if (!({from_worker})) {{
+    if (!({from_worker}) && !({trusted_test})) {{
         # [security] rate and bans, per source (callhook's Guard does the same in one
         # process; the workers see only this proxy).
         if ($sht(ban=>$si) != $null) {{ exit; }}
@@ -293,6 +304,20 @@ request_route {{
     if (has_totag()) {{
         # In a dialog: the route set names the worker (or the caller) it belongs to.
         if (loose_route()) {{
+            # From outside, only towards a worker: never a relay to anywhere else.
+            if (!({from_worker})) {{
+                if ($du != $null) {{
+                    $var(host) = $(du{{uri.host}});
+                    $var(port) = $(du{{uri.port}}{{s.int}});
+                }} else {{
+                    $var(host) = $rd;
+                    $var(port) = $rp;
+                }}
+                if (!(({to_worker_host}) && $var(port) >= {first} && $var(port) <= {last})) {{
+                    sl_send_reply("403", "Not a call of this server");
+                    exit;
+                }}
+            }}
             if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
             t_relay();
             exit;
@@ -309,26 +334,37 @@ request_route {{
         sl_send_reply("404", "Not here");
         exit;
     }}
-    if (is_method("CANCEL")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
+    if (is_method("CANCEL")) {{
+        $sht(calls=>$ci) = $null;
+        if (t_check_trans()) {{ t_relay(); }}
+        exit;
+    }}
     if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
     if (!ds_select_dst("{SET}", "4")) {{ sl_send_reply("503", "No worker"); exit; }}
     if (is_method("INVITE")) {{ $sht(calls=>$ci) = $du; }}
     t_on_failure("NEXT_WORKER");
+    # A worker answers 100 Trying at once: one silent this long is taken for gone (only
+    # here: requests to phones keep the standard timers).
+    t_set_fr(0, {WORKER_TIMEOUT_MS});
     t_relay();
 }}
 
 failure_route[NEXT_WORKER] {{
-    if (t_is_canceled()) {{ exit; }}
+    if (t_is_canceled()) {{ $sht(calls=>$ci) = $null; exit; }}
     if (t_branch_timeout() && !t_branch_replied()) {{
         xlog("L_WARN", "worker $du did not answer $rm: trying the next\\n");
         ds_mark_dst("ip");
     }} else if (!t_check_status("503")) {{
+        $sht(calls=>$ci) = $null;  # refused: no dialog to remember
         exit;
     }}
     if (ds_next_dst()) {{
         if (is_method("INVITE")) {{ $sht(calls=>$ci) = $du; }}
         t_on_failure("NEXT_WORKER");
+        t_set_fr(0, {WORKER_TIMEOUT_MS});
         t_relay();
+        exit;
     }}
+    $sht(calls=>$ci) = $null;
 }}
 """

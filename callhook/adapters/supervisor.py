@@ -16,9 +16,8 @@ the process work. The supervisor runs no calls itself:
    before it ever took calls (a port taken, a bad configuration), stops everything
    with the reason: nothing a retry would change;
 5. on SIGTERM or SIGINT it sends SIGTERM to every worker (each lets its calls
-   run on for ``shutdown_grace``, refusing new ones with 503, which Kamailio
-   passes on to the next worker) and stops Kamailio only when the workers are
-   done, so their calls' BYEs still pass through it.
+   run on for ``shutdown_grace``, refusing new ones with 503) and stops Kamailio
+   only when the workers are done, so their calls' BYEs still pass through it.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import socket
 import sys
@@ -55,44 +55,67 @@ START_TIMEOUT = 120.0
 
 
 def layout_of(settings: Settings, count: int) -> Layout:
-    """The layout ``count`` workers would have with ``settings``; ConfigError if they can't."""
+    """The layout ``count`` workers would have with ``settings``; ConfigError, naming what,
+    if more than one worker cannot serve them yet (docs/scaling.md)."""
     from callhook.adapters.sip import local_address
 
+    refused = []
     if settings.tls_certificate is not None and settings.sip_tls_port:
+        refused.append("SIP over TLS (or set [sip] tls_port = 0)")
+    if settings.trunks:
+        # Kamailio would count a trunk's calls against the per-source rate, and the
+        # workers would not know which trunk a call came through (its source is Kamailio).
+        refused.append(f"trunks ({', '.join(settings.trunks)})")
+    if settings.users:
+        # Each worker keeps the registered phones in memory, and would see every
+        # REGISTER and wrong password come from Kamailio.
+        refused.append(f"registered users ({', '.join(settings.users)})")
+    if settings.external_address is not None:
+        # In-dialog requests would be sent to the public address's worker ports.
+        refused.append("[sip] external_address (callhook behind NAT)")
+    if refused:
         raise ConfigError(
-            "SIP over TLS with more than one worker is not supported yet: "
-            "use --workers 1, or set [sip] tls_port = 0"
-        )
-    registering = [t.name for t in settings.trunks.values() if t.registrar]
-    if registering:
-        raise ConfigError(
-            f"trunks that register ({', '.join(registering)}) need one worker for now: "
-            "use --workers 1"
+            f"more than one worker does not support {'; '.join(refused)} yet: use --workers 1"
         )
     return plan(
         count,
         host=settings.sip_host,
         port=settings.sip_port,
-        advertised=settings.external_address or local_address(settings.sip_host),
+        advertised=local_address(settings.sip_host),
         first_port=settings.worker_first_port,
         rtp_ports=settings.rtp_ports,
-        tcp=settings.sip_tcp_port != 0,
+        tcp_port=None if settings.sip_tcp_port == 0 else settings.sip_tcp_port or settings.sip_port,
     )
+
+
+#: What a worker needs with the embedded speech models (measured: 400-550 MB under load).
+WORKER_MEMORY = 600 * 2**20
+
+
+def memory_for_workers() -> int:
+    """How many workers the memory available now holds (each loads its own models)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return max(1, int(line.split()[1]) * 1024 // WORKER_MEMORY)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1
 
 
 def workers_for(settings: Settings, asked: int | None) -> tuple[int, str | None]:
     """How many workers ``serve`` runs, and why only one when it chose so.
 
     ``asked`` (``--workers``), else ``[workers] count``; when neither is given
-    ("auto"), one per core, if Kamailio is installed and the configuration can be
-    served by several workers; else one.
+    ("auto"), one per core (as many as the available memory holds), if Kamailio is
+    installed and the configuration can be served by several workers; else one.
     """
     count = asked if asked is not None else settings.workers
     if count is not None:
         return count, None
-    available = cores()
+    available = min(cores(), memory_for_workers())
     if available < 2:
-        return 1, "this machine has one core"
+        return 1, "this machine has one core, or memory for one worker (about 600 MB each)"
     if kamailio_binary() is None or kamailio_modules() is None:
         return 1, "Kamailio is not installed (apt install kamailio)"
     try:
@@ -187,14 +210,14 @@ class Supervisor:
         dispatcher = self.run_dir / "dispatcher.list"
         dispatcher.write_text(dispatcher_list(self.layout))
         settings = self.settings
-        trunks = tuple(str(n) for t in settings.trunks.values() for n in t.addresses)
         config = self.run_dir / "kamailio.cfg"
         config.write_text(
             kamailio_config(
                 self.layout,
                 modules=self.modules,
                 dispatcher=dispatcher,
-                allow=(*settings.security_allow, *trunks),
+                allow=settings.security_allow,
+                trusted=settings.sip_proxies,
                 unknown=settings.security_unknown,
                 rate=settings.security_rate,
                 ban_seconds=settings.security_ban_seconds,
@@ -222,6 +245,13 @@ class Supervisor:
             probe = asyncio.create_task(asyncio.to_thread(self._answers_sip))
             await asyncio.wait([probe, failing, stopping], return_when=asyncio.FIRST_COMPLETED)
             if self.failed is None and not stop.is_set():
+                if probe.done() and not probe.result():
+                    logger.warning(
+                        "%s:%d did not answer an OPTIONS from this host within 10 s "
+                        "(is loopback outside [security] allow?)",
+                        self.layout.host,
+                        self.layout.port,
+                    )
                 self._banner()
                 await asyncio.wait([failing, stopping], return_when=asyncio.FIRST_COMPLETED)
         for task in (failing, stopping, ready):
@@ -271,10 +301,12 @@ class Supervisor:
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         print(f"callhook serving with {len(self.workers)} workers behind Kamailio", flush=True)
         print(
-            f"  SIP: udp{'/tcp' if layout.tcp else ''} {layout.host}:{layout.port}  "
+            f"  SIP: udp {layout.host}:{layout.port}  "
             f"(call sip:anything@{layout.advertised}:{layout.port})",
             flush=True,
         )
+        if layout.tcp_port is not None:
+            print(f"  SIP: tcp {layout.host}:{layout.tcp_port}", flush=True)
         for w in layout.workers:
             print(
                 f"  worker {w.index}: SIP {layout.worker_host}:{w.sip_port}, "
@@ -311,7 +343,14 @@ class Supervisor:
 
         Once Kamailio is told to stop, its lines are not: its processes race to end, and
         some say CRITICAL about the sockets their siblings closed first."""
-        while line := await stream.readline():
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # longer than the stream's limit: dropped, reading goes on
+                await stream.read(2**16)
+                continue
+            if not line:
+                return
             text = line.decode(errors="replace").rstrip("\n")
             if not worker:
                 if not self._quiet:
@@ -332,10 +371,16 @@ class Supervisor:
             except OSError as exc:
                 self._fail(f"{child.name} could not start: {exc}")
                 return
+            if self.stopping:  # shutdown began while it was starting: it missed the SIGTERM
+                await _terminate([process], self.settings.shutdown_grace + 15.0)
+                return
             code = await process.wait()
+            # What it forked (Kamailio's children) goes with it, or they keep its ports.
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
             if child.relay is not None:
                 # Its last lines (why it ended) are passed on before anything is said of it.
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(child.relay), 2.0)
             if self.stopping:
                 return
@@ -401,9 +446,12 @@ async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout
         await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), timeout)
     except TimeoutError:
         for p in running:
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
+            with contextlib.suppress(OSError):
+                os.killpg(p.pid, signal.SIGKILL)  # each is its own process group
         await asyncio.gather(*(p.wait() for p in running))
+    for p in running:
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)  # anything it left behind
 
 
 def http_port(host: str, port: int) -> int:

@@ -91,13 +91,25 @@ class Database:
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(SCHEMA)
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(recordings)")}
-        if "owner" not in columns:  # a state file from before owners
-            conn.execute("ALTER TABLE recordings ADD COLUMN owner TEXT")
+        # Processes that start together on one data directory (serve --workers) take
+        # turns here: switching to WAL and creating the schema want the whole file, and
+        # SQLite answers "database is locked" at once rather than wait for that.
+        lock = os.open(
+            self.path.with_name(self.path.name + ".open-lock"),
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
+        )
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(recordings)")}
+            if "owner" not in columns:  # a state file from before owners
+                conn.execute("ALTER TABLE recordings ADD COLUMN owner TEXT")
+        finally:
+            os.close(lock)  # (and its lock with it)
+        conn.execute("PRAGMA synchronous=FULL")
         return conn
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:

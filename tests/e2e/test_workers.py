@@ -25,6 +25,7 @@ from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
 from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port, free_udp_port
 from tests.e2e.test_notifications import talking
+from tests.e2e.test_sip_robustness import exchange
 
 pytestmark = pytest.mark.skipif(
     kamailio_binary() is None or kamailio_modules() is None or sipp.SIPP is None,
@@ -130,6 +131,25 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         assert run.returncode == 0, run.output + run.errors + server.output
         await until(lambda: app.bodies("/final"), "the final page", lambda: server.output)
         assert app.bodies("/final")[0]["this_call"]["call_cause"] == "hung_up"
+
+        # Kamailio is no open relay: a request "in a dialog" routed to anywhere but a
+        # worker is refused, and nothing reaches that place.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as elsewhere:
+            elsewhere.bind(("127.0.0.1", 0))
+            elsewhere.settimeout(1.0)
+            target = elsewhere.getsockname()[1]
+            relay = (
+                f"INFO sip:victim@127.0.0.1:{target} SIP/2.0\r\n"
+                "Via: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKrelay1;rport\r\n"
+                f"Route: <sip:127.0.0.1:{server.sip_port};lr>\r\n"
+                "From: <sip:probe@127.0.0.1>;tag=a\r\nTo: <sip:victim@127.0.0.1>;tag=b\r\n"
+                "Call-ID: relay-1@probe\r\nCSeq: 1 INFO\r\nMax-Forwards: 70\r\n"
+                "Content-Length: 0\r\n\r\n"
+            ).encode()
+            (refused,) = await asyncio.to_thread(exchange, server.sip, relay, final=True)
+            assert refused.status == 403, refused
+            with pytest.raises(TimeoutError):
+                elsewhere.recv(2048)
 
         # A: a recording whose notification is answered 503: it waits in the outbox.
         plan.append(record(800))

@@ -115,13 +115,22 @@ def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
 
 
 def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> None:
-    tls = Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "cert.pem")
-    with pytest.raises(ConfigError, match="SIP over TLS with more than one worker"):
-        layout_of(tls, 2)
-    registering = Settings(sip_host="127.0.0.1")
-    registering.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
-    with pytest.raises(ConfigError, match=r"trunks that register \(pbx\)"):
-        layout_of(registering, 2)
+    from callhook.config import UserConfig
+
+    with pytest.raises(ConfigError, match="SIP over TLS"):
+        layout_of(Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "cert.pem"), 2)
+    settings = Settings(sip_host="127.0.0.1", external_address="203.0.113.7")
+    settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
+    settings.users = {"alice": UserConfig("alice", "a long password")}
+    with pytest.raises(ConfigError) as refused:
+        layout_of(settings, 2)
+    # Every reason at once, so one edit of the config is enough.
+    for named in ("trunks (pbx)", "registered users (alice)", "external_address"):
+        assert named in str(refused.value)
+    # TCP on its own port ([sip] tcp_port), or none.
+    assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=5090), 2).tcp_port == 5090
+    assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=0), 2).tcp_port is None
+    assert layout_of(Settings(sip_host="127.0.0.1", sip_port=5070), 2).tcp_port == 5070
 
 
 @pytest.mark.skipif(KAMAILIO is None or MODULES is None, reason="kamailio is not installed")
@@ -129,7 +138,7 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: str) -> None:
     assert KAMAILIO is not None and MODULES is not None
-    layout = two(host=host, tcp=host == "0.0.0.0")
+    layout = two(host=host, tcp_port=5062 if host == "0.0.0.0" else None)
     dispatcher = tmp_path / "dispatcher.list"
     dispatcher.write_text(dispatcher_list(layout))
     config = tmp_path / "kamailio.cfg"
@@ -142,6 +151,7 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
             unknown=unknown,
             rate=20.0,
             ban_seconds=600.0,
+            trusted=("10.9.9.9",),
         )
     )
     # kamailio -c parses the whole configuration and loads its modules.
@@ -151,7 +161,9 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
     assert check.returncode == 0, check.stdout + check.stderr
     text = config.read_text()
     assert ('sl_send_reply("403", "Forbidden")' in text) == (unknown == "reject")
-    assert ("listen=tcp:" in text) == layout.tcp
+    assert ("listen=tcp:" in text) == (layout.tcp_port is not None)
+    if layout.tcp_port is not None:
+        assert "listen=tcp:0.0.0.0:5062 advertise 127.0.0.1:5062" in text
     assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
@@ -166,6 +178,7 @@ def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPa
     assert supervisor.workers_for(settings, None) == (2, None)  # then [workers] count
     settings.workers = None  # "auto"
     monkeypatch.setattr(supervisor, "cores", lambda: 4)
+    monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 8)
     monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
     monkeypatch.setattr(supervisor, "kamailio_modules", lambda: Path("/modules"))
     assert supervisor.workers_for(settings, None) == (4, None)
@@ -177,9 +190,13 @@ def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
     settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
     count, why = supervisor.workers_for(settings, None)
-    assert count == 1 and why is not None and "trunks that register (pbx)" in why
+    assert count == 1 and why is not None and "trunks (pbx)" in why
+    settings.trunks = {}
+    monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 3)  # memory for 3 only
+    assert supervisor.workers_for(settings, None) == (3, None)
     monkeypatch.setattr(supervisor, "cores", lambda: 1)
-    assert supervisor.workers_for(Settings(), None) == (1, "this machine has one core")
+    count, why = supervisor.workers_for(Settings(), None)
+    assert count == 1 and why is not None and "one core" in why
 
 
 def test_a_process_that_keeps_ending_is_restarted_ever_more_slowly() -> None:
