@@ -45,6 +45,7 @@ class Siblings:
 
     def __init__(self, index: int, ports: list[int]) -> None:
         self.index = index
+        self.private_port = ports[index]
         self.others = [f"http://127.0.0.1:{p}" for i, p in enumerate(ports) if i != index]
         self._client: aiohttp.ClientSession | None = None
 
@@ -61,6 +62,12 @@ class Siblings:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        private = sockname is not None and sockname[1] == self.private_port
+        if private and not (request.path == ALL_CALLS or ONE_CALL.fullmatch(request.path)):
+            # The private port answers the siblings' questions and nothing else (the web
+            # phone there would be a keyless loopback door to every application).
+            raise web.HTTPNotFound()
         response = await handler(request)
         if HEADER in request.headers or not self.others:
             return response  # a sibling's question: this worker's own answer

@@ -44,7 +44,12 @@ def worker_app(calls: list[str], hung_up: list[str], siblings: Siblings | None) 
     app.router.add_get("/api/v1/calls", list_calls)
     app.router.add_route("*", "/api/v1/calls/{id}", one)
     app.router.add_get("/api/calls/{id}/log", log)
+    app.router.add_get("/phone", lambda _: _ok())
     return app
+
+
+async def _ok() -> web.Response:
+    return web.Response(text="the web phone")
 
 
 def free_port() -> int:
@@ -99,6 +104,21 @@ async def test_a_call_of_another_worker_is_found_with_the_callers_key(
     assert (status, text) == (200, "log of b1")
     status, _ = await get(workers["base"] + "/api/v1/calls/b1", method="DELETE")
     assert status == 202 and workers["hung_up"] == ["b1"]
+
+
+async def test_the_answering_workers_own_call_is_answered_by_it(workers: dict[str, Any]) -> None:
+    status, text = await get(workers["base"] + "/api/v1/calls/a1")
+    assert status == 200 and '"call_id": "a1"' in text
+
+
+async def test_the_private_port_answers_only_the_siblings_questions(
+    workers: dict[str, Any],
+) -> None:
+    # The fixture's first server is worker 0's private port as well (its own port).
+    status, _ = await get(workers["base"] + "/phone")
+    assert status == 404
+    status, _ = await get(workers["base"] + "/api/v1/calls/a1")
+    assert status == 200
 
 
 async def test_a_call_nobody_has_is_404_and_a_siblings_question_is_not_passed_on(
