@@ -102,7 +102,6 @@ With no config the built-in demo application is the default app.
 from __future__ import annotations
 
 import re
-import secrets
 import ssl
 import tomllib
 from dataclasses import dataclass, field
@@ -125,6 +124,7 @@ from callhook.configvalues import text as _text
 from callhook.configvalues import workers as _workers
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
+from callhook.secret import data_secret as data_secret
 from callhook.sip.guard import PRIVATE, networks
 from callhook.speech.models import MODELS
 from callhook.tls import client_context, server_context
@@ -285,18 +285,6 @@ class Serve:
     sip: tuple[str, int]
     http: str
     secret: str = field(repr=False)
-
-
-def data_secret(data_dir: Path) -> str:
-    """The installation's own secret (created on first use), for apps configured without one."""
-    path = data_dir / "secret"
-    if path.exists():
-        return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_urlsafe(32)
-    path.write_text(value + "\n")
-    path.chmod(0o600)
-    return value
 
 
 def check_api_key(value: object, where: str) -> str | None:

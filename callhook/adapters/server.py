@@ -132,6 +132,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         settings.max_calls = args.max_calls
     if args.shutdown_grace is not None:
         settings.shutdown_grace = args.shutdown_grace
+    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
     count, why = workers_for(settings, args.workers)
     if why is not None:
         logging.getLogger("callhook.workers").info("one worker: %s (docs/scaling.md)", why)
@@ -150,7 +151,6 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
 
         http = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
         return await supervise(settings, count, args.argv, http)
-    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
     services = Services(settings)
     services.start_notifier()
     services.metrics.watch_gc()
