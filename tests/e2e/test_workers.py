@@ -221,8 +221,7 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         outcomes = [r.returncode for r in await asyncio.gather(*calls)]
         assert sorted(c == 0 for c in outcomes) == [False, True], (outcomes, server.output)
         assert await server.stop() == 0, server.output
-    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
-    assert not leftovers, "a worker or Kamailio outlived serve"
+    assert not leftovers(data_dir), "a worker or Kamailio outlived serve"
 
 
 def routeless() -> list[str]:
@@ -253,54 +252,42 @@ def _runs(entry: Path, data_dir: Path) -> bool:
         return False
 
 
-async def test_a_sip_address_that_is_taken_stops_serve_with_the_reason(tmp_path: Path) -> None:
-    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    taken.bind(("127.0.0.1", 0))
-    port = taken.getsockname()[1]
+async def serve_that_fails(tmp_path: Path, first_port: int, sip_port: int) -> str:
+    """``serve --workers 2`` that is expected to stop by itself: exit 1, nothing of it left
+    running; what it printed."""
     config = tmp_path / "workers.toml"
-    config.write_text(
-        f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
-    )
+    config.write_text(f"[workers]\nfirst_port = {first_port}\n[speech]\npreload = false\n")
     data_dir = tmp_path / "data"
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *CALLHOOK, "serve", "--workers", "2", "--config", str(config),
-            "--sip", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{free_tcp_port()}",
-            "--data-dir", str(data_dir),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out, _ = await asyncio.wait_for(proc.communicate(), 90)
-    finally:
-        taken.close()
+    proc = await asyncio.create_subprocess_exec(
+        *CALLHOOK, "serve", "--workers", "2", "--config", str(config),
+        "--sip", f"127.0.0.1:{sip_port}", "--http", f"127.0.0.1:{free_tcp_port()}",
+        "--data-dir", str(data_dir),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 90)
     text = out.decode(errors="replace")
     assert proc.returncode == 1, text
+    assert "serving with 2 workers" not in text  # no banner for a serve nobody can call
+    assert not leftovers(data_dir), "a worker or Kamailio outlived serve"
+    return text
+
+
+def leftovers(data_dir: Path) -> list[Path]:
+    """Processes still running with ``data_dir`` in their command line."""
+    return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
+
+
+async def test_a_sip_address_that_is_taken_stops_serve_with_the_reason(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        text = await serve_that_fails(tmp_path, free_even_udp_port(), taken.getsockname()[1])
     assert "Address already in use" in text  # Kamailio's own line, passed on
     assert "callhook: kamailio ended at its start" in text
-    assert "serving with 2 workers" not in text  # no banner for an address nobody answers
-    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
-    assert not leftovers, "a worker or Kamailio outlived serve"
 
 
 async def test_a_worker_that_cannot_start_stops_serve_with_the_reason(tmp_path: Path) -> None:
     first = free_even_udp_port()
-    taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    taken.bind(("127.0.0.1", first + 1))  # worker 1's SIP port
-    config = tmp_path / "workers.toml"
-    config.write_text(f"[workers]\nfirst_port = {first}\n[speech]\npreload = false\n")
-    data_dir = tmp_path / "data"
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *CALLHOOK, "serve", "--workers", "2", "--config", str(config),
-            "--sip", f"127.0.0.1:{free_udp_port()}", "--http", f"127.0.0.1:{free_tcp_port()}",
-            "--data-dir", str(data_dir),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out, _ = await asyncio.wait_for(proc.communicate(), 90)
-    finally:
-        taken.close()
-    text = out.decode(errors="replace")
-    assert proc.returncode == 1, text
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", first + 1))  # worker 1's SIP port
+        text = await serve_that_fails(tmp_path, first, free_udp_port())
     assert "callhook: worker 1 ended at its start" in text, text
-    assert "serving with 2 workers" not in text
-    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, data_dir)]
-    assert not leftovers, "a worker or Kamailio outlived serve"
