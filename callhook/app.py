@@ -28,7 +28,7 @@ from callhook.adapters.speech import SpeechService, build_recogniser, build_synt
 from callhook.call import CallRunner, CallSummary, new_instance_id
 from callhook.calllog import CallLog, Listener
 from callhook.clock import Clock, MonotonicClock
-from callhook.config import AppConfig, Settings, data_secret
+from callhook.config import AppConfig, ConfigError, Settings, data_secret
 from callhook.egress import EgressPolicy
 from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
 from callhook.media import wav
@@ -36,7 +36,7 @@ from callhook.media.simulated import PromptTimer
 from callhook.metrics import Metrics
 from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
-from callhook.store.database import Database, Ownership
+from callhook.store.database import Database, Membership, Ownership
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy
@@ -46,6 +46,9 @@ logger = logging.getLogger("callhook")
 
 #: How long closing waits for notifications that are due to be delivered.
 CLOSE_FLUSH_SECONDS = 3.0
+#: How often a process sharing a data directory looks for the recordings of processes
+#: that died (with PostgreSQL: a third of ``[database] node_timeout``, its heartbeat).
+KEEP_SECONDS = 10.0
 
 
 @dataclass
@@ -62,10 +65,11 @@ class Services:
     secret: str = field(init=False)
     speech: SpeechService = field(init=False)
     db: Database = field(init=False)
-    ownership: Ownership = field(init=False)
+    ownership: Membership = field(init=False)
     journal: RecordingJournal = field(init=False)
     outbox: Outbox = field(init=False)
     notifier: Notifier | None = None
+    _keeper: asyncio.Task[None] | None = None
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -106,12 +110,27 @@ class Services:
         )
         if settings.speech_preload:
             self.speech.warm_up()
-        self.db = Database(settings.data_dir / "state.sqlite3")
-        self.ownership = Ownership(settings.data_dir)
+        lease_owner = None
+        if settings.database_url is not None:
+            # Nodes sharing PostgreSQL: who is alive is a table, not lock files.
+            try:
+                from callhook.store.postgres import Nodes, connect
+            except ModuleNotFoundError:
+                raise ConfigError(
+                    "[database] url needs PostgreSQL's driver, psycopg:"
+                    " pip install 'callhook[postgresql]'"
+                ) from None
+
+            self.db = connect(settings.database_url)
+            self.ownership = Nodes(self.db, settings.node_timeout)
+            lease_owner = self.ownership.token
+        else:
+            self.db = Database(settings.data_dir / "state.sqlite3")
+            self.ownership = Ownership(settings.data_dir)
         retry = RetryPolicy(
             settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
         )
-        self.outbox = Outbox(self.db, retry)
+        self.outbox = Outbox(self.db, retry, lease_owner=lease_owner)
         self.journal = RecordingJournal(
             self.db, on_queued=self._notify_now, ownership=self.ownership
         )
@@ -143,7 +162,30 @@ class Services:
                 may_deliver=self.ownership.deliver_notifications,
             )
             self.notifier.start()
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
         return self.notifier
+
+    async def _keep(self) -> None:
+        """Say this process is alive, and finish the recordings of those that died (a
+        killed worker, a node gone for good), every few seconds while it runs."""
+        every = KEEP_SECONDS
+        if self.settings.database_url is not None:
+            every = self.settings.node_timeout / 3
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.to_thread(self.ownership.beat)
+                found = await asyncio.to_thread(
+                    self.journal.recover, self.store.path, at_start=False
+                )
+            except Exception as exc:  # the database is away: the next round tries again
+                logger.error("could not look for the recordings of stopped processes: %s", exc)
+                continue
+            if found:
+                logger.warning(
+                    "finished %d recording(s) of a process that stopped (a worker or node)",
+                    found,
+                )
 
     def _notify_now(self) -> None:
         if self.notifier is not None:
@@ -307,6 +349,10 @@ class Services:
         return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
     async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+            self._keeper = None
         await asyncio.to_thread(self.speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.
         if not await asyncio.to_thread(wavfile.drain):
@@ -319,8 +365,8 @@ class Services:
             self.notifier = None
         await self.pages.close()
         await self.remote_media.close()
+        self.ownership.close()  # (a node leaves the database it is in: first)
         self.db.close()
-        self.ownership.close()
         if self.web_runner is not None:
             await self.web_runner.cleanup()
             self.web_runner = None

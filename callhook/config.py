@@ -63,6 +63,10 @@ A config file is TOML::
     remote_max_mb = 16                  # a larger WAV is not played (logged)
     remote_timeout = 10                 # seconds a fetch may take
 
+    [database]                          # shared state for several nodes (docs/scaling.md)
+    url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir
+    node_timeout = 30                   # seconds a silent node has before others take over
+
     [notifications]                     # recording_available_page (docs/recordings.md)
     first_retry = 2                     # seconds before the first retry; doubles each time
     max_retry = 600                     # the longest wait between two tries
@@ -110,6 +114,7 @@ from typing import Any
 
 from callhook import trunks
 from callhook.configvalues import ConfigError as ConfigError
+from callhook.configvalues import database as _database
 from callhook.configvalues import domains as _domains
 from callhook.configvalues import endpoints as _endpoints
 from callhook.configvalues import integer as _integer
@@ -226,6 +231,9 @@ class Settings:
     #: ``adapters/supervisor.workers_for``), and the first worker's SIP port.
     workers: int | None = None
     worker_first_port: int = 5100
+    #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
+    database_url: str | None = None
+    node_timeout: float = 30.0
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
     speech_model: str = "tiny.en"
@@ -452,6 +460,7 @@ def load(path: Path) -> Settings:
     settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
     settings.sip_proxies = _network_list(path, "sip", "proxies", sip)
     settings.workers, settings.worker_first_port = _workers(path, _table(path, raw, "workers"))
+    settings.database_url, settings.node_timeout = _database(path, _table(path, raw, "database"))
     recordings = _table(path, raw, "recordings")
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:

@@ -172,3 +172,19 @@ def speech(
     if not 1 <= threads <= 64:
         raise ConfigError(f"{path}: [speech] workers must be 1 to 64")
     return voice, recogniser, model, threads, flag(path, "speech", "preload", values, True)
+
+
+def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float]:
+    """``[database]``: the PostgreSQL URL of shared state (None: SQLite in the data
+    directory), and how many seconds a silent node is given before it is taken for gone."""
+    no_unknown(path, "database", values, {"url", "node_timeout"})
+    url = text(path, "database", "url", values, "") or None
+    if url is not None and not re.match(r"postgres(ql)?://", url):
+        raise ConfigError(
+            f"{path}: [database] url must be a PostgreSQL URL (postgresql://user:password@host"
+            f"/database), got {url.split('://')[0]!r}://...; leave it out for SQLite"
+        )
+    timeout = number(path, "database", "node_timeout", values, 30)
+    if not 3 <= timeout <= 3600:
+        raise ConfigError(f"{path}: [database] node_timeout must be 3 to 3600 seconds")
+    return url, timeout

@@ -13,7 +13,9 @@ in the outbox and are sent after the next start.
 Processes sharing a data directory (``serve`` and ``callhook call``) share
 the outbox; only the one holding the notifier lock delivers
 (``may_deliver``), looking every :data:`POLL_SECONDS` for notifications the
-others queued, and another takes over when it stops. A notification that
+others queued, and another takes over when it stops. Nodes sharing a
+PostgreSQL database all deliver, each leasing the rows it sends
+(:class:`~callhook.store.outbox.Outbox`). A notification that
 was answered 2xx is never sent again, even when the database fails to
 record it (it is kept aside and its deletion retried).
 """
@@ -119,7 +121,7 @@ class Notifier:
             self._busy[notification.app] += 1
             task = self._loop.create_task(self._deliver(notification))
             self._in_flight[notification.id] = task
-        upcoming = await self.outbox.next_due(set(self._in_flight))
+        upcoming = await self.outbox.next_due(set(self._in_flight), self.clock())
         if upcoming is None or upcoming <= self.clock():
             # Nothing pending, or due but held back by a limit: a delivery ending wakes us.
             return POLL_SECONDS
@@ -178,7 +180,7 @@ class Notifier:
         deadline = self.clock() + timeout
         self.wake()
         while self.clock() < deadline:
-            upcoming = await self.outbox.next_due(set())
+            upcoming = await self.outbox.next_due(set(), self.clock())
             if not self._in_flight and (upcoming is None or upcoming > self.clock()):
                 return True
             await asyncio.sleep(0.02)

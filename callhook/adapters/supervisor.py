@@ -162,7 +162,8 @@ class Supervisor:
         self.settings = settings
         self.layout = layout_of(settings, count)
         self.http = http
-        self.run_dir = settings.data_dir / "run"
+        # One directory per machine: nodes may share a data directory (docs/scaling.md).
+        self.run_dir = settings.data_dir / "run" / socket.gethostname()
         kamailio, modules = kamailio_binary(), kamailio_modules()
         if kamailio is None or modules is None:
             raise ConfigError(

@@ -10,11 +10,10 @@ database thread); loading drops the rows that expired meanwhile.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from callhook.store.database import Database
+from callhook.store.database import Connection, Database
 
 logger = logging.getLogger("callhook.store")
 
@@ -33,8 +32,8 @@ class StoredBinding:
     target: tuple[str, str, int]
 
 
-_COLUMNS = (
-    "user, contact, call_id, cseq, expires, source_transport, source_host, source_port, "
+_COLUMNS = (  # "user" quoted: a word of PostgreSQL's own
+    '"user", contact, call_id, cseq, expires, source_transport, source_host, source_port, '
     "target_transport, target_host, target_port"
 )
 
@@ -52,8 +51,8 @@ class Bindings:
             for b in bindings
         ]
 
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM bindings WHERE user = ?", (user,))
+        def write(conn: Connection) -> None:
+            conn.execute('DELETE FROM bindings WHERE "user" = ?', (user,))
             conn.executemany(
                 f"INSERT INTO bindings ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
@@ -66,9 +65,12 @@ class Bindings:
     def load(self, wall_now: float) -> list[StoredBinding]:
         """Every binding that has not expired at ``wall_now``; expired ones are deleted."""
 
-        def read(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+        # In the order they were stored (PostgreSQL's table numbers its rows itself).
+        order = "id" if self.db.dialect == "postgresql" else "rowid"
+
+        def read(conn: Connection) -> list[tuple[object, ...]]:
             conn.execute("DELETE FROM bindings WHERE expires <= ?", (wall_now,))
-            return list(conn.execute(f"SELECT {_COLUMNS} FROM bindings ORDER BY rowid"))
+            return list(conn.execute(f"SELECT {_COLUMNS} FROM bindings ORDER BY {order}"))
 
         out = []
         for row in self.db.call(read):

@@ -1,7 +1,14 @@
-"""callhook's own state in SQLite (DESIGN.md §3): recordings in progress, notifications due,
-the registered phones of its users.
+"""callhook's own state (DESIGN.md §3): recordings in progress, notifications due, the
+registered phones of its users.
 
-One file in the data directory (``state.sqlite3``), in WAL mode with
+By default it is SQLite (:class:`Database`); ``[database] url`` puts it in a
+PostgreSQL server shared by several nodes instead
+(:class:`callhook.store.postgres.PostgresDatabase`). The code that reads and
+writes it is the same for both: each runs functions of a :class:`Connection`
+whose SQL uses ``?`` placeholders, and asks :attr:`Database.dialect` where the two
+differ.
+
+SQLite is one file in the data directory (``state.sqlite3``), in WAL mode with
 ``synchronous=FULL``: a transaction that has returned survives a crash or a
 power cut. Every statement runs on one dedicated thread, so the event loop
 never waits for the disk and the connection is never shared between threads;
@@ -25,10 +32,10 @@ import logging
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 logger = logging.getLogger("callhook.store")
 
@@ -80,13 +87,41 @@ CREATE INDEX IF NOT EXISTS bindings_user ON bindings (user);
 """
 
 
+class Cursor(Protocol):
+    """What a statement gives back: its rows (tuples)."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """What the state's functions are given: SQL with ``?`` placeholders, both dialects."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Cursor: ...
+
+
+#: SQLite's primary result codes of refusals that pass (a full disk gets space, a lock is
+#: released); anything else (a bug: "no such column", a read-only file) never would.
+_PASSING = frozenset(
+    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+)
+
+
 class Database:
-    """The state database, used from its own thread."""
+    """The state database in SQLite (``<data_dir>/state.sqlite3``), used from its own thread."""
+
+    #: Where the SQL of the two databases differs, code asks this.
+    dialect: Literal["sqlite", "postgresql"] = "sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="callhook-db")
-        self._conn = self._thread.submit(self._open).result()
+        self._conn: Any = self._thread.submit(self._open).result()
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +147,17 @@ class Database:
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def passing(self, exc: BaseException) -> bool:
+        """Whether a refusal may pass, so the work is worth holding and trying again (a full
+        disk gets space, a lock is released, a server comes back); a bug never passes."""
+        if not isinstance(exc, sqlite3.OperationalError):
+            return False
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None:  # no code: judged by the message SQLite gives a full disk
+            return "full" in str(exc) or "disk I/O" in str(exc)
+        return code & 0xFF in _PASSING  # extended codes (SQLITE_IOERR_WRITE...) by their primary
+
+    def _transaction(self, fn: Callable[[Connection], T]) -> T:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -124,11 +169,11 @@ class Database:
             raise
         return value
 
-    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+    def submit(self, fn: Callable[[Connection], T]) -> Future[T]:
         """Run ``fn(connection)`` in a transaction on the database thread."""
         return self._thread.submit(self._transaction, fn)
 
-    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def transaction(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in a transaction now: only on the database thread (see :meth:`on_thread`)."""
         return self._transaction(fn)
 
@@ -136,17 +181,45 @@ class Database:
         """Run ``fn()`` on the database thread, outside any transaction (it may open several)."""
         return self._thread.submit(fn)
 
-    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def call(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in a transaction and wait for it (start-up, tests, other threads)."""
         return self.submit(fn).result()
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in a transaction without blocking the event loop."""
         return await asyncio.wrap_future(self.submit(fn))
 
     def close(self) -> None:
         self._thread.submit(self._conn.close).result()
         self._thread.shutdown()
+
+
+class Membership(Protocol):
+    """This process among the others sharing its state: whose recordings are whose, and
+    who delivers notifications. :class:`Ownership` (lock files, the data directory of one
+    machine) and :class:`callhook.store.postgres.Nodes` (a PostgreSQL table, any machine)."""
+
+    #: Marks the recordings this process makes.
+    token: str
+
+    def others(self) -> set[str]:
+        """The tokens of the other processes known (alive or gone)."""
+        ...
+
+    def gone(self, owner: str) -> contextlib.AbstractContextManager[bool]:
+        """Whether ``owner``'s process is gone for good, held so while the ``with`` body
+        takes over its things; then it is forgotten."""
+        ...
+
+    def deliver_notifications(self) -> bool:
+        """Whether this process delivers notifications now."""
+        ...
+
+    def beat(self) -> None:
+        """Say this process is alive (called every few seconds)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Ownership:
@@ -186,6 +259,21 @@ class Ownership:
     def others(self) -> set[str]:
         """The tokens of the other processes that have (or had) a lock file here."""
         return {p.stem for p in self.directory.glob("*.lock")} - {self.token}
+
+    @contextlib.contextmanager
+    def gone(self, owner: str) -> Iterator[bool]:
+        """True, holding its lock, if ``owner``'s process is gone; its lock file goes after."""
+        fd = self.claim(owner)
+        if fd is None:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.release(owner, fd)
+
+    def beat(self) -> None:
+        """Nothing to say: the kernel holds this process's lock for as long as it lives."""
 
     def deliver_notifications(self) -> bool:
         """Whether this process delivers notifications (it holds ``notifier.lock``)."""

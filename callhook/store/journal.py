@@ -16,13 +16,14 @@ crash interrupted: a file that was still being written is made valid
 (:func:`~callhook.store.wavfile.recover`) and, if its action never
 completed, reported with reason ``error`` and what the file holds.
 
-An update the database refuses (``sqlite3.OperationalError``: a full disk,
-an I/O error) is not lost: it is held in memory, in order with the updates
-after it, and tried again after :data:`RETRY_FIRST` seconds, doubling up to
-:data:`RETRY_MAX`, until the database takes it (issue 14: the notification
-goes out once space is back). A process that stops meanwhile loses only the
-held updates; start-up recovery then reports the recording with reason
-``error`` from what its file holds.
+An update the database refuses for a reason that passes (a full disk, an
+I/O error, a PostgreSQL server restarting: :meth:`Database.passing`) is not
+lost: it is held in memory, in order with the updates after it, and tried
+again after :data:`RETRY_FIRST` seconds, doubling up to :data:`RETRY_MAX`,
+until the database takes it (issue 14: the notification goes out once space
+is back). A process that stops meanwhile loses only the held updates;
+start-up recovery then reports the recording with reason ``error`` from what
+its file holds.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from callhook.media import wav
 from callhook.store import outbox, wavfile
-from callhook.store.database import Database, Ownership
+from callhook.store.database import Connection, Database, Membership
 
 logger = logging.getLogger("callhook.store")
 
@@ -50,11 +50,11 @@ RETRY_FIRST = 0.5
 #: The longest wait between retries.
 RETRY_MAX = 10.0
 
-Update = Callable[[sqlite3.Connection], bool]
+Update = Callable[[Connection], bool]
 
 
 def _set(
-    conn: sqlite3.Connection,
+    conn: Connection,
     app: str,
     filename: str,
     column: Literal["result", "length"],
@@ -66,7 +66,7 @@ def _set(
     )
 
 
-def _forget(conn: sqlite3.Connection, app: str, filename: str) -> None:
+def _forget(conn: Connection, app: str, filename: str) -> None:
     conn.execute("DELETE FROM recordings WHERE app = ? AND filename = ?", (app, filename))
 
 
@@ -84,7 +84,7 @@ class RecordingJournal:
         db: Database,
         clock: Callable[[], float] = time.time,
         on_queued: Callable[[], None] | None = None,
-        ownership: Ownership | None = None,
+        ownership: Membership | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -122,12 +122,11 @@ class RecordingJournal:
         while self._backlog:
             try:
                 queued |= self.db.transaction(self._backlog[0])
-            except sqlite3.OperationalError as exc:
-                if _passing(exc):  # "database or disk is full", I/O, locked: wait and retry
+            except Exception as exc:
+                if self.db.passing(exc):  # a full disk, I/O, locked, no server: wait and retry
                     self._hold(exc)
                     return queued
-                logger.exception("a recordings journal update failed and is dropped")
-            except Exception:  # a bug, not the disk: retrying would never help
+                # A bug, not the disk: retrying would never help.
                 logger.exception("a recordings journal update failed and is dropped")
             self._backlog.popleft()
         if self._retry_delay != RETRY_FIRST:
@@ -135,7 +134,7 @@ class RecordingJournal:
             self._retry_delay = RETRY_FIRST
         return queued
 
-    def _hold(self, exc: sqlite3.OperationalError) -> None:
+    def _hold(self, exc: Exception) -> None:
         if self._retry_delay == RETRY_FIRST:
             logger.error(
                 "the recordings journal cannot be written (%s): %d update(s) held in memory,"
@@ -192,10 +191,16 @@ class RecordingJournal:
             owner,
         )
 
-        def insert(conn: sqlite3.Connection) -> bool:
+        def insert(conn: Connection) -> bool:
+            # A new recording of a name already journaled replaces it whole (SQLite and
+            # PostgreSQL both know this upsert).
             conn.execute(
-                "INSERT OR REPLACE INTO recordings (app, filename, started, encrypted, record_id,"
-                " notify_url, notify_method, body, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO recordings (app, filename, started, encrypted, record_id,"
+                " notify_url, notify_method, body, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (app, filename) DO UPDATE SET started = excluded.started,"
+                " encrypted = excluded.encrypted, record_id = excluded.record_id,"
+                " notify_url = excluded.notify_url, notify_method = excluded.notify_method,"
+                " body = excluded.body, owner = excluded.owner, result = NULL, length = NULL",
                 values,
             )
             return False
@@ -206,7 +211,7 @@ class RecordingJournal:
         """The record action completed with ``result`` (the one next_page got)."""
         data = json.dumps(result)
 
-        def update(conn: sqlite3.Connection) -> bool:
+        def update(conn: Connection) -> bool:
             _set(conn, app, filename, "result", data)
             return self._finish_if_ready(conn, app, filename)
 
@@ -215,7 +220,7 @@ class RecordingJournal:
     def durable(self, app: str, filename: str, length: int) -> Future[bool]:
         """The file is on disk for good, holding ``length`` bytes of audio."""
 
-        def update(conn: sqlite3.Connection) -> bool:
+        def update(conn: Connection) -> bool:
             _set(conn, app, filename, "length", length)
             return self._finish_if_ready(conn, app, filename)
 
@@ -228,12 +233,15 @@ class RecordingJournal:
         (``recording_available_page`` must never announce a file that is gone).
         """
 
-        def delete(conn: sqlite3.Connection) -> bool:
+        if self.db.dialect == "postgresql":
+            announced = "body::jsonb #>> '{action_result,result,filename}'"
+        else:
+            announced = "json_extract(body, '$.action_result.result.filename')"
+
+        def delete(conn: Connection) -> bool:
             _forget(conn, app, filename)
             conn.execute(
-                "DELETE FROM notifications WHERE app = ?"
-                " AND json_extract(body, '$.action_result.result.filename') = ?",
-                (app, filename),
+                f"DELETE FROM notifications WHERE app = ? AND {announced} = ?", (app, filename)
             )
             return False
 
@@ -243,13 +251,13 @@ class RecordingJournal:
         """The file could not be created: it will never be available, nothing to announce."""
         logger.error("recording %s/%s was not made: %s", app, filename, why)
 
-        def delete(conn: sqlite3.Connection) -> bool:
+        def delete(conn: Connection) -> bool:
             _forget(conn, app, filename)
             return False
 
         return self._submit(delete)
 
-    def _finish_if_ready(self, conn: sqlite3.Connection, app: str, filename: str) -> bool:
+    def _finish_if_ready(self, conn: Connection, app: str, filename: str) -> bool:
         row = conn.execute(
             "SELECT notify_url, notify_method, body, result, length FROM recordings"
             " WHERE app = ? AND filename = ?",
@@ -269,11 +277,15 @@ class RecordingJournal:
         outbox.insert(conn, app, url, method or "POST", notice, self.clock())
         return True
 
-    def recover(self, path_of: Callable[[str, str], Path]) -> int:
+    def recover(self, path_of: Callable[[str, str], Path], at_start: bool = True) -> int:
         """Finish the recordings a crash interrupted (at start-up); returns how many.
 
         With an :attr:`ownership`, only those of processes that are gone: a
-        process sharing the data directory keeps its recordings.
+        process sharing the data directory keeps its recordings. Serve also
+        calls this every few seconds (``at_start`` false), so that the
+        recordings of a process (a worker, a node) that died are finished by the
+        others while they run; recordings from before owners existed are left
+        to start-up then.
         """
         ownership = self.ownership
         if ownership is None:
@@ -287,25 +299,32 @@ class RecordingJournal:
         count = 0
         for owner in (owners | ownership.others()) - {ownership.token}:
             if owner is None:  # made before recordings had owners
-                count += self._recover(path_of, None)
+                if at_start:
+                    count += self._recover(path_of, None)
                 continue
-            fd = ownership.claim(owner)
-            if fd is None:
-                continue  # that process is alive: its recordings are its own
-            try:
-                count += self._recover(path_of, owner)
-            finally:
-                ownership.release(owner, fd)
+            with ownership.gone(owner) as gone:
+                if gone:  # else that process is alive: its recordings are its own
+                    count += self._recover(path_of, owner)
         return count
 
     def _recover(
         self, path_of: Callable[[str, str], Path], owner: str | None, everyone: bool = False
     ) -> int:
-        def work(conn: sqlite3.Connection) -> tuple[int, bool]:
+        if everyone:
+            which: tuple[str, tuple[str, ...]] = ("", ())
+        elif owner is None:
+            which = (" WHERE owner IS NULL", ())
+        else:
+            which = (" WHERE owner = ?", (owner,))
+        # Two nodes that find one gone at once: the second waits for the first's rows,
+        # and finds them gone (SQLite: its transactions never overlap).
+        locking = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
+
+        def work(conn: Connection) -> tuple[int, bool]:
             rows = conn.execute(
                 "SELECT app, filename, encrypted, record_id, result, length, body"
-                " FROM recordings" + ("" if everyone else " WHERE owner IS ?"),
-                () if everyone else (owner,),
+                " FROM recordings" + which[0] + locking,
+                which[1],
             ).fetchall()
             queued = False
             for app, filename, encrypted, record_id, result, length, body in rows:
@@ -329,7 +348,7 @@ class RecordingJournal:
 
     def _recover_one(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         path_of: Callable[[str, str], Path],
         app: str,
         filename: str,
@@ -375,14 +394,6 @@ class RecordingJournal:
         return self._finish_if_ready(conn, app, filename)
 
 
-#: SQLite's primary result codes of refusals that pass (a full disk gets space, a lock is
-#: released); anything else (a bug: "no such column", a read-only file) never would, and
-#: holding it would block every later update behind it for good.
-_PASSING = frozenset(
-    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
-)
-
-
 def _channels(body: str | None) -> int:
     """The channels a recording's file has: 2 for a connect's ``separate`` call recording,
     which says so in its journal body (reporting.py), else 1."""
@@ -392,9 +403,3 @@ def _channels(body: str | None) -> int:
         return 1
     return channels if channels in (1, 2) else 1
 
-
-def _passing(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:  # no code: judged by the message SQLite gives a full disk
-        return "full" in str(exc) or "disk I/O" in str(exc)
-    return code & 0xFF in _PASSING  # extended codes (SQLITE_IOERR_WRITE, ...) by their primary

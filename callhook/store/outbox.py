@@ -11,17 +11,28 @@ exponentially growing delay with jitter (:meth:`RetryPolicy.delay`), for
 :attr:`RetryPolicy.give_up_after` seconds (24 hours by default); after that
 the row is kept, marked abandoned, with its last error, and a log line says
 so. Times are wall-clock Unix seconds: they must mean the same after a restart.
+
+Nodes sharing a PostgreSQL database all deliver (callhook/store/postgres.py):
+each takes the rows it sends with a lease (``lease_owner``, ``lease_until``),
+:data:`LEASE_SECONDS` long, given back when the attempt ends. A row another
+node holds is not due for this one, so no notification is sent by two nodes
+at once. With SQLite one process delivers (``notifier.lock``), and rows are
+not leased.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sqlite3
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from callhook.store.database import Database
+from callhook.store.database import Connection, Database
+
+#: How long a node holds the notifications it sends: longer than any attempt (the page
+#: timeout), short enough that those of a node that died mid-attempt go out again soon.
+LEASE_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -57,28 +68,42 @@ class Notification:
 
 
 def insert(
-    conn: sqlite3.Connection, app: str, url: str, method: str, body: dict[str, Any], now: float
+    conn: Connection, app: str, url: str, method: str, body: dict[str, Any], now: float
 ) -> int:
     """Queue a notification (inside the caller's transaction); returns its id."""
     data = json.dumps(body, separators=(",", ":"))
-    cursor = conn.execute(
+    row = conn.execute(
         "INSERT INTO notifications (app, url, method, body, created, due)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
         (app, url, method, data, now, now),
-    )
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
+    ).fetchone()
+    return int(row[0])
 
 
 class Outbox:
     """The notifications table: what is due, and what became of each attempt."""
 
     def __init__(
-        self, db: Database, policy: RetryPolicy | None = None, seed: int | None = None
+        self,
+        db: Database,
+        policy: RetryPolicy | None = None,
+        seed: int | None = None,
+        lease_owner: str | None = None,
     ) -> None:
         self.db = db
         self.policy = policy or RetryPolicy()
         self._rng = random.Random(seed)
+        #: This node's token when nodes share the outbox (rows are leased), else None.
+        self.lease_owner = lease_owner
+
+    def _free(self, now: float) -> tuple[str, tuple[Any, ...]]:
+        """The condition (and its values) of a row no other node holds at ``now``."""
+        if self.lease_owner is None:
+            return "", ()
+        return (
+            " AND (lease_until IS NULL OR lease_until < ? OR lease_owner = ?)",
+            (now, self.lease_owner),
+        )
 
     async def add(self, app: str, url: str, method: str, body: dict[str, Any], now: float) -> int:
         return await self.db.run(lambda conn: insert(conn, app, url, method, body, now))
@@ -94,13 +119,14 @@ class Outbox:
         holds up another's.
         """
         in_flight = sum(busy.values())
+        free, values = self._free(now)
 
-        def query(conn: sqlite3.Connection) -> list[Notification]:
+        def query(conn: Connection) -> list[Notification]:
             # The application waiting longest first, so that no application is always last.
             apps = conn.execute(
-                "SELECT app FROM notifications WHERE abandoned = 0 AND due <= ?"
+                f"SELECT app FROM notifications WHERE abandoned = 0 AND due <= ?{free}"
                 " GROUP BY app ORDER BY MIN(due)",
-                (now,),
+                (now, *values),
             ).fetchall()
             found: list[Notification] = []
             room_total = total - in_flight
@@ -110,27 +136,43 @@ class Outbox:
                     continue
                 rows = conn.execute(
                     "SELECT id, app, url, method, body, created, attempts FROM notifications"
-                    " WHERE app = ? AND abandoned = 0 AND due <= ? ORDER BY due LIMIT ?",
-                    (app, now, room + busy.get(app, 0)),
+                    f" WHERE app = ? AND abandoned = 0 AND due <= ?{free} ORDER BY due LIMIT ?",
+                    (app, now, *values, room + busy.get(app, 0)),
                 ).fetchall()
                 fresh = [
                     Notification(i, a, u, m, b.encode(), c, n)
                     for i, a, u, m, b, c, n in rows
                     if i not in skip
                 ]
-                found += fresh[:room]
+                found += [n for n in fresh[:room] if self._lease(conn, n.id, now)]
             return found
 
         return await self.db.run(query)
 
-    async def next_due(self, skip: set[int]) -> float | None:
-        """When the earliest notification not in ``skip`` is due (None: nothing pending)."""
-        marks = ",".join("?" * len(skip))
+    def _lease(self, conn: Connection, notification_id: int, now: float) -> bool:
+        """Hold the row for this node; False if another node took it meanwhile (PostgreSQL
+        checks the condition again on the row it waited for: READ COMMITTED)."""
+        if self.lease_owner is None:
+            return True
+        free, values = self._free(now)
+        row = conn.execute(
+            "UPDATE notifications SET lease_owner = ?, lease_until = ?"
+            f" WHERE id = ?{free} RETURNING id",
+            (self.lease_owner, now + LEASE_SECONDS, notification_id, *values),
+        ).fetchone()
+        return row is not None
 
-        def query(conn: sqlite3.Connection) -> float | None:
+    async def next_due(self, skip: set[int], now: float | None = None) -> float | None:
+        """When the earliest notification not in ``skip`` (nor held by another node at
+        ``now``) is due (None: nothing pending)."""
+        marks = ",".join("?" * len(skip))
+        unless = f" AND id NOT IN ({marks})" if skip else ""  # PostgreSQL refuses "IN ()"
+        free, values = self._free(now if now is not None else time.time())
+
+        def query(conn: Connection) -> float | None:
             row = conn.execute(
-                f"SELECT MIN(due) FROM notifications WHERE abandoned = 0 AND id NOT IN ({marks})",
-                tuple(skip),
+                f"SELECT MIN(due) FROM notifications WHERE abandoned = 0{unless}{free}",
+                (*skip, *values),
             ).fetchone()
             return None if row is None or row[0] is None else float(row[0])
 
@@ -149,10 +191,12 @@ class Outbox:
             due, abandoned = now, 1
         else:
             due, abandoned = now + self.policy.delay(attempts, self._rng), 0
+        # The lease is given back with the attempt: the retry may go from any node.
         await self.db.run(
             lambda conn: conn.execute(
                 "UPDATE notifications SET attempts = ?, due = ?, last_error = ?, abandoned = ?"
-                " WHERE id = ?",
+                + (", lease_owner = NULL, lease_until = NULL" if self.lease_owner else "")
+                + " WHERE id = ?",
                 (attempts, due, error[:500], abandoned, notification.id),
             )
         )
@@ -161,7 +205,7 @@ class Outbox:
     async def counts(self) -> dict[str, int]:
         """How many notifications are pending and abandoned (for ``/api/stats``)."""
 
-        def query(conn: sqlite3.Connection) -> dict[str, int]:
+        def query(conn: Connection) -> dict[str, int]:
             rows = conn.execute(
                 "SELECT abandoned, COUNT(*) FROM notifications GROUP BY abandoned"
             ).fetchall()

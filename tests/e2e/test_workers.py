@@ -1,4 +1,5 @@
-"""``serve --workers 2``: two callhook workers behind a real Kamailio, one SIP address.
+"""``serve --workers 2``: two callhook workers behind a real Kamailio, one SIP address,
+their state in the data directory's SQLite or in a real PostgreSQL server.
 
 SIPp calls Kamailio's address; the calls are spread over the workers (round robin).
 A worker killed with SIGKILL mid-call loses only its own calls: the other worker's
@@ -6,7 +7,9 @@ call goes on, new calls go to the survivor, the supervisor starts another worker
 its place, which finishes the dead worker's recording and announces it once, and the
 notification the dead worker was delivering is delivered once, by another worker.
 Which worker has a call is never asked: a kill shows it (exactly one of two
-concurrent calls drops).
+concurrent calls drops). With PostgreSQL (``[database] url``) the workers are nodes:
+every one delivers notifications (row leases), and the survivor finishes a dead one's
+recording once its row in ``nodes`` runs out (``node_timeout``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tests.e2e import sipp
 from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port, free_udp_port
 from tests.e2e.test_notifications import talking
 from tests.e2e.test_sip_robustness import exchange
+from tests.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(
     kamailio_binary() is None or kamailio_modules() is None or sipp.SIPP is None,
@@ -79,8 +83,9 @@ def record(max_silence_ms: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_two_workers_share_the_calls_and_survive_a_kill_9(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, database: str, request: pytest.FixtureRequest
 ) -> None:
     # What each call's first page gives, in the order the calls come.
     plan: list[list[dict[str, Any]]] = []
@@ -105,6 +110,10 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         "[speech]\npreload = false\n"
         "[sip]\nshutdown_grace = 5\n"
     )
+    if database == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        with config.open("a") as file:
+            file.write(f'[database]\nurl = "{url}"\nnode_timeout = 3\n')
     data_dir = tmp_path / "data"
     server = Server.for_app(data_dir, app, extra=("--workers", "2", "--config", str(config)))
     server.start_timeout = 150.0  # two workers load at once: slow on a loaded machine
@@ -181,8 +190,12 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
             for _ in range(3):
                 status, one = await server.api("GET", f"/api/v1/calls/{call['call_id']}")
                 assert status == 200 and one["call_id"] == call["call_id"], one
-        victim = notifier_pid(data_dir)
-        assert victim is not None and victim in pids.values(), (victim, pids)
+        if database == "sqlite":  # the one delivering notifications
+            victim = notifier_pid(data_dir)
+            assert victim is not None and victim in pids.values(), (victim, pids)
+        else:  # every worker delivers: the pending one goes from any
+            victim = pids[0]
+            assert not (data_dir / "notifier.lock").exists()  # (no process lock is used)
         index = next(i for i, pid in pids.items() if pid == victim)
         killed = True
         os.kill(victim, signal.SIGKILL)
@@ -202,8 +215,10 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
             lambda: server.output,
         )
         assert f"worker {index} (pid {victim}) ended" in server.output
-        # The dead worker's recording: finished and announced by its successor; the
-        # pending notification: delivered by whoever holds the notifier lock now.
+        # The dead worker's recording: finished and announced by its successor (SQLite)
+        # or by whichever worker finds it gone first (PostgreSQL); the pending
+        # notification: delivered by whoever holds the notifier lock now (SQLite), or by
+        # one of the workers (PostgreSQL).
         await until(lambda: len(delivered) >= 3, "three notifications", lambda: server.output)
         await asyncio.sleep(2.0)  # time for any duplicate to arrive (retries are 1 s apart)
         assert delivered.count(pending) == 1, delivered

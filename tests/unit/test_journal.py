@@ -1,4 +1,5 @@
-"""The recordings journal and the notification outbox, on a real SQLite file."""
+"""The recordings journal and the notification outbox, on a real SQLite file and on a real
+PostgreSQL server (every test that takes ``db`` runs on both: one code, two dialects)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from callhook.media import g711, tones, wav
 from callhook.store.database import Database, Ownership
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy
+from callhook.store.postgres import PostgresDatabase
+from tests.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 BODY = {"application_instance_id": "i1", "token": "t", "log_filename": "logs/i1.log"}
 RESULT = {
@@ -34,9 +37,12 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Any:
-    database = Database(tmp_path / "state.sqlite3")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "sqlite":
+        database = Database(tmp_path / "state.sqlite3")
+    else:
+        database = PostgresDatabase(request.getfixturevalue("postgres_url"))
     yield database
     database.close()
 

@@ -1,0 +1,275 @@
+"""callhook's state in a PostgreSQL server shared by several nodes (``[database] url``).
+
+Theory of operation. Every node (a ``serve``, a worker of ``serve --workers``,
+on this machine or another) opens the same database and the same data
+directory on a shared filesystem (the media file store, the installation
+secret). What the kernel's ``flock`` did on one machine, the database does
+across machines (docs/scaling.md):
+
+* **Who is alive** is the ``nodes`` table: each node's row says until when it
+  is alive (:class:`Nodes`); it pushes that time on every few seconds
+  (:meth:`Nodes.beat`). Times are the *server's* clock, so nodes whose clocks
+  disagree still agree on who is gone. A node whose row ran out (it died, its
+  machine stopped, it lost the network) is gone for good: another node
+  finishes its recordings in progress and announces them once (the journal's
+  rows are taken ``FOR UPDATE``, so two survivors never both do it).
+* **Notifications** are delivered by every node, each one leasing the rows it
+  sends (:class:`~callhook.store.outbox.Outbox`): a row lock, not a process
+  lock. A node that dies mid-delivery leaves a lease that runs out, or that a
+  survivor clears when it finds the node gone.
+
+Statements run on the database thread of :class:`~callhook.store.database.Database`,
+as with SQLite, on one connection that is opened again after it broke (a server
+restart): work refused meanwhile is held and retried by its owner (the journal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import secrets
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import psycopg
+
+from callhook.configvalues import ConfigError
+from callhook.store.database import Connection, Cursor, Database
+
+logger = logging.getLogger("callhook.store")
+
+T = TypeVar("T")
+
+#: The server's clock in Unix seconds: one clock for every node.
+NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+#: Taken while the schema is made: nodes that start together would otherwise race in
+#: ``CREATE TABLE IF NOT EXISTS`` (PostgreSQL checks "exists" before it locks).
+_SCHEMA_LOCK = 0x63616C6C686F6F6B  # "callhook"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS recordings (
+    app TEXT NOT NULL,
+    filename TEXT NOT NULL,
+    started DOUBLE PRECISION NOT NULL,
+    encrypted INTEGER NOT NULL,
+    record_id TEXT NOT NULL,
+    notify_url TEXT,
+    notify_method TEXT,
+    body TEXT NOT NULL,
+    result TEXT,
+    length BIGINT,
+    owner TEXT,
+    PRIMARY KEY (app, filename)
+);
+CREATE TABLE IF NOT EXISTS notifications (
+    id BIGSERIAL PRIMARY KEY,
+    app TEXT NOT NULL,
+    url TEXT NOT NULL,
+    method TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL,
+    due DOUBLE PRECISION NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    abandoned INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
+CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
+CREATE TABLE IF NOT EXISTS bindings (
+    id BIGSERIAL PRIMARY KEY,
+    "user" TEXT NOT NULL,
+    contact TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    cseq BIGINT NOT NULL,
+    expires DOUBLE PRECISION NOT NULL,
+    source_transport TEXT NOT NULL,
+    source_host TEXT NOT NULL,
+    source_port INTEGER NOT NULL,
+    target_transport TEXT NOT NULL,
+    target_host TEXT NOT NULL,
+    target_port INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bindings_user ON bindings ("user");
+CREATE TABLE IF NOT EXISTS nodes (
+    token TEXT PRIMARY KEY,
+    alive_until DOUBLE PRECISION NOT NULL
+);
+"""
+
+
+@functools.lru_cache(maxsize=512)
+def _placeholders(sql: str) -> str:
+    """SQLite's ``?`` as psycopg's ``%s`` (callhook's SQL has no ``?`` or ``%`` of its own)."""
+    return sql.replace("?", "%s")
+
+
+class _Connection:
+    """A psycopg connection seen as a :class:`~callhook.store.database.Connection`."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        return self._conn.execute(_placeholders(sql), tuple(parameters))
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Cursor:
+        cursor = self._conn.cursor()
+        cursor.executemany(_placeholders(sql), [tuple(p) for p in parameters])
+        return cursor
+
+
+class PostgresDatabase(Database):
+    """The state database in PostgreSQL, used from its own thread."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.connect_timeout = connect_timeout
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="callhook-db")
+        self._conn = self._thread.submit(self._open_server).result()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            self.url,
+            autocommit=True,  # transactions are explicit (:meth:`_transaction`)
+            connect_timeout=max(1, round(self.connect_timeout)),
+            application_name="callhook",
+            # A server or network that vanished without a word is noticed in ~25 s
+            # rather than at the kernel's default of two hours.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
+
+    def _open_server(self) -> psycopg.Connection[Any]:
+        conn = self._connect()
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute(SCHEMA)
+        return conn
+
+    def passing(self, exc: BaseException) -> bool:
+        """A lost connection, a server shutting down or out of disk, a deadlock: they pass
+        (psycopg's OperationalError); a bug in a statement never does."""
+        return isinstance(exc, psycopg.OperationalError)
+
+    def _transaction(self, fn: Callable[[Connection], T]) -> T:
+        conn: psycopg.Connection[Any] = self._conn
+        if conn.closed or conn.broken:
+            # The server restarted, or the network dropped: a new connection. Failing,
+            # it raises OperationalError, and the caller holds its work (passing).
+            with contextlib.suppress(Exception):
+                conn.close()
+            conn = self._conn = self._connect()
+            logger.warning("the state database is connected again")
+        with conn.transaction():
+            return fn(_Connection(conn))
+
+    def close(self) -> None:
+        self._thread.submit(self._conn.close).result()
+        self._thread.shutdown()
+
+
+def connect(url: str) -> PostgresDatabase:
+    """The database at ``url``, its schema made; a server that cannot be reached or a
+    login refused is a :class:`ConfigError` naming it (without its password)."""
+    try:
+        return PostgresDatabase(url)
+    except psycopg.Error as exc:
+        parts = urllib.parse.urlsplit(url)
+        where = f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"[database] url {where}{parts.path}: {cause}") from None
+
+
+class Nodes:
+    """This node among the others sharing a PostgreSQL state database (see the module
+    docstring): a :class:`~callhook.store.database.Membership`."""
+
+    def __init__(self, db: PostgresDatabase, timeout: float) -> None:
+        self.db = db
+        #: Seconds a node may stay silent before the others take it for gone.
+        self.timeout = timeout
+        self.token = secrets.token_hex(8)
+        db.call(self._insert)
+
+    def _insert(self, conn: Connection) -> None:
+        conn.execute(
+            f"INSERT INTO nodes (token, alive_until) VALUES (?, {NOW} + ?)"
+            " ON CONFLICT (token) DO UPDATE SET alive_until = excluded.alive_until",
+            (self.token, self.timeout),
+        )
+
+    def beat(self) -> None:
+        """Push this node's time on (every :attr:`timeout` / 3 seconds, from serve)."""
+
+        def work(conn: Connection) -> bool:
+            row = conn.execute(
+                f"UPDATE nodes SET alive_until = {NOW} + ? WHERE token = ? RETURNING token",
+                (self.timeout, self.token),
+            ).fetchone()
+            if row is None:
+                self._insert(conn)
+            return row is not None
+
+        if not self.db.call(work):
+            logger.error(
+                "this node was silent for more than %.0f s and was taken for gone: its"
+                " recordings in progress were finished by another node ([database] node_timeout)",
+                self.timeout,
+            )
+
+    def others(self) -> set[str]:
+        """The tokens in the ``nodes`` table, alive or not, but this node's."""
+        rows = self.db.call(lambda conn: conn.execute("SELECT token FROM nodes").fetchall())
+        return {token for (token,) in rows} - {self.token}
+
+    @contextlib.contextmanager
+    def gone(self, owner: str) -> Iterator[bool]:
+        """True if ``owner`` has no row or its row ran out; after the ``with`` body its row
+        goes, and so do the leases it held on notifications (they are free to send)."""
+        alive = self.db.call(
+            lambda conn: conn.execute(
+                f"SELECT 1 FROM nodes WHERE token = ? AND alive_until >= {NOW}", (owner,)
+            ).fetchone()
+        )
+        if alive is not None:
+            yield False
+            return
+        yield True
+
+        def forget(conn: Connection) -> None:
+            conn.execute(f"DELETE FROM nodes WHERE token = ? AND alive_until < {NOW}", (owner,))
+            conn.execute(
+                "UPDATE notifications SET lease_owner = NULL, lease_until = NULL"
+                " WHERE lease_owner = ?",
+                (owner,),
+            )
+
+        self.db.call(forget)
+
+    def deliver_notifications(self) -> bool:
+        """Always: every node delivers, each leasing the rows it sends."""
+        return True
+
+    def close(self) -> None:
+        """A clean stop: this node's row goes, and its leases with it."""
+
+        def leave(conn: Connection) -> None:
+            conn.execute("DELETE FROM nodes WHERE token = ?", (self.token,))
+            conn.execute(
+                "UPDATE notifications SET lease_owner = NULL, lease_until = NULL"
+                " WHERE lease_owner = ?",
+                (self.token,),
+            )
+
+        with contextlib.suppress(Exception):  # a server that is gone: the row runs out
+            self.db.call(leave)
