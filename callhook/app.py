@@ -39,7 +39,7 @@ from callhook.store import crypto, wavfile
 from callhook.store.database import Database, Membership, Ownership
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
-from callhook.store.outbox import Outbox, RetryPolicy
+from callhook.store.outbox import Outbox, RetryPolicy, lease_for
 from callhook.store.wavfile import WavWriter
 
 logger = logging.getLogger("callhook")
@@ -70,6 +70,7 @@ class Services:
     outbox: Outbox = field(init=False)
     notifier: Notifier | None = None
     _keeper: asyncio.Task[None] | None = None
+    _keeping: asyncio.Future[int] | None = None
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -122,7 +123,10 @@ class Services:
                 ) from None
 
             self.db = connect(settings.database_url)
-            self.ownership = Nodes(self.db, settings.node_timeout)
+            # The heartbeat on a connection of its own: no slow statement delays it.
+            self.ownership = Nodes(
+                connect(settings.database_url), settings.node_timeout, owns_db=True
+            )
             lease_owner = self.ownership.token
         else:
             self.db = Database(settings.data_dir / "state.sqlite3")
@@ -130,7 +134,9 @@ class Services:
         retry = RetryPolicy(
             settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
         )
-        self.outbox = Outbox(self.db, retry, lease_owner=lease_owner)
+        self.outbox = Outbox(
+            self.db, retry, lease_owner=lease_owner, lease_seconds=lease_for(settings.page_timeout)
+        )
         self.journal = RecordingJournal(
             self.db, on_queued=self._notify_now, ownership=self.ownership
         )
@@ -162,8 +168,14 @@ class Services:
                 may_deliver=self.ownership.deliver_notifications,
             )
             self.notifier.start()
-            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        self.start_keeper()
         return self.notifier
+
+    def start_keeper(self) -> None:
+        """Start saying this process is alive and finishing the recordings of those that
+        died (needs the running event loop; :meth:`start_notifier` starts it too)."""
+        if self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
 
     async def _keep(self) -> None:
         """Say this process is alive, and finish the recordings of those that died (a
@@ -173,11 +185,11 @@ class Services:
             every = self.settings.node_timeout / 3
         while True:
             await asyncio.sleep(every)
+            # Shielded: close() waits for a round to end rather than leave its thread
+            # working on a database being closed.
+            self._keeping = asyncio.ensure_future(asyncio.to_thread(self._keep_once))
             try:
-                await asyncio.to_thread(self.ownership.beat)
-                found = await asyncio.to_thread(
-                    self.journal.recover, self.store.path, at_start=False
-                )
+                found = await asyncio.shield(self._keeping)
             except Exception as exc:  # the database is away: the next round tries again
                 logger.error("could not look for the recordings of stopped processes: %s", exc)
                 continue
@@ -348,11 +360,17 @@ class Services:
         """An outbound call nobody answered: the application's final page says why."""
         return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
+    def _keep_once(self) -> int:
+        self.ownership.beat()
+        return self.journal.recover(self.store.path, at_start=False)
+
     async def close(self) -> None:
         if self._keeper is not None:
             self._keeper.cancel()
             await asyncio.gather(self._keeper, return_exceptions=True)
-            self._keeper = None
+            if self._keeping is not None:
+                await asyncio.gather(self._keeping, return_exceptions=True)
+            self._keeper = self._keeping = None
         await asyncio.to_thread(self.speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.
         if not await asyncio.to_thread(wavfile.drain):
@@ -365,8 +383,8 @@ class Services:
             self.notifier = None
         await self.pages.close()
         await self.remote_media.close()
-        self.ownership.close()  # (a node leaves the database it is in: first)
-        self.db.close()
+        self.db.close()  # (the journal's held updates, if any, are given up before...)
+        self.ownership.close()  # (...this process's recordings are others' to finish)
         if self.web_runner is not None:
             await self.web_runner.cleanup()
             self.web_runner = None

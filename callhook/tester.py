@@ -77,6 +77,7 @@ async def run_files(
     """Run every flow file, reporting each on ``out`` (in order): in this process, or as
     real SIP calls to ``serve``, ``jobs`` of them at once."""
     services = Services(settings)
+    services.start_keeper()  # (a node sharing PostgreSQL beats, or others take it for gone)
     try:
         if serve is None:
             return await _in_process(paths, services, out)

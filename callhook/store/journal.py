@@ -316,9 +316,9 @@ class RecordingJournal:
             which = (" WHERE owner IS NULL", ())
         else:
             which = (" WHERE owner = ?", (owner,))
-        # Two nodes that find one gone at once: the second waits for the first's rows,
-        # and finds them gone (SQLite: its transactions never overlap).
-        locking = " FOR UPDATE" if self.db.dialect == "postgresql" else ""
+        # Two nodes that find one gone at once: the second skips the rows the first is
+        # finishing, rather than wait for them (SQLite: its transactions never overlap).
+        locking = " FOR UPDATE SKIP LOCKED" if self.db.dialect == "postgresql" else ""
 
         def work(conn: Connection) -> tuple[int, bool]:
             rows = conn.execute(

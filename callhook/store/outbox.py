@@ -14,25 +14,34 @@ so. Times are wall-clock Unix seconds: they must mean the same after a restart.
 
 Nodes sharing a PostgreSQL database all deliver (callhook/store/postgres.py):
 each takes the rows it sends with a lease (``lease_owner``, ``lease_until``),
-:data:`LEASE_SECONDS` long, given back when the attempt ends. A row another
-node holds is not due for this one, so no notification is sent by two nodes
-at once. With SQLite one process delivers (``notifier.lock``), and rows are
-not leased.
+longer than an attempt can last, given back when the attempt ends. A row
+another node holds is not due for this one, so no notification is sent by two
+nodes at once. Lease times are the nodes' own clocks, which must agree to
+within seconds (NTP). With SQLite one process delivers (``notifier.lock``),
+and rows are not leased.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from callhook.store.database import Connection, Database
 
-#: How long a node holds the notifications it sends: longer than any attempt (the page
-#: timeout), short enough that those of a node that died mid-attempt go out again soon.
+#: The shortest time a node holds the notifications it sends (serve makes it longer than an
+#: attempt can last: :func:`lease_for`), short enough that those of a node that hung
+#: mid-attempt go out again soon.
 LEASE_SECONDS = 120.0
+
+
+def lease_for(page_timeout: float) -> float:
+    """The lease of a notification whose request may take ``page_timeout`` seconds: an
+    attempt may be two requests (a connection retried), with room to mark it delivered."""
+    return max(LEASE_SECONDS, 4 * page_timeout + 60)
 
 
 @dataclass(frozen=True)
@@ -72,12 +81,15 @@ def insert(
 ) -> int:
     """Queue a notification (inside the caller's transaction); returns its id."""
     data = json.dumps(body, separators=(",", ":"))
-    row = conn.execute(
-        "INSERT INTO notifications (app, url, method, body, created, due)"
-        " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-        (app, url, method, data, now, now),
-    ).fetchone()
-    return int(row[0])
+    sql = (
+        "INSERT INTO notifications (app, url, method, body, created, due) VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    values = (app, url, method, data, now, now)
+    if isinstance(conn, sqlite3.Connection):  # (RETURNING needs SQLite 3.35: not everywhere)
+        rowid = conn.execute(sql, values).lastrowid
+        assert rowid is not None
+        return rowid
+    return int(conn.execute(sql + " RETURNING id", values).fetchone()[0])
 
 
 class Outbox:
@@ -89,12 +101,14 @@ class Outbox:
         policy: RetryPolicy | None = None,
         seed: int | None = None,
         lease_owner: str | None = None,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         self.db = db
         self.policy = policy or RetryPolicy()
         self._rng = random.Random(seed)
         #: This node's token when nodes share the outbox (rows are leased), else None.
         self.lease_owner = lease_owner
+        self.lease_seconds = lease_seconds
 
     def _free(self, now: float) -> tuple[str, tuple[Any, ...]]:
         """The condition (and its values) of a row no other node holds at ``now``."""
@@ -158,7 +172,7 @@ class Outbox:
         row = conn.execute(
             "UPDATE notifications SET lease_owner = ?, lease_until = ?"
             f" WHERE id = ?{free} RETURNING id",
-            (self.lease_owner, now + LEASE_SECONDS, notification_id, *values),
+            (self.lease_owner, now + self.lease_seconds, notification_id, *values),
         ).fetchone()
         return row is not None
 

@@ -8,11 +8,17 @@ across machines (docs/scaling.md):
 
 * **Who is alive** is the ``nodes`` table: each node's row says until when it
   is alive (:class:`Nodes`); it pushes that time on every few seconds
-  (:meth:`Nodes.beat`). Times are the *server's* clock, so nodes whose clocks
-  disagree still agree on who is gone. A node whose row ran out (it died, its
-  machine stopped, it lost the network) is gone for good: another node
-  finishes its recordings in progress and announces them once (the journal's
-  rows are taken ``FOR UPDATE``, so two survivors never both do it).
+  (:meth:`Nodes.beat`), on a connection of its own, so that no slow statement
+  of the node's other work delays it. Times are the *server's* clock, so
+  nodes whose clocks disagree still agree on who is gone. A node whose row
+  ran out (it died, its machine stopped, it lost the network) is gone for
+  good: the node that finds so deletes the row in the same transaction (a
+  late beat of that node then finds no row and says so), and finishes its
+  recordings in progress and announces them once (the journal's rows are
+  taken ``FOR UPDATE SKIP LOCKED``, so two survivors never both do it). A
+  node judges others only once it has itself been beating for a whole
+  ``node_timeout``: after an outage of the server every row has run out, and
+  the first node back must not take the others for gone.
 * **Notifications** are delivered by every node, each one leasing the rows it
   sends (:class:`~callhook.store.outbox.Outbox`): a row lock, not a process
   lock. A node that dies mid-delivery leaves a lease that runs out, or that a
@@ -29,6 +35,7 @@ import contextlib
 import functools
 import logging
 import secrets
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -170,8 +177,25 @@ class PostgresDatabase(Database):
                 conn.close()
             conn = self._conn = self._connect()
             logger.warning("the state database is connected again")
-        with conn.transaction():
-            return fn(_Connection(conn))
+        began = False
+
+        def run(c: Connection) -> T:
+            nonlocal began
+            began = True
+            return fn(c)
+
+        try:
+            with conn.transaction():
+                return run(_Connection(conn))
+        except psycopg.OperationalError:
+            if began or not conn.broken:
+                raise
+            # BEGIN failed: the server had ended the connection while it was idle (a
+            # restart). Nothing ran: once more, on a new connection.
+            conn = self._conn = self._connect()
+            logger.warning("the state database is connected again")
+            with conn.transaction():
+                return fn(_Connection(conn))
 
     def close(self) -> None:
         self._thread.submit(self._conn.close).result()
@@ -194,12 +218,25 @@ class Nodes:
     """This node among the others sharing a PostgreSQL state database (see the module
     docstring): a :class:`~callhook.store.database.Membership`."""
 
-    def __init__(self, db: PostgresDatabase, timeout: float) -> None:
+    def __init__(
+        self,
+        db: PostgresDatabase,
+        timeout: float,
+        *,
+        owns_db: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        #: The connection the heartbeat uses (serve gives it one of its own: ``owns_db``,
+        #: closed with this).
         self.db = db
+        self.owns_db = owns_db
         #: Seconds a node may stay silent before the others take it for gone.
         self.timeout = timeout
         self.token = secrets.token_hex(8)
+        self.clock = clock
         db.call(self._insert)
+        # Since when every beat went through (None: the last one failed).
+        self._steady_since: float | None = clock()
 
     def _insert(self, conn: Connection) -> None:
         conn.execute(
@@ -220,7 +257,14 @@ class Nodes:
                 self._insert(conn)
             return row is not None
 
-        if not self.db.call(work):
+        try:
+            found = self.db.call(work)
+        except Exception:
+            self._steady_since = None  # (others are not judged until it is steady again)
+            raise
+        if self._steady_since is None:
+            self._steady_since = self.clock()
+        if not found:
             logger.error(
                 "this node was silent for more than %.0f s and was taken for gone: its"
                 " recordings in progress were finished by another node ([database] node_timeout)",
@@ -232,29 +276,34 @@ class Nodes:
         rows = self.db.call(lambda conn: conn.execute("SELECT token FROM nodes").fetchall())
         return {token for (token,) in rows} - {self.token}
 
+    def steady(self) -> bool:
+        """Whether this node has been beating for a whole :attr:`timeout` (only then does
+        it judge others: see the module docstring)."""
+        since = self._steady_since
+        return since is not None and self.clock() - since >= self.timeout
+
     @contextlib.contextmanager
     def gone(self, owner: str) -> Iterator[bool]:
-        """True if ``owner`` has no row or its row ran out; after the ``with`` body its row
-        goes, and so do the leases it held on notifications (they are free to send)."""
-        alive = self.db.call(
-            lambda conn: conn.execute(
-                f"SELECT 1 FROM nodes WHERE token = ? AND alive_until >= {NOW}", (owner,)
-            ).fetchone()
-        )
-        if alive is not None:
-            yield False
-            return
-        yield True
+        """True if ``owner`` has no row or its row ran out, decided in one transaction
+        that deletes the row and frees the leases it held on notifications (its late
+        beat, if it was only slow, then finds no row). False while this node is not
+        :meth:`steady`."""
 
-        def forget(conn: Connection) -> None:
-            conn.execute(f"DELETE FROM nodes WHERE token = ? AND alive_until < {NOW}", (owner,))
+        def judge(conn: Connection) -> bool:
+            row = conn.execute(
+                f"SELECT alive_until >= {NOW} FROM nodes WHERE token = ? FOR UPDATE", (owner,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return False
+            conn.execute("DELETE FROM nodes WHERE token = ?", (owner,))
             conn.execute(
                 "UPDATE notifications SET lease_owner = NULL, lease_until = NULL"
                 " WHERE lease_owner = ?",
                 (owner,),
             )
+            return True
 
-        self.db.call(forget)
+        yield self.steady() and self.db.call(judge)
 
     def deliver_notifications(self) -> bool:
         """Always: every node delivers, each leasing the rows it sends."""
@@ -273,3 +322,5 @@ class Nodes:
 
         with contextlib.suppress(Exception):  # a server that is gone: the row runs out
             self.db.call(leave)
+        if self.owns_db:
+            self.db.close()

@@ -82,8 +82,11 @@ async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
     errors, _ = wer(reference, words(inbound))
     print(f"transcription WER {100 * errors / len(reference):.1f} % ({inbound!r})")
     assert errors / len(reference) <= 0.10, inbound
-    outbound = [p for p in finals if p["direction"] == "outbound"]
-    assert outbound and "your order" in outbound[0]["alternatives"][0]["text"].lower()
+    # The prompt, heard outbound: in one phrase, or in two when its sentences' pause was
+    # long enough on a loaded machine ("Hello." / "Please tell me about your order.").
+    heard = [p["alternatives"][0]["text"] for p in finals if p["direction"] == "outbound"]
+    outbound = " ".join(heard)
+    assert "your order" in outbound.lower(), outbound
     interims = [p for p in phrases if not p["final"]]
     assert interims and all(0.0 <= p["stability"] <= 1.0 for p in interims)
     assert all("confidence" in p["alternatives"][0] for p in finals)

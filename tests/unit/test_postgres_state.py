@@ -37,6 +37,24 @@ def db(postgres_url: str) -> Iterator[PostgresDatabase]:  # noqa: F811
     database.close()
 
 
+class Clock:
+    """The nodes' own (monotonic) clock: whether a node has been steady long enough."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def steady_nodes(db: PostgresDatabase, count: int, timeout: float = 30) -> list[Nodes]:
+    """``count`` nodes that have been beating for longer than ``timeout``."""
+    clock = Clock()
+    nodes = [Nodes(db, timeout, clock=clock) for _ in range(count)]
+    clock.now += timeout
+    return nodes
+
+
 def expire(db: PostgresDatabase, node: Nodes) -> None:
     """``node`` fell silent long ago (its machine stopped): its row ran out."""
     db.call(lambda c: c.execute("UPDATE nodes SET alive_until = 0 WHERE token = ?", (node.token,)))
@@ -50,7 +68,7 @@ def _recording(root: Path, name: str, seconds: float) -> None:
 
 
 def test_each_node_sees_the_others_and_a_clean_stop_leaves(db: PostgresDatabase) -> None:
-    a, b = Nodes(db, 30), Nodes(db, 30)
+    a, b = steady_nodes(db, 2)
     assert a.others() == {b.token} and b.others() == {a.token}
     with a.gone(b.token) as gone:
         assert gone is False  # alive: its row runs until 30 s from now
@@ -76,7 +94,7 @@ def test_a_silent_node_is_gone_and_one_survivor_finishes_its_recordings_once(
             notify=("http://a/n", "POST"), body=BODY,
         ).result()  # fmt: skip
         _recording(media, f"recordings/{i}.wav", 0.5)
-    survivors = [Nodes(dbs[1], 30), Nodes(dbs[2], 30)]
+    survivors = steady_nodes(dbs[1], 1) + steady_nodes(dbs[2], 1)
     journals = [RecordingJournal(d, ownership=n) for d, n in zip(dbs[1:], survivors, strict=True)]
     assert [j.recover(lambda a, n: media / a / n, at_start=False) for j in journals] == [0, 0]
     expire(dbs[0], dead)  # (it was killed: its row is not pushed on any more)
@@ -107,7 +125,7 @@ def test_a_silent_node_is_gone_and_one_survivor_finishes_its_recordings_once(
 def test_a_node_taken_for_gone_says_so_and_comes_back(
     db: PostgresDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
-    node, other = Nodes(db, 30), Nodes(db, 30)
+    node, other = steady_nodes(db, 2)
     expire(db, node)
     with other.gone(node.token) as gone:
         assert gone
@@ -131,7 +149,7 @@ def test_nodes_lease_the_notifications_they_send(
     db_b = PostgresDatabase(postgres_url)
 
     async def scenario() -> None:
-        a, b = Nodes(db, 30), Nodes(db_b, 30)
+        (a,), (b,) = steady_nodes(db, 1), steady_nodes(db_b, 1)
         outbox_a, outbox_b = Outbox(db, lease_owner=a.token), Outbox(db_b, lease_owner=b.token)
         for i in range(40):
             await outbox_a.add(f"app{i % 2}", "http://a/n", "POST", {"i": i}, 100.0)
@@ -166,6 +184,42 @@ def test_nodes_lease_the_notifications_they_send(
         asyncio.run(scenario())
     finally:
         db_b.close()
+
+
+def test_a_node_judges_others_only_once_it_has_been_steady_for_node_timeout(
+    postgres_server: Postgres,  # noqa: F811
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """After an outage of the server every row has run out: the first node back must not
+    take the others for gone before they had the time to beat again."""
+    clock = Clock()
+    db_a, db_b = PostgresDatabase(postgres_url), PostgresDatabase(postgres_url)
+    a, b = Nodes(db_a, 30, clock=clock), Nodes(db_b, 30, clock=clock)
+    expire(db_a, b)
+    with a.gone(b.token) as gone:
+        assert not gone  # a started 0 s ago: not steady yet
+    clock.now = 31.0
+    a.beat()
+    # The database goes away for a moment (it takes no connection, and a's is ended):
+    # a's beat fails.
+    name = postgres_url.rsplit("/", 1)[1]
+    pid = db_a.call(lambda c: c.execute("SELECT pg_backend_pid()").fetchone()[0])
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            a.beat()
+        admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")
+    clock.now = 40.0
+    a.beat()  # back: steady again from now on
+    with a.gone(b.token) as gone:
+        assert not gone  # b's row ran out during the outage, but b has not had its chance
+    clock.now = 71.0
+    with a.gone(b.token) as gone:
+        assert gone  # 31 s steady, and b still silent: gone for good
+    for n, d in ((a, db_a), (b, db_b)):
+        n.close()
+        d.close()
 
 
 def test_a_dropped_connection_is_opened_again_and_held_updates_go_through(
