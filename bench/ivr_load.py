@@ -9,8 +9,8 @@ is the kit's SIPp scenario replaying the kit's pcap — the same work the kit's
 Asterisk 20 figures were measured on. The application (``bench/ivr_app.py``)
 runs in its own process; callhook is one ``callhook serve`` process, or with
 ``--workers 2`` a ``serve --workers 2`` (a supervisor, two workers and Kamailio:
-CPU and RSS are the sum over all of them; the late ticks, tick and GC figures are
-those of the worker that answered ``/api/stats``).
+CPU and RSS are the sum over all of them, and so are the late ticks; the tick and GC
+figures are those of the worker that answered ``/api/stats``).
 
 For each step N (N calls at once, 5 x N calls in all) it prints: calls
 completed and failed (SIPp's count), digits right, recordings of the right
@@ -393,7 +393,10 @@ def run_load(
         "gap_p99": p99,
         "gap_max": gmax,
         "page": stats.get("page_latency", {}),
-        "late_ticks": stats.get("media_late_ticks"),
+        # Every worker's late ticks (serve --workers lists each worker's counters).
+        "late_ticks": sum(w.get("media_late_ticks") or 0 for w in stats["workers"])
+        if "workers" in stats
+        else stats.get("media_late_ticks"),
         "tick": stats.get("media_tick", {}),
         "gc": stats.get("gc_pauses", {}),
         "elapsed": elapsed,

@@ -8,7 +8,14 @@ middleware completes, on the shared address, the routes that are about live call
 * ``GET /api/v1/calls``: the application's calls on every worker, one list;
 * ``GET`` / ``DELETE /api/v1/calls/{id}`` and ``GET /api/calls/{id}/log``: when the
   call is not this worker's (404 here), the same request goes to the others in
-  turn; the first answer that is not 404 is the answer.
+  turn; the first answer that is not 404 is the answer;
+
+and the server's own routes, which are about every worker too:
+
+* ``GET /api/stats``: the answering worker's counters, as in one process, and
+  ``workers``: every worker's, each with its ``worker`` index;
+* ``GET /api/bans``: every worker's bans, one list (each with its ``worker``);
+  ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it.
 
 Forwarded requests carry the caller's own ``Authorization`` (every worker has the
 same keys) and :data:`HEADER`, so the worker that gets one answers for itself
@@ -36,6 +43,9 @@ HEADER = "X-Callhook-Worker"
 #: Routes about one live call, answered by the worker that has it.
 ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 ALL_CALLS = "/api/v1/calls"
+STATS = "/api/stats"
+BANS = "/api/bans"
+ONE_BAN = re.compile(r"/api/bans/.+")
 #: How long a sibling may take to answer.
 TIMEOUT = 5.0
 
@@ -46,7 +56,9 @@ class Siblings:
     def __init__(self, index: int, ports: list[int]) -> None:
         self.index = index
         self.private_port = ports[index]
-        self.others = [f"http://127.0.0.1:{p}" for i, p in enumerate(ports) if i != index]
+        #: The other workers: (index, base URL of the private port).
+        self.siblings = [(i, f"http://127.0.0.1:{p}") for i, p in enumerate(ports) if i != index]
+        self.others = [base for _, base in self.siblings]
         self._client: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -64,7 +76,7 @@ class Siblings:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         private = sockname is not None and sockname[1] == self.private_port
-        if private and not (request.path == ALL_CALLS or ONE_CALL.fullmatch(request.path)):
+        if private and not self._asked(request.path):
             # The private port answers the siblings' questions and nothing else (the web
             # phone there would be a keyless loopback door to every application).
             raise web.HTTPNotFound()
@@ -72,6 +84,14 @@ class Siblings:
         if HEADER in request.headers or not self.others:
             return response  # a sibling's question: this worker's own answer
         path = request.path
+        if path in (STATS, BANS) and request.method == "GET" and response.status == 200:
+            return await self._everyones(request, response)
+        if ONE_BAN.fullmatch(path) and request.method == "DELETE":
+            answers = await asyncio.gather(*(self._ask(base, request) for base in self.others))
+            lifted = [a for a in answers if a is not None and a.status == 200]
+            if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
+                return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
+            return response
         if path == ALL_CALLS and request.method == "GET" and response.status == 200:
             assert isinstance(response, web.Response) and response.text is not None
             calls: list[Any] = json.loads(response.text)["calls"]
@@ -88,6 +108,31 @@ class Siblings:
                         status=answer.status, body=answer.body, headers=answer.headers
                     )
         return response
+
+    @staticmethod
+    def _asked(path: str) -> bool:
+        """Whether ``path`` is one of the siblings' questions (the private port's routes)."""
+        return (
+            path in (ALL_CALLS, STATS, BANS)
+            or ONE_CALL.fullmatch(path) is not None
+            or ONE_BAN.fullmatch(path) is not None
+        )
+
+    async def _everyones(self, request: web.Request, response: web.StreamResponse) -> web.Response:
+        """``/api/stats`` or ``/api/bans`` with every worker's answer (the module docstring)."""
+        assert isinstance(response, web.Response) and response.text is not None
+        own = json.loads(response.text)
+        answers = await asyncio.gather(*(self._ask(base, request) for _, base in self.siblings))
+        found = [(self.index, own)] + [
+            (index, json.loads(answer.body))
+            for (index, _), answer in zip(self.siblings, answers, strict=True)
+            if answer is not None and answer.status == 200
+        ]
+        if request.path == STATS:
+            workers = sorted(({"worker": i, **stats} for i, stats in found), key=_index)
+            return web.json_response({**own, "workers": workers})
+        bans = [{**ban, "worker": i} for i, listed in found for ban in listed]
+        return web.json_response(sorted(bans, key=_index))
 
     async def _ask(self, base: str, request: web.Request) -> _Answer | None:
         """``request`` asked of the worker at ``base`` (None: it did not answer)."""
@@ -107,6 +152,10 @@ class Siblings:
         except (aiohttp.ClientError, TimeoutError) as exc:
             logger.info("worker at %s did not answer %s: %s", base, request.path, exc)
             return None
+
+
+def _index(entry: dict[str, Any]) -> int:
+    return int(entry["worker"])
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,11 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
             for _ in range(3):
                 status, one = await server.api("GET", f"/api/v1/calls/{call['call_id']}")
                 assert status == 200 and one["call_id"] == call["call_id"], one
+        # The counters: the answering worker's, and every worker's beside.
+        for _ in range(3):
+            status, stats = await server.api("GET", "/api/stats")
+            assert status == 200 and [w["worker"] for w in stats["workers"]] == [0, 1], stats
+            assert sum(w["calls_active"] for w in stats["workers"]) == 2, stats
         if database == "sqlite":  # the one delivering notifications
             victim = notifier_pid(data_dir)
             assert victim is not None and victim in pids.values(), (victim, pids)

@@ -1,4 +1,5 @@
-"""The live-call routes of ``serve --workers``: one worker's answer completed by the others'.
+"""The live-call routes of ``serve --workers``, and its stats and bans: one worker's answer
+completed by the others'.
 
 Two real aiohttp servers on loopback stand for two workers' private ports; a third
 port has nobody on it (a worker that is dead or restarting).
@@ -18,8 +19,28 @@ from aiohttp import web
 from callhook.adapters.siblings import HEADER, Siblings
 
 
-def worker_app(calls: list[str], hung_up: list[str], siblings: Siblings | None) -> web.Application:
-    """A worker's live-call routes over ``calls`` (the REST API's shapes)."""
+def worker_app(
+    calls: list[str],
+    hung_up: list[str],
+    siblings: Siblings | None,
+    bans: set[str] | None = None,
+) -> web.Application:
+    """A worker's live-call routes over ``calls``, its counters and its ``bans`` (the REST
+    API's shapes)."""
+    banned = bans if bans is not None else set()
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response({"calls_active": len(calls)})
+
+    async def list_bans(request: web.Request) -> web.Response:
+        return web.json_response([{"address": a, "reason": "flood"} for a in sorted(banned)])
+
+    async def lift(request: web.Request) -> web.Response:
+        address = request.match_info["address"]
+        if address not in banned:
+            return web.json_response({"error": "not_found"}, status=404)
+        banned.discard(address)
+        return web.json_response({"address": address, "status": "lifted"})
 
     async def list_calls(request: web.Request) -> web.Response:
         return web.json_response({"calls": [{"call_id": c} for c in calls]})
@@ -45,6 +66,9 @@ def worker_app(calls: list[str], hung_up: list[str], siblings: Siblings | None) 
     app.router.add_route("*", "/api/v1/calls/{id}", one)
     app.router.add_get("/api/calls/{id}/log", log)
     app.router.add_get("/phone", phone)
+    app.router.add_get("/api/stats", stats)
+    app.router.add_get("/api/bans", list_bans)
+    app.router.add_delete("/api/bans/{address}", lift)
     return app
 
 
@@ -65,16 +89,17 @@ async def workers() -> AsyncIterator[dict[str, Any]]:
     siblings = Siblings(0, ports)
     hung_up: list[str] = []
     runners: list[web.AppRunner] = []
+    bans = [{"192.0.2.1", "192.0.2.9"}, {"192.0.2.2", "192.0.2.9"}]
     for app in (
-        worker_app(["a1"], hung_up, siblings),
-        worker_app(["b1", "b2"], hung_up, None),
+        worker_app(["a1"], hung_up, siblings, bans[0]),
+        worker_app(["b1", "b2"], hung_up, None, bans[1]),
     ):
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", ports[len(runners)]).start()
         runners.append(runner)
     try:
-        yield {"base": f"http://127.0.0.1:{ports[0]}", "hung_up": hung_up}
+        yield {"base": f"http://127.0.0.1:{ports[0]}", "hung_up": hung_up, "bans": bans}
     finally:
         await siblings.close()
         for runner in runners:
@@ -130,3 +155,33 @@ async def test_a_call_nobody_has_is_404_and_a_siblings_question_is_not_passed_on
     assert status == 404  # asked by a sibling: this worker answers for itself only
     status, text = await get(workers["base"] + "/api/v1/calls", **{HEADER: "1"})
     assert '"b1"' not in text
+
+
+async def test_stats_are_the_answering_workers_with_every_workers_beside(
+    workers: dict[str, Any],
+) -> None:
+    status, text = await get(workers["base"] + "/api/stats")
+    stats = json.loads(text)
+    assert status == 200 and stats["calls_active"] == 1  # worker 0's own, as in one process
+    # Every worker that answered (the third is dead): its counters and its index.
+    assert stats["workers"] == [
+        {"worker": 0, "calls_active": 1},
+        {"worker": 1, "calls_active": 2},
+    ]
+
+
+async def test_bans_are_every_workers_and_a_lift_reaches_each(workers: dict[str, Any]) -> None:
+    status, text = await get(workers["base"] + "/api/bans")
+    listed = sorted((b["address"], b["worker"]) for b in json.loads(text))
+    assert status == 200 and listed == [
+        ("192.0.2.1", 0),
+        ("192.0.2.2", 1),
+        ("192.0.2.9", 0),
+        ("192.0.2.9", 1),
+    ]
+    status, _ = await get(workers["base"] + "/api/bans/192.0.2.2", method="DELETE")
+    assert status == 200 and workers["bans"][1] == {"192.0.2.9"}  # lifted where it was
+    status, _ = await get(workers["base"] + "/api/bans/192.0.2.9", method="DELETE")
+    assert status == 200 and workers["bans"] == [{"192.0.2.1"}, set()]  # on both
+    status, _ = await get(workers["base"] + "/api/bans/198.51.100.7", method="DELETE")
+    assert status == 404
