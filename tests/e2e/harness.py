@@ -130,8 +130,12 @@ class Server:
         error_page: str | None = None,
         extra: tuple[str, ...] = (),
         start_timeout: float = 60.0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.data_dir = data_dir
+        #: The address serve's SIP (and RTP) listens on: another of 127.0.0.0/8 stands
+        #: for another machine.
+        self.host = host
         self.start_timeout = start_timeout
         self.sip_port = free_udp_port()
         self.http_port = free_tcp_port()
@@ -145,7 +149,7 @@ class Server:
             "--workers",
             "1",
             "--sip",
-            f"127.0.0.1:{self.sip_port}",
+            f"{host}:{self.sip_port}",
             "--http",
             f"127.0.0.1:{self.http_port}",
             "--rtp-ports",
@@ -170,7 +174,9 @@ class Server:
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
-    def for_app(cls, data_dir: Path, app: AppServer, extra: tuple[str, ...] = ()) -> Server:
+    def for_app(
+        cls, data_dir: Path, app: AppServer, extra: tuple[str, ...] = (), host: str = "127.0.0.1"
+    ) -> Server:
         """serve running ``app``: its /start, its /final, its secret."""
         return cls(
             data_dir,
@@ -178,11 +184,12 @@ class Server:
             secret=app.secret,
             final_page=app.url("/final"),
             extra=extra,
+            host=host,
         )
 
     @property
     def sip(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.sip_port)
+        return (self.host, self.sip_port)
 
     async def __aenter__(self) -> Server:
         self.proc = await asyncio.create_subprocess_exec(
