@@ -241,7 +241,7 @@ class Services:
         call_log: web_adapter.CallLogOf | None = None,
         reuse_port: bool = False,
         outer: Middleware | None = None,
-        private_port: int | None = None,
+        private: tuple[str, int] | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API, web phone); returns
         its base URL."""
@@ -261,7 +261,7 @@ class Services:
             host if host is not None else self.settings.http_host,
             port if port is not None else self.settings.http_port,
             reuse_port=reuse_port,
-            private_port=private_port,
+            private=private,
         )
         self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
         return self.base_url

@@ -66,6 +66,7 @@ A config file is TOML::
     [database]                          # shared state for several nodes (docs/scaling.md)
     url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir
     node_timeout = 30                   # seconds a silent node has before others take over
+    node_address = "10.0.0.5"           # where other nodes reach this one's calls (private API)
 
     [notifications]                     # recording_available_page (docs/recordings.md)
     first_retry = 2                     # seconds before the first retry; doubles each time
@@ -234,6 +235,8 @@ class Settings:
     #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
     database_url: str | None = None
     node_timeout: float = 30.0
+    node_address: str = "127.0.0.1"
+    node_port: int = 0
     tts_voice: str = "piper:joe"
     recogniser: str = "whisper"
     speech_model: str = "tiny.en"
@@ -460,7 +463,9 @@ def load(path: Path) -> Settings:
     settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
     settings.sip_proxies = _network_list(path, "sip", "proxies", sip)
     settings.workers, settings.worker_first_port = _workers(path, _table(path, raw, "workers"))
-    settings.database_url, settings.node_timeout = _database(path, _table(path, raw, "database"))
+    (settings.database_url, settings.node_timeout, settings.node_address, settings.node_port) = (
+        _database(path, _table(path, raw, "database"))
+    )
     recordings = _table(path, raw, "recordings")
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:

@@ -65,15 +65,18 @@ def no_unknown(path: Path, table: str, values: dict[str, Any], known: set[str]) 
         raise ConfigError(f"{path}: [{table}] unknown keys: {', '.join(sorted(unknown))}")
 
 
-def ip_address(path: Path, value: object) -> str:
-    """``[sip] external_address``: an IP address (it goes into SDP's c= line as it is)."""
+def ip_address(
+    path: Path,
+    value: object,
+    where: str = "[sip] external_address",
+    what: str = "the public address callhook is reached at",
+) -> str:
+    """An IP address (``[sip] external_address``: it goes into SDP's c= line as it is)."""
     try:
         return str(ipaddress.ip_address(str(value).strip()))
     except ValueError:
-        raise ConfigError(
-            f"{path}: [sip] external_address must be an IP address (the public address "
-            f"callhook is reached at), got {value!r}"
-        ) from None
+        message = f"{path}: {where} must be an IP address ({what}), got {value!r}"
+        raise ConfigError(message) from None
 
 
 #: A host name (RFC 3261 §25.1 hostname: labels of letters, digits and hyphens).
@@ -174,10 +177,11 @@ def speech(
     return voice, recogniser, model, threads, flag(path, "speech", "preload", values, True)
 
 
-def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float]:
+def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float, str, int]:
     """``[database]``: the PostgreSQL URL of shared state (None: SQLite in the data
-    directory), and how many seconds a silent node is given before it is taken for gone."""
-    no_unknown(path, "database", values, {"url", "node_timeout"})
+    directory); how many seconds a silent node is given before it is taken for gone; and
+    the address and port other nodes reach this one's private API at (port 0: any)."""
+    no_unknown(path, "database", values, {"url", "node_timeout", "node_address", "node_port"})
     url = text(path, "database", "url", values, "") or None
     if url is not None and not re.match(r"postgres(ql)?://", url):
         raise ConfigError(
@@ -187,4 +191,13 @@ def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float]:
     timeout = number(path, "database", "node_timeout", values, 30)
     if not 3 <= timeout <= 3600:
         raise ConfigError(f"{path}: [database] node_timeout must be 3 to 3600 seconds")
-    return url, timeout
+    address = ip_address(
+        path,
+        values.get("node_address", "127.0.0.1"),
+        "[database] node_address",
+        "where the other nodes reach this one",
+    )
+    node_port = integer(path, "database", "node_port", values, 0)
+    if not (node_port == 0 or 1024 <= node_port <= 65535):
+        raise ConfigError(f"{path}: [database] node_port must be 0 (any) or a port above 1023")
+    return url, timeout, address, node_port

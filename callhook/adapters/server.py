@@ -13,6 +13,7 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from callhook.redact import redact
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
     from callhook.adapters.sip import SipService
+    from callhook.store.postgres import Nodes
 
 
 def host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -81,6 +83,8 @@ async def _start_web(
     keys: KeyRing,
     *,
     siblings: Siblings | None,
+    reuse_port: bool,
+    private: tuple[str, int] | None,
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
@@ -114,9 +118,9 @@ async def _start_web(
         bans=sip,
         phone=sip.phone,
         call_log=sip.call_log,
-        reuse_port=siblings is not None,
+        reuse_port=reuse_port,
         outer=siblings.middleware if siblings is not None else None,
-        private_port=settings.sip_port if siblings is not None else None,
+        private=private,
     )
 
 
@@ -145,7 +149,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         from callhook.adapters.supervisor import become_worker
 
         layout = become_worker(settings, args.worker, count)
-        siblings = Siblings(args.worker, [w.sip_port for w in layout.workers])
+        if settings.database_url is None:  # (with PostgreSQL: the nodes table, below)
+            siblings = Siblings.of_workers(args.worker, [w.sip_port for w in layout.workers])
     elif count > 1:
         from callhook.adapters.supervisor import supervise
 
@@ -158,7 +163,33 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
-    base = await _start_web(services, sip, host, port, keys, siblings=siblings)
+    private = ("127.0.0.1", settings.sip_port) if siblings is not None else None
+    nodes = None
+    if settings.database_url is not None:
+        # Every node alive is asked about live calls, on this machine or another.
+        from callhook.store.postgres import Nodes
+
+        assert isinstance(services.ownership, Nodes)
+        nodes = services.ownership
+        siblings = Siblings("", 0, nodes_of(nodes))
+        first = settings.node_port
+        private = (settings.node_address, first + (args.worker or 0) if first else 0)
+    base = await _start_web(
+        services,
+        sip,
+        host,
+        port,
+        keys,
+        siblings=siblings,
+        reuse_port=args.worker is not None,
+        private=private,
+    )
+    if nodes is not None and siblings is not None and services.web_runner is not None:
+        bound = services.web_runner.addresses[-1][1]  # the private site's port
+        where = settings.node_address
+        where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
+        siblings.label, siblings.private_port = where, bound
+        await asyncio.to_thread(nodes.advertise, f"http://{where}")
     app = services.settings.app_for("") or services.default_app()
     # Everything built so far (modules, schemas, the server) lives as long as the
     # process: keep it out of the collector's passes, so a full collection only
@@ -186,6 +217,15 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         if siblings is not None:
             await siblings.close()
     return 0
+
+
+def nodes_of(nodes: Nodes) -> Callable[[], Awaitable[list[str]]]:
+    """The other nodes' private API addresses, read from the database off the loop."""
+
+    async def peers() -> list[str]:
+        return await asyncio.to_thread(nodes.peers)
+
+    return peers
 
 
 def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | None) -> None:

@@ -1,9 +1,14 @@
-"""The other workers' live calls, for the REST routes of ``serve --workers N``.
+"""The other workers' live calls, for the REST routes of ``serve --workers N`` and of nodes
+sharing a PostgreSQL database.
 
 Every worker serves the one web address (SO_REUSEPORT: the kernel gives each new
 connection to one of them), but a live call is in one worker's memory. So a worker
-also listens on a private loopback port (its SIP port number, over TCP), and this
-middleware completes, on the shared address, the routes that are about live calls:
+also listens on a private port (its SIP port number, over TCP, on loopback), and this
+middleware completes, on the shared address, the routes that are about live calls.
+Nodes sharing PostgreSQL (``[database] url``: on other machines too) do the same with
+every other node alive: each listens on ``[database] node_address`` (and
+``node_port``, or any free port), which it writes into the ``nodes`` table
+(:meth:`callhook.store.postgres.Nodes.peers`). The routes:
 
 * ``GET /api/v1/calls``: the application's calls on every worker, one list;
 * ``GET`` / ``DELETE /api/v1/calls/{id}`` and ``GET /api/calls/{id}/log``: when the
@@ -29,6 +34,8 @@ import asyncio
 import json
 import logging
 import re
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,18 +55,52 @@ BANS = "/api/bans"
 ONE_BAN = re.compile(r"/api/bans/.+")
 #: How long a sibling may take to answer.
 TIMEOUT = 5.0
+#: How long the nodes read from the database are taken as they are.
+PEERS_SECONDS = 2.0
+
+#: The others: (their label in ``workers`` lists, the base URL of their private port).
+Peers = list[tuple[int | str, str]]
 
 
 class Siblings:
-    """The other workers' private addresses, and the middleware that asks them."""
+    """The other workers' (or nodes') private addresses, and the middleware that asks them."""
 
-    def __init__(self, index: int, ports: list[int]) -> None:
-        self.index = index
-        self.private_port = ports[index]
-        #: The other workers: (index, base URL of the private port).
-        self.siblings = [(i, f"http://127.0.0.1:{p}") for i, p in enumerate(ports) if i != index]
-        self.others = [base for _, base in self.siblings]
+    def __init__(
+        self,
+        label: int | str,
+        private_port: int,
+        peers: Peers | Callable[[], Awaitable[list[str]]],
+    ) -> None:
+        #: This process in ``workers`` lists: a worker's index, or a node's address.
+        self.label = label
+        #: The port the siblings' questions come to (0: not known until it is bound).
+        self.private_port = private_port
+        self._static = peers if isinstance(peers, list) else None
+        self._lookup = None if isinstance(peers, list) else peers
+        self._cached: tuple[float, Peers] = (float("-inf"), [])
         self._client: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def of_workers(cls, index: int, ports: list[int]) -> Siblings:
+        """Worker ``index`` of ``serve --workers``, whose private ports are ``ports``."""
+        others: Peers = [(i, f"http://127.0.0.1:{p}") for i, p in enumerate(ports) if i != index]
+        return cls(index, ports[index], others)
+
+    async def peers(self) -> Peers:
+        """The others to ask now (nodes: read at most every :data:`PEERS_SECONDS`)."""
+        if self._static is not None:
+            return self._static
+        assert self._lookup is not None
+        when, found = self._cached
+        if time.monotonic() - when >= PEERS_SECONDS:
+            try:
+                bases = await self._lookup()
+            except Exception as exc:  # the database is away: ask the last ones known
+                logger.warning("the other nodes could not be read: %s", exc)
+                return found
+            found = [(base.split("://", 1)[-1], base) for base in bases]
+            self._cached = (time.monotonic(), found)
+        return found
 
     def _session(self) -> aiohttp.ClientSession:
         if self._client is None or self._client.closed:
@@ -81,13 +122,17 @@ class Siblings:
             # phone there would be a keyless loopback door to every application).
             raise web.HTTPNotFound()
         response = await handler(request)
-        if HEADER in request.headers or not self.others:
+        if HEADER in request.headers:
             return response  # a sibling's question: this worker's own answer
+        siblings = await self.peers()
+        if not siblings:
+            return response
+        others = [base for _, base in siblings]
         path = request.path
         if path in (STATS, BANS) and request.method == "GET" and response.status == 200:
-            return await self._everyones(request, response)
+            return await self._everyones(request, response, siblings)
         if ONE_BAN.fullmatch(path) and request.method == "DELETE":
-            answers = await asyncio.gather(*(self._ask(base, request) for base in self.others))
+            answers = await asyncio.gather(*(self._ask(base, request) for base in others))
             lifted = [a for a in answers if a is not None and a.status == 200]
             if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
                 return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
@@ -95,13 +140,13 @@ class Siblings:
         if path == ALL_CALLS and request.method == "GET" and response.status == 200:
             assert isinstance(response, web.Response) and response.text is not None
             calls: list[Any] = json.loads(response.text)["calls"]
-            answers = await asyncio.gather(*(self._ask(base, request) for base in self.others))
+            answers = await asyncio.gather(*(self._ask(base, request) for base in others))
             for answer in answers:
                 if answer is not None and answer.status == 200:
                     calls += json.loads(answer.body)["calls"]
             return web.json_response({"calls": calls})
         if response.status == 404 and ONE_CALL.fullmatch(path):
-            for base in self.others:
+            for base in others:
                 answer = await self._ask(base, request)
                 if answer is not None and answer.status != 404:
                     return web.Response(
@@ -118,14 +163,16 @@ class Siblings:
             or ONE_BAN.fullmatch(path) is not None
         )
 
-    async def _everyones(self, request: web.Request, response: web.StreamResponse) -> web.Response:
+    async def _everyones(
+        self, request: web.Request, response: web.StreamResponse, siblings: Peers
+    ) -> web.Response:
         """``/api/stats`` or ``/api/bans`` with every worker's answer (the module docstring)."""
         assert isinstance(response, web.Response) and response.text is not None
         own = json.loads(response.text)
-        answers = await asyncio.gather(*(self._ask(base, request) for _, base in self.siblings))
-        found = [(self.index, own)] + [
-            (index, json.loads(answer.body))
-            for (index, _), answer in zip(self.siblings, answers, strict=True)
+        answers = await asyncio.gather(*(self._ask(base, request) for _, base in siblings))
+        found = [(self.label, own)] + [
+            (label, json.loads(answer.body))
+            for (label, _), answer in zip(siblings, answers, strict=True)
             if answer is not None and answer.status == 200
         ]
         if request.path == STATS:
@@ -136,7 +183,7 @@ class Siblings:
 
     async def _ask(self, base: str, request: web.Request) -> _Answer | None:
         """``request`` asked of the worker at ``base`` (None: it did not answer)."""
-        headers = {HEADER: str(self.index)}
+        headers = {HEADER: str(self.label)}
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
         try:
@@ -154,8 +201,10 @@ class Siblings:
             return None
 
 
-def _index(entry: dict[str, Any]) -> int:
-    return int(entry["worker"])
+def _index(entry: dict[str, Any]) -> tuple[int, int, str]:
+    """Workers by their index, nodes by their address."""
+    label = entry["worker"]
+    return (0, label, "") if isinstance(label, int) else (1, 0, str(label))
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,8 @@ CREATE TABLE IF NOT EXISTS bindings (
 CREATE INDEX IF NOT EXISTS bindings_user ON bindings ("user");
 CREATE TABLE IF NOT EXISTS nodes (
     token TEXT PRIMARY KEY,
-    alive_until DOUBLE PRECISION NOT NULL
+    alive_until DOUBLE PRECISION NOT NULL,
+    api TEXT
 );
 """
 
@@ -270,6 +271,26 @@ class Nodes:
                 " recordings in progress were finished by another node ([database] node_timeout)",
                 self.timeout,
             )
+
+    def advertise(self, api: str) -> None:
+        """Where the other nodes ask this one about its live calls (its private API's
+        base URL: ``callhook.adapters.siblings``)."""
+        self.db.call(
+            lambda conn: conn.execute(
+                "UPDATE nodes SET api = ? WHERE token = ?", (api, self.token)
+            )
+        )
+
+    def peers(self) -> list[str]:
+        """The private API base URLs of the other nodes alive now, in a stable order."""
+        rows = self.db.call(
+            lambda conn: conn.execute(
+                "SELECT api FROM nodes WHERE token <> ? AND api IS NOT NULL"
+                f" AND alive_until >= {NOW} ORDER BY api",
+                (self.token,),
+            ).fetchall()
+        )
+        return [api for (api,) in rows]
 
     def others(self) -> set[str]:
         """The tokens in the ``nodes`` table, alive or not, but this node's."""

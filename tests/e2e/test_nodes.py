@@ -1,9 +1,11 @@
 """Two nodes, as on two machines: ``callhook serve`` on 127.0.0.2 and on 127.0.0.3, one
 PostgreSQL server (``[database] url``) and one data directory (the shared filesystem).
 
-A node killed with SIGKILL in the middle of a recording is gone for good once its row in
-``nodes`` runs out (``node_timeout``): the other node finishes its recording and
-announces it once. A notification queued by one node is delivered once, by either.
+Either node's REST API knows the other's live calls (each node's private address is
+in the ``nodes`` table). A node killed with SIGKILL in the middle of a recording is
+gone for good once its row in ``nodes`` runs out (``node_timeout``): the other node
+finishes its recording and announces it once. A notification queued by one node is
+delivered once, by either.
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ async def test_a_node_that_dies_has_its_recording_finished_by_the_other(
             return sum(f.stat().st_size > 58 + 16000 for f in files) >= 2
 
         await until(b_recording, "node B's recording", lambda: b.output)
+        # Asked on node A, the REST API knows B's live call (the nodes table says where
+        # B is asked), and B's counters beside A's.
+        status, listed = await a.api("GET", "/api/v1/calls")
+        assert status == 200 and len(listed["calls"]) == 1, listed
+        call_id = listed["calls"][0]["call_id"]
+        status, one = await a.api("GET", f"/api/v1/calls/{call_id}")
+        assert status == 200 and one["call_id"] == call_id, one
+        status, stats = await a.api("GET", "/api/stats")
+        assert status == 200 and len(stats["workers"]) == 2, stats
+        assert stats["calls_active"] == 0  # A's own: its call ended
+        assert sum(w["calls_active"] for w in stats["workers"]) == 1, stats
         assert b.proc is not None
         os.kill(b.proc.pid, signal.SIGKILL)
         answering = True

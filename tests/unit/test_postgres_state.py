@@ -276,6 +276,8 @@ def test_a_server_that_cannot_be_reached_is_named_without_its_password(
         ('url = "mysql://x/y"', "must be a PostgreSQL URL"),
         ("node_timeout = 1", "node_timeout must be 3 to 3600"),
         ("nodes = 2", "unknown keys: nodes"),
+        ('node_address = "db-1"', "node_address must be an IP address"),
+        ("node_port = 80", "node_port must be 0"),
     ],
 )
 def test_database_settings_are_checked(tmp_path: Path, text: str, error: str) -> None:
@@ -287,8 +289,22 @@ def test_database_settings_are_checked(tmp_path: Path, text: str, error: str) ->
 
 def test_database_settings(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[database]\nurl = "postgresql://u@db/callhook"\nnode_timeout = 10\n')
+    path.write_text(
+        '[database]\nurl = "postgresql://u@db/callhook"\nnode_timeout = 10\n'
+        'node_address = "10.0.0.5"\nnode_port = 5200\n'
+    )
     settings: Any = load(path)
     assert (settings.database_url, settings.node_timeout) == ("postgresql://u@db/callhook", 10)
+    assert (settings.node_address, settings.node_port) == ("10.0.0.5", 5200)
     path.write_text("")
     assert load(path).database_url is None  # SQLite, the embedded default
+
+
+def test_each_node_finds_the_others_private_addresses(db: PostgresDatabase) -> None:
+    a, b, c = steady_nodes(db, 3)
+    a.advertise("http://10.0.0.5:41000")
+    b.advertise("http://10.0.0.6:41000")
+    assert a.peers() == ["http://10.0.0.6:41000"]  # not itself; c has said nothing yet
+    assert c.peers() == ["http://10.0.0.5:41000", "http://10.0.0.6:41000"]
+    expire(db, b)
+    assert c.peers() == ["http://10.0.0.5:41000"]  # a silent node is not asked

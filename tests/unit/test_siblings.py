@@ -86,7 +86,7 @@ def free_port() -> int:
 @pytest.fixture
 async def workers() -> AsyncIterator[dict[str, Any]]:
     ports = [free_port(), free_port(), free_port()]  # the third: nobody listens there
-    siblings = Siblings(0, ports)
+    siblings = Siblings.of_workers(0, ports)
     hung_up: list[str] = []
     runners: list[web.AppRunner] = []
     bans = [{"192.0.2.1", "192.0.2.9"}, {"192.0.2.2", "192.0.2.9"}]
