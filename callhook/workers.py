@@ -24,7 +24,12 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
 * it relays nothing but calls to and from its workers: a request from outside
   "in a dialog" whose route leads anywhere but a worker gets 403;
 * media does not pass through Kamailio: the caller's RTP goes straight to the
-  worker's own port, named in its SDP.
+  worker's own port, named in its SDP;
+* SIP over TLS ends at Kamailio (its ``tls`` module, with ``[sip]
+  tls_certificate`` and ``tls_key``): it passes calls on to the workers over UDP
+  on their host, Record-Routes both sides (the phone's with ``;transport=tls``),
+  and sends requests for a phone back over the connection the phone opened
+  (``nathelper``'s Contact alias: phones seldom listen for TLS).
 
 Kamailio applies ``[security] allow`` and a per-source rate (its ``pike``
 module, the same figure as ``[security] rate``; a source over it is banned for
@@ -96,6 +101,8 @@ class Layout:
     workers: tuple[Worker, ...]
     #: Kamailio's TCP port ([sip] tcp_port, by default the UDP port); None: no TCP.
     tcp_port: int | None
+    #: Kamailio's TLS port and its certificate and key files; None: no TLS.
+    tls: tuple[int, str, str] | None = None
     probe_seconds: int = 1
 
     def worker(self, index: int) -> Worker:
@@ -158,6 +165,7 @@ def plan(
     first_port: int,
     rtp_ports: tuple[int, int],
     tcp_port: int | None = None,
+    tls: tuple[int, str, str] | None = None,
 ) -> Layout:
     """The layout of ``count`` workers; ConfigError when it cannot be laid out.
 
@@ -196,7 +204,7 @@ def plan(
     )
     wildcard = host in ("0.0.0.0", "::", "")
     worker_host = ("::1" if ":" in host else "127.0.0.1") if wildcard else host
-    return Layout(host, port, advertised, worker_host, workers, tcp_port)
+    return Layout(host, port, advertised, worker_host, workers, tcp_port, tls)
 
 
 def dispatcher_list(layout: Layout) -> str:
@@ -242,6 +250,18 @@ def kamailio_config(
     if layout.tcp_port is not None:
         tcp_advertise = advertise.replace(f":{layout.port}", f":{layout.tcp_port}")
         listens.append(f"listen=tcp:{host}:{layout.tcp_port}{tcp_advertise}")
+    more = ""
+    if layout.tls is not None:
+        tls_port, certificate, key = layout.tls
+        tls_advertise = advertise.replace(f":{layout.port}", f":{tls_port}")
+        listens.append(f"listen=tls:{host}:{tls_port}{tls_advertise}")
+        more = f"""loadmodule "tls.so"
+modparam("tls", "tls_method", "TLSv1.2+")
+modparam("tls", "certificate", "{certificate}")
+modparam("tls", "private_key", "{key}")
+modparam("tls", "verify_certificate", 0)
+modparam("tls", "require_certificate", 0)"""
+    streams = layout.tcp_port is not None or layout.tls is not None
     refuse = "exit;" if unknown == "drop" else 'sl_send_reply("403", "Forbidden"); exit;'
     # pike counts requests per source in units of 2 s and blocks a source over the density.
     density = max(2, round(rate * 2))
@@ -250,6 +270,17 @@ def kamailio_config(
     from_worker = f"({_subnet_test(layout.proxies)}) && $sp >= {first} && $sp <= {last}"
     to_worker_host = " || ".join(f'$var(host) == "{h}"' for h in layout.proxies)
     trusted_test = _subnet_test(trusted)
+    # A phone on TCP or TLS is reached over the connection it opened: its Contact gets an
+    # alias of that connection's address (nathelper), used for the requests sent to it.
+    alias = unalias = ""
+    if streams:
+        more += '\nloadmodule "nathelper.so"'
+        alias = f"""
+    if (!({from_worker}) && (proto == TCP || proto == TLS)
+            && is_method("INVITE|SUBSCRIBE|UPDATE|REFER|NOTIFY|INFO")) {{
+        add_contact_alias();
+    }}"""
+        unalias = "handle_ruri_alias();"
     return f"""#!KAMAILIO
 # Written by callhook serve (callhook/workers.py): SIP in front of {len(layout.workers)}
 # callhook workers. It is written again at every start: edit the config, not this file.
@@ -258,7 +289,8 @@ log_stderror=yes
 log_prefix="kamailio: "
 fork=yes
 children={children}
-{"tcp_children=" + str(children) if layout.tcp_port is not None else "disable_tcp=yes"}
+{"tcp_children=" + str(children) if streams else "disable_tcp=yes"}
+{"enable_tls=yes" if layout.tls is not None else ""}
 {chr(10).join(listens)}
 mpath="{modules}"
 loadmodule "tm.so"
@@ -286,6 +318,7 @@ modparam("pike", "remove_latency", 4)
 modparam("htable", "htable", "ban=>size=8;autoexpire={max(1, round(ban_seconds))};")
 # Call-ID -> the worker of the call, for in-dialog requests that carry no Route.
 modparam("htable", "htable", "calls=>size=14;autoexpire={CALL_AFFINITY_SECONDS};")
+{more}
 
 request_route {{
     if (!({from_worker}) && !({trusted_test})) {{
@@ -300,7 +333,7 @@ request_route {{
         # [security] allow: who may send requests.
         if (!({_subnet_test(allow)})) {{ {refuse} }}
     }}
-    if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}
+    if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}{alias}
     if (has_totag()) {{
         # In a dialog: the route set names the worker (or the caller) it belongs to.
         if (loose_route()) {{
@@ -319,6 +352,7 @@ request_route {{
                 }}
             }}
             if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
+            {unalias}
             t_relay();
             exit;
         }}

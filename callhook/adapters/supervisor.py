@@ -60,8 +60,18 @@ def layout_of(settings: Settings, count: int) -> Layout:
     from callhook.adapters.sip import local_address
 
     refused = []
+    tls = None
     if settings.tls_certificate is not None and settings.sip_tls_port:
-        refused.append("SIP over TLS (or set [sip] tls_port = 0)")
+        modules = kamailio_modules()
+        if modules is not None and not (modules / "tls.so").exists():
+            refused.append(
+                "SIP over TLS without Kamailio's TLS module (apt install kamailio-tls-modules)"
+            )
+        tls = (
+            settings.sip_tls_port,
+            str(settings.tls_certificate.resolve()),
+            str((settings.tls_key or settings.tls_certificate).resolve()),
+        )
     if settings.trunks:
         # Kamailio would count a trunk's calls against the per-source rate, and the
         # workers would not know which trunk a call came through (its source is Kamailio).
@@ -85,6 +95,7 @@ def layout_of(settings: Settings, count: int) -> Layout:
         first_port=settings.worker_first_port,
         rtp_ports=settings.rtp_ports,
         tcp_port=None if settings.sip_tcp_port == 0 else settings.sip_tcp_port or settings.sip_port,
+        tls=tls,
     )
 
 
@@ -133,7 +144,7 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     worker = layout.worker(index)
     settings.sip_port = worker.sip_port
     settings.rtp_ports = worker.rtp_ports
-    settings.sip_tcp_port = 0  # Kamailio takes TCP and passes requests on over UDP
+    settings.sip_tcp_port = 0  # Kamailio takes TCP and TLS and passes requests on over UDP
     settings.sip_tls_port = 0
     settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
     return layout
@@ -308,6 +319,8 @@ class Supervisor:
         )
         if layout.tcp_port is not None:
             print(f"  SIP: tcp {layout.host}:{layout.tcp_port}", flush=True)
+        if layout.tls is not None:
+            print(f"  SIP: tls {layout.host}:{layout.tls[0]}", flush=True)
         for w in layout.workers:
             print(
                 f"  worker {w.index}: SIP {layout.worker_host}:{w.sip_port}, "

@@ -49,7 +49,13 @@ import trustme
 from callhook.media import g711, tones, wav
 from callhook.media.srtp import TAG_LENGTH, Crypto, SrtpContext, new_key
 from callhook.testing import AppServer
-from tests.e2e.harness import Server, free_tcp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    Server,
+    free_even_udp_port,
+    free_tcp_port,
+    free_udp_port,
+    wait_for_request,
+)
 from tests.e2e.test_baresip import BARESIP, PROMPT, TONE_HZ, _pcm16_wav, baresip_config, command
 
 TCPDUMP = shutil.which("tcpdump")
@@ -62,9 +68,12 @@ pytestmark = [
 PCMU_PACKET = 12 + 160
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_baresip_calls_over_tls_with_srtp_and_no_plaintext_audio_is_on_the_wire(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
+    """With ``--workers 2`` TLS ends at the Kamailio in front of the workers; the call,
+    its SRTP and callhook's BYE over baresip's own connection are the same."""
     data = tmp_path / "data"
     prompt = data / "media" / "default" / PROMPT
     prompt.parent.mkdir(parents=True)
@@ -86,6 +95,8 @@ async def test_baresip_calls_over_tls_with_srtp_and_no_plaintext_audio_is_on_the
     config.write_text(
         f'[sip]\ntls_port = {tls_port}\ntls_certificate = "{pki["callhook"]}"\n'
         f'tls_key = "{pki["callhook_key"]}"\ntls_ca = "{pki["ca"]}"\n'
+        f"[workers]\ncount = {workers}\nfirst_port = {free_even_udp_port()}\n"
+        "[speech]\npreload = false\n"
     )
     phone_dir = tmp_path / "baresip"
     phone_dir.mkdir()
@@ -102,8 +113,12 @@ async def test_baresip_calls_over_tls_with_srtp_and_no_plaintext_audio_is_on_the
 
     pcap = tmp_path / "rtp.pcap"
     output: list[str] = []
-    async with Server.for_app(data, app, extra=("--config", str(config))) as server:
+    server = Server.for_app(data, app, extra=("--config", str(config), "--workers", str(workers)))
+    server.start_timeout = 150.0  # two workers load at once: slow on a loaded machine
+    async with server:
         assert f"SIP: tls 127.0.0.1:{tls_port}" in server.output, server.output
+        if workers == 2:  # TLS is Kamailio's; the workers listen on UDP only
+            assert "with 2 workers behind Kamailio" in server.output, server.output
         async with (
             capture(pcap, server.rtp_ports),
             traced_baresip(phone_dir, ctrl_port, output) as phone,

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import trustme
 
 from callhook.adapters.supervisor import become_worker, layout_of
 from callhook.config import ConfigError, Settings, load
@@ -117,8 +118,11 @@ def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
 def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> None:
     from callhook.config import UserConfig
 
-    with pytest.raises(ConfigError, match="SIP over TLS"):
-        layout_of(Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "cert.pem"), 2)
+    # SIP over TLS ends at Kamailio, with callhook's certificate and key.
+    tls = layout_of(
+        Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "c.pem", sip_tls_port=5071), 2
+    ).tls
+    assert tls == (5071, str(tmp_path / "c.pem"), str(tmp_path / "c.pem"))
     settings = Settings(sip_host="127.0.0.1", external_address="203.0.113.7")
     settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
     settings.users = {"alice": UserConfig("alice", "a long password")}
@@ -138,7 +142,13 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: str) -> None:
     assert KAMAILIO is not None and MODULES is not None
-    layout = two(host=host, tcp_port=5062 if host == "0.0.0.0" else None)
+    # With TCP and TLS on the wildcard host; UDP only on loopback.
+    tls = None
+    if host == "0.0.0.0":
+        pem = trustme.CA().issue_cert("localhost")
+        pem.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "callhook.pem"))
+        tls = (5063, str(tmp_path / "callhook.pem"), str(tmp_path / "callhook.pem"))
+    layout = two(host=host, tcp_port=5062 if host == "0.0.0.0" else None, tls=tls)
     dispatcher = tmp_path / "dispatcher.list"
     dispatcher.write_text(dispatcher_list(layout))
     config = tmp_path / "kamailio.cfg"
@@ -164,6 +174,8 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
     assert ("listen=tcp:" in text) == (layout.tcp_port is not None)
     if layout.tcp_port is not None:
         assert "listen=tcp:0.0.0.0:5062 advertise 127.0.0.1:5062" in text
+        assert "listen=tls:0.0.0.0:5063 advertise 127.0.0.1:5063" in text
+        assert "enable_tls=yes" in text and "handle_ruri_alias();" in text
     assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
