@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,8 @@ class Services:
     outbox: Outbox = field(init=False)
     notifier: Notifier | None = None
     _keeper: asyncio.Task[None] | None = None
-    _keeping: asyncio.Future[int] | None = None
+    _recovering: asyncio.Task[None] | None = None
+    _rounds: set[asyncio.Future[None]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -175,29 +177,38 @@ class Services:
         """Start saying this process is alive and finishing the recordings of those that
         died (needs the running event loop; :meth:`start_notifier` starts it too)."""
         if self._keeper is None:
-            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+            every = KEEP_SECONDS
+            if self.settings.database_url is not None:
+                every = self.settings.node_timeout / 3
+            loop = asyncio.get_running_loop()
+            # Two tasks: a long recovery never holds up the heartbeat.
+            self._keeper = loop.create_task(
+                self._every(every, self.ownership.beat, "say this process is alive")
+            )
+            self._recovering = loop.create_task(
+                self._every(every, self._recover, "look for the recordings of stopped processes")
+            )
 
-    async def _keep(self) -> None:
-        """Say this process is alive, and finish the recordings of those that died (a
-        killed worker, a node gone for good), every few seconds while it runs."""
-        every = KEEP_SECONDS
-        if self.settings.database_url is not None:
-            every = self.settings.node_timeout / 3
+    def _recover(self) -> None:
+        found = self.journal.recover(self.store.path, at_start=False)
+        if found:
+            logger.warning(
+                "finished %d recording(s) of a process that stopped (a worker or node)", found
+            )
+
+    async def _every(self, seconds: float, work: Callable[[], None], doing: str) -> None:
+        """``work()`` on a thread every ``seconds`` (the database is away: the next time)."""
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(seconds)
             # Shielded: close() waits for a round to end rather than leave its thread
             # working on a database being closed.
-            self._keeping = asyncio.ensure_future(asyncio.to_thread(self._keep_once))
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            self._rounds.add(running)
+            running.add_done_callback(self._rounds.discard)
             try:
-                found = await asyncio.shield(self._keeping)
-            except Exception as exc:  # the database is away: the next round tries again
-                logger.error("could not look for the recordings of stopped processes: %s", exc)
-                continue
-            if found:
-                logger.warning(
-                    "finished %d recording(s) of a process that stopped (a worker or node)",
-                    found,
-                )
+                await asyncio.shield(running)
+            except Exception as exc:
+                logger.error("could not %s: %s", doing, exc)
 
     def _notify_now(self) -> None:
         if self.notifier is not None:
@@ -241,7 +252,7 @@ class Services:
         call_log: web_adapter.CallLogOf | None = None,
         reuse_port: bool = False,
         outer: Middleware | None = None,
-        private: tuple[str, int] | None = None,
+        private: socket.socket | None = None,
     ) -> str:
         """Start the HTTP server (demo application, calls API, REST API, web phone); returns
         its base URL."""
@@ -360,17 +371,13 @@ class Services:
         """An outbound call nobody answered: the application's final page says why."""
         return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
 
-    def _keep_once(self) -> int:
-        self.ownership.beat()
-        return self.journal.recover(self.store.path, at_start=False)
-
     async def close(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
-            await asyncio.gather(self._keeper, return_exceptions=True)
-            if self._keeping is not None:
-                await asyncio.gather(self._keeping, return_exceptions=True)
-            self._keeper = self._keeping = None
+        for task in (self._keeper, self._recovering):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*self._rounds, return_exceptions=True)
+        self._keeper = self._recovering = None
         await asyncio.to_thread(self.speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.
         if not await asyncio.to_thread(wavfile.drain):

@@ -197,6 +197,11 @@ def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float, str
         "[database] node_address",
         "where the other nodes reach this one",
     )
+    if ipaddress.ip_address(address).is_unspecified:
+        raise ConfigError(
+            f"{path}: [database] node_address must be the address the other nodes reach this"
+            f" one at, not {address} (every address)"
+        )
     node_port = integer(path, "database", "node_port", values, 0)
     if not (node_port == 0 or 1024 <= node_port <= 65535):
         raise ConfigError(f"{path}: [database] node_port must be 0 (any) or a port above 1023")

@@ -280,7 +280,9 @@ modparam("tls", "require_certificate", 0)"""
             && is_method("INVITE|SUBSCRIBE|UPDATE|REFER|NOTIFY|INFO")) {{
         add_contact_alias();
     }}"""
-        unalias = "handle_ruri_alias();"
+        # Only for a worker's request to a phone: from outside, an alias in the request
+        # URI would choose where Kamailio sends it (a relay to anywhere).
+        unalias = f"if ({from_worker}) {{ handle_ruri_alias(); }}"
     return f"""#!KAMAILIO
 # Written by callhook serve (callhook/workers.py): SIP in front of {len(layout.workers)}
 # callhook workers. It is written again at every start: edit the config, not this file.

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -84,7 +85,7 @@ async def _start_web(
     *,
     siblings: Siblings | None,
     reuse_port: bool,
-    private: tuple[str, int] | None,
+    private: socket.socket | None,
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
@@ -163,7 +164,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
-    private = ("127.0.0.1", settings.sip_port) if siblings is not None else None
+    # The private port, bound now: the middleware knows it before any request comes.
+    private = private_socket("127.0.0.1", settings.sip_port) if siblings is not None else None
     nodes = None
     if settings.database_url is not None:
         # Every node alive is asked about live calls, on this machine or another.
@@ -171,9 +173,12 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
 
         assert isinstance(services.ownership, Nodes)
         nodes = services.ownership
-        siblings = Siblings("", 0, nodes_of(nodes))
         first = settings.node_port
-        private = (settings.node_address, first + (args.worker or 0) if first else 0)
+        private = private_socket(settings.node_address, first + (args.worker or 0) if first else 0)
+        bound = private.getsockname()[1]
+        where = settings.node_address
+        where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
+        siblings = Siblings(where, bound, nodes_of(nodes), token=nodes.token)
     base = await _start_web(
         services,
         sip,
@@ -184,12 +189,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         reuse_port=args.worker is not None,
         private=private,
     )
-    if nodes is not None and siblings is not None and services.web_runner is not None:
-        bound = services.web_runner.addresses[-1][1]  # the private site's port
-        where = settings.node_address
-        where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
-        siblings.label, siblings.private_port = where, bound
-        await asyncio.to_thread(nodes.advertise, f"http://{where}")
+    if nodes is not None and siblings is not None:
+        await asyncio.to_thread(nodes.advertise, f"http://{siblings.label}")
     app = services.settings.app_for("") or services.default_app()
     # Everything built so far (modules, schemas, the server) lives as long as the
     # process: keep it out of the collector's passes, so a full collection only
@@ -219,13 +220,24 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def nodes_of(nodes: Nodes) -> Callable[[], Awaitable[list[str]]]:
-    """The other nodes' private API addresses, read from the database off the loop."""
+def nodes_of(nodes: Nodes) -> Callable[[], Awaitable[list[tuple[str, str]]]]:
+    """The other nodes' private API addresses and tokens, read from the database off the
+    event loop."""
 
-    async def peers() -> list[str]:
+    async def peers() -> list[tuple[str, str]]:
         return await asyncio.to_thread(nodes.peers)
 
     return peers
+
+
+def private_socket(host: str, port: int) -> socket.socket:
+    """The listening socket of the private port (port 0: any free one); ConfigError, with
+    the address, when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise ConfigError(f"the private API port {host}:{port} cannot be used: {exc}") from None
 
 
 def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | None) -> None:

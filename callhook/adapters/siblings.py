@@ -13,19 +13,22 @@ every other node alive: each listens on ``[database] node_address`` (and
 * ``GET /api/v1/calls``: the application's calls on every worker, one list;
 * ``GET`` / ``DELETE /api/v1/calls/{id}`` and ``GET /api/calls/{id}/log``: when the
   call is not this worker's (404 here), the same request goes to the others in
-  turn; the first answer that is not 404 is the answer;
+  turn; the first answer that is a success (2xx) is the answer;
 
 and the server's own routes, which are about every worker too:
 
 * ``GET /api/stats``: the answering worker's counters, as in one process, and
-  ``workers``: every worker's, each with its ``worker`` index;
+  ``workers``: every worker's, each with its ``worker`` index (a node: its address);
 * ``GET /api/bans``: every worker's bans, one list (each with its ``worker``);
   ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it.
 
 Forwarded requests carry the caller's own ``Authorization`` (every worker has the
-same keys) and :data:`HEADER`, so the worker that gets one answers for itself
-only. A worker that does not answer (dead, restarting) is skipped: its calls are
-gone anyway.
+same keys; a request this worker refused with 401 or 403 is not passed on) and
+:data:`HEADER`, so the worker that gets one answers for itself only; to a node, also
+:data:`NODE`, its token, so that a node reached at another's address (two machines
+both saying ``127.0.0.1``) answers nothing rather than count its calls twice. A
+worker that does not answer, or answers what is not JSON, is skipped. The private
+port answers these requests and no others (not even other methods on their paths).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from callhook.adapters.web import Handler
 logger = logging.getLogger("callhook.workers")
 
 HEADER = "X-Callhook-Worker"
+#: The token of the node a forwarded request is meant for.
+NODE = "X-Callhook-Node"
 #: Routes about one live call, answered by the worker that has it.
 ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 ALL_CALLS = "/api/v1/calls"
@@ -55,11 +60,24 @@ BANS = "/api/bans"
 ONE_BAN = re.compile(r"/api/bans/.+")
 #: How long a sibling may take to answer.
 TIMEOUT = 5.0
-#: How long the nodes read from the database are taken as they are.
+#: How long the nodes read from the database are taken as they are (also after a
+#: failed read: the database is not asked again at every request while it is away).
 PEERS_SECONDS = 2.0
 
-#: The others: (their label in ``workers`` lists, the base URL of their private port).
-Peers = list[tuple[int | str, str]]
+#: The others: (their label in ``workers`` lists, the base URL of their private port,
+#: their node token or None for a worker of this machine).
+Peers = list[tuple[int | str, str, str | None]]
+#: Reads the other nodes: (base URL, token) each.
+NodeLookup = Callable[[], Awaitable[list[tuple[str, str]]]]
+
+
+def asked(method: str, path: str) -> bool:
+    """Whether ``method path`` is one of the siblings' questions (the private port's)."""
+    if method == "GET" and path in (ALL_CALLS, STATS, BANS):
+        return True
+    if ONE_CALL.fullmatch(path) is not None:
+        return method in ("GET", "DELETE")
+    return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
 
 class Siblings:
@@ -69,38 +87,46 @@ class Siblings:
         self,
         label: int | str,
         private_port: int,
-        peers: Peers | Callable[[], Awaitable[list[str]]],
+        peers: Peers | NodeLookup,
+        token: str | None = None,
     ) -> None:
         #: This process in ``workers`` lists: a worker's index, or a node's address.
         self.label = label
-        #: The port the siblings' questions come to (0: not known until it is bound).
+        #: The port the siblings' questions come to.
         self.private_port = private_port
+        #: This node's token (None: a worker of ``serve --workers`` on SQLite).
+        self.token = token
         self._static = peers if isinstance(peers, list) else None
         self._lookup = None if isinstance(peers, list) else peers
         self._cached: tuple[float, Peers] = (float("-inf"), [])
+        self._reading = asyncio.Lock()
         self._client: aiohttp.ClientSession | None = None
 
     @classmethod
     def of_workers(cls, index: int, ports: list[int]) -> Siblings:
         """Worker ``index`` of ``serve --workers``, whose private ports are ``ports``."""
-        others: Peers = [(i, f"http://127.0.0.1:{p}") for i, p in enumerate(ports) if i != index]
+        others: Peers = [
+            (i, f"http://127.0.0.1:{p}", None) for i, p in enumerate(ports) if i != index
+        ]
         return cls(index, ports[index], others)
 
     async def peers(self) -> Peers:
-        """The others to ask now (nodes: read at most every :data:`PEERS_SECONDS`)."""
+        """The others to ask now (nodes: read at most every :data:`PEERS_SECONDS`, one
+        read at a time)."""
         if self._static is not None:
             return self._static
         assert self._lookup is not None
-        when, found = self._cached
-        if time.monotonic() - when >= PEERS_SECONDS:
-            try:
-                bases = await self._lookup()
-            except Exception as exc:  # the database is away: ask the last ones known
-                logger.warning("the other nodes could not be read: %s", exc)
+        async with self._reading:
+            when, found = self._cached
+            if time.monotonic() - when < PEERS_SECONDS:
                 return found
-            found = [(base.split("://", 1)[-1], base) for base in bases]
+            try:
+                nodes = await self._lookup()
+                found = [(base.split("://", 1)[-1], base, token) for base, token in nodes]
+            except Exception as exc:  # the database is away: the last ones known, for now
+                logger.warning("the other nodes could not be read: %s", exc)
             self._cached = (time.monotonic(), found)
-        return found
+            return found
 
     def _session(self) -> aiohttp.ClientSession:
         if self._client is None or self._client.closed:
@@ -117,51 +143,49 @@ class Siblings:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         private = sockname is not None and sockname[1] == self.private_port
-        if private and not self._asked(request.path):
+        method, path = request.method, request.path
+        if private and not asked(method, path):
             # The private port answers the siblings' questions and nothing else (the web
-            # phone there would be a keyless loopback door to every application).
+            # phone there would be a keyless door to every application).
             raise web.HTTPNotFound()
-        response = await handler(request)
         if HEADER in request.headers:
-            return response  # a sibling's question: this worker's own answer
+            meant = request.headers.get(NODE)
+            if meant is not None and self.token is not None and meant != self.token:
+                raise web.HTTPNotFound()  # meant for another node: nothing of ours
+            return await handler(request)  # a sibling's question: this worker's own answer
+        response = await handler(request)
+        if not asked(method, path) or response.status in (401, 403):
+            return response  # not about the others; or refused here, so there too
         siblings = await self.peers()
         if not siblings:
             return response
-        others = [base for _, base in siblings]
-        path = request.path
-        if path in (STATS, BANS) and request.method == "GET" and response.status == 200:
+        if path in (STATS, BANS) and response.status == 200:
             return await self._everyones(request, response, siblings)
-        if ONE_BAN.fullmatch(path) and request.method == "DELETE":
-            answers = await asyncio.gather(*(self._ask(base, request) for base in others))
+        if ONE_BAN.fullmatch(path):
+            if response.status not in (200, 404):
+                return response
+            answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
             lifted = [a for a in answers if a is not None and a.status == 200]
             if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
                 return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
             return response
-        if path == ALL_CALLS and request.method == "GET" and response.status == 200:
+        if path == ALL_CALLS and response.status == 200:
             assert isinstance(response, web.Response) and response.text is not None
             calls: list[Any] = json.loads(response.text)["calls"]
-            answers = await asyncio.gather(*(self._ask(base, request) for base in others))
+            answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
             for answer in answers:
-                if answer is not None and answer.status == 200:
-                    calls += json.loads(answer.body)["calls"]
+                theirs = _json(answer)
+                if isinstance(theirs, dict) and isinstance(theirs.get("calls"), list):
+                    calls += theirs["calls"]
             return web.json_response({"calls": calls})
         if response.status == 404 and ONE_CALL.fullmatch(path):
-            for base in others:
-                answer = await self._ask(base, request)
-                if answer is not None and answer.status != 404:
+            for peer in siblings:
+                answer = await self._ask(peer, request)
+                if answer is not None and 200 <= answer.status < 300:
                     return web.Response(
                         status=answer.status, body=answer.body, headers=answer.headers
                     )
         return response
-
-    @staticmethod
-    def _asked(path: str) -> bool:
-        """Whether ``path`` is one of the siblings' questions (the private port's routes)."""
-        return (
-            path in (ALL_CALLS, STATS, BANS)
-            or ONE_CALL.fullmatch(path) is not None
-            or ONE_BAN.fullmatch(path) is not None
-        )
 
     async def _everyones(
         self, request: web.Request, response: web.StreamResponse, siblings: Peers
@@ -169,21 +193,26 @@ class Siblings:
         """``/api/stats`` or ``/api/bans`` with every worker's answer (the module docstring)."""
         assert isinstance(response, web.Response) and response.text is not None
         own = json.loads(response.text)
-        answers = await asyncio.gather(*(self._ask(base, request) for _, base in siblings))
-        found = [(self.label, own)] + [
-            (label, json.loads(answer.body))
-            for (label, _), answer in zip(siblings, answers, strict=True)
-            if answer is not None and answer.status == 200
-        ]
+        answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
+        found: list[tuple[int | str, Any]] = [(self.label, own)]
+        for (label, _, _), answer in zip(siblings, answers, strict=True):
+            theirs = _json(answer)
+            if isinstance(theirs, dict if request.path == STATS else list):
+                found.append((label, theirs))
         if request.path == STATS:
             workers = sorted(({"worker": i, **stats} for i, stats in found), key=_index)
             return web.json_response({**own, "workers": workers})
         bans = [{**ban, "worker": i} for i, listed in found for ban in listed]
         return web.json_response(sorted(bans, key=_index))
 
-    async def _ask(self, base: str, request: web.Request) -> _Answer | None:
-        """``request`` asked of the worker at ``base`` (None: it did not answer)."""
+    async def _ask(
+        self, peer: tuple[int | str, str, str | None], request: web.Request
+    ) -> _Answer | None:
+        """``request`` asked of ``peer`` (None: it did not answer)."""
+        _, base, token = peer
         headers = {HEADER: str(self.label)}
+        if token is not None:
+            headers[NODE] = token
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
         try:
@@ -199,6 +228,17 @@ class Siblings:
         except (aiohttp.ClientError, TimeoutError) as exc:
             logger.info("worker at %s did not answer %s: %s", base, request.path, exc)
             return None
+
+
+def _json(answer: _Answer | None) -> Any:
+    """A sibling's successful JSON answer (None: none, a failure, or not JSON)."""
+    if answer is None or answer.status != 200:
+        return None
+    try:
+        return json.loads(answer.body)
+    except ValueError:
+        logger.info("a worker answered what is not JSON: skipped")
+        return None
 
 
 def _index(entry: dict[str, Any]) -> tuple[int, int, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -199,20 +200,19 @@ async def start(
     port: int,
     *,
     reuse_port: bool = False,
-    private: tuple[str, int] | None = None,
+    private: socket.socket | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on host:port (port 0: any free port); returns the runner and base URL.
 
     ``reuse_port``: the port is shared with the other workers of ``serve --workers``
-    (SO_REUSEPORT: the kernel spreads connections over them); ``private``: the address
-    of this worker (or node) alone, where the others ask it about its calls (its port is
-    the runner's last address)."""
+    (SO_REUSEPORT: the kernel spreads connections over them); ``private``: the bound
+    socket of this worker (or node) alone, where the others ask it about its calls."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
     if private is not None:
-        await web.TCPSite(runner, private[0], private[1]).start()
+        await web.SockSite(runner, private).start()
     bound_host, bound_port = runner.addresses[0][:2]
     # Listening on every address: our own requests (the demo's pages) go to loopback.
     if bound_host in ("0.0.0.0", "::"):

@@ -108,6 +108,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     alive_until DOUBLE PRECISION NOT NULL,
     api TEXT
 );
+ALTER TABLE nodes ADD COLUMN IF NOT EXISTS api TEXT;
 """
 
 
@@ -235,15 +236,19 @@ class Nodes:
         self.timeout = timeout
         self.token = secrets.token_hex(8)
         self.clock = clock
+        #: Where the others ask this node about its live calls (:meth:`advertise`).
+        self.api: str | None = None
         db.call(self._insert)
         # Since when every beat went through (None: the last one failed).
         self._steady_since: float | None = clock()
 
     def _insert(self, conn: Connection) -> None:
+        # (Again after being taken for gone: with its address, or it is never asked.)
         conn.execute(
-            f"INSERT INTO nodes (token, alive_until) VALUES (?, {NOW} + ?)"
-            " ON CONFLICT (token) DO UPDATE SET alive_until = excluded.alive_until",
-            (self.token, self.timeout),
+            f"INSERT INTO nodes (token, alive_until, api) VALUES (?, {NOW} + ?, ?)"
+            " ON CONFLICT (token) DO UPDATE SET alive_until = excluded.alive_until,"
+            " api = excluded.api",
+            (self.token, self.timeout, self.api),
         )
 
     def beat(self) -> None:
@@ -275,22 +280,24 @@ class Nodes:
     def advertise(self, api: str) -> None:
         """Where the other nodes ask this one about its live calls (its private API's
         base URL: ``callhook.adapters.siblings``)."""
+        self.api = api
         self.db.call(
             lambda conn: conn.execute(
                 "UPDATE nodes SET api = ? WHERE token = ?", (api, self.token)
             )
         )
 
-    def peers(self) -> list[str]:
-        """The private API base URLs of the other nodes alive now, in a stable order."""
+    def peers(self) -> list[tuple[str, str]]:
+        """The other nodes alive now: (their private API base URL, their token), in a
+        stable order."""
         rows = self.db.call(
             lambda conn: conn.execute(
-                "SELECT api FROM nodes WHERE token <> ? AND api IS NOT NULL"
+                "SELECT api, token FROM nodes WHERE token <> ? AND api IS NOT NULL"
                 f" AND alive_until >= {NOW} ORDER BY api",
                 (self.token,),
             ).fetchall()
         )
-        return [api for (api,) in rows]
+        return [(api, token) for api, token in rows]
 
     def others(self) -> set[str]:
         """The tokens in the ``nodes`` table, alive or not, but this node's."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import sys
@@ -192,6 +193,29 @@ class Server:
         return (self.host, self.sip_port)
 
     async def __aenter__(self) -> Server:
+        for _ in range(3):
+            if await self._start():
+                return self
+            # A port this harness chose was taken meanwhile (it is in the kernel's range
+            # of ephemeral ports, which any process's outgoing connection may get): the
+            # same serve on other ports. A port the test chose is the test's business.
+            taken = re.search(r"address \('[^']*', (\d+)\): address already in use", self.output)
+            if taken is None or int(taken.group(1)) not in (self.http_port, self.sip_port):
+                break
+            old = (f":{self.sip_port}", f":{self.http_port}")
+            self.sip_port, self.http_port = free_udp_port(), free_tcp_port()
+            new = (f":{self.sip_port}", f":{self.http_port}")
+            self.args = [
+                a.replace(old[0], new[0]).replace(old[1], new[1])
+                if a.endswith(old) else a
+                for a in self.args
+            ]
+            self.output = ""
+        raise AssertionError(f"callhook serve did not start:\n{self.output}")
+
+    async def _start(self) -> bool:
+        """Start serve; True once it says where its web server is, False if it does not
+        (stopped)."""
         self.proc = await asyncio.create_subprocess_exec(
             *CALLHOOK,
             *self.args,
@@ -204,12 +228,13 @@ class Server:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if "web: " in self.output:
-                return self
+                return True
             if self.proc.returncode is not None:
                 break
             await asyncio.sleep(0.05)
         await self._stop_unstarted()
-        raise AssertionError(f"callhook serve did not start:\n{self.output}")
+        await asyncio.wait_for(self._reader, 5)  # (all it said, for the reason)
+        return False
 
     async def _stop_unstarted(self) -> None:
         """Stop a serve that did not start in time (not left running past the test)."""

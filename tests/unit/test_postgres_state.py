@@ -277,6 +277,7 @@ def test_a_server_that_cannot_be_reached_is_named_without_its_password(
         ("node_timeout = 1", "node_timeout must be 3 to 3600"),
         ("nodes = 2", "unknown keys: nodes"),
         ('node_address = "db-1"', "node_address must be an IP address"),
+        ('node_address = "0.0.0.0"', "not 0.0.0.0"),
         ("node_port = 80", "node_port must be 0"),
     ],
 )
@@ -304,7 +305,11 @@ def test_each_node_finds_the_others_private_addresses(db: PostgresDatabase) -> N
     a, b, c = steady_nodes(db, 3)
     a.advertise("http://10.0.0.5:41000")
     b.advertise("http://10.0.0.6:41000")
-    assert a.peers() == ["http://10.0.0.6:41000"]  # not itself; c has said nothing yet
-    assert c.peers() == ["http://10.0.0.5:41000", "http://10.0.0.6:41000"]
+    assert a.peers() == [("http://10.0.0.6:41000", b.token)]  # not itself; c said nothing
+    assert [api for api, _ in c.peers()] == ["http://10.0.0.5:41000", "http://10.0.0.6:41000"]
     expire(db, b)
-    assert c.peers() == ["http://10.0.0.5:41000"]  # a silent node is not asked
+    assert c.peers() == [("http://10.0.0.5:41000", a.token)]  # a silent node is not asked
+    with c.gone(b.token) as gone:
+        assert gone
+    b.beat()  # b was only slow: back with its address, asked again
+    assert [api for api, _ in c.peers()] == ["http://10.0.0.5:41000", "http://10.0.0.6:41000"]

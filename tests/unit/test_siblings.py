@@ -36,6 +36,8 @@ def worker_app(
         return web.json_response([{"address": a, "reason": "flood"} for a in sorted(banned)])
 
     async def lift(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer k":
+            return web.json_response({"error": "unauthorized"}, status=401)
         address = request.match_info["address"]
         if address not in banned:
             return web.json_response({"error": "not_found"}, status=404)
@@ -69,7 +71,12 @@ def worker_app(
     app.router.add_get("/api/stats", stats)
     app.router.add_get("/api/bans", list_bans)
     app.router.add_delete("/api/bans/{address}", lift)
+    app.router.add_post("/api/v1/calls", place)
     return app
+
+
+async def place(request: web.Request) -> web.Response:
+    return web.json_response({"call_id": "new"}, status=201)
 
 
 async def phone(request: web.Request) -> web.Response:
@@ -112,6 +119,20 @@ async def get(url: str, method: str = "GET", **headers: str) -> tuple[int, str]:
         client.request(method, url, headers={"Authorization": "Bearer k", **headers}) as r,
     ):
         return r.status, await r.text()
+
+
+async def test_the_private_port_takes_no_other_method(workers: dict[str, Any]) -> None:
+    status, _ = await get(workers["base"] + "/api/v1/calls", method="POST")
+    assert status == 404  # placing a call is not one of the siblings' questions
+
+
+async def test_a_request_refused_here_is_not_passed_on(workers: dict[str, Any]) -> None:
+    """A wrong key is not sent on to the others (each would count it against this
+    worker's address, and ban it)."""
+    status, _ = await get(
+        workers["base"] + "/api/bans/192.0.2.2", method="DELETE", Authorization="Bearer bad"
+    )
+    assert status == 401 and workers["bans"][1] == {"192.0.2.2", "192.0.2.9"}
 
 
 async def test_the_list_has_every_workers_calls(workers: dict[str, Any]) -> None:
@@ -185,3 +206,26 @@ async def test_bans_are_every_workers_and_a_lift_reaches_each(workers: dict[str,
     assert status == 200 and workers["bans"] == [{"192.0.2.1"}, set()]  # on both
     status, _ = await get(workers["base"] + "/api/bans/198.51.100.7", method="DELETE")
     assert status == 404
+
+
+async def test_a_node_answers_nothing_meant_for_another() -> None:
+    """Two machines that both said 127.0.0.1: a node asked at another's address answers
+    404, rather than have its calls counted as the other's too."""
+
+    async def no_nodes() -> list[tuple[str, str]]:
+        return []
+
+    port = free_port()
+    siblings = Siblings("127.0.0.1:1", port, no_nodes, token="mine")
+    runner = web.AppRunner(worker_app(["a1"], [], siblings))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        base = f"http://127.0.0.1:{port}/api/v1/calls"
+        status, _ = await get(base, **{HEADER: "x", "X-Callhook-Node": "another"})
+        assert status == 404
+        status, text = await get(base, **{HEADER: "x", "X-Callhook-Node": "mine"})
+        assert status == 200 and '"a1"' in text
+    finally:
+        await siblings.close()
+        await runner.cleanup()

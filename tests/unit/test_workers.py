@@ -175,7 +175,10 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
     if layout.tcp_port is not None:
         assert "listen=tcp:0.0.0.0:5062 advertise 127.0.0.1:5062" in text
         assert "listen=tls:0.0.0.0:5063 advertise 127.0.0.1:5063" in text
-        assert "enable_tls=yes" in text and "handle_ruri_alias();" in text
+        assert "enable_tls=yes" in text
+        # The alias of a phone's connection is followed for a worker's requests only.
+        (line,) = [x for x in text.splitlines() if "handle_ruri_alias" in x]
+        assert line.strip().startswith("if ((is_in_subnet") and "$sp >= 5100" in line
     assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
