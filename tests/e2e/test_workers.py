@@ -133,32 +133,34 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         pids = worker_pids(data_dir)
         assert sorted(pids) == [0, 1], server.output
 
-        # A caller that ignores Record-Route (as the load kit's does): its ACK and BYE come
-        # to the proxy's address with no Route, and still reach the call's worker.
-        plan.append([{"sleep": {"seconds": 30}}])
-        run = await sipp.call(server.sip, tmp_path, *routeless())
-        assert run.returncode == 0, run.output + run.errors + server.output
-        await until(lambda: app.bodies("/final"), "the final page", lambda: server.output)
-        assert app.bodies("/final")[0]["this_call"]["call_cause"] == "hung_up"
+        # Kamailio's routing is the same whichever database the workers share.
+        if database == "sqlite":
+            # A caller that ignores Record-Route (as the load kit's does): its ACK and BYE come
+            # to the proxy's address with no Route, and still reach the call's worker.
+            plan.append([{"sleep": {"seconds": 30}}])
+            run = await sipp.call(server.sip, tmp_path, *routeless())
+            assert run.returncode == 0, run.output + run.errors + server.output
+            await until(lambda: app.bodies("/final"), "the final page", lambda: server.output)
+            assert app.bodies("/final")[0]["this_call"]["call_cause"] == "hung_up"
 
-        # Kamailio is no open relay: a request "in a dialog" routed to anywhere but a
-        # worker is refused, and nothing reaches that place.
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as elsewhere:
-            elsewhere.bind(("127.0.0.1", 0))
-            elsewhere.settimeout(1.0)
-            target = elsewhere.getsockname()[1]
-            relay = (
-                f"INFO sip:victim@127.0.0.1:{target} SIP/2.0\r\n"
-                "Via: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKrelay1;rport\r\n"
-                f"Route: <sip:127.0.0.1:{server.sip_port};lr>\r\n"
-                "From: <sip:probe@127.0.0.1>;tag=a\r\nTo: <sip:victim@127.0.0.1>;tag=b\r\n"
-                "Call-ID: relay-1@probe\r\nCSeq: 1 INFO\r\nMax-Forwards: 70\r\n"
-                "Content-Length: 0\r\n\r\n"
-            ).encode()
-            (refused,) = await asyncio.to_thread(exchange, server.sip, relay, final=True)
-            assert refused.status == 403, refused
-            with pytest.raises(TimeoutError):
-                elsewhere.recv(2048)
+            # Kamailio is no open relay: a request "in a dialog" routed to anywhere but a
+            # worker is refused, and nothing reaches that place.
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as elsewhere:
+                elsewhere.bind(("127.0.0.1", 0))
+                elsewhere.settimeout(1.0)
+                target = elsewhere.getsockname()[1]
+                relay = (
+                    f"INFO sip:victim@127.0.0.1:{target} SIP/2.0\r\n"
+                    "Via: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bKrelay1;rport\r\n"
+                    f"Route: <sip:127.0.0.1:{server.sip_port};lr>\r\n"
+                    "From: <sip:probe@127.0.0.1>;tag=a\r\nTo: <sip:victim@127.0.0.1>;tag=b\r\n"
+                    "Call-ID: relay-1@probe\r\nCSeq: 1 INFO\r\nMax-Forwards: 70\r\n"
+                    "Content-Length: 0\r\n\r\n"
+                ).encode()
+                (refused,) = await asyncio.to_thread(exchange, server.sip, relay, final=True)
+                assert refused.status == 403, refused
+                with pytest.raises(TimeoutError):
+                    elsewhere.recv(2048)
 
         # A: a recording whose notification is answered 503: it waits in the outbox.
         plan.append(record(800))
@@ -233,16 +235,17 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
         assert len(delivered) == len(set(delivered)) == 3, delivered
         assert "interrupted by a restart" in server.output
 
-        # The new worker takes calls: with E and F up, killing the other worker drops
-        # exactly one of them.
-        plan += [[{"sleep": {"seconds": 6}}, {"hang_up": {}}] for _ in range(2)]
-        starts = len(app.bodies("/start"))
-        calls = [asyncio.create_task(sipp.call(server.sip, tmp_path, *quick)) for _ in range(2)]
-        assert await wait_for_request_count(app, "/start", starts + 2), server.output
-        survivor = worker_pids(data_dir)[1 - index]
-        os.kill(survivor, signal.SIGKILL)
-        outcomes = [r.returncode for r in await asyncio.gather(*calls)]
-        assert sorted(c == 0 for c in outcomes) == [False, True], (outcomes, server.output)
+        if database == "sqlite":  # (the same with PostgreSQL)
+            # The new worker takes calls: with E and F up, killing the other worker drops
+            # exactly one of them.
+            plan += [[{"sleep": {"seconds": 6}}, {"hang_up": {}}] for _ in range(2)]
+            starts = len(app.bodies("/start"))
+            calls = [asyncio.create_task(sipp.call(server.sip, tmp_path, *quick)) for _ in range(2)]
+            assert await wait_for_request_count(app, "/start", starts + 2), server.output
+            survivor = worker_pids(data_dir)[1 - index]
+            os.kill(survivor, signal.SIGKILL)
+            outcomes = [r.returncode for r in await asyncio.gather(*calls)]
+            assert sorted(c == 0 for c in outcomes) == [False, True], (outcomes, server.output)
         assert await server.stop() == 0, server.output
     assert not leftovers(data_dir), "a worker or Kamailio outlived serve"
 
