@@ -40,8 +40,10 @@ anything that reaches them another way.
 
 The workers share the data directory: recordings and notifications already
 work across processes there (``store/database.py``: ``flock`` ownership; the
-notifier lock passes to a survivor; a new worker finishes the recordings of a
-dead one at its start).
+notifier lock passes to a survivor; the recordings of a dead worker are
+finished by the first worker that looks, every 10 s, or by its successor at its
+start). With ``[database] url`` they share PostgreSQL instead, as nodes on
+several machines do (``store/postgres.py``).
 
 This module only computes: the layout from the settings, Kamailio's
 configuration and dispatcher list. ``adapters/supervisor.py`` runs them.
