@@ -75,14 +75,17 @@ async def bridged_calls(server: Server) -> list[tuple[str, str]]:
     return []
 
 
-def callee_scenario(pcap: Path | None, media_port: int | None = None) -> str:
+def callee_scenario(
+    pcap: Path | None, media_port: int | None = None, hold_ms: int = 4000
+) -> str:
+    """A callee that answers, plays ``pcap`` (if any), stays ``hold_ms``, then hangs up."""
     answer = sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
     if media_port is not None:  # the callee's SDP names the test's socket
         answer = answer.replace("m=audio [media_port]", f"m=audio {media_port}")
     parts = [answer]
     if pcap is not None:
         parts.append(sipp.PLAY.format(pcap=pcap))
-    parts += [sipp.PAUSE.format(ms=4000), sipp.BYE_FROM_UAS]
+    parts += [sipp.PAUSE.format(ms=hold_ms), sipp.BYE_FROM_UAS]
     return sipp.scenario(*parts)
 
 
