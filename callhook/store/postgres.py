@@ -170,15 +170,19 @@ class PostgresDatabase(Database):
         (psycopg's OperationalError); a bug in a statement never does."""
         return isinstance(exc, psycopg.OperationalError)
 
+    def _reconnect(self) -> psycopg.Connection[Any]:
+        """A new connection in place of one that broke (failing, OperationalError: the
+        caller holds its work, as :meth:`passing` says)."""
+        with contextlib.suppress(Exception):
+            self._conn.close()
+        conn = self._conn = self._connect()
+        logger.warning("the state database is connected again")
+        return conn
+
     def _transaction(self, fn: Callable[[Connection], T]) -> T:
         conn: psycopg.Connection[Any] = self._conn
-        if conn.closed or conn.broken:
-            # The server restarted, or the network dropped: a new connection. Failing,
-            # it raises OperationalError, and the caller holds its work (passing).
-            with contextlib.suppress(Exception):
-                conn.close()
-            conn = self._conn = self._connect()
-            logger.warning("the state database is connected again")
+        if conn.closed or conn.broken:  # the server restarted, or the network dropped
+            conn = self._reconnect()
         began = False
 
         def run(c: Connection) -> T:
@@ -194,8 +198,7 @@ class PostgresDatabase(Database):
                 raise
             # BEGIN failed: the server had ended the connection while it was idle (a
             # restart). Nothing ran: once more, on a new connection.
-            conn = self._conn = self._connect()
-            logger.warning("the state database is connected again")
+            conn = self._reconnect()
             with conn.transaction():
                 return fn(_Connection(conn))
 
