@@ -9,9 +9,13 @@ for all calls at once:
    one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
    a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
    stays in the kernel's buffer and is dropped there);
-2. each session's :meth:`~callhook.media.session.MediaSession.tick`, and the
+2. the audio frames received in step 1, every call's at once: decoded and
+   measured in one numpy call per law (:mod:`callhook.media.frames`), then
+   handed to each session's detectors
+   (:meth:`~callhook.media.session.MediaSession.detect`);
+3. each session's :meth:`~callhook.media.session.MediaSession.tick`, and the
    packet it returns is sent;
-3. the legs of calls whose sessions have events are woken.
+4. the legs of calls whose sessions have events are woken.
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
 :mod:`callhook.adapters.webphone`; a ``connect`` to a WebSocket server,
@@ -41,6 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from callhook.media import frames, g711
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -117,6 +122,7 @@ class MediaEngine:
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
         stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        session.batched = True
         self.streams[port] = stream
         for s in (sock, stream.rtcp):
             if s is not None:
@@ -140,6 +146,7 @@ class MediaEngine:
         self._attached -= 1
         key = self._attached
         stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
+        session.batched = True
         self.streams[key] = self._socketless[key] = stream
         if self._handle is None:
             self._next = self.loop.time() + TICK
@@ -201,6 +208,7 @@ class MediaEngine:
         self._receive(now)
         if self._socketless:
             self._receive_attached(now)
+        self._detect()
         for stream in list(self.streams.values()):
             try:
                 self._send(stream, now, wall)
@@ -250,6 +258,25 @@ class MediaEngine:
                 self._next += (int(behind / TICK) + 1) * TICK
         # No call left (the last one closed during this tick): stop until one opens.
         self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
+
+    def _detect(self) -> None:
+        """Step 2: the frames this tick received, every call's decoded and measured at once."""
+        groups: dict[g711.Law, list[_Stream]] = {}
+        for stream in self.streams.values():
+            if stream.session.undetected:
+                groups.setdefault(stream.session.law, []).append(stream)
+        for law, group in groups.items():
+            samples, powers = frames.measure(law, [p for s in group for p in s.session.undetected])
+            first = 0
+            for stream in group:
+                session = stream.session
+                last = first + len(session.undetected)
+                session.undetected = []
+                try:
+                    session.detect(samples[first:last], powers[first:last])
+                except Exception:
+                    self._fault(stream, "detecting")
+                first = last
 
     def _receive_attached(self, now: float) -> None:
         for stream in list(self._socketless.values()):

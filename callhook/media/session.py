@@ -122,6 +122,12 @@ class MediaSession:
         self.recognising = False
         self.detecting = False  # an action wants voice activity (DetectVoice)
         self.utterances: deque[Utterance] = deque()
+        #: Set by the media engine: a received frame's detection (voice activity, in-band
+        #: digits, transcription) waits in :attr:`undetected` for the engine's call of
+        #: :meth:`detect`, which decodes every call's frames of the tick at once
+        #: (media/frames.py). Unset, each frame is decoded and looked at as it comes.
+        self.batched = False
+        self.undetected: list[bytes] = []
         self.player = Player(self.law, events=event_payload_type is not None)
         #: The caller's audio level for the call's picture (the web phone's calls; None: off).
         self.meter: LevelMeter | None = None
@@ -247,11 +253,20 @@ class MediaSession:
         self._preroll.append((timestamp, payload))
         if self._recording is not None:
             self._record(payload, timestamp)
-        samples = g711.decode(self.law, payload)
-        self._detect(samples)
+        if self.batched:
+            self.undetected.append(payload)  # the engine's detect() comes this tick
+        else:
+            self._detect(g711.decode(self.law, payload))
 
-    def _detect(self, samples: npt.NDArray[np.int16]) -> None:
-        self._voice(samples)
+    def detect(self, samples: Sequence[npt.NDArray[np.int16]], powers: Sequence[float]) -> None:
+        """Voice activity, in-band digits, transcription of the frames :attr:`undetected`
+        held, decoded by the media tick for every call at once (media/frames.py), which
+        has taken them out."""
+        for frame, power in zip(samples, powers, strict=True):
+            self._detect(frame, power)
+
+    def _detect(self, samples: npt.NDArray[np.int16], power: float | None = None) -> None:
+        self._voice(samples, power)
         if self.transcriber is not None:
             self.transcriber.caller(samples)
         if self.tones is not None:
@@ -261,8 +276,8 @@ class MediaSession:
             elif digit is not None:
                 self._digit(digit, inband=True)
 
-    def _voice(self, samples: npt.NDArray[np.int16]) -> None:
-        edge = self.vad.feed(samples)
+    def _voice(self, samples: npt.NDArray[np.int16], power: float | None = None) -> None:
+        edge = self.vad.feed(samples, power)
         if self.meter is not None:
             self.meter.feed(samples, self.vad.active and not self.vad.paused)
         if edge is not None:
@@ -406,6 +421,11 @@ class MediaSession:
     def _tick(self, now: float) -> bytes | None:
         for late in self.receiver.poll(now):
             self._packet(late, now)
+        if self.undetected:
+            # Frames the reorder window released now, after this tick's batch: at once.
+            frames, self.undetected = self.undetected, []
+            for payload in frames:
+                self._detect(g711.decode(self.law, payload))
         self._check_dead(now)
         if now - self._last_audio > SILENT_AFTER and self._last_audio:
             # No audio packets (silence suppression, a stalled stream): it is silence.

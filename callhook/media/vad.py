@@ -101,6 +101,8 @@ from typing import Final, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from callhook.media.frames import frame_power
+
 logger = logging.getLogger("callhook.media")
 
 FULL_SCALE: Final = 32768.0
@@ -254,12 +256,16 @@ class VoiceActivityDetector:
             return SILENCE_DBFS
         return 10.0 * math.log10(floor / (FULL_SCALE * FULL_SCALE))
 
-    def feed(self, frame: npt.NDArray[np.int16]) -> bool | None:
-        """True: activity started; False: it ended (after the hangover); None: no change."""
+    def feed(self, frame: npt.NDArray[np.int16], power: float | None = None) -> bool | None:
+        """True: activity started; False: it ended (after the hangover); None: no change.
+
+        ``power``: the frame's mean square if it is known already (the media tick
+        measures every call's frame at once: :mod:`callhook.media.frames`).
+        """
         if not len(frame):
             return None  # an RTP packet with no payload: no audio, no verdict (nor 0/0)
-        f = frame.astype(np.float32)
-        power = float(f @ f) / len(f)
+        if power is None:
+            power = frame_power(frame)
         # Noise floor: running minimum over BLOCKS blocks of BLOCK_FRAMES frames.
         if power < self._block_min:
             self._block_min = power

@@ -1,0 +1,103 @@
+"""Every call's frames of a media tick measured at once (callhook/media/frames.py), and the
+media tick that uses it: a call's detectors hear the same whether its frames are decoded
+one by one or with every other call's."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from callhook.adapters.media import MediaEngine
+from callhook.events import DigitReceived
+from callhook.media import frames, g711, tones
+from callhook.media.dtmfsend import inband
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import MediaSession
+
+
+def _payloads(law: g711.Law) -> list[bytes]:
+    rng = np.random.default_rng(7)
+    noise = rng.integers(-3000, 3000, 160 * 5, dtype=np.int16)
+    loud = tones.tone(440.0, 0.02, -6.0)
+    chunks = [g711.encode(law, noise[i * 160 : (i + 1) * 160]) for i in range(5)]
+    return [*chunks[:2], g711.encode(law, loud), b"", chunks[2][:80], *chunks[3:]]
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_measure_gives_each_frame_its_samples_and_exact_power(law: g711.Law) -> None:
+    payloads = _payloads(law)
+    samples, powers = frames.measure(law, payloads)
+    assert len(samples) == len(powers) == len(payloads)
+    for payload, got, power in zip(payloads, samples, powers, strict=True):
+        alone = g711.decode(law, payload)
+        assert np.array_equal(got, alone)
+        exact = sum(int(x) * int(x) for x in alone.tolist())
+        assert power == (exact / len(alone) if len(alone) else 0.0)
+        assert power == frames.frame_power(alone)  # the detector alone measures the same
+
+
+def test_measured_frames_are_read_only() -> None:
+    samples, _ = frames.measure("ulaw", [b"\x00" * 160, b"\x10" * 160])
+    with pytest.raises(ValueError):
+        samples[0][0] = 1  # rows of one array: a writer would change another call's frame
+
+
+def test_measure_of_nothing() -> None:
+    assert frames.measure("ulaw", []) == ([], [])
+
+
+def _audio(law: g711.Law) -> list[bytes]:
+    """Line noise, a key press in the audio, more noise, in 20 ms frames (one short)."""
+    rng = np.random.default_rng(3)
+    noise = g711.encode(law, rng.integers(-200, 200, 160 * 30, dtype=np.int16))
+    audio = noise[: 160 * 12] + inband("7", law) + noise[160 * 12 :]
+    chunks = [audio[i : i + 160] for i in range(0, len(audio), 160)]
+    chunks[20] = chunks[20][:120]  # an odd packet is measured in its place
+    return chunks
+
+
+class FaultyDetection(MediaSession):
+    def detect(self, samples: object, powers: object) -> None:
+        raise RuntimeError("a bug in detection")
+
+
+async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> None:
+    engine = MediaEngine("127.0.0.1", 41400, 41500)
+    peer = ("127.0.0.1", 5004)
+    try:
+        laws: list[g711.Law] = ["ulaw", "alaw", "ulaw"]
+        batched = [
+            MediaSession("PCMU" if law == "ulaw" else "PCMA", 0 if law == "ulaw" else 8, None, peer)
+            for law in laws
+        ]
+        alone = [
+            MediaSession("PCMU" if s.law == "ulaw" else "PCMA", s.payload_type, None, peer)
+            for s in batched
+        ]
+        broken = FaultyDetection("PCMU", 0, None, peer, label="call broken")
+        keys = [engine.attach(s, lambda _: None, lambda: None) for s in [*batched, broken]]
+        assert all(s.batched for s in [*batched, broken]) and not alone[0].batched
+        audio = {law: _audio(law) for law in ("ulaw", "alaw")}
+        now = asyncio.get_running_loop().time()
+        for tick, _ in enumerate(audio["ulaw"]):
+            at = now + tick * 0.02
+            for i, session in enumerate([*batched, broken]):
+                law = session.law
+                packet = RtpPacket(
+                    session.payload_type, False, tick, tick * 160, 99 + i, audio[law][tick]
+                ).serialize()
+                engine.deliver(keys[i], packet, peer)
+                if i < len(alone):
+                    alone[i].receive(packet, peer, at)
+            engine._work(at)
+            for a, b in zip(batched, alone, strict=True):
+                assert a.undetected == []  # the tick took them
+                assert list(a.events) == list(b.events)
+                assert a.vad.noise_floor_dbfs == b.vad.noise_floor_dbfs
+        for session in batched:
+            assert DigitReceived("7") in session.events
+        assert engine.faults == len(audio["ulaw"])  # every frame of the broken call, only those
+    finally:
+        engine.shutdown()
