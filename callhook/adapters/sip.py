@@ -149,7 +149,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.calls: dict[str, SipCall] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self.finished: list[CallSummary] = []
         #: The call log of each recent call, by Call-ID: (application, instance id), the
         #: last RECENT_LOGS calls (``GET /api/calls/{call_id}/log``: callhook test --sip).
         self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -471,7 +470,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                         self.recent_logs.popitem(last=False)
 
                 summary = await self.services.run_call(call.app, call.leg, started=started)
-            self.finished.append(summary)
             return summary
         except Exception as exc:
             # A fault inside callhook (a bug): named in the log at once, and the caller

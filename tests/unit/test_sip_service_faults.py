@@ -73,3 +73,46 @@ async def test_a_call_that_fails_inside_callhook_is_logged_and_released(
         peer.close()
         await sip.shutdown(grace=1.0)
         await services.close()
+
+
+async def test_a_finished_call_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A long-running serve takes millions of calls: what the service keeps of each must
+    go when it ends (a list of every call's summary once grew for ever, and with it the
+    collector's full passes, which stop every call's audio)."""
+    import gc
+
+    from callhook.call import CallSummary
+
+    app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
+    settings = Settings(
+        data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
+    )
+    services = Services(settings)
+    ran: list[str] = []
+
+    async def done(*args: Any, **kwargs: Any) -> CallSummary:
+        ran.append("call")
+        return CallSummary("0123", cause="normal", pages=["http://127.0.0.1:9/start"])
+
+    services.run_call = done  # type: ignore[method-assign]
+    sip = SipService(services, "127.0.0.1", 0, rtp_ports=(47100, 47200))
+    await sip.start(register=False)
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_sendto(
+            peer, _invite(sip.port, peer.getsockname()[1]), ("127.0.0.1", sip.port)
+        )
+        for _ in range(200):
+            if ran and not sip.calls:
+                break
+            await asyncio.sleep(0.01)
+        assert ran and sip.calls == {}
+        gc.collect()
+        assert [o for o in gc.get_objects() if isinstance(o, CallSummary)] == []
+    finally:
+        peer.close()
+        await sip.shutdown(grace=1.0)
+        await services.close()
