@@ -176,6 +176,7 @@ class Dialling:
         finally:
             media.release(sock, port)  # no-op once the call's media ran (and closed it)
             self.calls.pop(call_id, None)
+            leg.far = leg.referrer = None  # they point back at the call (see _run)
             self.guard.remove_peer(peer)
 
     def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:

@@ -482,6 +482,10 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             self.drop_all_callees(call)
             self.media.close(call.media.port)
             self.calls.pop(call.call_id, None)
+            # The leg's helpers point back at the call: without them the call's objects
+            # go when the last reference does, not in one of the collector's full passes
+            # (which stop every call's audio for as long as they take).
+            call.leg.far = call.leg.referrer = None
             self._flush()
 
     async def _answer(self, call_id: str) -> None:

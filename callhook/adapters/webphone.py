@@ -418,6 +418,7 @@ class WebPhone:
             if levels is not None:
                 levels.cancel()
             leg.finish()
+            leg.far = None  # it points back at the call: let the call go by reference count
             if self.far_legs is not None:
                 self.far_legs.drop_all_callees(call)
             media.close(key)
