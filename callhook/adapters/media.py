@@ -84,7 +84,8 @@ class MediaEngine:
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
-        self._by_fd: dict[int, _Stream] = {}
+        # Each polled socket: its stream, the socket, and whether it is the RTP one (else RTCP).
+        self._by_fd: dict[int, tuple[_Stream, socket.socket, bool]] = {}
         self._epoll = select.epoll()
         start = first_port + (first_port & 1)
         self._free: deque[int] = deque(range(start, last_port, 2))
@@ -126,7 +127,7 @@ class MediaEngine:
         self.streams[port] = stream
         for s in (sock, stream.rtcp):
             if s is not None:
-                self._by_fd[s.fileno()] = stream
+                self._by_fd[s.fileno()] = (stream, s, s is sock)
                 self._epoll.register(s.fileno(), select.EPOLLIN)
         if self._handle is None:
             self._next = self.loop.time() + TICK
@@ -304,24 +305,23 @@ class MediaEngine:
             if not ready:
                 return
             for fd, _ in ready:
-                stream = by_fd.get(fd)
-                if stream is None:
+                polled = by_fd.get(fd)
+                if polled is None:
                     continue
-                assert stream.sock is not None  # only sockets are polled
-                sock = stream.sock if stream.sock.fileno() == fd else stream.rtcp
-                if sock is None:
-                    continue
+                stream, sock, rtp = polled
                 try:
                     data, address = sock.recvfrom(2048)
                 except (BlockingIOError, InterruptedError):
                     continue
                 except OSError:
                     continue  # an ICMP error queued on the socket
+                if len(address) != 2:
+                    address = (address[0], address[1])  # IPv6: (host, port, flow, scope)
                 try:
-                    if sock is stream.sock:
-                        stream.session.receive(data, (address[0], address[1]), now)
+                    if rtp:
+                        stream.session.receive(data, address, now)
                     else:
-                        stream.session.rtcp_received(data, (address[0], address[1]), now)
+                        stream.session.rtcp_received(data, address, now)
                 except Exception:
                     self._fault(stream, "receiving")  # that packet is lost, nothing else
 

@@ -5,7 +5,9 @@ sockets, no clock reads, no timers. Hot paths (:meth:`RtpPacket.parse`,
 :func:`pack_header`, :meth:`RtpSender.frame`, :meth:`RtpReceiver.feed` for an
 in-order packet) do a fixed, small amount of work: one ``struct`` call, no
 per-packet allocation beyond the bytes and, on receive, the packet and the
-returned list. ``bench/rtp_micro.py`` measures them.
+returned list; :meth:`RtpReceiver.feed_next` takes the usual packet (the next
+of the current source) as its header fields, with no packet object at all.
+``bench/rtp_micro.py`` measures them.
 """
 
 from __future__ import annotations
@@ -351,6 +353,40 @@ class RtpReceiver:
         out = []
         self._release(now, out)
         return out
+
+    def feed_next(self, seq: int, ts: int, ssrc: int, now: float) -> bool:
+        """:meth:`feed` of the usual packet, with no packet object: the next one of the
+        current source, nothing held. Counted as :meth:`feed` counts it, and True (it
+        plays now); False and nothing changed when it is any other case (then
+        :meth:`feed` it). The media tick's receive path calls this for every packet."""
+        if ssrc != self.ssrc or self._held:
+            return False
+        max_seq = self._max_seq
+        if (seq - max_seq) & 0xFFFF >= MAX_DROPOUT:
+            return False
+        wraps = seq < max_seq
+        ext = self._cycles + seq + (RTP_SEQ_MOD if wraps else 0)
+        if ext != self._next:
+            return False
+        if self._candidates:  # the current source is alive: no switch
+            self._candidates.clear()
+        if wraps:
+            self._cycles += RTP_SEQ_MOD
+        self._max_seq = seq
+        self.received += 1
+        if ts != self._last_ts:  # interarrival jitter, RFC 3550 A.8 (as in feed)
+            arrival = now * self.clock_rate
+            if self._last_ts >= 0:
+                span = ((ts - self._last_ts + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                d = arrival - self._last_arrival - span
+                if d < 0:
+                    d = -d
+                self._jitter += (d - self._jitter) * 0.0625
+            self._last_arrival = arrival
+            self._last_ts = ts
+        self._next = ext + 1
+        self._history = ((self._history << 1) | 1) & _HISTORY_MASK
+        return True
 
     def poll(self, now: float) -> list[RtpPacket]:
         """Packets released because the one they wait for is overdue (``max_hold``)."""

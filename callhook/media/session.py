@@ -43,6 +43,7 @@ before the voice-activity detector noticed the caller.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from collections.abc import Sequence
 from typing import Literal
@@ -73,6 +74,10 @@ from callhook.speech.stream import Utterance, UtteranceCutter
 from callhook.speech.transcription import CallTranscriber
 
 logger = logging.getLogger("callhook.media")
+
+#: The fixed RTP header after its first byte (RFC 3550 §5.1): M/PT, sequence, timestamp, SSRC.
+_FIXED = struct.Struct("!BHII")
+_PLAIN_HEADER = 12
 
 Law = Literal["ulaw", "alaw"]
 Address = tuple[str, int]
@@ -202,6 +207,18 @@ class MediaSession:
             logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
             self.remote = source
         self.latched = True
+        if len(data) > _PLAIN_HEADER and data[0] == 0x80:
+            # The usual packet (version 2, no CSRC, extension or padding), the caller's
+            # audio, next in sequence: no packet object (this runs for every packet of
+            # every call; RtpReceiver.feed_next counts it as feed would).
+            second, seq, timestamp, ssrc = _FIXED.unpack_from(data, 1)
+            if second & 0x7F == self.payload_type and self.receiver.feed_next(
+                seq, timestamp, ssrc, now
+            ):
+                if self._rtp_since is not None:
+                    self._rtp_since = now
+                self._audio(data[_PLAIN_HEADER:], timestamp, now)
+                return
         try:
             packet = RtpPacket.parse(data)
         except RtpError as exc:
@@ -262,6 +279,16 @@ class MediaSession:
         """Voice activity, in-band digits, transcription of the frames :attr:`undetected`
         held, decoded by the media tick for every call at once (media/frames.py), which
         has taken them out."""
+        alone = self.tones is None and self.transcriber is None and self.meter is None
+        if alone and not self.recognising:
+            # The usual case (digits come as events, nothing but voice activity
+            # listens): _voice's work without its calls, for every call every tick.
+            feed, events = self.vad.feed, self.events
+            for frame, power in zip(samples, powers, strict=True):
+                edge = feed(frame, power)
+                if edge is not None:
+                    events.append(VoiceActivity(edge))
+            return
         for frame, power in zip(samples, powers, strict=True):
             self._detect(frame, power)
 

@@ -6,6 +6,8 @@ import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender, pack_header
 
@@ -369,3 +371,33 @@ def test_report_block_before_any_packet_and_lsr_dlsr() -> None:
     assert block is not None
     assert block.lsr == 0x7E801234
     assert block.dlsr == 32768  # 0.5 s in 1/65536 s
+
+
+def _stream_steps() -> st.SearchStrategy[list[tuple[int, int, int, float]]]:
+    """Packets of a messy stream: (sequence, timestamp, ssrc, arrival step) — in order,
+    reordered, repeated, lost, across the 65535 wrap, sequence jumps, a second source."""
+    step = st.tuples(
+        st.sampled_from([1, 1, 1, 1, 2, -1, 0, 5, -3, 4000, -4000]),
+        st.sampled_from([160, 160, 0, 320]),
+        st.sampled_from([7, 7, 7, 7, 9]),
+        st.sampled_from([0.02, 0.0, 0.05, 0.2]),
+    )
+    return st.lists(step, min_size=1, max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=_stream_steps(), start=st.integers(0, 0xFFFF))
+def test_feed_next_counts_every_packet_as_feed_does(
+    steps: list[tuple[int, int, int, float]], start: int
+) -> None:
+    """The receive path's fast path (no packet object for the usual packet) leaves the
+    receiver exactly as feed() would, packet by packet, whatever the stream does."""
+    plain, fast = RtpReceiver(), RtpReceiver()
+    seq, ts, now = start, 1000, 10.0
+    for dseq, dts, ssrc, dt in steps:
+        seq, ts, now = (seq + dseq) & 0xFFFF, (ts + dts) & 0xFFFFFFFF, now + dt
+        packet = RtpPacket(0, False, seq, ts, ssrc, b"\xff" * 160)
+        expected = plain.feed(packet, now)
+        got = [packet] if fast.feed_next(seq, ts, ssrc, now) else fast.feed(packet, now)
+        assert [p.sequence_number for p in got] == [p.sequence_number for p in expected]
+        assert vars(fast) == vars(plain)  # counters, jitter, held packets, all of it
