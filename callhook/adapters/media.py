@@ -9,9 +9,10 @@ for all calls at once:
    one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
    a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
    stays in the kernel's buffer and is dropped there);
-2. the audio frames received in step 1, every call's at once: decoded and
-   measured in one numpy call per law (:mod:`callhook.media.frames`), then
-   handed to each session's detectors
+2. the audio frames received in step 1, every call's at once: decoded,
+   measured and (for calls that listen for in-band DTMF) put through the
+   tone detector's prefilter in one numpy call per law
+   (:mod:`callhook.media.frames`), then handed to each session's detectors
    (:meth:`~callhook.media.session.MediaSession.detect`);
 3. each session's :meth:`~callhook.media.session.MediaSession.tick`, and the
    packet it returns is sent;
@@ -267,14 +268,16 @@ class MediaEngine:
             if stream.session.undetected:
                 groups.setdefault(stream.session.law, []).append(stream)
         for law, group in groups.items():
-            samples, powers = frames.measure(law, [p for s in group for p in s.session.undetected])
+            payloads = [p for s in group for p in s.session.undetected]
+            tones = any(s.session.tones is not None for s in group)
+            samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
             first = 0
             for stream in group:
                 session = stream.session
                 last = first + len(session.undetected)
                 session.undetected = []
                 try:
-                    session.detect(samples[first:last], powers[first:last])
+                    session.detect(samples[first:last], powers[first:last], verdicts[first:last])
                 except Exception:
                     self._fault(stream, "detecting")
                 first = last

@@ -380,14 +380,17 @@ class ToneDetector:
         self._tracker = _Tracker()
         self._partial = np.zeros(0, dtype=np.int16)
 
-    def feed(self, frame: npt.NDArray[np.int16]) -> str | None:
+    def feed(self, frame: npt.NDArray[np.int16], candidate: bool | None = None) -> str | None:
         """The digit of a key press recognised in these samples, or None.
 
         Any number of samples is taken; they are analysed in 20 ms frames, and what
         is short of a frame waits for the next call (the last digit recognised is
-        returned if one call completes several frames)."""
+        returned if one call completes several frames).
+
+        ``candidate``: the prefilter's verdict on ``frame`` when it is one whole frame
+        and was judged already, with every other call's (:func:`candidates`)."""
         if len(frame) == FRAME and not len(self._partial):
-            return self._frame(frame)  # the usual case: one whole frame
+            return self._frame(frame, candidate)  # the usual case: one whole frame
         samples = np.concatenate((self._partial, frame)) if len(self._partial) else frame
         whole = len(samples) - len(samples) % FRAME
         digit = None
@@ -396,15 +399,17 @@ class ToneDetector:
         self._partial = np.array(samples[whole:], dtype=np.int16)
         return digit
 
-    def _frame(self, frame: npt.NDArray[np.int16]) -> str | None:
+    def _frame(self, frame: npt.NDArray[np.int16], candidate: bool | None = None) -> str | None:
         """The digit of a key press recognised in one 160-sample frame, or None."""
         buf = self._buf
         buf[:HISTORY] = buf[FRAME:]
         buf[HISTORY:] = frame
-        current = self._current
-        m = current @ _B160
+        if candidate is None:
+            current = self._current
+            m = current @ _B160
+            candidate = float(m @ m) > _GATE * float(current @ current) + _MIN_ENERGY
         tracker = self._tracker
-        if float(m @ m) <= _GATE * float(current @ current) + _MIN_ENERGY and tracker.rest:
+        if not candidate and tracker.rest:
             return None
         digit = None
         for key in _classify(buf):
@@ -412,6 +417,17 @@ class ToneDetector:
             if pressed is not None:
                 digit = _KEYS[pressed]
         return digit
+
+
+def candidates(frames: npt.NDArray[np.int16]) -> list[bool]:
+    """The prefilter of :class:`ToneDetector` over many 20 ms frames at once (rows of
+    ``frames``, shape ``(n, 160)``): which may hold a starting or sounding key press. A
+    frame it turns away needs no more work unless its call has a key being timed."""
+    current = frames.astype(np.float64)
+    m = current @ _B160
+    energy = np.einsum("ij,ij->i", current, current)
+    passed: list[bool] = (np.einsum("ij,ij->i", m, m) > _GATE * energy + _MIN_ENERGY).tolist()
+    return passed
 
 
 class ToneDetectorBank:

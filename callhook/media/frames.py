@@ -11,7 +11,10 @@ one table look-up and one row-wise product per law: the frames' codes are
 joined into one ``(frames, 160)`` array, decoded through the law's table, and
 each row's mean square is taken in float64 (exact: a sum of at most 160
 squares of int16 is below 2**53), as :func:`frame_power` does for one frame,
-so a frame measured here or alone gives the same figure to the bit.
+so a frame measured here or alone gives the same figure to the bit. Calls that
+listen for in-band DTMF (no telephone-event negotiated) also get the tone
+detector's prefilter (:func:`callhook.media.dtmf.candidates`) over all their
+frames in one matrix product: most frames are turned away there.
 
 Frames that are not 160 bytes (a 30 ms packetisation, an odd packet) are
 measured one by one, in their place.
@@ -19,10 +22,12 @@ measured one by one, in their place.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import numpy.typing as npt
 
-from callhook.media import g711
+from callhook.media import dtmf, g711
 
 FRAME = 160  # bytes (samples) of a 20 ms G.711 frame
 
@@ -37,8 +42,19 @@ def frame_power(samples: Samples) -> float:
     return float(f @ f) / len(f)
 
 
-def measure(law: g711.Law, payloads: list[bytes]) -> tuple[list[Samples], list[float]]:
-    """The samples and mean-square power of each G.711 payload in ``law``, in order.
+class Measured(NamedTuple):
+    """What :func:`measure` found in each frame, in the order of the payloads."""
+
+    samples: list[Samples]
+    powers: list[float]
+    #: The in-band DTMF prefilter's verdict (:func:`callhook.media.dtmf.candidates`) on
+    #: each 20 ms frame, when asked for; None for a frame it did not judge.
+    tones: list[bool | None]
+
+
+def measure(law: g711.Law, payloads: list[bytes], *, tones: bool = False) -> Measured:
+    """The samples and mean-square power of each G.711 payload in ``law``, in order, and
+    with ``tones`` the DTMF prefilter's verdict on each 20 ms frame.
 
     The samples of the 20 ms frames are rows of one array (read-only views:
     whoever keeps one must not write to it).
@@ -46,6 +62,7 @@ def measure(law: g711.Law, payloads: list[bytes]) -> tuple[list[Samples], list[f
     whole = [p for p in payloads if len(p) == FRAME]
     rows: list[Samples] = []
     row_powers: list[float] = []
+    row_tones: list[bool | None] = [None] * len(whole)
     if whole:
         codes = np.frombuffer(b"".join(whole), dtype=np.uint8).reshape(len(whole), FRAME)
         decoded = g711.decode_array(law, codes)
@@ -53,19 +70,24 @@ def measure(law: g711.Law, payloads: list[bytes]) -> tuple[list[Samples], list[f
         f = decoded.astype(np.float64)
         rows = list(decoded)
         row_powers = (np.einsum("ij,ij->i", f, f) / FRAME).tolist()
+        if tones:
+            row_tones = list(dtmf.candidates(decoded))
     if len(whole) == len(payloads):
-        return rows, row_powers
+        return Measured(rows, row_powers, row_tones)
     # Some frames of another length: each in its place, the others from the batch.
     samples: list[Samples] = []
     powers: list[float] = []
+    verdicts: list[bool | None] = []
     k = 0
     for payload in payloads:
         if len(payload) == FRAME:
             samples.append(rows[k])
             powers.append(row_powers[k])
+            verdicts.append(row_tones[k])
             k += 1
         else:
             one = g711.decode(law, payload)
             samples.append(one)
             powers.append(frame_power(one))
-    return samples, powers
+            verdicts.append(None)
+    return Measured(samples, powers, verdicts)

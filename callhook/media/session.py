@@ -275,10 +275,15 @@ class MediaSession:
         else:
             self._detect(g711.decode(self.law, payload))
 
-    def detect(self, samples: Sequence[npt.NDArray[np.int16]], powers: Sequence[float]) -> None:
+    def detect(
+        self,
+        samples: Sequence[npt.NDArray[np.int16]],
+        powers: Sequence[float],
+        tones: Sequence[bool | None] | None = None,
+    ) -> None:
         """Voice activity, in-band digits, transcription of the frames :attr:`undetected`
         held, decoded by the media tick for every call at once (media/frames.py), which
-        has taken them out."""
+        has taken them out; ``tones``: the in-band DTMF prefilter's verdict on each."""
         alone = self.tones is None and self.transcriber is None and self.meter is None
         if alone and not self.recognising:
             # The usual case (digits come as events, nothing but voice activity
@@ -289,15 +294,18 @@ class MediaSession:
                 if edge is not None:
                     events.append(VoiceActivity(edge))
             return
-        for frame, power in zip(samples, powers, strict=True):
-            self._detect(frame, power)
+        verdicts = tones if tones is not None else [None] * len(samples)
+        for frame, power, verdict in zip(samples, powers, verdicts, strict=True):
+            self._detect(frame, power, verdict)
 
-    def _detect(self, samples: npt.NDArray[np.int16], power: float | None = None) -> None:
+    def _detect(
+        self, samples: npt.NDArray[np.int16], power: float | None = None, tone: bool | None = None
+    ) -> None:
         self._voice(samples, power)
         if self.transcriber is not None:
             self.transcriber.caller(samples)
         if self.tones is not None:
-            digit = self.tones.feed(samples)
+            digit = self.tones.feed(samples, tone)
             if digit is not None and self.player.echo_ticks:
                 self.echo_digits += 1  # the echo of the digits we are sending
             elif digit is not None:

@@ -28,7 +28,8 @@ def _payloads(law: g711.Law) -> list[bytes]:
 @pytest.mark.parametrize("law", ["ulaw", "alaw"])
 def test_measure_gives_each_frame_its_samples_and_exact_power(law: g711.Law) -> None:
     payloads = _payloads(law)
-    samples, powers = frames.measure(law, payloads)
+    samples, powers, verdicts = frames.measure(law, payloads)
+    assert verdicts == [None] * len(payloads)  # not asked for
     assert len(samples) == len(powers) == len(payloads)
     for payload, got, power in zip(payloads, samples, powers, strict=True):
         alone = g711.decode(law, payload)
@@ -39,13 +40,23 @@ def test_measure_gives_each_frame_its_samples_and_exact_power(law: g711.Law) -> 
 
 
 def test_measured_frames_are_read_only() -> None:
-    samples, _ = frames.measure("ulaw", [b"\x00" * 160, b"\x10" * 160])
+    samples, _, _ = frames.measure("ulaw", [b"\x00" * 160, b"\x10" * 160])
     with pytest.raises(ValueError):
         samples[0][0] = 1  # rows of one array: a writer would change another call's frame
 
 
 def test_measure_of_nothing() -> None:
-    assert frames.measure("ulaw", []) == ([], [])
+    assert frames.measure("ulaw", []) == ([], [], [])
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_the_tone_prefilter_passes_key_presses_and_turns_noise_away(law: g711.Law) -> None:
+    rng = np.random.default_rng(5)
+    noise = g711.encode(law, rng.integers(-2000, 2000, 160, dtype=np.int16))
+    press = inband("5", law)[:160]  # the first 20 ms of a key press's tone pair
+    quiet = g711.silence(law, 160)
+    _, _, verdicts = frames.measure(law, [noise, press, quiet, press[:100]], tones=True)
+    assert verdicts == [False, True, False, None]  # the short frame is judged alone
 
 
 def _audio(law: g711.Law) -> list[bytes]:
@@ -59,7 +70,7 @@ def _audio(law: g711.Law) -> list[bytes]:
 
 
 class FaultyDetection(MediaSession):
-    def detect(self, samples: object, powers: object) -> None:
+    def detect(self, samples: object, powers: object, tones: object = None) -> None:
         raise RuntimeError("a bug in detection")
 
 
