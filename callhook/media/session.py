@@ -19,7 +19,11 @@ reorder window (``rtp.RtpReceiver``); then RFC 4733 events to the digit
 receiver (also those the reorder window dropped as late: a key press that
 arrives late still counts), or audio to G.711 decode, the voice-activity
 detector, the in-band DTMF detector (only when the peer did not negotiate
-telephone-event: DESIGN.md §1.4) and the recording.
+telephone-event: DESIGN.md §1.4) and the recording. In the media tick
+(:attr:`MediaSession.batched`) decoding and detection wait for the end of the
+tick's receive step, where every call's frames are decoded and measured at once
+(:mod:`callhook.media.frames`); and the usual packet (plain header, the call's
+codec, next in sequence) is read as header fields, with no packet object.
 
 Speech: while an action listens (a recording, a recognition stream, the
 record action's :meth:`detect_voice`) the detector's speech model runs, and
