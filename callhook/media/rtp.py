@@ -319,16 +319,8 @@ class RtpReceiver:
         self.received += 1
 
         ts = packet.timestamp
-        if ts != self._last_ts:  # interarrival jitter, RFC 3550 A.8
-            arrival = now * self.clock_rate
-            if self._last_ts >= 0:
-                span = ((ts - self._last_ts + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-                d = arrival - self._last_arrival - span
-                if d < 0:
-                    d = -d
-                self._jitter += (d - self._jitter) * 0.0625
-            self._last_arrival = arrival
-            self._last_ts = ts
+        if ts != self._last_ts:
+            self._arrived(ts, now)
 
         nxt = self._next
         if ext == nxt:
@@ -374,19 +366,23 @@ class RtpReceiver:
             self._cycles += RTP_SEQ_MOD
         self._max_seq = seq
         self.received += 1
-        if ts != self._last_ts:  # interarrival jitter, RFC 3550 A.8 (as in feed)
-            arrival = now * self.clock_rate
-            if self._last_ts >= 0:
-                span = ((ts - self._last_ts + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-                d = arrival - self._last_arrival - span
-                if d < 0:
-                    d = -d
-                self._jitter += (d - self._jitter) * 0.0625
-            self._last_arrival = arrival
-            self._last_ts = ts
+        if ts != self._last_ts:
+            self._arrived(ts, now)
         self._next = ext + 1
         self._history = ((self._history << 1) | 1) & _HISTORY_MASK
         return True
+
+    def _arrived(self, ts: int, now: float) -> None:
+        """Interarrival jitter (RFC 3550 A.8) of a packet with a new timestamp."""
+        arrival = now * self.clock_rate
+        if self._last_ts >= 0:
+            span = ((ts - self._last_ts + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+            d = arrival - self._last_arrival - span
+            if d < 0:
+                d = -d
+            self._jitter += (d - self._jitter) * 0.0625
+        self._last_arrival = arrival
+        self._last_ts = ts
 
     def poll(self, now: float) -> list[RtpPacket]:
         """Packets released because the one they wait for is overdue (``max_hold``)."""
