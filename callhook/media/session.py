@@ -70,6 +70,7 @@ from callhook.media.dtmfsend import Digits
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.recorder import CallerRecording
+from callhook.media.reporting import CallReports
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
@@ -92,8 +93,6 @@ MAX_PACKETS_PER_SECOND = 150
 PREROLL_FRAMES = 20
 #: After this long without audio packets the caller is taken to be silent.
 SILENT_AFTER = 0.1
-#: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
-RTCP_INTERVAL = 5.0
 
 
 class MediaSession:
@@ -168,12 +167,7 @@ class MediaSession:
         #: SRTP (RFC 3711) keys of the call, when its SDP agreed on SDES keys (RFC 4568).
         self.srtp: SrtpContext | None = None
         self.malformed = 0
-        # RTCP: where reports go (the peer's RTP port + 1 until its RTCP shows up).
-        self.cname = f"callhook-{self.sender.ssrc:08x}"
-        self.rtcp_remote: Address | None = None
-        self.peer_report: rtcp.ReportBlock | None = None
-        self._rtcp_next: float | None = None
-        self._rtcp_phase = (self.sender.ssrc % 1000) / 1000  # a per-session offset, no RNG
+        self.reports = CallReports(self.sender, self.receiver)  # RTCP (media/reporting.py)
 
     # --- receive ----------------------------------------------------------------------
 
@@ -332,33 +326,15 @@ class MediaSession:
     # --- RTCP (RFC 3550 §6) --------------------------------------------------------
 
     def rtcp_report(self, now: float, wall: float) -> bytes | None:
-        """The compound SR/RR + SDES packet to send now, if one is due (every ~5 s).
-
-        ``wall`` is the Unix time, for the SR's NTP timestamp.
-        """
-        if self._rtcp_next is None:
-            self._rtcp_next = now + RTCP_INTERVAL * (0.5 + self._rtcp_phase)
-            return None
-        if now < self._rtcp_next or not self.sending:
-            return None
-        self._rtcp_phase = (self._rtcp_phase * 7.31 + 0.137) % 1.0
-        self._rtcp_next = now + RTCP_INTERVAL * (0.5 + self._rtcp_phase)
-        block = self.receiver.report_block(now)
-        blocks = (block,) if block is not None else ()
-        first: rtcp.SenderReport | rtcp.ReceiverReport
-        if self.sender.packets:
-            first = self.sender.sender_report(rtcp.ntp_timestamp(wall), blocks)
-        else:
-            first = rtcp.ReceiverReport(self.sender.ssrc, blocks)
-        report = rtcp.report(first, self.cname)
-        return report if self.srtp is None else self.srtp.protect_rtcp(report)
+        """The compound SR/RR + SDES packet to send now, if one is due (every ~5 s;
+        media/reporting.py), as SRTCP when the call has SRTP. ``wall``: the Unix time."""
+        report = self.reports.report(now, wall, self.sending)
+        if report is None or self.srtp is None:
+            return report
+        return self.srtp.protect_rtcp(report)
 
     def rtcp_destination(self) -> Address | None:
-        if self.rtcp_remote is not None:
-            return self.rtcp_remote
-        if self.remote is None:
-            return None
-        return (self.remote[0], self.remote[1] + 1)
+        return self.reports.destination(self.remote)
 
     def rtcp_received(self, data: bytes, source: Address, now: float) -> None:
         """An RTCP packet on the call's RTCP port: the peer's SR and its view of our stream."""
@@ -371,18 +347,9 @@ class MediaSession:
                 return
             data = plain
         try:
-            packets = rtcp.parse(data)
+            self.reports.received(rtcp.parse(data), source, now)
         except rtcp.RtcpError as exc:
             self._malformed(f"not RTCP: {exc}")
-            return
-        self.rtcp_remote = source  # symmetric RTCP, like RTP
-        for packet in packets:
-            if isinstance(packet, rtcp.SenderReport):
-                self.receiver.on_sender_report(packet.ssrc, packet.ntp_timestamp, now)
-            if isinstance(packet, rtcp.SenderReport | rtcp.ReceiverReport):
-                for block in packet.reports:
-                    if block.ssrc == self.sender.ssrc:
-                        self.peer_report = block
 
     def inject_digit(self, digit: str) -> None:
         """A digit that came another way (SIP INFO)."""

@@ -360,7 +360,8 @@ def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
         "peer",
     )
     session.rtcp_received(peer, (PEER[0], PEER[1] + 1), 13.0)
-    assert session.peer_report is not None and session.peer_report.fraction_lost == 12
+    assert session.reports.peer_report is not None
+    assert session.reports.peer_report.fraction_lost == 12
     assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
 
 
