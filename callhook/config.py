@@ -131,6 +131,7 @@ from callhook.configvalues import workers as _workers
 from callhook.numbers import BadNumber, app_for_number, configured
 from callhook.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.secret import data_secret as data_secret
+from callhook.sip.front import Front
 from callhook.sip.guard import PRIVATE, networks
 from callhook.speech.models import MODELS
 from callhook.tls import client_context, server_context
@@ -232,6 +233,10 @@ class Settings:
     #: ``adapters/supervisor.workers_for``), and the first worker's SIP port.
     workers: int | None = None
     worker_first_port: int = 5100
+    #: Set by ``serve --workers`` for each worker, not config keys: the proxy in front of
+    #: it (``sip/front.py``), and whether this worker registers the trunks (one does).
+    front: Front | None = None
+    register_trunks: bool = True
     #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
     database_url: str | None = None
     node_timeout: float = 30.0

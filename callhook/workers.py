@@ -23,6 +23,15 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   (``failure_route``);
 * it relays nothing but calls to and from its workers: a request from outside
   "in a dialog" whose route leads anywhere but a worker gets 403;
+* a worker sends every request to Kamailio (``sip/front.py``): a call or a trunk's
+  REGISTER out names its next hop in ``X-Callhook-Destination``, followed for a
+  worker's request only; Kamailio Record-Routes the call, so it leaves from and comes
+  back to Kamailio's address (a provider's registered Contact; what a NAT forwards);
+* on every request from outside, Kamailio writes its real source into
+  ``X-Callhook-Source``, which a worker believes from Kamailio only (which trunk a
+  call came through); neither header passes from outside;
+* with ``[sip] external_address`` Kamailio advertises it (Record-Route, Via), and a
+  request from outside to a worker's Contact there goes to the worker's own address;
 * media does not pass through Kamailio: the caller's RTP goes straight to the
   worker's own port, named in its SDP;
 * SIP over TLS ends at Kamailio (its ``tls`` module, with ``[sip]
@@ -58,6 +67,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from callhook.configvalues import ConfigError
+from callhook.sip.front import DESTINATION, SOURCE, Front
+from callhook.sip.transport import Target, Transport
 
 #: Where Debian's kamailio package puts its modules.
 MODULE_DIRS = (
@@ -106,9 +117,30 @@ class Layout:
     #: Kamailio's TLS port and its certificate and key files; None: no TLS.
     tls: tuple[int, str, str] | None = None
     probe_seconds: int = 1
+    #: ``[sip] external_address``: the public address (behind NAT) Kamailio advertises.
+    external: str | None = None
 
     def worker(self, index: int) -> Worker:
         return self.workers[index]
+
+    @property
+    def public(self) -> str:
+        """The address the outside world reaches Kamailio at."""
+        return self.external or self.advertised
+
+    def front(self) -> Front:
+        """Kamailio as the workers see it (``sip/front.py``)."""
+        ports: dict[Transport, int] = {"udp": self.port}
+        if self.tcp_port is not None:
+            ports["tcp"] = self.tcp_port
+        if self.tls is not None:
+            ports["tls"] = self.tls[0]
+        return Front(
+            Target(self.worker_host, self.port),
+            frozenset(self.proxies),
+            public_host=self.public,
+            public_ports=ports,
+        )
 
     @property
     def proxies(self) -> tuple[str, ...]:
@@ -168,6 +200,7 @@ def plan(
     rtp_ports: tuple[int, int],
     tcp_port: int | None = None,
     tls: tuple[int, str, str] | None = None,
+    external: str | None = None,
 ) -> Layout:
     """The layout of ``count`` workers; ConfigError when it cannot be laid out.
 
@@ -206,7 +239,7 @@ def plan(
     )
     wildcard = host in ("0.0.0.0", "::", "")
     worker_host = ("::1" if ":" in host else "127.0.0.1") if wildcard else host
-    return Layout(host, port, advertised, worker_host, workers, tcp_port, tls)
+    return Layout(host, port, advertised, worker_host, workers, tcp_port, tls, external=external)
 
 
 def dispatcher_list(layout: Layout) -> str:
@@ -245,8 +278,9 @@ def kamailio_config(
     """
     host = f"[{layout.host}]" if ":" in layout.host else layout.host
     advertise = ""
-    if layout.host in ("0.0.0.0", "::", ""):
-        shown = f"[{layout.advertised}]" if ":" in layout.advertised else layout.advertised
+    if layout.host in ("0.0.0.0", "::", "") or layout.external is not None:
+        # What Record-Route and Via name: behind NAT the public address.
+        shown = f"[{layout.public}]" if ":" in layout.public else layout.public
         advertise = f" advertise {shown}:{layout.port}"
     listens = [f"listen=udp:{host}:{layout.port}{advertise}"]
     if layout.tcp_port is not None:
@@ -270,7 +304,10 @@ modparam("tls", "require_certificate", 0)"""
     ports = [w.sip_port for w in layout.workers]
     first, last = min(ports), max(ports)
     from_worker = f"({_subnet_test(layout.proxies)}) && $sp >= {first} && $sp <= {last}"
-    to_worker_host = " || ".join(f'$var(host) == "{h}"' for h in layout.proxies)
+    # A worker's Contact names its own address (external_address behind NAT) and port.
+    worker_names = dict.fromkeys((*layout.proxies, layout.public))
+    to_worker_host = " || ".join(f'$var(host) == "{h}"' for h in worker_names)
+    worker_host = f"[{layout.worker_host}]" if ":" in layout.worker_host else layout.worker_host
     trusted_test = _subnet_test(trusted)
     # A phone on TCP or TLS is reached over the connection it opened: its Contact gets an
     # alias of that connection's address (nathelper), used for the requests sent to it.
@@ -338,6 +375,13 @@ request_route {{
         if (!({_subnet_test(allow)})) {{ {refuse} }}
     }}
     if (!mf_process_maxfwd_header("10")) {{ sl_send_reply("483", "Too Many Hops"); exit; }}{alias}
+    # The workers see every request come from here: say who really sent it (believed
+    # only from this proxy: callhook/sip/front.py). Neither header passes from outside.
+    remove_hf("{SOURCE}");
+    if (!({from_worker})) {{
+        remove_hf("{DESTINATION}");
+        append_hf("{SOURCE}: sip:$siz:$sp;transport=$pr\r\n");
+    }}
     if (has_totag()) {{
         # In a dialog: the route set names the worker (or the caller) it belongs to.
         if (loose_route()) {{
@@ -354,9 +398,17 @@ request_route {{
                     sl_send_reply("403", "Not a call of this server");
                     exit;
                 }}
+                # Where this proxy reaches the worker (not a NAT's public address).
+                $du = "sip:{worker_host}:" + $var(port);
             }}
             if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
             {unalias}
+            t_relay();
+            exit;
+        }}
+        if ({from_worker}) {{
+            # A worker's, with no route set: to its request-URI (never back to a worker).
+            if (is_method("ACK")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
             t_relay();
             exit;
         }}
@@ -375,6 +427,17 @@ request_route {{
     if (is_method("CANCEL")) {{
         $sht(calls=>$ci) = $null;
         if (t_check_trans()) {{ t_relay(); }}
+        exit;
+    }}
+    if ({from_worker}) {{
+        # A worker's call or registration out: to the next hop it resolved, from this
+        # proxy's address (the one a provider registered, and a NAT forwards).
+        if (is_present_hf("{DESTINATION}")) {{
+            $du = $hdr({DESTINATION});
+            remove_hf("{DESTINATION}");
+        }}
+        if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
+        t_relay();
         exit;
     }}
     if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}

@@ -19,6 +19,8 @@ and the server's own routes, which are about every worker too:
 
 * ``GET /api/stats``: the answering worker's counters, as in one process, and
   ``workers``: every worker's, each with its ``worker`` index (a node: its address);
+* ``GET /api/trunks``: the trunks as the worker that registers them (worker 0) sees
+  them;
 * ``GET /api/bans``: every worker's bans, one list (each with its ``worker``);
   ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it.
 
@@ -45,6 +47,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from callhook.adapters.trunks import ELSEWHERE
 from callhook.adapters.web import Handler
 
 logger = logging.getLogger("callhook.workers")
@@ -56,6 +59,8 @@ NODE = "X-Callhook-Node"
 ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 ALL_CALLS = "/api/v1/calls"
 STATS = "/api/stats"
+#: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``).
+TRUNKS = "/api/trunks"
 BANS = "/api/bans"
 ONE_BAN = re.compile(r"/api/bans/.+")
 #: How long a sibling may take to answer.
@@ -73,7 +78,7 @@ NodeLookup = Callable[[], Awaitable[list[tuple[str, str]]]]
 
 def asked(method: str, path: str) -> bool:
     """Whether ``method path`` is one of the siblings' questions (the private port's)."""
-    if method == "GET" and path in (ALL_CALLS, STATS, BANS):
+    if method == "GET" and path in (ALL_CALLS, STATS, BANS, TRUNKS):
         return True
     if ONE_CALL.fullmatch(path) is not None:
         return method in ("GET", "DELETE")
@@ -157,6 +162,8 @@ class Siblings:
         if not asked(method, path) or response.status in (401, 403):
             return response  # not about the others; or refused here, so there too
         siblings = await self.peers()
+        if path == TRUNKS and response.status == 200:
+            return await self._trunks(request, response, siblings)
         if not siblings:
             return response
         if path in (STATS, BANS) and response.status == 200:
@@ -204,6 +211,24 @@ class Siblings:
             return web.json_response({**own, "workers": workers})
         bans = [{**ban, "worker": i} for i, listed in found for ban in listed]
         return web.json_response(sorted(bans, key=_index))
+
+    async def _trunks(
+        self, request: web.Request, response: web.StreamResponse, siblings: Peers
+    ) -> web.Response:
+        """``/api/trunks`` with each trunk this worker does not register as the worker that
+        does (worker 0) reports it; as this worker sees it when none answers."""
+        assert isinstance(response, web.Response) and response.text is not None
+        own: list[dict[str, Any]] = json.loads(response.text)
+        if any(entry.get(ELSEWHERE) for entry in own) and siblings:
+            answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
+            known: dict[str, dict[str, Any]] = {}
+            for answer in answers:
+                theirs = _json(answer)
+                for entry in theirs if isinstance(theirs, list) else []:
+                    if isinstance(entry, dict) and not entry.get(ELSEWHERE):
+                        known.setdefault(str(entry.get("name")), entry)
+            own = [known.get(str(e["name"]), e) if e.get(ELSEWHERE) else e for e in own]
+        return web.json_response([{k: v for k, v in e.items() if k != ELSEWHERE} for e in own])
 
     async def _ask(
         self, peer: tuple[int | str, str, str | None], request: web.Request

@@ -178,6 +178,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.agent = Agent(
             self.address, self.port, user_agent=f"callhook/{__version__}", ports=self.ports
         )
+        settings = self.services.settings
+        if settings.front is not None:
+            self.agent.use_front(settings.front)  # a worker of serve --workers
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
@@ -204,7 +207,10 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                     trunk.transport,
                 )
         self._trusted_trunks()
-        await self.trunks.start(self._trunks_changed, register=register)
+        self.trunks.elsewhere = not settings.register_trunks
+        await self.trunks.start(
+            self._trunks_changed, register=register and settings.register_trunks
+        )
         self._trusted_trunks()
 
     async def _listen_streams(self, listen: bool) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from callhook.config import ConfigError, Settings
+from callhook.sip.grammar import parse_hostport
 from callhook.workers import (
     Layout,
     cores,
@@ -72,17 +73,16 @@ def layout_of(settings: Settings, count: int) -> Layout:
             str(settings.tls_certificate.resolve()),
             str((settings.tls_key or settings.tls_certificate).resolve()),
         )
-    if settings.trunks:
-        # Kamailio would count a trunk's calls against the per-source rate, and the
-        # workers would not know which trunk a call came through (its source is Kamailio).
-        refused.append(f"trunks ({', '.join(settings.trunks)})")
+    tcp = settings.sip_tcp_port != 0
+    for trunk in settings.trunks.values():
+        # Trunks go through Kamailio (sip/front.py), over the transports it listens on;
+        # it would not check a TLS provider's certificate.
+        if trunk.transport == "tls" or (trunk.transport == "tcp" and not tcp):
+            refused.append(f"trunk {trunk.name} over {trunk.transport}")
     if settings.users:
-        # Each worker keeps the registered phones in memory, and would see every
-        # REGISTER and wrong password come from Kamailio.
+        # Each worker keeps the registered phones in memory, and requests to a phone
+        # would not leave from the address it registered with.
         refused.append(f"registered users ({', '.join(settings.users)})")
-    if settings.external_address is not None:
-        # In-dialog requests would be sent to the public address's worker ports.
-        refused.append("[sip] external_address (callhook behind NAT)")
     if refused:
         raise ConfigError(
             f"more than one worker does not support {'; '.join(refused)} yet: use --workers 1"
@@ -96,6 +96,7 @@ def layout_of(settings: Settings, count: int) -> Layout:
         rtp_ports=settings.rtp_ports,
         tcp_port=None if settings.sip_tcp_port == 0 else settings.sip_tcp_port or settings.sip_port,
         tls=tls,
+        external=settings.external_address,
     )
 
 
@@ -147,7 +148,31 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     settings.sip_tcp_port = 0  # Kamailio takes TCP and TLS and passes requests on over UDP
     settings.sip_tls_port = 0
     settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
+    settings.front = layout.front()
+    # One registration per trunk for all the workers: worker 0's, naming Kamailio as the
+    # Contact; a provider's calls come to Kamailio, which hands each to any worker.
+    settings.register_trunks = index == 0
     return layout
+
+
+def trunk_sources(settings: Settings) -> tuple[str, ...]:
+    """The networks the trunks' calls come from (their ``addresses``, and what their
+    registrar and outbound proxy resolve to now): Kamailio admits them like ``[sip]
+    proxies``, with no rate limit, as a worker's guard does the trunks."""
+    found: list[str] = []
+    for trunk in settings.trunks.values():
+        found += [str(network) for network in trunk.addresses]
+        for hostport in (trunk.registrar, trunk.outbound_proxy):
+            if hostport is None:
+                continue
+            host = parse_hostport(hostport, "host")[0].strip("[]")
+            try:
+                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_UDP)
+            except OSError as exc:
+                logger.warning("trunk %s: cannot resolve %s: %s", trunk.name, host, exc)
+                continue
+            found += [str(info[4][0]) for info in infos]
+    return tuple(dict.fromkeys(found))
 
 
 @dataclass
@@ -229,7 +254,7 @@ class Supervisor:
                 modules=self.modules,
                 dispatcher=dispatcher,
                 allow=settings.security_allow,
-                trusted=settings.sip_proxies,
+                trusted=(*settings.sip_proxies, *trunk_sources(settings)),
                 unknown=settings.security_unknown,
                 rate=settings.security_rate,
                 ban_seconds=settings.security_ban_seconds,

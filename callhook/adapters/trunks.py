@@ -47,6 +47,10 @@ class Route:
     pinned: bool = False  # every request of the call to ``address`` (a registered phone)
 
 
+#: Marks a ``GET /api/trunks`` entry whose registration another worker holds.
+ELSEWHERE = "registered_elsewhere"
+
+
 class RouteError(ValueError):
     """An outbound call that cannot be placed as asked, and why (for a 400 / 404)."""
 
@@ -66,6 +70,9 @@ class Trunks:
         self.errors: dict[str, str] = {}  # why a trunk could not start (resolution)
         self._retries: dict[str, asyncio.TimerHandle] = {}
         self.register = True
+        #: Another worker of ``serve --workers`` registers the trunks (worker 0): this
+        #: one's ``GET /api/trunks`` is completed with that one's (``siblings.py``).
+        self.elsewhere = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, on_change: Callable[[], None], *, register: bool = True) -> None:
@@ -188,6 +195,8 @@ class Trunks:
                     "expires_in": registration.expires_in(now),
                     "next_try_in": registration.next_try_in(now),
                 }
+            elif self.elsewhere and trunk.registers:
+                entry = {"state": "registering", "reason": "by worker 0", ELSEWHERE: True}
             else:
                 entry = {"state": "registering" if trunk.registers else "static", "reason": ""}
             entry = {"expires_in": None, "next_try_in": None} | entry

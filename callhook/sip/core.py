@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from callhook.sip.dialog import Dialog
+from callhook.sip.front import Front
 from callhook.sip.message import (
     Request,
     Response,
@@ -161,6 +162,15 @@ class Core:
         self.registrar: Registrar | None = None
         self.methods: tuple[str, ...] = METHODS
         self.allow = ALLOW
+        #: The proxy in front of this worker (``serve --workers``): every request goes
+        #: through it (``front.py``). None: requests go where they are addressed.
+        self.front: Front | None = None
+
+    def use_front(self, front: Front) -> None:
+        """Be a worker behind ``front`` (``serve --workers``): every request goes through it,
+        and the source it names for a request is believed (``front.py``)."""
+        self.front = front
+        self.registrations.front = front
 
     def use_registrar(self, registrar: Registrar) -> None:
         """Be the registrar of ``registrar``'s users (REGISTER; their calls challenged)."""
@@ -478,6 +488,8 @@ class Core:
         (RFC 5923, RFC 5626 §5.3). Never another host's connection: behind one NAT
         address, several phones may share a host.
         """
+        if self.front is not None:
+            return self.front.target  # it is in every dialog's route set (it Record-Routes)
         hop = call.peer
         if call.pinned:
             return hop  # a phone behind a NAT: only where it registered from reaches it

@@ -19,7 +19,8 @@ class IncomingCall:
     to_uri: str
     request_uri: str
     offer: bytes
-    source: Target  # where the INVITE came from (its transport, for a stream its connection)
+    source: Target  # where the INVITE came from (its transport, for a stream its connection;
+    # behind the proxy of serve --workers, the source the proxy names: sip/front.py)
     #: The ``[users]`` user the caller authenticated as (digest), or "" (anyone else).
     caller_user: str = ""
 

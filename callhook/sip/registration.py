@@ -231,7 +231,10 @@ class Registration:
         *,
         user_agent: str = "callhook",
         allow: str = "",
+        follow_nat: bool = True,
     ) -> None:
+        """``follow_nat``: move the Contact to where the registrar saw us (RFC 3581); not
+        behind the proxy of ``serve --workers``, whose public address the Contact is."""
         if spec.transport not in TRANSPORTS:
             raise ValueError(f"trunk {spec.name}: transport {spec.transport!r} is not udp|tcp|tls")
         if not spec.username:
@@ -245,6 +248,7 @@ class Registration:
         self.spec = spec
         self.user_agent = user_agent
         self.allow = allow
+        self.follow_nat = follow_nat
         tls = spec.transport == "tls"
         scheme = "sips" if tls else "sip"
         if ":" in contact_host and not contact_host.startswith("["):
@@ -471,7 +475,9 @@ class Registration:
         gives us another address and port. None when it is our Contact, or when the last
         change was under :data:`REWRITE_AFTER` s ago (a NAT that moves us at every
         REGISTER must not make us register in a loop)."""
-        if self.spec.transport != "udp" or now - self._rewritten_at < REWRITE_AFTER:
+        if not self.follow_nat or self.spec.transport != "udp":
+            return None
+        if now - self._rewritten_at < REWRITE_AFTER:
             return None
         try:
             via = response.top_via

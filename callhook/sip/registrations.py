@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from callhook.sip.front import DESTINATION, Front, destination_uri
 from callhook.sip.message import Request, Response
 from callhook.sip.registration import Registration, RegistrationSpec, with_via
 from callhook.sip.transaction import Transaction
@@ -46,6 +47,9 @@ class Registrations:
         self._keepalive_at: dict[str, float] = {}
         self._txs: dict[int, Registration] = {}  # id(transaction) -> its registration
         self.pings: list[tuple[bytes, Target]] = []
+        #: The proxy in front of this worker (``front.py``): it is the Contact, the
+        #: REGISTERs go through it, and keeping its flows open is its business.
+        self.front: Front | None = None
 
     def start(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
         """Register ``spec`` (again, if it was), sending to ``target`` (its registrar's address,
@@ -53,12 +57,14 @@ class Registrations:
         registration = self.by_name.get(spec.name)
         if registration is None or registration.spec != spec:
             transport = transport_of(spec.transport)
+            front = self.front
             registration = Registration(
                 spec,
-                self.local.host,
-                self.local.port(transport),
+                self.local.host if front is None else front.public_host,
+                self.local.port(transport) if front is None else front.contact_port(transport),
                 user_agent=self.user_agent,
                 allow=self.allow,
+                follow_nat=front is None,
             )
             self.by_name[spec.name] = registration
         host, port = registration.destination
@@ -81,7 +87,10 @@ class Registrations:
 
     def public_address(self, peer: Target) -> tuple[str, int] | None:
         """The address a registrar on ``peer``'s host registered for us when it differs
-        from ours (a NAT moved us: RFC 3581), for the Contact of dialogs with it."""
+        from ours (a NAT moved us: RFC 3581), for the Contact of dialogs with it. Never
+        behind a proxy: the dialog's own requests come back through it."""
+        if self.front is not None:
+            return None
         for name, registration in self.by_name.items():
             target = self._targets[name]
             if (target.host, target.transport) != (peer.host, peer.transport):
@@ -135,12 +144,20 @@ class Registrations:
     def _pump(self, registration: Registration, now: float) -> None:
         name = registration.spec.name
         target = self._targets[name]
+        front = self.front
         for request in registration.take_requests():
-            request = with_via(request, self.local.via(target.transport))
-            tx = self._send(request, target, now)
+            if front is not None:
+                request = with_via(request, self.local.via(front.target.transport))
+                request.headers.add(DESTINATION, destination_uri(target))
+                tx = self._send(request, front.target, now)
+            else:
+                request = with_via(request, self.local.via(target.transport))
+                tx = self._send(request, target, now)
             if not tx.terminated:
                 self._txs[id(tx)] = registration
-        if registration.state == "registered" and name not in self._keepalive_at:
+        if front is not None:
+            pass  # no keep-alives: the proxy holds the flow to the registrar
+        elif registration.state == "registered" and name not in self._keepalive_at:
             self._keepalive_at[name] = now + _interval(target)
         elif registration.state == "unregistered":
             self._keepalive_at.pop(name, None)

@@ -14,6 +14,7 @@ from callhook.sip import digest
 from callhook.sip.checks import check_response
 from callhook.sip.core import ALLOW, SUPPORTED, Call, new_tag
 from callhook.sip.dialog import Dialog
+from callhook.sip.front import DESTINATION, destination_uri
 from callhook.sip.message import (
     Headers,
     Request,
@@ -77,6 +78,10 @@ class Uac(Referral):
         """
         uri = parse_uri(target)
         peer = Target(*address) if address is not None else target_of(uri)
+        destination = None
+        if self.front is not None:
+            # serve --workers: out through the proxy, which goes on to where we would have.
+            destination, peer, fixed_transport = peer, self.front.target, True
         transport = peer.transport
         call_id = f"{new_tag()}@{self.host}"
         local_tag = new_tag()
@@ -90,6 +95,8 @@ class Uac(Referral):
         headers.add("Max-Forwards", "70")
         if route:
             headers.add("Route", f"<{route}>")
+        if destination is not None:
+            headers.add(DESTINATION, destination_uri(destination))
         headers.add("From", f"{display}<{from_uri}>;tag={local_tag}")
         headers.add("To", f"<{to or target}>")
         headers.add("Call-ID", call_id)

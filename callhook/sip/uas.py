@@ -133,14 +133,16 @@ class Uas(Referral):
                 extra = [("Accept", ", ".join(CONTENT_TYPES))]
             self._reply(tx, request, status, reason, extra=extra, now=now)
             return
+        # Behind the proxy of serve --workers: who really sent it (front.py).
+        origin = source if self.front is None else self.front.origin(request, source)
         if method == "REGISTER":
-            self._register(tx, request, source, now)
+            self._register(tx, request, origin, now)
             return
         if method == "INVITE" and not request.to_tag:
-            caller = self._authenticate_caller(tx, request, source, now)
+            caller = self._authenticate_caller(tx, request, origin, now)
             if caller is None:
                 return
-            self._invite(tx, request, now, caller)
+            self._invite(tx, request, now, caller, origin)
             return
         handlers = {
             "INVITE": self._invite,
@@ -243,7 +245,17 @@ class Uas(Referral):
         self._reply(tx, request, found.status, found.reason, extra=list(found.headers), now=now)
         return None
 
-    def _invite(self, tx: Transaction, request: Request, now: float, caller: str = "") -> None:
+    def _invite(
+        self,
+        tx: Transaction,
+        request: Request,
+        now: float,
+        caller: str = "",
+        origin: Target | None = None,
+    ) -> None:
+        """An INVITE: a new call (``caller``: the user it authenticated as, if any; ``origin``:
+        where it really came from, when not its transaction's address), or a re-INVITE."""
+
         if request.to_tag:
             self._reinvite(tx, request, now)
             return
@@ -280,7 +292,7 @@ class Uas(Referral):
                 uri_text(request.headers.get("To")),
                 request.uri,
                 request.body,
-                tx.address,
+                origin or tx.address,
                 caller,
             )
         )

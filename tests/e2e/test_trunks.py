@@ -7,6 +7,7 @@ is ``failing`` with its reason, backing off; an outbound call goes through the t
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -268,3 +269,63 @@ async def test_callhook_dial_through_the_trunk(
     assert pstn.returncode == 0, pstn_out.decode(errors="replace") + text
     assert "calling sip:+15551234@127.0.0.1 through trunk provider" in text
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
+
+
+async def test_two_workers_register_once_through_kamailio_and_share_the_trunks_calls(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """``serve --workers 2`` with a trunk: one registration, worker 0's, whose Contact is
+    Kamailio's address; the provider's calls to the DID come to Kamailio, which hands
+    them to both workers in turn, and each knows the call came through the trunk (the
+    source Kamailio names); a call out through the trunk leaves from Kamailio's address,
+    is challenged and answered with the trunk's credentials."""
+    pstn_port = free_udp_port()
+    provider = make_provider(outbound=("127.0.0.1", pstn_port))
+    answering_app(app)
+    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider)
+    with cfg.open("a") as file:
+        file.write(
+            f"[workers]\nfirst_port = {free_even_udp_port()}\n"
+            "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
+        )
+    server = Server.for_app(data, app, extra=("--workers", "2", "--config", str(cfg)))
+    server.start_timeout = 150.0
+    async with server:
+        (contact,) = await provider.wait_registered(timeout=20)
+        assert contact.startswith(f"sip:{provider.username}@127.0.0.1:{server.sip_port}"), contact
+        # Whichever worker takes the connection, the trunk is as worker 0 sees it.
+        for _ in range(4):
+            (state,) = await trunk_states(server)
+            assert state["state"] == "registered", state
+        for _ in range(2):
+            run = await call_the_did(tmp_path, provider)
+            assert run.returncode == 0, run.output + run.errors + server.output
+        pstn = await start_pstn(tmp_path, provider, pstn_port)
+        secret = (data / "secret").read_text().strip()
+        body = {
+            "to": "+15551234",
+            "trunk": "provider",
+            "first_page": app.url("/start"),
+            "final_page": app.url("/final"),
+            "secret": app.secret,
+        }
+        url = f"http://127.0.0.1:{server.http_port}/api/calls"
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {secret}"}
+            async with http.post(url, json=body, headers=headers) as r:
+                assert r.status == 202, await r.text()
+        out, _ = await asyncio.wait_for(pstn.communicate(), 30)
+        assert pstn.returncode == 0, out.decode(errors="replace") + server.output
+        for _ in range(100):
+            if len(app.bodies("/final")) == 3:
+                break
+            await asyncio.sleep(0.1)
+    # Both workers took a call from the trunk, and knew it.
+    workers = re.findall(r" (\d):callhook\.sip: call \S+: from trunk provider", server.output)
+    assert sorted(workers) == ["0", "1"], server.output
+    assert len(app.bodies("/support")) == 2
+    assert [b["this_call"]["call_direction"] for b in app.bodies("/start")] == ["outbound"]
+    assert server.output.count("trunk provider: registered") == 1, server.output
+    assert provider.registered() == []  # worker 0 removed the binding at shutdown

@@ -111,6 +111,18 @@ def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
     assert settings.rtp_ports == (25000, 29999)
     assert (settings.sip_tcp_port, settings.sip_tls_port) == (0, 0)  # Kamailio takes TCP
     assert "10.0.0.9" in settings.sip_proxies and "127.0.0.1" in settings.sip_proxies
+    # Its requests go through Kamailio, which it believes about their sources; only
+    # worker 0 registers the trunks.
+    front = settings.front
+    assert front is not None and front.target == ("127.0.0.1", 5060, "udp")
+    assert front.sources == {"127.0.0.1"} and front.public_host == "127.0.0.1"
+    assert front.contact_port("tcp") == 5060 and not settings.register_trunks
+    first = Settings(sip_host="0.0.0.0", sip_tcp_port=5090, external_address="203.0.113.7")
+    become_worker(first, 0, 2)
+    assert first.register_trunks and first.front is not None
+    assert first.front.public_host == "203.0.113.7"  # behind NAT: what a registrar gets
+    assert first.front.contact_port("tcp") == 5090 and first.front.contact_port("tls") == 5060
+    assert first.external_address == "203.0.113.7"  # the workers' SDP names it too
     with pytest.raises(ConfigError, match="there are 2 workers"):
         become_worker(Settings(sip_host="127.0.0.1"), 2, 2)
 
@@ -123,14 +135,23 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
         Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "c.pem", sip_tls_port=5071), 2
     ).tls
     assert tls == (5071, str(tmp_path / "c.pem"), str(tmp_path / "c.pem"))
+    # Behind NAT, and trunks over UDP and TCP: through Kamailio.
     settings = Settings(sip_host="127.0.0.1", external_address="203.0.113.7")
-    settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
+    settings.trunks = {
+        "pbx": Trunk("pbx", registrar="pbx.example"),
+        "carrier": Trunk("carrier", registrar="carrier.example", transport="tcp"),
+    }
+    assert layout_of(settings, 2).external == "203.0.113.7"
+    # Not yet: users, a TLS trunk, a TCP trunk when Kamailio has no TCP.
+    settings.trunks["secure"] = Trunk("secure", registrar="s.example", transport="tls")
     settings.users = {"alice": UserConfig("alice", "a long password")}
+    settings.sip_tcp_port = 0
     with pytest.raises(ConfigError) as refused:
         layout_of(settings, 2)
     # Every reason at once, so one edit of the config is enough.
-    for named in ("trunks (pbx)", "registered users (alice)", "external_address"):
+    for named in ("trunk secure over tls", "trunk carrier over tcp", "registered users (alice)"):
         assert named in str(refused.value)
+    assert "pbx" not in str(refused.value)
     # TCP on its own port ([sip] tcp_port), or none.
     assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=5090), 2).tcp_port == 5090
     assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=0), 2).tcp_port is None
@@ -148,7 +169,11 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
         pem = trustme.CA().issue_cert("localhost")
         pem.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "callhook.pem"))
         tls = (5063, str(tmp_path / "callhook.pem"), str(tmp_path / "callhook.pem"))
-    layout = two(host=host, tcp_port=5062 if host == "0.0.0.0" else None, tls=tls)
+    # Behind NAT on the loopback one: Kamailio names the public address.
+    external = "203.0.113.7" if host == "127.0.0.1" else None
+    layout = two(
+        host=host, tcp_port=5062 if host == "0.0.0.0" else None, tls=tls, external=external
+    )
     dispatcher = tmp_path / "dispatcher.list"
     dispatcher.write_text(dispatcher_list(layout))
     config = tmp_path / "kamailio.cfg"
@@ -180,6 +205,13 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
         (line,) = [x for x in text.splitlines() if "handle_ruri_alias" in x]
         assert line.strip().startswith("if ((is_in_subnet") and "$sp >= 5100" in line
     assert ("advertise 127.0.0.1:5060" in text) == (host == "0.0.0.0")
+    assert ("listen=udp:127.0.0.1:5060 advertise 203.0.113.7:5060" in text) == bool(external)
+    # The real source, written for the workers only on what comes from outside; where a
+    # worker's request goes, taken from a worker only.
+    (source,) = [x for x in text.splitlines() if "append_hf" in x]
+    assert "X-Callhook-Source: sip:$siz:$sp;transport=$pr" in source
+    assert text.count('remove_hf("X-Callhook-Source")') == 1
+    assert text.count("$du = $hdr(X-Callhook-Destination)") == 1
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
 
@@ -203,9 +235,9 @@ def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPa
         "Kamailio is not installed (apt install kamailio)",
     )
     monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
-    settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example")}
+    settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example", transport="tls")}
     count, why = supervisor.workers_for(settings, None)
-    assert count == 1 and why is not None and "trunks (pbx)" in why
+    assert count == 1 and why is not None and "trunk pbx over tls" in why
     settings.trunks = {}
     monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 3)  # memory for 3 only
     assert supervisor.workers_for(settings, None) == (3, None)

@@ -1,0 +1,139 @@
+"""A worker's agent behind the proxy of ``serve --workers`` (sip/front.py), on a virtual clock:
+the source the proxy names is believed from the proxy only; calls and registrations leave
+through the proxy, naming where they go; in-dialog requests go to it whatever the route set
+names; a trunk registers the proxy's public address, and no NAT moves it."""
+
+from __future__ import annotations
+
+from callhook.sip.agent import Agent, Credentials, IncomingCall
+from callhook.sip.front import DESTINATION, SOURCE, Front, destination_uri
+from callhook.sip.message import Request, Response, parse, serialize
+from callhook.sip.registration import RegistrationSpec
+from callhook.sip.registrations import KEEPALIVE
+from callhook.sip.responses import make_response
+from callhook.sip.transport import Target
+from tests.unit.test_sip_agent import OFFER, one_request, reply, sent, sip_request
+
+T0 = 100.0
+PROXY = Target("10.0.0.1", 5060)  # Kamailio, as the worker reaches it
+PUBLIC = "203.0.113.7"  # Kamailio's address for the outside world (behind NAT)
+FRONT = Front(PROXY, frozenset({"10.0.0.1"}), public_host=PUBLIC, public_ports={"udp": 5060})
+TRUNK = Target("192.0.2.50", 5080, "tcp")  # a provider's proxy, resolved
+CALLER = "sip:198.51.100.9:40000;transport=udp"
+
+
+def worker() -> Agent:
+    agent = Agent(PUBLIC, 5101)
+    agent.use_front(FRONT)
+    return agent
+
+
+def requests_of(agent: Agent) -> list[tuple[Request, Target]]:
+    out = []
+    for data, target in agent.take_datagrams():
+        message = parse(data)
+        assert isinstance(message, Request)
+        out.append((message, target))
+    return out
+
+
+def test_the_source_is_believed_from_the_proxy_only() -> None:
+    named = sip_request("INVITE", body=OFFER, headers=[(SOURCE, CALLER)])
+    request = parse(named)
+    assert isinstance(request, Request)
+    assert FRONT.origin(request, PROXY) == Target("198.51.100.9", 40000, "udp")
+    # From anywhere else the header is the sender's word: ignored.
+    assert FRONT.origin(request, Target("198.51.100.66", 5060)) == ("198.51.100.66", 5060, "udp")
+    for bad in ("not a uri", "tel:+1555", "sip:"):
+        spoiled = parse(sip_request("INVITE", body=OFFER, headers=[(SOURCE, bad)]))
+        assert isinstance(spoiled, Request)
+        assert FRONT.origin(spoiled, PROXY) == PROXY
+    assert destination_uri(Target("::1", 5070, "tcp")) == "sip:[::1]:5070;transport=tcp"
+
+
+def test_an_incoming_call_through_the_proxy_comes_from_the_source_it_names() -> None:
+    agent = worker()
+    # The proxy's Via names its public address: the answer goes where the request came
+    # from (§18.2.2: "received"), which is where the worker reaches the proxy.
+    via = f"SIP/2.0/UDP {PUBLIC}:5060;branch=z9hG4bK-proxy-1"
+    agent.receive(
+        sip_request("INVITE", body=OFFER, via=via, headers=[(SOURCE, CALLER)]), PROXY, T0
+    )
+    (trying, to), *_ = sent(agent)
+    assert isinstance(trying, Response) and trying.status == 100 and to == PROXY
+    (event,) = agent.take_events()
+    assert isinstance(event, IncomingCall)
+    assert event.source == Target("198.51.100.9", 40000, "udp")
+    # Not a worker: the same header means nothing.
+    plain = Agent(PUBLIC, 5060)
+    plain.receive(sip_request("INVITE", body=OFFER, headers=[(SOURCE, CALLER)]), PROXY, T0)
+    (event,) = plain.take_events()
+    assert isinstance(event, IncomingCall) and event.source == PROXY
+
+
+def test_a_call_out_leaves_through_the_proxy_naming_its_next_hop() -> None:
+    agent = worker()
+    call_id = agent.invite(
+        "sip:+15551234@carrier.example",
+        OFFER,
+        T0,
+        address=TRUNK,
+        credentials=Credentials("me", "secret"),
+    )
+    invite, to = one_request(agent)
+    assert to == PROXY
+    assert invite.headers.get(DESTINATION) == "sip:192.0.2.50:5080;transport=tcp"
+    assert invite.top_via.transport == "UDP"  # the hop to the proxy
+    assert invite.uri == "sip:+15551234@carrier.example"
+    # Challenged: the answer goes the same way, still naming the next hop.
+    challenge = 'Digest realm="carrier.example", nonce="n1", algorithm=MD5'
+    agent.receive(
+        reply(invite, 407, headers=[("Proxy-Authenticate", challenge)]), PROXY, T0 + 0.1
+    )
+    again = [r for r, t in requests_of(agent) if r.method == "INVITE" and t == PROXY]
+    (second,) = again
+    assert second.headers.get(DESTINATION) == invite.headers.get(DESTINATION)
+    assert "Proxy-Authorization" in second.headers
+    # Answered with the proxy in the route set by its public address: the ACK and the BYE
+    # go to the proxy where the worker reaches it, with the route set as it is.
+    ok = reply(
+        second,
+        200,
+        record_route=[f"<sip:{PUBLIC}:5060;lr>"],
+        contact="<sip:+15551234@192.0.2.77:5060>",
+        body=OFFER,
+    )
+    agent.receive(ok, PROXY, T0 + 0.5)
+    ack, ack_to = one_request(agent)
+    assert ack.method == "ACK" and ack_to == PROXY
+    assert ack.headers.get_all("Route") == [f"<sip:{PUBLIC}:5060;lr>"]
+    assert DESTINATION not in ack.headers  # in a dialog the route set says where
+    agent.take_events()
+    agent.hang_up(call_id, T0 + 2.0)
+    bye, bye_to = one_request(agent)
+    assert bye.method == "BYE" and bye_to == PROXY and bye.uri == "sip:+15551234@192.0.2.77:5060"
+
+
+def test_a_trunk_registers_the_proxys_public_address_and_no_nat_moves_it() -> None:
+    agent = worker()
+    spec = RegistrationSpec("provider", "sip.example:5060", "me", "secret", expires=300)
+    agent.register(spec, T0, Target("192.0.2.50", 5060))
+    ((register, to),) = requests_of(agent)
+    assert to == PROXY and register.top_via.transport == "UDP"
+    assert register.headers.get("Contact") == f"<sip:me@{PUBLIC}:5060>"
+    assert register.headers.get(DESTINATION) == "sip:192.0.2.50:5060"
+    # The registrar saw the proxy's Via; ours comes back marked with where the proxy saw
+    # us: not a NAT to follow (the Contact is the proxy's, on purpose).
+    response = make_response(register, 200, server="registrar", to_tag="r1")
+    response.headers.remove("Via")
+    response.headers.add("Via", register.headers.get_all("Via")[0] + ";received=10.0.0.1")
+    response.headers.add("Contact", f"<sip:me@{PUBLIC}:5060>;expires=300")
+    agent.receive(serialize(response), PROXY, T0 + 0.1)
+    registration = agent.registrations.by_name["provider"]
+    assert registration.state == "registered" and registration.reason == ""
+    assert registration.contact_host == PUBLIC
+    # Nothing until the refresh: no re-REGISTER for a "NAT", no keep-alives (the
+    # proxy's flow to the registrar is its own business).
+    agent.handle_timer(T0 + 0.1 + KEEPALIVE + 1)
+    assert agent.take_datagrams() == []
+
