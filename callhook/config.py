@@ -234,9 +234,11 @@ class Settings:
     workers: int | None = None
     worker_first_port: int = 5100
     #: Set by ``serve --workers`` for each worker, not config keys: the proxy in front of
-    #: it (``sip/front.py``), and whether this worker registers the trunks (one does).
+    #: it (``sip/front.py``), and whether this is worker 0 (or no worker): it registers
+    #: the trunks, and Kamailio gives it the phones' REGISTERs; the others follow
+    #: (trunk states asked of it, the phones' bindings read from the database).
     front: Front | None = None
-    register_trunks: bool = True
+    lead_worker: bool = True
     #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
     database_url: str | None = None
     node_timeout: float = 30.0

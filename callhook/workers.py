@@ -16,6 +16,10 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   to the proxy's address with no Route still reaches the call's worker: Kamailio
   keeps each call's worker by Call-ID (``htable``, until the BYE, at most
   :data:`CALL_AFFINITY_SECONDS`);
+* the phones' REGISTERs go to worker 0 (the registrar of ``[users]``: it keeps the
+  bindings in its memory and stores them; the other workers read them from the
+  database every second), or to the next worker while it does not answer; an INVITE
+  answering a challenge goes to the worker that challenged it (its nonce), by Call-ID;
 * Kamailio probes every worker with OPTIONS each :attr:`Layout.probe_seconds`;
   a worker that does not answer is skipped until it does again, and an INVITE
   sent to a worker that does not answer within :data:`WORKER_TIMEOUT_MS` (not
@@ -245,7 +249,13 @@ def plan(
 def dispatcher_list(layout: Layout) -> str:
     """Kamailio's dispatcher list file: the workers, one set."""
     host = f"[{layout.worker_host}]" if ":" in layout.worker_host else layout.worker_host
-    lines = [f"{SET} sip:{host}:{w.sip_port} 0 0 worker={w.index}" for w in layout.workers]
+    # Priority (higher first: Kamailio's algorithm 8) in worker order: the phones'
+    # REGISTERs go to worker 0 while it answers, else to the next.
+    count = len(layout.workers)
+    lines = [
+        f"{SET} sip:{host}:{w.sip_port} 0 {count - w.index} worker={w.index}"
+        for w in layout.workers
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -403,12 +413,16 @@ request_route {{
             }}
             if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
             {unalias}
+            route(DESTINATION);
             t_relay();
             exit;
         }}
         if ({from_worker}) {{
-            # A worker's, with no route set: to its request-URI (never back to a worker).
-            if (is_method("ACK")) {{ if (t_check_trans()) {{ t_relay(); }} exit; }}
+            # A worker's, with no route set (a callee that did not echo Record-Route): to
+            # the request-URI, or the flow the worker names (never back to a worker). An
+            # ACK of a failed INVITE ends with t_check_trans() (absorbed: hop by hop).
+            if (is_method("ACK")) {{ t_check_trans(); }}
+            route(DESTINATION);
             t_relay();
             exit;
         }}
@@ -417,6 +431,15 @@ request_route {{
         if ($sht(calls=>$ci) != $null) {{
             $du = $sht(calls=>$ci);
             if (is_method("BYE")) {{ $sht(calls=>$ci) = $null; }}
+            t_relay();
+            exit;
+        }}
+        # A callee of a worker's call that ignores Record-Route: to the worker its
+        # request-URI (the worker's Contact) names, and to no one else.
+        $var(host) = $rd;
+        $var(port) = $rp;
+        if (({to_worker_host}) && $var(port) >= {first} && $var(port) <= {last}) {{
+            $du = "sip:{worker_host}:" + $var(port);
             t_relay();
             exit;
         }}
@@ -432,16 +455,23 @@ request_route {{
     if ({from_worker}) {{
         # A worker's call or registration out: to the next hop it resolved, from this
         # proxy's address (the one a provider registered, and a NAT forwards).
-        if (is_present_hf("{DESTINATION}")) {{
-            $du = $hdr({DESTINATION});
-            remove_hf("{DESTINATION}");
-        }}
+        route(DESTINATION);
         if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
         t_relay();
         exit;
     }}
     if (is_method("INVITE|SUBSCRIBE")) {{ record_route(); }}
-    if (!ds_select_dst("{SET}", "4")) {{ sl_send_reply("503", "No worker"); exit; }}
+    if (is_method("INVITE") && $sht(calls=>$ci) != $null) {{
+        # The same call again, answering a challenge: the worker that issued the nonce.
+        $du = $sht(calls=>$ci);
+        t_set_fr(0, {WORKER_TIMEOUT_MS});
+        t_relay();
+        exit;
+    }}
+    # The phones' REGISTERs to worker 0 (the registrar, one memory: the bindings it
+    # stores, the others read), to the next while it does not answer; the rest in turn.
+    if (is_method("REGISTER")) {{ $var(alg) = 8; }} else {{ $var(alg) = 4; }}
+    if (!ds_select_dst("{SET}", "$var(alg)")) {{ sl_send_reply("503", "No worker"); exit; }}
     if (is_method("INVITE")) {{ $sht(calls=>$ci) = $du; }}
     t_on_failure("NEXT_WORKER");
     # A worker answers 100 Trying at once: one silent this long is taken for gone (only
@@ -450,11 +480,22 @@ request_route {{
     t_relay();
 }}
 
+route[DESTINATION] {{
+    # Where a worker's request goes next, when the worker says (a call or a registration
+    # out; in a call to a phone, the phone's flow). From outside it names nothing.
+    if (({from_worker}) && is_present_hf("{DESTINATION}")) {{
+        $du = $hdr({DESTINATION});
+        remove_hf("{DESTINATION}");
+    }}
+}}
+
 failure_route[NEXT_WORKER] {{
     if (t_is_canceled()) {{ $sht(calls=>$ci) = $null; exit; }}
     if (t_branch_timeout() && !t_branch_replied()) {{
         xlog("L_WARN", "worker $du did not answer $rm: trying the next\\n");
         ds_mark_dst("ip");
+    }} else if (t_check_status("401|407")) {{
+        exit;  # challenged: the answer goes to the same worker (its nonce)
     }} else if (!t_check_status("503")) {{
         $sht(calls=>$ci) = $null;  # refused: no dialog to remember
         exit;

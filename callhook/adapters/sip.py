@@ -156,6 +156,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.far_legs: dict[str, FarLeg] = {}
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
         self.registrar = None
+        self.following = None
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
@@ -181,6 +182,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         settings = self.services.settings
         if settings.front is not None:
             self.agent.use_front(settings.front)  # a worker of serve --workers
+            # Its guard bans the real sources (failed digests), which only the agent
+            # sees: every request comes from Kamailio.
+            self.agent.origin_banned = self.guard.banned
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
@@ -207,9 +211,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                     trunk.transport,
                 )
         self._trusted_trunks()
-        self.trunks.elsewhere = not settings.register_trunks
+        self.trunks.elsewhere = not settings.lead_worker
         await self.trunks.start(
-            self._trunks_changed, register=register and settings.register_trunks
+            self._trunks_changed, register=register and settings.lead_worker
         )
         self._trusted_trunks()
 
@@ -549,6 +553,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
     async def _unregister(self, wait: float = 2.0) -> None:
         """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
         self.trunks.cancel()
+        if self.following is not None:
+            self.following.cancel()
         agent = self.agent
         if agent is None or not agent.registrations.by_name:
             return

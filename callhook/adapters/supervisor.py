@@ -79,10 +79,6 @@ def layout_of(settings: Settings, count: int) -> Layout:
         # it would not check a TLS provider's certificate.
         if trunk.transport == "tls" or (trunk.transport == "tcp" and not tcp):
             refused.append(f"trunk {trunk.name} over {trunk.transport}")
-    if settings.users:
-        # Each worker keeps the registered phones in memory, and requests to a phone
-        # would not leave from the address it registered with.
-        refused.append(f"registered users ({', '.join(settings.users)})")
     if refused:
         raise ConfigError(
             f"more than one worker does not support {'; '.join(refused)} yet: use --workers 1"
@@ -150,8 +146,9 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
     settings.front = layout.front()
     # One registration per trunk for all the workers: worker 0's, naming Kamailio as the
-    # Contact; a provider's calls come to Kamailio, which hands each to any worker.
-    settings.register_trunks = index == 0
+    # Contact; a provider's calls come to Kamailio, which hands each to any worker. And
+    # worker 0 is the phones' registrar while it runs (Kamailio sends it every REGISTER).
+    settings.lead_worker = index == 0
     return layout
 
 

@@ -36,6 +36,9 @@ from callhook.store.bindings import Bindings, StoredBinding
 
 logger = logging.getLogger("callhook.sip")
 
+#: How often a worker other than worker 0 reads the phones' bindings again (seconds).
+FOLLOW_SECONDS = 1.0
+
 
 class Users:
     """The registrar's bindings and failures (see the module docstring)."""
@@ -52,6 +55,8 @@ class Users:
     address: str  # the address callhook advertises
     #: The registrar of ``[users]`` (None: no users configured).
     registrar: Registrar | None
+    #: A worker's task following the stored bindings (``serve --workers``; None: none).
+    following: asyncio.Task[None] | None
 
     def _start_registrar(self) -> None:
         """Be the registrar of ``[users]``, with the bindings stored before (if any users)."""
@@ -77,9 +82,42 @@ class Users:
         agent.use_registrar(registrar)
         store = Bindings(self.services.db)
         now, wall = self.loop.time(), time.time()
-        loaded = [_binding(stored, now - wall) for stored in store.load(wall)]
+        front = self.services.settings.front is not None
+        loaded = [_binding(stored, now - wall, front) for stored in store.load(wall)]
         taken = registrar.load([b for b in loaded if b is not None], now)
         logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
+        if front and not self.services.settings.lead_worker:
+            # serve --workers: worker 0 takes the REGISTERs (Kamailio sends it every
+            # one); the others call the phones it stored, read again every second.
+            self.following = self.loop.create_task(self._follow_bindings(store))
+
+    async def _follow_bindings(self, store: Bindings) -> None:
+        """Keep the registrar's bindings those stored, every :data:`FOLLOW_SECONDS`."""
+        registrar = self.registrar
+        assert registrar is not None
+        counts: dict[str, int] = {}
+        while True:
+            await asyncio.sleep(FOLLOW_SECONDS)
+            try:
+                stored = await store.fetch(time.time())
+            except Exception as exc:  # the database is away: the phones known stay
+                logger.warning("the registered phones could not be read: %s", exc)
+                continue
+            now = self.loop.time()
+            offset = now - time.time()
+            found = [_binding(b, offset, front=True) for b in stored]
+            registrar.replace_all([b for b in found if b is not None], now)
+            was, counts = counts, {}
+            for binding in found:
+                if binding is not None:
+                    counts[binding.user] = counts.get(binding.user, 0) + 1
+            for user in sorted(set(was) | set(counts)):
+                if was.get(user, 0) != counts.get(user, 0):
+                    logger.info(
+                        "user %s: %d phone(s) registered (read from the database)",
+                        user,
+                        counts.get(user, 0),
+                    )
 
     def _is_trunk(self, host: str) -> bool:
         """Whether ``host`` is a trunk's: its registrar's or outbound proxy's name, an
@@ -139,16 +177,18 @@ def _stored(binding: Binding, offset: float) -> StoredBinding:
     )
 
 
-def _binding(stored: StoredBinding, offset: float) -> Binding | None:
+def _binding(stored: StoredBinding, offset: float, front: bool = False) -> Binding | None:
     """A stored binding on the agent's clock (``offset``: agent - wall); None if unusable.
 
     A phone that registered over TCP or TLS was reached on its connection, which a
     restart closed: it is now reached at its Contact (callhook opens a connection).
+    Not behind the proxy of ``serve --workers`` (``front``): the connection is the
+    proxy's, open still, and requests to the phone go through it.
     """
     try:
         source = Target(stored.source[1], stored.source[2], transport_of(stored.source[0]))
         target = Target(stored.target[1], stored.target[2], transport_of(stored.target[0]))
-        if reliable(target.transport):
+        if reliable(target.transport) and not front:
             target = target_of(parse_uri(stored.contact), target.transport)
     except ValueError as exc:
         logger.warning("user %s: stored registration %s unusable: %s", stored.user, stored, exc)

@@ -18,11 +18,12 @@ import itertools
 import logging
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from callhook.sip.dialog import Dialog
-from callhook.sip.front import Front
+from callhook.sip.front import DESTINATION, Front, destination_uri
 from callhook.sip.message import (
     Request,
     Response,
@@ -123,6 +124,9 @@ class Call:
     flow_open: bool = True  # the TCP/TLS connection the call was set up on is still open
     fixed_transport: bool = False  # a trunk's call: never moved to TCP for its size
     pinned: bool = False  # every request goes to ``peer`` (a registered phone's flow)
+    #: Behind the proxy of serve --workers, where a pinned call's requests go (named to
+    #: the proxy in each: front.py); ``peer`` is the proxy then.
+    destination: Target | None = None
     refer_cseq: int | None = None  # our REFER's CSeq: its NOTIFYs are welcome (referral.py)
 
 
@@ -165,6 +169,8 @@ class Core:
         #: The proxy in front of this worker (``serve --workers``): every request goes
         #: through it (``front.py``). None: requests go where they are addressed.
         self.front: Front | None = None
+        #: Whether a source the front names is banned (the adapter's guard): ``(host, now)``.
+        self.origin_banned: Callable[[str, float], bool] = lambda host, now: False
 
     def use_front(self, front: Front) -> None:
         """Be a worker behind ``front`` (``serve --workers``): every request goes through it,
@@ -520,6 +526,8 @@ class Core:
             contact=self._contact(user="callhook", peer=hop, sips=sips),
             **kwargs,
         )
+        if call.destination is not None:
+            request.headers.add(DESTINATION, destination_uri(call.destination))
         return request, hop
 
     def _send_bye(self, call: Call, now: float) -> None:

@@ -203,6 +203,12 @@ class Registrar:
                 taken += 1
         return taken
 
+    def replace_all(self, bindings: Iterable[Binding], now: float) -> int:
+        """Forget every binding and take ``bindings`` instead (a worker of ``serve --workers``
+        following the stored ones: ``adapters/users.py``). How many were taken."""
+        self._bindings.clear()
+        return self.load(bindings, now)
+
     def take_changes(self) -> list[str]:
         """The users whose bindings changed since the last call (to be stored)."""
         changed, self._changed = self._changed, []

@@ -114,6 +114,8 @@ class Uac(Referral):
         call = Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
         call.fixed_transport = fixed_transport
         call.pinned = pinned and address is not None
+        if call.pinned and destination is not None:
+            call.destination = destination  # through the proxy, in the dialog too
         call.local_sdp = sdp
         self.calls[call_id] = call
         self._txs[self._tx_key(tx)] = tx

@@ -122,6 +122,13 @@ class Uas(Referral):
         tx = server(request, self._response_address(request, source))
         tx.match = key[1]
         self._txs[self._tx_key(tx)] = tx
+        # Behind the proxy of serve --workers: who really sent it (front.py), which the
+        # guard may have banned (answered, not dropped: a worker silent to the proxy
+        # would be taken for dead).
+        origin = source if self.front is None else self.front.origin(request, source)
+        if origin != source and self.origin_banned(origin.host, now):
+            self._reply(tx, request, 403, "Forbidden", now=now)
+            return
         if problem is not None:
             status, reason = problem
             extra = []
@@ -133,8 +140,6 @@ class Uas(Referral):
                 extra = [("Accept", ", ".join(CONTENT_TYPES))]
             self._reply(tx, request, status, reason, extra=extra, now=now)
             return
-        # Behind the proxy of serve --workers: who really sent it (front.py).
-        origin = source if self.front is None else self.front.origin(request, source)
         if method == "REGISTER":
             self._register(tx, request, origin, now)
             return

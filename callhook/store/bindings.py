@@ -10,6 +10,7 @@ database thread); loading drops the rows that expired meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -64,7 +65,13 @@ class Bindings:
 
     def load(self, wall_now: float) -> list[StoredBinding]:
         """Every binding that has not expired at ``wall_now``; expired ones are deleted."""
+        return _bindings(self.db.call(self._reader(wall_now)))
 
+    async def fetch(self, wall_now: float) -> list[StoredBinding]:
+        """:meth:`load`, awaited (on the database thread, after the writes queued before)."""
+        return _bindings(await self.db.run(self._reader(wall_now)))
+
+    def _reader(self, wall_now: float) -> Callable[[Connection], list[tuple[object, ...]]]:
         # In the order they were stored (PostgreSQL's table numbers its rows itself).
         order = "id" if self.db.dialect == "postgresql" else "rowid"
 
@@ -72,21 +79,26 @@ class Bindings:
             conn.execute("DELETE FROM bindings WHERE expires <= ?", (wall_now,))
             return list(conn.execute(f"SELECT {_COLUMNS} FROM bindings ORDER BY {order}"))
 
-        out = []
-        for row in self.db.call(read):
-            user, contact, call_id, cseq, expires, st, sh, sp, tt, th, tp = row
-            out.append(
-                StoredBinding(
-                    str(user),
-                    str(contact),
-                    str(call_id),
-                    int(str(cseq)),
-                    float(str(expires)),
-                    (str(st), str(sh), int(str(sp))),
-                    (str(tt), str(th), int(str(tp))),
-                )
+        return read
+
+
+def _bindings(rows: list[tuple[object, ...]]) -> list[StoredBinding]:
+    """The rows of the ``bindings`` table as :class:`StoredBinding`."""
+    out = []
+    for row in rows:
+        user, contact, call_id, cseq, expires, st, sh, sp, tt, th, tp = row
+        out.append(
+            StoredBinding(
+                str(user),
+                str(contact),
+                str(call_id),
+                int(str(cseq)),
+                float(str(expires)),
+                (str(st), str(sh), int(str(sp))),
+                (str(tt), str(th), int(str(tp))),
             )
-        return out
+        )
+    return out
 
 
 def _log_failure(future: Future[None]) -> None:

@@ -480,3 +480,71 @@ async def test_a_call_from_callhooks_domain_is_challenged_whatever_the_name(
         elsewhere = await call_in(server, tmp_path)
         assert elsewhere.returncode == 0, elsewhere.output + elsewhere.errors + server.output
     assert len(app.bodies("/start")) == 1  # only the caller from elsewhere ran the app
+
+
+async def test_two_workers_phones_register_through_kamailio_and_every_worker_calls_them(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """``serve --workers 2`` with ``[users]``: a phone's REGISTER reaches worker 0 through
+    Kamailio, which names its real source (the phone's digest is checked there, its flow
+    is that source); worker 1 reads the binding from the database. Two calls in, one on
+    each worker, both reach the phone through Kamailio. Five wrong passwords from
+    127.0.0.2 ban that source on worker 0 (``/api/bans``, across the workers): its next
+    REGISTER gets 403 from there, through Kamailio."""
+    from tests.e2e.test_workers import worker_pids
+
+    connect_to_alice(app)
+    port = free_udp_port()
+    extra = (
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
+        "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
+    )
+    data = tmp_path / "data"
+    server = Server.for_app(data, app, extra=(*users_config(tmp_path, extra), "--workers", "2"))
+    server.start_timeout = 150.0
+    async with server:
+        assert sorted(worker_pids(data)) == [0, 1], server.output
+        await register_phone(server, tmp_path, port)
+        assert await wait_for_output(server, " 0:callhook.sip: user alice: registered")
+        # From the phone's own address and port (Kamailio's word), not Kamailio's.
+        (line,) = [x for x in server.output.splitlines() if "user alice: registered" in x]
+        assert line.split(" from ")[1].startswith(f"udp 127.0.0.1:{port} "), line
+        # Worker 1 reads it from the database (within a second).
+        assert await wait_for_output(
+            server, " 1:callhook.sip: user alice: 1 phone(s) registered (read from the database)"
+        ), server.output
+        for _ in range(2):
+            phone = await sipp.start_sipp(
+                sipp.scenario(ANSWERS_THEN_HANGS_UP),
+                tmp_path,
+                local_port=port,
+                media_port=free_even_udp_port(),
+            )
+            caller = await call_in(server, tmp_path)
+            out, _ = await asyncio.wait_for(phone.communicate(), 30)
+            assert phone.returncode == 0, out.decode(errors="replace") + server.output
+            assert caller.returncode == 0, caller.output + caller.errors + server.output
+        wrong = register_scenario(WRONG, expect="403")
+        run = await sipp_from(
+            wrong, server.sip, tmp_path, local_port=free_udp_port(), address="127.0.0.2", calls=5
+        )
+        assert run.returncode == 0, run.output + server.output
+        status, bans = await server.api("GET", "/api/bans")
+        assert status == 200 and [(b["address"], b["worker"]) for b in bans] == [
+            ("127.0.0.2", 0)
+        ], bans
+        banned = sipp.scenario(
+            REGISTER.format(user="alice", cseq=1, expires=3600, auth=""),
+            '  <recv response="403"/>\n',
+        )
+        run = await sipp_from(
+            banned, server.sip, tmp_path, local_port=free_udp_port(), address="127.0.0.2"
+        )
+        assert run.returncode == 0, run.output + server.output
+    # Each worker called the phone once.
+    callers = re.findall(
+        r" (\d):callhook\.sip: call \S+: calling .*a phone of user:alice", server.output
+    )
+    assert sorted(callers) == ["0", "1"], server.output
+    outcomes = [b["action_result"]["result"] for b in app.bodies("/connected")]
+    assert [(o["connected"], o["destination"]) for o in outcomes] == [(True, "user:alice")] * 2

@@ -56,9 +56,7 @@ def test_an_incoming_call_through_the_proxy_comes_from_the_source_it_names() -> 
     # The proxy's Via names its public address: the answer goes where the request came
     # from (§18.2.2: "received"), which is where the worker reaches the proxy.
     via = f"SIP/2.0/UDP {PUBLIC}:5060;branch=z9hG4bK-proxy-1"
-    agent.receive(
-        sip_request("INVITE", body=OFFER, via=via, headers=[(SOURCE, CALLER)]), PROXY, T0
-    )
+    agent.receive(sip_request("INVITE", body=OFFER, via=via, headers=[(SOURCE, CALLER)]), PROXY, T0)
     (trying, to), *_ = sent(agent)
     assert isinstance(trying, Response) and trying.status == 100 and to == PROXY
     (event,) = agent.take_events()
@@ -87,9 +85,7 @@ def test_a_call_out_leaves_through_the_proxy_naming_its_next_hop() -> None:
     assert invite.uri == "sip:+15551234@carrier.example"
     # Challenged: the answer goes the same way, still naming the next hop.
     challenge = 'Digest realm="carrier.example", nonce="n1", algorithm=MD5'
-    agent.receive(
-        reply(invite, 407, headers=[("Proxy-Authenticate", challenge)]), PROXY, T0 + 0.1
-    )
+    agent.receive(reply(invite, 407, headers=[("Proxy-Authenticate", challenge)]), PROXY, T0 + 0.1)
     again = [r for r, t in requests_of(agent) if r.method == "INVITE" and t == PROXY]
     (second,) = again
     assert second.headers.get(DESTINATION) == invite.headers.get(DESTINATION)
@@ -137,3 +133,48 @@ def test_a_trunk_registers_the_proxys_public_address_and_no_nat_moves_it() -> No
     agent.handle_timer(T0 + 0.1 + KEEPALIVE + 1)
     assert agent.take_datagrams() == []
 
+
+def test_a_source_the_guard_banned_is_refused_though_the_proxy_is_not() -> None:
+    agent = worker()
+    banned = {"198.51.100.9"}
+    agent.origin_banned = lambda host, now: host in banned
+    via = f"SIP/2.0/UDP {PUBLIC}:5060;branch=z9hG4bK-proxy-2"
+    agent.receive(sip_request("INVITE", body=OFFER, via=via, headers=[(SOURCE, CALLER)]), PROXY, T0)
+    # Answered, not dropped: a worker silent to the proxy would be taken for dead.
+    ((refused, to),) = sent(agent)
+    assert isinstance(refused, Response) and refused.status == 403 and to == PROXY
+    assert agent.take_events() == []
+    # Another caller through the same proxy is not.
+    other = "sip:198.51.100.10:5060"
+    agent.receive(
+        sip_request("INVITE", call_id="c2", body=OFFER, via=via + "x", headers=[(SOURCE, other)]),
+        PROXY,
+        T0,
+    )
+    (event,) = agent.take_events()
+    assert isinstance(event, IncomingCall) and event.source.host == "198.51.100.10"
+
+
+def test_a_call_to_a_phone_names_its_flow_in_every_request_of_the_dialog() -> None:
+    """A registered phone behind a NAT is reached only where its REGISTER came from: through
+    the proxy, every request of the call names that address (the proxy's route set would
+    lead to the phone's private Contact)."""
+    agent = worker()
+    flow = Target("198.51.100.9", 40000)
+    call_id = agent.invite("sip:alice@192.168.1.20:5060", OFFER, T0, address=flow, pinned=True)
+    invite, to = one_request(agent)
+    assert to == PROXY and invite.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
+    ok = reply(
+        invite,
+        200,
+        record_route=[f"<sip:{PUBLIC}:5060;lr>"],
+        contact="<sip:alice@192.168.1.20:5060>",
+        body=OFFER,
+    )
+    agent.receive(ok, PROXY, T0 + 0.5)
+    ack, ack_to = one_request(agent)
+    assert ack_to == PROXY and ack.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
+    agent.take_events()
+    agent.hang_up(call_id, T0 + 1.0)
+    bye, bye_to = one_request(agent)
+    assert bye_to == PROXY and bye.headers.get(DESTINATION) == "sip:198.51.100.9:40000"

@@ -433,6 +433,13 @@ def test_stored_bindings_are_loaded_but_not_those_expired_or_of_unknown_users() 
     assert taken == 1
     assert [b.user for b in registrar.bindings("alice", T0)] == ["alice"]
     assert registrar.take_changes() == []
+    # A worker following the stored bindings: what was stored is all there is now.
+    other = Target("192.0.2.11", 5060)
+    moved = Binding("alice", "sip:a@192.0.2.11", "d", 1, T0 + 90, other, other)
+    assert registrar.replace_all([moved], T0) == 1
+    assert registrar.bindings("alice", T0) == [moved]
+    assert registrar.replace_all([], T0) == 0 and registrar.bindings("alice", T0) == []
+    assert registrar.take_changes() == []  # nothing of its own to store
 
 
 # --- the agent: REGISTER, and calls from users ------------------------------------------

@@ -58,10 +58,11 @@ def test_each_worker_has_its_sip_port_and_an_even_slice_of_the_rtp_range() -> No
     # what comes from it, on loopback or on the advertised address.
     assert layout.worker_host == "127.0.0.1"
     assert set(layout.proxies) == {"127.0.0.1", "192.0.2.10"}
+    # Priorities in worker order: the REGISTERs' choice (worker 0 first).
     assert dispatcher_list(layout).splitlines() == [
-        "1 sip:127.0.0.1:5100 0 0 worker=0",
-        "1 sip:127.0.0.1:5101 0 0 worker=1",
-        "1 sip:127.0.0.1:5102 0 0 worker=2",
+        "1 sip:127.0.0.1:5100 0 3 worker=0",
+        "1 sip:127.0.0.1:5101 0 2 worker=1",
+        "1 sip:127.0.0.1:5102 0 1 worker=2",
     ]
 
 
@@ -116,10 +117,10 @@ def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
     front = settings.front
     assert front is not None and front.target == ("127.0.0.1", 5060, "udp")
     assert front.sources == {"127.0.0.1"} and front.public_host == "127.0.0.1"
-    assert front.contact_port("tcp") == 5060 and not settings.register_trunks
+    assert front.contact_port("tcp") == 5060 and not settings.lead_worker
     first = Settings(sip_host="0.0.0.0", sip_tcp_port=5090, external_address="203.0.113.7")
     become_worker(first, 0, 2)
-    assert first.register_trunks and first.front is not None
+    assert first.lead_worker and first.front is not None
     assert first.front.public_host == "203.0.113.7"  # behind NAT: what a registrar gets
     assert first.front.contact_port("tcp") == 5090 and first.front.contact_port("tls") == 5060
     assert first.external_address == "203.0.113.7"  # the workers' SDP names it too
@@ -142,16 +143,18 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
         "carrier": Trunk("carrier", registrar="carrier.example", transport="tcp"),
     }
     assert layout_of(settings, 2).external == "203.0.113.7"
-    # Not yet: users, a TLS trunk, a TCP trunk when Kamailio has no TCP.
-    settings.trunks["secure"] = Trunk("secure", registrar="s.example", transport="tls")
+    # Registered users too (worker 0 their registrar).
     settings.users = {"alice": UserConfig("alice", "a long password")}
+    assert layout_of(settings, 2).workers
+    # Not yet: a TLS trunk, a TCP trunk when Kamailio has no TCP.
+    settings.trunks["secure"] = Trunk("secure", registrar="s.example", transport="tls")
     settings.sip_tcp_port = 0
     with pytest.raises(ConfigError) as refused:
         layout_of(settings, 2)
     # Every reason at once, so one edit of the config is enough.
-    for named in ("trunk secure over tls", "trunk carrier over tcp", "registered users (alice)"):
+    for named in ("trunk secure over tls", "trunk carrier over tcp"):
         assert named in str(refused.value)
-    assert "pbx" not in str(refused.value)
+    assert "pbx" not in str(refused.value) and "alice" not in str(refused.value)
     # TCP on its own port ([sip] tcp_port), or none.
     assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=5090), 2).tcp_port == 5090
     assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=0), 2).tcp_port is None
@@ -212,6 +215,8 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
     assert "X-Callhook-Source: sip:$siz:$sp;transport=$pr" in source
     assert text.count('remove_hf("X-Callhook-Source")') == 1
     assert text.count("$du = $hdr(X-Callhook-Destination)") == 1
+    (follow,) = [x for x in text.splitlines() if 'is_present_hf("X-Callhook-Destination")' in x]
+    assert "$sp >= 5100" in follow  # a worker's only: from outside it would be a relay
     assert 'is_in_subnet("$si", "10.0.0.0/8")' in text
     assert '"reqs_density_per_unit", 40' in text  # 20 a second, in units of 2 s
 
