@@ -175,6 +175,60 @@ async def test_baresip_registered_as_alice_is_reached_and_still_is_after_a_resta
     assert len(app.bodies("/connected")) == 2
 
 
+@pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
+async def test_baresip_registered_over_tcp_with_two_workers_is_reached_from_both(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """``serve --workers 2``: baresip registers over TCP with Kamailio (worker 0 is the
+    registrar); two calls in, one on each worker, reach it through Kamailio over the
+    connection it opened, and it answers both."""
+    from tests.e2e.test_workers import worker_pids
+
+    connect_to_alice(app)
+    microphone = tmp_path / "mic.wav"
+    microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 60, dtype=np.int16)))
+    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    phone_dir = tmp_path / "baresip"
+    phone_dir.mkdir()
+    baresip_config(phone_dir, sip_port, ctrl_port, microphone)
+    extra = (
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
+        "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
+    )
+    data = tmp_path / "data"
+    server = Server.for_app(data, app, extra=(*users_config(tmp_path, extra), "--workers", "2"))
+    server.start_timeout = 150.0
+    (phone_dir / "accounts").write_text(
+        f"<sip:alice@127.0.0.1:{server.sip_port};transport=tcp>;auth_pass={PASSWORD};"
+        "regint=3600;answermode=auto;audio_codecs=PCMU,PCMA\n"
+    )
+    async with server:
+        assert sorted(worker_pids(data)) == [0, 1], server.output
+        async with baresip(phone_dir, ctrl_port) as phone:
+            assert await wait_for_output(server, " 0:callhook.sip: user alice: registered")
+            (line,) = [x for x in server.output.splitlines() if "user alice: registered" in x]
+            assert " from tcp 127.0.0.1:" in line, line  # the phone's own connection
+            assert await wait_for_output(server, " 1:callhook.sip: user alice: 1 phone(s)")
+            for done in (1, 2):
+                calling = asyncio.create_task(call_in(server, tmp_path))
+                assert await bridged_calls(server), server.output  # baresip answered
+                await command(phone, "hangup")
+                caller = await calling
+                assert caller.returncode == 0, caller.output + caller.errors + server.output
+                for _ in range(100):
+                    if len(app.bodies("/connected")) == done:
+                        break
+                    await asyncio.sleep(0.05)
+    callers = re.findall(
+        r" (\d):callhook\.sip: call \S+: calling .*a phone of user:alice", server.output
+    )
+    assert sorted(callers) == ["0", "1"], server.output
+    for connected in app.bodies("/connected"):
+        outcome = connected["action_result"]["result"]
+        assert (outcome["connected"], outcome["call_cause"]) == (True, "hung_up"), outcome
+    assert len(app.bodies("/connected")) == 2
+
+
 # --- SIPp phones --------------------------------------------------------------------------
 
 REGISTER = """
