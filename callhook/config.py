@@ -233,10 +233,8 @@ class Settings:
     #: ``adapters/supervisor.workers_for``), and the first worker's SIP port.
     workers: int | None = None
     worker_first_port: int = 5100
-    #: Set by ``serve --workers`` for each worker, not config keys: the proxy in front of
-    #: it (``sip/front.py``), and whether this is worker 0 (or no worker): it registers
-    #: the trunks, and Kamailio gives it the phones' REGISTERs; the others follow
-    #: (trunk states asked of it, the phones' bindings read from the database).
+    #: Not config keys: set by ``serve --workers`` for each worker (docs/scaling.md): the
+    #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
     front: Front | None = None
     lead_worker: bool = True
     #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).

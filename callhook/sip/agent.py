@@ -23,10 +23,11 @@ owns the dialogs and the calls, and forgets a call once it has ended and its
 last transaction has finished.
 
 It is built in four parts: ``core.py`` (calls, transactions, timers,
-in-dialog requests, registrations), ``referral.py`` (a transfer's REFER and
-its NOTIFYs), ``uas.py`` (requests in and the answers to inbound calls) and
-``uac.py`` (outbound INVITEs and the responses to our requests); this class
-joins the two halves and ends calls in any state.
+in-dialog requests, registrations; a call's record is ``callstate.py``'s),
+``referral.py`` (a transfer's REFER and its NOTIFYs), ``uas.py`` (requests in
+and the answers to inbound calls) and ``uac.py`` (outbound INVITEs and the
+responses to our requests); this class joins the two halves and ends calls in
+any state.
 
 What the agent answers on its own: ``100 Trying`` at once to an INVITE;
 ``200`` to OPTIONS (``503`` while shutting down), BYE, CANCEL, INFO,

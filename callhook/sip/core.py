@@ -16,13 +16,11 @@ import contextlib
 import heapq
 import itertools
 import logging
-import secrets
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from callhook.sip.dialog import Dialog
+from callhook.sip.callstate import Call, State, new_tag
 from callhook.sip.front import DESTINATION, Front, destination_uri
 from callhook.sip.message import (
     Request,
@@ -37,16 +35,13 @@ from callhook.sip.message import (
 from callhook.sip.notices import (
     CallEvent,
     CallTerminated,
-    Credentials,
     ReferResponse,
 )
 from callhook.sip.registrar import Registrar
 from callhook.sip.registration import RegistrationSpec
 from callhook.sip.registrations import Registrations
 from callhook.sip.responses import error_response, make_response
-from callhook.sip.sessiontimer import SessionTimer
 from callhook.sip.transaction import (
-    T1,
     Address,
     Deliver,
     Kind,
@@ -82,57 +77,6 @@ SUPPORTED = {"timer"}
 #: wire and are told apart by their tags (§12); ";" is no Call-ID character (§25.1), so
 #: no peer's Call-ID can end so.
 HAIRPIN = ";hairpin"
-
-
-State = Literal["offered", "early", "answered", "confirmed", "ending", "ended"]
-_NOWHERE = Target("", 0)
-
-
-@dataclass
-class Call:
-    """What the agent knows of one call: its INVITE, dialog, state and timers."""
-
-    call_id: str
-    direction: Literal["inbound", "outbound"]
-    invite: Request
-    tx: Transaction
-    local_tag: str
-    peer: Target  # inbound: where the INVITE came from; outbound: where it went
-    state: State = "offered"
-    dialog: Dialog | None = None
-    reported: bool = False  # CallTerminated was emitted
-    live_txs: int = 0  # transactions of the call still running (it is forgotten at 0)
-    # Our 2xx to an INVITE or re-INVITE, retransmitted until the ACK (§13.3.1.4).
-    ok: bytes = b""
-    ok_to: Target = _NOWHERE
-    ok_next: float = 0.0
-    ok_interval: float = T1
-    ok_give_up: float = 0.0
-    awaiting_ack: bool = False
-    bye_pending: bool = False  # hang up as soon as the ACK comes (§15)
-    reoffer_tx: Transaction | None = None
-    local_sdp: bytes = b""
-    timer: SessionTimer | None = None
-    refresh_at: float | None = None
-    # Outbound calls.
-    credentials: Credentials | None = None
-    auth_tries: int = 0
-    provisional: bool = False  # a 1xx came: a CANCEL may be sent (§9.1)
-    cancel_wanted: bool = False
-    cancel_sent: bool = False
-    ack: bytes = b""  # our ACK for the 2xx, sent again for its retransmissions
-    flow_open: bool = True  # the TCP/TLS connection the call was set up on is still open
-    fixed_transport: bool = False  # a trunk's call: never moved to TCP for its size
-    pinned: bool = False  # every request goes to ``peer`` (a registered phone's flow)
-    #: Behind the proxy of serve --workers, where a pinned call's requests go (named to
-    #: the proxy in each: front.py); ``peer`` is the proxy then.
-    destination: Target | None = None
-    refer_cseq: int | None = None  # our REFER's CSeq: its NOTIFYs are welcome (referral.py)
-
-
-def new_tag() -> str:
-    """A random tag (§19.3), also used for Call-IDs."""
-    return secrets.token_hex(8)
 
 
 class Core:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 import re
 
-from callhook.sip.core import Call, Core
+from callhook.sip.callstate import Call
+from callhook.sip.core import Core
 from callhook.sip.message import Request, Response
 from callhook.sip.notices import ReferProgress, ReferResponse
 from callhook.sip.transaction import Transaction

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 
 from callhook.sip import digest
+from callhook.sip.callstate import Call, new_tag
 from callhook.sip.checks import check_response
-from callhook.sip.core import ALLOW, SUPPORTED, Call, new_tag
+from callhook.sip.core import ALLOW, SUPPORTED
 from callhook.sip.dialog import Dialog
 from callhook.sip.front import DESTINATION, destination_uri
 from callhook.sip.message import (

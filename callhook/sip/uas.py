@@ -20,13 +20,12 @@ import ipaddress
 import logging
 import re
 
+from callhook.sip.callstate import Call, new_tag
 from callhook.sip.checks import check_request, unsupported_options
 from callhook.sip.core import (
     CONTENT_TYPES,
     HAIRPIN,
     SUPPORTED,
-    Call,
-    new_tag,
     uri_text,
 )
 from callhook.sip.dialog import Dialog
