@@ -157,6 +157,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
         self.registrar = None
         self.following = None
+        self.stored_changes = 0
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app

@@ -57,6 +57,8 @@ class Users:
     registrar: Registrar | None
     #: A worker's task following the stored bindings (``serve --workers``; None: none).
     following: asyncio.Task[None] | None
+    #: How many times this process stored changed bindings.
+    stored_changes: int
 
     def _start_registrar(self) -> None:
         """Be the registrar of ``[users]``, with the bindings stored before (if any users)."""
@@ -98,10 +100,15 @@ class Users:
         counts: dict[str, int] = {}
         while True:
             await asyncio.sleep(FOLLOW_SECONDS)
+            writes = self.stored_changes
             try:
                 stored = await store.fetch(time.time())
             except Exception as exc:  # the database is away: the phones known stay
                 logger.warning("the registered phones could not be read: %s", exc)
+                continue
+            if self.stored_changes != writes:
+                # This worker took a REGISTER meanwhile (worker 0 gone): what was read may
+                # predate it; the next read has it.
                 continue
             now = self.loop.time()
             offset = now - time.time()
@@ -158,6 +165,7 @@ class Users:
             return
         store = Bindings(self.services.db)
         offset = time.time() - now
+        self.stored_changes += 1
         for user in changed:
             stored = [_stored(b, offset) for b in registrar.bindings(user, now)]
             store.replace(user, stored)
