@@ -213,9 +213,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                 )
         self._trusted_trunks()
         self.trunks.elsewhere = not settings.lead_worker
-        await self.trunks.start(
-            self._trunks_changed, register=register and settings.lead_worker
-        )
+        await self.trunks.start(self._trunks_changed, register=register and settings.lead_worker)
         self._trusted_trunks()
 
     async def _listen_streams(self, listen: bool) -> None:

@@ -402,4 +402,3 @@ def _channels(body: str | None) -> int:
     except (ValueError, AttributeError):
         return 1
     return channels if channels in (1, 2) else 1
-

@@ -285,9 +285,7 @@ class Nodes:
         base URL: ``callhook.adapters.siblings``)."""
         self.api = api
         self.db.call(
-            lambda conn: conn.execute(
-                "UPDATE nodes SET api = ? WHERE token = ?", (api, self.token)
-            )
+            lambda conn: conn.execute("UPDATE nodes SET api = ? WHERE token = ?", (api, self.token))
         )
 
     def peers(self) -> list[tuple[str, str]]:

@@ -206,8 +206,7 @@ class Server:
             self.sip_port, self.http_port = free_udp_port(), free_tcp_port()
             new = (f":{self.sip_port}", f":{self.http_port}")
             self.args = [
-                a.replace(old[0], new[0]).replace(old[1], new[1])
-                if a.endswith(old) else a
+                a.replace(old[0], new[0]).replace(old[1], new[1]) if a.endswith(old) else a
                 for a in self.args
             ]
             self.output = ""

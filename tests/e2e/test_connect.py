@@ -75,9 +75,7 @@ async def bridged_calls(server: Server) -> list[tuple[str, str]]:
     return []
 
 
-def callee_scenario(
-    pcap: Path | None, media_port: int | None = None, hold_ms: int = 4000
-) -> str:
+def callee_scenario(pcap: Path | None, media_port: int | None = None, hold_ms: int = 4000) -> str:
     """A callee that answers, plays ``pcap`` (if any), stays ``hold_ms``, then hangs up."""
     answer = sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING)
     if media_port is not None:  # the callee's SDP names the test's socket

@@ -82,7 +82,11 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
         await call_through(
             # The callee stays 10 s: the whisper (synthesised, then played) must end and the
             # join come before its BYE, however loaded the machine (4 s was once too short).
-            tmp_path, app, callee_port, callee_scenario(None, callee_ear.port, 10000), callee_ear
+            tmp_path,
+            app,
+            callee_port,
+            callee_scenario(None, callee_ear.port, 10000),
+            callee_ear,
         )
     out, _ = await asyncio.wait_for(other.communicate(), 30)
     assert other.returncode == 0, out.decode(errors="replace")  # it rang, then got CANCEL
