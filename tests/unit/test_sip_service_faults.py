@@ -5,8 +5,10 @@ gets 500 instead of ringing for ever. The SIP service runs for real on 127.0.0.1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,26 +36,38 @@ def _invite(port: int, local: int) -> bytes:
     return head.encode() + sdp
 
 
-async def test_a_call_that_fails_inside_callhook_is_logged_and_released(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@contextlib.asynccontextmanager
+async def service(
+    tmp_path: Path, run_call: Callable[..., Awaitable[Any]], rtp_ports: tuple[int, int]
+) -> AsyncIterator[tuple[SipService, socket.socket]]:
+    """A real SIP service on 127.0.0.1 whose calls run ``run_call``, and a UDP peer."""
     app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
     settings = Settings(
         data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
     )
     services = Services(settings)
-
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("injected fault")
-
-    services.run_call = broken  # type: ignore[method-assign]
-    sip = SipService(services, "127.0.0.1", 0, rtp_ports=(47000, 47100))
+    services.run_call = run_call  # type: ignore[method-assign,assignment]
+    sip = SipService(services, "127.0.0.1", 0, rtp_ports=rtp_ports)
     await sip.start(register=False)
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
     peer.setblocking(False)
-    loop = asyncio.get_running_loop()
     try:
+        yield sip, peer
+    finally:
+        peer.close()
+        await sip.shutdown(grace=1.0)
+        await services.close()
+
+
+async def test_a_call_that_fails_inside_callhook_is_logged_and_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("injected fault")
+
+    loop = asyncio.get_running_loop()
+    async with service(tmp_path, broken, (47000, 47100)) as (sip, peer):
         with caplog.at_level(logging.ERROR, logger="callhook.sip"):
             await loop.sock_sendto(
                 peer, _invite(sip.port, peer.getsockname()[1]), ("127.0.0.1", sip.port)
@@ -69,10 +83,6 @@ async def test_a_call_that_fails_inside_callhook_is_logged_and_released(
         assert len(failed) == 1 and "injected fault" in failed[0].getMessage()
         assert failed[0].exc_info is not None  # the traceback is in the log
         assert sip.calls == {}
-    finally:
-        peer.close()
-        await sip.shutdown(grace=1.0)
-        await services.close()
 
 
 async def test_a_finished_call_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -87,40 +97,27 @@ async def test_a_finished_call_leaves_nothing_behind(tmp_path: Path) -> None:
     from callhook.call import CallSummary
     from callhook.media.session import MediaSession
 
-    app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
-    settings = Settings(
-        data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
-    )
-    services = Services(settings)
     ran: list[str] = []
 
     async def done(*args: Any, **kwargs: Any) -> CallSummary:
         ran.append("call")
         return CallSummary("0123", cause="normal", pages=["http://127.0.0.1:9/start"])
 
-    services.run_call = done  # type: ignore[method-assign]
-    sip = SipService(services, "127.0.0.1", 0, rtp_ports=(47100, 47200))
-    await sip.start(register=False)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
-    peer.setblocking(False)
     loop = asyncio.get_running_loop()
-    gc.collect()
-    gc.disable()
-    try:
-        await loop.sock_sendto(
-            peer, _invite(sip.port, peer.getsockname()[1]), ("127.0.0.1", sip.port)
-        )
-        for _ in range(200):
-            if ran and not sip.calls:
-                break
-            await asyncio.sleep(0.01)
-        assert ran and sip.calls == {}
-        await asyncio.sleep(0.05)  # the call's task is done and let go of
-        kinds = (SipCall, MediaSession, CallSummary)
-        assert [o for o in gc.get_objects() if isinstance(o, kinds)] == []
-    finally:
-        gc.enable()
-        peer.close()
-        await sip.shutdown(grace=1.0)
-        await services.close()
+    async with service(tmp_path, done, (47100, 47200)) as (sip, peer):
+        gc.collect()
+        gc.disable()
+        try:
+            await loop.sock_sendto(
+                peer, _invite(sip.port, peer.getsockname()[1]), ("127.0.0.1", sip.port)
+            )
+            for _ in range(200):
+                if ran and not sip.calls:
+                    break
+                await asyncio.sleep(0.01)
+            assert ran and sip.calls == {}
+            await asyncio.sleep(0.05)  # the call's task is done and let go of
+            kinds = (SipCall, MediaSession, CallSummary)
+            assert [o for o in gc.get_objects() if isinstance(o, kinds)] == []
+        finally:
+            gc.enable()
