@@ -24,12 +24,16 @@ class Metrics:
     page_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=SAMPLES))
     page_errors: int = 0
     gc_pauses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=2000))
+    #: While True, the collector's passes are not counted (start-up's own, before calls).
+    gc_quiet: bool = False
     _gc_started: float = 0.0
 
     def watch_gc(self) -> None:
         """Time the collector's pauses (they stop every call's audio while they run)."""
 
         def callback(phase: str, info: dict[str, int]) -> None:
+            if self.gc_quiet:
+                return
             if phase == "start":
                 self._gc_started = time.perf_counter()
             else:

@@ -14,6 +14,7 @@ import gc
 import logging
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -22,8 +23,12 @@ from callhook import __version__
 from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY, workers_for
 from callhook.app import Services
+from callhook.collector import CHECK_EVERY, FullCollections, automatic_full_passes_off
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
+from callhook.metrics import Metrics
 from callhook.redact import redact
+
+logger = logging.getLogger("callhook.server")
 
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
@@ -195,10 +200,18 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     # Everything built so far (modules, schemas, the server) lives as long as the
     # process: keep it out of the collector's passes, so a full collection only
     # walks the calls' objects and stays short (it stops every call's audio).
+    # (Not counted as pauses: no call is up yet.)
+    services.metrics.gc_quiet = True
     gc.collect()
     gc.freeze()
+    services.metrics.gc_quiet = False
+    # Full passes only by hand, when due (collector.py): rarely, between calls if possible.
+    automatic_full_passes_off()
     # The speech models load on worker threads meanwhile: freeze again once they are in.
-    frozen = asyncio.get_running_loop().create_task(_freeze_after(services.speech.warming))
+    frozen = asyncio.get_running_loop().create_task(
+        _freeze_after(services.speech.warming, services.metrics)
+    )
+    collecting = asyncio.get_running_loop().create_task(_collect_when_due(services.metrics))
     if args.worker is not None:
         print(READY, flush=True)  # the supervisor prints where callhook is reached
     else:
@@ -213,6 +226,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         print("callhook: shutting down (new calls get 503)", flush=True)
         frozen.cancel()
+        collecting.cancel()
         await sip.shutdown(settings.shutdown_grace)
         await services.close()
         if siblings is not None:
@@ -255,9 +269,32 @@ def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | Non
         print("  try it with no phone: callhook call   (in another terminal)", flush=True)
 
 
-async def _freeze_after(loading: list[Future[None]]) -> None:
+async def _freeze_after(loading: list[Future[None]], metrics: Metrics) -> None:
     """``gc.freeze()`` again when the models being loaded in the background are in."""
     if loading:
         await asyncio.gather(*(asyncio.wrap_future(f) for f in loading))
+        quiet = metrics.active == 0  # a pause with calls up is counted, as any other
+        metrics.gc_quiet = quiet
         gc.collect()
         gc.freeze()
+        metrics.gc_quiet = False
+
+
+async def _collect_when_due(metrics: Metrics) -> None:
+    """Run the collector's full pass when :class:`~callhook.collector.FullCollections`
+    says it is due (it is off otherwise: :func:`~callhook.collector.automatic_full_passes_off`)."""
+    loop = asyncio.get_running_loop()
+    policy = FullCollections(last=loop.time())
+    while True:
+        await asyncio.sleep(CHECK_EVERY)
+        now = loop.time()
+        if policy.due(now, metrics.active):
+            started = time.perf_counter()
+            found = gc.collect()
+            policy.ran(loop.time())
+            logger.debug(
+                "full collection: %d objects freed in %.0f ms, %d calls up",
+                found,
+                (time.perf_counter() - started) * 1000,
+                metrics.active,
+            )
