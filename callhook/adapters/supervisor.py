@@ -76,7 +76,7 @@ def layout_of(settings: Settings, count: int) -> Layout:
     tcp = settings.sip_tcp_port != 0
     for trunk in settings.trunks.values():
         # Trunks go through Kamailio (sip/front.py), over the transports it listens on;
-        # it would not check a TLS provider's certificate.
+        # its TLS client checks a certificate's chain, not that it names the provider.
         if trunk.transport == "tls" or (trunk.transport == "tcp" and not tcp):
             refused.append(f"trunk {trunk.name} over {trunk.transport}")
     if refused:
