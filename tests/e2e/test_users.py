@@ -312,6 +312,20 @@ ANSWERS_THEN_HANGS_UP = (
 )
 
 
+async def call_reaches_phone(server: Server, tmp_path: Path, port: int) -> None:
+    """A caller calls in; alice's SIPp phone on ``port`` answers it, then hangs up."""
+    phone = await sipp.start_sipp(
+        sipp.scenario(ANSWERS_THEN_HANGS_UP),
+        tmp_path,
+        local_port=port,
+        media_port=free_even_udp_port(),
+    )
+    caller = await call_in(server, tmp_path)
+    out, _ = await asyncio.wait_for(phone.communicate(), 30)
+    assert phone.returncode == 0, out.decode(errors="replace") + server.output
+    assert caller.returncode == 0, caller.output + caller.errors + server.output
+
+
 async def test_a_phone_registered_once_is_reached_after_a_restart(
     tmp_path: Path, app: AppServer
 ) -> None:
@@ -322,16 +336,7 @@ async def test_a_phone_registered_once_is_reached_after_a_restart(
     async with first:
         await register_phone(first, tmp_path, port)
     async with restarted(first, tmp_path, app) as second:
-        phone = await sipp.start_sipp(
-            sipp.scenario(ANSWERS_THEN_HANGS_UP),
-            tmp_path,
-            local_port=port,
-            media_port=free_even_udp_port(),
-        )
-        caller = await call_in(second, tmp_path)
-        out, _ = await asyncio.wait_for(phone.communicate(), 30)
-        assert phone.returncode == 0, out.decode(errors="replace") + second.output
-        assert caller.returncode == 0, caller.output + caller.errors + second.output
+        await call_reaches_phone(second, tmp_path, port)
         assert await wait_for_request(app, "/connected")
     outcome = app.bodies("/connected")[0]["action_result"]["result"]
     assert (outcome["connected"], outcome["destination"]) == (True, "user:alice"), outcome
@@ -568,16 +573,7 @@ async def test_two_workers_phones_register_through_kamailio_and_every_worker_cal
             server, " 1:callhook.sip: user alice: 1 phone(s) registered (read from the database)"
         ), server.output
         for _ in range(2):
-            phone = await sipp.start_sipp(
-                sipp.scenario(ANSWERS_THEN_HANGS_UP),
-                tmp_path,
-                local_port=port,
-                media_port=free_even_udp_port(),
-            )
-            caller = await call_in(server, tmp_path)
-            out, _ = await asyncio.wait_for(phone.communicate(), 30)
-            assert phone.returncode == 0, out.decode(errors="replace") + server.output
-            assert caller.returncode == 0, caller.output + caller.errors + server.output
+            await call_reaches_phone(server, tmp_path, port)
         wrong = register_scenario(WRONG, expect="403")
         run = await sipp_from(
             wrong, server.sip, tmp_path, local_port=free_udp_port(), address="127.0.0.2", calls=5

@@ -13,6 +13,7 @@ from callhook.sip.registrations import KEEPALIVE
 from callhook.sip.responses import make_response
 from callhook.sip.transport import Target
 from tests.unit.test_sip_agent import OFFER, one_request, reply, sent, sip_request
+from tests.unit.test_sip_registrations import sent_requests
 
 T0 = 100.0
 PROXY = Target("10.0.0.1", 5060)  # Kamailio, as the worker reaches it
@@ -26,15 +27,6 @@ def worker() -> Agent:
     agent = Agent(PUBLIC, 5101)
     agent.use_front(FRONT)
     return agent
-
-
-def requests_of(agent: Agent) -> list[tuple[Request, Target]]:
-    out = []
-    for data, target in agent.take_datagrams():
-        message = parse(data)
-        assert isinstance(message, Request)
-        out.append((message, target))
-    return out
 
 
 def test_the_source_is_believed_from_the_proxy_only() -> None:
@@ -86,7 +78,7 @@ def test_a_call_out_leaves_through_the_proxy_naming_its_next_hop() -> None:
     # Challenged: the answer goes the same way, still naming the next hop.
     challenge = 'Digest realm="carrier.example", nonce="n1", algorithm=MD5'
     agent.receive(reply(invite, 407, headers=[("Proxy-Authenticate", challenge)]), PROXY, T0 + 0.1)
-    again = [r for r, t in requests_of(agent) if r.method == "INVITE" and t == PROXY]
+    again = [r for r, t in sent_requests(agent) if r.method == "INVITE" and t == PROXY]
     (second,) = again
     assert second.headers.get(DESTINATION) == invite.headers.get(DESTINATION)
     assert "Proxy-Authorization" in second.headers
@@ -114,7 +106,7 @@ def test_a_trunk_registers_the_proxys_public_address_and_no_nat_moves_it() -> No
     agent = worker()
     spec = RegistrationSpec("provider", "sip.example:5060", "me", "secret", expires=300)
     agent.register(spec, T0, Target("192.0.2.50", 5060))
-    ((register, to),) = requests_of(agent)
+    ((register, to),) = sent_requests(agent)
     assert to == PROXY and register.top_via.transport == "UDP"
     assert register.headers.get("Contact") == f"<sip:me@{PUBLIC}:5060>"
     assert register.headers.get(DESTINATION) == "sip:192.0.2.50:5060"
