@@ -18,8 +18,9 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   :data:`CALL_AFFINITY_SECONDS`);
 * the phones' REGISTERs go to worker 0 (the registrar of ``[users]``: it keeps the
   bindings in its memory and stores them; the other workers read them from the
-  database every second), or to the next worker while it does not answer; an INVITE
-  answering a challenge goes to the worker that challenged it (its nonce), by Call-ID;
+  database before calling a user, and every second), or to the next worker while it
+  does not answer; an INVITE answering a challenge goes to the worker that challenged
+  it (its nonce), by Call-ID;
 * Kamailio probes every worker with OPTIONS each :attr:`Layout.probe_seconds`;
   a worker that does not answer is skipped until it does again, and an INVITE
   sent to a worker that does not answer within :data:`WORKER_TIMEOUT_MS` (not

@@ -39,6 +39,7 @@ import random
 import re
 import ssl
 import uuid
+from typing import TYPE_CHECKING
 
 from callhook.adapters.farleg import FarLeg, Fork
 from callhook.adapters.media import MediaEngine
@@ -64,6 +65,7 @@ from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, Cal
 from callhook.sip.guard import Guard
 from callhook.sip.message import parse_uri
 from callhook.sip.registrar import Binding, Registrar
+from callhook.store.bindings import Bindings
 
 logger = logging.getLogger("callhook.sip")
 
@@ -86,9 +88,19 @@ class Connecting(Screening):
     outbound: OutboundPolicy
     _outbound_calls: dict[str, int]
     client_tls: ssl.SSLContext
+    calls: dict[str, SipCall]
+    #: (call, attempt) of the connects to a user whose phones are being read (a worker
+    #: following the stored bindings): placed when the read is in, unless dropped.
+    _reading_phones: set[tuple[str, int]]
 
     def _flush(self) -> None:
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # the registrar's half (adapters/users.py); later in the MRO
+
+        def follows_bindings(self) -> bool: ...
+
+        async def read_bindings(self, store: Bindings | None = None) -> list[Binding] | None: ...
 
     def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
         raise NotImplementedError
@@ -123,7 +135,35 @@ class Connecting(Screening):
     def _place_user(
         self, primary: SipCall, attempt: int, destination: str, call_from: str | None
     ) -> None:
-        """Call every phone ``user:NAME`` has registered at once (a :class:`Fork`)."""
+        """Call every phone ``user:NAME`` has registered at once (a :class:`Fork`); on a
+        worker that follows worker 0's bindings, as they are stored now (a phone that
+        registered a moment ago included)."""
+        if not self.follows_bindings():
+            self._place_phones(primary, attempt, destination, call_from)
+            return
+        key = (primary.call_id, attempt)
+        self._reading_phones.add(key)
+
+        async def read_then_place() -> None:
+            await self.read_bindings()
+            wanted = key in self._reading_phones
+            self._reading_phones.discard(key)
+            if not wanted or self.calls.get(primary.call_id) is not primary:
+                return  # the call ended, or gave up this attempt, while the read ran
+            try:
+                self._place_phones(primary, attempt, destination, call_from)
+            except Exception:  # a bug: this attempt fails, the call goes on
+                logger.exception("call %s: calling %s failed", primary.call_id, destination)
+                primary.leg.inject(CalleeEnded(attempt, "failed", "500"))
+            self._flush()
+
+        task = self.loop.create_task(read_then_place())
+        self._far_runs.add(task)
+        task.add_done_callback(self._far_runs.discard)
+
+    def _place_phones(
+        self, primary: SipCall, attempt: int, destination: str, call_from: str | None
+    ) -> None:
         name = destination.strip()[len("user:") :]
         registrar, leg = self.registrar, primary.leg
         if registrar is None or not registrar.knows(name):
@@ -276,6 +316,7 @@ class Connecting(Screening):
 
     def drop_callee(self, primary: SipCall, attempt: int) -> None:
         """End far leg ``attempt`` of ``primary``: CANCEL while it rings, BYE once up."""
+        self._reading_phones.discard((primary.call_id, attempt))  # not placed: never will be
         for far in list(self.far_legs.values()):
             if far.primary is primary and far.attempt == attempt and not far.ended:
                 if far.fork is not None:
@@ -296,6 +337,7 @@ class Connecting(Screening):
 
     def drop_all_callees(self, primary: SipCall) -> None:
         """``primary`` is over: every far leg of it ends."""
+        self._reading_phones = {k for k in self._reading_phones if k[0] != primary.call_id}
         for far in list(self.far_legs.values()):
             if far.primary is primary and not far.ended:
                 self._hang_up_far(far)

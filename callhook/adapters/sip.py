@@ -155,6 +155,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self._dials: set[asyncio.Task[CallSummary]] = set()
         self.far_legs: dict[str, FarLeg] = {}
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
+        self._reading_phones: set[tuple[str, int]] = set()
         self.registrar = None
         self.following = None
         self.stored_changes = 0

@@ -90,34 +90,49 @@ class Users:
         logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
         if front and not self.services.settings.lead_worker:
             # serve --workers: worker 0 takes the REGISTERs (Kamailio sends it every
-            # one); the others call the phones it stored, read again every second.
+            # one); the others call the phones it stored, read before each call to a
+            # user (connecting.py) and every second.
             self.following = self.loop.create_task(self._follow_bindings(store))
+
+    def follows_bindings(self) -> bool:
+        """Whether this process reads the phones' bindings from the database (a worker of
+        ``serve --workers`` other than worker 0) rather than keeping them itself."""
+        settings = self.services.settings
+        return (
+            self.registrar is not None and settings.front is not None and not (settings.lead_worker)
+        )
+
+    async def read_bindings(self, store: Bindings | None = None) -> list[Binding] | None:
+        """Make the registrar's bindings those stored now; the bindings, or None when the
+        read failed or may predate a REGISTER this worker stored meanwhile (worker 0 gone:
+        the next read has it)."""
+        registrar = self.registrar
+        assert registrar is not None
+        writes = self.stored_changes
+        try:
+            stored = await (store or Bindings(self.services.db)).fetch(time.time())
+        except Exception as exc:  # the database is away: the phones known stay
+            logger.warning("the registered phones could not be read: %s", exc)
+            return None
+        if self.stored_changes != writes:
+            return None
+        now = self.loop.time()
+        offset = now - time.time()
+        found = [b for b in (_binding(s, offset, front=True) for s in stored) if b is not None]
+        registrar.replace_all(found, now)
+        return found
 
     async def _follow_bindings(self, store: Bindings) -> None:
         """Keep the registrar's bindings those stored, every :data:`FOLLOW_SECONDS`."""
-        registrar = self.registrar
-        assert registrar is not None
         counts: dict[str, int] = {}
         while True:
             await asyncio.sleep(FOLLOW_SECONDS)
-            writes = self.stored_changes
-            try:
-                stored = await store.fetch(time.time())
-            except Exception as exc:  # the database is away: the phones known stay
-                logger.warning("the registered phones could not be read: %s", exc)
+            found = await self.read_bindings(store)
+            if found is None:
                 continue
-            if self.stored_changes != writes:
-                # This worker took a REGISTER meanwhile (worker 0 gone): what was read may
-                # predate it; the next read has it.
-                continue
-            now = self.loop.time()
-            offset = now - time.time()
-            found = [_binding(b, offset, front=True) for b in stored]
-            registrar.replace_all([b for b in found if b is not None], now)
             was, counts = counts, {}
             for binding in found:
-                if binding is not None:
-                    counts[binding.user] = counts.get(binding.user, 0) + 1
+                counts[binding.user] = counts.get(binding.user, 0) + 1
             for user in sorted(set(was) | set(counts)):
                 if was.get(user, 0) != counts.get(user, 0):
                     logger.info(

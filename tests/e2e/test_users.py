@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -591,10 +593,20 @@ async def test_two_workers_phones_register_through_kamailio_and_every_worker_cal
             banned, server.sip, tmp_path, local_port=free_udp_port(), address="127.0.0.2"
         )
         assert run.returncode == 0, run.output + server.output
-    # Each worker called the phone once.
-    callers = re.findall(
-        r" (\d):callhook\.sip: call \S+: calling .*a phone of user:alice", server.output
-    )
-    assert sorted(callers) == ["0", "1"], server.output
+        # Each worker called the phone once.
+        callers = re.findall(
+            r" (\d):callhook\.sip: call \S+: calling .*a phone of user:alice", server.output
+        )
+        assert sorted(callers) == ["0", "1"], server.output
+        # Worker 0, the registrar, killed: a phone still registers (Kamailio tries the next
+        # worker, or worker 0's successor) and is called.
+        os.kill(worker_pids(data)[0], signal.SIGKILL)
+        moved = free_udp_port()
+        await register_phone(server, tmp_path, moved)
+        await call_reaches_phone(server, tmp_path, moved)
+        for _ in range(100):
+            if len(app.bodies("/connected")) == 3:
+                break
+            await asyncio.sleep(0.05)
     outcomes = [b["action_result"]["result"] for b in app.bodies("/connected")]
-    assert [(o["connected"], o["destination"]) for o in outcomes] == [(True, "user:alice")] * 2
+    assert [(o["connected"], o["destination"]) for o in outcomes] == [(True, "user:alice")] * 3
