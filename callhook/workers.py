@@ -391,7 +391,7 @@ request_route {{
     remove_hf("{SOURCE}");
     if (!({from_worker})) {{
         remove_hf("{DESTINATION}");
-        append_hf("{SOURCE}: sip:$siz:$sp;transport=$pr\r\n");
+        append_hf("{SOURCE}: sip:$siz:$sp;transport=$pr\\r\\n");
     }}
     if (has_totag()) {{
         # In a dialog: the route set names the worker (or the caller) it belongs to.
