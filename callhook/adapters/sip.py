@@ -194,24 +194,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
-        for trunk in self.services.settings.trunks.values():
-            if trunk.srtp != "off" and trunk.transport != "tls":
-                # RFC 4568 §8.3: SDES keys travel in the SDP; only TLS keeps them secret.
-                logger.warning(
-                    "trunk %s: srtp %s over %s: the SRTP keys cross the network in clear "
-                    'in the SDP (use transport = "tls")',
-                    trunk.name,
-                    trunk.srtp,
-                    trunk.transport,
-                )
-            if listen and trunk.transport != "udp" and trunk.transport not in self.ports:
-                logger.warning(
-                    "trunk %s: transport %s, but callhook has no %s listener: its calls "
-                    "can reach callhook only over the connection callhook opens",
-                    trunk.name,
-                    trunk.transport,
-                    trunk.transport,
-                )
+        self.trunks.warn_about_transports(set(self.ports) if listen else None)
         self._trusted_trunks()
         self.trunks.elsewhere = not settings.lead_worker
         await self.trunks.start(self._trunks_changed, register=register and settings.lead_worker)

@@ -127,6 +127,28 @@ class Trunks:
             where = host.strip("[]") if trunk.transport == "tls" else ips[0]
             self.targets[trunk.name] = Target(where, port or default_port, trunk.transport)
 
+    def warn_about_transports(self, listening: set[str] | None) -> None:
+        """Log what the trunks' transports leave open: SRTP keys in clear SDP, a trunk on a
+        transport callhook has no listener for (``listening``; None: it listens on none)."""
+        for trunk in self.config.values():
+            if trunk.srtp != "off" and trunk.transport != "tls":
+                # RFC 4568 §8.3: SDES keys travel in the SDP; only TLS keeps them secret.
+                logger.warning(
+                    "trunk %s: srtp %s over %s: the SRTP keys cross the network in clear "
+                    'in the SDP (use transport = "tls")',
+                    trunk.name,
+                    trunk.srtp,
+                    trunk.transport,
+                )
+            if listening is not None and trunk.transport not in ("udp", *listening):
+                logger.warning(
+                    "trunk %s: transport %s, but callhook has no %s listener: its calls "
+                    "can reach callhook only over the connection callhook opens",
+                    trunk.name,
+                    trunk.transport,
+                    trunk.transport,
+                )
+
     def cancel(self) -> None:
         """Shutting down: no more resolving or registering."""
         self.register = False

@@ -88,7 +88,7 @@ class Users:
         loaded = [_binding(stored, now - wall, front) for stored in store.load(wall)]
         taken = registrar.load([b for b in loaded if b is not None], now)
         logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
-        if front and not self.services.settings.lead_worker:
+        if self.follows_bindings():
             # serve --workers: worker 0 takes the REGISTERs (Kamailio sends it every
             # one); the others call the phones it stored, read before each call to a
             # user (connecting.py) and every second.

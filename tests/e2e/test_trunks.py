@@ -182,6 +182,29 @@ async def start_pstn(tmp_path: Path, provider: Provider, port: int) -> asyncio.s
     )
 
 
+def call_out(app: AppServer, trunk: str = "provider") -> dict[str, str]:
+    """The ``POST /api/calls`` body of a call to the provider's "PSTN" through ``trunk``."""
+    return {
+        "to": "+15551234",
+        "trunk": trunk,
+        "first_page": app.url("/start"),
+        "final_page": app.url("/final"),
+        "secret": app.secret,
+    }
+
+
+async def post_call(server: Server, body: dict[str, str]) -> tuple[int, Any]:
+    """``POST /api/calls`` on ``server`` with its secret: the status and JSON (or text)."""
+    secret = (server.data_dir / "secret").read_text().strip()
+    url = f"http://127.0.0.1:{server.http_port}/api/calls"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, json=body, headers={"Authorization": f"Bearer {secret}"}) as r,
+    ):
+        text = await r.text()
+        return r.status, (await r.json()) if r.content_type == "application/json" else text
+
+
 async def test_an_outbound_call_through_the_trunk(
     tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
 ) -> None:
@@ -198,22 +221,11 @@ async def test_an_outbound_call_through_the_trunk(
     cfg = config(tmp_path, app, provider)
     async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
         await provider.wait_registered(timeout=10)
-        secret = (data / "secret").read_text().strip()
-        body = {
-            "to": "+15551234",
-            "trunk": "provider",
-            "first_page": app.url("/start"),
-            "final_page": app.url("/final"),
-            "secret": app.secret,
-        }
-        headers = {"Authorization": f"Bearer {secret}"}
-        url = f"http://127.0.0.1:{server.http_port}/api/calls"
-        async with aiohttp.ClientSession() as http:
-            async with http.post(url, json={**body, "trunk": "nobody"}, headers=headers) as r:
-                assert r.status == 404
-            async with http.post(url, json=body, headers=headers) as r:
-                assert r.status == 202, await r.text()
-                assert (await r.json())["to"] == "sip:+15551234@127.0.0.1"
+        status, _ = await post_call(server, call_out(app, trunk="nobody"))
+        assert status == 404
+        status, placed = await post_call(server, call_out(app))
+        assert status == 202, placed
+        assert placed["to"] == "sip:+15551234@127.0.0.1"
         out, _ = await asyncio.wait_for(pstn.communicate(), 30)
         assert await wait_for_request(app, "/final")
     assert pstn.returncode == 0, out.decode(errors="replace") + server.output
@@ -303,19 +315,8 @@ async def test_two_workers_register_once_through_kamailio_and_share_the_trunks_c
             run = await call_the_did(tmp_path, provider)
             assert run.returncode == 0, run.output + run.errors + server.output
         pstn = await start_pstn(tmp_path, provider, pstn_port)
-        secret = (data / "secret").read_text().strip()
-        body = {
-            "to": "+15551234",
-            "trunk": "provider",
-            "first_page": app.url("/start"),
-            "final_page": app.url("/final"),
-            "secret": app.secret,
-        }
-        url = f"http://127.0.0.1:{server.http_port}/api/calls"
-        async with aiohttp.ClientSession() as http:
-            headers = {"Authorization": f"Bearer {secret}"}
-            async with http.post(url, json=body, headers=headers) as r:
-                assert r.status == 202, await r.text()
+        status, placed = await post_call(server, call_out(app))
+        assert status == 202, placed
         out, _ = await asyncio.wait_for(pstn.communicate(), 30)
         assert pstn.returncode == 0, out.decode(errors="replace") + server.output
         for _ in range(100):

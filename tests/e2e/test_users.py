@@ -126,23 +126,39 @@ async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.Stre
         await asyncio.wait_for(phone.wait(), 10)
 
 
-@pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
-async def test_baresip_registered_as_alice_is_reached_and_still_is_after_a_restart(
-    tmp_path: Path, app: AppServer
-) -> None:
-    connect_to_alice(app)
+def baresip_as_alice(tmp_path: Path, serve_port: int, transport: str = "udp") -> tuple[Path, int]:
+    """baresip's configuration as alice's phone registering with ``serve_port`` (an hour's
+    registration: it does not register again during a test); its directory and control
+    port."""
     microphone = tmp_path / "mic.wav"
     microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 60, dtype=np.int16)))
     sip_port, ctrl_port = free_udp_port(), free_tcp_port()
     phone_dir = tmp_path / "baresip"
     phone_dir.mkdir()
     baresip_config(phone_dir, sip_port, ctrl_port, microphone)
-    first = Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path))
-    # An hour's registration: baresip does not register again during the test.
+    via = "" if transport == "udp" else f";transport={transport}"
     (phone_dir / "accounts").write_text(
-        f"<sip:alice@127.0.0.1:{first.sip_port}>;auth_pass={PASSWORD};regint=3600;"
+        f"<sip:alice@127.0.0.1:{serve_port}{via}>;auth_pass={PASSWORD};regint=3600;"
         "answermode=auto;audio_codecs=PCMU,PCMA\n"
     )
+    return phone_dir, ctrl_port
+
+
+def two_workers() -> str:
+    """The configuration of ``serve --workers 2`` in these tests (quick to start and stop)."""
+    return (
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
+        "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
+    )
+
+
+@pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
+async def test_baresip_registered_as_alice_is_reached_and_still_is_after_a_restart(
+    tmp_path: Path, app: AppServer
+) -> None:
+    connect_to_alice(app)
+    first = Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path))
+    phone_dir, ctrl_port = baresip_as_alice(tmp_path, first.sip_port)
     await first.__aenter__()  # serve first (baresip registers once, as it starts)
     try:
         async with baresip(phone_dir, ctrl_port) as phone:
@@ -187,23 +203,11 @@ async def test_baresip_registered_over_tcp_with_two_workers_is_reached_from_both
     from tests.e2e.test_workers import worker_pids
 
     connect_to_alice(app)
-    microphone = tmp_path / "mic.wav"
-    microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 60, dtype=np.int16)))
-    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
-    phone_dir = tmp_path / "baresip"
-    phone_dir.mkdir()
-    baresip_config(phone_dir, sip_port, ctrl_port, microphone)
-    extra = (
-        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
-        "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
-    )
     data = tmp_path / "data"
-    server = Server.for_app(data, app, extra=(*users_config(tmp_path, extra), "--workers", "2"))
+    extra = (*users_config(tmp_path, two_workers()), "--workers", "2")
+    server = Server.for_app(data, app, extra=extra)
     server.start_timeout = 150.0
-    (phone_dir / "accounts").write_text(
-        f"<sip:alice@127.0.0.1:{server.sip_port};transport=tcp>;auth_pass={PASSWORD};"
-        "regint=3600;answermode=auto;audio_codecs=PCMU,PCMA\n"
-    )
+    phone_dir, ctrl_port = baresip_as_alice(tmp_path, server.sip_port, "tcp")
     async with server:
         assert sorted(worker_pids(data)) == [0, 1], server.output
         async with baresip(phone_dir, ctrl_port) as phone:
@@ -556,12 +560,9 @@ async def test_two_workers_phones_register_through_kamailio_and_every_worker_cal
 
     connect_to_alice(app)
     port = free_udp_port()
-    extra = (
-        f"[workers]\nfirst_port = {free_even_udp_port()}\n"
-        "[speech]\npreload = false\n[sip]\nshutdown_grace = 2\n"
-    )
     data = tmp_path / "data"
-    server = Server.for_app(data, app, extra=(*users_config(tmp_path, extra), "--workers", "2"))
+    extra = (*users_config(tmp_path, two_workers()), "--workers", "2")
+    server = Server.for_app(data, app, extra=extra)
     server.start_timeout = 150.0
     async with server:
         assert sorted(worker_pids(data)) == [0, 1], server.output
