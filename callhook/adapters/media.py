@@ -8,14 +8,16 @@ for all calls at once:
 1. receive: one ``epoll`` poll over every call's socket (level-triggered),
    one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
    a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
-   stays in the kernel's buffer and is dropped there);
+   stays in the kernel's buffer and is dropped there): all in one call of
+   :class:`~callhook.adapters.udp.Udp`, whose native implementation does the
+   system calls of every call with the GIL released;
 2. the audio frames received in step 1, every call's at once: decoded,
    measured and (for calls that listen for in-band DTMF) put through the
    tone detector's prefilter in one numpy call per law
    (:mod:`callhook.media.frames`), then handed to each session's detectors
    (:meth:`~callhook.media.session.MediaSession.detect`);
-3. each session's :meth:`~callhook.media.session.MediaSession.tick`, and the
-   packet it returns is sent;
+3. each session's :meth:`~callhook.media.session.MediaSession.tick`; the
+   packets they return are sent in one call of :class:`~callhook.adapters.udp.Udp`;
 4. the legs of calls whose sessions have events are woken.
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
@@ -39,13 +41,14 @@ import asyncio
 import contextlib
 import errno
 import logging
-import select
 import socket
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
+from callhook.adapters.udp import Address, new_udp
 from callhook.media import frames, g711
 from callhook.media.session import MediaSession
 
@@ -76,6 +79,7 @@ class _Stream:
     inbox: deque[tuple[bytes, tuple[str, int]]] | None = None
     #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
     pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
+    fd: int = -1  # the RTP socket's descriptor (-1: socketless)
 
 
 class MediaEngine:
@@ -85,9 +89,8 @@ class MediaEngine:
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
-        # Each polled socket: its stream, the socket, and whether it is the RTP one (else RTCP).
-        self._by_fd: dict[int, tuple[_Stream, socket.socket, bool]] = {}
-        self._epoll = select.epoll()
+        # Every call's sockets; each one's key: its stream, and whether it is the RTP one.
+        self._udp = new_udp(ROUNDS)
         start = first_port + (first_port & 1)
         self._free: deque[int] = deque(range(start, last_port, 2))
         self._handle: asyncio.TimerHandle | None = None
@@ -124,12 +127,12 @@ class MediaEngine:
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
         stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        stream.fd = sock.fileno()
         session.batched = True
         self.streams[port] = stream
         for s in (sock, stream.rtcp):
             if s is not None:
-                self._by_fd[s.fileno()] = (stream, s, s is sock)
-                self._epoll.register(s.fileno(), select.EPOLLIN)
+                self._udp.add(s, (stream, s is sock))
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
@@ -186,10 +189,7 @@ class MediaEngine:
             for s in (stream.sock, stream.rtcp):
                 if s is None:
                     continue
-                fd = s.fileno()
-                self._by_fd.pop(fd, None)
-                with contextlib.suppress(OSError, ValueError):
-                    self._epoll.unregister(fd)
+                self._udp.remove(s)
                 s.close()
             self._free.append(port)
         if not self.streams and self._handle is not None:
@@ -211,24 +211,26 @@ class MediaEngine:
         if self._socketless:
             self._receive_attached(now)
         self._detect()
+        batch: list[tuple[int, bytes, Address]] = []
         for stream in list(self.streams.values()):
             try:
-                self._send(stream, now, wall)
+                self._send(stream, now, wall, batch)
             except Exception:
                 self._fault(stream, "sending")
+        if batch:
+            # A full buffer or an ICMP error for a peer that went away costs that
+            # packet: the next frame goes out 20 ms later anyway.
+            self.send_errors += self._udp.send(batch)
 
-    def _send(self, stream: _Stream, now: float, wall: float) -> None:
+    def _send(
+        self, stream: _Stream, now: float, wall: float, batch: list[tuple[int, bytes, Address]]
+    ) -> None:
         session = stream.session
         data = session.tick(now)
         if data is not None and stream.out is not None:
             stream.out(data)
         elif data is not None and session.remote is not None and stream.sock is not None:
-            try:
-                stream.sock.sendto(data, session.remote)
-            except OSError:
-                # A full buffer or an ICMP error for a peer that went away: the
-                # next frame goes out 20 ms later anyway.
-                self.send_errors += 1
+            batch.append((stream.fd, data, session.remote))
         if stream.rtcp is not None:
             report = session.rtcp_report(now, wall)
             destination = session.rtcp_destination()
@@ -301,34 +303,17 @@ class MediaEngine:
                     self._fault(stream, "receiving")
 
     def _receive(self, now: float) -> None:
-        poll = self._epoll.poll
-        by_fd = self._by_fd
-        for _ in range(ROUNDS):
-            ready = poll(0)
-            if not ready:
-                return
-            for fd, _ in ready:
-                polled = by_fd.get(fd)
-                if polled is None:
-                    continue
-                stream, sock, rtp = polled
-                try:
-                    data, address = sock.recvfrom(2048)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    continue  # an ICMP error queued on the socket
-                if len(address) != 2:
-                    address = (address[0], address[1])  # IPv6: (host, port, flow, scope)
-                try:
-                    if rtp:
-                        stream.session.receive(data, address, now)
-                    else:
-                        stream.session.rtcp_received(data, address, now)
-                except Exception:
-                    self._fault(stream, "receiving")  # that packet is lost, nothing else
+        for key, data, address in self._udp.receive():
+            stream, rtp = cast(tuple[_Stream, bool], key)
+            try:
+                if rtp:
+                    stream.session.receive(data, address, now)
+                else:
+                    stream.session.rtcp_received(data, address, now)
+            except Exception:
+                self._fault(stream, "receiving")  # that packet is lost, nothing else
 
     def shutdown(self) -> None:
         for port in list(self.streams):
             self.close(port)
-        self._epoll.close()
+        self._udp.close()
