@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import socket
 import time
+from typing import Any
 
 from callhook.adapters.udp import PollingUdp, Udp, native
 
 PAYLOAD = b"\x80" * 172
 
 
-def run(io: Udp, calls: int, ticks: int) -> tuple[float, float]:
+def run(io: Udp[Any], calls: int, ticks: int) -> tuple[float, float]:
     """µs per call and tick of receive() and send()."""
-    ours, peers = [], []
+    ours: list[socket.socket] = []
+    peers: list[socket.socket] = []
     for _ in range(calls):
         for kind in (ours, peers):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

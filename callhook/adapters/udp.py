@@ -30,28 +30,29 @@ import contextlib
 import logging
 import select
 import socket
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 logger = logging.getLogger("callhook.media")
 
 Address = tuple[str, int]
+K = TypeVar("K")
 
 
-class Udp(Protocol):
-    """The sockets of every call (see the module docstring)."""
+class Udp(Protocol[K]):
+    """The sockets of every call (see the module docstring); ``K``: their keys' type."""
 
     @property
     def registered(self) -> int:
         """How many sockets :meth:`receive` reads."""
         ...
 
-    def add(self, sock: socket.socket, key: object) -> None:
+    def add(self, sock: socket.socket, key: K) -> None:
         """Read ``sock`` in :meth:`receive`; its datagrams come with ``key``."""
 
     def remove(self, sock: socket.socket) -> None:
         """No longer read ``sock`` (call it before the socket closes)."""
 
-    def receive(self) -> list[tuple[object, bytes, Address]]:
+    def receive(self) -> list[tuple[K, bytes, Address]]:
         """Every socket's datagrams: ``(key, data, sender)``."""
         ...
 
@@ -63,7 +64,7 @@ class Udp(Protocol):
         """Forget every socket (they are not closed: their owner closes them)."""
 
 
-class PollingUdp:
+class PollingUdp(Generic[K]):
     """:class:`Udp` in Python (the module docstring)."""
 
     def __init__(self, rounds: int, max_size: int = 2048) -> None:
@@ -72,13 +73,13 @@ class PollingUdp:
         self.rounds = rounds
         self.max_size = max_size
         self._epoll = select.epoll()
-        self._by_fd: dict[int, tuple[socket.socket, object]] = {}
+        self._by_fd: dict[int, tuple[socket.socket, K]] = {}
 
     @property
     def registered(self) -> int:
         return len(self._by_fd)
 
-    def add(self, sock: socket.socket, key: object) -> None:
+    def add(self, sock: socket.socket, key: K) -> None:
         fd = sock.fileno()
         if fd in self._by_fd:
             raise ValueError(f"descriptor {fd} is registered already")
@@ -91,8 +92,8 @@ class PollingUdp:
             with contextlib.suppress(OSError, ValueError):
                 self._epoll.unregister(fd)
 
-    def receive(self) -> list[tuple[object, bytes, Address]]:
-        got: list[tuple[object, bytes, Address]] = []
+    def receive(self) -> list[tuple[K, bytes, Address]]:
+        got: list[tuple[K, bytes, Address]] = []
         poll, by_fd = self._epoll.poll, self._by_fd
         for _ in range(self.rounds):
             ready = poll(0)
@@ -140,7 +141,7 @@ def native() -> bool:
 _fallback_logged = False
 
 
-def new_udp(rounds: int) -> Udp:
+def new_udp(rounds: int) -> Udp[Any]:
     """The native :class:`Udp` where it was built, else :class:`PollingUdp` (said once)."""
     global _fallback_logged
     try:
@@ -153,5 +154,5 @@ def new_udp(rounds: int) -> Udp:
                 "built (%s); rerun scripts/setup where a C compiler is (more CPU per call)",
                 exc,
             )
-        return PollingUdp(rounds)
+        return PollingUdp[Any](rounds)
     return NativeUdp(rounds)

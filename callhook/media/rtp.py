@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Sequence
 
 from callhook.media.rtcp import ReportBlock, SenderReport, ntp_middle
 
@@ -384,10 +385,10 @@ class RtpReceiver:
         self._last_arrival = arrival
         self._last_ts = ts
 
-    def poll(self, now: float) -> list[RtpPacket]:
+    def poll(self, now: float) -> Sequence[RtpPacket]:
         """Packets released because the one they wait for is overdue (``max_hold``)."""
         if not self._held:
-            return []
+            return ()  # (every call, every tick: no list to allocate)
         out: list[RtpPacket] = []
         self._release(now, out)
         return out

@@ -96,7 +96,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import Final, Protocol
+from collections.abc import Iterable
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -378,16 +379,34 @@ class VoiceActivityDetector:
             self.model.reset()
             self._says_speech = False
 
-    def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
-        """Feed the model one frame (at the model's gain); its verdict with hysteresis."""
-        assert self.model is not None
+    def _model_input(self, frame: npt.NDArray[np.int16]) -> Frame:
+        """The frame as the model hears it: at the model's gain."""
         if self._gain != 1.0:
             # Unclipped floats: a line of digital silence gets the whole gain, and clipping a
             # loud talker's words kept Silero from confirming them (a word replayed when
             # the detector wakes, test_media_session.py).
-            p = self.model.probability(frame.astype(np.float32) * np.float32(self._gain))
-        else:
-            p = self.model.probability(frame)
+            return frame.astype(np.float32) * np.float32(self._gain)
+        return frame
+
+    def upcoming(self, frame: npt.NDArray[np.int16]) -> tuple[Any, npt.NDArray[np.float32]] | None:
+        """The model and the window it will likely run on when :meth:`feed` gets ``frame``
+        next: while the gate is open and the model, not the energy, decides. A guess, for
+        :func:`run_ahead`: a wrong one costs a window's computation, never a verdict."""
+        model = self.model
+        if model is None or self.paused or not self._gate:
+            return None
+        if self._active and not self.model_holds:
+            return None
+        upcoming = getattr(model, "upcoming", None)
+        if upcoming is None:
+            return None
+        window = upcoming(self._model_input(frame))
+        return None if window is None else (model, window)
+
+    def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
+        """Feed the model one frame (at the model's gain); its verdict with hysteresis."""
+        assert self.model is not None
+        p = self.model.probability(self._model_input(frame))
         self.model_frames += 1
         if p >= self.speech_on:
             self._says_speech = True
@@ -416,6 +435,24 @@ class VoiceActivityDetector:
         else:
             self._run = 0
         return None
+
+
+def run_ahead(frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16]]]) -> int:
+    """Before each detector is fed its frame: the model windows those frames will likely
+    complete, run for every detector at once (one batched Silero run: its cost is mostly
+    per run, not per window; ``speech/silero.py``). Each detector's model takes its
+    result only if the window it completes is exactly that one. Returns how many were run."""
+    from callhook.speech.silero import SileroStream
+    from callhook.speech.silero import run_ahead as run
+
+    windows = []
+    for detector, frame in frames:
+        upcoming = detector.upcoming(frame)
+        if upcoming is not None and isinstance(upcoming[0], SileroStream):
+            windows.append(upcoming)
+    if windows:
+        run(windows)
+    return len(windows)
 
 
 _no_model_logged = False

@@ -16,6 +16,7 @@ import pytest
 
 from bench.vad import KINDS, edges, frames, line, noise_clip
 from callhook.media import g711, tones
+from callhook.media import vad as vad_module
 from callhook.media.vad import VoiceActivityDetector
 from callhook.speech import silero
 from callhook.speech.silero import CONTEXT, WINDOW, SileroStream
@@ -82,6 +83,92 @@ def test_reset_forgets_the_state() -> None:
     fresh.reset()
     assert fresh.last == 0.0
     assert [fresh.probability(f) for f in talk] == first
+
+
+class Counting:
+    """The process's inference session, counting its runs and the windows they held."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.windows = 0
+
+    def run(self, outputs: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.runs += 1
+        self.windows += len(feeds["input"])
+        return silero.session().run(outputs, feeds)  # type: ignore[no-any-return]
+
+
+def test_windows_run_ahead_together_give_each_stream_its_own_results() -> None:
+    lines = [frames(on_a_line(load(path))[0]) for path in SPEECH[:5]]
+    batched = Counting()
+    alone = Counting()
+    together = [SileroStream(batched) for _ in lines]
+    apart = [SileroStream(alone) for _ in lines]
+    for t in range(min(len(f) for f in lines)):
+        silero.run_ahead(
+            [
+                (stream, window)
+                for stream, f in zip(together, lines, strict=True)
+                if (window := stream.upcoming(f[t])) is not None
+            ]
+        )
+        for i, f in enumerate(lines):
+            # The same probability and the same state, to the bit, as a stream on its own.
+            assert together[i].probability(f[t]) == apart[i].probability(f[t])
+            assert np.array_equal(together[i]._state, apart[i]._state)
+    assert all(s.windows_ahead == s.windows > 0 for s in together)
+    assert alone.runs == alone.windows == sum(s.windows for s in apart)
+    # One run a tick for every stream's window: five times fewer runs.
+    assert batched.windows == alone.windows and batched.runs * 5 == alone.runs
+
+
+def test_a_window_run_ahead_is_taken_only_for_the_audio_and_state_it_was_run_from() -> None:
+    talk = frames(on_a_line(load(SPEECH[0]))[0])  # hiss throughout: no two frames alike
+    reference = SileroStream()
+    expected = [reference.probability(f) for f in talk]
+    stream = SileroStream()
+    for t in range(len(talk) - 1):
+        # A window run ahead for other audio (the next frame): never taken.
+        window = stream.upcoming(talk[t + 1])
+        if window is not None:
+            silero.run_ahead([(stream, window)])
+        assert stream.probability(talk[t]) == expected[t]
+    assert stream.windows_ahead == 0 and stream.windows == reference.windows - 1
+    # Run ahead, then reset (the gate stayed closed too long): the state it was run from
+    # is gone, so it is not taken; the stream starts afresh.
+    ahead, plain = SileroStream(), SileroStream()
+    for t, f in enumerate(talk):
+        if t % 7 == 6 and (window := ahead.upcoming(f)) is not None:
+            silero.run_ahead([(ahead, window)])
+            ahead.reset()
+            plain.reset()
+        assert ahead.probability(f) == plain.probability(f)
+    assert ahead.windows_ahead == 0 and ahead.windows == plain.windows > 0
+
+
+def test_detectors_running_ahead_hear_what_they_hear_alone() -> None:
+    # The media tick's way (adapters/media.py): before each tick's frames are fed, every
+    # listening detector's upcoming window runs in one batch.
+    lines = [frames(on_a_line(load(path))[0]) for path in SPEECH[:6]]
+    together = [gated() for _ in lines]
+    apart = [gated() for _ in lines]
+    got: list[list[tuple[int, bool]]] = [[] for _ in lines]
+    expected: list[list[tuple[int, bool]]] = [[] for _ in lines]
+    ran = 0
+    for t in range(min(len(f) for f in lines)):
+        ran += vad_module.run_ahead([(d, f[t]) for d, f in zip(together, lines, strict=True)])
+        for i, f in enumerate(lines):
+            if (edge := together[i].feed(f[t])) is not None:
+                got[i].append((t, edge))
+            if (edge := apart[i].feed(f[t])) is not None:
+                expected[i].append((t, edge))
+    assert got == expected and all(e for e in expected)
+    assert [d.model_frames for d in together] == [d.model_frames for d in apart]
+    models = [d.model for d in together]
+    taken = sum(m.windows_ahead for m in models if isinstance(m, SileroStream))
+    # Most of the model's windows came from the batches; a guess that missed cost only
+    # its computation (the opening of the gate replays 160 ms the guess does not cover).
+    assert ran >= taken > sum(m.windows for m in models if isinstance(m, SileroStream)) / 2
 
 
 # ----------------------------------------------------------------------------- gated detector

@@ -7,6 +7,7 @@ import gc
 import socket
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from callhook.adapters import udp
 from callhook.adapters.udp import PollingUdp, Udp
 
 
-def _native(rounds: int) -> Udp:
+def _native(rounds: int) -> Udp[Any]:
     from callhook.adapters._udp import Udp as NativeUdp
 
     return NativeUdp(rounds)
@@ -24,7 +25,7 @@ IMPLEMENTATIONS = {"native": _native, "python": PollingUdp}
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
-def make(request: pytest.FixtureRequest) -> Callable[[int], Udp]:
+def make(request: pytest.FixtureRequest) -> Callable[[int], Udp[Any]]:
     return IMPLEMENTATIONS[request.param]
 
 
@@ -45,7 +46,7 @@ def sockets() -> Iterator[Callable[..., socket.socket]]:
         sock.close()
 
 
-def _drain(io: Udp) -> list[tuple[object, bytes, tuple[str, int]]]:
+def _drain(io: Udp[Any]) -> list[tuple[object, bytes, tuple[str, int]]]:
     """receive() until nothing more (loopback delivers at once, but not within sendto)."""
     got: list[tuple[object, bytes, tuple[str, int]]] = []
     for _ in range(50):
@@ -63,7 +64,7 @@ def test_the_native_implementation_is_built() -> None:
 
 
 def test_each_datagram_comes_with_its_socket_key_and_sender(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(6)
     a, b = sockets(), sockets()
@@ -84,7 +85,7 @@ def test_each_datagram_comes_with_its_socket_key_and_sender(
 
 
 def test_a_socket_gives_at_most_rounds_datagrams_a_receive(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(3)
     rtp, flooder = sockets(), sockets()
@@ -97,7 +98,7 @@ def test_a_socket_gives_at_most_rounds_datagrams_a_receive(
 
 
 def test_a_new_sender_is_told_apart_from_the_last(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     # The native one keeps the last sender's address object: a change must show.
     io = make(6)
@@ -115,7 +116,7 @@ def test_a_new_sender_is_told_apart_from_the_last(
 
 
 def test_an_ipv6_sender_is_host_and_port(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(6)
     rtp, peer = sockets("::1"), sockets("::1")
@@ -128,7 +129,7 @@ def test_an_ipv6_sender_is_host_and_port(
 
 
 def test_a_removed_socket_is_not_read_and_removal_is_forgiving(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(6)
     kept, removed, peer = sockets(), sockets(), sockets()
@@ -152,7 +153,7 @@ def test_a_removed_socket_is_not_read_and_removal_is_forgiving(
 
 
 def test_send_goes_from_each_calls_socket_to_its_destination(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(6)
     a, b = sockets(), sockets()
@@ -172,7 +173,7 @@ def test_send_goes_from_each_calls_socket_to_its_destination(
 
 
 def test_a_datagram_that_cannot_be_sent_is_counted_and_the_rest_go(
-    make: Callable[[int], Udp], sockets: Callable[..., socket.socket]
+    make: Callable[[int], Udp[Any]], sockets: Callable[..., socket.socket]
 ) -> None:
     io = make(6)
     rtp, ear = sockets(), sockets()
@@ -193,7 +194,7 @@ def test_a_datagram_that_cannot_be_sent_is_counted_and_the_rest_go(
     io.close()
 
 
-def test_keys_that_point_back_at_it_are_collected(make: Callable[[int], Udp]) -> None:
+def test_keys_that_point_back_at_it_are_collected(make: Callable[[int], Udp[Any]]) -> None:
     class Stream:
         io: object = None
 
