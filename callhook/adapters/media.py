@@ -97,6 +97,7 @@ class MediaEngine:
         self.late_ticks = 0
         self.send_errors = 0
         self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
+        self._ahead_faults = 0  # batched speech model runs that raised (a bug)
         self._attached = 0  # the last socketless stream's key (they count down from -1)
         self._socketless: dict[int, _Stream] = {}
         # How late each tick ran (ms), the last minute's worth: the media's health.
@@ -288,7 +289,9 @@ class MediaEngine:
                 vad.run_ahead(listening)
             except Exception:  # a bug: each model runs its own window as before
                 self.faults += 1
-                logger.exception("running the speech model for every call at once failed")
+                self._ahead_faults += 1
+                if self._ahead_faults == 1:  # (it may fail every tick: logged once)
+                    logger.exception("running the speech model for every call at once failed")
         for group, counts, samples, powers, verdicts in measured:
             first = 0
             for stream, count in zip(group, counts, strict=True):
