@@ -23,6 +23,14 @@ TRUNK = Target("192.0.2.50", 5080, "tcp")  # a provider's proxy, resolved
 CALLER = "sip:198.51.100.9:40000;transport=udp"
 
 
+def answered_through_proxy(agent: Agent, invite: Request, contact: str) -> tuple[Request, Target]:
+    """The far end's 200 to ``invite``, its route set the proxy's public address: the ACK
+    the worker sends, and where to."""
+    ok = reply(invite, 200, record_route=[f"<sip:{PUBLIC}:5060;lr>"], contact=contact, body=OFFER)
+    agent.receive(ok, PROXY, T0 + 0.5)
+    return one_request(agent)
+
+
 def worker() -> Agent:
     agent = Agent(PUBLIC, 5101)
     agent.use_front(FRONT)
@@ -84,15 +92,7 @@ def test_a_call_out_leaves_through_the_proxy_naming_its_next_hop() -> None:
     assert "Proxy-Authorization" in second.headers
     # Answered with the proxy in the route set by its public address: the ACK and the BYE
     # go to the proxy where the worker reaches it, with the route set as it is.
-    ok = reply(
-        second,
-        200,
-        record_route=[f"<sip:{PUBLIC}:5060;lr>"],
-        contact="<sip:+15551234@192.0.2.77:5060>",
-        body=OFFER,
-    )
-    agent.receive(ok, PROXY, T0 + 0.5)
-    ack, ack_to = one_request(agent)
+    ack, ack_to = answered_through_proxy(agent, second, "<sip:+15551234@192.0.2.77:5060>")
     assert ack.method == "ACK" and ack_to == PROXY
     assert ack.headers.get_all("Route") == [f"<sip:{PUBLIC}:5060;lr>"]
     assert DESTINATION not in ack.headers  # in a dialog the route set says where
@@ -156,15 +156,7 @@ def test_a_call_to_a_phone_names_its_flow_in_every_request_of_the_dialog() -> No
     call_id = agent.invite("sip:alice@192.168.1.20:5060", OFFER, T0, address=flow, pinned=True)
     invite, to = one_request(agent)
     assert to == PROXY and invite.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
-    ok = reply(
-        invite,
-        200,
-        record_route=[f"<sip:{PUBLIC}:5060;lr>"],
-        contact="<sip:alice@192.168.1.20:5060>",
-        body=OFFER,
-    )
-    agent.receive(ok, PROXY, T0 + 0.5)
-    ack, ack_to = one_request(agent)
+    ack, ack_to = answered_through_proxy(agent, invite, "<sip:alice@192.168.1.20:5060>")
     assert ack_to == PROXY and ack.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
     agent.take_events()
     agent.hang_up(call_id, T0 + 1.0)
