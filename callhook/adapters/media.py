@@ -10,12 +10,18 @@ for all calls at once:
    a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
    stays in the kernel's buffer and is dropped there): all in one call of
    :class:`~callhook.adapters.udp.Udp`, whose native implementation does the
-   system calls of every call with the GIL released;
+   system calls of every call with the GIL released; then the usual RTP packets
+   (the latched peer's next packet, plain, in the call's codec) are taken in C in
+   one call (:func:`callhook.media.inlet.take_all`), and each other datagram goes
+   to its session's :meth:`~callhook.media.session.MediaSession.receive` (or
+   ``rtcp_received``);
 2. the audio frames received in step 1, every call's at once: decoded,
    measured and (for calls that listen for in-band DTMF) put through the
    tone detector's prefilter in one numpy call per law
    (:mod:`callhook.media.frames`), then handed to each session's detectors
-   (:meth:`~callhook.media.session.MediaSession.detect`);
+   (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
+   voice-activity detector that is paused or whose gate stays closed), which is
+   taken in C for every call in one call (:func:`callhook.media.gate.feed_all`);
 3. each session's :meth:`~callhook.media.session.MediaSession.tick`; the
    packets they return are sent in one call of :class:`~callhook.adapters.udp.Udp`;
 4. the legs of calls whose sessions have events are woken.
@@ -48,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from callhook.adapters.udp import Address, Udp, new_udp
-from callhook.media import frames, g711, vad
+from callhook.media import frames, g711, gate, inlet, vad
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -88,8 +94,9 @@ class MediaEngine:
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
-        # Every call's sockets; each one's key: its stream, and whether it is the RTP one.
-        self._udp: Udp[tuple[_Stream, bool]] = new_udp(ROUNDS)
+        # Every call's sockets; each one's key: its stream, and its session for the RTP
+        # one (None for RTCP), which inlet.take_all reads.
+        self._udp: Udp[tuple[_Stream, MediaSession | None]] = new_udp(ROUNDS)
         start = first_port + (first_port & 1)
         self._free: deque[int] = deque(range(start, last_port, 2))
         self._handle: asyncio.TimerHandle | None = None
@@ -130,9 +137,9 @@ class MediaEngine:
         stream.fd = sock.fileno()
         session.batched = True
         self.streams[port] = stream
-        for s in (sock, stream.rtcp):
-            if s is not None:
-                self._udp.add(s, (stream, s is sock))
+        self._udp.add(sock, (stream, session))
+        if stream.rtcp is not None:
+            self._udp.add(stream.rtcp, (stream, None))
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
@@ -241,13 +248,18 @@ class MediaEngine:
         if session.events or session.utterances or session.timed_out or transcript:
             stream.wake()
 
-    def _fault(self, stream: _Stream, doing: str) -> None:
-        """A session raised (a bug): contained to its call, logged the first time (a
-        packet that raises once may come 50 times a second)."""
+    def _fault(self, stream: _Stream, doing: str, exc: BaseException | None = None) -> None:
+        """A session raised ``exc`` (a bug): contained to its call, logged the first time
+        (a packet that raises once may come 50 times a second)."""
         self.faults += 1
         stream.faults += 1
         if stream.faults == 1:
-            logger.exception("%s: media %s failed; the call goes on", stream.session.label, doing)
+            logger.error(
+                "%s: media %s failed; the call goes on",
+                stream.session.label,
+                doing,
+                exc_info=exc if exc is not None else True,
+            )
 
     def _schedule(self, now: float) -> None:
         self.durations.append((self.loop.time() - now) * 1000)
@@ -293,6 +305,18 @@ class MediaEngine:
                 if self._ahead_faults == 1:  # (it may fail every tick: logged once)
                     logger.exception("running the speech model for every call at once failed")
         for group, counts, samples, powers, verdicts in measured:
+            if len(samples) == len(group):
+                # One frame each (the usual tick): the usual frames are taken in C
+                # (media/gate.py); the others go to their sessions.
+                sessions = [stream.session for stream in group]
+                for i in gate.feed_all(sessions, samples, powers):
+                    try:
+                        sessions[i].detect(
+                            samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1]
+                        )
+                    except Exception:
+                        self._fault(group[i], "detecting")
+                continue
             first = 0
             for stream, count in zip(group, counts, strict=True):
                 last = first + count
@@ -323,14 +347,18 @@ class MediaEngine:
                     self._fault(stream, "receiving")
 
     def _receive(self, now: float) -> None:
-        for (stream, rtp), data, address in self._udp.receive():
+        # The usual RTP packets are taken in C (media/inlet.py); Python gets the rest.
+        rest, faults = inlet.take_all(self._udp.receive(), now)
+        for (stream, _), exc in faults:
+            self._fault(stream, "receiving", exc)
+        for (stream, session), data, address in rest:
             try:
-                if rtp:
-                    stream.session.receive(data, address, now)
+                if session is not None:
+                    session.receive(data, address, now)
                 else:
                     stream.session.rtcp_received(data, address, now)
-            except Exception:
-                self._fault(stream, "receiving")  # that packet is lost, nothing else
+            except Exception as exc:
+                self._fault(stream, "receiving", exc)  # that packet is lost, nothing else
 
     def shutdown(self) -> None:
         for port in list(self.streams):

@@ -16,6 +16,7 @@ import random
 import struct
 from collections.abc import Sequence
 
+from callhook.media.inlet import ReceiverCore
 from callhook.media.rtcp import ReportBlock, SenderReport, ntp_middle
 
 RTP_VERSION = 2
@@ -225,7 +226,7 @@ class RtpSender:
         )
 
 
-class RtpReceiver:
+class RtpReceiver(ReceiverCore):
     """Receive state of one call's stream: order for playout and reception statistics.
 
     * Source (RFC 3550 §8.2): the first SSRC is accepted; packets of another
@@ -250,6 +251,10 @@ class RtpReceiver:
     Counters: ``received`` (A.1, duplicates and late packets included),
     ``duplicates`` and ``late`` (dropped from playout), ``foreign`` (packets of
     another SSRC that were not played), ``ssrc_changes``.
+
+    The fields :meth:`feed_next` changes live in :class:`~callhook.media.inlet.ReceiverCore`
+    (C, where it was built), so that the media tick can take the usual packet without
+    Python (:mod:`callhook.media.inlet`); they are used here as any attribute.
     """
 
     def __init__(
@@ -351,7 +356,10 @@ class RtpReceiver:
         """:meth:`feed` of the usual packet, with no packet object: the next one of the
         current source, nothing held. Counted as :meth:`feed` counts it, and True (it
         plays now); False and nothing changed when it is any other case (then
-        :meth:`feed` it). The media tick's receive path calls this for every packet."""
+        :meth:`feed` it). The media tick's receive path calls this for every packet.
+
+        ``_inlet.c`` does the same in C for the media tick (:mod:`callhook.media.inlet`):
+        a change here is made there too (``tests/unit/test_inlet.py`` compares them)."""
         if ssrc != self.ssrc or self._held:
             return False
         max_seq = self._max_seq

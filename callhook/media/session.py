@@ -23,7 +23,10 @@ telephone-event: DESIGN.md §1.4) and the recording. In the media tick
 (:attr:`MediaSession.batched`) decoding and detection wait for the end of the
 tick's receive step, where every call's frames are decoded and measured at once
 (:mod:`callhook.media.frames`); and the usual packet (plain header, the call's
-codec, next in sequence) is read as header fields, with no packet object.
+codec, next in sequence) is read as header fields, with no packet object. Where the
+native module was built the tick takes that packet in C, with no Python code run
+for it (:mod:`callhook.media.inlet`: the session's fields it uses live in its C base,
+:class:`~callhook.media.inlet.Inlet`); the path here is the reference it follows.
 
 Speech: while an action listens (a recording, a recognition stream, the
 record action's :meth:`detect_voice`) the detector's speech model runs, and
@@ -67,6 +70,7 @@ from callhook.media.bridge import Feed
 from callhook.media.callrecording import CallRecording
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
+from callhook.media.inlet import Inlet
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.recorder import CallerRecording
@@ -95,7 +99,7 @@ PREROLL_FRAMES = 20
 SILENT_AFTER = 0.1
 
 
-class MediaSession:
+class MediaSession(Inlet):
     """The media of one call (see the module docstring)."""
 
     def __init__(
@@ -154,6 +158,7 @@ class MediaSession:
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
+        self._flood_limit = MAX_PACKETS_PER_SECOND  # (read by the C fast path: inlet.py)
         # Dead-call detection ([sip] rtp_timeout): seconds without an RTP packet of the
         # call before it is taken for dead (0: never); the clock runs from the answer
         # (:meth:`expect_rtp`) and from each packet, and not while the peer sends us
@@ -172,20 +177,26 @@ class MediaSession:
     # --- receive ----------------------------------------------------------------------
 
     def receive(self, data: bytes, source: Address, now: float) -> None:
-        """One datagram from the call's RTP port."""
+        """One datagram from the call's RTP port.
+
+        The usual packet's path here (latched peer, no SRTP, the flood limit, the
+        plain header, :meth:`RtpReceiver.feed_next <callhook.media.rtp.RtpReceiver.feed_next>`,
+        :meth:`_audio`) is what ``_inlet.c`` does in C (:mod:`callhook.media.inlet`): a
+        change to it is made there too (``tests/unit/test_inlet.py`` compares them).
+        """
         if source != self.remote and self.latched and source != self.offered:
             self._foreign(source)
             return
         if now - self._bucket_start >= 1.0:
             self._bucket_start, self._bucket_count = now, 0
         self._bucket_count += 1
-        if self._bucket_count > MAX_PACKETS_PER_SECOND:
+        if self._bucket_count > self._flood_limit:
             if self.flood_dropped == 0:
                 logger.warning(
                     "%s: RTP flood from %s:%s: dropping packets above %d/s",
                     self.label,
                     *source,
-                    MAX_PACKETS_PER_SECOND,
+                    self._flood_limit,
                 )
             self.flood_dropped += 1
             return

@@ -103,6 +103,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.media.frames import frame_power
+from callhook.media.gate import GateCore
 
 logger = logging.getLogger("callhook.media")
 
@@ -145,7 +146,7 @@ def level_dbfs(frame: Frame) -> float:
     return 10.0 * math.log10(mean_square / (FULL_SCALE * FULL_SCALE))
 
 
-class VoiceActivityDetector:
+class VoiceActivityDetector(GateCore):
     """Edges of voice activity in a stream of frames (sans-IO; one per call).
 
     ``feed(frame)`` returns True when activity starts, False when it ends,
@@ -227,6 +228,8 @@ class VoiceActivityDetector:
         self._gate = False
         self._gate_quiet = 0
         self._closed_for = self.PREROLL + 1  # "long ago": the first opening resets the model
+        # (For the C path of the usual frame, gate.py: the class constants it needs.)
+        self._block_frames, self._closed_long = self.BLOCK_FRAMES, self.PREROLL + 1
         self._preroll: deque[npt.NDArray[np.int16]] = deque(maxlen=self.PREROLL)
         self._says_speech = False
         #: Gated: dB the model's input is amplified by, and the same as a factor.
@@ -262,6 +265,10 @@ class VoiceActivityDetector:
 
         ``power``: the frame's mean square if it is known already (the media tick
         measures every call's frame at once: :mod:`callhook.media.frames`).
+
+        The media tick takes the usual frame (paused, or a closed gate on a quiet line:
+        no model run, no edge) in C instead (:mod:`callhook.media.gate`, ``_gate.c``):
+        a change here is made there too (``tests/unit/test_gate.py`` compares them).
         """
         if not len(frame):
             return None  # an RTP packet with no payload: no audio, no verdict (nor 0/0)

@@ -1,0 +1,295 @@
+/* A call's usual frame through the voice-activity gate in C: callhook.media._gate.  Sans-IO.
+ *
+ * What this is for: every call's received frame goes through its voice-activity
+ * detector every 20 ms (callhook/media/vad.py), to track the noise floor even while
+ * nothing listens.  Almost every frame is the usual one: the detector paused (a
+ * prompt, digit entry), or listening to a quiet line with its gate closed.  In Python
+ * that frame cost MediaSession.detect, VoiceActivityDetector.feed and its _gated and
+ * _edge: a tenth of a loaded serve's CPU (profiled at 200 calls, issue 19).  Here the
+ * detector's fields live in a C struct that is the base of the Python class
+ * (VoiceActivityDetector derives from GateCore), and feed_all() takes the usual frame
+ * of every call of a media tick in one call.
+ *
+ * The rule, as in _inlet.c: a frame is taken only when every condition of that path in
+ * Python holds (no model run, no edge, no block of the noise floor completed, no gain
+ * to judge), and then exactly what Python would change is changed; any other frame is
+ * left to Python, untouched (tests/unit/test_gate.py compares the two field by field).
+ * vad.py is the reference: a change to its feed() is made here too.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *model;   /* None: the energy detector alone (not taken here) */
+    PyObject *preroll; /* deque of frames kept while the gate is closed */
+    long long run;
+    long long gate_quiet;
+    long long closed_for;
+    long long block_count;
+    long long hangover_frames;
+    long long block_frames;   /* BLOCK_FRAMES */
+    long long closed_long;    /* PREROLL + 1: "closed long ago" */
+    double block_min;
+    double history_floor;
+    double margin;
+    double min_power;
+    double start_power;
+    double gain_floor;
+    char paused;
+    char active;
+    char gate;
+    char prior;
+    char says_speech;
+} GateCore;
+
+static int GateCore_traverse(GateCore *self, visitproc visit, void *arg) {
+    Py_VISIT(self->model);
+    Py_VISIT(self->preroll);
+    return 0;
+}
+
+static int GateCore_clear(GateCore *self) {
+    Py_CLEAR(self->model);
+    Py_CLEAR(self->preroll);
+    return 0;
+}
+
+static void GateCore_dealloc(GateCore *self) {
+    PyObject_GC_UnTrack(self);
+    GateCore_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef GateCore_members[] = {
+    {"model", T_OBJECT, offsetof(GateCore, model), 0, "the speech model, or None"},
+    {"_preroll", T_OBJECT, offsetof(GateCore, preroll), 0, NULL},
+    {"_run", T_LONGLONG, offsetof(GateCore, run), 0, NULL},
+    {"_gate_quiet", T_LONGLONG, offsetof(GateCore, gate_quiet), 0, NULL},
+    {"_closed_for", T_LONGLONG, offsetof(GateCore, closed_for), 0, NULL},
+    {"_block_count", T_LONGLONG, offsetof(GateCore, block_count), 0, NULL},
+    {"hangover_frames", T_LONGLONG, offsetof(GateCore, hangover_frames), 0, "release after"},
+    {"_block_frames", T_LONGLONG, offsetof(GateCore, block_frames), 0, NULL},
+    {"_closed_long", T_LONGLONG, offsetof(GateCore, closed_long), 0, NULL},
+    {"_block_min", T_DOUBLE, offsetof(GateCore, block_min), 0, NULL},
+    {"_history_floor", T_DOUBLE, offsetof(GateCore, history_floor), 0, NULL},
+    {"_margin", T_DOUBLE, offsetof(GateCore, margin), 0, NULL},
+    {"_min_power", T_DOUBLE, offsetof(GateCore, min_power), 0, NULL},
+    {"_start_power", T_DOUBLE, offsetof(GateCore, start_power), 0, NULL},
+    {"_gain_floor", T_DOUBLE, offsetof(GateCore, gain_floor), 0, NULL},
+    {"paused", T_BOOL, offsetof(GateCore, paused), 0, "the model rests (nothing listens)"},
+    {"_active", T_BOOL, offsetof(GateCore, active), 0, NULL},
+    {"_gate", T_BOOL, offsetof(GateCore, gate), 0, NULL},
+    {"_prior", T_BOOL, offsetof(GateCore, prior), 0, NULL},
+    {"_says_speech", T_BOOL, offsetof(GateCore, says_speech), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+
+static PyObject *copy_name, *append_name;
+static PyObject *vad_name, *tones_name, *transcriber_name, *meter_name, *recognising_name;
+
+/* vad.py's feed(frame, power) when it returns None with no model run: 1 taken, 0 left
+ * to Python (nothing changed), -1 an exception. */
+static int feed(GateCore *self, PyObject *frame, double power) {
+    if (self->model == NULL || self->model == Py_None)
+        return 0; /* the energy detector alone */
+    /* The noise floor (feed()): a frame that completes a block is Python's. */
+    double block_min = power < self->block_min ? power : self->block_min;
+    long long block_count = self->block_count + 1;
+    if (block_count >= self->block_frames)
+        return 0;
+    Py_ssize_t size = PyObject_Length(frame);
+    if (size <= 0) {
+        if (size < 0)
+            return -1;
+        return 0; /* no audio: Python's feed() says nothing either */
+    }
+    if (self->paused) {
+        /* _gated(): no speech; _edge(False): a hangover frame, or none. */
+        long long run = self->active ? self->run + 1 : 0;
+        if (self->active && run >= self->hangover_frames)
+            return 0; /* activity ends: an edge, and the model is reset */
+        self->block_min = block_min;
+        self->block_count = block_count;
+        self->gate = 0;
+        self->closed_for = self->closed_long;
+        self->run = run;
+        return 1;
+    }
+    if (self->gate || self->active)
+        return 0;
+    double floor = self->history_floor < block_min ? self->history_floor : block_min;
+    double minimum = self->prior ? self->start_power : self->min_power;
+    double threshold = floor * self->margin;
+    if (minimum > threshold)
+        threshold = minimum;
+    if (power > threshold)
+        return 0; /* loud: the gate opens */
+    /* _follow_floor() must have nothing to do. */
+    if (!(self->prior || self->says_speech || self->run || self->history_floor == self->gain_floor))
+        return 0;
+    /* The gate stays closed: the frame joins its pre-roll (a copy: the buffer is shared). */
+    if (self->preroll == NULL)
+        return 0;
+    PyObject *copy = PyObject_CallMethodNoArgs(frame, copy_name);
+    if (copy == NULL)
+        return -1;
+    PyObject *done = PyObject_CallMethodOneArg(self->preroll, append_name, copy);
+    Py_DECREF(copy);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    self->block_min = block_min;
+    self->block_count = block_count;
+    self->closed_for += 1;
+    self->run = 0;
+    return 1;
+}
+
+static PyObject *GateCore_feed_usual(GateCore *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "feed_usual(frame, power) takes 2 arguments");
+        return NULL;
+    }
+    double power = PyFloat_AsDouble(args[1]);
+    if (power == -1.0 && PyErr_Occurred())
+        return NULL;
+    int taken = feed(self, args[0], power);
+    if (taken < 0)
+        return NULL;
+    return PyBool_FromLong(taken);
+}
+
+static PyMethodDef GateCore_methods[] = {
+    {"feed_usual", (PyCFunction)(void (*)(void))GateCore_feed_usual, METH_FASTCALL,
+     "feed_usual(frame, power) -> bool: feed() of a frame that changes no edge and runs "
+     "no model, taken; False and nothing changed for any other frame."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject GateCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "callhook.media._gate.GateCore",
+    .tp_doc = "The fields of VoiceActivityDetector that the usual frame reads or changes, in C.",
+    .tp_basicsize = sizeof(GateCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)GateCore_dealloc,
+    .tp_traverse = (traverseproc)GateCore_traverse,
+    .tp_clear = (inquiry)GateCore_clear,
+    .tp_members = GateCore_members,
+    .tp_methods = GateCore_methods,
+};
+
+/* Whether `session` hears its frames with its detector alone (session.py's detect()). */
+static int alone(PyObject *session, PyObject **vad) {
+    PyObject *names[] = {tones_name, transcriber_name, meter_name};
+    for (int i = 0; i < 3; i++) {
+        PyObject *value = PyObject_GetAttr(session, names[i]);
+        if (value == NULL)
+            return -1;
+        int none = value == Py_None;
+        Py_DECREF(value);
+        if (!none)
+            return 0;
+    }
+    PyObject *recognising = PyObject_GetAttr(session, recognising_name);
+    if (recognising == NULL)
+        return -1;
+    int listening = PyObject_IsTrue(recognising);
+    Py_DECREF(recognising);
+    if (listening != 0)
+        return listening < 0 ? -1 : 0;
+    *vad = PyObject_GetAttr(session, vad_name);
+    if (*vad == NULL)
+        return -1;
+    if (!PyObject_TypeCheck(*vad, &GateCoreType)) {
+        Py_CLEAR(*vad);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *feed_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyList_Check(args[2]) || PyList_GET_SIZE(args[1]) != PyList_GET_SIZE(args[0]) ||
+        PyList_GET_SIZE(args[2]) != PyList_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "feed_all(sessions, frames, powers) takes 3 lists of one length");
+        return NULL;
+    }
+    PyObject *sessions = args[0], *frames = args[1], *powers = args[2];
+    PyObject *rest = PyList_New(0);
+    if (rest == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sessions); i++) {
+        PyObject *vad = NULL;
+        int taken = alone(PyList_GET_ITEM(sessions, i), &vad);
+        if (taken > 0) {
+            double power = PyFloat_AsDouble(PyList_GET_ITEM(powers, i));
+            if (power == -1.0 && PyErr_Occurred())
+                taken = -1;
+            else
+                taken = feed((GateCore *)vad, PyList_GET_ITEM(frames, i), power);
+        }
+        Py_XDECREF(vad);
+        if (taken < 0) {
+            /* Python's detect() of that frame meets the same cause and reports it. */
+            PyErr_Clear();
+            taken = 0;
+        }
+        if (!taken) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(rest, index) < 0) {
+                Py_XDECREF(index);
+                Py_DECREF(rest);
+                return NULL;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return rest;
+}
+
+static PyMethodDef module_methods[] = {
+    {"feed_all", (PyCFunction)(void (*)(void))feed_all, METH_FASTCALL,
+     "feed_all(sessions, frames, powers) -> [index]: each session's one frame of the "
+     "tick taken (GateCore.feed_usual) where the session hears it with its detector "
+     "alone; the positions of the others, for Python's MediaSession.detect."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "callhook.media._gate",
+    .m_doc = "A call's usual frame through the voice-activity gate in C (see gate.py).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__gate(void) {
+    copy_name = PyUnicode_InternFromString("copy");
+    append_name = PyUnicode_InternFromString("append");
+    vad_name = PyUnicode_InternFromString("vad");
+    tones_name = PyUnicode_InternFromString("tones");
+    transcriber_name = PyUnicode_InternFromString("transcriber");
+    meter_name = PyUnicode_InternFromString("meter");
+    recognising_name = PyUnicode_InternFromString("recognising");
+    if (!copy_name || !append_name || !vad_name || !tones_name || !transcriber_name ||
+        !meter_name || !recognising_name)
+        return NULL;
+    if (PyType_Ready(&GateCoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&GateCoreType);
+    if (PyModule_AddObject(m, "GateCore", (PyObject *)&GateCoreType) < 0) {
+        Py_DECREF(&GateCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

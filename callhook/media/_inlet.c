@@ -1,0 +1,444 @@
+/* A call's usual RTP packet taken in C: callhook.media._inlet.  Sans-IO.
+ *
+ * What this is for: every call receives 50 RTP packets a second, and almost all of
+ * them are the usual packet: from the peer the call is latched to, plain RTP (no
+ * SRTP), the call's codec, the next sequence number of the current source.  In
+ * Python that packet cost about a seventh of a loaded serve's CPU
+ * (MediaSession.receive and RtpReceiver.feed_next, profiled at 200 calls, issue 19),
+ * most of it the interpreter's own work on a dozen fields.  Here the fields live in
+ * C structs that are the bases of the Python classes (MediaSession derives from
+ * Inlet, RtpReceiver from ReceiverCore): Python reads and writes them as ordinary
+ * attributes, and take_all() takes the usual packets of a whole media tick in one
+ * call, touching no Python code at all.
+ *
+ * The rule: take_all() takes a packet only when every condition of the fast path
+ * in Python (session.py's receive(), rtp.py's feed_next()) holds, and then changes
+ * exactly what Python would change, in the same order of floating-point operations
+ * (tests/unit/test_inlet.py compares the two, field by field).  Any other packet is
+ * left for Python, untouched.  The Python classes are the reference: a change to
+ * their fast path must be made here too.  Without this module (no C compiler),
+ * callhook/media/inlet.py gives plain Python bases and take_all takes nothing.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define RTP_SEQ_MOD 65536LL
+#define MAX_DROPOUT 3000LL
+#define PLAIN_HEADER 12
+
+/* ---------------------------------------------------------------- ReceiverCore */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ssrc;       /* None or int */
+    PyObject *held;       /* dict: packets held for reordering */
+    PyObject *candidates; /* list: packets of another source */
+    long long received;
+    long long max_seq;
+    long long cycles;
+    long long next;
+    long long last_ts;
+    unsigned long long history;
+    long long clock_rate;
+    double jitter;
+    double last_arrival;
+} ReceiverCore;
+
+static int ReceiverCore_traverse(ReceiverCore *self, visitproc visit, void *arg) {
+    Py_VISIT(self->ssrc);
+    Py_VISIT(self->held);
+    Py_VISIT(self->candidates);
+    return 0;
+}
+
+static int ReceiverCore_clear(ReceiverCore *self) {
+    Py_CLEAR(self->ssrc);
+    Py_CLEAR(self->held);
+    Py_CLEAR(self->candidates);
+    return 0;
+}
+
+static void ReceiverCore_dealloc(ReceiverCore *self) {
+    PyObject_GC_UnTrack(self);
+    ReceiverCore_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef ReceiverCore_members[] = {
+    {"ssrc", T_OBJECT, offsetof(ReceiverCore, ssrc), 0, "the current source (None: none yet)"},
+    {"_held", T_OBJECT, offsetof(ReceiverCore, held), 0, NULL},
+    {"_candidates", T_OBJECT, offsetof(ReceiverCore, candidates), 0, NULL},
+    {"received", T_LONGLONG, offsetof(ReceiverCore, received), 0, "packets received (A.1)"},
+    {"_max_seq", T_LONGLONG, offsetof(ReceiverCore, max_seq), 0, NULL},
+    {"_cycles", T_LONGLONG, offsetof(ReceiverCore, cycles), 0, NULL},
+    {"_next", T_LONGLONG, offsetof(ReceiverCore, next), 0, NULL},
+    {"_last_ts", T_LONGLONG, offsetof(ReceiverCore, last_ts), 0, NULL},
+    {"_history", T_ULONGLONG, offsetof(ReceiverCore, history), 0, NULL},
+    {"clock_rate", T_LONGLONG, offsetof(ReceiverCore, clock_rate), 0, "RTP clock (Hz)"},
+    {"_jitter", T_DOUBLE, offsetof(ReceiverCore, jitter), 0, NULL},
+    {"_last_arrival", T_DOUBLE, offsetof(ReceiverCore, last_arrival), 0, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ReceiverCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "callhook.media._inlet.ReceiverCore",
+    .tp_doc = "The fields of RtpReceiver that the usual packet changes, in C.",
+    .tp_basicsize = sizeof(ReceiverCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)ReceiverCore_dealloc,
+    .tp_traverse = (traverseproc)ReceiverCore_traverse,
+    .tp_clear = (inquiry)ReceiverCore_clear,
+    .tp_members = ReceiverCore_members,
+};
+
+/* ----------------------------------------------------------------------- Inlet */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *remote;         /* (host, port) or None */
+    PyObject *srtp;           /* None: plain RTP */
+    PyObject *receiver;       /* an RtpReceiver (a ReceiverCore) */
+    PyObject *rtp_since;      /* None or float */
+    PyObject *tells;          /* a bridge's feed, or None */
+    PyObject *call_recording; /* or None */
+    PyObject *recording;      /* or None */
+    PyObject *preroll;        /* deque of (timestamp, payload) */
+    PyObject *undetected;     /* list of payloads */
+    long long payload_type;
+    long long bucket_count;
+    long long flood_limit;
+    double bucket_start;
+    double last_audio;
+    char latched;
+    char batched;
+} Inlet;
+
+static int Inlet_traverse(Inlet *self, visitproc visit, void *arg) {
+    Py_VISIT(self->remote);
+    Py_VISIT(self->srtp);
+    Py_VISIT(self->receiver);
+    Py_VISIT(self->rtp_since);
+    Py_VISIT(self->tells);
+    Py_VISIT(self->call_recording);
+    Py_VISIT(self->recording);
+    Py_VISIT(self->preroll);
+    Py_VISIT(self->undetected);
+    return 0;
+}
+
+static int Inlet_clear(Inlet *self) {
+    Py_CLEAR(self->remote);
+    Py_CLEAR(self->srtp);
+    Py_CLEAR(self->receiver);
+    Py_CLEAR(self->rtp_since);
+    Py_CLEAR(self->tells);
+    Py_CLEAR(self->call_recording);
+    Py_CLEAR(self->recording);
+    Py_CLEAR(self->preroll);
+    Py_CLEAR(self->undetected);
+    return 0;
+}
+
+static void Inlet_dealloc(Inlet *self) {
+    PyObject_GC_UnTrack(self);
+    Inlet_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Inlet_members[] = {
+    {"remote", T_OBJECT, offsetof(Inlet, remote), 0, "where the call's RTP goes"},
+    {"srtp", T_OBJECT, offsetof(Inlet, srtp), 0, "the call's SRTP keys, or None"},
+    {"receiver", T_OBJECT, offsetof(Inlet, receiver), 0, "the RtpReceiver"},
+    {"_rtp_since", T_OBJECT, offsetof(Inlet, rtp_since), 0, NULL},
+    {"tells", T_OBJECT, offsetof(Inlet, tells), 0, "a bridge's feed, or None"},
+    {"_call_recording", T_OBJECT, offsetof(Inlet, call_recording), 0, NULL},
+    {"_recording", T_OBJECT, offsetof(Inlet, recording), 0, NULL},
+    {"_preroll", T_OBJECT, offsetof(Inlet, preroll), 0, NULL},
+    {"undetected", T_OBJECT, offsetof(Inlet, undetected), 0, "payloads awaiting detect()"},
+    {"payload_type", T_LONGLONG, offsetof(Inlet, payload_type), 0, "the codec's payload type"},
+    {"_bucket_count", T_LONGLONG, offsetof(Inlet, bucket_count), 0, NULL},
+    {"_flood_limit", T_LONGLONG, offsetof(Inlet, flood_limit), 0, NULL},
+    {"_bucket_start", T_DOUBLE, offsetof(Inlet, bucket_start), 0, NULL},
+    {"_last_audio", T_DOUBLE, offsetof(Inlet, last_audio), 0, NULL},
+    {"latched", T_BOOL, offsetof(Inlet, latched), 0, "whether RTP has fixed `remote`"},
+    {"batched", T_BOOL, offsetof(Inlet, batched), 0, "whether the media tick detects"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *append_name; /* "append", interned */
+
+#define IS_NONE(o) ((o) == NULL || (o) == Py_None)
+
+/* The datagram `data` from `source` at `now`: 1 taken, 0 left for Python (nothing
+ * changed), -1 an exception (raised by a bridge, a recording or a container). */
+static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
+    if (!IS_NONE(self->srtp) || !self->latched || IS_NONE(self->remote) || !self->batched)
+        return 0;
+    if (source != self->remote) {
+        int same = PyObject_RichCompareBool(source, self->remote, Py_EQ);
+        if (same <= 0)
+            return same;
+    }
+    /* The flood limit (session.py's receive()): over it, Python drops and logs. */
+    double bucket_start = self->bucket_start;
+    long long bucket_count = self->bucket_count;
+    if (now - bucket_start >= 1.0) {
+        bucket_start = now;
+        bucket_count = 0;
+    }
+    bucket_count += 1;
+    if (bucket_count > self->flood_limit)
+        return 0;
+    if (!PyBytes_CheckExact(data))
+        return 0;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (size <= PLAIN_HEADER || p[0] != 0x80 || (long long)(p[1] & 0x7F) != self->payload_type)
+        return 0;
+    long long seq = ((long long)p[2] << 8) | p[3];
+    long long ts = ((long long)p[4] << 24) | (p[5] << 16) | (p[6] << 8) | p[7];
+    unsigned long long ssrc = ((unsigned long long)p[8] << 24) | (p[9] << 16) | (p[10] << 8) | p[11];
+
+    /* rtp.py's RtpReceiver.feed_next: the next packet of the current source. */
+    if (self->receiver == NULL || !PyObject_TypeCheck(self->receiver, &ReceiverCoreType))
+        return 0;
+    ReceiverCore *r = (ReceiverCore *)self->receiver;
+    if (IS_NONE(r->ssrc) || !PyLong_CheckExact(r->ssrc))
+        return 0;
+    int overflow = 0;
+    long long current = PyLong_AsLongLongAndOverflow(r->ssrc, &overflow);
+    if (overflow || current < 0 || (unsigned long long)current != ssrc)
+        return 0;
+    if (r->held == NULL || !PyDict_CheckExact(r->held) || PyDict_GET_SIZE(r->held))
+        return 0;
+    if (r->candidates == NULL || !PyList_CheckExact(r->candidates))
+        return 0;
+    long long max_seq = r->max_seq;
+    if (((seq - max_seq) & 0xFFFF) >= MAX_DROPOUT)
+        return 0;
+    int wraps = seq < max_seq;
+    long long ext = r->cycles + seq + (wraps ? RTP_SEQ_MOD : 0);
+    if (ext != r->next)
+        return 0;
+
+    /* Taken: change what Python would, in its order. */
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)p + PLAIN_HEADER,
+                                                  size - PLAIN_HEADER);
+    if (payload == NULL)
+        return -1;
+    PyObject *since = NULL;
+    if (!IS_NONE(self->rtp_since)) {
+        since = PyFloat_FromDouble(now);
+        if (since == NULL) {
+            Py_DECREF(payload);
+            return -1;
+        }
+    }
+    if (PyList_GET_SIZE(r->candidates) &&
+        PyList_SetSlice(r->candidates, 0, PyList_GET_SIZE(r->candidates), NULL) < 0) {
+        Py_DECREF(payload);
+        Py_XDECREF(since);
+        return -1;
+    }
+    self->bucket_start = bucket_start;
+    self->bucket_count = bucket_count;
+    if (wraps)
+        r->cycles += RTP_SEQ_MOD;
+    r->max_seq = seq;
+    r->received += 1;
+    if (ts != r->last_ts) {
+        /* Interarrival jitter (RFC 3550 A.8), as RtpReceiver._arrived computes it. */
+        double arrival = now * (double)r->clock_rate;
+        if (r->last_ts >= 0) {
+            long long span = ((ts - r->last_ts + 0x80000000LL) & 0xFFFFFFFFLL) - 0x80000000LL;
+            double d = arrival - r->last_arrival - (double)span;
+            if (d < 0)
+                d = -d;
+            r->jitter += (d - r->jitter) * 0.0625;
+        }
+        r->last_arrival = arrival;
+        r->last_ts = ts;
+    }
+    r->next = ext + 1;
+    r->history = (r->history << 1) | 1;
+    if (since != NULL)
+        Py_SETREF(self->rtp_since, since);
+
+    int result = 1;
+    if (!IS_NONE(self->tells) || !IS_NONE(self->call_recording) || !IS_NONE(self->recording)) {
+        /* A bridge or a recording hears it: session.py's _audio does all of it. */
+        PyObject *ts_obj = PyLong_FromLongLong(ts);
+        PyObject *now_obj = PyFloat_FromDouble(now);
+        PyObject *done = NULL;
+        if (ts_obj != NULL && now_obj != NULL)
+            done = PyObject_CallMethod((PyObject *)self, "_audio", "OOO", payload, ts_obj, now_obj);
+        Py_XDECREF(ts_obj);
+        Py_XDECREF(now_obj);
+        if (done == NULL)
+            result = -1;
+        Py_XDECREF(done);
+        Py_DECREF(payload);
+        return result;
+    }
+    /* session.py's _audio when nothing but detection hears the caller. */
+    self->last_audio = now;
+    PyObject *ts_obj = PyLong_FromLongLong(ts);
+    PyObject *entry = ts_obj == NULL ? NULL : PyTuple_Pack(2, ts_obj, payload);
+    Py_XDECREF(ts_obj);
+    PyObject *done = NULL;
+    if (entry != NULL && self->preroll != NULL)
+        done = PyObject_CallMethodOneArg(self->preroll, append_name, entry);
+    else if (entry != NULL)
+        PyErr_SetString(PyExc_AttributeError, "the session has no pre-roll");
+    Py_XDECREF(entry);
+    if (done == NULL)
+        result = -1;
+    Py_XDECREF(done);
+    if (result == 1) {
+        if (self->undetected == NULL || !PyList_Check(self->undetected)) {
+            PyErr_SetString(PyExc_TypeError, "undetected must be a list");
+            result = -1;
+        } else if (PyList_Append(self->undetected, payload) < 0) {
+            result = -1;
+        }
+    }
+    Py_DECREF(payload);
+    return result;
+}
+
+static PyObject *Inlet_take(Inlet *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "take(data, source, now) takes 3 arguments");
+        return NULL;
+    }
+    double now = PyFloat_AsDouble(args[2]);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    int taken = take(self, args[0], args[1], now);
+    if (taken < 0)
+        return NULL;
+    return PyBool_FromLong(taken);
+}
+
+static PyMethodDef Inlet_methods[] = {
+    {"take", (PyCFunction)(void (*)(void))Inlet_take, METH_FASTCALL,
+     "take(data, source, now) -> bool: the datagram taken as receive() would take it, "
+     "when it is the usual packet; False and nothing changed otherwise."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject InletType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "callhook.media._inlet.Inlet",
+    .tp_doc = "The fields of MediaSession that the usual packet reads or changes, in C.",
+    .tp_basicsize = sizeof(Inlet),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)Inlet_dealloc,
+    .tp_traverse = (traverseproc)Inlet_traverse,
+    .tp_clear = (inquiry)Inlet_clear,
+    .tp_members = Inlet_members,
+    .tp_methods = Inlet_methods,
+};
+
+/* ------------------------------------------------------------------- take_all */
+
+static PyObject *take_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "take_all(received: list, now) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *received = args[0];
+    double now = PyFloat_AsDouble(args[1]);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *rest = PyList_New(0);
+    PyObject *faults = PyList_New(0);
+    if (rest == NULL || faults == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(received); i++) {
+        PyObject *item = PyList_GET_ITEM(received, i);
+        int taken = 0;
+        /* item: ((stream, inlet or None), data, source) */
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 3) {
+            PyObject *key = PyTuple_GET_ITEM(item, 0);
+            if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2) {
+                PyObject *inlet = PyTuple_GET_ITEM(key, 1);
+                if (PyObject_TypeCheck(inlet, &InletType))
+                    taken = take((Inlet *)inlet, PyTuple_GET_ITEM(item, 1),
+                                 PyTuple_GET_ITEM(item, 2), now);
+            }
+        }
+        if (taken < 0) {
+            /* A bug (or no memory): that packet is lost, the others go on. */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL)
+                PyException_SetTraceback(value, traceback);
+            PyObject *fault = PyTuple_Pack(2, PyTuple_GET_ITEM(item, 0),
+                                           value != NULL ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            if (fault == NULL || PyList_Append(faults, fault) < 0) {
+                Py_XDECREF(fault);
+                goto error;
+            }
+            Py_DECREF(fault);
+        } else if (!taken && PyList_Append(rest, item) < 0) {
+            goto error;
+        }
+    }
+    PyObject *result = PyTuple_Pack(2, rest, faults);
+    Py_DECREF(rest);
+    Py_DECREF(faults);
+    return result;
+error:
+    Py_XDECREF(rest);
+    Py_XDECREF(faults);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"take_all", (PyCFunction)(void (*)(void))take_all, METH_FASTCALL,
+     "take_all([((stream, inlet), data, source)], now) -> (rest, faults): the usual "
+     "packets taken (Inlet.take); the others, in order; and (key, exception) for each "
+     "packet whose taking raised."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "callhook.media._inlet",
+    .m_doc = "A call's usual RTP packet taken in C (see inlet.py).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__inlet(void) {
+    append_name = PyUnicode_InternFromString("append");
+    if (append_name == NULL)
+        return NULL;
+    if (PyType_Ready(&ReceiverCoreType) < 0 || PyType_Ready(&InletType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ReceiverCoreType);
+    if (PyModule_AddObject(m, "ReceiverCore", (PyObject *)&ReceiverCoreType) < 0) {
+        Py_DECREF(&ReceiverCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&InletType);
+    if (PyModule_AddObject(m, "Inlet", (PyObject *)&InletType) < 0) {
+        Py_DECREF(&InletType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

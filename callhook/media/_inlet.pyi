@@ -1,0 +1,41 @@
+"""Type stub of the native bases of :mod:`callhook.media.inlet` (``_inlet.c``)."""
+
+from collections import deque
+from typing import Any
+
+class ReceiverCore:
+    ssrc: int | None
+    _held: dict[int, Any]
+    _candidates: list[Any]
+    received: int
+    _max_seq: int
+    _cycles: int
+    _next: int
+    _last_ts: int
+    _history: int
+    clock_rate: int
+    _jitter: float
+    _last_arrival: float
+
+class Inlet:
+    remote: tuple[str, int] | None
+    srtp: Any
+    receiver: Any
+    _rtp_since: float | None
+    tells: Any
+    _call_recording: Any
+    _recording: Any
+    _preroll: deque[tuple[int, bytes]]
+    undetected: list[bytes]
+    payload_type: int
+    _bucket_count: int
+    _flood_limit: int
+    _bucket_start: float
+    _last_audio: float
+    latched: bool
+    batched: bool
+    def take(self, data: bytes, source: tuple[str, int], now: float) -> bool: ...
+
+def take_all(
+    received: list[tuple[Any, bytes, tuple[str, int]]], now: float
+) -> tuple[list[tuple[Any, bytes, tuple[str, int]]], list[tuple[Any, BaseException]]]: ...

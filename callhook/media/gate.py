@@ -1,0 +1,47 @@
+"""A call's usual frame through the voice-activity gate in C, no Python run for it. Sans-IO.
+
+Every call's received frame goes through its voice-activity detector
+(:mod:`callhook.media.vad`) every 20 ms, to track the noise floor even while nothing
+listens. Almost every frame is the usual one: the detector paused (a prompt, digit
+entry), or listening to a quiet line with its gate closed. In Python that frame cost
+a tenth of a loaded serve's CPU (``MediaSession.detect``, ``VoiceActivityDetector.feed``,
+profiled at 200 calls, issue 19). The native module ``_gate.c`` holds the detector's
+fields in a C struct that is the base of the Python class
+(:class:`~callhook.media.vad.VoiceActivityDetector` derives from :class:`GateCore`),
+and :func:`feed_all` takes the usual frame of every call of a media tick in one call
+(:mod:`callhook.adapters.media`).
+
+As with :mod:`callhook.media.inlet`, Python is the reference: a frame is taken only
+when every condition of that path holds there (no model run, no edge, no block of the
+noise floor completed, no gain to judge), exactly what Python would change is changed
+(``tests/unit/test_gate.py`` compares them field by field), and any other frame is
+left to :meth:`MediaSession.detect <callhook.media.session.MediaSession.detect>`.
+Where the extension was not built, :class:`GateCore` is a plain class and
+:func:`feed_all` takes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from callhook.media._gate import GateCore, feed_all
+except ImportError:  # no C compiler where callhook was installed
+
+    class GateCore:  # type: ignore[no-redef]
+        """Where the extension is missing: a plain base, its fields in ``__dict__``."""
+
+        def feed_usual(self, frame: Any, power: float) -> bool:
+            return False
+
+    def feed_all(sessions: list[Any], frames: list[Any], powers: list[float]) -> list[int]:
+        """Where the extension is missing: nothing is taken, Python detects it all."""
+        return list(range(len(sessions)))
+
+
+def native() -> bool:
+    """Whether the usual frame is taken in C (the extension was built)."""
+    return GateCore.__module__ == "callhook.media._gate"
+
+
+__all__ = ["GateCore", "feed_all", "native"]

@@ -1,0 +1,54 @@
+"""A call's usual RTP packet taken in C, with no Python code run for it. Sans-IO.
+
+Almost every packet a call receives is the usual one: from the peer the call is
+latched to, plain RTP, the call's codec, the next sequence number of the current
+source. In Python that packet cost about a seventh of a loaded serve's CPU
+(``MediaSession.receive`` and ``RtpReceiver.feed_next``, profiled at 200 calls,
+issue 19). The native module ``_inlet.c`` holds the fields that packet reads and
+changes in C structs that are the bases of the Python classes:
+:class:`~callhook.media.session.MediaSession` derives from :class:`Inlet`,
+:class:`~callhook.media.rtp.RtpReceiver` from :class:`ReceiverCore`. Python code
+uses them as ordinary attributes, and :func:`take_all` takes the usual packets of
+a whole media tick (:mod:`callhook.adapters.media`) in one call.
+
+The Python classes stay the reference: :func:`take_all` takes a packet only when
+every condition of their fast path holds, changes exactly what they would change
+(``tests/unit/test_inlet.py`` compares the two field by field), and leaves any other
+packet, untouched, for :meth:`MediaSession.receive
+<callhook.media.session.MediaSession.receive>`. Where the extension was not built
+(no C compiler), the bases here are plain classes and :func:`take_all` takes
+nothing: the same behaviour, at Python's cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Received = list[tuple[Any, bytes, tuple[str, int]]]
+
+try:
+    from callhook.media._inlet import Inlet, ReceiverCore, take_all
+except ImportError:  # no C compiler where callhook was installed
+
+    class Inlet:  # type: ignore[no-redef]
+        """Where the extension is missing: a plain base, its fields in ``__dict__``."""
+
+        def take(self, data: bytes, source: tuple[str, int], now: float) -> bool:
+            return False
+
+    class ReceiverCore:  # type: ignore[no-redef]
+        """Where the extension is missing: a plain base, its fields in ``__dict__``."""
+
+    def take_all(
+        received: Received, now: float
+    ) -> tuple[Received, list[tuple[Any, BaseException]]]:
+        """Where the extension is missing: nothing is taken, Python receives it all."""
+        return received, []
+
+
+def native() -> bool:
+    """Whether the usual packet is taken in C (the extension was built)."""
+    return Inlet.__module__ == "callhook.media._inlet"
+
+
+__all__ = ["Inlet", "ReceiverCore", "native", "take_all"]

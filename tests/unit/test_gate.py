@@ -1,0 +1,178 @@
+"""The usual frame through the voice-activity gate in C (callhook/media/gate.py, _gate.c)
+against Python's ``VoiceActivityDetector.feed``.
+
+Two detectors with the real speech model get the same frames: one through ``feed``
+alone (the reference), the other through ``feed_usual`` as the media tick does, with
+``feed`` for what C leaves. After every frame the two must be the same, field by
+field, with the same edges; each scenario also says that C took frames (and which
+it must leave), so a fast path that took nothing cannot pass.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.media import frames, gate, tones
+from callhook.media.session import MediaSession
+from callhook.media.vad import VoiceActivityDetector
+from callhook.speech.silero import SileroStream
+
+SPEECH = Path(__file__).parent.parent / "data" / "speech"
+Samples = npt.NDArray[np.int16]
+
+
+def load(name: str) -> Samples:
+    with wave.open(str(SPEECH / name)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+
+
+def noise(seconds: float, dbfs: float, seed: int = 0) -> Samples:
+    return tones.white_noise(seconds, dbfs, seed=seed)
+
+
+def rows(x: Samples) -> list[Samples]:
+    x = np.concatenate([x, np.zeros((-len(x)) % 160, np.int16)])
+    return list(x.reshape(-1, 160))
+
+
+def snapshot(d: VoiceActivityDetector) -> dict[str, Any]:
+    return {
+        "floor": (d._block_min, d._block_count, d._history_floor, list(d._blocks), d._prior),
+        "edge": (d._active, d._run),
+        "gate": (d._gate, d._gate_quiet, d._closed_for, [f.tolist() for f in d._preroll]),
+        "model": (d._says_speech, d.model_gain_db, d._gain_floor, d.model_frames),
+        "noise_floor_dbfs": d.noise_floor_dbfs,
+    }
+
+
+def run(
+    audio: list[Samples],
+    *,
+    paused: list[bool] | None = None,
+    model: bool = True,
+    before: Any = None,
+) -> tuple[list[bool], list[bool | None]]:
+    """Feed both detectors every frame; which frames C took, and the edges. ``before(i,
+    detector)`` is applied to both before frame ``i``."""
+    reference = VoiceActivityDetector(SileroStream() if model else None)
+    fast = VoiceActivityDetector(SileroStream() if model else None)
+    taken: list[bool] = []
+    edges: list[bool | None] = []
+    for i, frame in enumerate(audio):
+        if paused is not None:
+            reference.paused = fast.paused = paused[i]
+        if before is not None:
+            before(i, reference)
+            before(i, fast)
+        power = frames.frame_power(frame)
+        edge = reference.feed(frame, power)
+        took = fast.feed_usual(frame, power)
+        mine = None if took else fast.feed(frame, power)
+        assert mine == edge, f"frame {i}"
+        assert snapshot(fast) == snapshot(reference), f"after frame {i}"
+        taken.append(took)
+        edges.append(edge)
+    return taken, edges
+
+
+def test_the_extension_is_built() -> None:
+    assert gate.native(), "callhook.media._gate was not built: rerun scripts/setup"
+
+
+def test_a_paused_detector_tracks_the_floor_in_c_but_every_tenth_frame() -> None:
+    audio = rows(np.concatenate([noise(1.0, -50), load("3_theo_23.wav"), noise(1.0, -45)]))
+    taken, edges = run(audio, paused=[True] * len(audio))
+    assert not any(e is not None for e in edges)
+    for i, took in enumerate(taken):
+        assert took == ((i + 1) % 10 != 0), f"frame {i}"  # a block of the floor: Python
+
+
+def test_a_quiet_line_with_the_gate_closed_is_c_and_speech_is_python() -> None:
+    # (On a line with hiss at -55 dBFS the gate stays open, 1 dB over the floor, and
+    # the model decides: Python. A quiet line keeps it closed.)
+    speech = load("5_jackson_5.wav")
+    hiss = noise(len(speech) / 8000, -80, seed=2)[: len(speech)]
+    audio = rows(np.concatenate([noise(1.0, -80), speech + hiss, noise(1.5, -80, seed=1)]))
+    taken, edges = run(audio)
+    assert True in edges and False in edges  # the word was heard, in Python
+    onset, end = edges.index(True), edges.index(False)
+    assert not any(taken[onset - 2 : end + 1])  # the gate was open: the model ran
+    assert sum(taken[:50]) == 45  # the quiet line before it: C, but each block's end
+    assert sum(taken[-50:]) >= 40  # and after it, once the gate closed again
+
+
+def test_a_paused_detector_that_was_active_ends_activity_in_python() -> None:
+    speech = load("8_nicolas_18.wav")
+    audio = rows(np.concatenate([noise(0.5, -80), speech, noise(1.0, -80)]))
+    paused = [False] * len(audio)
+    taken, edges = run(audio[:45], paused=paused[:45])
+    assert True in edges
+    start = edges.index(True) + 1
+    # Paused right after the onset: the hangover runs out in C, the edge itself is Python's.
+    paused = [i >= start for i in range(len(audio))]
+    taken, edges = run(audio, paused=paused)
+    end = edges.index(False)
+    assert not taken[end] and any(taken[start:end])
+
+
+def test_a_gain_still_to_judge_is_python() -> None:
+    # The gain is judged when a block of the floor completes (Python's frame), unless an
+    # onset is being confirmed then: a floor not judged yet leaves the frame to Python.
+    def unjudged(i: int, detector: VoiceActivityDetector) -> None:
+        if i == 24:
+            detector._gain_floor = -2.0
+
+    taken, _ = run(rows(noise(1.0, -80)), before=unjudged)
+    assert taken[23] and not taken[24] and taken[25]
+
+
+def test_the_energy_detector_alone_and_empty_frames_are_python() -> None:
+    taken, _ = run(rows(noise(0.5, -50)), model=False)
+    assert not any(taken)
+    d = VoiceActivityDetector(SileroStream())
+    assert not d.feed_usual(np.zeros(0, np.int16), 0.0)
+
+
+def test_feed_all_takes_only_sessions_whose_detector_hears_alone() -> None:
+    sessions = [MediaSession("PCMU", 0, 101, ("192.0.2.1", 4000)) for _ in range(4)]
+    assert all(s.vad.paused and s.tones is None for s in sessions)  # (telephone-event)
+    sessions[1].recognising = True
+    sessions[2].tones = object()  # type: ignore[assignment]
+    frame = noise(0.02, -50)
+    rest = gate.feed_all(sessions, [frame] * 4, [frames.frame_power(frame)] * 4)
+    assert rest == [1, 2]
+    assert sessions[0].vad._block_count == 1 and sessions[3].vad._block_count == 1
+    assert sessions[1].vad._block_count == 0 and sessions[2].vad._block_count == 0
+
+
+FALLBACK = """
+import sys
+sys.modules["callhook.media._gate"] = None  # as if it was never built
+import numpy as np
+from callhook.media import gate
+from callhook.media.vad import VoiceActivityDetector
+assert not gate.native()
+d = VoiceActivityDetector()
+frame = np.full(160, 300, np.int16)
+assert not d.feed_usual(frame, 90000.0) and gate.feed_all([object()], [frame], [90000.0]) == [0]
+assert [d.feed(frame) for _ in range(3)] == [None, None, True]
+print("ok")
+"""
+
+
+def test_without_the_extension_python_detects_everything() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.stdout.strip() == "ok", done.stderr

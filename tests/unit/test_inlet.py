@@ -1,0 +1,291 @@
+"""The usual RTP packet taken in C (callhook/media/inlet.py, _inlet.c) against Python's path.
+
+Two sessions get the same datagrams at the same times: one through
+``MediaSession.receive`` alone (the reference), the other through
+``inlet.take_all`` as the media tick does, with what it leaves going to
+``receive``. After every datagram the two must be the same, field by field
+(receive state, jitter to the bit, the pre-roll, the frames awaiting detection,
+events, counters). Each scenario also says which datagrams C must take and
+which it must leave: a fast path that took nothing would pass the comparison.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from callhook.media import inlet, srtp
+from callhook.media.bridge import Feed
+from callhook.media.session import MAX_PACKETS_PER_SECOND, MediaSession
+from callhook.media.srtp import SrtpContext
+
+PEER = ("192.0.2.10", 40000)
+ELSEWHERE = ("203.0.113.9", 6666)
+
+
+def rtp(seq: int, ts: int, payload: bytes, pt: int = 0, ssrc: int = 7, first: int = 0x80) -> bytes:
+    return struct.pack("!BBHII", first, pt, seq & 0xFFFF, ts & 0xFFFFFFFF, ssrc) + payload
+
+
+def frame(i: int) -> bytes:
+    return bytes((i * 7 + k) & 0xFF for k in range(160))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        pass
+
+
+def new_session(*, events: bool = True) -> MediaSession:
+    session = MediaSession("PCMU", 0, 101 if events else None, PEER, label="t")
+    session.batched = True  # as the media tick makes it
+    session.expect_rtp(0.0)
+    return session
+
+
+def snapshot(session: MediaSession) -> dict[str, Any]:
+    r = session.receiver
+    return {
+        "remote": session.remote,
+        "latched": session.latched,
+        "bucket": (session._bucket_start, session._bucket_count),
+        "rtp_since": session._rtp_since,
+        "last_audio": session._last_audio,
+        "preroll": list(session._preroll),
+        "undetected": list(session.undetected),
+        "events": list(session.events),
+        "dropped": (session.flood_dropped, session.foreign_dropped, session.malformed),
+        "receiver": (
+            r.ssrc,
+            r.received,
+            r._max_seq,
+            r._cycles,
+            r._next,
+            r._last_ts,
+            r._history,
+            r._jitter,
+            r._last_arrival,
+            dict(r._held),
+            list(r._candidates),
+            r.duplicates,
+            r.late,
+            r.foreign,
+            r.ssrc_changes,
+            r.expected,
+        ),
+    }
+
+
+def run(
+    datagrams: list[tuple[bytes, tuple[str, int], float]],
+    setup: Any = None,
+) -> tuple[list[bool], MediaSession, MediaSession]:
+    """Feed both sessions; which datagrams C took. ``setup`` is applied to both."""
+    reference, fast = new_session(), new_session()
+    if setup is not None:
+        setup(reference)
+        setup(fast)
+    taken: list[bool] = []
+    key = (object(), fast)
+    for data, source, now in datagrams:
+        reference.receive(data, source, now)
+        rest, faults = inlet.take_all([(key, data, source)], now)
+        assert faults == []
+        for _, left, address in rest:
+            fast.receive(left, address, now)
+        taken.append(not rest)
+        assert snapshot(fast) == snapshot(reference), f"after datagram {len(taken) - 1}"
+    return taken, reference, fast
+
+
+def in_order(n: int, *, seq0: int = 100, ts0: int = 1000, start: float = 0.0) -> list[Any]:
+    return [(rtp(seq0 + i, ts0 + 160 * i, frame(i)), PEER, start + 0.02 * i) for i in range(n)]
+
+
+def test_the_extension_is_built() -> None:
+    # scripts/setup installs a C compiler; without the extension every packet runs in
+    # Python (the same behaviour, more CPU per call). The tests below then fail too:
+    # they say which packets C must take.
+    assert inlet.native(), "callhook.media._inlet was not built: rerun scripts/setup"
+
+
+FALLBACK = """
+import sys
+sys.modules["callhook.media._inlet"] = None  # as if it was never built
+from callhook.media import inlet
+from callhook.media.session import MediaSession
+from tests.unit.test_inlet import PEER, frame, rtp
+assert not inlet.native()
+session = MediaSession("PCMU", 0, 101, PEER)
+session.batched = True
+for i in range(5):
+    data = rtp(100 + i, 160 * i, frame(i))
+    rest, faults = inlet.take_all([((None, session), data, PEER)], 0.02 * i)
+    assert len(rest) == 1 and faults == [] and not session.take(data, PEER, 0.02 * i)
+    session.receive(data, PEER, 0.02 * i)
+assert session.receiver.received == 5 and len(session.undetected) == 5
+print("ok")
+"""
+
+
+def test_without_the_extension_python_receives_everything() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FALLBACK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_an_in_order_stream_is_taken_after_the_first_packet() -> None:
+    taken, _, fast = run(in_order(30))
+    assert taken == [False] + [True] * 29  # the first one starts the source: Python's
+    assert len(fast.undetected) == 30 and len(fast._preroll) == 20
+
+
+def test_jitter_is_the_same_to_the_bit_on_uneven_arrivals() -> None:
+    times = [0.0, 0.021, 0.0395, 0.0612, 0.0799, 0.1003, 0.1251, 0.1399, 0.16, 0.1807]
+    datagrams = [(rtp(10 + i, 5 + 160 * i, frame(i)), PEER, t) for i, t in enumerate(times)]
+    taken, _, fast = run(datagrams)
+    assert taken[1:] == [True] * 9
+    assert fast.receiver._jitter > 0
+
+
+def test_the_sequence_number_wraps_in_c() -> None:
+    taken, _, fast = run(in_order(12, seq0=65530, ts0=0xFFFFFF00))
+    assert all(taken[1:])
+    assert fast.receiver._cycles == 65536 and fast.receiver._max_seq == 5
+
+
+def test_a_gap_a_reordered_packet_and_a_duplicate_go_to_python() -> None:
+    order = [0, 1, 2, 4, 3, 5, 5, 6, 7]  # 4 before 3: held; 5 twice
+    datagrams = [(rtp(100 + i, 160 * i, frame(i)), PEER, 0.02 * k) for k, i in enumerate(order)]
+    taken, _, _ = run(datagrams)
+    assert taken == [False, True, True, False, False, True, False, True, True]
+
+
+def test_a_lost_packet_skipped_after_the_hold() -> None:
+    order = [0, 1, 3, 4, 5, 6, 7, 8]  # 2 never comes: the window gives up on it
+    datagrams = [(rtp(100 + i, 160 * i, frame(i)), PEER, 0.02 * k) for k, i in enumerate(order)]
+    taken, _, _ = run(datagrams)
+    assert taken[:2] == [False, True] and not taken[2]
+    assert taken[-1]  # once nothing is held, C takes the stream again
+
+
+def test_a_new_source_is_python_until_it_is_the_current_one() -> None:
+    first = in_order(5)
+    other = [(rtp(9000 + i, 50 * i, frame(i), ssrc=99), PEER, 0.1 + 0.02 * i) for i in range(6)]
+    taken, _, fast = run(first + other)
+    assert taken[5:8] == [False, False, False]  # the switch (3 in sequence) is Python's
+    assert taken[-1]
+    assert fast.receiver.ssrc == 99 and fast.receiver.ssrc_changes == 1
+
+
+def test_a_candidate_source_is_forgotten_by_the_current_one_in_c() -> None:
+    datagrams = [*in_order(3), (rtp(1, 1, frame(1), ssrc=55), PEER, 0.05)]
+    datagrams += [(rtp(103, 1000 + 480, frame(3)), PEER, 0.06)]
+    taken, _, fast = run(datagrams)
+    assert taken == [False, True, True, False, True]
+    assert fast.receiver._candidates == []
+
+
+def test_the_flood_limit_is_python_past_the_limit() -> None:
+    n = MAX_PACKETS_PER_SECOND + 20
+    datagrams = [(rtp(100 + i, 160 * i, frame(i)), PEER, 0.001 * i) for i in range(n)]
+    taken, _, fast = run(datagrams)
+    assert all(taken[1:MAX_PACKETS_PER_SECOND]) and not any(taken[MAX_PACKETS_PER_SECOND:])
+    assert fast.flood_dropped == 20
+    # A new second: C again, from the next packet the receiver has not seen.
+    later = MAX_PACKETS_PER_SECOND
+    more, _, _ = run([*datagrams, (rtp(100 + later, 160 * later, frame(0)), PEER, 1.5)])
+    assert more[-1]
+
+
+def test_other_sources_payload_types_and_headers_go_to_python() -> None:
+    datagrams = in_order(3)
+    datagrams += [
+        (rtp(103, 1480, frame(3)), ELSEWHERE, 0.06),  # not the peer
+        (rtp(103, 1480, b"\x01\x00\x00\xa0", pt=101), PEER, 0.07),  # telephone-event
+        (rtp(103, 1480, frame(3), pt=8), PEER, 0.08),  # not negotiated
+        (rtp(103, 1480, frame(3), first=0x90), PEER, 0.09),  # an extension bit
+        (rtp(103, 1480, b""), PEER, 0.10),  # a bare header
+        (b"\x80\x00", PEER, 0.11),  # not RTP
+        (rtp(104, 1640, frame(4)), PEER, 0.12),  # the next one: C again
+    ]
+    taken, _, fast = run(datagrams)
+    assert taken[3:] == [False, False, False, False, False, False, True]
+    assert fast.foreign_dropped == 1 and fast.malformed >= 2
+
+
+def test_with_srtp_or_before_the_tick_batches_nothing_is_taken() -> None:
+    key = srtp.new_key()
+
+    def protect(session: MediaSession) -> None:
+        session.srtp = SrtpContext(key, key)
+
+    taken, _, _ = run(in_order(5), protect)
+    assert not any(taken)
+
+    def unbatched(session: MediaSession) -> None:
+        session.batched = False
+
+    taken, _, fast = run(in_order(5), unbatched)
+    assert not any(taken) and fast.undetected == []
+
+
+def test_no_rtp_timeout_clock_is_left_alone() -> None:
+    def never(session: MediaSession) -> None:
+        session._rtp_since = None
+
+    taken, _, fast = run(in_order(5), never)
+    assert all(taken[1:]) and fast._rtp_since is None
+
+
+def test_a_bridge_and_a_recording_hear_what_c_takes() -> None:
+    def bridge_and_record(session: MediaSession) -> None:
+        session.tells = Feed("ulaw", "ulaw")
+        session.start_recording(Sink(), None, 0.0)
+
+    taken, reference, fast = run(in_order(10), bridge_and_record)
+    assert all(taken[1:])
+    assert reference._recording is not None and fast._recording is not None
+    assert fast._recording.sink.data == reference._recording.sink.data  # type: ignore[attr-defined]
+    assert reference.tells is not None and fast.tells is not None
+    assert [fast.tells.frame() for _ in range(5)] == [reference.tells.frame() for _ in range(5)]
+
+
+def test_a_packet_whose_taking_raises_is_a_fault_and_the_others_go_on() -> None:
+    class Broken:
+        def push(self, payload: bytes) -> None:
+            raise RuntimeError("a bug in the bridge")
+
+    good, bad = new_session(), new_session()
+    for session in (good, bad):
+        session.receive(rtp(100, 0, frame(0)), PEER, 0.0)  # the source starts (Python)
+    bad.tells = Broken()  # type: ignore[assignment]
+    keys = [("good", good), ("bad", bad), ("rtcp", None)]
+    received = [(k, rtp(101, 160, frame(1)), PEER) for k in keys]
+    rest, faults = inlet.take_all(received, 0.02)
+    assert [item[0] for item in rest] == [keys[2]]  # RTCP's: not an inlet
+    assert len(faults) == 1 and faults[0][0] == keys[1]
+    assert isinstance(faults[0][1], RuntimeError) and faults[0][1].__traceback__ is not None
+    assert len(good.undetected) == 2
+
+
+def test_take_is_take_all_for_one_packet() -> None:
+    session = new_session()
+    session.receive(rtp(100, 0, frame(0)), PEER, 0.0)
+    assert session.take(rtp(101, 160, frame(1)), PEER, 0.02) is True
+    assert session.take(rtp(101, 160, frame(1)), PEER, 0.04) is False  # a duplicate
+    assert session.receiver.received == 2
