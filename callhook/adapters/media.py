@@ -22,8 +22,11 @@ for all calls at once:
    (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
    voice-activity detector that is paused or whose gate stays closed), which is
    taken in C for every call in one call (:func:`callhook.media.gate.feed_all`);
-3. each session's :meth:`~callhook.media.session.MediaSession.tick`; the
-   packets they return are sent in one call of :class:`~callhook.adapters.udp.Udp`;
+3. every call's packet: the usual one (the prompt's next frame or silence, nothing
+   else due on the call) made in C for every call in one call
+   (:func:`callhook.media.outlet.tick_all`), the others by each session's
+   :meth:`~callhook.media.session.MediaSession.tick`; all sent in one call of
+   :class:`~callhook.adapters.udp.Udp`; then the RTCP reports that are due;
 4. the legs of calls whose sessions have events are woken.
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
@@ -54,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from callhook.adapters.udp import Address, Udp, new_udp
-from callhook.media import frames, g711, gate, inlet, vad
+from callhook.media import frames, g711, gate, inlet, outlet, vad
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -87,6 +90,22 @@ class _Stream:
     fd: int = -1  # the RTP socket's descriptor (-1: socketless)
 
 
+_python_logged = False
+
+
+def _say_if_in_python() -> None:
+    """Say once if the usual packets and frames run in Python (no extension built)."""
+    global _python_logged
+    missing = [m.__name__ for m in (inlet, outlet, gate) if not m.native()]
+    if missing and not _python_logged:
+        _python_logged = True
+        logger.warning(
+            "the usual media path in Python: the native extensions of %s are not built; "
+            "rerun scripts/setup where a C compiler is (more CPU per call)",
+            ", ".join(missing),
+        )
+
+
 class MediaEngine:
     """All calls' RTP ports and the shared media tick."""
 
@@ -110,6 +129,7 @@ class MediaEngine:
         # How late each tick ran (ms), the last minute's worth: the media's health.
         self.lateness: deque[float] = deque(maxlen=3000)
         self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
+        _say_if_in_python()
 
     def allocate(self) -> tuple[socket.socket, int]:
         """Bind a UDP socket on the next free even port of the range."""
@@ -218,10 +238,18 @@ class MediaEngine:
         if self._socketless:
             self._receive_attached(now)
         self._detect()
-        batch: list[tuple[int, bytes, Address]] = []
-        for stream in list(self.streams.values()):
+        streams = list(self.streams.values())
+        # The usual packets are made in C (media/outlet.py); the other calls' in Python.
+        wired = [s for s in streams if s.sock is not None]
+        batch, rest = outlet.tick_all([(s.session, s.fd) for s in wired], now)
+        for stream in [wired[i] for i in rest] + [s for s in streams if s.sock is None]:
             try:
-                self._send(stream, now, wall, batch)
+                self._send(stream, now, batch)
+            except Exception:
+                self._fault(stream, "sending")
+        for stream in streams:
+            try:
+                self._report(stream, now, wall)
             except Exception:
                 self._fault(stream, "sending")
         if batch:
@@ -229,15 +257,17 @@ class MediaEngine:
             # packet: the next frame goes out 20 ms later anyway.
             self.send_errors += self._udp.send(batch)
 
-    def _send(
-        self, stream: _Stream, now: float, wall: float, batch: list[tuple[int, bytes, Address]]
-    ) -> None:
+    def _send(self, stream: _Stream, now: float, batch: list[tuple[int, bytes, Address]]) -> None:
         session = stream.session
         data = session.tick(now)
         if data is not None and stream.out is not None:
             stream.out(data)
         elif data is not None and session.remote is not None and stream.sock is not None:
             batch.append((stream.fd, data, session.remote))
+
+    def _report(self, stream: _Stream, now: float, wall: float) -> None:
+        """The call's RTCP report when one is due, and its leg woken when it has news."""
+        session = stream.session
         if stream.rtcp is not None:
             report = session.rtcp_report(now, wall)  # None: not due (every ~5 s)
             destination = session.rtcp_destination() if report is not None else None

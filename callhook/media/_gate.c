@@ -3,7 +3,8 @@
  * What this is for: every call's received frame goes through its voice-activity
  * detector every 20 ms (callhook/media/vad.py), to track the noise floor even while
  * nothing listens.  Almost every frame is the usual one: the detector paused (a
- * prompt, digit entry), or listening to a quiet line with its gate closed.  In Python
+ * prompt, digit entry), listening to a quiet line with its gate closed, or in an
+ * utterance the model confirmed, which the energy holds (no model run).  In Python
  * that frame cost MediaSession.detect, VoiceActivityDetector.feed and its _gated and
  * _edge: a tenth of a loaded serve's CPU (profiled at 200 calls, issue 19).  Here the
  * detector's fields live in a C struct that is the base of the Python class
@@ -37,6 +38,9 @@ typedef struct {
     double min_power;
     double start_power;
     double gain_floor;
+    double hold;    /* the gate's lower threshold while open, as a factor */
+    double release; /* while active, a frame must be this far over the floor's threshold */
+    char model_holds;
     char paused;
     char active;
     char gate;
@@ -78,6 +82,9 @@ static PyMemberDef GateCore_members[] = {
     {"_min_power", T_DOUBLE, offsetof(GateCore, min_power), 0, NULL},
     {"_start_power", T_DOUBLE, offsetof(GateCore, start_power), 0, NULL},
     {"_gain_floor", T_DOUBLE, offsetof(GateCore, gain_floor), 0, NULL},
+    {"_hold", T_DOUBLE, offsetof(GateCore, hold), 0, NULL},
+    {"_release", T_DOUBLE, offsetof(GateCore, release), 0, NULL},
+    {"model_holds", T_BOOL, offsetof(GateCore, model_holds), 0, "the model ends utterances"},
     {"paused", T_BOOL, offsetof(GateCore, paused), 0, "the model rests (nothing listens)"},
     {"_active", T_BOOL, offsetof(GateCore, active), 0, NULL},
     {"_gate", T_BOOL, offsetof(GateCore, gate), 0, NULL},
@@ -118,13 +125,31 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         self->run = run;
         return 1;
     }
-    if (self->gate || self->active)
-        return 0;
     double floor = self->history_floor < block_min ? self->history_floor : block_min;
     double minimum = self->prior ? self->start_power : self->min_power;
     double threshold = floor * self->margin;
     if (minimum > threshold)
         threshold = minimum;
+    if (self->gate && self->active && !self->model_holds) {
+        /* An utterance the model confirmed, held by the energy (_gated(), no model run). */
+        double open = threshold * self->hold;
+        int loud = power > (self->min_power > open ? self->min_power : open);
+        long long gate_quiet = loud ? 0 : self->gate_quiet + 1;
+        if (gate_quiet >= self->hangover_frames)
+            return 0; /* the gate closes: the model sees the closing frame */
+        double keep = threshold * self->release;
+        int speech = loud && power > (self->min_power > keep ? self->min_power : keep);
+        long long run = speech ? 0 : self->run + 1;
+        if (run >= self->hangover_frames)
+            return 0; /* the utterance ends: an edge, and the model is reset */
+        self->block_min = block_min;
+        self->block_count = block_count;
+        self->gate_quiet = gate_quiet;
+        self->run = run;
+        return 1;
+    }
+    if (self->gate || self->active)
+        return 0;
     if (power > threshold)
         return 0; /* loud: the gate opens */
     /* _follow_floor() must have nothing to do. */

@@ -19,6 +19,9 @@ class GateCore:
     _min_power: float
     _start_power: float
     _gain_floor: float
+    _hold: float
+    _release: float
+    model_holds: bool
     paused: bool
     _active: bool
     _gate: bool

@@ -3,7 +3,8 @@
 Every call's received frame goes through its voice-activity detector
 (:mod:`callhook.media.vad`) every 20 ms, to track the noise floor even while nothing
 listens. Almost every frame is the usual one: the detector paused (a prompt, digit
-entry), or listening to a quiet line with its gate closed. In Python that frame cost
+entry), listening to a quiet line with its gate closed, or in an utterance the speech
+model confirmed, which the energy holds (no model run). In Python that frame cost
 a tenth of a loaded serve's CPU (``MediaSession.detect``, ``VoiceActivityDetector.feed``,
 profiled at 200 calls, issue 19). The native module ``_gate.c`` holds the detector's
 fields in a C struct that is the base of the Python class

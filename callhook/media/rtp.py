@@ -17,6 +17,7 @@ import struct
 from collections.abc import Sequence
 
 from callhook.media.inlet import ReceiverCore
+from callhook.media.outlet import SenderCore
 from callhook.media.rtcp import ReportBlock, SenderReport, ntp_middle
 
 RTP_VERSION = 2
@@ -147,7 +148,7 @@ def pack_header(pt: int, seq: int, ts: int, ssrc: int, marker: bool) -> bytes:
     return _pack(0x80, pt | 0x80 if marker else pt, seq & 0xFFFF, ts & 0xFFFFFFFF, ssrc)
 
 
-class RtpSender:
+class RtpSender(SenderCore):
     """Send state of one stream (RFC 3550 §5.1, RFC 3551 §4.1).
 
     SSRC, first sequence number and first timestamp are random (§5.1, §8.1).
@@ -157,6 +158,10 @@ class RtpSender:
     bit (RFC 3551 §4.1). :meth:`packet` sends at an explicit timestamp, as
     RFC 4733 events do. ``packets`` and ``octets`` (payload octets) feed the
     Sender Report (§6.4.1).
+
+    Its fields live in :class:`~callhook.media.outlet.SenderCore` (C, where it was
+    built): the media tick makes the usual packet there (:mod:`callhook.media.outlet`),
+    as :meth:`frame` does here; a change to :meth:`frame` is made there too.
     """
 
     def __init__(

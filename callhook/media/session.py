@@ -158,7 +158,9 @@ class MediaSession(Inlet):
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
-        self._flood_limit = MAX_PACKETS_PER_SECOND  # (read by the C fast path: inlet.py)
+        # (Read by the C fast paths, inlet.py and outlet.py.)
+        self._flood_limit = MAX_PACKETS_PER_SECOND
+        self._silent_after = SILENT_AFTER
         # Dead-call detection ([sip] rtp_timeout): seconds without an RTP packet of the
         # call before it is taken for dead (0: never); the clock runs from the answer
         # (:meth:`expect_rtp`) and from each packet, and not while the peer sends us
@@ -425,6 +427,10 @@ class MediaSession(Inlet):
         One datagram a tick: the prompt's next audio frame (or silence), or,
         while a digit is sent as an RFC 4733 event, the event's next packet;
         encrypted when the call has SRTP.
+
+        The media tick makes the usual packet (the prompt's next frame but its last, or
+        silence, with nothing else due on the call) in C instead (:mod:`callhook.media.outlet`):
+        a change to this path is made there too (``tests/unit/test_outlet.py``).
         """
         datagram = self._tick(now)
         if datagram is None or self.srtp is None:
@@ -444,7 +450,7 @@ class MediaSession(Inlet):
             for payload in frames:
                 self._detect(g711.decode(self.law, payload))
         self._check_dead(now)
-        if now - self._last_audio > SILENT_AFTER and self._last_audio:
+        if now - self._last_audio > self._silent_after and self._last_audio:
             # No audio packets (silence suppression, a stalled stream): it is silence.
             self._detect(self._silence_pcm)
         bridged = self.hears is not None and self.player.idle

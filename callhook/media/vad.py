@@ -266,8 +266,9 @@ class VoiceActivityDetector(GateCore):
         ``power``: the frame's mean square if it is known already (the media tick
         measures every call's frame at once: :mod:`callhook.media.frames`).
 
-        The media tick takes the usual frame (paused, or a closed gate on a quiet line:
-        no model run, no edge) in C instead (:mod:`callhook.media.gate`, ``_gate.c``):
+        The media tick takes the usual frame (paused, a closed gate on a quiet line, an
+        utterance the energy holds: no model run, no edge) in C instead
+        (:mod:`callhook.media.gate`, ``_gate.c``):
         a change here is made there too (``tests/unit/test_gate.py`` compares them).
         """
         if not len(frame):

@@ -94,7 +94,7 @@ def test_a_paused_detector_tracks_the_floor_in_c_but_every_tenth_frame() -> None
         assert took == ((i + 1) % 10 != 0), f"frame {i}"  # a block of the floor: Python
 
 
-def test_a_quiet_line_with_the_gate_closed_is_c_and_speech_is_python() -> None:
+def test_a_quiet_line_and_a_held_utterance_are_c_the_model_python() -> None:
     # (On a line with hiss at -55 dBFS the gate stays open, 1 dB over the floor, and
     # the model decides: Python. A quiet line keeps it closed.)
     speech = load("5_jackson_5.wav")
@@ -103,7 +103,9 @@ def test_a_quiet_line_with_the_gate_closed_is_c_and_speech_is_python() -> None:
     taken, edges = run(audio)
     assert True in edges and False in edges  # the word was heard, in Python
     onset, end = edges.index(True), edges.index(False)
-    assert not any(taken[onset - 2 : end + 1])  # the gate was open: the model ran
+    assert not any(taken[onset - 2 : onset + 1])  # the model confirmed the onset: Python
+    assert sum(taken[onset + 1 : end]) >= (end - onset) // 2  # the energy held it: C
+    assert not taken[end]  # and its end is an edge: Python
     assert sum(taken[:50]) == 45  # the quiet line before it: C, but each block's end
     assert sum(taken[-50:]) >= 40  # and after it, once the gate closed again
 

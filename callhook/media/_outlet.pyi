@@ -1,0 +1,16 @@
+"""Type stub of the native base of :mod:`callhook.media.outlet` (``_outlet.c``)."""
+
+from typing import Any
+
+class SenderCore:
+    payload_type: int
+    ssrc: int
+    sequence: int
+    timestamp: int
+    packets: int
+    octets: int
+    _talkspurt: bool
+
+def tick_all(
+    calls: list[tuple[Any, int]], now: float
+) -> tuple[list[tuple[int, bytes, tuple[str, int]]], list[int]]: ...

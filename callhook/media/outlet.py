@@ -1,0 +1,46 @@
+"""A call's usual outgoing RTP packet made in C, with no Python run for it. Sans-IO.
+
+Every 20 ms the media tick (:mod:`callhook.adapters.media`) asks every call's session
+for its packet (:meth:`MediaSession.tick <callhook.media.session.MediaSession.tick>`).
+Almost every one is the usual packet: the prompt's next 20 ms (not its last) or
+silence, in plain RTP, with nothing else due on the call (no bridge, no recording of
+both sides, no transcription, no digit being sent, nothing held for reordering, the
+peer neither silent nor dead). In Python that cost ``MediaSession.tick``,
+``Player.next_frame`` and ``RtpSender.frame``: about a sixteenth of a loaded serve's
+CPU (profiled at 200 calls, issue 19). The native module ``_outlet.c`` keeps
+:class:`~callhook.media.rtp.RtpSender`'s fields in a C struct that is its base
+(:class:`SenderCore`), and :func:`tick_all` makes the usual packet of every call in
+one call.
+
+As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the
+reference: a packet is made in C only when every condition of that path holds, exactly
+what Python would change is changed (``tests/unit/test_outlet.py`` compares the two
+packet by packet, field by field), and any other call is left to ``MediaSession.tick``.
+Where the extension was not built, :class:`SenderCore` is a plain class and
+:func:`tick_all` makes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from callhook.media._outlet import SenderCore, tick_all
+except ImportError:  # no C compiler where callhook was installed
+
+    class SenderCore:  # type: ignore[no-redef]
+        """Where the extension is missing: a plain base, its fields in ``__dict__``."""
+
+    def tick_all(
+        calls: list[tuple[Any, int]], now: float
+    ) -> tuple[list[tuple[int, bytes, tuple[str, int]]], list[int]]:
+        """Where the extension is missing: nothing is made, Python makes every packet."""
+        return [], list(range(len(calls)))
+
+
+def native() -> bool:
+    """Whether the usual packet is made in C (the extension was built)."""
+    return SenderCore.__module__ == "callhook.media._outlet"
+
+
+__all__ = ["SenderCore", "native", "tick_all"]
