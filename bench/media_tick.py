@@ -5,10 +5,16 @@
 N sessions (PCMU) each receive one 20 ms packet per tick, exactly as the engine
 (``adapters/media.py``) drives them, with no sockets and nothing else running:
 
-* ``receive``: :meth:`MediaSession.receive` of each call's packet;
+* ``receive``: each call's packet, the usual ones taken in C (``inlet.take_all``),
+  the rest by :meth:`MediaSession.receive`;
 * ``measure``: every call's frame decoded and measured at once (media/frames.py);
-* ``detect``: each session's detectors (:meth:`MediaSession.detect`);
-* ``tick``: each session's :meth:`MediaSession.tick` (the packet it sends).
+* ``detect``: each session's detectors, the usual frames in C (``gate.feed_all``),
+  the rest by :meth:`MediaSession.detect`;
+* ``tick``: each call's packet to send, the usual ones made in C (``outlet.tick_all``),
+  the rest by :meth:`MediaSession.tick`.
+
+Then the same with the Python path alone (what runs where the extensions were not
+built, and the reference the C paths follow).
 
 Two kinds of call: digits as RFC 4733 events (the load kit's), and digits in the
 audio (no telephone-event: the in-band detector runs on every frame). A call's
@@ -24,15 +30,16 @@ import time
 
 import numpy as np
 
-from callhook.media import frames
+from callhook.media import frames, gate, inlet, outlet
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 
 PEER = ("127.0.0.1", 5004)
 
 
-def run(calls: int, ticks: int, events: bool) -> dict[str, float]:
-    """µs per call and tick of each step (see the module docstring)."""
+def run(calls: int, ticks: int, events: bool, native: bool) -> dict[str, float]:
+    """µs per call and tick of each step (see the module docstring); ``native``: with
+    the C paths of the usual packets and frames, as the engine runs."""
     sessions = [
         MediaSession("PCMU", 0, 101 if events else None, PEER, label=f"call {i}")
         for i in range(calls)
@@ -54,21 +61,25 @@ def run(calls: int, ticks: int, events: bool) -> dict[str, float]:
     for t in range(ticks):
         now += 0.02
         a = clock()
-        for i, session in enumerate(sessions):
-            session.receive(packets[i][t], PEER, now)
+        received = [((None, s), packets[i][t], PEER) for i, s in enumerate(sessions)]
+        rest = inlet.take_all(received, now)[0] if native else received
+        for (_, session), data, source in rest:
+            session.receive(data, source, now)
         b = clock()
         payloads = [p for s in sessions for p in s.undetected]
         samples, powers, verdicts = frames.measure("ulaw", payloads, tones=not events)
         c = clock()
-        first = 0
         for session in sessions:
-            last = first + len(session.undetected)
             session.undetected = []
-            session.detect(samples[first:last], powers[first:last], verdicts[first:last])
-            first = last
+        # (One frame per call: each call's is at its own place.)
+        left = gate.feed_all(sessions, samples, powers) if native else range(len(sessions))
+        for i in left:
+            sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
         d = clock()
-        for session in sessions:
-            session.tick(now)
+        calls_fd = [(s, 0) for s in sessions]
+        undone = outlet.tick_all(calls_fd, now)[1] if native else range(len(sessions))
+        for i in undone:
+            sessions[i].tick(now)
         e = clock()
         spent["receive"] += b - a
         spent["measure"] += c - b
@@ -83,11 +94,13 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=250)
     args = parser.parse_args()
     print(f"media tick, {args.calls} calls x {args.ticks} ticks: µs per call and tick")
-    for events in (True, False):
-        kind = "digits as events " if events else "digits in the audio"
-        figures = run(args.calls, args.ticks, events)
-        steps = "  ".join(f"{step} {us:5.2f}" for step, us in figures.items())
-        print(f"  {kind}: {steps}  total {sum(figures.values()):5.2f}")
+    for native in (True, False):
+        print("  the usual packets and frames in C:" if native else "  Python alone:")
+        for events in (True, False):
+            kind = "digits as events " if events else "digits in the audio"
+            figures = run(args.calls, args.ticks, events, native)
+            steps = "  ".join(f"{step} {us:5.2f}" for step, us in figures.items())
+            print(f"    {kind}: {steps}  total {sum(figures.values()):5.2f}")
 
 
 if __name__ == "__main__":
