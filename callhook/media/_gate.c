@@ -178,6 +178,8 @@ static PyObject *GateCore_feed_usual(GateCore *self, PyObject *const *args, Py_s
         PyErr_SetString(PyExc_TypeError, "feed_usual(frame, power) takes 2 arguments");
         return NULL;
     }
+    if (args[1] == Py_None)
+        Py_RETURN_FALSE; /* not measured: feed() measures it */
     double power = PyFloat_AsDouble(args[1]);
     if (power == -1.0 && PyErr_Occurred())
         return NULL;

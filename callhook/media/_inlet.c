@@ -112,6 +112,7 @@ typedef struct {
     long long flood_limit;
     double bucket_start;
     double last_audio;
+    unsigned long long declined_in; /* the take_all() call that left one of its packets */
     char latched;
     char batched;
 } Inlet;
@@ -202,6 +203,13 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     long long ts = ((long long)p[4] << 24) | (p[5] << 16) | (p[6] << 8) | p[7];
     unsigned long long ssrc = ((unsigned long long)p[8] << 24) | (p[9] << 16) | (p[10] << 8) | p[11];
 
+    /* Nothing but detection hears it: its containers must take it (checked before any
+     * change, so that a packet that cannot be taken is left whole). */
+    int plain = IS_NONE(self->tells) && IS_NONE(self->call_recording) && IS_NONE(self->recording);
+    if (plain && (self->preroll == NULL || self->undetected == NULL ||
+                  !PyList_Check(self->undetected)))
+        return 0;
+
     /* rtp.py's RtpReceiver.feed_next: the next packet of the current source. */
     if (self->receiver == NULL || !PyObject_TypeCheck(self->receiver, &ReceiverCoreType))
         return 0;
@@ -268,7 +276,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         Py_SETREF(self->rtp_since, since);
 
     int result = 1;
-    if (!IS_NONE(self->tells) || !IS_NONE(self->call_recording) || !IS_NONE(self->recording)) {
+    if (!plain) {
         /* A bridge or a recording hears it: session.py's _audio does all of it. */
         PyObject *ts_obj = PyLong_FromLongLong(ts);
         PyObject *now_obj = PyFloat_FromDouble(now);
@@ -289,22 +297,14 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     PyObject *entry = ts_obj == NULL ? NULL : PyTuple_Pack(2, ts_obj, payload);
     Py_XDECREF(ts_obj);
     PyObject *done = NULL;
-    if (entry != NULL && self->preroll != NULL)
+    if (entry != NULL)
         done = PyObject_CallMethodOneArg(self->preroll, append_name, entry);
-    else if (entry != NULL)
-        PyErr_SetString(PyExc_AttributeError, "the session has no pre-roll");
     Py_XDECREF(entry);
     if (done == NULL)
         result = -1;
     Py_XDECREF(done);
-    if (result == 1) {
-        if (self->undetected == NULL || !PyList_Check(self->undetected)) {
-            PyErr_SetString(PyExc_TypeError, "undetected must be a list");
-            result = -1;
-        } else if (PyList_Append(self->undetected, payload) < 0) {
-            result = -1;
-        }
-    }
+    if (result == 1 && PyList_Append(self->undetected, payload) < 0)
+        result = -1;
     Py_DECREF(payload);
     return result;
 }
@@ -346,6 +346,8 @@ static PyTypeObject InletType = {
 
 /* ------------------------------------------------------------------- take_all */
 
+static unsigned long long take_all_calls; /* stamps Inlet.declined_in */
+
 static PyObject *take_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "take_all(received: list, now) takes 2 arguments");
@@ -359,6 +361,9 @@ static PyObject *take_all(PyObject *module, PyObject *const *args, Py_ssize_t na
     PyObject *faults = PyList_New(0);
     if (rest == NULL || faults == NULL)
         goto error;
+    /* A call's packets are taken in their order: once one is left to Python, the ones
+     * after it are too (Python receives them after it, as they came). */
+    unsigned long long call = ++take_all_calls;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(received); i++) {
         PyObject *item = PyList_GET_ITEM(received, i);
         int taken = 0;
@@ -367,9 +372,14 @@ static PyObject *take_all(PyObject *module, PyObject *const *args, Py_ssize_t na
             PyObject *key = PyTuple_GET_ITEM(item, 0);
             if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2) {
                 PyObject *inlet = PyTuple_GET_ITEM(key, 1);
-                if (PyObject_TypeCheck(inlet, &InletType))
-                    taken = take((Inlet *)inlet, PyTuple_GET_ITEM(item, 1),
-                                 PyTuple_GET_ITEM(item, 2), now);
+                if (PyObject_TypeCheck(inlet, &InletType)) {
+                    Inlet *in = (Inlet *)inlet;
+                    if (in->declined_in != call)
+                        taken = take(in, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2),
+                                     now);
+                    if (taken != 1)
+                        in->declined_in = call;
+                }
             }
         }
         if (taken < 0) {

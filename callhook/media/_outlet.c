@@ -60,7 +60,7 @@ static PyTypeObject SenderCoreType = {
     .tp_members = SenderCore_members,
 };
 
-/* RtpSender.frame(payload): the packet, and the sender moved on. NULL: no memory. */
+/* RtpSender.frame(payload)'s packet; the sender is moved on by commit(). NULL: no memory. */
 static PyObject *frame(SenderCore *s, const char *payload, Py_ssize_t size) {
     PyObject *packet = PyBytes_FromStringAndSize(NULL, 12 + size);
     if (packet == NULL)
@@ -80,12 +80,16 @@ static PyObject *frame(SenderCore *s, const char *payload, Py_ssize_t size) {
     p[10] = (unsigned char)(ssrc >> 8);
     p[11] = (unsigned char)ssrc;
     memcpy(p + 12, payload, size);
+    return packet;
+}
+
+/* The rest of RtpSender.frame: the sender moves on past the packet frame() made. */
+static void commit(SenderCore *s, Py_ssize_t size) {
     s->talkspurt = 0;
-    s->sequence = (seq + 1) & 0xFFFF;
-    s->timestamp = (ts + FRAME) & 0xFFFFFFFFLL;
+    s->sequence = (s->sequence + 1) & 0xFFFF;
+    s->timestamp = (s->timestamp + FRAME) & 0xFFFFFFFFLL;
     s->packets += 1;
     s->octets += size;
-    return packet;
 }
 
 static PyObject *n_srtp, *n_receiver, *n_held, *n_undetected, *n_timed_out, *n_rtp_since,
@@ -252,30 +256,24 @@ static int tick(PyObject *session, double now, PyObject **packet, PyObject **rem
             goto done;
         payload = PyBytes_AS_STRING(audio) + pos;
     }
-    /* Made: change what Python would (the echo count, the prompt's place, the sender). */
-    if (echo_ticks) {
-        PyObject *less = PyLong_FromLongLong(echo_ticks - 1);
-        if (less == NULL || PyObject_SetAttr(player, n_echo_ticks, less) < 0) {
-            Py_XDECREF(less);
-            result = -1;
-            goto done;
-        }
-        Py_DECREF(less);
-    }
-    if (prompt != Py_None) {
-        PyObject *next = PyLong_FromLongLong(pos + FRAME);
-        if (next == NULL || PyObject_SetAttr(prompt, n_pos, next) < 0) {
-            Py_XDECREF(next);
-            result = -1;
-            goto done;
-        }
-        Py_DECREF(next);
-    }
-    *packet = frame((SenderCore *)sender, payload, FRAME);
-    if (*packet == NULL) {
+    /* Made: change what Python would (the echo count, the prompt's place, the sender),
+     * every object made first, so that running out of memory changes nothing. */
+    PyObject *less = echo_ticks ? PyLong_FromLongLong(echo_ticks - 1) : NULL;
+    PyObject *next = prompt != Py_None ? PyLong_FromLongLong(pos + FRAME) : NULL;
+    PyObject *made = frame((SenderCore *)sender, payload, FRAME);
+    if ((echo_ticks && less == NULL) || (prompt != Py_None && next == NULL) || made == NULL ||
+        (less != NULL && PyObject_SetAttr(player, n_echo_ticks, less) < 0) ||
+        (next != NULL && PyObject_SetAttr(prompt, n_pos, next) < 0)) {
+        Py_XDECREF(less);
+        Py_XDECREF(next);
+        Py_XDECREF(made);
         result = -1;
         goto done;
     }
+    Py_XDECREF(less);
+    Py_XDECREF(next);
+    commit((SenderCore *)sender, FRAME);
+    *packet = made;
     *remote = to;
     to = NULL;
     result = 1;
