@@ -15,7 +15,9 @@ The Python classes stay the reference: :func:`take_all` takes a packet only when
 every condition of their fast path holds, changes exactly what they would change
 (``tests/unit/test_inlet.py`` compares the two field by field), and leaves any other
 packet, untouched, for :meth:`MediaSession.receive
-<callhook.media.session.MediaSession.receive>`. Where the extension was not built
+<callhook.media.session.MediaSession.receive>`. A call's packets keep their order: once
+one of them is left to Python, the rest of that tick's are left too, so that none
+overtakes it. Where the extension was not built
 (no C compiler), the bases here are plain classes and :func:`take_all` takes
 nothing: the same behaviour, at Python's cost.
 """
