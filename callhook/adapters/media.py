@@ -20,8 +20,9 @@ for all calls at once:
    tone detector's prefilter in one numpy call per law
    (:mod:`callhook.media.frames`), then handed to each session's detectors
    (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
-   voice-activity detector that is paused or whose gate stays closed), which is
-   taken in C for every call in one call (:func:`callhook.media.gate.feed_all`);
+   voice-activity detector that is paused, whose gate stays closed, or in an
+   utterance the energy holds), which is taken in C for every call in one call
+   (:func:`callhook.media.gate.feed_all`);
 3. every call's packet: the usual one (the prompt's next frame or silence, nothing
    else due on the call) made in C for every call in one call
    (:func:`callhook.media.outlet.tick_all`), the others by each session's
