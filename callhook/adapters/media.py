@@ -336,28 +336,48 @@ class MediaEngine:
                 if self._ahead_faults == 1:  # (it may fail every tick: logged once)
                     logger.exception("running the speech model for every call at once failed")
         for group, counts, samples, powers, verdicts in measured:
-            if len(samples) == len(group):
-                # One frame each (the usual tick): the usual frames are taken in C
-                # (media/gate.py); the others go to their sessions.
-                sessions = [stream.session for stream in group]
-                for i in gate.feed_all(sessions, samples, powers):
-                    try:
-                        sessions[i].detect(
-                            samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1]
-                        )
-                    except Exception:
-                        self._fault(group[i], "detecting")
+            if len(samples) == len(group):  # one frame each: the usual tick
+                self._feed(group, samples, powers, verdicts)
                 continue
+            # Some calls got two frames or more (a burst after a late tick): those go to
+            # their sessions frame by frame; the others' one frame is taken as usual.
+            streams: list[_Stream] = []
+            rows: list[frames.Samples] = []
+            row_powers: list[float] = []
+            row_verdicts: list[bool | None] = []
             first = 0
             for stream, count in zip(group, counts, strict=True):
                 last = first + count
-                try:
-                    stream.session.detect(
-                        samples[first:last], powers[first:last], verdicts[first:last]
-                    )
-                except Exception:
-                    self._fault(stream, "detecting")
+                if count == 1:
+                    streams.append(stream)
+                    rows.append(samples[first])
+                    row_powers.append(powers[first])
+                    row_verdicts.append(verdicts[first])
+                else:
+                    try:
+                        stream.session.detect(
+                            samples[first:last], powers[first:last], verdicts[first:last]
+                        )
+                    except Exception:
+                        self._fault(stream, "detecting")
                 first = last
+            self._feed(streams, rows, row_powers, row_verdicts)
+
+    def _feed(
+        self,
+        streams: list[_Stream],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """Each of ``streams``' one frame of the tick: the usual ones taken in C
+        (media/gate.py), the others by their sessions."""
+        sessions = [stream.session for stream in streams]
+        for i in gate.feed_all(sessions, samples, powers):
+            try:
+                sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
+            except Exception:
+                self._fault(streams[i], "detecting")
 
     def _receive_attached(self, now: float) -> None:
         for stream in list(self._socketless.values()):

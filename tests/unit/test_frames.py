@@ -112,3 +112,65 @@ async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> 
         assert engine.faults == len(audio["ulaw"])  # every frame of the broken call, only those
     finally:
         engine.shutdown()
+
+
+async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A late tick gives some calls two frames: those go to Python frame by frame, and the
+    calls with one frame are still taken in C (media/gate.py), hearing exactly what they
+    would alone. (Digits come as RFC 4733 events: no in-band detector listens.)"""
+    from callhook.media import gate
+
+    if not gate.native():
+        pytest.skip("the extension was not built: nothing is taken in C")
+    engine = MediaEngine("127.0.0.1", 41500, 41600)
+    peer = ("127.0.0.1", 5004)
+    try:
+        steady = [MediaSession("PCMU", 0, 101, peer, label=f"call {i}") for i in range(2)]
+        bursty = MediaSession("PCMU", 0, 101, peer, label="call bursty")
+        alone = [MediaSession("PCMU", 0, 101, peer) for _ in range(3)]
+        in_python = {id(s): 0 for s in steady}
+        for session in steady:
+            detect = session.detect
+
+            def counting(
+                samples: object,
+                powers: object,
+                tones: object = None,
+                *,
+                _s: MediaSession = session,
+                _d: object = detect,
+            ) -> None:
+                in_python[id(_s)] += 1
+                _d(samples, powers, tones)  # type: ignore[operator]
+
+            monkeypatch.setattr(session, "detect", counting)
+        keys = [engine.attach(s, lambda _: None, lambda: None) for s in [*steady, bursty]]
+        rng = np.random.default_rng(3)
+        quiet = [g711.encode("ulaw", rng.integers(-40, 40, 160, dtype=np.int16)) for _ in range(60)]
+        now = asyncio.get_running_loop().time()
+        sent = 0
+        ticks = 40
+        for tick in range(ticks):
+            at = now + tick * 0.02
+            # The bursty call's packets come two at a time, every other tick.
+            plan = [[tick], [tick], [sent, sent + 1] if tick % 2 else []]
+            if tick % 2:
+                sent += 2
+            for i, seqs in enumerate(plan):
+                for seq in seqs:
+                    packet = RtpPacket(0, False, seq, seq * 160, 99 + i, quiet[seq]).serialize()
+                    engine.deliver(keys[i], packet, peer)
+                    alone[i].receive(packet, peer, at)
+            engine._work(at)
+            for a, b in zip([*steady, bursty], alone, strict=True):
+                assert a.undetected == []
+                assert a.vad.noise_floor_dbfs == b.vad.noise_floor_dbfs
+                assert list(a.events) == list(b.events)
+        # Every tick had a burst in the group, yet the steady calls' usual frames were
+        # taken in C: Python saw only those that complete a block of the noise floor.
+        for session in steady:
+            assert in_python[id(session)] <= ticks // 5
+    finally:
+        engine.shutdown()
