@@ -95,7 +95,7 @@ static void commit(SenderCore *s, Py_ssize_t size) {
 static PyObject *n_srtp, *n_receiver, *n_held, *n_undetected, *n_timed_out, *n_rtp_since,
     *n_rtp_timeout, *n_expects_rtp, *n_last_audio, *n_silent_after, *n_hears, *n_player,
     *n_call_recording, *n_transcriber, *n_sending, *n_remote, *n_sender, *n_event, *n_prompt,
-    *n_echo_ticks, *n_silence, *n_audio, *n_pos;
+    *n_echo_ticks, *n_silence, *n_audio, *n_pos, *n_reports, *n_due, *n_events, *n_utterances;
 
 /* getattr(o, name) is None: 1 yes, 0 no, -1 an exception. */
 static int is_none(PyObject *o, PyObject *name) {
@@ -340,7 +340,88 @@ error:
     return NULL;
 }
 
+/* Whether the media tick's _report(stream) has anything to do for this session: 1 yes
+ * (or cannot tell: Python decides), 0 nothing (no RTCP report due, no news to wake
+ * its leg for), -1 an exception. adapters/media.py's _report is the reference. */
+static int due(PyObject *session, int rtcp, double now) {
+    if (rtcp) {
+        PyObject *reports = PyObject_GetAttr(session, n_reports);
+        if (reports == NULL)
+            return -1;
+        PyObject *at = PyObject_GetAttr(reports, n_due);
+        Py_DECREF(reports);
+        if (at == NULL)
+            return -1;
+        if (at == Py_None) {
+            Py_DECREF(at);
+            return 1; /* the first ask sets when the first report is due */
+        }
+        double when = PyFloat_AsDouble(at);
+        Py_DECREF(at);
+        if (when == -1.0 && PyErr_Occurred())
+            return -1;
+        if (now >= when)
+            return 1;
+    }
+    int quiet = is_empty(session, n_events);
+    if (quiet <= 0)
+        return quiet < 0 ? -1 : 1;
+    quiet = is_empty(session, n_utterances);
+    if (quiet <= 0)
+        return quiet < 0 ? -1 : 1;
+    quiet = is_none(session, n_transcriber);
+    if (quiet <= 0)
+        return quiet < 0 ? -1 : 1;
+    PyObject *timed_out = PyObject_GetAttr(session, n_timed_out);
+    if (timed_out == NULL)
+        return -1;
+    int news = PyObject_IsTrue(timed_out);
+    Py_DECREF(timed_out);
+    return news;
+}
+
+static PyObject *due_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "due_all(calls: list, now) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *calls = args[0];
+    double now = PyFloat_AsDouble(args[1]);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *rest = PyList_New(0);
+    if (rest == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(calls); i++) {
+        /* each: (session, has an RTCP socket) */
+        PyObject *call = PyList_GET_ITEM(calls, i);
+        int busy = 1;
+        if (PyTuple_CheckExact(call) && PyTuple_GET_SIZE(call) == 2) {
+            int rtcp = PyObject_IsTrue(PyTuple_GET_ITEM(call, 1));
+            busy = rtcp < 0 ? -1 : due(PyTuple_GET_ITEM(call, 0), rtcp, now);
+        }
+        if (busy < 0) {
+            PyErr_Clear(); /* Python's _report meets the same cause and reports it */
+            busy = 1;
+        }
+        if (busy) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || PyList_Append(rest, index) < 0) {
+                Py_XDECREF(index);
+                Py_DECREF(rest);
+                return NULL;
+            }
+            Py_DECREF(index);
+        }
+    }
+    return rest;
+}
+
 static PyMethodDef module_methods[] = {
+    {"due_all", (PyCFunction)(void (*)(void))due_all, METH_FASTCALL,
+     "due_all([(session, rtcp)], now) -> [index]: the positions of the calls for which "
+     "the media tick has something to do after sending (an RTCP report due, when rtcp is "
+     "true; news to wake the call's leg for); the others are left alone."},
     {"tick_all", (PyCFunction)(void (*)(void))tick_all, METH_FASTCALL,
      "tick_all([(session, fd)], now) -> (batch, rest): the usual packet of each call "
      "made as MediaSession.tick would make it, as (fd, packet, remote) to send; the "
@@ -387,6 +468,10 @@ PyMODINIT_FUNC PyInit__outlet(void) {
     INTERN(n_silence, "silence");
     INTERN(n_audio, "audio");
     INTERN(n_pos, "pos");
+    INTERN(n_reports, "reports");
+    INTERN(n_due, "due");
+    INTERN(n_events, "events");
+    INTERN(n_utterances, "utterances");
     if (PyType_Ready(&SenderCoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -10,7 +10,9 @@ peer neither silent nor dead). In Python that cost ``MediaSession.tick``,
 CPU (profiled at 200 calls, issue 19). The native module ``_outlet.c`` keeps
 :class:`~callhook.media.rtp.RtpSender`'s fields in a C struct that is its base
 (:class:`SenderCore`), and :func:`tick_all` makes the usual packet of every call in
-one call.
+one call. After the tick has sent, :func:`due_all` tells which calls have anything
+more to do (an RTCP report due, news to wake the call's leg for): most have none, and
+are not visited in Python at all.
 
 As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the
 reference: a packet is made in C only when every condition of that path holds, exactly
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from callhook.media._outlet import SenderCore, tick_all
+    from callhook.media._outlet import SenderCore, due_all, tick_all
 except ImportError:  # no C compiler where callhook was installed
 
     class SenderCore:  # type: ignore[no-redef]
@@ -37,10 +39,14 @@ except ImportError:  # no C compiler where callhook was installed
         """Where the extension is missing: nothing is made, Python makes every packet."""
         return [], list(range(len(calls)))
 
+    def due_all(calls: list[tuple[Any, bool]], now: float) -> list[int]:
+        """Where the extension is missing: every call goes to the tick's ``_report``."""
+        return list(range(len(calls)))
+
 
 def native() -> bool:
     """Whether the usual packet is made in C (the extension was built)."""
     return SenderCore.__module__ == "callhook.media._outlet"
 
 
-__all__ = ["SenderCore", "native", "tick_all"]
+__all__ = ["SenderCore", "due_all", "native", "tick_all"]

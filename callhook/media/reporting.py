@@ -30,20 +30,21 @@ class CallReports:
         self.remote: Address | None = None
         #: The peer's latest report block on our stream (loss, jitter as it sees them).
         self.peer_report: rtcp.ReportBlock | None = None
-        self._next: float | None = None
+        #: When the next report is due (media time; None until the first tick asks).
+        self.due: float | None = None
         self._phase = (sender.ssrc % 1000) / 1000  # a per-call offset, no RNG
 
     def report(self, now: float, wall: float, sending: bool) -> bytes | None:
         """The compound report to send now, in the clear, if one is due (None otherwise,
         and while the call does not send). ``wall`` is the Unix time, for the SR's NTP
         timestamp."""
-        if self._next is None:
-            self._next = now + RTCP_INTERVAL * (0.5 + self._phase)
+        if self.due is None:
+            self.due = now + RTCP_INTERVAL * (0.5 + self._phase)
             return None
-        if now < self._next or not sending:
+        if now < self.due or not sending:
             return None
         self._phase = (self._phase * 7.31 + 0.137) % 1.0
-        self._next = now + RTCP_INTERVAL * (0.5 + self._phase)
+        self.due = now + RTCP_INTERVAL * (0.5 + self._phase)
         block = self.receiver.report_block(now)
         blocks = (block,) if block is not None else ()
         first: rtcp.SenderReport | rtcp.ReceiverReport

@@ -175,9 +175,75 @@ s = MediaSession("PCMU", 0, 101, ("192.0.2.10", 40000))
 assert outlet.tick_all([(s, 3)], 1.0) == ([], [0])
 first = s.sender.sequence
 assert s.tick(1.0)[2:4] == first.to_bytes(2, "big") and s.sender.packets == 1
+assert outlet.due_all([(s, True), (s, False)], 1.0) == [0, 1]
 print("ok")
 """
 
 
 def test_without_the_extension_python_makes_every_packet() -> None:
     assert without(["callhook.media._outlet"], FALLBACK).strip() == "ok"
+
+
+# --- after the tick: which calls the tick's _report visits (outlet.due_all) -------------
+
+
+class Reported:
+    """What the media tick's ``_report`` needs of a stream, and what it did to it."""
+
+    def __init__(self, session: MediaSession, rtcp: bool) -> None:
+        self.session = session
+        self.rtcp: Any = self if rtcp else None
+        self.sent: list[bytes] = []
+        self.woken = 0
+
+    def sendto(self, data: bytes, address: Any) -> None:  # the RTCP socket
+        self.sent.append(data)
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
+async def test_due_all_leaves_out_only_calls_the_report_has_nothing_for() -> None:
+    """Every tick for 12 s, calls in each state: ``_report`` (the reference) acts on a
+    call only when ``due_all`` chose it, and the quiet calls are left out."""
+    from callhook.adapters.media import MediaEngine
+    from callhook.events import DigitReceived
+
+    engine = MediaEngine("127.0.0.1", 41700, 41800)
+    try:
+        calls = {
+            "rtcp": Reported(MediaSession("PCMU", 0, 101, PEER, label="a"), True),
+            "no rtcp": Reported(MediaSession("PCMU", 0, 101, PEER, label="b"), False),
+            "news": Reported(MediaSession("PCMU", 0, 101, PEER, label="c"), True),
+            "timed out": Reported(MediaSession("PCMU", 0, 101, PEER, label="d"), False),
+        }
+        calls["timed out"].session.timed_out = True
+        names = list(calls)
+        chosen = dict.fromkeys(names, 0)
+        acting = dict.fromkeys(names, 0)
+        for i in range(600):
+            now, wall = 1.0 + 0.02 * i, 1.8e9 + 0.02 * i
+            if i % 100 == 50:
+                calls["news"].session.events.append(DigitReceived("5"))
+            picked = outlet.due_all([(c.session, c.rtcp is not None) for c in calls.values()], now)
+            for k, name in enumerate(names):
+                call = calls[name]
+                before = (len(call.sent), call.woken, call.session.reports.due)
+                engine._report(call, now, wall)  # type: ignore[arg-type]
+                acted = before != (len(call.sent), call.woken, call.session.reports.due)
+                assert not acted or k in picked, f"{name} at tick {i}: acted but left out"
+                chosen[name] += k in picked
+                acting[name] += acted
+                if name == "news":
+                    call.session.events.clear()  # the leg took them
+        # In these states due_all chooses exactly the ticks the reference acts on.
+        assert chosen == acting
+        reports = len(calls["rtcp"].sent)
+        assert 2 <= reports <= 5  # every 2.5-7.5 s (RFC 3550 §6.2, randomised)
+        assert acting["rtcp"] == reports + 1  # the first tick sets when the first is due
+        assert calls["rtcp"].woken == 0 and calls["no rtcp"].sent == []
+        assert acting["no rtcp"] == 0
+        assert calls["news"].woken == 6 and acting["news"] >= 7
+        assert acting["timed out"] == 600 == calls["timed out"].woken
+    finally:
+        engine.shutdown()
