@@ -170,8 +170,108 @@ static PyMemberDef Inlet_members[] = {
 };
 
 static PyObject *append_name; /* "append", interned */
+static PyObject *n_law, *n_sink, *n_next_ts, *n_fd, *n_broken, *n_length, *n_pending,
+    *n_pending_bytes, *n_limit_bytes, *n_max_bytes, *n_flush_bytes;
 
 #define IS_NONE(o) ((o) == NULL || (o) == Py_None)
+
+/* An int attribute as a C long long: 1 read, 0 not an int (or None: *none set), -1 an
+ * exception. */
+static int integer(PyObject *o, PyObject *name, long long *value, int *none) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    *none = v == Py_None;
+    int ok = PyLong_CheckExact(v);
+    if (ok) {
+        int overflow = 0;
+        *value = PyLong_AsLongLongAndOverflow(v, &overflow);
+        ok = !overflow && !(*value == -1 && PyErr_Occurred());
+    }
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : ok;
+}
+
+/* A recording of the caller in its usual step (recorder.py's CallerRecording.frame and
+ * wavfile.py's WavWriter.write): the frame that comes next on its timeline, in the
+ * call's law, into a file that takes it whole and is not due to be written yet (the
+ * Python path writes the file every FLUSH_BYTES).  Only reads: 1 it is (a new
+ * reference to the writer in *sink, its pending bytes in *pending), 0 it is not or
+ * cannot be told (Python's _audio does it all), never an exception. */
+static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
+                   long long *pending) {
+    PyObject *recording = self->recording, *law = NULL, *mine = NULL, *writer = NULL;
+    PyObject *list = NULL, *fd = NULL, *broken = NULL;
+    int ok = 0, none = 0;
+    long long next_ts, length, bytes, bound, flush;
+    if (integer(recording, n_next_ts, &next_ts, &none) <= 0 || next_ts != ts)
+        goto done;
+    law = PyObject_GetAttr(recording, n_law);
+    mine = law == NULL ? NULL : PyObject_GetAttr((PyObject *)self, n_law);
+    if (mine == NULL || !PyUnicode_CheckExact(law) || !PyUnicode_CheckExact(mine) ||
+        PyUnicode_Compare(law, mine) != 0)
+        goto done;
+    writer = PyObject_GetAttr(recording, n_sink);
+    if (writer == NULL)
+        goto done;
+    fd = PyObject_GetAttr(writer, n_fd);
+    broken = fd == NULL ? NULL : PyObject_GetAttr(writer, n_broken);
+    if (broken != Py_False || IS_NONE(fd))
+        goto done;
+    list = PyObject_GetAttr(writer, n_pending);
+    if (list == NULL || !PyList_CheckExact(list))
+        goto done;
+    if (integer(writer, n_length, &length, &none) <= 0 ||
+        integer(writer, n_pending_bytes, &bytes, &none) <= 0 ||
+        integer(writer, n_flush_bytes, &flush, &none) <= 0 || bytes + n >= flush)
+        goto done;
+    PyObject *limits[] = {n_limit_bytes, n_max_bytes};
+    for (int i = 0; i < 2; i++) {
+        int read = integer(writer, limits[i], &bound, &none);
+        if (read < 0 || (read == 0 && !none) || (read == 1 && length + bytes + n > bound))
+            goto done;
+    }
+    ok = 1;
+    *pending = bytes;
+    *sink = writer;
+    writer = NULL;
+done:
+    PyErr_Clear();
+    Py_XDECREF(law);
+    Py_XDECREF(mine);
+    Py_XDECREF(writer);
+    Py_XDECREF(list);
+    Py_XDECREF(fd);
+    Py_XDECREF(broken);
+    return ok;
+}
+
+/* What records() found usual, done: the frame on the recording's timeline and among
+ * its file's pending bytes, as CallerRecording.frame and WavWriter.write do. */
+static int record(Inlet *self, PyObject *sink, long long ts, PyObject *payload,
+                  long long pending) {
+    Py_ssize_t n = PyBytes_GET_SIZE(payload);
+    PyObject *next_ts = PyLong_FromLongLong((ts + n) & 0xFFFFFFFFLL);
+    if (next_ts == NULL)
+        return -1;
+    int failed = PyObject_SetAttr(self->recording, n_next_ts, next_ts);
+    Py_DECREF(next_ts);
+    if (failed)
+        return -1;
+    PyObject *list = PyObject_GetAttr(sink, n_pending);
+    if (list == NULL)
+        return -1;
+    failed = PyList_Append(list, payload);
+    Py_DECREF(list);
+    if (failed)
+        return -1;
+    PyObject *bytes = PyLong_FromLongLong(pending + n);
+    if (bytes == NULL)
+        return -1;
+    failed = PyObject_SetAttr(sink, n_pending_bytes, bytes);
+    Py_DECREF(bytes);
+    return failed ? -1 : 0;
+}
 
 /* The datagram `data` from `source` at `now`: 1 taken, 0 left for Python (nothing
  * changed), -1 an exception (raised by a bridge, a recording or a container). */
@@ -205,8 +305,9 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
 
     /* Nothing but detection hears it: its containers must take it (checked before any
      * change, so that a packet that cannot be taken is left whole). */
-    int plain = IS_NONE(self->tells) && IS_NONE(self->call_recording) && IS_NONE(self->recording);
-    if (plain && (self->preroll == NULL || self->undetected == NULL ||
+    int alone = IS_NONE(self->tells) && IS_NONE(self->call_recording);
+    int plain = alone && IS_NONE(self->recording);
+    if (alone && (self->preroll == NULL || self->undetected == NULL ||
                   !PyList_Check(self->undetected)))
         return 0;
 
@@ -232,16 +333,25 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     if (ext != r->next)
         return 0;
 
+    /* A recording of the caller alone in its usual step is written here too. */
+    PyObject *sink = NULL;
+    long long pending = 0;
+    if (alone && !plain && records(self, ts, size - PLAIN_HEADER, &sink, &pending))
+        plain = 1;
+
     /* Taken: change what Python would, in its order. */
     PyObject *payload = PyBytes_FromStringAndSize((const char *)p + PLAIN_HEADER,
                                                   size - PLAIN_HEADER);
-    if (payload == NULL)
+    if (payload == NULL) {
+        Py_XDECREF(sink);
         return -1;
+    }
     PyObject *since = NULL;
     if (!IS_NONE(self->rtp_since)) {
         since = PyFloat_FromDouble(now);
         if (since == NULL) {
             Py_DECREF(payload);
+            Py_XDECREF(sink);
             return -1;
         }
     }
@@ -249,6 +359,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         PyList_SetSlice(r->candidates, 0, PyList_GET_SIZE(r->candidates), NULL) < 0) {
         Py_DECREF(payload);
         Py_XDECREF(since);
+        Py_XDECREF(sink);
         return -1;
     }
     self->bucket_start = bucket_start;
@@ -291,7 +402,8 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         Py_DECREF(payload);
         return result;
     }
-    /* session.py's _audio when nothing but detection hears the caller. */
+    /* session.py's _audio when nothing but detection (and a recording in its usual
+     * step) hears the caller. */
     self->last_audio = now;
     PyObject *ts_obj = PyLong_FromLongLong(ts);
     PyObject *entry = ts_obj == NULL ? NULL : PyTuple_Pack(2, ts_obj, payload);
@@ -303,6 +415,9 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     if (done == NULL)
         result = -1;
     Py_XDECREF(done);
+    if (result == 1 && sink != NULL && record(self, sink, ts, payload, pending) < 0)
+        result = -1;
+    Py_XDECREF(sink);
     if (result == 1 && PyList_Append(self->undetected, payload) < 0)
         result = -1;
     Py_DECREF(payload);
@@ -430,9 +545,17 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__inlet(void) {
-    append_name = PyUnicode_InternFromString("append");
-    if (append_name == NULL)
-        return NULL;
+    PyObject **names[] = {&append_name, &n_law, &n_sink, &n_next_ts, &n_fd, &n_broken,
+                          &n_length, &n_pending, &n_pending_bytes, &n_limit_bytes,
+                          &n_max_bytes, &n_flush_bytes};
+    const char *texts[] = {"append", "law", "sink", "next_ts", "_fd", "_broken", "length",
+                           "_pending", "_pending_bytes", "limit_bytes", "max_bytes",
+                           "flush_bytes"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *names[i] = PyUnicode_InternFromString(texts[i]);
+        if (*names[i] == NULL)
+            return NULL;
+    }
     if (PyType_Ready(&ReceiverCoreType) < 0 || PyType_Ready(&InletType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from callhook.events import StartRecording
 from callhook.media import wav
@@ -135,7 +136,15 @@ class WavWriter:
     ``SinkFull``: reason ``filesize``); ``limit_bytes`` the recording's own
     maximum duration (audio past it is dropped). :attr:`length` counts only
     audio that reached the file.
+
+    The media tick takes a caller's usual frame into :attr:`_pending` in C (the
+    ``records`` step of ``media/_inlet.c``) when it neither fills the recording nor
+    is due to be written: a change to :meth:`write` is made there too
+    (``tests/unit/test_inlet.py``).
     """
+
+    #: Audio bytes gathered before each write (:data:`FLUSH_BYTES`).
+    flush_bytes: ClassVar[int] = FLUSH_BYTES
 
     def __init__(
         self,
@@ -229,7 +238,7 @@ class WavWriter:
             raise SinkFull(f"recording reached its size limit of {self.max_bytes} bytes")
         self._pending.append(data)
         self._pending_bytes += len(data)
-        if self._pending_bytes >= FLUSH_BYTES:
+        if self._pending_bytes >= self.flush_bytes:
             self._flush()
 
     def _flush(self, pad: bytes = b"") -> None:

@@ -12,12 +12,15 @@ which it must leave: a fast path that took nothing would pass the comparison.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import Any
 
 from callhook.media import inlet, srtp
 from callhook.media.bridge import Feed
 from callhook.media.session import MAX_PACKETS_PER_SECOND, MediaSession
 from callhook.media.srtp import SrtpContext
+from callhook.store import wavfile
+from callhook.store.wavfile import WavWriter
 from tests.native import without
 
 PEER = ("192.0.2.10", 40000)
@@ -309,3 +312,83 @@ def test_take_is_take_all_for_one_packet() -> None:
     assert session.take(rtp(101, 160, frame(1)), PEER, 0.02) is True
     assert session.take(rtp(101, 160, frame(1)), PEER, 0.04) is False  # a duplicate
     assert session.receiver.received == 2
+
+
+# --- a recording of the caller: its usual frame written in C too ------------------------
+
+
+def recorded(session: MediaSession) -> tuple[Any, ...]:
+    recording = session._recording
+    if recording is None:
+        return (None,)
+    writer = recording.sink
+    assert isinstance(writer, WavWriter)
+    return (
+        recording.next_ts,
+        writer.length,
+        list(writer._pending),
+        writer._pending_bytes,
+        writer._broken,
+    )
+
+
+def record_both(
+    tmp_path: Path,
+    datagrams: list[tuple[bytes, tuple[str, int], float]],
+    law: str | None = None,
+    **limits: Any,
+) -> tuple[int, bytes, bytes]:
+    """Both sessions record into WAV files; how many frames reached Python's ``_audio``,
+    and the two files once finished."""
+    reference, fast = new_session(), new_session()
+    for session, name in ((reference, "reference.wav"), (fast, "fast.wav")):
+        writer = WavWriter(tmp_path / name, law or "ulaw", **limits)
+        session.start_recording(writer, law, 0.0)  # type: ignore[arg-type]
+    in_python = 0
+    audio = fast._audio
+
+    def counting(payload: bytes, timestamp: int, now: float) -> None:
+        nonlocal in_python
+        in_python += 1
+        audio(payload, timestamp, now)
+
+    fast._audio = counting  # type: ignore[method-assign]
+    key = (object(), fast)
+    for i, (data, source, now) in enumerate(datagrams):
+        reference.receive(data, source, now)
+        rest, faults = inlet.take_all([(key, data, source)], now)
+        assert faults == []
+        for _, left, address in rest:
+            fast.receive(left, address, now)
+        assert snapshot(fast) == snapshot(reference), f"after datagram {i}"
+        assert recorded(fast) == recorded(reference), f"after datagram {i}"
+    reference.stop_recording(0.0)
+    fast.stop_recording(0.0)
+    return (
+        in_python,
+        (tmp_path / "reference.wav").read_bytes(),
+        (tmp_path / "fast.wav").read_bytes(),
+    )
+
+
+def test_a_recordings_usual_frames_are_written_in_c(tmp_path: Path) -> None:
+    in_python, reference, fast = record_both(tmp_path, in_order(60))
+    assert fast == reference and len(reference) > 60 * 160
+    # Python's _audio: the first frame (the recording's timeline starts there) and each
+    # frame that makes the file due to be written (every FLUSH_BYTES: 10 frames).
+    assert in_python == 1 + 60 // (wavfile.FLUSH_BYTES // 160)
+
+
+def test_a_gap_another_law_and_the_recordings_limits_go_to_python(tmp_path: Path) -> None:
+    gap = in_order(10) + in_order(10, seq0=110, ts0=1000 + 160 * 13, start=0.2)
+    in_python, reference, fast = record_both(tmp_path / "gap", gap)
+    assert fast == reference and 2 <= in_python <= 4  # the gap's silence: Python
+    in_python, reference, fast = record_both(tmp_path / "alaw", in_order(20), law="alaw")
+    assert fast == reference and in_python == 20  # transcoded: every frame
+    # The recording's own maximum (audio past it dropped), the process's size limit.
+    in_python, reference, fast = record_both(tmp_path / "limit", in_order(20), limit_bytes=800)
+    assert fast == reference and in_python == 1 + 15  # from the frame that reaches it on
+    in_python, reference, fast = record_both(tmp_path / "max", in_order(20), max_bytes=1200)
+    # The frame that would pass it ends the recording (reason filesize) in Python; the
+    # frames after it are no longer recorded.
+    assert fast == reference and in_python == 2
