@@ -125,6 +125,7 @@ class MediaEngine:
         self.send_errors = 0
         self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
         self._ahead_faults = 0  # batched speech model runs that raised (a bug)
+        self._due_faults = 0  # outlet.due_all calls that raised
         self._attached = 0  # the last socketless stream's key (they count down from -1)
         self._socketless: dict[int, _Stream] = {}
         # How late each tick ran (ms), the last minute's worth: the media's health.
@@ -249,7 +250,15 @@ class MediaEngine:
             except Exception:
                 self._fault(stream, "sending")
         # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
-        for i in outlet.due_all([(s.session, s.rtcp is not None) for s in streams], now):
+        try:
+            due = outlet.due_all([(s.session, s.rtcp is not None) for s in streams], now)
+        except Exception:  # (out of memory): every call is visited, the batch still goes
+            self.faults += 1
+            self._due_faults += 1
+            if self._due_faults == 1:  # (it may fail every tick: logged once)
+                logger.exception("choosing the calls with a report or news failed")
+            due = list(range(len(streams)))
+        for i in due:
             try:
                 self._report(streams[i], now, wall)
             except Exception:

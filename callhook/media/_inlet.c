@@ -204,6 +204,9 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
     PyObject *list = NULL, *fd = NULL, *broken = NULL;
     int ok = 0, none = 0;
     long long next_ts, length, bytes, bound, flush;
+    /* Exactly the classes this follows: a subclass may write otherwise. */
+    if (strcmp(Py_TYPE(recording)->tp_name, "CallerRecording") != 0)
+        goto done;
     if (integer(recording, n_next_ts, &next_ts, &none) <= 0 || next_ts != ts)
         goto done;
     law = PyObject_GetAttr(recording, n_law);
@@ -212,7 +215,7 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
         PyUnicode_Compare(law, mine) != 0)
         goto done;
     writer = PyObject_GetAttr(recording, n_sink);
-    if (writer == NULL)
+    if (writer == NULL || strcmp(Py_TYPE(writer)->tp_name, "WavWriter") != 0)
         goto done;
     fd = PyObject_GetAttr(writer, n_fd);
     broken = fd == NULL ? NULL : PyObject_GetAttr(writer, n_broken);

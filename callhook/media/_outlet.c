@@ -360,7 +360,7 @@ static int due(PyObject *session, int rtcp, double now) {
         Py_DECREF(at);
         if (when == -1.0 && PyErr_Occurred())
             return -1;
-        if (now >= when)
+        if (!(now < when)) /* as Python's `now < due` decides (NaN included) */
             return 1;
     }
     int quiet = is_empty(session, n_events);

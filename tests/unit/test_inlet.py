@@ -336,13 +336,14 @@ def record_both(
     tmp_path: Path,
     datagrams: list[tuple[bytes, tuple[str, int], float]],
     law: str | None = None,
+    writer_class: type[WavWriter] = WavWriter,
     **limits: Any,
 ) -> tuple[int, bytes, bytes]:
     """Both sessions record into WAV files; how many frames reached Python's ``_audio``,
     and the two files once finished."""
     reference, fast = new_session(), new_session()
     for session, name in ((reference, "reference.wav"), (fast, "fast.wav")):
-        writer = WavWriter(tmp_path / name, law or "ulaw", **limits)
+        writer = writer_class(tmp_path / name, law or "ulaw", **limits)
         session.start_recording(writer, law, 0.0)  # type: ignore[arg-type]
     in_python = 0
     audio = fast._audio
@@ -392,3 +393,11 @@ def test_a_gap_another_law_and_the_recordings_limits_go_to_python(tmp_path: Path
     # The frame that would pass it ends the recording (reason filesize) in Python; the
     # frames after it are no longer recorded.
     assert fast == reference and in_python == 2
+
+
+def test_a_writer_of_another_class_is_written_by_python(tmp_path: Path) -> None:
+    class Writer(WavWriter):
+        """A subclass may write otherwise: C follows WavWriter exactly, nothing else."""
+
+    in_python, reference, fast = record_both(tmp_path, in_order(20), writer_class=Writer)
+    assert fast == reference and in_python == 20

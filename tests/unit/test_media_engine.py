@@ -134,3 +134,28 @@ async def test_a_failing_batched_speech_model_run_is_logged_once_and_costs_no_au
         assert errors == ["running the speech model for every call at once failed"]
     finally:
         engine.shutdown()
+
+
+async def test_when_choosing_the_calls_to_report_fails_every_call_is_visited(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(calls: object, now: float) -> list[int]:
+        raise MemoryError
+
+    monkeypatch.setattr("callhook.media.outlet.due_all", broken)
+    engine = MediaEngine("127.0.0.1", 41900, 42000)
+    try:
+        session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 5004), label="call news")
+        sent: list[bytes] = []
+        woken: list[int] = []
+        engine.attach(session, sent.append, lambda: woken.append(1))
+        now = asyncio.get_running_loop().time()
+        session.timed_out = True  # news for its leg, every tick
+        engine._work(now)
+        engine._work(now + 0.02)
+        assert len(sent) == 2 and len(woken) == 2  # sent, and woken all the same
+        assert engine.faults == 2
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert errors == ["choosing the calls with a report or news failed"]
+    finally:
+        engine.shutdown()
