@@ -131,6 +131,9 @@ class MediaEngine:
         # How late each tick ran (ms), the last minute's worth: the media's health.
         self.lateness: deque[float] = deque(maxlen=3000)
         self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
+        #: Called at the end of each tick, once its packets are out: serve collects the
+        #: collector's young generations there (collector.py), not in mid-tick.
+        self.after_tick: Callable[[], None] | None = None
         _say_if_in_python()
 
     def allocate(self) -> tuple[socket.socket, int]:
@@ -232,6 +235,8 @@ class MediaEngine:
         finally:
             # Whatever happened, the tick goes on: every call's audio depends on it.
             self._schedule(now)
+            if self.after_tick is not None:
+                self.after_tick()
 
     def _work(self, now: float) -> None:
         wall = time.time()

@@ -23,7 +23,12 @@ from callhook import __version__
 from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY, workers_for
 from callhook.app import Services
-from callhook.collector import CHECK_EVERY, FullCollections, automatic_full_passes_off
+from callhook.collector import (
+    CHECK_EVERY,
+    FullCollections,
+    automatic_full_passes_off,
+    collect_young,
+)
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.metrics import Metrics
 from callhook.redact import redact
@@ -169,6 +174,9 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
     await sip.start()
+    if sip.media is not None:
+        # The young generations between ticks, not in the middle of one (collector.py).
+        sip.media.after_tick = collect_young
     # The private port, bound now: the middleware knows it before any request comes.
     private = private_socket("127.0.0.1", settings.sip_port) if siblings is not None else None
     nodes = None

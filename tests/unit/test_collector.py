@@ -8,7 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from callhook.collector import NEVER, FullCollections, automatic_full_passes_off
+from callhook.collector import (
+    NEVER,
+    FullCollections,
+    automatic_full_passes_off,
+    collect_young,
+    young_pass,
+)
 from callhook.metrics import Metrics
 
 
@@ -81,3 +87,59 @@ def test_the_start_ups_own_collections_are_not_counted_as_pauses() -> None:
         assert metrics.snapshot()["gc_pauses"]["gen2"]["count"] == 1
     finally:
         gc.callbacks.pop()
+
+
+def test_the_young_pass_after_a_tick_takes_generation_1_before_the_collector_would() -> None:
+    thresholds = (700, 10, NEVER)
+    # (gc.get_count()) -> the generation to collect after the tick
+    table = {
+        (0, 3, 1): None,  # nothing made since the last pass
+        (-2, 3, 1): None,  # more freed than made
+        (1, 0, 1): 0,
+        (650, 8, 1): 0,
+        (5, 9, 1): 1,  # the next generation-0 pass would bring generation 1 on
+        (5, 10, 4): 1,
+    }
+    for counts, generation in table.items():
+        assert young_pass(counts, thresholds) == generation, counts
+
+
+async def test_the_media_tick_collects_the_young_generations_once_its_packets_are_out() -> None:
+    from callhook.adapters.media import MediaEngine
+
+    engine = MediaEngine("127.0.0.1", 42100, 42200)
+    order: list[str] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            order.append(f"pass {info['generation']}")
+
+    work = engine._work
+
+    def working(now: float) -> None:
+        order.append("work")
+        work(now)
+        if len(order) > 3:
+            raise RuntimeError("a bug in the tick")
+
+    engine._work = working  # type: ignore[method-assign]
+
+    def after() -> None:
+        order.append("after")
+        collect_young()
+
+    engine.after_tick = after
+    gc.collect()
+    kept = [[i] for i in range(100)]  # young objects, alive: the count is above 0
+    gc.callbacks.append(watch)
+    try:
+        engine._tick()
+        # The tick's work, then the pass: generation 0 (generation 1 is far).
+        assert order == ["work", "after", "pass 0"]
+        assert gc.get_count()[0] < len(kept)
+        with pytest.raises(RuntimeError):
+            engine._tick()  # a tick that fails still collects at its end
+        assert order[3:5] == ["work", "after"]
+    finally:
+        gc.callbacks.remove(watch)
+        engine.shutdown()
