@@ -9,7 +9,9 @@
  * C structs that are the bases of the Python classes (MediaSession derives from
  * Inlet, RtpReceiver from ReceiverCore): Python reads and writes them as ordinary
  * attributes, and take_all() takes the usual packets of a whole media tick in one
- * call, touching no Python code at all.
+ * call, touching no Python code at all.  A caller's recording in its usual step (the
+ * next frame of its timeline, the call's law, a file not due to be written) takes the
+ * frame here too; any other step of it, and a bridge, go through session.py's _audio.
  *
  * The rule: take_all() takes a packet only when every condition of the fast path
  * in Python (session.py's receive(), rtp.py's feed_next()) holds, and then changes

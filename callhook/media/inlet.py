@@ -9,7 +9,12 @@ changes in C structs that are the bases of the Python classes:
 :class:`~callhook.media.session.MediaSession` derives from :class:`Inlet`,
 :class:`~callhook.media.rtp.RtpReceiver` from :class:`ReceiverCore`. Python code
 uses them as ordinary attributes, and :func:`take_all` takes the usual packets of
-a whole media tick (:mod:`callhook.adapters.media`) in one call.
+a whole media tick (:mod:`callhook.adapters.media`) in one call. A caller's
+recording hears the packet too: when the frame is the recording's usual one (the next
+on its timeline, in the call's law, into a :class:`~callhook.store.wavfile.WavWriter`
+that takes it whole and is not due to write its file), C adds it to the file's
+pending audio; any other step of a recording, and a bridge, run Python's
+``MediaSession._audio`` for that packet.
 
 The Python classes stay the reference: :func:`take_all` takes a packet only when
 every condition of their fast path holds, changes exactly what they would change

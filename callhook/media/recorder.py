@@ -32,7 +32,11 @@ MAX_GAP_SAMPLES = 80_000
 @dataclass
 class CallerRecording:
     """One recording of the caller, into ``sink`` in ``law``; ``label`` names the call in
-    log lines."""
+    log lines.
+
+    The media tick writes the usual frame (the next on the timeline, in the recording's
+    law, into a :class:`~callhook.store.wavfile.WavWriter`) in C (``media/_inlet.c``):
+    a change to :meth:`frame` is made there too (``tests/unit/test_inlet.py``)."""
 
     sink: Sink
     law: Law
