@@ -28,7 +28,10 @@ for all calls at once:
    (:func:`callhook.media.outlet.tick_all`), the others by each session's
    :meth:`~callhook.media.session.MediaSession.tick`; all sent in one call of
    :class:`~callhook.adapters.udp.Udp`; then the RTCP reports that are due;
-4. the legs of calls whose sessions have events are woken.
+4. the legs of calls whose sessions have events are woken (the calls with a report
+   due or news picked in C: :func:`callhook.media.outlet.due_all`);
+5. :attr:`MediaEngine.after_tick`, once the packets are out: ``serve`` collects the
+   garbage collector's young generations there (:mod:`callhook.collector`).
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
 :mod:`callhook.adapters.webphone`; a ``connect`` to a WebSocket server,
