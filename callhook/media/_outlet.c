@@ -288,6 +288,16 @@ done:
     return result;
 }
 
+/* rest.append(i): 0, or -1 with an exception. */
+static int append_index(PyObject *rest, Py_ssize_t i) {
+    PyObject *index = PyLong_FromSsize_t(i);
+    if (index == NULL)
+        return -1;
+    int failed = PyList_Append(rest, index);
+    Py_DECREF(index);
+    return failed;
+}
+
 static PyObject *tick_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "tick_all(calls: list, now) takes 2 arguments");
@@ -322,12 +332,8 @@ static PyObject *tick_all(PyObject *module, PyObject *const *args, Py_ssize_t na
             }
             Py_DECREF(item);
         } else {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(rest, index) < 0) {
-                Py_XDECREF(index);
+            if (append_index(rest, i) < 0)
                 goto error;
-            }
-            Py_DECREF(index);
         }
     }
     PyObject *result = PyTuple_Pack(2, batch, rest);
@@ -405,13 +411,10 @@ static PyObject *due_all(PyObject *module, PyObject *const *args, Py_ssize_t nar
             busy = 1;
         }
         if (busy) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyList_Append(rest, index) < 0) {
-                Py_XDECREF(index);
+            if (append_index(rest, i) < 0) {
                 Py_DECREF(rest);
                 return NULL;
             }
-            Py_DECREF(index);
         }
     }
     return rest;
