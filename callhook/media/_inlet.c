@@ -197,11 +197,12 @@ static int integer(PyObject *o, PyObject *name, long long *value, int *none) {
 /* A recording of the caller in its usual step (recorder.py's CallerRecording.frame and
  * wavfile.py's WavWriter.write): the frame that comes next on its timeline, in the
  * call's law, into a file that takes it whole and is not due to be written yet (the
- * Python path writes the file every FLUSH_BYTES).  Only reads: 1 it is (a new
- * reference to the writer in *sink, its pending bytes in *pending), 0 it is not or
+ * Python path writes the file every FLUSH_BYTES).  Only reads: 1 it is (new
+ * references to the writer in *sink and its pending audio's list in *pending_list,
+ * its pending bytes in *pending), 0 it is not or
  * cannot be told (Python's _audio does it all), never an exception. */
 static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
-                   long long *pending) {
+                   PyObject **pending_list, long long *pending) {
     PyObject *recording = self->recording, *law = NULL, *mine = NULL, *writer = NULL;
     PyObject *list = NULL, *fd = NULL, *broken = NULL;
     int ok = 0, none = 0;
@@ -239,7 +240,9 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
     ok = 1;
     *pending = bytes;
     *sink = writer;
+    *pending_list = list;
     writer = NULL;
+    list = NULL;
 done:
     PyErr_Clear();
     Py_XDECREF(law);
@@ -253,8 +256,8 @@ done:
 
 /* What records() found usual, done: the frame on the recording's timeline and among
  * its file's pending bytes, as CallerRecording.frame and WavWriter.write do. */
-static int record(Inlet *self, PyObject *sink, long long ts, PyObject *payload,
-                  long long pending) {
+static int record(Inlet *self, PyObject *sink, PyObject *list, long long ts,
+                  PyObject *payload, long long pending) {
     Py_ssize_t n = PyBytes_GET_SIZE(payload);
     PyObject *next_ts = PyLong_FromLongLong((ts + n) & 0xFFFFFFFFLL);
     if (next_ts == NULL)
@@ -263,12 +266,7 @@ static int record(Inlet *self, PyObject *sink, long long ts, PyObject *payload,
     Py_DECREF(next_ts);
     if (failed)
         return -1;
-    PyObject *list = PyObject_GetAttr(sink, n_pending);
-    if (list == NULL)
-        return -1;
-    failed = PyList_Append(list, payload);
-    Py_DECREF(list);
-    if (failed)
+    if (PyList_Append(list, payload) < 0)
         return -1;
     PyObject *bytes = PyLong_FromLongLong(pending + n);
     if (bytes == NULL)
@@ -339,9 +337,10 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         return 0;
 
     /* A recording of the caller alone in its usual step is written here too. */
-    PyObject *sink = NULL;
+    PyObject *sink = NULL, *pending_list = NULL;
     long long pending = 0;
-    if (alone && !plain && records(self, ts, size - PLAIN_HEADER, &sink, &pending))
+    if (alone && !plain &&
+        records(self, ts, size - PLAIN_HEADER, &sink, &pending_list, &pending))
         plain = 1;
 
     /* Taken: change what Python would, in its order. */
@@ -349,6 +348,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
                                                   size - PLAIN_HEADER);
     if (payload == NULL) {
         Py_XDECREF(sink);
+        Py_XDECREF(pending_list);
         return -1;
     }
     PyObject *since = NULL;
@@ -357,6 +357,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         if (since == NULL) {
             Py_DECREF(payload);
             Py_XDECREF(sink);
+            Py_XDECREF(pending_list);
             return -1;
         }
     }
@@ -365,6 +366,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
         Py_DECREF(payload);
         Py_XDECREF(since);
         Py_XDECREF(sink);
+        Py_XDECREF(pending_list);
         return -1;
     }
     self->bucket_start = bucket_start;
@@ -420,9 +422,11 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     if (done == NULL)
         result = -1;
     Py_XDECREF(done);
-    if (result == 1 && sink != NULL && record(self, sink, ts, payload, pending) < 0)
+    if (result == 1 && sink != NULL &&
+        record(self, sink, pending_list, ts, payload, pending) < 0)
         result = -1;
     Py_XDECREF(sink);
+    Py_XDECREF(pending_list);
     if (result == 1 && PyList_Append(self->undetected, payload) < 0)
         result = -1;
     Py_DECREF(payload);
