@@ -9,7 +9,8 @@
  * _edge: a tenth of a loaded serve's CPU (profiled at 200 calls, issue 19).  Here the
  * detector's fields live in a C struct that is the base of the Python class
  * (VoiceActivityDetector derives from GateCore), and feed_all() takes the usual frame
- * of every call of a media tick in one call.
+ * of every call of a media tick in one call.  Whether a session hears its frames with
+ * its detector alone is read from the session's struct (_inlet.h).
  *
  * The rule, as in _inlet.c: a frame is taken only when every condition of that path in
  * Python holds (no model run, no edge, no block of the noise floor completed, no gain
@@ -20,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "_inlet.h"
 
 typedef struct {
     PyObject_HEAD
@@ -95,7 +98,7 @@ static PyMemberDef GateCore_members[] = {
 
 
 static PyObject *copy_name, *append_name;
-static PyObject *vad_name, *tones_name, *transcriber_name, *meter_name, *recognising_name;
+static InletTypes types; /* the session's C layout (_inlet.h) */
 
 /* vad.py's feed(frame, power) when it returns None with no model run: 1 taken, 0 left
  * to Python (nothing changed), -1 an exception. */
@@ -210,32 +213,20 @@ static PyTypeObject GateCoreType = {
     .tp_methods = GateCore_methods,
 };
 
-/* Whether `session` hears its frames with its detector alone (session.py's detect()). */
-static int alone(PyObject *session, PyObject **vad) {
-    PyObject *names[] = {tones_name, transcriber_name, meter_name};
-    for (int i = 0; i < 3; i++) {
-        PyObject *value = PyObject_GetAttr(session, names[i]);
-        if (value == NULL)
-            return -1;
-        int none = value == Py_None;
-        Py_DECREF(value);
-        if (!none)
-            return 0;
-    }
-    PyObject *recognising = PyObject_GetAttr(session, recognising_name);
-    if (recognising == NULL)
-        return -1;
-    int listening = PyObject_IsTrue(recognising);
-    Py_DECREF(recognising);
-    if (listening != 0)
-        return listening < 0 ? -1 : 0;
-    *vad = PyObject_GetAttr(session, vad_name);
-    if (*vad == NULL)
-        return -1;
-    if (!PyObject_TypeCheck(*vad, &GateCoreType)) {
-        Py_CLEAR(*vad);
+/* Whether `session` hears its frames with its detector alone (session.py's detect()):
+ * 1 yes (*vad a new reference to its detector), 0 no or another class (Python's
+ * detect() runs). */
+static int alone(PyObject *object, PyObject **vad) {
+    if (!PyObject_TypeCheck(object, types.inlet))
         return 0;
-    }
+    Inlet *session = (Inlet *)object;
+    if (!IS_NONE(session->tones) || !IS_NONE(session->transcriber) ||
+        !IS_NONE(session->meter) || session->recognising)
+        return 0;
+    if (session->vad == NULL || !PyObject_TypeCheck(session->vad, &GateCoreType))
+        return 0;
+    Py_INCREF(session->vad);
+    *vad = session->vad;
     return 1;
 }
 
@@ -299,13 +290,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__gate(void) {
     copy_name = PyUnicode_InternFromString("copy");
     append_name = PyUnicode_InternFromString("append");
-    vad_name = PyUnicode_InternFromString("vad");
-    tones_name = PyUnicode_InternFromString("tones");
-    transcriber_name = PyUnicode_InternFromString("transcriber");
-    meter_name = PyUnicode_InternFromString("meter");
-    recognising_name = PyUnicode_InternFromString("recognising");
-    if (!copy_name || !append_name || !vad_name || !tones_name || !transcriber_name ||
-        !meter_name || !recognising_name)
+    if (!copy_name || !append_name || import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&GateCoreType) < 0)
         return NULL;

@@ -25,27 +25,14 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "_inlet.h"
+
 #define RTP_SEQ_MOD 65536LL
 #define MAX_DROPOUT 3000LL
 #define PLAIN_HEADER 12
 
 /* ---------------------------------------------------------------- ReceiverCore */
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *ssrc;       /* None or int */
-    PyObject *held;       /* dict: packets held for reordering */
-    PyObject *candidates; /* list: packets of another source */
-    long long received;
-    long long max_seq;
-    long long cycles;
-    long long next;
-    long long last_ts;
-    unsigned long long history;
-    long long clock_rate;
-    double jitter;
-    double last_arrival;
-} ReceiverCore;
 
 static int ReceiverCore_traverse(ReceiverCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->ssrc);
@@ -98,26 +85,6 @@ static PyTypeObject ReceiverCoreType = {
 
 /* ----------------------------------------------------------------------- Inlet */
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *remote;         /* (host, port) or None */
-    PyObject *srtp;           /* None: plain RTP */
-    PyObject *receiver;       /* an RtpReceiver (a ReceiverCore) */
-    PyObject *rtp_since;      /* None or float */
-    PyObject *tells;          /* a bridge's feed, or None */
-    PyObject *call_recording; /* or None */
-    PyObject *recording;      /* or None */
-    PyObject *preroll;        /* deque of (timestamp, payload) */
-    PyObject *undetected;     /* list of payloads */
-    long long payload_type;
-    long long bucket_count;
-    long long flood_limit;
-    double bucket_start;
-    double last_audio;
-    unsigned long long declined_in; /* the take_all() call that left one of its packets */
-    char latched;
-    char batched;
-} Inlet;
 
 static int Inlet_traverse(Inlet *self, visitproc visit, void *arg) {
     Py_VISIT(self->remote);
@@ -129,6 +96,17 @@ static int Inlet_traverse(Inlet *self, visitproc visit, void *arg) {
     Py_VISIT(self->recording);
     Py_VISIT(self->preroll);
     Py_VISIT(self->undetected);
+    Py_VISIT(self->law);
+    Py_VISIT(self->hears);
+    Py_VISIT(self->transcriber);
+    Py_VISIT(self->tones);
+    Py_VISIT(self->meter);
+    Py_VISIT(self->vad);
+    Py_VISIT(self->sender);
+    Py_VISIT(self->player);
+    Py_VISIT(self->reports);
+    Py_VISIT(self->events);
+    Py_VISIT(self->utterances);
     return 0;
 }
 
@@ -142,6 +120,17 @@ static int Inlet_clear(Inlet *self) {
     Py_CLEAR(self->recording);
     Py_CLEAR(self->preroll);
     Py_CLEAR(self->undetected);
+    Py_CLEAR(self->law);
+    Py_CLEAR(self->hears);
+    Py_CLEAR(self->transcriber);
+    Py_CLEAR(self->tones);
+    Py_CLEAR(self->meter);
+    Py_CLEAR(self->vad);
+    Py_CLEAR(self->sender);
+    Py_CLEAR(self->player);
+    Py_CLEAR(self->reports);
+    Py_CLEAR(self->events);
+    Py_CLEAR(self->utterances);
     return 0;
 }
 
@@ -168,14 +157,29 @@ static PyMemberDef Inlet_members[] = {
     {"_last_audio", T_DOUBLE, offsetof(Inlet, last_audio), 0, NULL},
     {"latched", T_BOOL, offsetof(Inlet, latched), 0, "whether RTP has fixed `remote`"},
     {"batched", T_BOOL, offsetof(Inlet, batched), 0, "whether the media tick detects"},
+    {"law", T_OBJECT, offsetof(Inlet, law), 0, "the call's G.711 law"},
+    {"hears", T_OBJECT, offsetof(Inlet, hears), 0, "what a bridge has this side hear"},
+    {"transcriber", T_OBJECT, offsetof(Inlet, transcriber), 0, "a live transcription"},
+    {"tones", T_OBJECT, offsetof(Inlet, tones), 0, "the in-band digit detector"},
+    {"meter", T_OBJECT, offsetof(Inlet, meter), 0, "the caller's level meter"},
+    {"vad", T_OBJECT, offsetof(Inlet, vad), 0, "the voice-activity detector"},
+    {"sender", T_OBJECT, offsetof(Inlet, sender), 0, "the RtpSender"},
+    {"player", T_OBJECT, offsetof(Inlet, player), 0, "what plays to the caller"},
+    {"reports", T_OBJECT, offsetof(Inlet, reports), 0, "the call's RTCP reports"},
+    {"events", T_OBJECT, offsetof(Inlet, events), 0, "media events for the call's leg"},
+    {"utterances", T_OBJECT, offsetof(Inlet, utterances), 0, "utterances to recognise"},
+    {"_silent_after", T_DOUBLE, offsetof(Inlet, silent_after), 0, NULL},
+    {"rtp_timeout", T_DOUBLE, offsetof(Inlet, rtp_timeout), 0, "dead after this (0: never)"},
+    {"sending", T_BOOL, offsetof(Inlet, sending), 0, "whether we send RTP"},
+    {"recognising", T_BOOL, offsetof(Inlet, recognising), 0, "whether speech is cut"},
+    {"expects_rtp", T_BOOL, offsetof(Inlet, expects_rtp), 0, "whether the peer sends RTP"},
+    {"timed_out", T_BOOL, offsetof(Inlet, timed_out), 0, "whether the call is dead"},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyObject *append_name; /* "append", interned */
 static PyObject *n_law, *n_sink, *n_next_ts, *n_fd, *n_broken, *n_length, *n_pending,
     *n_pending_bytes, *n_limit_bytes, *n_max_bytes, *n_flush_bytes;
-
-#define IS_NONE(o) ((o) == NULL || (o) == Py_None)
 
 /* An int attribute as a C long long: 1 read, 0 not an int (or None: *none set), -1 an
  * exception. */
@@ -213,8 +217,8 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
     if (integer(recording, n_next_ts, &next_ts, &none) <= 0 || next_ts != ts)
         goto done;
     law = PyObject_GetAttr(recording, n_law);
-    mine = law == NULL ? NULL : PyObject_GetAttr((PyObject *)self, n_law);
-    if (mine == NULL || !PyUnicode_CheckExact(law) || !PyUnicode_CheckExact(mine) ||
+    mine = self->law; /* borrowed */
+    if (law == NULL || mine == NULL || !PyUnicode_CheckExact(law) || !PyUnicode_CheckExact(mine) ||
         PyUnicode_Compare(law, mine) != 0)
         goto done;
     writer = PyObject_GetAttr(recording, n_sink);
@@ -246,7 +250,6 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
 done:
     PyErr_Clear();
     Py_XDECREF(law);
-    Py_XDECREF(mine);
     Py_XDECREF(writer);
     Py_XDECREF(list);
     Py_XDECREF(fd);

@@ -34,6 +34,23 @@ class Inlet:
     _last_audio: float
     latched: bool
     batched: bool
+    law: Any
+    hears: Any
+    transcriber: Any
+    tones: Any
+    meter: Any
+    vad: Any
+    sender: Any
+    player: Any
+    reports: Any
+    events: Any
+    utterances: Any
+    _silent_after: float
+    rtp_timeout: float
+    sending: bool
+    recognising: bool
+    expects_rtp: bool
+    timed_out: bool
     def take(self, data: bytes, source: tuple[str, int], now: float) -> bool: ...
 
 def take_all(

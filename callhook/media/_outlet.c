@@ -7,8 +7,9 @@
  * transcription, no digit being sent, no packet held for reordering, the peer not
  * silent or dead).  In Python that cost MediaSession.tick, Player.next_frame and
  * RtpSender.frame: a sixteenth of a loaded serve's CPU (profiled at 200 calls, issue
- * 19).  Here RtpSender's fields live in a C struct that is its base (SenderCore), and
- * tick_all() makes the usual packet of every call in one call.
+ * 19).  Here RtpSender's fields live in a C struct that is its base (SenderCore),
+ * Player's in another (PlayerCore), the session's are read from its struct (_inlet.h),
+ * and tick_all() makes the usual packet of every call in one call.
  *
  * The rule, as in _inlet.c and _gate.c: a packet is made here only when every
  * condition of that path in Python holds, and then exactly what Python would change is
@@ -20,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#include "_inlet.h"
 
 #define FRAME 160 /* samples and G.711 bytes of 20 ms */
 
@@ -92,39 +95,75 @@ static void commit(SenderCore *s, Py_ssize_t size) {
     s->octets += size;
 }
 
-static PyObject *n_srtp, *n_receiver, *n_held, *n_undetected, *n_timed_out, *n_rtp_since,
-    *n_rtp_timeout, *n_expects_rtp, *n_last_audio, *n_silent_after, *n_hears, *n_player,
-    *n_call_recording, *n_transcriber, *n_sending, *n_remote, *n_sender, *n_event, *n_prompt,
-    *n_echo_ticks, *n_silence, *n_audio, *n_pos, *n_reports, *n_due, *n_events, *n_utterances;
+static InletTypes types; /* the session's and receiver's C layout (_inlet.h) */
 
-/* getattr(o, name) is None: 1 yes, 0 no, -1 an exception. */
-static int is_none(PyObject *o, PyObject *name) {
-    PyObject *value = PyObject_GetAttr(o, name);
-    if (value == NULL)
-        return -1;
-    int none = value == Py_None;
-    Py_DECREF(value);
-    return none;
+/* ------------------------------------------------------------------- PlayerCore */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *silence; /* 20 ms of silence in the call's law */
+    PyObject *prompt;  /* the prompt playing, or None */
+    PyObject *event;   /* the RFC 4733 event being sent, or None */
+    long long echo_ticks;
+} PlayerCore;
+
+static int PlayerCore_traverse(PlayerCore *self, visitproc visit, void *arg) {
+    Py_VISIT(self->silence);
+    Py_VISIT(self->prompt);
+    Py_VISIT(self->event);
+    return 0;
 }
 
-/* getattr(o, name) is empty (len 0): 1 yes, 0 no, -1 an exception. */
-static int is_empty(PyObject *o, PyObject *name) {
-    PyObject *value = PyObject_GetAttr(o, name);
-    if (value == NULL)
+static int PlayerCore_clear(PlayerCore *self) {
+    Py_CLEAR(self->silence);
+    Py_CLEAR(self->prompt);
+    Py_CLEAR(self->event);
+    return 0;
+}
+
+static void PlayerCore_dealloc(PlayerCore *self) {
+    PyObject_GC_UnTrack(self);
+    PlayerCore_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef PlayerCore_members[] = {
+    {"silence", T_OBJECT, offsetof(PlayerCore, silence), 0, "20 ms of silence"},
+    {"_prompt", T_OBJECT, offsetof(PlayerCore, prompt), 0, NULL},
+    {"_event", T_OBJECT, offsetof(PlayerCore, event), 0, NULL},
+    {"echo_ticks", T_LONGLONG, offsetof(PlayerCore, echo_ticks), 0,
+     "ticks left in which in-band digits heard are the echo of ours"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PlayerCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "callhook.media._outlet.PlayerCore",
+    .tp_doc = "The fields of Player that the usual packet reads or changes, in C.",
+    .tp_basicsize = sizeof(PlayerCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)PlayerCore_dealloc,
+    .tp_traverse = (traverseproc)PlayerCore_traverse,
+    .tp_clear = (inquiry)PlayerCore_clear,
+    .tp_members = PlayerCore_members,
+};
+
+static PyObject *n_audio, *n_pos, *n_due;
+
+/* A sized container's emptiness (a field that may be unset): 1 empty, 0 not, -1 an
+ * exception (unset, or not sized). */
+static int empty(PyObject *o) {
+    if (o == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a media session's field is not set");
         return -1;
-    Py_ssize_t n = PyObject_Length(value);
-    Py_DECREF(value);
+    }
+    if (PyList_CheckExact(o))
+        return PyList_GET_SIZE(o) == 0;
+    if (PyDict_CheckExact(o))
+        return PyDict_GET_SIZE(o) == 0;
+    Py_ssize_t n = PyObject_Length(o);
     return n < 0 ? -1 : n == 0;
-}
-
-/* A float attribute; -1 with an exception set on failure (check PyErr_Occurred). */
-static double number(PyObject *o, PyObject *name) {
-    PyObject *value = PyObject_GetAttr(o, name);
-    if (value == NULL)
-        return -1.0;
-    double x = PyFloat_AsDouble(value);
-    Py_DECREF(value);
-    return x;
 }
 
 #define CHECK(expr)            \
@@ -135,156 +174,97 @@ static double number(PyObject *o, PyObject *name) {
     } while (0)
 
 /* session.py's _tick(now) for the usual packet: 1 made (*packet, *remote set), 0 left
- * to Python (nothing changed), -1 an exception. */
-static int tick(PyObject *session, double now, PyObject **packet, PyObject **remote) {
-    CHECK(is_none(session, n_srtp));
-    CHECK(is_none(session, n_hears));
-    CHECK(is_none(session, n_call_recording));
-    CHECK(is_none(session, n_transcriber));
-    CHECK(is_empty(session, n_undetected));
-    PyObject *receiver = PyObject_GetAttr(session, n_receiver);
-    if (receiver == NULL)
-        return -1;
-    int held = is_empty(receiver, n_held);
-    Py_DECREF(receiver);
-    CHECK(held);
+ * to Python (nothing changed), -1 an exception. The session's, receiver's and player's
+ * fields are read from their structs (_inlet.h, PlayerCore); anything else about them
+ * (another class, a field unset) leaves the call to Python, which meets the cause. */
+static int tick(PyObject *object, double now, PyObject **packet, PyObject **remote) {
+    if (!PyObject_TypeCheck(object, types.inlet))
+        return 0;
+    Inlet *session = (Inlet *)object;
+    if (!IS_NONE(session->srtp) || !IS_NONE(session->hears) ||
+        !IS_NONE(session->call_recording) || !IS_NONE(session->transcriber))
+        return 0;
+    CHECK(empty(session->undetected));
+    if (session->receiver == NULL || !PyObject_TypeCheck(session->receiver, types.receiver))
+        return 0;
+    CHECK(empty(((ReceiverCore *)session->receiver)->held));
     /* _check_dead(now) must have nothing to say. */
-    PyObject *since = PyObject_GetAttr(session, n_rtp_since);
-    if (since == NULL)
-        return -1;
-    if (since != Py_None) {
-        double at = PyFloat_AsDouble(since);
-        Py_DECREF(since);
+    if (!IS_NONE(session->rtp_since)) {
+        double at = PyFloat_AsDouble(session->rtp_since);
         if (at == -1.0 && PyErr_Occurred())
             return -1;
-        PyObject *flag = PyObject_GetAttr(session, n_timed_out);
-        if (flag == NULL)
-            return -1;
-        int timed_out = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        if (timed_out < 0)
-            return -1;
-        flag = PyObject_GetAttr(session, n_expects_rtp);
-        if (flag == NULL)
-            return -1;
-        int expects = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        if (expects < 0)
-            return -1;
-        double timeout = number(session, n_rtp_timeout);
-        if (timeout == -1.0 && PyErr_Occurred())
-            return -1;
-        if (!timed_out && timeout > 0 && expects && now - at >= timeout)
+        if (!session->timed_out && session->rtp_timeout > 0 && session->expects_rtp &&
+            now - at >= session->rtp_timeout)
             return 0;
-    } else {
-        Py_DECREF(since);
     }
     /* The caller's audio has not stopped (silence would be detected). */
-    double last = number(session, n_last_audio);
-    if (last == -1.0 && PyErr_Occurred())
-        return -1;
-    double silent_after = number(session, n_silent_after);
-    if (silent_after == -1.0 && PyErr_Occurred())
-        return -1;
-    if (now - last > silent_after && last != 0.0)
+    double last = session->last_audio;
+    if (now - last > session->silent_after && last != 0.0)
         return 0;
-    PyObject *flag = PyObject_GetAttr(session, n_sending);
-    if (flag == NULL)
-        return -1;
-    int sending = PyObject_IsTrue(flag);
-    Py_DECREF(flag);
-    CHECK(sending);
-    PyObject *to = PyObject_GetAttr(session, n_remote);
-    if (to == NULL)
-        return -1;
-    if (to == Py_None) {
-        Py_DECREF(to);
+    if (!session->sending || IS_NONE(session->remote))
         return 0;
-    }
-    PyObject *sender = PyObject_GetAttr(session, n_sender);
-    PyObject *player = sender == NULL ? NULL : PyObject_GetAttr(session, n_player);
-    PyObject *prompt = NULL, *audio = NULL, *silence = NULL, *echo = NULL;
-    int result = -1;
-    if (player == NULL)
-        goto done;
-    result = 0;
-    if (!PyObject_TypeCheck(sender, &SenderCoreType))
-        goto done;
+    PyObject *sender = session->sender, *object_player = session->player;
+    if (sender == NULL || !PyObject_TypeCheck(sender, &SenderCoreType) ||
+        object_player == NULL || !PyObject_TypeCheck(object_player, &PlayerCoreType))
+        return 0;
+    PlayerCore *player = (PlayerCore *)object_player;
     /* Player.next_frame: no event in progress; silence, or the prompt's next 20 ms. */
-    int idle = is_none(player, n_event);
-    if (idle <= 0) {
-        result = idle;
-        goto done;
-    }
-    echo = PyObject_GetAttr(player, n_echo_ticks);
-    prompt = echo == NULL ? NULL : PyObject_GetAttr(player, n_prompt);
-    if (prompt == NULL) {
-        result = -1;
-        goto done;
-    }
-    long long echo_ticks = PyLong_AsLongLong(echo);
-    if (echo_ticks == -1 && PyErr_Occurred()) {
-        result = -1;
-        goto done;
-    }
+    if (!IS_NONE(player->event) || player->prompt == NULL)
+        return 0;
+    /* The prompt's fields are read through Python: it (and the player and sender) are
+     * held meanwhile. */
+    PyObject *prompt = player->prompt, *audio = NULL, *next = NULL, *made = NULL;
+    long long echo_ticks = player->echo_ticks;
     const char *payload;
     long long pos = 0;
+    int result = 0;
+    Py_INCREF(prompt);
+    Py_INCREF(player);
+    Py_INCREF(sender);
     if (prompt == Py_None) {
-        silence = PyObject_GetAttr(player, n_silence);
-        if (silence == NULL) {
-            result = -1;
-            goto done;
-        }
-        if (!PyBytes_Check(silence) || PyBytes_GET_SIZE(silence) != FRAME)
+        PyObject *silence = player->silence;
+        if (silence == NULL || !PyBytes_Check(silence) || PyBytes_GET_SIZE(silence) != FRAME)
             goto done;
         payload = PyBytes_AS_STRING(silence);
     } else {
+        result = -1;
         audio = PyObject_GetAttr(prompt, n_audio);
         PyObject *at = audio == NULL ? NULL : PyObject_GetAttr(prompt, n_pos);
-        if (at == NULL) {
-            result = -1;
+        if (at == NULL)
             goto done;
-        }
         pos = PyLong_AsLongLong(at);
         Py_DECREF(at);
-        if (pos == -1 && PyErr_Occurred()) {
-            result = -1;
+        if (pos == -1 && PyErr_Occurred())
             goto done;
-        }
+        result = 0;
         /* Not the prompt's last frame: that one may end it (PromptFinished). */
         if (!PyBytes_Check(audio) || pos < 0 || PyBytes_GET_SIZE(audio) - pos <= FRAME)
             goto done;
         payload = PyBytes_AS_STRING(audio) + pos;
+        next = PyLong_FromLongLong(pos + FRAME);
     }
     /* Made: change what Python would (the echo count, the prompt's place, the sender),
      * every object made first, so that running out of memory changes nothing. */
-    PyObject *less = echo_ticks ? PyLong_FromLongLong(echo_ticks - 1) : NULL;
-    PyObject *next = prompt != Py_None ? PyLong_FromLongLong(pos + FRAME) : NULL;
-    PyObject *made = frame((SenderCore *)sender, payload, FRAME);
-    if ((echo_ticks && less == NULL) || (prompt != Py_None && next == NULL) || made == NULL ||
-        (less != NULL && PyObject_SetAttr(player, n_echo_ticks, less) < 0) ||
+    made = frame((SenderCore *)sender, payload, FRAME);
+    if ((prompt != Py_None && next == NULL) || made == NULL ||
         (next != NULL && PyObject_SetAttr(prompt, n_pos, next) < 0)) {
-        Py_XDECREF(less);
-        Py_XDECREF(next);
-        Py_XDECREF(made);
+        Py_CLEAR(made);
         result = -1;
         goto done;
     }
-    Py_XDECREF(less);
-    Py_XDECREF(next);
+    if (echo_ticks)
+        player->echo_ticks = echo_ticks - 1;
     commit((SenderCore *)sender, FRAME);
+    Py_INCREF(session->remote);
     *packet = made;
-    *remote = to;
-    to = NULL;
+    *remote = session->remote;
     result = 1;
 done:
-    Py_XDECREF(to);
-    Py_XDECREF(sender);
-    Py_XDECREF(player);
-    Py_XDECREF(prompt);
+    Py_XDECREF(next);
     Py_XDECREF(audio);
-    Py_XDECREF(silence);
-    Py_XDECREF(echo);
+    Py_DECREF(prompt);
+    Py_DECREF(player);
+    Py_DECREF(sender);
     return result;
 }
 
@@ -349,13 +329,14 @@ error:
 /* Whether the media tick's _report(stream) has anything to do for this session: 1 yes
  * (or cannot tell: Python decides), 0 nothing (no RTCP report due, no news to wake
  * its leg for), -1 an exception. adapters/media.py's _report is the reference. */
-static int due(PyObject *session, int rtcp, double now) {
+static int due(PyObject *object, int rtcp, double now) {
+    if (!PyObject_TypeCheck(object, types.inlet))
+        return 1;
+    Inlet *session = (Inlet *)object;
     if (rtcp) {
-        PyObject *reports = PyObject_GetAttr(session, n_reports);
-        if (reports == NULL)
-            return -1;
-        PyObject *at = PyObject_GetAttr(reports, n_due);
-        Py_DECREF(reports);
+        if (session->reports == NULL)
+            return 1;
+        PyObject *at = PyObject_GetAttr(session->reports, n_due);
         if (at == NULL)
             return -1;
         if (at == Py_None) {
@@ -369,21 +350,15 @@ static int due(PyObject *session, int rtcp, double now) {
         if (!(now < when)) /* as Python's `now < due` decides (NaN included) */
             return 1;
     }
-    int quiet = is_empty(session, n_events);
+    int quiet = empty(session->events);
     if (quiet <= 0)
         return quiet < 0 ? -1 : 1;
-    quiet = is_empty(session, n_utterances);
+    quiet = empty(session->utterances);
     if (quiet <= 0)
         return quiet < 0 ? -1 : 1;
-    quiet = is_none(session, n_transcriber);
-    if (quiet <= 0)
-        return quiet < 0 ? -1 : 1;
-    PyObject *timed_out = PyObject_GetAttr(session, n_timed_out);
-    if (timed_out == NULL)
-        return -1;
-    int news = PyObject_IsTrue(timed_out);
-    Py_DECREF(timed_out);
-    return news;
+    if (!IS_NONE(session->transcriber))
+        return 1;
+    return session->timed_out != 0;
 }
 
 static PyObject *due_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -448,34 +423,12 @@ static struct PyModuleDef module = {
     } while (0)
 
 PyMODINIT_FUNC PyInit__outlet(void) {
-    INTERN(n_srtp, "srtp");
-    INTERN(n_receiver, "receiver");
-    INTERN(n_held, "_held");
-    INTERN(n_undetected, "undetected");
-    INTERN(n_timed_out, "timed_out");
-    INTERN(n_rtp_since, "_rtp_since");
-    INTERN(n_rtp_timeout, "rtp_timeout");
-    INTERN(n_expects_rtp, "expects_rtp");
-    INTERN(n_last_audio, "_last_audio");
-    INTERN(n_silent_after, "_silent_after");
-    INTERN(n_hears, "hears");
-    INTERN(n_player, "player");
-    INTERN(n_call_recording, "_call_recording");
-    INTERN(n_transcriber, "transcriber");
-    INTERN(n_sending, "sending");
-    INTERN(n_remote, "remote");
-    INTERN(n_sender, "sender");
-    INTERN(n_event, "_event");
-    INTERN(n_prompt, "_prompt");
-    INTERN(n_echo_ticks, "echo_ticks");
-    INTERN(n_silence, "silence");
     INTERN(n_audio, "audio");
     INTERN(n_pos, "pos");
-    INTERN(n_reports, "reports");
     INTERN(n_due, "due");
-    INTERN(n_events, "events");
-    INTERN(n_utterances, "utterances");
-    if (PyType_Ready(&SenderCoreType) < 0)
+    if (import_inlet_types(&types) < 0)
+        return NULL;
+    if (PyType_Ready(&SenderCoreType) < 0 || PyType_Ready(&PlayerCoreType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -483,6 +436,12 @@ PyMODINIT_FUNC PyInit__outlet(void) {
     Py_INCREF(&SenderCoreType);
     if (PyModule_AddObject(m, "SenderCore", (PyObject *)&SenderCoreType) < 0) {
         Py_DECREF(&SenderCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PlayerCoreType);
+    if (PyModule_AddObject(m, "PlayerCore", (PyObject *)&PlayerCoreType) < 0) {
+        Py_DECREF(&PlayerCoreType);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,4 +1,4 @@
-"""Type stub of the native base of :mod:`callhook.media.outlet` (``_outlet.c``)."""
+"""Type stub of the native bases of :mod:`callhook.media.outlet` (``_outlet.c``)."""
 
 from typing import Any
 
@@ -10,6 +10,12 @@ class SenderCore:
     packets: int
     octets: int
     _talkspurt: bool
+
+class PlayerCore:
+    silence: bytes
+    _prompt: Any
+    _event: Any
+    echo_ticks: int
 
 def tick_all(
     calls: list[tuple[Any, int]], now: float

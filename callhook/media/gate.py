@@ -17,8 +17,8 @@ when every condition of that path holds there (no model run, no edge, no block o
 noise floor completed, no gain to judge), exactly what Python would change is changed
 (``tests/unit/test_gate.py`` compares them field by field), and any other frame is
 left to :meth:`MediaSession.detect <callhook.media.session.MediaSession.detect>`.
-Where the extension was not built, :class:`GateCore` is a plain class and
-:func:`feed_all` takes nothing.
+Where the extension was not built (or ``_inlet``, whose session layout it reads, was
+not), :class:`GateCore` is a plain class and :func:`feed_all` takes nothing.
 """
 
 from __future__ import annotations

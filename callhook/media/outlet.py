@@ -9,8 +9,10 @@ peer neither silent nor dead). In Python that cost ``MediaSession.tick``,
 ``Player.next_frame`` and ``RtpSender.frame``: about a sixteenth of a loaded serve's
 CPU (profiled at 200 calls, issue 19). The native module ``_outlet.c`` keeps
 :class:`~callhook.media.rtp.RtpSender`'s fields in a C struct that is its base
-(:class:`SenderCore`), and :func:`tick_all` makes the usual packet of every call in
-one call. After the tick has sent, :func:`due_all` tells which calls have anything
+(:class:`SenderCore`), and :class:`~callhook.media.player.Player`'s in another
+(:class:`PlayerCore`); it reads the session's from the session's struct
+(:mod:`callhook.media.inlet`); and :func:`tick_all` makes the usual packet of every
+call in one call. After the tick has sent, :func:`due_all` tells which calls have anything
 more to do (an RTCP report due, news to wake the call's leg for): most have none, and
 are not visited in Python at all.
 
@@ -18,8 +20,8 @@ As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is th
 reference: a packet is made in C only when every condition of that path holds, exactly
 what Python would change is changed (``tests/unit/test_outlet.py`` compares the two
 packet by packet, field by field), and any other call is left to ``MediaSession.tick``.
-Where the extension was not built, :class:`SenderCore` is a plain class and
-:func:`tick_all` makes nothing.
+Where the extension was not built (or ``_inlet`` was not), :class:`SenderCore` and
+:class:`PlayerCore` are plain classes and :func:`tick_all` makes nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from callhook.media._outlet import SenderCore, due_all, tick_all
+    from callhook.media._outlet import PlayerCore, SenderCore, due_all, tick_all
 except ImportError:  # no C compiler where callhook was installed
 
     class SenderCore:  # type: ignore[no-redef]
+        """Where the extension is missing: a plain base, its fields in ``__dict__``."""
+
+    class PlayerCore:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
 
     def tick_all(
@@ -49,4 +54,4 @@ def native() -> bool:
     return SenderCore.__module__ == "callhook.media._outlet"
 
 
-__all__ = ["SenderCore", "due_all", "native", "tick_all"]
+__all__ = ["PlayerCore", "SenderCore", "due_all", "native", "tick_all"]

@@ -42,6 +42,7 @@ from callhook.media.dtmfsend import (
     EventTone,
     inband,
 )
+from callhook.media.outlet import PlayerCore
 
 Law = Literal["ulaw", "alaw"]
 
@@ -79,11 +80,13 @@ class _Prompt:
         return self.pos >= len(self.audio) and not self.rest
 
 
-class Player:
+class Player(PlayerCore):
     """One call's prompts and outgoing digits (see the module docstring).
 
     ``events``: the peer negotiated telephone-event, so digits go out as RFC 4733
-    events (else as in-band tones).
+    events (else as in-band tones). The fields the media tick's usual packet reads
+    (``silence``, ``echo_ticks``, the prompt and the event) live in C where the
+    extension was built (:class:`~callhook.media.outlet.PlayerCore`).
     """
 
     def __init__(self, law: Law, events: bool) -> None:

@@ -78,7 +78,7 @@ from callhook.media.reporting import CallReports
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
-from callhook.media.vad import new_detector
+from callhook.media.vad import VoiceActivityDetector, new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
 from callhook.speech.transcription import CallTranscriber
 
@@ -121,12 +121,12 @@ class MediaSession(Inlet):
         self.sending = sending
         self.latched = False
         self.events: deque[MediaEvent] = deque()
-        self.sender = RtpSender(payload_type)
+        self.sender: RtpSender = RtpSender(payload_type)
         self.receiver = RtpReceiver()
         self.rfc4733 = Rfc4733Receiver()
         # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
-        self.vad = new_detector()
+        self.vad: VoiceActivityDetector = new_detector()
         self.vad.paused = True  # until a recording or a recognition stream listens
         #: The caller's speech cut into utterances while ``recognising``; utterances
         #: waiting for a recogniser queue here.
@@ -140,7 +140,7 @@ class MediaSession(Inlet):
         #: (media/frames.py). Unset, each frame is decoded and looked at as it comes.
         self.batched = False
         self.undetected: list[bytes] = []
-        self.player = Player(self.law, events=event_payload_type is not None)
+        self.player: Player = Player(self.law, events=event_payload_type is not None)
         #: The caller's audio level for the call's picture (the web phone's calls; None: off).
         self.meter: LevelMeter | None = None
         # A bridge (media/bridge.py): what this side hears from the other, where what it
@@ -174,7 +174,8 @@ class MediaSession(Inlet):
         #: SRTP (RFC 3711) keys of the call, when its SDP agreed on SDES keys (RFC 4568).
         self.srtp: SrtpContext | None = None
         self.malformed = 0
-        self.reports = CallReports(self.sender, self.receiver)  # RTCP (media/reporting.py)
+        # RTCP (media/reporting.py)
+        self.reports: CallReports = CallReports(self.sender, self.receiver)
 
     # --- receive ----------------------------------------------------------------------
 

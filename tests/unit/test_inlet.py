@@ -120,10 +120,11 @@ def test_the_extension_is_built() -> None:
 
 
 FALLBACK = """
-from callhook.media import inlet
+from callhook.media import gate, inlet, outlet
 from callhook.media.session import MediaSession
 from tests.unit.test_inlet import PEER, frame, rtp
-assert not inlet.native()
+# The tick's other native steps read the session's layout from _inlet: they stand down.
+assert not inlet.native() and not outlet.native() and not gate.native()
 session = MediaSession("PCMU", 0, 101, PEER)
 session.batched = True
 for i in range(5):
