@@ -56,6 +56,10 @@ typedef struct {
     PyObject *reports;     /* the CallReports (RTCP) */
     PyObject *events;      /* deque of MediaEvent */
     PyObject *utterances;  /* deque of Utterance */
+    /* The last source found equal to `remote` and that remote: while neither object
+     * changes, the next packet from that source is known to come from the peer. */
+    PyObject *seen_source;
+    PyObject *seen_remote;
     long long payload_type;
     long long bucket_count;
     long long flood_limit;

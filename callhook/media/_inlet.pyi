@@ -1,7 +1,16 @@
 """Type stub of the native bases of :mod:`callhook.media.inlet` (``_inlet.c``)."""
 
-from collections import deque
+from collections.abc import Iterator
 from typing import Any
+
+class Preroll:
+    def __init__(self, maxlen: int) -> None: ...
+    @property
+    def maxlen(self) -> int: ...
+    def append(self, item: tuple[int, bytes], /) -> None: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[tuple[int, bytes]]: ...
 
 class ReceiverCore:
     ssrc: int | None
@@ -25,7 +34,7 @@ class Inlet:
     tells: Any
     _call_recording: Any
     _recording: Any
-    _preroll: deque[tuple[int, bytes]]
+    _preroll: Preroll
     undetected: list[bytes]
     payload_type: int
     _bucket_count: int

@@ -33,13 +33,20 @@ nothing: the same behaviour, at Python's cost.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 Received = list[tuple[Any, bytes, tuple[str, int]]]
 
 try:
-    from callhook.media._inlet import Inlet, ReceiverCore, take_all
+    from callhook.media._inlet import Inlet, Preroll, ReceiverCore, take_all
 except ImportError:  # no C compiler where callhook was installed
+
+    class Preroll(deque[tuple[int, bytes]]):  # type: ignore[no-redef]
+        """Where the extension is missing: a bounded deque of (timestamp, payload)."""
+
+        def __init__(self, maxlen: int) -> None:
+            super().__init__(maxlen=maxlen)
 
     class Inlet:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
@@ -62,4 +69,4 @@ def native() -> bool:
     return Inlet.__module__ == "callhook.media._inlet"
 
 
-__all__ = ["Inlet", "ReceiverCore", "native", "take_all"]
+__all__ = ["Inlet", "Preroll", "ReceiverCore", "native", "take_all"]

@@ -70,7 +70,7 @@ from callhook.media.bridge import Feed
 from callhook.media.callrecording import CallRecording
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
-from callhook.media.inlet import Inlet
+from callhook.media.inlet import Inlet, Preroll
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.recorder import CallerRecording
@@ -154,7 +154,7 @@ class MediaSession(Inlet):
         self._call_recording: CallRecording | None = None  # the bridged call, both ways
         #: A live transcription (start_transcription): it is handed both directions' frames.
         self.transcriber: CallTranscriber | None = None
-        self._preroll: deque[tuple[int, bytes]] = deque(maxlen=PREROLL_FRAMES)
+        self._preroll = Preroll(PREROLL_FRAMES)
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0

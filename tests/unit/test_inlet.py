@@ -15,6 +15,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from callhook.media import inlet, srtp
 from callhook.media.bridge import Feed
 from callhook.media.session import MAX_PACKETS_PER_SECOND, MediaSession
@@ -402,3 +404,63 @@ def test_a_writer_of_another_class_is_written_by_python(tmp_path: Path) -> None:
 
     in_python, reference, fast = record_both(tmp_path, in_order(20), writer_class=Writer)
     assert fast == reference and in_python == 20
+
+
+def test_a_source_equal_to_the_peer_is_taken_until_the_peer_moves() -> None:
+    """The receiving side hands the same address object while a source stays: C
+    remembers that it equalled the peer, and forgets it when the peer changes."""
+    reference, fast = new_session(), new_session()
+    source = (PEER[0], PEER[1] + 0)  # equal to the peer, not the same object
+    key = (object(), fast)
+
+    def feed(data: bytes, address: tuple[str, int], now: float) -> bool:
+        reference.receive(data, address, now)
+        rest, faults = inlet.take_all([(key, data, address)], now)
+        assert faults == []
+        for _, left, at in rest:
+            fast.receive(left, at, now)
+        assert snapshot(fast) == snapshot(reference)
+        return not rest
+
+    assert source == PEER and source is not fast.remote
+    packets = [(data, source, now) for data, _, now in in_order(6)]
+    assert [feed(*p) for p in packets[:3]] == [False, True, True]
+    # The peer is elsewhere now, still latched: the same source object is a stranger
+    # (Python drops its packets as foreign; a cache keyed on the source alone would not).
+    for session in (reference, fast):
+        session.remote = session.offered = ELSEWHERE
+    assert [feed(*p) for p in packets[3:]] == [False, False, False]
+    assert fast.foreign_dropped == 3 and fast.remote == ELSEWHERE
+
+
+def test_the_preroll_is_a_bounded_deque_of_frames() -> None:
+    """inlet.Preroll (C) against collections.deque(maxlen), step by step: appends past
+    the bound, clears, iteration while appending."""
+    import random
+    from collections import deque
+
+    rng = random.Random(4)
+    ring, reference = inlet.Preroll(5), deque[tuple[int, bytes]](maxlen=5)
+    assert ring.maxlen == 5
+    for step in range(400):
+        if rng.random() < 0.05:
+            ring.clear()
+            reference.clear()
+        else:
+            item = (rng.randrange(2**32), bytes([step & 0xFF]) * rng.randrange(1, 4))
+            ring.append(item)
+            reference.append(item)
+        assert len(ring) == len(reference) and list(ring) == list(reference), step
+    snapshot = iter(ring)
+    ring.append((1, b"x"))
+    assert list(snapshot) == list(reference)  # what it held when iteration began
+
+
+def test_the_preroll_refuses_what_is_not_a_frame() -> None:
+    ring = inlet.Preroll(2)
+    for bad in [(1, "text"), ("1", b"x"), (1, b"x", 2), [1, b"x"]]:
+        with pytest.raises(TypeError):
+            ring.append(bad)  # type: ignore[arg-type]
+    assert len(ring) == 0
+    with pytest.raises(ValueError):
+        inlet.Preroll(0)
