@@ -15,7 +15,8 @@ for all calls at once:
    one call (:func:`callhook.media.inlet.take_all`), and each other datagram goes
    to its session's :meth:`~callhook.media.session.MediaSession.receive` (or
    ``rtcp_received``);
-2. the audio frames received in step 1, every call's at once: decoded,
+2. the audio frames received in step 1, every call's at once (taken out of the
+   sessions in one C call, :func:`callhook.media.gate.gather`): decoded,
    measured and (for calls that listen for in-band DTMF) put through the
    tone detector's prefilter in one numpy call per law
    (:mod:`callhook.media.frames`), then handed to each session's detectors
@@ -61,7 +62,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from callhook.adapters.udp import Address, Udp, new_udp
-from callhook.media import frames, g711, gate, inlet, outlet, vad
+from callhook.media import frames, gate, inlet, outlet, vad
+from callhook.media.g711 import LAWS
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -94,6 +96,37 @@ class _Stream:
     fd: int = -1  # the RTP socket's descriptor (-1: socketless)
 
 
+@dataclass
+class _Roster:
+    """The tick's lists of the calls, made again only when a stream opens or closes (not
+    every 20 ms: at a few hundred calls building them was a visible share of the tick)."""
+
+    streams: list[_Stream]
+    sessions: list[MediaSession]
+    #: Those with a socket, and each one's (session, descriptor) for ``outlet.tick_all``.
+    wired: list[_Stream]
+    sending: list[tuple[MediaSession, int]]
+    unwired: list[_Stream]
+    #: Each stream's (session, has an RTCP socket), for ``outlet.due_all``.
+    reporting: list[tuple[MediaSession, bool]]
+
+    def stream_of(self, session: MediaSession) -> _Stream:
+        """The stream of one of :attr:`sessions` (a fault's: rare, so a search)."""
+        return self.streams[self.sessions.index(session)]
+
+    @classmethod
+    def of(cls, streams: list[_Stream]) -> _Roster:
+        wired = [s for s in streams if s.sock is not None]
+        return cls(
+            streams,
+            [s.session for s in streams],
+            wired,
+            [(s.session, s.fd) for s in wired],
+            [s for s in streams if s.sock is None],
+            [(s.session, s.rtcp is not None) for s in streams],
+        )
+
+
 _python_logged = False
 
 
@@ -117,6 +150,7 @@ class MediaEngine:
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
+        self._roster: _Roster | None = None  # None: the streams changed since it was made
         # Every call's sockets; each one's key: its stream, and its session for the RTP
         # one (None for RTCP), which inlet.take_all reads.
         self._udp: Udp[tuple[_Stream, MediaSession | None]] = new_udp(ROUNDS)
@@ -165,6 +199,7 @@ class MediaEngine:
         stream.fd = sock.fileno()
         session.batched = True
         self.streams[port] = stream
+        self._roster = None
         self._udp.add(sock, (stream, session))
         if stream.rtcp is not None:
             self._udp.add(stream.rtcp, (stream, None))
@@ -188,6 +223,7 @@ class MediaEngine:
         stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
         session.batched = True
         self.streams[key] = self._socketless[key] = stream
+        self._roster = None
         if self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
@@ -220,6 +256,7 @@ class MediaEngine:
     def close(self, port: int) -> None:
         stream = self.streams.pop(port, None)
         self._socketless.pop(port, None)
+        self._roster = None
         if stream is not None and stream.sock is not None:
             for s in (stream.sock, stream.rtcp):
                 if s is None:
@@ -247,19 +284,22 @@ class MediaEngine:
         self._receive(now)
         if self._socketless:
             self._receive_attached(now)
-        self._detect()
-        streams = list(self.streams.values())
+        roster = self._roster
+        if roster is None:
+            roster = self._roster = _Roster.of(list(self.streams.values()))
+        self._detect(roster)
+        streams = roster.streams
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
-        wired = [s for s in streams if s.sock is not None]
-        batch, rest = outlet.tick_all([(s.session, s.fd) for s in wired], now)
-        for stream in [wired[i] for i in rest] + [s for s in streams if s.sock is None]:
+        wired = roster.wired
+        batch, rest = outlet.tick_all(roster.sending, now)
+        for stream in [wired[i] for i in rest] + roster.unwired:
             try:
                 self._send(stream, now, batch)
             except Exception:
                 self._fault(stream, "sending")
         # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
         try:
-            due = outlet.due_all([(s.session, s.rtcp is not None) for s in streams], now)
+            due = outlet.due_all(roster.reporting, now)
         except Exception:  # (out of memory): every call is visited, the batch still goes
             self.faults += 1
             self._due_faults += 1
@@ -327,27 +367,19 @@ class MediaEngine:
         # No call left (the last one closed during this tick): stop until one opens.
         self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
 
-    def _detect(self) -> None:
+    def _detect(self, roster: _Roster) -> None:
         """Step 2: the frames this tick received, every call's decoded and measured at once;
         the speech model's windows they complete, every listening call's in one run."""
-        groups: dict[g711.Law, list[_Stream]] = {}
-        for stream in self.streams.values():
-            if stream.session.undetected:
-                groups.setdefault(stream.session.law, []).append(stream)
-        measured = []  # each group's frames and each of its streams' count of them
+        measured = []  # each law's sessions, their counts of frames, the frames measured
         listening = []
-        for law, group in groups.items():
-            payloads = [p for s in group for p in s.session.undetected]
-            counts = [len(s.session.undetected) for s in group]
-            tones = any(s.session.tones is not None for s in group)
+        for law in LAWS:
+            # The frames each session holds, taken out (in C: media/gate.py).
+            group, payloads, counts, tones, ahead = gate.gather(roster.sessions, law)
+            if not group:
+                continue
             samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
             measured.append((group, counts, samples, powers, verdicts))
-            first = 0
-            for stream, count in zip(group, counts, strict=True):
-                stream.session.undetected = []
-                if count == 1 and not stream.session.vad.paused:
-                    listening.append((stream.session.vad, samples[first]))
-                first += count
+            listening += [(detector, samples[row]) for detector, row in ahead]
         if listening:
             try:
                 vad.run_ahead(listening)
@@ -358,47 +390,47 @@ class MediaEngine:
                     logger.exception("running the speech model for every call at once failed")
         for group, counts, samples, powers, verdicts in measured:
             if len(samples) == len(group):  # one frame each: the usual tick
-                self._feed(group, samples, powers, verdicts)
+                self._feed(roster, group, samples, powers, verdicts)
                 continue
             # Some calls got two frames or more (a burst after a late tick): those go to
             # their sessions frame by frame; the others' one frame is taken as usual.
-            streams: list[_Stream] = []
+            sessions: list[MediaSession] = []
             rows: list[frames.Samples] = []
             row_powers: list[float] = []
             row_verdicts: list[bool | None] = []
             first = 0
-            for stream, count in zip(group, counts, strict=True):
+            for session, count in zip(group, counts, strict=True):
                 last = first + count
                 if count == 1:
-                    streams.append(stream)
+                    sessions.append(session)
                     rows.append(samples[first])
                     row_powers.append(powers[first])
                     row_verdicts.append(verdicts[first])
                 else:
                     try:
-                        stream.session.detect(
+                        session.detect(
                             samples[first:last], powers[first:last], verdicts[first:last]
                         )
                     except Exception:
-                        self._fault(stream, "detecting")
+                        self._fault(roster.stream_of(session), "detecting")
                 first = last
-            self._feed(streams, rows, row_powers, row_verdicts)
+            self._feed(roster, sessions, rows, row_powers, row_verdicts)
 
     def _feed(
         self,
-        streams: list[_Stream],
+        roster: _Roster,
+        sessions: list[MediaSession],
         samples: list[frames.Samples],
         powers: list[float],
         verdicts: list[bool | None],
     ) -> None:
-        """Each of ``streams``' one frame of the tick: the usual ones taken in C
+        """Each of ``sessions``' one frame of the tick: the usual ones taken in C
         (media/gate.py), the others by their sessions."""
-        sessions = [stream.session for stream in streams]
         for i in gate.feed_all(sessions, samples, powers):
             try:
                 sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
             except Exception:
-                self._fault(streams[i], "detecting")
+                self._fault(roster.stream_of(sessions[i]), "detecting")
 
     def _receive_attached(self, now: float) -> None:
         for stream in list(self._socketless.values()):

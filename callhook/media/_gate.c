@@ -97,7 +97,7 @@ static PyMemberDef GateCore_members[] = {
 };
 
 
-static PyObject *copy_name, *append_name;
+static PyObject *copy_name, *append_name, *paused_name;
 static InletTypes types; /* the session's C layout (_inlet.h) */
 
 /* vad.py's feed(frame, power) when it returns None with no model run: 1 taken, 0 left
@@ -271,7 +271,97 @@ static PyObject *feed_all(PyObject *module, PyObject *const *args, Py_ssize_t na
     return rest;
 }
 
+/* Whether a detector is paused: 1, 0, or -1 with an exception. */
+static int paused(PyObject *vad) {
+    if (PyObject_TypeCheck(vad, &GateCoreType))
+        return ((GateCore *)vad)->paused != 0;
+    PyObject *flag = PyObject_GetAttr(vad, paused_name);
+    if (flag == NULL)
+        return -1;
+    int on = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    return on;
+}
+
+/* gate.py's gather_python, the reference: step 2's frames of one law, taken out of
+ * every session that holds some. */
+static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "gather(sessions: list, law: str) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *sessions = args[0], *law = args[1];
+    PyObject *picked = PyList_New(0), *payloads = PyList_New(0), *counts = PyList_New(0);
+    PyObject *ahead = PyList_New(0);
+    int tones = 0;
+    if (picked == NULL || payloads == NULL || counts == NULL || ahead == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sessions); i++) {
+        PyObject *object = PyList_GET_ITEM(sessions, i);
+        if (!PyObject_TypeCheck(object, types.inlet)) {
+            PyErr_SetString(PyExc_TypeError, "gather: a session that is not a MediaSession");
+            goto error;
+        }
+        Inlet *session = (Inlet *)object;
+        PyObject *held = session->undetected;
+        if (held == NULL || !PyList_Check(held) || PyList_GET_SIZE(held) == 0)
+            continue;
+        if (session->law != law) {
+            int same = session->law == NULL ? 0 : PyObject_RichCompareBool(session->law, law, Py_EQ);
+            if (same < 0)
+                goto error;
+            if (!same)
+                continue;
+        }
+        Py_ssize_t count = PyList_GET_SIZE(held), row = PyList_GET_SIZE(payloads);
+        if (count == 1 && session->vad != NULL) {
+            int still = paused(session->vad);
+            if (still < 0)
+                goto error;
+            if (!still) {
+                PyObject *index = PyLong_FromSsize_t(row);
+                PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, session->vad, index);
+                Py_XDECREF(index);
+                if (pair == NULL || PyList_Append(ahead, pair) < 0) {
+                    Py_XDECREF(pair);
+                    goto error;
+                }
+                Py_DECREF(pair);
+            }
+        }
+        PyObject *n = PyLong_FromSsize_t(count);
+        PyObject *empty = n == NULL ? NULL : PyList_New(0);
+        if (empty == NULL || PyList_Append(picked, object) < 0 || PyList_Append(counts, n) < 0 ||
+            PyList_SetSlice(payloads, row, row, held) < 0) {
+            Py_XDECREF(n);
+            Py_XDECREF(empty);
+            goto error;
+        }
+        Py_DECREF(n);
+        if (!IS_NONE(session->tones))
+            tones = 1;
+        Py_SETREF(session->undetected, empty); /* (the held list is freed: no code runs) */
+    }
+    PyObject *result = Py_BuildValue("(OOOOO)", picked, payloads, counts,
+                                     tones ? Py_True : Py_False, ahead);
+    Py_DECREF(picked);
+    Py_DECREF(payloads);
+    Py_DECREF(counts);
+    Py_DECREF(ahead);
+    return result;
+error:
+    Py_XDECREF(picked);
+    Py_XDECREF(payloads);
+    Py_XDECREF(counts);
+    Py_XDECREF(ahead);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "gather(sessions, law) -> (picked, payloads, counts, tones, ahead): the frames the "
+     "sessions of `law` hold for detection (each one's taken out), as gate.py's "
+     "gather_python gives them."},
     {"feed_all", (PyCFunction)(void (*)(void))feed_all, METH_FASTCALL,
      "feed_all(sessions, frames, powers) -> [index]: each session's one frame of the "
      "tick taken (GateCore.feed_usual) where the session hears it with its detector "
@@ -290,7 +380,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__gate(void) {
     copy_name = PyUnicode_InternFromString("copy");
     append_name = PyUnicode_InternFromString("append");
-    if (!copy_name || !append_name || import_inlet_types(&types) < 0)
+    paused_name = PyUnicode_InternFromString("paused");
+    if (!copy_name || !append_name || !paused_name || import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&GateCoreType) < 0)
         return NULL;

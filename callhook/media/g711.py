@@ -29,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 Law = Literal["ulaw", "alaw"]
+#: Both laws, in a fixed order.
+LAWS: tuple[Law, ...] = ("ulaw", "alaw")
 
 #: The code of silence (a decoded 0 for µ-law, the smallest positive step, +8, for A-law).
 SILENCE_CODE: Final[dict[str, int]] = {"ulaw": 0xFF, "alaw": 0xD5}

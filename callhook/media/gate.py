@@ -10,7 +10,8 @@ profiled at 200 calls, issue 19). The native module ``_gate.c`` holds the detect
 fields in a C struct that is the base of the Python class
 (:class:`~callhook.media.vad.VoiceActivityDetector` derives from :class:`GateCore`),
 and :func:`feed_all` takes the usual frame of every call of a media tick in one call
-(:mod:`callhook.adapters.media`).
+(:mod:`callhook.adapters.media`). Before that, :func:`gather` takes every call's
+frames of the tick out of the sessions in one call, for the tick to measure at once.
 
 As with :mod:`callhook.media.inlet`, Python is the reference: a frame is taken only
 when every condition of that path holds there (no model run, no edge, no block of the
@@ -18,16 +19,49 @@ noise floor completed, no gain to judge), exactly what Python would change is ch
 (``tests/unit/test_gate.py`` compares them field by field), and any other frame is
 left to :meth:`MediaSession.detect <callhook.media.session.MediaSession.detect>`.
 Where the extension was not built (or ``_inlet``, whose session layout it reads, was
-not), :class:`GateCore` is a plain class and :func:`feed_all` takes nothing.
+not), :class:`GateCore` is a plain class, :func:`feed_all` takes nothing and
+:func:`gather` is :func:`gather_python`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+#: What :func:`gather` gives: the sessions that held frames of the law, all their
+#: frames in order, how many each held, whether any of them listens for in-band
+#: digits, and (detector, row) for each one that held one frame and whose detector
+#: listens: the frames the speech model may run ahead on (``vad.run_ahead``).
+Gathered = tuple[list[Any], list[bytes], list[int], bool, list[tuple[Any, int]]]
+
+
+def gather_python(sessions: list[Any], law: str) -> Gathered:
+    """The frames of ``law`` that ``sessions`` hold for detection
+    (:attr:`MediaSession.undetected <callhook.media.session.MediaSession.undetected>`),
+    taken out of them: the media tick's step 2 measures them all at once. The
+    reference of :func:`gather`, which does this in C."""
+    picked: list[Any] = []
+    payloads: list[bytes] = []
+    counts: list[int] = []
+    ahead: list[tuple[Any, int]] = []
+    tones = False
+    for session in sessions:
+        held = session.undetected
+        if not held or session.law != law:
+            continue
+        if len(held) == 1 and not session.vad.paused:
+            ahead.append((session.vad, len(payloads)))
+        picked.append(session)
+        counts.append(len(held))
+        payloads += held
+        tones = tones or session.tones is not None
+        session.undetected = []
+    return picked, payloads, counts, tones, ahead
+
+
 try:
-    from callhook.media._gate import GateCore, feed_all
+    from callhook.media._gate import GateCore, feed_all, gather
 except ImportError:  # no C compiler where callhook was installed
+    gather = gather_python
 
     class GateCore:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
@@ -45,4 +79,4 @@ def native() -> bool:
     return GateCore.__module__ == "callhook.media._gate"
 
 
-__all__ = ["GateCore", "feed_all", "native"]
+__all__ = ["GateCore", "Gathered", "feed_all", "gather", "gather_python", "native"]

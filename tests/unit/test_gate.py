@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import wave
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -171,3 +171,37 @@ print("ok")
 
 def test_without_the_extension_python_detects_everything() -> None:
     assert without(["callhook.media._gate"], FALLBACK).strip() == "ok"
+
+
+def test_gather_takes_out_what_python_takes_out() -> None:
+    """gate.gather (C) against gate.gather_python on the same sessions: both laws, no
+    frame, one, a burst; paused and listening detectors; in-band digits or not."""
+    import random
+
+    def sessions() -> list[MediaSession]:
+        rng = random.Random(7)
+        made = []
+        for i in range(40):
+            codec: Literal["PCMU", "PCMA"] = "PCMU" if rng.random() < 0.7 else "PCMA"
+            session = MediaSession(codec, 0 if codec == "PCMU" else 8, None if i % 5 else 101, None)
+            session.vad.paused = rng.random() < 0.5
+            session.undetected = [bytes([i, k]) * 80 for k in range(rng.choice([0, 1, 1, 1, 2, 3]))]
+            made.append(session)
+        return made
+
+    def owner(sessions: list[MediaSession], detector: object) -> int:
+        return next(k for k, s in enumerate(sessions) if s.vad is detector)
+
+    fast, reference = sessions(), sessions()
+    for law in ("ulaw", "alaw"):
+        got, want = gate.gather(fast, law), gate.gather_python(reference, law)
+        picked, payloads, counts, tones, ahead = got
+        assert [fast.index(s) for s in picked] == [reference.index(s) for s in want[0]]
+        assert (payloads, counts, tones) == (want[1], want[2], want[3])
+        # Each detector named by its session's place in the list.
+        assert [(owner(fast, d), row) for d, row in ahead] == [
+            (owner(reference, d), row) for d, row in want[4]
+        ]
+        assert len(picked) >= 5 and any(c > 1 for c in counts) and ahead  # (it covers them)
+    assert all(s.undetected == [] for s in fast + reference)
+    assert gate.gather(fast, "ulaw") == ([], [], [], False, [])
