@@ -13,8 +13,9 @@
  * its detector alone is read from the session's struct (_inlet.h).
  *
  * The rule, as in _inlet.c: a frame is taken only when every condition of that path in
- * Python holds (no model run, no edge, no block of the noise floor completed, no gain
- * to judge), and then exactly what Python would change is changed; any other frame is
+ * Python holds (no model run, no edge, no gain to judge: a frame that completes a block
+ * of the noise floor is taken too, the floor moved as Python moves it), and then
+ * exactly what Python would change is changed; any other frame is
  * left to Python, untouched (tests/unit/test_gate.py compares the two field by field).
  * vad.py is the reference: a change to its feed() is made here too.
  */
@@ -28,6 +29,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *model;   /* None: the energy detector alone (not taken here) */
     PyObject *preroll; /* deque of frames kept while the gate is closed */
+    PyObject *blocks;  /* deque of the last blocks' minimum powers (the noise floor) */
     long long run;
     long long gate_quiet;
     long long closed_for;
@@ -54,12 +56,14 @@ typedef struct {
 static int GateCore_traverse(GateCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->model);
     Py_VISIT(self->preroll);
+    Py_VISIT(self->blocks);
     return 0;
 }
 
 static int GateCore_clear(GateCore *self) {
     Py_CLEAR(self->model);
     Py_CLEAR(self->preroll);
+    Py_CLEAR(self->blocks);
     return 0;
 }
 
@@ -72,6 +76,7 @@ static void GateCore_dealloc(GateCore *self) {
 static PyMemberDef GateCore_members[] = {
     {"model", T_OBJECT, offsetof(GateCore, model), 0, "the speech model, or None"},
     {"_preroll", T_OBJECT, offsetof(GateCore, preroll), 0, NULL},
+    {"_blocks", T_OBJECT, offsetof(GateCore, blocks), 0, NULL},
     {"_run", T_LONGLONG, offsetof(GateCore, run), 0, NULL},
     {"_gate_quiet", T_LONGLONG, offsetof(GateCore, gate_quiet), 0, NULL},
     {"_closed_for", T_LONGLONG, offsetof(GateCore, closed_for), 0, NULL},
@@ -97,39 +102,124 @@ static PyMemberDef GateCore_members[] = {
 };
 
 
-static PyObject *copy_name, *append_name, *paused_name;
+static PyObject *copy_name, *append_name, *paused_name, *clear_name, *maxlen_name;
 static InletTypes types; /* the session's C layout (_inlet.h) */
+
+/* The floor of the blocks once `block_min` joins them (vad.py's feed(): the blocks
+ * without the oldest when full, or none while the prior stands, and `block_min`): 0 and
+ * *floor set, or -1 with an exception.  Only reads. */
+static int next_floor(GateCore *self, double block_min, double *floor) {
+    *floor = block_min;
+    if (self->prior)
+        return 0; /* the prior is cleared: the new block alone */
+    if (self->blocks == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the detector's blocks are not set");
+        return -1;
+    }
+    PyObject *bound = PyObject_GetAttr(self->blocks, maxlen_name);
+    if (bound == NULL)
+        return -1;
+    Py_ssize_t maxlen = bound == Py_None ? -1 : PyLong_AsSsize_t(bound);
+    Py_DECREF(bound);
+    if (maxlen == -1 && PyErr_Occurred())
+        return -1;
+    Py_ssize_t size = PyObject_Length(self->blocks);
+    if (size < 0)
+        return -1;
+    /* Appending to a full deque drops its oldest: the first one is not counted. */
+    Py_ssize_t skip = maxlen >= 0 && size >= maxlen ? size - maxlen + 1 : 0;
+    PyObject *it = PyObject_GetIter(self->blocks);
+    if (it == NULL)
+        return -1;
+    PyObject *item;
+    for (Py_ssize_t i = 0; (item = PyIter_Next(it)) != NULL; i++) {
+        double value = PyFloat_AsDouble(item);
+        Py_DECREF(item);
+        if (value == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(it);
+            return -1;
+        }
+        if (i >= skip && value < *floor)
+            *floor = value;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The block completed, as feed() ends it: the prior cleared (once), the block's
+ * minimum among the blocks, the floor `floor` (next_floor's), a new block begun.
+ * 0, or -1 with an exception (no memory: before anything changed). */
+static int complete_block(GateCore *self, double block_min, double floor) {
+    PyObject *value = PyFloat_FromDouble(block_min);
+    if (value == NULL)
+        return -1;
+    if (self->prior) {
+        PyObject *done = PyObject_CallMethodNoArgs(self->blocks, clear_name);
+        if (done == NULL) {
+            Py_DECREF(value);
+            return -1;
+        }
+        Py_DECREF(done);
+    }
+    PyObject *done = PyObject_CallMethodOneArg(self->blocks, append_name, value);
+    Py_DECREF(value);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    self->prior = 0;
+    self->history_floor = floor;
+    self->block_min = Py_HUGE_VAL;
+    self->block_count = 0;
+    return 0;
+}
 
 /* vad.py's feed(frame, power) when it returns None with no model run: 1 taken, 0 left
  * to Python (nothing changed), -1 an exception. */
 static int feed(GateCore *self, PyObject *frame, double power) {
     if (self->model == NULL || self->model == Py_None)
         return 0; /* the energy detector alone */
-    /* The noise floor (feed()): a frame that completes a block is Python's. */
-    double block_min = power < self->block_min ? power : self->block_min;
-    long long block_count = self->block_count + 1;
-    if (block_count >= self->block_frames)
-        return 0;
     Py_ssize_t size = PyObject_Length(frame);
     if (size <= 0) {
         if (size < 0)
             return -1;
         return 0; /* no audio: Python's feed() says nothing either */
     }
+    /* The noise floor (feed()): this frame's floor is the blocks' and this block's so
+     * far; a frame that completes a block moves the blocks' floor, and ends the prior. */
+    double block_min = power < self->block_min ? power : self->block_min;
+    long long block_count = self->block_count + 1;
+    double floor = self->history_floor < block_min ? self->history_floor : block_min;
+    int completes = block_count >= self->block_frames;
+    double history_floor = self->history_floor;
+    char prior = self->prior;
+    if (completes) {
+        if (next_floor(self, block_min, &history_floor) < 0)
+            return -1;
+        prior = 0;
+    }
+    /* What the frame changes of the floor, once it is taken. */
+#define TAKE_FLOOR()                                                        \
+    do {                                                                    \
+        if (completes) {                                                    \
+            if (complete_block(self, block_min, history_floor) < 0)         \
+                return -1;                                                  \
+        } else {                                                            \
+            self->block_min = block_min;                                    \
+            self->block_count = block_count;                                \
+        }                                                                   \
+    } while (0)
     if (self->paused) {
         /* _gated(): no speech; _edge(False): a hangover frame, or none. */
         long long run = self->active ? self->run + 1 : 0;
         if (self->active && run >= self->hangover_frames)
             return 0; /* activity ends: an edge, and the model is reset */
-        self->block_min = block_min;
-        self->block_count = block_count;
+        TAKE_FLOOR();
         self->gate = 0;
         self->closed_for = self->closed_long;
         self->run = run;
         return 1;
     }
-    double floor = self->history_floor < block_min ? self->history_floor : block_min;
-    double minimum = self->prior ? self->start_power : self->min_power;
+    double minimum = prior ? self->start_power : self->min_power;
     double threshold = floor * self->margin;
     if (minimum > threshold)
         threshold = minimum;
@@ -145,8 +235,7 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         long long run = speech ? 0 : self->run + 1;
         if (run >= self->hangover_frames)
             return 0; /* the utterance ends: an edge, and the model is reset */
-        self->block_min = block_min;
-        self->block_count = block_count;
+        TAKE_FLOOR();
         self->gate_quiet = gate_quiet;
         self->run = run;
         return 1;
@@ -155,8 +244,8 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         return 0;
     if (power > threshold)
         return 0; /* loud: the gate opens */
-    /* _follow_floor() must have nothing to do. */
-    if (!(self->prior || self->says_speech || self->run || self->history_floor == self->gain_floor))
+    /* _follow_floor() (after the floor moved) must have nothing to do. */
+    if (!(prior || self->says_speech || self->run || history_floor == self->gain_floor))
         return 0;
     /* The gate stays closed: the frame joins its pre-roll (a copy: the buffer is shared). */
     if (self->preroll == NULL)
@@ -169,11 +258,11 @@ static int feed(GateCore *self, PyObject *frame, double power) {
     if (done == NULL)
         return -1;
     Py_DECREF(done);
-    self->block_min = block_min;
-    self->block_count = block_count;
+    TAKE_FLOOR();
     self->closed_for += 1;
     self->run = 0;
     return 1;
+#undef TAKE_FLOOR
 }
 
 static PyObject *GateCore_feed_usual(GateCore *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -381,7 +470,10 @@ PyMODINIT_FUNC PyInit__gate(void) {
     copy_name = PyUnicode_InternFromString("copy");
     append_name = PyUnicode_InternFromString("append");
     paused_name = PyUnicode_InternFromString("paused");
-    if (!copy_name || !append_name || !paused_name || import_inlet_types(&types) < 0)
+    clear_name = PyUnicode_InternFromString("clear");
+    maxlen_name = PyUnicode_InternFromString("maxlen");
+    if (!copy_name || !append_name || !paused_name || !clear_name || !maxlen_name ||
+        import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&GateCoreType) < 0)
         return NULL;

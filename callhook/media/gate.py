@@ -14,8 +14,9 @@ and :func:`feed_all` takes the usual frame of every call of a media tick in one 
 frames of the tick out of the sessions in one call, for the tick to measure at once.
 
 As with :mod:`callhook.media.inlet`, Python is the reference: a frame is taken only
-when every condition of that path holds there (no model run, no edge, no block of the
-noise floor completed, no gain to judge), exactly what Python would change is changed
+when every condition of that path holds there (no model run, no edge, no gain to
+judge; a frame that completes a block of the noise floor is taken too, the floor
+moved as Python moves it), exactly what Python would change is changed
 (``tests/unit/test_gate.py`` compares them field by field), and any other frame is
 left to :meth:`MediaSession.detect <callhook.media.session.MediaSession.detect>`.
 Where the extension was not built (or ``_inlet``, whose session layout it reads, was
