@@ -117,9 +117,10 @@ async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> 
 async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A late tick gives some calls two frames: those go to Python frame by frame, and the
-    calls with one frame are still taken in C (media/gate.py), hearing exactly what they
-    would alone. (Digits come as RFC 4733 events: no in-band detector listens.)"""
+    """A late tick gives some calls two frames: the calls with one frame are still taken
+    in C (media/gate.py), and so are the bursts' usual frames, one round at a time; all
+    hear exactly what they would alone. (Digits come as RFC 4733 events: no in-band
+    detector listens.)"""
     from callhook.media import gate
 
     if not gate.native():
@@ -130,8 +131,8 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
         steady = [MediaSession("PCMU", 0, 101, peer, label=f"call {i}") for i in range(2)]
         bursty = MediaSession("PCMU", 0, 101, peer, label="call bursty")
         alone = [MediaSession("PCMU", 0, 101, peer) for _ in range(3)]
-        in_python = {id(s): 0 for s in steady}
-        for session in steady:
+        in_python = {id(s): 0 for s in [*steady, bursty]}
+        for session in [*steady, bursty]:
             detect = session.detect
 
             def counting(
@@ -168,9 +169,66 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
                 assert a.undetected == []
                 assert a.vad.noise_floor_dbfs == b.vad.noise_floor_dbfs
                 assert list(a.events) == list(b.events)
-        # Every tick had a burst in the group, yet the steady calls' usual frames were
-        # taken in C: Python saw only those that complete a block of the noise floor.
-        for session in steady:
-            assert in_python[id(session)] <= ticks // 5
+        # Every other tick had a burst in the group, yet every call's frames (paused
+        # detectors, nothing listening) were taken in C, the bursts' too.
+        assert sent == ticks
+        assert list(in_python.values()) == [0, 0, 0]
+    finally:
+        engine.shutdown()
+
+
+async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
+    """A call whose detector listens (a recording's silence detection) gets its frames two
+    at a time: the usual ones are taken in C round by round, and from the first one C
+    leaves (the model's, an edge) the rest of the burst goes to Python, in order. It
+    hears its speech start and end exactly as a call fed frame by frame does."""
+    import wave
+    from pathlib import Path
+
+    from callhook.events import VoiceActivity
+    from callhook.media import gate
+
+    if not gate.native():
+        pytest.skip("the extension was not built: nothing is taken in C")
+    with wave.open(str(Path(__file__).parent.parent / "data" / "speech" / "5_jackson_5.wav")) as w:
+        speech = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+    rng = np.random.default_rng(5)
+    quiet = rng.integers(-30, 30, 8000, dtype=np.int16)
+    audio = np.concatenate([quiet, speech, quiet, quiet])
+    audio = audio[: len(audio) // 160 * 160].reshape(-1, 160)
+    if len(audio) % 2:
+        audio = audio[:-1]
+    engine = MediaEngine("127.0.0.1", 41600, 41700)
+    peer = ("127.0.0.1", 5004)
+    try:
+        bursty = MediaSession("PCMU", 0, 101, peer, label="call bursty")
+        alone = MediaSession("PCMU", 0, 101, peer)
+        python_frames = 0
+        detect = bursty.detect
+
+        def counting(samples: list[object], powers: object, tones: object = None) -> None:
+            nonlocal python_frames
+            python_frames += len(samples)
+            detect(samples, powers, tones)  # type: ignore[arg-type]
+
+        bursty.detect = counting  # type: ignore[method-assign,assignment]
+        key = engine.attach(bursty, lambda _: None, lambda: None)
+        for session in (bursty, alone):
+            session.detect_voice(True)
+        now = asyncio.get_running_loop().time()
+        for tick in range(len(audio) // 2):
+            for seq in (2 * tick, 2 * tick + 1):
+                packet = RtpPacket(0, False, seq, seq * 160, 99, g711.encode("ulaw", audio[seq]))
+                engine.deliver(key, packet.serialize(), peer)
+                alone.receive(packet.serialize(), peer, now + tick * 0.02)
+            engine._work(now + tick * 0.02)
+            assert bursty.undetected == []
+            assert list(bursty.events) == list(alone.events), f"tick {tick}"
+            assert bursty.vad.noise_floor_dbfs == alone.vad.noise_floor_dbfs
+        heard = [e for e in bursty.events if isinstance(e, VoiceActivity)]
+        assert heard[:1] == [VoiceActivity(True)] and heard[-1] == VoiceActivity(False)
+        assert engine.faults == 0
+        # The model's frames and the edges were Python's, most of the rest C's.
+        assert 0 < python_frames < len(audio) // 2
     finally:
         engine.shutdown()
