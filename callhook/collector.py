@@ -25,8 +25,9 @@ The young generations, between ticks
 Generations 0 and 1 are cheap only while they are small, and under load they are
 not: CPython starts a generation-0 pass when allocations minus deallocations of
 collector-tracked objects pass its threshold (700), and every call replaces objects
-it keeps a while (the recent frames of its pre-roll, timers) as fast as it makes
-them, so the count hardly moves while the young generation fills with live objects.
+it keeps a while (timers; until 28 Nov the recent frames of its pre-roll, now a ring
+in C that makes no object per packet) as fast as it makes them, so the count hardly
+moves while the young generation fills with live objects.
 At 200 calls of the load kit a pass found 4,000-25,000 young objects, all alive, and
 took 2-25 ms (``gc.DEBUG_STATS``), generation 1 up to 50 ms: whenever an allocation
 happened to trip it, often in the middle of the media tick, every call's audio

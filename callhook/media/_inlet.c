@@ -33,7 +33,6 @@
 
 /* ---------------------------------------------------------------- ReceiverCore */
 
-
 static int ReceiverCore_traverse(ReceiverCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->ssrc);
     Py_VISIT(self->held);
@@ -97,7 +96,7 @@ typedef struct {
     Py_ssize_t head; /* the oldest frame's slot */
     Py_ssize_t size;
     long long *timestamps;
-    PyObject **payloads; /* bytes: no references to anything, so no GC support */
+    PyObject **payloads; /* exact bytes: they refer to nothing, so no GC support */
 } Preroll;
 
 static int Preroll_init(Preroll *self, PyObject *args, PyObject *kwargs) {
@@ -112,6 +111,10 @@ static int Preroll_init(Preroll *self, PyObject *args, PyObject *kwargs) {
     self->timestamps = PyMem_Calloc((size_t)maxlen, sizeof(long long));
     self->payloads = PyMem_Calloc((size_t)maxlen, sizeof(PyObject *));
     if (self->timestamps == NULL || self->payloads == NULL) {
+        PyMem_Free(self->timestamps);
+        PyMem_Free(self->payloads);
+        self->timestamps = NULL;
+        self->payloads = NULL;
         PyErr_NoMemory();
         return -1;
     }
@@ -164,7 +167,8 @@ static PyObject *Preroll_append(Preroll *self, PyObject *item) {
     if (check_ready(self) < 0)
         return NULL;
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(item, 0)) || !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+        !PyLong_Check(PyTuple_GET_ITEM(item, 0)) ||
+        !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 1))) {
         PyErr_SetString(PyExc_TypeError, "Preroll.append((timestamp: int, payload: bytes))");
         return NULL;
     }
@@ -247,7 +251,6 @@ static PyTypeObject PrerollType = {
 };
 
 /* ----------------------------------------------------------------------- Inlet */
-
 
 static int Inlet_traverse(Inlet *self, visitproc visit, void *arg) {
     Py_VISIT(self->remote);
@@ -385,8 +388,8 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
         goto done;
     law = PyObject_GetAttr(recording, n_law);
     mine = self->law; /* borrowed */
-    if (law == NULL || mine == NULL || !PyUnicode_CheckExact(law) || !PyUnicode_CheckExact(mine) ||
-        PyUnicode_Compare(law, mine) != 0)
+    if (law == NULL || mine == NULL || !PyUnicode_CheckExact(law) ||
+        !PyUnicode_CheckExact(mine) || PyUnicode_Compare(law, mine) != 0)
         goto done;
     writer = PyObject_GetAttr(recording, n_sink);
     if (writer == NULL || strcmp(Py_TYPE(writer)->tp_name, "WavWriter") != 0)
