@@ -107,15 +107,11 @@ static InletTypes types; /* the session's C layout (_inlet.h) */
 
 /* The floor of the blocks once `block_min` joins them (vad.py's feed(): the blocks
  * without the oldest when full, or none while the prior stands, and `block_min`): 0 and
- * *floor set, or -1 with an exception.  Only reads. */
+ * *floor set, or -1 with an exception.  Only reads; self->blocks is set. */
 static int next_floor(GateCore *self, double block_min, double *floor) {
     *floor = block_min;
     if (self->prior)
         return 0; /* the prior is cleared: the new block alone */
-    if (self->blocks == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "the detector's blocks are not set");
-        return -1;
-    }
     PyObject *bound = PyObject_GetAttr(self->blocks, maxlen_name);
     if (bound == NULL)
         return -1;
@@ -147,24 +143,19 @@ static int next_floor(GateCore *self, double block_min, double *floor) {
 }
 
 /* The block completed, as feed() ends it: the prior cleared (once), the block's
- * minimum among the blocks, the floor `floor` (next_floor's), a new block begun.
- * 0, or -1 with an exception (no memory: before anything changed). */
-static int complete_block(GateCore *self, double block_min, double floor) {
-    PyObject *value = PyFloat_FromDouble(block_min);
-    if (value == NULL)
-        return -1;
+ * minimum `value` (made beforehand) among the blocks, the floor `floor` (next_floor's),
+ * a new block begun.  0, or -1 with an exception: only if a deque finds no memory for
+ * a new block of its own (it keeps spare ones), the blocks then cleared or not. */
+static int complete_block(GateCore *self, PyObject *value, double floor) {
     if (self->prior) {
         PyObject *done = PyObject_CallMethodNoArgs(self->blocks, clear_name);
-        if (done == NULL) {
-            Py_DECREF(value);
+        if (done == NULL)
             return -1;
-        }
         Py_DECREF(done);
     }
     PyObject *done = PyObject_CallMethodOneArg(self->blocks, append_name, value);
-    Py_DECREF(value);
     if (done == NULL)
-        return -1;
+        return -1; /* (the prior stands: Python's feed() clears them again) */
     Py_DECREF(done);
     self->prior = 0;
     self->history_floor = floor;
@@ -174,7 +165,8 @@ static int complete_block(GateCore *self, double block_min, double floor) {
 }
 
 /* vad.py's feed(frame, power) when it returns None with no model run: 1 taken, 0 left
- * to Python (nothing changed), -1 an exception. */
+ * to Python (nothing changed), -1 an exception (nothing changed but in the case
+ * complete_block() says). Every object is made before anything changes. */
 static int feed(GateCore *self, PyObject *frame, double power) {
     if (self->model == NULL || self->model == Py_None)
         return 0; /* the energy detector alone */
@@ -192,17 +184,26 @@ static int feed(GateCore *self, PyObject *frame, double power) {
     int completes = block_count >= self->block_frames;
     double history_floor = self->history_floor;
     char prior = self->prior;
+    PyObject *block = NULL, *copy = NULL; /* the completed block's minimum; the pre-roll's */
+    int result = 0;
     if (completes) {
+        if (self->blocks == NULL)
+            return 0; /* Python's feed() meets it */
         if (next_floor(self, block_min, &history_floor) < 0)
             return -1;
         prior = 0;
+        block = PyFloat_FromDouble(block_min);
+        if (block == NULL)
+            return -1;
     }
     /* What the frame changes of the floor, once it is taken. */
 #define TAKE_FLOOR()                                                        \
     do {                                                                    \
         if (completes) {                                                    \
-            if (complete_block(self, block_min, history_floor) < 0)         \
-                return -1;                                                  \
+            if (complete_block(self, block, history_floor) < 0) {           \
+                result = -1;                                                \
+                goto out;                                                   \
+            }                                                               \
         } else {                                                            \
             self->block_min = block_min;                                    \
             self->block_count = block_count;                                \
@@ -212,12 +213,13 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         /* _gated(): no speech; _edge(False): a hangover frame, or none. */
         long long run = self->active ? self->run + 1 : 0;
         if (self->active && run >= self->hangover_frames)
-            return 0; /* activity ends: an edge, and the model is reset */
+            goto out; /* activity ends: an edge, and the model is reset */
         TAKE_FLOOR();
         self->gate = 0;
         self->closed_for = self->closed_long;
         self->run = run;
-        return 1;
+        result = 1;
+        goto out;
     }
     double minimum = prior ? self->start_power : self->min_power;
     double threshold = floor * self->margin;
@@ -229,39 +231,47 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         int loud = power > (self->min_power > open ? self->min_power : open);
         long long gate_quiet = loud ? 0 : self->gate_quiet + 1;
         if (gate_quiet >= self->hangover_frames)
-            return 0; /* the gate closes: the model sees the closing frame */
+            goto out; /* the gate closes: the model sees the closing frame */
         double keep = threshold * self->release;
         int speech = loud && power > (self->min_power > keep ? self->min_power : keep);
         long long run = speech ? 0 : self->run + 1;
         if (run >= self->hangover_frames)
-            return 0; /* the utterance ends: an edge, and the model is reset */
+            goto out; /* the utterance ends: an edge, and the model is reset */
         TAKE_FLOOR();
         self->gate_quiet = gate_quiet;
         self->run = run;
-        return 1;
+        result = 1;
+        goto out;
     }
     if (self->gate || self->active)
-        return 0;
+        goto out;
     if (power > threshold)
-        return 0; /* loud: the gate opens */
+        goto out; /* loud: the gate opens */
     /* _follow_floor() (after the floor moved) must have nothing to do. */
     if (!(prior || self->says_speech || self->run || history_floor == self->gain_floor))
-        return 0;
+        goto out;
     /* The gate stays closed: the frame joins its pre-roll (a copy: the buffer is shared). */
     if (self->preroll == NULL)
-        return 0;
-    PyObject *copy = PyObject_CallMethodNoArgs(frame, copy_name);
-    if (copy == NULL)
-        return -1;
-    PyObject *done = PyObject_CallMethodOneArg(self->preroll, append_name, copy);
-    Py_DECREF(copy);
-    if (done == NULL)
-        return -1;
-    Py_DECREF(done);
+        goto out;
+    copy = PyObject_CallMethodNoArgs(frame, copy_name);
+    if (copy == NULL) {
+        result = -1;
+        goto out;
+    }
     TAKE_FLOOR();
+    PyObject *done = PyObject_CallMethodOneArg(self->preroll, append_name, copy);
+    if (done == NULL) {
+        result = -1; /* (as complete_block(): a deque with no memory for a block) */
+        goto out;
+    }
+    Py_DECREF(done);
     self->closed_for += 1;
     self->run = 0;
-    return 1;
+    result = 1;
+out:
+    Py_XDECREF(block);
+    Py_XDECREF(copy);
+    return result;
 #undef TAKE_FLOOR
 }
 

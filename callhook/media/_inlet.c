@@ -168,14 +168,21 @@ static PyObject *Preroll_append(Preroll *self, PyObject *item) {
         return NULL;
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
         !PyLong_Check(PyTuple_GET_ITEM(item, 0)) ||
-        !PyBytes_CheckExact(PyTuple_GET_ITEM(item, 1))) {
+        !PyObject_CheckBuffer(PyTuple_GET_ITEM(item, 1))) {
         PyErr_SetString(PyExc_TypeError, "Preroll.append((timestamp: int, payload: bytes))");
         return NULL;
     }
     long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
     if (timestamp == -1 && PyErr_Occurred())
         return NULL;
-    preroll_push(self, timestamp, PyTuple_GET_ITEM(item, 1));
+    /* Kept as exact bytes (a bytearray or a view is copied): they refer to nothing. */
+    PyObject *payload = PyTuple_GET_ITEM(item, 1);
+    if (PyBytes_CheckExact(payload))
+        Py_INCREF(payload);
+    else if ((payload = PyBytes_FromObject(payload)) == NULL)
+        return NULL;
+    preroll_push(self, timestamp, payload);
+    Py_DECREF(payload);
     Py_RETURN_NONE;
 }
 

@@ -211,9 +211,10 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
     /* Player.next_frame: no event in progress; silence, or the prompt's next 20 ms. */
     if (!IS_NONE(player->event) || player->prompt == NULL)
         return 0;
-    /* The prompt's fields are read through Python: it (and the player and sender) are
-     * held meanwhile. */
+    /* The prompt's fields are read through Python: it, the player, the sender and the
+     * address are held meanwhile. */
     PyObject *prompt = player->prompt, *audio = NULL, *next = NULL, *made = NULL;
+    PyObject *to = session->remote;
     long long echo_ticks = player->echo_ticks;
     const char *payload;
     long long pos = 0;
@@ -221,6 +222,7 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
     Py_INCREF(prompt);
     Py_INCREF(player);
     Py_INCREF(sender);
+    Py_INCREF(to);
     if (prompt == Py_None) {
         PyObject *silence = player->silence;
         if (silence == NULL || !PyBytes_Check(silence) || PyBytes_GET_SIZE(silence) != FRAME)
@@ -255,9 +257,9 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
     if (echo_ticks)
         player->echo_ticks = echo_ticks - 1;
     commit((SenderCore *)sender, FRAME);
-    Py_INCREF(session->remote);
     *packet = made;
-    *remote = session->remote;
+    *remote = to;
+    to = NULL;
     result = 1;
 done:
     Py_XDECREF(next);
@@ -265,6 +267,7 @@ done:
     Py_DECREF(prompt);
     Py_DECREF(player);
     Py_DECREF(sender);
+    Py_XDECREF(to);
     return result;
 }
 

@@ -137,6 +137,17 @@ def test_a_gain_still_to_judge_is_python() -> None:
     assert taken[23] and not taken[24] and taken[25]
 
 
+def test_a_block_end_with_no_blocks_is_left_to_python() -> None:
+    # (A bug's state: C must not read what is not there; Python's feed() meets it.)
+    d = VoiceActivityDetector(SileroStream())
+    d.paused = True
+    quiet = rows(noise(0.2, -80))
+    assert all(d.feed_usual(frame, frames.frame_power(frame)) for frame in quiet[:9])
+    del d._blocks
+    assert not d.feed_usual(quiet[9], frames.frame_power(quiet[9]))
+    assert d._block_count == 9  # nothing changed
+
+
 def test_the_energy_detector_alone_and_empty_frames_are_python() -> None:
     taken, _ = run(rows(noise(0.5, -50)), model=False)
     assert not any(taken)

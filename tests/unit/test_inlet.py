@@ -464,3 +464,6 @@ def test_the_preroll_refuses_what_is_not_a_frame() -> None:
     assert len(ring) == 0
     with pytest.raises(ValueError):
         inlet.Preroll(0)
+    ring.append((5, bytearray(b"ab")))  # type: ignore[arg-type]  # bytes-like: kept as bytes
+    [(timestamp, payload)] = list(ring)
+    assert timestamp == 5 and payload == b"ab" and type(payload) is bytes
