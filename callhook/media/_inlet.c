@@ -20,12 +20,16 @@
  * left for Python, untouched.  The Python classes are the reference: a change to
  * their fast path must be made here too.  Without this module (no C compiler),
  * callhook/media/inlet.py gives plain Python bases and take_all takes nothing.
+ *
+ * The session's struct is in _inlet.h (shared with _outlet.c and _gate.c); the
+ * pre-roll's ring, built into this module, in _preroll.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
 #include "_inlet.h"
+#include "_preroll.h"
 
 #define RTP_SEQ_MOD 65536LL
 #define MAX_DROPOUT 3000LL
@@ -80,181 +84,6 @@ static PyTypeObject ReceiverCoreType = {
     .tp_traverse = (traverseproc)ReceiverCore_traverse,
     .tp_clear = (inquiry)ReceiverCore_clear,
     .tp_members = ReceiverCore_members,
-};
-
-/* --------------------------------------------------------------------- Preroll */
-
-/* The last frames a caller sent, as (timestamp, payload), oldest first: session.py's
- * pre-roll (a recording or a recognition stream that starts hears them first).  A
- * fixed ring in C: the usual packet adds its frame with no tuple made and no method
- * called (at 200 calls that tuple was most of the young objects the collector
- * scanned, collector.py).  Python sees a bounded deque: append((ts, payload)),
- * len(), iteration, clear(), maxlen. */
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t maxlen;
-    Py_ssize_t head; /* the oldest frame's slot */
-    Py_ssize_t size;
-    long long *timestamps;
-    PyObject **payloads; /* exact bytes: they refer to nothing, so no GC support */
-} Preroll;
-
-static int Preroll_init(Preroll *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"maxlen", NULL};
-    Py_ssize_t maxlen;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n", keywords, &maxlen))
-        return -1;
-    if (maxlen <= 0 || self->payloads != NULL) {
-        PyErr_SetString(PyExc_ValueError, "Preroll(maxlen): maxlen > 0, set once");
-        return -1;
-    }
-    self->timestamps = PyMem_Calloc((size_t)maxlen, sizeof(long long));
-    self->payloads = PyMem_Calloc((size_t)maxlen, sizeof(PyObject *));
-    if (self->timestamps == NULL || self->payloads == NULL) {
-        PyMem_Free(self->timestamps);
-        PyMem_Free(self->payloads);
-        self->timestamps = NULL;
-        self->payloads = NULL;
-        PyErr_NoMemory();
-        return -1;
-    }
-    self->maxlen = maxlen;
-    return 0;
-}
-
-static void Preroll_drop(Preroll *self) {
-    for (Py_ssize_t i = 0; i < self->size; i++)
-        Py_CLEAR(self->payloads[(self->head + i) % self->maxlen]);
-    self->head = 0;
-    self->size = 0;
-}
-
-static void Preroll_dealloc(Preroll *self) {
-    if (self->payloads != NULL)
-        Preroll_drop(self);
-    PyMem_Free(self->timestamps);
-    PyMem_Free(self->payloads);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* Add a frame (a new reference to payload is kept); the oldest goes when full. */
-static void preroll_push(Preroll *self, long long timestamp, PyObject *payload) {
-    Py_ssize_t slot;
-    PyObject *old = NULL;
-    if (self->size == self->maxlen) {
-        slot = self->head;
-        old = self->payloads[slot];
-        self->head = (self->head + 1) % self->maxlen;
-    } else {
-        slot = (self->head + self->size) % self->maxlen;
-        self->size += 1;
-    }
-    Py_INCREF(payload);
-    self->payloads[slot] = payload;
-    self->timestamps[slot] = timestamp;
-    Py_XDECREF(old); /* last: bytes run no code when freed, but the ring is whole */
-}
-
-static int check_ready(Preroll *self) {
-    if (self->payloads == NULL) {
-        PyErr_SetString(PyExc_ValueError, "Preroll was not initialised");
-        return -1;
-    }
-    return 0;
-}
-
-static PyObject *Preroll_append(Preroll *self, PyObject *item) {
-    if (check_ready(self) < 0)
-        return NULL;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(item, 0)) ||
-        !PyObject_CheckBuffer(PyTuple_GET_ITEM(item, 1))) {
-        PyErr_SetString(PyExc_TypeError, "Preroll.append((timestamp: int, payload: bytes))");
-        return NULL;
-    }
-    long long timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
-    if (timestamp == -1 && PyErr_Occurred())
-        return NULL;
-    /* Kept as exact bytes (a bytearray or a view is copied): they refer to nothing. */
-    PyObject *payload = PyTuple_GET_ITEM(item, 1);
-    if (PyBytes_CheckExact(payload))
-        Py_INCREF(payload);
-    else if ((payload = PyBytes_FromObject(payload)) == NULL)
-        return NULL;
-    preroll_push(self, timestamp, payload);
-    Py_DECREF(payload);
-    Py_RETURN_NONE;
-}
-
-static PyObject *Preroll_clear(Preroll *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->payloads != NULL)
-        Preroll_drop(self);
-    Py_RETURN_NONE;
-}
-
-/* The frames as a list of (timestamp, payload), oldest first. */
-static PyObject *Preroll_list(Preroll *self) {
-    PyObject *list = PyList_New(self->size);
-    if (list == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < self->size; i++) {
-        Py_ssize_t slot = (self->head + i) % self->maxlen;
-        PyObject *timestamp = PyLong_FromLongLong(self->timestamps[slot]);
-        PyObject *item = timestamp == NULL ? NULL : PyTuple_Pack(2, timestamp,
-                                                                 self->payloads[slot]);
-        Py_XDECREF(timestamp);
-        if (item == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, item);
-    }
-    return list;
-}
-
-static PyObject *Preroll_iter(Preroll *self) {
-    PyObject *list = Preroll_list(self);
-    if (list == NULL)
-        return NULL;
-    PyObject *it = PyObject_GetIter(list); /* a snapshot: appending meanwhile is safe */
-    Py_DECREF(list);
-    return it;
-}
-
-static Py_ssize_t Preroll_len(Preroll *self) {
-    return self->size;
-}
-
-static PySequenceMethods Preroll_sequence = {
-    .sq_length = (lenfunc)Preroll_len,
-};
-
-static PyMethodDef Preroll_methods[] = {
-    {"append", (PyCFunction)Preroll_append, METH_O,
-     "append((timestamp, payload)): add a frame; the oldest goes when full."},
-    {"clear", (PyCFunction)Preroll_clear, METH_NOARGS, "clear(): no frames."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyMemberDef Preroll_members[] = {
-    {"maxlen", T_PYSSIZET, offsetof(Preroll, maxlen), READONLY, "the most frames kept"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject PrerollType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "callhook.media._inlet.Preroll",
-    .tp_doc = "Preroll(maxlen): the last frames a caller sent, (timestamp, payload), oldest "
-              "first: a bounded deque kept in C.",
-    .tp_basicsize = sizeof(Preroll),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Preroll_init,
-    .tp_dealloc = (destructor)Preroll_dealloc,
-    .tp_as_sequence = &Preroll_sequence,
-    .tp_iter = (getiterfunc)Preroll_iter,
-    .tp_methods = Preroll_methods,
-    .tp_members = Preroll_members,
 };
 
 /* ----------------------------------------------------------------------- Inlet */
@@ -598,8 +427,9 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     /* session.py's _audio when nothing but detection (and a recording in its usual
      * step) hears the caller. */
     self->last_audio = now;
-    if (Py_IS_TYPE(self->preroll, &PrerollType) && ((Preroll *)self->preroll)->payloads) {
-        preroll_push((Preroll *)self->preroll, ts, payload);
+    if (Py_IS_TYPE(self->preroll, &callhook_PrerollType) &&
+        ((Preroll *)self->preroll)->payloads) {
+        callhook_preroll_push((Preroll *)self->preroll, ts, payload);
     } else {
         PyObject *ts_obj = PyLong_FromLongLong(ts);
         PyObject *entry = ts_obj == NULL ? NULL : PyTuple_Pack(2, ts_obj, payload);
@@ -756,7 +586,7 @@ PyMODINIT_FUNC PyInit__inlet(void) {
             return NULL;
     }
     if (PyType_Ready(&ReceiverCoreType) < 0 || PyType_Ready(&InletType) < 0 ||
-        PyType_Ready(&PrerollType) < 0)
+        PyType_Ready(&callhook_PrerollType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -773,9 +603,9 @@ PyMODINIT_FUNC PyInit__inlet(void) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_INCREF(&PrerollType);
-    if (PyModule_AddObject(m, "Preroll", (PyObject *)&PrerollType) < 0) {
-        Py_DECREF(&PrerollType);
+    Py_INCREF(&callhook_PrerollType);
+    if (PyModule_AddObject(m, "Preroll", (PyObject *)&callhook_PrerollType) < 0) {
+        Py_DECREF(&callhook_PrerollType);
         Py_DECREF(m);
         return NULL;
     }

@@ -174,8 +174,7 @@ class MediaSession(Inlet):
         #: SRTP (RFC 3711) keys of the call, when its SDP agreed on SDES keys (RFC 4568).
         self.srtp: SrtpContext | None = None
         self.malformed = 0
-        # RTCP (media/reporting.py)
-        self.reports: CallReports = CallReports(self.sender, self.receiver)
+        self.reports: CallReports = CallReports(self.sender, self.receiver)  # RTCP
 
     # --- receive ----------------------------------------------------------------------
 
