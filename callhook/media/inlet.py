@@ -12,8 +12,8 @@ uses them as ordinary attributes, and :func:`take_all` takes the usual packets o
 a whole media tick (:mod:`callhook.adapters.media`) in one call. The session's struct
 (``_inlet.h``) also holds the fields the tick's other C steps read for every call
 (:mod:`callhook.media.outlet`, :mod:`callhook.media.gate`): they read them as struct
-fields rather than looking each one up by name, which under load cost a tenth of a
-serve's CPU. A caller's
+fields rather than looking each one up by name, which under load cost about 5 % of
+a serve's CPU (perf, 200 calls). A caller's
 recording hears the packet too: when the frame is the recording's usual one (the next
 on its timeline, in the call's law, into a :class:`~callhook.store.wavfile.WavWriter`
 that takes it whole and is not due to write its file), C adds it to the file's
