@@ -20,6 +20,10 @@ replayed to a process that only echoes them; its CPU per call-second, and callho
 CPU as a multiple of it, the figure that holds still on a noisy machine), the gaps
 between consecutive RTP packets callhook sends on a call (p50/p99/max, from a tcpdump
 capture on loopback; ideal 20 ms), and page request latency as callhook measured it.
+Under it, the CPU split three ways (``/api/stats``' thread clocks, no profiler): the
+media ticks, the event loop's thread outside them (SIP, the calls' runners, their
+pages and logs), and the rest (the speech and database threads; with workers, the
+supervisor and Kamailio too).
 Needs ``sipp`` and ``tcpdump`` (Debian ``sip-tester``, ``tcpdump``) and root for the
 capture.
 """
@@ -334,6 +338,8 @@ def run_load(
         stderr=subprocess.STDOUT,
     )
     wait_started(workdir / f"callhook-{label}.log", server)
+    secret = (data / "secret").read_text().strip()
+    loop_before = loop_cpu(get_json(f"http://127.0.0.1:{http}/api/stats", secret))
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{label}.pcap"
     dump = capture(pcap)
@@ -348,8 +354,8 @@ def run_load(
     sampler.join()
     dump.send_signal(signal.SIGINT)
     dump.wait(timeout=10)
-    secret = (data / "secret").read_text().strip()
     stats = get_json(f"http://127.0.0.1:{http}/api/stats", secret)
+    loop_after = loop_cpu(stats)
     app = get_json(f"{app_base}/stats")
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=60)
@@ -374,6 +380,12 @@ def run_load(
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
     extra = from_capture(pcap) if from_capture is not None else {}
     floor_cpu = floor.measure(pcap)  # the same streams, echoed by a process doing nothing else
+    tick_cpu, loop_cpu_s = loop_after[0] - loop_before[0], loop_after[1] - loop_before[1]
+    split = {
+        "tick": tick_cpu,  # the media ticks
+        "control": loop_cpu_s - tick_cpu,  # the loop's thread outside them: SIP, runners, pages
+        "other": cpu_total - loop_cpu_s,  # the other threads (and processes, with workers)
+    }
     pcap.unlink(missing_ok=True)
     return {
         "n": n,
@@ -387,6 +399,9 @@ def run_load(
         "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else float("nan"),
         "floor_ms_per_call_s": floor_cpu * 1000 / call_seconds if call_seconds else float("nan"),
         "floor_ratio": cpu_total / floor_cpu if floor_cpu > 0 else float("nan"),
+        "split_ms_per_call_s": {
+            k: v * 1000 / call_seconds if call_seconds else float("nan") for k, v in split.items()
+        },
         "cpu_pct": pct,
         "rss_mb": rss_mb,
         "gap_p50": p50,
@@ -403,6 +418,16 @@ def run_load(
         "final": app["final"],
         **extra,
     }
+
+
+def loop_cpu(stats: dict) -> tuple[float, float]:  # type: ignore[type-arg]
+    """The CPU seconds the event loops' threads spent in media ticks, and in all, so far
+    (``/api/stats``; with workers, summed over them)."""
+    each = stats.get("workers") or [stats]
+    return (
+        sum(w.get("cpu_media_tick_s") or 0.0 for w in each),
+        sum(w.get("cpu_loop_s") or 0.0 for w in each),
+    )
 
 
 def asterisk_reference(kit: Path) -> str:
@@ -473,6 +498,15 @@ def main() -> None:
                     f"{tick['took_max_ms']:.1f} ms; gc pauses {r['gc']}",
                     flush=True,
                 )
+            split = r["split_ms_per_call_s"]
+            assert isinstance(split, dict)
+            print(
+                f"       CPU ms/call-s: media ticks {split['tick']:.2f}, the loop's thread "
+                f"outside them (SIP, runners, pages) {split['control']:.2f}, the rest "
+                f"(other threads{', supervisor, Kamailio' if workers > 1 else ''}) "
+                f"{split['other']:.2f}",
+                flush=True,
+            )
     finally:
         app.terminate()
 

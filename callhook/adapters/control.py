@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from callhook.adapters.farleg import FarLeg
@@ -63,6 +64,10 @@ class Control:
             media_streams=len(media.streams) if media else 0,
             media_late_ticks=media.late_ticks if media else 0,
             media_tick=tick,
+            # The event loop's thread's CPU (this handler runs on it), and the part of
+            # it the media ticks took: the rest is SIP, the calls' runners and pages.
+            cpu_loop_s=round(time.thread_time(), 3),
+            cpu_media_tick_s=round(media.tick_cpu, 3) if media else 0.0,
             speech=self.services.speech.snapshot(),
             notifications=(
                 self.services.notifier.snapshot() if self.services.notifier is not None else {}
