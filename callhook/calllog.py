@@ -18,13 +18,13 @@ with the application instance id); the other lines do too at DEBUG
 from __future__ import annotations
 
 import contextlib
-import datetime
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from callhook.clock import Clock
 from callhook.events import (
@@ -73,6 +73,22 @@ Listener = Callable[[str, str], None]
 HELD_MAX = 2000
 
 
+def wall_stamp(t: float) -> str:
+    """``t`` (seconds since the epoch) as a line's UTC time to the millisecond
+    (``2026-11-28T07:46:38.228Z``: ISO 8601, truncated as ``isoformat`` does)."""
+    second = int(t)
+    micro = round((t - second) * 1e6)  # to the microsecond first, as datetime does
+    if micro >= 1_000_000:
+        second, micro = second + 1, micro - 1_000_000
+    # A call writes some forty lines: the date and time of day are formatted once a second.
+    if second != _stamp[0]:
+        _stamp[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{_stamp[1]}.{micro // 1000:03d}Z"
+
+
+_stamp: list[Any] = [None, ""]  # the second last formatted, and its text
+
+
 class CallLog:
     """Writes one call's log lines to ``path`` (if given), the server log and listeners."""
 
@@ -107,8 +123,7 @@ class CallLog:
             # A caller's text that was not UTF-8 (kept as surrogates by the SIP parser)
             # is written escaped: the line is kept, and the file stays UTF-8.
             text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-        wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-        wall = wall.replace("+00:00", "Z")
+        wall = wall_stamp(time.time())
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()
         self.lines.append(line)
         if self._file is not None:

@@ -9,8 +9,8 @@ registrar, and that shapes the answers (noted per check).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection
+from functools import lru_cache
 
 from callhook.sip.grammar import (
     SipMessageError,
@@ -155,11 +155,13 @@ def unsupported_options(req: Request, supported: Collection[str]) -> list[str]:
 
 def _check_fields(headers: Headers, what: str) -> str | None:
     """The mandatory fields are present, single and well formed; else the problem."""
-    counts = Counter(name for name, _ in headers.items())  # known names are canonical
-    missing = [name for name in _MANDATORY if not counts[name]]
+    counts: dict[str, int] = {}
+    for name, _ in headers.items():  # known names are canonical
+        counts[name] = counts.get(name, 0) + 1
+    missing = [name for name in _MANDATORY if name not in counts]
     if missing:
         return f"missing {', '.join(missing)}"
-    repeated = [name for name in _SINGLE if counts[name] > 1]
+    repeated = [name for name in _SINGLE if counts.get(name, 0) > 1]
     if repeated:
         return f"more than one {', '.join(repeated)}"
     for name in ("From", "To"):
@@ -174,18 +176,38 @@ def _check_fields(headers: Headers, what: str) -> str | None:
         return f"bad Call-ID {show(call_id)}"
     try:
         parse_cseq(headers.get("CSeq") or "")
-        for via in headers.get_all("Via"):
-            parse_via(via)
     except SipMessageError as exc:
         return exc.reason
-    if not headers.get_all("Via"):
+    vias = headers.get_all("Via")
+    for via in vias:
+        problem = _via_problem(via)
+        if problem is not None:
+            return problem
+    if not vias:
         return f"empty Via in {what}"
     return None
 
 
 def _bad_address(value: str, name: str) -> str | None:
+    problem = _address_problem(value)
+    return None if problem is None else f"{name}: {problem}"
+
+
+# A call's requests repeat the same From, To and Via values: each is judged once while
+# it is among the values seen last (the verdict depends on the text alone).
+@lru_cache(maxsize=1024)
+def _address_problem(value: str) -> str | None:
     try:
         parse_name_addr(value)
     except SipMessageError as exc:
-        return f"{name}: {exc.reason}"
+        return exc.reason
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _via_problem(value: str) -> str | None:
+    try:
+        parse_via(value)
+    except SipMessageError as exc:
+        return exc.reason
     return None

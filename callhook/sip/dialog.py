@@ -44,7 +44,7 @@ class Dialog:
             local_tag=local_tag,
             remote_tag=invite.from_tag or "",
             local_uri=_without_tag(invite.headers.get("To") or ""),
-            remote_uri=_without_tag(invite.headers.get("From") or ""),
+            remote_uri=caller,
             # No Contact (an RFC 2543 caller may omit it): the caller's address of record.
             remote_target=_target(contact, _target(caller, invite.uri)),
             # The UAS keeps the Record-Route order (§12.1.1).

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from callhook.sip.grammar import (
     NameAddr,
@@ -272,10 +273,8 @@ class _Message:
     @property
     def branch(self) -> str | None:
         """The top Via's branch, or None (no Via, unparseable Via, or RFC 2543 peer)."""
-        try:
-            return self.top_via.branch
-        except SipMessageError:
-            return None
+        value = self.headers.get("Via")
+        return None if value is None else _branch(value)
 
     @property
     def from_tag(self) -> str | None:
@@ -288,11 +287,25 @@ class _Message:
         return _tag(self.headers.get("To"))
 
 
-def _tag(value: str | None) -> str | None:
-    if value is None:
-        return None
+# A call's messages carry the same From, To and Via values again and again, and the
+# transaction and dialog layers ask for their tags and branch several times a message:
+# those answers (strings, never changed) are kept for the values seen last.
+@lru_cache(maxsize=1024)
+def _tag_of(value: str) -> str | None:
     try:
         return parse_name_addr(value).tag
+    except SipMessageError:
+        return None
+
+
+def _tag(value: str | None) -> str | None:
+    return None if value is None else _tag_of(value)
+
+
+@lru_cache(maxsize=1024)
+def _branch(value: str) -> str | None:
+    try:
+        return parse_via(value).branch
     except SipMessageError:
         return None
 

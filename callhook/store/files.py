@@ -50,6 +50,8 @@ LIST_MAX = 1000
 
 _PREFIX = re.compile(r"[A-Za-z0-9_./-]*")
 _SAFE_APP = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: The most application directories MediaStore keeps resolved (one per application).
+_BASES_KEPT = 1000
 
 
 #: The older name of :class:`BadName`: callers that catch it catch every refused name.
@@ -131,6 +133,10 @@ class MediaStore:
         #: and withdraws its notification (app.py). Whoever deletes, the rules hold.
         self.before_delete: Callable[[Path], object] | None = None
         self.after_delete: Callable[[str, str], object] | None = None
+        # Each application's directory, resolved once it exists (resolving costs a system
+        # call per component, and every call asks for a few paths): a namespace an
+        # operator points elsewhere while serve runs is seen at the next start.
+        self._bases: dict[str, Path] = {}
 
     # --- names ------------------------------------------------------------------------------
 
@@ -146,10 +152,14 @@ class MediaStore:
     def path(self, app: str, name: str) -> Path:
         """Where ``name`` of application ``app`` lives on disk; raises :class:`BadName`."""
         parts = self.check_name(name)
-        base = self.namespace(app).resolve()
-        current = base
+        base = self._bases.get(app)
+        if base is None:
+            base = self.namespace(app).resolve()
+            if base.is_dir() and len(self._bases) < _BASES_KEPT:
+                self._bases[app] = base
+        current = str(base)
         for i, part in enumerate(parts):
-            current = current / part
+            current = os.path.join(current, part)
             try:
                 mode = os.lstat(current).st_mode
             except (FileNotFoundError, NotADirectoryError):

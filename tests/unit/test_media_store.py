@@ -138,6 +138,21 @@ def test_a_symlinked_namespace_directory_is_the_operators_choice(
     assert (elsewhere / "a.wav").read_bytes() == b"data"
 
 
+def test_a_namespace_linked_after_a_first_lookup_is_followed(
+    store: MediaStore, tmp_path: Path
+) -> None:
+    # The store keeps an application's resolved directory once it exists; asked before
+    # it does, it must not keep the guess.
+    store.root.mkdir()
+    assert store.path("app", "a.wav") == store.root.resolve() / "app" / "a.wav"
+    elsewhere = tmp_path / "big-disk"
+    elsewhere.mkdir()
+    (store.root / "app").symlink_to(elsewhere)
+    assert store.path("app", "a.wav") == elsewhere.resolve() / "a.wav"
+    store.write_atomic("app", "a.wav", b"data")
+    assert (elsewhere / "a.wav").read_bytes() == b"data"
+
+
 # --- writing --------------------------------------------------------------------------------
 
 
