@@ -1,6 +1,6 @@
 """The media tick's Python per call and tick, in isolation: µs of each step for N calls.
 
-    .venv/bin/python -m bench.media_tick [--calls 300] [--ticks 250]
+    .venv/bin/python -m bench.media_tick [--calls 300] [--ticks 250] [--sweep-mb 0]
 
 N sessions (PCMU) each receive one 20 ms packet per tick, exactly as the engine
 (``adapters/media.py``) drives them, with no sockets and nothing else running:
@@ -21,6 +21,8 @@ audio (no telephone-event: the in-band detector runs on every frame). A call's
 socket IO (one ``recvfrom`` and one ``sendto`` per tick) comes on top; so does,
 under load, what the rest of the process does to the CPU's caches:
 ``bench.ivr_load`` measures the whole. Issue 19's note compares the two.
+``--sweep-mb N`` writes N MB between ticks (not timed), as the rest of a loaded
+process does, so the tick starts with cold caches.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from callhook.media.session import MediaSession
 PEER = ("127.0.0.1", 5004)
 
 
-def run(calls: int, ticks: int, events: bool, native: bool) -> dict[str, float]:
+def run(calls: int, ticks: int, events: bool, native: bool, sweep_mb: int = 0) -> dict[str, float]:
     """µs per call and tick of each step (see the module docstring); ``native``: with
-    the C paths of the usual packets and frames, as the engine runs."""
+    the C paths of the usual packets and frames, as the engine runs; ``sweep_mb``: MB
+    written between ticks."""
     sessions = [
         MediaSession("PCMU", 0, 101 if events else None, PEER, label=f"call {i}")
         for i in range(calls)
@@ -58,8 +61,11 @@ def run(calls: int, ticks: int, events: bool, native: bool) -> dict[str, float]:
     spent = dict.fromkeys(("receive", "measure", "detect", "tick"), 0.0)
     now = 1000.0
     clock = time.perf_counter
+    sweep = np.zeros(sweep_mb << 17, dtype=np.float64)  # 8 bytes each
     for t in range(ticks):
         now += 0.02
+        if sweep_mb:
+            sweep += 1.0  # the caches, as the rest of the process leaves them
         a = clock()
         received = [((None, s), packets[i][t], PEER) for i, s in enumerate(sessions)]
         rest = inlet.take_all(received, now)[0] if native else received
@@ -92,13 +98,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--ticks", type=int, default=250)
+    parser.add_argument("--sweep-mb", type=int, default=0)
     args = parser.parse_args()
-    print(f"media tick, {args.calls} calls x {args.ticks} ticks: µs per call and tick")
+    sweep = f", {args.sweep_mb} MB swept between ticks" if args.sweep_mb else ""
+    print(f"media tick, {args.calls} calls x {args.ticks} ticks{sweep}: µs per call and tick")
     for native in (True, False):
         print("  the usual packets and frames in C:" if native else "  Python alone:")
         for events in (True, False):
             kind = "digits as events " if events else "digits in the audio"
-            figures = run(args.calls, args.ticks, events, native)
+            figures = run(args.calls, args.ticks, events, native, args.sweep_mb)
             steps = "  ".join(f"{step} {us:5.2f}" for step, us in figures.items())
             print(f"    {kind}: {steps}  total {sum(figures.values()):5.2f}")
 
