@@ -20,10 +20,11 @@ replayed to a process that only echoes them; its CPU per call-second, and callho
 CPU as a multiple of it, the figure that holds still on a noisy machine), the gaps
 between consecutive RTP packets callhook sends on a call (p50/p99/max, from a tcpdump
 capture on loopback; ideal 20 ms), and page request latency as callhook measured it.
-Under it, the CPU split three ways (``/api/stats``' thread clocks, no profiler): the
-media ticks, the event loop's thread outside them (SIP, the calls' runners, their
-pages and logs), and the rest (the speech and database threads; with workers, the
-supervisor and Kamailio too).
+Under it, the CPU split three ways (``/api/stats``' thread clocks, no profiler, read
+with the processes' CPU just before SIPp starts and after it ends): the media ticks,
+the event loop's thread outside them (SIP, the calls' runners, their pages and logs),
+and the rest (the speech and database threads; with workers, the supervisor and
+Kamailio too).
 Needs ``sipp`` and ``tcpdump`` (Debian ``sip-tester``, ``tcpdump``) and root for the
 capture.
 """
@@ -339,7 +340,9 @@ def run_load(
     )
     wait_started(workdir / f"callhook-{label}.log", server)
     secret = (data / "secret").read_text().strip()
+    # The split's own window: the threads' clocks and the processes' CPU read together.
     loop_before = loop_cpu(get_json(f"http://127.0.0.1:{http}/api/stats", secret))
+    process_before = Sampler(server.pid).read()
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{label}.pcap"
     dump = capture(pcap)
@@ -356,6 +359,7 @@ def run_load(
     dump.wait(timeout=10)
     stats = get_json(f"http://127.0.0.1:{http}/api/stats", secret)
     loop_after = loop_cpu(stats)
+    process_after = Sampler(server.pid).read()
     app = get_json(f"{app_base}/stats")
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=60)
@@ -380,11 +384,16 @@ def run_load(
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
     extra = from_capture(pcap) if from_capture is not None else {}
     floor_cpu = floor.measure(pcap)  # the same streams, echoed by a process doing nothing else
+    nan = float("nan")
     tick_cpu, loop_cpu_s = loop_after[0] - loop_before[0], loop_after[1] - loop_before[1]
+    if loop_after[2] != loop_before[2] or process_before is None or process_after is None:
+        tick_cpu = loop_cpu_s = process_cpu = nan  # a worker did not answer, or serve died
+    else:
+        process_cpu = process_after[0] - process_before[0]
     split = {
         "tick": tick_cpu,  # the media ticks
         "control": loop_cpu_s - tick_cpu,  # the loop's thread outside them: SIP, runners, pages
-        "other": cpu_total - loop_cpu_s,  # the other threads (and processes, with workers)
+        "other": process_cpu - loop_cpu_s,  # the other threads (and processes, with workers)
     }
     pcap.unlink(missing_ok=True)
     return {
@@ -420,13 +429,14 @@ def run_load(
     }
 
 
-def loop_cpu(stats: dict) -> tuple[float, float]:  # type: ignore[type-arg]
+def loop_cpu(stats: dict) -> tuple[float, float, int]:  # type: ignore[type-arg]
     """The CPU seconds the event loops' threads spent in media ticks, and in all, so far
-    (``/api/stats``; with workers, summed over them)."""
-    each = stats.get("workers") or [stats]
+    (``/api/stats``; with workers, summed over them), and how many answered."""
+    each = [w for w in stats.get("workers") or [stats] if "cpu_loop_s" in w]
     return (
-        sum(w.get("cpu_media_tick_s") or 0.0 for w in each),
-        sum(w.get("cpu_loop_s") or 0.0 for w in each),
+        sum(w["cpu_media_tick_s"] for w in each),
+        sum(w["cpu_loop_s"] for w in each),
+        len(each),
     )
 
 

@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from callhook.clock import Clock
 from callhook.events import (
@@ -73,20 +73,21 @@ Listener = Callable[[str, str], None]
 HELD_MAX = 2000
 
 
-def wall_stamp(t: float) -> str:
-    """``t`` (seconds since the epoch) as a line's UTC time to the millisecond
-    (``2026-11-28T07:46:38.228Z``: ISO 8601, truncated as ``isoformat`` does)."""
-    second = int(t)
-    micro = round((t - second) * 1e6)  # to the microsecond first, as datetime does
-    if micro >= 1_000_000:
-        second, micro = second + 1, micro - 1_000_000
-    # A call writes some forty lines: the date and time of day are formatted once a second.
-    if second != _stamp[0]:
-        _stamp[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
-    return f"{_stamp[1]}.{micro // 1000:03d}Z"
+def wall_stamp(ns: int) -> str:
+    """``ns`` (nanoseconds since the epoch, ``time.time_ns()``) as a line's UTC time,
+    down to the millisecond (``2026-11-28T07:46:38.228Z``: ISO 8601, what
+    ``datetime.now(UTC).isoformat(timespec="milliseconds")`` says, with ``Z``)."""
+    global _stamp
+    second, ms = divmod(ns // 1_000_000, 1000)  # rounded down, as datetime.now is
+    # A call writes some forty lines: the date and time of day are formatted once a
+    # second (one tuple, replaced whole: a reader on another thread sees a pair).
+    stamp = _stamp
+    if stamp[0] != second:
+        stamp = _stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{stamp[1]}.{ms:03d}Z"
 
 
-_stamp: list[Any] = [None, ""]  # the second last formatted, and its text
+_stamp: tuple[int, str] = (-1, "")  # the second last formatted, and its text
 
 
 class CallLog:
@@ -123,7 +124,7 @@ class CallLog:
             # A caller's text that was not UTF-8 (kept as surrogates by the SIP parser)
             # is written escaped: the line is kept, and the file stays UTF-8.
             text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-        wall = wall_stamp(time.time())
+        wall = wall_stamp(time.time_ns())
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()
         self.lines.append(line)
         if self._file is not None:

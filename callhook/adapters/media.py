@@ -47,9 +47,10 @@ packet, which profiling showed to be half of the media path's cost. Packets
 wait at most one tick (20 ms) before they are looked at. The tick keeps its
 phase on a fixed 20 ms grid: after a late tick the missed slots run at once
 (up to :data:`MAX_CATCH_UP`), so a short stall does not make calls' media clocks slip.
-After a longer one (a stopped process, an overloaded machine) the slots beyond are
-skipped: every call's audio goes on from where it was, and its prompt ends that much
-later (under the load kit's overload a 3 s prompt took up to 6 s: docs/scaling.md).
+After a longer one (a stopped process, an overloaded machine) every missed slot is
+skipped and the grid starts again from now: every call's audio goes on from where it
+was, and its prompt ends that much later (under the load kit's overload a 3 s prompt
+took up to 6 s: docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -9,29 +9,28 @@ from hypothesis import strategies as st
 
 from callhook.calllog import wall_stamp
 
-
-def isoformat(t: float) -> str:
-    """What the lines said before: datetime's ISO 8601 to the millisecond, in UTC."""
-    stamp = datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-@given(st.floats(min_value=1.6e9, max_value=4.1e9))
-def test_a_line_time_is_datetimes_iso_8601_to_the_millisecond(t: float) -> None:
-    assert wall_stamp(t) == isoformat(t)
+def isoformat(ns: int) -> str:
+    """What the lines said before: ``datetime.now(UTC)`` (the clock rounded down to the
+    microsecond) in ISO 8601 to the millisecond, with Z."""
+    now = EPOCH + datetime.timedelta(microseconds=ns // 1000)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def test_line_times_near_a_second_and_a_day_boundary() -> None:
-    midnight = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC).timestamp()
-    for t in (
-        midnight - 0.0000004,  # rounds up to the next day, as datetime rounds it
-        midnight - 0.0000006,
-        midnight - 0.0005,
-        midnight,
-        midnight + 0.9994999,
-        midnight + 0.9999996,
-        1888848544.7819996,  # a float just under .782: datetime says .782
-    ):
-        assert wall_stamp(t) == isoformat(t), t
-    assert wall_stamp(midnight - 0.0000004) == "2026-11-28T00:00:00.000Z"
-    assert wall_stamp(midnight - 0.0005) == "2026-11-27T23:59:59.999Z"
+@given(st.integers(min_value=1_600_000_000 * 10**9, max_value=4_100_000_000 * 10**9))
+def test_a_line_time_is_datetimes_iso_8601_to_the_millisecond(ns: int) -> None:
+    assert wall_stamp(ns) == isoformat(ns)
+
+
+def test_line_times_are_rounded_down_at_a_second_and_a_day_boundary() -> None:
+    midnight = int(datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC).timestamp()) * 10**9
+    for ns in (midnight - 1, midnight - 400, midnight - 999_999, midnight, midnight + 999_999):
+        assert wall_stamp(ns) == isoformat(ns), ns
+    assert wall_stamp(midnight - 1) == "2026-11-27T23:59:59.999Z"
+    assert wall_stamp(midnight) == "2026-11-28T00:00:00.000Z"
+    assert wall_stamp(midnight + 999_999) == "2026-11-28T00:00:00.000Z"
+    assert wall_stamp(midnight + 1_000_000) == "2026-11-28T00:00:00.001Z"
+    # The second before again (the cached text is the other second's now).
+    assert wall_stamp(midnight - 1_000_001) == "2026-11-27T23:59:59.998Z"
