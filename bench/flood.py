@@ -347,7 +347,8 @@ def calls(serve: Serve, count: int, kit: Path, app_base: str, workdir: Path, lab
     cpu0, t0 = cpu_seconds(serve.sampler), time.monotonic()
     at_once = count // 5
     sipp = subprocess.run(
-        ["sipp", "-sf", "ivr_uac.xml", *sipp_common(at_once), "-mp", "6000"],
+        ["sipp", "-sf", "ivr_uac.xml", *sipp_common(at_once), "-mp", "6000",
+         "-error_file", str(workdir / f"sipp-{label}-errors.log")],
         cwd=kit / "scenarios", capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     screen = sipp.stdout + sipp.stderr

@@ -350,6 +350,10 @@ def run_load(
     sampler = Sampler(server.pid)
     sampler.start()
     started = time.monotonic()
+    # SIPp's unexpected messages go to the work dir (its default: beside the scenario,
+    # which is the shared kit).
+    errors = workdir / f"sipp-{label}-errors.log"
+    sipp_command = [*sipp_command, "-error_file", str(errors)]
     sipp = subprocess.run(sipp_command, cwd=sipp_cwd, capture_output=True, text=True)
     elapsed = time.monotonic() - started
     time.sleep(2.0)  # final pages, last packets
