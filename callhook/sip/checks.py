@@ -9,7 +9,7 @@ registrar, and that shapes the answers (noted per check).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import lru_cache
 
 from callhook.sip.grammar import (
@@ -180,7 +180,7 @@ def _check_fields(headers: Headers, what: str) -> str | None:
         return exc.reason
     vias = headers.get_all("Via")
     for via in vias:
-        problem = _via_problem(via)
+        problem = _problem(parse_via, via)
         if problem is not None:
             return problem
     if not vias:
@@ -189,25 +189,17 @@ def _check_fields(headers: Headers, what: str) -> str | None:
 
 
 def _bad_address(value: str, name: str) -> str | None:
-    problem = _address_problem(value)
+    problem = _problem(parse_name_addr, value)
     return None if problem is None else f"{name}: {problem}"
 
 
 # A call's requests repeat the same From, To and Via values: each is judged once while
-# it is among the values seen last (the verdict depends on the text alone).
-@lru_cache(maxsize=1024)
-def _address_problem(value: str) -> str | None:
+# it is among the values seen last (the verdict depends on the parser and the text alone).
+@lru_cache(maxsize=2048)
+def _problem(parse: Callable[[str], object], value: str) -> str | None:
+    """Why ``parse`` refuses ``value`` (None: it takes it)."""
     try:
-        parse_name_addr(value)
-    except SipMessageError as exc:
-        return exc.reason
-    return None
-
-
-@lru_cache(maxsize=1024)
-def _via_problem(value: str) -> str | None:
-    try:
-        parse_via(value)
+        parse(value)
     except SipMessageError as exc:
         return exc.reason
     return None
