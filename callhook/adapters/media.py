@@ -139,7 +139,7 @@ _python_logged = False
 def _say_if_in_python() -> None:
     """Say once if the usual packets and frames run in Python (no extension built)."""
     global _python_logged
-    missing = [m.__name__ for m in (inlet, outlet, gate) if not m.native()]
+    missing = [m.__name__ for m in (inlet, outlet, gate, frames) if not m.native()]
     if missing and not _python_logged:
         _python_logged = True
         logger.warning(

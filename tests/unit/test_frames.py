@@ -5,16 +5,20 @@ one by one or with every other call's."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callhook.adapters.media import MediaEngine
 from callhook.events import DigitReceived
-from callhook.media import frames, g711, tones
+from callhook.media import _frames, frames, g711, tones
 from callhook.media.dtmfsend import inband
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
+from tests.native import without
 
 
 def _payloads(law: g711.Law) -> list[bytes]:
@@ -232,3 +236,72 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
         assert 0 < python_frames < len(audio) // 2
     finally:
         engine.shutdown()
+
+
+# --- the C path (_frames.c) against the numpy reference ------------------------------------
+
+
+def test_the_extension_is_built() -> None:
+    assert frames.native(), "callhook.media._frames was not built: rerun scripts/setup"
+
+
+@pytest.mark.parametrize("law", ["ulaw", "alaw"])
+def test_every_code_decodes_and_measures_as_the_reference(law: g711.Law) -> None:
+    # Every one of the 256 codes in every position, and the loudest frames of both signs:
+    # the sum of squares at its largest (exact in both paths).
+    every = bytes(range(256))
+    payloads = [(every * 2)[i : i + 160] for i in range(0, 256, 16)]
+    loud = g711.encode(law, np.full(160, -32768, np.int16))
+    payloads += [loud, g711.encode(law, np.full(160, 32767, np.int16))]
+    rows, powers = frames.decode_measure_native(law, payloads)
+    want_rows, want_powers = frames.decode_measure_python(law, payloads)
+    assert rows.dtype == np.int16 and rows.shape == (len(payloads), 160)
+    assert np.array_equal(rows, want_rows)
+    assert powers == want_powers  # to the bit
+    assert powers[-2] == float(int(g711.decode(law, loud)[0]) ** 2)
+
+
+@given(
+    st.lists(st.binary(min_size=160, max_size=160), min_size=1, max_size=40),
+    st.sampled_from(["ulaw", "alaw"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_any_frames_decode_and_measure_as_the_reference(
+    payloads: list[bytes], law: g711.Law
+) -> None:
+    rows, powers = frames.decode_measure_native(law, payloads)
+    want_rows, want_powers = frames.decode_measure_python(law, payloads)
+    assert np.array_equal(rows, want_rows)
+    assert powers == want_powers
+
+
+def test_the_c_path_refuses_what_it_cannot_measure() -> None:
+    table = g711.ULAW_DECODE
+    frame = b"\x10" * 160
+    with pytest.raises(ValueError, match="different lengths"):
+        _frames.decode_measure(table, [frame, frame[:80]], np.empty((2, 160), np.int16))
+    with pytest.raises(ValueError, match="one int16 row"):
+        _frames.decode_measure(table, [frame, frame], np.empty((1, 160), np.int16))
+    with pytest.raises(ValueError, match="256 int16"):
+        _frames.decode_measure(table[:128], [frame], np.empty((1, 160), np.int16))
+    with pytest.raises(TypeError, match="not bytes"):
+        wrong: list[Any] = [bytearray(frame)]  # (packets are bytes; nothing else is read)
+        _frames.decode_measure(table, wrong, np.empty((1, 160), np.int16))
+    read_only = np.empty((1, 160), np.int16)
+    read_only.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):
+        _frames.decode_measure(table, [frame], read_only)
+    assert _frames.decode_measure(table, [], np.empty((0, 160), np.int16)) == []
+
+
+FALLBACK = """
+from callhook.media import frames
+assert not frames.native()
+m = frames.measure("ulaw", [b"\\x00" * 160, b"\\x80" * 160, b"\\x00" * 80])
+assert len(m.samples) == 3 and m.powers[0] == m.powers[1] > 0
+print("ok")
+"""
+
+
+def test_without_the_extension_numpy_measures() -> None:
+    assert without(["callhook.media._frames"], FALLBACK).strip() == "ok"
