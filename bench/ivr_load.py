@@ -43,6 +43,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import urllib.request
@@ -50,6 +51,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import clocks as bench_clocks
 from bench import floor
 from callhook.media import wav
 
@@ -249,14 +251,28 @@ def load_config(workdir: Path) -> Path:
 
 
 def run_step(
-    n: int, kit: Path, app_base: str, workdir: Path, workers: int = 1
+    n: int,
+    kit: Path,
+    app_base: str,
+    workdir: Path,
+    workers: int = 1,
+    clocks: Path | None = None,
 ) -> dict[str, object]:
-    """One load step of the kit's own call: N calls at once, 5 x N in all."""
+    """One load step of the kit's own call: N calls at once, 5 x N in all (``clocks``: the
+    loop thread's CPU by function kept there, :mod:`bench.clocks`)."""
     data = workdir / f"data-{n}-{workers}"
     prepare_data(data, kit)
     sipp = ["sipp", "-sf", "ivr_uac.xml", *sipp_common(n), "-mp", "6000"]
     return run_load(
-        n, data, f"{n}-{workers}", app_base, workdir, sipp, kit / "scenarios", workers=workers
+        n,
+        data,
+        f"{n}-{workers}",
+        app_base,
+        workdir,
+        sipp,
+        kit / "scenarios",
+        workers=workers,
+        clocks=clocks,
     )
 
 
@@ -306,15 +322,21 @@ def run_load(
     digits: str = "1234",
     from_capture: Callable[[Path], dict[str, object]] | None = None,
     workers: int = 1,
+    clocks: Path | None = None,
 ) -> dict[str, object]:
     """Run ``serve`` on ``data``, capture its RTP, run ``sipp_command`` and measure: the
     figures of one line of the table. ``from_capture`` adds figures read off the RTP
-    capture before it is deleted; SIPp's screen is kept in ``sipp-<label>.out``."""
+    capture before it is deleted; SIPp's screen is kept in ``sipp-<label>.out``. With
+    ``clocks`` (one worker), serve runs under :mod:`bench.clocks`, which keeps its loop
+    thread's CPU by function in ``clocks``."""
     http = free_port()
     log = (workdir / f"callhook-{label}.log").open("w")
+    command = [str(ROOT / ".venv" / "bin" / "callhook")]
+    if clocks is not None:
+        command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "bench.clocks", "run", str(clocks)]
     server = subprocess.Popen(
         [
-            str(ROOT / ".venv" / "bin" / "callhook"),
+            *command,
             "serve",
             "--config",
             str(load_config(workdir)),
@@ -337,6 +359,7 @@ def run_load(
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=ROOT if clocks is not None else None,  # (bench.clocks is imported from it)
     )
     wait_started(workdir / f"callhook-{label}.log", server)
     secret = (data / "secret").read_text().strip()
@@ -471,6 +494,12 @@ def main() -> None:
         default="1",
         help="serve --workers for each step, a list (e.g. 1,2: every step with each)",
     )
+    parser.add_argument(
+        "--clocks",
+        type=Path,
+        help="a directory: each one-worker step's loop thread CPU by function is kept there "
+        "(bench.clocks; the wrappers add a few per cent) and printed under the step",
+    )
     args = parser.parse_args()
     check_kit(args.kit)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
@@ -484,7 +513,11 @@ def main() -> None:
     try:
         steps = [int(x) for x in args.steps.split(",")]
         for n, workers in ((n, int(w)) for n in steps for w in args.workers.split(",")):
-            r = run_step(n, args.kit, app_base, workdir, workers)
+            clocks = None
+            if args.clocks is not None and workers == 1:
+                args.clocks.mkdir(parents=True, exist_ok=True)
+                clocks = args.clocks / f"clocks-{n}-{workers}.json"
+            r = run_step(n, args.kit, app_base, workdir, workers, clocks)
             page = r["page"] or {}
             assert isinstance(page, dict)
             lengths = r["recording_lengths"]
@@ -521,6 +554,8 @@ def main() -> None:
                 f"{split['other']:.2f}",
                 flush=True,
             )
+            if clocks is not None and clocks.exists():
+                print(textwrap.indent(bench_clocks.table(clocks, rows=30), "       "), flush=True)
     finally:
         app.terminate()
 

@@ -1,0 +1,294 @@
+"""Where a loaded ``serve``'s event loop thread spends its CPU, function by function.
+
+    .venv/bin/python -m bench.ivr_load --steps 200 --workers 1 --clocks /tmp/clocks
+    .venv/bin/python -m bench.clocks show /tmp/clocks/clocks-200-1.json
+
+``bench.ivr_load --clocks DIR`` runs each one-worker step's ``serve`` under this
+module (``python -m bench.clocks run OUT serve ...``), which wraps the functions of
+:data:`FUNCTIONS` and adds up, for each, the event loop thread's own CPU clock
+(``time.thread_time``) while it runs: a coroutine's steps one by one, so the time it
+waits is not counted, and a function's callees with it (the figures are inclusive:
+nested rows overlap). Samples (py-spy) say where the interpreter was, and cProfile's
+cost per call distorts small functions; these are the thread's CPU, a few per cent
+more for the wrappers' own.
+
+It also counts, on the same clock: the speech model's runs (one window, or a batch of
+several calls' windows), the collector's passes inside and outside the media tick, and
+a probe: every fifth tick, the same SIP INVITE parsed four times in a row just after
+the tick. The first parse is the code as the control plane meets it (caches cold); the
+next ones, warm, are what an isolated benchmark measures. ``show`` prints it all per
+call (the step's calls: the INVITEs the service took).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import importlib
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Generator
+from pathlib import Path
+from typing import Any
+
+#: ``module:Qualified.name`` of each function whose CPU is counted. Module-level functions
+#: are replaced in the module that calls them (``callhook.call:parse_response``).
+FUNCTIONS = (
+    "callhook.adapters.media:MediaEngine._tick",
+    "callhook.adapters.sip:_SipProtocol.datagram_received",
+    "callhook.adapters.sip:SipService._flush",
+    "callhook.adapters.sip:SipService._on_timer",
+    "callhook.adapters.sip:SipService._incoming",
+    "callhook.adapters.sip:SipService._run",
+    "callhook.adapters.sip:SipService._answer",
+    "callhook.adapters.sip:SipService._hang_up",
+    "callhook.adapters.sip:media_session",
+    "callhook.sip.offeranswer:answer",
+    "callhook.sip.sdp:parse",
+    "callhook.sip.guard:Guard.admit",
+    "callhook.sip.core:Core.receive",
+    "callhook.sip.core:Core.handle_timer",
+    "callhook.adapters.media:MediaEngine.allocate",
+    "callhook.adapters.media:MediaEngine.open",
+    "callhook.adapters.media:MediaEngine.close",
+    "callhook.media.session:MediaSession.__init__",
+    "callhook.adapters.leg:SipLeg.send",
+    "callhook.adapters.leg:SipLeg.next_event",
+    "callhook.adapters.leg:SipLeg._start_prompt",
+    "callhook.adapters.leg:SipLeg._start_recording",
+    "callhook.adapters.leg:SipLeg.answer",
+    "callhook.adapters.leg:SipLeg.hang_up",
+    "callhook.app:Services.runner",
+    "callhook.call:CallRunner.run",
+    "callhook.call:CallRunner._page",
+    "callhook.call:CallRunner._final_page",
+    "callhook.call:CallRunner._run_machine",
+    "callhook.call:CallRunner._send",
+    "callhook.call:CallRunner._observe",
+    "callhook.call:CallRunner._note_timers",
+    "callhook.call:CallRunner._answer",
+    "callhook.call:parse_response",
+    "callhook.call:machine_for",
+    "callhook.calllog:CallLog.write",
+    "callhook.calllog:CallLog.__init__",
+    "callhook.store.files:MediaStore.path",
+    "callhook.store.wavfile:WavWriter.__init__",
+    "callhook.store.wavfile:WavWriter.close",
+    "callhook.store.journal:RecordingJournal._submit",
+    "callhook.adapters.prompts:PromptAudio.ready",
+    "callhook.adapters.pages:HttpPages.fetch_status",
+    "callhook.reporting:RecordingReports.record_started",
+    "aiohttp.client:ClientSession._request",
+    "aiohttp.client_proto:ResponseHandler.data_received",
+)
+
+#: A request like the load kit's, for the probe (no body: the parse is what is timed).
+PROBE = (
+    b"INVITE sip:ivr@127.0.0.1:5070 SIP/2.0\r\n"
+    b"Via: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bK-1-1-0\r\n"
+    b"From: sipp <sip:sipp@127.0.0.1:5061>;tag=1SIPpTag001\r\n"
+    b"To: ivr <sip:ivr@127.0.0.1:5070>\r\nCall-ID: 1-1@127.0.0.1\r\nCSeq: 1 INVITE\r\n"
+    b"Contact: sip:sipp@127.0.0.1:5061\r\nMax-Forwards: 70\r\n"
+    b"Content-Type: application/sdp\r\nContent-Length: 0\r\n\r\n"
+)
+
+
+class Clocks:
+    """CPU seconds and calls of each counted thing, on one thread's clock."""
+
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
+        self.thread = threading.get_ident()
+        self.clock = clock
+        self.counts: dict[str, list[float]] = {}  # name: [calls, seconds]
+
+    def add(self, name: str, seconds: float) -> None:
+        entry = self.counts.get(name)
+        if entry is None:
+            self.counts[name] = [1, seconds]
+        else:
+            entry[0] += 1
+            entry[1] += seconds
+
+    def timed(self, function: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``function`` (plain or a coroutine function) with its CPU counted as ``name``
+        when it runs on the clock's thread."""
+        clock, add, thread = self.clock, self.add, self.thread
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def coroutine(*args: Any, **kwargs: Any) -> Any:
+                return await _Steps(function(*args, **kwargs), name, self)
+
+            return coroutine
+
+        @functools.wraps(function)
+        def plain(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != thread:
+                return function(*args, **kwargs)
+            start = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                add(name, clock() - start)
+
+        return plain
+
+    def dump(self, path: Path) -> None:
+        snapshot = {name: list(entry) for name, entry in list(self.counts.items())}
+        snapshot["thread cpu"] = [0, time.clock_gettime(time.pthread_getcpuclockid(self.thread))]
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(snapshot))
+        os.replace(temporary, path)
+
+
+class _Steps:
+    """Awaits a coroutine step by step, counting each step's CPU (not its waits)."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], name: str, clocks: Clocks) -> None:
+        self.coroutine, self.name, self.clocks = coroutine, name, clocks
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.coroutine.__await__()
+        clock, add, name = self.clocks.clock, self.clocks.add, self.name
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            start = clock()
+            try:
+                yielded = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration as done:
+                add(name, clock() - start)
+                return done.value
+            except BaseException:
+                add(name, clock() - start)
+                raise
+            add(name, clock() - start)
+            try:
+                value, error = (yield yielded), None
+            except BaseException as exc:  # (thrown in: a cancellation) passed on
+                value, error = None, exc
+
+
+def install(clocks: Clocks, functions: tuple[str, ...] = FUNCTIONS) -> None:
+    """Wrap ``functions``, the model's runs, the collector's passes and the probe."""
+    for spec in functions:
+        module_name, _, qualified = spec.partition(":")
+        owner: Any = importlib.import_module(module_name)
+        *path, attribute = qualified.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        function = inspect.getattr_static(owner, attribute)
+        setattr(owner, attribute, clocks.timed(function, qualified))
+    _count_model(clocks)
+    _count_collections_and_probe(clocks)
+
+
+def _count_model(clocks: Clocks) -> None:
+    import onnxruntime
+
+    run = onnxruntime.InferenceSession.run
+
+    def counted(self: Any, outputs: Any, feeds: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return run(self, outputs, feeds, *args, **kw)
+        finally:
+            windows = len(feeds["input"]) if "input" in feeds else 0
+            spent = time.thread_time() - start
+            one = windows == 1
+            clocks.add("speech model: one window" if one else "speech model: a batch", spent)
+            if windows > 1:
+                clocks.add("speech model: windows in batches", windows * 1e-9)  # (a count)
+
+    onnxruntime.InferenceSession.run = counted
+
+
+def _count_collections_and_probe(clocks: Clocks) -> None:
+    from callhook.adapters import media
+    from callhook.sip.message import parse
+
+    ticking = False
+    started = 0.0
+
+    def collections(phase: str, info: dict[str, int]) -> None:
+        nonlocal started
+        if threading.get_ident() != clocks.thread:
+            return
+        if phase == "start":
+            started = time.thread_time()
+        else:
+            where = "in the tick" if ticking else f"outside it (gen {info['generation']})"
+            clocks.add(f"collector: {where}", time.thread_time() - started)
+
+    gc.callbacks.append(collections)
+    tick = media.MediaEngine._tick
+    ticks = 0
+
+    def probed(engine: media.MediaEngine) -> None:
+        nonlocal ticking, ticks
+        ticking = True
+        try:
+            tick(engine)
+        finally:
+            ticking = False
+        ticks += 1
+        if ticks % 5 == 0 and engine.streams:
+            for i in range(4):
+                start = time.thread_time()
+                parse(PROBE)
+                spent = time.thread_time() - start
+                clocks.add(f"probe: an INVITE parsed after a tick, run {i + 1}", spent)
+
+    media.MediaEngine._tick = probed  # type: ignore[method-assign,assignment]
+
+
+def run(out: Path, argv: list[str]) -> None:
+    """``callhook`` with ``argv`` (``serve ...``), its loop thread's clocks kept in ``out``
+    (every 5 s, and at exit)."""
+    clocks = Clocks()
+    install(clocks)
+
+    def every_five_seconds() -> None:
+        while True:
+            time.sleep(5.0)
+            clocks.dump(out)
+
+    threading.Thread(target=every_five_seconds, daemon=True).start()
+    atexit.register(clocks.dump, out)
+    from callhook.cli import main
+
+    sys.argv = ["callhook", *argv]
+    main()
+
+
+def table(path: Path, rows: int = 40) -> str:
+    """The clocks of ``path`` per call: µs each time, ms per call, largest first."""
+    counts = json.loads(path.read_text())
+    calls = counts.get("SipService._incoming", [0])[0] or 1
+    lines = [f"{'':58} {'times':>8} {'us each':>9} {'ms/call':>8}"]
+    windows = counts.pop("speech model: windows in batches", [0, 0.0])[1] * 1e9
+    ordered = sorted(counts.items(), key=lambda item: -item[1][1])
+    for name, (times, seconds) in ordered[:rows]:
+        each = seconds / times * 1e6 if times else 0.0
+        lines.append(f"{name:58} {int(times):8d} {each:9.1f} {seconds / calls * 1e3:8.3f}")
+    lines.append(f"(calls: {calls}; the model's batches held {windows:.0f} windows)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) >= 3 and sys.argv[1] == "show":
+        print(table(Path(sys.argv[2])))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "run":
+        run(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
