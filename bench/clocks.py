@@ -7,10 +7,10 @@
 module (``python -m bench.clocks run OUT serve ...``), which wraps the functions of
 :data:`FUNCTIONS` and adds up, for each, the event loop thread's own CPU clock
 (``time.thread_time``) while it runs: a coroutine's steps one by one, so the time it
-waits is not counted, and a function's callees with it (the figures are inclusive:
-nested rows overlap). Samples (py-spy) say where the interpreter was, and cProfile's
-cost per call distorts small functions; these are the thread's CPU, a few per cent
-more for the wrappers' own.
+waits is not counted (a coroutine counts once a run, when it ends), and a function's
+callees with it (the figures are inclusive: nested rows overlap). Samples (py-spy) say
+where the interpreter was, and cProfile's cost per call distorts small functions; these
+are the thread's CPU, a few per cent more for the wrappers' own.
 
 It also counts, on the same clock: the speech model's runs (one window, or a batch of
 several calls' windows), the collector's passes inside and outside the media tick, and
@@ -106,12 +106,14 @@ class Clocks:
         self.clock = clock
         self.counts: dict[str, list[float]] = {}  # name: [calls, seconds]
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, name: str, seconds: float, times: int = 1) -> None:
+        """``seconds`` more CPU for ``name``, and ``times`` more runs of it (0: a step of
+        a run that is not over)."""
         entry = self.counts.get(name)
         if entry is None:
-            self.counts[name] = [1, seconds]
+            self.counts[name] = [times, seconds]
         else:
-            entry[0] += 1
+            entry[0] += times
             entry[1] += seconds
 
     def timed(self, function: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -168,7 +170,7 @@ class _Steps:
             except BaseException:
                 add(name, clock() - start)
                 raise
-            add(name, clock() - start)
+            add(name, clock() - start, 0)  # a step: the run is counted when it ends
             try:
                 value, error = (yield yielded), None
             except BaseException as exc:  # (thrown in: a cancellation) passed on
