@@ -12,12 +12,13 @@ callees with it (the figures are inclusive: nested rows overlap). Samples (py-sp
 where the interpreter was, and cProfile's cost per call distorts small functions; these
 are the thread's CPU, a few per cent more for the wrappers' own.
 
-It also counts, on the same clock: the speech model's runs (one window, or a batch of
-several calls' windows), the collector's passes inside and outside the media tick, and
-a probe: every fifth tick, the same SIP INVITE parsed four times in a row just after
-the tick. The first parse is the code as the control plane meets it (caches cold); the
-next ones, warm, are what an isolated benchmark measures. ``show`` prints it all per
-call (the step's calls: the INVITEs the service took).
+It also counts, on the same clock: the speech model's runs (a call's own window, or a
+batch of every listening call's, ``run_ahead``, even of one), the collector's passes
+inside and outside the media tick, and a probe: every fifth tick, the same SIP INVITE
+parsed four times in a row just after the tick. The first parse is the code as the
+control plane meets it (caches cold); the next ones, warm, are what an isolated
+benchmark measures. ``show`` prints it all per call (the step's calls: the INVITEs the
+service took).
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class Clocks:
         self.thread = threading.get_ident()
         self.clock = clock
         self.counts: dict[str, list[float]] = {}  # name: [calls, seconds]
+        #: The thread's CPU when the load began (the first media tick): start-up is not
+        #: the calls' (set by the probe's tick; 0 until then).
+        self.base = 0.0
+        self._dumping = threading.Lock()
 
     def add(self, name: str, seconds: float, times: int = 1) -> None:
         """``seconds`` more CPU for ``name``, and ``times`` more runs of it (0: a step of
@@ -125,6 +130,8 @@ class Clocks:
 
             @functools.wraps(function)
             async def coroutine(*args: Any, **kwargs: Any) -> Any:
+                if threading.get_ident() != thread:
+                    return await function(*args, **kwargs)
                 return await _Steps(function(*args, **kwargs), name, self)
 
             return coroutine
@@ -141,12 +148,18 @@ class Clocks:
 
         return plain
 
+    def thread_cpu(self) -> float:
+        """The clock's thread's CPU seconds since :attr:`base` (any thread may ask)."""
+        return time.clock_gettime(time.pthread_getcpuclockid(self.thread)) - self.base
+
     def dump(self, path: Path) -> None:
-        snapshot = {name: list(entry) for name, entry in list(self.counts.items())}
-        snapshot["thread cpu"] = [0, time.clock_gettime(time.pthread_getcpuclockid(self.thread))]
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(snapshot))
-        os.replace(temporary, path)
+        """Write the counts (and the thread's CPU since the load began) to ``path``."""
+        with self._dumping:  # (the periodic thread and the exit may both write)
+            snapshot = {name: list(entry) for name, entry in list(self.counts.items())}
+            snapshot["loop thread, since the first tick"] = [0, self.thread_cpu()]
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(snapshot))
+            os.replace(temporary, path)
 
 
 class _Steps:
@@ -197,15 +210,18 @@ def _count_model(clocks: Clocks) -> None:
     run = onnxruntime.InferenceSession.run
 
     def counted(self: Any, outputs: Any, feeds: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        if threading.get_ident() != clocks.thread or "state" not in feeds:
+            return run(self, outputs, feeds, *args, **kw)  # (another model, another thread)
+        # A batch is run_ahead's run, even of one window; the others are a call's own.
+        batch = sys._getframe(1).f_code.co_name == "run_ahead"
         start = time.thread_time()
         try:
             return run(self, outputs, feeds, *args, **kw)
         finally:
-            windows = len(feeds["input"]) if "input" in feeds else 0
             spent = time.thread_time() - start
-            one = windows == 1
-            clocks.add("speech model: one window" if one else "speech model: a batch", spent)
-            if windows > 1:
+            clocks.add("speech model: a batch" if batch else "speech model: one window", spent)
+            if batch:
+                windows = len(feeds["input"])
                 clocks.add("speech model: windows in batches", windows * 1e-9)  # (a count)
 
     onnxruntime.InferenceSession.run = counted
@@ -234,6 +250,8 @@ def _count_collections_and_probe(clocks: Clocks) -> None:
 
     def probed(engine: media.MediaEngine) -> None:
         nonlocal ticking, ticks
+        if not ticks:  # the load begins: the thread's CPU is counted from here
+            clocks.base = time.thread_time()
         ticking = True
         try:
             tick(engine)
@@ -272,7 +290,7 @@ def run(out: Path, argv: list[str]) -> None:
 def table(path: Path, rows: int = 40) -> str:
     """The clocks of ``path`` per call: µs each time, ms per call, largest first."""
     counts = json.loads(path.read_text())
-    calls = counts.get("SipService._incoming", [0])[0] or 1
+    calls = counts.get("SipService._incoming", [0])[0] or 1  # (one a call the service took)
     lines = [f"{'':58} {'times':>8} {'us each':>9} {'ms/call':>8}"]
     windows = counts.pop("speech model: windows in batches", [0, 0.0])[1] * 1e9
     ordered = sorted(counts.items(), key=lambda item: -item[1][1])

@@ -555,6 +555,11 @@ def main() -> None:
                 flush=True,
             )
             if clocks is not None and clocks.exists():
+                print(
+                    "       (serve ran under bench.clocks: its wrappers add a few per cent to "
+                    "the figures above)",
+                    flush=True,
+                )
                 print(textwrap.indent(bench_clocks.table(clocks, rows=30), "       "), flush=True)
     finally:
         app.terminate()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import threading
 from pathlib import Path
 
 import pytest
 
-from bench.clocks import Clocks, table
+from bench.clocks import FUNCTIONS, Clocks, table
 
 
 class Ticks:
@@ -93,9 +95,20 @@ def test_the_table_is_per_call_largest_first(tmp_path: Path) -> None:
     path = tmp_path / "clocks.json"
     clocks.dump(path)
     lines = table(path).splitlines()
+    assert any(line.startswith("loop thread, since the first tick") for line in lines)
     names = [line.split()[0] for line in lines[1:-1]]
-    assert "thread" in names  # the loop thread's whole CPU, from its own clock
     write = lines[1 + names.index("CallLog.write")]
     assert write.split() == ["CallLog.write", "180", "40.0", "1.800"]  # 40 µs, 1.8 ms a call
     assert names.index("CallLog.write") < names.index("SipService._incoming")
     assert "held 9 windows" in lines[-1] and "calls: 4" in lines[-1]
+
+
+def test_every_counted_function_is_where_the_bench_looks() -> None:
+    # A renamed function would fail the bench at start; here it fails at once.
+    for spec in FUNCTIONS:
+        module_name, _, qualified = spec.partition(":")
+        owner: object = importlib.import_module(module_name)
+        *path, attribute = qualified.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        assert callable(inspect.getattr_static(owner, attribute)), spec

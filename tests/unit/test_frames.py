@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from callhook.adapters.media import MediaEngine
 from callhook.events import DigitReceived
-from callhook.media import _frames, frames, g711, tones
+from callhook.media import frames, g711, tones
 from callhook.media.dtmfsend import inband
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
@@ -276,6 +276,8 @@ def test_any_frames_decode_and_measure_as_the_reference(
 
 
 def test_the_c_path_refuses_what_it_cannot_measure() -> None:
+    from callhook.media import _frames  # (here: the module's other tests run without it)
+
     table = g711.ULAW_DECODE
     frame = b"\x10" * 160
     with pytest.raises(ValueError, match="different lengths"):
@@ -284,6 +286,15 @@ def test_the_c_path_refuses_what_it_cannot_measure() -> None:
         _frames.decode_measure(table, [frame, frame], np.empty((1, 160), np.int16))
     with pytest.raises(ValueError, match="256 int16"):
         _frames.decode_measure(table[:128], [frame], np.empty((1, 160), np.int16))
+    with pytest.raises(ValueError, match="256 int16"):  # 512 bytes, but not int16
+        _frames.decode_measure(np.zeros(512, np.uint8), [frame], np.empty((1, 160), np.int16))
+    with pytest.raises(ValueError, match="int16 samples"):
+        _frames.decode_measure(table, [frame], np.empty((1, 80), np.int32))
+    with pytest.raises(ValueError, match="empty payload"):
+        _frames.decode_measure(table, [b""], np.empty((1, 0), np.int16))
+    with pytest.raises(TypeError, match="not bytes"):
+        later: list[Any] = [frame, bytearray(frame)]
+        _frames.decode_measure(table, later, np.empty((2, 160), np.int16))
     with pytest.raises(TypeError, match="not bytes"):
         wrong: list[Any] = [bytearray(frame)]  # (packets are bytes; nothing else is read)
         _frames.decode_measure(table, wrong, np.empty((1, 160), np.int16))
@@ -292,6 +303,14 @@ def test_the_c_path_refuses_what_it_cannot_measure() -> None:
     with pytest.raises((BufferError, ValueError)):
         _frames.decode_measure(table, [frame], read_only)
     assert _frames.decode_measure(table, [], np.empty((0, 160), np.int16)) == []
+
+
+def test_payloads_that_are_not_bytes_are_measured_by_numpy() -> None:
+    frame = g711.encode("alaw", np.arange(-800, 800, 10, dtype=np.int16))
+    mixed: list[Any] = [frame, bytearray(frame)]  # (a producer's view or buffer, say)
+    rows, powers = frames.decode_measure_native("alaw", mixed)
+    want_rows, want_powers = frames.decode_measure_python("alaw", [frame, frame])
+    assert np.array_equal(rows, want_rows) and powers == want_powers
 
 
 FALLBACK = """
