@@ -1,20 +1,19 @@
 """Every call's received audio frames of one media tick, decoded and measured at once. Sans-IO.
 
-The media tick (``adapters/media.py``) receives about one 20 ms G.711 frame
-per call. Each needs its samples (for the speech model, in-band DTMF, the
-level meter, live transcription) and its energy (the voice-activity gate,
-which runs on every frame of every call). Done frame by frame, that is two
-small numpy calls per packet whose fixed cost (~2-3 µs each) is most of their
-price: profiled at 300 calls (issue 19), G.711 decoding and the frame energy
-took a fifth of the media tick. :func:`measure` does it for the whole tick at
-once per law: the frames are decoded through the law's table into one
-``(frames, 160)`` array, and each row's mean square is the exact sum of its
-squares (below 2**53) over its length, as :func:`frame_power` takes it for one
-frame in float64, so a frame measured here or alone gives the same figure to
-the bit. Calls that
-listen for in-band DTMF (no telephone-event negotiated) also get the tone
-detector's prefilter (:func:`callhook.media.dtmf.candidates`) over all their
-frames in one matrix product: most frames are turned away there.
+The media tick (``adapters/media.py``) receives about one 20 ms G.711 frame per
+call. Each needs its samples (for the speech model, in-band DTMF, the level
+meter, live transcription) and its energy (the voice-activity gate, which runs
+on every frame of every call). Done frame by frame, that is two small numpy
+calls per packet whose fixed cost (~2-3 µs each) is most of their price:
+profiled at 300 calls (issue 19), G.711 decoding and the frame energy took a
+fifth of the media tick. :func:`measure` does it for the whole tick at once per
+law: the frames are decoded through the law's table into one ``(frames, 160)``
+array, and each row's mean square is the exact sum of its squares (below 2**53)
+over its length, as :func:`frame_power` takes it for one frame in float64, so a
+frame measured here or alone gives the same figure to the bit. Calls that listen
+for in-band DTMF (no telephone-event negotiated) also get the tone detector's
+prefilter (:func:`callhook.media.dtmf.candidates`) over all their frames in one
+matrix product: most frames are turned away there.
 
 Frames that are not 160 bytes (a 30 ms packetisation, an odd packet) are
 measured one by one, in their place.
