@@ -101,29 +101,65 @@ async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.Stre
     """baresip on the config in ``phone_dir``; yields its control connection. Killed at the
     end: on SIGTERM it would unregister first, from a serve that is stopped by then."""
     assert BARESIP is not None
-    phone = await asyncio.create_subprocess_exec(
-        BARESIP,
-        "-f",
-        str(phone_dir),
-        "-t",
-        "120",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    for attempt in range(3):
+        phone = await asyncio.create_subprocess_exec(
+            BARESIP,
+            "-f",
+            str(phone_dir),
+            "-t",
+            "120",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        writer = await _control(phone, ctrl_port)
+        if writer is not None:
+            break
+        await phone.wait()
+        if phone.returncode != 98 or attempt == 2:
+            raise AssertionError(f"baresip exited ({phone.returncode}): no control socket")
+        # 98, address in use: a port picked free was taken since (the ephemeral range is
+        # every process's, and another's outgoing connection may get it). New ones.
+        ctrl_port = _new_ports(phone_dir)
+    assert writer is not None
     try:
-        for _ in range(100):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("baresip's control socket did not open")
         yield writer
         writer.close()
     finally:
-        phone.kill()
+        with contextlib.suppress(ProcessLookupError):  # (it may have exited by itself)
+            phone.kill()
         await asyncio.wait_for(phone.wait(), 10)
+
+
+async def _control(phone: asyncio.subprocess.Process, port: int) -> asyncio.StreamWriter | None:
+    """baresip's control connection once it listens; None if baresip exited first."""
+    for _ in range(100):
+        if phone.returncode is not None:
+            return None
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            return writer
+        except OSError:
+            await asyncio.sleep(0.1)
+    phone.kill()
+    raise AssertionError("baresip's control socket did not open")
+
+
+def _new_ports(phone_dir: Path) -> int:
+    """Give the baresip config in ``phone_dir`` new SIP and control ports; the control's."""
+    config = phone_dir / "config"
+    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    text = re.sub(
+        r"(?m)^sip_listen\t+127\.0\.0\.1:\d+$",
+        f"sip_listen\t\t127.0.0.1:{sip_port}",
+        config.read_text(),
+    )
+    text = re.sub(
+        r"(?m)^ctrl_tcp_listen\t+127\.0\.0\.1:\d+$",
+        f"ctrl_tcp_listen\t\t127.0.0.1:{ctrl_port}",
+        text,
+    )
+    config.write_text(text)
+    return ctrl_port
 
 
 def baresip_as_alice(tmp_path: Path, serve_port: int, transport: str = "udp") -> tuple[Path, int]:
