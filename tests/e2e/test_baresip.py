@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -74,6 +75,44 @@ ctrl_tcp_listen\t\t127.0.0.1:{ctrl_port}
     (directory / "accounts").write_text(
         "<sip:bob@127.0.0.1>;regint=0;answermode=auto;audio_codecs=PCMU,PCMA\n"
     )
+
+
+async def control(
+    phone: asyncio.subprocess.Process, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """baresip's control connection (``ctrl_tcp_listen``) once it listens; None if baresip
+    exited first (its ``returncode`` says why: 98, a port it was given is in use). Killed
+    if it neither listens nor exits within 10 s."""
+    for _ in range(100):
+        if phone.returncode is not None:
+            return None
+        try:
+            return await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        phone.kill()
+    raise AssertionError("baresip's control socket did not open")
+
+
+def new_listen_ports(phone_dir: Path) -> int:
+    """Give the config :func:`baresip_config` wrote in ``phone_dir`` new SIP and control
+    ports (after an exit 98: a port picked free was taken since, as the ephemeral range
+    is every process's); the control port."""
+    config = phone_dir / "config"
+    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    text = re.sub(
+        r"(?m)^sip_listen\t+127\.0\.0\.1:\d+$",
+        f"sip_listen\t\t127.0.0.1:{sip_port}",
+        config.read_text(),
+    )
+    text = re.sub(
+        r"(?m)^ctrl_tcp_listen\t+127\.0\.0\.1:\d+$",
+        f"ctrl_tcp_listen\t\t127.0.0.1:{ctrl_port}",
+        text,
+    )
+    config.write_text(text)
+    return ctrl_port
 
 
 async def command(writer: asyncio.StreamWriter, name: str, params: str = "") -> None:
@@ -162,18 +201,15 @@ async def baresip(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        for _ in range(100):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("baresip's control socket did not open")
+        connection = await control(phone, ctrl_port)
+        if connection is None:
+            raise AssertionError(f"baresip exited ({phone.returncode}): no control socket")
+        _, writer = connection
         yield writer
         writer.close()
     finally:
-        phone.terminate()
+        with contextlib.suppress(ProcessLookupError):  # (it may have exited by itself)
+            phone.terminate()
         out, _ = await asyncio.wait_for(phone.communicate(), 10)
         output.append(out.decode(errors="replace"))
 

@@ -56,7 +56,15 @@ from tests.e2e.harness import (
     free_udp_port,
     wait_for_request,
 )
-from tests.e2e.test_baresip import BARESIP, PROMPT, TONE_HZ, _pcm16_wav, baresip_config, command
+from tests.e2e.test_baresip import (
+    BARESIP,
+    PROMPT,
+    TONE_HZ,
+    _pcm16_wav,
+    baresip_config,
+    command,
+    control,
+)
 
 TCPDUMP = shutil.which("tcpdump")
 pytestmark = [
@@ -309,14 +317,10 @@ async def traced_baresip(
         stderr=asyncio.subprocess.STDOUT,
     )
     try:
-        for _ in range(100):
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", ctrl_port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("baresip's control socket did not open")
+        connection = await control(process, ctrl_port)
+        if connection is None:
+            raise AssertionError(f"baresip exited ({process.returncode}): no control socket")
+        reader, writer = connection
         yield Phone(reader, writer)
         writer.close()
     finally:

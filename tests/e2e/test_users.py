@@ -30,7 +30,13 @@ from tests.e2e.harness import (
     free_udp_port,
     wait_for_request,
 )
-from tests.e2e.test_baresip import _pcm16_wav, baresip_config, command
+from tests.e2e.test_baresip import (
+    _pcm16_wav,
+    baresip_config,
+    command,
+    control,
+    new_listen_ports,
+)
 from tests.e2e.test_connect import UAS_REFUSES, UAS_RINGS_UNTIL_CANCEL, bridged_calls
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -111,16 +117,14 @@ async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.Stre
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
-        writer = await _control(phone, ctrl_port)
-        if writer is not None:
+        connection = await control(phone, ctrl_port)
+        if connection is not None:
+            _, writer = connection
             break
         await phone.wait()
         if phone.returncode != 98 or attempt == 2:
             raise AssertionError(f"baresip exited ({phone.returncode}): no control socket")
-        # 98, address in use: a port picked free was taken since (the ephemeral range is
-        # every process's, and another's outgoing connection may get it). New ones.
-        ctrl_port = _new_ports(phone_dir)
-    assert writer is not None
+        ctrl_port = new_listen_ports(phone_dir)  # 98, address in use: new ports
     try:
         yield writer
         writer.close()
@@ -128,38 +132,6 @@ async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.Stre
         with contextlib.suppress(ProcessLookupError):  # (it may have exited by itself)
             phone.kill()
         await asyncio.wait_for(phone.wait(), 10)
-
-
-async def _control(phone: asyncio.subprocess.Process, port: int) -> asyncio.StreamWriter | None:
-    """baresip's control connection once it listens; None if baresip exited first."""
-    for _ in range(100):
-        if phone.returncode is not None:
-            return None
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            return writer
-        except OSError:
-            await asyncio.sleep(0.1)
-    phone.kill()
-    raise AssertionError("baresip's control socket did not open")
-
-
-def _new_ports(phone_dir: Path) -> int:
-    """Give the baresip config in ``phone_dir`` new SIP and control ports; the control's."""
-    config = phone_dir / "config"
-    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
-    text = re.sub(
-        r"(?m)^sip_listen\t+127\.0\.0\.1:\d+$",
-        f"sip_listen\t\t127.0.0.1:{sip_port}",
-        config.read_text(),
-    )
-    text = re.sub(
-        r"(?m)^ctrl_tcp_listen\t+127\.0\.0\.1:\d+$",
-        f"ctrl_tcp_listen\t\t127.0.0.1:{ctrl_port}",
-        text,
-    )
-    config.write_text(text)
-    return ctrl_port
 
 
 def baresip_as_alice(tmp_path: Path, serve_port: int, transport: str = "udp") -> tuple[Path, int]:
