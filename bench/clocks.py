@@ -190,16 +190,22 @@ class _Steps:
                 value, error = None, exc
 
 
+def resolve(spec: str) -> tuple[Any, str, Any]:
+    """The owner (module or class), the attribute's name and the function of ``spec``
+    (``module:Qualified.name``)."""
+    module_name, _, qualified = spec.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *path, attribute = qualified.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, attribute, inspect.getattr_static(owner, attribute)
+
+
 def install(clocks: Clocks, functions: tuple[str, ...] = FUNCTIONS) -> None:
     """Wrap ``functions``, the model's runs, the collector's passes and the probe."""
     for spec in functions:
-        module_name, _, qualified = spec.partition(":")
-        owner: Any = importlib.import_module(module_name)
-        *path, attribute = qualified.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        function = inspect.getattr_static(owner, attribute)
-        setattr(owner, attribute, clocks.timed(function, qualified))
+        owner, attribute, function = resolve(spec)
+        setattr(owner, attribute, clocks.timed(function, spec.partition(":")[2]))
     _count_model(clocks)
     _count_collections_and_probe(clocks)
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import threading
 from pathlib import Path
 
 import pytest
 
-from bench.clocks import FUNCTIONS, Clocks, table
+from bench.clocks import FUNCTIONS, Clocks, resolve, table
 
 
 class Ticks:
@@ -106,9 +104,5 @@ def test_the_table_is_per_call_largest_first(tmp_path: Path) -> None:
 def test_every_counted_function_is_where_the_bench_looks() -> None:
     # A renamed function would fail the bench at start; here it fails at once.
     for spec in FUNCTIONS:
-        module_name, _, qualified = spec.partition(":")
-        owner: object = importlib.import_module(module_name)
-        *path, attribute = qualified.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        assert callable(inspect.getattr_static(owner, attribute)), spec
+        _, _, function = resolve(spec)
+        assert callable(function), spec
