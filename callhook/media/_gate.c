@@ -102,7 +102,7 @@ static PyMemberDef GateCore_members[] = {
 };
 
 
-static PyObject *copy_name, *append_name, *paused_name, *clear_name, *maxlen_name;
+static PyObject *copy_name, *append_name, *model_decides_name, *clear_name, *maxlen_name;
 static InletTypes types; /* the session's C layout (_inlet.h) */
 
 /* The floor of the blocks once `block_min` joins them (vad.py's feed(): the blocks
@@ -370,11 +370,16 @@ static PyObject *feed_all(PyObject *module, PyObject *const *args, Py_ssize_t na
     return rest;
 }
 
-/* Whether a detector is paused: 1, 0, or -1 with an exception. */
-static int paused(PyObject *vad) {
-    if (PyObject_TypeCheck(vad, &GateCoreType))
-        return ((GateCore *)vad)->paused != 0;
-    PyObject *flag = PyObject_GetAttr(vad, paused_name);
+/* vad.py's model_decides: whether the detector's model may run on its next frame (its
+ * gate open, the model deciding): 1, 0, or -1 with an exception. */
+static int model_decides(PyObject *vad) {
+    if (PyObject_TypeCheck(vad, &GateCoreType)) {
+        GateCore *d = (GateCore *)vad;
+        if (d->model == NULL || d->model == Py_None || d->paused || !d->gate)
+            return 0;
+        return !(d->active && !d->model_holds);
+    }
+    PyObject *flag = PyObject_GetAttr(vad, model_decides_name);
     if (flag == NULL)
         return -1;
     int on = PyObject_IsTrue(flag);
@@ -414,10 +419,10 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
         }
         Py_ssize_t count = PyList_GET_SIZE(held), row = PyList_GET_SIZE(payloads);
         if (count == 1 && session->vad != NULL) {
-            int still = paused(session->vad);
-            if (still < 0)
+            int decides = model_decides(session->vad);
+            if (decides < 0)
                 goto error;
-            if (!still) {
+            if (decides) {
                 PyObject *index = PyLong_FromSsize_t(row);
                 PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, session->vad, index);
                 Py_XDECREF(index);
@@ -429,17 +434,18 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
             }
         }
         PyObject *n = PyLong_FromSsize_t(count);
-        PyObject *empty = n == NULL ? NULL : PyList_New(0);
-        if (empty == NULL || PyList_Append(picked, object) < 0 || PyList_Append(counts, n) < 0 ||
+        if (n == NULL || PyList_Append(picked, object) < 0 || PyList_Append(counts, n) < 0 ||
             PyList_SetSlice(payloads, row, row, held) < 0) {
             Py_XDECREF(n);
-            Py_XDECREF(empty);
             goto error;
         }
         Py_DECREF(n);
         if (!IS_NONE(session->tones))
             tones = 1;
-        Py_SETREF(session->undetected, empty); /* (the held list is freed: no code runs) */
+        /* Emptied in place (a new list each tick is young garbage to collect); its
+         * payloads are held by `payloads` now, so no code runs. */
+        if (PyList_SetSlice(held, 0, count, NULL) < 0)
+            goto error;
     }
     PyObject *result = Py_BuildValue("(OOOOO)", picked, payloads, counts,
                                      tones ? Py_True : Py_False, ahead);
@@ -479,10 +485,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__gate(void) {
     copy_name = PyUnicode_InternFromString("copy");
     append_name = PyUnicode_InternFromString("append");
-    paused_name = PyUnicode_InternFromString("paused");
+    model_decides_name = PyUnicode_InternFromString("model_decides");
     clear_name = PyUnicode_InternFromString("clear");
     maxlen_name = PyUnicode_InternFromString("maxlen");
-    if (!copy_name || !append_name || !paused_name || !clear_name || !maxlen_name ||
+    if (!copy_name || !append_name || !model_decides_name || !clear_name || !maxlen_name ||
         import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&GateCoreType) < 0)

@@ -30,8 +30,9 @@ from typing import Any
 
 #: What :func:`gather` gives: the sessions that held frames of the law, all their
 #: frames in order, how many each held, whether any of them listens for in-band
-#: digits, and (detector, row) for each one that held one frame and whose detector
-#: listens: the frames the speech model may run ahead on (``vad.run_ahead``).
+#: digits, and (detector, row) for each one that held one frame and whose detector's
+#: model may run on it (its gate open, the model deciding: ``model_decides``): the
+#: frames the speech model may run ahead on (``vad.run_ahead``).
 Gathered = tuple[list[Any], list[bytes], list[int], bool, list[tuple[Any, int]]]
 
 
@@ -49,13 +50,13 @@ def gather_python(sessions: list[Any], law: str) -> Gathered:
         held = session.undetected
         if not held or session.law != law:
             continue
-        if len(held) == 1 and not session.vad.paused:
+        if len(held) == 1 and session.vad.model_decides:
             ahead.append((session.vad, len(payloads)))
         picked.append(session)
         counts.append(len(held))
         payloads += held
         tones = tones or session.tones is not None
-        session.undetected = []
+        held.clear()  # (in place: a new list each tick is young garbage to collect)
     return picked, payloads, counts, tones, ahead
 
 

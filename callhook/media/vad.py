@@ -396,15 +396,22 @@ class VoiceActivityDetector(GateCore):
             return frame.astype(np.float32) * np.float32(self._gain)
         return frame
 
+    @property
+    def model_decides(self) -> bool:
+        """Whether the model may run on the next frame: the gate is open and the model,
+        not the energy, decides (:meth:`upcoming`'s condition, and ``gate.gather``'s for
+        the detectors it offers :func:`run_ahead`, read there in C)."""
+        if self.model is None or self.paused or not self._gate:
+            return False
+        return not (self._active and not self.model_holds)
+
     def upcoming(self, frame: npt.NDArray[np.int16]) -> tuple[Any, npt.NDArray[np.float32]] | None:
         """The model and the window it will likely run on when :meth:`feed` gets ``frame``
         next: while the gate is open and the model, not the energy, decides. A guess, for
         :func:`run_ahead`: a wrong one costs a window's computation, never a verdict."""
+        if not self.model_decides:
+            return None
         model = self.model
-        if model is None or self.paused or not self._gate:
-            return None
-        if self._active and not self.model_holds:
-            return None
         upcoming = getattr(model, "upcoming", None)
         if upcoming is None:
             return None

@@ -198,7 +198,12 @@ def test_gather_takes_out_what_python_takes_out() -> None:
         for i in range(40):
             codec: Literal["PCMU", "PCMA"] = "PCMU" if rng.random() < 0.7 else "PCMA"
             session = MediaSession(codec, 0 if codec == "PCMU" else 8, None if i % 5 else 101, None)
-            session.vad.paused = rng.random() < 0.5
+            session.vad.paused = rng.random() < 0.25
+            # The model may run ahead only where the gate is open and the model decides
+            # (not an utterance the energy holds).
+            session.vad._gate = rng.random() < 0.6
+            session.vad._active = rng.random() < 0.3
+            session.vad.model_holds = rng.random() < 0.3
             session.undetected = [bytes([i, k]) * 80 for k in range(rng.choice([0, 1, 1, 1, 2, 3]))]
             made.append(session)
         return made
@@ -207,6 +212,7 @@ def test_gather_takes_out_what_python_takes_out() -> None:
         return next(k for k, s in enumerate(sessions) if s.vad is detector)
 
     fast, reference = sessions(), sessions()
+    held = [s.undetected for s in fast]
     for law in ("ulaw", "alaw"):
         got, want = gate.gather(fast, law), gate.gather_python(reference, law)
         picked, payloads, counts, tones, ahead = got
@@ -217,5 +223,10 @@ def test_gather_takes_out_what_python_takes_out() -> None:
             (owner(reference, d), row) for d, row in want[4]
         ]
         assert len(picked) >= 5 and any(c > 1 for c in counts) and ahead  # (it covers them)
+        # Both kinds of detector that hold one frame are met: offered, and left out.
+        one = [s for s in reference if s in want[0] and want[2][want[0].index(s)] == 1]
+        assert {s.vad.model_decides for s in one} == {True, False}
     assert all(s.undetected == [] for s in fast + reference)
+    # Emptied in place, not replaced: no new list per session each tick.
+    assert all(s.undetected is was for s, was in zip(fast, held, strict=True))
     assert gate.gather(fast, "ulaw") == ([], [], [], False, [])
