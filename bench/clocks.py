@@ -10,10 +10,12 @@ module (``python -m bench.clocks run OUT serve ...``), which wraps the functions
 waits is not counted (a coroutine counts once a run, when it ends), and a function's
 callees with it (the figures are inclusive: nested rows overlap). Samples (py-spy) say
 where the interpreter was, and cProfile's cost per call distorts small functions; these
-are the thread's CPU, a few per cent more for the wrappers' own.
+are the thread's CPU, a few per cent more for the wrappers' own. The media tick's steps
+are among them (``MediaEngine._work``'s: its socket writes, a C method of an object, are
+what its total leaves beside the others).
 
 It also counts, on the same clock: the speech model's runs (a call's own window, or a
-batch of every listening call's, ``run_ahead``, even of one), the collector's passes
+batch of every call's whose gate is open, ``run_ahead``, even of one), the collector's passes
 inside and outside the media tick, and a probe: every fifth tick, the same SIP INVITE
 parsed four times in a row just after the tick. The first parse is the code as the
 control plane meets it (caches cold); the next ones, warm, are what an isolated

@@ -381,7 +381,8 @@ class MediaEngine:
 
     def _detect(self, roster: _Roster) -> None:
         """Step 2: the frames this tick received, every call's decoded and measured at once;
-        the speech model's windows they complete, every listening call's in one run."""
+        the speech model's windows they complete, every call's whose gate is open in one
+        run."""
         measured = []  # each law's sessions, their counts of frames, the frames measured
         listening = []
         for law in LAWS:
