@@ -387,6 +387,43 @@ static int model_decides(PyObject *vad) {
     return on;
 }
 
+/* gather()'s loop body: one session's held frames (`held`, its list) into the lists,
+ * and (vad, row) into `ahead` when its one frame may be the model's. 1 taken, 0 none
+ * left to take, or -1 with an exception and the session's frames still held. */
+static int take(PyObject *session, PyObject *held, PyObject *vad, PyObject *picked,
+                PyObject *payloads, PyObject *counts, PyObject *ahead) {
+    int offer = 0;
+    if (vad != NULL && PyList_GET_SIZE(held) == 1) {
+        offer = model_decides(vad);
+        if (offer < 0)
+            return -1;
+    }
+    /* Read after it: code it ran may have changed the list. */
+    Py_ssize_t count = PyList_GET_SIZE(held), row = PyList_GET_SIZE(payloads);
+    if (count == 0)
+        return 0;
+    PyObject *n = PyLong_FromSsize_t(count);
+    if (n == NULL || PyList_Append(picked, session) < 0 || PyList_Append(counts, n) < 0 ||
+        PyList_SetSlice(payloads, row, row, held) < 0) {
+        Py_XDECREF(n);
+        return -1;
+    }
+    Py_DECREF(n);
+    if (offer && count == 1) {
+        PyObject *index = PyLong_FromSsize_t(row);
+        PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, vad, index);
+        Py_XDECREF(index);
+        if (pair == NULL || PyList_Append(ahead, pair) < 0) {
+            Py_XDECREF(pair);
+            return -1;
+        }
+        Py_DECREF(pair);
+    }
+    /* Emptied in place (a new list each tick is young garbage to collect): the frames
+     * taken are held by `payloads` now, so no code runs; any added since stay. */
+    return PyList_SetSlice(held, 0, count, NULL) < 0 ? -1 : 1;
+}
+
 /* gate.py's gather_python, the reference: step 2's frames of one law, taken out of
  * every session that holds some. */
 static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -417,34 +454,19 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
             if (!same)
                 continue;
         }
-        Py_ssize_t count = PyList_GET_SIZE(held), row = PyList_GET_SIZE(payloads);
-        if (count == 1 && session->vad != NULL) {
-            int decides = model_decides(session->vad);
-            if (decides < 0)
-                goto error;
-            if (decides) {
-                PyObject *index = PyLong_FromSsize_t(row);
-                PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, session->vad, index);
-                Py_XDECREF(index);
-                if (pair == NULL || PyList_Append(ahead, pair) < 0) {
-                    Py_XDECREF(pair);
-                    goto error;
-                }
-                Py_DECREF(pair);
-            }
-        }
-        PyObject *n = PyLong_FromSsize_t(count);
-        if (n == NULL || PyList_Append(picked, object) < 0 || PyList_Append(counts, n) < 0 ||
-            PyList_SetSlice(payloads, row, row, held) < 0) {
-            Py_XDECREF(n);
-            goto error;
-        }
-        Py_DECREF(n);
-        if (!IS_NONE(session->tones))
+        /* Strong references while it is taken: model_decides() of another detector
+         * class, or a collection the allocations start, may run Python code. */
+        PyObject *vad = session->vad;
+        Py_INCREF(object);
+        Py_INCREF(held);
+        Py_XINCREF(vad);
+        int taken = take(object, held, vad, picked, payloads, counts, ahead);
+        if (taken > 0 && !IS_NONE(session->tones))
             tones = 1;
-        /* Emptied in place (a new list each tick is young garbage to collect); its
-         * payloads are held by `payloads` now, so no code runs. */
-        if (PyList_SetSlice(held, 0, count, NULL) < 0)
+        Py_DECREF(held);
+        Py_XDECREF(vad);
+        Py_DECREF(object);
+        if (taken < 0)
             goto error;
     }
     PyObject *result = Py_BuildValue("(OOOOO)", picked, payloads, counts,
