@@ -178,6 +178,15 @@ class SippRun:
     errors: str
 
 
+def control_socket(port: int) -> tuple[str, ...]:
+    """SIPp's options for its UDP control socket on loopback at ``port``. Left alone it
+    binds 0.0.0.0:8888 (or the next port free), inside the span of media ports the
+    harness deals to a pytest-xdist worker (``harness.free_even_udp_port``): another
+    worker's SIPp, given a media port there, then fails to bind it (errno 98, "Unable to
+    bind audio RTP socket (IP=127.0.0.1, port=8888)", seen once in a full run)."""
+    return ("-ci", "127.0.0.1", "-cp", str(port))
+
+
 async def call(
     server: tuple[str, int], workdir: Path, *parts: str, transport: str = "udp"
 ) -> SippRun:
@@ -206,6 +215,8 @@ async def run_sipp(
     extra: tuple[str, ...] = (),
 ) -> SippRun:
     """Run one SIPp call of ``scenario_text`` against ``server``, bounded by ``timeout``."""
+    from tests.e2e.harness import free_udp_port
+
     assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
     path = workdir / f"scenario-{local_port}.xml"
     path.write_text(scenario_text)
@@ -223,6 +234,7 @@ async def run_sipp(
         "127.0.0.1",
         "-mp",
         str(media_port),
+        *control_socket(free_udp_port()),
         "-m",
         "1",
         "-nostdin",
@@ -360,6 +372,8 @@ async def start_sipp(
     scenario_text: str, workdir: Path, *, local_port: int, media_port: int
 ) -> asyncio.subprocess.Process:
     """Start SIPp as a server (UAS) for one call; wait on the process for its result."""
+    from tests.e2e.harness import free_udp_port
+
     assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
     path = workdir / f"uas-{local_port}.xml"
     path.write_text(scenario_text)
@@ -375,6 +389,7 @@ async def start_sipp(
         "127.0.0.1",
         "-mp",
         str(media_port),
+        *control_socket(free_udp_port()),
         "-m",
         "1",
         "-nostdin",

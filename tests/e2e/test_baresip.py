@@ -191,19 +191,28 @@ async def baresip(
     appended to ``output``.
     """
     assert BARESIP is not None
-    phone = await asyncio.create_subprocess_exec(
-        BARESIP,
-        "-f",
-        str(phone_dir),
-        "-t",
-        str(seconds),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
+    for attempt in range(3):
+        phone = await asyncio.create_subprocess_exec(
+            BARESIP,
+            "-f",
+            str(phone_dir),
+            "-t",
+            str(seconds),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         connection = await control(phone, ctrl_port)
-        if connection is None:
-            raise AssertionError(f"baresip exited ({phone.returncode}): no control socket")
+        if connection is not None:
+            break
+        out, _ = await asyncio.wait_for(phone.communicate(), 10)
+        if phone.returncode != 98 or attempt == 2:
+            raise AssertionError(
+                f"baresip exited ({phone.returncode}): no control socket\n"
+                + out.decode(errors="replace")
+            )
+        ctrl_port = new_listen_ports(phone_dir)  # 98, address in use: new ports
+    assert connection is not None
+    try:
         _, writer = connection
         yield writer
         writer.close()

@@ -296,6 +296,7 @@ async def sipp_from(
         address,
         "-p",
         str(local_port),
+        *sipp.control_socket(free_udp_port()),
         "-m",
         str(calls),
         "-l",
