@@ -201,7 +201,12 @@ async def baresip(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        connection = await control(phone, ctrl_port)
+        try:
+            connection = await control(phone, ctrl_port)
+        except AssertionError:  # (neither listening nor gone in 10 s: killed)
+            out, _ = await asyncio.wait_for(phone.communicate(), 10)
+            output.append(out.decode(errors="replace"))
+            raise
         if connection is not None:
             break
         out, _ = await asyncio.wait_for(phone.communicate(), 10)
