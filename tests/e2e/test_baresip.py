@@ -115,6 +115,45 @@ def new_listen_ports(phone_dir: Path) -> int:
     return ctrl_port
 
 
+Control = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def started(
+    phone_dir: Path, ctrl_port: int, *options: str, quiet: bool = False, tries: int = 3
+) -> tuple[asyncio.subprocess.Process, Control]:
+    """baresip started on the config in ``phone_dir`` (:func:`baresip_config`) with
+    ``options``, and its control connection. Started again on new ports
+    (:func:`new_listen_ports`) when it exits with 98, up to ``tries`` times in all; any
+    other exit, or no control socket in 10 s, is an AssertionError with what it printed
+    (``quiet``: its output goes nowhere)."""
+    assert BARESIP is not None
+    output = asyncio.subprocess.DEVNULL if quiet else asyncio.subprocess.PIPE
+    for attempt in range(tries):
+        phone = await asyncio.create_subprocess_exec(
+            BARESIP,
+            "-f",
+            str(phone_dir),
+            *options,
+            stdout=output,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            connection = await control(phone, ctrl_port)
+        except AssertionError as exc:  # (neither listening nor gone in 10 s: killed)
+            out, _ = await asyncio.wait_for(phone.communicate(), 10)
+            raise AssertionError(f"{exc}\n{(out or b'').decode(errors='replace')}") from None
+        if connection is not None:
+            return phone, connection
+        out, _ = await asyncio.wait_for(phone.communicate(), 10)
+        if phone.returncode != 98 or attempt == tries - 1:
+            raise AssertionError(
+                f"baresip exited ({phone.returncode}): no control socket\n"
+                + (out or b"").decode(errors="replace")
+            )
+        ctrl_port = new_listen_ports(phone_dir)  # 98, address in use: new ports
+    raise AssertionError("baresip was not started (tries < 1)")
+
+
 async def command(writer: asyncio.StreamWriter, name: str, params: str = "") -> None:
     body = json.dumps({"command": name, "params": params, "token": name}).encode()
     writer.write(str(len(body)).encode() + b":" + body + b",")
@@ -190,35 +229,8 @@ async def baresip(
     baresip is stopped at the end (or after ``seconds``); what it printed is
     appended to ``output``.
     """
-    assert BARESIP is not None
-    for attempt in range(3):
-        phone = await asyncio.create_subprocess_exec(
-            BARESIP,
-            "-f",
-            str(phone_dir),
-            "-t",
-            str(seconds),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            connection = await control(phone, ctrl_port)
-        except AssertionError:  # (neither listening nor gone in 10 s: killed)
-            out, _ = await asyncio.wait_for(phone.communicate(), 10)
-            output.append(out.decode(errors="replace"))
-            raise
-        if connection is not None:
-            break
-        out, _ = await asyncio.wait_for(phone.communicate(), 10)
-        if phone.returncode != 98 or attempt == 2:
-            raise AssertionError(
-                f"baresip exited ({phone.returncode}): no control socket\n"
-                + out.decode(errors="replace")
-            )
-        ctrl_port = new_listen_ports(phone_dir)  # 98, address in use: new ports
-    assert connection is not None
+    phone, (_, writer) = await started(phone_dir, ctrl_port, "-t", str(seconds))
     try:
-        _, writer = connection
         yield writer
         writer.close()
     finally:

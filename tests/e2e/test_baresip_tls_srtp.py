@@ -63,7 +63,7 @@ from tests.e2e.test_baresip import (
     _pcm16_wav,
     baresip_config,
     command,
-    control,
+    started,
 )
 
 TCPDUMP = shutil.which("tcpdump")
@@ -305,22 +305,9 @@ async def traced_baresip(
     """baresip on the config in ``phone_dir`` with its SIP trace on (``-s``: every SIP
     message it sends and receives, SDP and all, in the clear); yields its control
     connection, and appends what it printed to ``output`` when it has stopped."""
-    assert BARESIP is not None
-    process = await asyncio.create_subprocess_exec(
-        BARESIP,
-        "-s",
-        "-f",
-        str(phone_dir),
-        "-t",
-        "30",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    # One try: its SIP ports are a TCP and TLS pair that new_listen_ports does not deal.
+    process, (reader, writer) = await started(phone_dir, ctrl_port, "-s", "-t", "30", tries=1)
     try:
-        connection = await control(process, ctrl_port)
-        if connection is None:
-            raise AssertionError(f"baresip exited ({process.returncode}): no control socket")
-        reader, writer = connection
         yield Phone(reader, writer)
         writer.close()
     finally:

@@ -34,8 +34,7 @@ from tests.e2e.test_baresip import (
     _pcm16_wav,
     baresip_config,
     command,
-    control,
-    new_listen_ports,
+    started,
 )
 from tests.e2e.test_connect import UAS_REFUSES, UAS_RINGS_UNTIL_CANCEL, bridged_calls
 
@@ -106,25 +105,7 @@ BARESIP = shutil.which("baresip")
 async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.StreamWriter]:
     """baresip on the config in ``phone_dir``; yields its control connection. Killed at the
     end: on SIGTERM it would unregister first, from a serve that is stopped by then."""
-    assert BARESIP is not None
-    for attempt in range(3):
-        phone = await asyncio.create_subprocess_exec(
-            BARESIP,
-            "-f",
-            str(phone_dir),
-            "-t",
-            "120",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        connection = await control(phone, ctrl_port)
-        if connection is not None:
-            _, writer = connection
-            break
-        await phone.wait()
-        if phone.returncode != 98 or attempt == 2:
-            raise AssertionError(f"baresip exited ({phone.returncode}): no control socket")
-        ctrl_port = new_listen_ports(phone_dir)  # 98, address in use: new ports
+    phone, (_, writer) = await started(phone_dir, ctrl_port, "-t", "120", quiet=True)
     try:
         yield writer
         writer.close()
