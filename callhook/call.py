@@ -89,6 +89,9 @@ from callhook.reporting import RecordingReports
 #: actions fail again must not loop forever).
 MAX_ERROR_PAGES = 3
 
+#: The call log says in words what ``this_call.call_direction`` says in Aculab's values.
+_DIRECTION = {"in": "inbound", "out": "outbound"}
+
 
 # --- the runner -------------------------------------------------------------------------
 
@@ -177,9 +180,10 @@ class CallRunner:
         self.reports = RecordingReports(app.name, recordings)
         self._cipher_noted = False
         self._detected = 0  # utterances the running recognition stream detected
+        self._prompt_errors: set[str] = set()  # why prompts could not be played, logged once
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
-            "inbound" if leg.info.direction == "inbound" else "answered"
+            "inbound" if leg.info.direction == "in" else "answered"
         )
         self.answered_at: float | None = None if self.state == "inbound" else clock.now()
         self.ended_at: float | None = None
@@ -194,7 +198,8 @@ class CallRunner:
         info = self.leg.info
         self.log.write(
             "call_start",
-            f"{info.direction} call {info.call_id} from {info.call_from!r} to {info.call_to!r}, "
+            f"{_DIRECTION[info.direction]} call {info.call_id} from {info.call_from!r} "
+            f"to {info.call_to!r}, "
             f"application {self.app.name!r}",
         )
         cause, raw = "completed", ""
@@ -421,7 +426,14 @@ class CallRunner:
             self._detected += 1  # for the recognition_stop line
         elif isinstance(event, VoiceActivity):
             self.ctx.voice_active = event.active
-        elif isinstance(event, PromptFinished) and event.error:
+        elif (
+            isinstance(event, PromptFinished)
+            and event.error
+            # Once per cause and call: a prompt played again and again (a menu's
+            # repeats, a hold loop) must not fill the logs with the same line.
+            and event.error not in self._prompt_errors
+        ):
+            self._prompt_errors.add(event.error)
             self._error(f"prompt {event.prompt_id} could not be played: {event.error}")
 
     def _send(self, commands: list[MediaCommand]) -> None:
@@ -515,8 +527,9 @@ class CallRunner:
             for problem in exc.problems:
                 self.log.write("invalid_response", f"{request.url}: {problem}", level=logging.ERROR)
             raise PageError("invalid", request.url, str(exc)) from None
-        if response.token_given:
-            self.token = response.token
+        # Aculab's HTTP response: the token "defaults to null", so a response without one
+        # clears it (the next request says null).
+        self.token = response.token
         if response.call_recording_cipher_given and not self._cipher_noted:
             self._cipher_noted = True
             self.log.write(

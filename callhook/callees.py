@@ -82,7 +82,7 @@ class SimulatedCallees:
             return
         info = {
             "call_id": f"callee-{attempt}",
-            "call_direction": "outbound",
+            "call_direction": "out",
             "call_to": command.destination,
             "call_state": "answered",
         }

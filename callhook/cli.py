@@ -117,7 +117,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
         )
         info = CallInfo(
             call_id=f"terminal-{id(out):x}",
-            direction="inbound",
+            direction="in",
             call_from="sip:terminal@127.0.0.1",
             call_to=f"sip:{app.name}@127.0.0.1",
             call_target=app.name,

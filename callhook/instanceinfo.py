@@ -22,17 +22,29 @@ def this_call(
     primary_call_id: str | None = None,
 ) -> dict[str, Any]:
     """The call info object: who called whom, its state, and how long it has lasted since
-    it was answered (``seconds``, to a tenth)."""
+    it was answered (``seconds``, to a tenth).
+
+    Every property of Aculab's call info page, in its order, with its availability:
+    ``call_divert`` always (empty unless an inbound call was diverted),
+    ``call_attestation`` on inbound calls only, ``outbound_parameters`` on outbound
+    calls started with parameters only. (The final page adds ``call_cause`` and
+    ``call_raw_cause``.)
+    """
     out: dict[str, Any] = {
         "call_id": info.call_id,
         "call_direction": info.direction,
         "call_from": info.call_from,
         "call_to": info.call_to,
         "call_target": info.call_target,
-        "call_state": state,
-        "seconds_call_duration": round(max(0.0, seconds), 1),
-        "application_parameters": application_parameters,
+        "call_divert": info.divert if info.direction == "in" else "",
     }
+    if info.direction == "in":
+        out["call_attestation"] = info.attestation
+    out["seconds_call_duration"] = round(max(0.0, seconds), 1)
+    out["call_state"] = state
+    out["application_parameters"] = application_parameters
+    if info.direction == "out" and info.outbound_parameters is not None:
+        out["outbound_parameters"] = info.outbound_parameters
     if primary_call_id is not None:  # callhook's: the call it is put through to
         out["primary_call_id"] = primary_call_id
     return out

@@ -18,13 +18,22 @@ from callhook.events import CallEnded, MediaCommand, MediaEvent
 
 @dataclass(frozen=True)
 class CallInfo:
-    """Who is calling whom: the ``this_call`` facts that do not change."""
+    """Who is calling whom: the ``this_call`` facts that do not change.
+
+    ``direction`` is Aculab's ``"in"`` or ``"out"``; ``divert`` the caller's original
+    target when an inbound call was diverted; ``attestation`` an inbound call's
+    STIR/SHAKEN level (``A``, ``B``, ``C`` or empty); ``outbound_parameters`` what the
+    service that started an outbound call gave it (None: not started with parameters).
+    """
 
     call_id: str
-    direction: Literal["inbound", "outbound"] = "inbound"
+    direction: Literal["in", "out"] = "in"
     call_from: str = ""
     call_to: str = ""
     call_target: str = ""
+    divert: str = ""
+    attestation: str = ""
+    outbound_parameters: str | None = None
 
 
 class Leg(Protocol):

@@ -115,9 +115,7 @@ class ScriptedLeg:
         info: CallInfo | None = None,
     ) -> None:
         self.clock = clock or VirtualClock()
-        self.info = info or CallInfo(
-            "call-1", "inbound", "sip:alice@127.0.0.1", "sip:ivr@127.0.0.1"
-        )
+        self.info = info or CallInfo("call-1", "in", "sip:alice@127.0.0.1", "sip:ivr@127.0.0.1")
         self.media = SimulatedMedia(timer)
         for step in (caller or Caller()).steps:
             step(self.media)

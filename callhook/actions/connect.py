@@ -113,6 +113,7 @@ class ConnectMachine(ActionMachine):
         self.bridged_at = 0.0
         self.until = 0.0
         self.holding: int | None = None  # the hold prompt playing
+        self.hold_failed = False  # hold_media could not be played: ringback instead
         self.early = False
         self.info: dict[str, Any] = {}  # the joined far leg's description
         self.recording: str | None = None  # the whole-call recording's file, while it runs
@@ -143,6 +144,11 @@ class ConnectMachine(ActionMachine):
     def handle(self, event: MediaEvent, now: float) -> list[MediaCommand]:
         if isinstance(event, PromptFinished) and event.prompt_id == self.holding:
             self.holding = None
+            if event.error:
+                # A hold_media that cannot be played (a file missing from the store, a
+                # page that fails) is not tried again every tick: the caller hears
+                # ringback instead, as when no hold_media is given (docs/behaviour.md).
+                self.hold_failed = True
             return self._hold()  # over and over, until the bridge (or the early media)
         if isinstance(event, CalleeRinging):
             return self._ringing(event)
@@ -227,7 +233,10 @@ class ConnectMachine(ActionMachine):
         prompt_id = self.ctx.new_prompt_id()
         self.holding = prompt_id
         hold = self.action.hold_media
-        items = prompt_items(hold, None, self.ctx.page_url) if hold is not None else RINGBACK
+        if hold is None or self.hold_failed:
+            items = RINGBACK
+        else:
+            items = prompt_items(hold, None, self.ctx.page_url)
         return [StartPrompt(prompt_id, items)]
 
     def _stop_hold(self) -> list[MediaCommand]:

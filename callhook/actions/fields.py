@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeAlias, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_validator,
+)
 
 from callhook.store.names import BadName, check_name
 
@@ -140,9 +147,32 @@ FileName = Annotated[
 
 
 class Strict(BaseModel):
-    """The base of the wire models: strict types, no unknown properties, frozen."""
+    """The base of the wire models: strict types, no unknown properties, frozen.
+
+    A ``null`` optional property means "not given": it gets its default, as an Aculab
+    application expects. Where an Aculab page gives null a meaning of its own, the model
+    names the property in :attr:`null_meanings` and reads the null itself. A null for a
+    required property, or for one the model does not know, is still an error.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    #: Properties whose ``null`` is kept for the model to read (docs/behaviour.md).
+    null_meanings: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_not_given(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        fields = cls.model_fields
+        return {
+            key: value
+            for key, value in data.items()
+            if value is not None
+            or key in cls.null_meanings
+            or key not in fields
+            or fields[key].is_required()
+        }
 
 
 def _check_one_digit(value: str) -> str:

@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
+    Field,
     Tag,
     ValidationError,
     create_model,
@@ -70,7 +71,8 @@ class Envelope(Strict):
     """What a page answers: ``{"actions": [...], "token": "...", "api_version": "2.0"}``."""
 
     actions: list[ActionItem]
-    token: str | None = None
+    # Aculab: "an optional user-defined string of up to 5000 characters", null by default.
+    token: Annotated[str, Field(max_length=5000)] | None = None
     api_version: Opt[ApiVersion] = None
     # Aculab's key for encrypting the service's whole-call recording. callhook makes
     # no whole-call recordings, so nothing is written that it would protect: it is
@@ -97,7 +99,6 @@ class Response(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     actions: list[Any]
     token: str | None
-    token_given: bool
     call_recording_cipher_given: bool = False
 
 
@@ -233,7 +234,6 @@ def _parse(body: bytes | str) -> Response:
     return Response(
         actions=actions,
         token=envelope.token,
-        token_given="token" in document,
         call_recording_cipher_given=envelope.call_recording_cipher is not None,
     )
 
@@ -249,9 +249,37 @@ def _drop_null_defaults(node: Any) -> Any:
     return node
 
 
+_KEPT_OUTSIDE = ("title", "description", "default")
+
+
+def _null_allowed(node: Any) -> Any:
+    # A null optional property means "not given" (fields.Strict): every property that
+    # is not required also takes null in the published schema.
+    if isinstance(node, list):
+        return [_null_allowed(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _null_allowed(v) for k, v in node.items()}
+    properties = node.get("properties")
+    if node.get("type") == "object" and isinstance(properties, dict):
+        required = set(node.get("required", []))
+        node["properties"] = {
+            name: prop if name in required else _or_null(prop) for name, prop in properties.items()
+        }
+    return node
+
+
+def _or_null(prop: dict[str, Any]) -> dict[str, Any]:
+    if any(branch.get("type") == "null" for branch in prop.get("anyOf", [])):
+        return prop
+    inner = {k: v for k, v in prop.items() if k not in _KEPT_OUTSIDE}
+    outer = {k: v for k, v in prop.items() if k in _KEPT_OUTSIDE}
+    return {**outer, "anyOf": [inner, {"type": "null"}]}
+
+
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the response envelope."""
-    schema: dict[str, Any] = _drop_null_defaults(Envelope.model_json_schema())
+    schema: dict[str, Any] = _null_allowed(_drop_null_defaults(Envelope.model_json_schema()))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "callhook page response (Aculab Cloud REST API v2 shape)"
     return schema

@@ -308,7 +308,7 @@ class Connecting(Screening):
         self.limit_far(far)
         far.info = {
             "call_id": far.call_id,
-            "call_direction": "outbound",
+            "call_direction": "out",
             "call_to": far.destination,
             "call_state": "answered",
         }
@@ -382,7 +382,7 @@ class Connecting(Screening):
         self.limit_far(far)  # secondary_call's own limit replaces it (RunCallee)
         far.info = {
             "call_id": far.call_id,
-            "call_direction": "outbound",
+            "call_direction": "out",
             "call_to": far.route.uri,
             "call_state": "answered",
         }
@@ -460,10 +460,11 @@ class Connecting(Screening):
             far.primary.dropped_calls.append(
                 {
                     "call_id": far.call_id,
-                    "call_direction": "outbound",
+                    "call_direction": "out",
                     "call_from": f"sip:{far.from_user}@{self.address}",
                     "call_to": far.route.uri,
                     "call_target": far.destination,
+                    "call_divert": "",
                     "call_state": "idle",
                     "call_cause": "dropped",  # Aculab: dropped during the connect action
                     "call_raw_cause": raw_cause,

@@ -123,7 +123,7 @@ class Dialling:
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
         session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
-        info = CallInfo(call_id, "outbound", f"sip:{from_user}@{self.address}", target, target)
+        info = CallInfo(call_id, "out", f"sip:{from_user}@{self.address}", target, target)
         leg = SipLeg(
             info,
             app.name,

@@ -448,7 +448,7 @@ async def run_flow(
     recording = RecordingPages(pages, clock)
     info = CallInfo(
         call_id=f"flow-{id(flow):x}",
-        direction="inbound",
+        direction="in",
         call_from=flow.call_from,
         call_to=f"sip:{app.name}@127.0.0.1",
         call_target=app.name,

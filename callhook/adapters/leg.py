@@ -311,7 +311,8 @@ class SipLeg:
             if isinstance(item, SayText) and item.private:
                 # An engine's message may quote the text: text_is_private keeps it out.
                 error = f"a private text could not be spoken ({type(exc).__name__})"
-            logger.error("call %s: prompt %d: %s", self.info.call_id, prompt_id, error)
+            # (Not logged here: the runner logs the prompt's failure once per cause, in
+            # the call log and the server log, when its PromptFinished arrives.)
         except Exception as exc:  # a bug must end the prompt, not leave it open forever
             error = f"internal error: {type(exc).__name__}: {exc}"
             logger.exception("call %s: prompt %d failed", self.info.call_id, prompt_id)

@@ -104,7 +104,7 @@ _CALL = {
     "type": "object",
     "properties": {
         "call_id": {"type": "string"},
-        "call_direction": {"enum": ["inbound", "outbound"]},
+        "call_direction": {"enum": ["in", "out"]},
         "call_from": {"type": "string"},
         "call_to": {"type": "string"},
         "call_target": {"type": "string"},

@@ -105,7 +105,7 @@ class Screening:
         leg = SipLeg(
             CallInfo(
                 call_id=far.call_id,
-                direction="outbound",
+                direction="out",
                 call_from=f"sip:{far.from_user}@{self.address}",
                 call_to=far.route.uri,
                 call_target=far.destination,

@@ -415,10 +415,12 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         session = media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
         info = CallInfo(
             call_id=event.call_id,
-            direction="inbound",
+            direction="in",
             call_from=event.from_uri,
             call_to=event.to_uri,
             call_target=event.user,
+            divert=event.divert,
+            attestation=event.attestation,
         )
         call_id = event.call_id
         leg = SipLeg(

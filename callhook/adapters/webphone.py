@@ -342,7 +342,7 @@ class WebPhone:
         session.meter = LevelMeter()
         info = CallInfo(
             call_id=call_id,
-            direction="inbound",
+            direction="in",
             call_from=f"sip:webphone@{source[0]}",
             call_to=f"sip:{app.name}@webphone",
             call_target=app.name,

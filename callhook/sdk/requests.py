@@ -28,13 +28,20 @@ class ThisCall(_Lenient):
     """The call the page is about (``this_call``)."""
 
     call_id: str
+    #: Aculab's ``"in"`` or ``"out"``.
     call_direction: str = ""
     call_from: str = ""
     call_to: str = ""
     call_target: str = ""
+    #: The caller's original target when the call was diverted ("" otherwise).
+    call_divert: str = ""
+    #: Inbound calls: the STIR/SHAKEN attestation level, "A", "B", "C" or "".
+    call_attestation: str | None = None
     call_state: str = ""
     seconds_call_duration: float = 0.0
     application_parameters: str = ""
+    #: Outbound calls started with parameters (Service Start): what they were given.
+    outbound_parameters: str | None = None
     #: The final page's: completed, hung_up, no_answer, busy, unobtainable, dropped, failed.
     call_cause: str | None = None
     call_raw_cause: str | None = None

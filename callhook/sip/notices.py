@@ -23,6 +23,10 @@ class IncomingCall:
     # behind the proxy of serve --workers, the source the proxy names: sip/front.py)
     #: The ``[users]`` user the caller authenticated as (digest), or "" (anyone else).
     caller_user: str = ""
+    #: The caller's original target when the call was diverted (sip/provenance.py).
+    divert: str = ""
+    #: The STIR/SHAKEN attestation level the INVITE carries: A, B, C or "".
+    attestation: str = ""
 
 
 @dataclass(frozen=True, slots=True)

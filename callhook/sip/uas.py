@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import re
 
+from callhook.sip import provenance
 from callhook.sip.callstate import Call, new_tag
 from callhook.sip.checks import check_request, unsupported_options
 from callhook.sip.core import (
@@ -298,6 +299,8 @@ class Uas(Referral):
                 request.body,
                 origin or tx.address,
                 caller,
+                provenance.divert(request.headers),
+                provenance.attestation(request.headers),
             )
         )
 

@@ -67,7 +67,7 @@ async def test_dial_runs_the_application_when_answered(tmp_path: Path, app: AppS
     assert code == 0, out
     assert uas.returncode == 0, uas_out.decode(errors="replace")
     (first,) = app.bodies("/start")
-    assert first["this_call"]["call_direction"] == "outbound"
+    assert first["this_call"]["call_direction"] == "out"
     assert first["this_call"]["call_state"] == "answered"
     (number,) = app.bodies("/number")
     assert number["action_result"]["result"] == {"entered_number": "42"}
@@ -152,5 +152,5 @@ async def test_calls_api_places_a_call(tmp_path: Path, app: AppServer) -> None:
         uas_out, _ = await asyncio.wait_for(uas.communicate(), 30)
         await wait_for_request(app, "/final")
     assert uas.returncode == 0, uas_out.decode(errors="replace") + server.output
-    assert app.bodies("/start")[0]["this_call"]["call_direction"] == "outbound"
+    assert app.bodies("/start")[0]["this_call"]["call_direction"] == "out"
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"

@@ -432,7 +432,7 @@ async def test_calls_are_listed_and_hung_up_per_application(
 
     assert await until(listed), "the call was never listed as answered"
     (call,) = calls
-    assert call["call_direction"] == "inbound"
+    assert call["call_direction"] == "in"
     assert "alpha@" in call["call_to"]
     assert call["started"].endswith("Z")
     # The call's log can be read while the call runs: wait there for the prompt to end.
@@ -521,7 +521,7 @@ async def test_an_outbound_call_runs_the_keys_application(
     assert uas.returncode == 0, uas_out.decode(errors="replace")
     assert await wait_for_request(app, "/alpha/final")
     (start,) = app.bodies("/alpha/start")
-    assert start["this_call"]["call_direction"] == "outbound"
+    assert start["this_call"]["call_direction"] == "out"
     assert start["this_call"]["call_id"] == placed["call_id"]
     assert start["this_call"]["application_parameters"] == "from the API"
     assert app.bodies("/beta/start") == []

@@ -102,7 +102,7 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
     (whisper,) = app.bodies("/whisper")
     assert whisper["this_call"]["call_id"] == far
     assert whisper["this_call"]["primary_call_id"] == primary  # both legs, and how joined
-    assert whisper["this_call"]["call_direction"] == "outbound"
+    assert whisper["this_call"]["call_direction"] == "out"
     assert whisper["application_instance_id"] != connected["application_instance_id"]
     (far_final,) = app.bodies("/far-final")
     assert [r.method for r in app.requests if r.path == "/far-final"] == ["GET"]  # as asked

@@ -230,7 +230,7 @@ async def test_an_outbound_call_through_the_trunk(
         assert await wait_for_request(app, "/final")
     assert pstn.returncode == 0, out.decode(errors="replace") + server.output
     (start,) = app.bodies("/start")
-    assert start["this_call"]["call_direction"] == "outbound"
+    assert start["this_call"]["call_direction"] == "out"
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
 
 
@@ -327,6 +327,6 @@ async def test_two_workers_register_once_through_kamailio_and_share_the_trunks_c
     workers = re.findall(r" (\d):callhook\.sip: call \S+: from trunk provider", server.output)
     assert sorted(workers) == ["0", "1"], server.output
     assert len(app.bodies("/support")) == 2
-    assert [b["this_call"]["call_direction"] for b in app.bodies("/start")] == ["outbound"]
+    assert [b["this_call"]["call_direction"] for b in app.bodies("/start")] == ["out"]
     assert server.output.count("trunk provider: registered") == 1, server.output
     assert provider.registered() == []  # worker 0 removed the binding at shutdown

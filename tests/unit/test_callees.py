@@ -40,7 +40,7 @@ def test_an_answering_callee_rings_answers_and_hangs_up_when_told() -> None:
         0,
         {
             "call_id": "callee-0",
-            "call_direction": "outbound",
+            "call_direction": "out",
             "call_to": "sip:Sales@pbx.example",
             "call_state": "answered",
         },

@@ -62,6 +62,19 @@ def test_hold_media_is_looped_instead_of_ringback() -> None:
     assert prompt.items == (SayText("please hold"),)
 
 
+def test_hold_media_that_cannot_be_played_falls_back_to_ringback_once() -> None:
+    """A hold_media file missing from the store is not tried again every tick: the caller
+    hears ringback, looped as usual, for the rest of the connect."""
+    m = machine(hold_media={"play": {"play_list": [{"file_to_play": "missing.wav"}]}})
+    (prompt,) = m.start(T0)[2:]
+    assert isinstance(prompt, StartPrompt) and prompt.items != RINGBACK
+    (fallback,) = m.handle(PromptFinished(prompt.prompt_id, "no such file"), T0 + 0.02)
+    assert isinstance(fallback, StartPrompt) and fallback.items == RINGBACK
+    (again,) = m.handle(PromptFinished(fallback.prompt_id), T0 + 6.02)
+    assert isinstance(again, StartPrompt) and again.items == RINGBACK
+    assert m.handle(PromptFinished(999, "another prompt's error"), T0 + 7) == []
+
+
 def test_the_first_to_answer_is_bridged_and_the_other_dropped() -> None:
     m = machine(next_page=PAGE)
     prompt = m.start(T0)[2]

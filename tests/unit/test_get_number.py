@@ -1093,7 +1093,7 @@ async def test_hang_up_during_get_number(app: AppServer, keys: str, hang_up_at: 
 async def test_next_page_request_body_and_signature(app: AppServer) -> None:
     app.page("/start", {"token": "tok-1", "actions": [get_number(prompt=prompt())]})
     app.page("/next", [])
-    info = CallInfo("call-77", "inbound", "sip:bob@127.0.0.1", "sip:pin@127.0.0.1", "pin")
+    info = CallInfo("call-77", "in", "sip:bob@127.0.0.1", "sip:pin@127.0.0.1", "pin")
     run = await run_call(
         app,
         Caller().press("12#", at=3.0).hang_up(at=HANG_UP_AT),
@@ -1112,10 +1112,12 @@ async def test_next_page_request_body_and_signature(app: AppServer) -> None:
             "is_notification": False,
             "this_call": {
                 "call_id": "call-77",
-                "call_direction": "inbound",
+                "call_direction": "in",
                 "call_from": "sip:bob@127.0.0.1",
                 "call_to": "sip:pin@127.0.0.1",
                 "call_target": "pin",
+                "call_divert": "",
+                "call_attestation": "",
                 "call_state": "answered",
                 "seconds_call_duration": 3.5,
                 "application_parameters": "p=1",

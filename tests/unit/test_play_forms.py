@@ -149,7 +149,9 @@ def test_the_schema_documents_both_forms_keyed_first() -> None:
     defs = json_schema()["$defs"]
     for name in ("GetNumber", "GetInput", "RunMenu", "RunSpeechMenu"):
         prompt = defs[name]["properties"]["prompt"]
-        refs = [r["$ref"].rsplit("/", 1)[1] for r in prompt["oneOf"]]
+        given, null = prompt["anyOf"]  # an optional property: null means "not given"
+        assert null == {"type": "null"}
+        refs = [r["$ref"].rsplit("/", 1)[1] for r in given["oneOf"]]
         assert refs == ["PlayStep", "Play"], name
         assert '{"play":' in prompt["description"]
     assert defs["PlayStep"]["required"] == ["play"]

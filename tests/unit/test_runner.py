@@ -73,6 +73,8 @@ THIS_CALL_KEYS = {
     "call_from",
     "call_to",
     "call_target",
+    "call_divert",
+    "call_attestation",
     "call_state",
     "seconds_call_duration",
     "application_parameters",
@@ -80,7 +82,7 @@ THIS_CALL_KEYS = {
 
 
 async def test_request_body_on_first_next_and_final_pages(app: AppServer) -> None:
-    info = CallInfo("abc-123", "inbound", "sip:bob@example.org", "sip:ivr@example.net", "ivr")
+    info = CallInfo("abc-123", "in", "sip:bob@example.org", "sip:ivr@example.net", "ivr")
     app.page("/start", [get_number("/n")])
     app.page("/n", [])
     app.page("/final", [])
@@ -113,10 +115,12 @@ async def test_request_body_on_first_next_and_final_pages(app: AppServer) -> Non
     assert first.json["is_notification"] is False
     assert first.json["this_call"] == {
         "call_id": "abc-123",
-        "call_direction": "inbound",
+        "call_direction": "in",
         "call_from": "sip:bob@example.org",
         "call_to": "sip:ivr@example.net",
         "call_target": "ivr",
+        "call_divert": "",
+        "call_attestation": "",
         "call_state": "inbound",  # requested while the call rings
         "seconds_call_duration": 0.0,
         "application_parameters": "lang=fr;queue=2",
@@ -156,10 +160,34 @@ async def test_call_state_stays_inbound_until_an_audio_action(app: AppServer) ->
 
 async def test_outbound_call_is_answered_from_the_start(app: AppServer) -> None:
     app.page("/start", [])
-    await run_call(app, Caller(), info=CallInfo("out-1", "outbound", "sip:ivr@x", "sip:c@y"))
+    await run_call(app, Caller(), info=CallInfo("out-1", "out", "sip:ivr@x", "sip:c@y"))
     this_call = app.bodies("/start")[0]["this_call"]
-    assert this_call["call_direction"] == "outbound"
+    assert this_call["call_direction"] == "out"
     assert this_call["call_state"] == "answered"
+    # Aculab's availability: call_divert always (empty out), call_attestation inbound only,
+    # outbound_parameters only for a call started with parameters.
+    assert this_call["call_divert"] == ""
+    assert "call_attestation" not in this_call
+    assert "outbound_parameters" not in this_call
+
+
+async def test_outbound_parameters_reach_this_call(app: AppServer) -> None:
+    app.page("/start", [])
+    info = CallInfo("out-2", "out", "sip:ivr@x", "sip:c@y", outbound_parameters='{"order": 7}')
+    await run_call(app, Caller(), info=info)
+    assert app.bodies("/start")[0]["this_call"]["outbound_parameters"] == '{"order": 7}'
+
+
+async def test_a_diverted_attested_inbound_call(app: AppServer) -> None:
+    app.page("/start", [])
+    info = CallInfo(
+        "in-3", "in", "sip:+1555@x", "sip:ivr@y", "ivr", divert="sip:+1666@x", attestation="B"
+    )
+    await run_call(app, Caller(), info=info)
+    this_call = app.bodies("/start")[0]["this_call"]
+    assert this_call["call_divert"] == "sip:+1666@x"
+    assert this_call["call_attestation"] == "B"
+    assert "outbound_parameters" not in this_call
 
 
 async def test_duration_on_final_page_is_from_answer_to_end(app: AppServer) -> None:
@@ -173,11 +201,13 @@ async def test_duration_on_final_page_is_from_answer_to_end(app: AppServer) -> N
 # --- token ---------------------------------------------------------------------------------
 
 
-async def test_token_is_echoed_kept_replaced_and_cleared(app: AppServer) -> None:
+async def test_token_is_what_the_last_response_said_null_by_default(app: AppServer) -> None:
+    # Aculab's HTTP response page: token "defaults to null". A response without one
+    # leaves the next request's token null; it does not keep the previous one.
     app.page("/start", {"actions": [redirect("/p2")], "token": "t1"})
-    app.page("/p2", {"actions": [redirect("/p3")]})  # no token: kept
-    app.page("/p3", {"actions": [redirect("/p4")], "token": "t2"})  # replaced
-    app.page("/p4", {"actions": [redirect("/p5")], "token": None})  # cleared
+    app.page("/p2", {"actions": [redirect("/p3")]})  # no token: null from now on
+    app.page("/p3", {"actions": [redirect("/p4")], "token": "t2"})  # set again
+    app.page("/p4", {"actions": [redirect("/p5")], "token": None})  # null
     app.page("/p5", {"actions": [], "token": "t3"})
     app.page("/final", [])
     await run_call(app, Caller(), final_page="/final")
@@ -185,7 +215,7 @@ async def test_token_is_echoed_kept_replaced_and_cleared(app: AppServer) -> None
     assert tokens == [
         ("/start", None),
         ("/p2", "t1"),
-        ("/p3", "t1"),
+        ("/p3", None),
         ("/p4", "t2"),
         ("/p5", None),
         ("/final", "t3"),

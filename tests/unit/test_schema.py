@@ -8,7 +8,9 @@ drift apart unnoticed.
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
@@ -242,7 +244,6 @@ def test_play_item_not_an_object_rejected() -> None:
         ),
         pytest.param(get_number(digit_count=4.0), f"{GN}.digit_count", "valid integer", id="float"),
         pytest.param(get_number(digit_count=True), f"{GN}.digit_count", "valid integer", id="bool"),
-        pytest.param(get_number(digit_count=None), f"{GN}.digit_count", "valid integer", id="null"),
         pytest.param(
             get_input(milliseconds_initial_timeout="5000"),
             f"{GI}.milliseconds_initial_timeout",
@@ -270,14 +271,7 @@ def test_play_item_not_an_object_rejected() -> None:
         pytest.param(
             record(beep_on_start="true"), f"{REC}.beep_on_start", "valid boolean", id="str-bool"
         ),
-        pytest.param(
-            play(barge_in_on_speech=None),
-            f"{PLAY}.barge_in_on_speech",
-            "valid boolean",
-            id="null-bool",
-        ),
         pytest.param(get_number(end_digit=5), f"{GN}.end_digit", "valid string", id="int-str"),
-        pytest.param(record(id=None), f"{REC}.id", "valid string", id="null-str"),
         pytest.param(
             get_number(next_page=[NEXT]), f"{GN}.next_page", "valid dictionary", id="list-object"
         ),
@@ -916,18 +910,26 @@ def test_every_problem_is_reported() -> None:
 
 
 @pytest.mark.parametrize(
-    ("doc", "token", "given"),
+    ("doc", "token"),
     [
-        pytest.param({"actions": [], "token": "abc-123"}, "abc-123", True, id="given"),
-        pytest.param({"actions": [], "token": ""}, "", True, id="empty"),
-        pytest.param({"actions": []}, None, False, id="absent"),
-        pytest.param({"actions": [], "token": None}, None, True, id="null-clears"),
+        pytest.param({"actions": [], "token": "abc-123"}, "abc-123", id="given"),
+        pytest.param({"actions": [], "token": ""}, "", id="empty"),
+        pytest.param({"actions": []}, None, id="absent-is-null"),
+        pytest.param({"actions": [], "token": None}, None, id="null"),
+        pytest.param({"actions": [], "token": "t" * 5000}, "t" * 5000, id="5000-characters"),
     ],
 )
-def test_token(doc: dict[str, Any], token: str | None, given: bool) -> None:
-    response = parse_response(json.dumps(doc))
-    assert response.token == token
-    assert response.token_given is given
+def test_token(validator: Any, doc: dict[str, Any], token: str | None) -> None:
+    # Aculab's HTTP response: "an optional user-defined string of up to 5000 characters.
+    # This defaults to null."
+    assert parse_response(json.dumps(doc)).token == token
+    validator.validate(doc)
+
+
+def test_a_token_over_5000_characters_is_refused(validator: Any) -> None:
+    doc = {"actions": [], "token": "t" * 5001}
+    assert only_problem(doc).path == "$.token"
+    assert not validator.is_valid(doc)
 
 
 def test_parse_response_accepts_bytes() -> None:
@@ -974,10 +976,41 @@ NULL_OPTIONAL = [
 ]
 
 
+def _without(doc: Any, path: str) -> Any:
+    """``doc`` with the property at ``path`` (``$.a.b[0].c``) left out."""
+    steps: list[Any] = [
+        int(index) if index else name for name, index in re.findall(r"\.(\w+)|\[(\d+)\]", path)
+    ]
+    out = copy.deepcopy(doc)
+    node = out
+    for step in steps[:-1]:
+        node = node[step]
+    del node[steps[-1]]
+    return out
+
+
 @pytest.mark.parametrize(("doc", "path"), NULL_OPTIONAL)
-def test_null_for_optional_property_rejected(doc: Any, path: str) -> None:
-    problem = only_problem(doc)
-    assert problem.path == path
+def test_null_for_optional_property_means_not_given(validator: Any, doc: Any, path: str) -> None:
+    # Aculab's rule: an optional property that is null gets its default.
+    assert parse_response(json.dumps(doc)) == parse_response(json.dumps(_without(doc, path)))
+    validator.validate(doc)
+
+
+NULL_REQUIRED = [
+    pytest.param(get_number(next_page=None), "$.actions[0].get_number.next_page", id="next_page"),
+    pytest.param(one({"get_number": None}), "$.actions[0].get_number", id="action-body"),
+    pytest.param(play(None), "$.actions[0].play.play_list[0]", id="play-item"),
+    pytest.param({"actions": None}, "$.actions", id="actions"),
+    pytest.param(get_number(bogus=None), "$.actions[0].get_number.bogus", id="unknown-property"),
+]
+
+
+@pytest.mark.parametrize(("doc", "path"), NULL_REQUIRED)
+def test_null_for_a_required_or_unknown_property_is_an_error(
+    validator: Any, doc: Any, path: str
+) -> None:
+    assert only_problem(doc).path == path
+    assert not validator.is_valid(doc)
 
 
 # --- the JSON Schema ---------------------------------------------------------------------
@@ -1110,7 +1143,7 @@ BOTH_REJECT = [
     pytest.param(record(encryption_cipher=cipher(mode="cbc")), id="unknown-cipher-property"),
     pytest.param(get_number(digit_count="4"), id="str-for-int"),
     pytest.param(get_input(digit_input_enabled=1), id="int-for-bool"),
-    pytest.param(get_number(digit_count=None), id="null-for-int"),
+    pytest.param(get_number(next_page=None), id="null-for-required"),
     pytest.param(get_number(next_page=[NEXT]), id="list-for-object"),
     pytest.param(get_number(valid_digits="12a"), id="valid_digits-lowercase"),
     pytest.param(get_number(end_digit="E"), id="end_digit-E"),
@@ -1152,6 +1185,7 @@ BOTH_ACCEPT = [
     pytest.param({"actions": []}, id="empty"),
     pytest.param({"actions": [], "token": None, "api_version": "2"}, id="token-null-api-2"),
     pytest.param(get_number(next_page={"url": "next"}), id="relative-url"),
+    pytest.param(get_number(digit_count=None, prompt=None), id="null-for-optional"),
     pytest.param(get_number(digit_count=0), id="digit_count-0"),
     pytest.param(record(barge_in_digits=""), id="no-barge-in-digits"),
     pytest.param(record(encryption_cipher=cipher(key="0" * 48)), id="key-48"),

@@ -21,7 +21,7 @@ class FarLeg(ScriptedLeg):
     """A far leg that the far end hangs up once it has been joined."""
 
     def __init__(self) -> None:
-        super().__init__(info=CallInfo("far-1", "outbound", "sip:ivr@cb", "sip:bob@x", "bob"))
+        super().__init__(info=CallInfo("far-1", "out", "sip:ivr@cb", "sip:bob@x", "bob"))
         self.joined_at: float | None = None
         self.joined = asyncio.Event()
 
@@ -83,7 +83,7 @@ async def test_the_first_page_runs_then_the_leg_is_joined_and_its_final_page_fol
     assert (summary.cause, summary.raw_cause) == ("hung_up", "BYE")
     (first,) = app.bodies("/whisper")
     assert first["this_call"]["primary_call_id"] == "primary-1"
-    assert first["this_call"]["call_direction"] == "outbound"
+    assert first["this_call"]["call_direction"] == "out"
     (final,) = app.bodies("/far-final")
     this_call = final["this_call"]
     assert (this_call["call_cause"], this_call["call_raw_cause"]) == ("hung_up", "BYE")

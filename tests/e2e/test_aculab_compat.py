@@ -1,0 +1,121 @@
+"""An application written for Aculab Cloud, on real calls: Aculab's call info from real
+SIP INVITEs, with one ``serve`` process and with the default deployment (workers behind
+Kamailio).
+
+SIPp calls ``callhook serve``; the INVITE carries the headers a carrier sends
+(Diversion, History-Info, P-Attestation-Indicator, an RFC 8224 Identity); the test's
+application server records the page requests, whose ``this_call`` is checked against
+Aculab's call-info page: ``call_direction`` ``"in"``, ``call_divert`` and
+``call_attestation`` from those headers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.testing import AppServer
+from callhook.workers import kamailio_binary, kamailio_modules
+from tests.e2e import sipp
+from tests.e2e.harness import Server, free_even_udp_port
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+WORKERS = [
+    pytest.param(1, id="one-process"),
+    pytest.param(
+        2,
+        id="workers-behind-kamailio",
+        marks=pytest.mark.skipif(
+            kamailio_binary() is None or kamailio_modules() is None,
+            reason="Kamailio is not installed",
+        ),
+    ),
+]
+
+
+def serve(tmp_path: Path, app: AppServer, workers: int) -> Server:
+    """``serve`` running ``app``: one process, or ``workers`` behind Kamailio."""
+    if workers == 1:
+        return Server.for_app(tmp_path / "data", app)
+    config = tmp_path / "workers.toml"
+    config.write_text(
+        f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+    )
+    server = Server.for_app(
+        tmp_path / "data", app, extra=("--workers", str(workers), "--config", str(config))
+    )
+    server.start_timeout = 150.0  # the workers load at once: slow on a loaded machine
+    return server
+
+
+def invite_with(*headers: str) -> str:
+    """SIPp's INVITE to ``ivr`` carrying ``headers`` (``Name: value`` lines)."""
+    lines = "".join(f"{h}\n" for h in headers)
+    return sipp.invite("ivr").replace("Max-Forwards: 70\n", f"Max-Forwards: 70\n{lines}", 1)
+
+
+def passport(attest: str) -> str:
+    """An Identity header's PASSporT (RFC 8225 compact form) with ``attest``."""
+
+    def part(value: Any) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    claims = {"attest": attest, "orig": {"tn": "15551230000"}, "dest": {"tn": ["15554560000"]}}
+    header = {"alg": "ES256", "ppt": "shaken", "typ": "passport", "x5u": "https://cr.example/c"}
+    return f"{part(header)}.{part(claims)}.c2lnbmF0dXJl"
+
+
+CALLS = [
+    (
+        (
+            "Diversion: <sip:+441908273800@carrier.example>;reason=unconditional;counter=1",
+            "P-Attestation-Indicator: A",
+        ),
+        "sip:+441908273800@carrier.example",
+        "A",
+    ),
+    (
+        (
+            "History-Info: <sip:sales@pbx.example>;index=1, "
+            "<sip:ivr@pbx.example?Reason=SIP%3Bcause%3D302>;index=1.1",
+            f"Identity: {passport('B')};info=<https://cr.example/c>;alg=ES256;ppt=shaken",
+        ),
+        "sip:sales@pbx.example",
+        "B",
+    ),
+    ((), "", ""),
+]
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers: int) -> None:
+    app.page("/start", [{"sleep": {"seconds": 1}}])
+    app.page("/final", [])
+    async with serve(tmp_path, app, workers) as server:
+        if workers > 1:
+            assert f"with {workers} workers behind Kamailio" in server.output
+        for number, (headers, _, _) in enumerate(CALLS):
+            workdir = tmp_path / f"call-{number}"
+            workdir.mkdir()
+            run = await sipp.call(
+                server.sip,
+                workdir,
+                invite_with(*headers),
+                sipp.ANSWERED,
+                sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+            )
+            assert run.returncode == 0, run.output + run.errors + server.output
+    firsts = [body["this_call"] for body in app.bodies("/start")]
+    finals = [body["this_call"] for body in app.bodies("/final")]
+    assert len(firsts) == len(finals) == len(CALLS)
+    for (_, divert, attestation), first, last in zip(CALLS, firsts, finals, strict=True):
+        for this_call in (first, last):
+            assert this_call["call_direction"] == "in"
+            assert this_call["call_divert"] == divert
+            assert this_call["call_attestation"] == attestation
+            assert "outbound_parameters" not in this_call
