@@ -11,6 +11,7 @@ Aculab's call-info page: ``call_direction`` ``"in"``, ``call_divert`` and
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from pathlib import Path
@@ -22,6 +23,7 @@ from callhook.testing import AppServer
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port
+from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, connect_call, energy_at
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -119,3 +121,29 @@ async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers
             assert this_call["call_divert"] == divert
             assert this_call["call_attestation"] == attestation
             assert "outbound_parameters" not in this_call
+
+
+async def test_a_hold_media_that_cannot_be_played_gives_ringback_logged_once(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """The caller hears ringback, not silence, while the far end rings; the missing file
+    is one line in the server log and one in the call log, not one every 20 ms. The
+    connect's nulls are Aculab's: classify_callee null is no classification."""
+    missing = {"play": {"play_list": [{"file_to_play": "prompts/missing.wav"}]}}
+    server, sink, (callee,), _ = await connect_call(
+        tmp_path,
+        app,
+        {"seconds_answer_timeout": 4, "hold_media": missing, "classify_callee": None},
+        UAS_RINGS_UNTIL_CANCEL,
+    )
+    out, _ = await asyncio.wait_for(callee.communicate(), 30)
+    assert callee.returncode == 0, out.decode(errors="replace") + server.output
+    (connected,) = app.bodies("/connected")
+    outcome = connected["action_result"]["result"]
+    assert (outcome["connected"], outcome["call_cause"]) == (False, "no_answer")
+    heard = sink.audio()[: 2 * 8000]  # the first ringback burst: 440 + 480 Hz
+    assert energy_at(heard, 440.0) + energy_at(heard, 480.0) > 0.8
+    assert server.output.count("could not be played") == 1, server.output
+    log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
+    assert log.count("could not be played") == 1, log
+    assert "prompts/missing.wav" in log

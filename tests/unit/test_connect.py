@@ -146,6 +146,17 @@ def test_without_next_page_the_next_action_runs() -> None:
     assert m.outcome == Continue("connect: busy")
 
 
+def test_the_nulls_aculab_gives_a_meaning() -> None:
+    """Aculab's connect page: hold_media null plays ringing, classify_callee null is no
+    classification, next_page null runs the next action."""
+    m = machine(hold_media=None, classify_callee=None, next_page=None, secondary_call=None)
+    (prompt,) = m.start(T0)[2:]
+    assert isinstance(prompt, StartPrompt) and prompt.items == RINGBACK
+    m.handle(CalleeEnded(0, "busy", "486"), T0 + 1)
+    m.handle(CalleeEnded(1, "busy", "486"), T0 + 1)
+    assert m.outcome == Continue("connect: busy")
+
+
 def test_early_media_is_passed_when_asked() -> None:
     action = Connect.model_validate(
         {"destinations": ["sip:a@x"], "pass_early_media": True, "next_page": PAGE}
