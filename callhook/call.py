@@ -181,6 +181,10 @@ class CallRunner:
         self._cipher_noted = False
         self._detected = 0  # utterances the running recognition stream detected
         self._prompt_errors: set[str] = set()  # why prompts could not be played, logged once
+        #: The page error that ended the call (its error_result goes to the final page too).
+        self.failure: PageError | None = None
+        #: Why callhook is hanging up, once it is (a far leg's pages: its connect's cause).
+        self.ending_cause: str | None = None
         self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "in" else "answered"
@@ -219,6 +223,7 @@ class CallRunner:
             self._error(f"internal error: {type(exc).__name__}: {exc}")
             cause = "failed"
         if self.gone is None:
+            self.ending_cause = cause
             try:
                 raw = await self.leg.hang_up()
             except Exception as exc:
@@ -268,10 +273,12 @@ class CallRunner:
                 if self.gone is not None:
                     raise CallGone(self.gone) from None
                 if not self.app.error_page or current.error_result is not None:
+                    self.failure = exc
                     raise ApplicationFailed(str(exc)) from None
                 error_pages += 1
                 if error_pages > MAX_ERROR_PAGES:
                     self._error(f"error page used {MAX_ERROR_PAGES} times already; giving up")
+                    self.failure = exc
                     raise ApplicationFailed(str(exc)) from None
                 request = _Request(
                     urljoin(self.app.first_page, self.app.error_page),
@@ -521,6 +528,13 @@ class CallRunner:
     async def _page(self, request: _Request, base: str) -> tuple[list[Any], str]:
         """Request a page and validate its action list; returns (actions, the page's URL)."""
         raw = await self._fetch(request.url, request.method, self._body(request), request.why)
+        if not raw.strip():
+            # A 2xx with an empty body (a 204, or a 200 with nothing in it) is an empty
+            # action list: nothing more to do on this call (a secondary call's first page:
+            # put it through). The token is null, as for any response without one.
+            self.token = None
+            self.log.write("page_response", f"{request.url}: (empty body: no actions)")
+            return [], request.url
         try:
             response = parse_response(raw)
         except InvalidResponse as exc:
@@ -576,6 +590,11 @@ class CallRunner:
         body = self._body(_Request(url, method))
         body["this_call"]["call_cause"] = cause
         body["this_call"]["call_raw_cause"] = raw
+        if cause == "failed" and self.failure is not None:
+            # The page error that ended the call, as the error page would have had it: an
+            # application without an error page (or whose error page failed) learns why
+            # on its final page (docs/behaviour.md, "Errors").
+            body["error_result"] = self.failure.as_json()
         if self.dropped_calls is not None:
             body["dropped_calls"] = self.dropped_calls()
         data = json.dumps(body, separators=(",", ":")).encode()

@@ -115,13 +115,14 @@ class Screening:
             self.prompts,
             self.services.store,
             answer=_answered,
-            hang_up=lambda: self._far_hung_up(far),
+            hang_up=lambda: self._far_hung_up(far, runners[0].ending_cause if runners else None),
             speech=self.services.speech,
             journal=self.services.journal,
             max_recording_bytes=settings.max_recording_bytes,
         )
         leg.answered = True  # an outbound call: answered already
         far.leg = leg
+        runners: list[CallRunner] = []  # (for the hang-up: why its pages end the call)
         runner = self.services.runner(
             page_app,
             leg,
@@ -129,6 +130,7 @@ class Screening:
             on_ready=lambda: primary.leg.inject(CalleeReady(attempt)),
             dropped_calls=lambda: list(primary.dropped_calls),
         )
+        runners.append(runner)
         logger.info("far leg %s: running its secondary_call pages", far.call_id)
         task = self.loop.create_task(self._run_pages(leg, runner))
         self._far_runs.add(task)
@@ -140,10 +142,12 @@ class Screening:
         finally:
             leg.finish()
 
-    def _far_hung_up(self, far: FarLeg) -> str:
-        """The far leg's pages hang it up (``hang_up``, or their list ran out unjoined)."""
+    def _far_hung_up(self, far: FarLeg, cause: str | None) -> str:
+        """The far leg's pages hang it up: ``hang_up``, their list ran out unjoined
+        (``completed``), or they failed with no working error page (``failed``: the
+        connect's result says so, not a clean hang-up)."""
         if not far.ended:
-            self._hang_up_far(far, cause="completed")
+            self._hang_up_far(far, cause="failed" if cause == "failed" else "completed")
         return "200"
 
 

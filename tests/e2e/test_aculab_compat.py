@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.testing import AppServer, Reply
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port
-from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, connect_call, energy_at
+from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, config, connect_call, energy_at
+from tests.e2e.test_secondary_pages import connect_app
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -147,3 +148,70 @@ async def test_a_hold_media_that_cannot_be_played_gives_ringback_logged_once(
     log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
     assert log.count("could not be played") == 1, log
     assert "prompts/missing.wav" in log
+
+
+async def connect_with_first_page(
+    tmp_path: Path, app: AppServer, workers: int, first_page: Any
+) -> dict[str, Any]:
+    """A SIPp caller is put through to a SIPp callee that stays 3 s; the callee's
+    ``secondary_call.first_page`` answers ``first_page``. The connect's result."""
+    callee_port = free_udp_port()
+    connect_app(app, callee_port, first_page)
+    callee = sipp.scenario(
+        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING),
+        sipp.PAUSE.format(ms=3000),
+        sipp.BYE_FROM_UAS,
+    )
+    extra = config(tmp_path)
+    if workers > 1:
+        with open(extra[1], "a") as file:
+            file.write(f"[workers]\nfirst_port = {free_even_udp_port()}\n")
+            file.write("[speech]\npreload = false\n")
+        extra = (*extra, "--workers", str(workers))
+    process = await sipp.start_sipp(
+        callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+    )
+    server = Server.for_app(tmp_path / "data", app, extra=extra)
+    server.start_timeout = 150.0
+    async with server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        # (The callee's own status is not checked: a failed first page hangs it up
+        # before its scenario's BYE.)
+        await asyncio.wait_for(process.communicate(), 30)
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/far-final"), server.output
+        assert await wait_for_request(app, "/connected"), server.output
+    (connected,) = app.bodies("/connected")
+    result: dict[str, Any] = connected["action_result"]["result"]
+    return result
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_first_page_with_an_empty_body_puts_the_call_through(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """The application's author: "the call is simply connected". A 200 with no body is
+    an empty action list: the far leg's list runs out at once, and it is joined."""
+    result = await connect_with_first_page(tmp_path, app, workers, Reply(b""))
+    assert (result["connected"], result["call_cause"]) == (True, "hung_up"), result
+    assert result["seconds_connected_duration"] > 1.0
+    (far_final,) = app.bodies("/far-final")
+    assert far_final["this_call"]["call_cause"] == "hung_up"
+
+
+async def test_a_first_page_that_fails_is_a_failed_connect_not_a_clean_hang_up(
+    tmp_path: Path, app: AppServer
+) -> None:
+    result = await connect_with_first_page(tmp_path, app, 1, Reply("<html>oops</html>"))
+    assert (result["connected"], result["destination"]) == (False, None)
+    assert result["call_cause"] == "failed", result
+    (far_final,) = app.bodies("/far-final")
+    assert far_final["this_call"]["call_cause"] == "failed"
+    error = far_final["error_result"]  # why, on the far leg's final page
+    assert (error["cause"], error["url"]) == ("invalid", app.url("/whisper"))

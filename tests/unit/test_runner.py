@@ -403,13 +403,17 @@ async def test_error_page_gets_error_result_and_its_actions_run(app: AppServer, 
 
 @pytest.mark.parametrize("kind", ERROR_KINDS)
 async def test_without_error_page_the_call_fails(app: AppServer, kind: str) -> None:
-    url, _, _ = bad_page(app, kind)
+    url, cause, status = bad_page(app, kind)
     app.page("/final", [])
     r = await run_call(app, Caller(), final_page="/final")
     assert r.leg.hung_up_at is not None
     assert r.summary.cause == "failed"
     this_call = final(app)
     assert this_call["call_cause"] == "failed"
+    # The final page learns why, as the error page would have.
+    error_result = app.bodies("/final")[0]["error_result"]
+    assert (error_result["cause"], error_result["url"]) == (cause, url)
+    assert error_result.get("status") == status
     assert this_call["call_raw_cause"] == "603"  # never answered
     assert paths(app)[-1] == "/final"
     errors = [line for line in r.log.lines if " error " in line]
@@ -509,13 +513,56 @@ async def test_large_valid_body_under_the_limit_is_accepted(app: AppServer) -> N
 
 async def test_failing_error_page_hangs_up(app: AppServer) -> None:
     app.page("/start", Reply("bad", status=500))
-    app.page("/error", Reply("also bad", status=500))
+    app.page("/error", Reply("also bad", status=503))
     app.page("/final", [])
     r = await run_call(app, Caller(), error_page="/error", final_page="/final")
     assert paths(app) == ["/start", "/error", "/final"]
     assert final(app)["call_cause"] == "failed"
     assert r.leg.hung_up_at is not None
     assert len(r.summary.errors) == 2
+    # The final page's error_result is the error that ended the call: the error page's.
+    error_result = app.bodies("/final")[0]["error_result"]
+    assert (error_result["url"], error_result["status"]) == (app.url("/error"), 503)
+
+
+async def test_no_error_result_on_the_final_page_of_a_call_that_did_not_fail(
+    app: AppServer,
+) -> None:
+    # The error page recovered the call: the call completed, and its final page has no
+    # error_result (the error page had it).
+    app.page("/start", Reply("bad", status=500))
+    app.page("/error", [say("sorry")])
+    app.page("/final", [])
+    await run_call(app, Caller(), error_page="/error", final_page="/final")
+    assert final(app)["call_cause"] == "completed"
+    assert "error_result" not in app.bodies("/final")[0]
+    assert "error_result" in app.bodies("/error")[0]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(None, id="204"),
+        pytest.param(Reply(b""), id="200-no-body"),
+        pytest.param(Reply(" \r\n", content_type="text/plain"), id="200-whitespace"),
+    ],
+)
+async def test_an_empty_body_is_an_empty_action_list(app: AppServer, reply: Any) -> None:
+    """A 2xx with nothing in it is no actions, not an error: on the first page the call is
+    refused (nothing was answered), after a redirect it is hung up; the token is null."""
+    app.page("/start", reply)
+    app.page("/final", [])
+    r = await run_call(app, Caller(), final_page="/final")
+    assert (r.summary.cause, r.summary.errors) == ("completed", [])
+    assert final(app)["call_raw_cause"] == "603"  # refused before an answer
+    app.requests.clear()
+    app.page("/start", {"actions": [say("hi"), redirect("/empty")], "token": "t"})
+    app.page("/empty", reply)
+    r = await run_call(app, Caller(), final_page="/final")
+    assert (r.summary.cause, r.summary.errors) == ("completed", [])
+    assert (final(app)["call_cause"], final(app)["call_raw_cause"]) == ("completed", "200")
+    assert app.bodies("/final")[0]["token"] is None
+    assert any("(empty body: no actions)" in line for line in r.log.lines)
 
 
 async def test_invalid_error_page_answer_hangs_up(app: AppServer) -> None:
