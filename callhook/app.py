@@ -320,9 +320,10 @@ class Services:
         listeners: list[Listener] | None = None,
         *,
         primary_call_id: str | None = None,
-        on_ready: Callable[[], object] | None = None,
+        on_ready: Callable[[tuple[str, str, str] | None], object] | None = None,
         dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
         pages: Pages | None = None,
+        needs_cipher: bool = False,
     ) -> CallRunner:
         """A call runner for ``app`` on ``leg``, with its log in the app's namespace
         (``primary_call_id``, ``on_ready``: a connect's far leg running its pages;
@@ -346,6 +347,7 @@ class Services:
             primary_call_id=primary_call_id,
             on_ready=on_ready,
             dropped_calls=dropped_calls,
+            needs_cipher=needs_cipher,
         )
 
     async def run_call(

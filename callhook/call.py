@@ -155,8 +155,9 @@ class CallRunner:
         recordings: Recordings | None = None,
         files: Files | None = None,
         primary_call_id: str | None = None,
-        on_ready: Callable[[], object] | None = None,
+        on_ready: Callable[[tuple[str, str, str] | None], object] | None = None,
         dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
+        needs_cipher: bool = False,
     ) -> None:
         self.app = app
         # A connect's far leg running its secondary_call pages: the call it is put through
@@ -164,6 +165,11 @@ class CallRunner:
         self.primary_call_id = primary_call_id
         self.on_ready = on_ready
         self.dropped_calls = dropped_calls  # for its final page (Aculab's dropped_calls)
+        # Its whole-call recording's cipher, from its pages' responses (Aculab: "supply the
+        # cipher in the response to the request on the secondary call's first page"), and
+        # whether the first page's response must give it.
+        self.recording_cipher: tuple[str, str, str] | None = None
+        self.needs_cipher = needs_cipher
         self._list_ended = False
         self.files = files
         self.leg = leg
@@ -339,7 +345,7 @@ class CallRunner:
         and stays so until one of them hangs up (then its final page is requested)."""
         assert self.on_ready is not None
         self.log.write("bridge", f"joined to call {self.primary_call_id}")
-        self.on_ready()
+        self.on_ready(self.recording_cipher)
         ended = await self.leg.wait_ended()
         self._ended(ended)
         raise CallGone(ended)
@@ -544,12 +550,22 @@ class CallRunner:
         # Aculab's HTTP response: the token "defaults to null", so a response without one
         # clears it (the next request says null).
         self.token = response.token
-        if response.call_recording_cipher_given and not self._cipher_noted:
+        cipher = response.call_recording_cipher
+        if cipher is not None and self.on_ready is not None:
+            self.recording_cipher = cipher.as_tuple()  # (never logged)
+        elif cipher is not None and not self._cipher_noted:
             self._cipher_noted = True
             self.log.write(
                 "page_response",
                 f"{request.url}: call_recording_cipher ignored: callhook makes no whole-call "
-                "recordings (record actions take encryption_cipher)",
+                "recording of this call (record actions take encryption_cipher)",
+            )
+        if self.needs_cipher and request.why == "first page" and self.recording_cipher is None:
+            raise PageError(
+                "invalid",
+                request.url,
+                "secondary_call.call_recording_encryption is on and the connect gave no "
+                "call_recording_cipher: this first page's response must give one",
             )
         names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
         self.log.write("page_response", f"{request.url}: {names}")

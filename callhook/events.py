@@ -175,9 +175,11 @@ class CalleeEnded:
 @dataclass(frozen=True, slots=True)
 class CalleeReady:
     """Far leg ``attempt`` answered and its ``secondary_call.first_page`` actions have all
-    run on it: it is to be joined to the call now."""
+    run on it: it is to be joined to the call now. ``cipher``: the
+    ``call_recording_cipher`` its first page's response gave, as (type, key, IV)."""
 
     attempt: int
+    cipher: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +387,9 @@ class SecondaryPages:
     final_page: tuple[str, str] | None = None
     error_page: tuple[str, str] | None = None
     max_seconds: float = 240 * 60.0
+    #: The whole-call recording is to be encrypted and the action gave no cipher: the
+    #: response to ``first_page`` must (Aculab's ``call_recording_cipher``).
+    needs_cipher: bool = False
 
 
 @dataclass(frozen=True, slots=True)

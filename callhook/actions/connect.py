@@ -118,6 +118,9 @@ class ConnectMachine(ActionMachine):
         self.info: dict[str, Any] = {}  # the joined far leg's description
         self.recording: str | None = None  # the whole-call recording's file, while it runs
         self.recorded: str | None = None  # the file it made
+        # The recording's cipher from the far leg's first page's response (Aculab's
+        # call_recording_cipher there), when the action gives none.
+        self.page_cipher: tuple[str, str, str] | None = None
         self.result: dict[str, Any] | None = None  # once over (with or without a next_page)
 
     # --- the machine --------------------------------------------------------------------
@@ -197,6 +200,7 @@ class ConnectMachine(ActionMachine):
     def _ready(self, event: CalleeReady, now: float) -> list[MediaCommand]:
         if self.state is not State.SCREENING or event.attempt != self.joined:
             return []
+        self.page_cipher = event.cipher
         return self._join(event.attempt, now, [])
 
     def _join(self, attempt: int, now: float, then: list[MediaCommand]) -> list[MediaCommand]:
@@ -261,6 +265,11 @@ class ConnectMachine(ActionMachine):
             resolved(final),
             resolved(error),
             max_seconds=second.minutes_max_call_duration * 60.0,
+            needs_cipher=(
+                second.call_recording
+                and second.call_recording_encryption
+                and second.call_recording_cipher is None
+            ),
         )
 
     def _record(self) -> list[MediaCommand]:
@@ -269,12 +278,15 @@ class ConnectMachine(ActionMachine):
         if second is None or not second.call_recording:
             return []
         self.recording = self.recorded = self.ctx.new_recording_name()
-        cipher = second.call_recording_cipher if second.call_recording_encryption else None
+        cipher: tuple[str, str, str] | None = None
+        if second.call_recording_encryption:
+            given = second.call_recording_cipher
+            cipher = given.as_tuple() if given is not None else self.page_cipher
         return [
             RecordCall(
                 self.recording,
                 second.call_recording_mode,
-                cipher.as_tuple() if cipher is not None else None,
+                cipher,
                 eliminate_dtmf=second.call_recording_eliminate_dtmf,
             )
         ]

@@ -54,10 +54,18 @@ class Connect(Strict):
         if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
             raise ValueError("pass_early_media cannot be used with secondary_call.first_page")
         second = self.secondary_call
-        # Aculab also takes the cipher from the first page's response; callhook takes it
-        # from the action only (docs/behaviour.md), so it must be there.
-        if second and second.call_recording_encryption and not second.call_recording_cipher:
-            raise ValueError("secondary_call.call_recording_encryption needs call_recording_cipher")
+        # Aculab's secondary call page: "The cipher can be specified here or in the response
+        # to the first page request". With neither a cipher nor a first page, it cannot be.
+        if (
+            second
+            and second.call_recording_encryption
+            and not second.call_recording_cipher
+            and not second.first_page
+        ):
+            raise ValueError(
+                "secondary_call.call_recording_encryption needs call_recording_cipher, here or "
+                "in the response to secondary_call.first_page (not given)"
+            )
         return self
 
 

@@ -74,9 +74,9 @@ class Envelope(Strict):
     # Aculab: "an optional user-defined string of up to 5000 characters", null by default.
     token: Annotated[str, Field(max_length=5000)] | None = None
     api_version: Opt[ApiVersion] = None
-    # Aculab's key for encrypting the service's whole-call recording. callhook makes
-    # no whole-call recordings, so nothing is written that it would protect: it is
-    # checked like any cipher and otherwise ignored (the call log says so).
+    # Aculab's key for encrypting a whole-call recording: a connect's far leg takes it
+    # from its first page's response; the service's own whole-call recording callhook
+    # does not make, so on any other page it is checked and ignored (the call log says so).
     call_recording_cipher: Opt[Cipher] = None
 
 
@@ -99,7 +99,8 @@ class Response(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     actions: list[Any]
     token: str | None
-    call_recording_cipher_given: bool = False
+    #: The response's ``call_recording_cipher`` (a connect's far leg: its recording's).
+    call_recording_cipher: Any = None
 
 
 class InvalidResponse(Exception):
@@ -234,7 +235,7 @@ def _parse(body: bytes | str) -> Response:
     return Response(
         actions=actions,
         token=envelope.token,
-        call_recording_cipher_given=envelope.call_recording_cipher is not None,
+        call_recording_cipher=envelope.call_recording_cipher,
     )
 
 

@@ -127,8 +127,9 @@ class Screening:
             page_app,
             leg,
             primary_call_id=primary.call_id,
-            on_ready=lambda: primary.leg.inject(CalleeReady(attempt)),
+            on_ready=lambda cipher: primary.leg.inject(CalleeReady(attempt, cipher)),
             dropped_calls=lambda: list(primary.dropped_calls),
+            needs_cipher=pages.needs_cipher,
         )
         runners.append(runner)
         logger.info("far leg %s: running its secondary_call pages", far.call_id)

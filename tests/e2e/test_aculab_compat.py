@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from callhook.media import wav
 from callhook.testing import AppServer, Reply
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
@@ -215,3 +218,77 @@ async def test_a_first_page_that_fails_is_a_failed_connect_not_a_clean_hang_up(
     assert far_final["this_call"]["call_cause"] == "failed"
     error = far_final["error_result"]  # why, on the far leg's final page
     assert (error["cause"], error["url"]) == ("invalid", app.url("/whisper"))
+
+
+KEY, IV = "0f" * 16, "a5" * 16  # AES-128, as Aculab's encrypted-media guide's example
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+async def test_aculabs_secondary_call_example_encrypts_with_the_first_pages_cipher(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """Aculab's secondary_call example: ``call_recording_encryption: true`` with no cipher
+    in the action; the far leg's first page answers with ``call_recording_cipher``. The
+    recording is encrypted with it: ``openssl`` decrypts it to the bridged call's WAV."""
+    callee_port = free_udp_port()
+    app.page(
+        "/start",
+        [
+            {
+                "connect": {
+                    "destinations": [f"sip:callee@127.0.0.1:{callee_port}"],
+                    "secondary_call": {
+                        "call_recording": True,
+                        "call_recording_encryption": True,
+                        "minutes_max_call_duration": 30,
+                        "first_page": {"url": "my_secondary_call_first_page"},
+                        "final_page": {"url": "my_secondary_call_final_page"},
+                    },
+                    "next_page": {"url": "/connected"},
+                }
+            }
+        ],
+    )
+    cipher = {"type": "aescbc", "key": KEY, "initialisation_vector": IV}
+    app.page(
+        "/my_secondary_call_first_page",
+        {"actions": [], "call_recording_cipher": cipher, "api_version": "2.0"},
+    )
+    app.page("/my_secondary_call_final_page", None)
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+    callee = sipp.scenario(
+        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING),
+        sipp.PAUSE.format(ms=3000),
+        sipp.BYE_FROM_UAS,
+    )
+    process = await sipp.start_sipp(
+        callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+        caller = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0, out.decode(errors="replace") + server.output
+        assert caller.returncode == 0, caller.output + caller.errors + server.output
+        assert await wait_for_request(app, "/connected")
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert result["connected"] is True, result
+    (path,) = (tmp_path / "data" / "media").glob(f"*/{result['call_recording_filename']}")
+    assert path.read_bytes()[:4] != b"RIFF"  # not in clear
+    plain = subprocess.run(
+        ["openssl", "enc", "-d", "-aes-128-cbc", "-K", KEY, "-iv", IV, "-in", str(path)],
+        capture_output=True,
+        check=True,
+    ).stdout
+    info = wav.read_info(plain)
+    assert 2.0 < info.data_length / 8000 < 8  # the bridged call's few seconds
+    logs = [p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log")]
+    for text in (server.output, *logs):
+        assert KEY not in text and IV not in text  # the key never reaches a log

@@ -179,7 +179,7 @@ def test_early_media_is_passed_when_asked() -> None:
         ({"pass_early_media": True}, "pass_early_media needs exactly one destination"),
         (
             {"secondary_call": {"call_recording": True, "call_recording_encryption": True}},
-            "call_recording_encryption needs call_recording_cipher",
+            "call_recording_encryption needs call_recording_cipher, here or in the response",
         ),
         ({"seconds_answer_timeout": 0}, "greater than or equal to 1"),
         ({"secondary_call": {"call_recording_mode": "stereo"}}, "'mixed' or 'separate'"),
@@ -322,6 +322,43 @@ def test_with_a_first_page_the_answered_leg_runs_it_before_it_is_joined() -> Non
     assert isinstance(m.outcome, Completed)
     assert m.outcome.result["connected"] is True
     assert m.outcome.result["seconds_connected_duration"] == 12  # from the join
+
+
+def test_the_recording_cipher_may_come_from_the_first_pages_response() -> None:
+    """Aculab's own secondary_call example: call_recording_encryption true and no cipher in
+    the action; the far leg's first page's response gives it (call_recording_cipher)."""
+    names = iter(["recordings/call-2.wav"])
+    action = Connect.model_validate(
+        {
+            "destinations": ["sip:a@x"],
+            "secondary_call": {
+                "call_recording": True,
+                "call_recording_encryption": True,
+                "minutes_max_call_duration": 30,
+                "first_page": {"url": "my_secondary_call_first_page"},
+                "final_page": {"url": "my_secondary_call_final_page"},
+            },
+        }
+    )
+    m = ConnectMachine(action, ActionContext(new_recording_name=lambda: next(names)))
+    m.start(T0)
+    (run,) = m.handle(CalleeAnswered(0, {"call_id": "far-0"}), T0 + 2)
+    assert isinstance(run, RunCallee) and run.pages.needs_cipher
+    cipher = ("aescbc", "22" * 16, "33" * 16)
+    *_, record = m.handle(CalleeReady(0, cipher), T0 + 5)
+    assert isinstance(record, RecordCall) and record.cipher == cipher
+
+
+def test_a_cipher_in_the_action_wins_and_the_first_page_need_not_give_one() -> None:
+    m = screening_machine(
+        call_recording=True, call_recording_encryption=True, call_recording_cipher=CIPHER
+    )
+    m.start(T0)
+    (_, run) = m.handle(CalleeAnswered(0, {"call_id": "far-0"}), T0 + 2)
+    assert isinstance(run, RunCallee) and not run.pages.needs_cipher
+    *_, record = m.handle(CalleeReady(0, ("aescbc", "22" * 16, "33" * 16)), T0 + 5)
+    assert isinstance(record, RecordCall)
+    assert record.cipher == ("aescbc", "00" * 32, "11" * 16)
 
 
 def test_a_far_leg_that_ends_while_screened_is_not_connected() -> None:

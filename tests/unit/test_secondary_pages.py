@@ -24,6 +24,7 @@ class FarLeg(ScriptedLeg):
         super().__init__(info=CallInfo("far-1", "out", "sip:ivr@cb", "sip:bob@x", "bob"))
         self.joined_at: float | None = None
         self.joined = asyncio.Event()
+        self.cipher: tuple[str, str, str] | None = None  # what it was joined with
 
     async def wait_ended(self) -> CallEnded:
         await self.joined.wait()  # (the runner also waits on this while it fetches pages)
@@ -35,13 +36,16 @@ class FarLeg(ScriptedLeg):
 DROPPED = [{"call_id": "far-0", "call_state": "idle", "call_cause": "dropped"}]
 
 
-async def run_far(app: AppServer, first_page: str | None) -> tuple[CallSummary, FarLeg, int]:
+async def run_far(
+    app: AppServer, first_page: str | None, *, needs_cipher: bool = False
+) -> tuple[CallSummary, FarLeg, int]:
     leg = FarLeg()
     joins = 0
 
-    def ready() -> None:
+    def ready(cipher: tuple[str, str, str] | None) -> None:
         nonlocal joins
         joins += 1
+        leg.cipher = cipher
         leg.joined_at = leg.clock.now()
         leg.joined.set()
 
@@ -63,6 +67,7 @@ async def run_far(app: AppServer, first_page: str | None) -> tuple[CallSummary, 
         primary_call_id="primary-1",
         on_ready=ready,
         dropped_calls=lambda: DROPPED,
+        needs_cipher=needs_cipher,
     )
     try:
         summary = await runner.run()
@@ -110,3 +115,25 @@ async def test_without_a_first_page_it_is_joined_at_once_and_only_its_final_page
     assert joins == 1 and leg.hung_up_at is None
     assert [r.path for r in app.requests] == ["/far-final"]
     assert summary.cause == "hung_up"
+
+
+CIPHER = {"type": "aescbc", "key": "44" * 24, "initialisation_vector": "55" * 16}
+
+
+async def test_the_first_pages_response_gives_the_recordings_cipher(app: AppServer) -> None:
+    app.page("/whisper", {"actions": [], "call_recording_cipher": CIPHER, "api_version": "2.0"})
+    app.page("/far-final", None)
+    summary, leg, joins = await run_far(app, "/whisper", needs_cipher=True)
+    assert joins == 1 and leg.cipher == ("aescbc", "44" * 24, "55" * 16)
+    assert summary.errors == []
+
+
+async def test_a_first_page_without_the_cipher_it_must_give_fails(app: AppServer) -> None:
+    app.page("/whisper", [])
+    app.page("/far-final", None)
+    summary, leg, joins = await run_far(app, "/whisper", needs_cipher=True)
+    assert joins == 0 and leg.hung_up_at is not None  # never joined: nothing recorded in clear
+    assert summary.cause == "failed"
+    (final,) = app.bodies("/far-final")
+    assert final["error_result"]["cause"] == "invalid"
+    assert "call_recording_cipher" in final["error_result"]["description"]
