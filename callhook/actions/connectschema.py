@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from callhook import destinations
 from callhook.actions.fields import Opt, Strict
 from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
 
@@ -29,11 +30,32 @@ class SecondaryCall(Strict):
     error_page: Opt[WebPageRequest] = None
 
 
+def _check_destination(value: str) -> str:
+    try:
+        found = destinations.parse(value)
+    except destinations.BadDestination as exc:
+        raise ValueError(str(exc)) from None
+    if found.kind == "conference":
+        raise ValueError(
+            f"{value!r}: conferences (con:) are not supported by callhook yet: leave it out"
+        )
+    return value
+
+
+#: A destination in Aculab's forms (callhook/destinations.py), checked before any call.
+Destination = Annotated[
+    str,
+    Field(min_length=1),
+    AfterValidator(_check_destination),
+    Field(json_schema_extra={"pattern": destinations.SCHEMA_PATTERN}),
+]
+
+
 class Connect(Strict):
     """The ``connect`` action: call ``destinations`` and bridge the first to answer."""
 
     name: ClassVar[str] = "connect"
-    destinations: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    destinations: Annotated[list[Destination], Field(min_length=1)]
     call_from: Opt[str] = None
     hold_media: Opt[PlayAction] = None
     pass_early_media: bool = False

@@ -41,6 +41,7 @@ import ssl
 import uuid
 from typing import TYPE_CHECKING
 
+from callhook import destinations
 from callhook.adapters.farleg import FarLeg, Fork
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.screening import Screening
@@ -114,15 +115,24 @@ class Connecting(Screening):
         self, primary: SipCall, attempt: int, destination: str, call_from: str | None
     ) -> None:
         """Call ``destination`` as far leg ``attempt`` of ``primary``'s connect."""
-        if destination.strip().lower().startswith("user:"):
+        try:
+            target = destinations.parse(destination)
+        except destinations.BadDestination as exc:  # (validation refuses these first)
+            logger.warning("call %s: cannot call %s", primary.call_id, exc)
+            primary.leg.inject(CalleeEnded(attempt, "unobtainable", "400"))
+            return
+        if target.kind == "user":
             self._place_user(primary, attempt, destination, call_from)
             return
-        if destination.strip().lower().startswith(("ws://", "wss://")):
-            self._place_websocket(primary, attempt, destination.strip())
+        if target.kind == "websocket":
+            self._place_websocket(primary, attempt, target.value)
+            return
+        if target.kind in ("local", "webrtc", "conference"):
+            self._place_elsewhere(primary, attempt, target, call_from)
             return
         try:
-            route, trunk = self._route(destination)
-            self.admit_outbound(destination, primary.app, trunk)
+            route, trunk = self._route(target.value)
+            self.admit_outbound(target.value, primary.app, trunk)
         except RouteError as exc:
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             cause = "unobtainable" if exc.status in (400, 404) else "failed"
@@ -493,6 +503,23 @@ class Connecting(Screening):
             far.primary.leg.inject(CalleeEnded(far.attempt, *fork.most_telling()))
 
     # --- inside -----------------------------------------------------------------------------
+
+    def _place_elsewhere(
+        self,
+        primary: SipCall,
+        attempt: int,
+        target: destinations.Destination,
+        call_from: str | None,
+    ) -> None:
+        """A destination that is no SIP call: another application of this installation
+        (``loc:``), a web client (``webrtc:``), a conference room (``con:``)."""
+        logger.warning(
+            "call %s: cannot call %s:%s: not supported yet",
+            primary.call_id,
+            {"local": "loc", "webrtc": "webrtc", "conference": "con"}[target.kind],
+            target.value,
+        )
+        primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
 
     def _route(self, destination: str) -> tuple[Route, str | None]:
         """How a far leg to ``destination`` goes: a URI directly, a number through the

@@ -330,3 +330,50 @@ async def test_two_workers_register_once_through_kamailio_and_share_the_trunks_c
     assert [b["this_call"]["call_direction"] for b in app.bodies("/start")] == ["out"]
     assert server.output.count("trunk provider: registered") == 1, server.output
     assert provider.registered() == []  # worker 0 removed the binding at shutdown
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_connect_to_a_tel_destination_goes_through_the_trunk(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider], workers: int
+) -> None:
+    """Aculab's ``tel:`` prefix (the full international number, '+' optional): a caller
+    who dialled the DID is put through to ``tel:15551234``, which callhook calls as
+    +15551234 through the trunk (challenged, answered with its credentials); the
+    provider's "PSTN" sees the number in the request-URI. The same with workers."""
+    pstn_port = free_udp_port()
+    provider = make_provider(outbound=("127.0.0.1", pstn_port))
+    app.page(
+        "/support",
+        [{"connect": {"destinations": ["tel:15551234"], "next_page": {"url": "/after"}}}],
+    )
+    app.page("/after", [{"hang_up": {}}])
+    app.page("/final", None)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider)
+    extra: tuple[str, ...] = ("--config", str(cfg))
+    if workers > 1:
+        with cfg.open("a") as file:
+            file.write(
+                f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+            )
+        extra += ("--workers", str(workers))
+    server = Server.for_app(data, app, extra=extra)
+    server.start_timeout = 150.0
+    async with server:
+        await provider.wait_registered(timeout=20)
+        pstn = await start_pstn(tmp_path, provider, pstn_port)
+        caller = await sipp.call(
+            provider.udp,
+            tmp_path,
+            sipp.invite(DID),
+            sipp.ANSWERED,
+            sipp.PAUSE.format(ms=3000),
+            sipp.BYE_FROM_CALLER.format(cseq=2),
+        )
+        out, _ = await asyncio.wait_for(pstn.communicate(), 30)
+        assert await wait_for_request(app, "/final")
+    assert caller.returncode == 0, caller.output + caller.errors + server.output
+    assert pstn.returncode == 0, out.decode(errors="replace") + server.output
+    assert "calling sip:+15551234@127.0.0.1" in server.output
+    (final,) = app.bodies("/final")
+    assert final["this_call"]["call_cause"] == "hung_up"
