@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from callhook import destinations
 from callhook.adapters.farleg import FarLeg, Fork
+from callhook.adapters.localcall import LocalCall
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.screening import Screening
 from callhook.adapters.sipcall import SipCall, media_session
@@ -61,6 +62,7 @@ from callhook.events import (
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
+from callhook.ports import CallInfo
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
@@ -302,7 +304,7 @@ class Connecting(Screening):
             label=f"far leg {call_id}",
             egress=self.services.egress,
             ca=self.client_tls,
-            answered=lambda session, key: self._websocket_answered(far, session, key),
+            answered=lambda session, key: self._attached_answered(far, session, key),
             ended=lambda cause, raw: self._ended(far, cause, raw),
             wake=lambda session: self._far_wake(far, session),
         )
@@ -310,7 +312,7 @@ class Connecting(Screening):
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
         far.websocket.start()
 
-    def _websocket_answered(self, far: FarLeg, session: MediaSession, key: int) -> None:
+    def _attached_answered(self, far: FarLeg, session: MediaSession, key: int) -> None:
         far.session, far.port = session, key
         if far.ended:
             return
@@ -450,6 +452,9 @@ class Connecting(Screening):
         if far.websocket is not None:
             far.websocket.hang_up(cause)  # it reports its end (_ended) when it is over
             return
+        if far.local is not None:
+            far.local.hang_up(cause)  # (it reports its end at once)
+            return
         agent = self.agent
         assert agent is not None
         agent.hang_up(far.call_id, self.loop.time(), cause=cause)
@@ -513,6 +518,9 @@ class Connecting(Screening):
     ) -> None:
         """A destination that is no SIP call: another application of this installation
         (``loc:``), a web client (``webrtc:``), a conference room (``con:``)."""
+        if target.kind == "local":
+            self._place_local(primary, attempt, target.value, call_from)
+            return
         logger.warning(
             "call %s: cannot call %s:%s: not supported yet",
             primary.call_id,
@@ -520,6 +528,56 @@ class Connecting(Screening):
             target.value,
         )
         primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
+
+    def _place_local(
+        self, primary: SipCall, attempt: int, name: str, call_from: str | None
+    ) -> None:
+        """Call application ``name`` of this installation (adapters/localcall.py): no SIP,
+        no packet; ``[outbound] allow`` is for the telephone network, but it counts
+        towards the caller's application's ``max_calls_per_app``."""
+        media = self.media
+        assert media is not None
+        app = self.services.settings.apps.get(name)
+        if app is None:
+            logger.warning(
+                "call %s: cannot call loc:%s: no such application", primary.call_id, name
+            )
+            primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
+            return
+        caller = primary.app
+        why = self.outbound.over_limit(caller.name, self._outbound_calls.get(caller.name, 0))
+        if why is not None:
+            logger.warning("call %s: cannot call loc:%s: %s", primary.call_id, name, why)
+            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+            return
+        self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
+        call_id = f"loc-{uuid.uuid4().hex}"
+        destination = f"loc:{name}"
+        route = Route(destination, None, None, "callhook", None)
+        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
+        info = CallInfo(
+            call_id=call_id,
+            direction="in",
+            call_from=call_from or primary.leg.info.call_from,
+            call_to=destination,
+            call_target=name,
+        )
+        far.local = LocalCall(
+            call_id,
+            app,
+            info,
+            self.services,
+            media,
+            self.prompts,
+            answered=lambda session, key: self._attached_answered(far, session, key),
+            ended=lambda cause, raw: self._ended(far, cause, raw),
+            wake=lambda session: self._far_wake(far, session),
+        )
+        far.port = far.local.far_key
+        self.far_legs[call_id] = far
+        logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
+        far.local.start()
+        primary.leg.inject(CalleeRinging(attempt))
 
     def _route(self, destination: str) -> tuple[Route, str | None]:
         """How a far leg to ``destination`` goes: a URI directly, a number through the

@@ -12,6 +12,7 @@ from typing import Any
 
 from callhook.actions.connect import CAUSE_ORDER
 from callhook.adapters.leg import SipLeg
+from callhook.adapters.localcall import LocalCall
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Route
 from callhook.adapters.websocketleg import WebSocketLeg
@@ -42,6 +43,7 @@ class FarLeg:
     limit: asyncio.TimerHandle | None = None  # minutes_max_call_duration
     dropped: bool = False  # hung up by callhook: another destination (or phone) won
     websocket: WebSocketLeg | None = None  # a wss:// (ws://) destination's call
+    local: LocalCall | None = None  # a loc: destination's call (adapters/localcall.py)
 
 
 @dataclass

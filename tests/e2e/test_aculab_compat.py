@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from callhook.media import wav
+from callhook.media import g711, tones, wav
 from callhook.testing import AppServer, Reply
 from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.rtpsink import RtpSink
 from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, config, connect_call, energy_at
 from tests.e2e.test_secondary_pages import connect_app
 
@@ -292,3 +293,129 @@ async def test_aculabs_secondary_call_example_encrypts_with_the_first_pages_ciph
     logs = [p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log")]
     for text in (server.output, *logs):
         assert KEY not in text and IV not in text  # the key never reaches a log
+
+
+SUPPORT_HZ = 880.0
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_loc_puts_the_caller_through_to_another_application(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """``loc:support``: the caller is put through to application ``support`` of the same
+    installation, with no SIP call and no packet between them. The caller hears
+    support's prompt; support hears the caller's digits; support's pages see an inbound
+    call to ``loc:support``; its hanging up ends the caller's connect ``hung_up``."""
+    data = tmp_path / "data"
+    tone = data / "media" / "support" / "prompts" / "hello.wav"
+    tone.parent.mkdir(parents=True)
+    tone.write_bytes(wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(SUPPORT_HZ, 1.5))))
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["loc:support"], "next_page": {"url": "/connected"}}}],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+    app.page(
+        "/support",
+        [
+            {"play": {"play_list": [{"file_to_play": "prompts/hello.wav"}]}},
+            {"get_number": {"digit_count": 2, "next_page": {"url": "/support-got"}}},
+        ],
+    )
+    app.page("/support-got", [{"hang_up": {}}])
+    app.page("/support-final", None)
+    config = tmp_path / "callhook.toml"
+    lines = [
+        "[apps.support]",
+        f'first_page = "{app.url("/support")}"',
+        f'final_page = "{app.url("/support-final")}"',
+        f'secret = "{app.secret}"',
+    ]
+    extra: tuple[str, ...] = ("--config", str(config))
+    if workers > 1:
+        lines += [f"[workers]\nfirst_port = {free_even_udp_port()}", "[speech]\npreload = false"]
+        extra += ("--workers", str(workers))
+    config.write_text("\n".join(lines) + "\n")
+    server = Server.for_app(data, app, extra=extra)
+    server.start_timeout = 150.0
+    async with RtpSink() as ear, server:
+        invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {ear.port}")
+        run = await sipp.call(
+            server.sip,
+            tmp_path,
+            invite,
+            sipp.ANSWERED,
+            # (Digits as SIP INFO: RTP from SIPp's own port would move callhook's audio
+            # there, away from the test's ear: symmetric RTP.) They cross the bridge.
+            sipp.PAUSE.format(ms=3000),
+            sipp.INFO.format(cseq=2, digit="4"),
+            sipp.PAUSE.format(ms=300),
+            sipp.INFO.format(cseq=3, digit="2"),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/support-final"), server.output
+    heard = ear.audio()
+    assert energy_at(heard[: 3 * 8000], SUPPORT_HZ) > 0.5, "the caller did not hear support"
+    (got,) = app.bodies("/support-got")
+    assert got["action_result"]["result"]["entered_number"] == "42"
+    this_call = got["this_call"]
+    assert (this_call["call_direction"], this_call["call_to"]) == ("in", "loc:support")
+    assert this_call["call_target"] == "support"
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert (result["connected"], result["destination"]) == (True, "loc:support")
+    assert result["call_cause"] == "hung_up"
+    (support_final,) = app.bodies("/support-final")
+    assert support_final["this_call"]["call_cause"] == "completed"
+    assert "calling loc:support (far leg loc-" in server.output
+
+
+async def test_loc_to_no_such_application_or_one_that_refuses(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """``loc:nosuch`` fails ``unobtainable`` (404, logged); an application that hangs up
+    before answering refuses the call: ``failed``, raw cause 603 (a SIP Decline's)."""
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["loc:nosuch"], "next_page": {"url": "/first"}}}],
+    )
+    app.page(
+        "/first",
+        [{"connect": {"destinations": ["loc:refuser"], "next_page": {"url": "/second"}}}],
+    )
+    app.page("/second", [{"hang_up": {}}])
+    app.page("/final", None)
+    app.page("/refuser", [{"hang_up": {}}])
+    app.page("/refuser-final", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text(
+        f'[apps.refuser]\nfirst_page = "{app.url("/refuser")}"\n'
+        f'final_page = "{app.url("/refuser-final")}"\nsecret = "{app.secret}"\n'
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        run = await sipp.call(
+            server.sip,
+            tmp_path,
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/refuser-final")
+    first = app.bodies("/first")[0]["action_result"]["result"]
+    assert (first["connected"], first["call_cause"], first["call_raw_cause"]) == (
+        False,
+        "unobtainable",
+        "404",
+    )
+    assert "cannot call loc:nosuch: no such application" in server.output
+    second = app.bodies("/second")[0]["action_result"]["result"]
+    assert (second["connected"], second["call_cause"], second["call_raw_cause"]) == (
+        False,
+        "failed",
+        "603",
+    )
+    refused = app.bodies("/refuser-final")[0]["this_call"]
+    assert (refused["call_cause"], refused["call_raw_cause"]) == ("completed", "603")
