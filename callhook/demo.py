@@ -119,7 +119,9 @@ def choice(body: dict[str, Any]) -> dict[str, Any]:
                     "id": picked,
                 }
             },
-        ]
+        ],
+        # A response's token defaults to null (Aculab): the number is passed on.
+        "token": body.get("token"),
     }
 
 

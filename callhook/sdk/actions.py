@@ -415,7 +415,8 @@ def stop_transcription() -> Action:
 
 def response(*actions: Action, token: str | None = None) -> dict[str, Any]:
     """A page's answer: the actions in order (none: hang up), and the ``token`` the next
-    page request will carry. Checked as a whole, as ``serve`` checks it."""
+    page request will carry (None: null, Aculab's default; to keep a token, pass the
+    request's own on). Checked as a whole, as ``serve`` checks it."""
     body: dict[str, Any] = {"actions": [a.to_json() for a in actions]}
     if token is not None:
         body["token"] = token
