@@ -250,6 +250,7 @@ class Services:
         bans: web_adapter.Bans | None = None,
         phone: web_adapter.Routes | None = None,
         call_log: web_adapter.CallLogOf | None = None,
+        webservices: web_adapter.Routes | None = None,
         reuse_port: bool = False,
         outer: Middleware | None = None,
         private: socket.socket | None = None,
@@ -266,6 +267,7 @@ class Services:
             phone=phone,
             call_log=call_log,
             outer=outer,
+            webservices=webservices,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
@@ -324,11 +326,13 @@ class Services:
         dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
         pages: Pages | None = None,
         needs_cipher: bool = False,
+        instance_id: str | None = None,
     ) -> CallRunner:
         """A call runner for ``app`` on ``leg``, with its log in the app's namespace
         (``primary_call_id``, ``on_ready``: a connect's far leg running its pages;
-        ``pages``: the page requests go through it instead of straight to HTTP)."""
-        instance_id = new_instance_id()
+        ``pages``: the page requests go through it instead of straight to HTTP;
+        ``instance_id``: the instance's id when it was given out before the call ran)."""
+        instance_id = instance_id or new_instance_id()
         log_filename = f"logs/{instance_id}.log"
         log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
         log.listeners.extend(listeners or [])
@@ -358,20 +362,33 @@ class Services:
         *,
         pages: Pages | None = None,
         started: Callable[[CallRunner], object] | None = None,
+        instance_id: str | None = None,
+        token: str | None = None,
     ) -> CallSummary:
         """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
         ``started`` is told the call's runner before it runs: its log, its instance id)."""
         self.metrics.call_started()
-        runner = self.runner(app, leg, listeners, pages=pages)
+        runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
+        runner.token = token  # an outbound service's token reaches its first page
         if started is not None:
             started(runner)
         summary = await runner.run()
         self.metrics.call_ended(summary)
         return summary
 
-    async def unanswered(self, app: AppConfig, info: CallInfo, cause: str, raw: str) -> CallSummary:
+    async def unanswered(
+        self,
+        app: AppConfig,
+        info: CallInfo,
+        cause: str,
+        raw: str,
+        instance_id: str | None = None,
+        token: str | None = None,
+    ) -> CallSummary:
         """An outbound call nobody answered: the application's final page says why."""
-        return await self.runner(app, _NoLeg(info)).unanswered(cause, raw)
+        runner = self.runner(app, _NoLeg(info), instance_id=instance_id)
+        runner.token = token
+        return await runner.unanswered(cause, raw)
 
     async def close(self) -> None:
         for task in (self._keeper, self._recovering):

@@ -183,6 +183,9 @@ class AppConfig:
     first_page_method: str = "POST"
     error_page_method: str = "POST"
     final_page_method: str = "POST"
+    #: The ``cloudID/username`` of Aculab's web services' Basic authentication this
+    #: application answers to (None: any; the key alone says which application asks).
+    webservices_username: str | None = None
 
 
 @dataclass(frozen=True)
@@ -532,6 +535,7 @@ def load(path: Path) -> Settings:
             "api_key",
             "application_parameters",
             "numbers",
+            "webservices_username",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -545,6 +549,7 @@ def load(path: Path) -> Settings:
             final_page=pages["final_page"],
             application_parameters=_text(path, where, "application_parameters", table, ""),
             api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
+            webservices_username=_text(path, where, "webservices_username", table, "") or None,
         )
         numbers = table.get("numbers", [])
         if not isinstance(numbers, list):

@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn, Protocol
@@ -108,7 +109,53 @@ def error_response(status: int, code: str, message: str, **headers: str) -> web.
 
 
 def _is_api(request: web.Request) -> bool:
-    return request.path.startswith("/api/") or request.path == "/openapi.json"
+    """``/api/``, the OpenAPI document, and Aculab's web services."""
+    path = request.path
+    return path.startswith("/api/") or path == "/openapi.json" or is_webservice(path)
+
+
+#: Aculab's web services (:mod:`callhook.adapters.webservices`): the service is the path.
+WEB_SERVICES = (
+    "service_start",
+    "service_cancel",
+    "service_status",
+    "application_status",
+    "file_list",
+    "file_get",
+    "file_write",
+    "file_delete",
+    "file_rename",
+)
+_WEB_SERVICE_PATHS = frozenset(f"/{name}" for name in WEB_SERVICES)
+#: Where a web service error's ``link`` points: the page that documents them.
+WEB_SERVICES_LINK = "docs/aculab.md#web-services"
+
+
+def is_webservice(path: str) -> bool:
+    """Whether ``path`` is one of Aculab's web services (its errors have Aculab's shape)."""
+    return path in _WEB_SERVICE_PATHS
+
+
+def aculab_error(request: web.Request, status: int, code: str, text: str) -> web.Response:
+    """Aculab's error JSON (its Web Service Errors page): ``code`` a four-digit code, or
+    ``HTTP <status>``; times as ``YYYY-MM-DD_hh:mm:ss`` UTC."""
+    now = time.strftime("%Y-%m-%d_%H:%M:%S", time.gmtime())
+    aculab_code = code if code.isdigit() else f"HTTP {status}"
+    body = {
+        "error": {"code": aculab_code, "text": text, "datetime": now, "link": WEB_SERVICES_LINK},
+        "request": {"url": request.path, "datetime": now},
+    }
+    headers = {"WWW-Authenticate": 'Basic realm="callhook"'} if status == 401 else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _error(
+    request: web.Request, status: int, code: str, message: str, **headers: str
+) -> web.Response:
+    """The error in the shape its route has: Aculab's for the web services, else ours."""
+    if is_webservice(request.path):
+        return aculab_error(request, status, code, message)
+    return error_response(status, code, message, **headers)
 
 
 @web.middleware
@@ -121,16 +168,16 @@ async def errors(
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc.status, exc.code, exc.message, **exc.headers)
+        return _error(request, exc.status, exc.code, exc.message, **exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, f"http_{exc.status}")
         headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "WWW-Authenticate")}
-        return error_response(exc.status, code, exc.reason, **headers)
+        return _error(request, exc.status, code, exc.reason, **headers)
     except Exception:
         logger.exception("%s %s failed", request.method, request.path)
-        return error_response(500, "internal_error", "internal error (see the server log)")
+        return _error(request, 500, "internal_error", "internal error (see the server log)")
 
 
 # --- who is asking ----------------------------------------------------------------------------
@@ -180,7 +227,16 @@ class Calls(Protocol):
     def active_calls(self) -> list[dict[str, Any]]: ...
     def hang_up_call(self, call_id: str) -> bool: ...
     async def place_call(
-        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
+        self,
+        target: str,
+        app: AppConfig,
+        ring_timeout: float = 60.0,
+        trunk: str | None = None,
+        *,
+        from_user: str | None = None,
+        instance_id: str | None = None,
+        outbound_parameters: str | None = None,
+        token: str | None = None,
     ) -> str: ...
 
 
@@ -234,11 +290,11 @@ class Api:
         prefix, after, limit = _paging(request)
         if prefix.startswith(LOGS):
             _reserved()
-        page = await _blocking(self.store.list, app, prefix, after, limit)
+        page = await blocking(self.store.list, app, prefix, after, limit)
         if any(f.name.startswith(LOGS) for f in page.files):
             # The call logs sort together: keep what is before them, continue past them.
             before = [f for f in page.files if f.name < LOGS]
-            rest = await _blocking(
+            rest = await blocking(
                 self.store.list, app, prefix, max(after, _LOGS_END), limit - len(before)
             )
             page = Listing(before + rest.files, rest.next)
@@ -265,7 +321,7 @@ class Api:
         if request.content_length is not None and request.content_length > limit:
             _too_large(limit)
         # The name is checked (400), and a taken one refused (409), before the body is read.
-        existed = await _blocking(self._exists, app, name)
+        existed = await blocking(self._exists, app, name)
         if existed and not overwrite:
             raise ApiError(409, "file_exists", f"{name} exists (ask to overwrite it)")
         head = bytearray()
@@ -277,25 +333,25 @@ class Api:
         if len(head) > limit:
             _too_large(limit)
         if not encrypted:
-            await _blocking(_check_wav, bytes(head[:WAV_HEAD]))
-        out = await _blocking(self.store.create, app, name, overwrite=overwrite)
+            await blocking(check_wav, bytes(head[:WAV_HEAD]))
+        out = await blocking(self.store.create, app, name, overwrite=overwrite)
         try:
-            await _blocking(out.write, bytes(head))
+            await blocking(out.write, bytes(head))
             size = len(head)
             async for chunk in stream:
                 size += len(chunk)
                 if size > limit:
                     _too_large(limit)
-                await _blocking(out.write, chunk)
+                await blocking(out.write, chunk)
             if encrypted and (size == 0 or size % 16):
                 raise ApiError(
                     415,
                     "not_aescbc",
                     f"an aescbc file is a whole number of 16-byte blocks, not {size} bytes",
                 )
-            info = await _blocking(out.commit)
+            info = await blocking(out.commit)
         except BaseException:
-            await _blocking(out.abort)
+            await blocking(out.abort)
             raise
         location = f"/api/v1/media/{name}"
         status = 200 if existed else 201
@@ -316,21 +372,21 @@ class Api:
         overwrite = body.get("overwrite", False)
         if not isinstance(new, str) or not isinstance(overwrite, bool):
             raise ApiError(400, "bad_request", 'expected {"name": "<new name>", "overwrite": bool}')
-        info = await _blocking(self.store.rename, app, name, _media_name(new), overwrite=overwrite)
+        info = await blocking(self.store.rename, app, name, _media_name(new), overwrite=overwrite)
         return web.json_response(_file_json(info))
 
     async def delete(self, request: web.Request) -> web.Response:
         app = self.app_of(request)
         name = _media_name(request.match_info["name"])
-        await _blocking(self.store.delete, app, name)
+        await blocking(self.store.delete, app, name)
         return web.Response(status=204)
 
     async def _send_file(
         self, request: web.Request, app: str, name: str, content_type: str
     ) -> web.StreamResponse:
-        file = await _blocking(self.store.open, app, name)
+        file = await blocking(self.store.open, app, name)
         try:
-            size = await _blocking(_size, file)
+            size = await blocking(_size, file)
             response = web.StreamResponse(
                 headers={
                     "Content-Type": content_type,
@@ -340,19 +396,19 @@ class Api:
             response.content_length = size
             await response.prepare(request)
             if request.method != "HEAD":
-                while chunk := await _blocking(file.read, CHUNK):
+                while chunk := await blocking(file.read, CHUNK):
                     await response.write(chunk)
             await response.write_eof()
             return response
         finally:
-            await _blocking(file.close)
+            await blocking(file.close)
 
     # --- call logs ----------------------------------------------------------------------------
 
     async def list_logs(self, request: web.Request) -> web.Response:
         app = self.app_of(request)
         _, after, limit = _paging(request, prefix=False)
-        page = await _blocking(self.store.list, app, LOGS, after, limit)
+        page = await blocking(self.store.list, app, LOGS, after, limit)
         logs = [
             {"application_instance_id": f.name[len(LOGS) :].removesuffix(".log"), **_file_json(f)}
             for f in page.files
@@ -369,6 +425,10 @@ class Api:
         )
 
     # --- calls --------------------------------------------------------------------------------
+
+    def calls_or_503(self) -> Calls:
+        """The calls side (503 when this server handles no calls)."""
+        return self._calls()
 
     def _calls(self) -> Calls:
         if self.calls is None:
@@ -447,8 +507,9 @@ class Api:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-async def _blocking(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run store work on a worker thread, turning its errors into API errors."""
+async def blocking(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run store work on a worker thread, turning its errors into API errors (400 bad
+    name, 404, 409, 507)."""
     try:
         return await asyncio.to_thread(func, *args, **kwargs)
     except BadName as exc:
@@ -484,7 +545,7 @@ def _media_name(name: str) -> str:
     return name
 
 
-def _check_wav(head: bytes) -> None:
+def check_wav(head: bytes) -> None:
     """415 unless ``head`` (an upload's first bytes) starts a WAV file callhook can play."""
     try:
         wav.read_info(head)
@@ -551,6 +612,8 @@ def _file_json(info: FileInfo) -> dict[str, Any]:
 
 
 def _call_json(call: dict[str, Any]) -> dict[str, Any]:
-    shown = {k: v for k, v in call.items() if k != "application"}
+    # (The instance id is the web services' business: the REST API's calls keep their shape.)
+    hidden = ("application", "application_instance_id")
+    shown = {k: v for k, v in call.items() if k not in hidden}
     shown["started"] = _iso(call["started"])
     return shown

@@ -100,6 +100,7 @@ class Control:
                     "call_target": info.call_target,
                     "call_state": state,
                     "started": call.started,
+                    "application_instance_id": call.instance_id,
                 }
             )
             far = bridged.get(id(call))

@@ -17,6 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from callhook.adapters.connecting import call_from_user
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
@@ -88,6 +89,9 @@ class Dialling:
         placed: Callable[[str], object] | None = None,
         route: Route | None = None,
         script: Callable[[SipLeg], Awaitable[CallSummary]] | None = None,
+        instance_id: str | None = None,
+        outbound_parameters: str | None = None,
+        token: str | None = None,
     ) -> CallSummary:
         """Call ``target`` (a SIP URI); when answered, run ``app`` on the call.
 
@@ -96,13 +100,17 @@ class Dialling:
         ``from_user``. ``placed`` is called with the call's id as soon as the INVITE is out.
         ``script`` runs on the answered call instead of ``app`` (``callhook test --sip``:
         the caller's side of a flow); ``app`` still names it and gets an unanswered call's
-        final page.
+        final page. ``instance_id``, ``outbound_parameters``, ``token``: an outbound
+        service's (Aculab's ``service_start``): its application instance's id, given out
+        before the call is placed, what its ``this_call.outbound_parameters`` says, and
+        the token its first page gets.
         """
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
         srtp: SrtpMode = "off"
         if route is not None:
-            target, credentials, from_user = route.uri, route.credentials, route.from_user
+            target, credentials = route.uri, route.credentials
+            from_user = route.from_user if from_user == "callhook" else from_user
             srtp = route.srtp
         keys = offer_keys() if srtp != "off" else ()
         sock, port = media.allocate()
@@ -123,7 +131,14 @@ class Dialling:
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
         session = MediaSession("PCMU", 0, 101, None, label=f"call {call_id}")
-        info = CallInfo(call_id, "out", f"sip:{from_user}@{self.address}", target, target)
+        info = CallInfo(
+            call_id,
+            "out",
+            f"sip:{from_user}@{self.address}",
+            target,
+            target,
+            outbound_parameters=outbound_parameters,
+        )
         leg = SipLeg(
             info,
             app.name,
@@ -138,7 +153,14 @@ class Dialling:
             max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = SipCall(
-            call_id, app, leg, CallMedia(session, port, session_id), srtp=srtp, script=script
+            call_id,
+            app,
+            leg,
+            CallMedia(session, port, session_id),
+            srtp=srtp,
+            script=script,
+            instance_id=instance_id,
+            token=token,
         )
         call.answered = self.loop.create_future()
         self.attach_far_legs(call)  # its application may connect it onwards
@@ -157,14 +179,20 @@ class Dialling:
             except TimeoutError:
                 agent.hang_up(call_id, self.loop.time(), cause="no_answer")
                 self._flush()
-                return await self.services.unanswered(app, info, "no_answer", "487")
+                return await self.services.unanswered(
+                    app, info, "no_answer", "487", instance_id, token
+                )
             except Unanswered as exc:
-                return await self.services.unanswered(app, info, exc.cause, exc.raw)
+                return await self.services.unanswered(
+                    app, info, exc.cause, exc.raw, instance_id, token
+                )
             except sdp.SdpError as exc:
                 logger.warning("call %s: unusable SDP answer: %s", call_id, exc)
                 agent.hang_up(call_id, self.loop.time(), cause="failed")
                 self._flush()
-                return await self.services.unanswered(app, info, "failed", "488")
+                return await self.services.unanswered(
+                    app, info, "failed", "488", instance_id, token
+                )
             new = media_session(negotiated, call_id, self.services.settings.rtp_timeout)
             if negotiated.srtp:
                 call.srtp = "require"
@@ -259,12 +287,23 @@ class Dialling:
         return 202, answer
 
     async def place_call(
-        self, target: str, app: AppConfig, ring_timeout: float = 60.0, trunk: str | None = None
+        self,
+        target: str,
+        app: AppConfig,
+        ring_timeout: float = 60.0,
+        trunk: str | None = None,
+        *,
+        from_user: str | None = None,
+        instance_id: str | None = None,
+        outbound_parameters: str | None = None,
+        token: str | None = None,
     ) -> str:
         """Start calling ``target`` (a URI, or a number through ``trunk``) for ``app``; its
         call id. RouteError when it cannot be placed so.
 
-        Returns once the INVITE is out; the call goes on in the background.
+        Returns once the INVITE is out; the call goes on in the background. ``from_user``
+        (a caller id), ``instance_id``, ``outbound_parameters`` and ``token`` are an
+        outbound service's (:meth:`dial`).
         """
         route = self.trunks.route(target, trunk)
         self.admit_outbound(target, app, trunk)
@@ -274,7 +313,16 @@ class Dialling:
             if not placed.done():  # the caller may have given up waiting
                 placed.set_result(call_id)
 
-        task = self._start_dial(app, route, ring_timeout=ring_timeout, placed=report)
+        task = self._start_dial(
+            app,
+            route,
+            ring_timeout=ring_timeout,
+            placed=report,
+            from_user=call_from_user(from_user) or "callhook",
+            instance_id=instance_id,
+            outbound_parameters=outbound_parameters,
+            token=token,
+        )
 
         def failed_early(task: asyncio.Task[CallSummary]) -> None:
             if not placed.done():  # e.g. no RTP port free: the INVITE never went out

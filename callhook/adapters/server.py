@@ -100,6 +100,7 @@ async def _start_web(
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
     from callhook.adapters.webphone import WebPhone
+    from callhook.adapters.webservices import WebServices
 
     settings = services.settings
 
@@ -119,6 +120,8 @@ async def _start_web(
     sip.phone = WebPhone(
         services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
     )
+    # Aculab's web services: a number is called through the first trunk, as connect's are.
+    webservices = WebServices(api, lambda: next(iter(sip.trunks.config), None))
     return await services.start_web(
         host,
         port,
@@ -129,6 +132,7 @@ async def _start_web(
         bans=sip,
         phone=sip.phone,
         call_log=sip.call_log,
+        webservices=webservices,
         reuse_port=reuse_port,
         outer=siblings.middleware if siblings is not None else None,
         private=private,

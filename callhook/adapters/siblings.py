@@ -14,6 +14,8 @@ every other node alive: each listens on ``[database] node_address`` (and
 * ``GET`` / ``DELETE /api/v1/calls/{id}`` and ``GET /api/calls/{id}/log``: when the
   call is not this worker's (404 here), the same request goes to the others in
   turn; the first answer that is a success (2xx) is the answer;
+* Aculab's web services about one instance (``service_status``, ``service_cancel``,
+  ``application_status``, ``GET`` or ``POST``, the form body passed on): the same;
 
 and the server's own routes, which are about every worker too:
 
@@ -57,6 +59,8 @@ HEADER = "X-Callhook-Worker"
 NODE = "X-Callhook-Node"
 #: Routes about one live call, answered by the worker that has it.
 ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
+#: Aculab's web services about one application instance, answered by the one that has it.
+ONE_INSTANCE = frozenset({"/service_status", "/service_cancel", "/application_status"})
 ALL_CALLS = "/api/v1/calls"
 STATS = "/api/stats"
 #: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``).
@@ -82,6 +86,8 @@ def asked(method: str, path: str) -> bool:
         return True
     if ONE_CALL.fullmatch(path) is not None:
         return method in ("GET", "DELETE")
+    if path in ONE_INSTANCE:
+        return method in ("GET", "POST")
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
 
@@ -185,7 +191,7 @@ class Siblings:
                 if isinstance(theirs, dict) and isinstance(theirs.get("calls"), list):
                     calls += theirs["calls"]
             return web.json_response({"calls": calls})
-        if response.status == 404 and ONE_CALL.fullmatch(path):
+        if response.status == 404 and (ONE_CALL.fullmatch(path) or path in ONE_INSTANCE):
             for peer in siblings:
                 answer = await self._ask(peer, request)
                 if answer is not None and 200 <= answer.status < 300:
@@ -240,9 +246,12 @@ class Siblings:
             headers[NODE] = token
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
+        body = await request.read() if request.can_read_body else None
+        if body is not None and "Content-Type" in request.headers:
+            headers["Content-Type"] = request.headers["Content-Type"]
         try:
             async with self._session().request(
-                request.method, base + request.path_qs, headers=headers
+                request.method, base + request.path_qs, headers=headers, data=body
             ) as answer:
                 kept = {
                     k: v

@@ -464,7 +464,13 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                     while len(self.recent_logs) > RECENT_LOGS:
                         self.recent_logs.popitem(last=False)
 
-                summary = await self.services.run_call(call.app, call.leg, started=started)
+                summary = await self.services.run_call(
+                    call.app,
+                    call.leg,
+                    started=started,
+                    instance_id=call.instance_id,
+                    token=call.token,
+                )
             return summary
         except Exception as exc:
             # A fault inside callhook (a bug): named in the log at once, and the caller

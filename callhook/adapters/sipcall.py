@@ -47,8 +47,11 @@ class SipCall:
     #: Far legs of its connect that callhook hung up because another won (Aculab's
     #: ``dropped_calls``, for the winner's ``secondary_call.final_page``).
     dropped_calls: list[dict[str, Any]] = field(default_factory=list)
-    #: The application instance running on it (its call log), once it runs.
+    #: The application instance running on it (its call log), once it runs; an
+    #: outbound service's, from the start (its reference).
     instance_id: str | None = None
+    #: An outbound service's ``token``, for its first page (None: null).
+    token: str | None = None
     #: What runs on the call instead of its application (``callhook test --sip``'s caller).
     script: Callable[[SipLeg], Awaitable[CallSummary]] | None = None
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from callhook import __version__, demo
-from callhook.adapters.api import Api, ApiError, errors
+from callhook.adapters.api import Api, ApiError, _is_api, errors, is_webservice
 
 #: The largest JSON body (and demo form) the server reads; uploads have their own limit.
 MAX_JSON_BYTES = 64 * 1024
@@ -67,7 +67,7 @@ def guard(bans: Bans) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         source = request.remote
-        if source is None or not request.path.startswith("/api/"):
+        if source is None or not _is_api(request):
             return await handler(request)
         if bans.banned(source):
             raise ApiError(403, "banned", "this address is banned for a while")
@@ -75,7 +75,8 @@ def guard(bans: Bans) -> Middleware:
             return await handler(request)
         except ApiError as exc:
             if exc.wrong_key:
-                bans.auth_failed(source, "REST API authentication")
+                what = "web service" if is_webservice(request.path) else "REST API"
+                bans.auth_failed(source, f"{what} authentication")
             raise
 
     return middleware
@@ -99,6 +100,7 @@ def application(
     phone: Routes | None = None,
     call_log: CallLogOf | None = None,
     outer: Middleware | None = None,
+    webservices: Routes | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -108,6 +110,7 @@ def application(
     ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     ``outer`` wraps everything (``serve --workers``: the other workers' live calls).
+    ``webservices`` adds Aculab's web services (:mod:`callhook.adapters.webservices`).
     """
     middlewares: list[Middleware] = [errors] if outer is None else [outer, errors]
     if bans is not None:
@@ -118,6 +121,8 @@ def application(
         app.add_routes(api.routes())
     if phone is not None:
         app.add_routes(phone.routes())
+    if webservices is not None:
+        app.add_routes(webservices.routes())
 
     def authorise(request: web.Request) -> None:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
