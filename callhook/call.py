@@ -344,6 +344,18 @@ class CallRunner:
         """A far leg whose first page's actions have all run: it is joined to the caller,
         and stays so until one of them hangs up (then its final page is requested)."""
         assert self.on_ready is not None
+        if self.needs_cipher and self.recording_cipher is None:
+            # However its pages ended (an empty body, an error page that recovered), a
+            # recording asked to be encrypted is never made in clear: not joined.
+            failure = PageError(
+                "invalid",
+                self.app.first_page,
+                "secondary_call.call_recording_encryption is on and neither the connect nor "
+                "the first page's response gave a call_recording_cipher",
+            )
+            self._error(str(failure))
+            self.failure = failure
+            raise ApplicationFailed(str(failure))
         self.log.write("bridge", f"joined to call {self.primary_call_id}")
         self.on_ready(self.recording_cipher)
         ended = await self.leg.wait_ended()

@@ -282,6 +282,9 @@ class ConnectMachine(ActionMachine):
         if second.call_recording_encryption:
             given = second.call_recording_cipher
             cipher = given.as_tuple() if given is not None else self.page_cipher
+            if cipher is None:  # (its pages are refused first: never recorded in clear)
+                self.recording = self.recorded = None
+                return []
         return [
             RecordCall(
                 self.recording,

@@ -146,6 +146,12 @@ FileName = Annotated[
 ]
 
 
+def _null_siblings_in_schema(schema: dict[str, Any], model: type[Any]) -> None:
+    # The published schema says it too: a sibling form's property may be there, as null.
+    for name in sorted(getattr(model, "null_siblings", ())):
+        schema.setdefault("properties", {}).setdefault(name, {"type": "null"})
+
+
 class Strict(BaseModel):
     """The base of the wire models: strict types, no unknown properties, frozen.
 
@@ -155,9 +161,14 @@ class Strict(BaseModel):
     required property, or for one the model does not know, is still an error.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_null_siblings_in_schema
+    )
     #: Properties whose ``null`` is kept for the model to read (docs/behaviour.md).
     null_meanings: ClassVar[frozenset[str]] = frozenset()
+    #: Properties the model does not have that may still be given as ``null``: those of
+    #: the other forms of one Aculab object (a play media item is text, a file or digits).
+    null_siblings: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")
     @classmethod
@@ -170,8 +181,8 @@ class Strict(BaseModel):
             for key, value in data.items()
             if value is not None
             or key in cls.null_meanings
-            or key not in fields
-            or fields[key].is_required()
+            or (key not in fields and key not in cls.null_siblings)
+            or (key in fields and fields[key].is_required())
         }
 
 

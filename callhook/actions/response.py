@@ -271,7 +271,9 @@ def _null_allowed(node: Any) -> Any:
 
 
 def _or_null(prop: dict[str, Any]) -> dict[str, Any]:
-    if any(branch.get("type") == "null" for branch in prop.get("anyOf", [])):
+    if prop.get("type") == "null" or any(
+        branch.get("type") == "null" for branch in prop.get("anyOf", [])
+    ):
         return prop
     inner = {k: v for k, v in prop.items() if k not in _KEPT_OUTSIDE}
     outer = {k: v for k, v in prop.items() if k in _KEPT_OUTSIDE}

@@ -73,8 +73,18 @@ class Cipher(Strict):
     __str__ = __repr__
 
 
+#: Aculab's play media object's properties, of its three forms together: a null one of
+#: another form is "not given".
+PLAY_MEDIA = frozenset(
+    {"text_to_say", "tts_voice", "text_is_private", "file_to_play", "decryption_cipher"}
+    | {"digits_to_play"}
+)
+
+
 class TextItem(Strict):
     """A play list item spoken by text-to-speech."""
+
+    null_siblings: ClassVar[frozenset[str]] = PLAY_MEDIA
 
     text_to_say: Annotated[str, Field(min_length=1)]
     tts_voice: Opt[str] = None
@@ -119,6 +129,8 @@ else:
 class FileItem(Strict):
     """A play list item: a WAV file from the media file store, or from the web."""
 
+    null_siblings: ClassVar[frozenset[str]] = PLAY_MEDIA
+
     file_to_play: FileToPlay
     decryption_cipher: Opt[Cipher] = None
 
@@ -134,6 +146,8 @@ class FileItem(Strict):
 class DigitsItem(Strict):
     """A play list item of DTMF digits sent to the far end (to drive another IVR or a PBX)."""
 
+    null_siblings: ClassVar[frozenset[str]] = PLAY_MEDIA
+
     digits_to_play: Annotated[Digits, Field(min_length=1, max_length=128)]
 
 
@@ -145,11 +159,12 @@ def _play_item_kind(value: Any) -> str | None:
     if isinstance(value, DigitsItem):
         return "~digits"
     if isinstance(value, dict):
-        if "text_to_say" in value:
+        # (A null one is "not given": it says nothing of what the item is.)
+        if value.get("text_to_say") is not None:
             return "~text"
-        if "file_to_play" in value:
+        if value.get("file_to_play") is not None:
             return "~file"
-        if "digits_to_play" in value:
+        if value.get("digits_to_play") is not None:
             return "~digits"
     return None
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn, Protocol
 
 from aiohttp import web
+from multidict import MultiDict
 
 from callhook.adapters.openapi import document
 from callhook.adapters.trunks import RouteError
@@ -44,7 +45,7 @@ logger = logging.getLogger("callhook.api")
 #: Call logs live in each namespace under this prefix; the media routes leave it alone.
 LOGS = "logs/"
 #: A cursor past every ``logs/`` name: ``~`` sorts after every character names may hold.
-_LOGS_END = "logs/~"
+LOGS_END = "logs/~"
 #: How much of an upload is read before it is checked to be a WAV callhook can play.
 WAV_HEAD = 64 * 1024
 CHUNK = 256 * 1024
@@ -127,6 +128,9 @@ WEB_SERVICES = (
     "file_rename",
 )
 _WEB_SERVICE_PATHS = frozenset(f"/{name}" for name in WEB_SERVICES)
+#: The request's key under which a web service keeps the parameters it read (query and
+#: form together), for a worker that passes the request on (adapters/siblings.py).
+WEB_SERVICE_PARAMS = web.RequestKey("callhook.webservice.params", MultiDict[str])
 #: Where a web service error's ``link`` points: the page that documents them.
 WEB_SERVICES_LINK = "docs/aculab.md#web-services"
 
@@ -295,7 +299,7 @@ class Api:
             # The call logs sort together: keep what is before them, continue past them.
             before = [f for f in page.files if f.name < LOGS]
             rest = await blocking(
-                self.store.list, app, prefix, max(after, _LOGS_END), limit - len(before)
+                self.store.list, app, prefix, max(after, LOGS_END), limit - len(before)
             )
             page = Listing(before + rest.files, rest.next)
         return web.json_response({"files": [_file_json(f) for f in page.files], "next": page.next})

@@ -550,7 +550,6 @@ class Connecting(Screening):
             logger.warning("call %s: cannot call loc:%s: %s", primary.call_id, name, why)
             primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
             return
-        self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
         call_id = f"loc-{uuid.uuid4().hex}"
         destination = f"loc:{name}"
         route = Route(destination, None, None, "callhook", None)
@@ -574,6 +573,8 @@ class Connecting(Screening):
             wake=lambda session: self._far_wake(far, session),
         )
         far.port = far.local.far_key
+        # Counted once it exists: its end (_ended) gives the count back.
+        self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
         self.far_legs[call_id] = far
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
         far.local.start()

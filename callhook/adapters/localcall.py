@@ -70,12 +70,6 @@ class LocalCall:
         self._ended = ended
         self.far = MediaSession("PCMU", PCMU, TELEPHONE_EVENT, _PEER, label=f"far leg {call_id}")
         self.near = MediaSession("PCMU", PCMU, TELEPHONE_EVENT, _PEER, label=f"call {call_id}")
-        keys: dict[str, int] = {}
-        self.far_key = keys["far"] = media.attach(
-            self.far,
-            lambda data: media.deliver(keys["near"], data, _PEER),
-            lambda: wake(self.far),
-        )
         settings = services.settings
         self.leg = SipLeg(
             info,
@@ -88,6 +82,13 @@ class LocalCall:
             speech=services.speech,
             journal=services.journal,
             max_recording_bytes=settings.max_recording_bytes,
+        )
+        # (Attached last, when nothing can fail any more: no stream is left behind.)
+        keys: dict[str, int] = {}
+        self.far_key = keys["far"] = media.attach(
+            self.far,
+            lambda data: media.deliver(keys["near"], data, _PEER),
+            lambda: wake(self.far),
         )
         self.near_key = keys["near"] = media.attach(
             self.near, lambda data: media.deliver(keys["far"], data, _PEER), self.leg.wake

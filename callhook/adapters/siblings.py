@@ -45,10 +45,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
+from callhook.adapters.api import WEB_SERVICE_PARAMS
 from callhook.adapters.trunks import ELSEWHERE
 from callhook.adapters.web import Handler
 
@@ -246,12 +248,17 @@ class Siblings:
             headers[NODE] = token
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
-        body = await request.read() if request.can_read_body else None
-        if body is not None and "Content-Type" in request.headers:
-            headers["Content-Type"] = request.headers["Content-Type"]
+        method, target, body = request.method, base + request.path_qs, None
+        params = request.get(WEB_SERVICE_PARAMS)
+        if params is not None:
+            # A web service read its parameters (query and form body together) already:
+            # they go on as a form, whatever form they came in.
+            method, target = "POST", base + request.path
+            body = urlencode(list(params.items())).encode()
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
         try:
             async with self._session().request(
-                request.method, base + request.path_qs, headers=headers, data=body
+                method, target, headers=headers, data=body
             ) as answer:
                 kept = {
                     k: v

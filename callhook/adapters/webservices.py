@@ -42,7 +42,9 @@ from callhook import applicationstatus, destinations
 from callhook.adapters.api import (
     CHUNK,
     LOGS,
+    LOGS_END,
     WAV_HEAD,
+    WEB_SERVICE_PARAMS,
     Api,
     ApiError,
     blocking,
@@ -58,6 +60,10 @@ logger = logging.getLogger("callhook.api")
 
 #: How long ``service_start`` waits for a call to be placed before it answers.
 RING_TIMEOUT = 60.0
+#: The most files ``file_list`` answers with (more: ``"truncated": true``; a prefix).
+LIST_LIMIT = 10000
+#: The longest text field of a ``file_write`` form.
+FIELD_MAX = 65536
 
 
 def _missing(name: str) -> NoReturn:
@@ -178,10 +184,14 @@ class WebServices:
             "application/x-www-form-urlencoded",
             "multipart/form-data",
         ):
-            form: MultiDictProxy[Any] = await request.post()
+            try:
+                form: MultiDictProxy[Any] = await request.post()
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ApiError(400, "0002", f"the form body cannot be read: {exc}") from None
             for key, value in form.items():
                 if isinstance(value, str):
                     values.add(key, value)
+        request[WEB_SERVICE_PARAMS] = values  # (what a worker passes on, read once)
         return Params(values)
 
     # --- outbound services --------------------------------------------------------------
@@ -196,17 +206,18 @@ class WebServices:
             _missing("rest_calls")
         try:
             document = json.loads(text)
-        except ValueError:
-            _malformed("rest_calls", "not JSON")
+        except (ValueError, RecursionError):
+            _malformed("rest_calls", "not JSON (or nested too deeply)")
         calls = document if isinstance(document, list) else [document]
         if not calls or not all(isinstance(c, dict) for c in calls):
             _malformed("rest_calls", "expected an object, or a list of objects")
         starts = [self._checked_call(call, n) for n, call in enumerate(calls)]
-        references = []
+        references: list[str] = []
+        placed: list[str] = []
         for target, trunk, from_user, call in starts:
             reference = secrets.token_hex(16)  # the call's application_instance_id
             try:
-                await self.api.calls_or_503().place_call(
+                call_id = await self.api.calls_or_503().place_call(
                     target,
                     app,
                     RING_TIMEOUT,
@@ -216,10 +227,15 @@ class WebServices:
                     outbound_parameters=json.dumps(call, separators=(",", ":")),
                     token=call.get("token"),
                 )
-            except RouteError as exc:
-                raise ApiError(exc.status, f"http_{exc.status}", str(exc)) from None
-            except OSError as exc:
-                raise ApiError(503, "unavailable", f"the call could not be placed: {exc}") from None
+            except (RouteError, OSError) as exc:
+                # All or nothing: the calls placed already would run with no reference
+                # the client knows of, so they are cancelled.
+                for earlier in placed:
+                    self.api.calls_or_503().hang_up_call(earlier)
+                status = exc.status if isinstance(exc, RouteError) else 503
+                why = str(exc) if isinstance(exc, RouteError) else f"not placed: {exc}"
+                raise ApiError(status, f"http_{status}", why) from None
+            placed.append(call_id)
             references.append(reference)
             logger.info("service_start: %s calls %s (instance %s)", app.name, target, reference)
         return web.json_response(references)
@@ -332,23 +348,40 @@ class WebServices:
         filetype = params.need("filetype")
         if filetype not in ("media", "rest"):
             _malformed("filetype", "callhook has 'media' and 'rest' files")
-        filename = params.get("filename")
-        prefix = params.get("prefix") or ""
         base = LOGS if filetype == "rest" else ""
+        filename = params.get("filename")
+        if filename is not None:  # "Matches just one file"
+            name = base + _checked_name(filename, "filename")
+            try:
+                info = await blocking(self.api.store.stat, app.name, name)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                return web.json_response({"files": []})
+            return web.json_response({"files": [_file_json(info, base)]})
+        prefix = params.get("prefix") or ""
         files: list[FileInfo] = []
         after = ""
+        truncated = False
         while True:
             page = await blocking(self.api.store.list, app.name, base + prefix, after, 1000)
-            files += page.files
-            if page.next is None:
+            if filetype == "media" and any(f.name.startswith(LOGS) for f in page.files):
+                # The call logs sort together: step over them (they are filetype rest).
+                files += [f for f in page.files if f.name < LOGS]
+                after = max(page.next or "", LOGS_END)
+            else:
+                files += page.files
+                if page.next is None:
+                    break
+                after = page.next
+            if len(files) >= LIST_LIMIT:
+                files, truncated = files[:LIST_LIMIT], True
                 break
-            after = page.next
-        if filetype == "media":
-            files = [f for f in files if not f.name.startswith(LOGS)]
         shown = [_file_json(f, base) for f in files]
-        if filename is not None:
-            shown = [f for f in shown if f["filename"] == filename.lstrip("/")]
-        return web.json_response({"files": shown})
+        answer: dict[str, Any] = {"files": shown}
+        if truncated:
+            answer["truncated"] = True  # more than LIST_LIMIT: ask with a prefix
+        return web.json_response(answer)
 
     async def file_get(self, request: web.Request) -> web.StreamResponse:
         app = self.app_of(request)
@@ -394,7 +427,7 @@ class WebServices:
                 if not isinstance(part, BodyPartReader):
                     continue
                 if part.filename is None:
-                    values.add(part.name or "", (await part.read(decode=True)).decode())
+                    values.add(part.name or "", await _field(part))
                     continue
                 return await self._store_upload(app, Params(values), part, limit)
             _missing("the file")
@@ -442,6 +475,19 @@ def _checked_name(value: str, parameter: str) -> str:
     except BadName as exc:
         _malformed(parameter, str(exc))
     return name
+
+
+async def _field(part: BodyPartReader) -> str:
+    """A multipart form's text field: at most :data:`FIELD_MAX` bytes of UTF-8."""
+    data = bytearray()
+    while chunk := await part.read_chunk(CHUNK):
+        data += chunk
+        if len(data) > FIELD_MAX:
+            _malformed(part.name or "a field", f"longer than {FIELD_MAX} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        _malformed(part.name or "a field", "not UTF-8 text")
 
 
 async def _chunks(body: Any) -> Any:

@@ -13,7 +13,8 @@ Aculab's call info gives an application two facts an INVITE may carry:
   SHAKEN extension of RFC 8588 §3). The PASSporT's signature is not verified: like the
   indicator header, it is as trustworthy as the peer that sent the INVITE.
 
-Both are empty when the INVITE does not say.
+Both are empty when the INVITE does not say, or says it in a form that cannot be read:
+what a caller sends never makes them raise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from callhook.sip.message import Headers
 
 #: The attestation levels of ATIS-1000074 (SHAKEN) §5.2.3, the only values passed on.
 LEVELS = frozenset({"A", "B", "C"})
+#: A PASSporT's claims are a few hundred bytes (RFC 8588): a larger one is not read.
+MAX_PAYLOAD = 4096
 
 
 def _entries(headers: Headers, name: str) -> list[str]:
@@ -51,11 +54,21 @@ def _address(entry: str) -> str:
 
 def divert(headers: Headers) -> str:
     """The caller's original target, if the call was diverted; else ``""``."""
+    try:
+        return _divert(headers)
+    except Exception:  # whatever the caller wrote, the call goes on without it
+        return ""
+
+
+def _divert(headers: Headers) -> str:
     diversions = _entries(headers, "Diversion")
     if diversions:
         return _address(diversions[-1])
     history = _entries(headers, "History-Info")
-    if len(history) < 2:
+    # Retargeted: an entry names a cause (RFC 4458 "cause" URI parameter) or a "mp" tag
+    # (RFC 7044 §10.2: a change of target). A proxy's routing of an address of record to a
+    # registered contact ("rc") alone is no diversion.
+    if len(history) < 2 or not any(_retargeted(entry) for entry in history[1:]):
         return ""
     for entry in history:
         try:
@@ -67,8 +80,27 @@ def divert(headers: Headers) -> str:
     return _address(history[0])
 
 
+def _retargeted(entry: str) -> bool:
+    try:
+        address = parse_name_addr(entry)
+    except ValueError:
+        return False
+    return (
+        "mp" in address.params
+        or "cause" in address.uri.params
+        or any(key.lower() == "reason" for key in address.uri.headers)
+    )
+
+
 def attestation(headers: Headers) -> str:
     """``A``, ``B`` or ``C`` when the INVITE carries an attestation level; else ``""``."""
+    try:
+        return _attestation(headers)
+    except Exception:  # whatever the caller wrote, the call goes on without it
+        return ""
+
+
+def _attestation(headers: Headers) -> str:
     indicator = (headers.get("P-Attestation-Indicator") or "").strip().upper()
     if indicator in LEVELS:
         return indicator
@@ -86,9 +118,11 @@ def _passport_attest(value: str) -> str:
     if len(parts) != 3:
         return ""
     payload = parts[1]
+    if len(payload) > MAX_PAYLOAD:
+        return ""
     try:
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         return ""
     level = claims.get("attest") if isinstance(claims, dict) else None
     return level if isinstance(level, str) and level in LEVELS else ""

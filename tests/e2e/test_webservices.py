@@ -107,6 +107,14 @@ async def test_an_outbound_service_started_watched_and_reported(
         assert (done["call_cause"], done["call_raw_cause"]) == ("completed", "200")
         status = await ws.application_status(reference)
         assert status.status == 200, status.raw
+        # Its call log is a "rest" file, not a "media" one.
+        logs = await ws.file_list("rest")
+        assert f"{reference}.log" in [f["filename"] for f in logs.body["files"]]
+        assert (await ws.file_list()).body == {"files": []}
+        one = await ws._call(
+            "file_list", {"filetype": "rest", "filename": f"{reference}.log"}, ws._key()
+        )
+        assert [f["filename"] for f in one.body["files"]] == [f"{reference}.log"]
         cancel_late = await ws.service_cancel(reference)  # over already: nothing to cancel
         assert cancel_late.status == 404 and cancel_late.body["error"]["code"] == "HTTP 404"
     out, _ = await asyncio.wait_for(callee.communicate(), 30)
@@ -195,3 +203,25 @@ async def test_wrong_credentials_are_refused_in_aculabs_shape_and_banned(
         banned = await client(server, source="127.0.0.2").file_list()  # the right key now
         assert banned.status == 403 and banned.body["error"]["code"] == "HTTP 403"
     assert "127.0.0.2: banned for 600 s: 5 failed web service authentications" in server.output
+
+
+async def test_a_start_of_several_calls_is_all_or_nothing(tmp_path: Path, app: AppServer) -> None:
+    """rest_calls with two calls, the second to a destination [outbound] allow refuses:
+    the answer is the refusal, and the first call, placed already, is cancelled (no call
+    runs that the back end has no reference for)."""
+    app.page("/outbound", [{"sleep": {"seconds": 30}}])
+    app.page("/outbound-final", None)
+    app.page("/start", [{"hang_up": {}}])
+    silent = free_udp_port()  # nothing answers there: the first call rings until cancelled
+    async with serve(tmp_path, app, 1) as server:
+        answer = await client(server).service_start(
+            "outbound",
+            KEY,
+            [{"to": f"sip:first@127.0.0.1:{silent}"}, {"to": "sip:second@192.0.2.7"}],
+        )
+        assert answer.status == 403 and answer.body["error"]["code"] == "HTTP 403", answer.raw
+        assert await wait_for_request(app, "/outbound-final", timeout=20), server.output
+    (final,) = app.bodies("/outbound-final")
+    assert final["this_call"]["call_to"] == f"sip:first@127.0.0.1:{silent}"
+    assert final["this_call"]["call_cause"] == "no_answer"
+    assert app.bodies("/outbound") == []  # never answered, never run

@@ -973,6 +973,11 @@ NULL_OPTIONAL = [
         id="play-tts_voice",
     ),
     pytest.param({"actions": [], "api_version": None}, "$.api_version", id="api_version"),
+    pytest.param(
+        play({"file_to_play": "a.wav", "text_to_say": None}),
+        f"{PLAY}.play_list[0].text_to_say",
+        id="play-item-other-kind",
+    ),
 ]
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from callhook.adapters.pages import HttpPages
 from callhook.call import CallRunner, CallSummary
@@ -14,7 +17,7 @@ from callhook.calllog import CallLog
 from callhook.config import AppConfig
 from callhook.events import CallEnded, SayText, StartPrompt
 from callhook.ports import CallInfo
-from callhook.testing import AppServer, ScriptedLeg
+from callhook.testing import AppServer, Reply, ScriptedLeg
 
 
 class FarLeg(ScriptedLeg):
@@ -137,3 +140,49 @@ async def test_a_first_page_without_the_cipher_it_must_give_fails(app: AppServer
     (final,) = app.bodies("/far-final")
     assert final["error_result"]["cause"] == "invalid"
     assert "call_recording_cipher" in final["error_result"]["description"]
+
+
+@pytest.mark.parametrize(
+    "empty", [pytest.param(Reply(b""), id="empty-body"), pytest.param([], id="no-actions")]
+)
+async def test_no_cipher_however_the_first_page_ends_is_never_joined(
+    app: AppServer, empty: Any
+) -> None:
+    app.page("/whisper", empty)
+    app.page("/far-final", None)
+    summary, _, joins = await run_far(app, "/whisper", needs_cipher=True)
+    assert joins == 0 and summary.cause == "failed"
+
+
+async def test_an_error_page_that_recovers_still_gives_no_clear_recording(app: AppServer) -> None:
+    app.page("/whisper", [])  # no cipher: an error, and the error page recovers...
+    app.page("/far-error", [{"sleep": {"seconds": 1}}])  # ...with no cipher either
+    app.page("/far-final", None)
+    leg = FarLeg()
+    joins: list[object] = []
+    config = AppConfig(
+        name="test",
+        first_page=app.url("/whisper"),
+        secret=app.secret,
+        error_page=app.url("/far-error"),
+        final_page=app.url("/far-final"),
+    )
+    log = CallLog("far", leg.clock, Path(tempfile.mkdtemp(prefix="callhook-test-")) / "far.log")
+    pages = HttpPages(timeout=5.0)
+    runner = CallRunner(
+        config,
+        leg,
+        pages,
+        leg.clock,
+        log,
+        log_filename="logs/far.log",
+        primary_call_id="primary-1",
+        on_ready=joins.append,
+        needs_cipher=True,
+    )
+    try:
+        summary = await runner.run()
+    finally:
+        await pages.close()
+    assert joins == [] and summary.cause == "failed"
+    assert "error_result" in app.bodies("/far-final")[0]

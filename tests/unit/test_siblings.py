@@ -15,7 +15,9 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import MultiDict
 
+from callhook.adapters.api import WEB_SERVICE_PARAMS
 from callhook.adapters.siblings import HEADER, Siblings
 
 
@@ -62,6 +64,16 @@ def worker_app(
             return web.json_response({"error": "not_found"}, status=404)
         return web.Response(text=f"log of {call_id}")
 
+    async def service_status(request: web.Request) -> web.Response:
+        # As the web services read them: the query and a form body together, kept.
+        values: MultiDict[str] = MultiDict(request.query)
+        values.extend((k, v) for k, v in (await request.post()).items() if isinstance(v, str))
+        request[WEB_SERVICE_PARAMS] = values
+        reference = values.get("reference_id")
+        if reference not in calls or len(values.getall("reference_id")) != 1:
+            return web.json_response({"error": "not_found"}, status=404)
+        return web.json_response({"reference_id": reference, "status": "in_progress"})
+
     middlewares = [siblings.middleware] if siblings is not None else []
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/api/v1/calls", list_calls)
@@ -72,6 +84,7 @@ def worker_app(
     app.router.add_get("/api/bans", list_bans)
     app.router.add_delete("/api/bans/{address}", lift)
     app.router.add_post("/api/v1/calls", place)
+    app.router.add_route("*", "/service_status", service_status)
     return app
 
 
@@ -229,3 +242,22 @@ async def test_a_node_answers_nothing_meant_for_another() -> None:
     finally:
         await siblings.close()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("form", [True, False], ids=["form-body", "query"])
+async def test_a_web_service_about_another_workers_call_is_passed_on_whole(
+    workers: dict[str, Any], form: bool
+) -> None:
+    """Aculab's service_status for a call of another worker: its parameters reach the
+    worker that has it, whether they came in the query or a form body."""
+    url = workers["base"] + "/service_status"
+    async with aiohttp.ClientSession() as client:
+        if form:
+            request = client.post(url, data={"reference_id": "b2"})
+        else:
+            request = client.get(url, params={"reference_id": "b2"})
+        async with request as r:
+            assert r.status == 200, await r.text()
+            assert (await r.json())["reference_id"] == "b2"
+        async with client.post(url, data={"reference_id": "nobody"}) as r:
+            assert r.status == 404

@@ -79,6 +79,23 @@ def passport(claims: object) -> str:
             [("History-Info", "<sip:bob@example.com>;index=1")], "", id="history-one-entry"
         ),
         pytest.param(
+            # A proxy routing an address of record to its registered contact (rc): the
+            # call went where it was dialled, it was not diverted.
+            [("History-Info", "<sip:bob@example.com>;index=1, <sip:bob@10.0.0.7>;index=1.1;rc")],
+            "",
+            id="history-routing-only",
+        ),
+        pytest.param(
+            [
+                (
+                    "History-Info",
+                    "<sip:bob@example.com>;index=1, <sip:vm@example.com>;index=1.1;mp=1",
+                )
+            ],
+            "sip:bob@example.com",
+            id="history-mapped",
+        ),
+        pytest.param(
             [
                 ("Diversion", "<sip:d@x.example>"),
                 ("History-Info", "<sip:h@x.example>;index=1, <sip:i@x.example>;index=1.1"),
@@ -122,3 +139,14 @@ def test_divert(items: list[tuple[str, str]], expected: str) -> None:
 )
 def test_attestation(items: list[tuple[str, str]], expected: str) -> None:
     assert provenance.attestation(headers(*items)) == expected
+
+
+def test_what_a_caller_writes_never_raises() -> None:
+    """A PASSporT nested past Python's recursion limit, one too large to be one, and
+    History-Info entries that are not addresses: nothing, never an exception."""
+    deep = base64.urlsafe_b64encode(b"[" * 1200).rstrip(b"=").decode()
+    huge = base64.urlsafe_b64encode(json.dumps({"attest": "A", "x": "y" * 9000}).encode())
+    for value in (f"e30.{deep}.c2ln", f"e30.{huge.decode().rstrip('=')}.c2ln"):
+        assert provenance.attestation(headers(("Identity", value))) == ""
+    broken = headers(("History-Info", "<<<, >>>;index=1, <sip:a@b>;index=1.1;mp=1"))
+    assert provenance.divert(broken) in ("", "sip:a@b")
