@@ -101,7 +101,11 @@ CALLS = [
 
 @pytest.mark.parametrize("workers", WORKERS)
 async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers: int) -> None:
-    app.page("/start", [{"sleep": {"seconds": 1}}])
+    # The token as Aculab has it: set by /start, null after a response without one.
+    app.page(
+        "/start", {"actions": [{"redirect": {"next_page": {"url": "/second"}}}], "token": "t1"}
+    )
+    app.page("/second", [{"sleep": {"seconds": 1}}])
     app.page("/final", [])
     async with serve(tmp_path, app, workers) as server:
         if workers > 1:
@@ -120,6 +124,8 @@ async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers
     firsts = [body["this_call"] for body in app.bodies("/start")]
     finals = [body["this_call"] for body in app.bodies("/final")]
     assert len(firsts) == len(finals) == len(CALLS)
+    assert [b["token"] for b in app.bodies("/second")] == ["t1"] * len(CALLS)
+    assert [b["token"] for b in app.bodies("/final")] == [None] * len(CALLS)
     for (_, divert, attestation), first, last in zip(CALLS, firsts, finals, strict=True):
         for this_call in (first, last):
             assert this_call["call_direction"] == "in"

@@ -170,3 +170,27 @@ async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 15) == 0
+
+
+def test_validate_takes_aculabs_forms_and_refuses_a_destination_before_any_call() -> None:
+    """Aculab's nulls and destination prefixes, through the real command."""
+    aculab = {
+        "actions": [
+            {
+                "connect": {
+                    "destinations": ["tel:441908273800", "loc:support", "bob@pbx.example"],
+                    "hold_media": None,
+                    "classify_callee": None,
+                    "next_page": None,
+                }
+            }
+        ],
+        "token": None,
+        "api_version": "2.0",
+    }
+    result = run("validate", "-", stdin=json.dumps(aculab))
+    assert (result.returncode, result.stdout) == (0, "valid\n"), result.stdout
+    bad = {"actions": [{"connect": {"destinations": ["sip:a@b.example", "fax:123"]}}]}
+    result = run("validate", "-", stdin=json.dumps(bad))
+    assert result.returncode == 1
+    assert result.stdout.startswith("$.actions[0].connect.destinations[1]: 'fax:123': unknown")
