@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 import ssl
 import uuid
 from typing import TYPE_CHECKING
@@ -50,6 +49,7 @@ from callhook.adapters.sipcall import SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.app import Services
+from callhook.callerid import call_from_user
 from callhook.config import AppConfig
 from callhook.events import (
     CalleeAnswered,
@@ -66,7 +66,6 @@ from callhook.ports import CallInfo
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
-from callhook.sip.message import parse_uri
 from callhook.sip.registrar import Binding, Registrar
 from callhook.store.bindings import Bindings
 
@@ -623,24 +622,3 @@ class CallFarLegs:
 
     def run(self, attempt: int, pages: SecondaryPages) -> None:
         self.service.run_callee(self.call, attempt, pages)
-
-
-def call_from_user(call_from: str | None) -> str | None:
-    """The From user part for ``call_from`` (a number, a ``sip:`` URI, or a name-addr such
-    as ``"Alice" <sip:alice@host>``), or None when it has no usable one."""
-    if not call_from:
-        return None
-    text = call_from.strip()
-    if "<" in text and ">" in text:
-        text = text[text.index("<") + 1 : text.index(">")]
-    if text.lower().startswith(("sip:", "sips:")):
-        try:
-            text = parse_uri(text).user or ""
-        except ValueError:
-            return None
-    return text if _USER.fullmatch(text) else None
-
-
-#: A SIP user part callhook puts in a From (RFC 3261 §25.1 unreserved and user-unreserved,
-#: no escapes): what a caller id can be.
-_USER = re.compile(r"[A-Za-z0-9\-_.!~*'()&=+$,;?/]{1,64}")

@@ -17,7 +17,6 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from callhook.adapters.connecting import call_from_user
 from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
@@ -25,6 +24,7 @@ from callhook.adapters.sipcall import CallMedia, SipCall, Unanswered, media_sess
 from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.app import Services
 from callhook.call import CallSummary
+from callhook.callerid import call_from_user
 from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys

@@ -50,9 +50,9 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
-from callhook.adapters.api import WEB_SERVICE_PARAMS
 from callhook.adapters.trunks import ELSEWHERE
 from callhook.adapters.web import Handler
+from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
 
 logger = logging.getLogger("callhook.workers")
 

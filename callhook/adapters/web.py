@@ -19,7 +19,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from callhook import __version__, demo
-from callhook.adapters.api import Api, ApiError, _is_api, errors, is_webservice
+from callhook.adapters.api import Api, ApiError, _is_api, errors
+from callhook.adapters.wsshape import is_webservice
 
 #: The largest JSON body (and demo form) the server reads; uploads have their own limit.
 MAX_JSON_BYTES = 64 * 1024

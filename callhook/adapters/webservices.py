@@ -44,13 +44,13 @@ from callhook.adapters.api import (
     LOGS,
     LOGS_END,
     WAV_HEAD,
-    WEB_SERVICE_PARAMS,
     Api,
     ApiError,
     blocking,
     check_wav,
 )
 from callhook.adapters.trunks import RouteError
+from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
 from callhook.applicationstatus import aculab_datetime
 from callhook.config import AppConfig
 from callhook.store.files import FileInfo, FileStore

@@ -217,7 +217,7 @@ def test_ringback_is_440_and_480_hz_then_silence() -> None:
 
 
 def test_the_from_user_of_a_far_leg() -> None:
-    from callhook.adapters.connecting import call_from_user
+    from callhook.callerid import call_from_user
 
     assert call_from_user("+441234567890") == "+441234567890"
     assert call_from_user("sip:reception@pbx.example:5060") == "reception"

@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 from multidict import MultiDict
 
-from callhook.adapters.api import WEB_SERVICE_PARAMS
 from callhook.adapters.siblings import HEADER, Siblings
+from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
 
 
 def worker_app(

@@ -10,8 +10,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import MultiDict
 
-from callhook.adapters.api import ApiError, aculab_error, is_webservice
+from callhook.adapters.api import ApiError
 from callhook.adapters.webservices import Params
+from callhook.adapters.wsshape import aculab_error, is_webservice
 
 
 def test_parameters() -> None:
