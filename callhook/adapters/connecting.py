@@ -45,10 +45,11 @@ from callhook.adapters.farleg import FarLeg, Fork
 from callhook.adapters.localcall import LocalCall
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.screening import Screening
-from callhook.adapters.sipcall import SipCall, media_session
+from callhook.adapters.sipcall import CallMedia, SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
 from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.app import Services
+from callhook.call import CallRunner
 from callhook.callerid import call_from_user
 from callhook.config import AppConfig
 from callhook.events import (
@@ -108,6 +109,9 @@ class Connecting(Screening):
         raise NotImplementedError
 
     def outbound_ended(self, app: AppConfig) -> None:
+        raise NotImplementedError
+
+    def attach_far_legs(self, call: SipCall) -> None:
         raise NotImplementedError
 
     # --- what a call's leg asks (adapters/leg.py's FarLegs) -------------------------------
@@ -545,6 +549,9 @@ class Connecting(Screening):
             return
         caller = primary.app
         why = self.outbound.over_limit(caller.name, self._outbound_calls.get(caller.name, 0))
+        limit = self.services.settings.max_calls
+        if why is None and limit and len(self.calls) >= limit:
+            why = f"{limit} calls already (max_calls)"  # it is a call of this server too
         if why is not None:
             logger.warning("call %s: cannot call loc:%s: %s", primary.call_id, name, why)
             primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
@@ -560,7 +567,18 @@ class Connecting(Screening):
             call_to=destination,
             call_target=name,
         )
-        far.local = LocalCall(
+        holder: list[SipCall] = []  # the called application's call, as the server's calls
+
+        def started(runner: CallRunner) -> None:
+            holder[0].instance_id = runner.instance_id
+
+        def done() -> None:
+            called = holder[0]
+            self.drop_all_callees(called)
+            called.leg.far = None  # it points back at the call (see adapters/sip.py _run)
+            self.calls.pop(called.call_id, None)
+
+        far.local = local = LocalCall(
             call_id,
             app,
             info,
@@ -570,13 +588,24 @@ class Connecting(Screening):
             answered=lambda session, key: self._attached_answered(far, session, key),
             ended=lambda cause, raw: self._ended(far, cause, raw),
             wake=lambda session: self._far_wake(far, session),
+            started=started,
+            done=done,
         )
-        far.port = far.local.far_key
+        far.port = local.far_key
+        # The called application's call is one of this server's calls: listed by the REST
+        # API (and hung up through it), counted in max_calls, ended at shutdown; its own
+        # connect places far legs of its own.
+        called = SipCall(call_id, app, local.leg, CallMedia(local.near, local.near_key, 0))
+        holder.append(called)
+        self.calls[call_id] = called
+        self.attach_far_legs(called)
+        local.leg.referrer = None  # no SIP dialog to send a REFER in
         # Counted once it exists: its end (_ended) gives the count back.
         self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
         self.far_legs[call_id] = far
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
-        far.local.start()
+        local.start()
+        called.task = local.task  # (shutdown waits for it, as for any call)
         primary.leg.inject(CalleeRinging(attempt))
 
     def _route(self, destination: str) -> tuple[Route, str | None]:

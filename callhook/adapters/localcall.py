@@ -30,6 +30,7 @@ from callhook.adapters.leg import SipLeg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.app import Services
+from callhook.call import CallRunner, CallSummary
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.session import MediaSession
@@ -62,6 +63,8 @@ class LocalCall:
         answered: Callable[[MediaSession, int], None],
         ended: Callable[[str, str], None],
         wake: Callable[[MediaSession], None],
+        started: Callable[[CallRunner], object] | None = None,
+        done: Callable[[], object] | None = None,
     ) -> None:
         self.call_id = call_id
         self.app = app
@@ -94,9 +97,11 @@ class LocalCall:
             self.near, lambda data: media.deliver(keys["far"], data, _PEER), self.leg.wake
         )
         self.services = services
+        self._started = started
+        self._done = done
         self.was_answered = False
         self.over = False
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[CallSummary] | None = None
 
     def start(self) -> None:
         """Run the called application on its call."""
@@ -109,16 +114,19 @@ class LocalCall:
         self.leg.far_end_ended(CallEnded("hung_up", "BYE"))
         self._end(cause, "200" if self.was_answered else "487")
 
-    async def _run(self) -> None:
+    async def _run(self) -> CallSummary:
         try:
-            await self.services.run_call(self.app, self.leg)
+            return await self.services.run_call(self.app, self.leg, started=self._started)
         except Exception:  # a bug of ours: the attempt fails, the caller's call goes on
             logger.exception("call %s: the called application failed inside callhook", self.call_id)
             self._end("failed", "500")
+            return CallSummary("", "failed", "500")
         finally:
             self.leg.finish()
             self.media.close(self.near_key)
             self._end("failed", "500")  # (no-op when it ended already)
+            if self._done is not None:
+                self._done()
 
     async def _answer(self) -> None:
         if not self.was_answered and not self.over:

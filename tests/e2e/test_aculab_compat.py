@@ -425,3 +425,58 @@ async def test_loc_to_no_such_application_or_one_that_refuses(
     )
     refused = app.bodies("/refuser-final")[0]["this_call"]
     assert (refused["call_cause"], refused["call_raw_cause"]) == ("completed", "603")
+
+
+async def test_the_called_applications_call_is_one_of_the_servers_calls(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """The call ``loc:support`` makes is listed by the REST API for ``support`` (as an
+    inbound call to ``loc:support``) and hung up through it: support's final page says
+    ``dropped``, and the caller's connect ends as a far end hanging up."""
+    import aiohttp
+
+    key = "support-api-key-0123456789abcdef"
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["loc:support"], "next_page": {"url": "/connected"}}}],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/final", None)
+    app.page("/support", [{"sleep": {"seconds": 30}}])
+    app.page("/support-final", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text(
+        f'[apps.support]\nfirst_page = "{app.url("/support")}"\n'
+        f'final_page = "{app.url("/support-final")}"\nsecret = "{app.secret}"\n'
+        f'api_key = "{key}"\n'
+    )
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        calling = asyncio.create_task(
+            sipp.call(
+                server.sip,
+                tmp_path,
+                sipp.invite("ivr"),
+                sipp.ANSWERED,
+                sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+            )
+        )
+        base = f"http://127.0.0.1:{server.http_port}/api/v1/calls"
+        auth = {"Authorization": f"Bearer {key}"}
+        found: list[dict[str, Any]] = []
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                async with http.get(base, headers=auth) as r:
+                    found = (await r.json())["calls"]
+                if found and found[0]["call_state"] == "answered":
+                    break
+                await asyncio.sleep(0.1)
+            ((call,),) = (found,)
+            assert (call["call_direction"], call["call_to"]) == ("in", "loc:support")
+            async with http.delete(f"{base}/{call['call_id']}", headers=auth) as r:
+                assert r.status == 202
+        run = await calling
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/support-final")
+    assert app.bodies("/support-final")[0]["this_call"]["call_cause"] == "dropped"
+    result = app.bodies("/connected")[0]["action_result"]["result"]
+    assert (result["connected"], result["call_cause"]) == (True, "hung_up")
