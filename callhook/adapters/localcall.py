@@ -9,7 +9,8 @@ back: what one sends is what the other receives at the next tick (20 ms), in
 digits and its prompts reach the caller.
 
 The called application runs as an inbound call of its own (its own
-``application_instance_id``, pages, log and final page): ``this_call`` has
+``application_instance_id``, pages, log and final page; the SIP service lists it
+among its calls, so the REST API shows it and can hang it up): ``this_call`` has
 ``call_direction`` ``"in"``, ``call_from`` the caller's (or the connect's
 ``call_from``), ``call_to`` ``loc:NAME`` and ``call_target`` ``NAME``. It "rings"
 until its application answers (its first action that uses the audio); then the
