@@ -17,7 +17,9 @@ call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other. A
 ``wss://`` (``ws://``) URL is a call to a WebSocket server
 (:mod:`callhook.adapters.websocketleg`): answered when its handshake is done,
 counted towards ``max_calls_per_app``, and held to the egress policy rather
-than ``allow`` (it reaches no telephone network).
+than ``allow`` (it reaches no telephone network); ``loc:NAME`` is another application
+of this installation (:mod:`callhook.adapters.localcall`). Those two are placed by
+:mod:`callhook.adapters.attachedlegs`.
 
 ``user:NAME`` calls every phone NAME has registered (``callhook/sip/registrar.py``)
 at once, a fork (:class:`Fork`): the action still sees one attempt. It rings when
@@ -37,19 +39,15 @@ import asyncio
 import logging
 import random
 import ssl
-import uuid
 from typing import TYPE_CHECKING
 
 from callhook import destinations
+from callhook.adapters.attachedlegs import AttachedLegs
 from callhook.adapters.farleg import FarLeg, Fork
-from callhook.adapters.localcall import LocalCall
 from callhook.adapters.media import MediaEngine
-from callhook.adapters.screening import Screening
-from callhook.adapters.sipcall import CallMedia, SipCall, media_session
+from callhook.adapters.sipcall import SipCall, media_session
 from callhook.adapters.trunks import Route, RouteError, Trunks
-from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.app import Services
-from callhook.call import CallRunner
 from callhook.callerid import call_from_user
 from callhook.config import AppConfig
 from callhook.events import (
@@ -63,7 +61,6 @@ from callhook.events import (
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
 from callhook.outbound import OutboundPolicy
-from callhook.ports import CallInfo
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
@@ -73,7 +70,7 @@ from callhook.store.bindings import Bindings
 logger = logging.getLogger("callhook.sip")
 
 
-class Connecting(Screening):
+class Connecting(AttachedLegs):
     """Placing, ending and joining far legs (see the module docstring)."""
 
     # --- what the service provides (adapters/sip.py) ---------------------------------------
@@ -277,58 +274,6 @@ class Connecting(Screening):
         self._flush()
         return None
 
-    def _place_websocket(self, primary: SipCall, attempt: int, destination: str) -> None:
-        """Call the WebSocket server ``destination`` (adapters/websocketleg.py). It is no
-        telephone call (``[outbound] allow`` is for those), but it counts towards the
-        application's ``max_calls_per_app`` and obeys the egress policy."""
-        media = self.media
-        assert media is not None
-        app = primary.app
-        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
-        if why is not None:
-            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
-            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
-            return
-        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
-        call_id = f"ws-{uuid.uuid4().hex}"
-        route = Route(destination, None, None, "callhook", None)
-        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
-        caller = primary.leg.info
-        call = {
-            "call_id": call_id,
-            "primary_call_id": primary.call_id,
-            "call_from": caller.call_from,
-            "call_to": destination,
-        }
-        far.websocket = WebSocketLeg(
-            destination,
-            call,
-            media,
-            label=f"far leg {call_id}",
-            egress=self.services.egress,
-            ca=self.client_tls,
-            answered=lambda session, key: self._attached_answered(far, session, key),
-            ended=lambda cause, raw: self._ended(far, cause, raw),
-            wake=lambda session: self._far_wake(far, session),
-        )
-        self.far_legs[call_id] = far
-        logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
-        far.websocket.start()
-
-    def _attached_answered(self, far: FarLeg, session: MediaSession, key: int) -> None:
-        far.session, far.port = session, key
-        if far.ended:
-            return
-        far.answered = True
-        self.limit_far(far)
-        far.info = {
-            "call_id": far.call_id,
-            "call_direction": "out",
-            "call_to": far.destination,
-            "call_state": "answered",
-        }
-        far.primary.leg.inject(CalleeAnswered(far.attempt, far.info))
-
     def drop_callee(self, primary: SipCall, attempt: int) -> None:
         """End far leg ``attempt`` of ``primary``: CANCEL while it rings, BYE once up."""
         self._reading_phones.discard((primary.call_id, attempt))  # not placed: never will be
@@ -511,102 +456,6 @@ class Connecting(Screening):
             far.primary.leg.inject(CalleeEnded(far.attempt, *fork.most_telling()))
 
     # --- inside -----------------------------------------------------------------------------
-
-    def _place_elsewhere(
-        self,
-        primary: SipCall,
-        attempt: int,
-        target: destinations.Destination,
-        call_from: str | None,
-    ) -> None:
-        """A destination that is no SIP call: another application of this installation
-        (``loc:``), a web client (``webrtc:``), a conference room (``con:``)."""
-        if target.kind == "local":
-            self._place_local(primary, attempt, target.value, call_from)
-            return
-        logger.warning(
-            "call %s: cannot call %s:%s: not supported yet",
-            primary.call_id,
-            {"local": "loc", "webrtc": "webrtc", "conference": "con"}[target.kind],
-            target.value,
-        )
-        primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
-
-    def _place_local(
-        self, primary: SipCall, attempt: int, name: str, call_from: str | None
-    ) -> None:
-        """Call application ``name`` of this installation (adapters/localcall.py): no SIP,
-        no packet; ``[outbound] allow`` is for the telephone network, but it counts
-        towards the caller's application's ``max_calls_per_app``."""
-        media = self.media
-        assert media is not None
-        app = self.services.settings.apps.get(name)
-        if app is None:
-            logger.warning(
-                "call %s: cannot call loc:%s: no such application", primary.call_id, name
-            )
-            primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
-            return
-        caller = primary.app
-        why = self.outbound.over_limit(caller.name, self._outbound_calls.get(caller.name, 0))
-        limit = self.services.settings.max_calls
-        if why is None and limit and len(self.calls) >= limit:
-            why = f"{limit} calls already (max_calls)"  # it is a call of this server too
-        if why is not None:
-            logger.warning("call %s: cannot call loc:%s: %s", primary.call_id, name, why)
-            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
-            return
-        call_id = f"loc-{uuid.uuid4().hex}"
-        destination = f"loc:{name}"
-        route = Route(destination, None, None, "callhook", None)
-        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
-        info = CallInfo(
-            call_id=call_id,
-            direction="in",
-            call_from=call_from or primary.leg.info.call_from,
-            call_to=destination,
-            call_target=name,
-        )
-        holder: list[SipCall] = []  # the called application's call, as the server's calls
-
-        def started(runner: CallRunner) -> None:
-            holder[0].instance_id = runner.instance_id
-
-        def done() -> None:
-            called = holder[0]
-            self.drop_all_callees(called)
-            called.leg.far = None  # it points back at the call (see adapters/sip.py _run)
-            self.calls.pop(called.call_id, None)
-
-        far.local = local = LocalCall(
-            call_id,
-            app,
-            info,
-            self.services,
-            media,
-            self.prompts,
-            answered=lambda session, key: self._attached_answered(far, session, key),
-            ended=lambda cause, raw: self._ended(far, cause, raw),
-            wake=lambda session: self._far_wake(far, session),
-            started=started,
-            done=done,
-        )
-        far.port = local.far_key
-        # The called application's call is one of this server's calls: listed by the REST
-        # API (and hung up through it), counted in max_calls, ended at shutdown; its own
-        # connect places far legs of its own.
-        called = SipCall(call_id, app, local.leg, CallMedia(local.near, local.near_key, 0))
-        holder.append(called)
-        self.calls[call_id] = called
-        self.attach_far_legs(called)
-        local.leg.referrer = None  # no SIP dialog to send a REFER in
-        # Counted once it exists: its end (_ended) gives the count back.
-        self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
-        self.far_legs[call_id] = far
-        logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
-        local.start()
-        called.task = local.task  # (shutdown waits for it, as for any call)
-        primary.leg.inject(CalleeRinging(attempt))
 
     def _route(self, destination: str) -> tuple[Route, str | None]:
         """How a far leg to ``destination`` goes: a URI directly, a number through the
