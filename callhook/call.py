@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 :class:`CallRunner` is the only code that talks to the application
-(DESIGN.md §2 rule 2). For one call it
+(docs/behaviour.md). For one call it
 
 1. requests the first page and validates the answer (``actions.schema``);
 2. runs the actions in order: ``clear_input``, ``redirect``, ``hang_up`` and
@@ -15,7 +15,7 @@ Theory of operation
 3. when an action completes, requests its ``next_page`` (a menu: the chosen
    option's) with the ``action_result``; the answer replaces the rest of the
    list (a ``redirect`` does the same without a result);
-4. on any application error (DESIGN.md §1.3) logs the precise cause and
+4. on any application error (docs/behaviour.md, "Errors") logs the precise cause and
    requests the error page if there is one (its actions replace the list),
    otherwise hangs up;
 5. when the list runs out, the application hangs up, the caller hangs up or
@@ -30,7 +30,7 @@ bridge ends.
 The call is answered just before the first action that needs the media
 (so an application can reject a call it does not want with ``hang_up``).
 
-Every page request carries the instance info of DESIGN.md §1.1, signed with
+Every page request carries the instance info (docs/behaviour.md, "Pages"), signed with
 the application's secret (``callhook.signature``). Each step is written to
 the call's log (``callhook.calllog``).
 """
@@ -84,6 +84,7 @@ from callhook.events import (
 from callhook.instanceinfo import page_body, this_call
 from callhook.ports import Files, Leg, PageError, Pages, Recordings
 from callhook.reporting import RecordingReports
+from callhook.secondarycall import SecondaryCall
 
 #: The error page is used at most this often in one call (an error page whose
 #: actions fail again must not loop forever).
@@ -160,16 +161,13 @@ class CallRunner:
         needs_cipher: bool = False,
     ) -> None:
         self.app = app
-        # A connect's far leg running its secondary_call pages: the call it is put through
-        # to, and what joins it once its first page's actions have all run.
         self.primary_call_id = primary_call_id
-        self.on_ready = on_ready
-        self.dropped_calls = dropped_calls  # for its final page (Aculab's dropped_calls)
-        # Its whole-call recording's cipher, from its pages' responses (Aculab: "supply the
-        # cipher in the response to the request on the secondary call's first page"), and
-        # whether the first page's response must give it.
-        self.recording_cipher: tuple[str, str, str] | None = None
-        self.needs_cipher = needs_cipher
+        # A connect's far leg running its secondary_call pages (callhook/secondarycall.py).
+        self.secondary = (
+            None
+            if on_ready is None
+            else SecondaryCall(primary_call_id, on_ready, dropped_calls, needs_cipher)
+        )
         self._list_ended = False
         self.files = files
         self.leg = leg
@@ -216,7 +214,7 @@ class CallRunner:
         try:
             if self.app.first_page:
                 await self._run_application()
-            if self.on_ready is not None and (self._list_ended or not self.app.first_page):
+            if self.secondary is not None and (self._list_ended or not self.app.first_page):
                 await self._join_primary()
         except CallGone as exc:
             cause, raw = exc.ended.cause, exc.ended.raw_cause
@@ -343,21 +341,16 @@ class CallRunner:
     async def _join_primary(self) -> None:
         """A far leg whose first page's actions have all run: it is joined to the caller,
         and stays so until one of them hangs up (then its final page is requested)."""
-        assert self.on_ready is not None
-        if self.needs_cipher and self.recording_cipher is None:
+        assert self.secondary is not None
+        try:
             # However its pages ended (an empty body, an error page that recovered), a
             # recording asked to be encrypted is never made in clear: not joined.
-            failure = PageError(
-                "invalid",
-                self.app.first_page,
-                "secondary_call.call_recording_encryption is on and neither the connect nor "
-                "the first page's response gave a call_recording_cipher",
-            )
+            self.secondary.join(self.app.first_page)
+        except PageError as failure:
             self._error(str(failure))
             self.failure = failure
-            raise ApplicationFailed(str(failure))
+            raise ApplicationFailed(str(failure)) from None
         self.log.write("bridge", f"joined to call {self.primary_call_id}")
-        self.on_ready(self.recording_cipher)
         ended = await self.leg.wait_ended()
         self._ended(ended)
         raise CallGone(ended)
@@ -473,7 +466,7 @@ class CallRunner:
             if isinstance(c, StartRecording) and self._recording is not None:
                 action, base = self._recording
                 # The notification carries the instance info of the request that follows
-                # the action, without this_call (DESIGN.md §1.1).
+                # the action, without this_call (docs/behaviour.md).
                 body = {
                     "application_instance_id": self.instance_id,
                     "token": self.token,
@@ -563,21 +556,14 @@ class CallRunner:
         # clears it (the next request says null).
         self.token = response.token
         cipher = response.call_recording_cipher
-        if cipher is not None and self.on_ready is not None:
-            self.recording_cipher = cipher.as_tuple()  # (never logged)
+        if self.secondary is not None:
+            self.secondary.answered(request.url, cipher, first=request.why == "first page")
         elif cipher is not None and not self._cipher_noted:
             self._cipher_noted = True
             self.log.write(
                 "page_response",
                 f"{request.url}: call_recording_cipher ignored: callhook makes no whole-call "
                 "recording of this call (record actions take encryption_cipher)",
-            )
-        if self.needs_cipher and request.why == "first page" and self.recording_cipher is None:
-            raise PageError(
-                "invalid",
-                request.url,
-                "secondary_call.call_recording_encryption is on and the connect gave no "
-                "call_recording_cipher: this first page's response must give one",
             )
         names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
         self.log.write("page_response", f"{request.url}: {names}")
@@ -623,8 +609,8 @@ class CallRunner:
             # application without an error page (or whose error page failed) learns why
             # on its final page (docs/behaviour.md, "Errors").
             body["error_result"] = self.failure.as_json()
-        if self.dropped_calls is not None:
-            body["dropped_calls"] = self.dropped_calls()
+        if self.secondary is not None and self.secondary.dropped_calls is not None:
+            body["dropped_calls"] = self.secondary.dropped_calls()
         data = json.dumps(body, separators=(",", ":")).encode()
         self.summary.pages.append(url)
         self.log.write("page_request", f"{method} {url} (final page)")

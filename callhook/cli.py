@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 
 def run_loop(coro: Coroutine[Any, Any, int]) -> int:
-    """Run ``coro`` on uvloop when it is installed (DESIGN.md §2), else on asyncio's loop."""
+    """Run ``coro`` on uvloop when it is installed (the cheaper loop for the media tick), else
+    on asyncio's loop."""
     try:
         import uvloop
     except ImportError:

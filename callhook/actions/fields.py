@@ -2,8 +2,8 @@
 
 Each type carries its check (with the message a problem reports) and, through
 ``pattern``, the same rule for the published JSON Schema. :class:`Strict` is the
-base of every wire model: unknown properties, wrong JSON types and ``null`` for
-an optional property are errors (``Opt``).
+base of every wire model: unknown properties and wrong JSON types are errors, and
+``null`` for an optional property (``Opt``) means "not given".
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeAlias, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     model_validator,
@@ -75,7 +74,7 @@ def _check_page_url(value: str) -> str:
 
 
 def _check_file_name(value: str) -> str:
-    # Names in the application's media file namespace (DESIGN.md §1.5): the store's own
+    # Names in the application's media file namespace (docs/api.md): the store's own
     # rules, so a name that could never be played is refused when the list is validated.
     try:
         check_name(value)
@@ -91,31 +90,22 @@ def _check_words(value: str) -> str:
     return value
 
 
-def _not_null(value: Any) -> Any:
-    if value is None:
-        raise ValueError("expected a value, got null (leave the property out to get its default)")
-    return value
-
-
 T = TypeVar("T")
 
 
-class _NotNull:
-    """An optional property: leave it out for its default; ``null`` is an error.
-
-    Pydantic sees just ``T`` plus a null check, so an explicit null is rejected
-    like any other wrong type (only ``token`` may be null) and an error inside
-    the value keeps a plain JSON path (no union branches in it).
-    """
+class _Optional:
+    """An optional property: left out (or ``null``: :class:`Strict` drops it) for its
+    default. Pydantic sees just ``T``, so an error inside the value keeps a plain JSON
+    path (no union branches in it)."""
 
     def __class_getitem__(cls, item: Any) -> Any:
-        return Annotated[item, BeforeValidator(_not_null)]
+        return item
 
 
 if TYPE_CHECKING:
     Opt: TypeAlias = T | None  # for the type checker: None means "not given"
 else:
-    Opt = _NotNull
+    Opt = _Optional
 
 
 def pattern(regex: str) -> Any:

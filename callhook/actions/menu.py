@@ -1,6 +1,6 @@
 """``run_menu`` and ``run_speech_menu``: one menu state machine.
 
-Both are Aculab REST API v2 actions (not in ``spec/actions.md``): the caller
+Both are Aculab REST API v2 actions (beyond the three input actions): the caller
 picks one of ``menu_options`` with a key press (``run_menu``) or by saying an
 option's words or pressing its digit (``run_speech_menu``), and the chosen
 option's own ``next_page`` is requested. ``run_menu`` is a speech menu with

@@ -1,6 +1,6 @@
 """The ``play`` action and ``sleep``.
 
-``play`` (reference section 2.1; DESIGN.md §1.4):
+``play`` (reference section 2.1; docs/behaviour.md):
 
 ========================  ===================================================
 event                     what happens

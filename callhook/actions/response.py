@@ -100,7 +100,7 @@ class Response(BaseModel):
     actions: list[Any]
     token: str | None
     #: The response's ``call_recording_cipher`` (a connect's far leg: its recording's).
-    call_recording_cipher: Any = None
+    call_recording_cipher: Cipher | None = None
 
 
 class InvalidResponse(Exception):
@@ -240,7 +240,7 @@ def _parse(body: bytes | str) -> Response:
 
 
 def _drop_null_defaults(node: Any) -> Any:
-    # "default": null on an Opt property would suggest null is allowed; it is not.
+    # "default": null on an Opt property says nothing: its default is to be left out.
     if isinstance(node, dict):
         return {
             k: _drop_null_defaults(v) for k, v in node.items() if not (k == "default" and v is None)

@@ -1,13 +1,13 @@
 """Wire models of the action list an application returns, and their validation.
 
-Names, types and defaults are those of ``spec/actions.md`` section 2 (the
-Aculab Cloud REST API v2 shape); DESIGN.md §1.2 adds ``sleep``, ``hang_up``,
+Names, types and defaults are those of the Aculab Cloud REST API v2 reference of the
+input actions (docs/behaviour.md, "The wire form"); callhook adds ``sleep``, ``hang_up``,
 ``redirect`` and ``clear_input``, and, in the shapes of Aculab's own version 2
 pages, ``run_menu``, ``run_speech_menu`` and ``delete_file`` (docs/behaviour.md
 records what those pages leave open). Validation is strict: unknown actions and
-properties, wrong JSON types (``"5"`` for an integer, ``1`` for a boolean,
-``null`` for anything but ``token``), values outside the allowed sets and the
-invalid combinations the reference names are all errors, each reported with
+properties, wrong JSON types (``"5"`` for an integer, ``1`` for a boolean, ``null``
+for a required property; a null optional one is "not given"), values outside the
+allowed sets and the invalid combinations the reference names are all errors, each reported with
 the JSON path of the offending value and what was expected there.
 
 The field types (digits, URLs, file names, words) are in
@@ -67,7 +67,7 @@ class Cipher(Strict):
     def as_tuple(self) -> tuple[str, str, str]:
         return (self.type, self.key, self.initialisation_vector)
 
-    def __repr__(self) -> str:  # keys are never logged (DESIGN.md §1.5)
+    def __repr__(self) -> str:  # keys are never logged (docs/recordings.md)
         return "Cipher(type='aescbc', key=<hidden>, initialisation_vector=<hidden>)"
 
     __str__ = __repr__
@@ -211,7 +211,7 @@ class MessagePlay(Play):
 #
 # Where the reference types a property "play action" (``prompt``) or "array of play
 # actions" (``on_*_messages``), the value is an action as section 4.1 defines one: an
-# object with the single key ``play`` (DESIGN.md §1.2). That keyed form is canonical;
+# object with the single key ``play`` (docs/behaviour.md). That keyed form is canonical;
 # the bare play body (``{"play_list": [...]}``) is accepted too, as a documented
 # shorthand (docs/behaviour.md). Both become the same :class:`Play`, so nothing after
 # validation knows which form the application wrote.
@@ -410,7 +410,7 @@ class Record(Strict):
     recording_available_page: Opt[WebPageRequest] = None
 
 
-# --- control actions (DESIGN.md §1.2) ---------------------------------------------------
+# --- control actions (callhook's: docs/behaviour.md) -------------------------------------
 
 
 class Sleep(Strict):
