@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from callhook.testing import AppServer
 from tests import leaks
 
@@ -278,3 +280,35 @@ class Server:
         finally:
             # Kept for the session's check that no secret reached a log (tests/leaks.py).
             (self.data_dir.parent / f"serve-{self.sip_port}.out").write_text(self.output)
+
+
+def _kamailio_missing() -> bool:
+    from callhook.workers import kamailio_binary, kamailio_modules
+
+    return kamailio_binary() is None or kamailio_modules() is None
+
+
+#: ``serve`` both ways a test of a capability runs it: one process, and its default
+#: deployment, workers behind Kamailio (skipped where Kamailio is not installed).
+WORKERS = [
+    pytest.param(1, id="one-process"),
+    pytest.param(
+        2,
+        id="workers-behind-kamailio",
+        marks=pytest.mark.skipif(_kamailio_missing(), reason="Kamailio is not installed"),
+    ),
+]
+
+
+def served(tmp_path: Path, app: AppServer, workers: int, config: str = "") -> Server:
+    """``serve`` running ``app`` with the config file ``config`` (TOML text): one process,
+    or ``workers`` behind Kamailio."""
+    extra: tuple[str, ...] = ()
+    if workers > 1:
+        config += f"\n[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+        extra = ("--workers", str(workers))
+    path = tmp_path / "callhook.toml"
+    path.write_text(config)
+    server = Server.for_app(tmp_path / "data", app, extra=("--config", str(path), *extra))
+    server.start_timeout = 150.0  # the workers load at once: slow on a loaded machine
+    return server

@@ -19,45 +19,62 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer, Reply
-from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.rtpsink import RtpSink
-from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, config, connect_call, energy_at
+from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, connect_call, energy_at
 from tests.e2e.test_secondary_pages import connect_app
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
-WORKERS = [
-    pytest.param(1, id="one-process"),
-    pytest.param(
-        2,
-        id="workers-behind-kamailio",
-        marks=pytest.mark.skipif(
-            kamailio_binary() is None or kamailio_modules() is None,
-            reason="Kamailio is not installed",
-        ),
-    ),
-]
+#: The config that lets a connect call the tests' SIPp callees.
+ALLOW = '[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n'
 
 
-def serve(tmp_path: Path, app: AppServer, workers: int) -> Server:
-    """``serve`` running ``app``: one process, or ``workers`` behind Kamailio."""
-    if workers == 1:
-        return Server.for_app(tmp_path / "data", app)
-    config = tmp_path / "workers.toml"
-    config.write_text(
-        f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+def app_table(app: AppServer, name: str, page: str, **more: str) -> str:
+    """An ``[apps.NAME]`` table for ``app``'s ``page`` (and ``page``-final as its final page)."""
+    lines = [
+        f"[apps.{name}]",
+        f'first_page = "{app.url(page)}"',
+        f'final_page = "{app.url(page + "-final")}"',
+        f'secret = "{app.secret}"',
+        *(f'{key} = "{value}"' for key, value in more.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def call_in(server: Server, tmp_path: Path, *middle: str, invite: str = "") -> sipp.SippRun:
+    """One SIPp call to ``ivr`` at ``server`` (``invite``: another INVITE), answered, with
+    ``middle`` (scenario parts) before callhook's BYE."""
+    return await sipp.call(
+        server.sip,
+        tmp_path,
+        invite or sipp.invite("ivr"),
+        sipp.ANSWERED,
+        *middle,
+        sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
     )
-    server = Server.for_app(
-        tmp_path / "data", app, extra=("--workers", str(workers), "--config", str(config))
+
+
+def staying_callee(ms: int = 3000) -> str:
+    """A SIPp callee that answers, stays ``ms``, and hangs up."""
+    return sipp.scenario(
+        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING),
+        sipp.PAUSE.format(ms=ms),
+        sipp.BYE_FROM_UAS,
     )
-    server.start_timeout = 150.0  # the workers load at once: slow on a loaded machine
-    return server
 
 
 def invite_with(*headers: str) -> str:
@@ -107,7 +124,7 @@ async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers
     )
     app.page("/second", [{"sleep": {"seconds": 1}}])
     app.page("/final", [])
-    async with serve(tmp_path, app, workers) as server:
+    async with served(tmp_path, app, workers) as server:
         if workers > 1:
             assert f"with {workers} workers behind Kamailio" in server.output
         for number, (headers, _, _) in enumerate(CALLS):
@@ -167,30 +184,11 @@ async def connect_with_first_page(
     ``secondary_call.first_page`` answers ``first_page``. The connect's result."""
     callee_port = free_udp_port()
     connect_app(app, callee_port, first_page)
-    callee = sipp.scenario(
-        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING),
-        sipp.PAUSE.format(ms=3000),
-        sipp.BYE_FROM_UAS,
-    )
-    extra = config(tmp_path)
-    if workers > 1:
-        with open(extra[1], "a") as file:
-            file.write(f"[workers]\nfirst_port = {free_even_udp_port()}\n")
-            file.write("[speech]\npreload = false\n")
-        extra = (*extra, "--workers", str(workers))
     process = await sipp.start_sipp(
-        callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+        staying_callee(), tmp_path, local_port=callee_port, media_port=free_even_udp_port()
     )
-    server = Server.for_app(tmp_path / "data", app, extra=extra)
-    server.start_timeout = 150.0
-    async with server:
-        caller = await sipp.call(
-            server.sip,
-            tmp_path,
-            sipp.invite("ivr"),
-            sipp.ANSWERED,
-            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
-        )
+    async with served(tmp_path, app, workers, ALLOW) as server:
+        caller = await call_in(server, tmp_path)
         # (The callee's own status is not checked: a failed first page hangs it up
         # before its scenario's BYE.)
         await asyncio.wait_for(process.communicate(), 30)
@@ -215,10 +213,11 @@ async def test_a_first_page_with_an_empty_body_puts_the_call_through(
     assert far_final["this_call"]["call_cause"] == "hung_up"
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_first_page_that_fails_is_a_failed_connect_not_a_clean_hang_up(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
-    result = await connect_with_first_page(tmp_path, app, 1, Reply("<html>oops</html>"))
+    result = await connect_with_first_page(tmp_path, app, workers, Reply("<html>oops</html>"))
     assert (result["connected"], result["destination"]) == (False, None)
     assert result["call_cause"] == "failed", result
     (far_final,) = app.bodies("/far-final")
@@ -231,8 +230,9 @@ KEY, IV = "0f" * 16, "a5" * 16  # AES-128, as Aculab's encrypted-media guide's e
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_aculabs_secondary_call_example_encrypts_with_the_first_pages_cipher(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """Aculab's secondary_call example: ``call_recording_encryption: true`` with no cipher
     in the action; the far leg's first page answers with ``call_recording_cipher``. The
@@ -264,22 +264,11 @@ async def test_aculabs_secondary_call_example_encrypts_with_the_first_pages_ciph
     app.page("/my_secondary_call_final_page", None)
     app.page("/connected", [{"hang_up": {}}])
     app.page("/final", None)
-    callee = sipp.scenario(
-        sipp.UAS_ANSWER.format(receive=sipp.UAS_RECEIVE_REMEMBERING),
-        sipp.PAUSE.format(ms=3000),
-        sipp.BYE_FROM_UAS,
-    )
     process = await sipp.start_sipp(
-        callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
+        staying_callee(), tmp_path, local_port=callee_port, media_port=free_even_udp_port()
     )
-    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
-        caller = await sipp.call(
-            server.sip,
-            tmp_path,
-            sipp.invite("ivr"),
-            sipp.ANSWERED,
-            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
-        )
+    async with served(tmp_path, app, workers, ALLOW) as server:
+        caller = await call_in(server, tmp_path)
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 0, out.decode(errors="replace") + server.output
         assert caller.returncode == 0, caller.output + caller.errors + server.output
@@ -331,34 +320,19 @@ async def test_loc_puts_the_caller_through_to_another_application(
     )
     app.page("/support-got", [{"hang_up": {}}])
     app.page("/support-final", None)
-    config = tmp_path / "callhook.toml"
-    lines = [
-        "[apps.support]",
-        f'first_page = "{app.url("/support")}"',
-        f'final_page = "{app.url("/support-final")}"',
-        f'secret = "{app.secret}"',
-    ]
-    extra: tuple[str, ...] = ("--config", str(config))
-    if workers > 1:
-        lines += [f"[workers]\nfirst_port = {free_even_udp_port()}", "[speech]\npreload = false"]
-        extra += ("--workers", str(workers))
-    config.write_text("\n".join(lines) + "\n")
-    server = Server.for_app(data, app, extra=extra)
-    server.start_timeout = 150.0
+    server = served(tmp_path, app, workers, app_table(app, "support", "/support"))
     async with RtpSink() as ear, server:
         invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {ear.port}")
-        run = await sipp.call(
-            server.sip,
+        run = await call_in(
+            server,
             tmp_path,
-            invite,
-            sipp.ANSWERED,
             # (Digits as SIP INFO: RTP from SIPp's own port would move callhook's audio
             # there, away from the test's ear: symmetric RTP.) They cross the bridge.
             sipp.PAUSE.format(ms=3000),
             sipp.INFO.format(cseq=2, digit="4"),
             sipp.PAUSE.format(ms=300),
             sipp.INFO.format(cseq=3, digit="2"),
-            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+            invite=invite,
         )
         assert run.returncode == 0, run.output + run.errors + server.output
         assert await wait_for_request(app, "/support-final"), server.output
@@ -395,19 +369,8 @@ async def test_loc_to_no_such_application_or_one_that_refuses(
     app.page("/final", None)
     app.page("/refuser", [{"hang_up": {}}])
     app.page("/refuser-final", None)
-    config = tmp_path / "callhook.toml"
-    config.write_text(
-        f'[apps.refuser]\nfirst_page = "{app.url("/refuser")}"\n'
-        f'final_page = "{app.url("/refuser-final")}"\nsecret = "{app.secret}"\n'
-    )
-    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
-        run = await sipp.call(
-            server.sip,
-            tmp_path,
-            sipp.invite("ivr"),
-            sipp.ANSWERED,
-            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
-        )
+    async with served(tmp_path, app, 1, app_table(app, "refuser", "/refuser")) as server:
+        run = await call_in(server, tmp_path)
         assert run.returncode == 0, run.output + run.errors + server.output
         assert await wait_for_request(app, "/refuser-final")
     first = app.bodies("/first")[0]["action_result"]["result"]
@@ -427,14 +390,13 @@ async def test_loc_to_no_such_application_or_one_that_refuses(
     assert (refused["call_cause"], refused["call_raw_cause"]) == ("completed", "603")
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_the_called_applications_call_is_one_of_the_servers_calls(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """The call ``loc:support`` makes is listed by the REST API for ``support`` (as an
     inbound call to ``loc:support``) and hung up through it: support's final page says
     ``dropped``, and the caller's connect ends as a far end hanging up."""
-    import aiohttp
-
     key = "support-api-key-0123456789abcdef"
     app.page(
         "/start",
@@ -444,22 +406,9 @@ async def test_the_called_applications_call_is_one_of_the_servers_calls(
     app.page("/final", None)
     app.page("/support", [{"sleep": {"seconds": 30}}])
     app.page("/support-final", None)
-    config = tmp_path / "callhook.toml"
-    config.write_text(
-        f'[apps.support]\nfirst_page = "{app.url("/support")}"\n'
-        f'final_page = "{app.url("/support-final")}"\nsecret = "{app.secret}"\n'
-        f'api_key = "{key}"\n'
-    )
-    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
-        calling = asyncio.create_task(
-            sipp.call(
-                server.sip,
-                tmp_path,
-                sipp.invite("ivr"),
-                sipp.ANSWERED,
-                sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
-            )
-        )
+    config = app_table(app, "support", "/support", api_key=key)
+    async with served(tmp_path, app, workers, config) as server:
+        calling = asyncio.create_task(call_in(server, tmp_path))
         base = f"http://127.0.0.1:{server.http_port}/api/v1/calls"
         auth = {"Authorization": f"Bearer {key}"}
         found: list[dict[str, Any]] = []

@@ -16,31 +16,24 @@ import pytest
 
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer, Received
-from callhook.workers import kamailio_binary, kamailio_modules
 from tests.e2e import sipp
 from tests.e2e.aculab_client import AculabWebServices
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 KEY = "outbound-service-key-0123456789"
 ACCOUNT = ("1-2-0", "user@example.com")
 
-WORKERS = [
-    pytest.param(1, id="one-process"),
-    pytest.param(
-        2,
-        id="workers-behind-kamailio",
-        marks=pytest.mark.skipif(
-            kamailio_binary() is None or kamailio_modules() is None,
-            reason="Kamailio is not installed",
-        ),
-    ),
-]
-
 
 def serve(tmp_path: Path, app: AppServer, workers: int) -> Server:
-    config = tmp_path / "callhook.toml"
     lines = [
         "[apps.outbound]",
         f'first_page = "{app.url("/outbound")}"',
@@ -51,14 +44,7 @@ def serve(tmp_path: Path, app: AppServer, workers: int) -> Server:
         "[outbound]",
         'allow = ["sip:*@127.0.0.1:*"]',
     ]
-    extra: tuple[str, ...] = ("--config", str(config))
-    if workers > 1:
-        lines += [f"[workers]\nfirst_port = {free_even_udp_port()}", "[speech]\npreload = false"]
-        extra += ("--workers", str(workers))
-    config.write_text("\n".join(lines) + "\n")
-    server = Server.for_app(tmp_path / "data", app, extra=extra)
-    server.start_timeout = 150.0
-    return server
+    return served(tmp_path, app, workers, "\n".join(lines) + "\n")
 
 
 def client(server: Server, key: str = KEY, source: str | None = None) -> AculabWebServices:

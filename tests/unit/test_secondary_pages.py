@@ -40,7 +40,11 @@ DROPPED = [{"call_id": "far-0", "call_state": "idle", "call_cause": "dropped"}]
 
 
 async def run_far(
-    app: AppServer, first_page: str | None, *, needs_cipher: bool = False
+    app: AppServer,
+    first_page: str | None,
+    *,
+    needs_cipher: bool = False,
+    error_page: str | None = None,
 ) -> tuple[CallSummary, FarLeg, int]:
     leg = FarLeg()
     joins = 0
@@ -57,6 +61,7 @@ async def run_far(
         first_page=app.url(first_page) if first_page else "",
         secret=app.secret,
         final_page=app.url("/far-final"),
+        error_page=app.url(error_page) if error_page else None,
     )
     log = CallLog("far", leg.clock, Path(tempfile.mkdtemp(prefix="callhook-test-")) / "far.log")
     pages = HttpPages(timeout=5.0)
@@ -158,31 +163,7 @@ async def test_an_error_page_that_recovers_still_gives_no_clear_recording(app: A
     app.page("/whisper", [])  # no cipher: an error, and the error page recovers...
     app.page("/far-error", [{"sleep": {"seconds": 1}}])  # ...with no cipher either
     app.page("/far-final", None)
-    leg = FarLeg()
-    joins: list[object] = []
-    config = AppConfig(
-        name="test",
-        first_page=app.url("/whisper"),
-        secret=app.secret,
-        error_page=app.url("/far-error"),
-        final_page=app.url("/far-final"),
-    )
-    log = CallLog("far", leg.clock, Path(tempfile.mkdtemp(prefix="callhook-test-")) / "far.log")
-    pages = HttpPages(timeout=5.0)
-    runner = CallRunner(
-        config,
-        leg,
-        pages,
-        leg.clock,
-        log,
-        log_filename="logs/far.log",
-        primary_call_id="primary-1",
-        on_ready=joins.append,
-        needs_cipher=True,
-    )
-    try:
-        summary = await runner.run()
-    finally:
-        await pages.close()
-    assert joins == [] and summary.cause == "failed"
+    summary, _, joins = await run_far(app, "/whisper", needs_cipher=True, error_page="/far-error")
+    assert joins == 0 and summary.cause == "failed"
     assert "error_result" in app.bodies("/far-final")[0]
+    assert len(app.bodies("/far-error")) == 1  # the error page ran, and recovered the leg
