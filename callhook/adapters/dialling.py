@@ -17,7 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from callhook.adapters.leg import SipLeg
+from callhook.adapters.leg import SipLeg, new_leg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.sipcall import CallMedia, SipCall, Unanswered, media_session, nothing
@@ -139,18 +139,15 @@ class Dialling:
             target,
             outbound_parameters=outbound_parameters,
         )
-        leg = SipLeg(
+        leg = new_leg(
+            self.services,
             info,
             app.name,
             session,
             self.prompts,
-            self.services.store,
             answer=nothing,
             hang_up=lambda: self._hang_up(call_id),
             dead=lambda: self._dead(call_id),
-            speech=self.services.speech,
-            journal=self.services.journal,
-            max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = SipCall(
             call_id,

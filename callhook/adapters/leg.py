@@ -519,3 +519,49 @@ class SipLeg:
             for filename, writer in self._recorders.items():
                 self._recorded[filename] = writer.seconds
             self._recorders.clear()
+
+
+class _RecordingLimit(Protocol):
+    @property
+    def max_recording_bytes(self) -> int: ...
+
+
+class LegServices(Protocol):
+    """What a leg takes from the process (``callhook.app.Services``)."""
+
+    @property
+    def store(self) -> MediaStore: ...
+    @property
+    def speech(self) -> SpeechService: ...
+    @property
+    def journal(self) -> RecordingJournal: ...
+    @property
+    def settings(self) -> _RecordingLimit: ...
+
+
+def new_leg(
+    services: LegServices,
+    info: CallInfo,
+    app_name: str,
+    session: MediaSession,
+    prompts: PromptAudio,
+    *,
+    answer: Callable[[], Awaitable[None]],
+    hang_up: Callable[[], str],
+    dead: Callable[[], object] | None = None,
+) -> SipLeg:
+    """A call's leg over ``session`` with the process's store, speech and journal
+    (``answer``, ``hang_up``, ``dead``: its signalling, whatever carries it)."""
+    return SipLeg(
+        info,
+        app_name,
+        session,
+        prompts,
+        services.store,
+        answer=answer,
+        hang_up=hang_up,
+        dead=dead,
+        speech=services.speech,
+        journal=services.journal,
+        max_recording_bytes=services.settings.max_recording_bytes,
+    )

@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from callhook.adapters.leg import SipLeg
+from callhook.adapters.leg import new_leg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.app import Services
@@ -74,18 +74,8 @@ class LocalCall:
         self._ended = ended
         self.far = MediaSession("PCMU", PCMU, TELEPHONE_EVENT, _PEER, label=f"far leg {call_id}")
         self.near = MediaSession("PCMU", PCMU, TELEPHONE_EVENT, _PEER, label=f"call {call_id}")
-        settings = services.settings
-        self.leg = SipLeg(
-            info,
-            app.name,
-            self.near,
-            prompts,
-            services.store,
-            answer=self._answer,
-            hang_up=self._hang_up,
-            speech=services.speech,
-            journal=services.journal,
-            max_recording_bytes=settings.max_recording_bytes,
+        self.leg = new_leg(
+            services, info, app.name, self.near, prompts, answer=self._answer, hang_up=self._hang_up
         )
         # (Attached last, when nothing can fail any more: no stream is left behind.)
         keys: dict[str, int] = {}

@@ -28,7 +28,7 @@ import asyncio
 import logging
 
 from callhook.adapters.farleg import FarLeg
-from callhook.adapters.leg import SipLeg
+from callhook.adapters.leg import SipLeg, new_leg
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.sipcall import SipCall
 from callhook.app import Services
@@ -101,8 +101,8 @@ class Screening:
             error_page_method=pages.error_page[1] if pages.error_page else "POST",
             final_page_method=pages.final_page[1] if pages.final_page else "POST",
         )
-        settings = self.services.settings
-        leg = SipLeg(
+        leg = new_leg(
+            self.services,
             CallInfo(
                 call_id=far.call_id,
                 direction="out",
@@ -113,12 +113,8 @@ class Screening:
             app.name,
             far.session,
             self.prompts,
-            self.services.store,
             answer=_answered,
             hang_up=lambda: self._far_hung_up(far, runners[0].ending_cause if runners else None),
-            speech=self.services.speech,
-            journal=self.services.journal,
-            max_recording_bytes=settings.max_recording_bytes,
         )
         leg.answered = True  # an outbound call: answered already
         far.leg = leg

@@ -33,7 +33,7 @@ from callhook.adapters.connections import Connections
 from callhook.adapters.control import Control
 from callhook.adapters.dialling import Dialling
 from callhook.adapters.farleg import FarLeg
-from callhook.adapters.leg import SipLeg
+from callhook.adapters.leg import new_leg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.referring import CallReferrer, Referring
@@ -423,18 +423,15 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             attestation=event.attestation,
         )
         call_id = event.call_id
-        leg = SipLeg(
+        leg = new_leg(
+            self.services,
             info,
             app.name,
             session,
             self.prompts,
-            self.services.store,
             answer=lambda: self._answer(call_id),
             hang_up=lambda: self._hang_up(call_id),
             dead=lambda: self._dead(call_id),
-            speech=self.services.speech,
-            journal=self.services.journal,
-            max_recording_bytes=self.services.settings.max_recording_bytes,
         )
         call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
         call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from aiohttp import WSMsgType, web
 
 from callhook.adapters.api import LOGS, ApiError, KeyRing
-from callhook.adapters.leg import SipLeg
+from callhook.adapters.leg import SipLeg, new_leg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.pages import HttpPages
 from callhook.adapters.prompts import PromptAudio
@@ -358,17 +358,8 @@ class WebPhone:
             outbox.event("ended", by="callhook")
             return "200"
 
-        leg = SipLeg(
-            info,
-            app.name,
-            session,
-            self.prompts,
-            services.store,
-            answer=answer,
-            hang_up=hang_up,
-            speech=services.speech,
-            journal=services.journal,
-            max_recording_bytes=services.settings.max_recording_bytes,
+        leg = new_leg(
+            services, info, app.name, session, self.prompts, answer=answer, hang_up=hang_up
         )
         clock = services.clock
         holder: list[Callable[[float], float]] = []
