@@ -4,7 +4,7 @@ callhook fetches URLs an application names — its pages (``next_page``), prompt
 (``file_to_play``), notifications (``recording_available_page``) — so a
 hostile or compromised page could point them at the operator's private network
 or at a cloud metadata service, which hands out credentials to whoever asks
-from the machine (server-side request forgery). DESIGN.md §5; ``[egress]``:
+from the machine (server-side request forgery). docs/security.md; ``[egress]``:
 
 * **Never**: link-local addresses (``169.254.0.0/16``, ``fe80::/10``: the cloud
   metadata services live at 169.254.169.254 and ``fd00:ec2::254``), the

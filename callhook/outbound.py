@@ -4,8 +4,8 @@ A ``serve`` on the internet is probed by people who want it to place calls for
 them (toll fraud: premium-rate and international numbers through the trunk the
 operator pays for). So every outbound call — ``callhook dial``, ``POST
 /api/calls``, the REST API's ``POST /api/v1/calls`` — is checked here before its
-INVITE goes out (DESIGN.md §5: "outbound calls need an authenticated caller and
-an allowed destination"):
+INVITE goes out: outbound calls need an authenticated caller and an allowed
+destination (docs/security.md, "No toll fraud"):
 
 * ``[outbound] allow`` lists what may be called. A pattern starting ``sip:`` or
   ``sips:`` is ``scheme:user@host[:port]`` with shell-style globs, compared part

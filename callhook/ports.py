@@ -4,7 +4,7 @@
 (the SIP/RTP call, the terminal phone, the scripted caller of
 ``callhook.testing``), :class:`Pages` (HTTP to the application, or pages in
 memory), :class:`Recordings` (the journal) and :class:`Files` (the media
-store). :class:`PageError` is how a page request fails (DESIGN.md §1.3).
+store). :class:`PageError` is how a page request fails (docs/behaviour.md).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Files(Protocol):
 
 
 class PageError(Exception):
-    """A page request that failed, and why (DESIGN.md §1.3)."""
+    """A page request that failed, and why (docs/behaviour.md)."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 Each call has its own UDP port (an even port from the configured range, as
 RFC 3550 §11 suggests). The sockets are not registered with the event loop:
-one timer callback every 20 ms (the tick, DESIGN.md §2) does all media work
+one timer callback every 20 ms (the tick, docs/scaling.md) does all media work
 for all calls at once:
 
 1. receive: one ``epoll`` poll over every call's socket (level-triggered),

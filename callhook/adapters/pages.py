@@ -1,6 +1,6 @@
 """Requesting application pages over HTTP (aiohttp).
 
-DESIGN.md §1.3: a page that cannot be reached, does not answer within the
+docs/behaviour.md: a page that cannot be reached, does not answer within the
 timeout (10 s by default) or answers non-2xx is an application error
 (:class:`~callhook.call.PageError`). Page requests are not idempotent, so a
 request is not retried once anything may have reached the application; only

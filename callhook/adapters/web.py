@@ -63,7 +63,7 @@ class Routes(Protocol):
 def guard(bans: Bans) -> Middleware:
     """``/api/`` from a banned source gets 403; a wrong key (REST API key, installation
     secret) counts towards a ban of its source (``[security] ban_seconds``; five in a
-    minute, DESIGN.md §5). Runs inside :func:`~callhook.adapters.api.errors`."""
+    minute, docs/security.md). Runs inside :func:`~callhook.adapters.api.errors`."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:

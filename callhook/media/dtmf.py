@@ -1,4 +1,4 @@
-"""DTMF digits from the three transports of DESIGN.md §1.4, each reported once per key press.
+"""DTMF digits from the three transports of docs/telephony.md, each reported once per key press.
 
 * :class:`Rfc4733Receiver`: RTP telephone-events (RFC 4733 §2.3 payload, §2.5.2 receiver).
 * :class:`ToneDetector` / :class:`ToneDetectorBank`: in-band tones in 8 kHz audio, one call or

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The adapter feeds :meth:`MediaSession.receive` every datagram that arrives on
 the call's RTP port, and calls :meth:`MediaSession.tick` once per 20 ms media
-tick (one tick drives every call: DESIGN.md §2). ``tick`` returns the RTP
+tick (one tick drives every call: docs/scaling.md). ``tick`` returns the RTP
 datagram to send for that 20 ms — the next frame of the playing prompt, or
 silence — or None while the call's media is on hold. Media commands of the
 actions arrive as :meth:`play`, :meth:`stop_prompt`, :meth:`start_recording`,
@@ -19,7 +19,7 @@ reorder window (``rtp.RtpReceiver``); then RFC 4733 events to the digit
 receiver (also those the reorder window dropped as late: a key press that
 arrives late still counts), or audio to G.711 decode, the voice-activity
 detector, the in-band DTMF detector (only when the peer did not negotiate
-telephone-event: DESIGN.md §1.4) and the recording. In the media tick
+telephone-event: docs/telephony.md) and the recording. In the media tick
 (:attr:`MediaSession.batched`) decoding and detection wait for the end of the
 tick's receive step, where every call's frames are decoded and measured at once
 (:mod:`callhook.media.frames`); and the usual packet (plain header, the call's
@@ -124,7 +124,7 @@ class MediaSession(Inlet):
         self.sender: RtpSender = RtpSender(payload_type)
         self.receiver = RtpReceiver()
         self.rfc4733 = Rfc4733Receiver()
-        # In-band DTMF only when telephone-event was not negotiated (DESIGN.md §1.4).
+        # In-band DTMF only when telephone-event was not negotiated (docs/telephony.md).
         self.tones: ToneDetector | None = ToneDetector() if event_payload_type is None else None
         self.vad: VoiceActivityDetector = new_detector()
         self.vad.paused = True  # until a recording or a recognition stream listens

@@ -31,7 +31,7 @@ call has exactly two keys: ours (outbound) and the peer's (inbound).
   authentication, is a replay (RFC 3711 §3.3.2: 128-packet window) or is not
   SRTP at all returns None and is counted.
 
-Keys are secrets (DESIGN.md §5). ``repr``/``str`` of :class:`Crypto` and
+Keys are secrets (docs/security.md). ``repr``/``str`` of :class:`Crypto` and
 :class:`SrtpContext` never show key material, and no :class:`SrtpError`
 message quotes it; :func:`redact` hides the inline keys of an SDP body or a
 whole SIP message before it is logged. The keys still travel in clear in the

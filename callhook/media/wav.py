@@ -1,7 +1,7 @@
 """WAV files: the RIFF header of G.711 and PCM files, read and written. Pure (bytes in, bytes out).
 
 Recordings are 8 kHz mono WAV with format tag 6 (A-law) or 7 (µ-law)
-(DESIGN.md §1.5). G.711 WAVs carry a ``fact`` chunk (the sample count), as
+(docs/recordings.md). G.711 WAVs carry a ``fact`` chunk (the sample count), as
 the WAVE format for non-PCM data requires.
 
 :func:`decode_to_8k` turns a prompt file of any common kind (PCM 8/16/24/32-bit,

@@ -52,7 +52,7 @@ challenge even beside an MD5 one (baresip 1.0 with its libre refuses the whole
 401, ``ENOSYS``), or answer only the first challenge and know only MD5 (SIPp
 3.6). Unknown user names get the same challenge as
 known ones and the same 403 when their digest is wrong, so answers reveal
-nothing about which users exist (DESIGN.md §5).
+nothing about which users exist (docs/security.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ messages are otherwise ignored (RFC 3261 §7.5).
 Limits keep a peer from holding memory: a header longer than
 ``max_header`` octets or a message longer than ``max_message`` is a
 :class:`FramingError`, after which the connection is closed (the caller
-answers 413 or 400 first if it can, DESIGN.md §5).
+answers 413 or 400 first if it can, docs/security.md).
 
 :class:`StreamFramer` is fed whatever arrived (:meth:`StreamFramer.feed`) and
 returns the complete messages (raw bytes, for :func:`callhook.sip.message.parse`)

@@ -5,7 +5,7 @@ Theory of operation
 Every datagram (and every message framed off a connection) is put to
 :meth:`Guard.admit` with its source address and ``now`` before anything
 parses it, so that what a scanner or a flood sends costs a dictionary lookup
-and a few arithmetic operations (DESIGN.md §5; Kamailio's ``pike`` decides
+and a few arithmetic operations (docs/security.md; Kamailio's ``pike`` decides
 the same way: a per-source counter in a bounded table, a ban when it
 overflows).
 

@@ -21,7 +21,7 @@ IO and takes ``now`` (the agent's clock). Following §10.3's steps:
    was right).
 5. The address of record is the To URI's user: one of ``[users]`` (an unknown
    one never gets this far: its digest cannot be right, so the answer is the
-   same 403 as a wrong password's and reveals no user names, DESIGN.md §5,
+   same 403 as a wrong password's and reveals no user names, docs/security.md,
    where §10.3 would have said 404).
 6. Contacts: ``*`` only with ``Expires: 0`` and alone (else 400), and it
    removes every binding. Each Contact's expiry is its ``expires`` parameter,

@@ -8,7 +8,7 @@ An INVITE whose From host is callhook's own (its address, or one of ``[sip]
 domains``: where its users' addresses are) is challenged (401, §22.2) until it
 carries the From user's right digest credentials (``registrar.py``), whatever
 that user is: a name that is no user gets the same 401 and, with any digest,
-the same 403, so the answers tell no user names (DESIGN.md §5). Callers from
+the same 403, so the answers tell no user names (docs/security.md). Callers from
 other domains (trunks, other callers) are not challenged. Builds on
 :class:`~callhook.sip.core.Core` (through ``referral.py``).
 """

@@ -1,4 +1,4 @@
-"""AES-CBC for recordings and prompts (DESIGN.md §1.5: the ``aescbc`` cipher).
+"""AES-CBC for recordings and prompts (docs/recordings.md: the ``aescbc`` cipher).
 
 The whole WAV file is encrypted with AES in CBC mode and PKCS#7 padding, so
 ``openssl enc -d -aes-256-cbc -K <key> -iv <iv>`` (``-aes-128-cbc`` or

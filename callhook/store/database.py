@@ -1,4 +1,4 @@
-"""callhook's own state (DESIGN.md §3): recordings in progress, notifications due, the
+"""callhook's own state (docs/scaling.md): recordings in progress, notifications due, the
 registered phones of its users.
 
 By default it is SQLite (:class:`Database`); ``[database] url`` puts it in a

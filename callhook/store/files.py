@@ -1,7 +1,7 @@
 """The media file store: per-application namespaces of files, on a local directory.
 
 Each application has its own namespace, a directory under the store's root
-(DESIGN.md §1.5): its recordings (``recordings/<date>-<random>.wav``), its
+(docs/recordings.md): its recordings (``recordings/<date>-<random>.wav``), its
 call logs (``logs/<application instance id>.log``) and the files it plays.
 Every name an application gives (``file_to_play``, a REST API path) is
 checked before it touches the disk (:mod:`callhook.store.names`): a name is
@@ -174,7 +174,7 @@ class MediaStore:
 
     @staticmethod
     def new_recording_name() -> str:
-        """A new recording name: unique, unguessable, safe characters only (DESIGN.md §1.5)."""
+        """A new recording name: unique, unguessable, safe characters only (docs/recordings.md)."""
         day = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d")
         return f"recordings/{day}-{secrets.token_hex(12)}.wav"
 

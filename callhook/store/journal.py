@@ -2,7 +2,7 @@
 
 A recording is in the journal (the state database) from its start until it
 is announced. Two things must happen before ``recording_available_page`` is
-notified (DESIGN.md §1.5), in either order:
+notified (docs/recordings.md), in either order:
 
 * the record action completed: :meth:`RecordingJournal.completed` with the
   result ``next_page`` got (``file_available`` false);

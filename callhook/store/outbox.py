@@ -1,4 +1,4 @@
-"""The durable outbox of notifications (DESIGN.md §1.1: ``recording_available_page``).
+"""The durable outbox of notifications (docs/behaviour.md: ``recording_available_page``).
 
 A notification is a row in the state database from the moment it is due
 until an application answers it with a 2xx; then the row is deleted. So it

@@ -1,4 +1,4 @@
-"""Writing a recording: a G.711 WAV file that is valid at every moment (DESIGN.md §1.5).
+"""Writing a recording: a G.711 WAV file that is valid at every moment (docs/recordings.md).
 
 The audio is written as it arrives, in :data:`FLUSH_BYTES` pieces (one
 ``pwrite`` each), never buffered for the whole call; killing the process
