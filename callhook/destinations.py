@@ -38,7 +38,7 @@ _TEL = re.compile(r"\+?([1-9][0-9]*(?:-[0-9]+)*)")
 #: A destination without a prefix that is a number (Aculab: digits and single '-').
 _NUMBER = re.compile(r"\+?[0-9*#]+(?:-[0-9*#]+)*")
 #: Aculab's WebRTC client id: "alphanumeric and +-._ characters".
-_CLIENT_ID = re.compile(r"[A-Za-z0-9+\-._]{1,256}")
+CLIENT_ID = re.compile(r"[A-Za-z0-9+\-._]{1,256}")
 #: An application's name (as ``[apps.NAME]`` allows it).
 _APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 #: A conference room's name (con:): printable, no space.
@@ -111,7 +111,7 @@ def parse(text: str) -> Destination:
             raise BadDestination(f"{raw!r}: loc: names an application (loc:support)")
         return Destination("local", rest)
     if prefix == "webrtc":
-        if not _CLIENT_ID.fullmatch(rest):
+        if not CLIENT_ID.fullmatch(rest):
             raise BadDestination(
                 f"{raw!r}: webrtc: names a client id of letters, digits and + - . _"
             )

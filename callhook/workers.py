@@ -86,6 +86,10 @@ MODULE_DIRS = (
 SET = 1
 #: How long Kamailio remembers a call's worker by its Call-ID (a BYE forgets it sooner).
 CALL_AFFINITY_SECONDS = 4 * 3600
+#: The environment variable the supervisor gives its workers their shared secret in: what
+#: one worker asks another beyond questions about calls (a web client's call relayed,
+#: adapters/webclients.py) must carry it.
+WORKERS_TOKEN = "CALLHOOK_WORKERS_TOKEN"
 #: A worker or Kamailio that ran this long before ending is replaced at once.
 STEADY = 30.0
 #: The longest pause between two starts of a process that keeps ending.

@@ -168,6 +168,15 @@ class KeyRing:
                 found = app
         return found
 
+    def signing_key(self, app: str) -> bytes | None:
+        """A key derived from ``app``'s API key, for what callhook signs on its behalf
+        (web clients' tokens: :mod:`callhook.webrtctoken`); None if it has no key. A new
+        API key makes everything signed under the old one invalid."""
+        for known, name in self._keys:
+            if name == app:
+                return hmac.new(known, b"callhook web client token", "sha256").digest()
+        return None
+
 
 def key_ring(apps: Mapping[str, AppConfig], default: tuple[str, str] | None = None) -> KeyRing:
     """The keys of ``apps`` that have one, and ``default`` ``(app name, key)`` (the demo's).

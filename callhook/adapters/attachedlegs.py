@@ -1,12 +1,13 @@
 """Far legs of a ``connect`` that are no SIP call: a WebSocket server (``wss://``), another
-application of this installation (``loc:``), and the destinations callhook cannot call
-yet (``webrtc:``, ``con:``).
+application of this installation (``loc:``), a web client (``webrtc:``), and the
+destination callhook cannot call yet (``con:``).
 
 :class:`AttachedLegs` is the half of :class:`~callhook.adapters.connecting.Connecting`
 that places them. Each is a media session of the tick with no socket
 (:meth:`MediaEngine.attach <callhook.adapters.media.MediaEngine.attach>`), answered when
-its server's handshake is done (adapters/websocketleg.py) or when the called application
-answers (adapters/localcall.py); from then on it is joined, recorded and ended like a SIP
+its server's handshake is done (adapters/websocketleg.py), when the called application
+answers (adapters/localcall.py) or when the web client's user does
+(adapters/webclientleg.py); from then on it is joined, recorded and ended like a SIP
 far leg.
 """
 
@@ -25,6 +26,8 @@ from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.screening import Screening
 from callhook.adapters.sipcall import CallMedia, SipCall
 from callhook.adapters.trunks import Route
+from callhook.adapters.webclientleg import WebClientLeg
+from callhook.adapters.webclients import Busy, NotSignedIn, WebClients
 from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.app import Services
 from callhook.call import CallRunner
@@ -50,6 +53,7 @@ class AttachedLegs(Screening):
     _outbound_calls: dict[str, int]
     client_tls: ssl.SSLContext
     calls: dict[str, SipCall]
+    webclients: WebClients | None
 
     def _ended(self, far: FarLeg, cause: str, raw_cause: str) -> None:
         raise NotImplementedError
@@ -131,10 +135,13 @@ class AttachedLegs(Screening):
         if target.kind == "local":
             self._place_local(primary, attempt, target.value, call_from)
             return
+        if target.kind == "webrtc":
+            self._place_webrtc(primary, attempt, target.value, call_from)
+            return
         logger.warning(
             "call %s: cannot call %s:%s: not supported yet",
             primary.call_id,
-            {"local": "loc", "webrtc": "webrtc", "conference": "con"}[target.kind],
+            {"local": "loc", "conference": "con"}[target.kind],
             target.value,
         )
         primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
@@ -214,3 +221,72 @@ class AttachedLegs(Screening):
         local.start()
         called.task = local.task  # (shutdown waits for it, as for any call)
         primary.leg.inject(CalleeRinging(attempt))
+
+    def _place_webrtc(
+        self, primary: SipCall, attempt: int, client_id: str, call_from: str | None
+    ) -> None:
+        """Ring the web client ``client_id`` of the caller's application, wherever it is
+        signed in (adapters/webclients.py). It is no telephone call (``[outbound] allow``
+        is for those), but it counts towards the application's ``max_calls_per_app``."""
+        media, clients = self.media, self.webclients
+        assert media is not None
+        destination = f"webrtc:{client_id}"
+        if clients is None:
+            logger.warning("call %s: cannot call %s: no web server", primary.call_id, destination)
+            primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
+            return
+        app = primary.app
+        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+        if why is not None:
+            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
+            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+            return
+        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+        call_id = f"webrtc-{uuid.uuid4().hex}"
+        route = Route(destination, None, None, "callhook", None)
+        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
+
+        def ringing() -> None:
+            if not far.ended:
+                primary.leg.inject(CalleeRinging(attempt))
+
+        far.webclient = leg = WebClientLeg(
+            media,
+            f"far leg {call_id}",
+            ringing=ringing,
+            answered=lambda session, key: self._attached_answered(far, session, key),
+            ended=lambda cause, raw: self._ended(far, cause, raw),
+            wake=lambda session: self._far_wake(far, session),
+        )
+        self.far_legs[call_id] = far
+        incoming = {
+            "call_from": call_from or primary.leg.info.call_from,
+            "call_to": destination,
+            "app": app.name,
+        }
+
+        async def ring() -> None:
+            try:
+                channel, where = await clients.ring(app.name, client_id, call_id, leg, incoming)
+            except NotSignedIn:
+                logger.warning(
+                    "call %s: cannot call %s: no such client is signed in",
+                    primary.call_id,
+                    destination,
+                )
+                leg.failed("unobtainable", "404")
+            except Busy:
+                logger.info("call %s: %s is busy", primary.call_id, destination)
+                leg.failed("busy", "486")
+            else:
+                logger.info(
+                    "call %s: ringing %s (far leg %s, signed in %s)",
+                    primary.call_id,
+                    destination,
+                    call_id,
+                    where,
+                )
+                leg.rung(channel, local=where == "here")
+
+        logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
+        self.loop.create_task(ring())

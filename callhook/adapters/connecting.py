@@ -403,6 +403,9 @@ class Connecting(AttachedLegs):
         if far.local is not None:
             far.local.hang_up(cause)  # (it reports its end at once)
             return
+        if far.webclient is not None:
+            far.webclient.hang_up(cause)  # (it reports its end at once)
+            return
         agent = self.agent
         assert agent is not None
         agent.hang_up(far.call_id, self.loop.time(), cause=cause)

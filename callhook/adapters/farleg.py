@@ -1,7 +1,7 @@
 """A far leg of a ``connect``: a call the SIP service places for a caller's call and
-joins to it (adapters/connecting.py), or a call to a WebSocket server
-(adapters/websocketleg.py), and the phones of one ``user:NAME`` destination called at
-once (:class:`Fork`)."""
+joins to it (adapters/connecting.py), or one with no SIP (a WebSocket server, another
+application, a web client: adapters/attachedlegs.py), and the phones of one
+``user:NAME`` destination called at once (:class:`Fork`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from callhook.adapters.leg import SipLeg
 from callhook.adapters.localcall import LocalCall
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Route
+from callhook.adapters.webclientleg import WebClientLeg
 from callhook.adapters.websocketleg import WebSocketLeg
 from callhook.media.session import MediaSession
 from callhook.media.srtp import Crypto
@@ -44,6 +45,7 @@ class FarLeg:
     dropped: bool = False  # hung up by callhook: another destination (or phone) won
     websocket: WebSocketLeg | None = None  # a wss:// (ws://) destination's call
     local: LocalCall | None = None  # a loc: destination's call (adapters/localcall.py)
+    webclient: WebClientLeg | None = None  # a webrtc: destination's (adapters/webclientleg.py)
 
 
 @dataclass

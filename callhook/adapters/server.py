@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import time
@@ -32,6 +33,7 @@ from callhook.collector import (
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.metrics import Metrics
 from callhook.redact import redact
+from callhook.workers import WORKERS_TOKEN
 
 logger = logging.getLogger("callhook.server")
 
@@ -99,6 +101,7 @@ async def _start_web(
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
+    from callhook.adapters.webclients import WebClients
     from callhook.adapters.webphone import WebPhone
     from callhook.adapters.webservices import WebServices
 
@@ -120,8 +123,12 @@ async def _start_web(
     sip.phone = WebPhone(
         services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
     )
+    # Pages signed in to receive calls: connect's webrtc: destinations ring them.
+    sip.webclients = WebClients(keys, known_apps, bans=sip, siblings=siblings)
     # Aculab's web services: a number is called through the first trunk, as connect's are.
-    webservices = WebServices(api, lambda: next(iter(sip.trunks.config), None))
+    webservices = WebServices(
+        api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients
+    )
     return await services.start_web(
         host,
         port,
@@ -133,6 +140,7 @@ async def _start_web(
         phone=sip.phone,
         call_log=sip.call_log,
         webservices=webservices,
+        webclients=sip.webclients,
         reuse_port=reuse_port,
         outer=siblings.middleware if siblings is not None else None,
         private=private,
@@ -165,7 +173,9 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
 
         layout = become_worker(settings, args.worker, count)
         if settings.database_url is None:  # (with PostgreSQL: the nodes table, below)
-            siblings = Siblings.of_workers(args.worker, [w.sip_port for w in layout.workers])
+            siblings = Siblings.of_workers(
+                args.worker, [w.sip_port for w in layout.workers], os.environ.get(WORKERS_TOKEN)
+            )
     elif count > 1:
         from callhook.adapters.supervisor import supervise
 

@@ -16,6 +16,11 @@ every other node alive: each listens on ``[database] node_address`` (and
   turn; the first answer that is a success (2xx) is the answer;
 * Aculab's web services about one instance (``service_status``, ``service_cancel``,
   ``application_status``, ``GET`` or ``POST``, the form body passed on): the same;
+  ``webrtc_registered_clients``: every worker's signed-in web clients, one list;
+
+* ``GET /webrtc/ring/APP/ID`` (a WebSocket): a call to web client ``ID`` of ``APP``,
+  when it is signed in on the worker asked (adapters/webclients.py); it must carry the
+  workers' shared token (:data:`callhook.workers.WORKERS_TOKEN`) or the node's, in :data:`NODE`;
 
 and the server's own routes, which are about every worker too:
 
@@ -64,6 +69,12 @@ ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 #: Aculab's web services about one application instance, answered by the one that has it.
 ONE_INSTANCE = frozenset({"/service_status", "/service_cancel", "/application_status"})
 ALL_CALLS = "/api/v1/calls"
+#: Aculab's list of the signed-in web clients: every worker's, one list.
+ALL_CLIENTS = "/webrtc_registered_clients"
+#: A call to a web client signed in on the worker asked (adapters/webclients.py): a
+#: WebSocket, relayed to the client's page.
+RING_PATH = "/webrtc/ring"
+RING = re.compile(RING_PATH + r"/[^/]+/[^/]+")
 STATS = "/api/stats"
 #: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``).
 TRUNKS = "/api/trunks"
@@ -88,8 +99,10 @@ def asked(method: str, path: str) -> bool:
         return True
     if ONE_CALL.fullmatch(path) is not None:
         return method in ("GET", "DELETE")
-    if path in ONE_INSTANCE:
+    if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
+    if RING.fullmatch(path) is not None:
+        return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
 
@@ -114,14 +127,17 @@ class Siblings:
         self._cached: tuple[float, Peers] = (float("-inf"), [])
         self._reading = asyncio.Lock()
         self._client: aiohttp.ClientSession | None = None
+        self._socket_client: aiohttp.ClientSession | None = None
 
     @classmethod
-    def of_workers(cls, index: int, ports: list[int]) -> Siblings:
-        """Worker ``index`` of ``serve --workers``, whose private ports are ``ports``."""
+    def of_workers(cls, index: int, ports: list[int], token: str | None = None) -> Siblings:
+        """Worker ``index`` of ``serve --workers``, whose private ports are ``ports``;
+        ``token``: their shared secret (:data:`callhook.workers.WORKERS_TOKEN`), which
+        what is more than a question about calls (a web client's call relayed) carries."""
         others: Peers = [
-            (i, f"http://127.0.0.1:{p}", None) for i, p in enumerate(ports) if i != index
+            (i, f"http://127.0.0.1:{p}", token) for i, p in enumerate(ports) if i != index
         ]
-        return cls(index, ports[index], others)
+        return cls(index, ports[index], others, token=token)
 
     async def peers(self) -> Peers:
         """The others to ask now (nodes: read at most every :data:`PEERS_SECONDS`, one
@@ -148,9 +164,41 @@ class Siblings:
             )
         return self._client
 
+    def _sockets(self) -> aiohttp.ClientSession:
+        """The session of the sockets to siblings: no total timeout (a call lasts)."""
+        if self._socket_client is None or self._socket_client.closed:
+            self._socket_client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, connect=TIMEOUT, sock_read=None)
+            )
+        return self._socket_client
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        if self._socket_client is not None:
+            await self._socket_client.close()
+
+    async def socket_to(
+        self, path: str, headers: dict[str, str]
+    ) -> tuple[int | str, aiohttp.ClientWebSocketResponse] | None:
+        """A WebSocket to the first sibling that accepts one on ``path`` (its label and
+        the socket), asking each in turn; None if none does (a 404 is "not here")."""
+        for label, base, token in await self.peers():
+            sent = {**headers, HEADER: str(self.label)}
+            if token is not None:
+                sent[NODE] = token
+            url = base.replace("http://", "ws://", 1) + path
+            try:
+                ws = await self._sockets().ws_connect(url, headers=sent, heartbeat=20.0)
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status != 404:
+                    logger.info("worker at %s refused %s: %s", base, path, exc.status)
+                continue
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                logger.info("worker at %s did not answer %s: %s", base, path, exc)
+                continue
+            return label, ws
+        return None
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -184,15 +232,16 @@ class Siblings:
             if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
                 return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
             return response
-        if path == ALL_CALLS and response.status == 200:
+        if path in (ALL_CALLS, ALL_CLIENTS) and response.status == 200:
             assert isinstance(response, web.Response) and response.text is not None
-            calls: list[Any] = json.loads(response.text)["calls"]
+            field = "calls" if path == ALL_CALLS else "clients"
+            listed: list[Any] = json.loads(response.text)[field]
             answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
             for answer in answers:
                 theirs = _json(answer)
-                if isinstance(theirs, dict) and isinstance(theirs.get("calls"), list):
-                    calls += theirs["calls"]
-            return web.json_response({"calls": calls})
+                if isinstance(theirs, dict) and isinstance(theirs.get(field), list):
+                    listed += theirs[field]
+            return web.json_response({field: listed})
         if response.status == 404 and (ONE_CALL.fullmatch(path) or path in ONE_INSTANCE):
             for peer in siblings:
                 answer = await self._ask(peer, request)

@@ -47,6 +47,7 @@ from callhook.adapters.sipcall import (
 from callhook.adapters.transcribing import OutboxPoster
 from callhook.adapters.trunks import Trunks
 from callhook.adapters.users import Users
+from callhook.adapters.webclients import WebClients
 from callhook.adapters.webphone import WebPhone
 from callhook.app import Services
 from callhook.call import CallRunner, CallSummary
@@ -143,6 +144,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.media: MediaEngine | None = None
         #: The web phone (its calls share this service's media engine and prompts).
         self.phone: WebPhone | None = None
+        #: The web clients signed in to receive calls (``webrtc:`` destinations).
+        self.webclients: WebClients | None = None
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
         )

@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -37,6 +38,7 @@ from pathlib import Path
 from callhook.config import ConfigError, Settings
 from callhook.sip.grammar import parse_hostport
 from callhook.workers import (
+    WORKERS_TOKEN,
     Layout,
     cores,
     dispatcher_list,
@@ -508,6 +510,8 @@ async def supervise(
 ) -> int:
     """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status)."""
     host, port = http
+    # The workers' shared token (adapters/siblings.py): each inherits it from here.
+    os.environ[WORKERS_TOKEN] = secrets.token_urlsafe(24)
     supervisor = Supervisor(settings, count, worker_argv, (host, http_port(host, port)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

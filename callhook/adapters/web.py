@@ -102,6 +102,7 @@ def application(
     call_log: CallLogOf | None = None,
     outer: Middleware | None = None,
     webservices: Routes | None = None,
+    webclients: Routes | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -111,7 +112,8 @@ def application(
     ``Authorization: Bearer <the installation secret>`` (``<data_dir>/secret``).
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     ``outer`` wraps everything (``serve --workers``: the other workers' live calls).
-    ``webservices`` adds Aculab's web services (:mod:`callhook.adapters.webservices`).
+    ``webservices`` adds Aculab's web services (:mod:`callhook.adapters.webservices`);
+    ``webclients`` the sign-in of pages receiving calls (:mod:`callhook.adapters.webclients`).
     """
     middlewares: list[Middleware] = [errors] if outer is None else [outer, errors]
     if bans is not None:
@@ -124,6 +126,8 @@ def application(
         app.add_routes(phone.routes())
     if webservices is not None:
         app.add_routes(webservices.routes())
+    if webclients is not None:
+        app.add_routes(webclients.routes())
 
     def authorise(request: web.Request) -> None:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()

@@ -82,7 +82,7 @@ def _asset(name: str) -> bytes:
     return resources.files("callhook").joinpath("web", name).read_bytes()
 
 
-class _Outbox:
+class Outbox:
     """What goes to one page, in order, sent by one task: the media tick must never wait."""
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
@@ -196,7 +196,7 @@ class WebPhone:
 
     def _scope(self, request: web.Request, key: str | None = None) -> str | None:
         """None: every application (loopback); else the one application of the key given."""
-        if _loopback(request.remote):
+        if loopback(request.remote):
             return None
         if key is None:
             scheme, _, key = request.headers.get("Authorization", "").partition(" ")
@@ -297,7 +297,7 @@ class WebPhone:
         self._banned(request)
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
-        outbox = _Outbox(ws)
+        outbox = Outbox(ws)
         try:
             app = await self._start(request, ws)
         except ApiError as exc:
@@ -329,7 +329,7 @@ class WebPhone:
         return self._app(request, str(start["app"]), key if isinstance(key, str) else "")
 
     async def _run(
-        self, request: web.Request, ws: web.WebSocketResponse, outbox: _Outbox, app: AppConfig
+        self, request: web.Request, ws: web.WebSocketResponse, outbox: Outbox, app: AppConfig
     ) -> None:
         media = self._media()
         if media is None:
@@ -449,7 +449,8 @@ class WebPhone:
             await asyncio.sleep(0.05)
 
 
-def _loopback(address: str | None) -> bool:
+def loopback(address: str | None) -> bool:
+    """Whether ``address`` is a loopback address (the web phone needs no key from it)."""
     if not address:
         return False
     try:

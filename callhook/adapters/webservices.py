@@ -10,7 +10,9 @@ those under the same paths, with the same parameters (query string, or a form bo
   ``service_status``; ``application_status`` of any instance, inbound or outbound;
 * **media files**: ``file_list``, ``file_get``, ``file_write`` (``encrypted``),
   ``file_delete``, ``file_rename``, on the store the REST API uses (``filetype``
-  ``media``; ``rest`` for the call logs, read only).
+  ``media``; ``rest`` for the call logs, read only);
+* **WebRTC clients**: ``webrtc_generate_token``, ``webrtc_registered_clients``
+  (adapters/webclientservices.py).
 
 Authentication is HTTP Basic, Aculab's form: the username ``cloudID/username`` and the
 application's API key as the password (Aculab's API Access Key); for ``service_start``
@@ -50,6 +52,9 @@ from callhook.adapters.api import (
     check_wav,
 )
 from callhook.adapters.trunks import RouteError
+from callhook.adapters.web import Handler
+from callhook.adapters.webclients import WebClients
+from callhook.adapters.webclientservices import WebClientServices
 from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
 from callhook.applicationstatus import aculab_datetime
 from callhook.config import AppConfig
@@ -107,13 +112,21 @@ class Params:
 class WebServices:
     """The web services' routes over the REST API's store, keys and calls."""
 
-    def __init__(self, api: Api, number_trunk: Callable[[], str | None]) -> None:
-        """``number_trunk``: the trunk a number is called through (None: none)."""
+    def __init__(
+        self,
+        api: Api,
+        number_trunk: Callable[[], str | None],
+        clients: WebClients | None = None,
+    ) -> None:
+        """``number_trunk``: the trunk a number is called through (None: none);
+        ``clients``: the pages signed in to receive calls (the WebRTC Clients services:
+        adapters/webclientservices.py; None: not served)."""
         self.api = api
         self.number_trunk = number_trunk
+        self.clients = clients
 
     def routes(self) -> list[web.RouteDef]:
-        handlers = {
+        handlers: dict[str, Handler] = {
             "service_start": self.service_start,
             "service_cancel": self.service_cancel,
             "service_status": self.service_status,
@@ -124,6 +137,9 @@ class WebServices:
             "file_delete": self.file_delete,
             "file_rename": self.file_rename,
         }
+        if self.clients is not None:
+            webrtc = WebClientServices(self.app_of, self.params, self.api.keys, self.clients)
+            handlers.update(webrtc.handlers())
         out = []
         for name, handler in handlers.items():
             out.append(web.get(f"/{name}", handler, allow_head=False))

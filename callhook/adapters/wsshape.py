@@ -20,6 +20,8 @@ WEB_SERVICES = (
     "file_write",
     "file_delete",
     "file_rename",
+    "webrtc_generate_token",
+    "webrtc_registered_clients",
 )
 _WEB_SERVICE_PATHS = frozenset(f"/{name}" for name in WEB_SERVICES)
 #: The request's key under which a web service keeps the parameters it read (query and

@@ -1,6 +1,8 @@
 // The callhook web phone (docs/webphone.md): a call from the browser over a
 // WebSocket whose binary messages are RTP packets (G.711 µ-law, RFC 4733
-// digits), and the call drawn as it happens from its call-log lines.
+// digits), and the call drawn as it happens from its call-log lines; and,
+// signed in as a client id, calls to it (connect to webrtc:ID) rung, answered
+// and rejected here.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -393,6 +395,38 @@ function setStatus(text, state) {
   $("status").dataset.state = state;
 }
 
+// --- the microphone and the speaker ----------------------------------------------------------
+
+// 20 ms frames from the microphone to `onFrame`, and RTP packets' audio to the speaker.
+class AudioPath {
+  async open(onFrame) {
+    this.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
+    });
+    this.ctx = new AudioContext({ sampleRate: 8000, latencyHint: "interactive" });
+    await this.ctx.audioWorklet.addModule("/phone/assets/worklet.js");
+    this.node = new AudioWorkletNode(this.ctx, "phone", { numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1] });
+    this.ctx.createMediaStreamSource(this.stream).connect(this.node);
+    this.node.connect(this.ctx.destination);
+    this.node.port.onmessage = (e) => onFrame(e.data);
+  }
+
+  play(data) {
+    const rtp = rtpPayload(data);
+    if (!this.node || !rtp || rtp.pt !== PCMU) return false;
+    const out = new Float32Array(rtp.payload.length);
+    for (let i = 0; i < out.length; i++) out[i] = ULAW_DECODE[rtp.payload[i]];
+    this.node.port.postMessage(out, [out.buffer]);
+    return true;
+  }
+
+  close() {
+    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
+    if (this.ctx) this.ctx.close();
+    this.node = null;
+  }
+}
+
 // --- a call ---------------------------------------------------------------------------------------
 
 let phone = null;
@@ -403,19 +437,13 @@ class Phone {
     this.model = new CallModel();
     this.model.live = true;
     this.sender = new RtpSender();
+    this.audio = new AudioPath();
     this.frames = 0;
   }
 
   async start() {
     setStatus("starting the microphone", "ringing");
-    this.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: true, noiseSuppression: false, autoGainControl: false, channelCount: 1 },
-    });
-    this.ctx = new AudioContext({ sampleRate: 8000, latencyHint: "interactive" });
-    await this.ctx.audioWorklet.addModule("/phone/assets/worklet.js");
-    this.node = new AudioWorkletNode(this.ctx, "phone", { numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1] });
-    this.ctx.createMediaStreamSource(this.stream).connect(this.node);
-    this.node.connect(this.ctx.destination);
+    await this.audio.open((samples) => this.captured(samples));
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     this.ws = new WebSocket(`${scheme}://${location.host}/phone/call`);
     this.ws.binaryType = "arraybuffer";
@@ -425,7 +453,6 @@ class Phone {
     };
     this.ws.onmessage = (e) => this.received(e.data);
     this.ws.onclose = () => this.stop();
-    this.node.port.onmessage = (e) => this.captured(e.data);
     $("timeline").replaceChildren();
     $("view-title").textContent = `Call to ${this.app} (live)`;
     this.timer = setInterval(() => draw(this.model), 250);
@@ -439,12 +466,7 @@ class Phone {
 
   received(data) {
     if (typeof data !== "string") {
-      const rtp = rtpPayload(data);
-      if (rtp && rtp.pt === PCMU) {
-        const out = new Float32Array(rtp.payload.length);
-        for (let i = 0; i < out.length; i++) out[i] = ULAW_DECODE[rtp.payload[i]];
-        this.node.port.postMessage(out, [out.buffer]);
-      }
+      this.audio.play(data);
       return;
     }
     const m = JSON.parse(data);
@@ -483,8 +505,7 @@ class Phone {
     this.model.live = false;
     draw(this.model);
     if (this.ws) this.ws.close();
-    if (this.stream) this.stream.getTracks().forEach((t) => t.stop());
-    if (this.ctx) this.ctx.close();
+    this.audio.close();
     document.body.dataset.ended = this.callId || "yes";
     if ($("status").dataset.state !== "error") setStatus("idle", "idle");
     phone = null;
@@ -492,6 +513,162 @@ class Phone {
     $("hangup").disabled = true;
     loadCalls();
   }
+}
+
+// --- receiving calls (connect to webrtc:ID) ------------------------------------------------------
+
+// The ring: 440 + 480 Hz, 2 s on, 4 s off (the North American ring cadence), while it rings.
+class Ringer {
+  start() {
+    try {
+      this.ctx = new AudioContext();
+      const gain = this.ctx.createGain();
+      gain.gain.value = 0;
+      gain.connect(this.ctx.destination);
+      for (const hz of [440, 480]) {
+        const o = this.ctx.createOscillator();
+        o.frequency.value = hz;
+        o.connect(gain);
+        o.start();
+      }
+      const t = this.ctx.currentTime;
+      for (let i = 0; i < 20; i++) {
+        gain.gain.setValueAtTime(0.1, t + i * 6);
+        gain.gain.setValueAtTime(0, t + i * 6 + 2);
+      }
+    } catch (e) {
+      this.ctx = null; // no sound: the page still shows the call
+    }
+  }
+
+  stop() {
+    if (this.ctx) this.ctx.close();
+    this.ctx = null;
+  }
+}
+
+let receiver = null;
+
+class Receiver {
+  constructor(clientId, app) {
+    this.clientId = clientId;
+    this.app = app;
+    this.call = null; // {id, from, answered}
+    this.ringer = new Ringer();
+    this.heard = 0;
+  }
+
+  signIn() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    this.ws = new WebSocket(`${scheme}://${location.host}/phone/client`);
+    this.ws.binaryType = "arraybuffer";
+    this.ws.onopen = () => this.ws.send(JSON.stringify({ type: "register", client_id: this.clientId, app: this.app, key: key() }));
+    this.ws.onmessage = (e) => this.received(e.data);
+    this.ws.onclose = () => this.closed();
+    setStatus(`signing in as ${this.clientId}`, "ringing");
+  }
+
+  received(data) {
+    if (typeof data !== "string") {
+      if (this.call && this.call.answered && this.call.audio.play(data)) {
+        this.heard++;
+        document.body.dataset.heard = this.heard;
+      }
+      return;
+    }
+    const m = JSON.parse(data);
+    if (m.type === "registered") {
+      document.body.dataset.registered = m.client_id;
+      setStatus(`signed in as ${m.client_id} (${m.app})`, "idle");
+      $("sign-in").disabled = true;
+      $("sign-out").disabled = false;
+    } else if (m.type === "incoming") {
+      this.call = { id: m.call_id, from: m.call_from, answered: false, audio: new AudioPath(), sender: new RtpSender() };
+      $("incoming-text").textContent = `Incoming call from ${m.call_from}`;
+      $("incoming").hidden = false;
+      document.body.dataset.incoming = m.call_id;
+      setStatus("ringing", "ringing");
+      this.ringer.start();
+    } else if (m.type === "ended") {
+      if (this.call && this.call.id === m.call_id) this.endCall("the caller's side ended the call");
+    } else if (m.type === "error") {
+      setStatus(m.message, "error");
+    }
+  }
+
+  async answer() {
+    const call = this.call;
+    if (!call || call.answered) return;
+    this.ringer.stop();
+    $("incoming").hidden = true;
+    try {
+      await call.audio.open((samples) => {
+        if (this.call !== call || this.ws.readyState !== WebSocket.OPEN) return;
+        for (const p of call.sender.frame(samples)) this.ws.send(p);
+      });
+    } catch (e) {
+      setStatus(`cannot answer: ${e.message || e}`, "error");
+      this.reject();
+      return;
+    }
+    call.answered = true;
+    this.send({ type: "answer", call_id: call.id });
+    document.body.dataset.answered = call.id;
+    setStatus(`in call with ${call.from}`, "up");
+    $("hangup").disabled = false;
+  }
+
+  reject() {
+    if (!this.call) return;
+    this.send({ type: "reject", call_id: this.call.id });
+    this.endCall("rejected");
+  }
+
+  hangUp() {
+    if (!this.call) return;
+    this.send({ type: "hangup", call_id: this.call.id });
+    this.endCall("hung up");
+  }
+
+  press(digit) {
+    if (this.call && this.call.answered && digit in EVENT_CODES) this.call.sender.digits.push(digit);
+  }
+
+  send(message) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(message));
+  }
+
+  endCall(why) {
+    this.ringer.stop();
+    if (this.call) {
+      this.call.audio.close();
+      document.body.dataset.callEnded = this.call.id;
+    }
+    this.call = null;
+    $("incoming").hidden = true;
+    $("hangup").disabled = true;
+    if ($("status").dataset.state !== "error") setStatus(`${why}; signed in as ${this.clientId}`, "idle");
+  }
+
+  signOut() {
+    if (this.ws) this.ws.close();
+  }
+
+  closed() {
+    if (this.call) this.endCall("signed out");
+    delete document.body.dataset.registered;
+    if ($("status").dataset.state !== "error") setStatus("idle", "idle");
+    $("sign-in").disabled = false;
+    $("sign-out").disabled = true;
+    receiver = null;
+  }
+}
+
+// The call the keypad and the hang-up button are for: the one placed, or the one answered.
+function active() {
+  if (phone) return phone;
+  if (receiver && receiver.call && receiver.call.answered) return receiver;
+  return null;
 }
 
 $("call").onclick = async () => {
@@ -507,11 +684,21 @@ $("call").onclick = async () => {
     phone.stop();
   }
 };
-$("hangup").onclick = () => phone && phone.hangUp();
-for (const b of document.querySelectorAll("#keypad button")) b.onclick = () => phone && phone.press(b.dataset.digit);
+$("hangup").onclick = () => active() && active().hangUp();
+for (const b of document.querySelectorAll("#keypad button")) b.onclick = () => active() && active().press(b.dataset.digit);
 document.addEventListener("keydown", (e) => {
-  if (phone && e.key in EVENT_CODES && e.target.tagName !== "INPUT") phone.press(e.key);
+  if (active() && e.key in EVENT_CODES && e.target.tagName !== "INPUT") active().press(e.key);
 });
+$("receive").onsubmit = (e) => {
+  e.preventDefault();
+  const id = $("client-id").value.trim();
+  if (receiver || !id || !$("app").value) return;
+  receiver = new Receiver(id, $("app").value);
+  receiver.signIn();
+};
+$("sign-out").onclick = () => receiver && receiver.signOut();
+$("answer").onclick = () => receiver && receiver.answer();
+$("reject").onclick = () => receiver && receiver.reject();
 $("app").onchange = loadCalls;
 $("login").onsubmit = (e) => {
   e.preventDefault();

@@ -1,7 +1,7 @@
 """A client of Aculab Cloud's web services, written from Aculab's pages, not from callhook.
 
 What it does is what Aculab's "Web Services Overview", "Starting Outbound Services" and
-"Managing Files" pages say a client does: the service's name is the path
+"Managing Files" and "WebRTC Clients" pages say a client does: the service's name is the path
 (``https://ws.aculabcloud.net/file_list``), GET or POST with the parameters as a form,
 HTTP Basic with ``cloudID/username`` and the API Access Key (``service_start``:
 ``cloudID/username/<outbound service name>`` and the outbound service's password),
@@ -120,6 +120,19 @@ class AculabWebServices:
     ) -> Answer:
         params = {"filetype": filetype, "filename": filename, "new_filename": new_filename}
         return await self._call("file_rename", params, self._key())
+
+    # --- WebRTC Clients -------------------------------------------------------------------
+
+    async def webrtc_generate_token(
+        self, client_id: str, ttl: int | None = None, enable_incoming: bool = True
+    ) -> Answer:
+        params = {"client_id": client_id, "enable_incoming": str(enable_incoming).lower()}
+        if ttl is not None:
+            params["ttl"] = str(ttl)
+        return await self._call("webrtc_generate_token", params, self._key())
+
+    async def webrtc_registered_clients(self) -> Answer:
+        return await self._call("webrtc_registered_clients", {}, self._key())
 
 
 def _basic(username: str, password: str) -> str:

@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from callhook.testing import AppServer
 from tests.e2e.browser import browser, count, wait
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, served
 
 SPEECH = Path(__file__).parent.parent / "data" / "speech"
 ARTIFACTS = Path(os.environ.get("CALLHOOK_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts"))
@@ -170,3 +171,88 @@ async def test_the_web_phone_calls_the_demo_with_keypad_and_voice(tmp_path: Path
     lines = log.read_text()
     for kind in (" timers ", " levels ", " voice on", " prompt_end ", " digit 1"):
         assert kind in lines, (kind, lines)
+
+
+def answer_in_the_browser(base: str, microphone: Path, profile: Path) -> dict[str, Any]:
+    """The browser's part of a received call: sign in as agent-7 of ``ivr``, wait for the
+    ring, answer, talk (the fake microphone), hang up; what the page showed."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser(microphone, profile)
+
+    def data(name: str) -> Any:
+        return driver.execute_script(f"return document.body.dataset.{name}")
+
+    try:
+        driver.get(f"{base}/phone")
+        wait("ivr in the application list", lambda: "ivr" in driver.find_element(By.ID, "app").text)
+        Select(driver.find_element(By.ID, "app")).select_by_value("ivr")
+        driver.find_element(By.ID, "client-id").send_keys("agent-7")
+        driver.find_element(By.ID, "sign-in").click()
+        wait("signed in", lambda: data("registered") == "agent-7")
+        wait("the call ringing", lambda: data("incoming"), 60)
+        ringing = {
+            "text": driver.find_element(By.ID, "incoming-text").text,
+            "status": driver.find_element(By.ID, "status").text,
+        }
+        driver.find_element(By.ID, "answer").click()
+        wait("the caller heard", lambda: int(data("heard") or 0) > 100, 30)
+        answered = driver.find_element(By.ID, "status").text
+        time.sleep(3.0)  # the microphone's "two" reaches the caller
+        driver.find_element(By.ID, "hangup").click()
+        wait("the call over", lambda: data("callEnded"))
+        return {"ringing": ringing, "answered": answered, "heard": int(data("heard"))}
+    finally:
+        driver.quit()
+
+
+@pytest.mark.solo  # a real browser's audio: starved of CPU beside other tests, it stutters
+async def test_the_web_phone_signed_in_as_a_client_id_answers_a_connect(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """``connect`` to ``webrtc:agent-7``: the web phone signed in as agent-7 rings, its user
+    answers; the SIPp caller hears the browser's microphone, the browser hears the
+    caller; the user hangs up and the connect reports it."""
+    from tests.e2e import sipp
+    from tests.e2e.rtpsink import RtpSink
+    from tests.e2e.test_aculab_compat import app_table, call_in
+
+    if sipp.SIPP is None:
+        pytest.skip("SIPp (sip-tester) is not installed")
+    microphone = fake_microphone(tmp_path / "microphone.wav")
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["webrtc:agent-7"], "next_page": {"url": "/connected"}}}],
+    )
+    app.page("/connected", [{"hang_up": {}}])
+    app.page("/start-final", None)
+    async with served(tmp_path, app, 1, app_table(app, "ivr", "/start")) as server:
+        base = f"http://127.0.0.1:{server.http_port}"
+        browsing = asyncio.create_task(
+            asyncio.to_thread(answer_in_the_browser, base, microphone, tmp_path / "profile")
+        )
+        for _ in range(300):  # signed in before the call comes
+            if "web client agent-7 of ivr signed in" in server.output or browsing.done():
+                break
+            await asyncio.sleep(0.2)
+        async with RtpSink() as ear:
+            invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {ear.port}")
+            run = await call_in(server, tmp_path, invite=invite)
+            seen = await browsing
+            heard = ear.audio()
+        assert run.returncode == 0, run.output + run.errors + server.output
+    assert seen["ringing"]["text"].startswith("Incoming call from sip:sipp@"), seen
+    assert seen["ringing"]["status"] == "ringing", seen
+    assert seen["answered"].startswith("in call with sip:sipp@"), seen
+    assert seen["heard"] > 100, seen
+    (connected,) = app.bodies("/connected")
+    result = connected["action_result"]["result"]
+    assert (result["connected"], result["destination"]) == (True, "webrtc:agent-7")
+    assert (result["call_cause"], result["call_raw_cause"]) == ("hung_up", "BYE")
+    # The browser's microphone ("two", then silence, looped) reached the caller.
+    rms = [
+        float(np.sqrt(np.mean(heard[i : i + 1600].astype(np.float64) ** 2)))
+        for i in range(0, len(heard) - 1600, 1600)
+    ]
+    assert max(rms, default=0.0) > 300, ("the caller heard nothing of the browser", rms)

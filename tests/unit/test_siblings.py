@@ -74,6 +74,10 @@ def worker_app(
             return web.json_response({"error": "not_found"}, status=404)
         return web.json_response({"reference_id": reference, "status": "in_progress"})
 
+    async def registered_clients(request: web.Request) -> web.Response:
+        request[WEB_SERVICE_PARAMS] = MultiDict(request.query)
+        return web.json_response({"clients": [{"client_id": f"agent-{c}"} for c in calls]})
+
     middlewares = [siblings.middleware] if siblings is not None else []
     app = web.Application(middlewares=middlewares)
     app.router.add_get("/api/v1/calls", list_calls)
@@ -85,6 +89,7 @@ def worker_app(
     app.router.add_delete("/api/bans/{address}", lift)
     app.router.add_post("/api/v1/calls", place)
     app.router.add_route("*", "/service_status", service_status)
+    app.router.add_route("*", "/webrtc_registered_clients", registered_clients)
     return app
 
 
@@ -261,3 +266,10 @@ async def test_a_web_service_about_another_workers_call_is_passed_on_whole(
             assert (await r.json())["reference_id"] == "b2"
         async with client.post(url, data={"reference_id": "nobody"}) as r:
             assert r.status == 404
+
+
+async def test_the_registered_web_clients_are_every_workers(workers: dict[str, Any]) -> None:
+    status, text = await get(workers["base"] + "/webrtc_registered_clients")
+    assert status == 200, text
+    listed = sorted(c["client_id"] for c in json.loads(text)["clients"])
+    assert listed == ["agent-a1", "agent-b1", "agent-b2"]

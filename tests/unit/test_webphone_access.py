@@ -16,7 +16,7 @@ from aiohttp.test_utils import make_mocked_request
 from aiohttp.web import Request
 
 from callhook.adapters.api import ApiError, KeyRing
-from callhook.adapters.webphone import WebPhone, _loopback
+from callhook.adapters.webphone import WebPhone, loopback
 from callhook.config import AppConfig
 
 SALES_KEY = "k" * 32
@@ -106,8 +106,8 @@ async def test_a_banned_source_is_refused_before_its_key_is_looked_at() -> None:
 
 
 def test_loopback_addresses() -> None:
-    assert _loopback("127.0.0.1") and _loopback("127.9.9.9") and _loopback("::1")
-    assert not _loopback("192.0.2.7") and not _loopback(None) and not _loopback("nonsense")
+    assert loopback("127.0.0.1") and loopback("127.9.9.9") and loopback("::1")
+    assert not loopback("192.0.2.7") and not loopback(None) and not loopback("nonsense")
 
 
 def test_past_calls_are_the_newest_logs_whatever_their_random_names(tmp_path: Path) -> None:

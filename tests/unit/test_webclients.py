@@ -1,0 +1,391 @@
+"""Pages signed in to receive calls (adapters/webclients.py) and the far leg that rings
+them (adapters/webclientleg.py): sign-in by token, key or loopback; ringing, answering,
+rejecting, busy, a page going away; the causes each gives the connect.
+
+The socket tests run a real aiohttp server on loopback; the credential checks from
+elsewhere use mocked requests (no real socket here has another address). The far leg
+runs against a media engine stand-in that records what it is given (this layer only:
+tests/e2e/test_webclients.py has the real calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer, make_mocked_request
+
+from callhook import webrtctoken
+from callhook.adapters.api import ApiError, KeyRing
+from callhook.adapters.webclientleg import WebClientLeg
+from callhook.adapters.webclients import Busy, NotSignedIn, WebClients
+from callhook.config import AppConfig
+
+KEY = "ivr-key-0123456789abcdef"
+NOW = 1_800_000_000.0
+
+
+class Bans:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+
+    def banned(self, address: str) -> bool:
+        return False
+
+    def auth_failed(self, address: str, what: str) -> None:
+        self.failed.append(address)
+
+
+class Line:
+    """The caller's side, as a test sees it."""
+
+    def __init__(self) -> None:
+        self.said: list[Any] = []
+        self.why: str | None = None
+
+    def to_caller(self, message: str | bytes) -> None:
+        self.said.append(message if isinstance(message, bytes) else json.loads(message))
+
+    def gone(self, why: str) -> None:
+        self.why = why
+
+
+def clients(now: Callable[[], float] = lambda: NOW) -> tuple[WebClients, Bans]:
+    apps = {
+        name: AppConfig(name=name, first_page=f"http://127.0.0.1:1/{name}", secret="x" * 32)
+        for name in ("ivr", "sales")
+    }
+    bans = Bans()
+    return WebClients(KeyRing({KEY: "ivr"}), lambda: apps, bans=cast(Any, bans), now=now), bans
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[WebClients, Bans, str]]:
+    found, bans = clients()
+    app = web.Application()
+    app.add_routes(found.routes())
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield found, bans, f"ws://127.0.0.1:{server.port}/phone/client"
+    await server.close()
+
+
+async def until(check: Callable[[], Any]) -> Any:
+    for _ in range(200):
+        if value := check():
+            return value
+        await asyncio.sleep(0.01)
+    raise AssertionError("not in time")
+
+
+def token(client_id: str, now: float = NOW, **kw: Any) -> str:
+    key = KeyRing({KEY: "ivr"}).signing_key("ivr")
+    assert key is not None
+    return webrtctoken.mint(key, "ivr", client_id, now, **kw)
+
+
+async def test_a_page_signs_in_rings_answers_and_hangs_up(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    found, _, url = served
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_json({"type": "register", "client_id": "agent-7", "token": token("agent-7")})
+        registered = await ws.receive_json()
+        assert registered == {
+            "type": "registered",
+            "app": "ivr",
+            "client_id": "agent-7",
+            "expires": NOW + 3600,
+        }
+        assert [c.client_id for c in found.signed_in("ivr")] == ["agent-7"]
+        assert found.signed_in("sales") == []
+        line = Line()
+        channel, where = await found.ring("ivr", "agent-7", "c1", line, {"call_from": "x"})
+        assert where == "here"
+        assert await ws.receive_json() == {"type": "incoming", "call_id": "c1", "call_from": "x"}
+        with pytest.raises(Busy):  # one call at a time
+            found.ring_here("ivr", "agent-7", "c2", Line(), {})
+        with pytest.raises(NotSignedIn):  # a client id is of one application
+            await found.ring("sales", "agent-7", "c3", Line(), {})
+        await ws.send_bytes(b"\x80" + bytes(11))  # audio before answering: dropped
+        await ws.send_json({"type": "answer", "call_id": "old"})  # another call's: ignored
+        await ws.send_json({"type": "answer", "call_id": "c1"})
+        await ws.send_bytes(b"\x80" + bytes(171))
+        await until(lambda: len(line.said) == 2)
+        assert line.said == [{"type": "answer"}, b"\x80" + bytes(171)]
+        channel.to_client(b"to the page")
+        assert (await ws.receive()).data == b"to the page"
+        await ws.send_json({"type": "hangup", "call_id": "c1"})
+        await until(lambda: len(line.said) == 3)
+        assert line.said[-1] == {"type": "hangup"}
+        channel.close()  # the caller's side learns of it and lets go: no "ended" now
+        line2 = Line()
+        channel2, _ = await found.ring("ivr", "agent-7", "c4", line2, {})
+        assert (await ws.receive_json())["call_id"] == "c4"
+        channel2.close()  # the caller's side gave up (another destination answered)
+        assert await ws.receive_json() == {"type": "ended", "call_id": "c4"}
+    await until(lambda: not found.clients)  # signed out with its socket
+
+
+async def test_reject_with_a_cause_or_without_and_a_page_going_away(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    found, _, url = served
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url) as ws:
+            await ws.send_json({"type": "register", "client_id": "a", "app": "ivr"})
+            assert (await ws.receive_json())["type"] == "registered"  # loopback: no key
+            for sent, cause in ((603, 603), (None, 486), (200, 486), ("x", 486)):
+                line = Line()
+                await found.ring("ivr", "a", "c", line, {})
+                await ws.receive_json()
+                reject: dict[str, Any] = {"type": "reject", "call_id": "c"}
+                if sent is not None:
+                    reject["cause"] = sent
+                await ws.send_json(reject)
+                await until(line.said.copy)  # (a list: empty until the page's answer)
+                assert line.said == [{"type": "reject", "cause": cause}]
+            ringing = Line()
+            await found.ring("ivr", "a", "c", ringing, {})
+        await until(lambda: ringing.why)
+        assert ringing.why == "the page closed its socket"
+
+
+async def test_a_second_page_takes_the_client_id_over(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    found, _, url = served
+    async with aiohttp.ClientSession() as http:
+        first = await http.ws_connect(url)
+        await first.send_json({"type": "register", "client_id": "a", "app": "ivr"})
+        await first.receive_json()
+        second = await http.ws_connect(url)
+        await second.send_json({"type": "register", "client_id": "a", "app": "ivr"})
+        assert (await second.receive_json())["type"] == "registered"
+        replaced = await first.receive_json()
+        assert (replaced["type"], replaced["code"]) == ("error", "replaced")
+        line = Line()
+        await found.ring("ivr", "a", "c", line, {})
+        assert (await second.receive_json())["type"] == "incoming"
+        await first.close()
+        await asyncio.sleep(0.05)
+        assert found.clients[("ivr", "a")] is not None and line.why is None
+        await second.close()
+
+
+async def test_a_bad_first_message_or_none_is_an_error_then_the_socket_closes(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    _, bans, url = served
+    async with aiohttp.ClientSession() as http:
+        for first, code in (
+            ({"type": "start"}, "bad_request"),
+            ({"type": "register", "client_id": "has space", "app": "ivr"}, "bad_request"),
+            ({"type": "register", "client_id": "a", "app": "nosuch"}, "not_found"),
+            ({"type": "register", "client_id": "a", "token": "junk"}, "unauthorized"),
+        ):
+            async with http.ws_connect(url) as ws:
+                await ws.send_json(first)
+                answer = await ws.receive_json()
+                assert (answer["type"], answer["code"]) == ("error", code), (first, answer)
+                assert (await ws.receive()).type is aiohttp.WSMsgType.CLOSE
+    assert bans.failed == ["127.0.0.1"]  # the bad token counts towards a ban
+
+
+def _register(client_id: str, **more: str) -> dict[str, Any]:
+    return {"type": "register", "client_id": client_id, **more}
+
+
+def test_away_from_loopback_a_token_or_the_applications_key_signs_in() -> None:
+    found, bans = clients()
+    request = make_mocked_request("GET", "/phone/client").clone(remote="192.0.2.7")
+    assert found._credentials(request, _register("a", app="ivr", key=KEY), "a") == ("ivr", None)
+    assert found._credentials(request, _register("a", token=token("a")), "a") == (
+        "ivr",
+        NOW + 3600,
+    )
+    for data, code in (
+        (_register("a", app="ivr"), "unauthorized"),  # no key
+        (_register("a", app="sales", key=KEY), "unauthorized"),  # another app's key
+        (_register("a", token=token("b")), "unauthorized"),  # another client id's token
+        (_register("a", token=token("a", incoming=False)), "forbidden"),
+        (_register("a", token=token("a", now=NOW - 3600)), "unauthorized"),  # expired
+    ):
+        with pytest.raises(ApiError) as caught:
+            found._credentials(request, data, "a")
+        assert caught.value.code == code, data
+    assert bans.failed == ["192.0.2.7", "192.0.2.7"]  # the wrong key and the expired token
+
+
+async def test_a_token_signed_in_client_stops_ringing_when_it_expires(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    found, _, url = served
+    clock = [NOW]
+    found.now = lambda: clock[0]
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_json(_register("a", token=token("a", ttl=600)))
+        await ws.receive_json()
+        clock[0] = NOW + 600
+        with pytest.raises(NotSignedIn):
+            await found.ring("ivr", "a", "c", Line(), {})
+        assert found.signed_in("ivr") == []
+        # A fresh token on the same socket renews it.
+        await ws.send_json(_register("a", token=token("a", now=NOW + 600, ttl=600)))
+        assert (await ws.receive_json())["expires"] == NOW + 1200
+        await found.ring("ivr", "a", "c", Line(), {})
+
+
+class Media:
+    """What the far leg gives the media engine."""
+
+    def __init__(self) -> None:
+        self.attached: list[Any] = []
+        self.delivered: list[bytes] = []
+
+    def attach(self, session: Any, out: Any, wake: Any) -> int:
+        self.attached.append((session, out))
+        return -7
+
+    def deliver(self, key: int, data: bytes, source: Any) -> None:
+        self.delivered.append(data)
+
+
+class Channel:
+    def __init__(self) -> None:
+        self.sent: list[str | bytes] = []
+        self.closed = False
+
+    def to_client(self, message: str | bytes) -> None:
+        self.sent.append(message)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def far_leg() -> tuple[WebClientLeg, Media, list[Any]]:
+    media = Media()
+    seen: list[Any] = []
+    leg = WebClientLeg(
+        cast(Any, media),
+        "far leg x",
+        ringing=lambda: seen.append("ringing"),
+        answered=lambda session, key: seen.append(("answered", key)),
+        ended=lambda cause, raw: seen.append((cause, raw)),
+        wake=lambda session: None,
+    )
+    return leg, media, seen
+
+
+def test_the_far_leg_rings_answers_carries_audio_and_ends_once() -> None:
+    leg, media, seen = far_leg()
+    channel = Channel()
+    leg.rung(channel, local=True)
+    leg.to_caller(b"early")  # before the answer: nowhere to go
+    leg.to_caller(json.dumps({"type": "answer"}))
+    leg.to_caller(b"rtp")
+    session, out = media.attached[0]
+    out(b"to the page")
+    leg.to_caller(json.dumps({"type": "hangup"}))
+    leg.gone("the page closed its socket")  # after the end: nothing more
+    assert seen == ["ringing", ("answered", -7), ("hung_up", "BYE")]
+    assert media.delivered == [b"rtp"] and channel.sent == [b"to the page"]
+    assert channel.closed and session.law == "ulaw"
+
+
+@pytest.mark.parametrize(
+    ("said", "cause"),
+    [
+        ({"type": "reject"}, ("busy", "486")),
+        ({"type": "reject", "cause": 603}, ("failed", "603")),
+        ({"type": "reject", "cause": 480}, ("no_answer", "480")),
+        ({"type": "reject", "cause": 99}, ("busy", "486")),
+        ({"type": "busy"}, ("busy", "486")),
+    ],
+)
+def test_what_the_page_says_is_the_connects_cause(said: dict[str, Any], cause: Any) -> None:
+    leg, _, seen = far_leg()
+    leg.rung(Channel(), local=False)  # rung elsewhere: that worker says when it rings
+    leg.to_caller(json.dumps(said))
+    assert seen == [cause]
+
+
+def test_a_page_gone_while_ringing_is_no_answer_and_callhooks_end_tells_it() -> None:
+    leg, _, seen = far_leg()
+    leg.rung(Channel(), local=True)
+    leg.gone("the page closed its socket")
+    assert seen == ["ringing", ("no_answer", "480")]
+    leg, _, seen = far_leg()
+    channel = Channel()
+    leg.rung(channel, local=True)
+    leg.hang_up("no_answer")  # the connect's time ran out
+    assert seen == ["ringing", ("no_answer", "")] and channel.closed
+    late, _, seen = far_leg()
+    late.failed("unobtainable", "404")
+    stale = Channel()
+    late.rung(stale, local=True)  # a ring that comes after the end is let go at once
+    assert seen == [("unobtainable", "404")] and stale.closed
+
+
+async def test_a_client_signed_in_on_another_worker_rings_through_its_private_port() -> None:
+    """Worker A has the call, worker B the page: A asks B on B's private port, with the
+    workers' token; B rings the page and relays its messages unchanged both ways."""
+    from callhook.adapters.siblings import HEADER, NODE, Siblings
+
+    apps = clients()[0].apps
+    b_siblings = Siblings(1, 0, [], token="shared")
+    b = WebClients(KeyRing({KEY: "ivr"}), apps, siblings=b_siblings, now=lambda: NOW)
+    b_app = web.Application(middlewares=[b_siblings.middleware])
+    b_app.add_routes(b.routes())
+    runner = web.AppRunner(b_app)
+    await runner.setup()
+    ports = []
+    for _ in ("public", "private"):
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(cast(Any, site)._server.sockets[0].getsockname()[1])
+    public, b_siblings.private_port = ports
+    base = f"http://127.0.0.1:{b_siblings.private_port}"
+    a_siblings = Siblings(0, 0, [(1, base, "shared")], token="shared")
+    a = WebClients(KeyRing({KEY: "ivr"}), apps, siblings=a_siblings, now=lambda: NOW)
+    try:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"ws://127.0.0.1:{public}/phone/client")
+            await ws.send_json(_register("a", app="ivr"))
+            assert (await ws.receive_json())["type"] == "registered"
+            with pytest.raises(NotSignedIn):  # nobody is client b, here or there
+                await a.ring("ivr", "b", "c0", Line(), {})
+            # Without the token, or on the public port: not found (the client is there).
+            for where, headers in (
+                (base, {HEADER: "0"}),
+                (base, {HEADER: "0", NODE: "wrong"}),
+                (f"http://127.0.0.1:{public}", {HEADER: "0", NODE: "shared"}),
+            ):
+                async with http.get(f"{where}/webrtc/ring/ivr/a", headers=headers) as r:
+                    assert r.status == 404, (where, headers)
+            line = Line()
+            channel, where = await a.ring("ivr", "a", "c1", line, {"call_from": "sip:x@y"})
+            assert where == "worker 1"
+            incoming = await ws.receive_json()
+            assert incoming == {"type": "incoming", "call_id": "c1", "call_from": "sip:x@y"}
+            await until(lambda: line.said)
+            assert line.said == [{"type": "ringing"}]
+            await ws.send_json({"type": "answer", "call_id": "c1"})
+            await ws.send_bytes(b"\x80" + bytes(171))
+            channel.to_client(b"\x80" + bytes(11))
+            assert (await ws.receive()).data == b"\x80" + bytes(11)
+            await until(lambda: len(line.said) == 3)
+            assert line.said[1:] == [{"type": "answer"}, b"\x80" + bytes(171)]
+            with pytest.raises(Busy):  # the page has a call: another worker's too
+                b.ring_here("ivr", "a", "c2", Line(), {})
+            await ws.close()  # the page goes away: A hears of it through B
+            await until(lambda: line.why)
+            assert line.why == "the page closed its socket"
+    finally:
+        await a_siblings.close()
+        await b_siblings.close()
+        await runner.cleanup()
