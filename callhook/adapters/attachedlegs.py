@@ -278,6 +278,9 @@ class AttachedLegs(Screening):
             except Busy:
                 logger.info("call %s: %s is busy", primary.call_id, destination)
                 leg.failed("busy", "486")
+            except Exception:  # a bug: this attempt fails, the call goes on
+                logger.exception("call %s: calling %s failed", primary.call_id, destination)
+                leg.failed("failed", "500")
             else:
                 logger.info(
                     "call %s: ringing %s (far leg %s, signed in %s)",

@@ -19,8 +19,10 @@ every other node alive: each listens on ``[database] node_address`` (and
   ``webrtc_registered_clients``: every worker's signed-in web clients, one list;
 
 * ``GET /webrtc/ring/APP/ID`` (a WebSocket): a call to web client ``ID`` of ``APP``,
-  when it is signed in on the worker asked (adapters/webclients.py); it must carry the
-  workers' shared token (:data:`callhook.workers.WORKERS_TOKEN`) or the node's, in :data:`NODE`;
+  when it is signed in on the worker asked (adapters/webclients.py);
+  ``GET /webrtc/signout/APP/ID?since=T``: that client signed in elsewhere at ``T``, so
+  an older sign-in here ends; both must carry the workers' shared token
+  (:data:`callhook.workers.WORKERS_TOKEN`) or the node's, in :data:`NODE`;
 
 and the server's own routes, which are about every worker too:
 
@@ -74,7 +76,9 @@ ALL_CLIENTS = "/webrtc_registered_clients"
 #: A call to a web client signed in on the worker asked (adapters/webclients.py): a
 #: WebSocket, relayed to the client's page.
 RING_PATH = "/webrtc/ring"
-RING = re.compile(RING_PATH + r"/[^/]+/[^/]+")
+#: A web client signed in on the worker that tells (its older sign-ins elsewhere end).
+SIGN_OUT_PATH = "/webrtc/signout"
+WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
 STATS = "/api/stats"
 #: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``).
 TRUNKS = "/api/trunks"
@@ -101,7 +105,7 @@ def asked(method: str, path: str) -> bool:
         return method in ("GET", "DELETE")
     if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
-    if RING.fullmatch(path) is not None:
+    if WEB_CLIENT.fullmatch(path) is not None:
         return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
@@ -199,6 +203,21 @@ class Siblings:
                 continue
             return label, ws
         return None
+
+    async def tell(self, path: str) -> None:
+        """``GET path`` of every sibling at once (with the token), answers ignored."""
+
+        async def one(base: str, token: str | None) -> None:
+            headers = {HEADER: str(self.label)}
+            if token is not None:
+                headers[NODE] = token
+            try:
+                async with self._session().get(base + path, headers=headers) as answer:
+                    await answer.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                logger.info("worker at %s did not answer %s: %s", base, path, exc)
+
+        await asyncio.gather(*(one(base, token) for _, base, token in await self.peers()))
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -17,8 +17,8 @@ Text messages are JSON objects with a ``type``:
   ``message``; the socket then closes).
 
 A client id is of one application: only that application's calls ring it, and a page
-signing in as an id already signed in on this process takes it over (the older page
-gets ``error`` ``replaced``). A client rings for one call at a time; another call to it
+signing in as an id already signed in takes it over, on this worker or another (the
+older page gets ``error`` ``replaced``). A client rings for one call at a time; another call to it
 meanwhile is told busy.
 
 With ``serve --workers`` (and nodes sharing PostgreSQL) the page's socket is on one
@@ -45,7 +45,7 @@ from aiohttp import WSMsgType, web
 
 from callhook import webrtctoken
 from callhook.adapters.api import ApiError, KeyRing
-from callhook.adapters.siblings import HEADER, NODE, RING_PATH, Siblings
+from callhook.adapters.siblings import HEADER, NODE, RING_PATH, SIGN_OUT_PATH, Siblings
 from callhook.adapters.web import Bans
 from callhook.adapters.webphone import Outbox, loopback
 from callhook.config import AppConfig
@@ -239,11 +239,17 @@ class WebClients:
         self.siblings = siblings
         self.now = now
         self.clients: dict[tuple[str, str], ClientSocket] = {}
+        self._telling: set[asyncio.Task[None]] = set()
 
     def routes(self) -> list[web.RouteDef]:
         out = [web.get("/phone/client", self.client_socket, allow_head=False)]
         if self.siblings is not None:
             out.append(web.get(RING_PATH + "/{app}/{client}", self.relay, allow_head=False))
+            out.append(
+                web.get(
+                    SIGN_OUT_PATH + "/{app}/{client}", self.signed_in_elsewhere, allow_head=False
+                )
+            )
         return out
 
     def signed_in(self, app: str) -> list[SignedIn]:
@@ -332,13 +338,15 @@ class WebClients:
         client.app, client.client_id = app, client_id
         older = self.clients.get((app, client_id))
         if older is not None and older is not client:
-            older.outbox.event(
-                "error", code="replaced", message="signed in as this client id elsewhere"
-            )
-            older.outbox.close()
+            _replaced(older)
         self.clients[(app, client_id)] = client
         logger.info("web client %s of %s signed in from %s", client_id, app, client.remote)
         client.outbox.event("registered", app=app, client_id=client_id, expires=expires)
+        if self.siblings is not None:  # an older sign-in on another worker ends too
+            path = f"{SIGN_OUT_PATH}/{app}/{client_id}?since={client.signed_in!r}"
+            task = asyncio.get_running_loop().create_task(self.siblings.tell(path))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
 
     def _credentials(
         self, request: web.Request, data: dict[str, Any], client_id: str
@@ -424,8 +432,8 @@ class WebClients:
             channel.close()
             line.gone(why)
 
-    async def relay(self, request: web.Request) -> web.StreamResponse:
-        """A sibling's call to a client signed in here (see the module docstring)."""
+    def _from_a_sibling(self, request: web.Request) -> None:
+        """404 unless ``request`` came to the private port with the siblings' token."""
         siblings = self.siblings
         assert siblings is not None
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
@@ -434,6 +442,27 @@ class WebClients:
             raise web.HTTPNotFound()
         if siblings.token is None or request.headers.get(NODE) != siblings.token:
             raise web.HTTPNotFound()
+
+    async def signed_in_elsewhere(self, request: web.Request) -> web.Response:
+        """A sibling's page signed in as a client id at ``since``: one signed in here
+        before that is replaced (as on one process)."""
+        self._from_a_sibling(request)
+        try:
+            since = float(request.query["since"])
+        except (KeyError, ValueError):
+            raise web.HTTPBadRequest() from None
+        key = (request.match_info["app"], request.match_info["client"])
+        older = self.clients.get(key)
+        if older is None or older.signed_in >= since:
+            return web.json_response({"replaced": False})
+        del self.clients[key]  # rung no more from now
+        logger.info("web client %s of %s signed in on another worker", key[1], key[0])
+        _replaced(older)
+        return web.json_response({"replaced": True})
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
+        """A sibling's call to a client signed in here (see the module docstring)."""
+        self._from_a_sibling(request)
         app, client_id = request.match_info["app"], request.match_info["client"]
         client = self.clients.get((app, client_id))
         if client is None or not self._valid(client):
@@ -475,6 +504,12 @@ class WebClients:
             outbox.close()
             await outbox.task
         return ws
+
+
+def _replaced(client: ClientSocket) -> None:
+    """A newer page signed in as ``client``'s id: it is told, and its socket closes."""
+    client.outbox.event("error", code="replaced", message="signed in as this client id elsewhere")
+    client.outbox.close()
 
 
 def _kind(text: str) -> str | None:

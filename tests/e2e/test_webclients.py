@@ -75,8 +75,15 @@ async def test_a_signed_in_page_rings_answers_talks_and_hangs_up(
         ws = services(server)
         token = await ws.webrtc_generate_token("agent-7", ttl=600)
         assert token.status == 200, token.raw
+        older = Page(f"http://127.0.0.1:{server.http_port}")
         page = Page(f"http://127.0.0.1:{server.http_port}")
         try:
+            # Signed in twice (a second tab): the newer page takes the client id over,
+            # whichever worker each socket is on.
+            assert (await older.sign_in("agent-7", token=token.body["token"]))["type"] == (
+                "registered"
+            )
+            await asyncio.sleep(0.05)
             registered = await page.sign_in("agent-7", token=token.body["token"])
             assert registered == {
                 "type": "registered",
@@ -84,6 +91,8 @@ async def test_a_signed_in_page_rings_answers_talks_and_hangs_up(
                 "client_id": "agent-7",
                 "expires": registered["expires"],
             }, registered
+            replaced = await older.next()
+            assert (replaced["type"], replaced["code"]) == ("error", "replaced"), replaced
             listed = await ws.webrtc_registered_clients()
             assert [c["client_id"] for c in listed.body["clients"]] == ["agent-7"], listed.raw
             for n in (1, 2):
@@ -113,6 +122,7 @@ async def test_a_signed_in_page_rings_answers_talks_and_hangs_up(
                 assert await wait_for_request(app, "/start-final", timeout=10)
         finally:
             await page.close()
+            await older.close()
     results = [b["action_result"]["result"] for b in app.bodies("/connected")]
     assert len(results) == 2
     for result in results:

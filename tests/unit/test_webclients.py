@@ -331,61 +331,116 @@ def test_a_page_gone_while_ringing_is_no_answer_and_callhooks_end_tells_it() -> 
     assert seen == [("unobtainable", "404")] and stale.closed
 
 
-async def test_a_client_signed_in_on_another_worker_rings_through_its_private_port() -> None:
+class Worker:
+    """A worker's web clients on a public and a private port (its siblings: ``peers``)."""
+
+    def __init__(self, label: int, apps: Callable[[], dict[str, AppConfig]]) -> None:
+        from callhook.adapters.siblings import Peers, Siblings
+
+        self.peers: Peers = []  # (filled in once every worker's ports are known)
+        self.siblings = Siblings(label, 0, self.peers, token="shared")
+        self.clients = WebClients(KeyRing({KEY: "ivr"}), apps, siblings=self.siblings)
+        self.app = web.Application(middlewares=[self.siblings.middleware])
+        self.app.add_routes(self.clients.routes())
+        self.runner = web.AppRunner(self.app)
+        self.public = 0
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        ports = []
+        for _ in ("public", "private"):
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            ports.append(cast(Any, site)._server.sockets[0].getsockname()[1])
+        self.public, self.siblings.private_port = ports
+
+    @property
+    def private(self) -> str:
+        return f"http://127.0.0.1:{self.siblings.private_port}"
+
+    def sees(self, *others: Worker) -> None:
+        self.peers[:] = [(o.siblings.label, o.private, "shared") for o in others]
+
+    async def stop(self) -> None:
+        await self.siblings.close()
+        await self.runner.cleanup()
+
+
+@pytest.fixture
+async def two_workers() -> AsyncIterator[tuple[Worker, Worker]]:
+    apps = clients()[0].apps
+    a, b = Worker(0, apps), Worker(1, apps)
+    await a.start()
+    await b.start()
+    a.sees(b)
+    b.sees(a)
+    yield a, b
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_client_signed_in_on_another_worker_rings_through_its_private_port(
+    two_workers: tuple[Worker, Worker],
+) -> None:
     """Worker A has the call, worker B the page: A asks B on B's private port, with the
     workers' token; B rings the page and relays its messages unchanged both ways."""
-    from callhook.adapters.siblings import HEADER, NODE, Siblings
+    from callhook.adapters.siblings import HEADER, NODE
 
-    apps = clients()[0].apps
-    b_siblings = Siblings(1, 0, [], token="shared")
-    b = WebClients(KeyRing({KEY: "ivr"}), apps, siblings=b_siblings, now=lambda: NOW)
-    b_app = web.Application(middlewares=[b_siblings.middleware])
-    b_app.add_routes(b.routes())
-    runner = web.AppRunner(b_app)
-    await runner.setup()
-    ports = []
-    for _ in ("public", "private"):
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        ports.append(cast(Any, site)._server.sockets[0].getsockname()[1])
-    public, b_siblings.private_port = ports
-    base = f"http://127.0.0.1:{b_siblings.private_port}"
-    a_siblings = Siblings(0, 0, [(1, base, "shared")], token="shared")
-    a = WebClients(KeyRing({KEY: "ivr"}), apps, siblings=a_siblings, now=lambda: NOW)
-    try:
-        async with aiohttp.ClientSession() as http:
-            ws = await http.ws_connect(f"ws://127.0.0.1:{public}/phone/client")
-            await ws.send_json(_register("a", app="ivr"))
-            assert (await ws.receive_json())["type"] == "registered"
-            with pytest.raises(NotSignedIn):  # nobody is client b, here or there
-                await a.ring("ivr", "b", "c0", Line(), {})
-            # Without the token, or on the public port: not found (the client is there).
-            for where, headers in (
-                (base, {HEADER: "0"}),
-                (base, {HEADER: "0", NODE: "wrong"}),
-                (f"http://127.0.0.1:{public}", {HEADER: "0", NODE: "shared"}),
-            ):
-                async with http.get(f"{where}/webrtc/ring/ivr/a", headers=headers) as r:
-                    assert r.status == 404, (where, headers)
-            line = Line()
-            channel, where = await a.ring("ivr", "a", "c1", line, {"call_from": "sip:x@y"})
-            assert where == "worker 1"
-            incoming = await ws.receive_json()
-            assert incoming == {"type": "incoming", "call_id": "c1", "call_from": "sip:x@y"}
-            await until(lambda: line.said)
-            assert line.said == [{"type": "ringing"}]
-            await ws.send_json({"type": "answer", "call_id": "c1"})
-            await ws.send_bytes(b"\x80" + bytes(171))
-            channel.to_client(b"\x80" + bytes(11))
-            assert (await ws.receive()).data == b"\x80" + bytes(11)
-            await until(lambda: len(line.said) == 3)
-            assert line.said[1:] == [{"type": "answer"}, b"\x80" + bytes(171)]
-            with pytest.raises(Busy):  # the page has a call: another worker's too
-                b.ring_here("ivr", "a", "c2", Line(), {})
-            await ws.close()  # the page goes away: A hears of it through B
-            await until(lambda: line.why)
-            assert line.why == "the page closed its socket"
-    finally:
-        await a_siblings.close()
-        await b_siblings.close()
-        await runner.cleanup()
+    a_worker, b_worker = two_workers
+    a, b, base = a_worker.clients, b_worker.clients, b_worker.private
+    public = b_worker.public
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(f"ws://127.0.0.1:{public}/phone/client")
+        await ws.send_json(_register("a", app="ivr"))
+        assert (await ws.receive_json())["type"] == "registered"
+        with pytest.raises(NotSignedIn):  # nobody is client b, here or there
+            await a.ring("ivr", "b", "c0", Line(), {})
+        # Without the token, or on the public port: not found (the client is there).
+        for where, headers in (
+            (base, {HEADER: "0"}),
+            (base, {HEADER: "0", NODE: "wrong"}),
+            (f"http://127.0.0.1:{public}", {HEADER: "0", NODE: "shared"}),
+        ):
+            async with http.get(f"{where}/webrtc/ring/ivr/a", headers=headers) as r:
+                assert r.status == 404, (where, headers)
+        line = Line()
+        channel, where = await a.ring("ivr", "a", "c1", line, {"call_from": "sip:x@y"})
+        assert where == "worker 1"
+        incoming = await ws.receive_json()
+        assert incoming == {"type": "incoming", "call_id": "c1", "call_from": "sip:x@y"}
+        await until(lambda: line.said)
+        assert line.said == [{"type": "ringing"}]
+        await ws.send_json({"type": "answer", "call_id": "c1"})
+        await ws.send_bytes(b"\x80" + bytes(171))
+        channel.to_client(b"\x80" + bytes(11))
+        assert (await ws.receive()).data == b"\x80" + bytes(11)
+        await until(lambda: len(line.said) == 3)
+        assert line.said[1:] == [{"type": "answer"}, b"\x80" + bytes(171)]
+        with pytest.raises(Busy):  # the page has a call: another worker's too
+            b.ring_here("ivr", "a", "c2", Line(), {})
+        await ws.close()  # the page goes away: A hears of it through B
+        await until(lambda: line.why)
+        assert line.why == "the page closed its socket"
+
+
+async def test_a_page_signing_in_on_another_worker_takes_the_client_id_over(
+    two_workers: tuple[Worker, Worker],
+) -> None:
+    a, b = two_workers
+    async with aiohttp.ClientSession() as http:
+        older = await http.ws_connect(f"ws://127.0.0.1:{b.public}/phone/client")
+        await older.send_json(_register("a", app="ivr"))
+        assert (await older.receive_json())["type"] == "registered"
+        await asyncio.sleep(0.01)  # (signed in later: the wall clock moved on)
+        newer = await http.ws_connect(f"ws://127.0.0.1:{a.public}/phone/client")
+        await newer.send_json(_register("a", app="ivr"))
+        assert (await newer.receive_json())["type"] == "registered"
+        replaced = await older.receive_json()
+        assert (replaced["type"], replaced["code"]) == ("error", "replaced")
+        assert b.clients.clients == {}
+        # B's calls ring the newer page, through A.
+        channel, where = await b.clients.ring("ivr", "a", "c1", Line(), {})
+        assert where == "worker 0"
+        assert (await newer.receive_json())["call_id"] == "c1"
+        channel.close()
+        await newer.close()
