@@ -151,8 +151,9 @@ async def test_call_info_from_the_invite(tmp_path: Path, app: AppServer, workers
             assert "outbound_parameters" not in this_call
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_hold_media_that_cannot_be_played_gives_ringback_logged_once(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """The caller hears ringback, not silence, while the far end rings; the missing file
     is one line in the server log and one in the call log, not one every 20 ms. The
@@ -163,6 +164,7 @@ async def test_a_hold_media_that_cannot_be_played_gives_ringback_logged_once(
         app,
         {"seconds_answer_timeout": 4, "hold_media": missing, "classify_callee": None},
         UAS_RINGS_UNTIL_CANCEL,
+        workers=workers,
     )
     out, _ = await asyncio.wait_for(callee.communicate(), 30)
     assert callee.returncode == 0, out.decode(errors="replace") + server.output
@@ -352,8 +354,9 @@ async def test_loc_puts_the_caller_through_to_another_application(
     assert "calling loc:support (far leg loc-" in server.output
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_loc_to_no_such_application_or_one_that_refuses(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """``loc:nosuch`` fails ``unobtainable`` (404, logged); an application that hangs up
     before answering refuses the call: ``failed``, raw cause 603 (a SIP Decline's)."""
@@ -369,7 +372,7 @@ async def test_loc_to_no_such_application_or_one_that_refuses(
     app.page("/final", None)
     app.page("/refuser", [{"hang_up": {}}])
     app.page("/refuser-final", None)
-    async with served(tmp_path, app, 1, app_table(app, "refuser", "/refuser")) as server:
+    async with served(tmp_path, app, workers, app_table(app, "refuser", "/refuser")) as server:
         run = await call_in(server, tmp_path)
         assert run.returncode == 0, run.output + run.errors + server.output
         assert await wait_for_request(app, "/refuser-final")

@@ -17,7 +17,13 @@ import pytest
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.rtpsink import RtpSink
 from tests.e2e.rtpstream import Stream
 
@@ -210,10 +216,11 @@ UAS_REFUSES = (
 
 
 async def connect_call(
-    tmp_path: Path, app: AppServer, connect: dict[str, object], *callees: str
+    tmp_path: Path, app: AppServer, connect: dict[str, object], *callees: str, workers: int = 1
 ) -> tuple[Server, RtpSink, list[asyncio.subprocess.Process], list[int]]:
-    """``callees`` (SIPp scenarios) wait; a SIPp caller calls serve, whose /start connects
-    to them in order; the caller's audio is heard by the returned sink."""
+    """``callees`` (SIPp scenarios) wait; a SIPp caller calls serve (one process, or
+    ``workers`` behind Kamailio), whose /start connects to them in order; the caller's
+    audio is heard by the returned sink."""
     ports = [free_udp_port() for _ in callees]
     app.page(
         "/start",
@@ -235,10 +242,8 @@ async def connect_call(
         )
         for text, port in zip(callees, ports, strict=True)
     ]
-    async with (
-        RtpSink() as sink,
-        Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
-    ):
+    allow = '[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n'
+    async with RtpSink() as sink, served(tmp_path, app, workers, allow) as server:
         invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {sink.port}")
         caller = await sipp.call(
             server.sip,

@@ -134,7 +134,10 @@ async def test_a_signed_in_page_rings_answers_talks_and_hangs_up(
         assert "ringing web client agent-7 for another worker" in server.output
 
 
-async def test_rejected_busy_and_unknown_clients(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_rejecting_an_unknown_and_a_vanishing_client(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     """A page that rejects with 603: failed, 603 (as a SIP callee's Decline); a client id
     nobody signed in as: unobtainable, 404, logged; a page that goes away while ringing:
     no_answer, 480."""
@@ -148,7 +151,7 @@ async def test_rejected_busy_and_unknown_clients(tmp_path: Path, app: AppServer)
     app.page("/b", [{"connect": {"destinations": ["webrtc:agent-7"], "next_page": {"url": "/c"}}}])
     app.page("/c", [{"hang_up": {}}])
     app.page("/start-final", None)
-    async with serve(tmp_path, app, 1) as server:
+    async with serve(tmp_path, app, workers) as server:
         page = Page(f"http://127.0.0.1:{server.http_port}")
         try:
             # From loopback the application's name is enough (as for the web phone).

@@ -191,7 +191,10 @@ async def test_wrong_credentials_are_refused_in_aculabs_shape_and_banned(
     assert "127.0.0.2: banned for 600 s: 5 failed web service authentications" in server.output
 
 
-async def test_a_start_of_several_calls_is_all_or_nothing(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_start_of_several_calls_is_all_or_nothing(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     """rest_calls with two calls, the second to a destination [outbound] allow refuses:
     the answer is the refusal, and the first call, placed already, is cancelled (no call
     runs that the back end has no reference for)."""
@@ -199,7 +202,7 @@ async def test_a_start_of_several_calls_is_all_or_nothing(tmp_path: Path, app: A
     app.page("/outbound-final", None)
     app.page("/start", [{"hang_up": {}}])
     silent = free_udp_port()  # nothing answers there: the first call rings until cancelled
-    async with serve(tmp_path, app, 1) as server:
+    async with serve(tmp_path, app, workers) as server:
         answer = await client(server).service_start(
             "outbound",
             KEY,
