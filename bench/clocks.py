@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 #: ``module:Qualified.name`` of each function whose CPU is counted. Module-level functions
-#: are replaced in the module that calls them (``callhook.call:parse_response``).
+#: are replaced in the module that calls them (``callhook.pageexchange:parse_response``).
 FUNCTIONS = (
     "callhook.adapters.media:MediaEngine._tick",
     "callhook.adapters.media:MediaEngine._work",
@@ -88,7 +88,7 @@ FUNCTIONS = (
     "callhook.call:CallRunner._observe",
     "callhook.call:CallRunner._note_timers",
     "callhook.call:CallRunner._answer",
-    "callhook.call:parse_response",
+    "callhook.pageexchange:parse_response",
     "callhook.call:machine_for",
     "callhook.calllog:CallLog.write",
     "callhook.calllog:CallLog.__init__",

@@ -371,7 +371,7 @@ class Services:
         ``started`` is told the call's runner before it runs: its log, its instance id)."""
         self.metrics.call_started()
         runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
-        runner.token = token  # an outbound service's token reaches its first page
+        runner.exchange.token = token  # an outbound service's token reaches its first page
         if started is not None:
             started(runner)
         summary = await runner.run()
@@ -389,7 +389,7 @@ class Services:
     ) -> CallSummary:
         """An outbound call nobody answered: the application's final page says why."""
         runner = self.runner(app, _NoLeg(info), instance_id=instance_id)
-        runner.token = token
+        runner.exchange.token = token
         return await runner.unanswered(cause, raw)
 
     async def close(self) -> None:

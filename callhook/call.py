@@ -31,8 +31,8 @@ The call is answered just before the first action that needs the media
 (so an application can reject a call it does not want with ``hang_up``).
 
 Every page request carries the instance info (docs/behaviour.md, "Pages"), signed with
-the application's secret (``callhook.signature``). Each step is written to
-the call's log (``callhook.calllog``).
+the application's secret (``callhook.signature``); ``callhook.pageexchange`` sends it
+and reads the answer. Each step is written to the call's log (``callhook.calllog``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import asyncio
 import json
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -50,7 +49,6 @@ from urllib.parse import urljoin
 from callhook.actions import MachineAction, machine_for
 from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome, Timer
-from callhook.actions.response import InvalidResponse, parse_response
 from callhook.actions.schema import (
     ClearInput,
     DeleteFile,
@@ -82,6 +80,7 @@ from callhook.events import (
     VoiceActivity,
 )
 from callhook.instanceinfo import page_body, this_call
+from callhook.pageexchange import PageExchange
 from callhook.ports import Files, Leg, PageError, Pages, Recordings
 from callhook.reporting import RecordingReports
 from callhook.secondarycall import SecondaryCall
@@ -189,7 +188,6 @@ class CallRunner:
         self.failure: PageError | None = None
         #: Why callhook is hanging up, once it is (a far leg's pages: its connect's cause).
         self.ending_cause: str | None = None
-        self.token: str | None = None
         self.state: Literal["inbound", "answered", "idle"] = (
             "inbound" if leg.info.direction == "in" else "answered"
         )
@@ -198,6 +196,14 @@ class CallRunner:
         self.gone: CallEnded | None = None
         self.aborted: Aborted | None = None
         self.summary = CallSummary(self.instance_id)
+        self.exchange = PageExchange(
+            pages,
+            app.secret,
+            log,
+            leg.wait_ended,
+            requested=self.summary.pages,
+            seconds=self.summary.page_seconds,
+        )
 
     # --- the call -------------------------------------------------------------------
 
@@ -469,7 +475,7 @@ class CallRunner:
                 # the action, without this_call (docs/behaviour.md).
                 body = {
                     "application_instance_id": self.instance_id,
-                    "token": self.token,
+                    "token": self.exchange.token,
                     "log_filename": self.log_filename,
                     "is_notification": True,
                 }
@@ -529,7 +535,7 @@ class CallRunner:
         )
         return page_body(
             self.instance_id,
-            self.token,
+            self.exchange.token,
             self.log_filename,
             call,
             request.action_result,
@@ -538,25 +544,19 @@ class CallRunner:
 
     async def _page(self, request: _Request, base: str) -> tuple[list[Any], str]:
         """Request a page and validate its action list; returns (actions, the page's URL)."""
-        raw = await self._fetch(request.url, request.method, self._body(request), request.why)
-        if not raw.strip():
-            # A 2xx with an empty body (a 204, or a 200 with nothing in it) is an empty
-            # action list: nothing more to do on this call (a secondary call's first page:
-            # put it through). The token is null, as for any response without one.
-            self.token = None
-            self.log.write("page_response", f"{request.url}: (empty body: no actions)")
-            return [], request.url
-        try:
-            response = parse_response(raw)
-        except InvalidResponse as exc:
-            for problem in exc.problems:
-                self.log.write("invalid_response", f"{request.url}: {problem}", level=logging.ERROR)
-            raise PageError("invalid", request.url, str(exc)) from None
-        # Aculab's HTTP response: the token "defaults to null", so a response without one
-        # clears it (the next request says null).
-        self.token = response.token
-        cipher = response.call_recording_cipher
-        if self.secondary is not None:
+        raw = await self.exchange.fetch(
+            request.url,
+            request.method,
+            self._body(request),
+            request.why,
+            racing=self.gone is None,
+        )
+        if isinstance(raw, CallEnded):
+            self._ended(raw)
+            raise CallGone(raw)
+        response = self.exchange.read(request.url, raw)
+        cipher = response.call_recording_cipher if response is not None else None
+        if self.secondary is not None and response is not None:
             self.secondary.answered(request.url, cipher, first=request.why == "first page")
         elif cipher is not None and not self._cipher_noted:
             self._cipher_noted = True
@@ -565,36 +565,7 @@ class CallRunner:
                 f"{request.url}: call_recording_cipher ignored: callhook makes no whole-call "
                 "recording of this call (record actions take encryption_cipher)",
             )
-        names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
-        self.log.write("page_response", f"{request.url}: {names}")
-        return response.actions, request.url
-
-    async def _fetch(self, url: str, method: str, body: dict[str, Any], why: str) -> bytes:
-        data = json.dumps(body, separators=(",", ":")).encode()
-        self.summary.pages.append(url)
-        self.log.write("page_request", f"{method} {url} ({why})")
-        started = time.perf_counter()
-        fetch = asyncio.ensure_future(self.pages.fetch(url, method, data, self.app.secret))
-        fetch.add_done_callback(
-            lambda f: (
-                self.summary.page_seconds.append(time.perf_counter() - started)
-                if not f.cancelled() and f.exception() is None
-                else None
-            )
-        )
-        if self.gone is not None:
-            return await fetch  # nothing to race: the call has ended already
-        ended = asyncio.ensure_future(self.leg.wait_ended())
-        try:
-            done, _ = await asyncio.wait({fetch, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            ended.cancel()
-        if fetch in done:
-            return fetch.result()
-        fetch.cancel()
-        self._ended(ended.result())
-        self.log.write("page_abandoned", f"{url}: the call ended while waiting for it")
-        raise CallGone(ended.result())
+        return (response.actions if response is not None else []), request.url
 
     async def _final_page(self, cause: str, raw: str) -> None:
         if not self.app.final_page:
@@ -611,34 +582,14 @@ class CallRunner:
             body["error_result"] = self.failure.as_json()
         if self.secondary is not None and self.secondary.dropped_calls is not None:
             body["dropped_calls"] = self.secondary.dropped_calls()
-        data = json.dumps(body, separators=(",", ":")).encode()
-        self.summary.pages.append(url)
-        self.log.write("page_request", f"{method} {url} (final page)")
         try:
-            answer = await self.pages.fetch(url, method, data, self.app.secret)
+            answer = await self.exchange.fetch_final(url, method, body)
         except PageError as exc:
             self._error(str(exc))
             return
-        await self._final_actions(url, answer)
-
-    async def _final_actions(self, url: str, raw: bytes) -> None:
-        """The final page's answer: only ``delete_file`` can still run (Aculab allows it).
-
-        Anything else needs the call, which is gone: it is ignored, and so is an
-        answer that is empty, not JSON or not an action list (logged, no error page).
-        """
-        if not raw.strip():
-            self.log.write("page_response", f"{url}: (final page; no actions)")
-            return
-        try:
-            actions = parse_response(raw).actions
-        except InvalidResponse as exc:
-            # Not an error: most final pages answer anything at all ({} or "OK").
-            self.log.write("page_response", f"{url}: (final page; answer ignored: {exc})")
-            return
-        names = ", ".join(type(a).name for a in actions) or "(no actions)"
-        self.log.write("page_response", f"{url}: {names} (final page)")
-        for index, action in enumerate(actions):
+        # Only delete_file can still run (Aculab allows it); anything else needs the
+        # call, which is gone: it is skipped.
+        for index, action in enumerate(self.exchange.read_final(url, answer)):
             if isinstance(action, DeleteFile):
                 await self._delete_file(action.filename, f"[{index}] delete_file (final page)")
             else:
