@@ -28,7 +28,7 @@ A config file is TOML::
 
     [workers]                           # serve --workers: every core (docs/scaling.md)
     count = 4                           # worker processes; "auto" (default): one per core
-    first_port = 5100                   # worker i takes SIP on first_port + i (the proxy's side)
+    first_port = 5100                   # worker i: SIP on first_port + i (default: free ones)
 
     [security]                          # docs/security.md
     allow = ["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]  # who may call in (+ trunks)
@@ -233,9 +233,10 @@ class Settings:
     #: SIP proxies in front of callhook (Kamailio): trusted like trunks ([sip] proxies).
     sip_proxies: tuple[str, ...] = ()
     #: ``serve`` worker processes behind Kamailio (None: one per core when it can, see
-    #: ``adapters/supervisor.workers_for``), and the first worker's SIP port.
+    #: ``adapters/supervisor.workers_for``), and the first worker's SIP port (None: the
+    #: first free run of ports from the SIP port + 40, ``adapters/supervisor.py``).
     workers: int | None = None
-    worker_first_port: int = 5100
+    worker_first_port: int | None = None
     #: Not config keys: set by ``serve --workers`` for each worker (docs/scaling.md): the
     #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
     front: Front | None = None

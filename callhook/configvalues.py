@@ -139,16 +139,18 @@ def network_list(path: Path, table: str, key: str, values: dict[str, Any]) -> tu
     return tuple(v.strip() for v in value)
 
 
-def workers(path: Path, values: dict[str, Any]) -> tuple[int | None, int]:
+def workers(path: Path, values: dict[str, Any]) -> tuple[int | None, int | None]:
     """``[workers]``: how many worker processes ``serve`` runs (None: ``"auto"``), and
-    their first SIP port."""
+    their first SIP port (None: not given, chosen free)."""
     no_unknown(path, "workers", values, {"count", "first_port"})
     count: int | None = None
     if values.get("count", "auto") != "auto":
         count = integer(path, "workers", "count", values, 1)
         if not 1 <= count <= 256:
             raise ConfigError(f'{path}: [workers] count must be 1 to 256 or "auto", got {count}')
-    first = integer(path, "workers", "first_port", values, 5100)
+    if "first_port" not in values:
+        return count, None
+    first = integer(path, "workers", "first_port", values, 0)
     if not 1024 <= first <= 65535:
         raise ConfigError(f"{path}: [workers] first_port must be a port above 1023, got {first}")
     return count, first

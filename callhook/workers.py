@@ -90,6 +90,11 @@ CALL_AFFINITY_SECONDS = 4 * 3600
 #: one worker asks another beyond questions about calls (a web client's call relayed,
 #: adapters/webclients.py) must carry it.
 WORKERS_TOKEN = "CALLHOOK_WORKERS_TOKEN"
+#: And the first worker's SIP port, when the supervisor chose it (``[workers] first_port``
+#: not given): every worker lays the ports out the same.
+WORKERS_FIRST_PORT = "CALLHOOK_WORKERS_FIRST_PORT"
+#: The workers' ports start this far above the SIP port when not configured.
+FIRST_PORT_OFFSET = 40
 #: A worker or Kamailio that ran this long before ending is replaced at once.
 STEADY = 30.0
 #: The longest pause between two starts of a process that keeps ending.
@@ -246,9 +251,41 @@ def plan(
         )
         for i in range(count)
     )
-    wildcard = host in ("0.0.0.0", "::", "")
-    worker_host = ("::1" if ":" in host else "127.0.0.1") if wildcard else host
-    return Layout(host, port, advertised, worker_host, workers, tcp_port, tls, external=external)
+    return Layout(
+        host, port, advertised, host_of_workers(host), workers, tcp_port, tls, external=external
+    )
+
+
+def host_of_workers(host: str) -> str:
+    """Where the workers listen when the front listens on ``host``: loopback when it is a
+    wildcard (they are reached through Kamailio only), else the same address."""
+    if host in ("0.0.0.0", "::", ""):
+        return "::1" if ":" in host else "127.0.0.1"
+    return host
+
+
+def first_port_candidates(sip_port: int, count: int) -> range:
+    """Where the workers' SIP ports may start when ``[workers] first_port`` is not given:
+    from the SIP port + :data:`FIRST_PORT_OFFSET` up (5100 for the standard 5060); the
+    caller takes the first run of ``count`` ports that is :func:`clear_of` the others and
+    free."""
+    return range(max(1024, sip_port + FIRST_PORT_OFFSET), 65536 - count + 1)
+
+
+def default_first_port(sip_port: int, count: int, rtp_ports: tuple[int, int]) -> int:
+    """The first of :func:`first_port_candidates` clear of the SIP port and the RTP range
+    (whether its ports are free is the caller's to find out); ConfigError if none is."""
+    for first in first_port_candidates(sip_port, count):
+        if clear_of(first, count, sip_port, rtp_ports):
+            return first
+    raise ConfigError(f"no room for {count} workers' SIP ports: set [workers] first_port")
+
+
+def clear_of(first_port: int, count: int, sip_port: int, rtp_ports: tuple[int, int]) -> bool:
+    """Whether ``count`` ports from ``first_port`` miss the SIP port and the RTP range."""
+    last = first_port + count - 1
+    first_rtp, last_rtp = rtp_ports
+    return not (first_port <= sip_port <= last) and (last < first_rtp or first_port > last_rtp)
 
 
 def dispatcher_list(layout: Layout) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 from collections.abc import Callable
 from typing import cast
@@ -50,6 +51,18 @@ MAX_WRITE_BUFFER = 1024 * 1024
 
 #: Messages queued for a connection that is still being opened, at most.
 MAX_PENDING = 64
+
+
+class ListenError(Exception):
+    """A SIP port that cannot be listened on (serve says which setting names it)."""
+
+    def __init__(self, transport: str, host: str, port: int, exc: OSError) -> None:
+        # (uvloop's error says only "could not bind": the cause's errno says why.)
+        errno = exc.errno or getattr(exc.__cause__, "errno", None)
+        why = os.strerror(errno) if errno else exc.strerror or str(exc)
+        super().__init__(f"SIP cannot listen on {transport} {host}:{port}: {why}")
+        self.transport = transport
+        self.port = port
 
 
 class _Stream(asyncio.Protocol):
@@ -186,11 +199,15 @@ class Connections:
     async def listen(
         self, transport: Transport, host: str, port: int, tls: ssl.SSLContext | None = None
     ) -> int:
-        """Start a ``tcp`` or ``tls`` listener on ``host:port``; returns the port bound."""
+        """Start a ``tcp`` or ``tls`` listener on ``host:port``; returns the port bound.
+        :class:`ListenError` if it cannot be bound."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: _Stream(self, transport, None), host, port, ssl=tls, reuse_address=True
-        )
+        try:
+            server = await loop.create_server(
+                lambda: _Stream(self, transport, None), host, port, ssl=tls, reuse_address=True
+            )
+        except OSError as exc:
+            raise ListenError(transport, host, port, exc) from None
         self.servers.append(server)
         bound: int = server.sockets[0].getsockname()[1]
         logger.info("SIP listening on %s %s:%d", transport, host, bound)

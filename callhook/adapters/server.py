@@ -15,14 +15,16 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from callhook import __version__
+from callhook.adapters.connections import ListenError
 from callhook.adapters.siblings import Siblings
-from callhook.adapters.supervisor import READY, workers_for
+from callhook.adapters.supervisor import READY, hang_up_is_no_stop, workers_for
 from callhook.app import Services
 from callhook.collector import (
     CHECK_EVERY,
@@ -33,7 +35,7 @@ from callhook.collector import (
 from callhook.config import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.metrics import Metrics
 from callhook.redact import redact
-from callhook.workers import WORKERS_TOKEN
+from callhook.workers import WORKERS_FIRST_PORT, WORKERS_TOKEN
 
 logger = logging.getLogger("callhook.server")
 
@@ -171,6 +173,9 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
             )
         from callhook.adapters.supervisor import become_worker
 
+        chosen = os.environ.get(WORKERS_FIRST_PORT)
+        if settings.worker_first_port is None and chosen:
+            settings.worker_first_port = int(chosen)  # the supervisor's choice
         layout = become_worker(settings, args.worker, count)
         if settings.database_url is None:  # (with PostgreSQL: the nodes table, below)
             siblings = Siblings.of_workers(
@@ -187,7 +192,11 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     apply_app_flags(args, services)
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
-    await sip.start()
+    try:
+        await sip.start()
+    except ListenError as exc:
+        await services.close()  # (the speech models loading: a clean exit, status 2)
+        raise ConfigError(f"{exc} (set by {_listen_key(exc, settings)})") from None
     if sip.media is not None:
         # The young generations between ticks, not in the middle of one (collector.py).
         sip.media.after_tick = collect_young
@@ -206,16 +215,23 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         where = settings.node_address
         where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
         siblings = Siblings(where, bound, nodes_of(nodes), token=nodes.token)
-    base = await _start_web(
-        services,
-        sip,
-        host,
-        port,
-        keys,
-        siblings=siblings,
-        reuse_port=args.worker is not None,
-        private=private,
-    )
+    try:
+        base = await _start_web(
+            services,
+            sip,
+            host,
+            port,
+            keys,
+            siblings=siblings,
+            reuse_port=args.worker is not None,
+            private=private,
+        )
+    except OSError as exc:
+        await services.close()
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            f"the web address {host}:{port} cannot be used: {why} (set by --http, or [http])"
+        ) from None
     if nodes is not None and siblings is not None:
         await asyncio.to_thread(nodes.advertise, f"http://{siblings.label}")
     app = services.settings.app_for("") or services.default_app()
@@ -235,7 +251,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     )
     collecting = asyncio.get_running_loop().create_task(_collect_when_due(services.metrics))
     if args.worker is not None:
-        print(READY, flush=True)  # the supervisor prints where callhook is reached
+        _say(READY)  # the supervisor prints where callhook is reached
     else:
         _banner(settings, sip, base, app)
     stop = asyncio.Event()
@@ -243,10 +259,11 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    hang_up_is_no_stop(loop)
     try:
         await stop.wait()
     finally:
-        print("callhook: shutting down (new calls get 503)", flush=True)
+        _say("callhook: shutting down (new calls get 503)")
         frozen.cancel()
         collecting.cancel()
         await sip.shutdown(settings.shutdown_grace)
@@ -254,6 +271,27 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         if siblings is not None:
             await siblings.close()
     return 0
+
+
+def _say(line: str) -> None:
+    """Print ``line``; a reader gone (a worker's supervisor killed: its pipe closed) must
+    not stop the shutdown, whose calls are still to be hung up and reported."""
+    try:
+        print(line, flush=True)
+    except OSError:  # BrokenPipeError: nothing reads standard output any more
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _listen_key(exc: ListenError, settings: Settings) -> str:
+    """The setting that names the SIP port that could not be listened on."""
+    if settings.front is not None:
+        return "[workers] first_port"  # a worker's own port (chosen free when not set)
+    if exc.transport == "tls":
+        return "[sip] tls_port"
+    if exc.transport == "tcp" and settings.sip_tcp_port:
+        return "[sip] tcp_port"
+    return "--sip, or [sip] host and port"
 
 
 def nodes_of(nodes: Nodes) -> Callable[[], Awaitable[list[tuple[str, str]]]]:

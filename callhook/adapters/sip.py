@@ -29,7 +29,7 @@ import socket
 from collections import OrderedDict
 
 from callhook.adapters.connecting import CallFarLegs, Connecting
-from callhook.adapters.connections import Connections
+from callhook.adapters.connections import Connections, ListenError
 from callhook.adapters.control import Control
 from callhook.adapters.dialling import Dialling
 from callhook.adapters.farleg import FarLeg
@@ -172,9 +172,13 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
     async def start(self, *, register: bool = True, listen: bool = True) -> None:
         """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside
         a running ``serve`` must not take its ports); register the trunks if ``register``."""
-        transport, _ = await self.loop.create_datagram_endpoint(
-            lambda: _SipProtocol(self), local_addr=(self.host, self.port)
-        )
+        settings = self.services.settings
+        try:
+            transport, _ = await self.loop.create_datagram_endpoint(
+                lambda: _SipProtocol(self), local_addr=(self.host, self.port)
+            )
+        except OSError as exc:
+            raise ListenError("udp", self.host, self.port, exc) from None
         # uvloop's UDP transport implements the interface without subclassing it.
         self.transport = transport
         self.port = transport.get_extra_info("sockname")[1]
@@ -184,7 +188,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.agent = Agent(
             self.address, self.port, user_agent=f"callhook/{__version__}", ports=self.ports
         )
-        settings = self.services.settings
         if settings.front is not None:
             self.agent.use_front(settings.front)  # a worker of serve --workers
             # Its guard bans the real sources (failed digests), which only the agent
@@ -218,20 +221,20 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         )
         if not listen:
             return
+        wanted: list[tuple[Transport, int]] = []
         if settings.sip_tcp_port is None:
             # The UDP port (any free one when UDP's was chosen by the system).
-            self.ports["tcp"] = await self.connections.listen(
-                "tcp", self.host, self.port if self.requested_port else 0
-            )
+            wanted.append(("tcp", self.port if self.requested_port else 0))
         elif settings.sip_tcp_port:
-            self.ports["tcp"] = await self.connections.listen(
-                "tcp", self.host, settings.sip_tcp_port
-            )
+            wanted.append(("tcp", settings.sip_tcp_port))
         if settings.tls_certificate is not None and settings.sip_tls_port:
-            tls = server_context(settings.tls_certificate, settings.tls_key)
-            self.ports["tls"] = await self.connections.listen(
-                "tls", self.host, settings.sip_tls_port, tls
-            )
+            wanted.append(("tls", settings.sip_tls_port))
+        for transport, port in wanted:
+            tls = None
+            if transport == "tls":
+                assert settings.tls_certificate is not None
+                tls = server_context(settings.tls_certificate, settings.tls_key)
+            self.ports[transport] = await self.connections.listen(transport, self.host, port, tls)
 
     # --- the agent ------------------------------------------------------------------------
 

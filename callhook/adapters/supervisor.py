@@ -38,10 +38,16 @@ from pathlib import Path
 from callhook.config import ConfigError, Settings
 from callhook.sip.grammar import parse_hostport
 from callhook.workers import (
+    FIRST_PORT_OFFSET,
+    WORKERS_FIRST_PORT,
     WORKERS_TOKEN,
     Layout,
+    clear_of,
     cores,
+    default_first_port,
     dispatcher_list,
+    first_port_candidates,
+    host_of_workers,
     kamailio_binary,
     kamailio_config,
     kamailio_modules,
@@ -85,12 +91,15 @@ def layout_of(settings: Settings, count: int) -> Layout:
         raise ConfigError(
             f"more than one worker does not support {'; '.join(refused)} yet: use --workers 1"
         )
+    first_port = settings.worker_first_port
+    if first_port is None:  # (serve chooses free ones: choose_first_port)
+        first_port = default_first_port(settings.sip_port, count, settings.rtp_ports)
     return plan(
         count,
         host=settings.sip_host,
         port=settings.sip_port,
         advertised=local_address(settings.sip_host),
-        first_port=settings.worker_first_port,
+        first_port=first_port,
         rtp_ports=settings.rtp_ports,
         tcp_port=None if settings.sip_tcp_port == 0 else settings.sip_tcp_port or settings.sip_port,
         tls=tls,
@@ -133,6 +142,37 @@ def workers_for(settings: Settings, asked: int | None) -> tuple[int, str | None]
     except ConfigError as exc:
         return 1, str(exc)
     return available, None
+
+
+def choose_first_port(settings: Settings, count: int) -> int:
+    """``[workers] first_port``; else the first run of ``count`` ports from the SIP port
+    + 40 (workers.py ``first_port_candidates``) clear of the SIP port and the RTP range and
+    free on the workers' host, for UDP (their SIP) and TCP (their private port): a
+    second ``serve`` on the machine takes the next free ones. ConfigError if none is."""
+    if settings.worker_first_port is not None:
+        return settings.worker_first_port
+    host = host_of_workers(settings.sip_host)
+    start = default_first_port(settings.sip_port, count, settings.rtp_ports)
+    for first in first_port_candidates(start - FIRST_PORT_OFFSET, count):
+        if clear_of(first, count, settings.sip_port, settings.rtp_ports) and all(
+            _free(host, port) for port in range(first, first + count)
+        ):
+            return first
+    raise ConfigError(
+        f"no {count} free ports for the workers' SIP on {host}: set [workers] first_port"
+    )
+
+
+def _free(host: str, port: int) -> bool:
+    """Whether ``port`` can be bound on ``host`` for UDP and for TCP now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(family, kind) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                return False
+    return True
 
 
 def become_worker(settings: Settings, index: int, count: int) -> Layout:
@@ -238,6 +278,7 @@ class Supervisor:
         self._quiet = False  # Kamailio was told to stop: its log is not passed on
         self._tasks: list[asyncio.Task[None]] = []
         self.failed: str | None = None
+        self.exit_status = 1  # when it failed
         self._failed = asyncio.Event()
 
     def write_config(self) -> Path:
@@ -294,8 +335,9 @@ class Supervisor:
             task.cancel()
         await self.shutdown()
         if self.failed is not None:
-            print(f"callhook: {self.failed}", file=sys.stderr, flush=True)
-            return 1
+            if self.failed:
+                print(f"callhook: {self.failed}", file=sys.stderr, flush=True)
+            return self.exit_status
         return 0
 
     def _answers_sip(self, seconds: float = 10.0) -> bool:
@@ -433,8 +475,14 @@ class Supervisor:
                 pause=child.pause,
             )
             if pause is None:
-                whose = "its lines" if kamailio else "its error"
-                self._fail(f"{child.name} ended at its start ({how}): see {whose} above")
+                if code == 2 and not kamailio:
+                    # A worker's configuration error: it said why in one line (a port it
+                    # cannot listen on, ...); serve ends with the same status, saying no more.
+                    self.exit_status = 2
+                    self._fail("")
+                else:
+                    whose = "its lines" if kamailio else "its error"
+                    self._fail(f"{child.name} ended at its start ({how}): see {whose} above")
                 return
             child.pause = pause
             child.restarts += 1
@@ -492,6 +540,33 @@ async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout
             os.killpg(p.pid, signal.SIGKILL)  # anything it left behind
 
 
+def front_ports_free(settings: Settings) -> None:
+    """ConfigError, in one line naming the setting, when Kamailio could not listen on the
+    SIP address (another serve, or any SIP server, has it): found before anything starts."""
+    host, port = settings.sip_host, settings.sip_port
+    wanted = [("udp", port)]
+    if settings.sip_tcp_port != 0:
+        wanted.append(("tcp", settings.sip_tcp_port or port))
+    if settings.tls_certificate is not None and settings.sip_tls_port:
+        wanted.append(("tls", settings.sip_tls_port))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for transport, number in wanted:
+        kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
+        with socket.socket(family, kind) as probe:
+            if kind == socket.SOCK_STREAM:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kamailio
+            try:
+                probe.bind((host, number))
+            except OSError as exc:
+                key = {"udp": "--sip, or [sip] host and port", "tcp": "[sip] tcp_port"}.get(
+                    transport, "[sip] tls_port"
+                )
+                raise ConfigError(
+                    f"SIP cannot listen on {transport} {host}:{number}: {exc.strerror} "
+                    f"(set by {key})"
+                ) from None
+
+
 def http_port(host: str, port: int) -> int:
     """The web port the workers share (SO_REUSEPORT): a free one when ``port`` is 0."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -510,12 +585,28 @@ async def supervise(
 ) -> int:
     """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status)."""
     host, port = http
-    # The workers' shared token (adapters/siblings.py): each inherits it from here.
+    # The workers' shared token (adapters/siblings.py) and first SIP port: each inherits
+    # them from here.
     os.environ[WORKERS_TOKEN] = secrets.token_urlsafe(24)
+    settings.worker_first_port = choose_first_port(settings, count)
+    os.environ[WORKERS_FIRST_PORT] = str(settings.worker_first_port)
+    front_ports_free(settings)
     supervisor = Supervisor(settings, count, worker_argv, (host, http_port(host, port)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    hang_up_is_no_stop(loop)
     return await supervisor.run(stop)
+
+
+def hang_up_is_no_stop(loop: asyncio.AbstractEventLoop) -> None:
+    """SIGHUP (a closed terminal, ``kill -HUP``) does not end ``serve``: one line says
+    so. (The workers have sessions of their own: a terminal's hang-up does not reach
+    them; the supervisor stays, so their pipes stay open.)"""
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(
+            signal.SIGHUP,
+            lambda: logger.warning("SIGHUP: callhook has nothing to reload; it goes on serving"),
+        )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -279,8 +280,8 @@ def _runs(entry: Path, data_dir: Path) -> bool:
 
 
 async def serve_that_fails(tmp_path: Path, first_port: int, sip_port: int) -> str:
-    """``serve --workers 2`` that is expected to stop by itself: exit 1, nothing of it left
-    running; what it printed."""
+    """``serve --workers 2`` that is expected to stop by itself: exit status 2 (a setting
+    that cannot be served), no traceback, nothing of it left running; what it printed."""
     config = tmp_path / "workers.toml"
     config.write_text(f"[workers]\nfirst_port = {first_port}\n[speech]\npreload = false\n")
     data_dir = tmp_path / "data"
@@ -292,7 +293,8 @@ async def serve_that_fails(tmp_path: Path, first_port: int, sip_port: int) -> st
     )  # fmt: skip
     out, _ = await asyncio.wait_for(proc.communicate(), 90)
     text = out.decode(errors="replace")
-    assert proc.returncode == 1, text
+    assert proc.returncode == 2, text
+    assert "Traceback" not in text, text
     assert "serving with 2 workers" not in text  # no banner for a serve nobody can call
     assert not leftovers(data_dir), "a worker or Kamailio outlived serve"
     return text
@@ -306,9 +308,13 @@ def leftovers(data_dir: Path) -> list[Path]:
 async def test_a_sip_address_that_is_taken_stops_serve_with_the_reason(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
-        text = await serve_that_fails(tmp_path, free_even_udp_port(), taken.getsockname()[1])
-    assert "Address already in use" in text  # Kamailio's own line, passed on
-    assert "callhook: kamailio ended at its start" in text
+        port = taken.getsockname()[1]
+        text = await serve_that_fails(tmp_path, free_even_udp_port(), port)
+    # Found before anything starts: one line, the address and what sets it.
+    assert text.strip().splitlines() == [
+        f"callhook: SIP cannot listen on udp 127.0.0.1:{port}: Address already in use "
+        "(set by --sip, or [sip] host and port)"
+    ], text
 
 
 async def test_a_worker_that_cannot_start_stops_serve_with_the_reason(tmp_path: Path) -> None:
@@ -316,4 +322,69 @@ async def test_a_worker_that_cannot_start_stops_serve_with_the_reason(tmp_path: 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", first + 1))  # worker 1's SIP port
         text = await serve_that_fails(tmp_path, first, free_udp_port())
-    assert "callhook: worker 1 ended at its start" in text, text
+    line = (
+        f"callhook: SIP cannot listen on udp 127.0.0.1:{first + 1}: Address already in use "
+        "(set by [workers] first_port)"
+    )
+    assert [x for x in text.splitlines() if x.startswith("callhook:")] == [line], text
+
+
+async def test_two_serves_on_one_machine_each_take_free_ports_for_their_workers(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """No ``[workers] first_port``: each serve's workers take free ports from its SIP
+    port + 40 up, so a second serve whose SIP port is 1 above the first's starts beside it
+    (its first choice is taken by the first's workers) and both take calls."""
+    app.page("/start", [{"sleep": {"seconds": 0.5}}])
+    app.page("/final", None)
+    sip = free_udp_port()
+    servers = [Server.for_app(tmp_path / f"data{n}", app, extra=("--workers", "2")) for n in (0, 1)]
+    for n, server in enumerate(servers):
+        server.start_timeout = 150.0
+        server.sip_port = sip + n
+        server.args[server.args.index("--sip") + 1] = f"127.0.0.1:{sip + n}"
+    async with servers[0] as first, servers[1] as second:
+        for server in (first, second):
+            quick = [
+                sipp.invite("ivr"),
+                sipp.ANSWERED,
+                sipp.BYE_FROM_SERVER.format(timeout_ms=15000),
+            ]
+            run = await sipp.call(server.sip, tmp_path, *quick)
+            assert run.returncode == 0, run.output + server.output
+        ports = [_worker_ports(s.output) for s in (first, second)]
+    # (Another test's process may hold one of them: then the next free ones.)
+    assert len(ports[0]) == len(ports[1]) == 2 and not set(ports[0]) & set(ports[1]), ports
+    assert min(ports[0]) >= sip + 40 and min(ports[1]) >= sip + 41, ports
+
+
+def _worker_ports(banner: str) -> list[int]:
+    return [int(m) for m in re.findall(r"worker \d+: SIP 127\.0\.0\.1:(\d+)", banner)]
+
+
+async def test_a_hang_up_signal_does_not_stop_serve_and_orphaned_workers_end_cleanly(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """SIGHUP (a closed terminal, ``kill -HUP``) is one line and serve goes on taking
+    calls. The supervisor killed outright: its workers, told by the kernel, shut down
+    cleanly though nothing reads their output any more (no BrokenPipeError traceback),
+    and none is left running."""
+    from tests.e2e.harness import served
+
+    app.page("/start", [{"sleep": {"seconds": 0.5}}])
+    app.page("/final", None)
+    bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
+    async with served(tmp_path, app, 2) as server:
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGHUP)
+        await until(lambda: "SIGHUP: callhook has nothing to reload" in server.output,
+                    "the SIGHUP line", lambda: server.output)  # fmt: skip
+        run = await sipp.call(server.sip, tmp_path, sipp.invite("ivr"), sipp.ANSWERED, bye)
+        assert run.returncode == 0, run.output + server.output
+        workers = worker_pids(server.data_dir)
+        assert len(workers) == 2
+        server.proc.kill()  # SIGKILL: the supervisor has no say
+        await until(lambda: not worker_pids(server.data_dir), "the workers' end",
+                    lambda: server.output, 40)  # fmt: skip
+    assert "Traceback" not in server.output, server.output
+    assert "BrokenPipeError" not in server.output, server.output

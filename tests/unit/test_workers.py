@@ -90,7 +90,7 @@ def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
     assert settings.sip_proxies == ("10.1.2.3",)
     assert load(tmp_path / "c.toml").workers == 4
     path.write_text("")
-    assert (load(path).workers, load(path).worker_first_port) == (None, 5100)  # "auto"
+    assert (load(path).workers, load(path).worker_first_port) == (None, None)  # auto, free
     path.write_text('[workers]\ncount = "auto"\n')
     assert load(path).workers is None
     for text, problem in [
@@ -103,6 +103,46 @@ def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
         path.write_text(text)
         with pytest.raises(ConfigError, match=problem):
             load(path)
+
+
+def test_the_workers_ports_start_from_the_sip_port_clear_of_it_and_of_rtp() -> None:
+    from callhook.workers import default_first_port
+
+    assert default_first_port(5060, 2, (20000, 29999)) == 5100  # as it always was
+    assert default_first_port(6999, 2, (20000, 29999)) == 7039
+    assert default_first_port(0, 2, (20000, 29999)) == 1024  # any port: from 1024 up
+    # The SIP port + 40 in the RTP range: past it.
+    assert default_first_port(19980, 4, (20000, 29999)) == 30000
+
+
+def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> None:
+    """Two ``serve`` on one machine: the second's workers do not take the first's ports
+    (they used to bind a fixed 5100 and die at start)."""
+    import socket
+
+    from callhook.adapters.supervisor import choose_first_port
+
+    def taken_run(start: int) -> list[socket.socket]:
+        held = []
+        for port in (start, start + 1):
+            for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+                s = socket.socket(socket.AF_INET, kind)
+                s.bind(("127.0.0.1", port))
+                held.append(s)
+        return held
+
+    settings = Settings(sip_host="127.0.0.1", sip_port=41000, rtp_ports=(20000, 29999))
+    first = choose_first_port(settings, 2)
+    assert first >= 41040
+    held = taken_run(first)
+    try:
+        second = choose_first_port(settings, 2)
+        assert second >= first + 2  # past the ports the first one holds
+    finally:
+        for s in held:
+            s.close()
+    settings.worker_first_port = 6000  # configured: taken as it is (a clash says so later)
+    assert choose_first_port(settings, 2) == 6000
 
 
 def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
