@@ -553,6 +553,7 @@ class CallRunner:
         )
         if isinstance(raw, CallEnded):
             self._ended(raw)
+            self.log.write("page_abandoned", f"{request.url}: the call ended while waiting for it")
             raise CallGone(raw)
         response = self.exchange.read(request.url, raw)
         cipher = response.call_recording_cipher if response is not None else None

@@ -37,8 +37,9 @@ Kind = Literal["number", "sip", "local", "webrtc", "websocket", "conference", "u
 _TEL = re.compile(r"\+?([1-9][0-9]*(?:-[0-9]+)*)")
 #: A destination without a prefix that is a number (Aculab: digits and single '-').
 _NUMBER = re.compile(r"\+?[0-9*#]+(?:-[0-9*#]+)*")
-#: Aculab's WebRTC client id: "alphanumeric and +-._ characters".
-CLIENT_ID = re.compile(r"[A-Za-z0-9+\-._]{1,256}")
+#: Aculab's WebRTC client id: "alphanumeric and +-._ characters" (not dots alone: "." and
+#: ".." are no name in a URL path, where workers ask each other for a client).
+CLIENT_ID = re.compile(r"(?!\.+$)[A-Za-z0-9+\-._]{1,256}")
 #: An application's name (as ``[apps.NAME]`` allows it).
 _APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
 #: A conference room's name (con:): printable, no space.
@@ -60,7 +61,7 @@ SCHEMA_PATTERN = "|".join(
         _ci("sip") + f"{_ci('s')}?" + r":[^\s]+@?[^\s]*",
         _ci("ws") + f"{_ci('s')}?" + r"://[^\s]+",
         _ci("loc") + r":[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}",
-        _ci("webrtc") + r":[A-Za-z0-9+._-]{1,256}",
+        _ci("webrtc") + r":(?!\.+$)[A-Za-z0-9+._-]{1,256}",
         _ci("user") + r":[^\s]+",
         r"\+?[0-9*#]+(?:-[0-9*#]+)*",
         r"[^:\s@]+@[^\s]+",

@@ -76,8 +76,7 @@ class PageExchange:
         if fetch in done:
             return fetch.result()
         fetch.cancel()
-        self.log.write("page_abandoned", f"{url}: the call ended while waiting for it")
-        return ended.result()
+        return ended.result()  # (the runner notes the end, then that the page was abandoned)
 
     async def fetch_final(self, url: str, method: str, body: dict[str, Any]) -> bytes:
         """The final page's answer (the call is over: nothing to race; not timed, as the

@@ -20,6 +20,8 @@ import jwt
 #: ``ttl``'s bounds and default, in seconds (Aculab's WebRTC Clients page).
 TTL_MIN, TTL_MAX, TTL_DEFAULT = 600, 86400, 3600
 SCOPE = "webrtcclient"
+#: Seconds a token may come before its ``nbf`` (another node's clock a little ahead).
+LEEWAY = 60
 ALGORITHM = "HS256"
 
 
@@ -96,7 +98,7 @@ def check(token: str, key: bytes, app: str, now: float) -> Grant:
     # Times checked against the clock given, not the system's (tests run a virtual one).
     if not isinstance(claims["exp"], int | float) or now >= claims["exp"]:
         raise BadToken("the token has expired")
-    if not isinstance(claims["nbf"], int | float) or now < claims["nbf"]:
+    if not isinstance(claims["nbf"], int | float) or now + LEEWAY < claims["nbf"]:
         raise BadToken("the token is not valid yet")
     scope = claims.get("scope")
     if not isinstance(scope, list) or SCOPE not in scope:

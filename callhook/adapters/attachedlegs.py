@@ -54,6 +54,7 @@ class AttachedLegs(Screening):
     client_tls: ssl.SSLContext
     calls: dict[str, SipCall]
     webclients: WebClients | None
+    _ringing: set[asyncio.Task[None]]  # web clients being rung
 
     def _ended(self, far: FarLeg, cause: str, raw_cause: str) -> None:
         raise NotImplementedError
@@ -292,4 +293,6 @@ class AttachedLegs(Screening):
                 leg.rung(channel, local=where == "here")
 
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
-        self.loop.create_task(ring())
+        task = self.loop.create_task(ring())
+        self._ringing.add(task)  # (held: the loop keeps only weak references to tasks)
+        task.add_done_callback(self._ringing.discard)

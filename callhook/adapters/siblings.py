@@ -45,6 +45,7 @@ port answers these requests and no others (not even other methods on their paths
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import re
@@ -172,7 +173,8 @@ class Siblings:
         """The session of the sockets to siblings: no total timeout (a call lasts)."""
         if self._socket_client is None or self._socket_client.closed:
             self._socket_client = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, connect=TIMEOUT, sock_read=None)
+                # (sock_read: the handshake's answer; a socket's reads have no timeout)
+                timeout=aiohttp.ClientTimeout(total=None, connect=TIMEOUT, sock_read=TIMEOUT)
             )
         return self._socket_client
 
@@ -230,7 +232,8 @@ class Siblings:
             raise web.HTTPNotFound()
         if HEADER in request.headers:
             meant = request.headers.get(NODE)
-            if meant is not None and self.token is not None and meant != self.token:
+            mismatch = not hmac.compare_digest((meant or "").encode(), (self.token or "").encode())
+            if meant is not None and self.token is not None and mismatch:
                 raise web.HTTPNotFound()  # meant for another node: nothing of ours
             return await handler(request)  # a sibling's question: this worker's own answer
         response = await handler(request)

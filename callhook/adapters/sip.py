@@ -146,6 +146,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.phone: WebPhone | None = None
         #: The web clients signed in to receive calls (``webrtc:`` destinations).
         self.webclients: WebClients | None = None
+        self._ringing: set[asyncio.Task[None]] = set()
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
         )
@@ -586,6 +587,8 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                 await asyncio.wait(pending, timeout=10)
         if self.phone is not None:
             await self.phone.hang_up_all("callhook is shutting down")
+        if self.webclients is not None:
+            await self.webclients.sign_out_all("callhook is shutting down")
         if self.media is not None:
             self.media.shutdown()
         await self._unregister()

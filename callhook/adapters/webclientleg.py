@@ -8,8 +8,8 @@ it sends goes to the page. From then on it is joined, recorded and ended like a 
 leg. How it ends (docs/behaviour.md, "connect to a web client"):
 
 * not signed in: ``unobtainable``, 404; ringing for another call: ``busy``, 486;
-* rejected: the page's SIP cause (486 when it gives none), as a SIP callee's final
-  response would be reported;
+* rejected (or hung up while it rings): the page's SIP cause (486 when it gives none),
+  as a SIP callee's final response would be reported;
 * the page hangs up, or goes away once answered: ``hung_up``, ``BYE``; goes away while
   ringing: ``no_answer``, 480;
 * callhook hangs it up (another destination answered, the caller hung up, the time
@@ -98,6 +98,8 @@ class WebClientLeg:
             self._end(cause_of(status), str(status))
         elif kind == "busy":
             self._end("busy", "486")
+        elif kind == "absent":  # signed out on its worker as the call came
+            self._end("unobtainable", "404")
         elif kind == "hangup":
             self._end("hung_up", "BYE")
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -47,7 +48,7 @@ from callhook import webrtctoken
 from callhook.adapters.api import ApiError, KeyRing
 from callhook.adapters.siblings import HEADER, NODE, RING_PATH, SIGN_OUT_PATH, Siblings
 from callhook.adapters.web import Bans
-from callhook.adapters.webphone import Outbox, loopback
+from callhook.adapters.webphone import Outbox, loopback, same_origin
 from callhook.config import AppConfig
 from callhook.destinations import CLIENT_ID
 
@@ -126,8 +127,9 @@ class ClientSocket:
         if kind == "answer" and not self.answered:
             self.answered = True
             line.to_caller(json.dumps({"type": "answer"}))
-        elif kind == "reject" and not self.answered:
-            cause = parsed.get("cause", 486)
+        elif kind in ("reject", "hangup") and not self.answered:
+            # (Hanging up a call that rings is rejecting it.)
+            cause = parsed.get("cause", 486) if kind == "reject" else 486
             if not isinstance(cause, int) or not 400 <= cause <= 699:
                 cause = 486
             self._forget()
@@ -239,7 +241,7 @@ class WebClients:
         self.siblings = siblings
         self.now = now
         self.clients: dict[tuple[str, str], ClientSocket] = {}
-        self._telling: set[asyncio.Task[None]] = set()
+        self._telling: set[asyncio.Task[None]] = set()  # sign-outs told, relays read
 
     def routes(self) -> list[web.RouteDef]:
         out = [web.get("/phone/client", self.client_socket, allow_head=False)]
@@ -269,6 +271,8 @@ class WebClients:
         """The WebSocket of one page receiving calls (see the module docstring)."""
         if self.bans is not None and request.remote and self.bans.banned(request.remote):
             raise web.HTTPForbidden(text="this address is banned for a while")
+        if not same_origin(request):
+            raise web.HTTPForbidden(text="a page of another site may not sign in here")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
         outbox = Outbox(ws)
@@ -324,17 +328,21 @@ class WebClients:
         client_id = data.get("client_id")
         if not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id):
             raise ApiError(400, "bad_request", "client_id: 1 to 256 letters, digits and + - . _")
-        if client.client_id and (client_id, str(data.get("app", client.app))) != (
-            client.client_id,
-            client.app,
-        ):
+        if client.client_id and client_id != client.client_id:
             raise ApiError(400, "bad_request", "a socket signs in as one client id")
         app, expires = self._credentials(request, data, client_id)
-        client.expires = expires
-        client.signed_in = time.time()
-        if client.client_id:  # a renewal
+        if client.client_id:  # a renewal: of the same client id of the same application
+            if app != client.app:
+                self._failed(request)
+                raise ApiError(
+                    401, "unauthorized", "the renewal is another application's", wrong_key=True
+                )
+            client.expires = expires
             client.outbox.event("registered", app=app, client_id=client_id, expires=expires)
             return
+        client.expires = expires
+        # (Kept through renewals: which of two pages signed in as one id is the newer.)
+        client.signed_in = time.time()
         client.app, client.client_id = app, client_id
         older = self.clients.get((app, client_id))
         if older is not None and older is not client:
@@ -369,21 +377,38 @@ class WebClients:
                 raise ApiError(403, "forbidden", "the token does not enable incoming calls")
             return app, grant.expires
         name = data.get("app")
-        if not isinstance(name, str) or name not in self.apps():
-            raise ApiError(404, "not_found", f"no application {name!r}")
         if loopback(request.remote):
+            if not isinstance(name, str) or name not in self.apps():
+                raise ApiError(404, "not_found", f"no application {name!r}")
             return name, None
+        # Elsewhere the key first: no answer says which applications exist.
         key = data.get("key")
         if not isinstance(key, str) or not key:
             raise ApiError(401, "unauthorized", "a token or the application's key is needed")
-        if self.keys.app_for(key) != name:
+        owner = self.keys.app_for(key)
+        if owner is None:
             self._failed(request)
             raise ApiError(401, "unauthorized", "the API key is not valid", wrong_key=True)
+        if owner != name or name not in self.apps():
+            raise ApiError(401, "unauthorized", "the API key is not that application's")
         return name, None
 
     def _failed(self, request: web.Request) -> None:
         if self.bans is not None and request.remote:
             self.bans.auth_failed(request.remote, "web client sign-in")
+
+    async def sign_out_all(self, reason: str) -> None:
+        """Shutdown: every page is told (``error`` ``shutting_down``) and its socket
+        closed, so the web server's end does not wait for them."""
+        for client in list(self.clients.values()):
+            client.outbox.event("error", code="shutting_down", message=reason)
+            client.outbox.close()
+        for _ in range(100):  # each socket's handler ends with it, at most 5 s
+            if not self.clients:
+                break
+            await asyncio.sleep(0.05)
+        for task in list(self._telling):
+            task.cancel()
 
     # --- ringing ------------------------------------------------------------------------------
 
@@ -412,7 +437,9 @@ class WebClients:
             raise NotSignedIn()
         label, ws = found
         channel = _RemoteChannel(ws)
-        asyncio.get_running_loop().create_task(self._from_sibling(ws, channel, line))
+        task = asyncio.get_running_loop().create_task(self._from_sibling(ws, channel, line))
+        self._telling.add(task)  # (held: the loop keeps only weak references to tasks)
+        task.add_done_callback(self._telling.discard)
         return channel, f"worker {label}" if isinstance(label, int) else f"node {label}"
 
     async def _from_sibling(
@@ -440,7 +467,8 @@ class WebClients:
         private = sockname is not None and sockname[1] == siblings.private_port
         if not private or HEADER not in request.headers:
             raise web.HTTPNotFound()
-        if siblings.token is None or request.headers.get(NODE) != siblings.token:
+        given = request.headers.get(NODE, "").encode()
+        if siblings.token is None or not hmac.compare_digest(given, siblings.token.encode()):
             raise web.HTTPNotFound()
 
     async def signed_in_elsewhere(self, request: web.Request) -> web.Response:
@@ -478,7 +506,12 @@ class WebClients:
         line = _RelayLine(outbox)
         try:
             channel = self.ring_here(app, client_id, call_id, line, incoming)
-        except (Busy, NotSignedIn):
+        except NotSignedIn:  # (signed out since the question came)
+            outbox.event("absent")
+            outbox.close()
+            await outbox.task
+            return ws
+        except Busy:
             outbox.event("busy")
             outbox.close()
             await outbox.task

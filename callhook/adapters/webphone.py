@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable
 from importlib import resources
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
@@ -295,6 +296,8 @@ class WebPhone:
     async def call(self, request: web.Request) -> web.StreamResponse:
         """The WebSocket of one call (see the module docstring)."""
         self._banned(request)
+        if not same_origin(request):
+            raise web.HTTPForbidden(text="a page of another site may not call from here")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
         outbox = Outbox(ws)
@@ -447,6 +450,16 @@ class WebPhone:
             if not self.calls:
                 return
             await asyncio.sleep(0.05)
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether a WebSocket's page is of this server (RFC 6455 §10.2: a browser says whose
+    page opens it in ``Origin``; a page of another site, open in a browser on this host,
+    must not get loopback's rights). No ``Origin``: no browser, nothing to check."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc.lower() == request.host.lower()
 
 
 def loopback(address: str | None) -> bool:

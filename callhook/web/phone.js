@@ -611,6 +611,10 @@ class Receiver {
       this.reject();
       return;
     }
+    if (this.call !== call) {
+      call.audio.close(); // the call ended while the microphone opened
+      return;
+    }
     call.answered = true;
     this.send({ type: "answer", call_id: call.id });
     document.body.dataset.answered = call.id;
@@ -646,7 +650,7 @@ class Receiver {
     }
     this.call = null;
     $("incoming").hidden = true;
-    $("hangup").disabled = true;
+    if (!phone) $("hangup").disabled = true; // (a call placed from the page stays up)
     if ($("status").dataset.state !== "error") setStatus(`${why}; signed in as ${this.clientId}`, "idle");
   }
 

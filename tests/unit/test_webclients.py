@@ -26,6 +26,7 @@ from callhook.adapters.webclients import Busy, NotSignedIn, WebClients
 from callhook.config import AppConfig
 
 KEY = "ivr-key-0123456789abcdef"
+SALES_KEY = "sales-key-0123456789abcdef"
 NOW = 1_800_000_000.0
 
 
@@ -60,7 +61,8 @@ def clients(now: Callable[[], float] = lambda: NOW) -> tuple[WebClients, Bans]:
         for name in ("ivr", "sales")
     }
     bans = Bans()
-    return WebClients(KeyRing({KEY: "ivr"}), lambda: apps, bans=cast(Any, bans), now=now), bans
+    keys = KeyRing({KEY: "ivr", SALES_KEY: "sales"})
+    return WebClients(keys, lambda: apps, bans=cast(Any, bans), now=now), bans
 
 
 @pytest.fixture
@@ -82,10 +84,10 @@ async def until(check: Callable[[], Any]) -> Any:
     raise AssertionError("not in time")
 
 
-def token(client_id: str, now: float = NOW, **kw: Any) -> str:
-    key = KeyRing({KEY: "ivr"}).signing_key("ivr")
+def token(client_id: str, now: float = NOW, app: str = "ivr", **kw: Any) -> str:
+    key = KeyRing({KEY: "ivr", SALES_KEY: "sales"}).signing_key(app)
     assert key is not None
-    return webrtctoken.mint(key, "ivr", client_id, now, **kw)
+    return webrtctoken.mint(key, app, client_id, now, **kw)
 
 
 async def test_a_page_signs_in_rings_answers_and_hangs_up(
@@ -211,14 +213,21 @@ def test_away_from_loopback_a_token_or_the_applications_key_signs_in() -> None:
     for data, code in (
         (_register("a", app="ivr"), "unauthorized"),  # no key
         (_register("a", app="sales", key=KEY), "unauthorized"),  # another app's key
+        (_register("a", app="nosuch", key=KEY), "unauthorized"),  # (not "no such app")
         (_register("a", token=token("b")), "unauthorized"),  # another client id's token
         (_register("a", token=token("a", incoming=False)), "forbidden"),
         (_register("a", token=token("a", now=NOW - 3600)), "unauthorized"),  # expired
+        (_register("a", app="nosuch", key="guess"), "unauthorized"),  # a wrong key
     ):
         with pytest.raises(ApiError) as caught:
             found._credentials(request, data, "a")
         assert caught.value.code == code, data
-    assert bans.failed == ["192.0.2.7", "192.0.2.7"]  # the wrong key and the expired token
+    # The expired token and the wrong key count; a valid key for another app does not.
+    assert bans.failed == ["192.0.2.7", "192.0.2.7"]
+    # A token minted on a node whose clock is a little ahead: accepted within a minute.
+    assert found._credentials(request, _register("a", token=token("a", now=NOW + 59)), "a")
+    with pytest.raises(ApiError, match="not valid yet"):
+        found._credentials(request, _register("a", token=token("a", now=NOW + 61)), "a")
 
 
 async def test_a_token_signed_in_client_stops_ringing_when_it_expires(
@@ -305,6 +314,7 @@ def test_the_far_leg_rings_answers_carries_audio_and_ends_once() -> None:
         ({"type": "reject", "cause": 480}, ("no_answer", "480")),
         ({"type": "reject", "cause": 99}, ("busy", "486")),
         ({"type": "busy"}, ("busy", "486")),
+        ({"type": "absent"}, ("unobtainable", "404")),
     ],
 )
 def test_what_the_page_says_is_the_connects_cause(said: dict[str, Any], cause: Any) -> None:
@@ -444,3 +454,61 @@ async def test_a_page_signing_in_on_another_worker_takes_the_client_id_over(
         assert (await newer.receive_json())["call_id"] == "c1"
         channel.close()
         await newer.close()
+
+
+async def test_a_renewal_is_of_the_same_client_id_of_the_same_application(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    """A page signed in for ivr cannot stay signed in on another application's token (a
+    token of another tenant for the same id): refused, counted, and signed out."""
+    found, bans, url = served
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_json(_register("a", token=token("a", ttl=600)))
+        await ws.receive_json()
+        await ws.send_json(_register("a", token=token("a", app="sales", ttl=86400)))
+        refused = await ws.receive_json()
+        assert (refused["type"], refused["code"]) == ("error", "unauthorized"), refused
+        await until(lambda: not found.clients)
+    assert bans.failed == ["127.0.0.1"]
+
+
+async def test_a_page_of_another_site_may_not_sign_in_and_hanging_up_a_ring_rejects(
+    served: tuple[WebClients, Bans, str],
+) -> None:
+    found, _, url = served
+    host = url.split("/")[2]
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(url, headers={"Origin": "https://evil.example"})
+        assert refused.value.status == 403
+        async with http.ws_connect(url, headers={"Origin": f"http://{host}"}) as ws:
+            await ws.send_json(_register("a", app="ivr"))
+            assert (await ws.receive_json())["type"] == "registered"
+            line = Line()
+            await found.ring("ivr", "a", "c", line, {})
+            await ws.receive_json()
+            await ws.send_json({"type": "hangup", "call_id": "c"})
+            await until(lambda: line.said)
+            assert line.said == [{"type": "reject", "cause": 486}]
+
+
+async def test_shutdown_signs_every_page_out(served: tuple[WebClients, Bans, str]) -> None:
+    found, _, url = served
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_json(_register("a", app="ivr"))
+        await ws.receive_json()
+        await found.sign_out_all("callhook is shutting down")
+        told = await ws.receive_json()
+        assert (told["type"], told["code"]) == ("error", "shutting_down")
+        assert (await ws.receive()).type is aiohttp.WSMsgType.CLOSE
+    assert found.clients == {}
+
+
+def test_a_client_id_of_dots_alone_is_no_client_id() -> None:
+    from callhook import destinations
+
+    for bad in ("webrtc:.", "webrtc:.."):
+        with pytest.raises(destinations.BadDestination):
+            destinations.parse(bad)
+    assert destinations.parse("webrtc:a.b").value == "a.b"
+    assert destinations.parse("webrtc:...x").value == "...x"
