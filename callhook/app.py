@@ -251,7 +251,7 @@ class Services:
         phone: web_adapter.Routes | None = None,
         call_log: web_adapter.CallLogOf | None = None,
         webservices: web_adapter.Routes | None = None,
-        webclients: web_adapter.Routes | None = None,
+        extra: tuple[web_adapter.Routes, ...] = (),
         reuse_port: bool = False,
         outer: Middleware | None = None,
         private: socket.socket | None = None,
@@ -269,7 +269,7 @@ class Services:
             call_log=call_log,
             outer=outer,
             webservices=webservices,
-            webclients=webclients,
+            extra=extra,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,

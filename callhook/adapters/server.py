@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from callhook import __version__
 from callhook.adapters.connections import ListenError
+from callhook.adapters.readiness import Readiness
 from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY, hang_up_is_no_stop, workers_for
 from callhook.app import Services
@@ -142,7 +143,7 @@ async def _start_web(
         phone=sip.phone,
         call_log=sip.call_log,
         webservices=webservices,
-        webclients=sip.webclients,
+        extra=(sip.webclients, _readiness(services, sip, siblings)),
         reuse_port=reuse_port,
         outer=siblings.middleware if siblings is not None else None,
         private=private,
@@ -250,6 +251,10 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         _freeze_after(services.speech.warming, services.metrics)
     )
     collecting = asyncio.get_running_loop().create_task(_collect_when_due(services.metrics))
+    # Ready (adapters/readiness.py) once the speech models asked for are in: only then
+    # does serve say it serves (a worker: tells the supervisor).
+    loading = [asyncio.wrap_future(f) for f in services.speech.warming]
+    await asyncio.gather(*loading, return_exceptions=True)
     if args.worker is not None:
         _say(READY)  # the supervisor prints where callhook is reached
     else:
@@ -271,6 +276,22 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         if siblings is not None:
             await siblings.close()
     return 0
+
+
+def _readiness(services: Services, sip: SipService, siblings: Siblings | None) -> Readiness:
+    """``/healthz`` and ``/readyz`` over this process's parts (adapters/readiness.py)."""
+    front = services.settings.front
+
+    async def database() -> object:
+        return await services.db.run(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    return Readiness(
+        accepting=lambda: sip.agent is not None and sip.agent.accepting,
+        speech_loading=lambda: any(not f.done() for f in services.speech.warming),
+        database=database,
+        front=front.target if front is not None else None,
+        siblings=siblings,
+    )
 
 
 def _say(line: str) -> None:

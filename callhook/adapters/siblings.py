@@ -18,6 +18,7 @@ every other node alive: each listens on ``[database] node_address`` (and
   ``application_status``, ``GET`` or ``POST``, the form body passed on): the same;
   ``webrtc_registered_clients``: every worker's signed-in web clients, one list;
 
+* ``GET /readyz``: each one's own readiness (adapters/readiness.py asks them all);
 * ``GET /webrtc/ring/APP/ID`` (a WebSocket): a call to web client ``ID`` of ``APP``,
   when it is signed in on the worker asked (adapters/webclients.py);
   ``GET /webrtc/signout/APP/ID?since=T``: that client signed in elsewhere at ``T``, so
@@ -72,6 +73,8 @@ ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 #: Aculab's web services about one application instance, answered by the one that has it.
 ONE_INSTANCE = frozenset({"/service_status", "/service_cancel", "/application_status"})
 ALL_CALLS = "/api/v1/calls"
+#: Each one's own readiness (adapters/readiness.py gathers them).
+READY = "/readyz"
 #: Aculab's list of the signed-in web clients: every worker's, one list.
 ALL_CLIENTS = "/webrtc_registered_clients"
 #: A call to a web client signed in on the worker asked (adapters/webclients.py): a
@@ -106,7 +109,7 @@ def asked(method: str, path: str) -> bool:
         return method in ("GET", "DELETE")
     if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
-    if WEB_CLIENT.fullmatch(path) is not None:
+    if WEB_CLIENT.fullmatch(path) is not None or path == READY:
         return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
@@ -205,6 +208,27 @@ class Siblings:
                 continue
             return label, ws
         return None
+
+    async def ask_all(self, path: str) -> list[tuple[int | str, int | None, Any]]:
+        """``GET path`` of every sibling at once: (label, status or None when it did not
+        answer, its JSON body or None) each."""
+
+        async def one(label: int | str, base: str, token: str | None) -> tuple[Any, ...]:
+            headers = {HEADER: str(self.label)}
+            if token is not None:
+                headers[NODE] = token
+            try:
+                async with self._session().get(base + path, headers=headers) as answer:
+                    try:
+                        body = await answer.json(content_type=None)
+                    except ValueError:
+                        body = None
+                    return label, answer.status, body
+            except (aiohttp.ClientError, TimeoutError):
+                return label, None, None
+
+        found = await asyncio.gather(*(one(*peer) for peer in await self.peers()))
+        return [(label, status, body) for label, status, body in found]
 
     async def tell(self, path: str) -> None:
         """``GET path`` of every sibling at once (with the token), answers ignored."""

@@ -102,7 +102,7 @@ def application(
     call_log: CallLogOf | None = None,
     outer: Middleware | None = None,
     webservices: Routes | None = None,
-    webclients: Routes | None = None,
+    extra: tuple[Routes, ...] = (),
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -113,7 +113,9 @@ def application(
     ``api`` adds the REST API (``/api/v1``) and its OpenAPI document (``/openapi.json``).
     ``outer`` wraps everything (``serve --workers``: the other workers' live calls).
     ``webservices`` adds Aculab's web services (:mod:`callhook.adapters.webservices`);
-    ``webclients`` the sign-in of pages receiving calls (:mod:`callhook.adapters.webclients`).
+    ``extra``: more routes (the sign-in of pages receiving calls,
+    :mod:`callhook.adapters.webclients`; health and readiness,
+    :mod:`callhook.adapters.readiness`).
     """
     middlewares: list[Middleware] = [errors] if outer is None else [outer, errors]
     if bans is not None:
@@ -126,8 +128,8 @@ def application(
         app.add_routes(phone.routes())
     if webservices is not None:
         app.add_routes(webservices.routes())
-    if webclients is not None:
-        app.add_routes(webclients.routes())
+    for routes in extra:
+        app.add_routes(routes.routes())
 
     def authorise(request: web.Request) -> None:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
