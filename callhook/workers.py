@@ -93,6 +93,11 @@ WORKERS_TOKEN = "CALLHOOK_WORKERS_TOKEN"
 #: And the first worker's SIP port, when the supervisor chose it (``[workers] first_port``
 #: not given): every worker lays the ports out the same.
 WORKERS_FIRST_PORT = "CALLHOOK_WORKERS_FIRST_PORT"
+#: How long a source whose ban was lifted is not banned again by Kamailio's rate (its
+#: count of the flood that got it banned cools down meanwhile).
+LIFTED_SECONDS = 10
+#: Kamailio's JSON-RPC socket, in the supervisor's run directory.
+RPC_SOCKET = "kamailio_rpc.sock"
 #: The workers' ports start this far above the SIP port when not configured.
 FIRST_PORT_OFFSET = 40
 #: A worker or Kamailio that ran this long before ending is replaced at once.
@@ -321,13 +326,22 @@ def kamailio_config(
     ban_seconds: float,
     trusted: tuple[str, ...] = (),
     children: int = 2,
+    rpc_socket: Path | None = None,
 ) -> str:
     """Kamailio's configuration for ``layout`` (see the module docstring).
 
     ``allow``: networks (``[security] allow``) that may send requests; ``unknown``:
     ``drop`` or ``reject`` (403) for other sources; ``trusted``: networks with no rate
-    limit that may always send (``[sip] proxies``: a proxy in front of this one).
+    limit that may always send (``[sip] proxies``: a proxy in front of this one);
+    ``rpc_socket``: where Kamailio answers JSON-RPC (a Unix datagram socket: the
+    workers list and lift its bans there, adapters/frontbans.py).
     """
+    rpc = ""
+    if rpc_socket is not None:  # (transport 4: the datagram socket alone)
+        rpc = f"""
+loadmodule "jsonrpcs.so"
+modparam("jsonrpcs", "transport", 4)
+modparam("jsonrpcs", "dgram_socket", "{rpc_socket}")"""
     host = f"[{layout.host}]" if ":" in layout.host else layout.host
     advertise = ""
     if layout.host in ("0.0.0.0", "::", "") or layout.external is not None:
@@ -397,7 +411,7 @@ loadmodule "xlog.so"
 loadmodule "ipops.so"
 loadmodule "pike.so"
 loadmodule "htable.so"
-loadmodule "dispatcher.so"
+loadmodule "dispatcher.so"{rpc}
 modparam("dispatcher", "list_file", "{dispatcher}")
 modparam("dispatcher", "flags", 2)
 modparam("dispatcher", "ds_ping_interval", {layout.probe_seconds})
@@ -408,7 +422,10 @@ modparam("dispatcher", "ds_ping_from", "sip:dispatcher@{layout.advertised}")
 modparam("pike", "sampling_time_unit", 2)
 modparam("pike", "reqs_density_per_unit", {density})
 modparam("pike", "remove_latency", 4)
+# A banned source -> when it was banned (Unix seconds: the API's seconds_left); a source
+# whose ban the operator lifted (adapters/frontbans.py), for a while.
 modparam("htable", "htable", "ban=>size=8;autoexpire={max(1, round(ban_seconds))};")
+modparam("htable", "htable", "lifted=>size=8;autoexpire={LIFTED_SECONDS};")
 # Call-ID -> the worker of the call, for in-dialog requests that carry no Route.
 modparam("htable", "htable", "calls=>size=14;autoexpire={CALL_AFFINITY_SECONDS};")
 {more}
@@ -418,8 +435,10 @@ request_route {{
         # [security] rate and bans, per source (callhook's Guard does the same in one
         # process; the workers see only this proxy).
         if ($sht(ban=>$si) != $null) {{ exit; }}
-        if (!pike_check_req()) {{
-            $sht(ban=>$si) = 1;
+        # (A source whose ban was just lifted through the API is let be while pike's
+        # count of its flood cools down: lifted means answered now.)
+        if (!pike_check_req() && $sht(lifted=>$si) == $null) {{
+            $sht(ban=>$si) = $Ts;
             xlog("L_WARN", "banned $si for {ban_seconds:g} s: over {rate:g} SIP messages/s\\n");
             exit;
         }}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from callhook import __version__
 from callhook.adapters.connections import ListenError
+from callhook.adapters.frontbans import FrontBans
 from callhook.adapters.readiness import Readiness
 from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY, hang_up_is_no_stop, workers_for
@@ -167,20 +168,27 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     if why is not None:
         logging.getLogger("callhook.workers").info("one worker: %s (docs/scaling.md)", why)
     siblings: Siblings | None = None
+    front: FrontBans | None = None  # Kamailio's bans, in front of the workers
     if args.worker is not None:
         for handler in logging.getLogger().handlers:  # whose line it is, in the shared log
             handler.setFormatter(
                 logging.Formatter(f"%(asctime)s %(levelname)s {args.worker}:%(name)s: %(message)s")
             )
-        from callhook.adapters.supervisor import become_worker
+        from callhook.adapters.supervisor import become_worker, rpc_socket
 
         chosen = os.environ.get(WORKERS_FIRST_PORT)
         if settings.worker_first_port is None and chosen:
             settings.worker_first_port = int(chosen)  # the supervisor's choice
         layout = become_worker(settings, args.worker, count)
+        front = FrontBans(
+            rpc_socket(settings.data_dir), settings.security_rate, settings.security_ban_seconds
+        )
         if settings.database_url is None:  # (with PostgreSQL: the nodes table, below)
             siblings = Siblings.of_workers(
-                args.worker, [w.sip_port for w in layout.workers], os.environ.get(WORKERS_TOKEN)
+                args.worker,
+                [w.sip_port for w in layout.workers],
+                os.environ.get(WORKERS_TOKEN),
+                front=front,
             )
     elif count > 1:
         from callhook.adapters.supervisor import supervise
@@ -215,7 +223,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         bound = private.getsockname()[1]
         where = settings.node_address
         where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
-        siblings = Siblings(where, bound, nodes_of(nodes), token=nodes.token)
+        siblings = Siblings(where, bound, nodes_of(nodes), token=nodes.token, front=front)
     try:
         base = await _start_web(
             services,

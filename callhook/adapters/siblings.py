@@ -31,8 +31,10 @@ and the server's own routes, which are about every worker too:
   ``workers``: every worker's, each with its ``worker`` index (a node: its address);
 * ``GET /api/trunks``: the trunks as the worker that registers them (worker 0) sees
   them;
-* ``GET /api/bans``: every worker's bans, one list (each with its ``worker``);
-  ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it.
+* ``GET /api/bans``: every worker's bans, one list (each with its ``worker``), and
+  Kamailio's in front of them (``worker``: ``"front"``, adapters/frontbans.py);
+  ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it, and in
+  front.
 
 Forwarded requests carry the caller's own ``Authorization`` (every worker has the
 same keys; a request this worker refused with 401 or 403 is not passed on) and
@@ -59,6 +61,7 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
+from callhook.adapters.frontbans import FrontBans
 from callhook.adapters.trunks import ELSEWHERE
 from callhook.adapters.web import Handler
 from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
@@ -123,6 +126,7 @@ class Siblings:
         private_port: int,
         peers: Peers | NodeLookup,
         token: str | None = None,
+        front: FrontBans | None = None,
     ) -> None:
         #: This process in ``workers`` lists: a worker's index, or a node's address.
         self.label = label
@@ -130,6 +134,8 @@ class Siblings:
         self.private_port = private_port
         #: This node's token (None: a worker of ``serve --workers`` on SQLite).
         self.token = token
+        #: Kamailio's bans, in front of this machine's workers (None: no front).
+        self.front = front
         self._static = peers if isinstance(peers, list) else None
         self._lookup = None if isinstance(peers, list) else peers
         self._cached: tuple[float, Peers] = (float("-inf"), [])
@@ -138,14 +144,20 @@ class Siblings:
         self._socket_client: aiohttp.ClientSession | None = None
 
     @classmethod
-    def of_workers(cls, index: int, ports: list[int], token: str | None = None) -> Siblings:
+    def of_workers(
+        cls,
+        index: int,
+        ports: list[int],
+        token: str | None = None,
+        front: FrontBans | None = None,
+    ) -> Siblings:
         """Worker ``index`` of ``serve --workers``, whose private ports are ``ports``;
         ``token``: their shared secret (:data:`callhook.workers.WORKERS_TOKEN`), which
         what is more than a question about calls (a web client's call relayed) carries."""
         others: Peers = [
             (i, f"http://127.0.0.1:{p}", token) for i, p in enumerate(ports) if i != index
         ]
-        return cls(index, ports[index], others, token=token)
+        return cls(index, ports[index], others, token=token, front=front)
 
     async def peers(self) -> Peers:
         """The others to ask now (nodes: read at most every :data:`PEERS_SECONDS`, one
@@ -275,6 +287,10 @@ class Siblings:
                 return response
             answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
             lifted = [a for a in answers if a is not None and a.status == 200]
+            address = request.match_info.get("address") or path.rsplit("/", 1)[-1]
+            if self.front is not None and await self.front.lift(address):
+                body = json.dumps({"address": address, "status": "lifted"}).encode()
+                lifted.append(_Answer(200, body, {"Content-Type": "application/json"}))
             if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
                 return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
             return response
@@ -313,6 +329,8 @@ class Siblings:
             workers = sorted(({"worker": i, **stats} for i, stats in found), key=_index)
             return web.json_response({**own, "workers": workers})
         bans = [{**ban, "worker": i} for i, listed in found for ban in listed]
+        if self.front is not None:  # (the machine's front: the answering worker's)
+            bans += [{**ban, "worker": "front"} for ban in await self.front.bans()]
         return web.json_response(sorted(bans, key=_index))
 
     async def _trunks(

@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import logging
 import os
 import secrets
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from callhook.config import ConfigError, Settings
 from callhook.sip.grammar import parse_hostport
 from callhook.workers import (
     FIRST_PORT_OFFSET,
+    RPC_SOCKET,
     WORKERS_FIRST_PORT,
     WORKERS_TOKEN,
     Layout,
@@ -144,6 +147,23 @@ def workers_for(settings: Settings, asked: int | None) -> tuple[int, str | None]
     return available, None
 
 
+def run_dir(data_dir: Path) -> Path:
+    """Where the supervisor keeps Kamailio's configuration, pid and RPC socket: one
+    directory per machine (nodes may share a data directory, docs/scaling.md)."""
+    return data_dir / "run" / socket.gethostname()
+
+
+def rpc_socket(data_dir: Path) -> Path:
+    """Kamailio's JSON-RPC socket: in the run directory, or in the system's temporary
+    directory when that path would be too long for a Unix socket (108 bytes, less the
+    room Kamailio needs)."""
+    path = run_dir(data_dir) / RPC_SOCKET
+    if len(os.fsencode(path)) <= 96:
+        return path
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"callhook-{digest}.sock"
+
+
 def choose_first_port(settings: Settings, count: int) -> int:
     """``[workers] first_port``; else the first run of ``count`` ports from the SIP port
     + 40 (workers.py ``first_port_candidates``) clear of the SIP port and the RTP range and
@@ -237,8 +257,7 @@ class Supervisor:
         self.settings = settings
         self.layout = layout_of(settings, count)
         self.http = http
-        # One directory per machine: nodes may share a data directory (docs/scaling.md).
-        self.run_dir = settings.data_dir / "run" / socket.gethostname()
+        self.run_dir = run_dir(settings.data_dir)
         kamailio, modules = kamailio_binary(), kamailio_modules()
         if kamailio is None or modules is None:
             raise ConfigError(
@@ -298,6 +317,7 @@ class Supervisor:
                 unknown=settings.security_unknown,
                 rate=settings.security_rate,
                 ban_seconds=settings.security_ban_seconds,
+                rpc_socket=rpc_socket(settings.data_dir),
             )
         )
         return config
