@@ -173,12 +173,14 @@ def pause_before_restart(
     """When a worker or Kamailio ends unasked: seconds to wait before starting another,
     or None to give up (it never started at all: nothing a retry would change).
 
-    ``ready``: a worker had said it takes calls; ``restarts``: how many times it was
-    replaced before; ``ran``: seconds it ran; ``pause``: the last pause. Replaced at
-    once the first time and after a steady run; while it keeps ending within
-    :data:`STEADY` seconds, the pause doubles from 1 s to :data:`MAX_PAUSE`.
+    ``ready``: a worker had said it takes calls, Kamailio had answered SIP; ``restarts``:
+    how many times it was replaced before; ``ran``: seconds it ran; ``pause``: the last
+    pause. Replaced at once the first time and after a steady run; while it keeps ending
+    within :data:`STEADY` seconds, the pause doubles from 1 s to :data:`MAX_PAUSE`.
+    Kamailio that never answered gets :data:`KAMAILIO_START` seconds to have started
+    (its probe may go unanswered for reasons of its configuration, ``[security] allow``).
     """
-    if restarts == 0 and (ran < KAMAILIO_START if kamailio else not ready):
+    if restarts == 0 and not ready and (ran < KAMAILIO_START if kamailio else True):
         return None
     if restarts == 0 or ran >= STEADY:
         return 0.0

@@ -341,6 +341,8 @@ class Supervisor:
             self._tasks.append(asyncio.create_task(self._keep(self.kamailio, worker=False)))
             probe = asyncio.create_task(asyncio.to_thread(self._answers_sip))
             await asyncio.wait([probe, failing, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if probe.done() and probe.result():
+                self.kamailio.ready.set()  # it started: from now on it is replaced if it ends
             if self.failed is None and not stop.is_set():
                 if probe.done() and not probe.result():
                     logger.warning(
@@ -434,8 +436,7 @@ class Supervisor:
         assert stream is not None
         child.relay = asyncio.create_task(self._relay(child, stream, worker))
         self._tasks.append(child.relay)
-        if not worker:
-            child.ready.set()
+        # (Kamailio is ready once it answered SIP: run's probe says so.)
         return process
 
     async def _relay(self, child: _Child, stream: asyncio.StreamReader, worker: bool) -> None:
@@ -506,12 +507,16 @@ class Supervisor:
                 return
             child.pause = pause
             child.restarts += 1
+            # A worker's calls end with it; Kamailio's do not (their RTP goes straight to
+            # the workers, their requests through the next Kamailio).
+            lost = "calls in progress go on" if kamailio else "its calls are lost"
             logger.error(
-                "%s (pid %d) ended after %.0f s with %s: its calls are lost; starting another%s",
+                "%s (pid %d) ended after %.0f s with %s: %s; starting another%s",
                 child.name,
                 process.pid,
                 ran,
                 how,
+                lost,
                 f" in {child.pause:g} s" if child.pause else "",
             )
             if child.pause:

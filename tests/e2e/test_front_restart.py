@@ -1,0 +1,78 @@
+"""Kamailio, in front of ``serve --workers``, killed during a call: the supervisor starts
+another at once (it answers SIP again within 2 s); the call's audio never stopped (RTP
+goes straight between the caller and its worker) and the caller's BYE after the restart
+reaches the worker through the new Kamailio, which ends the call as a hang-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callhook.adapters.readiness import answers_options
+from callhook.adapters.supervisor import run_dir
+from callhook.media import g711, tones, wav
+from callhook.sip.transport import Target
+from callhook.testing import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import WORKERS, served, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+from tests.e2e.test_connect import energy_at
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+TONE_HZ = 600.0
+
+
+@pytest.mark.parametrize("workers", WORKERS[1:])  # (the front exists with workers only)
+async def test_kamailio_killed_mid_call_is_back_within_2_s_and_the_call_goes_on(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    data = tmp_path / "data"
+    tone = data / "media" / "default" / "prompts" / "tone.wav"
+    tone.parent.mkdir(parents=True)
+    tone.write_bytes(wav.g711_file("ulaw", g711.encode("ulaw", tones.tone(TONE_HZ, 12.0))))
+    app.page("/start", [{"play": {"play_list": [{"file_to_play": "prompts/tone.wav"}]}}])
+    app.page("/final", None)
+    async with served(tmp_path, app, workers) as server, RtpSink() as ear:
+        invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {ear.port}")
+        call = asyncio.create_task(
+            sipp.call(
+                server.sip,
+                tmp_path,
+                invite,
+                sipp.ANSWERED,
+                sipp.PAUSE.format(ms=6000),
+                sipp.BYE_FROM_CALLER.format(cseq=2),
+            )
+        )
+        await asyncio.sleep(2.0)  # the call is up, the tone playing
+        pid = int((run_dir(data) / "kamailio.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        front = Target("127.0.0.1", server.sip_port)
+        back = await asyncio.to_thread(answers_options, front, 5.0)
+        took = time.monotonic() - killed
+        assert back and took < 2.0, f"Kamailio answered again after {took:.2f} s\n{server.output}"
+        assert int((run_dir(data) / "kamailio.pid").read_text()) != pid
+        run = await call
+        assert run.returncode == 0, run.output + server.output  # its BYE was answered 200
+        assert await wait_for_request(app, "/final", timeout=10), server.output
+        heard = ear.audio()
+    (final,) = app.bodies("/final")
+    assert (final["this_call"]["call_cause"], final["this_call"]["call_raw_cause"]) == (
+        "hung_up",
+        "BYE",
+    )
+    # The tone went on across the restart: every 100 ms of the call's 6 s is the tone.
+    chunks = [heard[i : i + 800] for i in range(800, min(len(heard), 6 * 8000) - 800, 800)]
+    assert len(chunks) >= 50, len(heard)
+    quiet = [n for n, c in enumerate(chunks) if energy_at(c.astype(np.int16), TONE_HZ) < 0.5]
+    assert not quiet, f"the audio stopped at 100 ms chunks {quiet}"
+    assert re.search(r"kamailio \(pid \d+\) ended .*: calls in progress go on", server.output)
