@@ -174,6 +174,8 @@ async def test_a_hold_media_that_cannot_be_played_gives_ringback_logged_once(
     heard = sink.audio()[: 2 * 8000]  # the first ringback burst: 440 + 480 Hz
     assert energy_at(heard, 440.0) + energy_at(heard, 480.0) > 0.8
     assert server.output.count("could not be played") == 1, server.output
+    # The CANCEL's path through the front: every response reached its transaction.
+    assert "SIP response dropped" not in server.output, server.output
     log = "".join(p.read_text() for p in (tmp_path / "data" / "media").glob("*/logs/*.log"))
     assert log.count("could not be played") == 1, log
     assert "prompts/missing.wav" in log

@@ -180,8 +180,16 @@ async def test_the_callee_hears_the_caller_and_gets_the_digits_pressed(
     assert digits == {"7"}, callee_ear.events()
 
 
+#: A callee that rings until CANCELled; its 487 carries the INVITE's Via headers (RFC 3261
+#: §9.2, §8.2.6.2: the response is the INVITE's), kept when it came, not the CANCEL's
+#: (which, through a proxy, has the proxy's alone).
 UAS_RINGS_UNTIL_CANCEL = (
-    '  <recv request="INVITE"/>\n'
+    '  <recv request="INVITE">\n'
+    "    <action>\n"
+    '      <ereg regexp="Via:[^\\r\\n]*(\\r?\\nVia:[^\\r\\n]*)*" search_in="msg"'
+    ' assign_to="vias"/>\n'
+    "    </action>\n"
+    "  </recv>\n"
     + sipp.uas_response(180, "Ringing", sdp=False)
     + """  <recv request="CANCEL" timeout="30000"/>
   <send><![CDATA[
@@ -196,7 +204,7 @@ Content-Length: 0
 ]]></send>
   <send><![CDATA[
 SIP/2.0 487 Request Terminated
-[last_Via:]
+[$vias]
 [last_From:]
 [last_To:];tag=[pid]SIPpTag01[call_number]
 [last_Call-ID:]
