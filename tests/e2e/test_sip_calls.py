@@ -21,7 +21,7 @@ import pytest
 from callhook.media import g711, tones, wav
 from callhook.testing import AppServer, Reply
 from tests.e2e import sipp
-from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -74,22 +74,24 @@ async def call(
     codec: str = "PCMU",
     telephone_event: bool = True,
     ending: str | None = None,
+    workers: int = 1,
 ) -> tuple[sipp.SippRun, Server]:
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr", codec, telephone_event), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts += list(middle)
     parts.append(ending if ending is not None else sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts, transport=TRANSPORT["now"])
     return run, server
 
 
-async def test_get_number_with_rfc4733_digits(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_get_number_with_rfc4733_digits(tmp_path: Path, app: AppServer, workers: int) -> None:
     write_prompt(tmp_path / "data")
     app.page("/start", [get_number(digit_count=4)])
     app.page("/number", [{"hang_up": {}}])
     app.page("/final", None)
-    run, server = await call(tmp_path, app, Stream(8.0).rfc4733("1234", at=2.0))
+    run, server = await call(tmp_path, app, Stream(8.0).rfc4733("1234", at=2.0), workers=workers)
     assert run.returncode == 0, run.output + run.errors + server.output
     (number,) = app.bodies("/number")
     assert number["action_result"] == {"action": "get_number", "result": {"entered_number": "1234"}}
@@ -112,13 +114,17 @@ async def test_get_number_with_inband_digits(tmp_path: Path, app: AppServer) -> 
     assert number["action_result"]["result"] == {"entered_number": "9075"}
 
 
-async def test_get_number_with_sip_info_digits(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_get_number_with_sip_info_digits(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     write_prompt(tmp_path / "data", seconds=0.5)
     app.page("/start", [get_number(digit_count=0, end_digit="#")])
     app.page("/number", [{"hang_up": {}}])
     app.page("/final", None)
     infos = [sipp.INFO.format(cseq=2 + i, digit=d) for i, d in enumerate("42#")]
-    run, server = await call(tmp_path, app, Stream(6.0), sipp.PAUSE.format(ms=1500), *infos)
+    pause = sipp.PAUSE.format(ms=1500)
+    run, server = await call(tmp_path, app, Stream(6.0), pause, *infos, workers=workers)
     assert run.returncode == 0, run.output + run.errors + server.output
     (number,) = app.bodies("/number")
     assert number["action_result"]["result"] == {"entered_number": "42"}

@@ -19,7 +19,7 @@ from callhook.adapters.speech import build_synthesiser
 from callhook.media import tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -42,12 +42,25 @@ def get_input(**props: Any) -> dict[str, Any]:
     return {"get_input": {"next_page": {"url": "/heard"}, **props}}
 
 
-async def call(tmp_path: Path, app: AppServer, stream: Stream, extra: tuple[str, ...] = ()) -> str:
-    """The call, and what ``serve`` printed (its log)."""
+async def call(
+    tmp_path: Path,
+    app: AppServer,
+    stream: Stream,
+    extra: tuple[str, ...] = (),
+    workers: int = 1,
+) -> str:
+    """The call (one process, or ``workers`` behind Kamailio), and what ``serve`` printed
+    (its log)."""
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+    assert workers == 1 or not extra, "flags for one process only"
+    server = (
+        served(tmp_path, app, workers)
+        if workers > 1
+        else Server.for_app(tmp_path / "data", app, extra=extra)
+    )
+    async with server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         await wait_for_request(app, "/final")  # the call's log is complete then
     assert run.returncode == 0, run.output + run.errors + server.output
@@ -84,9 +97,12 @@ def heard(app: AppServer) -> dict[str, Any]:
     return result
 
 
-async def test_a_spoken_digit_is_recognised_with_word_hints(tmp_path: Path, app: AppServer):
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_spoken_digit_is_recognised_with_word_hints(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     listen_once(app, {"word_hints": [{"words": DIGITS}]})
-    await call(tmp_path, app, Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5))
+    await call(tmp_path, app, Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5), workers=workers)
     result = heard(app)
     assert result["input_type"] == "speech"
     (phrase,) = result["speech_input"]

@@ -11,7 +11,14 @@ import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.test_connect import callee_scenario
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -98,11 +105,14 @@ def allow_target(tmp_path: Path) -> tuple[str, ...]:
     return ("--config", str(path))
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_caller_that_accepts_the_refer_is_transferred_and_callhook_leaves(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
+    """(With workers the REFER and the NOTIFYs cross Kamailio in the call's dialog.)"""
     transfer_app(app)
-    async with Server.for_app(tmp_path / "data", app, extra=allow_target(tmp_path)) as server:
+    allow = '[outbound]\nallow = ["sip:bob@192.0.2.55", "sip:*@127.0.0.1:*"]\n'
+    async with served(tmp_path, app, workers, allow) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
