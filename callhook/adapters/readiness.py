@@ -9,8 +9,9 @@ answers but states. ``/healthz`` is 200 as long as the web server answers.
 * ``database``: a statement on the state database answers within 2 s;
 * ``front`` (a worker of ``serve --workers``): Kamailio, in front, answers an OPTIONS
   at the SIP address (the answer kept for 2 s);
-* ``workers`` (with workers or nodes): each other's own readiness, asked on their
-  private ports (adapters/siblings.py); one that does not answer is not ready.
+* ``workers`` (``serve --workers`` on one machine): each other worker's own readiness,
+  asked on their private ports (adapters/siblings.py); one that does not answer is not
+  ready. Nodes on several machines each answer for themselves.
 
 ``serve`` prints its "serving" banner only once it would answer 200 here.
 """

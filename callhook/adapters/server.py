@@ -298,7 +298,9 @@ def _readiness(services: Services, sip: SipService, siblings: Siblings | None) -
         speech_loading=lambda: any(not f.done() for f in services.speech.warming),
         database=database,
         front=front.target if front is not None else None,
-        siblings=siblings,
+        # The workers of this machine are one server to a balancer; nodes on several
+        # machines are not: one node down must not make the others unready.
+        siblings=siblings if services.settings.database_url is None else None,
     )
 
 
