@@ -1,7 +1,8 @@
 """Kamailio, in front of ``serve --workers``, killed during a call: the supervisor starts
 another at once (it answers SIP again within 2 s); the call's audio never stopped (RTP
-goes straight between the caller and its worker) and the caller's BYE after the restart
-reaches the worker through the new Kamailio, which ends the call as a hang-up."""
+goes straight between the caller and its worker) and the caller's re-INVITE and BYE
+after the restart reach the worker through the new Kamailio (answered; the BYE ends the
+call as a hang-up)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,13 @@ async def test_kamailio_killed_mid_call_is_back_within_2_s_and_the_call_goes_on(
                 tmp_path,
                 invite,
                 sipp.ANSWERED,
-                sipp.PAUSE.format(ms=6000),
-                sipp.BYE_FROM_CALLER.format(cseq=2),
+                sipp.PAUSE.format(ms=4500),
+                # After the restart: a re-INVITE (answered 200, ACKed), then the BYE.
+                sipp.REINVITE.format(
+                    cseq=2, version=2, direction="sendrecv", expect="sendrecv"
+                ).replace("m=audio [media_port]", f"m=audio {ear.port}"),  # (the same ear)
+                sipp.PAUSE.format(ms=1500),
+                sipp.BYE_FROM_CALLER.format(cseq=3),
             )
         )
         await asyncio.sleep(2.0)  # the call is up, the tone playing
@@ -62,7 +68,8 @@ async def test_kamailio_killed_mid_call_is_back_within_2_s_and_the_call_goes_on(
         assert back and took < 2.0, f"Kamailio answered again after {took:.2f} s\n{server.output}"
         assert int((run_dir(data) / "kamailio.pid").read_text()) != pid
         run = await call
-        assert run.returncode == 0, run.output + server.output  # its BYE was answered 200
+        # Its re-INVITE and its BYE were answered 200 (SIPp fails the call otherwise).
+        assert run.returncode == 0, run.output + server.output
         assert await wait_for_request(app, "/final", timeout=10), server.output
         heard = ear.audio()
     (final,) = app.bodies("/final")
