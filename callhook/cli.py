@@ -28,7 +28,7 @@ from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.ports import CallInfo
 from callhook.redact import Redacting, redact
-from callhook.remote import ban_table, get_api, trunk_table
+from callhook.remote import ban_table, get_api, trunk_table, user_table
 
 if TYPE_CHECKING:
     pass
@@ -267,6 +267,15 @@ def cmd_bans(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users(args: argparse.Namespace) -> int:
+    """Print ``GET /api/users`` of a running ``serve``: each registered phone."""
+    phones = _get_api(args, "/api/users")
+    if phones is None:
+        return 1
+    print(user_table(phones))
+    return 0
+
+
 def _get_api(args: argparse.Namespace, path: str) -> Any:
     settings = _settings(args)
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
@@ -415,6 +424,12 @@ def parser() -> argparse.ArgumentParser:
     ba.add_argument("--config", help="TOML config file")
     ba.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
     ba.set_defaults(func=cmd_bans)
+
+    us = sub.add_parser("users", help="show the phones registered with a running serve")
+    us.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
+    us.add_argument("--config", help="TOML config file")
+    us.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
+    us.set_defaults(func=cmd_users)
 
     de = sub.add_parser("decrypt", help="decrypt an encrypted (aescbc) recording to a WAV file")
     de.add_argument("file", help="the encrypted recording")

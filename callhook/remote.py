@@ -61,5 +61,22 @@ def ban_table(bans: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def user_table(phones: list[dict[str, Any]]) -> str:
+    """``/api/users`` as aligned columns: user, where the phone is, expires in, contact."""
+    if not phones:
+        return "no phones registered"
+    rows = [("USER", "FROM", "EXPIRES IN", "CONTACT")]
+    for phone in phones:
+        where = f"{phone.get('transport', '')} {phone.get('source', '')}"
+        rows.append(
+            (str(phone["user"]), where, _seconds(phone.get("expires_in")), phone["contact"])
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3]
+        for row in rows
+    )
+
+
 def _seconds(value: object) -> str:
     return "-" if value is None else f"{value} s"

@@ -216,6 +216,20 @@ _SCHEMAS: dict[str, Any] = {
         },
         "required": ["name", "state", "reason", "expires_in", "next_try_in"],
     },
+    "RegisteredPhone": {
+        "type": "object",
+        "properties": {
+            "user": {"type": "string", "description": "the [users.NAME] it registered as"},
+            "contact": {"type": "string", "description": "its Contact"},
+            "transport": {"enum": ["udp", "tcp", "tls"]},
+            "source": {
+                "type": "string",
+                "description": "HOST:PORT its REGISTER came from: where it is called",
+            },
+            "expires_in": {"type": "integer", "description": "seconds until it lapses"},
+        },
+        "required": ["user", "contact", "transport", "source", "expires_in"],
+    },
     "CallPlaced": {
         "type": "object",
         "properties": {
@@ -393,6 +407,14 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "get": _op(
                 "The trunks and their registration state (the installation secret's key)",
                 {"200": _json({"type": "array", "items": _ref("TrunkState")}, "trunks")},
+                (),
+            )
+        },
+        "/api/users": {
+            "get": _op(
+                "The phones registered now, from any worker or node (the installation "
+                "secret's key)",
+                {"200": _json({"type": "array", "items": _ref("RegisteredPhone")}, "phones")},
                 (),
             )
         },

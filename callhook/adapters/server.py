@@ -27,6 +27,7 @@ from callhook.adapters.frontbans import FrontBans
 from callhook.adapters.readiness import Readiness
 from callhook.adapters.siblings import Siblings
 from callhook.adapters.supervisor import READY, hang_up_is_no_stop, workers_for
+from callhook.adapters.users import registered_phones
 from callhook.app import Services
 from callhook.collector import (
     CHECK_EVERY,
@@ -140,6 +141,7 @@ async def _start_web(
         stats=sip.stats,
         api=api,
         trunks=sip.trunk_status,
+        users=lambda: registered_phones(services.db),
         bans=sip,
         phone=sip.phone,
         call_log=sip.call_log,

@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import logging
 import time
+from typing import Any
 
 from callhook.adapters.trunks import Trunks
 from callhook.app import Services
@@ -33,6 +34,7 @@ from callhook.sip.message import SipMessageError, parse_uri
 from callhook.sip.registrar import Binding, Registrar, host_key
 from callhook.sip.transport import Target, reliable, target_of, transport_of
 from callhook.store.bindings import Bindings, StoredBinding
+from callhook.store.database import Database
 
 logger = logging.getLogger("callhook.sip")
 
@@ -225,3 +227,19 @@ def _binding(stored: StoredBinding, offset: float, front: bool = False) -> Bindi
         source,
         target,
     )
+
+
+async def registered_phones(db: Database) -> list[dict[str, Any]]:
+    """``GET /api/users``: every phone registered now, as the state database has it (the
+    registrar stores each change there: one answer from any worker or node)."""
+    now = time.time()
+    return [
+        {
+            "user": b.user,
+            "contact": b.contact,
+            "transport": b.source[0],
+            "source": f"{b.source[1]}:{b.source[2]}",
+            "expires_in": max(0, round(b.expires - now)),
+        }
+        for b in await Bindings(db).fetch(now)
+    ]

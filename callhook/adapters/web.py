@@ -42,6 +42,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CallLogOf = Callable[[str], bytes | None]
 #: The trunks' states (``GET /api/trunks``).
 TrunkStates = Callable[[], list[dict[str, Any]]]
+#: The phones registered now (``GET /api/users``).
+Phones = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 class Bans(Protocol):
@@ -97,6 +99,7 @@ def application(
     stats: Stats | None = None,
     api: Api | None = None,
     trunks: TrunkStates | None = None,
+    users: Phones | None = None,
     bans: Bans | None = None,
     phone: Routes | None = None,
     call_log: CallLogOf | None = None,
@@ -153,6 +156,12 @@ def application(
         return web.json_response(trunks() if trunks is not None else [])
 
     app.router.add_get("/api/trunks", trunks_page)
+
+    async def users_page(request: web.Request) -> web.Response:
+        authorise(request)
+        return web.json_response(await users() if users is not None else [])
+
+    app.router.add_get("/api/users", users_page)
 
     async def bans_page(request: web.Request) -> web.Response:
         authorise(request)

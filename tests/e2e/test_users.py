@@ -24,6 +24,7 @@ import pytest
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
+    CALLHOOK,
     Server,
     free_even_udp_port,
     free_tcp_port,
@@ -325,13 +326,20 @@ async def call_reaches_phone(server: Server, tmp_path: Path, port: int) -> None:
 async def test_a_phone_registered_once_is_reached_after_a_restart(
     tmp_path: Path, app: AppServer
 ) -> None:
-    """The binding is in the state database: a restarted serve calls the phone at once."""
+    """The binding is in the state database: ``/api/users`` lists it, and a restarted
+    serve lists it and calls the phone at once."""
     connect_to_alice(app)
     port = free_udp_port()
     first = Server.for_app(tmp_path / "data", app, extra=users_config(tmp_path))
     async with first:
+        assert await first.api("GET", "/api/users") == (200, [])
         await register_phone(first, tmp_path, port)
+        status, phones = await first.api("GET", "/api/users")
+        assert status == 200 and [(p["user"], p["transport"], p["source"]) for p in phones] == [
+            ("alice", "udp", f"127.0.0.1:{port}")
+        ], phones
     async with restarted(first, tmp_path, app) as second:
+        assert [p["user"] for p in (await second.api("GET", "/api/users"))[1]] == ["alice"]
         await call_reaches_phone(second, tmp_path, port)
         assert await wait_for_request(app, "/connected")
     outcome = app.bodies("/connected")[0]["action_result"]["result"]
@@ -565,6 +573,19 @@ async def test_two_workers_phones_register_through_kamailio_and_every_worker_cal
         assert await wait_for_output(
             server, " 1:callhook.sip: user alice: 1 phone(s) registered (read from the database)"
         ), server.output
+        # One view for the operator, whichever worker answers: the phone and where it is.
+        for _ in range(4):
+            status, phones = await server.api("GET", "/api/users")
+            assert status == 200 and [(p["user"], p["source"]) for p in phones] == [
+                ("alice", f"127.0.0.1:{port}")
+            ], phones
+            assert 3590 <= phones[0]["expires_in"] <= 3600, phones
+        listed = await asyncio.create_subprocess_exec(
+            *CALLHOOK, "users", "--http", f"127.0.0.1:{server.http_port}",
+            "--data-dir", str(data), stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await listed.communicate()
+        assert listed.returncode == 0 and f"udp 127.0.0.1:{port}" in out.decode(), out
         for _ in range(2):
             await call_reaches_phone(server, tmp_path, port)
         wrong = register_scenario(WRONG, expect="403")

@@ -183,3 +183,24 @@ def test_a_number_through_a_trunk_with_no_domain_is_a_clear_400(tmp_path: Path) 
     with pytest.raises(RouteError, match="call a sip: URI") as info:
         trunks.route("123", "trunk")
     assert info.value.status == 400
+
+
+def test_the_registered_phones_as_a_table() -> None:
+    from callhook.remote import user_table
+
+    assert user_table([]) == "no phones registered"
+    table = user_table(
+        [
+            {
+                "user": "alice",
+                "contact": "<sip:alice@192.0.2.7:5062>",
+                "transport": "udp",
+                "source": "198.51.100.4:40112",
+                "expires_in": 3541,
+            }
+        ]
+    ).splitlines()
+    assert table[0].split() == ["USER", "FROM", "EXPIRES", "IN", "CONTACT"]
+    assert table[1].split() == [
+        "alice", "udp", "198.51.100.4:40112", "3541", "s", "<sip:alice@192.0.2.7:5062>",
+    ]  # fmt: skip
