@@ -76,16 +76,10 @@ class AttachedLegs(Screening):
         application's ``max_calls_per_app`` and obeys the egress policy."""
         media = self.media
         assert media is not None
-        app = primary.app
-        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
-        if why is not None:
-            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
-            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+        far = self._attached_far(primary, attempt, destination, "ws")
+        if far is None:
             return
-        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
-        call_id = f"ws-{uuid.uuid4().hex}"
-        route = Route(destination, None, None, "callhook", None)
-        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
+        call_id = far.call_id
         caller = primary.leg.info
         call = {
             "call_id": call_id,
@@ -107,6 +101,23 @@ class AttachedLegs(Screening):
         self.far_legs[call_id] = far
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
         far.websocket.start()
+
+    def _attached_far(
+        self, primary: SipCall, attempt: int, destination: str, prefix: str
+    ) -> FarLeg | None:
+        """A far leg with no socket to ``destination``, counted towards the caller's
+        application's ``max_calls_per_app`` (its end gives the count back: _ended); None,
+        the attempt failed ``429`` and logged, when the application is at its limit."""
+        app = primary.app
+        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+        if why is not None:
+            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
+            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+            return None
+        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+        call_id = f"{prefix}-{uuid.uuid4().hex}"
+        route = Route(destination, None, None, "callhook", None)
+        return FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
 
     def _attached_answered(self, far: FarLeg, session: MediaSession, key: int) -> None:
         far.session, far.port = session, key
@@ -237,15 +248,10 @@ class AttachedLegs(Screening):
             primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
             return
         app = primary.app
-        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
-        if why is not None:
-            logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
-            primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
+        far = self._attached_far(primary, attempt, destination, "webrtc")
+        if far is None:
             return
-        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
-        call_id = f"webrtc-{uuid.uuid4().hex}"
-        route = Route(destination, None, None, "callhook", None)
-        far = FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
+        call_id = far.call_id
 
         def ringing() -> None:
             if not far.ended:

@@ -116,19 +116,23 @@ class Readiness:
         return answered
 
 
-def answers_options(target: Target, seconds: float) -> bool:
+def answers_options(
+    target: Target, seconds: float, stop: Callable[[], bool] = lambda: False
+) -> bool:
     """Whether ``target`` answers a SIP OPTIONS over UDP within ``seconds`` (asked again
-    every 300 ms: UDP). Blocking: run it on a thread."""
+    every 300 ms: UDP), from its own address (an address ``[security] allow`` lets in
+    when the target does); False at once when ``stop()`` says so. Blocking: run it on a
+    thread."""
     host = target.host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     deadline = time.monotonic() + seconds
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.bind(("", 0))
+        probe.bind((host, 0))
         probe.settimeout(0.3)
         local = probe.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         n = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop():
             n += 1
             options = (
                 f"OPTIONS sip:{shown}:{target.port} SIP/2.0\r\n"

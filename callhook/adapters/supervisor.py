@@ -37,20 +37,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from callhook.adapters.readiness import answers_options
+from callhook.adapters.workerports import choose_first_port, front_ports_free
 from callhook.config import ConfigError, Settings
 from callhook.sip.grammar import parse_hostport
+from callhook.sip.transport import Target
 from callhook.workers import (
-    FIRST_PORT_OFFSET,
     RPC_SOCKET,
     WORKERS_FIRST_PORT,
     WORKERS_TOKEN,
     Layout,
-    clear_of,
     cores,
     default_first_port,
     dispatcher_list,
-    first_port_candidates,
-    host_of_workers,
     kamailio_binary,
     kamailio_config,
     kamailio_modules,
@@ -162,37 +161,6 @@ def rpc_socket(data_dir: Path) -> Path:
         return path
     digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"callhook-{digest}.sock"
-
-
-def choose_first_port(settings: Settings, count: int) -> int:
-    """``[workers] first_port``; else the first run of ``count`` ports from the SIP port
-    + 40 (workers.py ``first_port_candidates``) clear of the SIP port and the RTP range and
-    free on the workers' host, for UDP (their SIP) and TCP (their private port): a
-    second ``serve`` on the machine takes the next free ones. ConfigError if none is."""
-    if settings.worker_first_port is not None:
-        return settings.worker_first_port
-    host = host_of_workers(settings.sip_host)
-    start = default_first_port(settings.sip_port, count, settings.rtp_ports)
-    for first in first_port_candidates(start - FIRST_PORT_OFFSET, count):
-        if clear_of(first, count, settings.sip_port, settings.rtp_ports) and all(
-            _free(host, port) for port in range(first, first + count)
-        ):
-            return first
-    raise ConfigError(
-        f"no {count} free ports for the workers' SIP on {host}: set [workers] first_port"
-    )
-
-
-def _free(host: str, port: int) -> bool:
-    """Whether ``port`` can be bound on ``host`` for UDP and for TCP now."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-        with socket.socket(family, kind) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                return False
-    return True
 
 
 def become_worker(settings: Settings, index: int, count: int) -> Layout:
@@ -367,29 +335,11 @@ class Supervisor:
         within ``seconds``: the banner is printed once callhook is reachable there."""
         layout = self.layout
         host = layout.worker_host if layout.host in ("0.0.0.0", "::", "") else layout.host
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        deadline = time.monotonic() + seconds
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.bind((host, 0))
-            probe.settimeout(0.3)
-            local = probe.getsockname()[1]
-            n = 0
-            while time.monotonic() < deadline and self.failed is None and not self.stopping:
-                n += 1
-                options = (
-                    f"OPTIONS sip:{host}:{layout.port} SIP/2.0\r\n"
-                    f"Via: SIP/2.0/UDP {host}:{local};branch=z9hG4bKsupervisor{n}\r\n"
-                    f"From: <sip:supervisor@{host}>;tag=s{n}\r\nTo: <sip:{host}>\r\n"
-                    f"Call-ID: supervisor-{local}-{n}\r\nCSeq: 1 OPTIONS\r\n"
-                    "Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
-                )
-                try:
-                    probe.sendto(options.encode(), (host, layout.port))
-                    if probe.recv(4096).startswith(b"SIP/2.0 "):
-                        return True
-                except OSError:  # a timeout, or nobody there yet (ICMP)
-                    time.sleep(0.2)
-        return False
+        return answers_options(
+            Target(host, layout.port),
+            seconds,
+            stop=lambda: self.failed is not None or self.stopping,
+        )
 
     async def _all_ready(self) -> None:
         for child in self.workers:
@@ -563,33 +513,6 @@ async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout
     for p in running:
         with contextlib.suppress(OSError):
             os.killpg(p.pid, signal.SIGKILL)  # anything it left behind
-
-
-def front_ports_free(settings: Settings) -> None:
-    """ConfigError, in one line naming the setting, when Kamailio could not listen on the
-    SIP address (another serve, or any SIP server, has it): found before anything starts."""
-    host, port = settings.sip_host, settings.sip_port
-    wanted = [("udp", port)]
-    if settings.sip_tcp_port != 0:
-        wanted.append(("tcp", settings.sip_tcp_port or port))
-    if settings.tls_certificate is not None and settings.sip_tls_port:
-        wanted.append(("tls", settings.sip_tls_port))
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for transport, number in wanted:
-        kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM
-        with socket.socket(family, kind) as probe:
-            if kind == socket.SOCK_STREAM:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kamailio
-            try:
-                probe.bind((host, number))
-            except OSError as exc:
-                key = {"udp": "--sip, or [sip] host and port", "tcp": "[sip] tcp_port"}.get(
-                    transport, "[sip] tls_port"
-                )
-                raise ConfigError(
-                    f"SIP cannot listen on {transport} {host}:{number}: {exc.strerror} "
-                    f"(set by {key})"
-                ) from None
 
 
 def http_port(host: str, port: int) -> int:

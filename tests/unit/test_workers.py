@@ -120,7 +120,7 @@ def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> N
     (they used to bind a fixed 5100 and die at start)."""
     import socket
 
-    from callhook.adapters.supervisor import choose_first_port
+    from callhook.adapters.workerports import choose_first_port
 
     def taken_run(start: int) -> list[socket.socket]:
         held = []
