@@ -95,10 +95,20 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
     app.page("/final", None)
     killed = False
     delivered: list[str] = []
+    # Set when the worker is to be killed: the next refused attempt kills it before its
+    # 503 is answered, so no 2xx is ever in flight to a dying worker. (A 2xx that a worker
+    # dies before recording is the one documented way a notification is sent twice.)
+    kill_at_next_attempt: int | None = None
+    attempt_refused_by_kill = asyncio.Event()
 
     def available(request: Received) -> Reply:
         # 503 until a worker is killed: that notification is pending in the outbox then.
+        nonlocal killed
         if not killed:
+            if kill_at_next_attempt is not None:
+                os.kill(kill_at_next_attempt, signal.SIGKILL)
+                killed = True
+                attempt_refused_by_kill.set()
             return Reply(status=503)
         delivered.append(request.json["action_result"]["result"]["filename"])
         return Reply(status=204)
@@ -208,8 +218,8 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
             victim = pids[0]
             assert not (data_dir / "notifier.lock").exists()  # (no process lock is used)
         index = next(i for i, pid in pids.items() if pid == victim)
-        killed = True
-        os.kill(victim, signal.SIGKILL)
+        kill_at_next_attempt = victim  # (retries come at most 1.5 s apart)
+        await asyncio.wait_for(attempt_refused_by_kill.wait(), 10)
 
         # D, right after: it goes to the survivor (a dead worker is skipped).
         plan.append([{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
