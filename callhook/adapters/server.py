@@ -203,8 +203,10 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     apply_app_flags(args, services)
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
     sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
+    # Nodes sharing PostgreSQL: one of them registers the trunks, for all.
+    trunks_role = _trunks_role(services, settings)
     try:
-        await sip.start()
+        await sip.start(register=trunks_role is None or await asyncio.to_thread(trunks_role.stand))
     except ListenError as exc:
         await services.close()  # (the speech models loading: a clean exit, status 2)
         raise ConfigError(f"{exc} (set by {_listen_key(exc, settings)})") from None
@@ -275,12 +277,17 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     hang_up_is_no_stop(loop)
+    following = None
+    if trunks_role is not None:
+        following = loop.create_task(_follow_trunks_role(trunks_role, sip))
     try:
         await stop.wait()
     finally:
         _say("callhook: shutting down (new calls get 503)")
         frozen.cancel()
         collecting.cancel()
+        if following is not None:
+            following.cancel()
         await sip.shutdown(settings.shutdown_grace)
         await services.close()
         if siblings is not None:
@@ -314,6 +321,28 @@ def _say(line: str) -> None:
     except OSError:  # BrokenPipeError: nothing reads standard output any more
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _trunks_role(services: Services, settings: Settings) -> Nodes | None:
+    """This node, when it stands for registering the trunks among nodes sharing
+    PostgreSQL (a lead worker, with a trunk that registers); None: the trunks are
+    registered as in one process (or by worker 0), or there are none to register."""
+    if settings.database_url is None or not settings.lead_worker:
+        return None
+    if not any(trunk.registers for trunk in settings.trunks.values()):
+        return None
+    from callhook.store.postgres import Nodes
+
+    assert isinstance(services.ownership, Nodes)
+    return services.ownership
+
+
+async def _follow_trunks_role(nodes: Nodes, sip: SipService) -> None:
+    """Take up or give up the trunks' registration as the role moves (each beat decides
+    who holds it; see ``store/postgres.py``)."""
+    while True:
+        await asyncio.sleep(1.0)
+        sip.trunks_lead(nodes.leading)
 
 
 def _listen_key(exc: ListenError, settings: Settings) -> str:

@@ -29,8 +29,8 @@ and the server's own routes, which are about every worker too:
 
 * ``GET /api/stats``: the answering worker's counters, as in one process, and
   ``workers``: every worker's, each with its ``worker`` index (a node: its address);
-* ``GET /api/trunks``: the trunks as the worker that registers them (worker 0) sees
-  them;
+* ``GET /api/trunks``: the trunks as the worker that registers them (worker 0; among
+  nodes, the one that holds the role) sees them;
 * ``GET /api/bans``: every worker's bans, one list (each with its ``worker``), and
   Kamailio's in front of them (``worker``: ``"front"``, adapters/frontbans.py);
   ``DELETE /api/bans/{address}`` lifts the ban on every worker that has it, and in
@@ -87,7 +87,8 @@ RING_PATH = "/webrtc/ring"
 SIGN_OUT_PATH = "/webrtc/signout"
 WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
 STATS = "/api/stats"
-#: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``).
+#: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``), or
+#: the node's that holds the role (``store/postgres.py``).
 TRUNKS = "/api/trunks"
 BANS = "/api/bans"
 ONE_BAN = re.compile(r"/api/bans/.+")
@@ -336,8 +337,8 @@ class Siblings:
     async def _trunks(
         self, request: web.Request, response: web.StreamResponse, siblings: Peers
     ) -> web.Response:
-        """``/api/trunks`` with each trunk this worker does not register as the worker that
-        does (worker 0) reports it; as this worker sees it when none answers."""
+        """``/api/trunks`` with each trunk this worker does not register as the worker or
+        node that does reports it; as this worker sees it when none answers."""
         assert isinstance(response, web.Response) and response.text is not None
         own: list[dict[str, Any]] = json.loads(response.text)
         if any(entry.get(ELSEWHERE) for entry in own) and siblings:

@@ -203,9 +203,15 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
         self.trunks.warn_about_transports(set(self.ports) if listen else None)
         self._trusted_trunks()
-        self.trunks.elsewhere = not settings.lead_worker
-        await self.trunks.start(self._trunks_changed, register=register and settings.lead_worker)
+        register = register and settings.lead_worker
+        self.trunks.elsewhere = not register
+        await self.trunks.start(self._trunks_changed, register=register)
         self._trusted_trunks()
+
+    def trunks_lead(self, leading: bool) -> None:
+        """Register the trunks from now on, or leave them to the node that holds the role
+        now (nodes sharing PostgreSQL: ``store/postgres.py``)."""
+        self.trunks.lead(leading, self._trunks_changed)
 
     async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""

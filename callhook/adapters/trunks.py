@@ -70,8 +70,9 @@ class Trunks:
         self.errors: dict[str, str] = {}  # why a trunk could not start (resolution)
         self._retries: dict[str, asyncio.TimerHandle] = {}
         self.register = True
-        #: Another worker of ``serve --workers`` registers the trunks (worker 0): this
-        #: one's ``GET /api/trunks`` is completed with that one's (``siblings.py``).
+        #: Another process registers the trunks (worker 0 of ``serve --workers``, or the
+        #: node that holds the role with PostgreSQL): this one's ``GET /api/trunks`` is
+        #: completed with that one's (``siblings.py``).
         self.elsewhere = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -109,6 +110,27 @@ class Trunks:
         if spec is not None and agent is not None and self.register:
             agent.register(spec, asyncio.get_running_loop().time(), self.targets[trunk.name])
             on_change()
+
+    def lead(self, leading: bool, on_change: Callable[[], None]) -> None:
+        """Register the trunks from now on (``leading``), or stop and leave them to the
+        node that does: the role moved (``store/postgres.py``, ``leaders``)."""
+        if leading == self.register:
+            return
+        self.register, self.elsewhere = leading, not leading
+        agent = self._agent()
+        if agent is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if leading:
+            logger.warning("this node registers the trunks now (the node that did is gone)")
+            for trunk in self.config.values():
+                spec = trunk.registration()
+                if spec is not None and trunk.name in self.targets:
+                    agent.register(spec, now, self.targets[trunk.name])
+        else:
+            logger.warning("another node registers the trunks now: this one unregisters")
+            agent.unregister_all(now)
+        on_change()
 
     async def _resolve(self, trunk: Trunk) -> None:
         """The trunk's next hop and every address its calls may come from."""
@@ -210,6 +232,9 @@ class Trunks:
             if name in self.errors:
                 retry = _remaining(self._retries.get(name))
                 entry = {"state": "failing", "reason": self.errors[name], "next_try_in": retry}
+            elif self.elsewhere and trunk.registers:
+                # (A registration left here is this node's unregistering: not the news.)
+                entry = {"state": "registering", "reason": "by another process", ELSEWHERE: True}
             elif registration is not None:
                 entry = {
                     "state": registration.state,
@@ -217,8 +242,6 @@ class Trunks:
                     "expires_in": registration.expires_in(now),
                     "next_try_in": registration.next_try_in(now),
                 }
-            elif self.elsewhere and trunk.registers:
-                entry = {"state": "registering", "reason": "by worker 0", ELSEWHERE: True}
             else:
                 entry = {"state": "registering" if trunk.registers else "static", "reason": ""}
             entry = {"expires_in": None, "next_try_in": None} | entry

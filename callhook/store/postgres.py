@@ -23,6 +23,13 @@ across machines (docs/scaling.md):
   sends (:class:`~callhook.store.outbox.Outbox`): a row lock, not a process
   lock. A node that dies mid-delivery leaves a lease that runs out, or that a
   survivor clears when it finds the node gone.
+* **Who registers the trunks** is the ``leaders`` table: one row per role
+  (``trunks``) names the node that holds it. A candidate takes the row on its
+  beat when the row is free or its holder's ``nodes`` row ran out
+  (:meth:`Nodes.stand`), so one node of the installation registers each trunk
+  (a provider keeps one binding), and another takes over when it is gone. A
+  node that cannot reach the server for a whole ``node_timeout`` lets go too:
+  by then another may hold the row.
 
 Statements run on the database thread of :class:`~callhook.store.database.Database`,
 as with SQLite, on one connection that is opened again after it broke (a server
@@ -109,7 +116,14 @@ CREATE TABLE IF NOT EXISTS nodes (
     api TEXT
 );
 ALTER TABLE nodes ADD COLUMN IF NOT EXISTS api TEXT;
+CREATE TABLE IF NOT EXISTS leaders (
+    role TEXT PRIMARY KEY,
+    token TEXT NOT NULL
+);
 """
+
+#: The role of the node that registers the trunks (a row of ``leaders``).
+TRUNKS_ROLE = "trunks"
 
 
 @functools.lru_cache(maxsize=512)
@@ -244,6 +258,11 @@ class Nodes:
         db.call(self._insert)
         # Since when every beat went through (None: the last one failed).
         self._steady_since: float | None = clock()
+        self._last_beat = clock()
+        #: Whether this node stands for the trunks' registration (:meth:`stand`).
+        self.candidate = False
+        #: Whether it holds it now (decided at each beat).
+        self.leading = False
 
     def _insert(self, conn: Connection) -> None:
         # (Again after being taken for gone: with its address, or it is never asked.)
@@ -270,15 +289,41 @@ class Nodes:
             found = self.db.call(work)
         except Exception:
             self._steady_since = None  # (others are not judged until it is steady again)
+            if self.leading and self.clock() - self._last_beat > self.timeout:
+                # Silent this long, it is taken for gone: another may hold the role now.
+                self.leading = False
             raise
+        self._last_beat = self.clock()
         if self._steady_since is None:
             self._steady_since = self.clock()
+        if self.candidate:
+            self.leading = self.db.call(self._elect)
         if not found:
             logger.error(
                 "this node was silent for more than %.0f s and was taken for gone: its"
                 " recordings in progress were finished by another node ([database] node_timeout)",
                 self.timeout,
             )
+
+    def stand(self) -> bool:
+        """Stand for registering the installation's trunks: from now on each beat takes
+        the role if it is free or its holder is gone. Whether this node holds it now."""
+        self.candidate = True
+        self.leading = self.db.call(self._elect)
+        return self.leading
+
+    def _elect(self, conn: Connection) -> bool:
+        # One statement: two candidates at once find the row locked in turn, and the
+        # second sees the first's live row (PostgreSQL's ON CONFLICT ... WHERE).
+        conn.execute(
+            "INSERT INTO leaders (role, token) VALUES (?, ?) ON CONFLICT (role) DO UPDATE"
+            " SET token = excluded.token WHERE leaders.token = excluded.token OR NOT EXISTS"
+            " (SELECT 1 FROM nodes WHERE nodes.token = leaders.token"
+            f" AND nodes.alive_until >= {NOW})",
+            (TRUNKS_ROLE, self.token),
+        )
+        row = conn.execute("SELECT token FROM leaders WHERE role = ?", (TRUNKS_ROLE,)).fetchone()
+        return row is not None and row[0] == self.token
 
     def advertise(self, api: str) -> None:
         """Where the other nodes ask this one about its live calls (its private API's
@@ -343,6 +388,8 @@ class Nodes:
 
         def leave(conn: Connection) -> None:
             conn.execute("DELETE FROM nodes WHERE token = ?", (self.token,))
+            # (The next candidate's beat takes the role at once.)
+            conn.execute("DELETE FROM leaders WHERE token = ?", (self.token,))
             conn.execute(
                 "UPDATE notifications SET lease_owner = NULL, lease_until = NULL"
                 " WHERE lease_owner = ?",

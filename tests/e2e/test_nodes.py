@@ -6,6 +6,9 @@ in the ``nodes`` table). A node killed with SIGKILL in the middle of a recording
 gone for good once its row in ``nodes`` runs out (``node_timeout``): the other node
 finishes its recording and announces it once. A notification queued by one node is
 delivered once, by either.
+
+A trunk is registered by one node of the installation (the one holding the trunks' row
+in ``leaders``), not by each; when that node dies, the other registers it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,10 @@ import pytest
 from callhook.testing import AppServer, Received, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import Server
+from tests.e2e.kamailio import Provider, make_provider_fixture  # noqa: F401 (fixture)
 from tests.e2e.test_notifications import talking
+from tests.e2e.test_trunks import answering_app, call_the_did, trunk_states
+from tests.e2e.test_trunks import config as trunk_config
 from tests.e2e.test_workers import record, until
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
@@ -107,3 +114,52 @@ async def test_a_node_that_dies_has_its_recording_finished_by_the_other(
         assert "interrupted by a restart" in a.output
         assert "finished 1 recording(s) of a process that stopped" in a.output
         assert await a.stop() == 0, a.output
+
+
+async def test_one_node_registers_the_trunk_and_the_other_takes_over_when_it_dies(
+    tmp_path: Path,
+    app: AppServer,
+    postgres_url: str,  # noqa: F811
+    make_provider: Callable[..., Provider],
+) -> None:
+    provider = make_provider()
+    answering_app(app)
+    config = trunk_config(tmp_path, app, provider)
+    with config.open("a") as file:
+        file.write(
+            f'[database]\nurl = "{postgres_url}"\nnode_timeout = 3\n[speech]\npreload = false\n'
+        )
+    data_dir = tmp_path / "shared"
+    extra = ("--config", str(config))
+    a, b = (Server.for_app(data_dir, app, extra, host=h) for h in ("127.0.0.2", "127.0.0.3"))
+    async with a:
+        (contact,) = await provider.wait_registered(timeout=20)
+        async with b:
+            # One binding at the provider, A's; B asked says so too (it asks A).
+            await asyncio.sleep(2.0)  # (B's beats: it does not take the role from A)
+            assert provider.registered() == [contact], provider.registered()
+            assert contact.startswith(f"sip:{provider.username}@127.0.0.2:{a.sip_port}")
+            for node in (a, b):
+                (state,) = await trunk_states(node)
+                assert state["state"] == "registered", (state, node.output)
+            assert "trunk provider: registered" not in b.output
+
+            assert a.proc is not None
+            os.kill(a.proc.pid, signal.SIGKILL)
+            # A's row runs out (3 s): B takes the role at its next beat and registers.
+            wanted = f"sip:{provider.username}@127.0.0.3:{b.sip_port}"
+            await until(
+                lambda: any(c.startswith(wanted) for c in provider.registered()),
+                "B's registration",
+                lambda: b.output + provider.log_text(),
+                seconds=20,
+            )
+            assert "this node registers the trunks now" in b.output
+            (state,) = await trunk_states(b)
+            assert state["state"] == "registered", state
+            # The DID's calls reach B (the provider tries A's stale binding too).
+            run = await call_the_did(tmp_path, provider)
+            assert run.returncode == 0, run.output + run.errors + b.output
+            assert app.bodies("/support"), b.output
+            assert await b.stop() == 0, b.output
+    assert not any(c.startswith(wanted) for c in provider.registered())  # B unregistered

@@ -313,3 +313,56 @@ def test_each_node_finds_the_others_private_addresses(db: PostgresDatabase) -> N
         assert gone
     b.beat()  # b was only slow: back with its address, asked again
     assert [api for api, _ in c.peers()] == ["http://10.0.0.5:41000", "http://10.0.0.6:41000"]
+
+
+def test_one_candidate_holds_the_trunks_role_until_it_is_gone_or_stops(
+    postgres_url: str,  # noqa: F811
+) -> None:
+    dbs = [PostgresDatabase(postgres_url) for _ in range(3)]
+    a, b, c = (steady_nodes(d, 1)[0] for d in dbs)
+    assert not c.candidate and not c.leading  # (a node that does not stand never holds it)
+    assert a.stand() is True
+    assert b.stand() is False
+    b.beat()
+    a.beat()
+    assert (a.leading, b.leading) == (True, False)
+    expire(dbs[0], a)  # A was killed: its row ran out
+    b.beat()
+    assert b.leading
+    a.beat()  # A's late beat: the role is B's now
+    assert not a.leading
+    b.close()  # a clean stop lets the role go at once
+    a.beat()
+    assert a.leading
+    c.beat()
+    assert not c.leading
+    a.close()
+    c.close()
+    for d in dbs:
+        d.close()
+
+
+def test_a_node_cut_off_from_the_server_for_node_timeout_lets_the_role_go(
+    postgres_url: str,  # noqa: F811
+) -> None:
+    clock = Clock()
+    db = PostgresDatabase(postgres_url)
+    node = Nodes(db, 30, clock=clock)
+    assert node.stand()
+
+    def away(fn: object) -> None:
+        raise psycopg.OperationalError("connection refused")
+
+    reachable = db.call
+    db.call = away  # type: ignore[method-assign,assignment]  # (its server is away)
+    clock.now += 10
+    with pytest.raises(psycopg.OperationalError):
+        node.beat()
+    assert node.leading  # within node_timeout: nobody else may hold it yet
+    clock.now += 25
+    with pytest.raises(psycopg.OperationalError):
+        node.beat()
+    assert not node.leading
+    db.call = reachable
+    node.close()
+    db.close()
