@@ -37,6 +37,7 @@ from tests.e2e.test_baresip import (
     command,
     started,
 )
+from tests.e2e.test_baresip_tls_srtp import _certificates, _free_port_pair
 from tests.e2e.test_connect import UAS_REFUSES, UAS_RINGS_UNTIL_CANCEL, bridged_calls
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -116,16 +117,23 @@ async def baresip(phone_dir: Path, ctrl_port: int) -> AsyncIterator[asyncio.Stre
         await asyncio.wait_for(phone.wait(), 10)
 
 
-def baresip_as_alice(tmp_path: Path, serve_port: int, transport: str = "udp") -> tuple[Path, int]:
+def baresip_as_alice(
+    tmp_path: Path, serve_port: int, transport: str = "udp", ca: Path | None = None
+) -> tuple[Path, int]:
     """baresip's configuration as alice's phone registering with ``serve_port`` (an hour's
     registration: it does not register again during a test); its directory and control
-    port."""
+    port. Over TLS, ``ca`` is the authority it is given for callhook's certificate."""
     microphone = tmp_path / "mic.wav"
     microphone.write_bytes(_pcm16_wav(np.zeros(8000 * 60, dtype=np.int16)))
-    sip_port, ctrl_port = free_udp_port(), free_tcp_port()
+    # (baresip listens for TLS on its SIP port + 1.)
+    sip_port = _free_port_pair() if transport == "tls" else free_udp_port()
+    ctrl_port = free_tcp_port()
     phone_dir = tmp_path / "baresip"
     phone_dir.mkdir()
     baresip_config(phone_dir, sip_port, ctrl_port, microphone)
+    if ca is not None:
+        with (phone_dir / "config").open("a") as f:
+            f.write(f"sip_cafile\t\t{ca}\n")
     via = "" if transport == "udp" else f";transport={transport}"
     (phone_dir / "accounts").write_text(
         f"<sip:alice@127.0.0.1:{serve_port}{via}>;auth_pass={PASSWORD};regint=3600;"
@@ -184,26 +192,37 @@ async def test_baresip_registered_as_alice_is_reached_and_still_is_after_a_resta
 
 
 @pytest.mark.skipif(BARESIP is None, reason="baresip is not installed")
-async def test_baresip_registered_over_tcp_with_two_workers_is_reached_from_both(
-    tmp_path: Path, app: AppServer
+@pytest.mark.parametrize("transport", ["tcp", "tls"])
+async def test_baresip_registered_over_tcp_or_tls_with_two_workers_is_reached_from_both(
+    tmp_path: Path, app: AppServer, transport: str
 ) -> None:
-    """``serve --workers 2``: baresip registers over TCP with Kamailio (worker 0 is the
-    registrar); two calls in, one on each worker, reach it through Kamailio over the
-    connection it opened, and it answers both."""
+    """``serve --workers 2``: baresip registers over TCP (or TLS, which ends at Kamailio)
+    with Kamailio (worker 0 is the registrar); two calls in, one on each worker, reach
+    it through Kamailio over the connection it opened, and it answers both."""
     from tests.e2e.test_workers import worker_pids
 
     connect_to_alice(app)
     data = tmp_path / "data"
-    extra = (*users_config(tmp_path, two_workers()), "--workers", "2")
+    more, ca, tls_port = two_workers(), None, None
+    if transport == "tls":
+        pki = _certificates(tmp_path)
+        ca, tls_port = pki["ca"], free_tcp_port()
+        more = more.replace(
+            "[sip]\n",
+            f'[sip]\ntls_port = {tls_port}\ntls_certificate = "{pki["callhook"]}"\n'
+            f'tls_key = "{pki["callhook_key"]}"\n',
+        )
+    extra = (*users_config(tmp_path, more), "--workers", "2")
     server = Server.for_app(data, app, extra=extra)
     server.start_timeout = 150.0
-    phone_dir, ctrl_port = baresip_as_alice(tmp_path, server.sip_port, "tcp")
+    phone_dir, ctrl_port = baresip_as_alice(tmp_path, tls_port or server.sip_port, transport, ca)
     async with server:
         assert sorted(worker_pids(data)) == [0, 1], server.output
         async with baresip(phone_dir, ctrl_port) as phone:
             assert await wait_for_output(server, " 0:callhook.sip: user alice: registered")
             (line,) = [x for x in server.output.splitlines() if "user alice: registered" in x]
-            assert " from tcp 127.0.0.1:" in line, line  # the phone's own connection
+            # The phone's own connection, as Kamailio names it (its TLS ends there).
+            assert f" from {transport} 127.0.0.1:" in line, line
             assert await wait_for_output(server, " 1:callhook.sip: user alice: 1 phone(s)")
             for done in (1, 2):
                 calling = asyncio.create_task(call_in(server, tmp_path))
