@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from callhook.adapters.farleg import FarLeg
 from callhook.adapters.media import MediaEngine
+from callhook.adapters.sharedbans import SharedBans
 from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Trunks
 from callhook.app import Services
@@ -38,6 +40,8 @@ class Control:
     trunks: Trunks
     guard: Guard
     far_legs: dict[str, FarLeg]
+    #: The other workers (or nodes) told of this one's failed authentications (None: alone).
+    shared_bans: SharedBans | None
 
     def _flush(self) -> None:
         raise NotImplementedError
@@ -145,11 +149,17 @@ class Control:
         """Whether ``address`` is banned now (the REST API refuses it too)."""
         return self.guard.refuses_api(address, self.loop.time())
 
-    def auth_failed(self, address: str, what: str) -> None:
-        """A failed authentication from ``address`` (a wrong REST API key): towards a ban."""
-        self.guard.auth_failed(address, self.loop.time(), what)
+    def auth_failed(self, address: str, what: str) -> Awaitable[None]:
+        """A failed authentication from ``address`` (a wrong REST API key): towards a ban.
+        Done when the other workers (or nodes) know of it too."""
+        banned = self.guard.auth_failed(address, self.loop.time(), what)
         for host, cause in self.guard.take_notes():
             logger.warning("%s: %s", host, cause)
+        if self.shared_bans is not None:
+            return self.shared_bans.counted(address, what, banned)
+        done: asyncio.Future[None] = self.loop.create_future()
+        done.set_result(None)
+        return done
 
     def trunk_status(self) -> list[dict[str, Any]]:
         """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""

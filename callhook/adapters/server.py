@@ -45,6 +45,7 @@ logger = logging.getLogger("callhook.server")
 if TYPE_CHECKING:
     from callhook.adapters.api import KeyRing
     from callhook.adapters.sip import SipService
+    from callhook.adapters.web import Routes
     from callhook.store.postgres import Nodes
 
 
@@ -106,6 +107,7 @@ async def _start_web(
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
+    from callhook.adapters.sharedbans import SharedBans
     from callhook.adapters.webclients import WebClients
     from callhook.adapters.webphone import WebPhone
     from callhook.adapters.webservices import WebServices
@@ -130,6 +132,11 @@ async def _start_web(
     )
     # Pages signed in to receive calls: connect's webrtc: destinations ring them.
     sip.webclients = WebClients(keys, known_apps, bans=sip, siblings=siblings)
+    extra: list[Routes] = [sip.webclients, _readiness(services, sip, siblings)]
+    if siblings is not None:
+        # Failed authentications and bans: one count and one ban for all the workers.
+        sip.shared_bans = SharedBans(siblings, sip.guard, sip.loop.time)
+        extra.append(sip.shared_bans)
     # Aculab's web services: a number is called through the first trunk, as connect's are.
     webservices = WebServices(
         api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients
@@ -146,7 +153,7 @@ async def _start_web(
         phone=sip.phone,
         call_log=sip.call_log,
         webservices=webservices,
-        extra=(sip.webclients, _readiness(services, sip, siblings)),
+        extra=tuple(extra),
         reuse_port=reuse_port,
         outer=siblings.middleware if siblings is not None else None,
         private=private,

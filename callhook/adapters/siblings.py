@@ -86,6 +86,8 @@ RING_PATH = "/webrtc/ring"
 #: A web client signed in on the worker that tells (its older sign-ins elsewhere end).
 SIGN_OUT_PATH = "/webrtc/signout"
 WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
+#: A failed authentication a sibling counted, and the ban it earned (sharedbans.py).
+FAILURE_PATH = "/guard/failure"
 STATS = "/api/stats"
 #: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``), or
 #: the node's that holds the role (``store/postgres.py``).
@@ -113,7 +115,7 @@ def asked(method: str, path: str) -> bool:
         return method in ("GET", "DELETE")
     if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
-    if WEB_CLIENT.fullmatch(path) is not None or path == READY:
+    if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH):
         return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
@@ -221,6 +223,17 @@ class Siblings:
                 continue
             return label, ws
         return None
+
+    def require_sibling(self, request: web.Request) -> None:
+        """404 unless ``request`` came to the private port from a sibling with the token
+        (the workers' shared one, or the node's)."""
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        private = sockname is not None and sockname[1] == self.private_port
+        if not private or HEADER not in request.headers:
+            raise web.HTTPNotFound()
+        given = request.headers.get(NODE, "").encode()
+        if self.token is None or not hmac.compare_digest(given, self.token.encode()):
+            raise web.HTTPNotFound()
 
     async def ask_all(self, path: str) -> list[tuple[int | str, int | None, Any]]:
         """``GET path`` of every sibling at once: (label, status or None when it did not

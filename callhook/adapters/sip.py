@@ -37,6 +37,7 @@ from callhook.adapters.leg import new_leg
 from callhook.adapters.media import MediaEngine
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.referring import CallReferrer, Referring
+from callhook.adapters.sharedbans import SharedBans
 from callhook.adapters.sipcall import (
     CallMedia,
     SipCall,
@@ -146,6 +147,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.phone: WebPhone | None = None
         #: The web clients signed in to receive calls (``webrtc:`` destinations).
         self.webclients: WebClients | None = None
+        self.shared_bans: SharedBans | None = None
         self._ringing: set[asyncio.Task[None]] = set()
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media

@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+from callhook.adapters.sharedbans import SharedBans
 from callhook.adapters.trunks import Trunks
 from callhook.app import Services
 from callhook.sip.agent import Agent
@@ -51,6 +52,7 @@ class Users:
     loop: asyncio.AbstractEventLoop
     agent: Agent | None
     guard: Guard
+    shared_bans: SharedBans | None
     trunks: Trunks
     host: str  # the address SIP listens on
     local: str  # this machine's address (the one SIP listens on, or the main one)
@@ -173,7 +175,9 @@ class Users:
             return
         now = self.loop.time()
         for host, what in registrar.take_failures():
-            self.guard.auth_failed(host, now, "digest authentication")
+            banned = self.guard.auth_failed(host, now, "digest authentication")
+            if self.shared_bans is not None:
+                self.shared_bans.counted(host, "digest authentication", banned)
             self.guard.note(host, f"failed digest authentication ({what})", now)
         for host, cause in self.guard.take_notes():
             logger.warning("SIP from %s: %s", host, cause)

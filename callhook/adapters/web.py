@@ -53,7 +53,7 @@ class Bans(Protocol):
     def bans(self) -> list[dict[str, Any]]: ...
     def lift_ban(self, address: str) -> bool: ...
     def banned(self, address: str) -> bool: ...
-    def auth_failed(self, address: str, what: str) -> None: ...
+    def auth_failed(self, address: str, what: str) -> Awaitable[None]: ...
 
 
 class Routes(Protocol):
@@ -79,7 +79,7 @@ def guard(bans: Bans) -> Middleware:
         except ApiError as exc:
             if exc.wrong_key:
                 what = "web service" if is_webservice(request.path) else "REST API"
-                bans.auth_failed(source, f"{what} authentication")
+                await bans.auth_failed(source, f"{what} authentication")
             raise
 
     return middleware

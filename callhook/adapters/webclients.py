@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -46,7 +45,7 @@ from aiohttp import WSMsgType, web
 
 from callhook import webrtctoken
 from callhook.adapters.api import ApiError, KeyRing
-from callhook.adapters.siblings import HEADER, NODE, RING_PATH, SIGN_OUT_PATH, Siblings
+from callhook.adapters.siblings import RING_PATH, SIGN_OUT_PATH, Siblings
 from callhook.adapters.web import Bans
 from callhook.adapters.webphone import Outbox, loopback, same_origin
 from callhook.config import AppConfig
@@ -461,15 +460,8 @@ class WebClients:
 
     def _from_a_sibling(self, request: web.Request) -> None:
         """404 unless ``request`` came to the private port with the siblings' token."""
-        siblings = self.siblings
-        assert siblings is not None
-        sockname = request.transport.get_extra_info("sockname") if request.transport else None
-        private = sockname is not None and sockname[1] == siblings.private_port
-        if not private or HEADER not in request.headers:
-            raise web.HTTPNotFound()
-        given = request.headers.get(NODE, "").encode()
-        if siblings.token is None or not hmac.compare_digest(given, siblings.token.encode()):
-            raise web.HTTPNotFound()
+        assert self.siblings is not None
+        self.siblings.require_sibling(request)
 
     async def signed_in_elsewhere(self, request: web.Request) -> web.Response:
         """A sibling's page signed in as a client id at ``since``: one signed in here

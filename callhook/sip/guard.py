@@ -27,6 +27,10 @@ overflows).
   ban it, like the rate. The machine's own loopback addresses (:data:`OPERATOR`)
   are never banned so: the operator's ``callhook bans`` on the server itself
   must always be able to lift a ban (fail2ban's ``ignoreip`` does the same).
+  Several processes behind one address (workers, nodes) share their failures
+  and bans: a failure another one counted is added with ``ban=False``, and the
+  ban it decided is imposed (:meth:`impose`), so the source is counted and banned once
+  for the installation, and the ban is logged once, where it was decided.
 
 The table of sources is bounded (:data:`MAX_SOURCES`, least recently seen
 dropped first), so a spray of spoofed addresses cannot grow it; bans are kept
@@ -189,14 +193,30 @@ class Guard:
 
     # --- what else the service tells it ---------------------------------------------------
 
-    def auth_failed(self, host: str, now: float, what: str = "authentication") -> None:
-        """A failed authentication from ``host`` (digest, REST API key): five in a minute ban."""
+    def auth_failed(
+        self, host: str, now: float, what: str = "authentication", *, ban: bool = True
+    ) -> str | None:
+        """A failed authentication from ``host`` (digest, REST API key): five in a minute
+        ban. The ban's reason when this one banned it; ``ban=False``: counted only (a
+        failure another process saw, which decides the ban itself)."""
         if host in OPERATOR:
-            return
+            return None
         source = self._sources.get(host) or self._remember(host, now)
         source.failures = [t for t in source.failures if now - t < AUTH_WINDOW] + [now]
-        if len(source.failures) >= AUTH_FAILURES and not self.banned(host, now):
-            self._ban(host, source, now, f"{AUTH_FAILURES} failed {what}s in a minute")
+        if ban and len(source.failures) >= AUTH_FAILURES and not self.banned(host, now):
+            reason = f"{AUTH_FAILURES} failed {what}s in a minute"
+            self._ban(host, source, now, reason)
+            return reason
+        return None
+
+    def impose(self, host: str, now: float, reason: str) -> None:
+        """Ban ``host`` for ``ban_seconds``, as another process decided (not logged here)."""
+        if host in OPERATOR or self.banned(host, now):
+            return
+        self._bans[host] = _Banned(now + self.ban_seconds, reason)
+        self._bans.move_to_end(host)
+        if len(self._bans) > self.max_sources:
+            self._bans.popitem(last=False)
 
     def banned(self, host: str, now: float) -> bool:
         """Whether ``host`` is banned now."""

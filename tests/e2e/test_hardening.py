@@ -18,7 +18,7 @@ import pytest
 from callhook.testing import AppServer
 from tests import leaks
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_udp_port, wait_for_request
+from tests.e2e.harness import WORKERS, Server, free_udp_port, served, wait_for_request
 
 needs_sipp = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -41,11 +41,14 @@ async def request_from(
         return r.status, await r.json()
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_guessing_rest_api_keys_gets_the_source_banned(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
+    """With workers, the kernel spreads the guesses over them: they share the count, the
+    ban holds on each (listed with each worker's index) and is logged once."""
     app.page("/start", [{"hang_up": {}}])
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         base = f"http://127.0.0.1:{server.http_port}"
         secret = (tmp_path / "data" / "secret").read_text().strip()
         # A request without any key is not a guess: it counts for nothing.
@@ -60,21 +63,25 @@ async def test_guessing_rest_api_keys_gets_the_source_banned(
         assert (status, body["error"]["code"]) == (403, "banned")
         # ...the ban is listed, for ban_seconds (600 by default)...
         status, bans = await server.api("GET", "/api/bans")
-        assert status == 200
-        (ban,) = bans
-        assert ban["address"] == "127.0.0.2"
-        assert ban["reason"] == "5 failed REST API authentications in a minute"
-        assert 590 <= ban["seconds_left"] <= 600
+        assert status == 200 and len(bans) == workers, bans
+        for ban in bans:
+            assert ban["address"] == "127.0.0.2"
+            assert ban["reason"] == "5 failed REST API authentications in a minute"
+            assert 590 <= ban["seconds_left"] <= 600
+        if workers > 1:
+            assert sorted(ban["worker"] for ban in bans) == list(range(workers)), bans
         # ...while the operator's own loopback, guessing as much, is never banned.
         for n in range(10):
             status, _ = await request_from("127.0.0.1", "GET", f"{base}/api/stats", f"x{n}")
             assert status == 401
         assert (await request_from("127.0.0.1", "GET", f"{base}/api/stats", secret))[0] == 200
-        assert len((await server.api("GET", "/api/bans"))[1]) == 1
-        # Lifting the ban lets the source in again.
+        assert len((await server.api("GET", "/api/bans"))[1]) == workers
+        # Lifting the ban lets the source in again (on every worker: new connections).
         assert (await server.api("DELETE", "/api/bans/127.0.0.2"))[0] == 200
-        status, _ = await request_from("127.0.0.2", "GET", f"{base}/api/stats", secret)
-        assert status == 200
+        for _ in range(4):
+            status, _ = await request_from("127.0.0.2", "GET", f"{base}/api/stats", secret)
+            assert status == 200
+        assert (await server.api("GET", "/api/bans"))[1] == []
     banned = "127.0.0.2: banned for 600 s: 5 failed REST API authentications in a minute"
     assert server.output.count(banned) == 1
 

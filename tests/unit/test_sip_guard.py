@@ -74,6 +74,29 @@ def test_five_failed_authentications_in_a_minute_ban() -> None:
     assert not guard.lift("10.0.0.7", T0 + 112)
 
 
+def test_failures_seen_elsewhere_count_but_only_the_process_that_sees_the_last_bans() -> None:
+    # Two workers behind one address: each counts the other's failures (ban=False).
+    here, there = Guard(ban_seconds=600), Guard(ban_seconds=600)
+    for i in range(AUTH_FAILURES - 1):
+        guard, other = (here, there) if i % 2 else (there, here)
+        assert guard.auth_failed("10.0.0.7", T0 + i, "REST API key") is None
+        assert other.auth_failed("10.0.0.7", T0 + i, "REST API key", ban=False) is None
+    # Told of the fifth, ``there`` does not ban: only the one that saw it does...
+    assert there.auth_failed("10.0.0.7", T0 + 5, "REST API key", ban=False) is None
+    assert not there.banned("10.0.0.7", T0 + 5)
+    reason = here.auth_failed("10.0.0.7", T0 + 5, "REST API key")
+    assert reason == "5 failed REST API keys in a minute"
+    assert here.take_notes() == [("10.0.0.7", f"banned for 600 s: {reason}")]
+    # ...and tells it, so the ban holds there too, without a second note.
+    there.impose("10.0.0.7", T0 + 5.1, reason)
+    assert there.banned("10.0.0.7", T0 + 6) and there.admit("10.0.0.7", T0 + 6) == "drop"
+    assert [(b.address, b.reason) for b in there.bans(T0 + 6)] == [("10.0.0.7", reason)]
+    assert there.take_notes() == []
+    assert not there.banned("10.0.0.7", T0 + 5.1 + 600)
+    there.impose("127.0.0.1", T0, reason)  # (never the operator's loopback)
+    assert not there.banned("127.0.0.1", T0)
+
+
 def test_the_operators_own_loopback_is_never_banned_for_failed_authentications() -> None:
     # The operator's `callhook bans` on the server must always be able to lift a ban.
     guard = Guard()

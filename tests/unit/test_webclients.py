@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, cast
 
 import aiohttp
@@ -30,6 +30,14 @@ SALES_KEY = "sales-key-0123456789abcdef"
 NOW = 1_800_000_000.0
 
 
+class Done:
+    """Told already (no siblings here)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield
+
+
 class Bans:
     def __init__(self) -> None:
         self.failed: list[str] = []
@@ -37,8 +45,9 @@ class Bans:
     def banned(self, address: str) -> bool:
         return False
 
-    def auth_failed(self, address: str, what: str) -> None:
+    def auth_failed(self, address: str, what: str) -> Awaitable[None]:
         self.failed.append(address)
+        return Done()
 
 
 class Line:

@@ -8,6 +8,7 @@ remote address of TEST-NET-1), which no real socket here can make.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Generator
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +24,14 @@ SALES_KEY = "k" * 32
 SUPPORT_KEY = "s" * 32
 
 
+class Done:
+    """Told already (no siblings here)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield
+
+
 class Bans:
     def __init__(self) -> None:
         self.failed: list[tuple[str, str]] = []
@@ -36,8 +45,9 @@ class Bans:
     def banned(self, address: str) -> bool:
         return address == "192.0.2.99"
 
-    def auth_failed(self, address: str, what: str) -> None:
+    def auth_failed(self, address: str, what: str) -> Awaitable[None]:
         self.failed.append((address, what))
+        return Done()
 
 
 def phone(bans: Bans) -> WebPhone:
