@@ -27,7 +27,9 @@ destination (docs/security.md, "No toll fraud"):
   installation's own numbers, exactly (with or without ``+``): each trunk's
   ``caller_id`` and the ``[apps.X] numbers`` the trunks deliver (calling your
   own number through the provider is how a trunk is tested).
-* ``max_calls_per_app`` bounds the outbound calls one application has at once.
+* ``max_calls_per_app`` bounds the outbound calls one application has at once,
+  counted over the installation (:class:`OutboundCalls`): this process's, and
+  those the other workers or nodes last reported.
 
 A refusal names the rule it comes from, for the caller's error and the log.
 """
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from callhook import numbers
@@ -211,3 +213,65 @@ class OutboundPolicy:
             f"refused by [outbound] max_calls_per_app: application {app!r} has "
             f"{calls_now} outbound call(s) already (the limit is {self.max_calls_per_app})"
         )
+
+
+#: How long another process's report of its outbound calls holds: it reports again
+#: every third of this while it has any, so a process that died stops counting.
+REPORT_HOLDS = 30.0
+
+
+class OutboundCalls:
+    """The outbound calls each application has at once: this process's own, and the
+    last report of each other process (worker or node) that places calls for the same
+    installation (``adapters/outboundshare.py`` carries the reports).
+
+    Each change of this process's counts is given to :attr:`on_change` (to tell the
+    others); a report older than :data:`REPORT_HOLDS` seconds no longer counts.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.own: dict[str, int] = {}
+        self._others: dict[str, tuple[float, dict[str, int]]] = {}
+        self._latest: dict[str, int] = {}  # the number of each process's last report
+        #: Called with :attr:`own` after each change (None: nobody to tell).
+        self.on_change: Callable[[dict[str, int]], None] | None = None
+
+    def count(self, app: str) -> int:
+        """``app``'s outbound calls now, here and on the others."""
+        now = self.clock()
+        theirs = sum(
+            counts.get(app, 0)
+            for heard, counts in self._others.values()
+            if now - heard < REPORT_HOLDS
+        )
+        return self.own.get(app, 0) + theirs
+
+    def add(self, app: str) -> None:
+        """One more outbound call of ``app`` here."""
+        self.own[app] = self.own.get(app, 0) + 1
+        self._changed()
+
+    def remove(self, app: str) -> None:
+        """An outbound call of ``app`` here ended (or was never placed)."""
+        left = self.own.get(app, 0) - 1
+        if left > 0:
+            self.own[app] = left
+        else:
+            self.own.pop(app, None)
+        self._changed()
+
+    def heard(self, process: str, counts: dict[str, int], number: int) -> None:
+        """``process`` has ``counts`` outbound calls now (its whole report, its
+        ``number``-th: one that arrives after a later one is ignored)."""
+        if number <= self._latest.get(process, -1):
+            return
+        self._latest[process] = number
+        if counts:
+            self._others[process] = (self.clock(), dict(counts))
+        else:
+            self._others.pop(process, None)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(dict(self.own))

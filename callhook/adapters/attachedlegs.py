@@ -33,7 +33,7 @@ from callhook.app import Services
 from callhook.call import CallRunner
 from callhook.events import CalleeAnswered, CalleeEnded, CalleeRinging
 from callhook.media.session import MediaSession
-from callhook.outbound import OutboundPolicy
+from callhook.outbound import OutboundCalls, OutboundPolicy
 from callhook.ports import CallInfo
 
 logger = logging.getLogger("callhook.sip")
@@ -50,7 +50,7 @@ class AttachedLegs(Screening):
     prompts: PromptAudio
     far_legs: dict[str, FarLeg]
     outbound: OutboundPolicy
-    _outbound_calls: dict[str, int]
+    outbound_calls: OutboundCalls
     client_tls: ssl.SSLContext
     calls: dict[str, SipCall]
     webclients: WebClients | None
@@ -109,12 +109,12 @@ class AttachedLegs(Screening):
         application's ``max_calls_per_app`` (its end gives the count back: _ended); None,
         the attempt failed ``429`` and logged, when the application is at its limit."""
         app = primary.app
-        why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+        why = self.outbound.over_limit(app.name, self.outbound_calls.count(app.name))
         if why is not None:
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, why)
             primary.leg.inject(CalleeEnded(attempt, "failed", "429"))
             return None
-        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+        self.outbound_calls.add(app.name)
         call_id = f"{prefix}-{uuid.uuid4().hex}"
         route = Route(destination, None, None, "callhook", None)
         return FarLeg(primary, attempt, destination, call_id, None, 0, (), route, "")
@@ -174,7 +174,7 @@ class AttachedLegs(Screening):
             primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
             return
         caller = primary.app
-        why = self.outbound.over_limit(caller.name, self._outbound_calls.get(caller.name, 0))
+        why = self.outbound.over_limit(caller.name, self.outbound_calls.count(caller.name))
         limit = self.services.settings.max_calls
         if why is None and limit and len(self.calls) >= limit:
             why = f"{limit} calls already (max_calls)"  # it is a call of this server too
@@ -227,7 +227,7 @@ class AttachedLegs(Screening):
         self.attach_far_legs(called)
         local.leg.referrer = None  # no SIP dialog to send a REFER in
         # Counted once it exists: its end (_ended) gives the count back.
-        self._outbound_calls[caller.name] = self._outbound_calls.get(caller.name, 0) + 1
+        self.outbound_calls.add(caller.name)
         self.far_legs[call_id] = far
         logger.info("call %s: calling %s (far leg %s)", primary.call_id, destination, call_id)
         local.start()

@@ -60,7 +60,7 @@ from callhook.events import (
 )
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
-from callhook.outbound import OutboundPolicy
+from callhook.outbound import OutboundCalls, OutboundPolicy
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
@@ -86,7 +86,7 @@ class Connecting(AttachedLegs):
     far_legs: dict[str, FarLeg]
     registrar: Registrar | None
     outbound: OutboundPolicy
-    _outbound_calls: dict[str, int]
+    outbound_calls: OutboundCalls
     client_tls: ssl.SSLContext
     calls: dict[str, SipCall]
     #: (call, attempt) of the connects to a user whose phones are being read (a worker
@@ -190,15 +190,13 @@ class Connecting(AttachedLegs):
         fork = Fork()
         for phone in phones:
             why = self.outbound.over_limit(
-                primary.app.name, self._outbound_calls.get(primary.app.name, 0)
+                primary.app.name, self.outbound_calls.count(primary.app.name)
             )
             if why is not None:
                 logger.warning("call %s: cannot call %s: %s", primary.call_id, phone.contact, why)
                 fork.causes.append(("failed", "429"))
                 continue
-            self._outbound_calls[primary.app.name] = (
-                self._outbound_calls.get(primary.app.name, 0) + 1
-            )
+            self.outbound_calls.add(primary.app.name)
             route = _phone_route(phone)
             to = f"sip:{name}@{self.address}"  # the address of record; the Contact is the URI
             failure = self._start_far(

@@ -19,6 +19,7 @@ from typing import Any
 
 from callhook.adapters.leg import SipLeg, new_leg
 from callhook.adapters.media import MediaEngine
+from callhook.adapters.outboundshare import OutboundShare
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.sipcall import CallMedia, SipCall, Unanswered, media_session, nothing
 from callhook.adapters.trunks import Route, RouteError, Trunks
@@ -28,7 +29,7 @@ from callhook.callerid import call_from_user
 from callhook.config import AppConfig
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
-from callhook.outbound import OutboundPolicy
+from callhook.outbound import OutboundCalls, OutboundPolicy
 from callhook.ports import CallInfo
 from callhook.redact import redact
 from callhook.sip import offeranswer, sdp
@@ -59,7 +60,9 @@ class Dialling:
     outbound: OutboundPolicy
     _dials: set[asyncio.Task[CallSummary]]
     #: Outbound calls running (or about to) per application, for max_calls_per_app.
-    _outbound_calls: dict[str, int]
+    outbound_calls: OutboundCalls
+    #: The other workers or nodes told of this one's outbound calls (None: alone).
+    outbound_share: OutboundShare | None
     #: When each (application, rule) refusal was last logged (once a minute).
     _refusals_logged: dict[tuple[str, int], float]
 
@@ -211,7 +214,7 @@ class Dialling:
         why = self.outbound.refusal(to, trunk)
         status = 403
         if why is None:
-            why = self.outbound.over_limit(app.name, self._outbound_calls.get(app.name, 0))
+            why = self.outbound.over_limit(app.name, self.outbound_calls.count(app.name))
             status = 429
         if why is not None:
             now = self.loop.time()
@@ -220,15 +223,17 @@ class Dialling:
                 self._refusals_logged[key] = now
                 logger.warning("outbound call for application %r: %s", app.name, why)
             raise RouteError(why, status)
-        self._outbound_calls[app.name] = self._outbound_calls.get(app.name, 0) + 1
+        self.outbound_calls.add(app.name)
+
+    async def outbound_told(self) -> None:
+        """Done once the other workers or nodes know of the calls admitted here so far
+        (the next request, to another of them, counts them)."""
+        if self.outbound_share is not None:
+            await self.outbound_share.told()
 
     def outbound_ended(self, app: AppConfig) -> None:
         """An admitted outbound call of ``app`` is over (or was never placed)."""
-        left = self._outbound_calls.get(app.name, 0) - 1
-        if left > 0:
-            self._outbound_calls[app.name] = left
-        else:
-            self._outbound_calls.pop(app.name, None)
+        self.outbound_calls.remove(app.name)
 
     def _start_dial(self, app: AppConfig, route: Route, **kwargs: Any) -> asyncio.Task[CallSummary]:
         """The background task of an admitted call; it releases the admission when done."""
@@ -278,6 +283,7 @@ class Dialling:
         except RouteError as exc:
             return exc.status, {"error": str(exc)}
         self._start_dial(app, route)
+        await self.outbound_told()
         answer = {"status": "calling", "to": route.uri, "application": redact(app.first_page)}
         if route.trunk is not None:
             answer["trunk"] = route.trunk
@@ -327,4 +333,5 @@ class Dialling:
                 placed.set_exception(exc or RuntimeError("the call ended before it was placed"))
 
         task.add_done_callback(failed_early)
+        await self.outbound_told()
         return await placed

@@ -107,6 +107,7 @@ async def _start_web(
 ) -> str:
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.adapters.api import Api
+    from callhook.adapters.outboundshare import OutboundShare
     from callhook.adapters.sharedbans import SharedBans
     from callhook.adapters.webclients import WebClients
     from callhook.adapters.webphone import WebPhone
@@ -137,6 +138,10 @@ async def _start_web(
         # Failed authentications and bans: one count and one ban for all the workers.
         sip.shared_bans = SharedBans(siblings, sip.guard, sip.loop.time)
         extra.append(sip.shared_bans)
+        # Outbound calls: max_calls_per_app is the installation's.
+        sip.outbound_share = OutboundShare(siblings, sip.outbound_calls)
+        sip.outbound_share.start()
+        extra.append(sip.outbound_share)
     # Aculab's web services: a number is called through the first trunk, as connect's are.
     webservices = WebServices(
         api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients
@@ -296,6 +301,8 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         if following is not None:
             following.cancel()
         await sip.shutdown(settings.shutdown_grace)
+        if sip.outbound_share is not None:
+            sip.outbound_share.close()
         await services.close()
         if siblings is not None:
             await siblings.close()

@@ -88,6 +88,8 @@ SIGN_OUT_PATH = "/webrtc/signout"
 WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
 #: A failed authentication a sibling counted, and the ban it earned (sharedbans.py).
 FAILURE_PATH = "/guard/failure"
+#: A sibling's outbound calls, by application (outboundshare.py).
+OUTBOUND_PATH = "/outbound/calls"
 STATS = "/api/stats"
 #: The trunks' states: the registration is worker 0's (``adapters/supervisor.py``), or
 #: the node's that holds the role (``store/postgres.py``).
@@ -115,7 +117,7 @@ def asked(method: str, path: str) -> bool:
         return method in ("GET", "DELETE")
     if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
-    if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH):
+    if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH, OUTBOUND_PATH):
         return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 

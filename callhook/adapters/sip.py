@@ -35,6 +35,7 @@ from callhook.adapters.dialling import Dialling
 from callhook.adapters.farleg import FarLeg
 from callhook.adapters.leg import new_leg
 from callhook.adapters.media import MediaEngine
+from callhook.adapters.outboundshare import OutboundShare
 from callhook.adapters.prompts import PromptAudio
 from callhook.adapters.referring import CallReferrer, Referring
 from callhook.adapters.sharedbans import SharedBans
@@ -55,7 +56,7 @@ from callhook.call import CallRunner, CallSummary
 from callhook.config import AppConfig
 from callhook.events import CallEnded
 from callhook.media.dtmf import parse_dtmf_relay
-from callhook.outbound import OutboundPolicy
+from callhook.outbound import OutboundCalls, OutboundPolicy
 from callhook.ports import CallInfo
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import (
@@ -148,6 +149,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         #: The web clients signed in to receive calls (``webrtc:`` destinations).
         self.webclients: WebClients | None = None
         self.shared_bans: SharedBans | None = None
+        self.outbound_share: OutboundShare | None = None
         self._ringing: set[asyncio.Task[None]] = set()
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
@@ -169,7 +171,9 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
         )
-        self._outbound_calls: dict[str, int] = {}
+        # The outbound calls each application has, here and on the other workers or nodes
+        # (max_calls_per_app is the installation's: adapters/outboundshare.py).
+        self.outbound_calls = OutboundCalls(self.loop.time)
         self._refusals_logged: dict[tuple[str, int], float] = {}
 
     async def start(self, *, register: bool = True, listen: bool = True) -> None:

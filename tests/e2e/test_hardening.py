@@ -87,17 +87,15 @@ async def test_guessing_rest_api_keys_gets_the_source_banned(
 
 
 @needs_sipp
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_outbound_calls_obey_the_allow_list_and_the_per_application_limit(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     app.page("/start", [{"hang_up": {}}])
     app.page("/final", None)
     silent = free_udp_port()  # nobody answers there: an admitted call keeps ringing
-    extra = config(
-        tmp_path,
-        f'[outbound]\nallow = ["sip:*@127.0.0.1:{silent}", "+44"]\nmax_calls_per_app = 1\n',
-    )
-    async with Server.for_app(tmp_path / "data", app, extra=extra) as server:
+    text = f'[outbound]\nallow = ["sip:*@127.0.0.1:{silent}", "+44"]\nmax_calls_per_app = 1\n'
+    async with served(tmp_path, app, workers, text) as server:
         secret = (tmp_path / "data" / "secret").read_text().strip()
         url = f"http://127.0.0.1:{server.http_port}/api/calls"
 

@@ -23,7 +23,7 @@ from callhook.media import wav
 from callhook.testing import AppServer
 from callhook.wsprotocol import AUDIO, V1, V2
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_udp_port, wait_for_request
+from tests.e2e.harness import WORKERS, Server, free_udp_port, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink
 from tests.e2e.rtpstream import Stream
 from tests.e2e.wsagent import Agent
@@ -37,12 +37,17 @@ def clip(name: str) -> npt.NDArray[np.int16]:
     return wav.decode_to_8k((SPEECH / name).read_bytes())
 
 
-def config(tmp_path: Path, agent: Agent, *urls: str) -> tuple[str, ...]:
+def settings(agent: Agent, *urls: str) -> str:
     """serve trusts the test's CA, and the servers at ``urls`` (on loopback: the egress
     policy refuses them unless they are listed)."""
     endpoints = ", ".join(f'"{urlsplit(url).netloc}"' for url in urls)
+    return f'[sip]\ntls_ca = "{agent.ca_file}"\n[egress]\nendpoints = [{endpoints}]\n'
+
+
+def config(tmp_path: Path, agent: Agent, *urls: str) -> tuple[str, ...]:
+    """:func:`settings` in a file, as serve's arguments."""
     path = tmp_path / "callhook.toml"
-    path.write_text(f'[sip]\ntls_ca = "{agent.ca_file}"\n[egress]\nendpoints = [{endpoints}]\n')
+    path.write_text(settings(agent, *urls))
     return ("--config", str(path))
 
 
@@ -67,8 +72,9 @@ def best_match(got: npt.NDArray[np.int16], sent: npt.NDArray[np.int16]) -> float
     return float(np.max(corr / energy))
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_caller_talks_with_a_websocket_server_both_ways_and_it_hangs_up(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     caller_says = clip("7_jackson_7.wav")
     agent_says = clip("3_nicolas_13.wav")
@@ -86,9 +92,7 @@ async def test_a_caller_talks_with_a_websocket_server_both_ways_and_it_hangs_up(
         pcap = stream.write_pcap(tmp_path / "caller.pcap")
         async with (
             RtpSink() as caller_ear,
-            Server.for_app(
-                tmp_path / "data", app, extra=config(tmp_path, agent, agent.url)
-            ) as server,
+            served(tmp_path, app, workers, settings(agent, agent.url)) as server,
         ):
             invite = sipp.invite("ivr").replace(
                 "m=audio [media_port]", f"m=audio {caller_ear.port}"

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from callhook.outbound import OutboundPolicy, PatternError, UriPattern, check_pattern
+from callhook.outbound import (
+    REPORT_HOLDS,
+    OutboundCalls,
+    OutboundPolicy,
+    PatternError,
+    UriPattern,
+    check_pattern,
+)
 
 
 def test_empty_allow_refuses_everything_but_our_own_numbers_exactly() -> None:
@@ -100,3 +107,29 @@ def test_the_calls_per_application_limit() -> None:
         "refused by [outbound] max_calls_per_app: application 'sales' has 2 outbound "
         "call(s) already (the limit is 2)"
     )
+
+
+def test_outbound_calls_count_this_process_and_the_others_last_reports() -> None:
+    now = [100.0]
+    calls = OutboundCalls(lambda: now[0])
+    told: list[dict[str, int]] = []
+    calls.on_change = told.append
+    calls.add("sales")
+    calls.add("sales")
+    calls.remove("sales")
+    assert told == [{"sales": 1}, {"sales": 2}, {"sales": 1}]  # each change, whole
+    calls.heard("worker 1", {"sales": 2, "support": 1}, 1)
+    assert (calls.count("sales"), calls.count("support")) == (3, 1)
+    calls.heard("worker 1", {"sales": 1}, 3)
+    calls.heard("worker 1", {"sales": 5}, 2)  # an older report arriving late: ignored
+    assert calls.count("sales") == 2
+    calls.heard("worker 1", {}, 4)  # none left there
+    assert calls.count("sales") == 1
+    # A process that stops reporting (it died) stops counting.
+    calls.heard("worker 2", {"sales": 4}, 1)
+    now[0] += REPORT_HOLDS - 0.1
+    assert calls.count("sales") == 5
+    now[0] += 0.2
+    assert calls.count("sales") == 1
+    calls.remove("sales")
+    assert told[-1] == {} and calls.count("sales") == 0
