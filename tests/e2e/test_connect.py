@@ -18,6 +18,7 @@ from callhook.media import g711, tones, wav
 from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
+    WORKERS,
     Server,
     free_even_udp_port,
     free_udp_port,
@@ -33,9 +34,13 @@ CALLEE_HZ = 700.0
 CALLER_HZ = 1100.0
 
 
+#: The callees SIPp plays are on loopback.
+ALLOW = '[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n'
+
+
 def config(tmp_path: Path) -> tuple[str, ...]:
     path = tmp_path / "callhook.toml"
-    path.write_text('[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n')
+    path.write_text(ALLOW)
     return ("--config", str(path))
 
 
@@ -93,8 +98,9 @@ def callee_scenario(pcap: Path | None, media_port: int | None = None, hold_ms: i
     return sipp.scenario(*parts)
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_the_caller_hears_the_callee_and_the_application_goes_on_after(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     callee_port = free_udp_port()
     connect_app(app, callee_port)
@@ -105,7 +111,7 @@ async def test_the_caller_hears_the_callee_and_the_application_goes_on_after(
     )
     async with (
         RtpSink() as caller_ear,
-        Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server,
+        served(tmp_path, app, workers, ALLOW) as server,
     ):
         invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {caller_ear.port}")
         calling = asyncio.create_task(
@@ -250,8 +256,7 @@ async def connect_call(
         )
         for text, port in zip(callees, ports, strict=True)
     ]
-    allow = '[outbound]\nallow = ["sip:*@127.0.0.1:*"]\n'
-    async with RtpSink() as sink, served(tmp_path, app, workers, allow) as server:
+    async with RtpSink() as sink, served(tmp_path, app, workers, ALLOW) as server:
         invite = sipp.invite("ivr").replace("m=audio [media_port]", f"m=audio {sink.port}")
         caller = await sipp.call(
             server.sip,
@@ -323,9 +328,11 @@ async def test_of_two_destinations_the_first_to_answer_is_bridged_the_other_canc
     assert outcome["destination"] == f"sip:callee1@127.0.0.1:{ports[1]}"
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
+    """With workers, the callee's INVITE and the CANCEL go out through Kamailio."""
     callee_port = free_udp_port()
     connect_app(app, callee_port)
     callee = await sipp.start_sipp(
@@ -334,7 +341,7 @@ async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
         local_port=callee_port,
         media_port=free_even_udp_port(),
     )
-    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+    async with served(tmp_path, app, workers, ALLOW) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
@@ -350,6 +357,7 @@ async def test_the_caller_hanging_up_while_the_callee_rings_cancels_it(
     assert app.bodies("/connected") == []  # the call was over: no next page
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "hung_up"
+    assert "SIP response dropped" not in server.output, server.output  # (487s find their way)
 
 
 UAS_EARLY_MEDIA = (

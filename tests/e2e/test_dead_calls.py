@@ -15,19 +15,18 @@ import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server
+from tests.e2e.harness import WORKERS, served
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_call_whose_rtp_stops_is_hung_up_and_dropped(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     app.page("/start", [{"sleep": {"seconds": 60}}])
     app.page("/final", None)
-    config = tmp_path / "callhook.toml"
-    config.write_text("[sip]\nrtp_timeout = 2\n")
     pcap = Stream(2.0).write_pcap(tmp_path / "caller.pcap")
     parts = [
         sipp.invite("ivr"),
@@ -35,7 +34,7 @@ async def test_a_call_whose_rtp_stops_is_hung_up_and_dropped(
         sipp.PLAY.format(pcap=pcap),
         sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
     ]
-    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+    async with served(tmp_path, app, workers, "[sip]\nrtp_timeout = 2\n") as server:
         started = time.monotonic()
         run = await sipp.call(server.sip, tmp_path, *parts)
         took = time.monotonic() - started

@@ -47,7 +47,7 @@ from aiohttp import web
 from callhook.media import wav
 from callhook.testing import AppServer, Received, Reply
 from tests.e2e import harness, sipp
-from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.impair import BACK, CLEAR, FORTH, Impairment, Relay
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_recordings import (
@@ -222,9 +222,16 @@ def _get_input(page: str, **props: Any) -> dict[str, Any]:
 SECOND_WORD_AT = {"crash": 6.0, "hang": 13.0}
 
 
-@pytest.mark.parametrize("fault", ["crash", "hang"])
+@pytest.mark.parametrize(
+    ("fault", "workers"),
+    [
+        pytest.param("crash", 1, id="crash-one-process"),
+        pytest.param("hang", 1, id="hang-one-process"),
+        pytest.param("crash", 2, id="crash-workers-behind-kamailio", marks=WORKERS[1].marks),
+    ],
+)
 async def test_the_recogniser_crashing_or_hanging_ends_get_input_and_the_call_goes_on(
-    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, fault: str
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, fault: str, workers: int
 ) -> None:
     monkeypatch.setenv("CALLHOOK_FAULT_RECOGNISER", fault)
     app.page(
@@ -243,7 +250,7 @@ async def test_the_recogniser_crashing_or_hanging_ends_get_input_and_the_call_go
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         await until(lambda: app.bodies("/final"), 10, "no final page")
     assert run.returncode == 0, run.output + run.errors + server.output
