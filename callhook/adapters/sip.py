@@ -207,7 +207,10 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
-        self.trunks.warn_about_transports(set(self.ports) if listen else None)
+        listening: set[str] | None = set(self.ports) if listen else None
+        if settings.front is not None:  # (what the world reaches is the proxy's)
+            listening = set(settings.front.public_ports)
+        self.trunks.warn_about_transports(listening)
         self._trusted_trunks()
         register = register and settings.lead_worker
         self.trunks.elsewhere = not register

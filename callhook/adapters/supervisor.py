@@ -85,9 +85,9 @@ def layout_of(settings: Settings, count: int) -> Layout:
         )
     tcp = settings.sip_tcp_port != 0
     for trunk in settings.trunks.values():
-        # Trunks go through Kamailio (sip/front.py), over the transports it listens on;
-        # its TLS client checks a certificate's chain, not that it names the provider.
-        if trunk.transport == "tls" or (trunk.transport == "tcp" and not tcp):
+        # Trunks go through Kamailio (sip/front.py), over the transports it listens on
+        # (over TLS, past it: each worker holds its own connection).
+        if trunk.transport == "tcp" and not tcp:
             refused.append(f"trunk {trunk.name} over {trunk.transport}")
     if refused:
         raise ConfigError(

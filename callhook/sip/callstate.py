@@ -61,6 +61,9 @@ class Call:
     #: Behind the proxy of serve --workers, where a pinned call's requests go (named to
     #: the proxy in each: front.py); ``peer`` is the proxy then.
     destination: Target | None = None
+    #: Behind that proxy, a call whose requests do not cross it: a trunk's over TLS, on the
+    #: worker's own connection (whose certificate callhook checked: front.py).
+    direct: bool = False
     refer_cseq: int | None = None  # our REFER's CSeq: its NOTIFYs are welcome (referral.py)
 
 

@@ -438,7 +438,7 @@ class Core:
         (RFC 5923, RFC 5626 §5.3). Never another host's connection: behind one NAT
         address, several phones may share a host.
         """
-        if self.front is not None:
+        if self.front is not None and not call.direct:
             return self.front.target  # it is in every dialog's route set (it Record-Routes)
         hop = call.peer
         if call.pinned:

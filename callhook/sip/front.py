@@ -27,6 +27,14 @@ address: the one a provider registered, and the one a NAT forwards.
 
 A trunk's registration names the front as its Contact (:meth:`Front.contact_port`):
 the provider's calls come to Kamailio, which hands each to a worker.
+
+Except over TLS (:meth:`Front.carries`): a trunk over TLS is reached on the worker's
+own connection, whose certificate the worker checks against the trunk's name, which
+Kamailio's TLS client does not. Its calls and registration leave from the worker
+directly; the registration's Contact is Kamailio's TLS listener when it has one (the
+provider's calls then reach any worker through it), else the worker's connection,
+which the provider reuses (RFC 5923); the calls' requests come back on the connection
+they went out on.
 """
 
 from __future__ import annotations
@@ -56,6 +64,13 @@ class Front:
     #: a trunk's registration), and its port for each transport it listens on.
     public_host: str
     public_ports: dict[Transport, int] = field(default_factory=dict)
+
+    def carries(self, transport: Transport) -> bool:
+        """Whether a worker's requests to a peer over ``transport`` go through the proxy.
+        Not over TLS: Kamailio's TLS client (5.6) checks a certificate's chain but not that
+        it names the host called, so a worker holds its own TLS connection to a trunk
+        (callhook/tls.py checks both), past the proxy, and so do the trunk's requests back."""
+        return transport != "tls"
 
     def contact_port(self, transport: Transport) -> int:
         """The proxy's public port for ``transport`` (its UDP port when it has no such one)."""

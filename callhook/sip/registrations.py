@@ -22,7 +22,7 @@ from callhook.sip.front import DESTINATION, Front, destination_uri
 from callhook.sip.message import Request, Response
 from callhook.sip.registration import Registration, RegistrationSpec, with_via
 from callhook.sip.transaction import Transaction
-from callhook.sip.transport import Local, Target, reliable, transport_of
+from callhook.sip.transport import Local, Target, Transport, reliable, transport_of
 
 #: Seconds between keep-alives over UDP (NAT UDP bindings last 30 s or more: RFC 4787 REQ-5).
 KEEPALIVE = 25.0
@@ -57,14 +57,20 @@ class Registrations:
         registration = self.by_name.get(spec.name)
         if registration is None or registration.spec != spec:
             transport = transport_of(spec.transport)
-            front = self.front
+            front = self._through(transport)
+            host, port = self.local.host, self.local.port(transport)
+            if front is not None:
+                host, port = front.public_host, front.contact_port(transport)
+            elif self.front is not None and self.front.public_ports.get(transport):
+                # Past the proxy (TLS), but the provider's calls reach its TLS listener.
+                host, port = self.front.public_host, self.front.public_ports[transport]
             registration = Registration(
                 spec,
-                self.local.host if front is None else front.public_host,
-                self.local.port(transport) if front is None else front.contact_port(transport),
+                host,
+                port,
                 user_agent=self.user_agent,
                 allow=self.allow,
-                follow_nat=front is None,
+                follow_nat=self.front is None,
             )
             self.by_name[spec.name] = registration
         host, port = registration.destination
@@ -90,7 +96,7 @@ class Registrations:
         from ours (a NAT moved us: RFC 3581), for the Contact of dialogs with it. Never
         behind a proxy: the dialog's own requests come back through it."""
         if self.front is not None:
-            return None
+            return None  # (past the proxy over TLS: a connection the provider reuses)
         for name, registration in self.by_name.items():
             target = self._targets[name]
             if (target.host, target.transport) != (peer.host, peer.transport):
@@ -141,10 +147,16 @@ class Registrations:
                 self.pings.append((PING, target))
                 self._keepalive_at[name] = now + _interval(target)
 
+    def _through(self, transport: Transport) -> Front | None:
+        """The proxy a registration over ``transport`` goes through (none over TLS:
+        :meth:`Front.carries`)."""
+        front = self.front
+        return front if front is not None and front.carries(transport) else None
+
     def _pump(self, registration: Registration, now: float) -> None:
         name = registration.spec.name
         target = self._targets[name]
-        front = self.front
+        front = self._through(target.transport)
         for request in registration.take_requests():
             if front is not None:
                 request = with_via(request, self.local.via(front.target.transport))

@@ -80,7 +80,8 @@ class Uac(Referral):
         uri = parse_uri(target)
         peer = Target(*address) if address is not None else target_of(uri)
         destination = None
-        if self.front is not None:
+        direct = self.front is not None and not self.front.carries(peer.transport)
+        if self.front is not None and not direct:
             # serve --workers: out through the proxy, which goes on to where we would have.
             destination, peer, fixed_transport = peer, self.front.target, True
         transport = peer.transport
@@ -114,6 +115,7 @@ class Uac(Referral):
         tx, outputs = client(request, peer, now)
         call = Call(call_id, "outbound", request, tx, local_tag, peer, credentials=credentials)
         call.fixed_transport = fixed_transport
+        call.direct = direct
         call.pinned = pinned and address is not None
         if call.pinned and destination is not None:
             call.destination = destination  # through the proxy, in the dialog too

@@ -283,6 +283,9 @@ class Uas(Referral):
                 return
             key += HAIRPIN  # our own INVITE, come back to us: the hairpin's inbound half
         call = Call(key, "inbound", request, tx, new_tag(), tx.address, timer=timer)
+        # (Behind the proxy, a trunk's call that came on the worker's own TLS connection:
+        # the worker has no other, Kamailio passes calls on over UDP.)
+        call.direct = self.front is not None and not self.front.carries(tx.address.transport)
         self.calls[call.call_id] = call
         self._link(tx, call)
         self._reply(tx, request, 100, now=now)

@@ -18,7 +18,14 @@ import pytest
 
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.kamailio import (  # noqa: F401  (fixtures)
     Provider,
     make_provider_fixture,
@@ -160,14 +167,17 @@ async def test_a_wrong_password_is_failing_with_its_reason_and_backs_off(
     assert "password was refused" in lines[1]
 
 
-async def start_pstn(tmp_path: Path, provider: Provider, port: int) -> asyncio.subprocess.Process:
-    """The provider's "PSTN": a SIPp callee that checks it is called at the number, by
-    the account, and answers."""
+async def start_pstn(
+    tmp_path: Path, provider: Provider, port: int, *, by_account: bool = True
+) -> asyncio.subprocess.Process:
+    """The provider's "PSTN": a SIPp callee that checks it is called at the number (over
+    TLS, a ``sips:`` one), by the account (``by_account``: as the From user), and answers."""
+    caller = provider.username if by_account else "[^@]+"
     check = (
         '  <recv request="INVITE">\n'
-        '    <action><ereg regexp="^INVITE sip:\\+15551234@" search_in="msg" check_it="true"'
+        '    <action><ereg regexp="^INVITE sips?:\\+15551234@" search_in="msg" check_it="true"'
         ' assign_to="ruri"/>\n'
-        f'      <ereg regexp="From:.*sip:{provider.username}@" search_in="msg" check_it="true"'
+        f'      <ereg regexp="From:.*sips?:{caller}@" search_in="msg" check_it="true"'
         ' assign_to="from"/></action>\n  </recv>\n'
         '  <nop><action><log message="[$ruri] [$from]"/></action></nop>\n'
     )
@@ -234,17 +244,18 @@ async def test_an_outbound_call_through_the_trunk(
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_tls_registrar_whose_certificate_is_not_trusted_is_failing(
-    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider], workers: int
 ) -> None:
     """Without [sip] tls_ca, the test CA is not among the system's: callhook refuses the
-    registrar's certificate, so nothing is sent to it, and says why."""
+    registrar's certificate, so nothing is sent to it, and says why. With workers, the
+    same: worker 0 holds the connection (Kamailio's TLS client would have sent)."""
     provider = make_provider(tls=True)
     answering_app(app)
-    data = tmp_path / "data"
     cfg = config(tmp_path, app, provider, "tls")
-    cfg.write_text("\n".join(line for line in cfg.read_text().splitlines() if "tls_ca" not in line))
-    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+    text = "\n".join(line for line in cfg.read_text().splitlines() if "tls_ca" not in line)
+    async with served(tmp_path, app, workers, text) as server:
         for _ in range(100):
             (state,) = await trunk_states(server)
             if state["state"] == "failing":
@@ -377,3 +388,66 @@ async def test_connect_to_a_tel_destination_goes_through_the_trunk(
     assert "calling sip:+15551234@127.0.0.1" in server.output
     (final,) = app.bodies("/final")
     assert final["this_call"]["call_cause"] == "hung_up"
+
+
+async def test_a_tls_trunk_with_two_workers_each_on_its_own_checked_connection(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """``serve --workers 2`` with a trunk over TLS: Kamailio's TLS client does not check
+    that a certificate names the host it called, so the workers hold their own
+    connections (callhook checks both). Worker 0 registers once; the DID's calls come on
+    its connection; two calls in through Kamailio, one on each worker, connect to a
+    number through the trunk, each from its worker's own connection, on which its
+    responses come back and its BYE goes when the caller hangs up."""
+    pstn_port = free_udp_port()
+    provider = make_provider(tls=True, outbound=("127.0.0.1", pstn_port))
+    answering_app(app)
+    app.page(
+        "/start",
+        [{"connect": {"destinations": ["tel:15551234"], "next_page": {"url": "/after"}}}],
+    )
+    app.page("/after", [{"hang_up": {}}])
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider, "tls")  # (its [sip] has tls_ca)
+    cfg.write_text(
+        cfg.read_text().replace("[sip]\n", "[sip]\nshutdown_grace = 2\n", 1)
+        + f"[workers]\nfirst_port = {free_even_udp_port()}\n[speech]\npreload = false\n"
+    )
+    server = Server.for_app(data, app, extra=("--workers", "2", "--config", str(cfg)))
+    server.start_timeout = 150.0
+    async with server:
+        assert "with 2 workers behind Kamailio" in server.output, server.output
+        (contact,) = await provider.wait_registered(timeout=20)
+        # Worker 0's own address: the provider reaches it on the connection (RFC 5923).
+        assert contact.startswith(f"sips:{provider.username}@127.0.0.1:"), contact
+        run = await call_the_did(tmp_path, provider)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        for done in (1, 2):
+            # (From: the caller's user, "sipp", which this provider lets through.)
+            pstn = await start_pstn(tmp_path, provider, pstn_port, by_account=False)
+            caller = await sipp.call(
+                server.sip,
+                tmp_path,
+                sipp.invite("ivr"),
+                sipp.ANSWERED,
+                sipp.PAUSE.format(ms=2000),
+                sipp.BYE_FROM_CALLER.format(cseq=2),
+            )
+            out, _ = await asyncio.wait_for(pstn.communicate(), 30)
+            assert pstn.returncode == 0, out.decode(errors="replace") + server.output
+            assert caller.returncode == 0, caller.output + caller.errors + server.output
+            for _ in range(100):
+                if len(app.bodies("/final")) == done + 1:  # (the DID's call's first)
+                    break
+                await asyncio.sleep(0.05)
+    assert server.output.count("trunk provider: registered") == 1, server.output
+    # The DID's call came on worker 0's connection (the callers here all are on the
+    # provider's address, 127.0.0.1, so "from trunk" says nothing of where they came).
+    did = re.findall(r" (\d):callhook\.call: .* application 'support'", server.output)
+    assert did == ["0"], server.output
+    callers = re.findall(r" (\d):callhook\.sip: call \S+: calling sips:\+15551234@", server.output)
+    assert sorted(callers) == ["0", "1"], server.output
+    assert app.bodies("/after") == []  # the callers hung up: no next page
+    finals = [b["this_call"]["call_cause"] for b in app.bodies("/final")]
+    assert finals.count("hung_up") == 2, finals
+    assert provider.registered() == []  # worker 0 removed the binding at shutdown

@@ -12,7 +12,7 @@ from callhook.sip.registration import RegistrationSpec
 from callhook.sip.registrations import KEEPALIVE
 from callhook.sip.responses import make_response
 from callhook.sip.transport import Target
-from tests.unit.test_sip_agent import OFFER, one_request, reply, sent, sip_request
+from tests.unit.test_sip_agent import OFFER, events_of, one_request, reply, sent, sip_request
 from tests.unit.test_sip_registrations import sent_requests
 
 T0 = 100.0
@@ -162,3 +162,62 @@ def test_a_call_to_a_phone_names_its_flow_in_every_request_of_the_dialog() -> No
     agent.hang_up(call_id, T0 + 1.0)
     bye, bye_to = one_request(agent)
     assert bye_to == PROXY and bye.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
+
+
+TLS_TRUNK = Target("sip.carrier.example", 5061, "tls")  # checked by name (callhook/tls.py)
+
+
+def test_a_trunk_over_tls_is_reached_past_the_proxy_on_the_workers_own_connection() -> None:
+    # Kamailio's TLS client does not check that a certificate names the host it called:
+    # the worker keeps its own connection to such a trunk, for everything.
+    assert FRONT.carries("udp") and FRONT.carries("tcp") and not FRONT.carries("tls")
+    agent = worker()
+    spec = RegistrationSpec("carrier", "sip.carrier.example:5061", "me", "pw", transport="tls")
+    agent.register(spec, T0, TLS_TRUNK)
+    ((register, to),) = sent_requests(agent)
+    assert to == TLS_TRUNK and DESTINATION not in register.headers
+    assert register.top_via.transport == "TLS"
+    # No TLS listener at the proxy: the worker's own address, on the connection.
+    assert register.headers.get("Contact") == f"<sips:me@{PUBLIC}:5101>"
+    # A call out: straight there, and so are its ACK and BYE.
+    call_id = agent.invite("sips:+15551234@sip.carrier.example", OFFER, T0, address=TLS_TRUNK)
+    invite, to = one_request(agent)
+    assert to == TLS_TRUNK and DESTINATION not in invite.headers
+    # (The carrier's proxy stays in the dialog: Record-Route by its name.)
+    route = ["<sip:sip.carrier.example:5061;transport=tls;lr>"]
+    ok = reply(invite, 200, record_route=route, contact="<sips:+15551234@192.0.2.77>", body=OFFER)
+    agent.receive(ok, TLS_TRUNK, T0 + 0.5)
+    ack, ack_to = one_request(agent)
+    assert ack.method == "ACK" and ack_to == TLS_TRUNK
+    agent.take_events()
+    agent.hang_up(call_id, T0 + 2.0)
+    bye, bye_to = one_request(agent)
+    assert bye.method == "BYE" and bye_to == TLS_TRUNK
+    # The trunk's call on that connection: answered there, hung up there.
+    via = "SIP/2.0/TLS 192.0.2.50:5061;branch=z9hG4bK-carrier-1"
+    contact = "<sip:sip.carrier.example:5061;transport=tls>"
+    invite_in = sip_request("INVITE", call_id="in-1", body=OFFER, via=via, contact=contact)
+    agent.receive(invite_in, TLS_TRUNK, T0 + 3)
+    (trying, to), *_ = sent(agent)
+    assert isinstance(trying, Response) and to == TLS_TRUNK
+    (event,) = events_of(agent, IncomingCall)
+    assert isinstance(event, IncomingCall) and event.source == TLS_TRUNK
+    agent.answer(event.call_id, OFFER, T0 + 3.1)
+    (answered, to), *_ = sent(agent)
+    assert isinstance(answered, Response) and answered.status == 200 and to == TLS_TRUNK
+    ack_via = via.replace("carrier-1", "carrier-2")
+    ack_in = sip_request("ACK", call_id="in-1", via=ack_via, to_tag=answered.to_tag)
+    agent.receive(ack_in, TLS_TRUNK, T0 + 3.2)
+    agent.hang_up(event.call_id, T0 + 4)
+    bye, bye_to = one_request(agent)
+    assert bye.method == "BYE" and bye_to == TLS_TRUNK
+
+
+def test_a_tls_trunk_registers_the_proxys_tls_listener_when_it_has_one() -> None:
+    agent = Agent(PUBLIC, 5101)
+    agent.use_front(Front(PROXY, frozenset({"10.0.0.1"}), PUBLIC, {"udp": 5060, "tls": 5061}))
+    spec = RegistrationSpec("carrier", "sip.carrier.example:5061", "me", "pw", transport="tls")
+    agent.register(spec, T0, TLS_TRUNK)
+    ((register, to),) = sent_requests(agent)
+    assert to == TLS_TRUNK  # from the worker, but the provider's calls reach Kamailio
+    assert register.headers.get("Contact") == f"<sips:me@{PUBLIC}:5061>"
