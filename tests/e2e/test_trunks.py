@@ -451,3 +451,57 @@ async def test_a_tls_trunk_with_two_workers_each_on_its_own_checked_connection(
     finals = [b["this_call"]["call_cause"] for b in app.bodies("/final")]
     assert finals.count("hung_up") == 2, finals
     assert provider.registered() == []  # worker 0 removed the binding at shutdown
+
+
+#: An SDES key (RFC 4568): 30 bytes, base64.
+SDES_KEY = "WnD7c1ksDGs+dIefCEDt24MkmOhFq8jRt/ArmQ4t"
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_tls_trunk_that_requires_srtp_answers_with_keys_and_refuses_plain_rtp(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider], workers: int
+) -> None:
+    """``srtp = "require"`` on a TLS trunk: an offer with SDES keys is answered RTP/SAVP
+    with callhook's own key; a plain offer through the trunk is refused 488. With workers
+    the same, on worker 0's own connection."""
+    provider = make_provider(tls=True)
+    answering_app(app)
+    text = config(tmp_path, app, provider, "tls", srtp="require").read_text()
+    crypto = f"a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{SDES_KEY}\n"
+    savp = sipp.invite(DID).replace("RTP/AVP", "RTP/SAVP").replace("a=ptime", crypto + "a=ptime")
+    keyed = sipp.ANSWERED.replace(
+        '<recv response="200" rrs="true"/>',
+        '<recv response="200" rrs="true">\n    <action>'
+        '<ereg regexp="m=audio [0-9]+ RTP/SAVP " search_in="body" check_it="true" assign_to="m"/>'
+        '<ereg regexp="a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:" search_in="body"'
+        ' check_it="true" assign_to="k"/></action>\n  </recv>\n'
+        '  <nop><action><log message="[$m] [$k]"/></action></nop>',
+    )
+    refused = (
+        sipp.invite(DID)
+        + """
+  <recv response="100" optional="true"/>
+  <recv response="488"/>
+  <send><![CDATA[
+ACK sip:{did}@[remote_ip]:[remote_port] SIP/2.0
+[last_Via:]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+""".replace("{did}", DID)
+    )
+    async with served(tmp_path, app, workers, text) as server:
+        await provider.wait_registered(timeout=20)
+        bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
+        run = await sipp.call(provider.udp, tmp_path, savp, keyed, bye)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        run = await sipp.call(provider.udp, tmp_path, refused)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/final")
+    assert len(app.bodies("/support")) == 1  # the refused call ran no application
+    assert SDES_KEY not in server.output  # (keys are never logged)
