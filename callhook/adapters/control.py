@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
@@ -43,7 +44,13 @@ class Control:
     #: The other workers (or nodes) told of this one's failed authentications (None: alone).
     shared_bans: SharedBans | None
 
+    #: Recent calls' (application, instance id), by Call-ID: their call logs.
+    recent_logs: OrderedDict[str, tuple[str, str]]
+
     def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _trunks_changed(self) -> None:
         raise NotImplementedError
 
     # --- counters ---------------------------------------------------------------------
@@ -160,6 +167,22 @@ class Control:
         done: asyncio.Future[None] = self.loop.create_future()
         done.set_result(None)
         return done
+
+    def trunks_lead(self, leading: bool) -> None:
+        """Register the trunks from now on, or leave them to the node that holds the role
+        now (nodes sharing PostgreSQL: ``store/postgres.py``)."""
+        self.trunks.lead(leading, self._trunks_changed)
+
+    def call_log(self, call_id: str) -> bytes | None:
+        """The call log so far of a recent call (None: no such call, or no log yet)."""
+        found = self.recent_logs.get(call_id)
+        if found is None:
+            return None
+        app, instance = found
+        try:
+            return self.services.store.path(app, f"logs/{instance}.log").read_bytes()
+        except OSError:
+            return None
 
     def trunk_status(self) -> list[dict[str, Any]]:
         """``GET /api/trunks``: each trunk's state (registered, failing, ...), why, and when."""

@@ -217,11 +217,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         await self.trunks.start(self._trunks_changed, register=register)
         self._trusted_trunks()
 
-    def trunks_lead(self, leading: bool) -> None:
-        """Register the trunks from now on, or leave them to the node that holds the role
-        now (nodes sharing PostgreSQL: ``store/postgres.py``)."""
-        self.trunks.lead(leading, self._trunks_changed)
-
     async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
         settings = self.services.settings
@@ -575,17 +570,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
             if all(r.state == "unregistered" for r in registrations):
                 break
             await asyncio.sleep(0.05)
-
-    def call_log(self, call_id: str) -> bytes | None:
-        """The call log so far of a recent call (None: no such call, or no log yet)."""
-        found = self.recent_logs.get(call_id)
-        if found is None:
-            return None
-        app, instance = found
-        try:
-            return self.services.store.path(app, f"logs/{instance}.log").read_bytes()
-        except OSError:
-            return None
 
     async def shutdown(self, grace: float = 30.0) -> None:
         """Stop taking calls (503), let running calls finish for ``grace`` s, then end them;
