@@ -5,9 +5,9 @@ Kamailio bans a source over ``[security] rate`` for ``ban_seconds`` (workers.py:
 began). Its ``jsonrpcs`` module answers JSON-RPC 2.0 on a Unix datagram socket
 (``kamailio_rpc.sock`` in the supervisor's run directory); :class:`FrontBans` asks it
 ``htable.dump ban`` and ``htable.delete ban ADDRESS``. adapters/siblings.py adds these
-to ``GET /api/bans`` (``worker``: ``"front"``) and lifts them with
-``DELETE /api/bans/{address}``, so the operator sees and steers the bans in force
-wherever they live.
+to ``GET /api/bans`` (``worker``: ``"front"``, ``front``: the machine's name; with
+nodes, every machine's Kamailio) and lifts them with ``DELETE /api/bans/{address}``, so
+the operator sees and steers the bans in force wherever they live.
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ class FrontBans:
         self.path = path
         self.rate = rate
         self.ban_seconds = ban_seconds
+        #: The machine this Kamailio is in front of (nodes: each machine has its own).
+        self.host = socket.gethostname()
+
+    async def listed(self) -> list[dict[str, Any]]:
+        """:meth:`bans` as ``GET /api/bans`` lists them: ``worker`` ``"front"``, and
+        ``front``, the machine whose Kamailio holds each."""
+        return [{**ban, "worker": "front", "front": self.host} for ban in await self.bans()]
 
     async def bans(self) -> list[dict[str, Any]]:
         """The sources Kamailio bans now, as ``GET /api/bans`` lists a worker's ([] when it

@@ -193,6 +193,12 @@ _SCHEMAS: dict[str, Any] = {
             "address": {"type": "string"},
             "reason": {"type": "string"},
             "seconds_left": {"type": "integer"},
+            "worker": {
+                "type": ["integer", "string"],
+                "description": "where it holds: a worker's index, a node's address, or"
+                ' "front" (Kamailio, in front of the workers)',
+            },
+            "front": {"type": "string", "description": "the machine of that Kamailio"},
         },
         "required": ["address", "reason", "seconds_left"],
     },

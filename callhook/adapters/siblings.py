@@ -287,7 +287,11 @@ class Siblings:
             mismatch = not hmac.compare_digest((meant or "").encode(), (self.token or "").encode())
             if meant is not None and self.token is not None and mismatch:
                 raise web.HTTPNotFound()  # meant for another node: nothing of ours
-            return await handler(request)  # a sibling's question: this worker's own answer
+            own = await handler(request)  # a sibling's question: this worker's own answer
+            if meant is not None and self.front is not None:
+                # A node asking: this machine's Kamailio, which the asker cannot reach.
+                own = await self._with_front(method, path, own)
+            return own
         response = await handler(request)
         if not asked(method, path) or response.status in (401, 403):
             return response  # not about the others; or refused here, so there too
@@ -329,6 +333,20 @@ class Siblings:
                     )
         return response
 
+    async def _with_front(
+        self, method: str, path: str, answer: web.StreamResponse
+    ) -> web.StreamResponse:
+        """A node's own answer about bans, with its machine's Kamailio's (listed; lifted)."""
+        assert self.front is not None
+        if method == "GET" and path == BANS and answer.status == 200:
+            assert isinstance(answer, web.Response) and answer.text is not None
+            return web.json_response(json.loads(answer.text) + await self.front.listed())
+        if method == "DELETE" and ONE_BAN.fullmatch(path) and answer.status in (200, 404):
+            address = path.rsplit("/", 1)[-1]
+            if await self.front.lift(address) and answer.status == 404:
+                return web.json_response({"address": address, "status": "lifted"})
+        return answer
+
     async def _everyones(
         self, request: web.Request, response: web.StreamResponse, siblings: Peers
     ) -> web.Response:
@@ -344,10 +362,19 @@ class Siblings:
         if request.path == STATS:
             workers = sorted(({"worker": i, **stats} for i, stats in found), key=_index)
             return web.json_response({**own, "workers": workers})
-        bans = [{**ban, "worker": i} for i, listed in found for ban in listed]
-        if self.front is not None:  # (the machine's front: the answering worker's)
-            bans += [{**ban, "worker": "front"} for ban in await self.front.bans()]
-        return web.json_response(sorted(bans, key=_index))
+        # (A node's answer has its machine's Kamailio's too, already labelled.)
+        bans = [ban if "front" in ban else {**ban, "worker": i} for i, got in found for ban in got]
+        if self.front is not None:  # this machine's Kamailio
+            bans += await self.front.listed()
+        seen: set[tuple[str, str]] = set()  # (nodes on one machine share its Kamailio)
+        unique = []
+        for ban in bans:
+            key = (str(ban.get("front", "")), str(ban.get("address")))
+            if "front" in ban and key in seen:
+                continue
+            seen.add(key)
+            unique.append(ban)
+        return web.json_response(sorted(unique, key=_index))
 
     async def _trunks(
         self, request: web.Request, response: web.StreamResponse, siblings: Peers

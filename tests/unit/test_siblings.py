@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -273,3 +273,77 @@ async def test_the_registered_web_clients_are_every_workers(workers: dict[str, A
     assert status == 200, text
     listed = sorted(c["client_id"] for c in json.loads(text)["clients"])
     assert listed == ["agent-a1", "agent-b1", "agent-b2"]
+
+
+class FakeFront:
+    """A machine's Kamailio's bans, as FrontBans gives them."""
+
+    def __init__(self, host: str, banned: set[str]) -> None:
+        self.host = host
+        self.banned = banned
+
+    async def bans(self) -> list[dict[str, Any]]:
+        return [{"address": a, "reason": "flood", "seconds_left": 9} for a in sorted(self.banned)]
+
+    async def listed(self) -> list[dict[str, Any]]:
+        return [{**ban, "worker": "front", "front": self.host} for ban in await self.bans()]
+
+    async def lift(self, address: str) -> bool:
+        if address not in self.banned:
+            return False
+        self.banned.discard(address)
+        return True
+
+
+async def test_nodes_list_and_lift_every_machines_kamailio_bans_once() -> None:
+    """Node A on machine a, nodes B and C on machine b (one Kamailio in front of both):
+    A's /api/bans has a's Kamailio's bans and b's, each once; a lift reaches b's."""
+    ports = {name: free_port() for name in "abc"}
+    fronts = {"a": FakeFront("machine-a", {"203.0.113.5"})}
+    fronts["b"] = fronts["c"] = FakeFront("machine-b", {"203.0.113.5", "203.0.113.6"})
+
+    async def others() -> list[tuple[str, str]]:
+        return [(f"http://127.0.0.1:{ports[n]}", f"token-{n}") for n in "bc"]
+
+    async def nobody() -> list[tuple[str, str]]:
+        return []
+
+    nodes = {
+        n: Siblings(
+            f"127.0.0.1:{ports[n]}",
+            ports[n],
+            others if n == "a" else nobody,
+            token=f"token-{n}",
+            front=cast(Any, fronts[n]),
+        )
+        for n in "abc"
+    }
+    runners = []
+    for n in "abc":
+        runner = web.AppRunner(worker_app([], [], nodes[n], {f"192.0.2.{ord(n)}"}))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", ports[n]).start()
+        runners.append(runner)
+    try:
+        base = f"http://127.0.0.1:{ports['a']}/api/bans"
+        status, text = await get(base)
+        found = [(str(b["worker"]), b["address"], b.get("front", "")) for b in json.loads(text)]
+        assert status == 200 and sorted(found) == sorted(
+            [
+                (f"127.0.0.1:{ports['a']}", "192.0.2.97", ""),
+                (f"127.0.0.1:{ports['b']}", "192.0.2.98", ""),
+                (f"127.0.0.1:{ports['c']}", "192.0.2.99", ""),
+                ("front", "203.0.113.5", "machine-a"),
+                ("front", "203.0.113.5", "machine-b"),
+                ("front", "203.0.113.6", "machine-b"),
+            ]
+        ), found
+        status, _ = await get(base + "/203.0.113.6", method="DELETE")
+        assert status == 200 and fronts["b"].banned == {"203.0.113.5"}  # b's Kamailio
+        status, _ = await get(base + "/203.0.113.5", method="DELETE")
+        assert status == 200 and fronts["a"].banned == fronts["b"].banned == set()
+    finally:
+        for node in nodes.values():
+            await node.close()
+        for runner in runners:
+            await runner.cleanup()
