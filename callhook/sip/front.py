@@ -66,10 +66,12 @@ class Front:
     public_ports: dict[Transport, int] = field(default_factory=dict)
 
     def carries(self, transport: Transport) -> bool:
-        """Whether a worker's requests to a peer over ``transport`` go through the proxy.
-        Not over TLS: Kamailio's TLS client (5.6) checks a certificate's chain but not that
-        it names the host called, so a worker holds its own TLS connection to a trunk
-        (callhook/tls.py checks both), past the proxy, and so do the trunk's requests back."""
+        """Whether a worker's requests to a peer it resolved over ``transport`` go through
+        the proxy. Not over TLS: Kamailio's TLS client (5.6) checks a certificate's chain
+        but not that it names the host called, so a worker holds its own TLS connection to
+        a trunk (callhook/tls.py checks both), past the proxy, and so do the trunk's
+        requests back. (A registered phone's flow over TLS is the proxy's own connection:
+        the worker reaches it through the proxy whatever its transport.)"""
         return transport != "tls"
 
     def contact_port(self, transport: Transport) -> int:

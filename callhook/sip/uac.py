@@ -80,7 +80,9 @@ class Uac(Referral):
         uri = parse_uri(target)
         peer = Target(*address) if address is not None else target_of(uri)
         destination = None
-        direct = self.front is not None and not self.front.carries(peer.transport)
+        # Past the proxy over TLS (front.py), but never to a registered phone: its flow is
+        # the connection it opened to the proxy, whose TLS ends there.
+        direct = self.front is not None and not pinned and not self.front.carries(peer.transport)
         if self.front is not None and not direct:
             # serve --workers: out through the proxy, which goes on to where we would have.
             destination, peer, fixed_transport = peer, self.front.target, True

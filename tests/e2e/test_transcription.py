@@ -11,11 +11,13 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.transcription import wer, words
 from callhook.adapters.speech import build_synthesiser
 from callhook.testing import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server
+from tests.e2e.harness import WORKERS, Server, served
 from tests.e2e.rtpstream import Stream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,10 +106,12 @@ def _script_results(app: AppServer) -> tuple[list[dict[str, object]], str]:
     return phrases, inbound
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_sipp_caller_speaking_a_script_is_transcribed(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
-    """SIPp calls and plays a pcap of the three sentences; finals only (the default)."""
+    """SIPp calls and plays a pcap of the three sentences; finals only (the default). With
+    workers the same: the call's worker transcribes it and posts the results."""
     synthesiser = build_synthesiser("piper:joe")
     assert synthesiser is not None
     app.page(
@@ -130,7 +134,7 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         for _ in range(100):  # the call's end stops it: the completed result comes last
             if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):

@@ -162,6 +162,13 @@ def test_a_call_to_a_phone_names_its_flow_in_every_request_of_the_dialog() -> No
     agent.hang_up(call_id, T0 + 1.0)
     bye, bye_to = one_request(agent)
     assert bye_to == PROXY and bye.headers.get(DESTINATION) == "sip:198.51.100.9:40000"
+    # A phone registered over TLS: its flow is the connection it opened to the proxy, where
+    # its TLS ends; the call goes through the proxy too (not past it, as to a TLS trunk).
+    tls_flow = Target("198.51.100.9", 40001, "tls")
+    agent.invite("sip:alice@192.168.1.20;transport=tls", OFFER, T0, address=tls_flow, pinned=True)
+    invite, to = one_request(agent)
+    assert to == PROXY
+    assert invite.headers.get(DESTINATION) == "sip:198.51.100.9:40001;transport=tls"
 
 
 TLS_TRUNK = Target("sip.carrier.example", 5061, "tls")  # checked by name (callhook/tls.py)
