@@ -233,7 +233,8 @@ class OutboundCalls:
         self.clock = clock
         self.own: dict[str, int] = {}
         self._others: dict[str, tuple[float, dict[str, int]]] = {}
-        self._latest: dict[str, int] = {}  # the number of each process's last report
+        # Each process's last report: the run it came from, and its number in that run.
+        self._latest: dict[str, tuple[str, int]] = {}
         #: Called with :attr:`own` after each change (None: nobody to tell).
         self.on_change: Callable[[dict[str, int]], None] | None = None
 
@@ -261,14 +262,20 @@ class OutboundCalls:
             self.own.pop(app, None)
         self._changed()
 
-    def heard(self, process: str, counts: dict[str, int], number: int) -> None:
-        """``process`` has ``counts`` outbound calls now (its whole report, its
-        ``number``-th: one that arrives after a later one is ignored)."""
-        if number <= self._latest.get(process, -1):
+    def heard(self, process: str, counts: dict[str, int], run: str, number: int) -> None:
+        """``process`` has ``counts`` outbound calls now: its whole report, the
+        ``number``-th of its ``run`` (a worker started again keeps its name, not its
+        numbers). A report that arrives after a later one of the same run is ignored."""
+        last_run, last = self._latest.get(process, ("", -1))
+        if run == last_run and number <= last:
             return
-        self._latest[process] = number
+        now = self.clock()
+        for gone in [p for p, (heard, _) in self._others.items() if now - heard >= REPORT_HOLDS]:
+            del self._others[gone]  # (and what is known of it: names come and go)
+            self._latest.pop(gone, None)
+        self._latest[process] = (run, number)
         if counts:
-            self._others[process] = (self.clock(), dict(counts))
+            self._others[process] = (now, dict(counts))
         else:
             self._others.pop(process, None)
 

@@ -28,10 +28,12 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   (``failure_route``);
 * it relays nothing but calls to and from its workers: a request from outside
   "in a dialog" whose route leads anywhere but a worker gets 403;
-* a worker sends every request to Kamailio (``sip/front.py``): a call or a trunk's
-  REGISTER out names its next hop in ``X-Callhook-Destination``, followed for a
-  worker's request only; Kamailio Record-Routes the call, so it leaves from and comes
-  back to Kamailio's address (a provider's registered Contact; what a NAT forwards);
+* a worker sends every request to Kamailio (``sip/front.py``), but those to a peer it
+  resolved over TLS (a trunk's: on its own connection, whose certificate it checks, which
+  Kamailio's TLS client would not): a call or a trunk's REGISTER out names its next hop
+  in ``X-Callhook-Destination``, followed for a worker's request only; Kamailio
+  Record-Routes the call, so it leaves from and comes back to Kamailio's address (a
+  provider's registered Contact; what a NAT forwards);
 * on every request from outside, Kamailio writes its real source into
   ``X-Callhook-Source``, which a worker believes from Kamailio only (which trunk a
   call came through); neither header passes from outside;

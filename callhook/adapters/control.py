@@ -23,7 +23,7 @@ from callhook.adapters.sipcall import SipCall
 from callhook.adapters.trunks import Trunks
 from callhook.app import Services
 from callhook.sip.agent import Agent
-from callhook.sip.guard import Guard
+from callhook.sip.guard import OPERATOR, Guard
 
 logger = logging.getLogger("callhook.sip")
 
@@ -162,7 +162,7 @@ class Control:
         banned = self.guard.auth_failed(address, self.loop.time(), what)
         for host, cause in self.guard.take_notes():
             logger.warning("%s: %s", host, cause)
-        if self.shared_bans is not None:
+        if self.shared_bans is not None and address not in OPERATOR:  # (never counted)
             return self.shared_bans.counted(address, what, banned)
         done: asyncio.Future[None] = self.loop.create_future()
         done.set_result(None)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -41,6 +42,7 @@ class OutboundShare:
         calls.on_change = self._tell
         self._telling: asyncio.Task[None] | None = None
         self._number = 0  # each report's, in order (they may arrive out of it)
+        self._run = secrets.token_hex(4)  # this process's run: a restart numbers anew
         self._tasks: set[asyncio.Task[None]] = set()
         self._refreshing: asyncio.Task[None] | None = None
 
@@ -55,8 +57,13 @@ class OutboundShare:
                 await asyncio.shield(self._telling)
 
     def close(self) -> None:
+        """Shutdown: no more reports (the calls' ends meanwhile are not told: the others
+        stop counting this process's reports when they run out)."""
+        self.calls.on_change = None
         if self._refreshing is not None:
             self._refreshing.cancel()
+        for task in self._tasks:
+            task.cancel()
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(OUTBOUND_PATH, self.heard, allow_head=False)]
@@ -68,19 +75,25 @@ class OutboundShare:
             counts = json.loads(request.query["counts"])
             process = request.query["from"]
             number = int(request.query["n"])
+            run = request.query["run"]
         except (KeyError, ValueError):
             raise web.HTTPBadRequest() from None
         if not isinstance(counts, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and v > 0 for k, v in counts.items()
         ):
             raise web.HTTPBadRequest()
-        self.calls.heard(process, counts, number)
+        self.calls.heard(process, counts, run, number)
         return web.json_response({"heard": True})
 
     def _tell(self, counts: dict[str, int]) -> None:
         self._number += 1
         query = urlencode(
-            {"from": str(self.siblings.label), "n": self._number, "counts": json.dumps(counts)}
+            {
+                "from": str(self.siblings.label),
+                "run": self._run,
+                "n": self._number,
+                "counts": json.dumps(counts),
+            }
         )
         task = asyncio.get_running_loop().create_task(
             self.siblings.tell(f"{OUTBOUND_PATH}?{query}")

@@ -218,10 +218,13 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     # Nodes sharing PostgreSQL: one of them registers the trunks, for all.
     trunks_role = _trunks_role(services, settings)
     try:
-        await sip.start(register=trunks_role is None or await asyncio.to_thread(trunks_role.stand))
+        await sip.start(register=trunks_role is None or await _stand(trunks_role))
     except ListenError as exc:
         await services.close()  # (the speech models loading: a clean exit, status 2)
         raise ConfigError(f"{exc} (set by {_listen_key(exc, settings)})") from None
+    following = None
+    if trunks_role is not None:  # (from now: a role taken or lost meanwhile is followed)
+        following = asyncio.get_running_loop().create_task(_follow_trunks_role(trunks_role, sip))
     if sip.media is not None:
         # The young generations between ticks, not in the middle of one (collector.py).
         sip.media.after_tick = collect_young
@@ -289,9 +292,6 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     hang_up_is_no_stop(loop)
-    following = None
-    if trunks_role is not None:
-        following = loop.create_task(_follow_trunks_role(trunks_role, sip))
     try:
         await stop.wait()
     finally:
@@ -300,9 +300,12 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         collecting.cancel()
         if following is not None:
             following.cancel()
+            await _resign(trunks_role)
         await sip.shutdown(settings.shutdown_grace)
         if sip.outbound_share is not None:
             sip.outbound_share.close()
+        if sip.shared_bans is not None:
+            sip.shared_bans.close()
         await services.close()
         if siblings is not None:
             await siblings.close()
@@ -351,12 +354,39 @@ def _trunks_role(services: Services, settings: Settings) -> Nodes | None:
     return services.ownership
 
 
+async def _stand(nodes: Nodes) -> bool:
+    """Whether this node registers the trunks at start (it stands for the role)."""
+    try:
+        return await asyncio.to_thread(nodes.stand)
+    except Exception as exc:  # the database is away: its beats will try again
+        logger.warning("the trunks' registration waits for the database: %s", exc)
+        nodes.candidate = True
+        return False
+
+
+async def _resign(nodes: Nodes | None) -> None:
+    """A clean stop: the trunks' role goes at once to the next node that stands."""
+    if nodes is None:
+        return
+    try:
+        await asyncio.to_thread(nodes.resign)
+    except Exception as exc:  # (its row runs out instead)
+        logger.warning("could not give the trunks' registration up: %s", exc)
+
+
 async def _follow_trunks_role(nodes: Nodes, sip: SipService) -> None:
     """Take up or give up the trunks' registration as the role moves (each beat decides
     who holds it; see ``store/postgres.py``)."""
+    failed = ""
     while True:
         await asyncio.sleep(1.0)
-        sip.trunks_lead(nodes.leading)
+        try:
+            sip.trunks_lead(nodes.leading)
+            failed = ""
+        except Exception as exc:  # (logged once per cause; the loop goes on)
+            if str(exc) != failed:
+                failed = str(exc)
+                logger.error("could not follow the trunks' registration role: %s", exc)
 
 
 def _listen_key(exc: ListenError, settings: Settings) -> str:

@@ -54,6 +54,11 @@ class SharedBans:
         task.add_done_callback(self._telling.discard)
         return task
 
+    def close(self) -> None:
+        """Shutdown: what is still being told is not waited for."""
+        for task in self._telling:
+            task.cancel()
+
     def routes(self) -> list[web.RouteDef]:
         return [web.get(FAILURE_PATH, self.failure_elsewhere, allow_head=False)]
 

@@ -71,6 +71,9 @@ logger = logging.getLogger("callhook.workers")
 HEADER = "X-Callhook-Worker"
 #: The token of the node a forwarded request is meant for.
 NODE = "X-Callhook-Node"
+#: The machine whose Kamailio is in front of the asker (adapters/frontbans.py): a node on
+#: another machine adds its own Kamailio's bans to its answer.
+FRONT = "X-Callhook-Front"
 #: Routes about one live call, answered by the worker that has it.
 ONE_CALL = re.compile(r"/api/v1/calls/.+|/api/calls/[^/]+/log")
 #: Aculab's web services about one application instance, answered by the one that has it.
@@ -268,7 +271,7 @@ class Siblings:
             try:
                 async with self._session().get(base + path, headers=headers) as answer:
                     await answer.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except Exception as exc:  # (told or not, the teller goes on: one line)
                 logger.info("worker at %s did not answer %s: %s", base, path, exc)
 
         await asyncio.gather(*(one(base, token) for _, base, token in await self.peers()))
@@ -288,8 +291,8 @@ class Siblings:
             if meant is not None and self.token is not None and mismatch:
                 raise web.HTTPNotFound()  # meant for another node: nothing of ours
             own = await handler(request)  # a sibling's question: this worker's own answer
-            if meant is not None and self.front is not None:
-                # A node asking: this machine's Kamailio, which the asker cannot reach.
+            if self.front is not None and request.headers.get(FRONT) != self.front.host:
+                # A node on another machine asking: this machine's Kamailio, out of its reach.
                 own = await self._with_front(method, path, own)
             return own
         response = await handler(request)
@@ -399,7 +402,7 @@ class Siblings:
     ) -> _Answer | None:
         """``request`` asked of ``peer`` (None: it did not answer)."""
         _, base, token = peer
-        headers = {HEADER: str(self.label)}
+        headers = {HEADER: str(self.label), FRONT: self.front.host if self.front else ""}
         if token is not None:
             headers[NODE] = token
         if "Authorization" in request.headers:

@@ -176,8 +176,9 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
     settings.front = layout.front()
     # One registration per trunk for all the workers: worker 0's, naming Kamailio as the
-    # Contact; a provider's calls come to Kamailio, which hands each to any worker. And
-    # worker 0 is the phones' registrar while it runs (Kamailio sends it every REGISTER).
+    # Contact (over TLS its own: sip/front.py); a provider's calls come to Kamailio, which
+    # hands each to any worker. And worker 0 is the phones' registrar while it runs
+    # (Kamailio sends it every REGISTER).
     settings.lead_worker = index == 0
     return layout
 

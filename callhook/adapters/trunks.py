@@ -122,14 +122,16 @@ class Trunks:
             return
         now = asyncio.get_running_loop().time()
         if leading:
-            logger.warning("this node registers the trunks now (the node that did is gone)")
+            logger.warning("this node registers the trunks now (the role is its own)")
             for trunk in self.config.values():
                 spec = trunk.registration()
                 if spec is not None and trunk.name in self.targets:
                     agent.register(spec, now, self.targets[trunk.name])
         else:
-            logger.warning("another node registers the trunks now: this one unregisters")
-            agent.unregister_all(now)
+            # Its bindings lapse by themselves; meanwhile a call through one still finds
+            # a node that takes it (every node knows the trunk's calls by their source).
+            logger.warning("another node registers the trunks now: this one stops refreshing")
+            agent.leave_registrations(now, "another node registers the trunks")
         on_change()
 
     async def _resolve(self, trunk: Trunk) -> None:
@@ -229,12 +231,13 @@ class Trunks:
         for name, trunk in self.config.items():
             registration = agent.registrations.by_name.get(name) if agent else None
             entry: dict[str, Any]
-            if name in self.errors:
+            if self.elsewhere and trunk.registers:
+                # The registering process's view is the news (a registration left here is
+                # one this node stopped refreshing; a resolution error here is local).
+                entry = {"state": "registering", "reason": "by another process", ELSEWHERE: True}
+            elif name in self.errors:
                 retry = _remaining(self._retries.get(name))
                 entry = {"state": "failing", "reason": self.errors[name], "next_try_in": retry}
-            elif self.elsewhere and trunk.registers:
-                # (A registration left here is this node's unregistering: not the news.)
-                entry = {"state": "registering", "reason": "by another process", ELSEWHERE: True}
             elif registration is not None:
                 entry = {
                     "state": registration.state,

@@ -30,7 +30,7 @@ from callhook.adapters.trunks import Trunks
 from callhook.app import Services
 from callhook.sip.agent import Agent
 from callhook.sip.grammar import parse_hostport
-from callhook.sip.guard import Guard
+from callhook.sip.guard import OPERATOR, Guard
 from callhook.sip.message import SipMessageError, parse_uri
 from callhook.sip.registrar import Binding, Registrar, host_key
 from callhook.sip.transport import Target, reliable, target_of, transport_of
@@ -176,7 +176,7 @@ class Users:
         now = self.loop.time()
         for host, what in registrar.take_failures():
             banned = self.guard.auth_failed(host, now, "digest authentication")
-            if self.shared_bans is not None:
+            if self.shared_bans is not None and host not in OPERATOR:
                 self.shared_bans.counted(host, "digest authentication", banned)
             self.guard.note(host, f"failed digest authentication ({what})", now)
         for host, cause in self.guard.take_notes():

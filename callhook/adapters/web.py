@@ -9,6 +9,7 @@ JSON shape (:func:`callhook.adapters.api.errors`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import socket
@@ -79,7 +80,10 @@ def guard(bans: Bans) -> Middleware:
         except ApiError as exc:
             if exc.wrong_key:
                 what = "web service" if is_webservice(request.path) else "REST API"
-                await bans.auth_failed(source, f"{what} authentication")
+                # Answered once the other workers counted it too (sharedbans.py); whatever
+                # befalls that telling, the guesser gets the 401.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(bans.auth_failed(source, f"{what} authentication"))
             raise
 
     return middleware

@@ -111,14 +111,16 @@ class Core:
         self.methods: tuple[str, ...] = METHODS
         self.allow = ALLOW
         #: The proxy in front of this worker (``serve --workers``): every request goes
-        #: through it (``front.py``). None: requests go where they are addressed.
+        #: through it but a TLS trunk's (``front.py``). None: requests go where they are
+        #: addressed.
         self.front: Front | None = None
         #: Whether a source the front names is banned (the adapter's guard): ``(host, now)``.
         self.origin_banned: Callable[[str, float], bool] = lambda host, now: False
 
     def use_front(self, front: Front) -> None:
-        """Be a worker behind ``front`` (``serve --workers``): every request goes through it,
-        and the source it names for a request is believed (``front.py``)."""
+        """Be a worker behind ``front`` (``serve --workers``): every request goes through it
+        but a TLS trunk's, and the source it names for a request is believed
+        (``front.py``)."""
         self.front = front
         self.registrations.front = front
 
@@ -308,6 +310,11 @@ class Core:
                 call.flow_open = False
         if self.accepting:
             self.registrations.flow_lost(target, now)
+
+    def leave_registrations(self, now: float, reason: str) -> None:
+        """Stop refreshing the trunks' bindings without removing them: another node
+        registers them now (they lapse at the registrars by themselves)."""
+        self.registrations.leave_all(now, reason)
 
     def unregister_all(self, now: float) -> None:
         """Remove every binding (``Expires: 0``): callhook is shutting down."""

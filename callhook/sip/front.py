@@ -18,7 +18,8 @@ private headers, each trusted from one side only:
   REGISTER) is to go, the next hop the worker resolved. Kamailio follows it only
   from a worker, and removes it.
 
-Every request a worker sends goes to the front, over UDP (:attr:`Front.target`):
+Every request a worker sends goes to the front, over UDP (:attr:`Front.target`), but
+those over TLS to a peer the worker resolved (below):
 outside a dialog with :data:`DESTINATION`; inside one, Kamailio is in the route
 set (it Record-Routes every dialog), so the request's Route names it anyway,
 by its public address, which may not be reachable from the worker (behind a NAT,
@@ -31,10 +32,12 @@ the provider's calls come to Kamailio, which hands each to a worker.
 Except over TLS (:meth:`Front.carries`): a trunk over TLS is reached on the worker's
 own connection, whose certificate the worker checks against the trunk's name, which
 Kamailio's TLS client does not. Its calls and registration leave from the worker
-directly; the registration's Contact is Kamailio's TLS listener when it has one (the
-provider's calls then reach any worker through it), else the worker's connection,
-which the provider reuses (RFC 5923); the calls' requests come back on the connection
-they went out on.
+directly, and the registration's Contact is the worker's own address: the provider's
+calls come on worker 0's connection (as to one process without a TLS listener), and
+every call's requests stay on the connection it went out or came in on. (Not through
+Kamailio's TLS listener, even when it has one: Kamailio would send the calls'
+requests to the provider on a connection of its own, unchecked.) A registered phone's
+flow over TLS is Kamailio's own connection: calls to it go through Kamailio.
 """
 
 from __future__ import annotations

@@ -290,6 +290,7 @@ class Registration:
         self._rewritten_at = -math.inf  # when the Contact last moved to a NAT's address
         self._registered_at = -math.inf  # the last 2xx
         self._flow_losses = 0  # connections lost in a row, each soon after registering
+        self._leaving: str | None = None  # leave()'s reason: stopping, binding left alone
 
     # --- the agent's side -----------------------------------------------------------------
 
@@ -299,6 +300,7 @@ class Registration:
         if self._wanted:
             return
         self._wanted = True
+        self._leaving = None
         if self._in_flight is not None and not self._in_flight.unregister:
             return  # stop() had not taken effect yet: carry on as if it never came
         self._failures = 0
@@ -317,6 +319,19 @@ class Registration:
             self._finish_stop(now)
         # Otherwise the answer to the one in flight decides.
         self._pump(now)
+
+    def leave(self, now: float, reason: str) -> None:
+        """Stop refreshing, but leave the binding to lapse at the registrar by itself: another
+        process registers for the installation now, and an ``Expires: 0`` naming the same
+        Contact would remove its binding too (§10.3 step 6)."""
+        self._lapse(now)
+        if not self._wanted:
+            return
+        self._wanted = False
+        self._leaving = reason
+        self._next_at = None
+        if self._in_flight is None:
+            self._finish_stop(now)
 
     def flow_lost(self, now: float) -> None:
         """The connection the binding was made over closed (RFC 5626 §4.4: the flow failed):
@@ -603,7 +618,13 @@ class Registration:
             self._set("failing", self._failing_reason(now))
 
     def _finish_stop(self, now: float) -> None:
-        """After stop() and the REGISTER in flight: unregister if a binding may hold."""
+        """After stop() and the REGISTER in flight: unregister if a binding may hold (not
+        after leave())."""
+        if self._leaving is not None:
+            self._binding_until = None
+            self._next_at = None
+            self._set("unregistered", self._leaving)
+            return
         if self._binding_until is not None and self._binding_until > now:
             self._next_at = now
         else:

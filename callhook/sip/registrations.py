@@ -48,7 +48,8 @@ class Registrations:
         self._txs: dict[int, Registration] = {}  # id(transaction) -> its registration
         self.pings: list[tuple[bytes, Target]] = []
         #: The proxy in front of this worker (``front.py``): it is the Contact, the
-        #: REGISTERs go through it, and keeping its flows open is its business.
+        #: REGISTERs go through it, and keeping its flows open is its business (not over
+        #: TLS: :meth:`_through`).
         self.front: Front | None = None
 
     def start(self, spec: RegistrationSpec, now: float, target: Target | None = None) -> None:
@@ -61,9 +62,10 @@ class Registrations:
             host, port = self.local.host, self.local.port(transport)
             if front is not None:
                 host, port = front.public_host, front.contact_port(transport)
-            elif self.front is not None and self.front.public_ports.get(transport):
-                # Past the proxy (TLS), but the provider's calls reach its TLS listener.
-                host, port = self.front.public_host, self.front.public_ports[transport]
+            # Past the proxy (TLS): this worker's own address, on its connection, even
+            # when the proxy listens for TLS: the provider's calls through the proxy would
+            # have the proxy send the calls' requests on a TLS connection of its own,
+            # whose certificate it does not check against the provider's name.
             registration = Registration(
                 spec,
                 host,
@@ -77,6 +79,13 @@ class Registrations:
         self._targets[spec.name] = target or Target(host, port, transport_of(spec.transport))
         registration.start(now)
         self._pump(registration, now)
+
+    def leave_all(self, now: float, reason: str) -> None:
+        """Stop refreshing every trunk's binding, leaving them to lapse (another process
+        registers them now: :meth:`Registration.leave`)."""
+        for registration in self.by_name.values():
+            registration.leave(now, reason)
+            self._pump(registration, now)
 
     def stop_all(self, now: float) -> None:
         """Unregister every trunk (shutdown)."""

@@ -28,8 +28,9 @@ across machines (docs/scaling.md):
   beat when the row is free or its holder's ``nodes`` row ran out
   (:meth:`Nodes.stand`), so one node of the installation registers each trunk
   (a provider keeps one binding), and another takes over when it is gone. A
-  node that cannot reach the server for a whole ``node_timeout`` lets go too:
-  by then another may hold the row.
+  node gives the role up only when a beat shows that another holds it, or when
+  it stops (:meth:`Nodes.resign`): cut off from the server it keeps registering,
+  since two bindings for a while are better than none.
 
 Statements run on the database thread of :class:`~callhook.store.database.Database`,
 as with SQLite, on one connection that is opened again after it broke (a server
@@ -258,7 +259,6 @@ class Nodes:
         db.call(self._insert)
         # Since when every beat went through (None: the last one failed).
         self._steady_since: float | None = clock()
-        self._last_beat = clock()
         #: Whether this node stands for the trunks' registration (:meth:`stand`).
         self.candidate = False
         #: Whether it holds it now (decided at each beat).
@@ -289,11 +289,7 @@ class Nodes:
             found = self.db.call(work)
         except Exception:
             self._steady_since = None  # (others are not judged until it is steady again)
-            if self.leading and self.clock() - self._last_beat > self.timeout:
-                # Silent this long, it is taken for gone: another may hold the role now.
-                self.leading = False
             raise
-        self._last_beat = self.clock()
         if self._steady_since is None:
             self._steady_since = self.clock()
         if self.candidate:
@@ -311,6 +307,13 @@ class Nodes:
         self.candidate = True
         self.leading = self.db.call(self._elect)
         return self.leading
+
+    def resign(self) -> None:
+        """Give the role up now (a clean stop begins): the next candidate's beat takes it."""
+        self.candidate = self.leading = False
+        self.db.call(
+            lambda conn: conn.execute("DELETE FROM leaders WHERE token = ?", (self.token,))
+        )
 
     def _elect(self, conn: Connection) -> bool:
         # One statement: two candidates at once find the row locked in turn, and the

@@ -118,18 +118,22 @@ def test_outbound_calls_count_this_process_and_the_others_last_reports() -> None
     calls.add("sales")
     calls.remove("sales")
     assert told == [{"sales": 1}, {"sales": 2}, {"sales": 1}]  # each change, whole
-    calls.heard("worker 1", {"sales": 2, "support": 1}, 1)
+    calls.heard("worker 1", {"sales": 2, "support": 1}, "r1", 1)
     assert (calls.count("sales"), calls.count("support")) == (3, 1)
-    calls.heard("worker 1", {"sales": 1}, 3)
-    calls.heard("worker 1", {"sales": 5}, 2)  # an older report arriving late: ignored
+    calls.heard("worker 1", {"sales": 1}, "r1", 3)
+    calls.heard("worker 1", {"sales": 5}, "r1", 2)  # an older report arriving late: ignored
     assert calls.count("sales") == 2
-    calls.heard("worker 1", {}, 4)  # none left there
+    calls.heard("worker 1", {}, "r1", 4)  # none left there
     assert calls.count("sales") == 1
     # A process that stops reporting (it died) stops counting.
-    calls.heard("worker 2", {"sales": 4}, 1)
+    calls.heard("worker 2", {"sales": 4}, "r1", 1)
     now[0] += REPORT_HOLDS - 0.1
     assert calls.count("sales") == 5
     now[0] += 0.2
     assert calls.count("sales") == 1
+    # Worker 1 started again: its first report counts, though an earlier run went further.
+    calls.heard("worker 1", {"sales": 2}, "r2", 1)
+    assert calls.count("sales") == 3
+    calls.heard("worker 1", {}, "r2", 2)
     calls.remove("sales")
     assert told[-1] == {} and calls.count("sales") == 0

@@ -110,7 +110,11 @@ def free_port() -> int:
 
 @pytest.fixture
 async def workers() -> AsyncIterator[dict[str, Any]]:
-    ports = [free_port(), free_port(), free_port()]  # the third: nobody listens there
+    # The third: bound and never listening, so nobody can take it meanwhile (a test in
+    # another process) and a connection to it is refused, as to a dead worker's.
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    ports = [free_port(), free_port(), dead.getsockname()[1]]
     siblings = Siblings.of_workers(0, ports)
     hung_up: list[str] = []
     runners: list[web.AppRunner] = []
@@ -129,6 +133,7 @@ async def workers() -> AsyncIterator[dict[str, Any]]:
         await siblings.close()
         for runner in runners:
             await runner.cleanup()
+        dead.close()
 
 
 async def get(url: str, method: str = "GET", **headers: str) -> tuple[int, str]:

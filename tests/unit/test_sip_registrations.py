@@ -267,3 +267,31 @@ def test_the_old_contact_is_removed_again_when_its_register_was_challenged() -> 
     answer(agent, moved, 401, T0 + 0.2, WWW_Authenticate=CHALLENGE)
     ((retry, _),) = sent_requests(agent)
     assert "<sip:me@10.0.0.2:5060>;expires=0" in retry.headers.get_all("Contact")
+
+
+def test_leaving_stops_refreshing_and_removes_no_binding() -> None:
+    """Another node registers the trunks now: no ``Expires: 0`` (naming the same Contact it
+    would remove that node's binding too); the binding lapses by itself. Also when a
+    REGISTER was in flight; and registering again later works."""
+    agent = Agent("192.0.2.1", 5060)
+    agent.register(SPEC, T0, REGISTRAR)
+    ((first, _),) = sent_requests(agent)
+    answer(agent, first, 200, T0 + 0.1)
+    agent.leave_registrations(T0 + 1, "another node registers the trunks")
+    registration = agent.registrations.by_name["provider"]
+    assert (registration.state, registration.reason) == (
+        "unregistered",
+        "another node registers the trunks",
+    )
+    assert sent_requests(agent) == []
+    agent.handle_timer(T0 + 200)  # past the refresh and any keep-alive
+    assert agent.take_datagrams() == []
+    # Taken up again: it registers; left while that REGISTER is in flight: its 200 is
+    # taken, and still nothing removes the binding.
+    agent.register(SPEC, T0 + 300, REGISTRAR)
+    ((again, _),) = sent_requests(agent)
+    assert again.headers.get("Expires") != "0"
+    agent.leave_registrations(T0 + 300.05, "another node registers the trunks")
+    answer(agent, again, 200, T0 + 300.1)
+    assert sent_requests(agent) == []
+    assert registration.state == "unregistered"
