@@ -4,7 +4,7 @@
                                   [--fsdd ../shared/data/speech/fsdd] [--no-synth]
                                   [--model tiny.en|base|small|tiny.en+base] [--hints-only]
 
-1. Spoken digits: the FSDD recordings (DESIGN.md §4: read from ``../shared``; the benchmark
+1. Spoken digits: the FSDD recordings (read from ``../shared``; the benchmark
    says so and exits when absent), each padded with 1 s of −50 dBFS Gaussian line noise on
    both sides (seeded per clip), through a G.711 µ-law round trip, then cut by exactly the
    path a call uses (:func:`callhook.speech.stream.cut_utterances`: 20 ms frames, the call's

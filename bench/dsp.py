@@ -6,7 +6,7 @@
    activity and the level meter, and per call-frame for the batched paths (``--calls`` calls
    in one numpy call); µs per RTP telephone-event packet and per SIP INFO body; ms to turn a
    5 s 44.1 kHz prompt into 8 kHz, and to decode 60 s of IMA and OKI ADPCM.
-2. On the full FSDD set (DESIGN.md §4: read from ``../shared``, skipped when absent): DTMF
+2. On the full FSDD set (read from ``../shared``, skipped when absent): DTMF
    digits falsely detected in speech (plain, µ-law, A-law), and speech clips in which the
    voice activity detector finds activity when padded with -50 dBFS line noise (µ-law).
 """

@@ -1,6 +1,6 @@
 """The IO floor of a load run: what the same RTP costs a process that does nothing else.
 
-DESIGN.md §2: receiving and echoing RTP datagrams with uvloop costs ~0.32 ms CPU per
+Receiving and echoing RTP datagrams with uvloop costs ~0.32 ms CPU per
 call-second on loopback; nothing that handles the packets can cost less. The absolute
 figures of these shared machines move by a third from run to run, so
 :mod:`bench.ivr_load` measures the floor *in the same run*, from *the same capture*, and

@@ -12,7 +12,7 @@ Measured (best of 5 runs of ``--n`` operations each, loop overhead included):
   ``RtpReceiver.feed_next`` (the receive path's usual packet: header fields, no
   packet object) for the in-order stream.
 
-DESIGN.md §2 budget for comparison: RTP header pack 0.15 µs; the IO floor is
+The budget for comparison: RTP header pack 0.15 µs; the IO floor is
 ~6.4 µs (uvloop) to ~22 µs (asyncio) per received+sent packet pair.
 """
 

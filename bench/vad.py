@@ -10,7 +10,7 @@
    G.711 µ-law round tripped. A clip is a false alarm when the
    detector reports any onset. For the impulsive kinds the level is that of the background
    hiss and each click or pop is ~25 dB louder than it (they are what trips detectors).
-2. Speech: the FSDD clips (DESIGN.md §4: read from ``../shared``, skipped when absent) padded
+2. Speech: the FSDD clips (read from ``../shared``, skipped when absent) padded
    with 1 s of −50 dBFS white noise each side, µ-law round tripped; again with −45 dBFS hum
    and with −50 dBFS clicks mixed in. Reference speech = first to last frame of the clean clip
    within 25 dB of its loudest frame (and above −60 dBFS). Missed: no onset from the speech

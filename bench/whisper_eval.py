@@ -4,7 +4,7 @@
                                            [--offset I] [--speaker S] [--no-free] [--no-oos]
                                            [--shortlist K [--shortlist 0 ...]]
 
-1. FSDD (DESIGN.md §4: read from ``../shared``; says so and exits when absent): every clip
+1. FSDD (read from ``../shared``; says so and exits when absent): every clip
    padded with 1 s of −50 dBFS Gaussian noise on both sides (seeded per clip) and passed
    through a G.711 µ-law round trip, then recognised whole (no VAD cutting: that is
    ``bench/asr.py``'s job). Exact match per speaker with hints ``zero``..``nine``, and

@@ -1,4 +1,5 @@
-"""No secret in any log: the check run at the end of every test session (DESIGN.md §5).
+"""No secret in any log: the check run at the end of every test session (docs/security.md,
+"Secrets").
 
 A test run uses real secrets: installation secrets (``<data_dir>/secret``), the
 applications' signing secrets and API keys and the trunks' passwords of the config

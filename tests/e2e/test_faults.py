@@ -397,7 +397,7 @@ async def test_slow_and_resetting_pages_under_load_give_each_call_its_outcome(
                 (body,) = app.bodies(f"/next/{user}")
                 assert body["action_result"]["result"] == {"entered_number": "123"}
                 assert instance not in errors, (user, errors.get(instance))
-            else:  # an application error: the error page, with the cause (DESIGN.md §1.3)
+            else:  # an application error: the error page, with the cause (behaviour.md, Errors)
                 expected = "timeout" if kind == "slow" else "unreachable"
                 assert errors[instance]["cause"] == expected, (user, errors[instance])
                 assert errors[instance]["url"] == app.url(f"/{kind}/{user}")

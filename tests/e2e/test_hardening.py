@@ -1,4 +1,4 @@
-"""Attacking a real ``serve`` over HTTP and through its applications (DESIGN.md §5):
+"""Attacking a real ``serve`` over HTTP and through its applications (docs/security.md):
 guessed REST API keys get the guesser banned, calls to destinations outside
 ``[outbound] allow`` (or one call too many) are refused naming the rule, and pages
 cannot make callhook fetch cloud metadata or an unlisted private host (``[egress]``).

@@ -4,8 +4,7 @@ The caller (SIPp) reaches callhook only through Kamailio, which Record-Routes
 every dialog and load-balances with its dispatcher module, probing callhook
 with OPTIONS. callhook's own in-dialog request (its BYE when the application
 hangs up) must follow the route set back through the proxy, or the caller
-never gets it (DESIGN.md §3, research/sip.md: "behind Kamailio in-dialog
-requests fail without it").
+never gets it (RFC 3261 §12.2.1.1: in-dialog requests follow the route set).
 """
 
 from __future__ import annotations

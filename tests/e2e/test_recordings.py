@@ -117,7 +117,8 @@ class Span:
 
 
 def assert_valid_wav(data: bytes, law: g711.Law) -> wav.WavInfo:
-    """A whole G.711 WAV file (DESIGN.md §1.5): every size in the header says what is there."""
+    """A whole G.711 WAV file (docs/recordings.md, "The file"): every size in the header
+    says what is there."""
     info = wav.read_info(data)
     assert (info.format_tag, info.channels, info.sample_rate, info.bits_per_sample) == (
         TAGS[law],

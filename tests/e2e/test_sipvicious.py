@@ -1,6 +1,6 @@
 """SIPVicious (``svmap``, ``svwar``, ``svcrack`` from the package registry, never with
 ``-R``) against a real ``serve`` on 127.0.0.1, scanning from 127.0.0.2, which the test
-config leaves out of ``[security] allow`` (DESIGN.md §5, issue 14).
+config leaves out of ``[security] allow`` (docs/security.md).
 
 With the default ``unknown = "drop"`` the scanners get no answer at all: svmap finds
 nothing, svwar's first probe times out, svcrack gives up after its first REGISTER (it

@@ -1,4 +1,5 @@
-"""AES-CBC of recordings (DESIGN.md §1.5), checked against the real ``openssl`` binary."""
+"""AES-CBC of recordings (docs/recordings.md, "Encryption"), checked against the real
+``openssl`` binary."""
 
 from __future__ import annotations
 

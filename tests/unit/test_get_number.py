@@ -1,4 +1,5 @@
-"""``get_number``: every row of spec/actions.md section 3 and every default of section 2.2.
+"""``get_number``: every row of the input timing table and every default
+(docs/behaviour.md, "get_number and get_input").
 
 Each test runs a whole call on the virtual clock against a real local application
 server and checks what the application received and what the caller heard, when.

@@ -1,7 +1,7 @@
 """``play``, ``sleep`` and ``clear_input`` on a call, and the input they leave for later actions.
 
-Reference section 2.1 and section 3 (cached barge-in input); DESIGN.md §1.4;
-docs/behaviour.md "Input between actions" and "play, sleep, clear_input".
+Cached barge-in input: docs/behaviour.md "Input between actions" and "play, sleep,
+clear_input".
 The input cache is observed only through what a following ``get_number`` or
 ``get_input`` sends to its next page.
 """

@@ -1,4 +1,4 @@
-"""The call runner against a real local application: the wire contract of DESIGN.md §1.
+"""The call runner against a real local application: the wire contract of docs/behaviour.md.
 
 Request bodies (§1.1), responses (§1.2), errors (§1.3), the final page, the
 token, relative URLs, GET pages, signatures and the per-call log, with the
@@ -64,7 +64,7 @@ def closed_port() -> int:
     return port
 
 
-# --- the request body (DESIGN.md §1.1) -------------------------------------------------------
+# --- the request body (docs/behaviour.md, "Pages") ----------------------------------------
 
 
 THIS_CALL_KEYS = {
@@ -331,7 +331,7 @@ async def test_caller_hang_up_during_an_action(app: AppServer) -> None:
     assert paths(app) == ["/start", "/final"]
 
 
-# --- errors (DESIGN.md §1.3) ------------------------------------------------------------------
+# --- errors (docs/behaviour.md, "Errors") -----------------------------------------------------
 
 
 def bad_page(app: AppServer, kind: str) -> tuple[str, str, int | None]:

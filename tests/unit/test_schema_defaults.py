@@ -1,4 +1,5 @@
-"""Wire names and defaults of the action models (spec/actions.md section 2).
+"""Wire names and defaults of the action models (docs/behaviour.md and
+docs/applications.md, which list them with the Aculab page each follows).
 
 Every default is read back from what :func:`parse_response` builds from a
 document that leaves the property out, so each expected value here comes from
@@ -163,9 +164,9 @@ def test_model_property_names_are_the_spec_names(
 
 
 def test_action_names() -> None:
-    # The spec's three actions, play (used by prompts), DESIGN.md's control actions, and
-    # Aculab's menus, delete_file, connect and start/stop_transcription, and callhook's
-    # transfer (DESIGN.md §1.2, issues 15 and 18).
+    # The three input actions, play (used by prompts), the control actions (sleep,
+    # clear_input, redirect, hang_up), Aculab's menus, delete_file, connect and
+    # start/stop_transcription, and callhook's transfer (docs/behaviour.md).
     assert set(ACTION_MODELS) == {
         "start_transcription",
         "stop_transcription",

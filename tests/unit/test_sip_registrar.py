@@ -541,7 +541,8 @@ def test_a_call_from_a_user_with_a_wrong_password_is_refused_and_counted() -> No
 @pytest.mark.parametrize("name", ["alice", "carol", "+441234567890"])
 def test_every_call_from_callhooks_own_domain_is_challenged_alike(name: str) -> None:
     """Whether the From user exists or not (or is a number), the same 401, and with a digest
-    the same 403, counted: a scanner learns no user names (DESIGN.md §5)."""
+    the same 403, counted: a scanner learns no user names (docs/security.md, "Users'
+    phones: digest")."""
     agent = agent_with_registrar()
     registrar = agent.registrar
     assert registrar is not None
