@@ -1,4 +1,4 @@
-"""The ``callhook`` command: serve | call | validate | schema."""
+"""The ``callhook`` command and its subcommands (``callhook --help`` lists them all)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import sys
+import tempfile
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,6 +166,16 @@ def cmd_test(args: argparse.Namespace) -> int:
             return 2
         serve = Serve(host_port(args.sip, 5060), f"http://{where}:{http_port}", secret)
     flows = [Path(f) for f in args.flows]
+    if (
+        serve is None
+        and settings.data_dir == Settings().data_dir
+        and not settings.data_dir.exists()
+    ):
+        # In-process, with no data directory of serve's here: the calls' recordings and
+        # logs are the run's own, and nothing is left in the user's folder.
+        with tempfile.TemporaryDirectory(prefix="callhook-test-") as scratch:
+            settings.data_dir = Path(scratch)
+            return run_loop(test_command(flows, settings, junit, serve=None, jobs=args.jobs))
     return run_loop(test_command(flows, settings, junit, serve=serve, jobs=args.jobs))
 
 
@@ -397,7 +408,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--junit", help="also write the outcomes as JUnit XML to this file")
     t.add_argument(
         "--data-dir",
-        help="where recordings and logs go (default ./data); with --sip, serve's: its"
+        help="where recordings and logs go (default ./data when it exists, serve's files"
+        " to play, else a temporary directory, removed after); with --sip, serve's: its"
         " installation secret reads the calls' logs",
     )
     t.add_argument("--config", help="TOML config file (speech engines, page timeout)")

@@ -55,7 +55,9 @@ class Metrics:
         pages = sorted(self.page_seconds)
         latency: dict[str, float] = {}
         if len(pages) >= 2:
-            q = statistics.quantiles(pages, n=100)
+            # Inclusive: within what was measured (the default extrapolates: with a few
+            # samples the "p99" came out above the max).
+            q = statistics.quantiles(pages, n=100, method="inclusive")
             latency = {"p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "max_ms": pages[-1] * 1000}
         gc_stats = {}
         for generation in (0, 1, 2):

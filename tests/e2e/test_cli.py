@@ -194,3 +194,14 @@ def test_validate_takes_aculabs_forms_and_refuses_a_destination_before_any_call(
     result = run("validate", "-", stdin=json.dumps(bad))
     assert result.returncode == 1
     assert result.stdout.startswith("$.actions[0].connect.destinations[1]: 'fax:123': unknown")
+
+
+def test_callhook_test_leaves_nothing_in_the_users_folder(tmp_path: Path) -> None:
+    """In-process, where serve has no data directory: the run's recordings and logs go to
+    a temporary directory, removed after (``./data`` is used when it exists: serve's)."""
+    flow = Path(__file__).resolve().parents[2] / "examples" / "flows" / "demo.yaml"
+    ran = subprocess.run(
+        [*CALLHOOK, "test", str(flow)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0 and ran.stdout.startswith("PASS"), ran.stdout + ran.stderr
+    assert list(tmp_path.iterdir()) == []
