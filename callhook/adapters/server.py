@@ -13,12 +13,14 @@ import contextlib
 import gc
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from callhook import __version__
@@ -432,7 +434,24 @@ def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | Non
     print(f"  web phone: {base}/phone", flush=True)
     print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)
     if app is not None and app.name == "demo":
-        print("  try it with no phone: callhook call   (in another terminal)", flush=True)
+        print(f"  try it with no phone: {command()} call   (in another terminal)", flush=True)
+
+
+def command() -> str:
+    """How to run this ``callhook`` from the current folder: ``callhook`` when the shell
+    finds this one by that name, else its path (``.venv/bin/callhook`` from a checkout:
+    printed commands must work as printed)."""
+    here = Path(sys.executable).parent / "callhook"
+    found = shutil.which("callhook")
+    if found is not None and Path(found).resolve() == here.resolve():
+        return "callhook"
+    if not here.exists():
+        return f"{Path(sys.executable).name} -m callhook"
+    try:
+        relative = here.relative_to(Path.cwd())
+    except ValueError:
+        return str(here)
+    return str(relative) if relative.parts[0] != ".." else str(here)
 
 
 async def _freeze_after(loading: list[Future[None]], metrics: Metrics) -> None:
