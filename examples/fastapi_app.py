@@ -1,6 +1,10 @@
 """The voice applications of ``voiceapp`` served with FastAPI (and uvicorn).
 
-python examples/fastapi_app.py --port 5000 --secret s3cret
+FastAPI and uvicorn are not among callhook's own dependencies:
+``.venv/bin/pip install 'fastapi>=0.110' 'uvicorn>=0.29'`` (``scripts/setup --test``
+installs them with the test tools). Then, from the checkout:
+
+    .venv/bin/python examples/fastapi_app.py --port 5000 --secret s3cret
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The voice applications of ``voiceapp`` served with Flask.
 
-python examples/flask_app.py --port 5000 --secret s3cret
+Flask is not one of callhook's own dependencies: ``.venv/bin/pip install 'flask>=3.0'``
+(``scripts/setup --test`` installs it with the test tools). Then, from the checkout:
+
+    .venv/bin/python examples/flask_app.py --port 5000 --secret s3cret
 """
 
 from __future__ import annotations

@@ -116,6 +116,10 @@ def _check_command(line: str, where: str) -> None:
             assert found or script in ("my_app.py", "voicemail.py"), f"{where}: {line}"
     elif program.startswith("scripts/"):
         assert (ROOT / program).exists(), f"{where}: {line}"
+    elif program in ("pip", ".venv/bin/pip"):
+        # A package the suite's own dependencies pin (pyproject.toml).
+        pinned = (ROOT / "pyproject.toml").read_text()
+        assert words[1] == "install" and all(f'"{w}>=' in pinned for w in words[2:]), where
     elif program in ("curl", "KEY", "ssh"):
         pass  # an HTTP request to a running serve (docs/api.md; the API's own tests)
     else:
