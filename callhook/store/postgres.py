@@ -316,6 +316,8 @@ class Nodes:
         )
 
     def _elect(self, conn: Connection) -> bool:
+        if not self.candidate:
+            return False  # resigned since this beat began (the statements share a thread)
         # One statement: two candidates at once find the row locked in turn, and the
         # second sees the first's live row (PostgreSQL's ON CONFLICT ... WHERE).
         conn.execute(
