@@ -8,7 +8,8 @@ A trunk that sends calls to callhook only after it knows where callhook is wants
 keeps one binding alive for one trunk. Like the rest of ``sip/`` it does no IO and
 reads no clock: every method takes ``now``. The agent drives it:
 
-* ``start(now)`` once, ``stop(now)`` at shutdown (unregister);
+* ``start(now)`` once, ``stop(now)`` at shutdown (unregister), ``leave(now, reason)`` when
+  another process registers instead;
 * after every call, ``take_requests()``: REGISTER requests *without* a Via; the agent
   puts its own top Via (new ``branch``) on each (:func:`with_via` does that), runs a
   non-INVITE client transaction (``transaction.py``) to :attr:`Registration.destination`
@@ -87,6 +88,13 @@ Unregistering (§10.2.2)
     being answered) or the timeout; nothing is sent after that. ``start`` may be
     called again later.
 
+Leaving (another process registers now)
+    ``leave`` stops refreshing without removing the binding: an ``Expires: 0`` naming
+    the same Contact as the new holder's binding would remove that one too (§10.3 step
+    6). The REGISTER in flight, if any, has its answer taken, and nothing is sent
+    after it; the binding lapses at the registrar by itself. State ``unregistered``,
+    with ``leave``'s reason.
+
 States and transitions (``reason`` is ``""`` where not said otherwise):
 
 =============  ======================================  ============  ======================
@@ -107,11 +115,16 @@ any            ``stop()``, a binding may hold          (same)        Expires: 0 
                                                                      one in flight is done
 any            ``stop()``, no binding                  unregistered  nothing
 stopping       final answer to Expires: 0, timeout     unregistered  nothing
+any            ``leave()`` (once the one in flight is  unregistered  nothing: the binding
+               done)                                   (the reason)  lapses by itself
 =============  ======================================  ============  ======================
 
 While a refresh is in flight the state stays ``registered``, and while a retry is in
 flight it stays ``failing``: ``take_changes`` reports changes, not attempts, so a
 trunk that keeps failing for the same cause is logged once.
+
+(This module is past 600 lines for this description and its table; its code is one
+state machine, kept whole.)
 """
 
 from __future__ import annotations

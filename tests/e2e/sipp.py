@@ -146,6 +146,23 @@ Content-Length: 0
 ]]></send>
 """
 
+#: The INVITE refused with ``{status}``, and its ACK (hop by hop: the INVITE's Via, §17.1.1.3).
+REFUSED = """
+  <recv response="100" optional="true"/>
+  <recv response="{status}"/>
+  <send><![CDATA[
+ACK sip:{user}@[remote_ip]:[remote_port] SIP/2.0
+[last_Via:]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+"""
+
 END = """
   <timewait milliseconds="200"/>
 </scenario>

@@ -479,24 +479,7 @@ async def test_a_call_to_the_did_reaches_the_registered_ua(
 async def test_a_call_when_nobody_is_registered_gets_480(
     provider: Provider, tmp_path: Path
 ) -> None:
-    failing = (
-        sipp.invite(DID)
-        + """
-  <recv response="100" optional="true"/>
-  <recv response="480"/>
-  <send><![CDATA[
-ACK sip:{did}@[remote_ip]:[remote_port] SIP/2.0
-[last_Via:]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-[last_To:]
-Call-ID: [call_id]
-CSeq: 1 ACK
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-""".replace("{did}", DID)
-    )
+    failing = sipp.invite(DID) + sipp.REFUSED.format(status=480, user=DID)
     run = await sipp.call(provider.udp, tmp_path, failing)
     assert run.returncode == 0, run.output + run.errors + provider.log_text()
 

@@ -477,24 +477,7 @@ async def test_a_tls_trunk_that_requires_srtp_answers_with_keys_and_refuses_plai
         ' check_it="true" assign_to="k"/></action>\n  </recv>\n'
         '  <nop><action><log message="[$m] [$k]"/></action></nop>',
     )
-    refused = (
-        sipp.invite(DID)
-        + """
-  <recv response="100" optional="true"/>
-  <recv response="488"/>
-  <send><![CDATA[
-ACK sip:{did}@[remote_ip]:[remote_port] SIP/2.0
-[last_Via:]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-[last_To:]
-Call-ID: [call_id]
-CSeq: 1 ACK
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-""".replace("{did}", DID)
-    )
+    refused = sipp.invite(DID) + sipp.REFUSED.format(status=488, user=DID)
     async with served(tmp_path, app, workers, text) as server:
         await provider.wait_registered(timeout=20)
         bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
