@@ -111,7 +111,7 @@ def load_engine(name: str, model: str = "tiny.en") -> Recogniser | None:
 
             engine: Recogniser = SphinxRecogniser()
         else:
-            from callhook.adapters.speech import build_recogniser
+            from callhook.edge.speechworkers import build_recogniser
 
             built = build_recogniser("whisper", model)  # a cascade for "tiny.en+base"
             if built is None:

@@ -28,13 +28,13 @@ from typing import Any
 from bench import ivr_app
 from bench.ivr_load import start_app
 from callhook.actions.machine import ActionContext
-from callhook.adapters.pages import HttpPages
-from callhook.call import CallRunner
-from callhook.calllog import CallLog
-from callhook.config import AppConfig
+from callhook.calls.calllog import CallLog
+from callhook.calls.runner import CallRunner
+from callhook.config.settings import AppConfig
+from callhook.devtools.harness import Caller, ScriptedLeg, StaticPages
+from callhook.edge.pages import HttpPages
 from callhook.media.simulated import PromptTimer
 from callhook.ports import Pages
-from callhook.testing import Caller, ScriptedLeg, StaticPages
 
 TIMER = PromptTimer(files={ivr_app.PROMPT: 3.0, ivr_app.BEEP: 0.25})
 

@@ -695,7 +695,7 @@ numbers = ["+441234567890"]
 
 @target("config", _config_seeds)
 def _config() -> Check:
-    from callhook import config
+    from callhook.config import settings as config
 
     scratch = _scratch("fuzz-config-")
     path = scratch / "callhook.toml"

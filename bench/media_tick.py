@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.media_tick [--calls 300] [--ticks 250] [--sweep-mb 0]
 
 N sessions (PCMU) each receive one 20 ms packet per tick, exactly as the engine
-(``adapters/media.py``) drives them, with no sockets and nothing else running:
+(``edge/mediaengine.py``) drives them, with no sockets and nothing else running:
 
 * ``receive``: each call's packet, the usual ones taken in C (``inlet.take_all``),
   the rest by :meth:`MediaSession.receive`;

@@ -720,8 +720,8 @@ def proc_cpu(pid: int) -> float:
 async def run_outbox(
     args: argparse.Namespace, app_base: str, app_pid: int, workdir: Path
 ) -> dict[str, Any]:
-    from callhook.adapters.notifier import Notifier
-    from callhook.adapters.pages import HttpPages
+    from callhook.edge.notifier import Notifier
+    from callhook.edge.pages import HttpPages
     from callhook.store import outbox
     from callhook.store.database import Database
     from callhook.store.journal import RecordingJournal

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--interim", type=float, default=1.0, help="seconds between interims")
     args = parser.parse_args()
-    from callhook.adapters.speech import build_recogniser
+    from callhook.edge.speechworkers import build_recogniser
 
     engine: Recogniser | None = build_recogniser("whisper", args.model)
     if engine is None:

@@ -1,4 +1,4 @@
-"""The media tick's socket IO, per call and tick: native and Python (callhook/adapters/udp.py).
+"""The media tick's socket IO, per call and tick: native and Python (callhook/edge/udp.py).
 
     .venv/bin/python -m bench.udp_io [--calls 300] [--ticks 300]
 
@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from callhook.adapters.udp import PollingUdp, Udp, native
+from callhook.edge.udp import PollingUdp, Udp, native
 
 PAYLOAD = b"\x80" * 172
 
@@ -67,7 +67,7 @@ def main() -> None:
     results = {}
     kinds: list[tuple[str, type]] = [("python", PollingUdp)]
     if native():
-        from callhook.adapters._udp import Udp as NativeUdp
+        from callhook.edge._udp import Udp as NativeUdp
 
         kinds.insert(0, ("native", NativeUdp))
     for name, kind in kinds:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e.browser import browser, wait
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port
 

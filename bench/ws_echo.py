@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from callhook.wsprotocol import V2
+from callhook.telephony.wsprotocol import V2
 
 
 def application(seconds: float) -> web.Application:

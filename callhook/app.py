@@ -1,4 +1,4 @@
-"""The composition root: builds every part from :class:`~callhook.config.Settings`.
+"""The composition root: builds every part from :class:`~callhook.config.settings.Settings`.
 
 Nothing else in callhook constructs services or reads configuration; the
 CLI calls in here, and tests build the same parts themselves.
@@ -19,22 +19,22 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from callhook.actions.machine import ActionContext
-from callhook.adapters import web as web_adapter
-from callhook.adapters.api import Api
-from callhook.adapters.egress import Egress
-from callhook.adapters.notifier import Notifier
-from callhook.adapters.pages import HttpPages
-from callhook.adapters.remote_media import RemoteMedia
-from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
-from callhook.call import CallRunner, CallSummary, new_instance_id
-from callhook.calllog import CallLog, Listener
+from callhook.calls.calllog import CallLog, Listener
+from callhook.calls.metrics import Metrics
+from callhook.calls.runner import CallRunner, CallSummary, new_instance_id
 from callhook.clock import Clock, MonotonicClock
-from callhook.config import AppConfig, ConfigError, Settings, data_secret
-from callhook.egress import EgressPolicy
+from callhook.config.settings import AppConfig, ConfigError, Settings, data_secret
+from callhook.edge.egress import Egress
+from callhook.edge.egresspolicy import EgressPolicy
+from callhook.edge.notifier import Notifier
+from callhook.edge.pages import HttpPages
+from callhook.edge.remotemedia import RemoteMedia
+from callhook.edge.speechworkers import SpeechService, build_recogniser, build_synthesiser
 from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
+from callhook.httpserver import server as web_adapter
+from callhook.httpserver.restapi import Api
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
-from callhook.metrics import Metrics
 from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
 from callhook.store.database import Database, Membership, Ownership

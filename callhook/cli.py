@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
-from callhook.adapters.server import apply_app_flags, host_port
 from callhook.app import Services
-from callhook.config import (
+from callhook.config.settings import (
     RECOGNISERS,
     AppConfig,
     ConfigError,
@@ -29,7 +28,8 @@ from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.ports import CallInfo
 from callhook.redact import Redacting, redact
-from callhook.remote import ban_table, get_api, trunk_table, user_table
+from callhook.serving.remote import ban_table, get_api, trunk_table, user_table
+from callhook.serving.serve import apply_app_flags, host_port
 
 if TYPE_CHECKING:
     pass
@@ -92,7 +92,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
-    from callhook.adapters.terminal import Keyboard, TerminalLeg, log_printer
+    from callhook.devtools.terminal import Keyboard, TerminalLeg, log_printer
 
     services = Services(settings)
     services.start_notifier()
@@ -149,9 +149,9 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    """Run call flows against applications (callhook/tester.py)."""
-    from callhook.config import Serve
-    from callhook.tester import serve_secret, test_command
+    """Run call flows against applications (callhook/devtools/tester.py)."""
+    from callhook.config.settings import Serve
+    from callhook.devtools.tester import serve_secret, test_command
 
     junit = Path(args.junit) if args.junit else None
     settings = _settings(args)
@@ -189,15 +189,15 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
-    from callhook.adapters.server import serve
+    from callhook.serving.serve import serve
 
     return run_loop(serve(args, _settings(args)))
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
-    from callhook.adapters.sip import SipService
-    from callhook.adapters.trunks import RouteError
     from callhook.sip.agent import Credentials
+    from callhook.telephony.service import SipService
+    from callhook.telephony.trunking import RouteError
 
     services = Services(settings)
     services.start_notifier()
@@ -335,7 +335,7 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
 
 def cmd_voices(args: argparse.Namespace) -> int:
     """List the installed text-to-speech voices (values for tts_voice)."""
-    from callhook.adapters.speech import build_synthesiser
+    from callhook.edge.speechworkers import build_synthesiser
 
     synthesiser = build_synthesiser("piper:joe")
     if synthesiser is None:

@@ -2,7 +2,7 @@
 
 Every layer that needs the time is handed a :class:`Clock` instead of calling
 ``time.monotonic()`` itself, so the same code runs on the event loop's clock in
-production and on :class:`callhook.testing.VirtualClock` in tests, where a
+production and on :class:`callhook.devtools.harness.VirtualClock` in tests, where a
 30-second timeout takes no real time at all.
 
 Media time is in seconds as a float, monotonic, with an arbitrary origin.

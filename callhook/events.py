@@ -6,7 +6,7 @@ recognised, voice activity starting or stopping, ...) and answer with
 *commands* for that media session (start this prompt, stop it, start
 recognising speech, start recording, ...). The media session is the only thing
 that touches audio: the real one (RTP, see ``callhook.media``) or a scripted
-one in tests (``callhook.testing``). Both speak exactly these types.
+one in tests (``callhook.devtools.harness``). Both speak exactly these types.
 
 Events carry no timestamps: the time of an event is the clock's ``now`` when
 it is delivered, which the caller of a state machine passes alongside it.

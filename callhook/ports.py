@@ -1,8 +1,8 @@
 """What the call runner needs from the outside world, and what it gives it.
 
-:class:`~callhook.call.CallRunner` is written against these: a :class:`Leg`
+:class:`~callhook.calls.runner.CallRunner` is written against these: a :class:`Leg`
 (the SIP/RTP call, the terminal phone, the scripted caller of
-``callhook.testing``), :class:`Pages` (HTTP to the application, or pages in
+``callhook.devtools.harness``), :class:`Pages` (HTTP to the application, or pages in
 memory), :class:`Recordings` (the journal) and :class:`Files` (the media
 store). :class:`PageError` is how a page request fails (docs/behaviour.md).
 """
@@ -40,7 +40,7 @@ class Leg(Protocol):
     """One call as the runner sees it: its signalling and its media session.
 
     Implemented by the SIP/RTP call, by the terminal phone, and by the scripted
-    caller of ``callhook.testing``.
+    caller of ``callhook.devtools.harness``.
     """
 
     info: CallInfo
@@ -118,7 +118,7 @@ class PageError(Exception):
 
 
 class Pages(Protocol):
-    """Requests application pages (``callhook.adapters.pages`` over HTTP)."""
+    """Requests application pages (``callhook.edge.pages`` over HTTP)."""
 
     async def fetch(self, url: str, method: str, body: bytes, secret: str) -> bytes:
         """The response body of a 2xx answer; raises :class:`PageError` otherwise."""

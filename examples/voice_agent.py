@@ -32,11 +32,11 @@ import numpy as np
 import numpy.typing as npt
 from aiohttp import WSMsgType, web
 
-from callhook.adapters.speech import build_recogniser, build_synthesiser
+from callhook.edge.speechworkers import build_recogniser, build_synthesiser
 from callhook.events import RecognitionOptions
 from callhook.media.vad import new_detector
 from callhook.speech.stream import Utterance, UtteranceCutter
-from callhook.wsprotocol import V2
+from callhook.telephony.wsprotocol import V2
 
 logger = logging.getLogger("voice_agent")
 

@@ -9,9 +9,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from callhook import destinations
 from callhook.actions.fields import Opt, Strict
 from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
+from callhook.dialplan import destinations
 
 # --- putting the caller through (Aculab v2's connect; docs/behaviour.md) --------------
 
@@ -42,7 +42,7 @@ def _check_destination(value: str) -> str:
     return value
 
 
-#: A destination in Aculab's forms (callhook/destinations.py), checked before any call.
+#: A destination in Aculab's forms (callhook/dialplan/destinations.py), checked before any call.
 Destination = Annotated[
     str,
     Field(min_length=1),

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 An action that takes time on the call (``play``, ``get_number``,
 ``get_input``, ``record``, ``sleep``) is an :class:`ActionMachine`. It does no
-IO and never awaits: the call runner (``callhook.call``) drives it with
+IO and never awaits: the call runner (``callhook.calls.runner``) drives it with
 
 * ``start(now)`` once,
 * ``handle(event, now)`` for each media event of the call,

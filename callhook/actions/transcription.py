@@ -1,7 +1,7 @@
 """``start_transcription`` and ``stop_transcription``: what they ask of the call's leg.
 
 Neither waits: the transcription runs beside the application's actions (Aculab REST API
-v2), its phrases posted to ``results_page`` by the leg (adapters/leg.py with
+v2), its phrases posted to ``results_page`` by the leg (telephony/leg.py with
 speech/transcription.py), so the runner turns each into one command and goes on.
 """
 

@@ -331,7 +331,7 @@ error:
 
 /* Whether the media tick's _report(stream) has anything to do for this session: 1 yes
  * (or cannot tell: Python decides), 0 nothing (no RTCP report due, no news to wake
- * its leg for), -1 an exception. adapters/media.py's _report is the reference. */
+ * its leg for), -1 an exception. edge/mediaengine.py's _report is the reference. */
 static int due(PyObject *object, int rtcp, double now) {
     if (!PyObject_TypeCheck(object, types.inlet))
         return 1;

@@ -1,6 +1,6 @@
 """Every call's received audio frames of one media tick, decoded and measured at once. Sans-IO.
 
-The media tick (``adapters/media.py``) receives about one 20 ms G.711 frame per
+The media tick (``edge/mediaengine.py``) receives about one 20 ms G.711 frame per
 call. Each needs its samples (for the speech model, in-band DTMF, the level
 meter, live transcription) and its energy (the voice-activity gate, which runs
 on every frame of every call). Done frame by frame, that is two small numpy

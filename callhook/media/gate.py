@@ -10,7 +10,7 @@ profiled at 200 calls, issue 19). The native module ``_gate.c`` holds the detect
 fields in a C struct that is the base of the Python class
 (:class:`~callhook.media.vad.VoiceActivityDetector` derives from :class:`GateCore`),
 and :func:`feed_all` takes the usual frame of every call of a media tick in one call
-(:mod:`callhook.adapters.media`). Before that, :func:`gather` takes every call's
+(:mod:`callhook.edge.mediaengine`). Before that, :func:`gather` takes every call's
 frames of the tick out of the sessions in one call, for the tick to measure at once.
 
 As with :mod:`callhook.media.inlet`, Python is the reference: a frame is taken only

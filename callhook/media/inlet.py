@@ -9,7 +9,7 @@ changes in C structs that are the bases of the Python classes:
 :class:`~callhook.media.session.MediaSession` derives from :class:`Inlet`,
 :class:`~callhook.media.rtp.RtpReceiver` from :class:`ReceiverCore`. Python code
 uses them as ordinary attributes, and :func:`take_all` takes the usual packets of
-a whole media tick (:mod:`callhook.adapters.media`) in one call. The session's struct
+a whole media tick (:mod:`callhook.edge.mediaengine`) in one call. The session's struct
 (``_inlet.h``) also holds the fields the tick's other C steps read for every call
 (:mod:`callhook.media.outlet`, :mod:`callhook.media.gate`): they read them as struct
 fields rather than looking each one up by name, which under load cost about 5 % of

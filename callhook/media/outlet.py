@@ -1,6 +1,6 @@
 """A call's usual outgoing RTP packet made in C, with no Python run for it. Sans-IO.
 
-Every 20 ms the media tick (:mod:`callhook.adapters.media`) asks every call's session
+Every 20 ms the media tick (:mod:`callhook.edge.mediaengine`) asks every call's session
 for its packet (:meth:`MediaSession.tick <callhook.media.session.MediaSession.tick>`).
 Almost every one is the usual packet: the prompt's next 20 ms (not its last) or
 silence, in plain RTP, with nothing else due on the call (no bridge, no recording of

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A worker of ``serve --workers N`` is reached only through Kamailio, which owns
-the SIP address the outside world knows (``callhook/workers.py``). Two things
+the SIP address the outside world knows (``callhook/cluster/workers.py``). Two things
 then cross the proxy that a plain SIP hop would lose, so they travel in two
 private headers, each trusted from one side only:
 
@@ -72,7 +72,7 @@ class Front:
         """Whether a worker's requests to a peer it resolved over ``transport`` go through
         the proxy. Not over TLS: Kamailio's TLS client (5.6) checks a certificate's chain
         but not that it names the host called, so a worker holds its own TLS connection to
-        a trunk (callhook/tls.py checks both), past the proxy, and so do the trunk's
+        a trunk (callhook/config/tls.py checks both), past the proxy, and so do the trunk's
         requests back. (A registered phone's flow over TLS is the proxy's own connection:
         the worker reaches it through the proxy whatever its transport.)"""
         return transport != "tls"

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The phones of the people callers are put through to (``[users.NAME]``)
 REGISTER with callhook; ``connect`` to ``user:NAME`` calls every phone NAME has
-registered (``adapters/connecting.py``). :meth:`Registrar.register` processes
+registered (``telephony/connecting.py``). :meth:`Registrar.register` processes
 one REGISTER the agent received (``uas.py``) and says what to answer; it does no
 IO and takes ``now`` (the agent's clock). Following §10.3's steps:
 
@@ -205,7 +205,7 @@ class Registrar:
 
     def replace_all(self, bindings: Iterable[Binding], now: float) -> int:
         """Forget every binding and take ``bindings`` instead (a worker of ``serve --workers``
-        following the stored ones: ``adapters/users.py``). How many were taken."""
+        following the stored ones: ``telephony/users.py``). How many were taken."""
         self._bindings.clear()
         return self.load(bindings, now)
 

@@ -1,7 +1,7 @@
 """Fault injection for the speech recogniser: how a test makes the real engine crash or hang.
 
 ``CALLHOOK_FAULT_RECOGNISER`` is read once, when ``serve`` builds its
-recogniser (:func:`callhook.adapters.speech.build_recogniser`):
+recogniser (:func:`callhook.edge.speechworkers.build_recogniser`):
 
 * ``crash``: the first engine instance raises on its first utterance and on
   every one after (a crashed engine is not to be trusted again);

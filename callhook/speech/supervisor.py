@@ -1,6 +1,6 @@
 """Watching the speech recogniser: a deadline on every decode, restarts after faults (sans-IO).
 
-A recogniser is a library running on a worker thread (``adapters/speech.py``);
+A recogniser is a library running on a worker thread (``edge/speechworkers.py``);
 it can raise (a crash: its state is then not to be trusted) or never return
 (a hang: the thread is lost). Neither may hold up a call: the ``get_input``
 that waits for the utterance gets "nothing recognised" with the cause

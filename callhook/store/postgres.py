@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from callhook.configvalues import ConfigError
+from callhook.config.values import ConfigError
 from callhook.store.database import Connection, Cursor, Database
 
 logger = logging.getLogger("callhook.store")
@@ -332,7 +332,7 @@ class Nodes:
 
     def advertise(self, api: str) -> None:
         """Where the other nodes ask this one about its live calls (its private API's
-        base URL: ``callhook.adapters.siblings``)."""
+        base URL: ``callhook.cluster.siblings``)."""
         self.api = api
         self.db.call(
             lambda conn: conn.execute("UPDATE nodes SET api = ? WHERE token = ?", (api, self.token))

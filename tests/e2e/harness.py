@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests import leaks
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
@@ -283,7 +283,7 @@ class Server:
 
 
 def _kamailio_missing() -> bool:
-    from callhook.workers import kamailio_binary, kamailio_modules
+    from callhook.cluster.workers import kamailio_binary, kamailio_modules
 
     return kamailio_binary() is None or kamailio_modules() is None
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server
 from tests.e2e.rtpsink import Packet, RtpSink, dominant_hz

@@ -22,8 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from callhook.devtools.harness import AppServer, Reply
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import (
     WORKERS,

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_udp_port, wait_for_request
 from tests.e2e.test_trunks import trunk_states

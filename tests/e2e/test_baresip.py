@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from callhook.devtools.harness import AppServer
 from callhook.events import RecognitionOptions
 from callhook.media import g711, tones, wav
 from callhook.speech.sphinx import SphinxRecogniser
 from callhook.speech.stream import cut_utterances
-from callhook.testing import AppServer
 from tests.e2e.harness import (
     Server,
     free_even_udp_port,

@@ -46,9 +46,9 @@ import numpy.typing as npt
 import pytest
 import trustme
 
+from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
 from callhook.media.srtp import TAG_LENGTH, Crypto, SrtpContext, new_key
-from callhook.testing import AppServer
 from tests.e2e.harness import (
     Server,
     free_even_udp_port,

@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
     WORKERS,

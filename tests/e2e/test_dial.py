@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import free_even_udp_port, free_udp_port, wait_for_request
 from tests.e2e.rtpstream import Stream

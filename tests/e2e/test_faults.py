@@ -44,8 +44,8 @@ import numpy.typing as npt
 import pytest
 from aiohttp import web
 
+from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.media import wav
-from callhook.testing import AppServer, Received, Reply
 from tests.e2e import harness, sipp
 from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.impair import BACK, CLEAR, FORTH, Impairment, Relay

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from callhook.adapters.readiness import answers_options
-from callhook.adapters.supervisor import run_dir
+from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
+from callhook.serving.readiness import answers_options
+from callhook.serving.supervisor import run_dir
 from callhook.sip.transport import Target
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests import leaks
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, free_udp_port, served, wait_for_request

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.speech import build_synthesiser
+from callhook.devtools.harness import AppServer, Received, Reply
+from callhook.edge.speechworkers import build_synthesiser
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer, Received, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import Server
 from tests.e2e.rtpsink import RtpSink, dominant_hz

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server
 from tests.e2e.rtpstream import Stream

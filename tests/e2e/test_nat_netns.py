@@ -49,7 +49,7 @@ from typing import TypeVar
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import harness, kamailio, sipp
 from tests.e2e.harness import Server
 from tests.e2e.kamailio import Provider

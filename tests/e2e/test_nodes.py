@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer, Received, Reply
+from callhook.devtools.harness import AppServer, Received, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import Server
 from tests.e2e.kamailio import Provider, make_provider_fixture  # noqa: F401 (fixture)

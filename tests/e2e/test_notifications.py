@@ -18,8 +18,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.media import wav
-from callhook.testing import AppServer, Received, Reply
 from tests import leaks
 from tests.e2e import sipp
 from tests.e2e.harness import Server, wait_for_request

@@ -34,8 +34,8 @@ import numpy.typing as npt
 import pytest
 import pytest_asyncio
 
+from callhook.devtools.harness import AppServer, Received
 from callhook.media import g711, wav
-from callhook.testing import AppServer, Received
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_tcp_port, free_udp_port
 from tests.e2e.rtpstream import FRAME, Stream

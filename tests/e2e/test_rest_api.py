@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
     CALLHOOK,
@@ -384,10 +384,10 @@ async def test_openapi_document_is_served_and_valid(api: Api) -> None:
 
 def test_openapi_document_describes_every_route(tmp_path: Path) -> None:
     """Every route the server has is in the document with its methods, and nothing else."""
-    from callhook.adapters import web
-    from callhook.adapters.api import Api as RestApi
-    from callhook.adapters.api import KeyRing
-    from callhook.adapters.openapi import document
+    from callhook.httpserver import server as web
+    from callhook.httpserver.openapi import document
+    from callhook.httpserver.restapi import Api as RestApi
+    from callhook.httpserver.restapi import KeyRing
     from callhook.store.files import MediaStore
 
     rest = RestApi(MediaStore(tmp_path), KeyRing({}), lambda name: None)
@@ -545,7 +545,7 @@ async def test_an_outbound_call_runs_the_keys_application(
     ],
 )
 def test_unusable_keys_and_limits_are_config_errors(tmp_path: Path, apps: str, why: str) -> None:
-    from callhook.config import ConfigError, load
+    from callhook.config.settings import ConfigError, load
 
     path = tmp_path / "callhook.toml"
     path.write_text(f'data_dir = "{tmp_path / "data"}"\n{apps}')
@@ -554,7 +554,7 @@ def test_unusable_keys_and_limits_are_config_errors(tmp_path: Path, apps: str, w
 
 
 def test_keys_and_limit_from_the_config(tmp_path: Path) -> None:
-    from callhook.config import load
+    from callhook.config.settings import load
 
     path = tmp_path / "callhook.toml"
     path.write_text(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
 from tests.e2e.rtpsink import RtpSink

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from callhook.devtools.harness import AppServer, Reply
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream

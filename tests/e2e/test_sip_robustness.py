@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from callhook.devtools.harness import AppServer
 from callhook.media import wav
 from callhook.sip.message import Response, parse
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, wait_for_request
 from tests.e2e.rtpstream import Stream

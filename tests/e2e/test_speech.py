@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from callhook.adapters.speech import build_synthesiser
+from callhook.devtools.harness import AppServer
+from callhook.edge.speechworkers import build_synthesiser
 from callhook.media import tones, wav
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream

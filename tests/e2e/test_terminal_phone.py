@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from callhook.devtools.harness import AppServer
 from callhook.media import wav
-from callhook.testing import AppServer
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.transcription import wer, words
-from callhook.adapters.speech import build_synthesiser
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
+from callhook.edge.speechworkers import build_synthesiser
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, served
 from tests.e2e.rtpstream import Stream

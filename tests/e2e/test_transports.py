@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_tcp_port
 from tests.e2e.rtpstream import Stream
@@ -173,7 +173,7 @@ async def test_a_stream_without_content_length_is_closed(tmp_path: Path, app: Ap
 async def test_one_address_cannot_take_every_connection(tmp_path: Path, app: AppServer) -> None:
     """A peer that opens connection after connection gets MAX_PER_ADDRESS of them; the next
     is closed at once (logged), and those it has still work."""
-    from callhook.adapters.connections import MAX_PER_ADDRESS
+    from callhook.edge.connections import MAX_PER_ADDRESS
 
     app.page("/start", None)
     async with Server.for_app(tmp_path / "data", app) as server:

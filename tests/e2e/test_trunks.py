@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
     WORKERS,

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import (
     CALLHOOK,

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from callhook.adapters.speech import build_recogniser, build_synthesiser
+from callhook.devtools.harness import AppServer
+from callhook.edge.speechworkers import build_recogniser, build_synthesiser
 from callhook.events import RecognitionOptions
 from callhook.media import g711, wav
-from callhook.testing import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import Server, free_tcp_port, wait_for_request
 from tests.e2e.rtpstream import Stream

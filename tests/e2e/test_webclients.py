@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.aculab_client import AculabWebServices
 from tests.e2e.harness import WORKERS, Server, served, wait_for_request

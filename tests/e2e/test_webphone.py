@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from callhook.testing import AppServer
+from callhook.devtools.harness import AppServer
 from tests.e2e.browser import browser, count, wait
 from tests.e2e.harness import Server, served
 

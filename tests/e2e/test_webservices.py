@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from callhook.devtools.harness import AppServer, Received
 from callhook.media import g711, tones, wav
-from callhook.testing import AppServer, Received
 from tests.e2e import sipp
 from tests.e2e.aculab_client import AculabWebServices
 from tests.e2e.harness import (

@@ -18,10 +18,10 @@ import numpy.typing as npt
 import pytest
 from aiohttp import web
 
-from callhook.adapters.speech import build_synthesiser
+from callhook.devtools.harness import AppServer
+from callhook.edge.speechworkers import build_synthesiser
 from callhook.media import wav
-from callhook.testing import AppServer
-from callhook.wsprotocol import AUDIO, V1, V2
+from callhook.telephony.wsprotocol import AUDIO, V1, V2
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, free_udp_port, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from callhook.testing import AppServer, Received, Reply
-from callhook.workers import kamailio_binary, kamailio_modules
+from callhook.cluster.workers import kamailio_binary, kamailio_modules
+from callhook.devtools.harness import AppServer, Received, Reply
 from tests.e2e import sipp
 from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port, free_udp_port
 from tests.e2e.test_notifications import talking

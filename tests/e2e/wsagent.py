@@ -1,6 +1,6 @@
 """A WebSocket server for the tests: the far end of a ``connect`` to ``wss://``.
 
-It speaks what callhook's WebSocket calls speak (callhook/wsprotocol.py), over TLS
+It speaks what callhook's WebSocket calls speak (callhook/telephony/wsprotocol.py), over TLS
 with a certificate from a test CA (``trustme``), and keeps what it received: the
 handshake's offered sub-protocols, every text message, the audio (linear PCM). Its
 ``on_start`` coroutine runs when the ``start`` message comes, with the socket, so each
@@ -22,7 +22,7 @@ import numpy.typing as npt
 import trustme
 from aiohttp import WSMsgType, web
 
-from callhook.wsprotocol import V1, V2
+from callhook.telephony.wsprotocol import V1, V2
 
 
 class Agent:

@@ -1,9 +1,9 @@
-"""Aculab's Application Status read from a call log (callhook/applicationstatus.py): the
+"""Aculab's Application Status read from a call log (callhook/calls/applicationstatus.py): the
 instance's record, its call's record and its errors, as the lines callhook writes say."""
 
 from __future__ import annotations
 
-from callhook.applicationstatus import aculab_datetime, read
+from callhook.calls.applicationstatus import aculab_datetime, read
 
 LOG = (
     (

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from callhook.devtools.harness import AppServer, Caller, CallRun, run_call
 from callhook.media.simulated import PromptTimer
-from callhook.testing import AppServer, Caller, CallRun, run_call
 
 TIMER = PromptTimer(texts={"PIN": 2.0, "Speak": 1.0})
 

@@ -1,11 +1,12 @@
-"""The far ends of a flow's connects, in process (callhook/callees.py), on a virtual clock,
-and how a flow file describes them (callhook/flow.py)."""
+"""The far ends of a flow's connects, in process (callhook/devtools/callees.py), on a virtual clock,
+and how a flow file describes them (callhook/devtools/flow.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from callhook.callees import SimulatedCallees
+from callhook.devtools.callees import SimulatedCallees
+from callhook.devtools.flow import Callee, FlowError, parse_flow
 from callhook.events import (
     CallCallee,
     CalleeAnswered,
@@ -16,7 +17,6 @@ from callhook.events import (
     Refer,
     ReferAnswered,
 )
-from callhook.flow import Callee, FlowError, parse_flow
 
 
 def run(callees: SimulatedCallees, until: float) -> list[tuple[float, MediaEvent]]:

@@ -1,4 +1,4 @@
-"""The call log's line times (callhook/calllog.py ``wall_stamp``)."""
+"""The call log's line times (callhook/calls/calllog.py ``wall_stamp``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from callhook.calllog import wall_stamp
+from callhook.calls.calllog import wall_stamp
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 

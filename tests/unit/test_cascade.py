@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from callhook.adapters.speech import build_recogniser
+from callhook.edge.speechworkers import build_recogniser
 from callhook.events import RecognitionOptions
 from callhook.speech.cascade import CascadeRecogniser
 from callhook.speech.whisper import Scored, WhisperRecogniser

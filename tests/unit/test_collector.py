@@ -1,5 +1,5 @@
-"""The collector's full passes in serve (callhook/collector.py): off automatically, run by hand
-when due: between calls, or after the safety net's interval whatever the calls."""
+"""The collector's full passes in serve (callhook/serving/collector.py): off automatically, run by
+hand when due: between calls, or after the safety net's interval whatever the calls."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from callhook.collector import (
+from callhook.calls.metrics import Metrics
+from callhook.serving.collector import (
     NEVER,
     FullCollections,
     automatic_full_passes_off,
     collect_young,
     young_pass,
 )
-from callhook.metrics import Metrics
 
 
 def test_a_full_pass_is_due_between_calls_or_after_the_safety_nets_interval() -> None:
@@ -105,7 +105,7 @@ def test_the_young_pass_after_a_tick_takes_generation_1_before_the_collector_wou
 
 
 async def test_the_media_tick_collects_the_young_generations_once_its_packets_are_out() -> None:
-    from callhook.adapters.media import MediaEngine
+    from callhook.edge.mediaengine import MediaEngine
 
     engine = MediaEngine("127.0.0.1", 42100, 42200)
     order: list[str] = []

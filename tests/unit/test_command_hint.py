@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.adapters import server
+from callhook.serving import serve as server
 
 
 def test_the_printed_command_is_one_the_shell_runs(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.config import ConfigError, load
+from callhook.config.settings import ConfigError, load
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -201,8 +201,8 @@ def test_defaults() -> None:
 def test_ringback_is_440_and_480_hz_then_silence() -> None:
     import numpy as np
 
-    from callhook.adapters.prompts import _tone
     from callhook.events import PlayTone
+    from callhook.telephony.prompts import _tone
 
     on, off = RINGBACK
     assert isinstance(on, PlayTone) and isinstance(off, PlayTone)
@@ -217,7 +217,7 @@ def test_ringback_is_440_and_480_hz_then_silence() -> None:
 
 
 def test_the_from_user_of_a_far_leg() -> None:
-    from callhook.callerid import call_from_user
+    from callhook.dialplan.callerid import call_from_user
 
     assert call_from_user("+441234567890") == "+441234567890"
     assert call_from_user("sip:reception@pbx.example:5060") == "reception"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from callhook.adapters.connecting import Connecting
+from callhook.telephony.connecting import Connecting
 
 
 class Service(Connecting):

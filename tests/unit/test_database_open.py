@@ -8,7 +8,7 @@ import multiprocessing
 import multiprocessing.synchronize
 from pathlib import Path
 
-from callhook.secret import data_secret
+from callhook.config.secret import data_secret
 from callhook.store.database import Database
 
 

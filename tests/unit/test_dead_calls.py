@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.config import ConfigError, load
+from callhook.config.settings import ConfigError, load
 from callhook.media import g711
 from callhook.media.rtp import RtpSender
 from callhook.media.session import MediaSession

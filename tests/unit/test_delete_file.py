@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from callhook.devtools.harness import AppServer, Caller, Received, run_call
 from callhook.store.files import MediaStore
-from callhook.testing import AppServer, Caller, Received, run_call
 
 SPOKEN = {"play": {"play_list": [{"text_to_say": "after"}]}}
 

@@ -1,4 +1,4 @@
-"""A connect's destinations in Aculab's forms (callhook/destinations.py): the prefixes of
+"""A connect's destinations in Aculab's forms (callhook/dialplan/destinations.py): the prefixes of
 Aculab's "Call prefixes" table, the rule for a destination without one, and what
 validation refuses before any call (with its JSON path)."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
-from callhook import destinations
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
-from callhook.destinations import Destination
+from callhook.dialplan import destinations
+from callhook.dialplan.destinations import Destination
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ import pytest
 
 from callhook.actions.response import parse_response
 from callhook.cli import parser
-from callhook.config import load
-from callhook.flow import load_flow
+from callhook.config.settings import load
+from callhook.devtools.flow import load_flow
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]

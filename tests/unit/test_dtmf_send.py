@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from callhook.adapters.leg import SipLeg
-from callhook.adapters.prompts import PromptAudio, PromptError
+from callhook.devtools.harness import AppServer, Caller, run_call
 from callhook.events import (
     DigitReceived,
     PlayDigits,
@@ -37,7 +36,8 @@ from callhook.media.session import MediaSession
 from callhook.media.simulated import PromptTimer
 from callhook.ports import CallInfo
 from callhook.store.files import MediaStore
-from callhook.testing import AppServer, Caller, run_call
+from callhook.telephony.leg import SipLeg
+from callhook.telephony.prompts import PromptAudio, PromptError
 
 PEER = ("192.0.2.10", 40000)
 TE = 101

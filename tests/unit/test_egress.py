@@ -1,5 +1,5 @@
-"""The egress policy (callhook/egress.py) and its socket factory and resolver
-(adapters/egress.py): where page, media and notification fetches may connect."""
+"""The egress policy (callhook/edge/egresspolicy.py) and its socket factory and resolver
+(edge/egress.py): where page, media and notification fetches may connect."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from callhook.adapters.egress import Egress
-from callhook.egress import EgressPolicy, EgressRefused
+from callhook.edge.egress import Egress
+from callhook.edge.egresspolicy import EgressPolicy, EgressRefused
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from callhook.adapters.speech import RecognitionFailed, SpeechService
+from callhook.devtools.harness import VirtualClock
+from callhook.edge.speechworkers import RecognitionFailed, SpeechService
 from callhook.events import Alternative, RecognitionOptions
 from callhook.speech import faults
 from callhook.speech.supervisor import RecogniserSupervisor
-from callhook.testing import VirtualClock
 
 OPTIONS = RecognitionOptions()
 SECOND = np.zeros(8000, dtype=np.int16)
@@ -155,7 +155,7 @@ def test_closing_waits_for_running_recogniser_work_but_not_for_a_hung_one() -> N
     import threading
     import time
 
-    from callhook.adapters.speech import DaemonPool
+    from callhook.edge.speechworkers import DaemonPool
 
     pool = DaemonPool(1, "test")
     release, started = threading.Event(), threading.Event()
@@ -180,7 +180,7 @@ async def test_a_restart_that_hangs_fails_decodes_instead_of_hanging_them(
 ) -> None:
     """A fresh engine that never finishes loading: decodes waiting for it fail after
     READY_TIMEOUT (nothing heard, the call goes on), and closing releases them at once."""
-    import callhook.adapters.speech as speech
+    import callhook.edge.speechworkers as speech
 
     monkeypatch.setattr(speech, "READY_TIMEOUT", 0.3)
     stuck = threading.Event()

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from callhook.calllog import CallLog
+from callhook.calls.calllog import CallLog
+from callhook.devtools.harness import VirtualClock
 from callhook.store import journal as journal_module
 from callhook.store.database import Database
 from callhook.store.journal import RecordingJournal
-from callhook.testing import VirtualClock
 
 BODY = {"application_instance_id": "i1", "token": "t", "log_filename": "logs/i1.log"}
 RESULT = {

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.flowcaller import FlowResult, PageCall, matches, run_flow
-from callhook.adapters.pages import HttpPages
-from callhook.adapters.speech import SpeechService, build_recogniser, build_synthesiser
-from callhook.config import AppConfig
+from callhook.config.settings import AppConfig
+from callhook.devtools.flow import Flow, FlowError, Request, parse_flow
+from callhook.devtools.flowcaller import FlowResult, PageCall, matches, run_flow
+from callhook.devtools.harness import AppServer, Received
+from callhook.devtools.tester import Outcome, junit
+from callhook.edge.pages import HttpPages
+from callhook.edge.speechworkers import SpeechService, build_recogniser, build_synthesiser
 from callhook.events import SayText
-from callhook.flow import Flow, FlowError, Request, parse_flow
 from callhook.media.simulated import PromptTimer
-from callhook.tester import Outcome, junit
-from callhook.testing import AppServer, Received
 
 
 def _say(text: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callhook.adapters.media import MediaEngine
+from callhook.edge.mediaengine import MediaEngine
 from callhook.events import DigitReceived
 from callhook.media import frames, g711, tones
 from callhook.media.dtmfsend import inband

@@ -1,4 +1,4 @@
-"""Kamailio's bans as the workers read and lift them (adapters/frontbans.py), against a
+"""Kamailio's bans as the workers read and lift them (cluster/frontbans.py), against a
 stand-in of Kamailio's JSON-RPC datagram socket (the real one: tests/e2e/test_security.py
 floods a real Kamailio in front of workers)."""
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from callhook.adapters.frontbans import FrontBans
+from callhook.cluster.frontbans import FrontBans
 
 
 class Rpc:

@@ -51,7 +51,7 @@ def test_fuzz_config_file(data: bytes) -> None:
 
 def test_a_valid_config_loads(tmp_path: Path) -> None:
     """The seed is a valid config (else the mutations above would test little)."""
-    from callhook import config
+    from callhook.config import settings as config
 
     path = tmp_path / "callhook.toml"
     path.write_bytes(TARGETS["config"].seeds()[0])

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from callhook.devtools.harness import AppServer, Caller, CallRun, run_call
 from callhook.events import (
     SayText,
     StartPrompt,
@@ -24,7 +25,6 @@ from callhook.events import (
     StopRecognition,
 )
 from callhook.media.simulated import PromptTimer
-from callhook.testing import AppServer, Caller, CallRun, run_call
 
 PROMPT = "Say a name"
 GOODBYE = "Goodbye"

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from callhook.devtools.harness import AppServer, Caller, CallRun, run_call
 from callhook.events import SayText, StartPrompt, StopPrompt
 from callhook.media.simulated import PromptTimer
 from callhook.ports import CallInfo
-from callhook.testing import AppServer, Caller, CallRun, run_call
 
 PROMPT = "Enter your PIN"
 AFTER = "after"

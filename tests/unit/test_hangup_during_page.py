@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Sequence
 
 from callhook.actions.machine import ActionContext
-from callhook.adapters.pages import HttpPages
-from callhook.call import CallRunner
-from callhook.calllog import CallLog
-from callhook.config import AppConfig
+from callhook.calls.calllog import CallLog
+from callhook.calls.runner import CallRunner
+from callhook.config.settings import AppConfig
+from callhook.devtools.harness import AppServer, Reply, VirtualClock
+from callhook.edge.pages import HttpPages
 from callhook.events import CallEnded, MediaCommand, MediaEvent
 from callhook.ports import CallInfo
-from callhook.testing import AppServer, Reply, VirtualClock
 
 
 class HangsUpOnSignal:

@@ -1,4 +1,4 @@
-"""A real call's leg with speech (adapters/leg.py): streamed prompts and recognition results.
+"""A real call's leg with speech (telephony/leg.py): streamed prompts and recognition results.
 
 The media session is the real one (sans-IO, ticked here); the engines are small
 stand-ins, since this tests the leg's plumbing alone: sentence-by-sentence
@@ -15,9 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from callhook.adapters.leg import SipLeg
-from callhook.adapters.prompts import PromptAudio
-from callhook.adapters.speech import SpeechService
+from callhook.edge.speechworkers import SpeechService
 from callhook.events import (
     Alternative,
     PromptFinished,
@@ -38,6 +36,8 @@ from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import Synthesiser
 from callhook.speech.tts import SynthesisError
 from callhook.store.files import MediaStore
+from callhook.telephony.leg import SipLeg
+from callhook.telephony.prompts import PromptAudio
 
 PEER = ("192.0.2.10", 40000)
 

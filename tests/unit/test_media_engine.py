@@ -1,4 +1,4 @@
-"""The media tick (callhook/adapters/media.py) with real sockets: a session that raises
+"""The media tick (callhook/edge/mediaengine.py) with real sockets: a session that raises
 (a bug) costs its own packets, never the other calls' audio or the tick itself."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.media import MediaEngine
+from callhook.edge.mediaengine import MediaEngine
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import Address, MediaSession
 
@@ -64,7 +64,7 @@ async def test_a_session_that_raises_does_not_stop_the_others(
 async def test_a_socketless_stream_takes_part_in_the_tick() -> None:
     """The web phone's streams: packets given to ``deliver`` are received at the next
     tick, at most ROUNDS a tick as a socket's, and the session's packets go to ``out``."""
-    from callhook.adapters.media import INBOX, ROUNDS
+    from callhook.edge.mediaengine import INBOX, ROUNDS
 
     engine = MediaEngine("127.0.0.1", 41200, 41300)
     try:

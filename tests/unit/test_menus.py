@@ -19,9 +19,9 @@ from callhook.actions.menu import (
     SPEECH_MENU_INVALID_MESSAGES,
     SPEECH_MENU_TIMEOUT_MESSAGES,
 )
+from callhook.devtools.harness import AppServer, Caller, CallRun, run_call
 from callhook.events import SayText, StartPrompt, StartRecognition, StopPrompt
 from callhook.media.simulated import PromptTimer
-from callhook.testing import AppServer, Caller, CallRun, run_call
 
 MENU = "Main menu"
 AFTER = "after"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from callhook.call import CallSummary
-from callhook.metrics import Metrics
+from callhook.calls.metrics import Metrics
+from callhook.calls.runner import CallSummary
 
 
 @pytest.mark.parametrize("count", [2, 3, 10, 99, 1000])

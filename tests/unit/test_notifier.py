@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.notifier import Notifier
-from callhook.adapters.pages import HttpPages
+from callhook.devtools.harness import AppServer, Reply
+from callhook.edge.notifier import Notifier
+from callhook.edge.pages import HttpPages
 from callhook.store.database import Database
 from callhook.store.outbox import Outbox, RetryPolicy
-from callhook.testing import AppServer, Reply
 
 FAST = RetryPolicy(first_delay=0.05, max_delay=0.2)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from callhook.config import ConfigError, load
-from callhook.numbers import BadNumber, app_for_number, canonical, configured, matches
+from callhook.config.settings import ConfigError, load
+from callhook.dialplan.numbers import BadNumber, app_for_number, canonical, configured, matches
 
 UK = "+441234567890"
 

@@ -1,11 +1,11 @@
-"""The toll-fraud limits (callhook/outbound.py): which destinations outbound calls may
+"""The toll-fraud limits (callhook/dialplan/outbound.py): which destinations outbound calls may
 reach and how many at once per application (``[outbound]``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from callhook.outbound import (
+from callhook.dialplan.outbound import (
     REPORT_HOLDS,
     OutboundCalls,
     OutboundPolicy,

@@ -206,7 +206,7 @@ class Reported:
 async def test_due_all_leaves_out_only_calls_the_report_has_nothing_for() -> None:
     """Every tick for 20 s, calls in each state: ``_report`` (the reference) acts on a
     call only when ``due_all`` chose it, and the quiet calls are left out."""
-    from callhook.adapters.media import MediaEngine
+    from callhook.edge.mediaengine import MediaEngine
     from callhook.events import DigitReceived
 
     engine = MediaEngine("127.0.0.1", 41700, 41800)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from callhook.devtools.harness import AppServer, Caller, CallRun, run_call
 from callhook.events import (
     PlayFile,
     SayText,
@@ -22,7 +23,6 @@ from callhook.events import (
     StopRecognition,
 )
 from callhook.media.simulated import PromptTimer
-from callhook.testing import AppServer, Caller, CallRun, run_call
 
 LONG = "This is a long menu prompt"
 TIMER = PromptTimer(texts={LONG: 10.0, "one": 1.0, "two": 0.5, "after": 1.0})

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from callhook.config import ConfigError, load
+from callhook.config.settings import ConfigError, load
 from callhook.media import g711, tones, wav
 from callhook.store.bindings import Bindings, StoredBinding
 from callhook.store.journal import RecordingJournal

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from callhook.actions.response import InvalidResponse, parse_response
-from callhook.testing import AppServer, Caller, run_call
+from callhook.devtools.harness import AppServer, Caller, run_call
 
 SECRET = "Your one time code is 4 3 2 1, valid for ten minutes, do not share it with anyone"
 

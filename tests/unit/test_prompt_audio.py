@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from callhook.adapters.prompts import PromptAudio, PromptError
 from callhook.events import PlayFile, PlayTone
 from callhook.media import g711, tones, wav
 from callhook.store import crypto
 from callhook.store.files import MediaStore
+from callhook.telephony.prompts import PromptAudio, PromptError
 
 KEY, IV = "a1" * 16, "1a" * 16  # AES-128
 

@@ -1,4 +1,4 @@
-"""``/healthz`` and ``/readyz`` (adapters/readiness.py): each check, and the workers'
+"""``/healthz`` and ``/readyz`` (serving/readiness.py): each check, and the workers'
 answers gathered. A real aiohttp server on loopback; the process's parts are stand-ins
 (this layer only: tests/e2e/test_readiness.py asks a real serve)."""
 
@@ -13,8 +13,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from callhook.adapters.readiness import Readiness, answers_options
-from callhook.adapters.siblings import Siblings
+from callhook.cluster.siblings import Siblings
+from callhook.serving.readiness import Readiness, answers_options
 from callhook.sip.transport import Target
 
 

@@ -14,10 +14,11 @@ import pytest
 from callhook.actions.machine import ActionContext, Completed
 from callhook.actions.record import RecordMachine
 from callhook.actions.schema import Record
-from callhook.adapters.pages import HttpPages
-from callhook.call import CallRunner
-from callhook.calllog import CallLog
-from callhook.config import AppConfig
+from callhook.calls.calllog import CallLog
+from callhook.calls.runner import CallRunner
+from callhook.config.settings import AppConfig
+from callhook.devtools.harness import AppServer, Caller, CallRun, ScriptedLeg, run_call
+from callhook.edge.pages import HttpPages
 from callhook.events import (
     DetectVoice,
     DigitReceived,
@@ -30,7 +31,6 @@ from callhook.events import (
     StopRecording,
     VoiceActivity,
 )
-from callhook.testing import AppServer, Caller, CallRun, ScriptedLeg, run_call
 
 FailReason = Literal["error", "filesize"]
 RESULT_KEYS = {"filename", "file_available", "id", "contains_sound", "seconds_duration", "reason"}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.calllog import CallLog
+from callhook.calls.calllog import CallLog
 from callhook.clock import MonotonicClock
 from callhook.redact import Redacting, redact
 

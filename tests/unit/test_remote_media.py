@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from callhook.adapters.prompts import PromptError
-from callhook.adapters.remote_media import RemoteMedia
+from callhook.devtools.harness import VirtualClock
+from callhook.edge.remotemedia import RemoteMedia
 from callhook.media import g711, tones, wav
-from callhook.testing import VirtualClock
+from callhook.telephony.prompts import PromptError
 
 TONE = tones.tone(440.0, 0.5)
 WAV = wav.g711_file("ulaw", g711.encode("ulaw", TONE))

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from callhook.actions.machine import ActionContext
-from callhook.adapters.pages import MAX_RESPONSE_BYTES
+from callhook.devtools.harness import AppServer, Caller, CallRun, Received, Reply, run_call
+from callhook.edge.pages import MAX_RESPONSE_BYTES
 from callhook.events import SayText, SpeechRejected, SpeechStarted, StartPrompt
 from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
-from callhook.testing import AppServer, Caller, CallRun, Received, Reply, run_call
 
 SAY = {"play": {"play_list": [{"text_to_say": "hello"}]}}
 

@@ -1,4 +1,4 @@
-"""A far leg's duration limit (adapters/screening.py), on a loop whose timers the test
+"""A far leg's duration limit (telephony/screening.py), on a loop whose timers the test
 fires itself: minutes_max_call_duration hangs an answered far leg up, a new limit
 replaces the old, and a leg that ended meanwhile is left alone."""
 
@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from callhook.adapters.screening import DEFAULT_MAX_SECONDS, Screening
+from callhook.telephony.screening import DEFAULT_MAX_SECONDS, Screening
 
 
 class Timer:

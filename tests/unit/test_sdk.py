@@ -2,7 +2,7 @@
 
 The builders are compared with the wire models (so they cannot drift from what
 ``validate`` accepts), and an application written with the library runs on a call
-against the real call runner over real HTTP (callhook.testing).
+against the real call runner over real HTTP (callhook.devtools.harness).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from callhook import cli, sdk
 from callhook.actions.catalogue import ACTION_MODELS
 from callhook.actions.response import parse_response
 from callhook.actions.schema import GetInput, GetNumber, Play, Record
+from callhook.devtools.harness import AppServer, Caller, Received, run_call
 from callhook.signature import sign
-from callhook.testing import AppServer, Caller, Received, run_call
 
 BUILDERS: dict[str, Callable[..., Any]] = {
     "play": sdk.play,

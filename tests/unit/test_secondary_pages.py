@@ -1,5 +1,5 @@
 """A connect's far leg running its secondary_call pages (the runner's secondary mode,
-callhook/call.py) against a real local application: its first page's actions, then the
+callhook/calls/runner.py) against a real local application: its first page's actions, then the
 join instead of a hang-up, its final page when the bridge ends, primary_call_id."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.pages import HttpPages
-from callhook.call import CallRunner, CallSummary
-from callhook.calllog import CallLog
-from callhook.config import AppConfig
+from callhook.calls.calllog import CallLog
+from callhook.calls.runner import CallRunner, CallSummary
+from callhook.config.settings import AppConfig
+from callhook.devtools.harness import AppServer, Reply, ScriptedLeg
+from callhook.edge.pages import HttpPages
 from callhook.events import CallEnded, SayText, StartPrompt
 from callhook.ports import CallInfo
-from callhook.testing import AppServer, Reply, ScriptedLeg
 
 
 class FarLeg(ScriptedLeg):

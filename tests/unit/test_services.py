@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from callhook.app import Services
-from callhook.config import AppConfig, Settings
+from callhook.config.settings import AppConfig, Settings
 from callhook.events import PlayFile, StartRecording
 from callhook.media import g711, tones, wav
 from callhook.store import crypto

@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 from multidict import MultiDict
 
-from callhook.adapters.siblings import HEADER, Siblings
-from callhook.adapters.wsshape import WEB_SERVICE_PARAMS
+from callhook.cluster.siblings import HEADER, Siblings
+from callhook.httpserver.aculabshape import WEB_SERVICE_PARAMS
 
 
 def worker_app(

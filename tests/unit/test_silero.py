@@ -147,7 +147,7 @@ def test_a_window_run_ahead_is_taken_only_for_the_audio_and_state_it_was_run_fro
 
 
 def test_detectors_running_ahead_hear_what_they_hear_alone() -> None:
-    # The media tick's way (adapters/media.py): before each tick's frames are fed, every
+    # The media tick's way (edge/mediaengine.py): before each tick's frames are fed, every
     # listening detector's upcoming window runs in one batch.
     lines = [frames(on_a_line(load(path))[0]) for path in SPEECH[:6]]
     together = [gated() for _ in lines]

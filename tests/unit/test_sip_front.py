@@ -171,7 +171,7 @@ def test_a_call_to_a_phone_names_its_flow_in_every_request_of_the_dialog() -> No
     assert invite.headers.get(DESTINATION) == "sip:198.51.100.9:40001;transport=tls"
 
 
-TLS_TRUNK = Target("sip.carrier.example", 5061, "tls")  # checked by name (callhook/tls.py)
+TLS_TRUNK = Target("sip.carrier.example", 5061, "tls")  # checked by name (callhook/config/tls.py)
 
 
 def test_a_trunk_over_tls_is_reached_past_the_proxy_on_the_workers_own_connection() -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters.sip import SipService
 from callhook.app import Services
-from callhook.config import AppConfig, Settings
+from callhook.config.settings import AppConfig, Settings
 from callhook.sip.message import Response, parse
+from callhook.telephony.service import SipService
 
 
 def _invite(port: int, local: int) -> bytes:
@@ -93,9 +93,9 @@ async def test_a_finished_call_leaves_nothing_behind(tmp_path: Path) -> None:
     garbage), so the test runs the call with the collector off."""
     import gc
 
-    from callhook.adapters.sipcall import SipCall
-    from callhook.call import CallSummary
+    from callhook.calls.runner import CallSummary
     from callhook.media.session import MediaSession
+    from callhook.telephony.sipcall import SipCall
 
     ran: list[str] = []
 

@@ -1,10 +1,10 @@
-"""What ``callhook test --sip`` reads in serve's call log (callhook/adapters/sipflow.py)."""
+"""What ``callhook test --sip`` reads in serve's call log (callhook/devtools/sipflow.py)."""
 
 from __future__ import annotations
 
-from callhook.adapters.flowcaller import matches
-from callhook.adapters.sipflow import call_cause, page_calls, parse_log, prompts
-from callhook.flow import Expected, Request
+from callhook.devtools.flow import Expected, Request
+from callhook.devtools.flowcaller import matches
+from callhook.devtools.sipflow import call_cause, page_calls, parse_log, prompts
 
 LOG = """\
 2026-11-27T01:00:00.000Z +0.000 call_start inbound call abc from 'sip:flow@h' to 'sip:x@h'

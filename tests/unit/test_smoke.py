@@ -1,6 +1,6 @@
 """The smallest end-to-end check of the core: one page, one action, one result."""
 
-from callhook.testing import AppServer, Caller, run_call
+from callhook.devtools.harness import AppServer, Caller, run_call
 
 
 async def test_get_number_result_reaches_next_page(app: AppServer) -> None:

@@ -167,7 +167,7 @@ def test_the_prompt_tokens_come_from_the_models_tokenizer() -> None:
 def test_serve_says_at_start_when_the_configured_model_is_not_installed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from callhook.adapters.speech import build_recogniser
+    from callhook.edge.speechworkers import build_recogniser
 
     try:
         model_path("small")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from callhook.adapters.trunks import RouteError, Trunks
-from callhook.config import ConfigError, load
-from callhook.remote import trunk_table
+from callhook.config.settings import ConfigError, load
+from callhook.serving.remote import trunk_table
 from callhook.sip.transport import Target
+from callhook.telephony.trunking import RouteError, Trunks
 
 
 def config(tmp_path: Path, text: str) -> Path:
@@ -186,7 +186,7 @@ def test_a_number_through_a_trunk_with_no_domain_is_a_clear_400(tmp_path: Path) 
 
 
 def test_the_registered_phones_as_a_table() -> None:
-    from callhook.remote import user_table
+    from callhook.serving.remote import user_table
 
     assert user_table([]) == "no phones registered"
     table = user_table(

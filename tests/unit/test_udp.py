@@ -1,4 +1,4 @@
-"""The media tick's socket IO (callhook/adapters/udp.py): the native implementation and
+"""The media tick's socket IO (callhook/edge/udp.py): the native implementation and
 the Python one, on real sockets on 127.0.0.1 and ::1, behave the same."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from callhook.adapters import udp
-from callhook.adapters.udp import PollingUdp, Udp
+from callhook.edge import udp
+from callhook.edge.udp import PollingUdp, Udp
 
 
 def _native(rounds: int) -> Udp[Any]:
-    from callhook.adapters._udp import Udp as NativeUdp
+    from callhook.edge._udp import Udp as NativeUdp
 
     return NativeUdp(rounds)
 
@@ -60,7 +60,7 @@ def _drain(io: Udp[Any]) -> list[tuple[object, bytes, tuple[str, int]]]:
 def test_the_native_implementation_is_built() -> None:
     # scripts/setup installs a C compiler; without the extension serve runs the Python
     # one, which costs more CPU per call (the module docstring), and says so in the log.
-    assert udp.native(), "callhook.adapters._udp was not built: rerun scripts/setup"
+    assert udp.native(), "callhook.edge._udp was not built: rerun scripts/setup"
 
 
 def test_each_datagram_comes_with_its_socket_key_and_sender(

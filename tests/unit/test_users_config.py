@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.config import ConfigError, load
+from callhook.config.settings import ConfigError, load
 
 APP = '[apps.support]\nfirst_page = "https://example.com/start"\nsecret = "s3cret-s3cret"\n'
 

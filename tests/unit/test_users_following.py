@@ -1,5 +1,5 @@
 """A worker other than worker 0 follows the phones' bindings stored in the database
-(adapters/users.py, ``serve --workers``): what it reads replaces what it knew, except a
+(telephony/users.py, ``serve --workers``): what it reads replaces what it knew, except a
 read that may predate a REGISTER this worker took meanwhile (worker 0 gone)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from callhook.adapters import users as users_module
-from callhook.adapters.users import Users
 from callhook.sip.registrar import Registrar
 from callhook.sip.transport import Target
 from callhook.store.bindings import StoredBinding
+from callhook.telephony import users as users_module
+from callhook.telephony.users import Users
 
 
 def stored(contact_host: str) -> StoredBinding:

@@ -1,5 +1,5 @@
-"""Pages signed in to receive calls (adapters/webclients.py) and the far leg that rings
-them (adapters/webclientleg.py): sign-in by token, key or loopback; ringing, answering,
+"""Pages signed in to receive calls (telephony/webclients.py) and the far leg that rings
+them (telephony/webclientleg.py): sign-in by token, key or loopback; ringing, answering,
 rejecting, busy, a page going away; the causes each gives the connect.
 
 The socket tests run a real aiohttp server on loopback; the credential checks from
@@ -19,11 +19,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer, make_mocked_request
 
-from callhook import webrtctoken
-from callhook.adapters.api import ApiError, KeyRing
-from callhook.adapters.webclientleg import WebClientLeg
-from callhook.adapters.webclients import Busy, NotSignedIn, WebClients
-from callhook.config import AppConfig
+from callhook.config.settings import AppConfig
+from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.telephony import webrtctoken
+from callhook.telephony.webclientleg import WebClientLeg
+from callhook.telephony.webclients import Busy, NotSignedIn, WebClients
 
 KEY = "ivr-key-0123456789abcdef"
 SALES_KEY = "sales-key-0123456789abcdef"
@@ -354,7 +354,7 @@ class Worker:
     """A worker's web clients on a public and a private port (its siblings: ``peers``)."""
 
     def __init__(self, label: int, apps: Callable[[], dict[str, AppConfig]]) -> None:
-        from callhook.adapters.siblings import Peers, Siblings
+        from callhook.cluster.siblings import Peers, Siblings
 
         self.peers: Peers = []  # (filled in once every worker's ports are known)
         self.siblings = Siblings(label, 0, self.peers, token="shared")
@@ -403,7 +403,7 @@ async def test_a_client_signed_in_on_another_worker_rings_through_its_private_po
 ) -> None:
     """Worker A has the call, worker B the page: A asks B on B's private port, with the
     workers' token; B rings the page and relays its messages unchanged both ways."""
-    from callhook.adapters.siblings import HEADER, NODE
+    from callhook.cluster.siblings import HEADER, NODE
 
     a_worker, b_worker = two_workers
     a, b, base = a_worker.clients, b_worker.clients, b_worker.private
@@ -514,7 +514,7 @@ async def test_shutdown_signs_every_page_out(served: tuple[WebClients, Bans, str
 
 
 def test_a_client_id_of_dots_alone_is_no_client_id() -> None:
-    from callhook import destinations
+    from callhook.dialplan import destinations
 
     for bad in ("webrtc:.", "webrtc:.."):
         with pytest.raises(destinations.BadDestination):

@@ -16,9 +16,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from aiohttp.web import Request
 
-from callhook.adapters.api import ApiError, KeyRing
-from callhook.adapters.webphone import WebPhone, loopback
-from callhook.config import AppConfig
+from callhook.config.settings import AppConfig
+from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.telephony.webphone import WebPhone, loopback
 
 SALES_KEY = "k" * 32
 SUPPORT_KEY = "s" * 32
@@ -124,8 +124,8 @@ def test_past_calls_are_the_newest_logs_whatever_their_random_names(tmp_path: Pa
     import os
     from types import SimpleNamespace
 
-    from callhook.adapters.webphone import PAST_CALLS
     from callhook.store.files import MediaStore
+    from callhook.telephony.webphone import PAST_CALLS
 
     store = MediaStore(tmp_path)
     logs = store.namespace("sales") / "logs"

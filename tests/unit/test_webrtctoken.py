@@ -1,4 +1,4 @@
-"""Web clients' tokens (callhook/webrtctoken.py): what signs in and what does not, on a
+"""Web clients' tokens (callhook/telephony/webrtctoken.py): what signs in and what does not, on a
 clock the test gives."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import jwt
 import pytest
 
-from callhook import webrtctoken
-from callhook.adapters.api import KeyRing
-from callhook.webrtctoken import BadToken, check, mint
+from callhook.httpserver.restapi import KeyRing
+from callhook.telephony import webrtctoken
+from callhook.telephony.webrtctoken import BadToken, check, mint
 
 KEY = b"k" * 32
 NOW = 1_800_000_000.0

@@ -1,4 +1,4 @@
-"""Aculab's web services' parameters and errors (callhook/adapters/webservices.py, api.py):
+"""Aculab's web services' parameters and errors (callhook/webservices/aculab.py, api.py):
 a parameter missing, malformed or given twice has Aculab's four-digit code; every error
 has Aculab's JSON shape. (The services themselves: tests/e2e/test_webservices.py.)"""
 
@@ -10,9 +10,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import MultiDict
 
-from callhook.adapters.api import ApiError
-from callhook.adapters.webservices import Params
-from callhook.adapters.wsshape import aculab_error, is_webservice
+from callhook.httpserver.aculabshape import aculab_error, is_webservice
+from callhook.httpserver.restapi import ApiError
+from callhook.webservices.aculab import Params
 
 
 def test_parameters() -> None:

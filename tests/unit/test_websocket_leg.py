@@ -1,6 +1,6 @@
 """A WebSocket far leg against real local servers: the handshake's outcomes and raw causes,
 the protocol chosen, the server's hang-up and Close frame, a lost connection, callhook's
-hang-up (adapters/websocketleg.py, with the real media tick)."""
+hang-up (telephony/websocketleg.py, with the real media tick)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from callhook.adapters.egress import Egress
-from callhook.adapters.media import MediaEngine
-from callhook.adapters.websocketleg import WebSocketLeg
-from callhook.egress import EgressPolicy
+from callhook.edge.egress import Egress
+from callhook.edge.egresspolicy import EgressPolicy
+from callhook.edge.mediaengine import MediaEngine
 from callhook.media.session import MediaSession
-from callhook.wsprotocol import V1, V2
+from callhook.telephony.websocketleg import WebSocketLeg
+from callhook.telephony.wsprotocol import V1, V2
 from tests.e2e.wsagent import Agent
 
 

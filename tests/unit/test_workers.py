@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from callhook.adapters.supervisor import become_worker, layout_of
-from callhook.config import ConfigError, Settings, load
-from callhook.trunks import Trunk
-from callhook.workers import (
+from callhook.cluster.workers import (
     Layout,
     dispatcher_list,
     kamailio_binary,
@@ -22,6 +19,9 @@ from callhook.workers import (
     pause_before_restart,
     plan,
 )
+from callhook.config.settings import ConfigError, Settings, load
+from callhook.dialplan.trunks import Trunk
+from callhook.serving.supervisor import become_worker, layout_of
 
 KAMAILIO = kamailio_binary()
 MODULES = kamailio_modules()
@@ -106,7 +106,7 @@ def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
 
 
 def test_the_workers_ports_start_from_the_sip_port_clear_of_it_and_of_rtp() -> None:
-    from callhook.workers import default_first_port
+    from callhook.cluster.workers import default_first_port
 
     assert default_first_port(5060, 2, (20000, 29999)) == 5100  # as it always was
     assert default_first_port(6999, 2, (20000, 29999)) == 7039
@@ -120,7 +120,7 @@ def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> N
     (they used to bind a fixed 5100 and die at start)."""
     import socket
 
-    from callhook.adapters.workerports import choose_first_port
+    from callhook.cluster.workerports import choose_first_port
 
     def taken_run(start: int) -> list[socket.socket]:
         held = []
@@ -169,7 +169,7 @@ def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
 
 
 def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> None:
-    from callhook.config import UserConfig
+    from callhook.config.settings import UserConfig
 
     # SIP over TLS ends at Kamailio, with callhook's certificate and key.
     tls = layout_of(
@@ -263,7 +263,7 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
 
 
 def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
-    from callhook.adapters import supervisor
+    from callhook.serving import supervisor
 
     settings = Settings(sip_host="127.0.0.1")
     assert supervisor.workers_for(settings, 3) == (3, None)  # --workers wins

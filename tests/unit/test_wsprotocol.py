@@ -1,4 +1,4 @@
-"""What goes over a WebSocket call's socket (callhook/wsprotocol.py)."""
+"""What goes over a WebSocket call's socket (callhook/telephony/wsprotocol.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from callhook.media import g711
 from callhook.media.rtp import RtpSender, pack_header
-from callhook.wsprotocol import (
+from callhook.telephony.wsprotocol import (
     V1,
     V2,
     Clear,

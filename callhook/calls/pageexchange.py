@@ -1,0 +1,125 @@
+"""One call's page requests: each sent, raced against the call's end, its answer read.
+
+:class:`PageExchange` is the part of the call runner (``callhook/calls/runner.py``) that talks
+HTTP through :class:`~callhook.ports.Pages`: it writes the ``page_request`` and
+``page_response`` log lines, times each answer for the call's summary, and reads an
+answer as Aculab's HTTP response page says (docs/behaviour.md, "Pages"): an empty 2xx
+body is an empty action list; a response without ``token`` makes the token null; an
+answer that is not a valid response is a page error. What the runner does with the
+actions, the cipher and the errors stays the runner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from callhook.actions.response import InvalidResponse, Response, parse_response
+from callhook.calls.calllog import CallLog
+from callhook.events import CallEnded
+from callhook.ports import PageError, Pages
+
+
+class PageExchange:
+    """The page requests of one call of an application (see the module docstring)."""
+
+    def __init__(
+        self,
+        pages: Pages,
+        secret: str,
+        log: CallLog,
+        wait_ended: Callable[[], Awaitable[CallEnded]],
+        *,
+        requested: list[str],
+        seconds: list[float],
+    ) -> None:
+        """``secret`` signs the requests; ``wait_ended`` is the call's end, which a
+        request races; each URL requested is appended to ``requested``, each answer's
+        wall-clock seconds to ``seconds``."""
+        self.pages = pages
+        self.secret = secret
+        self.log = log
+        self.wait_ended = wait_ended
+        self.requested = requested
+        self.seconds = seconds
+        #: The token the next request carries (the last response's, null by default).
+        self.token: str | None = None
+
+    async def fetch(
+        self, url: str, method: str, body: dict[str, Any], why: str, *, racing: bool = True
+    ) -> bytes | CallEnded:
+        """The page's answer; or how the call ended, if it ended first (``racing``: the
+        call is still up; the request is then abandoned). :class:`PageError` if it fails."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.requested.append(url)
+        self.log.write("page_request", f"{method} {url} ({why})")
+        started = time.perf_counter()
+        fetch = asyncio.ensure_future(self.pages.fetch(url, method, data, self.secret))
+        fetch.add_done_callback(
+            lambda f: (
+                self.seconds.append(time.perf_counter() - started)
+                if not f.cancelled() and f.exception() is None
+                else None
+            )
+        )
+        if not racing:
+            return await fetch  # nothing to race: the call has ended already
+        ended = asyncio.ensure_future(self.wait_ended())
+        try:
+            done, _ = await asyncio.wait({fetch, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+        if fetch in done:
+            return fetch.result()
+        fetch.cancel()
+        return ended.result()  # (the runner notes the end, then that the page was abandoned)
+
+    async def fetch_final(self, url: str, method: str, body: dict[str, Any]) -> bytes:
+        """The final page's answer (the call is over: nothing to race; not timed, as the
+        pages a call waits for are). :class:`PageError` if it fails."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.requested.append(url)
+        self.log.write("page_request", f"{method} {url} (final page)")
+        return await self.pages.fetch(url, method, data, self.secret)
+
+    def read(self, url: str, raw: bytes) -> Response | None:
+        """A page's answer as a response (None: an empty body, no actions); sets the
+        token. :class:`PageError` ``invalid`` if it is no valid response."""
+        if not raw.strip():
+            # A 2xx with an empty body (a 204, or a 200 with nothing in it) is an empty
+            # action list: nothing more to do on this call (a secondary call's first page:
+            # put it through). The token is null, as for any response without one.
+            self.token = None
+            self.log.write("page_response", f"{url}: (empty body: no actions)")
+            return None
+        try:
+            response = parse_response(raw)
+        except InvalidResponse as exc:
+            for problem in exc.problems:
+                self.log.write("invalid_response", f"{url}: {problem}", level=logging.ERROR)
+            raise PageError("invalid", url, str(exc)) from None
+        # Aculab's HTTP response: the token "defaults to null", so a response without one
+        # clears it (the next request says null).
+        self.token = response.token
+        names = ", ".join(type(a).name for a in response.actions) or "(no actions)"
+        self.log.write("page_response", f"{url}: {names}")
+        return response
+
+    def read_final(self, url: str, raw: bytes) -> list[Any]:
+        """The final page's answer: its actions. Anything else (empty, not JSON, not an
+        action list) is no error: most final pages answer anything at all ({} or "OK")."""
+        if not raw.strip():
+            self.log.write("page_response", f"{url}: (final page; no actions)")
+            return []
+        try:
+            actions = parse_response(raw).actions
+        except InvalidResponse as exc:
+            self.log.write("page_response", f"{url}: (final page; answer ignored: {exc})")
+            return []
+        names = ", ".join(type(a).name for a in actions) or "(no actions)"
+        self.log.write("page_response", f"{url}: {names} (final page)")
+        return actions

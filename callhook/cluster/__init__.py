@@ -1,0 +1,1 @@
+"""Several processes as one installation: the workers' plan, their ports, and what they share."""

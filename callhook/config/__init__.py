@@ -1,0 +1,1 @@
+"""Settings: the config file read, checked and typed, and the installation's secret."""

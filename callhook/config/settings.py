@@ -1,0 +1,611 @@
+"""Settings: the applications callhook runs and how it serves them.
+
+A config file is TOML::
+
+    data_dir = "data"
+    page_timeout = 10.0
+
+    [http]                              # the REST API, demo app and web phone
+    host = "127.0.0.1"
+    port = 8080
+    max_upload_mb = 50                  # largest media file the REST API takes
+
+    [sip]
+    host = "0.0.0.0"                    # all interfaces, so phones on the LAN can call
+    port = 5060                         # UDP
+    tcp_port = 5060                     # default: the UDP port; 0: no TCP listener
+    tls_port = 5061                     # TLS listener when a certificate is set; 0: none
+    tls_certificate = "cert.pem"        # PEM chain (the key in it, or in tls_key)
+    tls_key = "key.pem"
+    tls_ca = "ca.pem"                   # CAs TLS peers are checked against (default: the system's)
+    rtp_ports = [20000, 29999]          # even ports for RTP, one per call
+    shutdown_grace = 30                 # seconds running calls may go on after SIGTERM
+    rtp_timeout = 30                    # seconds without RTP before a call is hung up (0: never)
+    external_address = "203.0.113.7"    # behind NAT: the public address for Contact, Via, SDP
+    domains = ["pbx.example.com"]       # other names phones know callhook by ([users]' domain)
+    max_calls = 500                     # calls at once; more get 503 (0: no limit)
+    proxies = ["10.0.0.5"]              # SIP proxies in front of callhook: trusted (no rate limit)
+
+    [workers]                           # serve --workers: every core (docs/scaling.md)
+    count = 4                           # worker processes; "auto" (default): one per core
+    first_port = 5100                   # worker i: SIP on first_port + i (default: free ones)
+
+    [security]                          # docs/security.md
+    allow = ["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]  # who may call in (+ trunks)
+    unknown = "drop"                    # drop | reject (403): what other sources get
+    rate = 20                           # SIP messages a second per source before a ban
+    ban_seconds = 600                   # how long a ban lasts
+    max_message_bytes = 8192            # larger SIP messages: dropped (UDP), 413 (TCP/TLS)
+    digest_algorithms = ["MD5"]         # what [users] phones are challenged with: MD5, SHA-256
+
+    [outbound]                          # toll fraud (docs/security.md)
+    allow = ["sip:*@192.168.1.*", "+44"]  # what dial and the API may call (sip: globs, number
+                                        # prefixes, "*"); empty: only this installation's numbers
+    max_calls_per_app = 10              # outbound calls at once per application
+
+    [egress]                            # URLs callhook fetches: pages, file_to_play, notifications
+    allow_private = false               # private/loopback endpoints besides the applications' own
+    endpoints = ["127.0.0.1:8765"]      # private endpoints trusted as well (a voice agent)
+    max_response_mb = 5                 # largest page body
+    max_redirects = 3
+
+    [speech]
+    voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
+    recogniser = "whisper"              # whisper | sphinx | none (digits only)
+    model = "tiny.en"                   # tiny.en | base | small | tiny.en+base (docs/speech.md)
+    workers = 2                         # threads for synthesis, and as many for recognition
+    preload = true                      # load the models at start-up, not on the first call
+
+    [recordings]
+    max_mb = 64                         # a recording stops at this size (reason filesize)
+
+    [media]                             # file_to_play given as a web page request
+    remote_max_mb = 16                  # a larger WAV is not played (logged)
+    remote_timeout = 10                 # seconds a fetch may take
+
+    [database]                          # shared state for several nodes (docs/scaling.md)
+    url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir
+    node_timeout = 30                   # seconds a silent node has before others take over
+    node_address = "10.0.0.5"           # where other nodes reach this one's calls (private API)
+
+    [notifications]                     # recording_available_page (docs/recordings.md)
+    first_retry = 2                     # seconds before the first retry; doubles each time
+    max_retry = 600                     # the longest wait between two tries
+    give_up_after = 86400               # seconds; then the notification is abandoned
+
+    [trunks.provider]                   # a SIP provider or PBX (docs/trunks.md)
+    registrar = "sip.provider.example"  # host[:port]; absent: no registration
+    transport = "udp"                   # udp | tcp | tls
+    username = "me"
+    password = "secret"
+    caller_id = "+441234567890"         # From user of outbound calls through it
+    srtp = "off"                        # off | offer | require
+    addresses = ["198.51.100.0/24"]     # other addresses its calls come from
+
+    [trunk]                             # the older form: credentials for challenged outbound calls
+    username = "me"
+    password = "secret"
+
+    [apps.support]                      # calls to sip:support@... run this app
+    first_page = "https://example.com/ivr/start"
+    error_page = "https://example.com/ivr/error"     # optional
+    final_page = "https://example.com/ivr/final"     # optional
+    secret = "a long random string"                  # signs page requests
+    api_key = "another long random string"           # its REST API key (docs/api.md)
+    application_parameters = "anything"              # passed in this_call
+    numbers = ["+441234567890"]                      # dialled numbers that run this app
+
+    default_app = "support"             # calls to any other user run this app
+
+    [users.alice]                       # a phone that registers with callhook (docs/behaviour.md)
+    password = "a long random string"   # its digest password (at least 8 characters)
+    app = "support"                     # optional: the application its calls run
+
+With no config the built-in demo application is the default app.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from callhook.config.secret import data_secret as data_secret
+from callhook.config.tls import client_context, server_context
+from callhook.config.values import ConfigError as ConfigError
+from callhook.config.values import database as _database
+from callhook.config.values import domains as _domains
+from callhook.config.values import endpoints as _endpoints
+from callhook.config.values import integer as _integer
+from callhook.config.values import ip_address as _ip_address
+from callhook.config.values import network_list as _network_list
+from callhook.config.values import no_unknown as _no_unknown
+from callhook.config.values import number as _number
+from callhook.config.values import port as _port
+from callhook.config.values import speech as _speech
+from callhook.config.values import table as _table
+from callhook.config.values import text as _text
+from callhook.config.values import workers as _workers
+from callhook.dialplan import trunks
+from callhook.dialplan.numbers import BadNumber, app_for_number, configured
+from callhook.dialplan.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
+from callhook.dialplan.trunks import Trunk
+from callhook.sip.front import Front
+from callhook.sip.guard import PRIVATE, networks
+from callhook.speech.models import MODELS
+
+#: Whisper's models ([speech] model): tiny.en, base, small (callhook/speech/models.py),
+#: and "fast+large" cascades of two (callhook/speech/cascade.py).
+SPEECH_MODELS = (*MODELS, "tiny.en+base", "tiny.en+small")
+#: The speech recognisers callhook has (``none``: get_input takes digits only).
+RECOGNISERS = ("whisper", "sphinx", "none")
+
+#: The shortest API key accepted: a key is all that stands between the Internet and an
+#: application's recordings.
+API_KEY_MIN = 16
+
+#: An application's page URLs besides first_page.
+_PAGES = ("error_page", "final_page")
+
+#: Application names: they name a directory of the media file store and a SIP user.
+_APP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}")
+
+#: User names (``[users.NAME]``): the user part of the phone's SIP address, as it writes
+#: it (case-sensitive), so characters no phone escapes (RFC 3261 §25.1 unreserved).
+_USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.!~*'()-]{0,63}")
+
+#: The shortest user password accepted: the digest is all that keeps a caller from
+#: ringing someone else's phone or calling in as them.
+PASSWORD_MIN = 8
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """One voice application: its pages, the secret its requests are signed with, its API key.
+
+    ``api_key`` authorises the REST API for this application's files and calls
+    (None: the application has no API access). Neither it nor the secret is
+    shown in the repr, so they cannot end up in a log by accident.
+    """
+
+    name: str
+    first_page: str
+    secret: str = field(repr=False)
+    error_page: str | None = None
+    final_page: str | None = None
+    application_parameters: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    #: How each of its pages is requested: POST for an application's own; a connect's
+    #: ``secondary_call`` pages as their web page request objects say.
+    first_page_method: str = "POST"
+    error_page_method: str = "POST"
+    final_page_method: str = "POST"
+    #: The ``cloudID/username`` of Aculab's web services' Basic authentication this
+    #: application answers to (None: any; the key alone says which application asks).
+    webservices_username: str | None = None
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    """A user whose phones register with callhook (``[users.NAME]``): reached by ``connect``
+    to ``user:NAME``; its calls in run ``app`` when set. The password is not in the repr."""
+
+    name: str
+    password: str = field(repr=False)
+    app: str | None = None
+
+
+@dataclass
+class Settings:
+    """Everything the composition root needs."""
+
+    data_dir: Path = Path("data")
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    max_upload_bytes: int = 50 * 2**20
+    max_recording_bytes: int = 64 * 2**20
+    remote_media_bytes: int = 16 * 2**20
+    remote_media_timeout: float = 10.0
+    notify_first_retry: float = 2.0
+    notify_max_retry: float = 600.0
+    notify_give_up_after: float = 86400.0
+    page_timeout: float = 10.0
+    sip_host: str = "0.0.0.0"
+    sip_port: int = 5060
+    #: TCP listener port: None is "the UDP port", 0 none.
+    sip_tcp_port: int | None = None
+    #: TLS listener port (when a certificate is set): 0 none.
+    sip_tls_port: int = 5061
+    tls_certificate: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    rtp_ports: tuple[int, int] = (20000, 29999)
+    shutdown_grace: float = 30.0
+    rtp_timeout: float = 30.0
+    external_address: str | None = None
+    #: ``[sip] domains``: names (and addresses) phones know callhook by besides its own
+    #: address; an INVITE from one of them (its From host) is challenged as a user's.
+    sip_domains: tuple[str, ...] = ()
+    max_calls: int = 500
+    #: SIP proxies in front of callhook (Kamailio): trusted like trunks ([sip] proxies).
+    sip_proxies: tuple[str, ...] = ()
+    #: ``serve`` worker processes behind Kamailio (None: one per core when it can, see
+    #: ``callhook.serving.supervisor.workers_for``), and the first worker's SIP port (None: the
+    #: first free run of ports from the SIP port + 40, ``serving/supervisor.py``).
+    workers: int | None = None
+    worker_first_port: int | None = None
+    #: Not config keys: set by ``serve --workers`` for each worker (docs/scaling.md): the
+    #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
+    front: Front | None = None
+    lead_worker: bool = True
+    #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
+    database_url: str | None = None
+    node_timeout: float = 30.0
+    node_address: str = "127.0.0.1"
+    node_port: int = 0
+    tts_voice: str = "piper:joe"
+    recogniser: str = "whisper"
+    speech_model: str = "tiny.en"
+    speech_workers: int = 2
+    speech_preload: bool = True
+    trunk_username: str | None = None
+    trunk_password: str | None = None
+    #: ``[trunks.NAME]`` (and ``[trunk]`` as ``trunk``), by name.
+    trunks: dict[str, Trunk] = field(default_factory=dict)
+    #: ``[security]``: who may send SIP requests, what others get, the flood limits.
+    security_allow: tuple[str, ...] = PRIVATE
+    security_unknown: str = "drop"
+    security_rate: float = 20.0
+    security_ban_seconds: float = 600.0
+    #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
+    max_message_bytes: int = 8192
+    #: The digest algorithms ``[users]`` phones are challenged with, most preferred first.
+    digest_algorithms: tuple[str, ...] = ("MD5",)
+    #: ``[outbound]``: the destinations outbound calls may reach, the calls per application.
+    outbound_allow: tuple[str, ...] = ()
+    max_calls_per_app: int = MAX_CALLS_PER_APP
+    #: ``[egress]``: what page, media and notification fetches may reach, and their limits.
+    egress_allow_private: bool = False
+    #: ``[egress] endpoints``: private endpoints (host:port) trusted as the applications' are.
+    egress_endpoints: tuple[str, ...] = ()
+    max_response_bytes: int = 5 * 2**20
+    max_redirects: int = 3
+    apps: dict[str, AppConfig] = field(default_factory=dict)
+    default_app: str | None = None
+    #: Dialled numbers (canonical, :mod:`callhook.dialplan.numbers`) and the application of each.
+    numbers: dict[str, str] = field(default_factory=dict)
+    #: ``[users.NAME]``: the phones callhook is the registrar of, by user name.
+    users: dict[str, UserConfig] = field(default_factory=dict)
+
+    def app_for(self, user: str, to_user: str = "") -> AppConfig | None:
+        """The application for a call to ``user`` (the request-URI's user part).
+
+        An application of that name; else the one whose ``numbers`` has the dialled
+        number, from the request-URI user, else from the To user (``to_user``); else
+        the default application.
+        """
+        app = self.apps.get(user)
+        if app is None:
+            name = app_for_number(self.numbers, user, to_user)
+            app = self.apps.get(name) if name is not None else None
+        if app is None and self.default_app is not None:
+            app = self.apps.get(self.default_app)
+        return app
+
+
+@dataclass(frozen=True)
+class Serve:
+    """A running ``callhook serve`` to call over SIP (``callhook test --sip HOST:PORT``): its
+    SIP address, its web server's base URL and its installation secret (which reads its
+    calls' logs)."""
+
+    sip: tuple[str, int]
+    http: str
+    secret: str = field(repr=False)
+
+
+def check_api_key(value: object, where: str) -> str | None:
+    """An API key from a config file or flag (None if not given); ConfigError if unusable."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.strip()) < API_KEY_MIN:
+        raise ConfigError(f"{where} must be a string of at least {API_KEY_MIN} characters")
+    if value != value.strip() or any(ord(c) < 33 or ord(c) > 126 for c in value):
+        raise ConfigError(f"{where} must be printable ASCII with no spaces (it is a bearer token)")
+    return value
+
+
+def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
+    """``[sip]`` tcp_port, tls_port and the TLS files, checked (the files are read once
+    here so that a bad certificate is a config error, not a failure on the first call)."""
+    if "tcp_port" in sip:
+        settings.sip_tcp_port = _port(path, "tcp_port", sip["tcp_port"])
+    if "tls_port" in sip:
+        settings.sip_tls_port = _port(path, "tls_port", sip["tls_port"])
+    for key in ("tls_certificate", "tls_key", "tls_ca"):
+        if key in sip:
+            file = Path(_text(path, "sip", key, sip, ""))
+            if not file.is_file():
+                raise ConfigError(f"{path}: [sip] {key}: no such file {file}")
+            setattr(settings, key, file)
+    if settings.tls_key is not None and settings.tls_certificate is None:
+        raise ConfigError(f"{path}: [sip] tls_key needs tls_certificate")
+    try:
+        if settings.tls_certificate is not None:
+            server_context(settings.tls_certificate, settings.tls_key)
+        if settings.tls_ca is not None:
+            client_context(settings.tls_ca)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: [sip] TLS files unusable: {exc}") from None
+
+
+def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[security]``: allow (CIDR blocks), unknown (drop | reject), rate, ban_seconds."""
+    _no_unknown(
+        path,
+        "security",
+        values,
+        {"allow", "unknown", "rate", "ban_seconds", "max_message_bytes", "digest_algorithms"},
+    )
+    if "digest_algorithms" in values:
+        algorithms = values["digest_algorithms"]
+        known = ("MD5", "SHA-256")
+        if (
+            not isinstance(algorithms, list)
+            or not algorithms
+            or not all(isinstance(a, str) and a.upper() in known for a in algorithms)
+            or len({a.upper() for a in algorithms}) != len(algorithms)
+        ):
+            raise ConfigError(
+                f"{path}: [security] digest_algorithms must list MD5 and/or SHA-256 "
+                "(most preferred first), each once"
+            )
+        settings.digest_algorithms = tuple(a.upper() for a in algorithms)
+    if "allow" in values:
+        allow = values["allow"]
+        if not isinstance(allow, list):
+            raise ConfigError(f"{path}: [security] allow must be a list of CIDR blocks")
+        try:
+            networks(allow)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: [security] allow: {exc}") from None
+        settings.security_allow = tuple(str(a) for a in allow)
+    settings.security_unknown = _text(path, "security", "unknown", values, "drop")
+    if settings.security_unknown not in ("drop", "reject"):
+        raise ConfigError(f"{path}: [security] unknown must be drop or reject")
+    settings.security_rate = _number(path, "security", "rate", values, 20)
+    settings.security_ban_seconds = _number(path, "security", "ban_seconds", values, 600)
+    if not 1 <= settings.security_rate <= 100000:
+        raise ConfigError(f"{path}: [security] rate must be 1 to 100000 messages a second")
+    settings.max_message_bytes = _integer(path, "security", "max_message_bytes", values, 8192)
+    if not 1300 <= settings.max_message_bytes <= 65536:
+        raise ConfigError(f"{path}: [security] max_message_bytes must be 1300 to 65536")
+    if not 0 < settings.security_ban_seconds <= 86400 * 7:
+        raise ConfigError(f"{path}: [security] ban_seconds must be above 0 and at most a week")
+
+
+def _outbound(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[outbound]``: allow (sip: URI globs, number prefixes, "*"), max_calls_per_app."""
+    _no_unknown(path, "outbound", values, {"allow", "max_calls_per_app"})
+    allow = values.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise ConfigError(f"{path}: [outbound] allow must be a list of strings")
+    for pattern in allow:
+        try:
+            check_pattern(pattern)
+        except PatternError as exc:
+            raise ConfigError(f"{path}: [outbound] allow: {exc}") from None
+    settings.outbound_allow = tuple(allow)
+    limit = values.get("max_calls_per_app", MAX_CALLS_PER_APP)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100000:
+        raise ConfigError(f"{path}: [outbound] max_calls_per_app must be 1 to 100000")
+    settings.max_calls_per_app = limit
+
+
+def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
+    """``[egress]``: allow_private, endpoints, max_response_mb, max_redirects."""
+    known = {"allow_private", "endpoints", "max_response_mb", "max_redirects"}
+    _no_unknown(path, "egress", values, known)
+    private = values.get("allow_private", False)
+    if not isinstance(private, bool):
+        raise ConfigError(f"{path}: [egress] allow_private must be true or false")
+    settings.egress_allow_private = private
+    settings.egress_endpoints = _endpoints(path, "egress", "endpoints", values)
+    if "max_response_mb" in values:
+        settings.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
+    redirects = values.get("max_redirects", 3)
+    if not isinstance(redirects, int) or isinstance(redirects, bool) or not 0 <= redirects <= 20:
+        raise ConfigError(f"{path}: [egress] max_redirects must be 0 to 20")
+    settings.max_redirects = redirects
+
+
+def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
+    """A size given in MiB (above 0, at most 4096), in bytes."""
+    mb = _number(path, table, key, values, 0)
+    if not 0 < mb <= 4096:
+        raise ConfigError(f"{path}: [{table}] {key} must be above 0 and at most 4096")
+    return int(mb * 2**20)
+
+
+def load(path: Path) -> Settings:
+    """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (TOML is UTF-8): {exc.reason}") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    settings = Settings()
+    settings.data_dir = Path(_text(path, "", "data_dir", raw, "data"))
+    settings.page_timeout = _number(path, "", "page_timeout", raw, 10.0)
+    if not 0 < settings.page_timeout <= 600:
+        raise ConfigError(f"{path}: page_timeout must be above 0 and at most 600 seconds")
+    http = _table(path, raw, "http")
+    settings.http_host = _text(path, "http", "host", http, settings.http_host)
+    settings.http_port = _integer(path, "http", "port", http, settings.http_port)
+    if not 0 <= settings.http_port <= 65535:
+        raise ConfigError(f"{path}: [http] port must be a port number")
+    if "max_upload_mb" in http:
+        settings.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
+    sip = _table(path, raw, "sip")
+    settings.sip_host = _text(path, "sip", "host", sip, settings.sip_host)
+    settings.sip_port = _port(path, "port", sip.get("port", settings.sip_port))
+    if "rtp_ports" in sip:
+        ports = sip["rtp_ports"]
+        ok = isinstance(ports, list) and len(ports) == 2
+        first, last = ports if ok and all(type(p) is int for p in ports) else (0, 0)
+        if not 1024 <= first < last <= 65535:
+            raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
+        settings.rtp_ports = (first, last)
+    _transports(path, sip, settings)
+    settings.shutdown_grace = _number(path, "sip", "shutdown_grace", sip, settings.shutdown_grace)
+    settings.rtp_timeout = _number(path, "sip", "rtp_timeout", sip, settings.rtp_timeout)
+    if "external_address" in sip:
+        settings.external_address = _ip_address(path, sip["external_address"])
+    if "domains" in sip:
+        settings.sip_domains = _domains(path, sip["domains"])
+    if not 0 <= settings.rtp_timeout <= 86400:
+        raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
+    settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
+    settings.sip_proxies = _network_list(path, "sip", "proxies", sip)
+    settings.workers, settings.worker_first_port = _workers(path, _table(path, raw, "workers"))
+    (settings.database_url, settings.node_timeout, settings.node_address, settings.node_port) = (
+        _database(path, _table(path, raw, "database"))
+    )
+    recordings = _table(path, raw, "recordings")
+    _no_unknown(path, "recordings", recordings, {"max_mb"})
+    if "max_mb" in recordings:
+        settings.max_recording_bytes = _megabytes(path, "recordings", "max_mb", recordings)
+    media = _table(path, raw, "media")
+    _no_unknown(path, "media", media, {"remote_max_mb", "remote_timeout"})
+    if "remote_max_mb" in media:
+        settings.remote_media_bytes = _megabytes(path, "media", "remote_max_mb", media)
+    settings.remote_media_timeout = _number(path, "media", "remote_timeout", media, 10.0)
+    if not 0 < settings.remote_media_timeout <= 300:
+        raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
+    notifications = _table(path, raw, "notifications")
+    _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
+    settings.notify_first_retry = _number(path, "notifications", "first_retry", notifications, 2)
+    settings.notify_max_retry = _number(path, "notifications", "max_retry", notifications, 600)
+    settings.notify_give_up_after = _number(
+        path, "notifications", "give_up_after", notifications, 86400
+    )
+    if not 0 < settings.notify_first_retry <= settings.notify_max_retry:
+        raise ConfigError(
+            f"{path}: [notifications] first_retry must be above 0 and at most max_retry"
+        )
+    if settings.notify_give_up_after <= 0:
+        raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
+    _security(path, _table(path, raw, "security"), settings)
+    _outbound(path, _table(path, raw, "outbound"), settings)
+    _egress(path, _table(path, raw, "egress"), settings)
+    (
+        settings.tts_voice,
+        settings.recogniser,
+        settings.speech_model,
+        settings.speech_workers,
+        settings.speech_preload,
+    ) = _speech(path, _table(path, raw, "speech"), RECOGNISERS, SPEECH_MODELS)
+    trunk = _table(path, raw, "trunk")
+    settings.trunk_username = trunk.get("username")
+    settings.trunk_password = trunk.get("password")
+    try:
+        settings.trunks = trunks.load(path, raw)
+    except trunks.TrunkError as exc:
+        raise ConfigError(str(exc)) from None
+    apps = _table(path, raw, "apps")
+    keys: dict[str, str] = {}
+    for name, table in apps.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: apps.{name} must be a table ([apps.{name}])")
+        if not _APP_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: [apps.{name}]: an application name is 1 to 64 letters, digits, "
+                "'_', '-' or '.' (not first)"
+            )
+        if "first_page" not in table:
+            raise ConfigError(f"{path}: [apps.{name}] needs a first_page")
+        unknown = set(table) - {
+            "first_page",
+            "error_page",
+            "final_page",
+            "secret",
+            "api_key",
+            "application_parameters",
+            "numbers",
+            "webservices_username",
+        }
+        if unknown:
+            raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
+        where = f"apps.{name}"
+        pages = {k: _text(path, where, k, table, "") or None for k in _PAGES}
+        settings.apps[name] = AppConfig(
+            name=name,
+            first_page=_text(path, where, "first_page", table, ""),
+            secret=_text(path, where, "secret", table, "") or data_secret(settings.data_dir),
+            error_page=pages["error_page"],
+            final_page=pages["final_page"],
+            application_parameters=_text(path, where, "application_parameters", table, ""),
+            api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
+            webservices_username=_text(path, where, "webservices_username", table, "") or None,
+        )
+        numbers = table.get("numbers", [])
+        if not isinstance(numbers, list):
+            raise ConfigError(f"{path}: [apps.{name}] numbers must be a list of numbers")
+        for number in numbers:
+            try:
+                canonical = configured(str(number))
+            except BadNumber as exc:
+                raise ConfigError(f"{path}: [apps.{name}] numbers: {exc}") from None
+            if canonical in settings.numbers:
+                other = settings.numbers[canonical]
+                raise ConfigError(
+                    f"{path}: [apps.{name}] numbers: {number!r} is already [apps.{other}]'s"
+                )
+            settings.numbers[canonical] = name
+        key = settings.apps[name].api_key
+        if key is not None:
+            if key in keys:
+                raise ConfigError(
+                    f"{path}: [apps.{name}] api_key is the same as [apps.{keys[key]}]'s: "
+                    "a key must name one application"
+                )
+            keys[key] = name
+    if "default_app" in raw:
+        settings.default_app = _text(path, "", "default_app", raw, "")
+    if settings.default_app is not None and settings.default_app not in settings.apps:
+        raise ConfigError(f"{path}: default_app {settings.default_app!r} is not in [apps]")
+    settings.users = _users(path, _table(path, raw, "users"), settings.apps)
+    return settings
+
+
+def _users(path: Path, users: dict[str, Any], apps: dict[str, AppConfig]) -> dict[str, UserConfig]:
+    """``[users.NAME]``: password (required), app (optional, one of ``[apps]``)."""
+    out: dict[str, UserConfig] = {}
+    for name, table in users.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: users.{name} must be a table ([users.{name}])")
+        if not _USER_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: [users.{name}]: a user name is 1 to 64 letters, digits or "
+                "_ . ! ~ * ' ( ) - (a letter or digit first)"
+            )
+        where = f"users.{name}"
+        _no_unknown(path, where, table, {"password", "app"})
+        if "password" not in table:
+            raise ConfigError(f"{path}: [{where}] needs a password (its phone's digest password)")
+        password = _text(path, where, "password", table, "")
+        if len(password) < PASSWORD_MIN:
+            raise ConfigError(
+                f"{path}: [{where}] password must be at least {PASSWORD_MIN} characters"
+            )
+        app = table.get("app")
+        if app is not None:
+            app = _text(path, where, "app", table, "")
+            if app not in apps:
+                raise ConfigError(f"{path}: [{where}] app {app!r} is not in [apps]")
+        out[name] = UserConfig(name, password, app)
+    return out

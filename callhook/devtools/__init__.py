@@ -1,0 +1,1 @@
+"""Developer tools: the terminal phone, call flows and ``callhook test``."""

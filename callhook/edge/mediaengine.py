@@ -1,0 +1,513 @@
+"""RTP sockets and the one media tick that drives every call's audio, in and out.
+
+Each call has its own UDP port (an even port from the configured range, as
+RFC 3550 §11 suggests). The sockets are not registered with the event loop:
+one timer callback every 20 ms (the tick, docs/scaling.md) does all media work
+for all calls at once:
+
+1. receive: one ``epoll`` poll over every call's socket (level-triggered),
+   one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
+   a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
+   stays in the kernel's buffer and is dropped there): all in one call of
+   :class:`~callhook.edge.udp.Udp`, whose native implementation does the
+   system calls of every call with the GIL released; then the usual RTP packets
+   (the latched peer's next packet, plain, in the call's codec) are taken in C in
+   one call (:func:`callhook.media.inlet.take_all`), and each other datagram goes
+   to its session's :meth:`~callhook.media.session.MediaSession.receive` (or
+   ``rtcp_received``);
+2. the audio frames received in step 1, every call's at once (taken out of the
+   sessions in one C call, :func:`callhook.media.gate.gather`): decoded,
+   measured and (for calls that listen for in-band DTMF) put through the
+   tone detector's prefilter in one numpy call per law
+   (:mod:`callhook.media.frames`), then handed to each session's detectors
+   (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
+   voice-activity detector that is paused, whose gate stays closed, or in an
+   utterance the energy holds), which is taken in C for every call in one call
+   (:func:`callhook.media.gate.feed_all`);
+3. every call's packet: the usual one (the prompt's next frame or silence, nothing
+   else due on the call) made in C for every call in one call
+   (:func:`callhook.media.outlet.tick_all`), the others by each session's
+   :meth:`~callhook.media.session.MediaSession.tick`; all sent in one call of
+   :class:`~callhook.edge.udp.Udp`; then the RTCP reports that are due;
+4. the legs of calls whose sessions have events are woken (the calls with a report
+   due or news picked in C: :func:`callhook.media.outlet.due_all`);
+5. :attr:`MediaEngine.after_tick`, once the packets are out: ``serve`` collects the
+   garbage collector's young generations there (:mod:`callhook.serving.collector`).
+
+A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
+:mod:`callhook.telephony.webphone`; a ``connect`` to a WebSocket server,
+:mod:`callhook.telephony.websocketleg`) takes part in the same tick through
+:meth:`MediaEngine.attach`: the packets it is given wait in its inbox for
+step 1 (at most :data:`ROUNDS` a tick, as a socket's), or its paced source
+gives exactly one each tick; step 2 hands its session's packet to its sender
+instead of a socket.
+
+Compared with a callback per datagram this saves an event-loop wake-up per
+packet, which profiling showed to be half of the media path's cost. Packets
+wait at most one tick (20 ms) before they are looked at. The tick keeps its
+phase on a fixed 20 ms grid: after a late tick the missed slots run at once
+(up to :data:`MAX_CATCH_UP`), so a short stall does not make calls' media clocks slip.
+After a longer one (a stopped process, an overloaded machine) every missed slot is
+skipped and the grid starts again from now: every call's audio goes on from where it
+was, and its prompt ends that much later (under the load kit's overload a 3 s prompt
+took up to 6 s: docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from callhook.edge.udp import Address, Udp, new_udp
+from callhook.media import frames, gate, inlet, outlet, vad
+from callhook.media.g711 import LAWS
+from callhook.media.session import MediaSession
+
+logger = logging.getLogger("callhook.media")
+
+TICK = 0.02
+#: Packets read from one socket in one tick at most (50 a second is normal).
+ROUNDS = 6
+#: Slots a late tick catches up on (60 ms: within a far end's jitter buffer).
+MAX_CATCH_UP = 3
+
+
+#: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
+#: that is dropped, as a socket's kernel buffer would drop it.
+INBOX = 50
+
+
+@dataclass
+class _Stream:
+    session: MediaSession
+    sock: socket.socket | None  # None: a socketless stream (``out`` sends, ``inbox`` receives)
+    port: int
+    wake: Callable[[], None]
+    rtcp: socket.socket | None = None
+    #: Exceptions its session raised (a bug: logged the first time, the call goes on).
+    faults: int = 0
+    out: Callable[[bytes], None] | None = None
+    inbox: deque[tuple[bytes, tuple[str, int]]] | None = None
+    #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
+    pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
+    fd: int = -1  # the RTP socket's descriptor (-1: socketless)
+
+
+@dataclass
+class _Roster:
+    """The tick's lists of the calls, made again only when a stream opens or closes,
+    not every 20 ms. (Under the load kit's churn, 14 calls a second coming and as many
+    going at 200 calls, that is still every other tick: a roster kept up to date call
+    by call would do better, if the tick's lists were never changed while it runs.)"""
+
+    streams: list[_Stream]
+    sessions: list[MediaSession]
+    #: Those with a socket, and each one's (session, descriptor) for ``outlet.tick_all``.
+    wired: list[_Stream]
+    sending: list[tuple[MediaSession, int]]
+    unwired: list[_Stream]
+    #: Each stream's (session, has an RTCP socket), for ``outlet.due_all``.
+    reporting: list[tuple[MediaSession, bool]]
+
+    def stream_of(self, session: MediaSession) -> _Stream:
+        """The stream of one of :attr:`sessions` (a fault's: rare, so a search)."""
+        return self.streams[self.sessions.index(session)]
+
+    @classmethod
+    def of(cls, streams: list[_Stream]) -> _Roster:
+        wired = [s for s in streams if s.sock is not None]
+        return cls(
+            streams,
+            [s.session for s in streams],
+            wired,
+            [(s.session, s.fd) for s in wired],
+            [s for s in streams if s.sock is None],
+            [(s.session, s.rtcp is not None) for s in streams],
+        )
+
+
+_python_logged = False
+
+
+def _say_if_in_python() -> None:
+    """Say once if the usual packets and frames run in Python (no extension built)."""
+    global _python_logged
+    missing = [m.__name__ for m in (inlet, outlet, gate, frames) if not m.native()]
+    if missing and not _python_logged:
+        _python_logged = True
+        logger.warning(
+            "the usual media path in Python: the native extensions of %s are not built; "
+            "rerun scripts/setup where a C compiler is (more CPU per call)",
+            ", ".join(missing),
+        )
+
+
+class MediaEngine:
+    """All calls' RTP ports and the shared media tick."""
+
+    def __init__(self, host: str, first_port: int = 20000, last_port: int = 29999) -> None:
+        self.host = host
+        self.loop = asyncio.get_running_loop()
+        self.streams: dict[int, _Stream] = {}  # by port
+        self._roster: _Roster | None = None  # None: the streams changed since it was made
+        # Every call's sockets; each one's key: its stream, and its session for the RTP
+        # one (None for RTCP), which inlet.take_all reads.
+        self._udp: Udp[tuple[_Stream, MediaSession | None]] = new_udp(ROUNDS)
+        start = first_port + (first_port & 1)
+        self._free: deque[int] = deque(range(start, last_port, 2))
+        self._handle: asyncio.TimerHandle | None = None
+        self._next = 0.0
+        self.late_ticks = 0
+        self.send_errors = 0
+        self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
+        self._ahead_faults = 0  # batched speech model runs that raised (a bug)
+        self._due_faults = 0  # outlet.due_all calls that raised
+        self._attached = 0  # the last socketless stream's key (they count down from -1)
+        self._socketless: dict[int, _Stream] = {}
+        # How late each tick ran (ms), the last minute's worth: the media's health.
+        self.lateness: deque[float] = deque(maxlen=3000)
+        self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
+        #: CPU seconds the event loop's thread spent in media ticks (with the young
+        #: collections after them): with that thread's whole CPU time (``/api/stats``), it
+        #: splits what the media plane costs from what the calls' control costs.
+        self.tick_cpu = 0.0
+        #: Called at the end of each tick, once its packets are out: serve collects the
+        #: collector's young generations there (collector.py), not in mid-tick.
+        self.after_tick: Callable[[], None] | None = None
+        _say_if_in_python()
+
+    def allocate(self) -> tuple[socket.socket, int]:
+        """Bind a UDP socket on the next free even port of the range."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        for _ in range(len(self._free)):
+            port = self._free.popleft()
+            sock = socket.socket(family, socket.SOCK_DGRAM)
+            try:
+                sock.bind((self.host, port))
+            except OSError as exc:
+                sock.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                self._free.append(port)
+                continue
+            sock.setblocking(False)
+            return sock, port
+        raise OSError("no free RTP port in the configured range")
+
+    async def open(
+        self, session: MediaSession, sock: socket.socket, port: int, wake: Callable[[], None]
+    ) -> None:
+        """Make ``session`` take part in the tick from now, on ``sock``."""
+        stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        stream.fd = sock.fileno()
+        session.batched = True
+        self.streams[port] = stream
+        self._roster = None
+        self._udp.add(sock, (stream, session))
+        if stream.rtcp is not None:
+            self._udp.add(stream.rtcp, (stream, None))
+        if self._handle is None:
+            self._next = self.loop.time() + TICK
+            self._handle = self.loop.call_at(self._next, self._tick)
+
+    def attach(
+        self,
+        session: MediaSession,
+        out: Callable[[bytes], None],
+        wake: Callable[[], None],
+        pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None,
+    ) -> int:
+        """Make ``session`` take part in the tick with no socket: what it sends goes to
+        ``out``; what it receives is given with :meth:`deliver`, or taken from ``pull``
+        once every tick (a source that paces itself). Returns the stream's key (a
+        negative number, never a port), for :meth:`deliver` and :meth:`close`."""
+        self._attached -= 1
+        key = self._attached
+        stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
+        session.batched = True
+        self.streams[key] = self._socketless[key] = stream
+        self._roster = None
+        if self._handle is None:
+            self._next = self.loop.time() + TICK
+            self._handle = self.loop.call_at(self._next, self._tick)
+        return key
+
+    def deliver(self, key: int, data: bytes, source: tuple[str, int]) -> None:
+        """A packet for the socketless stream ``key``, received at the next tick."""
+        stream = self.streams.get(key)
+        if stream is not None and stream.inbox is not None:
+            stream.inbox.append((data, source))
+
+    def _rtcp_socket(self, rtp: socket.socket, port: int) -> socket.socket | None:
+        """The RTCP socket on port + 1 (RFC 3550 §11); none if that port is taken."""
+        sock = socket.socket(rtp.family, socket.SOCK_DGRAM)
+        try:
+            sock.bind((self.host, port + 1))
+        except OSError:
+            sock.close()
+            logger.info("RTCP port %d is taken: no RTCP on this call", port + 1)
+            return None
+        sock.setblocking(False)
+        return sock
+
+    def release(self, sock: socket.socket, port: int) -> None:
+        """Give back a port that :meth:`allocate` bound but :meth:`open` never used."""
+        if port not in self.streams:
+            sock.close()
+            self._free.append(port)
+
+    def close(self, port: int) -> None:
+        stream = self.streams.pop(port, None)
+        self._socketless.pop(port, None)
+        self._roster = None
+        if stream is not None and stream.sock is not None:
+            for s in (stream.sock, stream.rtcp):
+                if s is None:
+                    continue
+                self._udp.remove(s)
+                s.close()
+            self._free.append(port)
+        if not self.streams and self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _tick(self) -> None:
+        cpu = time.thread_time()
+        now = self.loop.time()
+        try:
+            self._work(now)
+        finally:
+            # Whatever happened, the tick goes on: every call's audio depends on it.
+            self._schedule(now)
+            if self.after_tick is not None:
+                self.after_tick()
+            self.tick_cpu += time.thread_time() - cpu
+
+    def _work(self, now: float) -> None:
+        wall = time.time()
+        self.lateness.append((now - self._next) * 1000)
+        self._receive(now)
+        if self._socketless:
+            self._receive_attached(now)
+        roster = self._roster
+        if roster is None:
+            roster = self._roster = _Roster.of(list(self.streams.values()))
+        self._detect(roster)
+        streams = roster.streams
+        # The usual packets are made in C (media/outlet.py); the other calls' in Python.
+        wired = roster.wired
+        batch, rest = outlet.tick_all(roster.sending, now)
+        for stream in [wired[i] for i in rest] + roster.unwired:
+            try:
+                self._send(stream, now, batch)
+            except Exception:
+                self._fault(stream, "sending")
+        # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
+        try:
+            due = outlet.due_all(roster.reporting, now)
+        except Exception:  # (out of memory): every call is visited, the batch still goes
+            self.faults += 1
+            self._due_faults += 1
+            if self._due_faults == 1:  # (it may fail every tick: logged once)
+                logger.exception("choosing the calls with a report or news failed")
+            due = list(range(len(streams)))
+        for i in due:
+            try:
+                self._report(streams[i], now, wall)
+            except Exception:
+                self._fault(streams[i], "sending")
+        if batch:
+            # A full buffer or an ICMP error for a peer that went away costs that
+            # packet: the next frame goes out 20 ms later anyway.
+            self.send_errors += self._udp.send(batch)
+
+    def _send(self, stream: _Stream, now: float, batch: list[tuple[int, bytes, Address]]) -> None:
+        session = stream.session
+        data = session.tick(now)
+        if data is not None and stream.out is not None:
+            stream.out(data)
+        elif data is not None and session.remote is not None and stream.sock is not None:
+            batch.append((stream.fd, data, session.remote))
+
+    def _report(self, stream: _Stream, now: float, wall: float) -> None:
+        """The call's RTCP report when one is due, and its leg woken when it has news.
+
+        The reference of ``outlet.due_all``, which leaves out the calls for which this
+        has nothing to do: a change here is made there too (tests/unit/test_outlet.py)."""
+        session = stream.session
+        if stream.rtcp is not None:
+            report = session.rtcp_report(now, wall)  # None: not due (every ~5 s)
+            destination = session.rtcp_destination() if report is not None else None
+            if report is not None and destination is not None:
+                with contextlib.suppress(OSError):
+                    stream.rtcp.sendto(report, destination)
+        transcript = session.transcriber is not None and session.transcriber.pieces
+        if session.events or session.utterances or session.timed_out or transcript:
+            stream.wake()
+
+    def _fault(self, stream: _Stream, doing: str, exc: BaseException | None = None) -> None:
+        """A session raised ``exc`` (a bug): contained to its call, logged the first time
+        (a packet that raises once may come 50 times a second)."""
+        self.faults += 1
+        stream.faults += 1
+        if stream.faults == 1:
+            logger.error(
+                "%s: media %s failed; the call goes on",
+                stream.session.label,
+                doing,
+                exc_info=exc if exc is not None else True,
+            )
+
+    def _schedule(self, now: float) -> None:
+        self.durations.append((self.loop.time() - now) * 1000)
+        self._next += TICK
+        behind = self.loop.time() - self._next
+        if behind > 0:
+            # Late (a GC pass, a busy core): run the missed slots at once, so every
+            # call's media clock stays on time and the far end's jitter buffer
+            # absorbs the burst; after a longer stall, start again from now.
+            self.late_ticks += 1
+            if behind > MAX_CATCH_UP * TICK:
+                self._next += (int(behind / TICK) + 1) * TICK
+        # No call left (the last one closed during this tick): stop until one opens.
+        self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
+
+    def _detect(self, roster: _Roster) -> None:
+        """Step 2: the frames this tick received, every call's decoded and measured at once;
+        the speech model's windows they complete, every call's whose gate is open in one
+        run."""
+        measured = []  # each law's sessions, their counts of frames, the frames measured
+        listening = []
+        for law in LAWS:
+            # The frames each session holds, taken out (in C: media/gate.py).
+            group, payloads, counts, tones, ahead = gate.gather(roster.sessions, law)
+            if not group:
+                continue
+            samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
+            measured.append((group, counts, samples, powers, verdicts))
+            listening += [(detector, samples[row]) for detector, row in ahead]
+        if listening:
+            try:
+                vad.run_ahead(listening)
+            except Exception:  # a bug: each model runs its own window as before
+                self.faults += 1
+                self._ahead_faults += 1
+                if self._ahead_faults == 1:  # (it may fail every tick: logged once)
+                    logger.exception("running the speech model for every call at once failed")
+        for group, counts, samples, powers, verdicts in measured:
+            if len(samples) == len(group):  # one frame each: the usual tick
+                self._feed(roster, group, samples, powers, verdicts)
+                continue
+            # Some calls got two frames or more (a burst after a late tick): the others'
+            # one frame is taken as usual, and the bursts frame by frame (_bursts).
+            sessions: list[MediaSession] = []
+            rows: list[frames.Samples] = []
+            row_powers: list[float] = []
+            row_verdicts: list[bool | None] = []
+            bursts: list[tuple[MediaSession, int, int]] = []
+            first = 0
+            for session, count in zip(group, counts, strict=True):
+                last = first + count
+                if count == 1:
+                    sessions.append(session)
+                    rows.append(samples[first])
+                    row_powers.append(powers[first])
+                    row_verdicts.append(verdicts[first])
+                else:
+                    bursts.append((session, first, last))
+                first = last
+            self._feed(roster, sessions, rows, row_powers, row_verdicts)
+            self._bursts(roster, bursts, samples, powers, verdicts)
+
+    def _bursts(
+        self,
+        roster: _Roster,
+        bursts: list[tuple[MediaSession, int, int]],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """The calls that got frames ``samples[first:last]`` this tick (a burst after a
+        late tick, frequent under load): in rounds of one frame each, the usual ones
+        taken in C (media/gate.py); from the first frame of a call that C leaves, the
+        rest of its burst goes to its session, in order."""
+        while bursts:
+            rest = set(
+                gate.feed_all(
+                    [session for session, _, _ in bursts],
+                    [samples[first] for _, first, _ in bursts],
+                    [powers[first] for _, first, _ in bursts],
+                )
+            )
+            going: list[tuple[MediaSession, int, int]] = []
+            for i, (session, first, last) in enumerate(bursts):
+                if i in rest:
+                    try:
+                        session.detect(
+                            samples[first:last], powers[first:last], verdicts[first:last]
+                        )
+                    except Exception:
+                        self._fault(roster.stream_of(session), "detecting")
+                elif first + 1 < last:
+                    going.append((session, first + 1, last))
+            bursts = going
+
+    def _feed(
+        self,
+        roster: _Roster,
+        sessions: list[MediaSession],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """Each of ``sessions``' one frame of the tick: the usual ones taken in C
+        (media/gate.py), the others by their sessions."""
+        for i in gate.feed_all(sessions, samples, powers):
+            try:
+                sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
+            except Exception:
+                self._fault(roster.stream_of(sessions[i]), "detecting")
+
+    def _receive_attached(self, now: float) -> None:
+        for stream in list(self._socketless.values()):
+            if stream.pull is not None:
+                try:
+                    paced = stream.pull()
+                    if paced is not None:
+                        stream.session.receive(paced[0], paced[1], now)
+                except Exception:
+                    self._fault(stream, "receiving")
+            inbox = stream.inbox
+            for _ in range(min(ROUNDS, len(inbox) if inbox else 0)):
+                assert inbox is not None
+                data, source = inbox.popleft()
+                try:
+                    stream.session.receive(data, source, now)
+                except Exception:
+                    self._fault(stream, "receiving")
+
+    def _receive(self, now: float) -> None:
+        # The usual RTP packets are taken in C (media/inlet.py); Python gets the rest.
+        rest, faults = inlet.take_all(self._udp.receive(), now)
+        for (stream, _), exc in faults:
+            self._fault(stream, "receiving", exc)
+        for (stream, session), data, address in rest:
+            try:
+                if session is not None:
+                    session.receive(data, address, now)
+                else:
+                    stream.session.rtcp_received(data, address, now)
+            except Exception as exc:
+                self._fault(stream, "receiving", exc)  # that packet is lost, nothing else
+
+    def shutdown(self) -> None:
+        for port in list(self.streams):
+            self.close(port)
+        self._udp.close()

@@ -1,0 +1,1 @@
+"""``callhook serve``: one engine until it is told to stop, or N workers behind Kamailio."""

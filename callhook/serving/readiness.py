@@ -1,0 +1,150 @@
+"""``GET /healthz`` (the process answers) and ``GET /readyz`` (calls can be taken).
+
+For a load balancer, systemd or an orchestrator's probes; no key, and nothing in the
+answers but states. ``/healthz`` is 200 as long as the web server answers.
+``/readyz`` is 200 when every check is ``ok``, else 503, with each check's state:
+
+* ``sip``: this process takes calls (``shutting down`` once SIGTERM came: draining);
+* ``speech``: the speech models asked to load at start (``[speech] preload``) are in;
+* ``database``: a statement on the state database answers within 2 s;
+* ``front`` (a worker of ``serve --workers``): Kamailio, in front, answers an OPTIONS
+  at the SIP address (the answer kept for 2 s);
+* ``workers`` (``serve --workers`` on one machine): each other worker's own readiness,
+  asked on their private ports (cluster/siblings.py); one that does not answer is not
+  ready. Nodes on several machines each answer for themselves.
+
+``serve`` prints its "serving" banner only once it would answer 200 here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from callhook.cluster.siblings import HEADER, Siblings
+from callhook.sip.transport import Target
+
+#: How long the front's answer to an OPTIONS is taken as it is.
+FRONT_SECONDS = 2.0
+#: How long a check may take.
+CHECK_SECONDS = 2.0
+OK = "ok"
+
+
+class Readiness:
+    """The two routes over what this process can tell (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        accepting: Callable[[], bool],
+        speech_loading: Callable[[], bool],
+        database: Callable[[], Awaitable[object]],
+        front: Target | None = None,
+        siblings: Siblings | None = None,
+    ) -> None:
+        self.accepting = accepting
+        self.speech_loading = speech_loading
+        self.database = database
+        self.front = front
+        self.siblings = siblings
+        self._front_seen: tuple[float, bool] = (float("-inf"), False)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/healthz", self.healthz, allow_head=True),
+            web.get("/readyz", self.readyz, allow_head=True),
+        ]
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        checks = await self.checks()
+        answer: dict[str, Any] = {"checks": checks}
+        ready = all(state == OK for state in checks.values())
+        if self.siblings is not None and HEADER not in request.headers:
+            # (A sibling's question is about the one asked alone.)
+            workers = {str(self.siblings.label): "ready" if ready else "not ready"}
+            for label, status, body in await self.siblings.ask_all("/readyz"):
+                if status is None:
+                    workers[str(label)] = "not answering"
+                elif status == 200:
+                    workers[str(label)] = "ready"
+                else:
+                    states = body.get("checks", {}) if isinstance(body, dict) else {}
+                    why = [f"{k}: {v}" for k, v in states.items() if v != OK]
+                    workers[str(label)] = "not ready: " + ("; ".join(why) or str(status))
+            answer["workers"] = workers
+            ready = all(state == "ready" for state in workers.values())
+        answer["ready"] = ready
+        return web.json_response(answer, status=200 if ready else 503)
+
+    async def checks(self) -> dict[str, str]:
+        """Each check of this process alone: ``ok``, or why not."""
+        checks = {
+            "sip": OK if self.accepting() else "shutting down",
+            "speech": "loading" if self.speech_loading() else OK,
+            "database": await self._database(),
+        }
+        if self.front is not None:
+            checks["front"] = OK if await self._front_answers() else "no answer to OPTIONS"
+        return checks
+
+    async def _database(self) -> str:
+        try:
+            async with asyncio.timeout(CHECK_SECONDS):
+                await self.database()
+        except TimeoutError:
+            return f"no answer in {CHECK_SECONDS:g} s"
+        except Exception as exc:  # the database's own error, whatever its driver
+            return f"unreachable: {type(exc).__name__}"
+        return OK
+
+    async def _front_answers(self) -> bool:
+        when, answered = self._front_seen
+        if time.monotonic() - when < FRONT_SECONDS:
+            return answered
+        assert self.front is not None
+        answered = await asyncio.to_thread(answers_options, self.front, CHECK_SECONDS)
+        self._front_seen = (time.monotonic(), answered)
+        return answered
+
+
+def answers_options(
+    target: Target, seconds: float, stop: Callable[[], bool] = lambda: False
+) -> bool:
+    """Whether ``target`` answers a SIP OPTIONS over UDP within ``seconds`` (asked again
+    every 300 ms: UDP), from its own address (an address ``[security] allow`` lets in
+    when the target does); False at once when ``stop()`` says so. Blocking: run it on a
+    thread."""
+    host = target.host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    deadline = time.monotonic() + seconds
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.bind((host, 0))
+        probe.settimeout(0.3)
+        local = probe.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        n = 0
+        while time.monotonic() < deadline and not stop():
+            n += 1
+            options = (
+                f"OPTIONS sip:{shown}:{target.port} SIP/2.0\r\n"
+                f"Via: SIP/2.0/UDP {shown}:{local};branch=z9hG4bKready{local}x{n}\r\n"
+                f"From: <sip:readiness@{shown}>;tag=r{n}\r\nTo: <sip:{shown}>\r\n"
+                f"Call-ID: readiness-{local}-{n}\r\nCSeq: {n} OPTIONS\r\n"
+                "Max-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+            )
+            try:
+                probe.sendto(options.encode(), (host, target.port))
+                if probe.recv(4096).startswith(b"SIP/2.0 "):
+                    return True
+            except OSError:  # a timeout, or nobody there (ICMP)
+                time.sleep(0.1)
+    return False

@@ -1,0 +1,567 @@
+"""A real call as the call runner sees it: :class:`SipLeg` (implements ``call.Leg``).
+
+It turns the actions' media commands into work for the call's
+:class:`~callhook.media.session.MediaSession` (prompt audio, recording files)
+and hands the session's events to the runner, waking it when something
+happens or a deadline comes. Signalling goes through the SIP service that
+owns it (answer, hang up); the service tells it when the far end hangs up.
+
+Speech goes through the process's :class:`~callhook.edge.speechworkers.SpeechService`
+(worker threads): text whose sentences are not cached yet is synthesised
+while the prompt plays (one task per prompt, cancelled when the prompt is
+stopped or replaced), and the utterances the session cuts are decoded one
+after another by one task per call; a result for a recognition stream that
+has stopped since (a new generation) is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from callhook.edge.speechworkers import RecognitionFailed, SpeechService
+from callhook.events import (
+    Aborted,
+    CallCallee,
+    CalleeEnded,
+    CallEnded,
+    DetectVoice,
+    DropCallee,
+    JoinCallee,
+    MediaCommand,
+    MediaEvent,
+    Phrase,
+    PlayFile,
+    PlayUrl,
+    PromptFinished,
+    PromptItem,
+    RecognitionOptions,
+    RecordCall,
+    RecorderFailed,
+    Refer,
+    ReferAnswered,
+    RunCallee,
+    SayText,
+    SecondaryPages,
+    SpeechRecognised,
+    SpeechRejected,
+    SpeechUnavailable,
+    StartPrompt,
+    StartRecognition,
+    StartRecording,
+    StopPrompt,
+    StopRecognition,
+    StopRecording,
+    StopTranscribing,
+    Transcribe,
+)
+from callhook.media import g711
+from callhook.media.callrecording import CallRecording
+from callhook.media.session import MediaSession
+from callhook.ports import CallInfo
+from callhook.speech import languages
+from callhook.speech.stream import Utterance
+from callhook.speech.synthesis import sentences
+from callhook.speech.tts import SynthesisError
+from callhook.store.crypto import Key
+from callhook.store.files import MediaStore
+from callhook.store.journal import RecordingJournal
+from callhook.store.wavfile import WavWriter, Written
+from callhook.telephony.prompts import PromptAudio, PromptError
+from callhook.telephony.transcribing import LiveTranscription, ResultPoster
+
+logger = logging.getLogger("callhook.call")
+
+
+class FarLegs(Protocol):
+    """The far legs of the call's ``connect`` (telephony/connecting.py)."""
+
+    def place(self, attempt: int, destination: str, call_from: str | None) -> None: ...
+    def drop(self, attempt: int) -> None: ...
+    def join(self, attempt: int, early: bool) -> None: ...
+    def run(self, attempt: int, pages: SecondaryPages) -> None: ...
+
+
+class Referrer(Protocol):
+    """The call's way to send a REFER in its dialog (a ``transfer``: telephony/referring.py)."""
+
+    def refer(self, destination: str, referred_by: str | None) -> None: ...
+
+
+class SipLeg:
+    """One SIP call's signalling and media, for the call runner."""
+
+    #: What places this call's far legs (set by the SIP service; None: it cannot).
+    far: FarLegs | None = None
+    #: What sends this call's REFERs (set by the SIP service; None: it cannot).
+    referrer: Referrer | None = None
+    #: Where a live transcription's results go (set by the SIP service; None: nowhere).
+    transcripts: ResultPoster | None = None
+
+    def __init__(
+        self,
+        info: CallInfo,
+        app_name: str,
+        session: MediaSession,
+        prompts: PromptAudio,
+        store: MediaStore,
+        *,
+        answer: Callable[[], Awaitable[None]],
+        hang_up: Callable[[], str],
+        dead: Callable[[], object] | None = None,
+        max_recording_bytes: int | None = None,
+        speech: SpeechService | None = None,
+        journal: RecordingJournal | None = None,
+    ) -> None:
+        self.info = info
+        self.app_name = app_name
+        self.session = session
+        self.prompts = prompts
+        self.store = store
+        self._answer = answer
+        self._hang_up = hang_up
+        self._dead = dead  # the SIP service's hang-up of a call whose RTP stopped
+        self._dead_reported = False
+        self.max_recording_bytes = max_recording_bytes
+        self.loop = asyncio.get_running_loop()
+        self._queue: deque[MediaEvent] = deque()
+        self._wake = asyncio.Event()
+        self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
+        self._prompt_errors: dict[int, str] = {}
+        self._recorders: dict[str, WavWriter] = {}
+        self._call_recording: str | None = None  # the file of a connect's call recording
+        self._recorded: dict[str, float] = {}  # seconds written to each stopped recording
+        self.journal = journal
+        self.speech = speech
+        self._speech_warned = False
+        self._voice_notes: set[str] = set()  # voice choices warned about, once each
+        self._languages_warned: set[str] = set()
+        # Prompts whose speech is being synthesised while they play.
+        self._streaming: dict[int, asyncio.Task[None]] = {}
+        # The recognition stream: its options while it runs, a generation number
+        # so that a result for a stream that has since stopped is dropped, and
+        # the task decoding this call's utterances one after another.
+        self._recognition: RecognitionOptions | None = None
+        self._generation = 0
+        self._pending: deque[tuple[int, Utterance]] = deque()
+        self._decoder: asyncio.Task[None] | None = None
+        self._transcription: LiveTranscription | None = None
+        self.answered = False
+
+    # --- from the SIP service and the media engine ----------------------------------------
+
+    def wake(self) -> None:
+        if self.session.timed_out and not self._dead_reported:
+            self._dead_reported = True
+            if self._dead is not None:
+                self._dead()
+        if self._transcription is not None:
+            self._transcription.collect()
+        self._wake.set()
+
+    def _transcribe(self, command: Transcribe) -> None:
+        """Start a live transcription, replacing any running (Aculab: one at a time)."""
+        if self._transcription is not None:
+            self._transcription.stop()
+            self._transcription = None
+        if self.speech is None or not self.speech.can_hear or self.transcripts is None:
+            logger.warning(
+                "call %s: start_transcription: this call cannot transcribe (no speech "
+                "recogniser, or nowhere to post results); nothing is sent",
+                self.info.call_id,
+            )
+            return
+        self._transcription = LiveTranscription(
+            command, self.session, self.speech, self.transcripts
+        )
+
+    def far_end_ended(self, ended: CallEnded) -> None:
+        """The caller hung up (or the call dropped)."""
+        if not self._ended.done():
+            self._ended.set_result(ended)
+            self._queue.append(ended)
+            self._wake.set()
+
+    def abort(self, reason: str) -> None:
+        """callhook is ending the call itself (shutdown): the running action stops now."""
+        self.inject(Aborted(reason))
+
+    def inject(self, event: MediaEvent) -> None:
+        self._queue.append(event)
+        self._wake.set()
+
+    # --- call.Leg -------------------------------------------------------------------------
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        for command in commands:
+            if isinstance(command, StartPrompt):
+                self._start_prompt(command)
+            elif isinstance(command, StopPrompt):
+                self._cancel_stream(command.prompt_id)
+                self.session.stop_prompt(command.prompt_id)
+            elif isinstance(command, StartRecording):
+                self._start_recording(command)
+            elif isinstance(command, RecordCall):
+                self._record_call(command)
+            elif isinstance(command, StopRecording):
+                if command.filename == self._call_recording:
+                    self._call_recording = None
+                    self.session.stop_call_recording()
+                else:
+                    self.session.stop_recording(self.loop.time())
+                writer = self._recorders.pop(command.filename, None)
+                if writer is not None:
+                    self._recorded[command.filename] = writer.seconds
+            elif isinstance(command, DetectVoice):
+                self.session.detect_voice(command.on)
+            elif isinstance(command, StartRecognition):
+                self._start_recognition(command.options)
+            elif isinstance(command, StopRecognition):
+                self._stop_recognition()
+            elif isinstance(command, CallCallee):
+                if self.far is None:
+                    logger.error("call %s: this call cannot place far legs", self.info.call_id)
+                    self.inject(CalleeEnded(command.attempt, "failed", ""))
+                else:
+                    self.far.place(command.attempt, command.destination, command.call_from)
+            elif isinstance(command, DropCallee) and self.far is not None:
+                self.far.drop(command.attempt)
+            elif isinstance(command, JoinCallee) and self.far is not None:
+                self.far.join(command.attempt, command.early)
+            elif isinstance(command, RunCallee) and self.far is not None:
+                self.far.run(command.attempt, command.pages)
+            elif isinstance(command, Transcribe):
+                self._transcribe(command)
+            elif isinstance(command, StopTranscribing) and self._transcription is not None:
+                self._transcription.stop()
+                self._transcription = None
+            elif isinstance(command, Refer):
+                if self.referrer is None:
+                    # As a peer that does not do REFER answers (RFC 3261 §8.2.1).
+                    logger.warning("call %s: this call cannot be transferred", self.info.call_id)
+                    self.inject(ReferAnswered(501))
+                else:
+                    self.referrer.refer(command.destination, command.referred_by)
+
+    # --- prompts --------------------------------------------------------------------------
+
+    def _start_prompt(self, command: StartPrompt) -> None:
+        for prompt_id in list(self._streaming):
+            self._cancel_stream(prompt_id)  # a new prompt replaces the one playing
+        items = command.items
+        self._note_voices(items)
+        segments, done, error = self.prompts.ready(self.app_name, items, self.session.law)
+        if error is not None or done == len(items):
+            if error is not None:
+                self._prompt_errors[command.prompt_id] = error
+            if not segments and error is not None:
+                self.inject(PromptFinished(command.prompt_id, error))
+            else:
+                self.session.play_segments(command.prompt_id, segments)
+            return
+        # Text to synthesise, a file to read or decrypt, a file to fetch: play what is
+        # ready, the rest follows sentence by sentence, item by item.
+        self.session.play_segments(command.prompt_id, segments, more=True)
+        task = self.loop.create_task(self._stream_prompt(command.prompt_id, items[done:]))
+        self._streaming[command.prompt_id] = task
+
+    def _note_voices(self, items: tuple[PromptItem, ...]) -> None:
+        synthesiser = self.prompts.synthesiser
+        if synthesiser is None:
+            return
+        for item in items:
+            if isinstance(item, SayText):
+                note = synthesiser.choose(item.voice, item.language).note
+                if note is not None and note not in self._voice_notes:
+                    self._voice_notes.add(note)
+                    logger.warning("call %s: %s", self.info.call_id, note)
+
+    async def _stream_prompt(self, prompt_id: int, items: tuple[PromptItem, ...]) -> None:
+        law = self.session.law
+        error: str | None = None
+        item: PromptItem | None = None
+        try:
+            for item in items:
+                synthesiser = self.prompts.synthesiser
+                if isinstance(item, SayText) and self.speech and synthesiser:
+                    choice = synthesiser.choose(item.voice, item.language)
+                    for sentence in sentences(item.text):
+                        audio = synthesiser.cached(choice, sentence)
+                        if audio is None:
+                            audio = await self.speech.sentence(choice, sentence)
+                        self.session.append_prompt(prompt_id, g711.encode(law, audio))
+                elif isinstance(item, PlayFile):  # read and decoded off the event loop
+                    audio_bytes = await asyncio.to_thread(
+                        self.prompts.encoded_item, self.app_name, item, law
+                    )
+                    self.session.append_prompt(prompt_id, audio_bytes)
+                elif isinstance(item, PlayUrl):
+                    audio_bytes = await self.prompts.remote_audio(item, law)
+                    self.session.append_prompt(prompt_id, audio_bytes)
+                else:  # audio from the store or a cache, or digits to send
+                    segment = self.prompts.segment(self.app_name, item, law)
+                    self.session.append_prompt(prompt_id, segment)
+        except (PromptError, SynthesisError) as exc:
+            error = str(exc)
+            if isinstance(item, SayText) and item.private:
+                # An engine's message may quote the text: text_is_private keeps it out.
+                error = f"a private text could not be spoken ({type(exc).__name__})"
+            # (Not logged here: the runner logs the prompt's failure once per cause, in
+            # the call log and the server log, when its PromptFinished arrives.)
+        except Exception as exc:  # a bug must end the prompt, not leave it open forever
+            error = f"internal error: {type(exc).__name__}: {exc}"
+            logger.exception("call %s: prompt %d failed", self.info.call_id, prompt_id)
+        finally:
+            if self._streaming.get(prompt_id) is asyncio.current_task():
+                del self._streaming[prompt_id]
+            if error is not None:
+                self._prompt_errors[prompt_id] = error
+            self.session.close_prompt(prompt_id)
+
+    def _cancel_stream(self, prompt_id: int) -> None:
+        task = self._streaming.pop(prompt_id, None)
+        if task is not None:
+            task.cancel()
+
+    # --- speech recognition ---------------------------------------------------------------
+
+    def _start_recognition(self, options: RecognitionOptions) -> None:
+        if self.speech is None or self.speech.recogniser is None:
+            if not self._speech_warned:
+                self._speech_warned = True
+                logger.warning(
+                    "call %s: no speech recogniser is configured: only digits count",
+                    self.info.call_id,
+                )
+            return
+        recogniser = self.speech.recogniser
+        engine = f"{recogniser.name} {getattr(recogniser, 'model', '')}".strip()
+        cause = languages.unsupported(options.language, recogniser.languages, engine)
+        if cause is not None:
+            # Only digits count (docs/speech.md): said once per call and language, in the
+            # call log (an error the application's developer sees) and the server log.
+            if options.language not in self._languages_warned:
+                self._languages_warned.add(options.language)
+                logger.warning("call %s: %s", self.info.call_id, cause)
+                self.inject(SpeechUnavailable(f"{cause}: only digits count"))
+            self._stop_recognition()  # one in another language may be running
+            return
+        if options != self._recognition:
+            self._generation += 1
+            self._pending.clear()
+        self._recognition = options
+        self.session.start_recognition()
+
+    def _stop_recognition(self) -> None:
+        self._recognition = None
+        self._generation += 1
+        self._pending.clear()
+        self.session.stop_recognition()
+
+    def _collect_utterances(self) -> None:
+        utterances = self.session.utterances
+        while utterances:
+            self._pending.append((self._generation, utterances.popleft()))
+        if self._pending and (self._decoder is None or self._decoder.done()):
+            self._decoder = self.loop.create_task(self._decode())
+
+    async def _decode(self) -> None:
+        """Decode this call's utterances in order, one at a time."""
+        assert self.speech is not None
+        while self._pending:
+            generation, utterance = self._pending.popleft()
+            options = self._recognition
+            if options is None or generation != self._generation:
+                continue
+            cause: str | None = None
+            try:
+                alternatives = await self.speech.recognise(utterance.audio, options)
+            except RecognitionFailed as exc:
+                # Crashed, hung or restarting (issue 14): nothing recognised, the
+                # call goes on; the service logged the fault and restarts the engine.
+                alternatives, cause = (), str(exc)
+            except Exception as exc:
+                logger.exception("call %s: speech recognition failed", self.info.call_id)
+                alternatives, cause = (), f"speech recognition failed: {exc}"
+            if generation != self._generation:
+                continue  # the stream stopped meanwhile: nobody wants this any more
+            if alternatives:
+                self.inject(SpeechRecognised(Phrase(alternatives)))
+            else:
+                self.inject(SpeechRejected(cause))
+
+    def _start_recording(self, command: StartRecording) -> None:
+        law = command.format or self.session.law
+        writer = self._open(
+            command.filename,
+            lambda path, durable: WavWriter.for_recording(
+                path, law, command, self.max_recording_bytes, on_durable=durable
+            ),
+        )
+        if writer is not None:
+            self.session.start_recording(writer, law, command.preroll)
+
+    def _record_call(self, command: RecordCall) -> None:
+        """A connect's whole-call recording: both directions, from the bridge on."""
+        law = self.session.law
+        channels = 2 if command.mode == "separate" else 1
+        writer = self._open(
+            command.filename,
+            lambda path, durable: WavWriter(
+                path,
+                law,
+                self.max_recording_bytes,
+                key=Key.from_cipher(command.cipher) if command.cipher else None,
+                on_durable=durable,
+                channels=channels,
+            ),
+        )
+        if writer is not None:
+            self._call_recording = command.filename
+            self.session.start_call_recording(
+                CallRecording(writer, law, command.mode, eliminate_dtmf=command.eliminate_dtmf)
+            )
+
+    def _open(
+        self,
+        filename: str,
+        make: Callable[[Path, Callable[[Written], object] | None], WavWriter],
+    ) -> WavWriter | None:
+        """A recording's file (its journal told when it is safe on disk), or None when it
+        cannot be made (RecorderFailed for the action, the journal forgets it)."""
+        app, journal = self.app_name, self.journal
+        durable = None if journal is None else lambda w: journal.durable(app, filename, w.length)
+        try:
+            writer = make(self.store.path(app, filename), durable)
+        except (OSError, ValueError) as exc:  # OutsideNamespace is a ValueError
+            why = f"cannot create {filename}: {exc}"
+            if journal is not None:
+                journal.failed(app, filename, why)
+            self.inject(RecorderFailed("error", why))
+            return None
+        self._recorders[filename] = writer
+        return writer
+
+    def _take(self) -> MediaEvent | None:
+        if self.session.utterances:
+            self._collect_utterances()
+        events = self.session.events
+        while events:
+            self._queue.append(events.popleft())
+        if not self._queue:
+            return None
+        event = self._queue.popleft()
+        if isinstance(event, PromptFinished) and event.error is None:
+            error = self._prompt_errors.pop(event.prompt_id, None)
+            if error is not None:
+                return PromptFinished(event.prompt_id, error)
+        return event
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        while True:
+            event = self._take()
+            if event is not None:
+                return event
+            now = self.loop.time()
+            if deadline is not None and now >= deadline:
+                return None
+            self._wake.clear()
+            timeout = None if deadline is None else deadline - now
+            # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+
+    def take_pending(self) -> list[MediaEvent]:
+        events = []
+        while (event := self._take()) is not None:
+            events.append(event)
+        return events
+
+    async def answer(self) -> None:
+        if not self.answered:
+            self.answered = True
+            await self._answer()
+            self.session.expect_rtp(self.loop.time())  # the dead-call clock starts
+
+    async def hang_up(self) -> str:
+        self.finish()
+        return self._hang_up()
+
+    async def wait_ended(self) -> CallEnded:
+        return await asyncio.shield(self._ended)
+
+    def recorded_seconds(self, filename: str) -> float | None:
+        return self._recorded.get(filename)
+
+    def finish(self) -> None:
+        """The call is over: make sure no recording is left open, stop speech work."""
+        for prompt_id in list(self._streaming):
+            self._cancel_stream(prompt_id)
+        self._generation += 1
+        self._pending.clear()
+        if self._decoder is not None:
+            self._decoder.cancel()
+        if self._transcription is not None:
+            # Its last phrase and the completed result still go out (they do not need
+            # the call, only the recogniser and the outbox).
+            self._transcription.stop()
+            self._transcription = None
+        if self._recorders:
+            self.session.stop_recording(self.loop.time())
+            self.session.stop_call_recording()
+            self._call_recording = None
+            for filename, writer in self._recorders.items():
+                self._recorded[filename] = writer.seconds
+            self._recorders.clear()
+
+
+class _RecordingLimit(Protocol):
+    @property
+    def max_recording_bytes(self) -> int: ...
+
+
+class LegServices(Protocol):
+    """What a leg takes from the process (``callhook.app.Services``)."""
+
+    @property
+    def store(self) -> MediaStore: ...
+    @property
+    def speech(self) -> SpeechService: ...
+    @property
+    def journal(self) -> RecordingJournal: ...
+    @property
+    def settings(self) -> _RecordingLimit: ...
+
+
+def new_leg(
+    services: LegServices,
+    info: CallInfo,
+    app_name: str,
+    session: MediaSession,
+    prompts: PromptAudio,
+    *,
+    answer: Callable[[], Awaitable[None]],
+    hang_up: Callable[[], str],
+    dead: Callable[[], object] | None = None,
+) -> SipLeg:
+    """A call's leg over ``session`` with the process's store, speech and journal
+    (``answer``, ``hang_up``, ``dead``: its signalling, whatever carries it)."""
+    return SipLeg(
+        info,
+        app_name,
+        session,
+        prompts,
+        services.store,
+        answer=answer,
+        hang_up=hang_up,
+        dead=dead,
+        speech=services.speech,
+        journal=services.journal,
+        max_recording_bytes=services.settings.max_recording_bytes,
+    )

@@ -1,0 +1,607 @@
+"""The SIP side of ``callhook serve``: the user agent on UDP, TCP and TLS, calls to applications.
+
+:class:`SipService` owns the sans-IO :class:`~callhook.sip.agent.Agent`: it
+feeds it datagrams and the messages framed off TCP and TLS connections
+(:mod:`callhook.edge.connections`), keeps one loop timer on the agent's
+``deadline`` (as aioquic's protocol does), sends what the agent wants sent,
+each on its transport, and acts on the agent's call events. An incoming call
+is routed by its request-URI user (or dialled number) to an application; its
+SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
+session and a :class:`~callhook.telephony.leg.SipLeg`; and a
+:class:`~callhook.calls.runner.CallRunner` runs the application on it. Outbound calls
+(:meth:`SipService.dial`, in :mod:`callhook.telephony.dialling`) do the same once the
+callee answers. What the HTTP API sees of it and asks of it (calls, counters, bans,
+trunks) is :mod:`callhook.telephony.control`. With ``[users]`` it is also the registrar of
+those users' phones (:mod:`callhook.telephony.users`), and a call from one of them, once
+its digest is right, runs the user's ``app`` when it has one.
+
+Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
+stops sending), running calls may finish until a deadline, then they are
+ended (their actions are aborted: a recording reports ``aborted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from collections import OrderedDict
+
+from callhook.app import Services
+from callhook.calls.runner import CallRunner, CallSummary
+from callhook.cluster.outboundshare import OutboundShare
+from callhook.cluster.sharedbans import SharedBans
+from callhook.config.settings import AppConfig
+from callhook.config.tls import client_context, server_context
+from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
+from callhook.edge.connections import Connections, ListenError
+from callhook.edge.mediaengine import MediaEngine
+from callhook.events import CallEnded
+from callhook.media.dtmf import parse_dtmf_relay
+from callhook.ports import CallInfo
+from callhook.sip import offeranswer, sdp
+from callhook.sip.agent import (
+    Agent,
+    CallAnswered,
+    CallEvent,
+    CallProgress,
+    CallTerminated,
+    IncomingCall,
+    InfoReceived,
+    Reoffer,
+)
+from callhook.sip.guard import Guard, networks
+from callhook.sip.message import parse_uri
+from callhook.sip.notices import ReferProgress, ReferResponse
+from callhook.sip.sdes import SrtpMode
+from callhook.sip.transport import Target, Transport
+from callhook.telephony.connecting import CallFarLegs, Connecting
+from callhook.telephony.control import Control
+from callhook.telephony.dialling import Dialling
+from callhook.telephony.farleg import FarLeg
+from callhook.telephony.leg import new_leg
+from callhook.telephony.prompts import PromptAudio
+from callhook.telephony.referring import CallReferrer, Referring
+from callhook.telephony.sipcall import (
+    CallMedia,
+    SipCall,
+    Unanswered,
+    media_session,
+    reoffer,
+)
+from callhook.telephony.transcribing import OutboxPoster
+from callhook.telephony.trunking import Trunks
+from callhook.telephony.users import Users
+from callhook.telephony.webclients import WebClients
+from callhook.telephony.webphone import WebPhone
+
+logger = logging.getLogger("callhook.sip")
+
+#: Recent calls whose logs ``GET /api/calls/{call_id}/log`` finds by Call-ID.
+RECENT_LOGS = 1000
+
+
+class _SipProtocol(asyncio.DatagramProtocol):
+    def __init__(self, service: SipService) -> None:
+        self.service = service
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.service.datagram_received(data, (addr[0], addr[1]))
+
+    def error_received(self, exc: Exception) -> None:
+        logger.debug("SIP socket: %s", exc)
+
+
+def local_address(host: str) -> str:
+    """The address to put in Contact and SDP when bound to ``host`` (a wildcard needs one)."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent
+            address: str = probe.getsockname()[0]
+            return address
+        except OSError:
+            return "127.0.0.1"
+
+
+class SipService(Dialling, Control, Connecting, Referring, Users):
+    """callhook's SIP endpoint on one UDP port, with the calls it runs."""
+
+    def __init__(
+        self,
+        services: Services,
+        host: str = "127.0.0.1",
+        port: int = 5060,
+        *,
+        rtp_ports: tuple[int, int] = (20000, 29999),
+    ) -> None:
+        self.services = services
+        self.host = host
+        self.port = port
+        self.requested_port = port
+        self.rtp_ports = rtp_ports
+        self.loop = asyncio.get_running_loop()
+        # The address this machine has, and the one callhook advertises in Contact, Via
+        # and SDP: behind NAT, [sip] external_address (the public one, forwarded here).
+        self.local = local_address(host)
+        self.address = services.settings.external_address or self.local
+        self.agent: Agent | None = None
+        self.transport: asyncio.DatagramTransport | None = None
+        self.connections: Connections | None = None
+        self.ports: dict[Transport, int] = {}
+        self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
+        settings = services.settings
+        #: The TLS context of connections callhook opens: SIP over TLS, wss:// far legs.
+        self.client_tls = client_context(settings.tls_ca)
+        self.guard = Guard(
+            networks(settings.security_allow),
+            unknown="reject" if settings.security_unknown == "reject" else "drop",
+            rate=settings.security_rate,
+            ban_seconds=settings.security_ban_seconds,
+        )
+        self._proxies = networks(settings.sip_proxies)
+        self.guard.extra = self._proxies
+        self.media: MediaEngine | None = None
+        #: The web phone (its calls share this service's media engine and prompts).
+        self.phone: WebPhone | None = None
+        #: The web clients signed in to receive calls (``webrtc:`` destinations).
+        self.webclients: WebClients | None = None
+        self.shared_bans: SharedBans | None = None
+        self.outbound_share: OutboundShare | None = None
+        self._ringing: set[asyncio.Task[None]] = set()
+        self.prompts = PromptAudio(
+            services.store, services.speech.synthesiser, remote=services.remote_media
+        )
+        self.calls: dict[str, SipCall] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        #: The call log of each recent call, by Call-ID: (application, instance id), the
+        #: last RECENT_LOGS calls (``GET /api/calls/{call_id}/log``: callhook test --sip).
+        self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._dials: set[asyncio.Task[CallSummary]] = set()
+        self.far_legs: dict[str, FarLeg] = {}
+        self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
+        self._reading_phones: set[tuple[str, int]] = set()
+        self.registrar = None
+        self.following = None
+        self.stored_changes = 0
+        own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
+        self.outbound = OutboundPolicy(
+            settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
+        )
+        # The outbound calls each application has, here and on the other workers or nodes
+        # (max_calls_per_app is the installation's: cluster/outboundshare.py).
+        self.outbound_calls = OutboundCalls(self.loop.time)
+        self._refusals_logged: dict[tuple[str, int], float] = {}
+
+    async def start(self, *, register: bool = True, listen: bool = True) -> None:
+        """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside
+        a running ``serve`` must not take its ports); register the trunks if ``register``."""
+        settings = self.services.settings
+        try:
+            transport, _ = await self.loop.create_datagram_endpoint(
+                lambda: _SipProtocol(self), local_addr=(self.host, self.port)
+            )
+        except OSError as exc:
+            raise ListenError("udp", self.host, self.port, exc) from None
+        # uvloop's UDP transport implements the interface without subclassing it.
+        self.transport = transport
+        self.port = transport.get_extra_info("sockname")[1]
+        await self._listen_streams(listen)
+        from callhook import __version__
+
+        self.agent = Agent(
+            self.address, self.port, user_agent=f"callhook/{__version__}", ports=self.ports
+        )
+        if settings.front is not None:
+            self.agent.use_front(settings.front)  # a worker of serve --workers
+            # Its guard bans the real sources (failed digests), which only the agent
+            # sees: every request comes from Kamailio.
+            self.agent.origin_banned = self.guard.banned
+        self.media = MediaEngine(
+            self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
+        )
+        self._start_registrar()
+        logger.info("SIP listening on udp %s:%d", self.host, self.port)
+        if self.address != self.local:
+            logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
+        listening: set[str] | None = set(self.ports) if listen else None
+        if settings.front is not None:  # (what the world reaches is the proxy's)
+            listening = set(settings.front.public_ports)
+        self.trunks.warn_about_transports(listening)
+        self._trusted_trunks()
+        register = register and settings.lead_worker
+        self.trunks.elsewhere = not register
+        await self.trunks.start(self._trunks_changed, register=register)
+        self._trusted_trunks()
+
+    async def _listen_streams(self, listen: bool) -> None:
+        """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
+        settings = self.services.settings
+        self.connections = Connections(
+            self.message_received,
+            client_tls=self.client_tls,
+            closed=self._connection_closed,
+            failed=self._connection_failed,
+            in_use=self._connection_in_use,
+            max_message=settings.max_message_bytes,
+            answer_oversized=self._too_large,
+            banned=lambda host: self.guard.banned(host, self.loop.time()),
+        )
+        if not listen:
+            return
+        wanted: list[tuple[Transport, int]] = []
+        if settings.sip_tcp_port is None:
+            # The UDP port (any free one when UDP's was chosen by the system).
+            wanted.append(("tcp", self.port if self.requested_port else 0))
+        elif settings.sip_tcp_port:
+            wanted.append(("tcp", settings.sip_tcp_port))
+        if settings.tls_certificate is not None and settings.sip_tls_port:
+            wanted.append(("tls", settings.sip_tls_port))
+        for transport, port in wanted:
+            tls = None
+            if transport == "tls":
+                assert settings.tls_certificate is not None
+                tls = server_context(settings.tls_certificate, settings.tls_key)
+            self.ports[transport] = await self.connections.listen(transport, self.host, port, tls)
+
+    # --- the agent ------------------------------------------------------------------------
+
+    def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
+        self.message_received(data, Target(*source))
+
+    def _trunks_changed(self) -> None:
+        self._trusted_trunks()
+        self._flush()
+
+    def _trusted_trunks(self) -> None:
+        """The guard admits requests from every trunk's addresses (resolved, and listed)
+        and from the SIP proxies in front of callhook ([sip] proxies)."""
+        extra, self.guard.names = self.trunks.trusted()
+        self.guard.extra = extra + self._proxies
+
+    def _connection_closed(self, target: Target) -> None:
+        """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered
+        over it registers again now."""
+        if self.agent is not None:
+            self.agent.flow_closed(target, self.loop.time())
+            self._flush()
+
+    def _connection_failed(self, target: Target) -> None:
+        """A connection could not be opened: what was to go over it fails now."""
+        if self.agent is not None:
+            self.agent.transport_failed(target, self.loop.time())
+            self._flush()
+
+    def _too_large(self, head: bytes) -> bytes | None:
+        return self.agent.too_large(head) if self.agent is not None else None
+
+    def _connection_in_use(self, target: Target) -> bool:
+        """Whether a call or a registration depends on the connection to ``target`` (an idle
+        one is then kept: the peer may have no other way to reach us)."""
+        agent = self.agent
+        if agent is None:
+            return False
+        if any(call.peer == target and call.flow_open for call in agent.calls.values()):
+            return True
+        return target in agent.registrations.targets()
+
+    def message_received(self, data: bytes, source: Target) -> None:
+        """A SIP message from ``source`` (a datagram, or framed off a connection): put to
+        the guard first (access, rate, bans: ``[security]``), before any parsing."""
+        agent = self.agent
+        if agent is None:
+            return  # a listener accepted before the agent was made: the peer retransmits
+        now = self.loop.time()
+        request = not data.startswith(b"SIP/2.0 ") and bool(data.strip(b"\r\n"))
+        verdict = self.guard.admit(source.host, now, request=request)
+        notes = self.guard.take_notes()
+        for host, cause in notes:
+            logger.warning("SIP from %s: %s", host, cause)
+        if verdict == "drop":
+            return
+        limit = self.services.settings.max_message_bytes
+        if len(data) > limit:  # over UDP (a stream's framer refuses them itself)
+            self.guard.note(source.host, f"a message of {len(data)} bytes (max {limit})", now)
+            for host, cause in self.guard.take_notes():
+                logger.warning("SIP from %s: %s dropped", host, cause)
+            return
+        if verdict == "reject":
+            agent.refuse(data, source, now)
+        else:
+            agent.receive(data, source, now)
+        self._flush()
+
+    def _flush(self) -> None:
+        agent, transport = self.agent, self.transport
+        assert agent is not None and transport is not None
+        # Handling an event may make the agent send (a 180 for a new call): go on
+        # until both are drained, so nothing waits for the next datagram.
+        while True:
+            datagrams, events = agent.take_datagrams(), agent.take_events()
+            if not datagrams and not events:
+                break
+            for data, target in datagrams:
+                if target.transport == "udp":
+                    transport.sendto(data, (target.host, target.port))
+                else:
+                    assert self.connections is not None
+                    self.connections.send(data, target)
+            for event in events:
+                self._dispatch(event)
+        self._registrar_flush()
+        self.trunks.log_changes(self.loop.time())
+        deadline = agent.deadline
+        if deadline != self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = None if deadline is None else self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        assert self.agent is not None
+        self._timer = None
+        self._timer_at = None
+        self.agent.handle_timer(self.loop.time())
+        self._flush()
+
+    def _dispatch(self, event: CallEvent) -> None:
+        far = self.far_legs.get(event.call_id)
+        if far is not None:
+            self.far_event(far, event)  # a far leg of a connect (telephony/connecting.py)
+            return
+        call = self.calls.get(event.call_id)
+        if isinstance(event, IncomingCall):
+            self._incoming(event)
+        elif call is None:
+            return
+        elif isinstance(event, CallTerminated):
+            if event.by_remote:
+                call.leg.far_end_ended(CallEnded(event.cause, event.raw_cause))
+            if call.answered is not None and not call.answered.done():
+                call.answered.set_exception(Unanswered(event.cause, event.raw_cause))
+        elif isinstance(event, Reoffer):
+            self._reoffer(call, event.offer)
+        elif isinstance(event, ReferResponse | ReferProgress):
+            self.refer_event(call, event)  # a transfer (telephony/referring.py)
+        elif isinstance(event, InfoReceived):
+            digit = parse_dtmf_relay(event.content_type, event.body)
+            if digit is not None:
+                call.media.session.inject_digit(digit)
+                call.leg.wake()
+        elif isinstance(event, CallAnswered):
+            if call.answered is not None and not call.answered.done():
+                call.answered.set_result(event.answer)
+        elif isinstance(event, CallProgress):
+            logger.info("call %s: %d", event.call_id, event.status)
+
+    # --- inbound calls --------------------------------------------------------------------
+
+    def _incoming(self, event: IncomingCall) -> None:
+        agent, media = self.agent, self.media
+        assert agent is not None and media is not None
+        now = self.loop.time()
+        limit = self.services.settings.max_calls
+        if limit and len(self.calls) >= limit:
+            logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
+            agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
+            return
+        trunk = self.trunks.of_source(event.source)
+        if trunk is not None:
+            logger.info("call %s: from trunk %s", event.call_id, trunk.name)
+        # A trunk's own policy; any other caller may choose SRTP by offering it.
+        srtp: SrtpMode = trunk.srtp if trunk is not None else "offer"
+        to_user = _user_of(event.to_uri)
+        settings = self.services.settings
+        user = settings.users.get(event.caller_user) if event.caller_user else None
+        if user is not None:
+            logger.info("call %s: from user %s", event.call_id, user.name)
+        if user is not None and user.app is not None:
+            app: AppConfig | None = settings.apps[user.app]
+        else:
+            app = settings.app_for(event.user, to_user) or self.services.default_app()
+        if app is None:
+            logger.warning("call %s to %r: no application for that user", event.call_id, event.user)
+            agent.reject(event.call_id, 404, now, "Not Found (no application for this user)")
+            return
+        try:
+            offer = sdp.parse(event.offer.decode("utf-8", "replace"))
+        except sdp.SdpError as exc:
+            logger.warning("call %s: unusable SDP offer: %s", event.call_id, exc)
+            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({exc})")
+            return
+        try:
+            sock, port = media.allocate()
+        except OSError as exc:
+            logger.error("call %s: %s", event.call_id, exc)
+            agent.reject(event.call_id, 503, now, "Service Unavailable (no media port)")
+            return
+        session_id = random.randint(1, 2**31)
+        try:
+            answer, negotiated = offeranswer.answer(
+                offer, self.address, port, session_id, 1, srtp=srtp
+            )
+        except sdp.SdpError as exc:  # NoCommonCodec, SrtpMismatch
+            media.release(sock, port)
+            logger.warning("call %s: %s", event.call_id, exc)
+            why = "SRTP" if isinstance(exc, offeranswer.SrtpMismatch) else "no common codec"
+            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
+            return
+        session = media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
+        info = CallInfo(
+            call_id=event.call_id,
+            direction="in",
+            call_from=event.from_uri,
+            call_to=event.to_uri,
+            call_target=event.user,
+            divert=event.divert,
+            attestation=event.attestation,
+        )
+        call_id = event.call_id
+        leg = new_leg(
+            self.services,
+            info,
+            app.name,
+            session,
+            self.prompts,
+            answer=lambda: self._answer(call_id),
+            hang_up=lambda: self._hang_up(call_id),
+            dead=lambda: self._dead(call_id),
+        )
+        call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
+        call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
+        self.attach_far_legs(call)
+        self.calls[call_id] = call
+        agent.ring(call_id, now)
+        call.task = self.loop.create_task(self._run(call, sock))
+
+    def attach_far_legs(self, call: SipCall) -> None:
+        """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
+        through this service."""
+        call.leg.far = CallFarLegs(self, call)
+        call.leg.referrer = CallReferrer(self, call)
+        call.leg.transcripts = OutboxPoster(self.services, call.app.name)
+
+    async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
+        assert self.media is not None
+        try:
+            await self.media.open(call.media.session, sock, call.media.port, call.leg.wake)
+            if call.script is not None:
+                summary = await call.script(call.leg)
+            else:
+
+                def started(runner: CallRunner) -> None:
+                    call.instance_id = runner.instance_id
+                    self.recent_logs[call.call_id] = (call.app.name, runner.instance_id)
+                    while len(self.recent_logs) > RECENT_LOGS:
+                        self.recent_logs.popitem(last=False)
+
+                summary = await self.services.run_call(
+                    call.app,
+                    call.leg,
+                    started=started,
+                    instance_id=call.instance_id,
+                    token=call.token,
+                )
+            return summary
+        except Exception as exc:
+            # A fault inside callhook (a bug): named in the log at once, and the caller
+            # released (500 before the answer, BYE after) rather than left ringing.
+            logger.exception("call %s: failed inside callhook (%r); ending it", call.call_id, exc)
+            self._release(call.call_id)
+            return CallSummary(call.instance_id or "", "failed", "500")
+        finally:
+            call.leg.finish()
+            self.drop_all_callees(call)
+            self.media.close(call.media.port)
+            self.calls.pop(call.call_id, None)
+            # The leg's helpers point back at the call: without them the call's objects
+            # go when the last reference does, not in one of the collector's full passes
+            # (which stop every call's audio for as long as they take).
+            call.leg.far = call.leg.referrer = None
+            self._flush()
+
+    async def _answer(self, call_id: str) -> None:
+        call = self.calls.get(call_id)
+        if call is None or self.agent is None:
+            return
+        self.agent.answer(call_id, call.answer_sdp, self.loop.time())
+        self._flush()
+
+    def _dead(self, call_id: str) -> None:
+        """The call's RTP stopped for ``rtp_timeout``: hang up, and tell the runner it dropped."""
+        call = self.calls.get(call_id)
+        if call is None or self.agent is None:
+            return
+        seconds = self.services.settings.rtp_timeout
+        logger.warning("call %s: no RTP for %g s (rtp_timeout): hanging up", call_id, seconds)
+        self.agent.hang_up(call_id, self.loop.time())
+        self._flush()
+        call.leg.far_end_ended(CallEnded("dropped", "rtp_timeout"))
+
+    def _release(self, call_id: str) -> None:
+        if self.agent is None:
+            return
+        sip_call = self.agent.calls.get(call_id)
+        if sip_call is not None and sip_call.state in ("offered", "early"):
+            self.agent.reject(call_id, 500, self.loop.time(), "Server Internal Error")
+        else:
+            self.agent.hang_up(call_id, self.loop.time(), cause="failed")
+        self._flush()
+
+    def _hang_up(self, call_id: str) -> str:
+        assert self.agent is not None
+        sip_call = self.agent.calls.get(call_id)
+        raw = "603" if sip_call is not None and sip_call.state in ("offered", "early") else "200"
+        self.agent.hang_up(call_id, self.loop.time())
+        self._flush()
+        return raw
+
+    def _reoffer(self, call: SipCall, body: bytes) -> None:
+        assert self.agent is not None
+        now = self.loop.time()
+        try:
+            answer, on_hold = reoffer(call, body, self.address, now)
+        except sdp.SdpError as exc:
+            logger.warning("call %s: re-offer refused: %s", call.call_id, exc)
+            self.agent.reject_reoffer(call.call_id, 488, now)
+            self._flush()
+            return
+        logger.info("call %s: re-offer: %s", call.call_id, "on hold" if on_hold else "active")
+        self.agent.answer_reoffer(call.call_id, answer, now)
+        self._flush()
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    async def _unregister(self, wait: float = 2.0) -> None:
+        """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
+        self.trunks.cancel()
+        if self.following is not None:
+            self.following.cancel()
+        agent = self.agent
+        if agent is None or not agent.registrations.by_name:
+            return
+        agent.unregister_all(self.loop.time())
+        self._flush()
+        registrations = agent.registrations.by_name.values()
+        for _ in range(int(wait / 0.05)):
+            if all(r.state == "unregistered" for r in registrations):
+                break
+            await asyncio.sleep(0.05)
+
+    async def shutdown(self, grace: float = 30.0) -> None:
+        """Stop taking calls (503), let running calls finish for ``grace`` s, then end them;
+        remove the trunks' registrations (``Expires: 0``)."""
+        if self.agent is not None:
+            self.agent.accepting = False
+        tasks = [c.task for c in self.calls.values() if c.task is not None]
+        if tasks:
+            logger.info("waiting up to %g s for %d call(s) to finish", grace, len(tasks))
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for call in list(self.calls.values()):
+                call.leg.abort("callhook is shutting down")
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+        if self.phone is not None:
+            await self.phone.hang_up_all("callhook is shutting down")
+        if self.webclients is not None:
+            await self.webclients.sign_out_all("callhook is shutting down")
+        if self.media is not None:
+            self.media.shutdown()
+        await self._unregister()
+        if self.transport is not None:
+            # Let the last BYEs out before the socket closes.
+            await asyncio.sleep(0.05)
+            self.transport.close()
+        if self.connections is not None:
+            await self.connections.close()
+
+
+def _user_of(uri: str) -> str:
+    """The user part of a SIP URI (the To header's: a dialled number), or ""."""
+    try:
+        return parse_uri(uri).user or ""
+    except ValueError:
+        return ""

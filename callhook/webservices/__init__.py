@@ -1,0 +1,1 @@
+"""Aculab's web services, served by callhook: an Aculab back end changes its base URL."""
