@@ -7,7 +7,7 @@
 1. Spoken digits: the FSDD recordings (read from ``../shared``; the benchmark
    says so and exits when absent), each padded with 1 s of −50 dBFS Gaussian line noise on
    both sides (seeded per clip), through a G.711 µ-law round trip, then cut by exactly the
-   path a call uses (:func:`callhook.speech.stream.cut_utterances`: 20 ms frames, the call's
+   path a call uses (:func:`callhook.media.utterances.cut_utterances`: 20 ms frames, the call's
    voice-activity detector, the utterance cutter). The longest utterance of a clip is
    recognised; a clip with none counts as wrong. Accuracy per speaker, exact match, with
    hints ``zero``..``nine`` and without hints (numerals and number words mapped: ``7`` and
@@ -43,8 +43,8 @@ import numpy.typing as npt
 
 from callhook.events import RecognitionOptions
 from callhook.media import tones
+from callhook.media.utterances import cut_utterances
 from callhook.speech.asr import SAMPLE_RATE, Recogniser
-from callhook.speech.stream import cut_utterances
 
 Samples = npt.NDArray[np.int16]
 FSDD = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "speech" / "fsdd"

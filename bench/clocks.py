@@ -79,7 +79,7 @@ FUNCTIONS = (
     "callhook.telephony.leg:SipLeg._start_recording",
     "callhook.telephony.leg:SipLeg.answer",
     "callhook.telephony.leg:SipLeg.hang_up",
-    "callhook.app:Services.runner",
+    "callhook.calls.services:Services.runner",
     "callhook.calls.runner:CallRunner.run",
     "callhook.calls.runner:CallRunner._page",
     "callhook.calls.runner:CallRunner._final_page",

@@ -7,7 +7,7 @@ far while it goes on).
 
 The script (:data:`SENTENCES`) is spoken by the default voice (piper), with a pause
 between sentences, in −50 dBFS line noise, through a G.711 µ-law round trip, and fed
-20 ms at a time to a :class:`~callhook.speech.transcription.TranscriptStream`. Each final
+20 ms at a time to a :class:`~callhook.media.transcriber.TranscriptStream`. Each final
 phrase is decoded without hints (free speech) by the default recogniser, one thread.
 
 Printed:
@@ -35,9 +35,9 @@ import numpy.typing as npt
 from callhook.events import RecognitionOptions
 from callhook.media import g711, tones
 from callhook.media.player import FRAME
+from callhook.media.transcriber import Final, Interim, TranscriptStream
 from callhook.media.vad import new_detector
 from callhook.speech.asr import Recogniser
-from callhook.speech.transcription import Final, Interim, TranscriptStream
 
 Samples = npt.NDArray[np.int16]
 NOISE_DBFS = -50.0

@@ -40,8 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.media import g711, tones
+from callhook.media.silero import SileroStream
 from callhook.media.vad import VoiceActivityDetector, level_dbfs
-from callhook.speech.silero import SileroStream
 
 Samples = npt.NDArray[np.int16]
 Floats = npt.NDArray[np.float64]

@@ -1,448 +1,136 @@
-"""The composition root: builds every part from :class:`~callhook.config.settings.Settings`.
+"""The composition root: builds callhook's parts from :class:`~callhook.config.settings.Settings`.
 
-Nothing else in callhook constructs services or reads configuration; the
-CLI calls in here, and tests build the same parts themselves.
+The command (:mod:`callhook.cli`) asks here for what it runs; the parts it builds are
+handed what they use, and none of them imports this module.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import socket
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from aiohttp import web
-from aiohttp.typedefs import Middleware
-
-from callhook.actions.machine import ActionContext
-from callhook.calls.calllog import CallLog, Listener
-from callhook.calls.metrics import Metrics
-from callhook.calls.runner import CallRunner, CallSummary, new_instance_id
+from callhook.calls.services import Services
 from callhook.clock import Clock, MonotonicClock
-from callhook.config.settings import AppConfig, ConfigError, Settings, data_secret
+from callhook.config.settings import ConfigError, Settings, data_secret
 from callhook.edge.egress import Egress
 from callhook.edge.egresspolicy import EgressPolicy
-from callhook.edge.notifier import Notifier
 from callhook.edge.pages import HttpPages
 from callhook.edge.remotemedia import RemoteMedia
 from callhook.edge.speechworkers import SpeechService, build_recogniser, build_synthesiser
-from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
-from callhook.httpserver import server as web_adapter
-from callhook.httpserver.restapi import Api
-from callhook.media import wav
-from callhook.media.simulated import PromptTimer
-from callhook.ports import CallInfo, Leg, Pages
-from callhook.store import crypto, wavfile
+from callhook.store import wavfile
 from callhook.store.database import Database, Membership, Ownership
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox, RetryPolicy, lease_for
-from callhook.store.wavfile import WavWriter
+from callhook.telephony.assembly import Assembly
+from callhook.telephony.service import SipService
 
 logger = logging.getLogger("callhook")
 
-#: How long closing waits for notifications that are due to be delivered.
-CLOSE_FLUSH_SECONDS = 3.0
-#: How often a process sharing a data directory looks for the recordings of processes
-#: that died (with PostgreSQL: a third of ``[database] node_timeout``, its heartbeat).
-KEEP_SECONDS = 10.0
 
-
-@dataclass
-class Services:
-    """The long-lived parts shared by all calls."""
-
-    settings: Settings
-    clock: Clock = field(default_factory=MonotonicClock)
-    store: MediaStore = field(init=False)
-    pages: HttpPages = field(init=False)
-    #: The egress policy every page, media and notification fetch obeys (``[egress]``).
-    egress: Egress = field(init=False)
-    remote_media: RemoteMedia = field(init=False)
-    secret: str = field(init=False)
-    speech: SpeechService = field(init=False)
-    db: Database = field(init=False)
-    ownership: Membership = field(init=False)
-    journal: RecordingJournal = field(init=False)
-    outbox: Outbox = field(init=False)
-    notifier: Notifier | None = None
-    _keeper: asyncio.Task[None] | None = None
-    _recovering: asyncio.Task[None] | None = None
-    _rounds: set[asyncio.Future[None]] = field(default_factory=set)
-    metrics: Metrics = field(default_factory=Metrics)
-    web_runner: web.AppRunner | None = None
-    base_url: str = ""
-    _calls: itertools.count[int] = field(default_factory=itertools.count)
-    #: Every application that ran a call here (their secrets sign notifications).
-    _apps: dict[str, AppConfig] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.store = MediaStore(self.settings.data_dir / "media")
-        self.egress = Egress(
-            EgressPolicy(
-                allow_private=self.settings.egress_allow_private,
-                max_response_bytes=self.settings.max_response_bytes,
-                max_redirects=self.settings.max_redirects,
-            )
+def build_services(settings: Settings, clock: Clock | None = None) -> Services:
+    """The parts every call shares, built from ``settings``: the media store, the egress
+    policy, page requests, speech, the database and who owns what in it, the outbox and
+    the recordings journal (whose recovery of a crash's recordings runs here, before any
+    call)."""
+    store = MediaStore(settings.data_dir / "media")
+    egress = Egress(
+        EgressPolicy(
+            allow_private=settings.egress_allow_private,
+            max_response_bytes=settings.max_response_bytes,
+            max_redirects=settings.max_redirects,
         )
-        self.trust_app_hosts(*self.settings.apps.values())
-        for endpoint in self.settings.egress_endpoints:
-            self.egress.trust_url(f"http://{endpoint}")
-        self.pages = HttpPages(
-            timeout=self.settings.page_timeout,
-            egress=self.egress,
-            max_response_bytes=self.settings.max_response_bytes,
-            max_redirects=self.settings.max_redirects,
-        )
-        self.remote_media = RemoteMedia(
-            max_bytes=self.settings.remote_media_bytes,
-            timeout=self.settings.remote_media_timeout,
-            max_redirects=self.settings.max_redirects,
-            egress=self.egress,
-        )
-        self.secret = data_secret(self.settings.data_dir)
-        settings = self.settings
-        self.speech = SpeechService(
-            build_synthesiser(settings.tts_voice),
-            build_recogniser(settings.recogniser, settings.speech_model),
-            workers=settings.speech_workers,
-        )
-        if settings.speech_preload:
-            self.speech.warm_up()
-        lease_owner = None
-        if settings.database_url is not None:
-            # Nodes sharing PostgreSQL: who is alive is a table, not lock files.
-            try:
-                from callhook.store.postgres import Nodes, connect
-            except ModuleNotFoundError:
-                raise ConfigError(
-                    "[database] url needs PostgreSQL's driver, psycopg:"
-                    " pip install 'callhook[postgresql]'"
-                ) from None
+    )
+    for endpoint in settings.egress_endpoints:
+        egress.trust_url(f"http://{endpoint}")
+    pages = HttpPages(
+        timeout=settings.page_timeout,
+        egress=egress,
+        max_response_bytes=settings.max_response_bytes,
+        max_redirects=settings.max_redirects,
+    )
+    remote_media = RemoteMedia(
+        max_bytes=settings.remote_media_bytes,
+        timeout=settings.remote_media_timeout,
+        max_redirects=settings.max_redirects,
+        egress=egress,
+    )
+    speech = SpeechService(
+        build_synthesiser(settings.tts_voice),
+        build_recogniser(settings.recogniser, settings.speech_model),
+        workers=settings.speech_workers,
+    )
+    if settings.speech_preload:
+        speech.warm_up()
+    db: Database
+    ownership: Membership
+    lease_owner = None
+    if settings.database_url is not None:
+        # Nodes sharing PostgreSQL: who is alive is a table, not lock files.
+        try:
+            from callhook.store.postgres import Nodes, connect
+        except ModuleNotFoundError:
+            raise ConfigError(
+                "[database] url needs PostgreSQL's driver, psycopg:"
+                " pip install 'callhook[postgresql]'"
+            ) from None
 
-            self.db = connect(settings.database_url)
-            # The heartbeat on a connection of its own: no slow statement delays it.
-            self.ownership = Nodes(
-                connect(settings.database_url), settings.node_timeout, owns_db=True
-            )
-            lease_owner = self.ownership.token
-        else:
-            self.db = Database(settings.data_dir / "state.sqlite3")
-            self.ownership = Ownership(settings.data_dir)
-        retry = RetryPolicy(
-            settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
-        )
-        self.outbox = Outbox(
-            self.db, retry, lease_owner=lease_owner, lease_seconds=lease_for(settings.page_timeout)
-        )
-        self.journal = RecordingJournal(
-            self.db, on_queued=self._notify_now, ownership=self.ownership
-        )
-        # A recording deleted (delete_file, the REST API) is finished first, and is
-        # never announced afterwards.
-        self.store.before_delete = wavfile.finished
-        self.store.after_delete = self.journal.deleted
-        # Before any call: finish the recordings a crash interrupted.
-        recovered = self.journal.recover(self.store.path)
-        if recovered:
-            logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
-
-    def trust_app_hosts(self, *apps: AppConfig) -> None:
-        """Let fetches reach the endpoints of ``apps``' pages (host and port) even when they
-        are private or loopback (``[egress]``: the configured applications' own)."""
-        for app in apps:
-            for url in (app.first_page, app.error_page, app.final_page):
-                self.egress.trust_url(url)
-
-    # --- notifications ----------------------------------------------------------------
-
-    def start_notifier(self) -> Notifier:
-        """Start delivering the outbox's notifications (needs the running event loop)."""
-        if self.notifier is None:
-            self.notifier = Notifier(
-                self.outbox,
-                self.pages,
-                self.secret_for,
-                may_deliver=self.ownership.deliver_notifications,
-            )
-            self.notifier.start()
-        self.start_keeper()
-        return self.notifier
-
-    def start_keeper(self) -> None:
-        """Start saying this process is alive and finishing the recordings of those that
-        died (needs the running event loop; :meth:`start_notifier` starts it too)."""
-        if self._keeper is None:
-            every = KEEP_SECONDS
-            if self.settings.database_url is not None:
-                every = self.settings.node_timeout / 3
-            loop = asyncio.get_running_loop()
-            # Two tasks: a long recovery never holds up the heartbeat.
-            self._keeper = loop.create_task(
-                self._every(every, self.ownership.beat, "say this process is alive")
-            )
-            self._recovering = loop.create_task(
-                self._every(every, self._recover, "look for the recordings of stopped processes")
-            )
-
-    def _recover(self) -> None:
-        found = self.journal.recover(self.store.path, at_start=False)
-        if found:
-            logger.warning(
-                "finished %d recording(s) of a process that stopped (a worker or node)", found
-            )
-
-    async def _every(self, seconds: float, work: Callable[[], None], doing: str) -> None:
-        """``work()`` on a thread every ``seconds`` (the database is away: the next time)."""
-        while True:
-            await asyncio.sleep(seconds)
-            # Shielded: close() waits for a round to end rather than leave its thread
-            # working on a database being closed.
-            running = asyncio.ensure_future(asyncio.to_thread(work))
-            self._rounds.add(running)
-            running.add_done_callback(self._rounds.discard)
-            try:
-                await asyncio.shield(running)
-            except Exception as exc:
-                logger.error("could not %s: %s", doing, exc)
-
-    def _notify_now(self) -> None:
-        if self.notifier is not None:
-            self.notifier.wake()
-
-    def notify_now(self) -> None:
-        """A notification was added to the outbox: deliver it now, not at the next poll."""
-        self._notify_now()
-
-    def secret_for(self, app: str) -> str:
-        """The secret that signs requests to application ``app``."""
-        known = self._apps.get(app) or self.settings.apps.get(app)
-        # The demo (and an application no longer configured) signs with the installation's.
-        return known.secret if known is not None else self.secret
-
-    # --- recordings -------------------------------------------------------------------
-
-    def record_silence(self, app: AppConfig, command: StartRecording, seconds: float) -> float:
-        """Write ``seconds`` of silence as the recording ``command`` started (terminal phone)."""
-        law = command.format or "ulaw"
-        writer = WavWriter.for_recording(
-            self.store.path(app.name, command.filename),
-            law,
-            command,
-            on_durable=lambda w: self.journal.durable(app.name, command.filename, w.length),
-        )
-        writer.write(bytes([wav.SILENCE[law]]) * max(0, round(seconds * 8000)))
-        writer.close()
-        return writer.seconds
-
-    async def start_web(
-        self,
-        host: str | None = None,
-        port: int | None = None,
-        dial: web_adapter.Dial | None = None,
-        stats: web_adapter.Stats | None = None,
-        api: Api | None = None,
-        trunks: web_adapter.TrunkStates | None = None,
-        users: web_adapter.Phones | None = None,
-        bans: web_adapter.Bans | None = None,
-        phone: web_adapter.Routes | None = None,
-        call_log: web_adapter.CallLogOf | None = None,
-        webservices: web_adapter.Routes | None = None,
-        extra: tuple[web_adapter.Routes, ...] = (),
-        reuse_port: bool = False,
-        outer: Middleware | None = None,
-        private: socket.socket | None = None,
-    ) -> str:
-        """Start the HTTP server (demo application, calls API, REST API, web phone); returns
-        its base URL."""
-        app = web_adapter.application(
-            self.secret,
-            dial,
-            stats or self.metrics.snapshot,
-            api=api,
-            trunks=trunks,
-            users=users,
-            bans=bans,
-            phone=phone,
-            call_log=call_log,
-            outer=outer,
-            webservices=webservices,
-            extra=extra,
-        )
-        self.web_runner, self.base_url = await web_adapter.start(
-            app,
-            host if host is not None else self.settings.http_host,
-            port if port is not None else self.settings.http_port,
-            reuse_port=reuse_port,
-            private=private,
-        )
-        self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
-        return self.base_url
-
-    def demo_app(self) -> AppConfig:
-        """The built-in demo application, served by our own HTTP server."""
-        base = self.base_url + "/demo/"
-        return AppConfig(
-            name="demo",
-            first_page=base + "start",
-            error_page=base + "error",
-            final_page=base + "final",
-            secret=self.secret,
-        )
-
-    def prompt_timer(self, app: AppConfig) -> PromptTimer:
-        """Prompt durations for simulated media, reading WAV headers from the app's namespace."""
-
-        def file_seconds(item: PlayFile) -> float:
-            try:
-                path = self.store.path(app.name, item.name)
-                if item.cipher is not None:  # the header is encrypted too: decrypt it all
-                    key = crypto.Key.from_cipher(item.cipher)
-                    return wav.read_info(crypto.decrypt_wav(path.read_bytes(), key)).seconds
-                with path.open("rb") as f:
-                    return wav.read_info(f.read(4096), path.stat().st_size).seconds
-            except (OSError, ValueError) as exc:  # OutsideNamespace, WavError, DecryptionError
-                raise FileNotFoundError(f"{item.name} ({exc})") from None
-
-        return PromptTimer(file_seconds=file_seconds)
-
-    def recording_path(self, app: AppConfig, filename: str) -> Path:
-        return self.store.path(app.name, filename)
-
-    def default_app(self) -> AppConfig | None:
-        """The application for calls no configured one takes: the built-in demo, if served."""
-        if self.settings.default_app is None and self.base_url:
-            return self.demo_app()
-        return None
-
-    def runner(
-        self,
-        app: AppConfig,
-        leg: Leg,
-        listeners: list[Listener] | None = None,
-        *,
-        primary_call_id: str | None = None,
-        on_ready: Callable[[tuple[str, str, str] | None], object] | None = None,
-        dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
-        pages: Pages | None = None,
-        needs_cipher: bool = False,
-        instance_id: str | None = None,
-    ) -> CallRunner:
-        """A call runner for ``app`` on ``leg``, with its log in the app's namespace
-        (``primary_call_id``, ``on_ready``: a connect's far leg running its pages;
-        ``pages``: the page requests go through it instead of straight to HTTP;
-        ``instance_id``: the instance's id when it was given out before the call ran)."""
-        instance_id = instance_id or new_instance_id()
-        log_filename = f"logs/{instance_id}.log"
-        log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
-        log.listeners.extend(listeners or [])
-        ctx = ActionContext(new_recording_name=self.store.new_recording_name)
-        self._apps[app.name] = app
-        return CallRunner(
-            app,
-            leg,
-            pages or self.pages,
-            self.clock,
-            log,
-            log_filename=log_filename,
-            ctx=ctx,
-            recordings=self.journal,
-            files=self.store,
-            primary_call_id=primary_call_id,
-            on_ready=on_ready,
-            dropped_calls=dropped_calls,
-            needs_cipher=needs_cipher,
-        )
-
-    async def run_call(
-        self,
-        app: AppConfig,
-        leg: Leg,
-        listeners: list[Listener] | None = None,
-        *,
-        pages: Pages | None = None,
-        started: Callable[[CallRunner], object] | None = None,
-        instance_id: str | None = None,
-        token: str | None = None,
-    ) -> CallSummary:
-        """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
-        ``started`` is told the call's runner before it runs: its log, its instance id)."""
-        self.metrics.call_started()
-        runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
-        runner.exchange.token = token  # an outbound service's token reaches its first page
-        if started is not None:
-            started(runner)
-        summary = await runner.run()
-        self.metrics.call_ended(summary)
-        return summary
-
-    async def unanswered(
-        self,
-        app: AppConfig,
-        info: CallInfo,
-        cause: str,
-        raw: str,
-        instance_id: str | None = None,
-        token: str | None = None,
-    ) -> CallSummary:
-        """An outbound call nobody answered: the application's final page says why."""
-        runner = self.runner(app, _NoLeg(info), instance_id=instance_id)
-        runner.exchange.token = token
-        return await runner.unanswered(cause, raw)
-
-    async def close(self) -> None:
-        for task in (self._keeper, self._recovering):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        await asyncio.gather(*self._rounds, return_exceptions=True)
-        self._keeper = self._recovering = None
-        await asyncio.to_thread(self.speech.close)
-        # Recordings closed by the calls' end are made durable (and journaled) first.
-        if not await asyncio.to_thread(wavfile.drain):
-            logger.error("recordings still being finished at exit: start-up recovery will do it")
-        if self.notifier is not None:
-            await self.db.run(lambda conn: None)  # the journal's queued work is done
-            # Notifications due now get a moment; what is left is sent after the next start.
-            await self.notifier.flush(CLOSE_FLUSH_SECONDS)
-            await self.notifier.close()
-            self.notifier = None
-        await self.pages.close()
-        await self.remote_media.close()
-        self.db.close()  # (the journal's held updates, if any, are given up before...)
-        self.ownership.close()  # (...this process's recordings are others' to finish)
-        if self.web_runner is not None:
-            await self.web_runner.cleanup()
-            self.web_runner = None
+        db = connect(settings.database_url)
+        # The heartbeat on a connection of its own: no slow statement delays it.
+        nodes = Nodes(connect(settings.database_url), settings.node_timeout, owns_db=True)
+        ownership = nodes
+        lease_owner = nodes.token
+    else:
+        db = Database(settings.data_dir / "state.sqlite3")
+        ownership = Ownership(settings.data_dir)
+    retry = RetryPolicy(
+        settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
+    )
+    outbox = Outbox(
+        db, retry, lease_owner=lease_owner, lease_seconds=lease_for(settings.page_timeout)
+    )
+    journal = RecordingJournal(db, ownership=ownership)
+    services = Services(
+        settings,
+        store=store,
+        pages=pages,
+        egress=egress,
+        remote_media=remote_media,
+        secret=data_secret(settings.data_dir),
+        speech=speech,
+        db=db,
+        ownership=ownership,
+        journal=journal,
+        outbox=outbox,
+        clock=clock or MonotonicClock(),
+    )
+    services.trust_app_hosts(*settings.apps.values())
+    # A recording queued for announcing is announced now, not at the notifier's next poll.
+    journal.on_queued = services.notify_now
+    # A recording deleted (delete_file, the REST API) is finished first, and is
+    # never announced afterwards.
+    store.before_delete = wavfile.finished
+    store.after_delete = journal.deleted
+    # Before any call: finish the recordings a crash interrupted.
+    recovered = journal.recover(store.path)
+    if recovered:
+        logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
+    return services
 
 
-class _NoLeg:
-    """The leg of an outbound call that was never answered: only the final page is sent."""
+def build_sip_service(services: Services, host: str, port: int) -> SipService:
+    """The telephony service on ``host``:``port`` over ``services`` (not started)."""
+    return SipService(services, host, port, rtp_ports=services.settings.rtp_ports)
 
-    def __init__(self, info: CallInfo) -> None:
-        self.info = info
 
-    def send(self, commands: Sequence[MediaCommand]) -> None:
-        raise RuntimeError("an unanswered call has no media")
+class _Assembly:
+    """:class:`~callhook.telephony.assembly.Assembly` by this module's builders."""
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
-        raise RuntimeError("an unanswered call has no media")
+    def services(self, settings: Settings) -> Services:
+        return build_services(settings)
 
-    def take_pending(self) -> list[MediaEvent]:
-        return []
+    def sip_service(self, services: Services, host: str, port: int) -> SipService:
+        return build_sip_service(services, host, port)
 
-    async def answer(self) -> None:
-        raise RuntimeError("an unanswered outbound call cannot be answered by us")
 
-    async def hang_up(self) -> str:
-        return ""
-
-    async def wait_ended(self) -> CallEnded:
-        raise RuntimeError("an unanswered call has already ended")
-
-    def recorded_seconds(self, filename: str) -> float | None:
-        return None
+#: What the commands are handed to build their parts (``serve``, ``callhook test``).
+ASSEMBLY: Assembly = _Assembly()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
-from callhook.app import Services
+from callhook.app import ASSEMBLY, build_services, build_sip_service
 from callhook.config.settings import (
     RECOGNISERS,
     AppConfig,
@@ -94,7 +94,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.devtools.terminal import Keyboard, TerminalLeg, log_printer
 
-    services = Services(settings)
+    services = build_services(settings)
     services.start_notifier()
     try:
         if args.url:
@@ -175,8 +175,12 @@ def cmd_test(args: argparse.Namespace) -> int:
         # logs are the run's own, and nothing is left in the user's folder.
         with tempfile.TemporaryDirectory(prefix="callhook-test-") as scratch:
             settings.data_dir = Path(scratch)
-            return run_loop(test_command(flows, settings, junit, serve=None, jobs=args.jobs))
-    return run_loop(test_command(flows, settings, junit, serve=serve, jobs=args.jobs))
+            return run_loop(
+                test_command(flows, settings, junit, serve=None, jobs=args.jobs, assembly=ASSEMBLY)
+            )
+    return run_loop(
+        test_command(flows, settings, junit, serve=serve, jobs=args.jobs, assembly=ASSEMBLY)
+    )
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -191,15 +195,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
     from callhook.serving.serve import serve
 
-    return run_loop(serve(args, _settings(args)))
+    return run_loop(serve(args, _settings(args), ASSEMBLY))
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.dialplan.trunks import RouteError
     from callhook.sip.agent import Credentials
-    from callhook.telephony.service import SipService
-    from callhook.telephony.trunking import RouteError
 
-    services = Services(settings)
+    services = build_services(settings)
     services.start_notifier()
     try:
         if args.app_url:
@@ -209,7 +212,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
             await services.start_web("127.0.0.1", 0)
             app = services.demo_app()
         host, port = host_port(args.sip, 0)
-        sip = SipService(services, host, port, rtp_ports=settings.rtp_ports)
+        sip = build_sip_service(services, host, port)
         await sip.start(register=False, listen=False)
         try:
             route = sip.trunks.route(args.target, args.trunk)

@@ -62,9 +62,9 @@ import aiohttp
 from aiohttp import web
 
 from callhook.cluster.frontbans import FrontBans
+from callhook.dialplan.trunks import ELSEWHERE
 from callhook.httpserver.aculabshape import WEB_SERVICE_PARAMS
 from callhook.httpserver.server import Handler
-from callhook.telephony.trunking import ELSEWHERE
 
 logger = logging.getLogger("callhook.workers")
 

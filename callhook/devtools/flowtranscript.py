@@ -21,8 +21,8 @@ from collections import deque
 from typing import Any
 
 from callhook.events import Alternative, Transcribe
+from callhook.media.transcriber import Direction, command_result, phrase
 from callhook.ports import PageError, Pages
-from callhook.speech.transcription import Direction, command_result, phrase
 
 logger = logging.getLogger("callhook.flow")
 

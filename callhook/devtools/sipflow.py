@@ -35,8 +35,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from callhook.app import Services
 from callhook.calls.runner import CallSummary
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig, Serve
 from callhook.devtools.flow import (
     Ended,

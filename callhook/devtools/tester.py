@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from callhook.app import Services
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig, Serve, Settings
 from callhook.devtools.flow import Flow, FlowError, load_flow
 from callhook.devtools.flowcaller import FlowResult, run_flow
 from callhook.events import StartRecording
 from callhook.redact import redact
+from callhook.telephony.assembly import Assembly
 
 
 @dataclass
@@ -73,15 +74,17 @@ async def run_files(
     out: TextIO,
     serve: Serve | None = None,
     jobs: int = 1,
+    *,
+    assembly: Assembly,
 ) -> list[Outcome]:
     """Run every flow file, reporting each on ``out`` (in order): in this process, or as
     real SIP calls to ``serve``, ``jobs`` of them at once."""
-    services = Services(settings)
+    services = assembly.services(settings)
     services.start_keeper()  # (a node sharing PostgreSQL beats, or others take it for gone)
     try:
         if serve is None:
             return await _in_process(paths, services, out)
-        return await _over_sip(paths, services, out, serve, jobs)
+        return await _over_sip(paths, services, out, serve, jobs, assembly)
     finally:
         await services.close()
 
@@ -121,16 +124,18 @@ async def _in_process(paths: Sequence[Path], services: Services, out: TextIO) ->
 
 
 async def _over_sip(
-    paths: Sequence[Path], services: Services, out: TextIO, serve: Serve, jobs: int
+    paths: Sequence[Path],
+    services: Services,
+    out: TextIO,
+    serve: Serve,
+    jobs: int,
+    assembly: Assembly,
 ) -> list[Outcome]:
     from callhook.devtools.sipflow import run_sip_flow
-    from callhook.telephony.service import SipService
 
     host = serve.sip[0]
     loopback = host.startswith("127.") or host in ("::1", "localhost")
-    sip = SipService(
-        services, "127.0.0.1" if loopback else "0.0.0.0", 0, rtp_ports=services.settings.rtp_ports
-    )
+    sip = assembly.sip_service(services, "127.0.0.1" if loopback else "0.0.0.0", 0)
     await sip.start()
     running = asyncio.Semaphore(max(1, jobs))
 
@@ -232,9 +237,11 @@ async def test_command(
     out: TextIO = sys.stdout,
     serve: Serve | None = None,
     jobs: int = 1,
+    *,
+    assembly: Assembly,
 ) -> int:
     """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable)."""
-    outcomes = await run_files(paths, settings, out, serve, jobs)
+    outcomes = await run_files(paths, settings, out, serve, jobs, assembly=assembly)
     if junit_file is not None:
         junit_file.write_bytes(junit(outcomes))
     passed = sum(o.passed for o in outcomes)

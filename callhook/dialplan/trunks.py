@@ -49,6 +49,18 @@ KEYS = {
 _USER = re.compile(r"[A-Za-z0-9\-_.!~*'()&=+$,?/%]+")
 
 
+#: Marks a ``GET /api/trunks`` entry whose registration another worker holds.
+ELSEWHERE = "registered_elsewhere"
+
+
+class RouteError(ValueError):
+    """An outbound call that cannot be placed as asked, and why (for a 400 / 404)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class TrunkError(ValueError):
     """A ``[trunks.X]`` table that cannot be used, and why."""
 

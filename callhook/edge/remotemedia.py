@@ -19,7 +19,7 @@ here). A prompt is played on many calls, so:
 * **the egress policy** (``[egress]``, :mod:`callhook.edge.egress`): every
   connection, redirects included, goes only where it allows.
 
-A fetch that fails raises :class:`~callhook.telephony.prompts.PromptError`
+A fetch that fails raises :class:`~callhook.media.player.PromptError`
 whose message names the URL and the cause; the leg logs it to the call's log
 and the prompt ends there (the caller hears nothing of that item).
 """
@@ -40,7 +40,7 @@ import numpy.typing as npt
 from callhook import __version__
 from callhook.edge.egress import Egress
 from callhook.media import wav
-from callhook.telephony.prompts import PromptError
+from callhook.media.player import PromptError
 
 #: Defaults of ``[media]`` in the configuration (docs/configuration.md).
 MAX_BYTES = 16 << 20  # about 35 minutes of 8 kHz G.711

@@ -35,9 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
+from callhook.media.utterances import cut_utterances
 from callhook.speech import faults
 from callhook.speech.asr import Recogniser
-from callhook.speech.stream import cut_utterances
 from callhook.speech.supervisor import RecogniserSupervisor
 from callhook.speech.synthesis import Synthesiser, VoiceChoice
 from callhook.speech.tts import SpeechEngine

@@ -32,12 +32,12 @@ from typing import Any, BinaryIO, NoReturn, Protocol
 from aiohttp import web
 
 from callhook.config.settings import AppConfig
+from callhook.dialplan.trunks import RouteError
 from callhook.httpserver.aculabshape import aculab_error, is_webservice
 from callhook.httpserver.openapi import document
 from callhook.media import wav
 from callhook.sip.message import parse_uri
 from callhook.store.files import LIST_MAX, BadName, FileInfo, FileStore, Listing
-from callhook.telephony.trunking import RouteError
 
 logger = logging.getLogger("callhook.api")
 

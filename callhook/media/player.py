@@ -64,6 +64,10 @@ Segment: TypeAlias = bytes | Digits
 _GAP_AFTER_EVENT = GAP_TICKS - (END_PACKETS - 1)
 
 
+class PromptError(Exception):
+    """An item that cannot be played, and why (the prompt ends there)."""
+
+
 @dataclass
 class _Prompt:
     prompt_id: int

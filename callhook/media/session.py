@@ -31,7 +31,7 @@ for it (:mod:`callhook.media.inlet`: the session's fields it uses live in its C 
 Speech: while an action listens (a recording, a recognition stream, the
 record action's :meth:`detect_voice`) the detector's speech model runs, and
 its edges are ``VoiceActivity`` events; while a recognition stream runs the
-frames are also cut into utterances (:mod:`callhook.speech.stream`):
+frames are also cut into utterances (:mod:`callhook.media.utterances`):
 ``SpeechStarted`` in :attr:`events`, finished utterances in :attr:`utterances`
 for the leg to hand to a recogniser.
 
@@ -78,9 +78,9 @@ from callhook.media.reporting import CallReports
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
+from callhook.media.transcriber import CallTranscriber
+from callhook.media.utterances import Utterance, UtteranceCutter
 from callhook.media.vad import VoiceActivityDetector, new_detector
-from callhook.speech.stream import Utterance, UtteranceCutter
-from callhook.speech.transcription import CallTranscriber
 
 logger = logging.getLogger("callhook.media")
 

@@ -25,7 +25,7 @@ the floor's window, then becomes the floor. Any loud enough sound is
 "activity": on the benchmark (``bench/vad.py``) hum and clicks at −45 dBFS
 fire it on most clips.
 
-**Gated** (a :class:`SpeechModel`, e.g. :class:`callhook.speech.silero.SileroStream`):
+**Gated** (a :class:`SpeechModel`, e.g. :class:`callhook.media.silero.SileroStream`):
 the gate only decides where the model runs; a frame is speech when it is loud
 *and* the model says speech (probability ≥ 0.5 switches the model's verdict on,
 < 0.35 off: hysteresis, so one doubtful window mid-word does not count). The
@@ -457,8 +457,8 @@ def run_ahead(frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16
     complete, run for every detector at once (one batched Silero run: its cost is mostly
     per run, not per window; ``speech/silero.py``). Each detector's model takes its
     result only if the window it completes is exactly that one. Returns how many were run."""
-    from callhook.speech.silero import SileroStream
-    from callhook.speech.silero import run_ahead as run
+    from callhook.media.silero import SileroStream
+    from callhook.media.silero import run_ahead as run
 
     windows = []
     for detector, frame in frames:
@@ -481,7 +481,7 @@ def new_detector() -> VoiceActivityDetector:
     """
     global _no_model_logged
     try:
-        from callhook.speech.silero import SileroStream  # onnxruntime: loaded when needed
+        from callhook.media.silero import SileroStream  # onnxruntime: loaded when needed
 
         return VoiceActivityDetector(SileroStream())
     except (ImportError, OSError) as exc:

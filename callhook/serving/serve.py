@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from callhook import __version__
-from callhook.app import Services
 from callhook.calls.metrics import Metrics
+from callhook.calls.services import Services
 from callhook.cluster.frontbans import FrontBans
 from callhook.cluster.siblings import Siblings
 from callhook.cluster.workers import WORKERS_FIRST_PORT, WORKERS_TOKEN
@@ -40,6 +40,7 @@ from callhook.serving.collector import (
 )
 from callhook.serving.readiness import Readiness
 from callhook.serving.supervisor import READY, hang_up_is_no_stop, workers_for
+from callhook.telephony.assembly import Assembly
 from callhook.telephony.users import registered_phones
 
 logger = logging.getLogger("callhook.server")
@@ -167,8 +168,7 @@ async def _start_web(
     )
 
 
-async def serve(args: argparse.Namespace, settings: Settings) -> int:
-    from callhook.telephony.service import SipService
+async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly) -> int:
 
     if args.sip:
         settings.sip_host, settings.sip_port = host_port(args.sip, 5060)
@@ -211,12 +211,12 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
 
         http = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
         return await supervise(settings, count, args.argv, http)
-    services = Services(settings)
+    services = assembly.services(settings)
     services.start_notifier()
     services.metrics.watch_gc()
     apply_app_flags(args, services)
     host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
-    sip = SipService(services, settings.sip_host, settings.sip_port, rtp_ports=settings.rtp_ports)
+    sip = assembly.sip_service(services, settings.sip_host, settings.sip_port)
     # Nodes sharing PostgreSQL: one of them registers the trunks, for all.
     trunks_role = _trunks_role(services, settings)
     try:

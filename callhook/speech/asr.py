@@ -1,6 +1,6 @@
 """Speech recognition: the interface every recogniser engine implements.
 
-A call's recognition stream (:mod:`callhook.speech.stream`) cuts the caller's
+A call's recognition stream (:mod:`callhook.media.utterances`) cuts the caller's
 audio into utterances with the voice-activity detector; each utterance is
 handed to a :class:`Recogniser` on a worker thread (never on the event loop),
 and what it returns becomes the ``speech_input`` phrase of ``get_input``.

@@ -18,8 +18,8 @@ import logging
 import ssl
 import uuid
 
-from callhook.app import Services
 from callhook.calls.runner import CallRunner
+from callhook.calls.services import Services
 from callhook.dialplan import destinations
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.edge.mediaengine import MediaEngine

@@ -41,11 +41,12 @@ import random
 import ssl
 from typing import TYPE_CHECKING
 
-from callhook.app import Services
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig
 from callhook.dialplan import destinations
 from callhook.dialplan.callerid import call_from_user
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
+from callhook.dialplan.trunks import RouteError
 from callhook.edge.mediaengine import MediaEngine
 from callhook.events import (
     CalleeAnswered,
@@ -65,7 +66,7 @@ from callhook.store.bindings import Bindings
 from callhook.telephony.attachedlegs import AttachedLegs
 from callhook.telephony.farleg import FarLeg, Fork
 from callhook.telephony.sipcall import SipCall, media_session
-from callhook.telephony.trunking import Route, RouteError, Trunks
+from callhook.telephony.trunking import Route, Trunks
 
 logger = logging.getLogger("callhook.sip")
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
-from callhook.app import Services
+from callhook.calls.services import Services
 from callhook.cluster.sharedbans import SharedBans
 from callhook.edge.mediaengine import MediaEngine
 from callhook.sip.agent import Agent

@@ -17,12 +17,13 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from callhook.app import Services
 from callhook.calls.runner import CallSummary
+from callhook.calls.services import Services
 from callhook.cluster.outboundshare import OutboundShare
 from callhook.config.settings import AppConfig
 from callhook.dialplan.callerid import call_from_user
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
+from callhook.dialplan.trunks import RouteError
 from callhook.edge.mediaengine import MediaEngine
 from callhook.media.session import MediaSession
 from callhook.media.srtp import offer_keys
@@ -38,7 +39,7 @@ from callhook.sip.sdes import SrtpMode
 from callhook.telephony.leg import SipLeg, new_leg
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.sipcall import CallMedia, SipCall, Unanswered, media_session, nothing
-from callhook.telephony.trunking import Route, RouteError, Trunks
+from callhook.telephony.trunking import Route, Trunks
 
 logger = logging.getLogger("callhook.sip")
 

@@ -62,17 +62,18 @@ from callhook.events import (
 )
 from callhook.media import g711
 from callhook.media.callrecording import CallRecording
+from callhook.media.player import PromptError
 from callhook.media.session import MediaSession
+from callhook.media.utterances import Utterance
 from callhook.ports import CallInfo
 from callhook.speech import languages
-from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
 from callhook.store.crypto import Key
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter, Written
-from callhook.telephony.prompts import PromptAudio, PromptError
+from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.transcribing import LiveTranscription, ResultPoster
 
 logger = logging.getLogger("callhook.call")
@@ -527,7 +528,7 @@ class _RecordingLimit(Protocol):
 
 
 class LegServices(Protocol):
-    """What a leg takes from the process (``callhook.app.Services``)."""
+    """What a leg takes from the process (:class:`callhook.calls.services.Services`)."""
 
     @property
     def store(self) -> MediaStore: ...

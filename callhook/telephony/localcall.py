@@ -27,8 +27,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from callhook.app import Services
 from callhook.calls.runner import CallRunner, CallSummary
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig
 from callhook.edge.mediaengine import MediaEngine
 from callhook.events import CallEnded

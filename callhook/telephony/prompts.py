@@ -33,7 +33,7 @@ import numpy.typing as npt
 from callhook.events import PlayDigits, PlayFile, PlayTone, PlayUrl, PromptItem, SayText
 from callhook.media import g711, tones, wav
 from callhook.media.dtmfsend import Digits
-from callhook.media.player import Segment
+from callhook.media.player import PromptError, Segment
 from callhook.speech.synthesis import Synthesiser, sentences
 from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace
@@ -42,10 +42,6 @@ CACHE_ENTRIES = 128
 
 #: The prompt items that are audio (the others are digits and remote files).
 AudioItem = SayText | PlayFile | PlayTone
-
-
-class PromptError(Exception):
-    """An item that cannot be played, and why (the prompt ends there)."""
 
 
 class RemoteAudio(Protocol):

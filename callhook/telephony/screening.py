@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from callhook.app import Services
 from callhook.calls.runner import CallRunner
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig
 from callhook.events import CalleeReady, SecondaryPages
 from callhook.ports import CallInfo

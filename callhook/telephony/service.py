@@ -28,8 +28,8 @@ import random
 import socket
 from collections import OrderedDict
 
-from callhook.app import Services
 from callhook.calls.runner import CallRunner, CallSummary
+from callhook.calls.services import Services
 from callhook.cluster.outboundshare import OutboundShare
 from callhook.cluster.sharedbans import SharedBans
 from callhook.config.settings import AppConfig

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from callhook.edge.speechworkers import SpeechService
 from callhook.events import Alternative, Transcribe
 from callhook.media.session import MediaSession
-from callhook.media.vad import VoiceActivityDetector, new_detector
-from callhook.speech.transcription import (
+from callhook.media.transcriber import (
     CallTranscriber,
     Direction,
     Final,
@@ -30,9 +29,10 @@ from callhook.speech.transcription import (
     command_result,
     phrase,
 )
+from callhook.media.vad import VoiceActivityDetector, new_detector
 
 if TYPE_CHECKING:
-    from callhook.app import Services
+    from callhook.calls.services import Services
 
 logger = logging.getLogger("callhook.speech")
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from callhook.dialplan.trunks import LEGACY, Trunk, TrunkError
+from callhook.dialplan.trunks import ELSEWHERE, LEGACY, RouteError, Trunk, TrunkError
 from callhook.sip.agent import Agent, Credentials
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.guard import Network, networks
@@ -45,18 +45,6 @@ class Route:
     srtp: SrtpMode = "off"
     trunk: str | None = None
     pinned: bool = False  # every request of the call to ``address`` (a registered phone)
-
-
-#: Marks a ``GET /api/trunks`` entry whose registration another worker holds.
-ELSEWHERE = "registered_elsewhere"
-
-
-class RouteError(ValueError):
-    """An outbound call that cannot be placed as asked, and why (for a 400 / 404)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Trunks:

@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from callhook.app import Services
+from callhook.calls.services import Services
 from callhook.cluster.sharedbans import SharedBans
 from callhook.sip.agent import Agent
 from callhook.sip.grammar import parse_hostport

@@ -43,8 +43,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from callhook.app import Services
 from callhook.calls.runner import CallRunner
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.pages import HttpPages

@@ -44,6 +44,7 @@ from callhook.calls import applicationstatus
 from callhook.calls.applicationstatus import aculab_datetime
 from callhook.config.settings import AppConfig
 from callhook.dialplan import destinations
+from callhook.dialplan.trunks import RouteError
 from callhook.httpserver.aculabshape import WEB_SERVICE_PARAMS
 from callhook.httpserver.restapi import (
     CHUNK,
@@ -58,7 +59,6 @@ from callhook.httpserver.restapi import (
 from callhook.httpserver.server import Handler
 from callhook.store.files import FileInfo, FileStore
 from callhook.store.names import BadName, check_name
-from callhook.telephony.trunking import RouteError
 from callhook.telephony.webclients import WebClients
 from callhook.webservices.webrtc import WebClientServices
 

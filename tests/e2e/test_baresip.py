@@ -23,8 +23,8 @@ import pytest
 from callhook.devtools.harness import AppServer
 from callhook.events import RecognitionOptions
 from callhook.media import g711, tones, wav
+from callhook.media.utterances import cut_utterances
 from callhook.speech.sphinx import SphinxRecogniser
-from callhook.speech.stream import cut_utterances
 from tests.e2e.harness import (
     Server,
     free_even_udp_port,

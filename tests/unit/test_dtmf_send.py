@@ -30,14 +30,14 @@ from callhook.events import (
 from callhook.media import dtmfsend, g711, tones
 from callhook.media.dtmf import ToneDetector
 from callhook.media.dtmfsend import Digits, EventTone
-from callhook.media.player import FRAME, Segment
+from callhook.media.player import FRAME, PromptError, Segment
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.media.simulated import PromptTimer
 from callhook.ports import CallInfo
 from callhook.store.files import MediaStore
 from callhook.telephony.leg import SipLeg
-from callhook.telephony.prompts import PromptAudio, PromptError
+from callhook.telephony.prompts import PromptAudio
 
 PEER = ("192.0.2.10", 40000)
 TE = 101

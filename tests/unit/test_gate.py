@@ -19,8 +19,8 @@ import numpy.typing as npt
 
 from callhook.media import frames, gate, tones
 from callhook.media.session import MediaSession
+from callhook.media.silero import SileroStream
 from callhook.media.vad import VoiceActivityDetector
-from callhook.speech.silero import SileroStream
 from tests.native import without
 
 SPEECH = Path(__file__).parent.parent / "data" / "speech"

@@ -31,8 +31,8 @@ from callhook.events import (
 )
 from callhook.media import g711
 from callhook.media.session import MediaSession
+from callhook.media.utterances import Utterance
 from callhook.ports import CallInfo
-from callhook.speech.stream import Utterance
 from callhook.speech.synthesis import Synthesiser
 from callhook.speech.tts import SynthesisError
 from callhook.store.files import MediaStore

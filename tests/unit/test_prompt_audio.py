@@ -9,9 +9,10 @@ import pytest
 
 from callhook.events import PlayFile, PlayTone
 from callhook.media import g711, tones, wav
+from callhook.media.player import PromptError
 from callhook.store import crypto
 from callhook.store.files import MediaStore
-from callhook.telephony.prompts import PromptAudio, PromptError
+from callhook.telephony.prompts import PromptAudio
 
 KEY, IV = "a1" * 16, "1a" * 16  # AES-128
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from callhook.devtools.harness import VirtualClock
 from callhook.edge.remotemedia import RemoteMedia
 from callhook.media import g711, tones, wav
-from callhook.telephony.prompts import PromptError
+from callhook.media.player import PromptError
 
 TONE = tones.tone(440.0, 0.5)
 WAV = wav.g711_file("ulaw", g711.encode("ulaw", TONE))

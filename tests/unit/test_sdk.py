@@ -310,7 +310,7 @@ def test_a_transfer_result_as_the_machine_makes_it_parses() -> None:
 
 def test_a_transcription_result_is_read_as_the_machine_sends_it() -> None:
     from callhook.events import Alternative
-    from callhook.speech.transcription import phrase, result_body
+    from callhook.media.transcriber import phrase, result_body
 
     body = result_body(
         "inst-1",

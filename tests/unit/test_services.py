@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from callhook.app import Services
+from callhook.app import build_services
+from callhook.calls.services import Services
 from callhook.config.settings import AppConfig, Settings
 from callhook.events import PlayFile, StartRecording
 from callhook.media import g711, tones, wav
@@ -24,7 +25,7 @@ APP = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
 
 @pytest.fixture
 async def services(tmp_path: Path) -> AsyncIterator[Services]:
-    built = Services(Settings(data_dir=tmp_path, recogniser="none", speech_preload=False))
+    built = build_services(Settings(data_dir=tmp_path, recogniser="none", speech_preload=False))
     yield built
     await built.close()
 

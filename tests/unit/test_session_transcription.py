@@ -15,8 +15,8 @@ import pytest
 from callhook.media import g711, wav
 from callhook.media.player import FRAME
 from callhook.media.session import MediaSession
+from callhook.media.transcriber import CallTranscriber, Final, TranscriptionMode
 from callhook.media.vad import new_detector
-from callhook.speech.transcription import CallTranscriber, Final, TranscriptionMode
 
 DATA = Path(__file__).parent.parent / "data" / "speech"
 PEER = ("192.0.2.10", 40000)

@@ -1,4 +1,4 @@
-"""Silero VAD (callhook.speech.silero) and the gated voice-activity detector it completes.
+"""Silero VAD (callhook.media.silero) and the gated voice-activity detector it completes.
 
 Real model, real speech (tests/data/speech, see its README: 40 FSDD clips, theo's very quiet),
 fixed-seed noise from bench/vad.py's generators (hiss, pink noise, mains hum with harmonics,
@@ -15,11 +15,10 @@ import numpy.typing as npt
 import pytest
 
 from bench.vad import KINDS, edges, frames, line, noise_clip
-from callhook.media import g711, tones
+from callhook.media import g711, silero, tones
 from callhook.media import vad as vad_module
+from callhook.media.silero import CONTEXT, WINDOW, SileroStream
 from callhook.media.vad import VoiceActivityDetector
-from callhook.speech import silero
-from callhook.speech.silero import CONTEXT, WINDOW, SileroStream
 
 SPEECH = sorted((Path(__file__).parent.parent / "data" / "speech").glob("*.wav"))
 Samples = npt.NDArray[np.int16]

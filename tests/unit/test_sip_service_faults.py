@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from callhook.app import Services
+from callhook.app import build_services
 from callhook.config.settings import AppConfig, Settings
 from callhook.sip.message import Response, parse
 from callhook.telephony.service import SipService
@@ -45,7 +45,7 @@ async def service(
     settings = Settings(
         data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
     )
-    services = Services(settings)
+    services = build_services(settings)
     services.run_call = run_call  # type: ignore[method-assign,assignment]
     sip = SipService(services, "127.0.0.1", 0, rtp_ports=rtp_ports)
     await sip.start(register=False)

@@ -8,7 +8,13 @@ import pytest
 from callhook.events import SpeechStarted
 from callhook.media import wav
 from callhook.media.session import MediaSession
-from callhook.speech.stream import FRAME, PREROLL_FRAMES, Utterance, UtteranceCutter, cut_utterances
+from callhook.media.utterances import (
+    FRAME,
+    PREROLL_FRAMES,
+    Utterance,
+    UtteranceCutter,
+    cut_utterances,
+)
 
 DATA = Path(__file__).parent.parent / "data" / "speech"
 

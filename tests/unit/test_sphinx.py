@@ -17,8 +17,8 @@ import pytest
 
 from callhook.events import RecognitionOptions
 from callhook.media import tones
+from callhook.media.utterances import cut_utterances
 from callhook.speech.sphinx import SphinxRecogniser, build_grammar, phrase_words
-from callhook.speech.stream import cut_utterances
 
 pytest.importorskip("pocketsphinx")
 

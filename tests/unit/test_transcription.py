@@ -1,4 +1,4 @@
-"""Live transcription's stream (callhook/speech/transcription.py): real recordings of
+"""Live transcription's stream (callhook/media/transcriber.py): real recordings of
 spoken digits through the call's voice-activity detector, cut into phrases with interim
 snapshots; local-agreement stability; the result bodies in Aculab's shape."""
 
@@ -14,8 +14,7 @@ import pytest
 from callhook.events import Alternative
 from callhook.media import wav
 from callhook.media.player import FRAME
-from callhook.media.vad import new_detector
-from callhook.speech.transcription import (
+from callhook.media.transcriber import (
     Final,
     Interim,
     PhraseResults,
@@ -25,6 +24,7 @@ from callhook.speech.transcription import (
     result_body,
     stability,
 )
+from callhook.media.vad import new_detector
 
 DATA = Path(__file__).parent.parent / "data" / "speech"
 SILENCE = np.zeros(8000, dtype=np.int16)  # 1 s

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from callhook.config.settings import ConfigError, load
+from callhook.dialplan.trunks import RouteError
 from callhook.serving.remote import trunk_table
 from callhook.sip.transport import Target
-from callhook.telephony.trunking import RouteError, Trunks
+from callhook.telephony.trunking import Trunks
 
 
 def config(tmp_path: Path, text: str) -> Path:

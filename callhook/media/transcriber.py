@@ -4,10 +4,10 @@ with interim snapshots while a phrase goes on. Sans-IO.
 Theory of operation
 -------------------
 Whisper decodes a whole stretch of audio; it does not stream. Live transcription is
-built on the same voice-activity path as ``get_input`` (:mod:`callhook.speech.stream`):
+built on the same voice-activity path as ``get_input`` (:mod:`callhook.media.utterances`):
 
 * every 20 ms frame of the direction transcribed goes through a voice-activity detector
-  of the stream's own and an :class:`~callhook.speech.stream.UtteranceCutter`; the
+  of the stream's own and an :class:`~callhook.media.utterances.UtteranceCutter`; the
   cutter's finished utterance is a **phrase**, decoded once, its result ``final``;
 * with interim results on, while a phrase goes on, every :data:`INTERIM_EVERY` seconds
   of it the audio so far is handed out as an :class:`Interim` snapshot; its decode is an
@@ -36,8 +36,8 @@ import numpy.typing as npt
 
 from callhook.events import Alternative, Transcribe
 from callhook.media.player import FRAME
+from callhook.media.utterances import MAX_FRAMES, Utterance, UtteranceCutter
 from callhook.media.vad import VoiceActivityDetector
-from callhook.speech.stream import MAX_FRAMES, Utterance, UtteranceCutter
 
 Direction = Literal["inbound", "outbound"]
 

@@ -1,0 +1,379 @@
+"""The long-lived parts every call shares: the media store, page requests, speech, the
+database, the recordings journal and the notifications' outbox.
+
+:func:`callhook.app.build_services` builds them from the settings; the telephony service,
+``serve``, ``callhook test`` and the terminal phone are handed the result. Calls are run
+through :meth:`Services.run_call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from callhook.actions.machine import ActionContext
+from callhook.calls.calllog import CallLog, Listener
+from callhook.calls.metrics import Metrics
+from callhook.calls.runner import CallRunner, CallSummary, new_instance_id
+from callhook.clock import Clock, MonotonicClock
+from callhook.config.settings import AppConfig, Settings
+from callhook.edge.egress import Egress
+from callhook.edge.notifier import Notifier
+from callhook.edge.pages import HttpPages
+from callhook.edge.remotemedia import RemoteMedia
+from callhook.edge.speechworkers import SpeechService
+from callhook.events import CallEnded, MediaCommand, MediaEvent, PlayFile, StartRecording
+from callhook.httpserver import server as web_adapter
+from callhook.httpserver.restapi import Api
+from callhook.media import wav
+from callhook.media.simulated import PromptTimer
+from callhook.ports import CallInfo, Leg, Pages
+from callhook.store import crypto, wavfile
+from callhook.store.database import Database, Membership
+from callhook.store.files import MediaStore
+from callhook.store.journal import RecordingJournal
+from callhook.store.outbox import Outbox
+from callhook.store.wavfile import WavWriter
+
+logger = logging.getLogger("callhook")
+
+#: How long closing waits for notifications that are due to be delivered.
+CLOSE_FLUSH_SECONDS = 3.0
+#: How often a process sharing a data directory looks for the recordings of processes
+#: that died (with PostgreSQL: a third of ``[database] node_timeout``, its heartbeat).
+KEEP_SECONDS = 10.0
+
+
+@dataclass
+class Services:
+    """The long-lived parts shared by all calls (built by :func:`callhook.app.build_services`)."""
+
+    settings: Settings
+    store: MediaStore
+    pages: HttpPages
+    #: The egress policy every page, media and notification fetch obeys (``[egress]``).
+    egress: Egress
+    remote_media: RemoteMedia
+    #: The installation's own secret (``<data_dir>/secret``).
+    secret: str
+    speech: SpeechService
+    db: Database
+    ownership: Membership
+    journal: RecordingJournal
+    outbox: Outbox
+    clock: Clock = field(default_factory=MonotonicClock)
+    notifier: Notifier | None = None
+    _keeper: asyncio.Task[None] | None = None
+    _recovering: asyncio.Task[None] | None = None
+    _rounds: set[asyncio.Future[None]] = field(default_factory=set)
+    metrics: Metrics = field(default_factory=Metrics)
+    web_runner: web.AppRunner | None = None
+    base_url: str = ""
+    _calls: itertools.count[int] = field(default_factory=itertools.count)
+    #: Every application that ran a call here (their secrets sign notifications).
+    _apps: dict[str, AppConfig] = field(default_factory=dict)
+
+    def trust_app_hosts(self, *apps: AppConfig) -> None:
+        """Let fetches reach the endpoints of ``apps``' pages (host and port) even when they
+        are private or loopback (``[egress]``: the configured applications' own)."""
+        for app in apps:
+            for url in (app.first_page, app.error_page, app.final_page):
+                self.egress.trust_url(url)
+
+    # --- notifications ----------------------------------------------------------------
+
+    def start_notifier(self) -> Notifier:
+        """Start delivering the outbox's notifications (needs the running event loop)."""
+        if self.notifier is None:
+            self.notifier = Notifier(
+                self.outbox,
+                self.pages,
+                self.secret_for,
+                may_deliver=self.ownership.deliver_notifications,
+            )
+            self.notifier.start()
+        self.start_keeper()
+        return self.notifier
+
+    def start_keeper(self) -> None:
+        """Start saying this process is alive and finishing the recordings of those that
+        died (needs the running event loop; :meth:`start_notifier` starts it too)."""
+        if self._keeper is None:
+            every = KEEP_SECONDS
+            if self.settings.database_url is not None:
+                every = self.settings.node_timeout / 3
+            loop = asyncio.get_running_loop()
+            # Two tasks: a long recovery never holds up the heartbeat.
+            self._keeper = loop.create_task(
+                self._every(every, self.ownership.beat, "say this process is alive")
+            )
+            self._recovering = loop.create_task(
+                self._every(every, self._recover, "look for the recordings of stopped processes")
+            )
+
+    def _recover(self) -> None:
+        found = self.journal.recover(self.store.path, at_start=False)
+        if found:
+            logger.warning(
+                "finished %d recording(s) of a process that stopped (a worker or node)", found
+            )
+
+    async def _every(self, seconds: float, work: Callable[[], None], doing: str) -> None:
+        """``work()`` on a thread every ``seconds`` (the database is away: the next time)."""
+        while True:
+            await asyncio.sleep(seconds)
+            # Shielded: close() waits for a round to end rather than leave its thread
+            # working on a database being closed.
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            self._rounds.add(running)
+            running.add_done_callback(self._rounds.discard)
+            try:
+                await asyncio.shield(running)
+            except Exception as exc:
+                logger.error("could not %s: %s", doing, exc)
+
+    def _notify_now(self) -> None:
+        if self.notifier is not None:
+            self.notifier.wake()
+
+    def notify_now(self) -> None:
+        """A notification was added to the outbox: deliver it now, not at the next poll."""
+        self._notify_now()
+
+    def secret_for(self, app: str) -> str:
+        """The secret that signs requests to application ``app``."""
+        known = self._apps.get(app) or self.settings.apps.get(app)
+        # The demo (and an application no longer configured) signs with the installation's.
+        return known.secret if known is not None else self.secret
+
+    # --- recordings -------------------------------------------------------------------
+
+    def record_silence(self, app: AppConfig, command: StartRecording, seconds: float) -> float:
+        """Write ``seconds`` of silence as the recording ``command`` started (terminal phone)."""
+        law = command.format or "ulaw"
+        writer = WavWriter.for_recording(
+            self.store.path(app.name, command.filename),
+            law,
+            command,
+            on_durable=lambda w: self.journal.durable(app.name, command.filename, w.length),
+        )
+        writer.write(bytes([wav.SILENCE[law]]) * max(0, round(seconds * 8000)))
+        writer.close()
+        return writer.seconds
+
+    async def start_web(
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        dial: web_adapter.Dial | None = None,
+        stats: web_adapter.Stats | None = None,
+        api: Api | None = None,
+        trunks: web_adapter.TrunkStates | None = None,
+        users: web_adapter.Phones | None = None,
+        bans: web_adapter.Bans | None = None,
+        phone: web_adapter.Routes | None = None,
+        call_log: web_adapter.CallLogOf | None = None,
+        webservices: web_adapter.Routes | None = None,
+        extra: tuple[web_adapter.Routes, ...] = (),
+        reuse_port: bool = False,
+        outer: Middleware | None = None,
+        private: socket.socket | None = None,
+    ) -> str:
+        """Start the HTTP server (demo application, calls API, REST API, web phone); returns
+        its base URL."""
+        app = web_adapter.application(
+            self.secret,
+            dial,
+            stats or self.metrics.snapshot,
+            api=api,
+            trunks=trunks,
+            users=users,
+            bans=bans,
+            phone=phone,
+            call_log=call_log,
+            outer=outer,
+            webservices=webservices,
+            extra=extra,
+        )
+        self.web_runner, self.base_url = await web_adapter.start(
+            app,
+            host if host is not None else self.settings.http_host,
+            port if port is not None else self.settings.http_port,
+            reuse_port=reuse_port,
+            private=private,
+        )
+        self.trust_app_hosts(self.demo_app())  # our own server: the demo's pages
+        return self.base_url
+
+    def demo_app(self) -> AppConfig:
+        """The built-in demo application, served by our own HTTP server."""
+        base = self.base_url + "/demo/"
+        return AppConfig(
+            name="demo",
+            first_page=base + "start",
+            error_page=base + "error",
+            final_page=base + "final",
+            secret=self.secret,
+        )
+
+    def prompt_timer(self, app: AppConfig) -> PromptTimer:
+        """Prompt durations for simulated media, reading WAV headers from the app's namespace."""
+
+        def file_seconds(item: PlayFile) -> float:
+            try:
+                path = self.store.path(app.name, item.name)
+                if item.cipher is not None:  # the header is encrypted too: decrypt it all
+                    key = crypto.Key.from_cipher(item.cipher)
+                    return wav.read_info(crypto.decrypt_wav(path.read_bytes(), key)).seconds
+                with path.open("rb") as f:
+                    return wav.read_info(f.read(4096), path.stat().st_size).seconds
+            except (OSError, ValueError) as exc:  # OutsideNamespace, WavError, DecryptionError
+                raise FileNotFoundError(f"{item.name} ({exc})") from None
+
+        return PromptTimer(file_seconds=file_seconds)
+
+    def recording_path(self, app: AppConfig, filename: str) -> Path:
+        return self.store.path(app.name, filename)
+
+    def default_app(self) -> AppConfig | None:
+        """The application for calls no configured one takes: the built-in demo, if served."""
+        if self.settings.default_app is None and self.base_url:
+            return self.demo_app()
+        return None
+
+    def runner(
+        self,
+        app: AppConfig,
+        leg: Leg,
+        listeners: list[Listener] | None = None,
+        *,
+        primary_call_id: str | None = None,
+        on_ready: Callable[[tuple[str, str, str] | None], object] | None = None,
+        dropped_calls: Callable[[], list[dict[str, Any]]] | None = None,
+        pages: Pages | None = None,
+        needs_cipher: bool = False,
+        instance_id: str | None = None,
+    ) -> CallRunner:
+        """A call runner for ``app`` on ``leg``, with its log in the app's namespace
+        (``primary_call_id``, ``on_ready``: a connect's far leg running its pages;
+        ``pages``: the page requests go through it instead of straight to HTTP;
+        ``instance_id``: the instance's id when it was given out before the call ran)."""
+        instance_id = instance_id or new_instance_id()
+        log_filename = f"logs/{instance_id}.log"
+        log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
+        log.listeners.extend(listeners or [])
+        ctx = ActionContext(new_recording_name=self.store.new_recording_name)
+        self._apps[app.name] = app
+        return CallRunner(
+            app,
+            leg,
+            pages or self.pages,
+            self.clock,
+            log,
+            log_filename=log_filename,
+            ctx=ctx,
+            recordings=self.journal,
+            files=self.store,
+            primary_call_id=primary_call_id,
+            on_ready=on_ready,
+            dropped_calls=dropped_calls,
+            needs_cipher=needs_cipher,
+        )
+
+    async def run_call(
+        self,
+        app: AppConfig,
+        leg: Leg,
+        listeners: list[Listener] | None = None,
+        *,
+        pages: Pages | None = None,
+        started: Callable[[CallRunner], object] | None = None,
+        instance_id: str | None = None,
+        token: str | None = None,
+    ) -> CallSummary:
+        """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
+        ``started`` is told the call's runner before it runs: its log, its instance id)."""
+        self.metrics.call_started()
+        runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
+        runner.exchange.token = token  # an outbound service's token reaches its first page
+        if started is not None:
+            started(runner)
+        summary = await runner.run()
+        self.metrics.call_ended(summary)
+        return summary
+
+    async def unanswered(
+        self,
+        app: AppConfig,
+        info: CallInfo,
+        cause: str,
+        raw: str,
+        instance_id: str | None = None,
+        token: str | None = None,
+    ) -> CallSummary:
+        """An outbound call nobody answered: the application's final page says why."""
+        runner = self.runner(app, _NoLeg(info), instance_id=instance_id)
+        runner.exchange.token = token
+        return await runner.unanswered(cause, raw)
+
+    async def close(self) -> None:
+        for task in (self._keeper, self._recovering):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*self._rounds, return_exceptions=True)
+        self._keeper = self._recovering = None
+        await asyncio.to_thread(self.speech.close)
+        # Recordings closed by the calls' end are made durable (and journaled) first.
+        if not await asyncio.to_thread(wavfile.drain):
+            logger.error("recordings still being finished at exit: start-up recovery will do it")
+        if self.notifier is not None:
+            await self.db.run(lambda conn: None)  # the journal's queued work is done
+            # Notifications due now get a moment; what is left is sent after the next start.
+            await self.notifier.flush(CLOSE_FLUSH_SECONDS)
+            await self.notifier.close()
+            self.notifier = None
+        await self.pages.close()
+        await self.remote_media.close()
+        self.db.close()  # (the journal's held updates, if any, are given up before...)
+        self.ownership.close()  # (...this process's recordings are others' to finish)
+        if self.web_runner is not None:
+            await self.web_runner.cleanup()
+            self.web_runner = None
+
+
+class _NoLeg:
+    """The leg of an outbound call that was never answered: only the final page is sent."""
+
+    def __init__(self, info: CallInfo) -> None:
+        self.info = info
+
+    def send(self, commands: Sequence[MediaCommand]) -> None:
+        raise RuntimeError("an unanswered call has no media")
+
+    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+        raise RuntimeError("an unanswered call has no media")
+
+    def take_pending(self) -> list[MediaEvent]:
+        return []
+
+    async def answer(self) -> None:
+        raise RuntimeError("an unanswered outbound call cannot be answered by us")
+
+    async def hang_up(self) -> str:
+        return ""
+
+    async def wait_ended(self) -> CallEnded:
+        raise RuntimeError("an unanswered call has already ended")
+
+    def recorded_seconds(self, filename: str) -> float | None:
+        return None
