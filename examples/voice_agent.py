@@ -34,8 +34,8 @@ from aiohttp import WSMsgType, web
 
 from callhook.edge.speechworkers import build_recogniser, build_synthesiser
 from callhook.events import RecognitionOptions
-from callhook.media.vad import new_detector
 from callhook.media.utterances import Utterance, UtteranceCutter
+from callhook.media.vad import new_detector
 from callhook.telephony.wsprotocol import V2
 
 logger = logging.getLogger("voice_agent")

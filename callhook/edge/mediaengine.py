@@ -2,7 +2,7 @@
 
 Each call has its own UDP port (an even port from the configured range, as
 RFC 3550 §11 suggests). The sockets are not registered with the event loop:
-one timer callback every 20 ms (the tick, docs/scaling.md) does all media work
+one timer callback every 20 ms (the tick, docs/architecture.md) does all media work
 for all calls at once:
 
 1. receive: one ``epoll`` poll over every call's socket (level-triggered),
@@ -50,7 +50,7 @@ phase on a fixed 20 ms grid: after a late tick the missed slots run at once
 After a longer one (a stopped process, an overloaded machine) every missed slot is
 skipped and the grid starts again from now: every call's audio goes on from where it
 was, and its prompt ends that much later (under the load kit's overload a 3 s prompt
-took up to 6 s: docs/scaling.md).
+took up to 6 s: bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Media: what a call hears and says. Sans-IO (the README's Layout)."""
+"""Media: what a call hears and says. Sans-IO (docs/architecture.md)."""

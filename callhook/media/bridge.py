@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A bridge (the ``connect`` action's, issue 15) joins two
 :class:`~callhook.media.session.MediaSession` objects that the one media tick
-already drives (docs/scaling.md; :meth:`MediaSession.join
+already drives (docs/architecture.md; :meth:`MediaSession.join
 <callhook.media.session.MediaSession.join>`): no task, timer or object per
 packet. Each direction is a :class:`Feed`, a byte FIFO of G.711 in the
 *listening* side's law:

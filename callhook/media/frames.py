@@ -21,9 +21,8 @@ measured one by one, in their place.
 The 20 ms frames are decoded and measured in C (``_frames.c``: one pass over each
 payload, no temporaries), where the extension was built; :func:`decode_measure_python`,
 the numpy path (a join, a table look-up, a float64 copy and a row-wise product), is the
-reference and runs where it was not, or for payloads that are not ``bytes``. Measured
-(docs/scaling.md): 200 frames in 57 µs warm and 127-204 µs cold in C, 136-221 and
-263-267 µs in numpy; in ``serve`` at 200 calls the gain is within the run-to-run noise.
+reference and runs where it was not, or for payloads that are not ``bytes``. What the
+C path saves is measured in bench/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """RTCP (RFC 3550 §6): Sender and Receiver Reports, SDES CNAME, BYE; compound packets.
 
-Sans-IO (the README's Layout): values in, bytes out, and back. No clock is read: the
+Sans-IO (docs/architecture.md): values in, bytes out, and back. No clock is read: the
 NTP timestamp of a Sender Report is computed by the caller from wall-clock
 time with :func:`ntp_timestamp`.
 

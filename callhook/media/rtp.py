@@ -1,6 +1,6 @@
 """RTP (RFC 3550): packets, the per-call send state, and the per-call receive state.
 
-Sans-IO (the README's Layout): bytes and ``now`` in, bytes and packets out; no
+Sans-IO (docs/architecture.md): bytes and ``now`` in, bytes and packets out; no
 sockets, no clock reads, no timers. Hot paths (:meth:`RtpPacket.parse`,
 :func:`pack_header`, :meth:`RtpSender.frame`, :meth:`RtpReceiver.feed` for an
 in-order packet) do a fixed, small amount of work: one ``struct`` call, no

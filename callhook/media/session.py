@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The adapter feeds :meth:`MediaSession.receive` every datagram that arrives on
 the call's RTP port, and calls :meth:`MediaSession.tick` once per 20 ms media
-tick (one tick drives every call: docs/scaling.md). ``tick`` returns the RTP
+tick (one tick drives every call: docs/architecture.md). ``tick`` returns the RTP
 datagram to send for that 20 ms — the next frame of the playing prompt, or
 silence — or None while the call's media is on hold. Media commands of the
 actions arrive as :meth:`play`, :meth:`stop_prompt`, :meth:`start_recording`,

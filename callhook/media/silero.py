@@ -26,7 +26,7 @@ Batching across calls: one run of the model costs about as much for a few calls'
 windows as for one (its fixed cost per run is most of it: ~220 µs for one window, ~90
 µs a window for four, ~60 for sixteen, on the 2-core test machine; in a loaded ``serve``,
 where the model's weights are cold, a batch costs about what its windows cost alone:
-docs/scaling.md). So the media tick asks the stream of each call whose detector's gate is
+bench/RESULTS.md). So the media tick asks the stream of each call whose detector's gate is
 open, the model deciding, for the window its next frame will complete
 (:meth:`SileroStream.upcoming`) and runs all of them at once (:func:`run_ahead`). A
 stream then takes that result when, and only when, the window it completes is the one

@@ -5,7 +5,7 @@ Theory of operation
 CPython's collector runs a full pass (generation 2) when its own counters say
 so, whatever the process is doing. A full pass walks every object the
 collector tracks and holds the interpreter for as long as that takes: 100-400
-ms with a few hundred calls' objects (docs/scaling.md), and the media tick runs
+ms with a few hundred calls' objects (bench/RESULTS.md), and the media tick runs
 on the same thread, so every call's audio stops for that long (an RTP gap, late
 ticks). Yet calls free their objects by reference counting: a finished call
 leaves nothing for the collector (``tests/unit/test_sip_service_faults.py``),

@@ -1,6 +1,6 @@
 """SDP (RFC 4566): parse any session description into values. Sans-IO.
 
-Text in, values out (sans-IO: the README's Layout); what a call makes of an offer or an answer
+Text in, values out (sans-IO: docs/architecture.md); what a call makes of an offer or an answer
 (RFC 3264) is :mod:`callhook.sip.offeranswer`.
 
 * Syntax: ``<type>=<value>`` lines, session part then media parts. The parser
