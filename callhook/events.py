@@ -30,7 +30,7 @@ class Alternative:
 
 @dataclass(frozen=True, slots=True)
 class Phrase:
-    """A recognised phrase, the ``phrase object`` of the reference (section 2.1)."""
+    """A recognised phrase, the ``phrase object`` of docs/reference.md ("Phrase")."""
 
     alternatives: tuple[Alternative, ...]
     final: bool = True

@@ -92,7 +92,8 @@ class Connect(Strict):
 
 
 class ConnectStep(Strict):
-    """``{"connect": {...}}``: a connect action in its wire form (reference §4.1)."""
+    """``{"connect": {...}}``: a connect action in its wire form (docs/reference.md,
+    "The response")."""
 
     connect: Connect
 

@@ -2,7 +2,7 @@
 
 ``get_number`` is ``get_input`` with speech disabled and another result
 shape, so both run on :class:`GatherMachine`, configured by a
-:class:`GatherSpec`. Every rule below is a row of the reference's section 3
+:class:`GatherSpec`. Every rule below is a row of docs/behaviour.md's "Input between actions"
 (or a default of section 2); where the reference is silent the decision is
 marked *callhook* and documented in ``docs/behaviour.md``.
 
@@ -19,8 +19,8 @@ Transitions
 state     event                         what happens
 ========  ============================  =============================================
 start     cached digits                 fed as if pressed now; a prompt with barge-in
-                                        on digit is then not played (section 3)
-start     cached phrase (no digits)     completes at once with it (section 3)
+                                        on digit is then not played
+start     cached phrase (no digits)     completes at once with it
 PROMPT    prompt finished               -> WAIT; all timers run from now
 PROMPT    digit, prompt barge-in        prompt stops, -> WAIT, the digit is handled
 PROMPT    digit, no barge-in            ignored
@@ -40,13 +40,14 @@ any       hang-up                       no input
 ========  ============================  =============================================
 
 "No input" means the action finishes without requesting ``next_page`` and the
-next action of the list runs (reference section 7, items 1 and 2).
+next action of the list runs (only an action that completed requests its next_page:
+docs/behaviour.md, "Pages").
 
 Timers (all in WAIT, from ``wait_start``, the end of the prompt or message):
 overall ``seconds_timeout`` from ``wait_start`` (0: return at once with what is
 there); initial timeout from ``wait_start`` until the first digit or speech;
 inter-digit from the last digit; inter-speech from the last phrase. A timer of
-0 ms or less is disabled (section 2).
+0 ms or less is disabled (docs/reference.md).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ from callhook.events import (
     StopRecognition,
 )
 
-# Default retry messages (section 2.2 and 2.3 give their gist; the words are callhook's).
+# Default retry messages (Aculab's pages give their gist; the words are callhook's).
 GET_NUMBER_TIMEOUT_MESSAGES = (
     "Sorry, I did not hear that.",
     "Please use your telephone keypad to enter a valid number.",
@@ -127,7 +128,8 @@ class Verdict(enum.Enum):
 
 @dataclass(slots=True)
 class DigitEntry:
-    """The digits of the current attempt, judged one key at a time (section 2.2)."""
+    """The digits of the current attempt, judged one key at a time (docs/reference.md,
+    "get_number")."""
 
     rules: DigitRules
     digits: str = ""
@@ -333,7 +335,7 @@ class GatherMachine(ActionMachine):
         self, event: SpeechStarted | SpeechRecognised | SpeechRejected, now: float
     ) -> list[MediaCommand]:
         if self.spec.speech is None or self.entry.digits:
-            return []  # digit input takes precedence (section 3)
+            return []  # digit input takes precedence (docs/behaviour.md)
         if self.state not in (State.PROMPT, State.WAIT):
             return []
         if isinstance(event, SpeechStarted):
@@ -347,7 +349,7 @@ class GatherMachine(ActionMachine):
             return []
         commands: list[MediaCommand] = []
         if self.state is State.PROMPT:
-            commands += self.prompter.stop()  # speech barges in on the prompt (section 3)
+            commands += self.prompter.stop()  # speech barges in on the prompt (docs/behaviour.md)
             self._begin_wait(now)
         alternatives = event.phrase.alternatives[: self.spec.speech.max_alternatives]
         self.phrases.append(replace(event.phrase, alternatives=alternatives))
@@ -390,7 +392,7 @@ class GatherMachine(ActionMachine):
         return self._check_immediate()
 
     def _check_immediate(self) -> list[MediaCommand]:
-        # seconds_timeout 0: return at once with whatever input is there (section 2.2).
+        # seconds_timeout 0: return at once with whatever input is there (docs/reference.md).
         if self.state is not State.WAIT or self.spec.seconds_timeout != 0:
             return []
         if self.entry.digits:

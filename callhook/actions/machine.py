@@ -23,7 +23,7 @@ action of the list). Times are the call's media time in seconds.
 The per-call :class:`InputBuffer` outlives the actions: digits and a phrase
 heard during a barge-in ``play`` (and digits typed ahead while the runner
 fetches a page) wait there for the next ``get_number`` / ``get_input``
-(reference section 3; docs/behaviour.md, "Input between actions").
+(docs/behaviour.md, "Input between actions").
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ StopReason = Literal["hangup", "aborted"]
 
 @dataclass
 class InputBuffer:
-    """Input heard before an input action asked for it (reference section 3)."""
+    """Input heard before an input action asked for it (docs/behaviour.md, "Input between
+    actions")."""
 
     digits: str = ""
     phrases: list[Phrase] = field(default_factory=list)

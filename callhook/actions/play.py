@@ -1,6 +1,6 @@
 """The ``play`` action and ``sleep``.
 
-``play`` (reference section 2.1; docs/behaviour.md):
+``play`` (docs/reference.md, "play"; docs/behaviour.md):
 
 ========================  ===================================================
 event                     what happens

@@ -1,4 +1,4 @@
-"""The ``record`` action (reference section 2.4, section 3 last rows).
+"""The ``record`` action (docs/reference.md, "record"; docs/behaviour.md, "record").
 
 States
 ------

@@ -30,7 +30,8 @@ from callhook.actions.schema import Cipher, PlayStep
 
 # --- the response envelope --------------------------------------------------------------
 
-# Each action in the list is an object with one key, the action name (reference §4.1).
+# Each action in the list is an object with one key, the action name (docs/reference.md,
+# "The response").
 # One wrapper model per action (``GetNumberStep`` with the one property ``get_number``)
 # makes the JSON Schema of the envelope say exactly that.
 _STEPS: dict[str, type[Strict]] = {"play": PlayStep}

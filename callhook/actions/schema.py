@@ -41,7 +41,7 @@ from callhook.actions.fields import (
     pattern,
 )
 
-# --- shared objects (reference section 2.1) --------------------------------------------
+# --- shared objects (docs/reference.md, "Objects used by several actions") ---------------
 
 
 class WebPageRequest(Strict):
@@ -202,7 +202,8 @@ class Play(Strict):
 
 
 class MessagePlay(Play):
-    """A play action inside ``on_*_messages``: barge-in is off by default there (section 2.2)."""
+    """A play action inside ``on_*_messages``: barge-in is off by default there
+    (docs/reference.md)."""
 
     barge_in_on_digit: bool = False
 
@@ -218,7 +219,7 @@ class MessagePlay(Play):
 
 
 class PlayStep(Strict):
-    """``{"play": {...}}``: a play action in its wire form (reference §4.1)."""
+    """``{"play": {...}}``: a play action in its wire form (docs/reference.md, "Play action")."""
 
     play: Play
 
@@ -246,7 +247,7 @@ def _unwrap_play(value: Any) -> Any:
 
 
 _KEYED = (
-    'A play action: {"play": {"play_list": [...], ...}} (canonical, reference §4.1), '
+    'A play action: {"play": {"play_list": [...], ...}} (canonical; docs/reference.md), '
     'or the bare play body {"play_list": [...], ...} (shorthand).'
 )
 
@@ -318,7 +319,7 @@ class DigitInputOptions(Strict):
         return self
 
 
-# --- input actions (reference sections 2.2 - 2.4) ---------------------------------------
+# --- input actions (docs/reference.md: get_number, get_input, record) --------------------
 
 
 class GetNumber(Strict):
@@ -333,7 +334,7 @@ class GetNumber(Strict):
     help_digit: DigitOrEmpty = "*"
     seconds_timeout: Annotated[int, Field(ge=0)] = 30
     milliseconds_inter_digit_timeout: int = 5000
-    # None: the value of milliseconds_inter_digit_timeout (section 2.2).
+    # None: the value of milliseconds_inter_digit_timeout (docs/reference.md, "get_number").
     milliseconds_initial_timeout: Opt[int] = None
     on_digit_timeout_messages: Opt[list[MessagePlayAction]] = None
     on_invalid_digit_messages: Opt[list[MessagePlayAction]] = None
@@ -402,7 +403,7 @@ class Record(Strict):
     barge_in_digits: Digits = "#"
     seconds_max_duration: Annotated[int, Field(ge=1)] = 60
     milliseconds_max_silence: Annotated[int, Field(ge=1)] = 3000
-    # 0: use milliseconds_max_silence (section 2.4).
+    # 0: use milliseconds_max_silence (docs/reference.md, "record").
     milliseconds_max_initial_silence: Annotated[int, Field(ge=0)] = 0
     format: Opt[Literal["alaw", "ulaw"]] = None
     encryption_cipher: Opt[Cipher] = None

@@ -31,7 +31,8 @@ PREFIX = "/demo"
 
 
 def _say(*texts: str, barge_in: bool = True) -> dict[str, Any]:
-    # A play action in its wire form: also how a prompt is written (reference §4.1).
+    # A play action in its wire form: also how a prompt is written (docs/reference.md,
+    # "Play action").
     return {
         "play": {
             "play_list": [{"text_to_say": t} for t in texts],

@@ -37,7 +37,7 @@ def write_tone(data_dir: Path, name: str, hz: float, seconds: float = 1.0) -> st
 
 
 def play(name: str) -> dict[str, Any]:
-    """A play action in its wire form (reference §4.1)."""
+    """A play action in its wire form (docs/reference.md, "Play action")."""
     return {"play": {"play_list": [{"file_to_play": name}]}}
 
 

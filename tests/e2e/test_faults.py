@@ -254,7 +254,7 @@ async def test_the_recogniser_crashing_or_hanging_ends_get_input_and_the_call_go
         run = await sipp.call(server.sip, tmp_path, *parts)
         await until(lambda: app.bodies("/final"), 10, "no final page")
     assert run.returncode == 0, run.output + run.errors + server.output
-    # The first get_input: nothing recognised, so no next_page (reference section 3);
+    # The first get_input: nothing recognised, so no next_page (docs/behaviour.md);
     # the call went on to the next action, whose word the restarted engine heard.
     assert app.bodies("/heard1") == [], server.output
     (body,) = app.bodies("/heard2")

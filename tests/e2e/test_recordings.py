@@ -5,7 +5,7 @@ G.711 RTP, with RFC 4733 key presses or a BYE where a test needs them; the
 application's ``record`` action writes a WAV file. Each test checks the result
 the application received (``reason``, ``barge_in_digit``, ``id``,
 ``contains_sound``, ``seconds_duration``) against the file itself, read at the
-moment ``next_page`` was requested (reference section 3: the file can at once
+moment ``next_page`` was requested (docs/behaviour.md, "record": the file can at once
 be played), and the file's samples against what the caller sent: the file is a
 span of the caller's stream, found by cross-correlation, and every sample is
 the sent one (same law) or within G.711 re-quantisation error of it (the file

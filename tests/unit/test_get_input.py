@@ -1,4 +1,4 @@
-"""``get_input``: every row of spec section 3 for it, every default of section 2.3.
+"""``get_input``: every rule of docs/behaviour.md for it, every default in docs/reference.md.
 
 Each test runs a real call on the virtual clock: the application is served over
 HTTP on 127.0.0.1, the caller follows a script, and the assertions look at

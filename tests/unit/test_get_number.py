@@ -128,7 +128,7 @@ def no_input_then_after(app: AppServer, run: CallRun, at: float) -> None:
     assert run.summary.cause == "completed"
 
 
-# --- completion: digit_count and end_digit (section 3 row 1) -----------------------------
+# --- completion: digit_count and end_digit (docs/behaviour.md, input between actions) -----
 
 
 async def test_digit_count_digits_complete_with_exactly_those_digits(app: AppServer) -> None:
@@ -258,7 +258,7 @@ async def test_next_page_is_required(app: AppServer) -> None:
     assert timeline(run) == []
 
 
-# --- valid_digits (section 2.2) ------------------------------------------------------------
+# --- valid_digits (docs/reference.md) ------------------------------------------------------------
 
 
 async def test_letters_are_invalid_by_default(app: AppServer) -> None:
@@ -305,7 +305,7 @@ async def test_help_and_end_digit_are_accepted_in_addition_to_valid_digits(
     assert timeline(run) == [(0.0, PROMPT), (3.25, PROMPT)]  # "*" was help, not invalid
 
 
-# --- invalid digits (section 3 "Invalid digit") ---------------------------------------------
+# --- invalid digits (docs/behaviour.md, "get_number and get_input") -----------------------
 
 
 async def test_invalid_digits_play_the_default_messages_then_finish_after_the_last(
@@ -403,7 +403,7 @@ async def test_invalid_and_timeout_messages_are_counted_separately(app: AppServe
     no_input_then_after(app, run, 18.25)
 
 
-# --- help digit (section 3 "help_digit pressed") ---------------------------------------------
+# --- help digit (docs/behaviour.md, "get_number and get_input") ---------------------------
 
 
 async def test_help_digit_repeats_the_prompt_and_clears_the_digits(app: AppServer) -> None:
@@ -494,7 +494,7 @@ async def test_prompt_with_a_missing_file_ends_at_that_file(app: AppServer) -> N
     assert timeline(run)[1] == (7.0, T1)
 
 
-# --- timeouts (section 2.2 defaults, section 3 "No digit within the timeout") -----------------
+# --- timeouts (docs/reference.md defaults, docs/behaviour.md) -----------------
 
 
 @pytest.mark.parametrize(
@@ -749,7 +749,7 @@ async def test_valid_input_does_not_reset_the_timeout_count(app: AppServer) -> N
     assert timeline(run) == [(0.0, PROMPT), (7.0, T1), (14.0, T2), (16.5, AFTER)]
 
 
-# --- seconds_timeout 0 (section 2.2) -----------------------------------------------------------
+# --- seconds_timeout 0 (docs/reference.md) ------------------------------------------------
 
 
 async def test_seconds_timeout_0_with_nothing_finishes_after_the_prompt_without_messages(
@@ -856,7 +856,7 @@ async def test_timers_run_from_the_barge_in(app: AppServer, hash_at: float, in_t
         assert timeline(run)[1] == (4.0, T1)
 
 
-# --- cached barge-in digits from a preceding play (section 3 rows 2 and 3) ---------------------
+# --- cached barge-in digits from a preceding play (docs/behaviour.md, input between actions) ---
 
 
 async def test_cached_digits_that_reach_digit_count_complete_at_once(app: AppServer) -> None:
@@ -1088,7 +1088,7 @@ async def test_hang_up_during_get_number(app: AppServer, keys: str, hang_up_at: 
     assert final["this_call"]["call_state"] == "idle"
 
 
-# --- the request to next_page (section 4.2, docs/behaviour.md "Pages") -----------------------
+# --- the request to next_page (docs/reference.md "Page requests", docs/behaviour.md "Pages") ---
 
 
 async def test_next_page_request_body_and_signature(app: AppServer) -> None:

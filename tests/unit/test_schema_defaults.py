@@ -69,7 +69,7 @@ def play(**props: Any) -> Play:
 
 # --- exact property names -----------------------------------------------------------------
 
-# Property sets of spec section 2 (tables 2.2 - 2.4 and the shared objects of 2.1).
+# Property sets of docs/reference.md (get_number, get_input, record and the shared objects).
 GET_NUMBER_PROPERTIES = {
     "next_page",
     "prompt",
@@ -188,7 +188,7 @@ def test_action_names() -> None:
         assert getattr(model, "name") == name  # noqa: B009 - ClassVar on a pydantic model
 
 
-# --- get_number (section 2.2) -------------------------------------------------------------
+# --- get_number (docs/reference.md) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -311,7 +311,7 @@ def test_prompt_is_a_play_with_play_defaults(action: str) -> None:
     assert parsed.prompt.barge_in_on_speech is False
 
 
-# --- get_input (section 2.3) --------------------------------------------------------------
+# --- get_input (docs/reference.md) --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -381,7 +381,7 @@ def test_get_input_word_hints_round_trip() -> None:
     assert action.recognition.hint_words() == ("yes", "no", "operator")
 
 
-# --- record (section 2.4) -----------------------------------------------------------------
+# --- record (docs/reference.md) -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

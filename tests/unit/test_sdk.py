@@ -88,8 +88,8 @@ def test_built_actions_are_what_validate_accepts_with_the_values_given() -> None
     assert said.recognition.hint_words() == ("sales", "support")
     assert said.recognition.max_alternatives == 2 and said.digits.end_digit == ""
     assert isinstance(rec, Record) and rec.format == "alaw" and rec.seconds_max_duration == 120
-    # A nested play action is written in its canonical form (reference §4.1), and what
-    # was not given is left out, for callhook's defaults.
+    # A nested play action is written in its canonical form (docs/reference.md, "Play
+    # action"), and what was not given is left out, for callhook's defaults.
     assert body["actions"][1]["get_number"] == {
         "next_page": {"url": "pin"},
         "prompt": {"play": {"play_list": [{"text_to_say": "Enter your PIN."}]}},
