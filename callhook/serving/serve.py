@@ -132,10 +132,10 @@ async def _start_web(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
     )
     sip.phone = WebPhone(
-        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip, far_legs=sip
+        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip.control, far_legs=sip
     )
     # Pages signed in to receive calls: connect's webrtc: destinations ring them.
-    sip.webclients = WebClients(keys, known_apps, bans=sip, siblings=siblings)
+    sip.webclients = WebClients(keys, known_apps, bans=sip.control, siblings=siblings)
     extra: list[Routes] = [sip.webclients, _readiness(services, sip, siblings)]
     if siblings is not None:
         # Failed authentications and bans: one count and one ban for all the workers.
@@ -153,13 +153,13 @@ async def _start_web(
         host,
         port,
         dial=sip.dial_api,
-        stats=sip.stats,
+        stats=sip.control.stats,
         api=api,
-        trunks=sip.trunk_status,
+        trunks=sip.control.trunk_status,
         users=lambda: registered_phones(services.db),
-        bans=sip,
+        bans=sip.control,
         phone=sip.phone,
-        call_log=sip.call_log,
+        call_log=sip.control.call_log,
         webservices=webservices,
         extra=tuple(extra),
         reuse_port=reuse_port,
@@ -383,7 +383,7 @@ async def _follow_trunks_role(nodes: Nodes, sip: SipService) -> None:
     while True:
         await asyncio.sleep(1.0)
         try:
-            sip.trunks_lead(nodes.leading)
+            sip.control.trunks_lead(nodes.leading)
             failed = ""
         except Exception as exc:  # (logged once per cause; the loop goes on)
             if str(exc) != failed:

@@ -39,7 +39,6 @@ import asyncio
 import logging
 import random
 import ssl
-from typing import TYPE_CHECKING
 
 from callhook.calls.services import Services
 from callhook.config.settings import AppConfig
@@ -61,12 +60,12 @@ from callhook.media.srtp import offer_keys
 from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
-from callhook.sip.registrar import Binding, Registrar
-from callhook.store.bindings import Bindings
+from callhook.sip.registrar import Binding
 from callhook.telephony.attachedlegs import AttachedLegs
 from callhook.telephony.farleg import FarLeg, Fork
 from callhook.telephony.sipcall import SipCall, media_session
 from callhook.telephony.trunking import Route, Trunks
+from callhook.telephony.users import Users
 
 logger = logging.getLogger("callhook.sip")
 
@@ -85,7 +84,8 @@ class Connecting(AttachedLegs):
     guard: Guard
     #: Far legs by their SIP call id (the agent's events for them come here).
     far_legs: dict[str, FarLeg]
-    registrar: Registrar | None
+    #: The registrar of ``[users]`` and its phones' bindings.
+    users: Users
     outbound: OutboundPolicy
     outbound_calls: OutboundCalls
     client_tls: ssl.SSLContext
@@ -96,12 +96,6 @@ class Connecting(AttachedLegs):
 
     def _flush(self) -> None:
         raise NotImplementedError
-
-    if TYPE_CHECKING:  # the registrar's half (telephony/users.py); later in the MRO
-
-        def follows_bindings(self) -> bool: ...
-
-        async def read_bindings(self, store: Bindings | None = None) -> list[Binding] | None: ...
 
     def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
         raise NotImplementedError
@@ -151,14 +145,14 @@ class Connecting(AttachedLegs):
         """Call every phone ``user:NAME`` has registered at once (a :class:`Fork`); on a
         worker that follows worker 0's bindings, as they are stored now (a phone that
         registered a moment ago included)."""
-        if not self.follows_bindings():
+        if not self.users.follows_bindings():
             self._place_phones(primary, attempt, destination, call_from)
             return
         key = (primary.call_id, attempt)
         self._reading_phones.add(key)
 
         async def read_then_place() -> None:
-            await self.read_bindings()
+            await self.users.read_bindings()
             wanted = key in self._reading_phones
             self._reading_phones.discard(key)
             if not wanted or self.calls.get(primary.call_id) is not primary:
@@ -178,7 +172,7 @@ class Connecting(AttachedLegs):
         self, primary: SipCall, attempt: int, destination: str, call_from: str | None
     ) -> None:
         name = destination.strip()[len("user:") :]
-        registrar, leg = self.registrar, primary.leg
+        registrar, leg = self.users.registrar, primary.leg
         if registrar is None or not registrar.knows(name):
             logger.warning("call %s: cannot call %s: no such user", primary.call_id, destination)
             leg.inject(CalleeEnded(attempt, "unobtainable", "404"))

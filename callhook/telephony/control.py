@@ -1,6 +1,6 @@
 """The SIP service as the HTTP API sees it: its calls, counters, bans and trunks.
 
-:class:`Control` is the half of :class:`~callhook.telephony.service.SipService` that
+:class:`Control` is the part of :class:`~callhook.telephony.service.SipService` that
 answers ``/api/stats``, ``/api/v1/calls`` (list, look up, hang up),
 ``/api/bans`` (list, lift; and the REST API's own bans for guessed keys) and
 ``/api/trunks``: views of the service's state and the few things the API may
@@ -13,12 +13,14 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from callhook.calls.services import Services
+from callhook.calls.metrics import Metrics
 from callhook.cluster.sharedbans import SharedBans
 from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.speechworkers import SpeechService
 from callhook.sip.agent import Agent
 from callhook.sip.guard import OPERATOR, Guard
 from callhook.telephony.farleg import FarLeg
@@ -29,35 +31,57 @@ logger = logging.getLogger("callhook.sip")
 
 
 class Control:
-    """The API's view of the SIP service (see the module docstring)."""
+    """The API's view of the SIP service (see the module docstring).
 
-    # --- what the service provides (telephony/service.py) ---------------------------------------
+    It shares the service's tables of calls (``calls``, ``far_legs``, ``recent_logs``),
+    its guard and its trunks; ``agent``, ``media`` and ``shared_bans`` give what the
+    service has at the time (None before it starts, or alone); ``flush`` sends what the
+    agent has to send, ``trunks_changed`` is the service's news of a trunk's change.
+    """
 
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    agent: Agent | None
-    media: MediaEngine | None
-    calls: dict[str, SipCall]
-    trunks: Trunks
-    guard: Guard
-    far_legs: dict[str, FarLeg]
-    #: The other workers (or nodes) told of this one's failed authentications (None: alone).
-    shared_bans: SharedBans | None
-
-    #: Recent calls' (application, instance id), by Call-ID: their call logs.
-    recent_logs: OrderedDict[str, tuple[str, str]]
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def _trunks_changed(self) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        agent: Callable[[], Agent | None],
+        media: Callable[[], MediaEngine | None],
+        calls: dict[str, SipCall],
+        far_legs: dict[str, FarLeg],
+        recent_logs: OrderedDict[str, tuple[str, str]],
+        guard: Guard,
+        trunks: Trunks,
+        shared_bans: Callable[[], SharedBans | None],
+        metrics: Metrics,
+        speech: SpeechService,
+        notifications: Callable[[], dict[str, Any]],
+        log_path: Callable[[str, str], Path],
+        flush: Callable[[], None],
+        trunks_changed: Callable[[], None],
+    ) -> None:
+        self.loop = loop
+        self._agent = agent
+        self._media = media
+        self.calls = calls
+        self.far_legs = far_legs
+        #: Recent calls' (application, instance id), by Call-ID: their call logs.
+        self.recent_logs = recent_logs
+        self.guard = guard
+        self.trunks = trunks
+        #: The other workers (or nodes) told of this one's failed authentications.
+        self._shared_bans = shared_bans
+        self.metrics = metrics
+        self.speech = speech
+        self._notifications = notifications
+        self._log_path = log_path
+        self._flush = flush
+        self._trunks_changed = trunks_changed
 
     # --- counters ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """The server's counters, with the SIP and media side's."""
-        media = self.media
+        media = self._media()
+        agent = self._agent()
         lateness = sorted(media.lateness) if media else []
         durations = sorted(media.durations) if media else []
         tick = {}
@@ -70,8 +94,8 @@ class Control:
                 "took_p99_ms": durations[int(len(durations) * 0.99)],
                 "took_max_ms": durations[-1],
             }
-        return self.services.metrics.snapshot(
-            sip_calls=len(self.agent.calls) if self.agent else 0,
+        return self.metrics.snapshot(
+            sip_calls=len(agent.calls) if agent else 0,
             media_streams=len(media.streams) if media else 0,
             media_late_ticks=media.late_ticks if media else 0,
             media_tick=tick,
@@ -79,10 +103,8 @@ class Control:
             # it the media ticks took: the rest is SIP, the calls' runners and pages.
             cpu_loop_s=round(time.thread_time(), 3),
             cpu_media_tick_s=round(media.tick_cpu, 3) if media else 0.0,
-            speech=self.services.speech.snapshot(),
-            notifications=(
-                self.services.notifier.snapshot() if self.services.notifier is not None else {}
-            ),
+            speech=self.speech.snapshot(),
+            notifications=self._notifications(),
         )
 
     # --- the REST API (httpserver/restapi.py) -------------------------------------------------
@@ -127,10 +149,11 @@ class Control:
         cancelled (``no_answer``, as when it rings too long).
         """
         call = self.calls.get(call_id)
-        if call is None or self.agent is None:
+        agent = self._agent()
+        if call is None or agent is None:
             return False
         if call.answered is not None and not call.answered.done():
-            self.agent.hang_up(call_id, self.loop.time(), cause="no_answer")
+            agent.hang_up(call_id, self.loop.time(), cause="no_answer")
             self._flush()
         else:
             call.leg.abort("hung up through the REST API")
@@ -162,8 +185,9 @@ class Control:
         banned = self.guard.auth_failed(address, self.loop.time(), what)
         for host, cause in self.guard.take_notes():
             logger.warning("%s: %s", host, cause)
-        if self.shared_bans is not None and address not in OPERATOR:  # (never counted)
-            return self.shared_bans.counted(address, what, banned)
+        shared = self._shared_bans()
+        if shared is not None and address not in OPERATOR:  # (never counted)
+            return shared.counted(address, what, banned)
         done: asyncio.Future[None] = self.loop.create_future()
         done.set_result(None)
         return done
@@ -180,7 +204,7 @@ class Control:
             return None
         app, instance = found
         try:
-            return self.services.store.path(app, f"logs/{instance}.log").read_bytes()
+            return self._log_path(app, f"logs/{instance}.log").read_bytes()
         except OSError:
             return None
 

@@ -27,6 +27,7 @@ import logging
 import random
 import socket
 from collections import OrderedDict
+from typing import Any
 
 from callhook.calls.runner import CallRunner, CallSummary
 from callhook.calls.services import Services
@@ -62,7 +63,7 @@ from callhook.telephony.dialling import Dialling
 from callhook.telephony.farleg import FarLeg
 from callhook.telephony.leg import new_leg
 from callhook.telephony.prompts import PromptAudio
-from callhook.telephony.referring import CallReferrer, Referring
+from callhook.telephony.referring import CallReferrer, Transfers
 from callhook.telephony.sipcall import (
     CallMedia,
     SipCall,
@@ -106,7 +107,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling, Control, Connecting, Referring, Users):
+class SipService(Dialling, Connecting):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -164,9 +165,6 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.far_legs: dict[str, FarLeg] = {}
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
         self._reading_phones: set[tuple[str, int]] = set()
-        self.registrar = None
-        self.following = None
-        self.stored_changes = 0
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
@@ -175,6 +173,43 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         # (max_calls_per_app is the installation's: cluster/outboundshare.py).
         self.outbound_calls = OutboundCalls(self.loop.time)
         self._refusals_logged: dict[tuple[str, int], float] = {}
+        #: The registrar of ``[users]``: their phones' bindings, and the failed digests.
+        self.users = Users(
+            settings.users,
+            secret=services.secret,
+            algorithms=settings.digest_algorithms,
+            behind_front=settings.front is not None,
+            lead=settings.lead_worker,
+            db=services.db,
+            guard=self.guard,
+            trunks=self.trunks,
+            shared_bans=lambda: self.shared_bans,
+            loop=self.loop,
+        )
+        #: What the HTTP API sees of the service and may ask of it.
+        self.control = Control(
+            loop=self.loop,
+            agent=lambda: self.agent,
+            media=lambda: self.media,
+            calls=self.calls,
+            far_legs=self.far_legs,
+            recent_logs=self.recent_logs,
+            guard=self.guard,
+            trunks=self.trunks,
+            shared_bans=lambda: self.shared_bans,
+            metrics=services.metrics,
+            speech=services.speech,
+            notifications=lambda: (
+                services.notifier.snapshot() if services.notifier is not None else {}
+            ),
+            log_path=services.store.path,
+            flush=self._flush,
+            trunks_changed=self._trunks_changed,
+        )
+        #: A call's ``transfer``: its REFER and what comes of it.
+        self.transfers = Transfers(
+            lambda: self.agent, self.trunks, self.outbound, self.loop.time, self._flush
+        )
 
     async def start(self, *, register: bool = True, listen: bool = True) -> None:
         """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside
@@ -203,7 +238,10 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
-        self._start_registrar()
+        own = {self.address, self.local, *settings.sip_domains}
+        if self.host not in ("0.0.0.0", "::", ""):
+            own.add(self.host)
+        self.users.start(self.agent, own)
         logger.info("SIP listening on udp %s:%d", self.host, self.port)
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
@@ -331,7 +369,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
                     self.connections.send(data, target)
             for event in events:
                 self._dispatch(event)
-        self._registrar_flush()
+        self.users.flush()
         self.trunks.log_changes(self.loop.time())
         deadline = agent.deadline
         if deadline != self._timer_at:
@@ -365,7 +403,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         elif isinstance(event, Reoffer):
             self._reoffer(call, event.offer)
         elif isinstance(event, ReferResponse | ReferProgress):
-            self.refer_event(call, event)  # a transfer (telephony/referring.py)
+            self.transfers.news(call, event)  # a transfer (telephony/referring.py)
         elif isinstance(event, InfoReceived):
             digit = parse_dtmf_relay(event.content_type, event.body)
             if digit is not None:
@@ -461,7 +499,7 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
         """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
         through this service."""
         call.leg.far = CallFarLegs(self, call)
-        call.leg.referrer = CallReferrer(self, call)
+        call.leg.referrer = CallReferrer(self.transfers, call)
         call.leg.transcripts = OutboxPoster(self.services, call.app.name)
 
     async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
@@ -555,11 +593,20 @@ class SipService(Dialling, Control, Connecting, Referring, Users):
 
     # --- shutdown ---------------------------------------------------------------------------
 
+    # --- the REST API's calls (httpserver/restapi.py ``Calls``) --------------------------------
+
+    def active_calls(self) -> list[dict[str, Any]]:
+        """The calls running now (:meth:`Control.active_calls`)."""
+        return self.control.active_calls()
+
+    def hang_up_call(self, call_id: str) -> bool:
+        """End call ``call_id`` from our side (:meth:`Control.hang_up_call`)."""
+        return self.control.hang_up_call(call_id)
+
     async def _unregister(self, wait: float = 2.0) -> None:
         """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
         self.trunks.cancel()
-        if self.following is not None:
-            self.following.cancel()
+        self.users.stop()
         agent = self.agent
         if agent is None or not agent.registrations.by_name:
             return

@@ -1,6 +1,6 @@
 """The registrar's side of ``callhook serve``: its users' bindings kept, its failures counted.
 
-:class:`Users` is the half of :class:`~callhook.telephony.service.SipService` that
+:class:`Users` is the part of :class:`~callhook.telephony.service.SipService` that
 runs the sans-IO :class:`~callhook.sip.registrar.Registrar` of ``[users.NAME]``
 (the phones of the people callers are put through to): it builds it from the
 settings, hands it to the agent (REGISTER, challenged calls), loads the stored
@@ -23,10 +23,11 @@ import hmac
 import ipaddress
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from callhook.calls.services import Services
 from callhook.cluster.sharedbans import SharedBans
+from callhook.config.settings import UserConfig
 from callhook.sip.agent import Agent
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.guard import OPERATOR, Guard
@@ -44,52 +45,69 @@ FOLLOW_SECONDS = 1.0
 
 
 class Users:
-    """The registrar's bindings and failures (see the module docstring)."""
+    """The registrar's bindings and failures (see the module docstring).
 
-    # --- what the service provides (telephony/service.py) ---------------------------------------
+    ``users`` is ``[users]``: each user's password. ``secret`` is the installation's
+    (the nonces' key derives from it); ``algorithms`` is ``[sip] digest_algorithms``;
+    ``behind_front``: a worker of ``serve --workers`` (requests come through Kamailio),
+    ``lead``: worker 0, which takes the REGISTERs. The bindings are stored in ``db``;
+    failures go to ``guard`` and, through ``shared_bans`` (None: alone), to the others;
+    ``trunks`` say which hosts are a trunk's.
+    """
 
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    agent: Agent | None
-    guard: Guard
-    shared_bans: SharedBans | None
-    trunks: Trunks
-    host: str  # the address SIP listens on
-    local: str  # this machine's address (the one SIP listens on, or the main one)
-    address: str  # the address callhook advertises
-    #: The registrar of ``[users]`` (None: no users configured).
-    registrar: Registrar | None
-    #: A worker's task following the stored bindings (``serve --workers``; None: none).
-    following: asyncio.Task[None] | None
-    #: How many times this process stored changed bindings.
-    stored_changes: int
+    def __init__(
+        self,
+        users: Mapping[str, UserConfig],
+        *,
+        secret: str,
+        algorithms: tuple[str, ...],
+        behind_front: bool,
+        lead: bool,
+        db: Database,
+        guard: Guard,
+        trunks: Trunks,
+        shared_bans: Callable[[], SharedBans | None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.users = users
+        self._secret = secret
+        self._algorithms = algorithms
+        self._behind_front = behind_front
+        self._lead = lead
+        self._db = db
+        self.guard = guard
+        self.trunks = trunks
+        self._shared_bans = shared_bans
+        self.loop = loop
+        #: The registrar of ``[users]`` (None: no users configured, or not started).
+        self.registrar: Registrar | None = None
+        #: A worker's task following the stored bindings (``serve --workers``; None: none).
+        self.following: asyncio.Task[None] | None = None
+        #: How many times this process stored changed bindings.
+        self.stored_changes = 0
 
-    def _start_registrar(self) -> None:
-        """Be the registrar of ``[users]``, with the bindings stored before (if any users)."""
-        users = self.services.settings.users
-        agent = self.agent
-        if not users or agent is None:
+    def start(self, agent: Agent, own: set[str]) -> None:
+        """Be the registrar of ``[users]`` on ``agent``, with the bindings stored before (if
+        any users); ``own``: callhook's own hosts (its addresses and ``[sip] domains``)."""
+        users = self.users
+        if not users:
             return
         # The nonces' key, derived from the installation's secret: a nonce issued before
         # a restart is still recognised after it, as stale (a phone mid-registration
         # answers again without asking its user), never as valid.
-        key = hmac.new(self.services.secret.encode(), b"digest nonces", hashlib.sha256).digest()
-        own = {self.address, self.local, *self.services.settings.sip_domains}
-        if self.host not in ("0.0.0.0", "::", ""):
-            own.add(self.host)
+        key = hmac.new(self._secret.encode(), b"digest nonces", hashlib.sha256).digest()
         registrar = Registrar(
             {n: u.password for n, u in users.items()},
             key,
-            algorithms=self.services.settings.digest_algorithms,
+            algorithms=self._algorithms,
             domains=own,
             is_trunk=self._is_trunk,
         )
         self.registrar = registrar
         agent.use_registrar(registrar)
-        store = Bindings(self.services.db)
+        store = Bindings(self._db)
         now, wall = self.loop.time(), time.time()
-        front = self.services.settings.front is not None
-        loaded = [_binding(stored, now - wall, front) for stored in store.load(wall)]
+        loaded = [_binding(stored, now - wall, self._behind_front) for stored in store.load(wall)]
         taken = registrar.load([b for b in loaded if b is not None], now)
         logger.info("registrar for %d user(s): %d registered phone(s) loaded", len(users), taken)
         if self.follows_bindings():
@@ -98,13 +116,15 @@ class Users:
             # user (connecting.py) and every second.
             self.following = self.loop.create_task(self._follow_bindings(store))
 
+    def stop(self) -> None:
+        """Stop following the stored bindings (a worker's, at shutdown)."""
+        if self.following is not None:
+            self.following.cancel()
+
     def follows_bindings(self) -> bool:
         """Whether this process reads the phones' bindings from the database (a worker of
         ``serve --workers`` other than worker 0) rather than keeping them itself."""
-        settings = self.services.settings
-        return (
-            self.registrar is not None and settings.front is not None and not (settings.lead_worker)
-        )
+        return self.registrar is not None and self._behind_front and not self._lead
 
     async def read_bindings(self, store: Bindings | None = None) -> list[Binding] | None:
         """Make the registrar's bindings those stored now; the bindings, or None when the
@@ -114,7 +134,7 @@ class Users:
         assert registrar is not None
         writes = self.stored_changes
         try:
-            stored = await (store or Bindings(self.services.db)).fetch(time.time())
+            stored = await (store or Bindings(self._db)).fetch(time.time())
         except Exception as exc:  # the database is away: the phones known stay
             logger.warning("the registered phones could not be read: %s", exc)
             return None
@@ -168,23 +188,25 @@ class Users:
             return False
         return any(address in n for t in self.trunks.config.values() for n in t.addresses)
 
-    def _registrar_flush(self) -> None:
-        """Store the bindings that changed; count the failed authentications."""
+    def flush(self) -> None:
+        """Store the bindings that changed; count the failed authentications (after each
+        of the agent's steps)."""
         registrar = self.registrar
         if registrar is None:
             return
         now = self.loop.time()
         for host, what in registrar.take_failures():
             banned = self.guard.auth_failed(host, now, "digest authentication")
-            if self.shared_bans is not None and host not in OPERATOR:
-                self.shared_bans.counted(host, "digest authentication", banned)
+            shared = self._shared_bans()
+            if shared is not None and host not in OPERATOR:
+                shared.counted(host, "digest authentication", banned)
             self.guard.note(host, f"failed digest authentication ({what})", now)
         for host, cause in self.guard.take_notes():
             logger.warning("SIP from %s: %s", host, cause)
         changed = registrar.take_changes()
         if not changed:
             return
-        store = Bindings(self.services.db)
+        store = Bindings(self._db)
         offset = time.time() - now
         self.stored_changes += 1
         for user in changed:

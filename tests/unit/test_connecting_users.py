@@ -24,6 +24,7 @@ class Service(Connecting):
         self.reads = 0
         self.placed: list[tuple[str, int]] = []
         self.flushed = 0
+        self.users = self  # type: ignore[assignment]  # (the registrar's part, scripted too)
 
     def follows_bindings(self) -> bool:
         return self.following

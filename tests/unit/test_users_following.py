@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from callhook.sip.guard import Guard
 from callhook.sip.registrar import Registrar
 from callhook.sip.transport import Target
 from callhook.store.bindings import StoredBinding
@@ -62,10 +63,19 @@ async def test_a_follower_takes_the_stored_bindings_but_not_a_read_older_than_it
 ) -> None:
     monkeypatch.setattr(users_module, "FOLLOW_SECONDS", 0.0)
     registrar = Registrar({"alice": "a long password"}, b"k" * 32)
-    follower = Users.__new__(Users)  # the mixin's state, without a whole SIP service
-    follower.registrar = registrar
-    follower.loop = asyncio.get_running_loop()
-    follower.stored_changes = 0
+    follower = Users(
+        {},
+        secret="s",
+        algorithms=("MD5",),
+        behind_front=True,
+        lead=False,
+        db=None,  # type: ignore[arg-type]  # (the reads are the test's: Reads)
+        guard=Guard(),
+        trunks=None,  # type: ignore[arg-type]
+        shared_bans=lambda: None,
+        loop=asyncio.get_running_loop(),
+    )
+    follower.registrar = registrar  # (started: the worker's registrar)
 
     def targets() -> list[Target]:
         return [b.target for b in registrar.bindings("alice", follower.loop.time())]
