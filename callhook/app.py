@@ -35,36 +35,36 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     store = MediaStore(settings.data_dir / "media")
     egress = Egress(
         EgressPolicy(
-            allow_private=settings.egress_allow_private,
-            max_response_bytes=settings.max_response_bytes,
-            max_redirects=settings.max_redirects,
+            allow_private=settings.egress.allow_private,
+            max_response_bytes=settings.egress.max_response_bytes,
+            max_redirects=settings.egress.max_redirects,
         )
     )
-    for endpoint in settings.egress_endpoints:
+    for endpoint in settings.egress.endpoints:
         egress.trust_url(f"http://{endpoint}")
     pages = HttpPages(
         timeout=settings.page_timeout,
         egress=egress,
-        max_response_bytes=settings.max_response_bytes,
-        max_redirects=settings.max_redirects,
+        max_response_bytes=settings.egress.max_response_bytes,
+        max_redirects=settings.egress.max_redirects,
     )
     remote_media = RemoteMedia(
-        max_bytes=settings.remote_media_bytes,
-        timeout=settings.remote_media_timeout,
-        max_redirects=settings.max_redirects,
+        max_bytes=settings.media.remote_max_bytes,
+        timeout=settings.media.remote_timeout,
+        max_redirects=settings.egress.max_redirects,
         egress=egress,
     )
     speech = SpeechService(
-        build_synthesiser(settings.tts_voice),
-        build_recogniser(settings.recogniser, settings.speech_model),
-        workers=settings.speech_workers,
+        build_synthesiser(settings.speech.voice),
+        build_recogniser(settings.speech.recogniser, settings.speech.model),
+        workers=settings.speech.workers,
     )
-    if settings.speech_preload:
+    if settings.speech.preload:
         speech.warm_up()
     db: Database
     ownership: Membership
     lease_owner = None
-    if settings.database_url is not None:
+    if settings.database.url is not None:
         # Nodes sharing PostgreSQL: who is alive is a table, not lock files.
         try:
             from callhook.store.postgres import Nodes, connect
@@ -74,16 +74,18 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
                 " pip install 'callhook[postgresql]'"
             ) from None
 
-        db = connect(settings.database_url)
+        db = connect(settings.database.url)
         # The heartbeat on a connection of its own: no slow statement delays it.
-        nodes = Nodes(connect(settings.database_url), settings.node_timeout, owns_db=True)
+        nodes = Nodes(connect(settings.database.url), settings.database.node_timeout, owns_db=True)
         ownership = nodes
         lease_owner = nodes.token
     else:
         db = Database(settings.data_dir / "state.sqlite3")
         ownership = Ownership(settings.data_dir)
     retry = RetryPolicy(
-        settings.notify_first_retry, settings.notify_max_retry, settings.notify_give_up_after
+        settings.notifications.first_retry,
+        settings.notifications.max_retry,
+        settings.notifications.give_up_after,
     )
     outbox = Outbox(
         db, retry, lease_owner=lease_owner, lease_seconds=lease_for(settings.page_timeout)
@@ -119,7 +121,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
 
 def build_sip_service(services: Services, host: str, port: int) -> SipService:
     """The telephony service on ``host``:``port`` over ``services`` (not started)."""
-    return SipService(services, host, port, rtp_ports=services.settings.rtp_ports)
+    return SipService(services, host, port, rtp_ports=services.settings.sip.rtp_ports)
 
 
 class _Assembly:

@@ -52,9 +52,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "page_timeout", None):
         settings.page_timeout = args.page_timeout
     if getattr(args, "voice", None):
-        settings.tts_voice = args.voice
+        settings.speech.voice = args.voice
     if getattr(args, "recogniser", None):
-        settings.recogniser = args.recogniser
+        settings.speech.recogniser = args.recogniser
     return settings
 
 
@@ -62,12 +62,27 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Check an action list (a page response) and print every problem."""
-    try:
-        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-    except OSError as exc:
-        print(f"{args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
+    """Check an action list (a page response) and print every problem: a file's, standard
+    input's, or what a page's URL answers (requested as a call's first page is)."""
+    if args.file.startswith(("http://", "https://")):
+        if not args.secret:
+            why = "a page's URL needs --secret, the secret the application checks signatures with"
+            print(f"callhook validate: {why}", file=sys.stderr)
+            return 2
+        answer = asyncio.run(_first_page(args.file, args.secret, _settings(args).page_timeout))
+        if isinstance(answer, str):
+            print(answer)
+            return 1
+        if not answer.strip():
+            print("valid (an empty body: no actions, the call is hung up)")
+            return 0
+        data = answer
+    else:
+        try:
+            data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        except OSError as exc:
+            print(f"{args.file}: {exc.strerror}", file=sys.stderr)
+            return 2
     try:
         parse_response(data)
     except InvalidResponse as exc:
@@ -77,10 +92,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from callhook.speech import languages
 
     settings = _settings(args)
-    for warning in languages.warnings(json.loads(data), settings.recogniser, settings.speech_model):
+    for warning in languages.warnings(
+        json.loads(data), settings.speech.recogniser, settings.speech.model
+    ):
         print(f"warning: {warning}")
     print("valid")
     return 0
+
+
+async def _first_page(url: str, secret: str, timeout: float) -> bytes | str:
+    """What the page at ``url`` answers a call's first page request (POST, signed with
+    ``secret``, the instance info of an inbound call ringing); why not, if it does not."""
+    from callhook.calls.instanceinfo import page_body, this_call
+    from callhook.calls.runner import new_instance_id
+    from callhook.edge.pages import HttpPages
+    from callhook.ports import PageError
+
+    instance = new_instance_id()
+    info = CallInfo(
+        call_id=f"validate-{instance[:8]}",
+        call_from="sip:validate@127.0.0.1",
+        call_to="sip:validate@127.0.0.1",
+        call_target="validate",
+    )
+    body = page_body(instance, None, f"logs/{instance}.log", this_call(info, "inbound", 0.0, ""))
+    pages = HttpPages(timeout=timeout)
+    try:
+        return await pages.fetch(
+            url, "POST", json.dumps(body, separators=(",", ":")).encode(), secret
+        )
+    except PageError as exc:
+        return f"{url}: {exc.detail}"
+    finally:
+        await pages.close()
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -158,7 +202,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     serve = None
     if args.sip:
         http_host, http_port = host_port(
-            args.http or f"{settings.http_host}:{settings.http_port}", 8080
+            args.http or f"{settings.http.host}:{settings.http.port}", 8080
         )
         where = f"[{http_host}]" if ":" in http_host else http_host
         secret = serve_secret(settings.data_dir)
@@ -292,7 +336,7 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 def _get_api(args: argparse.Namespace, path: str) -> Any:
     settings = _settings(args)
-    host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+    host, port = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
     return get_api(host, port, path, data_secret(settings.data_dir))
 
 
@@ -457,7 +501,12 @@ def parser() -> argparse.ArgumentParser:
     vo.set_defaults(func=cmd_voices)
 
     v = sub.add_parser("validate", help="check an action list (a page response) for errors")
-    v.add_argument("file", help="a JSON file, or - for standard input")
+    v.add_argument(
+        "file",
+        help="a JSON file, - for standard input, or a page's http(s) URL (requested as a"
+        " call's first page, signed with --secret)",
+    )
+    v.add_argument("--secret", help="with a URL: the secret the application checks")
     v.add_argument("--config", help="TOML config file (which recogniser: its languages)")
     v.set_defaults(func=cmd_validate)
 

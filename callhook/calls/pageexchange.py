@@ -86,15 +86,23 @@ class PageExchange:
         self.log.write("page_request", f"{method} {url} (final page)")
         return await self.pages.fetch(url, method, data, self.secret)
 
-    def read(self, url: str, raw: bytes) -> Response | None:
+    def read(self, url: str, raw: bytes, why: str = "") -> Response | None:
         """A page's answer as a response (None: an empty body, no actions); sets the
-        token. :class:`PageError` ``invalid`` if it is no valid response."""
+        token. ``why`` is why the page was requested (``error page``: its log line says
+        so). :class:`PageError` ``invalid`` if it is no valid response."""
         if not raw.strip():
             # A 2xx with an empty body (a 204, or a 200 with nothing in it) is an empty
             # action list: nothing more to do on this call (a secondary call's first page:
             # put it through). The token is null, as for any response without one.
             self.token = None
-            self.log.write("page_response", f"{url}: (empty body: no actions)")
+            text = f"{url}: (empty body: no actions)"
+            if why == "error page":
+                # Said in words: the log's reader sees why nothing runs after the error.
+                text += (
+                    ": the error page answered with no action list (204 No Content, or a"
+                    " 2xx with nothing in it), so no actions run after the error"
+                )
+            self.log.write("page_response", text)
             return None
         try:
             response = parse_response(raw)

@@ -555,7 +555,7 @@ class CallRunner:
             self._ended(raw)
             self.log.write("page_abandoned", f"{request.url}: the call ended while waiting for it")
             raise CallGone(raw)
-        response = self.exchange.read(request.url, raw)
+        response = self.exchange.read(request.url, raw, request.why)
         cipher = response.call_recording_cipher if response is not None else None
         if self.secondary is not None and response is not None:
             self.secondary.answered(request.url, cipher, first=request.why == "first page")

@@ -109,8 +109,8 @@ class Services:
         died (needs the running event loop; :meth:`start_notifier` starts it too)."""
         if self._keeper is None:
             every = KEEP_SECONDS
-            if self.settings.database_url is not None:
-                every = self.settings.node_timeout / 3
+            if self.settings.database.url is not None:
+                every = self.settings.database.node_timeout / 3
             loop = asyncio.get_running_loop()
             # Two tasks: a long recovery never holds up the heartbeat.
             self._keeper = loop.create_task(
@@ -206,8 +206,8 @@ class Services:
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,
-            host if host is not None else self.settings.http_host,
-            port if port is not None else self.settings.http_port,
+            host if host is not None else self.settings.http.host,
+            port if port is not None else self.settings.http.port,
             reuse_port=reuse_port,
             private=private,
         )

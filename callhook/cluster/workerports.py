@@ -26,12 +26,12 @@ def choose_first_port(settings: Settings, count: int) -> int:
     + 40 (workers.py ``first_port_candidates``) clear of the SIP port and the RTP range and
     free on the workers' host, for UDP (their SIP) and TCP (their private port): a
     second ``serve`` on the machine takes the next free ones. ConfigError if none is."""
-    if settings.worker_first_port is not None:
-        return settings.worker_first_port
-    host = host_of_workers(settings.sip_host)
-    start = default_first_port(settings.sip_port, count, settings.rtp_ports)
+    if settings.workers.first_port is not None:
+        return settings.workers.first_port
+    host = host_of_workers(settings.sip.host)
+    start = default_first_port(settings.sip.port, count, settings.sip.rtp_ports)
     for first in first_port_candidates(start - FIRST_PORT_OFFSET, count):
-        if clear_of(first, count, settings.sip_port, settings.rtp_ports) and all(
+        if clear_of(first, count, settings.sip.port, settings.sip.rtp_ports) and all(
             _free(host, port) for port in range(first, first + count)
         ):
             return first
@@ -55,12 +55,12 @@ def _free(host: str, port: int) -> bool:
 def front_ports_free(settings: Settings) -> None:
     """ConfigError, in one line naming the setting, when Kamailio could not listen on the
     SIP address (another serve, or any SIP server, has it): found before anything starts."""
-    host, port = settings.sip_host, settings.sip_port
+    host, port = settings.sip.host, settings.sip.port
     wanted = [("udp", port)]
-    if settings.sip_tcp_port != 0:
-        wanted.append(("tcp", settings.sip_tcp_port or port))
-    if settings.tls_certificate is not None and settings.sip_tls_port:
-        wanted.append(("tls", settings.sip_tls_port))
+    if settings.sip.tcp_port != 0:
+        wanted.append(("tcp", settings.sip.tcp_port or port))
+    if settings.sip.tls_certificate is not None and settings.sip.tls_port:
+        wanted.append(("tls", settings.sip.tls_port))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for transport, number in wanted:
         kind = socket.SOCK_DGRAM if transport == "udp" else socket.SOCK_STREAM

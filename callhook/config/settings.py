@@ -114,6 +114,20 @@ from pathlib import Path
 from typing import Any
 
 from callhook.config.secret import data_secret as data_secret
+from callhook.config.tables import (
+    DatabaseSettings,
+    EgressSettings,
+    HttpSettings,
+    MediaSettings,
+    NotificationsSettings,
+    OutboundSettings,
+    RecordingsSettings,
+    SecuritySettings,
+    SipSettings,
+    SpeechSettings,
+    TrunkCredentials,
+    WorkersSettings,
+)
 from callhook.config.tls import client_context, server_context
 from callhook.config.values import ConfigError as ConfigError
 from callhook.config.values import database as _database
@@ -133,8 +147,7 @@ from callhook.dialplan import trunks
 from callhook.dialplan.numbers import BadNumber, app_for_number, configured
 from callhook.dialplan.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.dialplan.trunks import Trunk
-from callhook.sip.front import Front
-from callhook.sip.guard import PRIVATE, networks
+from callhook.sip.guard import networks
 from callhook.speech.models import MODELS
 
 #: Whisper's models ([speech] model): tiny.en, base, small (callhook/speech/models.py),
@@ -200,79 +213,24 @@ class UserConfig:
 
 @dataclass
 class Settings:
-    """Everything the composition root needs."""
+    """Everything the composition root needs: the top-level keys, and one object per table."""
 
     data_dir: Path = Path("data")
-    http_host: str = "127.0.0.1"
-    http_port: int = 8080
-    max_upload_bytes: int = 50 * 2**20
-    max_recording_bytes: int = 64 * 2**20
-    remote_media_bytes: int = 16 * 2**20
-    remote_media_timeout: float = 10.0
-    notify_first_retry: float = 2.0
-    notify_max_retry: float = 600.0
-    notify_give_up_after: float = 86400.0
     page_timeout: float = 10.0
-    sip_host: str = "0.0.0.0"
-    sip_port: int = 5060
-    #: TCP listener port: None is "the UDP port", 0 none.
-    sip_tcp_port: int | None = None
-    #: TLS listener port (when a certificate is set): 0 none.
-    sip_tls_port: int = 5061
-    tls_certificate: Path | None = None
-    tls_key: Path | None = None
-    tls_ca: Path | None = None
-    rtp_ports: tuple[int, int] = (20000, 29999)
-    shutdown_grace: float = 30.0
-    rtp_timeout: float = 30.0
-    external_address: str | None = None
-    #: ``[sip] domains``: names (and addresses) phones know callhook by besides its own
-    #: address; an INVITE from one of them (its From host) is challenged as a user's.
-    sip_domains: tuple[str, ...] = ()
-    max_calls: int = 500
-    #: SIP proxies in front of callhook (Kamailio): trusted like trunks ([sip] proxies).
-    sip_proxies: tuple[str, ...] = ()
-    #: ``serve`` worker processes behind Kamailio (None: one per core when it can, see
-    #: ``callhook.serving.supervisor.workers_for``), and the first worker's SIP port (None: the
-    #: first free run of ports from the SIP port + 40, ``serving/supervisor.py``).
-    workers: int | None = None
-    worker_first_port: int | None = None
-    #: Not config keys: set by ``serve --workers`` for each worker (docs/scaling.md): the
-    #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
-    front: Front | None = None
-    lead_worker: bool = True
-    #: ``[database]``: PostgreSQL shared by nodes (None: ``<data_dir>/state.sqlite3``).
-    database_url: str | None = None
-    node_timeout: float = 30.0
-    node_address: str = "127.0.0.1"
-    node_port: int = 0
-    tts_voice: str = "piper:joe"
-    recogniser: str = "whisper"
-    speech_model: str = "tiny.en"
-    speech_workers: int = 2
-    speech_preload: bool = True
-    trunk_username: str | None = None
-    trunk_password: str | None = None
+    http: HttpSettings = field(default_factory=HttpSettings)
+    sip: SipSettings = field(default_factory=SipSettings)
+    workers: WorkersSettings = field(default_factory=WorkersSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    speech: SpeechSettings = field(default_factory=SpeechSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    outbound: OutboundSettings = field(default_factory=OutboundSettings)
+    egress: EgressSettings = field(default_factory=EgressSettings)
+    recordings: RecordingsSettings = field(default_factory=RecordingsSettings)
+    media: MediaSettings = field(default_factory=MediaSettings)
+    notifications: NotificationsSettings = field(default_factory=NotificationsSettings)
+    trunk: TrunkCredentials = field(default_factory=TrunkCredentials)
     #: ``[trunks.NAME]`` (and ``[trunk]`` as ``trunk``), by name.
     trunks: dict[str, Trunk] = field(default_factory=dict)
-    #: ``[security]``: who may send SIP requests, what others get, the flood limits.
-    security_allow: tuple[str, ...] = PRIVATE
-    security_unknown: str = "drop"
-    security_rate: float = 20.0
-    security_ban_seconds: float = 600.0
-    #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
-    max_message_bytes: int = 8192
-    #: The digest algorithms ``[users]`` phones are challenged with, most preferred first.
-    digest_algorithms: tuple[str, ...] = ("MD5",)
-    #: ``[outbound]``: the destinations outbound calls may reach, the calls per application.
-    outbound_allow: tuple[str, ...] = ()
-    max_calls_per_app: int = MAX_CALLS_PER_APP
-    #: ``[egress]``: what page, media and notification fetches may reach, and their limits.
-    egress_allow_private: bool = False
-    #: ``[egress] endpoints``: private endpoints (host:port) trusted as the applications' are.
-    egress_endpoints: tuple[str, ...] = ()
-    max_response_bytes: int = 5 * 2**20
-    max_redirects: int = 3
     apps: dict[str, AppConfig] = field(default_factory=dict)
     default_app: str | None = None
     #: Dialled numbers (canonical, :mod:`callhook.dialplan.numbers`) and the application of each.
@@ -322,22 +280,22 @@ def _transports(path: Path, sip: dict[str, Any], settings: Settings) -> None:
     """``[sip]`` tcp_port, tls_port and the TLS files, checked (the files are read once
     here so that a bad certificate is a config error, not a failure on the first call)."""
     if "tcp_port" in sip:
-        settings.sip_tcp_port = _port(path, "tcp_port", sip["tcp_port"])
+        settings.sip.tcp_port = _port(path, "tcp_port", sip["tcp_port"])
     if "tls_port" in sip:
-        settings.sip_tls_port = _port(path, "tls_port", sip["tls_port"])
+        settings.sip.tls_port = _port(path, "tls_port", sip["tls_port"])
     for key in ("tls_certificate", "tls_key", "tls_ca"):
         if key in sip:
             file = Path(_text(path, "sip", key, sip, ""))
             if not file.is_file():
                 raise ConfigError(f"{path}: [sip] {key}: no such file {file}")
-            setattr(settings, key, file)
-    if settings.tls_key is not None and settings.tls_certificate is None:
+            setattr(settings.sip, key, file)
+    if settings.sip.tls_key is not None and settings.sip.tls_certificate is None:
         raise ConfigError(f"{path}: [sip] tls_key needs tls_certificate")
     try:
-        if settings.tls_certificate is not None:
-            server_context(settings.tls_certificate, settings.tls_key)
-        if settings.tls_ca is not None:
-            client_context(settings.tls_ca)
+        if settings.sip.tls_certificate is not None:
+            server_context(settings.sip.tls_certificate, settings.sip.tls_key)
+        if settings.sip.tls_ca is not None:
+            client_context(settings.sip.tls_ca)
     except (ssl.SSLError, OSError, ValueError) as exc:
         raise ConfigError(f"{path}: [sip] TLS files unusable: {exc}") from None
 
@@ -363,7 +321,7 @@ def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
                 f"{path}: [security] digest_algorithms must list MD5 and/or SHA-256 "
                 "(most preferred first), each once"
             )
-        settings.digest_algorithms = tuple(a.upper() for a in algorithms)
+        settings.security.digest_algorithms = tuple(a.upper() for a in algorithms)
     if "allow" in values:
         allow = values["allow"]
         if not isinstance(allow, list):
@@ -372,18 +330,20 @@ def _security(path: Path, values: dict[str, Any], settings: Settings) -> None:
             networks(allow)
         except ValueError as exc:
             raise ConfigError(f"{path}: [security] allow: {exc}") from None
-        settings.security_allow = tuple(str(a) for a in allow)
-    settings.security_unknown = _text(path, "security", "unknown", values, "drop")
-    if settings.security_unknown not in ("drop", "reject"):
+        settings.security.allow = tuple(str(a) for a in allow)
+    settings.security.unknown = _text(path, "security", "unknown", values, "drop")
+    if settings.security.unknown not in ("drop", "reject"):
         raise ConfigError(f"{path}: [security] unknown must be drop or reject")
-    settings.security_rate = _number(path, "security", "rate", values, 20)
-    settings.security_ban_seconds = _number(path, "security", "ban_seconds", values, 600)
-    if not 1 <= settings.security_rate <= 100000:
+    settings.security.rate = _number(path, "security", "rate", values, 20)
+    settings.security.ban_seconds = _number(path, "security", "ban_seconds", values, 600)
+    if not 1 <= settings.security.rate <= 100000:
         raise ConfigError(f"{path}: [security] rate must be 1 to 100000 messages a second")
-    settings.max_message_bytes = _integer(path, "security", "max_message_bytes", values, 8192)
-    if not 1300 <= settings.max_message_bytes <= 65536:
+    settings.security.max_message_bytes = _integer(
+        path, "security", "max_message_bytes", values, 8192
+    )
+    if not 1300 <= settings.security.max_message_bytes <= 65536:
         raise ConfigError(f"{path}: [security] max_message_bytes must be 1300 to 65536")
-    if not 0 < settings.security_ban_seconds <= 86400 * 7:
+    if not 0 < settings.security.ban_seconds <= 86400 * 7:
         raise ConfigError(f"{path}: [security] ban_seconds must be above 0 and at most a week")
 
 
@@ -398,11 +358,11 @@ def _outbound(path: Path, values: dict[str, Any], settings: Settings) -> None:
             check_pattern(pattern)
         except PatternError as exc:
             raise ConfigError(f"{path}: [outbound] allow: {exc}") from None
-    settings.outbound_allow = tuple(allow)
+    settings.outbound.allow = tuple(allow)
     limit = values.get("max_calls_per_app", MAX_CALLS_PER_APP)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100000:
         raise ConfigError(f"{path}: [outbound] max_calls_per_app must be 1 to 100000")
-    settings.max_calls_per_app = limit
+    settings.outbound.max_calls_per_app = limit
 
 
 def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
@@ -412,14 +372,14 @@ def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
     private = values.get("allow_private", False)
     if not isinstance(private, bool):
         raise ConfigError(f"{path}: [egress] allow_private must be true or false")
-    settings.egress_allow_private = private
-    settings.egress_endpoints = _endpoints(path, "egress", "endpoints", values)
+    settings.egress.allow_private = private
+    settings.egress.endpoints = _endpoints(path, "egress", "endpoints", values)
     if "max_response_mb" in values:
-        settings.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
+        settings.egress.max_response_bytes = _megabytes(path, "egress", "max_response_mb", values)
     redirects = values.get("max_redirects", 3)
     if not isinstance(redirects, int) or isinstance(redirects, bool) or not 0 <= redirects <= 20:
         raise ConfigError(f"{path}: [egress] max_redirects must be 0 to 20")
-    settings.max_redirects = redirects
+    settings.egress.max_redirects = redirects
 
 
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
@@ -444,74 +404,85 @@ def load(path: Path) -> Settings:
     if not 0 < settings.page_timeout <= 600:
         raise ConfigError(f"{path}: page_timeout must be above 0 and at most 600 seconds")
     http = _table(path, raw, "http")
-    settings.http_host = _text(path, "http", "host", http, settings.http_host)
-    settings.http_port = _integer(path, "http", "port", http, settings.http_port)
-    if not 0 <= settings.http_port <= 65535:
+    settings.http.host = _text(path, "http", "host", http, settings.http.host)
+    settings.http.port = _integer(path, "http", "port", http, settings.http.port)
+    if not 0 <= settings.http.port <= 65535:
         raise ConfigError(f"{path}: [http] port must be a port number")
     if "max_upload_mb" in http:
-        settings.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
+        settings.http.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
     sip = _table(path, raw, "sip")
-    settings.sip_host = _text(path, "sip", "host", sip, settings.sip_host)
-    settings.sip_port = _port(path, "port", sip.get("port", settings.sip_port))
+    settings.sip.host = _text(path, "sip", "host", sip, settings.sip.host)
+    settings.sip.port = _port(path, "port", sip.get("port", settings.sip.port))
     if "rtp_ports" in sip:
         ports = sip["rtp_ports"]
         ok = isinstance(ports, list) and len(ports) == 2
         first, last = ports if ok and all(type(p) is int for p in ports) else (0, 0)
         if not 1024 <= first < last <= 65535:
             raise ConfigError(f"{path}: [sip] rtp_ports must be two ports, low to high, above 1023")
-        settings.rtp_ports = (first, last)
+        settings.sip.rtp_ports = (first, last)
     _transports(path, sip, settings)
-    settings.shutdown_grace = _number(path, "sip", "shutdown_grace", sip, settings.shutdown_grace)
-    settings.rtp_timeout = _number(path, "sip", "rtp_timeout", sip, settings.rtp_timeout)
-    if "external_address" in sip:
-        settings.external_address = _ip_address(path, sip["external_address"])
-    if "domains" in sip:
-        settings.sip_domains = _domains(path, sip["domains"])
-    if not 0 <= settings.rtp_timeout <= 86400:
-        raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
-    settings.max_calls = _integer(path, "sip", "max_calls", sip, settings.max_calls)
-    settings.sip_proxies = _network_list(path, "sip", "proxies", sip)
-    settings.workers, settings.worker_first_port = _workers(path, _table(path, raw, "workers"))
-    (settings.database_url, settings.node_timeout, settings.node_address, settings.node_port) = (
-        _database(path, _table(path, raw, "database"))
+    settings.sip.shutdown_grace = _number(
+        path, "sip", "shutdown_grace", sip, settings.sip.shutdown_grace
     )
+    settings.sip.rtp_timeout = _number(path, "sip", "rtp_timeout", sip, settings.sip.rtp_timeout)
+    if "external_address" in sip:
+        settings.sip.external_address = _ip_address(path, sip["external_address"])
+    if "domains" in sip:
+        settings.sip.domains = _domains(path, sip["domains"])
+    if not 0 <= settings.sip.rtp_timeout <= 86400:
+        raise ConfigError(f"{path}: [sip] rtp_timeout must be 0 (never) or up to 86400 seconds")
+    settings.sip.max_calls = _integer(path, "sip", "max_calls", sip, settings.sip.max_calls)
+    settings.sip.proxies = _network_list(path, "sip", "proxies", sip)
+    settings.workers.count, settings.workers.first_port = _workers(
+        path, _table(path, raw, "workers")
+    )
+    (
+        settings.database.url,
+        settings.database.node_timeout,
+        settings.database.node_address,
+        settings.database.node_port,
+    ) = _database(path, _table(path, raw, "database"))
     recordings = _table(path, raw, "recordings")
     _no_unknown(path, "recordings", recordings, {"max_mb"})
     if "max_mb" in recordings:
-        settings.max_recording_bytes = _megabytes(path, "recordings", "max_mb", recordings)
+        settings.recordings.max_bytes = _megabytes(path, "recordings", "max_mb", recordings)
     media = _table(path, raw, "media")
     _no_unknown(path, "media", media, {"remote_max_mb", "remote_timeout"})
     if "remote_max_mb" in media:
-        settings.remote_media_bytes = _megabytes(path, "media", "remote_max_mb", media)
-    settings.remote_media_timeout = _number(path, "media", "remote_timeout", media, 10.0)
-    if not 0 < settings.remote_media_timeout <= 300:
+        settings.media.remote_max_bytes = _megabytes(path, "media", "remote_max_mb", media)
+    settings.media.remote_timeout = _number(path, "media", "remote_timeout", media, 10.0)
+    if not 0 < settings.media.remote_timeout <= 300:
         raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
     notifications = _table(path, raw, "notifications")
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
-    settings.notify_first_retry = _number(path, "notifications", "first_retry", notifications, 2)
-    settings.notify_max_retry = _number(path, "notifications", "max_retry", notifications, 600)
-    settings.notify_give_up_after = _number(
+    settings.notifications.first_retry = _number(
+        path, "notifications", "first_retry", notifications, 2
+    )
+    settings.notifications.max_retry = _number(
+        path, "notifications", "max_retry", notifications, 600
+    )
+    settings.notifications.give_up_after = _number(
         path, "notifications", "give_up_after", notifications, 86400
     )
-    if not 0 < settings.notify_first_retry <= settings.notify_max_retry:
+    if not 0 < settings.notifications.first_retry <= settings.notifications.max_retry:
         raise ConfigError(
             f"{path}: [notifications] first_retry must be above 0 and at most max_retry"
         )
-    if settings.notify_give_up_after <= 0:
+    if settings.notifications.give_up_after <= 0:
         raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
     _security(path, _table(path, raw, "security"), settings)
     _outbound(path, _table(path, raw, "outbound"), settings)
     _egress(path, _table(path, raw, "egress"), settings)
     (
-        settings.tts_voice,
-        settings.recogniser,
-        settings.speech_model,
-        settings.speech_workers,
-        settings.speech_preload,
+        settings.speech.voice,
+        settings.speech.recogniser,
+        settings.speech.model,
+        settings.speech.workers,
+        settings.speech.preload,
     ) = _speech(path, _table(path, raw, "speech"), RECOGNISERS, SPEECH_MODELS)
     trunk = _table(path, raw, "trunk")
-    settings.trunk_username = trunk.get("username")
-    settings.trunk_password = trunk.get("password")
+    settings.trunk.username = trunk.get("username")
+    settings.trunk.password = trunk.get("password")
     try:
         settings.trunks = trunks.load(path, raw)
     except trunks.TrunkError as exc:

@@ -9,7 +9,9 @@ recogniser with the running action's word hints (a ``play`` step's recording, li
 Media time stands still while a page is fetched.
 
 Each step waits (``hear``, ``request``) or happens (``press``, ``say``, ...) in order;
-the first that cannot be satisfied fails the flow with what the call did instead.
+the first that cannot be satisfied fails the flow with what the call did instead, and
+with the call's errors (:func:`with_errors`: a page that answered 500, an invalid action
+list), which are most often why.
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ from callhook.ports import CallInfo, Files, Pages, Recordings
 
 #: Seconds a word takes when there is no speech engine (the words are handed over typed).
 SECONDS_PER_WORD = 0.4
+#: The call's errors a failure names at most (the first ones: the later are most often
+#: what the first brought about).
+ERRORS_SHOWN = 3
+#: The longest an error is shown in a failure (a page's answer is quoted in it).
+ERROR_CHARS = 300
+
+#: A page error as the call runner logs it (``callhook.ports.PageError``): kind, URL, detail.
+_PAGE_ERROR = re.compile(r"^(unreachable|timeout|status|invalid): (\S+): (.*)$", re.S)
 
 
 @dataclass(frozen=True)
@@ -396,6 +406,37 @@ class FlowLeg(ScriptedLeg):
             return
 
 
+def in_words(error: str) -> str:
+    """A call log's ``error`` line as a failure names it, on one line: a page error says
+    which page and what was wrong with its answer; any other error is as logged."""
+    m = _PAGE_ERROR.match(error)
+    if m is None:
+        text = error
+    else:
+        kind, url, detail = m.groups()
+        text = {
+            "status": f"the page {url} answered {detail}",
+            "invalid": f"the page {url} answered no valid action list: {detail}",
+            "unreachable": f"the page {url} could not be reached: {detail}",
+            "timeout": f"the page {url} did not answer in time: {detail}",
+        }[kind]
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def with_errors(failure: str, errors: Sequence[str]) -> str:
+    """A flow's failure, followed by the errors the call had (its log's ``error`` lines),
+    if any: what the application did wrong is most often why the step failed."""
+    if not errors:
+        return failure
+    named = [in_words(e) for e in errors[:ERRORS_SHOWN]]
+    more = len(errors) - len(named)
+    if more:
+        named.append(f"and {more} more (in the call's log below)")
+    label = "the call's error" if len(errors) == 1 else "the call's errors"
+    return f"{failure} — {label}: " + "; ".join(named)
+
+
 def shown(call: PageCall) -> str:
     """A page request as a failure message lists it: its path and action result."""
     result = call.body.get("action_result")
@@ -466,7 +507,14 @@ async def run_flow(
     instance = f"flow-{int(time.time() * 1000):x}"
     log = CallLog(instance, clock, log_dir / f"{instance}.log")
     timeline: list[str] = []
-    log.listeners.append(lambda kind, text: timeline.append(f"[{clock.now():7.2f}] {kind} {text}"))
+    errors: list[str] = []
+
+    def listen(kind: str, text: str) -> None:
+        timeline.append(f"[{clock.now():7.2f}] {kind} {text}")
+        if kind == "error":
+            errors.append(text)
+
+    log.listeners.append(listen)
     runner = CallRunner(
         app,
         leg,
@@ -487,6 +535,5 @@ async def run_flow(
     leg.transcript.stop()  # the call's end ends its transcription
     await leg.transcript.drain()
     leg.finish(cause)
-    return FlowResult(
-        flow, leg.failure, cause, clock.now(), time.perf_counter() - started, timeline
-    )
+    failure = with_errors(leg.failure, errors) if leg.failure is not None else None
+    return FlowResult(flow, failure, cause, clock.now(), time.perf_counter() - started, timeline)

@@ -19,6 +19,12 @@ installation secret): a ``prompt_start`` line that says the words (then its ``pr
 ``page_request`` it brought. ``ended`` is the log's ``call_end`` cause. Everything is in
 real time: the flow's ``timeout`` is seconds of wall clock. After the last step the
 caller waits :data:`LINGER` seconds for the application to end the call, then hangs up.
+A failure names the call's errors (its log's ``error`` lines), as in process.
+
+Before any call :func:`check_serve` asks serve's HTTP API once with the secret: a
+serve that refuses it (its own is another data directory's) would refuse every log
+read, after a call placed for nothing (and, away from loopback, each refusal counts
+towards a ban of this address).
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from callhook.devtools.flowcaller import (
     plain_words,
     read_wav,
     shown,
+    with_errors,
 )
 from callhook.events import (
     CallEnded,
@@ -180,6 +187,36 @@ class ServeLog:
         except aiohttp.ClientError as exc:
             raise FlowFailed(f"cannot read serve's call log at {self.base}: {exc}") from None
         return self.lines
+
+
+async def check_serve(serve: Serve, secret_from: str) -> str | None:
+    """Whether serve's HTTP API takes the installation secret this process read (from
+    ``secret_from``: a file's path, or ``CALLHOOK_SECRET``): None if it does; else the one
+    line that says why not, to stop on before any call is placed."""
+    where = f"callhook test --sip: serve at {serve.http}"
+    url = f"{serve.http}/api/calls/callhook-test-check/log"  # a call no serve has: 404
+    headers = {"Authorization": f"Bearer {serve.secret}"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as client,
+            client.get(url, headers=headers) as r,
+        ):
+            status = r.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        why = str(exc) or type(exc).__name__
+        return f"{where} does not answer ({why}): --http HOST:PORT is serve's web server"
+    if status in (200, 404):
+        return None
+    if status == 401:
+        return (
+            f"{where} refused the installation secret read from {secret_from}: serve's own"
+            " is the file secret in serve's data directory (its --data-dir, or data_dir in"
+            " its config; by default ./data where it was started): give callhook test that"
+            " --data-dir, or set CALLHOOK_SECRET to that file's content"
+        )
+    if status == 403:
+        return f"{where} has banned this address for a while (403, after wrong secrets)"
+    return f"{where} answered HTTP {status} to GET /api/calls/.../log: is it callhook serve?"
 
 
 class SipCaller:
@@ -388,18 +425,19 @@ async def run_sip_flow(flow: Flow, sip: Any, services: Services, serve: Serve) -
         )  # fmt: skip
         if caller.leg is None:  # never answered
             caller.failure = f"serve did not answer: {summary.cause} ({summary.raw_cause})"
-        else:
+        if log.call_id:  # (answered or not: a call serve refused has its log, and why)
             try:
                 for _ in range(20):  # serve's last lines (its final page) after the BYE
                     await log.refresh()
-                    if call_cause(log.lines) is not None:
-                        break
+                    if call_cause(log.lines) is not None or not (log.lines or caller.leg):
+                        break  # (no log of a call serve never had: nothing to wait for)
                     await asyncio.sleep(0.25)
             except FlowFailed as exc:
                 caller.failure = caller.failure or str(exc)
     cause = call_cause(log.lines) or summary.cause
     timeline = [f"[{line.t:7.2f}] {line.kind} {line.text}" for line in log.lines]
     call_seconds = log.lines[-1].t if log.lines else 0.0
-    return FlowResult(
-        flow, caller.failure, cause, call_seconds, time.perf_counter() - started, timeline
-    )
+    failure = caller.failure
+    if failure is not None:
+        failure = with_errors(failure, [line.text for line in log.lines if line.kind == "error"])
+    return FlowResult(flow, failure, cause, call_seconds, time.perf_counter() - started, timeline)

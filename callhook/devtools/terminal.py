@@ -19,12 +19,18 @@ the end of input hangs up.
 
 The terminal has no microphone: a recording holds silence for its length
 (typed speech counts as sound for the record action's timing).
+
+Each error is printed once: while the keyboard is attached to the call, the call-log
+lines the terminal shows are not repeated by the server log on standard error
+(:class:`ShownOnTerminal`), and an invalid page's problems are listed once, not again
+in the error line that follows them (:func:`log_printer`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -57,6 +63,36 @@ from callhook.ports import CallInfo
 DIGIT_KEYS = set("0123456789*#")
 #: How long typed speech takes to say: 0.4 s a word.
 SECONDS_PER_WORD = 0.4
+
+#: How the terminal shows each kind of call-log line (the rest are not shown).
+SHOWN = {
+    "page_request": "→ {}",
+    "page_response": "← {}",
+    "action_start": "▶ {}",
+    "action_end": "■ {}",
+    "digit": "  key {}",
+    "speech": "  heard {}",
+    "speech_unrecognised": "  ({})",
+    "recording_start": "  ● recording {}",
+    "recording_stop": "  ○ recording saved: {}",
+    "caller_hung_up": "(you hung up) {}",
+    "error": "!! {}",
+    "invalid_response": "!! {}",
+    "call_end": "call over: {}",
+}
+
+
+class ShownOnTerminal(logging.Filter):
+    """Keeps the call-log lines the terminal shows (:data:`SHOWN`) out of the server log
+    (``callhook.call``, on standard error): the terminal prints them once. Its other
+    records (a log file that cannot be written, a crash's traceback) go through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # A call-log line is logged as "[%s] %s %s": instance id, kind, text.
+        if record.msg != "[%s] %s %s" or not isinstance(args, tuple) or len(args) != 3:
+            return True
+        return args[1] not in SHOWN
 
 
 class TerminalLeg:
@@ -242,15 +278,21 @@ class Keyboard:
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[None]:
+        """The keyboard feeds the call, and the terminal shows it: the lines it shows are
+        kept out of the server log meanwhile (:class:`ShownOnTerminal`)."""
         loop = asyncio.get_running_loop()
         saved = None
         if self.is_tty:
             saved = termios.tcgetattr(self.fd)
             tty.setcbreak(self.fd)
         loop.add_reader(self.fd, self._readable)
+        calls = logging.getLogger("callhook.call")
+        shown = ShownOnTerminal()
+        calls.addFilter(shown)
         try:
             yield
         finally:
+            calls.removeFilter(shown)
             loop.remove_reader(self.fd)
             if saved is not None:
                 termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
@@ -299,26 +341,24 @@ class Keyboard:
 
 
 def log_printer(leg: TerminalLeg) -> Callable[[str, str], None]:
-    """A call-log listener that shows the call's progress on the terminal."""
-    shown = {
-        "page_request": "→ {}",
-        "page_response": "← {}",
-        "action_start": "▶ {}",
-        "action_end": "■ {}",
-        "digit": "  key {}",
-        "speech": "  heard {}",
-        "speech_unrecognised": "  ({})",
-        "recording_start": "  ● recording {}",
-        "recording_stop": "  ○ recording saved: {}",
-        "caller_hung_up": "(you hung up) {}",
-        "error": "!! {}",
-        "invalid_response": "!! {}",
-        "call_end": "call over: {}",
-    }
+    """A call-log listener that shows the call's progress on the terminal.
+
+    An invalid page's answer is logged as a line per problem (``invalid_response``), then
+    as the error they make (``error invalid: URL: every problem``): the problems are
+    shown once, and the error says that they were the page's."""
+    listed: set[str] = set()  # pages whose problems were just shown
 
     def show(kind: str, text: str) -> None:
-        if kind in shown:
-            leg.say_line(shown[kind].format(text))
+        if kind == "invalid_response":
+            listed.add(text.partition(": ")[0])
+        elif kind == "error" and text.startswith("invalid: "):
+            url = text.removeprefix("invalid: ").partition(": ")[0]
+            if url in listed:
+                listed.discard(url)
+                leg.say_line(f"!! the page {url} answered no valid action list (above)")
+                return
+        if kind in SHOWN:
+            leg.say_line(SHOWN[kind].format(text))
         elif kind == "recognition_start":
             leg.say_line("  (listening for speech: type  say <words>)")
 

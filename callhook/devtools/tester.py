@@ -230,6 +230,13 @@ def serve_secret(data_dir: Path) -> str | None:
     return secret
 
 
+def secret_origin(data_dir: Path) -> str:
+    """Where :func:`serve_secret` reads the secret from: ``CALLHOOK_SECRET``, or the file."""
+    if os.environ.get("CALLHOOK_SECRET", ""):
+        return "CALLHOOK_SECRET"
+    return str((data_dir / "secret").resolve())
+
+
 async def test_command(
     paths: Sequence[Path],
     settings: Settings,
@@ -240,7 +247,15 @@ async def test_command(
     *,
     assembly: Assembly,
 ) -> int:
-    """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable)."""
+    """Run the flows; the exit status (0 all passed, 1 one failed, 2 a file unreadable, or
+    serve cannot be used: said in one line on standard error, before any call)."""
+    if serve is not None:
+        from callhook.devtools.sipflow import check_serve
+
+        problem = await check_serve(serve, secret_origin(settings.data_dir))
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
     outcomes = await run_files(paths, settings, out, serve, jobs, assembly=assembly)
     if junit_file is not None:
         junit_file.write_bytes(junit(outcomes))

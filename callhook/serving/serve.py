@@ -129,7 +129,7 @@ async def _start_web(
         return {**({demo.name: demo} if demo is not None else {}), **settings.apps}
 
     api = Api(
-        services.store, keys, app_named, calls=sip, max_upload_bytes=settings.max_upload_bytes
+        services.store, keys, app_named, calls=sip, max_upload_bytes=settings.http.max_upload_bytes
     )
     sip.phone = WebPhone(
         services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip.control, far_legs=sip
@@ -171,14 +171,14 @@ async def _start_web(
 async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly) -> int:
 
     if args.sip:
-        settings.sip_host, settings.sip_port = host_port(args.sip, 5060)
+        settings.sip.host, settings.sip.port = host_port(args.sip, 5060)
     if args.rtp_ports:
         first, _, last = args.rtp_ports.partition("-")
-        settings.rtp_ports = (int(first), int(last))
+        settings.sip.rtp_ports = (int(first), int(last))
     if args.max_calls is not None:
-        settings.max_calls = args.max_calls
+        settings.sip.max_calls = args.max_calls
     if args.shutdown_grace is not None:
-        settings.shutdown_grace = args.shutdown_grace
+        settings.sip.shutdown_grace = args.shutdown_grace
     keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
     count, why = workers_for(settings, args.workers)
     if why is not None:
@@ -193,13 +193,13 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         from callhook.serving.supervisor import become_worker, rpc_socket
 
         chosen = os.environ.get(WORKERS_FIRST_PORT)
-        if settings.worker_first_port is None and chosen:
-            settings.worker_first_port = int(chosen)  # the supervisor's choice
+        if settings.workers.first_port is None and chosen:
+            settings.workers.first_port = int(chosen)  # the supervisor's choice
         layout = become_worker(settings, args.worker, count)
         front = FrontBans(
-            rpc_socket(settings.data_dir), settings.security_rate, settings.security_ban_seconds
+            rpc_socket(settings.data_dir), settings.security.rate, settings.security.ban_seconds
         )
-        if settings.database_url is None:  # (with PostgreSQL: the nodes table, below)
+        if settings.database.url is None:  # (with PostgreSQL: the nodes table, below)
             siblings = Siblings.of_workers(
                 args.worker,
                 [w.sip_port for w in layout.workers],
@@ -209,14 +209,14 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
     elif count > 1:
         from callhook.serving.supervisor import supervise
 
-        http = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
+        http = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
         return await supervise(settings, count, args.argv, http)
     services = assembly.services(settings)
     services.start_notifier()
     services.metrics.watch_gc()
     apply_app_flags(args, services)
-    host, port = host_port(args.http or f"{settings.http_host}:{settings.http_port}", 8080)
-    sip = assembly.sip_service(services, settings.sip_host, settings.sip_port)
+    host, port = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
+    sip = assembly.sip_service(services, settings.sip.host, settings.sip.port)
     # Nodes sharing PostgreSQL: one of them registers the trunks, for all.
     trunks_role = _trunks_role(services, settings)
     try:
@@ -231,18 +231,20 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         # The young generations between ticks, not in the middle of one (collector.py).
         sip.media.after_tick = collect_young
     # The private port, bound now: the middleware knows it before any request comes.
-    private = private_socket("127.0.0.1", settings.sip_port) if siblings is not None else None
+    private = private_socket("127.0.0.1", settings.sip.port) if siblings is not None else None
     nodes = None
-    if settings.database_url is not None:
+    if settings.database.url is not None:
         # Every node alive is asked about live calls, on this machine or another.
         from callhook.store.postgres import Nodes
 
         assert isinstance(services.ownership, Nodes)
         nodes = services.ownership
-        first = settings.node_port
-        private = private_socket(settings.node_address, first + (args.worker or 0) if first else 0)
+        first = settings.database.node_port
+        private = private_socket(
+            settings.database.node_address, first + (args.worker or 0) if first else 0
+        )
         bound = private.getsockname()[1]
-        where = settings.node_address
+        where = settings.database.node_address
         where = f"[{where}]:{bound}" if ":" in where else f"{where}:{bound}"
         siblings = Siblings(where, bound, nodes_of(nodes), token=nodes.token, front=front)
     try:
@@ -303,7 +305,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         if following is not None:
             following.cancel()
             await _resign(trunks_role)
-        await sip.shutdown(settings.shutdown_grace)
+        await sip.shutdown(settings.sip.shutdown_grace)
         if sip.outbound_share is not None:
             sip.outbound_share.close()
         if sip.shared_bans is not None:
@@ -316,7 +318,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
 
 def _readiness(services: Services, sip: SipService, siblings: Siblings | None) -> Readiness:
     """``/healthz`` and ``/readyz`` over this process's parts (serving/readiness.py)."""
-    front = services.settings.front
+    front = services.settings.workers.front
 
     async def database() -> object:
         return await services.db.run(lambda conn: conn.execute("SELECT 1").fetchone())
@@ -328,7 +330,7 @@ def _readiness(services: Services, sip: SipService, siblings: Siblings | None) -
         front=front.target if front is not None else None,
         # The workers of this machine are one server to a balancer; nodes on several
         # machines are not: one node down must not make the others unready.
-        siblings=siblings if services.settings.database_url is None else None,
+        siblings=siblings if services.settings.database.url is None else None,
     )
 
 
@@ -346,7 +348,7 @@ def _trunks_role(services: Services, settings: Settings) -> Nodes | None:
     """This node, when it stands for registering the trunks among nodes sharing
     PostgreSQL (a lead worker, with a trunk that registers); None: the trunks are
     registered as in one process (or by worker 0), or there are none to register."""
-    if settings.database_url is None or not settings.lead_worker:
+    if settings.database.url is None or not settings.workers.lead:
         return None
     if not any(trunk.registers for trunk in settings.trunks.values()):
         return None
@@ -393,11 +395,11 @@ async def _follow_trunks_role(nodes: Nodes, sip: SipService) -> None:
 
 def _listen_key(exc: ListenError, settings: Settings) -> str:
     """The setting that names the SIP port that could not be listened on."""
-    if settings.front is not None:
+    if settings.workers.front is not None:
         return "[workers] first_port"  # a worker's own port (chosen free when not set)
     if exc.transport == "tls":
         return "[sip] tls_port"
-    if exc.transport == "tcp" and settings.sip_tcp_port:
+    if exc.transport == "tcp" and settings.sip.tcp_port:
         return "[sip] tcp_port"
     return "--sip, or [sip] host and port"
 
@@ -425,11 +427,11 @@ def private_socket(host: str, port: int) -> socket.socket:
 def _banner(settings: Settings, sip: SipService, base: str, app: AppConfig | None) -> None:
     print(f"callhook {__version__} serving", flush=True)
     print(
-        f"  SIP: udp {settings.sip_host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
+        f"  SIP: udp {settings.sip.host}:{sip.port}  (call sip:anything@{sip.address}:{sip.port})",
         flush=True,
     )
     for transport, port in sip.ports.items():
-        print(f"  SIP: {transport} {settings.sip_host}:{port}", flush=True)
+        print(f"  SIP: {transport} {settings.sip.host}:{port}", flush=True)
     print(f"  web: {base}", flush=True)
     print(f"  web phone: {base}/phone", flush=True)
     print(f"  application: {redact(app.first_page) if app else '(none)'}", flush=True)

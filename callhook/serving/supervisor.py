@@ -72,18 +72,18 @@ def layout_of(settings: Settings, count: int) -> Layout:
 
     refused = []
     tls = None
-    if settings.tls_certificate is not None and settings.sip_tls_port:
+    if settings.sip.tls_certificate is not None and settings.sip.tls_port:
         modules = kamailio_modules()
         if modules is not None and not (modules / "tls.so").exists():
             refused.append(
                 "SIP over TLS without Kamailio's TLS module (apt install kamailio-tls-modules)"
             )
         tls = (
-            settings.sip_tls_port,
-            str(settings.tls_certificate.resolve()),
-            str((settings.tls_key or settings.tls_certificate).resolve()),
+            settings.sip.tls_port,
+            str(settings.sip.tls_certificate.resolve()),
+            str((settings.sip.tls_key or settings.sip.tls_certificate).resolve()),
         )
-    tcp = settings.sip_tcp_port != 0
+    tcp = settings.sip.tcp_port != 0
     for trunk in settings.trunks.values():
         # Trunks go through Kamailio (sip/front.py), over the transports it listens on
         # (over TLS, past it: each worker holds its own connection).
@@ -93,19 +93,19 @@ def layout_of(settings: Settings, count: int) -> Layout:
         raise ConfigError(
             f"more than one worker does not support {'; '.join(refused)} yet: use --workers 1"
         )
-    first_port = settings.worker_first_port
+    first_port = settings.workers.first_port
     if first_port is None:  # (serve chooses free ones: choose_first_port)
-        first_port = default_first_port(settings.sip_port, count, settings.rtp_ports)
+        first_port = default_first_port(settings.sip.port, count, settings.sip.rtp_ports)
     return plan(
         count,
-        host=settings.sip_host,
-        port=settings.sip_port,
-        advertised=local_address(settings.sip_host),
+        host=settings.sip.host,
+        port=settings.sip.port,
+        advertised=local_address(settings.sip.host),
         first_port=first_port,
-        rtp_ports=settings.rtp_ports,
-        tcp_port=None if settings.sip_tcp_port == 0 else settings.sip_tcp_port or settings.sip_port,
+        rtp_ports=settings.sip.rtp_ports,
+        tcp_port=None if settings.sip.tcp_port == 0 else settings.sip.tcp_port or settings.sip.port,
         tls=tls,
-        external=settings.external_address,
+        external=settings.sip.external_address,
     )
 
 
@@ -131,7 +131,7 @@ def workers_for(settings: Settings, asked: int | None) -> tuple[int, str | None]
     ("auto"), one per core (as many as the available memory holds), if Kamailio is
     installed and the configuration can be served by several workers; else one.
     """
-    count = asked if asked is not None else settings.workers
+    count = asked if asked is not None else settings.workers.count
     if count is not None:
         return count, None
     available = min(cores(), memory_for_workers())
@@ -169,17 +169,17 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     if not 0 <= index < count:
         raise ConfigError(f"--worker {index}: there are {count} workers (0 to {count - 1})")
     worker = layout.worker(index)
-    settings.sip_port = worker.sip_port
-    settings.rtp_ports = worker.rtp_ports
-    settings.sip_tcp_port = 0  # Kamailio takes TCP and TLS and passes requests on over UDP
-    settings.sip_tls_port = 0
-    settings.sip_proxies = (*settings.sip_proxies, *layout.proxies)
-    settings.front = layout.front()
+    settings.sip.port = worker.sip_port
+    settings.sip.rtp_ports = worker.rtp_ports
+    settings.sip.tcp_port = 0  # Kamailio takes TCP and TLS and passes requests on over UDP
+    settings.sip.tls_port = 0
+    settings.sip.proxies = (*settings.sip.proxies, *layout.proxies)
+    settings.workers.front = layout.front()
     # One registration per trunk for all the workers: worker 0's, naming Kamailio as the
     # Contact (over TLS its own: sip/front.py); a provider's calls come to Kamailio, which
     # hands each to any worker. And worker 0 is the phones' registrar while it runs
     # (Kamailio sends it every REGISTER).
-    settings.lead_worker = index == 0
+    settings.workers.lead = index == 0
     return layout
 
 
@@ -281,11 +281,11 @@ class Supervisor:
                 self.layout,
                 modules=self.modules,
                 dispatcher=dispatcher,
-                allow=settings.security_allow,
-                trusted=(*settings.sip_proxies, *trunk_sources(settings)),
-                unknown=settings.security_unknown,
-                rate=settings.security_rate,
-                ban_seconds=settings.security_ban_seconds,
+                allow=settings.security.allow,
+                trusted=(*settings.sip.proxies, *trunk_sources(settings)),
+                unknown=settings.security.unknown,
+                rate=settings.security.rate,
+                ban_seconds=settings.security.ban_seconds,
                 rpc_socket=rpc_socket(settings.data_dir),
             )
         )
@@ -424,7 +424,7 @@ class Supervisor:
                 self._fail(f"{child.name} could not start: {exc}")
                 return
             if self.stopping:  # shutdown began while it was starting: it missed the SIGTERM
-                await _terminate([process], self.settings.shutdown_grace + 15.0)
+                await _terminate([process], self.settings.sip.shutdown_grace + 15.0)
                 return
             code = await process.wait()
             # What it forked (Kamailio's children) goes with it, or they keep its ports.
@@ -481,7 +481,7 @@ class Supervisor:
     async def shutdown(self) -> None:
         """SIGTERM to the workers, wait for them (their grace), then stop Kamailio."""
         self.stopping = True
-        grace = self.settings.shutdown_grace + 15.0
+        grace = self.settings.sip.shutdown_grace + 15.0
         await _terminate([c.process for c in self.workers], grace)
         self._quiet = True
         await _terminate([self.kamailio.process], 10.0)
@@ -537,8 +537,8 @@ async def supervise(
     # The workers' shared token (cluster/siblings.py) and first SIP port: each inherits
     # them from here.
     os.environ[WORKERS_TOKEN] = secrets.token_urlsafe(24)
-    settings.worker_first_port = choose_first_port(settings, count)
-    os.environ[WORKERS_FIRST_PORT] = str(settings.worker_first_port)
+    settings.workers.first_port = choose_first_port(settings, count)
+    os.environ[WORKERS_FIRST_PORT] = str(settings.workers.first_port)
     front_ports_free(settings)
     supervisor = Supervisor(settings, count, worker_argv, (host, http_port(host, port)))
     stop = asyncio.Event()

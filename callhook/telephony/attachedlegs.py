@@ -175,7 +175,7 @@ class AttachedLegs(Screening):
             return
         caller = primary.app
         why = self.outbound.over_limit(caller.name, self.outbound_calls.count(caller.name))
-        limit = self.services.settings.max_calls
+        limit = self.services.settings.sip.max_calls
         if why is None and limit and len(self.calls) >= limit:
             why = f"{limit} calls already (max_calls)"  # it is a call of this server too
         if why is not None:

@@ -362,7 +362,7 @@ class Connecting(AttachedLegs):
             logger.warning("far leg %s: unusable SDP: %s", far.call_id, exc)
             self._hang_up_far(far, cause="failed")
             return False
-        session = media_session(negotiated, far.call_id, self.services.settings.rtp_timeout)
+        session = media_session(negotiated, far.call_id, self.services.settings.sip.rtp_timeout)
         session.expect_rtp(self.loop.time())
         far.session = session
 

@@ -194,7 +194,7 @@ class Dialling:
                 return await self.services.unanswered(
                     app, info, "failed", "488", instance_id, token
                 )
-            new = media_session(negotiated, call_id, self.services.settings.rtp_timeout)
+            new = media_session(negotiated, call_id, self.services.settings.sip.rtp_timeout)
             if negotiated.srtp:
                 call.srtp = "require"
             new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts

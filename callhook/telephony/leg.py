@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from callhook.config.tables import RecordingsSettings
 from callhook.edge.speechworkers import RecognitionFailed, SpeechService
 from callhook.events import (
     Aborted,
@@ -524,7 +525,7 @@ class SipLeg:
 
 class _RecordingLimit(Protocol):
     @property
-    def max_recording_bytes(self) -> int: ...
+    def recordings(self) -> RecordingsSettings: ...
 
 
 class LegServices(Protocol):
@@ -564,5 +565,5 @@ def new_leg(
         dead=dead,
         speech=services.speech,
         journal=services.journal,
-        max_recording_bytes=services.settings.max_recording_bytes,
+        max_recording_bytes=services.settings.recordings.max_bytes,
     )

@@ -127,7 +127,7 @@ class SipService(Dialling, Connecting):
         # The address this machine has, and the one callhook advertises in Contact, Via
         # and SDP: behind NAT, [sip] external_address (the public one, forwarded here).
         self.local = local_address(host)
-        self.address = services.settings.external_address or self.local
+        self.address = services.settings.sip.external_address or self.local
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.connections: Connections | None = None
@@ -135,14 +135,14 @@ class SipService(Dialling, Connecting):
         self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
         settings = services.settings
         #: The TLS context of connections callhook opens: SIP over TLS, wss:// far legs.
-        self.client_tls = client_context(settings.tls_ca)
+        self.client_tls = client_context(settings.sip.tls_ca)
         self.guard = Guard(
-            networks(settings.security_allow),
-            unknown="reject" if settings.security_unknown == "reject" else "drop",
-            rate=settings.security_rate,
-            ban_seconds=settings.security_ban_seconds,
+            networks(settings.security.allow),
+            unknown="reject" if settings.security.unknown == "reject" else "drop",
+            rate=settings.security.rate,
+            ban_seconds=settings.security.ban_seconds,
         )
-        self._proxies = networks(settings.sip_proxies)
+        self._proxies = networks(settings.sip.proxies)
         self.guard.extra = self._proxies
         self.media: MediaEngine | None = None
         #: The web phone (its calls share this service's media engine and prompts).
@@ -167,7 +167,7 @@ class SipService(Dialling, Connecting):
         self._reading_phones: set[tuple[str, int]] = set()
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
-            settings.outbound_allow, [*own, *settings.numbers], settings.max_calls_per_app
+            settings.outbound.allow, [*own, *settings.numbers], settings.outbound.max_calls_per_app
         )
         # The outbound calls each application has, here and on the other workers or nodes
         # (max_calls_per_app is the installation's: cluster/outboundshare.py).
@@ -177,9 +177,9 @@ class SipService(Dialling, Connecting):
         self.users = Users(
             settings.users,
             secret=services.secret,
-            algorithms=settings.digest_algorithms,
-            behind_front=settings.front is not None,
-            lead=settings.lead_worker,
+            algorithms=settings.security.digest_algorithms,
+            behind_front=settings.workers.front is not None,
+            lead=settings.workers.lead,
             db=services.db,
             guard=self.guard,
             trunks=self.trunks,
@@ -230,15 +230,15 @@ class SipService(Dialling, Connecting):
         self.agent = Agent(
             self.address, self.port, user_agent=f"callhook/{__version__}", ports=self.ports
         )
-        if settings.front is not None:
-            self.agent.use_front(settings.front)  # a worker of serve --workers
+        if settings.workers.front is not None:
+            self.agent.use_front(settings.workers.front)  # a worker of serve --workers
             # Its guard bans the real sources (failed digests), which only the agent
             # sees: every request comes from Kamailio.
             self.agent.origin_banned = self.guard.banned
         self.media = MediaEngine(
             self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
         )
-        own = {self.address, self.local, *settings.sip_domains}
+        own = {self.address, self.local, *settings.sip.domains}
         if self.host not in ("0.0.0.0", "::", ""):
             own.add(self.host)
         self.users.start(self.agent, own)
@@ -246,11 +246,11 @@ class SipService(Dialling, Connecting):
         if self.address != self.local:
             logger.info("advertising %s in Contact, Via and SDP (external_address)", self.address)
         listening: set[str] | None = set(self.ports) if listen else None
-        if settings.front is not None:  # (what the world reaches is the proxy's)
-            listening = set(settings.front.public_ports)
+        if settings.workers.front is not None:  # (what the world reaches is the proxy's)
+            listening = set(settings.workers.front.public_ports)
         self.trunks.warn_about_transports(listening)
         self._trusted_trunks()
-        register = register and settings.lead_worker
+        register = register and settings.workers.lead
         self.trunks.elsewhere = not register
         await self.trunks.start(self._trunks_changed, register=register)
         self._trusted_trunks()
@@ -264,25 +264,25 @@ class SipService(Dialling, Connecting):
             closed=self._connection_closed,
             failed=self._connection_failed,
             in_use=self._connection_in_use,
-            max_message=settings.max_message_bytes,
+            max_message=settings.security.max_message_bytes,
             answer_oversized=self._too_large,
             banned=lambda host: self.guard.banned(host, self.loop.time()),
         )
         if not listen:
             return
         wanted: list[tuple[Transport, int]] = []
-        if settings.sip_tcp_port is None:
+        if settings.sip.tcp_port is None:
             # The UDP port (any free one when UDP's was chosen by the system).
             wanted.append(("tcp", self.port if self.requested_port else 0))
-        elif settings.sip_tcp_port:
-            wanted.append(("tcp", settings.sip_tcp_port))
-        if settings.tls_certificate is not None and settings.sip_tls_port:
-            wanted.append(("tls", settings.sip_tls_port))
+        elif settings.sip.tcp_port:
+            wanted.append(("tcp", settings.sip.tcp_port))
+        if settings.sip.tls_certificate is not None and settings.sip.tls_port:
+            wanted.append(("tls", settings.sip.tls_port))
         for transport, port in wanted:
             tls = None
             if transport == "tls":
-                assert settings.tls_certificate is not None
-                tls = server_context(settings.tls_certificate, settings.tls_key)
+                assert settings.sip.tls_certificate is not None
+                tls = server_context(settings.sip.tls_certificate, settings.sip.tls_key)
             self.ports[transport] = await self.connections.listen(transport, self.host, port, tls)
 
     # --- the agent ------------------------------------------------------------------------
@@ -340,7 +340,7 @@ class SipService(Dialling, Connecting):
             logger.warning("SIP from %s: %s", host, cause)
         if verdict == "drop":
             return
-        limit = self.services.settings.max_message_bytes
+        limit = self.services.settings.security.max_message_bytes
         if len(data) > limit:  # over UDP (a stream's framer refuses them itself)
             self.guard.note(source.host, f"a message of {len(data)} bytes (max {limit})", now)
             for host, cause in self.guard.take_notes():
@@ -421,7 +421,7 @@ class SipService(Dialling, Connecting):
         agent, media = self.agent, self.media
         assert agent is not None and media is not None
         now = self.loop.time()
-        limit = self.services.settings.max_calls
+        limit = self.services.settings.sip.max_calls
         if limit and len(self.calls) >= limit:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
@@ -467,7 +467,7 @@ class SipService(Dialling, Connecting):
             why = "SRTP" if isinstance(exc, offeranswer.SrtpMismatch) else "no common codec"
             agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
             return
-        session = media_session(negotiated, event.call_id, self.services.settings.rtp_timeout)
+        session = media_session(negotiated, event.call_id, self.services.settings.sip.rtp_timeout)
         info = CallInfo(
             call_id=event.call_id,
             direction="in",
@@ -553,7 +553,7 @@ class SipService(Dialling, Connecting):
         call = self.calls.get(call_id)
         if call is None or self.agent is None:
             return
-        seconds = self.services.settings.rtp_timeout
+        seconds = self.services.settings.sip.rtp_timeout
         logger.warning("call %s: no RTP for %g s (rtp_timeout): hanging up", call_id, seconds)
         self.agent.hang_up(call_id, self.loop.time())
         self._flush()

@@ -131,6 +131,7 @@ class CallModel {
   shapes() {
     const now = this.now();
     const prompts = [], actions = [], voice = [], timers = [], marks = [], levels = [];
+    const timerNames = []; // in the order they first ran (a row each)
     const openPrompts = {};
     let openAction = null, voiceOn = null, running = [];
     const closeTimers = (t) => {
@@ -172,6 +173,7 @@ class CallModel {
             for (const part of l.text.split("; ")) {
               const m = /^(.*) ([0-9.]+)\.\.([0-9.]+)$/.exec(part);
               if (m) next.push({ name: m[1], from: parseFloat(m[2]), expires: parseFloat(m[3]) });
+              if (m && !timerNames.includes(m[1])) timerNames.push(m[1]);
             }
           }
           const same = (a, b) => a.name === b.name && a.from === b.from && a.expires === b.expires;
@@ -202,7 +204,7 @@ class CallModel {
     if (openAction) actions.push({ ...openAction, to: now, open: true });
     if (voiceOn !== null) voice.push({ from: voiceOn, to: now });
     for (const r of running) timers.push({ name: r.name, from: r.from, to: Math.min(now, r.expires), expires: r.expires, running: true });
-    return { prompts, actions, voice, timers, marks, levels, now };
+    return { prompts, actions, voice, timers, timerNames, marks, levels, now };
   }
 }
 
@@ -210,8 +212,8 @@ class CallModel {
 
 const SVG = "http://www.w3.org/2000/svg";
 const PX = 60; // pixels a second
-const LEFT = 130;
-const ROWS = { action: 22, prompt: 50, level: 80, voice: 118, digits: 142, timers: 168 };
+const AXIS = 20; // the seconds' row, at the bottom
+const PITCH = { min: 28, max: 64 }; // a row's height: what the box's height gives, within these
 
 function el(name, attrs, text) {
   const e = document.createElementNS(SVG, name);
@@ -220,68 +222,124 @@ function el(name, attrs, text) {
   return e;
 }
 
+// Text widths, measured in the picture's font (a canvas measures without drawing).
+const measure = document.createElement("canvas").getContext("2d");
+measure.font = "11px system-ui, sans-serif";
+const textWidth = (text) => measure.measureText(text).width;
+
+// `text` cut to fit `width` pixels, with an ellipsis when cut ("" when nothing fits).
+function fit(text, width) {
+  if (textWidth(text) <= width) return text;
+  let n = text.length;
+  while (n > 0 && textWidth(text.slice(0, n) + "…") > width) n--;
+  return n > 0 ? text.slice(0, n) + "…" : "";
+}
+
+// The rows, top to bottom: each with its label; a row per timer the call ran.
+function rows(s) {
+  const list = [
+    { key: "action", label: "actions" },
+    { key: "prompt", label: "prompts" },
+    { key: "level", label: "caller level" },
+    { key: "voice", label: "voice (VAD)" },
+    { key: "marks", label: "digits, speech" },
+  ];
+  if (!s.timerNames.length) list.push({ key: "timers", label: "timers" });
+  for (const name of s.timerNames) list.push({ key: `timer ${name}`, label: `timer: ${name}` });
+  return list;
+}
+
+// The picture drawn last, drawn again when the window's size changes.
+let drawn = null;
+window.addEventListener("resize", () => drawn && draw(drawn));
+
 function draw(model) {
+  drawn = model;
   const svg = $("picture");
+  const labels = $("picture-labels");
   const s = model.shapes();
-  const timerNames = [...new Set(s.timers.map((t) => t.name))];
-  const height = ROWS.timers + 22 * Math.max(1, timerNames.length) + 24;
-  const width = LEFT + Math.max(10, Math.ceil(s.now + 1)) * PX + 20;
+  const list = rows(s);
+  // The rows share the box's height (the page's, less the title and the timeline).
+  const box = $("picture-box");
+  const scrollbar = 16; // the time axis's own scroll bar, below the picture
+  const room = box.clientHeight - AXIS - scrollbar - 4;
+  const pitch = Math.max(PITCH.min, Math.min(PITCH.max, Math.floor(room / list.length)));
+  const bar = Math.round(pitch * 0.62);
+  const top = {};
+  list.forEach((r, i) => { top[r.key] = i * pitch + Math.round((pitch - bar) / 2); });
+  const height = list.length * pitch + AXIS;
+  const width = Math.max(10, Math.ceil(s.now + 1)) * PX + 20;
+  const labelWidth = Math.ceil(Math.max(...list.map((r) => textWidth(r.label)))) + 12;
   svg.setAttribute("width", width);
   svg.setAttribute("height", height);
+  labels.setAttribute("width", labelWidth);
+  labels.setAttribute("height", height);
   svg.replaceChildren();
-  const x = (t) => LEFT + t * PX;
-  const label = (y, text) => svg.append(el("text", { x: 4, y: y + 12 }, text));
+  labels.replaceChildren();
+  const x = (t) => 6 + t * PX;
+  const middle = (key) => top[key] + bar / 2 + 4; // a text's baseline, centred on the bar
+  for (const r of list) labels.append(el("text", { x: 6, y: middle(r.key) }, r.label));
   for (let sec = 0; sec <= Math.ceil(s.now + 1); sec++) {
-    svg.append(el("line", { class: "grid", x1: x(sec), x2: x(sec), y1: 0, y2: height - 18 }));
-    svg.append(el("text", { x: x(sec) - 3, y: height - 4 }, `${sec}s`));
+    svg.append(el("line", { class: "grid", x1: x(sec), x2: x(sec), y1: 0, y2: height - AXIS }));
+    svg.append(el("text", { x: x(sec) + 2, y: height - 6 }, `${sec}s`));
   }
-  label(ROWS.action, "actions");
-  label(ROWS.prompt, "prompts");
-  label(ROWS.level, "caller level");
-  label(ROWS.voice, "voice (VAD)");
-  label(ROWS.digits, "digits, speech");
-  label(ROWS.timers, "timers");
   for (const a of s.actions) {
-    const r = el("rect", { class: "action", x: x(a.from), y: ROWS.action, width: Math.max(2, (a.to - a.from) * PX), height: 18 });
+    const w = Math.max(2, (a.to - a.from) * PX);
+    const r = el("rect", { class: "action", x: x(a.from), y: top.action, width: w, height: bar });
     r.append(el("title", {}, `${a.text}${a.result ? " → " + a.result : ""}`));
-    svg.append(r, el("text", { x: x(a.from) + 3, y: ROWS.action + 13 }, a.text));
+    svg.append(r, el("text", { x: x(a.from) + 3, y: middle("action") }, fit(a.text, w - 6)));
   }
   for (const p of s.prompts) {
-    const r = el("rect", { class: "prompt", x: x(p.from), y: ROWS.prompt, width: Math.max(2, (p.to - p.from) * PX), height: 18 });
+    const w = Math.max(2, (p.to - p.from) * PX);
+    const r = el("rect", { class: "prompt", x: x(p.from), y: top.prompt, width: w, height: bar });
     r.append(el("title", {}, `${p.text}${p.stopped ? " (stopped: barge-in)" : ""}`));
-    svg.append(r, el("text", { x: x(p.from) + 3, y: ROWS.prompt + 13 }, p.text.slice(0, Math.max(4, Math.floor((p.to - p.from) * PX / 6)))));
+    svg.append(r, el("text", { x: x(p.from) + 3, y: middle("prompt") }, fit(p.text, w - 6)));
   }
   for (const b of s.levels) {
     const db = -60 + "abcdefghijklmnopqrstu".indexOf(b.ch.toLowerCase()) * 3;
-    const h = Math.max(1, (db + 60) / 60 * 30);
+    const h = Math.max(1, (db + 60) / 60 * bar);
     const voice = b.ch !== b.ch.toLowerCase();
-    svg.append(el("rect", { class: voice ? "level voice" : "level", x: x(b.t), y: ROWS.level + 30 - h, width: 0.1 * PX - 1, height: h }));
+    svg.append(el("rect", { class: voice ? "level voice" : "level", x: x(b.t), y: top.level + bar - h, width: 0.1 * PX - 1, height: h }));
   }
   for (const v of s.voice) {
-    svg.append(el("rect", { class: "voice", x: x(v.from), y: ROWS.voice, width: Math.max(2, (v.to - v.from) * PX), height: 14 }));
+    svg.append(el("rect", { class: "voice", x: x(v.from), y: top.voice + bar / 4, width: Math.max(2, (v.to - v.from) * PX), height: bar / 2 }));
   }
+  // Page requests sit above the actions they bring; digits (their key inside) and
+  // speech (its words after it, as far as the next mark) on their own row.
+  const radius = Math.min(7, Math.max(6, bar / 2 - 2)); // digits 0.25 s apart: apart
+  const row = s.marks.filter((m) => m.cls !== "page");
   for (const m of s.marks) {
-    // Page requests sit above the actions they bring; digits and speech on their own row.
-    const cy = m.cls === "page" ? ROWS.action - 5 : ROWS.digits + 7;
-    const r = el("circle", { class: m.cls, cx: x(m.t), cy, r: m.cls === "page" ? 3 : 5 });
+    const page = m.cls === "page";
+    const cy = page ? top.action - 4 : top.marks + bar / 2;
+    const r = el("circle", { class: m.cls, cx: x(m.t), cy, r: page ? 3 : radius });
     r.append(el("title", {}, `${m.cls} ${m.text} at ${m.t.toFixed(2)} s`));
     svg.append(r);
-    if (m.cls !== "page") svg.append(el("text", { x: x(m.t) + 7, y: ROWS.digits + 11 }, m.text));
+    if (m.cls === "digit") {
+      svg.append(el("text", { class: "inside", x: x(m.t), y: cy + 4, "text-anchor": "middle" }, m.text));
+    } else if (m.cls === "speech") {
+      const next = row.find((o) => o.t > m.t);
+      const room = (next ? x(next.t) - radius : width) - (x(m.t) + radius + 3) - 3;
+      svg.append(el("text", { x: x(m.t) + radius + 3, y: cy + 4 }, fit(m.text, room)));
+    }
   }
-  s.timers.forEach((t) => {
-    const y = ROWS.timers + 22 * timerNames.indexOf(t.name);
+  for (const t of s.timers) {
+    const y = top[`timer ${t.name}`];
     const cls = "timer" + (t.expired ? " expired" : t.running ? " running" : " stopped");
     if (t.running) {
       // Still running: where it will expire, faint.
-      svg.append(el("rect", { class: cls, x: x(t.from), y, width: Math.max(2, (t.expires - t.from) * PX), height: 18, "fill-opacity": 0.35, "stroke-dasharray": "4 3" }));
+      svg.append(el("rect", { class: cls, x: x(t.from), y, width: Math.max(2, (t.expires - t.from) * PX), height: bar, "fill-opacity": 0.35, "stroke-dasharray": "4 3" }));
     }
-    const ran = el("rect", { class: cls, x: x(t.from), y, width: Math.max(2, (t.to - t.from) * PX), height: 18 });
+    const w = Math.max(2, (t.to - t.from) * PX);
+    const ran = el("rect", { class: cls, x: x(t.from), y, width: w, height: bar });
     const state = t.expired ? "expired" : t.running ? "running" : "stopped";
     ran.append(el("title", {}, `${t.name}: ${t.from.toFixed(2)}–${t.expires.toFixed(2)} s (${state})`));
-    const name = t.expired ? `${t.name} expired` : t.name;
-    svg.append(ran, el("text", { x: x(t.from) + 3, y: y + 13 }, name.slice(0, Math.max(3, Math.floor((t.to - t.from) * PX / 6)))));
-  });
-  if (model.live) svg.append(el("line", { class: "now", x1: x(s.now), x2: x(s.now), y1: 0, y2: height - 18 }));
+    svg.append(ran);
+    // The row's label names the timer; a bar says only that it expired, when that fits whole.
+    if (t.expired && textWidth("expired") <= w - 6) {
+      svg.append(el("text", { x: x(t.from) + 3, y: y + bar / 2 + 4 }, "expired"));
+    }
+  }
+  if (model.live) svg.append(el("line", { class: "now", x1: x(s.now), x2: x(s.now), y1: 0, y2: height - AXIS }));
 }
 
 // --- the timeline -------------------------------------------------------------------------------
@@ -395,6 +453,11 @@ function setStatus(text, state) {
   $("status").dataset.state = state;
 }
 
+// The window's title ends with the call: whom it calls, that it is up, that it ended.
+function setTitle(call) {
+  document.title = call ? `callhook web phone — ${call}` : "callhook web phone";
+}
+
 // --- the microphone and the speaker ----------------------------------------------------------
 
 // 20 ms frames from the microphone to `onFrame`, and RTP packets' audio to the speaker.
@@ -450,6 +513,7 @@ class Phone {
     this.ws.onopen = () => {
       this.ws.send(JSON.stringify({ type: "start", app: this.app, key: key() }));
       setStatus("calling", "ringing");
+      setTitle(`calling ${this.app}`);
     };
     this.ws.onmessage = (e) => this.received(e.data);
     this.ws.onclose = () => this.stop();
@@ -477,6 +541,7 @@ class Phone {
       document.body.dataset.call = m.call_id;
     } else if (m.type === "answered") {
       setStatus("in call", "up");
+      setTitle(`in call with ${this.app}`);
     } else if (m.type === "log") {
       const l = this.model.add(m.line);
       if (l) addTimeline(l, this.app);
@@ -507,6 +572,7 @@ class Phone {
     if (this.ws) this.ws.close();
     this.audio.close();
     document.body.dataset.ended = this.callId || "yes";
+    setTitle(`call to ${this.app} ended`);
     if ($("status").dataset.state !== "error") setStatus("idle", "idle");
     phone = null;
     $("call").disabled = false;
@@ -588,6 +654,7 @@ class Receiver {
       $("incoming").hidden = false;
       document.body.dataset.incoming = m.call_id;
       setStatus("ringing", "ringing");
+      setTitle(`ringing: ${m.call_from}`);
       this.ringer.start();
     } else if (m.type === "ended") {
       if (this.call && this.call.id === m.call_id) this.endCall("the caller's side ended the call");
@@ -619,6 +686,7 @@ class Receiver {
     this.send({ type: "answer", call_id: call.id });
     document.body.dataset.answered = call.id;
     setStatus(`in call with ${call.from}`, "up");
+    setTitle(`in call with ${call.from}`);
     $("hangup").disabled = false;
   }
 
@@ -647,6 +715,7 @@ class Receiver {
     if (this.call) {
       this.call.audio.close();
       document.body.dataset.callEnded = this.call.id;
+      if (!phone) setTitle(`call from ${this.call.from} ended`);
     }
     this.call = null;
     $("incoming").hidden = true;

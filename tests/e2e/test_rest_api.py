@@ -563,7 +563,7 @@ def test_keys_and_limit_from_the_config(tmp_path: Path) -> None:
         '[apps.b]\nfirst_page = "http://x/"\n'
     )
     settings = load(path)
-    assert settings.max_upload_bytes == 1536 * 1024
+    assert settings.http.max_upload_bytes == 1536 * 1024
     assert (settings.apps["a"].api_key, settings.apps["b"].api_key) == (ALPHA, None)
     assert ALPHA not in repr(settings.apps["a"])  # keys stay out of logs
 

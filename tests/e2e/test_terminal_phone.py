@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from callhook.devtools.harness import AppServer
+from callhook.devtools.harness import AppServer, Reply
 from callhook.media import wav
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
@@ -231,3 +231,42 @@ async def test_a_broken_page_is_reported_clearly(tmp_path: Path, app: AppServer)
     assert "$.actions[0].get_number.digit_count: input should be less than or equal to 32" in (
         phone.output
     )
+
+
+async def test_each_error_is_printed_once(tmp_path: Path, app: AppServer) -> None:
+    """An invalid page's problems, and the final page's 404: each once on the terminal
+    (standard output and standard error together), not again by the server log or in the
+    error line that follows the problems."""
+    app.page("/start", {"actions": [{"get_number": {"digit_count": 40}}]})
+    phone = await start_phone(
+        app.url("/start"), "--secret", app.secret, "--final-page", app.url("/final"),
+        "--data-dir", str(tmp_path),
+    )  # fmt: skip
+    await phone.expect(r"call ended: failed")
+    assert await phone.finish() == 1
+    out = phone.output
+    for problem in (
+        "$.actions[0].get_number.next_page: required property is missing",
+        "$.actions[0].get_number.digit_count: input should be less than or equal to 32",
+        f"{app.url('/final')}: HTTP 404 Not Found",
+    ):
+        assert out.count(problem) == 1, (problem, out)
+    assert f"!! the page {app.url('/start')} answered no valid action list (above)" in out
+
+
+async def test_an_error_page_answering_204_is_said_in_words(tmp_path: Path, app: AppServer) -> None:
+    app.page("/start", Reply("database down", status=500, content_type="text/plain"))
+    app.page("/error", None)  # 204 No Content
+    phone = await start_phone(
+        app.url("/start"), "--secret", app.secret, "--error-page", app.url("/error"),
+        "--data-dir", str(tmp_path),
+    )  # fmt: skip
+    await phone.expect(r"call ended: completed")
+    assert await phone.finish() == 0
+    out = phone.output
+    assert out.count("HTTP 500 Internal Server Error: database down") == 1, out
+    assert (
+        f"← {app.url('/error')}: (empty body: no actions): the error page answered with no"
+        " action list (204 No Content, or a 2xx with nothing in it), so no actions run after"
+        " the error"
+    ) in out, out

@@ -18,20 +18,20 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_without_the_tables(tmp_path: Path) -> None:
     settings = load(write(tmp_path, ""))
-    assert settings.max_recording_bytes == 64 * 2**20
-    assert (settings.notify_first_retry, settings.notify_max_retry) == (2.0, 600.0)
-    assert settings.notify_give_up_after == 86400.0
-    assert (settings.remote_media_bytes, settings.remote_media_timeout) == (16 * 2**20, 10.0)
+    assert settings.recordings.max_bytes == 64 * 2**20
+    assert (settings.notifications.first_retry, settings.notifications.max_retry) == (2.0, 600.0)
+    assert settings.notifications.give_up_after == 86400.0
+    assert (settings.media.remote_max_bytes, settings.media.remote_timeout) == (16 * 2**20, 10.0)
 
 
 def test_the_speech_model_is_read(tmp_path: Path) -> None:
-    assert load(write(tmp_path, "")).speech_model == "tiny.en"
-    assert load(write(tmp_path, '[speech]\nmodel = "small"\n')).speech_model == "small"
+    assert load(write(tmp_path, "")).speech.model == "tiny.en"
+    assert load(write(tmp_path, '[speech]\nmodel = "small"\n')).speech.model == "small"
 
 
 def test_the_media_table_is_read(tmp_path: Path) -> None:
     settings = load(write(tmp_path, "[media]\nremote_max_mb = 2\nremote_timeout = 3.5\n"))
-    assert (settings.remote_media_bytes, settings.remote_media_timeout) == (2 * 2**20, 3.5)
+    assert (settings.media.remote_max_bytes, settings.media.remote_timeout) == (2 * 2**20, 3.5)
 
 
 def test_the_tables_are_read(tmp_path: Path) -> None:
@@ -42,9 +42,9 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
             "[notifications]\nfirst_retry = 0.5\nmax_retry = 30\ngive_up_after = 3600\n",
         )
     )
-    assert settings.max_recording_bytes == int(1.5 * 2**20)
-    assert (settings.notify_first_retry, settings.notify_max_retry) == (0.5, 30.0)
-    assert settings.notify_give_up_after == 3600.0
+    assert settings.recordings.max_bytes == int(1.5 * 2**20)
+    assert (settings.notifications.first_retry, settings.notifications.max_retry) == (0.5, 30.0)
+    assert settings.notifications.give_up_after == 3600.0
 
 
 @pytest.mark.parametrize(
@@ -68,9 +68,9 @@ def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
 
 
 def test_external_address_is_an_ip_address(tmp_path: Path) -> None:
-    assert load(write(tmp_path, "")).external_address is None
+    assert load(write(tmp_path, "")).sip.external_address is None
     settings = load(write(tmp_path, '[sip]\nexternal_address = " 203.0.113.7 "\n'))
-    assert settings.external_address == "203.0.113.7"
+    assert settings.sip.external_address == "203.0.113.7"
 
 
 def _tls_files(tmp_path: Path, *, passphrase: bytes | None = None) -> tuple[Path, Path]:
@@ -99,8 +99,8 @@ def test_the_tls_listener_files_are_checked_at_load(tmp_path: Path) -> None:
         f'[sip]\ntcp_port = 0\ntls_port = 5071\ntls_certificate = "{chain}"\ntls_key = "{key}"\n'
     )
     settings = load(path)
-    assert (settings.sip_tcp_port, settings.sip_tls_port) == (0, 5071)
-    assert settings.tls_certificate == chain and settings.tls_key == key
+    assert (settings.sip.tcp_port, settings.sip.tls_port) == (0, 5071)
+    assert settings.sip.tls_certificate == chain and settings.sip.tls_key == key
 
 
 @pytest.mark.parametrize(
@@ -129,9 +129,9 @@ def test_a_key_with_a_passphrase_is_a_config_error_not_a_prompt(tmp_path: Path) 
 
 def test_outbound_and_egress_defaults_are_the_safe_ones(tmp_path: Path) -> None:
     settings = load(write(tmp_path, ""))
-    assert settings.outbound_allow == () and settings.max_calls_per_app == 10
-    assert settings.egress_allow_private is False
-    assert (settings.max_response_bytes, settings.max_redirects) == (5 * 2**20, 3)
+    assert settings.outbound.allow == () and settings.outbound.max_calls_per_app == 10
+    assert settings.egress.allow_private is False
+    assert (settings.egress.max_response_bytes, settings.egress.max_redirects) == (5 * 2**20, 3)
 
 
 def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
@@ -141,11 +141,11 @@ def test_outbound_and_egress_tables_are_read(tmp_path: Path) -> None:
         'endpoints = ["127.0.0.1:8765", "[::1]:9000", "agent.internal:443"]\n'
     )
     settings = load(write(tmp_path, text))
-    assert settings.egress_endpoints == ("127.0.0.1:8765", "[::1]:9000", "agent.internal:443")
-    assert settings.outbound_allow == ("sip:*@10.0.0.*", "+44")
-    assert settings.max_calls_per_app == 3
-    assert settings.egress_allow_private is True
-    assert (settings.max_response_bytes, settings.max_redirects) == (2**20, 0)
+    assert settings.egress.endpoints == ("127.0.0.1:8765", "[::1]:9000", "agent.internal:443")
+    assert settings.outbound.allow == ("sip:*@10.0.0.*", "+44")
+    assert settings.outbound.max_calls_per_app == 3
+    assert settings.egress.allow_private is True
+    assert (settings.egress.max_response_bytes, settings.egress.max_redirects) == (2**20, 0)
 
 
 @pytest.mark.parametrize(

@@ -85,9 +85,9 @@ def test_zero_means_never() -> None:
 def test_the_config_key(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[sip]\nrtp_timeout = 12.5\n")
-    assert load(path).rtp_timeout == 12.5
+    assert load(path).sip.rtp_timeout == 12.5
     path.write_text("")
-    assert load(path).rtp_timeout == 30.0  # the default
+    assert load(path).sip.rtp_timeout == 30.0  # the default
     path.write_text("[sip]\nrtp_timeout = -1\n")
     with pytest.raises(ConfigError, match="rtp_timeout must be 0"):
         load(path)

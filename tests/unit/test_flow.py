@@ -11,8 +11,15 @@ import pytest
 
 from callhook.config.settings import AppConfig
 from callhook.devtools.flow import Flow, FlowError, Request, parse_flow
-from callhook.devtools.flowcaller import FlowResult, PageCall, matches, run_flow
-from callhook.devtools.harness import AppServer, Received
+from callhook.devtools.flowcaller import (
+    FlowResult,
+    PageCall,
+    in_words,
+    matches,
+    run_flow,
+    with_errors,
+)
+from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.devtools.tester import Outcome, junit
 from callhook.edge.pages import HttpPages
 from callhook.edge.speechworkers import SpeechService, build_recogniser, build_synthesiser
@@ -153,6 +160,59 @@ async def test_a_prompt_never_played_fails_the_hear_step(tmp_path: Path) -> None
         result = await _run(app, "app: demo\nsteps:\n - hear: Goodbye\n", tmp_path)
     assert result.failure is not None and "step 1 (hear 'Goodbye')" in result.failure
     assert "Thank you." in result.failure
+
+
+@pytest.mark.parametrize(
+    ("page", "error"),
+    [
+        (
+            Reply("database down", status=500, content_type="text/plain"),
+            "the page {url} answered HTTP 500 Internal Server Error: database down",
+        ),
+        (
+            {"actions": [{"play": {}}]},
+            "the page {url} answered no valid action list:"
+            " $.actions[0].play.play_list: required property is missing",
+        ),
+    ],
+    ids=["500", "invalid"],
+)
+async def test_a_failure_names_the_application_error_that_caused_it(
+    tmp_path: Path, page: Any, error: str
+) -> None:
+    """The expectation that failed, then the call's error: which page, and what was wrong
+    with its answer."""
+    async with AppServer() as app:
+        app.page("/start", PIN)
+        app.page("/pin", page)
+        result = await _run(
+            app, "app: demo\nsteps:\n - press: '1234'\n - hear: Thank you\n", tmp_path
+        )
+    assert result.failure == (
+        "step 2 (hear 'Thank you'): the call ended (failed) and no prompt said it;"
+        " prompts: ['Enter your PIN.'] — the call's error: " + error.format(url=app.url("/pin"))
+    )
+
+
+def test_the_call_s_errors_are_named_in_words_on_one_line() -> None:
+    assert with_errors("step 1 (hear 'Hi'): no", []) == "step 1 (hear 'Hi'): no"
+    errors = [
+        "timeout: http://app/start: no answer within 10 s",
+        "unreachable: http://app/error: cannot connect: [Errno 111] refused",
+        "prompt 3 could not be played: file not found: x.wav",
+        "status: http://app/final: HTTP 502 Bad Gateway: <html>\n<b>Bad</b>\n</html>",
+    ]
+    assert with_errors("step 1 (hear 'Hi'): no", errors) == (
+        "step 1 (hear 'Hi'): no — the call's errors:"
+        " the page http://app/start did not answer in time: no answer within 10 s;"
+        " the page http://app/error could not be reached: cannot connect: [Errno 111] refused;"
+        " prompt 3 could not be played: file not found: x.wav;"
+        " and 1 more (in the call's log below)"
+    )
+    assert in_words(errors[3]) == (
+        "the page http://app/final answered HTTP 502 Bad Gateway: <html> <b>Bad</b> </html>"
+    )
+    assert len(in_words("invalid: http://app/x: " + "$.actions: bad; " * 100)) == 300
 
 
 async def test_a_call_that_never_ends_fails_at_the_flow_timeout(tmp_path: Path) -> None:

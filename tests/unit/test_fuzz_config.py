@@ -56,4 +56,4 @@ def test_a_valid_config_loads(tmp_path: Path) -> None:
     path = tmp_path / "callhook.toml"
     path.write_bytes(TARGETS["config"].seeds()[0])
     settings_ = config.load(path)
-    assert "demo" in settings_.apps and settings_.sip_port == 5060
+    assert "demo" in settings_.apps and settings_.sip.port == 5060

@@ -295,10 +295,13 @@ def test_database_settings(tmp_path: Path) -> None:
         'node_address = "10.0.0.5"\nnode_port = 5200\n'
     )
     settings: Any = load(path)
-    assert (settings.database_url, settings.node_timeout) == ("postgresql://u@db/callhook", 10)
-    assert (settings.node_address, settings.node_port) == ("10.0.0.5", 5200)
+    assert (settings.database.url, settings.database.node_timeout) == (
+        "postgresql://u@db/callhook",
+        10,
+    )
+    assert (settings.database.node_address, settings.database.node_port) == ("10.0.0.5", 5200)
     path.write_text("")
-    assert load(path).database_url is None  # SQLite, the embedded default
+    assert load(path).database.url is None  # SQLite, the embedded default
 
 
 def test_each_node_finds_the_others_private_addresses(db: PostgresDatabase) -> None:

@@ -565,6 +565,28 @@ async def test_an_empty_body_is_an_empty_action_list(app: AppServer, reply: Any)
     assert any("(empty body: no actions)" in line for line in r.log.lines)
 
 
+async def test_an_error_page_answering_204_is_said_in_words(app: AppServer) -> None:
+    """An error page that answers 204 (as a notification would be answered) gives no
+    actions: the call's log says so in words, not only that the body was empty."""
+    app.page("/start", Reply("bad", status=500))
+    app.page("/error", None)  # 204 No Content
+    app.page("/final", [])
+    r = await run_call(app, Caller(), error_page="/error", final_page="/final")
+    assert paths(app) == ["/start", "/error", "/final"]
+    (line,) = [line for line in r.log.lines if f" page_response {app.url('/error')}" in line]
+    assert line.endswith(
+        f" page_response {app.url('/error')}: (empty body: no actions): the error page"
+        " answered with no action list (204 No Content, or a 2xx with nothing in it),"
+        " so no actions run after the error"
+    ), line
+    # Any other page's empty answer keeps the short line.
+    app.requests.clear()
+    app.page("/start", None)
+    r = await run_call(app, Caller(), error_page="/error", final_page="/final")
+    (line,) = [line for line in r.log.lines if f" page_response {app.url('/start')}" in line]
+    assert line.endswith(f" page_response {app.url('/start')}: (empty body: no actions)"), line
+
+
 async def test_invalid_error_page_answer_hangs_up(app: AppServer) -> None:
     app.page("/start", Reply("bad", status=500))
     app.page("/error", {"actions": [{"play": {}}]})

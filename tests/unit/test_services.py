@@ -12,6 +12,7 @@ import pytest
 from callhook.app import build_services
 from callhook.calls.services import Services
 from callhook.config.settings import AppConfig, Settings
+from callhook.config.tables import SpeechSettings
 from callhook.events import PlayFile, StartRecording
 from callhook.media import g711, tones, wav
 from callhook.store import crypto
@@ -25,7 +26,9 @@ APP = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
 
 @pytest.fixture
 async def services(tmp_path: Path) -> AsyncIterator[Services]:
-    built = build_services(Settings(data_dir=tmp_path, recogniser="none", speech_preload=False))
+    built = build_services(
+        Settings(data_dir=tmp_path, speech=SpeechSettings(recogniser="none", preload=False))
+    )
     yield built
     await built.close()
 

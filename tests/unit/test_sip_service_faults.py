@@ -16,6 +16,7 @@ import pytest
 
 from callhook.app import build_services
 from callhook.config.settings import AppConfig, Settings
+from callhook.config.tables import SpeechSettings
 from callhook.sip.message import Response, parse
 from callhook.telephony.service import SipService
 
@@ -43,7 +44,9 @@ async def service(
     """A real SIP service on 127.0.0.1 whose calls run ``run_call``, and a UDP peer."""
     app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
     settings = Settings(
-        data_dir=tmp_path, recogniser="none", speech_preload=False, apps={"demo": app}
+        data_dir=tmp_path,
+        speech=SpeechSettings(recogniser="none", preload=False),
+        apps={"demo": app},
     )
     services = build_services(settings)
     services.run_call = run_call  # type: ignore[method-assign,assignment]

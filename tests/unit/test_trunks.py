@@ -53,7 +53,7 @@ def test_the_older_trunk_table_is_the_trunk_named_trunk(tmp_path: Path) -> None:
     settings = load(config(tmp_path, '[trunk]\nusername = "u"\npassword = "p"\n'))
     legacy = settings.trunks["trunk"]
     assert legacy.registration() is None and legacy.username == "u"
-    assert settings.trunk_username == "u"
+    assert settings.trunk.username == "u"
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def test_users_are_read_with_their_password_and_app(tmp_path: Path) -> None:
     assert (alice.password, alice.app) == ("alice-password", "support")
     assert (bob.password, bob.app) == ("bob-password", None)
     assert "alice-password" not in repr(alice)  # never in a log by accident
-    assert settings.digest_algorithms == ("MD5",)
+    assert settings.security.digest_algorithms == ("MD5",)
 
 
 def test_no_users_by_default(tmp_path: Path) -> None:
@@ -73,12 +73,12 @@ def test_bad_users_are_refused_clearly(tmp_path: Path, text: str, message: str) 
 
 def test_digest_algorithms_keep_their_order(tmp_path: Path) -> None:
     settings = load(write(tmp_path, '[security]\ndigest_algorithms = ["sha-256", "MD5"]\n'))
-    assert settings.digest_algorithms == ("SHA-256", "MD5")
+    assert settings.security.digest_algorithms == ("SHA-256", "MD5")
 
 
 def test_sip_domains_are_read_as_hosts(tmp_path: Path) -> None:
     """The names phones know callhook by: an INVITE from one is challenged as a user's."""
     text = '[sip]\ndomains = ["PBX.Example.com", "[2001:DB8::1]", "192.0.2.7"]\n'
     settings = load(write(tmp_path, text))
-    assert settings.sip_domains == ("pbx.example.com", "2001:db8::1", "192.0.2.7")
-    assert load(write(tmp_path, "")).sip_domains == ()
+    assert settings.sip.domains == ("pbx.example.com", "2001:db8::1", "192.0.2.7")
+    assert load(write(tmp_path, "")).sip.domains == ()

@@ -20,6 +20,7 @@ from callhook.cluster.workers import (
     plan,
 )
 from callhook.config.settings import ConfigError, Settings, load
+from callhook.config.tables import SipSettings
 from callhook.dialplan.trunks import Trunk
 from callhook.serving.supervisor import become_worker, layout_of
 
@@ -86,13 +87,13 @@ def test_the_config_keys_are_read_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[workers]\ncount = 4\nfirst_port = 6000\n[sip]\nproxies = ["10.1.2.3"]\n')
     settings = load(path)
-    assert (settings.workers, settings.worker_first_port) == (4, 6000)
-    assert settings.sip_proxies == ("10.1.2.3",)
-    assert load(tmp_path / "c.toml").workers == 4
+    assert (settings.workers.count, settings.workers.first_port) == (4, 6000)
+    assert settings.sip.proxies == ("10.1.2.3",)
+    assert load(tmp_path / "c.toml").workers.count == 4
     path.write_text("")
-    assert (load(path).workers, load(path).worker_first_port) == (None, None)  # auto, free
+    assert (load(path).workers.count, load(path).workers.first_port) == (None, None)  # auto, free
     path.write_text('[workers]\ncount = "auto"\n')
-    assert load(path).workers is None
+    assert load(path).workers.count is None
     for text, problem in [
         ("[workers]\ncount = 0\n", "count must be 1 to 256"),
         ('[workers]\ncount = "many"\n', "count must be a whole number"),
@@ -131,7 +132,7 @@ def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> N
                 held.append(s)
         return held
 
-    settings = Settings(sip_host="127.0.0.1", sip_port=41000, rtp_ports=(20000, 29999))
+    settings = Settings(sip=SipSettings(host="127.0.0.1", port=41000, rtp_ports=(20000, 29999)))
     first = choose_first_port(settings, 2)
     assert first >= 41040
     held = taken_run(first)
@@ -141,31 +142,32 @@ def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> N
     finally:
         for s in held:
             s.close()
-    settings.worker_first_port = 6000  # configured: taken as it is (a clash says so later)
+    settings.workers.first_port = 6000  # configured: taken as it is (a clash says so later)
     assert choose_first_port(settings, 2) == 6000
 
 
 def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
-    settings = Settings(sip_host="127.0.0.1", sip_port=5060, sip_proxies=("10.0.0.9",))
+    settings = Settings(sip=SipSettings(host="127.0.0.1", port=5060, proxies=("10.0.0.9",)))
     become_worker(settings, 1, 2)
-    assert settings.sip_port == 5101
-    assert settings.rtp_ports == (25000, 29999)
-    assert (settings.sip_tcp_port, settings.sip_tls_port) == (0, 0)  # Kamailio takes TCP
-    assert "10.0.0.9" in settings.sip_proxies and "127.0.0.1" in settings.sip_proxies
+    assert settings.sip.port == 5101
+    assert settings.sip.rtp_ports == (25000, 29999)
+    assert (settings.sip.tcp_port, settings.sip.tls_port) == (0, 0)  # Kamailio takes TCP
+    assert "10.0.0.9" in settings.sip.proxies and "127.0.0.1" in settings.sip.proxies
     # Its requests go through Kamailio, which it believes about their sources; only
     # worker 0 registers the trunks.
-    front = settings.front
+    front = settings.workers.front
     assert front is not None and front.target == ("127.0.0.1", 5060, "udp")
     assert front.sources == {"127.0.0.1"} and front.public_host == "127.0.0.1"
-    assert front.contact_port("tcp") == 5060 and not settings.lead_worker
-    first = Settings(sip_host="0.0.0.0", sip_tcp_port=5090, external_address="203.0.113.7")
+    assert front.contact_port("tcp") == 5060 and not settings.workers.lead
+    first = Settings(sip=SipSettings(host="0.0.0.0", tcp_port=5090, external_address="203.0.113.7"))
     become_worker(first, 0, 2)
-    assert first.lead_worker and first.front is not None
-    assert first.front.public_host == "203.0.113.7"  # behind NAT: what a registrar gets
-    assert first.front.contact_port("tcp") == 5090 and first.front.contact_port("tls") == 5060
-    assert first.external_address == "203.0.113.7"  # the workers' SDP names it too
+    assert first.workers.lead and first.workers.front is not None
+    assert first.workers.front.public_host == "203.0.113.7"  # behind NAT: what a registrar gets
+    assert first.workers.front.contact_port("tcp") == 5090
+    assert first.workers.front.contact_port("tls") == 5060
+    assert first.sip.external_address == "203.0.113.7"  # the workers' SDP names it too
     with pytest.raises(ConfigError, match="there are 2 workers"):
-        become_worker(Settings(sip_host="127.0.0.1"), 2, 2)
+        become_worker(Settings(sip=SipSettings(host="127.0.0.1")), 2, 2)
 
 
 def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> None:
@@ -173,11 +175,14 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
 
     # SIP over TLS ends at Kamailio, with callhook's certificate and key.
     tls = layout_of(
-        Settings(sip_host="127.0.0.1", tls_certificate=tmp_path / "c.pem", sip_tls_port=5071), 2
+        Settings(
+            sip=SipSettings(host="127.0.0.1", tls_certificate=tmp_path / "c.pem", tls_port=5071)
+        ),
+        2,
     ).tls
     assert tls == (5071, str(tmp_path / "c.pem"), str(tmp_path / "c.pem"))
     # Behind NAT, and trunks over UDP and TCP: through Kamailio.
-    settings = Settings(sip_host="127.0.0.1", external_address="203.0.113.7")
+    settings = Settings(sip=SipSettings(host="127.0.0.1", external_address="203.0.113.7"))
     settings.trunks = {
         "pbx": Trunk("pbx", registrar="pbx.example"),
         "carrier": Trunk("carrier", registrar="carrier.example", transport="tcp"),
@@ -190,16 +195,16 @@ def test_what_workers_do_not_support_yet_is_refused_by_name(tmp_path: Path) -> N
     settings.trunks["secure"] = Trunk("secure", registrar="s.example", transport="tls")
     assert layout_of(settings, 2).workers
     # Not yet: a TCP trunk when Kamailio has no TCP.
-    settings.sip_tcp_port = 0
+    settings.sip.tcp_port = 0
     with pytest.raises(ConfigError) as refused:
         layout_of(settings, 2)
     assert "trunk carrier over tcp" in str(refused.value)
     for fine in ("pbx", "alice", "secure"):
         assert fine not in str(refused.value)
     # TCP on its own port ([sip] tcp_port), or none.
-    assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=5090), 2).tcp_port == 5090
-    assert layout_of(Settings(sip_host="127.0.0.1", sip_tcp_port=0), 2).tcp_port is None
-    assert layout_of(Settings(sip_host="127.0.0.1", sip_port=5070), 2).tcp_port == 5070
+    assert layout_of(Settings(sip=SipSettings(host="127.0.0.1", tcp_port=5090)), 2).tcp_port == 5090
+    assert layout_of(Settings(sip=SipSettings(host="127.0.0.1", tcp_port=0)), 2).tcp_port is None
+    assert layout_of(Settings(sip=SipSettings(host="127.0.0.1", port=5070)), 2).tcp_port == 5070
 
 
 @pytest.mark.skipif(KAMAILIO is None or MODULES is None, reason="kamailio is not installed")
@@ -265,11 +270,11 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
 def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
     from callhook.serving import supervisor
 
-    settings = Settings(sip_host="127.0.0.1")
+    settings = Settings(sip=SipSettings(host="127.0.0.1"))
     assert supervisor.workers_for(settings, 3) == (3, None)  # --workers wins
-    settings.workers = 2
+    settings.workers.count = 2
     assert supervisor.workers_for(settings, None) == (2, None)  # then [workers] count
-    settings.workers = None  # "auto"
+    settings.workers.count = None  # "auto"
     monkeypatch.setattr(supervisor, "cores", lambda: 4)
     monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 8)
     monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
@@ -282,10 +287,10 @@ def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPa
     )
     monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
     settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example", transport="tcp")}
-    settings.sip_tcp_port = 0
+    settings.sip.tcp_port = 0
     count, why = supervisor.workers_for(settings, None)
     assert count == 1 and why is not None and "trunk pbx over tcp" in why
-    settings.sip_tcp_port = None
+    settings.sip.tcp_port = None
     settings.trunks = {}
     monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 3)  # memory for 3 only
     assert supervisor.workers_for(settings, None) == (3, None)

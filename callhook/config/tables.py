@@ -1,0 +1,154 @@
+"""The config file's tables, one small typed object each (``[sip]`` is :class:`SipSettings`).
+
+:class:`~callhook.config.settings.Settings` holds one of each; a part is handed the
+table it uses (the guard gets ``[security]``, the egress policy ``[egress]``), not the
+whole. Their defaults are the embedded defaults ``serve`` runs on; the keys, their
+ranges and what each does are in docs/configuration.md, and the loader that checks
+them in :mod:`callhook.config.settings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from callhook.dialplan.outbound import MAX_CALLS_PER_APP
+from callhook.sip.front import Front
+from callhook.sip.guard import PRIVATE
+
+
+@dataclass
+class HttpSettings:
+    """``[http]``: the REST API, the demo application and the web phone."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    #: The largest media file the REST API takes.
+    max_upload_bytes: int = 50 * 2**20
+
+
+@dataclass
+class SipSettings:
+    """``[sip]``: where SIP listens, RTP ports, the call limits and the TLS files."""
+
+    host: str = "0.0.0.0"
+    port: int = 5060
+    #: TCP listener port: None is "the UDP port", 0 none.
+    tcp_port: int | None = None
+    #: TLS listener port (when a certificate is set): 0 none.
+    tls_port: int = 5061
+    tls_certificate: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    rtp_ports: tuple[int, int] = (20000, 29999)
+    shutdown_grace: float = 30.0
+    rtp_timeout: float = 30.0
+    external_address: str | None = None
+    #: ``domains``: names (and addresses) phones know callhook by besides its own
+    #: address; an INVITE from one of them (its From host) is challenged as a user's.
+    domains: tuple[str, ...] = ()
+    max_calls: int = 500
+    #: SIP proxies in front of callhook (Kamailio): trusted like trunks.
+    proxies: tuple[str, ...] = ()
+
+
+@dataclass
+class WorkersSettings:
+    """``[workers]``: ``serve``'s worker processes behind Kamailio, and what a worker is told.
+
+    ``count`` None: one per core when it can (``callhook.serving.supervisor.workers_for``);
+    ``first_port`` None: the first free run of ports from the SIP port + 40.
+    """
+
+    count: int | None = None
+    first_port: int | None = None
+    #: Not config keys: set by ``serve --workers`` for each worker (docs/scaling.md): the
+    #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
+    front: Front | None = None
+    lead: bool = True
+
+
+@dataclass
+class DatabaseSettings:
+    """``[database]``: PostgreSQL shared by nodes (``url`` None: ``<data_dir>/state.sqlite3``)."""
+
+    url: str | None = None
+    node_timeout: float = 30.0
+    node_address: str = "127.0.0.1"
+    node_port: int = 0
+
+
+@dataclass
+class SpeechSettings:
+    """``[speech]``: the default voice, the recogniser and its model, their threads."""
+
+    voice: str = "piper:joe"
+    recogniser: str = "whisper"
+    model: str = "tiny.en"
+    workers: int = 2
+    preload: bool = True
+
+
+@dataclass
+class SecuritySettings:
+    """``[security]``: who may send SIP requests, what others get, the flood limits."""
+
+    allow: tuple[str, ...] = PRIVATE
+    unknown: str = "drop"
+    rate: float = 20.0
+    ban_seconds: float = 600.0
+    #: Larger SIP messages are refused (dropped over UDP, 413 and closed over TCP/TLS).
+    max_message_bytes: int = 8192
+    #: The digest algorithms ``[users]`` phones are challenged with, most preferred first.
+    digest_algorithms: tuple[str, ...] = ("MD5",)
+
+
+@dataclass
+class OutboundSettings:
+    """``[outbound]``: the destinations outbound calls may reach, the calls per application."""
+
+    allow: tuple[str, ...] = ()
+    max_calls_per_app: int = MAX_CALLS_PER_APP
+
+
+@dataclass
+class EgressSettings:
+    """``[egress]``: what page, media and notification fetches may reach, and their limits."""
+
+    allow_private: bool = False
+    #: ``endpoints``: private endpoints (host:port) trusted as the applications' are.
+    endpoints: tuple[str, ...] = ()
+    max_response_bytes: int = 5 * 2**20
+    max_redirects: int = 3
+
+
+@dataclass
+class RecordingsSettings:
+    """``[recordings]``: a recording stops at ``max_bytes`` (reason ``filesize``)."""
+
+    max_bytes: int = 64 * 2**20
+
+
+@dataclass
+class MediaSettings:
+    """``[media]``: ``file_to_play`` given as a web page request."""
+
+    remote_max_bytes: int = 16 * 2**20
+    remote_timeout: float = 10.0
+
+
+@dataclass
+class NotificationsSettings:
+    """``[notifications]``: the retries of ``recording_available_page`` and its kin."""
+
+    first_retry: float = 2.0
+    max_retry: float = 600.0
+    give_up_after: float = 86400.0
+
+
+@dataclass
+class TrunkCredentials:
+    """``[trunk]``, the older form: credentials for challenged outbound calls."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
