@@ -340,7 +340,7 @@ class MediaEngine:
         """The call's RTCP report when one is due, and its leg woken when it has news.
 
         The reference of ``outlet.due_all``, which leaves out the calls for which this
-        has nothing to do: a change here is made there too (tests/unit/test_outlet.py)."""
+        has nothing to do: a change here is made there too (tests/unit/media/test_outlet.py)."""
         session = stream.session
         if stream.rtcp is not None:
             report = session.rtcp_report(now, wall)  # None: not due (every ~5 s)

@@ -20,7 +20,7 @@ does the system calls of a whole batch with the GIL released and makes a
 sender's address into Python objects once per sender rather than once per
 datagram; and :class:`PollingUdp` here, in Python, which runs where the
 extension was not built (said once in the log) and is the reference the
-native one is tested against (tests/unit/test_udp.py). The native one saves
+native one is tested against (tests/unit/edge/test_udp.py). The native one saves
 about 3.4 µs per call and tick (``python -m bench.udp_io``).
 """
 

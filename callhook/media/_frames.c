@@ -13,7 +13,7 @@
  * are below 2**38) divided by the frame's length in double, which is what numpy's
  * float64 product gives for the same frame, to the bit (every partial sum of that
  * product is an integer below 2**53, so exact, in any order).  frames.py's numpy path
- * stays the reference (tests/unit/test_frames.py compares the two).
+ * stays the reference (tests/unit/media/test_frames.py compares the two).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

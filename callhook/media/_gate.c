@@ -16,7 +16,7 @@
  * Python holds (no model run, no edge, no gain to judge: a frame that completes a block
  * of the noise floor is taken too, the floor moved as Python moves it), and then
  * exactly what Python would change is changed; any other frame is
- * left to Python, untouched (tests/unit/test_gate.py compares the two field by field).
+ * left to Python, untouched (tests/unit/media/test_gate.py compares the two field by field).
  * vad.py is the reference: a change to its feed() is made here too.
  */
 #define PY_SSIZE_T_CLEAN

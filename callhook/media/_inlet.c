@@ -16,7 +16,7 @@
  * The rule: take_all() takes a packet only when every condition of the fast path
  * in Python (session.py's receive(), rtp.py's feed_next()) holds, and then changes
  * exactly what Python would change, in the same order of floating-point operations
- * (tests/unit/test_inlet.py compares the two, field by field).  Any other packet is
+ * (tests/unit/media/test_inlet.py compares the two, field by field).  Any other packet is
  * left for Python, untouched.  The Python classes are the reference: a change to
  * their fast path must be made here too.  Without this module (no C compiler),
  * callhook/media/inlet.py gives plain Python bases and take_all takes nothing.

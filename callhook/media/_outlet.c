@@ -14,7 +14,7 @@
  * The rule, as in _inlet.c and _gate.c: a packet is made here only when every
  * condition of that path in Python holds, and then exactly what Python would change is
  * changed; any other call is left to MediaSession.tick, untouched
- * (tests/unit/test_outlet.py compares the two field by field, packet by packet).
+ * (tests/unit/media/test_outlet.py compares the two field by field, packet by packet).
  * session.py's _tick, player.py's next_frame and rtp.py's RtpSender.frame are the
  * reference: a change to them is made here too.
  */

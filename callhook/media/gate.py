@@ -17,7 +17,7 @@ As with :mod:`callhook.media.inlet`, Python is the reference: a frame is taken o
 when every condition of that path holds there (no model run, no edge, no gain to
 judge; a frame that completes a block of the noise floor is taken too, the floor
 moved as Python moves it), exactly what Python would change is changed
-(``tests/unit/test_gate.py`` compares them field by field), and any other frame is
+(``tests/unit/media/test_gate.py`` compares them field by field), and any other frame is
 left to :meth:`MediaSession.detect <callhook.media.session.MediaSession.detect>`.
 Where the extension was not built (or ``_inlet``, whose session layout it reads, was
 not), :class:`GateCore` is a plain class, :func:`feed_all` takes nothing and

@@ -22,7 +22,7 @@ pending audio; any other step of a recording, and a bridge, run Python's
 
 The Python classes stay the reference: :func:`take_all` takes a packet only when
 every condition of their fast path holds, changes exactly what they would change
-(``tests/unit/test_inlet.py`` compares the two field by field), and leaves any other
+(``tests/unit/media/test_inlet.py`` compares the two field by field), and leaves any other
 packet, untouched, for :meth:`MediaSession.receive
 <callhook.media.session.MediaSession.receive>`. A call's packets keep their order: once
 one of them is left to Python, the rest of that tick's are left too, so that none

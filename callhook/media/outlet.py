@@ -18,7 +18,7 @@ are not visited in Python at all.
 
 As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the
 reference: a packet is made in C only when every condition of that path holds, exactly
-what Python would change is changed (``tests/unit/test_outlet.py`` compares the two
+what Python would change is changed (``tests/unit/media/test_outlet.py`` compares the two
 packet by packet, field by field), and any other call is left to ``MediaSession.tick``.
 Where the extension was not built (or ``_inlet`` was not), :class:`SenderCore` and
 :class:`PlayerCore` are plain classes and :func:`tick_all` makes nothing.

@@ -36,7 +36,7 @@ class CallerRecording:
 
     The media tick writes the usual frame (the next on the timeline, in the recording's
     law, into a :class:`~callhook.store.wavfile.WavWriter`) in C (``media/_inlet.c``):
-    a change to :meth:`frame` is made there too (``tests/unit/test_inlet.py``)."""
+    a change to :meth:`frame` is made there too (``tests/unit/media/test_inlet.py``)."""
 
     sink: Sink
     law: Law

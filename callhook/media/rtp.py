@@ -364,7 +364,7 @@ class RtpReceiver(ReceiverCore):
         :meth:`feed` it). The media tick's receive path calls this for every packet.
 
         ``_inlet.c`` does the same in C for the media tick (:mod:`callhook.media.inlet`):
-        a change here is made there too (``tests/unit/test_inlet.py`` compares them)."""
+        a change here is made there too (``tests/unit/media/test_inlet.py`` compares them)."""
         if ssrc != self.ssrc or self._held:
             return False
         max_seq = self._max_seq

@@ -184,7 +184,7 @@ class MediaSession(Inlet):
         The usual packet's path here (latched peer, no SRTP, the flood limit, the
         plain header, :meth:`RtpReceiver.feed_next <callhook.media.rtp.RtpReceiver.feed_next>`,
         :meth:`_audio`) is what ``_inlet.c`` does in C (:mod:`callhook.media.inlet`): a
-        change to it is made there too (``tests/unit/test_inlet.py`` compares them).
+        change to it is made there too (``tests/unit/media/test_inlet.py`` compares them).
         """
         if source != self.remote and self.latched and source != self.offered:
             self._foreign(source)
@@ -430,7 +430,7 @@ class MediaSession(Inlet):
 
         The media tick makes the usual packet (the prompt's next frame but its last, or
         silence, with nothing else due on the call) in C instead (:mod:`callhook.media.outlet`):
-        a change to this path is made there too (``tests/unit/test_outlet.py``).
+        a change to this path is made there too (``tests/unit/media/test_outlet.py``).
         """
         datagram = self._tick(now)
         if datagram is None or self.srtp is None:

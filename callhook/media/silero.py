@@ -32,7 +32,7 @@ open, the model deciding, for the window its next frame will complete
 stream then takes that result when, and only when, the window it completes is the one
 that was run, from the state it was run from (both compared exactly); otherwise (the
 detector reset the stream, or fed it other audio) it runs the window itself. The batched
-run gives the same numbers as runs of one (tests/unit/test_silero.py), so a call's
+run gives the same numbers as runs of one (tests/unit/media/test_silero.py), so a call's
 verdicts do not depend on which other calls listen at the same time.
 
 Reset policy: :meth:`SileroStream.reset` clears the state, the context and any

@@ -269,7 +269,7 @@ class VoiceActivityDetector(GateCore):
         The media tick takes the usual frame (paused, a closed gate on a quiet line, an
         utterance the energy holds: no model run, no edge) in C instead
         (:mod:`callhook.media.gate`, ``_gate.c``):
-        a change here is made there too (``tests/unit/test_gate.py`` compares them).
+        a change here is made there too (``tests/unit/media/test_gate.py`` compares them).
         """
         if not len(frame):
             return None  # an RTP packet with no payload: no audio, no verdict (nor 0/0)

@@ -8,7 +8,7 @@ collector tracks and holds the interpreter for as long as that takes: 100-400
 ms with a few hundred calls' objects (bench/RESULTS.md), and the media tick runs
 on the same thread, so every call's audio stops for that long (an RTP gap, late
 ticks). Yet calls free their objects by reference counting: a finished call
-leaves nothing for the collector (``tests/unit/test_sip_service_faults.py``),
+leaves nothing for the collector (``tests/unit/telephony/test_sip_service_faults.py``),
 so a full pass finds next to nothing to free.
 
 So ``serve`` turns the automatic full pass off (:func:`automatic_full_passes_off`:

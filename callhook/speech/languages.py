@@ -14,7 +14,7 @@ from typing import Any, Final
 
 # faster-whisper's table of the multilingual vocabulary's language tokens (<|es|>, ...),
 # the languages the models were trained on. It is private to faster_whisper, so
-# tests/unit/test_languages.py pins that it is there and matches base's tokenizer.
+# tests/unit/speech/test_languages.py pins that it is there and matches base's tokenizer.
 from faster_whisper.tokenizer import _LANGUAGE_CODES
 
 #: Languages a multilingual Whisper model recognises (its language tokens). Cantonese

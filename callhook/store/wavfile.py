@@ -140,7 +140,7 @@ class WavWriter:
     The media tick takes a caller's usual frame into :attr:`_pending` in C (the
     ``records`` step of ``media/_inlet.c``) when it neither fills the recording nor
     is due to be written: a change to :meth:`write` is made there too
-    (``tests/unit/test_inlet.py``).
+    (``tests/unit/media/test_inlet.py``).
     """
 
     #: Audio bytes gathered before each write (:data:`FLUSH_BYTES`).

@@ -16,7 +16,7 @@ of the caller's RTP, latches onto it (symmetric RTP, RFC 4961) and sends its
 own RTP back through the relay: both directions cross the impairment.
 
 Each direction of each port is a :class:`Line` (sans-IO: no sockets, no
-clock of its own; tested with a virtual clock in tests/unit/test_impair.py):
+clock of its own; tested with a virtual clock in tests/unit/project/test_impair.py):
 every packet is lost with probability ``loss``, else held ``delay ± jitter``
 seconds (uniform, clamped at 0, like netem's ``delay 20ms 60ms``), so packets
 overtake one another. The random numbers come from a :class:`random.Random`

@@ -1,0 +1,422 @@
+"""The per-call media session (callhook.media.session), alone: datagrams in, datagrams out.
+
+No sockets: packets are built here and handed to ``receive`` with a source and a
+time; ``tick`` is called every 20 ms of a virtual clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callhook.events import (
+    DigitReceived,
+    PromptFinished,
+    RecorderFailed,
+    SpeechStarted,
+    VoiceActivity,
+)
+from callhook.media import g711, rtcp, tones, wav
+from callhook.media.player import FRAME
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import (
+    MAX_PACKETS_PER_SECOND,
+    MediaSession,
+)
+from callhook.media.sink import SinkFull
+
+SPEECH = Path(__file__).parents[2] / "data" / "speech"
+PEER = ("192.0.2.10", 40000)
+NAT = ("198.51.100.7", 51000)
+ELSEWHERE = ("203.0.113.9", 6666)
+
+
+def rtp(
+    seq: int, ts: int, payload: bytes, pt: int = 0, marker: bool = False, ssrc: int = 7
+) -> bytes:
+    return struct.pack("!BBHII", 0x80, (0x80 if marker else 0) | pt, seq, ts, ssrc) + payload
+
+
+def audio_frames(samples: np.ndarray, law: str = "ulaw") -> list[bytes]:
+    encoded = g711.encode(law, samples)  # type: ignore[arg-type]
+    return [encoded[i : i + FRAME] for i in range(0, len(encoded) - FRAME + 1, FRAME)]
+
+
+def stream(
+    session: MediaSession,
+    frames: list[bytes],
+    *,
+    start: float = 0.0,
+    source=PEER,
+    seq0: int = 100,
+    ts0: int = 1000,
+    skip: set[int] | None = None,
+) -> None:
+    """Send frames 20 ms apart and tick the session after each, like the engine does."""
+    for i, payload in enumerate(frames):
+        now = start + i * 0.02
+        if not skip or i not in skip:
+            session.receive(rtp(seq0 + i, ts0 + i * FRAME, payload), source, now)
+        session.tick(now)
+
+
+class Sink:
+    def __init__(self, limit: int | None = None, fail: bool = False) -> None:
+        self.data = bytearray()
+        self.closed = False
+        self.limit = limit
+        self.fail = fail
+
+    def write(self, data: bytes) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        if self.limit is not None and len(self.data) + len(data) > self.limit:
+            raise SinkFull("full")
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def events(session: MediaSession) -> list[object]:
+    out: list[object] = list(session.events)
+    session.events.clear()
+    return out
+
+
+# --- symmetric RTP and protection --------------------------------------------------------
+
+
+def test_first_packet_latches_where_we_send() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), NAT, 0.0)
+    assert session.remote == NAT  # behind NAT: answer where the media comes from
+    packet = session.tick(0.02)
+    assert packet is not None and RtpPacket.parse(packet).payload_type == 0
+
+
+def test_packets_from_elsewhere_are_dropped_after_latching() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), PEER, 0.0)
+    for i in range(500):
+        session.receive(rtp(i, i * 160, bytes(FRAME)), ELSEWHERE, 0.01)
+    assert session.remote == PEER
+    assert session.foreign_dropped == 500
+    assert session.flood_dropped == 0  # a flood from elsewhere costs the caller nothing
+
+
+def test_the_sdp_address_takes_the_stream_back_from_a_racer() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.receive(rtp(1, 160, bytes(FRAME)), ELSEWHERE, 0.0)  # an attacker was first
+    session.receive(rtp(2, 320, bytes(FRAME)), PEER, 0.02)  # the address the SDP named
+    assert session.remote == PEER
+
+
+def test_a_flood_from_the_peer_is_cut_at_the_limit() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    for i in range(MAX_PACKETS_PER_SECOND + 50):
+        session.receive(rtp(i, i * 160, bytes(FRAME)), PEER, 0.5)
+    assert session.flood_dropped == 50
+    session.receive(rtp(999, 999 * 160, bytes(FRAME)), PEER, 1.6)  # a new second
+    assert session.flood_dropped == 50
+
+
+def test_garbage_and_unknown_payload_types_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    session = MediaSession("PCMU", 0, 101, PEER, label="call x")
+    session.receive(rtp(1, 160, bytes(FRAME), pt=96), PEER, 0.0)
+    session.receive(b"\x00\x01garbage", PEER, 0.0)
+    assert session.malformed == 2
+    assert events(session) == []
+    # The cause is logged once a call (a stream of them would flood the log).
+    assert [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()] == [
+        "call x: dropping malformed media (payload type 96 was not negotiated)"
+    ]
+
+
+# --- digits ----------------------------------------------------------------------------------
+
+
+def test_rfc4733_digit_once_per_press() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    seq = 1
+    for k in range(5):
+        payload = struct.pack("!BBH", 5, 10, 160 * (k + 1))
+        session.receive(rtp(seq, 8000, payload, pt=101, marker=k == 0), PEER, k * 0.02)
+        seq += 1
+    end = struct.pack("!BBH", 5, 0x80 | 10, 800)
+    for _ in range(3):
+        session.receive(rtp(seq, 8000, end, pt=101), PEER, 0.1)
+    session.tick(0.12)
+    assert [e for e in events(session) if isinstance(e, DigitReceived)] == [DigitReceived("5")]
+
+
+def test_a_press_whose_packets_all_come_late_still_counts_once() -> None:
+    """Heavy jitter: audio after a press overtakes all of it, the reorder window skips
+    past the press, and then its packets come. The key was pressed: one digit (the
+    end-to-end fault test's line, 20 % loss and 50 ms ± 150 ms jitter, lost a digit so)."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    now = 0.0
+    for seq in range(1, 4):  # audio, in order
+        session.receive(rtp(seq, seq * 160, bytes(FRAME)), PEER, now)
+    # The press is seq 4..9 (ts 640); the audio after it (10..14) arrives first ...
+    for seq in range(10, 15):
+        now += 0.02
+        session.receive(rtp(seq, seq * 160, bytes(FRAME)), PEER, now)
+        session.tick(now)
+    assert session.receiver.late == 0 and not session.receiver._held  # skipped past 4..9
+    # ... then the press, every packet late (the end packet three times, one sequence
+    # number, as tests/e2e/rtpstream.py sends it).
+    packets = [(seq, struct.pack("!BBH", 9, 10, 160 * (seq - 3))) for seq in range(4, 9)]
+    packets += [(9, struct.pack("!BBH", 9, 0x80 | 10, 960))] * 3
+    for seq, payload in reversed(packets):  # the end first: later updates must not repeat it
+        now += 0.005
+        session.receive(rtp(seq, 640, payload, pt=101, marker=seq == 4), PEER, now)
+    session.tick(now)
+    assert session.receiver.late == len(packets)  # none played
+    assert [e for e in events(session) if isinstance(e, DigitReceived)] == [DigitReceived("9")]
+
+
+def test_inband_digits_only_without_telephone_event() -> None:
+    tone = np.concatenate([tones.dtmf_tone("7", 0.1, level_dbfs=-12.0), np.zeros(1600, np.int16)])
+    with_te = MediaSession("PCMU", 0, 101, PEER)
+    stream(with_te, audio_frames(tone))
+    assert not [e for e in events(with_te) if isinstance(e, DigitReceived)]
+    without = MediaSession("PCMU", 0, None, PEER)
+    stream(without, audio_frames(tone))
+    assert [e for e in events(without) if isinstance(e, DigitReceived)] == [DigitReceived("7")]
+
+
+# --- playing prompts -------------------------------------------------------------------------
+
+
+def test_prompt_plays_frame_by_frame_then_finishes() -> None:
+    session = MediaSession("PCMA", 8, 101, PEER)
+    samples = tones.tone(440.0, 0.1)  # 5 frames
+    session.play(3, samples)
+    sent = [session.tick(i * 0.02) for i in range(7)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    expected = g711.encode("alaw", samples)
+    assert b"".join(payloads[:5]) == expected
+    assert payloads[5] == g711.silence("alaw", FRAME)  # then silence, not nothing
+    assert events(session) == [PromptFinished(3)]
+    stamps = [RtpPacket.parse(p).timestamp for p in sent if p is not None]
+    assert [b - a for a, b in itertools.pairwise(stamps)] == [FRAME] * 6
+
+
+def test_stopped_prompt_never_reports_finishing() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.play(1, tones.tone(440.0, 0.1))
+    session.tick(0.0)
+    session.stop_prompt(1)
+    for i in range(1, 10):
+        session.tick(i * 0.02)
+    assert events(session) == []
+
+
+def test_on_hold_nothing_is_sent_but_time_goes_on() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    first = session.tick(0.0)
+    session.sending = False
+    assert [session.tick(i * 0.02) for i in range(1, 6)] == [None] * 5
+    session.sending = True
+    after = session.tick(0.12)
+    assert first is not None and after is not None
+    assert RtpPacket.parse(after).timestamp - RtpPacket.parse(first).timestamp == 6 * FRAME
+
+
+# --- voice activity and recording --------------------------------------------------------
+
+
+def speech_like(seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    t = np.arange(round(seconds * 8000)) / 8000
+    return (
+        (6000 * np.sin(2 * np.pi * 300 * t) * (1 + 0.5 * rng.standard_normal(len(t))))
+        .clip(-32000, 32000)
+        .astype(np.int16)
+    )
+
+
+def test_voice_activity_edges_on_real_speech() -> None:
+    """A call's detector is the gated speech model: a person speaking gives one utterance."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recognition()  # something listens: the speech model runs
+    speech = wav.decode_to_8k((SPEECH / "2_jackson_2.wav").read_bytes())
+    samples = np.concatenate([np.zeros(4000, np.int16), speech, np.zeros(16000, np.int16)])
+    stream(session, audio_frames(samples))
+    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
+    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+    assert session.vad.model_frames > 0
+
+
+def test_the_speech_model_rests_while_nothing_listens() -> None:
+    """No recording, no recognition: no voice activity is needed, the model is not run."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    speech = wav.decode_to_8k((SPEECH / "2_jackson_2.wav").read_bytes())
+    samples = np.concatenate([np.zeros(4000, np.int16), speech, np.zeros(16000, np.int16)])
+    stream(session, audio_frames(samples))
+    assert session.vad.model_frames == 0
+    assert [e for e in events(session) if isinstance(e, VoiceActivity)] == []
+    # A recording listens: the same speech now gives its edges.
+    session.start_recording(Sink(), None, 0.0)
+    stream(session, audio_frames(samples), start=2.0, seq0=500, ts0=80000)
+    edges = [e for e in events(session) if isinstance(e, VoiceActivity)]
+    assert edges == [VoiceActivity(True), VoiceActivity(False)]
+    session.stop_recording(4.0)
+    assert session.vad.paused
+
+
+def test_a_loud_noise_that_is_not_speech_is_not_voice_activity() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recognition()
+    samples = np.concatenate(
+        [np.zeros(4000, np.int16), speech_like(1.0), np.zeros(16000, np.int16)]
+    )
+    stream(session, audio_frames(samples))
+    assert [e for e in events(session) if isinstance(e, VoiceActivity)] == []
+
+
+def test_recording_keeps_real_time_across_lost_packets() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.0)
+    frames = audio_frames(speech_like(1.0))  # 50 frames
+    stream(session, frames, skip={10, 11, 12})  # three lost packets
+    session.stop_recording(0.99)
+    assert sink.closed
+    assert len(sink.data) == 50 * FRAME  # the gap was filled with silence
+    assert bytes(sink.data[10 * FRAME : 13 * FRAME]) == g711.silence("ulaw", 3 * FRAME)
+    assert bytes(sink.data[:FRAME]) == frames[0]
+
+
+def test_recording_starts_with_the_preroll() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(1.0))
+    stream(session, frames[:20])
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.1)  # 5 frames back
+    stream(session, frames[20:], start=0.4, seq0=120, ts0=1000 + 20 * FRAME)
+    session.stop_recording(1.0)
+    assert bytes(sink.data) == b"".join(frames[15:])
+
+
+def test_recording_transcodes_to_the_asked_law() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, "alaw", preroll=0.0)
+    samples = speech_like(0.2)
+    stream(session, audio_frames(samples))
+    session.stop_recording(0.2)
+    decoded = g711.decode("alaw", bytes(sink.data)).astype(float)
+    reference = g711.decode("ulaw", g711.encode("ulaw", samples)).astype(float)
+    assert np.corrcoef(decoded, reference[: len(decoded)])[0, 1] > 0.99
+
+
+@pytest.mark.parametrize(
+    ("sink", "reason"), [(Sink(limit=800), "filesize"), (Sink(fail=True), "error")]
+)
+def test_recording_failures_become_events(sink: Sink, reason: str) -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.start_recording(sink, None, preroll=0.0)
+    stream(session, audio_frames(speech_like(0.2)))
+    failures = [e for e in events(session) if isinstance(e, RecorderFailed)]
+    assert [f.reason for f in failures] == [reason]
+
+
+def test_recording_padded_to_now_when_the_caller_goes_quiet() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.0)
+    stream(session, audio_frames(speech_like(0.2)))  # 10 frames, then nothing at all
+    session.stop_recording(0.18 + 1.0)
+    assert len(sink.data) == pytest.approx(60 * FRAME, abs=2 * FRAME)
+
+
+# --- RTCP ----------------------------------------------------------------------------------
+
+
+def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    reports = []
+    stream(session, audio_frames(speech_like(2.0)))
+    for i in range(2000):  # 40 s
+        report = session.rtcp_report(i * 0.02, 1_800_000_000 + i * 0.02)
+        if report is not None:
+            reports.append((i * 0.02, report))
+    times = [t for t, _ in reports]
+    assert len(times) >= 5
+    assert times[0] <= 7.5
+    # RFC 3550 §6.3.1: 5 s, randomised by 0.5 to 1.5
+    assert all(2.5 - 1e-9 <= b - a <= 7.5 + 0.02 for a, b in itertools.pairwise(times))
+    first = rtcp.parse(reports[-1][1])
+    assert isinstance(first[0], rtcp.SenderReport)
+    assert first[0].reports and first[0].reports[0].ssrc == 7  # a block about the caller
+    peer = rtcp.report(
+        rtcp.ReceiverReport(7, (rtcp.ReportBlock(session.sender.ssrc, 12, 3, 0, 99, 0, 0),)),
+        "peer",
+    )
+    session.rtcp_received(peer, (PEER[0], PEER[1] + 1), 13.0)
+    assert session.reports.peer_report is not None
+    assert session.reports.peer_report.fraction_lost == 12
+    assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
+
+
+def test_a_streamed_prompt_waits_for_its_next_sentence_in_silence() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    first = g711.encode("ulaw", tones.tone(440.0, 0.04))  # 2 frames
+    second = g711.encode("ulaw", tones.tone(880.0, 0.03))  # 1.5 frames
+    session.play_encoded(5, first, more=True)
+    sent = [session.tick(i * 0.02) for i in range(4)]  # 2 frames of audio, then 2 waiting
+    assert events(session) == []  # not finished: more is coming
+    assert session.underruns == 2
+    session.append_prompt(5, second)
+    session.close_prompt(5)
+    sent += [session.tick(i * 0.02) for i in range(4, 8)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    silence = g711.silence("ulaw", FRAME)
+    assert payloads[:2] == [first[:FRAME], first[FRAME:]]
+    assert payloads[2:4] == [silence, silence]
+    assert payloads[4] == second[:FRAME]
+    # the half frame at the end is padded with silence, then the prompt is over
+    assert payloads[5] == second[FRAME:] + silence[: FRAME - len(second[FRAME:])]
+    assert events(session) == [PromptFinished(5)]
+
+
+def test_audio_for_a_stopped_or_replaced_streamed_prompt_is_ignored() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.play_encoded(1, b"", more=True)
+    session.stop_prompt(1)
+    session.append_prompt(1, g711.encode("ulaw", tones.tone(440.0, 0.1)))
+    session.close_prompt(1)
+    session.play_encoded(2, b"", more=True)
+    session.append_prompt(1, g711.encode("ulaw", tones.tone(440.0, 0.1)))
+    session.close_prompt(2)
+    sent = [session.tick(i * 0.02) for i in range(3)]
+    payloads = [RtpPacket.parse(p).payload for p in sent if p is not None]
+    assert payloads == [g711.silence("ulaw", FRAME)] * 3
+    assert events(session) == [PromptFinished(2)]
+
+
+def test_a_word_said_just_before_listening_starts_is_caught_up() -> None:
+    """The model wakes with the last 0.4 s: speech that began during the beep is heard."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    speech = wav.decode_to_8k((SPEECH / "5_jackson_5.wav").read_bytes())
+    frames = audio_frames(np.concatenate([np.zeros(8000, np.int16), speech]))
+    stream(session, frames[: len(frames) - 5])  # all but the last 100 ms: nobody listens
+    assert events(session) == []
+    session.start_recognition()
+    caught = events(session)
+    assert VoiceActivity(True) in caught and SpeechStarted() in caught
+    n = len(frames) - 5
+    rest = frames[n:] + audio_frames(np.zeros(8000, np.int16))
+    stream(session, rest, start=n * 0.02, seq0=100 + n, ts0=1000 + n * FRAME)
+    assert len(session.utterances) == 1
+    session.detect_voice(True)
+    session.stop_recognition()
+    assert not session.vad.paused  # record still wants voice activity
+    session.detect_voice(False)
+    assert session.vad.paused
