@@ -260,7 +260,7 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
         await sip.start(register=False, listen=False)
         try:
             route = sip.trunks.route(args.target, args.trunk)
-            sip.admit_outbound(args.target, app, args.trunk)
+            sip.admission.admit(args.target, app, args.trunk)
         except RouteError as exc:
             raise ConfigError(str(exc)) from None
         if args.username:
@@ -269,7 +269,9 @@ async def _dial(args: argparse.Namespace, settings: Settings) -> int:
             )
         via = f" through trunk {route.trunk}" if route.trunk else ""
         print(f"calling {route.uri}{via} from udp {sip.address}:{sip.port} ...", flush=True)
-        summary = await sip.dial(route.uri, app, route=route, ring_timeout=args.ring_timeout)
+        summary = await sip.dialler.dial(
+            route.uri, app, route=route, ring_timeout=args.ring_timeout
+        )
         await sip.shutdown(0)
         pages = len(summary.pages)
         print(f"call ended: {summary.cause} ({summary.raw_cause}); {pages} page request(s)")

@@ -3,7 +3,7 @@
 The caller is callhook's own SIP user agent (a :class:`~callhook.telephony.service.SipService`
 in this process, on a port of its own) calling ``sip:<flow.to>@HOST:PORT``; serve's
 routing picks the application, exactly as for any caller. Its side of the call is the
-flow's script instead of an application (``SipService.dial(script=...)``):
+flow's script instead of an application (``Dialler.dial(script=...)``):
 
 * ``press``: RFC 4733 telephone-events (DTMF tones if serve did not negotiate them),
   one digit every ``gap`` seconds;
@@ -419,10 +419,14 @@ async def run_sip_flow(flow: Flow, sip: Any, services: Services, serve: Serve) -
             ids.append(call_id)
             log.call_id = call_id
 
-        summary = await sip.dial(
-            uri, app, from_user="flow", placed=placed, script=caller.drive,
+        summary = await sip.dialler.dial(
+            uri,
+            app,
+            from_user="flow",
+            placed=placed,
+            script=caller.drive,
             ring_timeout=min(60.0, flow.timeout),
-        )  # fmt: skip
+        )
         if caller.leg is None:  # never answered
             caller.failure = f"serve did not answer: {summary.cause} ({summary.raw_cause})"
         if log.call_id:  # (answered or not: a call serve refused has its log, and why)

@@ -152,7 +152,7 @@ async def _start_web(
     return await services.start_web(
         host,
         port,
-        dial=sip.dial_api,
+        dial=sip.dialler.dial_api,
         stats=sip.control.stats,
         api=api,
         trunks=sip.control.trunk_status,

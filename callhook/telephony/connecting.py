@@ -41,7 +41,6 @@ import random
 import ssl
 
 from callhook.calls.services import Services
-from callhook.config.settings import AppConfig
 from callhook.dialplan import destinations
 from callhook.dialplan.callerid import call_from_user
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
@@ -61,6 +60,7 @@ from callhook.sip import offeranswer, sdp
 from callhook.sip.agent import Agent, CallAnswered, CallEvent, CallProgress, CallTerminated
 from callhook.sip.guard import Guard
 from callhook.sip.registrar import Binding
+from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.attachedlegs import AttachedLegs
 from callhook.telephony.farleg import FarLeg, Fork
 from callhook.telephony.sipcall import SipCall, media_session
@@ -88,6 +88,8 @@ class Connecting(AttachedLegs):
     users: Users
     outbound: OutboundPolicy
     outbound_calls: OutboundCalls
+    #: ``[outbound]`` put to every far leg placed (telephony/admission.py).
+    admission: OutboundAdmission
     client_tls: ssl.SSLContext
     calls: dict[str, SipCall]
     #: (call, attempt) of the connects to a user whose phones are being read (a worker
@@ -95,12 +97,6 @@ class Connecting(AttachedLegs):
     _reading_phones: set[tuple[str, int]]
 
     def _flush(self) -> None:
-        raise NotImplementedError
-
-    def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
-        raise NotImplementedError
-
-    def outbound_ended(self, app: AppConfig) -> None:
         raise NotImplementedError
 
     def attach_far_legs(self, call: SipCall) -> None:
@@ -129,7 +125,7 @@ class Connecting(AttachedLegs):
             return
         try:
             route, trunk = self._route(target.value)
-            self.admit_outbound(target.value, primary.app, trunk)
+            self.admission.admit(target.value, primary.app, trunk)
         except RouteError as exc:
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             cause = "unobtainable" if exc.status in (400, 404) else "failed"
@@ -221,7 +217,7 @@ class Connecting(AttachedLegs):
             sock, port = media.allocate()
         except OSError as exc:
             logger.error("call %s: cannot call %s: %s", primary.call_id, destination, exc)
-            self.outbound_ended(primary.app)
+            self.admission.ended(primary.app)
             return ("failed", "503")
         keys = offer_keys() if route.srtp != "off" else ()
         offer = offeranswer.offer(
@@ -247,7 +243,7 @@ class Connecting(AttachedLegs):
         except ValueError as exc:  # a destination the agent cannot send to
             logger.warning("call %s: cannot call %s: %s", primary.call_id, destination, exc)
             media.release(sock, port)
-            self.outbound_ended(primary.app)
+            self.admission.ended(primary.app)
             return ("unobtainable", "")
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""
         self.guard.add_peer(peer)
@@ -438,7 +434,7 @@ class Connecting(AttachedLegs):
             media.release(far.sock, far.port)
         if far.peer:
             self.guard.remove_peer(far.peer)
-        self.outbound_ended(far.primary.app)
+        self.admission.ended(far.primary.app)
         logger.info("far leg %s ended: %s (%s)", far.call_id, cause, raw_cause)
         fork = far.fork
         if fork is None or far is fork.winner:

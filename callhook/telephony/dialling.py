@@ -1,11 +1,12 @@
 """Outbound calls of the SIP service: ``callhook dial``, ``POST /api/calls``, the REST API's
 ``POST /api/v1/calls``, through a trunk or to a SIP URI.
 
-:class:`Dialling` is the half of :class:`~callhook.telephony.service.SipService` that places
+:class:`Dialler` is the part of :class:`~callhook.telephony.service.SipService` that places
 calls: the INVITE with an SDP offer (SRTP keys when the route asks for them), the wait
 for an answer, then the same call runner as inbound calls. Every outbound call is first
-put to the toll-fraud limits (``[outbound]``, :mod:`callhook.dialplan.outbound`): a destination
-they do not allow, or one call too many for its application, is refused with the rule.
+put to the toll-fraud limits (``[outbound]``, :mod:`callhook.telephony.admission`): a
+destination they do not allow, or one call too many for its application, is refused with
+the rule.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ import asyncio
 import logging
 import random
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from callhook.calls.runner import CallSummary
-from callhook.calls.services import Services
-from callhook.cluster.outboundshare import OutboundShare
 from callhook.config.settings import AppConfig
 from callhook.dialplan.callerid import call_from_user
-from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.dialplan.trunks import RouteError
 from callhook.edge.mediaengine import MediaEngine
 from callhook.media.session import MediaSession
@@ -36,7 +34,8 @@ from callhook.sip.agent import (
 )
 from callhook.sip.guard import Guard
 from callhook.sip.sdes import SrtpMode
-from callhook.telephony.leg import SipLeg, new_leg
+from callhook.telephony.admission import OutboundAdmission
+from callhook.telephony.leg import LegServices, SipLeg, new_leg
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.sipcall import CallMedia, SipCall, Unanswered, media_session, nothing
 from callhook.telephony.trunking import Route, Trunks
@@ -44,43 +43,79 @@ from callhook.telephony.trunking import Route, Trunks
 logger = logging.getLogger("callhook.sip")
 
 
-class Dialling:
-    """Placing calls (see the module docstring)."""
+class DiallingServices(LegServices, Protocol):
+    """What placing a call takes of the parts calls share
+    (:class:`~callhook.calls.services.Services`)."""
 
-    # --- what the service provides (telephony/service.py) ---------------------------------------
+    @property
+    def secret(self) -> str: ...
 
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    agent: Agent | None
-    media: MediaEngine | None
-    prompts: PromptAudio
-    address: str
-    calls: dict[str, SipCall]
-    trunks: Trunks
-    guard: Guard
-    outbound: OutboundPolicy
-    _dials: set[asyncio.Task[CallSummary]]
-    #: Outbound calls running (or about to) per application, for max_calls_per_app.
-    outbound_calls: OutboundCalls
-    #: The other workers or nodes told of this one's outbound calls (None: alone).
-    outbound_share: OutboundShare | None
-    #: When each (application, rule) refusal was last logged (once a minute).
-    _refusals_logged: dict[tuple[str, int], float]
+    def trust_app_hosts(self, *apps: AppConfig) -> None: ...
 
-    def _flush(self) -> None:
-        raise NotImplementedError
+    async def unanswered(
+        self,
+        app: AppConfig,
+        info: CallInfo,
+        cause: str,
+        raw: str,
+        instance_id: str | None = None,
+        token: str | None = None,
+    ) -> CallSummary: ...
 
-    async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
-        raise NotImplementedError
 
-    def _hang_up(self, call_id: str) -> str:
-        raise NotImplementedError
+class Dialler:
+    """Placing calls (see the module docstring).
 
-    def _dead(self, call_id: str) -> None:
-        raise NotImplementedError
+    The SIP service lends it its call machinery: ``agent`` and ``media`` (None before it
+    starts), its table of ``calls``, ``flush`` (send what the agent has to send), ``run``
+    (an answered call's media and application), ``hang_up`` and ``dead`` (a call's end,
+    from our side or for lack of RTP) and ``attach_far_legs`` (a call's ``connect`` and
+    ``transfer``). ``apps`` names the applications ``POST /api/calls`` may name, and
+    ``default_app`` the one it runs when it names none.
+    """
 
-    def attach_far_legs(self, call: SipCall) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        agent: Callable[[], Agent | None],
+        media: Callable[[], MediaEngine | None],
+        calls: dict[str, SipCall],
+        flush: Callable[[], None],
+        run: Callable[[SipCall, socket.socket], Awaitable[CallSummary]],
+        hang_up: Callable[[str], str],
+        dead: Callable[[str], None],
+        attach_far_legs: Callable[[SipCall], None],
+        services: DiallingServices,
+        prompts: PromptAudio,
+        address: str,
+        guard: Guard,
+        trunks: Trunks,
+        admission: OutboundAdmission,
+        rtp_timeout: float,
+        apps: Mapping[str, AppConfig],
+        default_app: Callable[[], AppConfig | None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._agent = agent
+        self._media = media
+        self.calls = calls
+        self._flush = flush
+        self._run = run
+        self._hang_up = hang_up
+        self._dead = dead
+        self._attach_far_legs = attach_far_legs
+        self.services = services
+        self.prompts = prompts
+        self.address = address
+        self.guard = guard
+        self.trunks = trunks
+        self.admission = admission
+        self.rtp_timeout = rtp_timeout
+        self.apps = apps
+        self._default_app = default_app
+        self.loop = loop
+        #: The calls placed in the background (the REST API's, the web services').
+        self._dials: set[asyncio.Task[CallSummary]] = set()
 
     async def dial(
         self,
@@ -109,7 +144,7 @@ class Dialling:
         before the call is placed, what its ``this_call.outbound_parameters`` says, and
         the token its first page gets.
         """
-        agent, media = self.agent, self.media
+        agent, media = self._agent(), self._media()
         assert agent is not None and media is not None
         srtp: SrtpMode = "off"
         if route is not None:
@@ -164,7 +199,7 @@ class Dialling:
             token=token,
         )
         call.answered = self.loop.create_future()
-        self.attach_far_legs(call)  # its application may connect it onwards
+        self._attach_far_legs(call)  # its application may connect it onwards
         self.calls[call_id] = call
         try:
             if placed is not None:
@@ -194,7 +229,7 @@ class Dialling:
                 return await self.services.unanswered(
                     app, info, "failed", "488", instance_id, token
                 )
-            new = media_session(negotiated, call_id, self.services.settings.sip.rtp_timeout)
+            new = media_session(negotiated, call_id, self.rtp_timeout)
             if negotiated.srtp:
                 call.srtp = "require"
             new.expect_rtp(self.loop.time())  # answered: the dead-call clock starts
@@ -208,40 +243,12 @@ class Dialling:
             leg.far = leg.referrer = None  # they point back at the call (see _run)
             self.guard.remove_peer(peer)
 
-    def admit_outbound(self, to: str, app: AppConfig, trunk: str | None = None) -> None:
-        """Put a call to ``to`` (through ``trunk``, if named) for ``app`` to ``[outbound]``
-        (allow, max_calls_per_app); RouteError (403, 429) naming the rule if refused.
-        Admitted, it counts towards the application's calls until :meth:`outbound_ended`."""
-        why = self.outbound.refusal(to, trunk)
-        status = 403
-        if why is None:
-            why = self.outbound.over_limit(app.name, self.outbound_calls.count(app.name))
-            status = 429
-        if why is not None:
-            now = self.loop.time()
-            key = (app.name, status)
-            if now - self._refusals_logged.get(key, -60.0) >= 60.0:
-                self._refusals_logged[key] = now
-                logger.warning("outbound call for application %r: %s", app.name, why)
-            raise RouteError(why, status)
-        self.outbound_calls.add(app.name)
-
-    async def outbound_told(self) -> None:
-        """Done once the other workers or nodes know of the calls admitted here so far
-        (the next request, to another of them, counts them)."""
-        if self.outbound_share is not None:
-            await self.outbound_share.told()
-
-    def outbound_ended(self, app: AppConfig) -> None:
-        """An admitted outbound call of ``app`` is over (or was never placed)."""
-        self.outbound_calls.remove(app.name)
-
     def _start_dial(self, app: AppConfig, route: Route, **kwargs: Any) -> asyncio.Task[CallSummary]:
         """The background task of an admitted call; it releases the admission when done."""
         task = self.loop.create_task(self.dial(route.uri, app, route=route, **kwargs))
         self._dials.add(task)
         task.add_done_callback(self._dials.discard)
-        task.add_done_callback(lambda _: self.outbound_ended(app))
+        task.add_done_callback(lambda _: self.admission.ended(app))
         return task
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -257,10 +264,9 @@ class Dialling:
             route = self.trunks.route(target, trunk)
         except RouteError as exc:
             return exc.status, {"error": str(exc)}
-        settings = self.services.settings
         app: AppConfig | None
         if isinstance(body.get("app"), str):
-            app = settings.apps.get(body["app"])
+            app = self.apps.get(body["app"])
             if app is None:
                 return 404, {"error": f"no application named {body['app']!r}"}
         elif isinstance(body.get("first_page"), str):
@@ -276,15 +282,15 @@ class Dialling:
             # endpoints the egress policy lets its fetches reach.
             self.services.trust_app_hosts(app)
         else:
-            app = settings.app_for("") or self.services.default_app()
+            app = self._default_app()
             if app is None:
                 return 400, {"error": "say which application: 'app' or 'first_page'"}
         try:
-            self.admit_outbound(target, app, trunk)
+            self.admission.admit(target, app, trunk)
         except RouteError as exc:
             return exc.status, {"error": str(exc)}
         self._start_dial(app, route)
-        await self.outbound_told()
+        await self.admission.told()
         answer = {"status": "calling", "to": route.uri, "application": redact(app.first_page)}
         if route.trunk is not None:
             answer["trunk"] = route.trunk
@@ -310,7 +316,7 @@ class Dialling:
         outbound service's (:meth:`dial`).
         """
         route = self.trunks.route(target, trunk)
-        self.admit_outbound(target, app, trunk)
+        self.admission.admit(target, app, trunk)
         placed: asyncio.Future[str] = self.loop.create_future()
 
         def report(call_id: str) -> None:
@@ -334,5 +340,5 @@ class Dialling:
                 placed.set_exception(exc or RuntimeError("the call ended before it was placed"))
 
         task.add_done_callback(failed_early)
-        await self.outbound_told()
+        await self.admission.told()
         return await placed

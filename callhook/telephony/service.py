@@ -9,11 +9,23 @@ is routed by its request-URI user (or dialled number) to an application; its
 SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
 session and a :class:`~callhook.telephony.leg.SipLeg`; and a
 :class:`~callhook.calls.runner.CallRunner` runs the application on it. Outbound calls
-(:meth:`SipService.dial`, in :mod:`callhook.telephony.dialling`) do the same once the
-callee answers. What the HTTP API sees of it and asks of it (calls, counters, bans,
-trunks) is :mod:`callhook.telephony.control`. With ``[users]`` it is also the registrar of
-those users' phones (:mod:`callhook.telephony.users`), and a call from one of them, once
-its digest is right, runs the user's ``app`` when it has one.
+(its :class:`~callhook.telephony.dialling.Dialler`, after
+:mod:`callhook.telephony.admission` admits them) do the same once the callee answers.
+What the HTTP API sees of it and asks of it (calls, counters, bans, trunks) is its
+:class:`~callhook.telephony.control.Control`. With ``[users]`` it is also the registrar
+of those users' phones (its :class:`~callhook.telephony.users.Users`), and a call from
+one of them, once its digest is right, runs the user's ``app`` when it has one. A call's
+``transfer`` is its :class:`~callhook.telephony.referring.Transfers`; a ``connect``'s far
+legs are still a base class of the service (:mod:`callhook.telephony.connecting`).
+
+Each part is built here and handed what it uses: the service's tables of calls, its
+agent and media engine as they are at the time, its ``_flush``; none reaches back into
+the service.
+
+This module is past 600 lines because it still holds two things that are to leave it:
+the building of those parts (a hundred lines of wiring) and the inbound call's path
+(``_incoming``, ``_run``, ``_answer``), which with the far legs' base class is the next
+to become a part of its own (docs/architecture.md, "A call's life").
 
 Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
 stops sending), running calls may finish until a deadline, then they are
@@ -57,9 +69,10 @@ from callhook.sip.message import parse_uri
 from callhook.sip.notices import ReferProgress, ReferResponse
 from callhook.sip.sdes import SrtpMode
 from callhook.sip.transport import Target, Transport
+from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.connecting import CallFarLegs, Connecting
 from callhook.telephony.control import Control
-from callhook.telephony.dialling import Dialling
+from callhook.telephony.dialling import Dialler
 from callhook.telephony.farleg import FarLeg
 from callhook.telephony.leg import new_leg
 from callhook.telephony.prompts import PromptAudio
@@ -107,7 +120,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Dialling, Connecting):
+class SipService(Connecting):
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -161,7 +174,6 @@ class SipService(Dialling, Connecting):
         #: The call log of each recent call, by Call-ID: (application, instance id), the
         #: last RECENT_LOGS calls (``GET /api/calls/{call_id}/log``: callhook test --sip).
         self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self._dials: set[asyncio.Task[CallSummary]] = set()
         self.far_legs: dict[str, FarLeg] = {}
         self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
         self._reading_phones: set[tuple[str, int]] = set()
@@ -172,7 +184,31 @@ class SipService(Dialling, Connecting):
         # The outbound calls each application has, here and on the other workers or nodes
         # (max_calls_per_app is the installation's: cluster/outboundshare.py).
         self.outbound_calls = OutboundCalls(self.loop.time)
-        self._refusals_logged: dict[tuple[str, int], float] = {}
+        #: ``[outbound]`` put to every call placed, counted until it ends.
+        self.admission = OutboundAdmission(
+            self.outbound, self.outbound_calls, lambda: self.outbound_share, self.loop.time
+        )
+        #: Outbound calls: ``callhook dial``, the REST API's, the web services'.
+        self.dialler = Dialler(
+            agent=lambda: self.agent,
+            media=lambda: self.media,
+            calls=self.calls,
+            flush=self._flush,
+            run=self._run,
+            hang_up=self._hang_up,
+            dead=self._dead,
+            attach_far_legs=self.attach_far_legs,
+            services=services,
+            prompts=self.prompts,
+            address=self.address,
+            guard=self.guard,
+            trunks=self.trunks,
+            admission=self.admission,
+            rtp_timeout=settings.sip.rtp_timeout,
+            apps=settings.apps,
+            default_app=lambda: settings.app_for("") or services.default_app(),
+            loop=self.loop,
+        )
         #: The registrar of ``[users]``: their phones' bindings, and the failed digests.
         self.users = Users(
             settings.users,
@@ -602,6 +638,30 @@ class SipService(Dialling, Connecting):
     def hang_up_call(self, call_id: str) -> bool:
         """End call ``call_id`` from our side (:meth:`Control.hang_up_call`)."""
         return self.control.hang_up_call(call_id)
+
+    async def place_call(
+        self,
+        target: str,
+        app: AppConfig,
+        ring_timeout: float = 60.0,
+        trunk: str | None = None,
+        *,
+        from_user: str | None = None,
+        instance_id: str | None = None,
+        outbound_parameters: str | None = None,
+        token: str | None = None,
+    ) -> str:
+        """Start calling ``target`` for ``app``; its call id (:meth:`Dialler.place_call`)."""
+        return await self.dialler.place_call(
+            target,
+            app,
+            ring_timeout,
+            trunk,
+            from_user=from_user,
+            instance_id=instance_id,
+            outbound_parameters=outbound_parameters,
+            token=token,
+        )
 
     async def _unregister(self, wait: float = 2.0) -> None:
         """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
