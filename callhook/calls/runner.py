@@ -1,5 +1,8 @@
 """The call runner: runs an application on one call.
 
+(Just past 600 lines: one state machine over one call's pages and actions; its page
+requests are :mod:`callhook.calls.pageexchange`, its log :mod:`callhook.calls.calllog`.)
+
 Theory of operation
 -------------------
 :class:`CallRunner` is the only code that talks to the application

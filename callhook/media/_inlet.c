@@ -1,5 +1,8 @@
 /* A call's usual RTP packet taken in C: callhook.media._inlet.  Sans-IO.
  *
+ * (Past 600 lines: its member tables list MediaSession's and RtpReceiver's fields one by
+ * one, as _inlet.h lays them out; docs/architecture.md, "Where C replaces Python".)
+ *
  * What this is for: every call receives 50 RTP packets a second, and almost all of
  * them are the usual packet: from the peer the call is latched to, plain RTP (no
  * SRTP), the call's codec, the next sequence number of the current source.  In

@@ -1,5 +1,8 @@
 """One call's media: RTP in (digits, voice activity, recording), RTP out (prompts). Sans-IO.
 
+(Past 600 lines: one call's media is one state machine whose receive, detection and send
+share its fields, which ``_inlet.c`` and ``_outlet.c`` read by name; docs/architecture.md.)
+
 Theory of operation
 -------------------
 The adapter feeds :meth:`MediaSession.receive` every datagram that arrives on

@@ -1,4 +1,6 @@
 // The callhook web phone (docs/webphone.md): a call from the browser over a
+// (Past 600 lines: one page's whole script, the call and its picture, served as it is:
+// no build step.)
 // WebSocket whose binary messages are RTP packets (G.711 µ-law, RFC 4733
 // digits), and the call drawn as it happens from its call-log lines; and,
 // signed in as a client id, calls to it (connect to webrtc:ID) rung, answered
