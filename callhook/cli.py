@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
 from callhook.actions.response import InvalidResponse, json_schema, parse_response
-from callhook.app import ASSEMBLY, build_services, build_sip_service
 from callhook.config.settings import (
     RECOGNISERS,
     AppConfig,
@@ -136,6 +135,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.app import build_services
     from callhook.devtools.terminal import Keyboard, TerminalLeg, log_printer
 
     services = build_services(settings)
@@ -194,6 +194,7 @@ async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """Run call flows against applications (callhook/devtools/tester.py)."""
+    from callhook.app import ASSEMBLY
     from callhook.config.settings import Serve
     from callhook.devtools.tester import serve_secret, test_command
 
@@ -237,12 +238,14 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
+    from callhook.app import ASSEMBLY
     from callhook.serving.serve import serve
 
     return run_loop(serve(args, _settings(args), ASSEMBLY))
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
+    from callhook.app import build_services, build_sip_service
     from callhook.dialplan.trunks import RouteError
     from callhook.sip.agent import Credentials
 

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from callhook.calls.services import Services
 from callhook.config.settings import AppConfig, Serve, Settings
@@ -26,7 +26,9 @@ from callhook.devtools.flow import Flow, FlowError, load_flow
 from callhook.devtools.flowcaller import FlowResult, run_flow
 from callhook.events import StartRecording
 from callhook.redact import redact
-from callhook.telephony.assembly import Assembly
+
+if TYPE_CHECKING:  # (built by the caller: see callhook.app)
+    from callhook.telephony.assembly import Assembly
 
 
 @dataclass

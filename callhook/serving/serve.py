@@ -40,15 +40,15 @@ from callhook.serving.collector import (
 )
 from callhook.serving.readiness import Readiness
 from callhook.serving.supervisor import READY, hang_up_is_no_stop, workers_for
-from callhook.telephony.assembly import Assembly
 from callhook.telephony.users import registered_phones
 
 logger = logging.getLogger("callhook.server")
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (serve alone loads the telephony service: the CLI starts light)
     from callhook.httpserver.restapi import KeyRing
     from callhook.httpserver.server import Routes
     from callhook.store.postgres import Nodes
+    from callhook.telephony.assembly import Assembly
     from callhook.telephony.service import SipService
 
 

@@ -627,8 +627,6 @@ class SipService(Connecting):
         self.agent.answer_reoffer(call.call_id, answer, now)
         self._flush()
 
-    # --- shutdown ---------------------------------------------------------------------------
-
     # --- the REST API's calls (httpserver/restapi.py ``Calls``) --------------------------------
 
     def active_calls(self) -> list[dict[str, Any]]:
@@ -662,6 +660,8 @@ class SipService(Connecting):
             outbound_parameters=outbound_parameters,
             token=token,
         )
+
+    # --- shutdown ---------------------------------------------------------------------------
 
     async def _unregister(self, wait: float = 2.0) -> None:
         """Unregister every trunk, waiting up to ``wait`` s for the registrars' answers."""
