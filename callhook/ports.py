@@ -93,12 +93,16 @@ class Files(Protocol):
         """Delete ``name`` of ``app``'s namespace; FileNotFoundError if there is none."""
 
 
+#: Why a page request failed (:class:`PageError`'s ``kind``).
+PageErrorKind = Literal["unreachable", "timeout", "status", "invalid"]
+
+
 class PageError(Exception):
     """A page request that failed, and why (docs/behaviour.md)."""
 
     def __init__(
         self,
-        kind: Literal["unreachable", "timeout", "status", "invalid"],
+        kind: PageErrorKind,
         url: str,
         detail: str,
         status: int | None = None,

@@ -63,6 +63,10 @@ from callhook.redact import redact
 
 logger = logging.getLogger("callhook.call")
 
+#: How a call-log line goes to the server log (``callhook.call``): instance id, kind, text.
+#: The terminal phone recognises its records by it (devtools/terminal.py).
+SERVER_LINE = "[%s] %s %s"
+
 #: The kinds of line the server log shows at INFO (all are in the call's own log).
 SERVER_KINDS = frozenset({"call_start", "call_end", "error", "invalid_response", "aborted"})
 
@@ -132,9 +136,9 @@ class CallLog:
         # The server log gets the call's start and end, and every warning or error;
         # the rest is in the call's own log file (writing it twice costs CPU at scale).
         if level > logging.INFO or kind in SERVER_KINDS:
-            logger.log(level, "[%s] %s %s", self.instance_id, kind, text)
+            logger.log(level, SERVER_LINE, self.instance_id, kind, text)
         elif logger.isEnabledFor(logging.DEBUG):
-            logger.debug("[%s] %s %s", self.instance_id, kind, text)
+            logger.debug(SERVER_LINE, self.instance_id, kind, text)
         for listener in self.listeners:
             listener(kind, text)
 

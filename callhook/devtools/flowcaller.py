@@ -22,7 +22,7 @@ import wave
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -67,7 +67,7 @@ from callhook.events import (
     Transcribe,
 )
 from callhook.media.simulated import PromptTimer, SavedRecordings
-from callhook.ports import CallInfo, Files, Pages, Recordings
+from callhook.ports import CallInfo, Files, PageErrorKind, Pages, Recordings
 
 #: Seconds a word takes when there is no speech engine (the words are handed over typed).
 SECONDS_PER_WORD = 0.4
@@ -78,7 +78,7 @@ ERRORS_SHOWN = 3
 ERROR_CHARS = 300
 
 #: A page error as the call runner logs it (``callhook.ports.PageError``): kind, URL, detail.
-_PAGE_ERROR = re.compile(r"^(unreachable|timeout|status|invalid): (\S+): (.*)$", re.S)
+_PAGE_ERROR = re.compile(r"^(" + "|".join(get_args(PageErrorKind)) + r"): (\S+): (.*)$", re.S)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
+from callhook.calls.calllog import SERVER_LINE
 from callhook.clock import Clock, MonotonicClock
 from callhook.edge.speechworkers import SpeechService
 from callhook.events import (
@@ -89,8 +90,8 @@ class ShownOnTerminal(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        # A call-log line is logged as "[%s] %s %s": instance id, kind, text.
-        if record.msg != "[%s] %s %s" or not isinstance(args, tuple) or len(args) != 3:
+        # A call-log line: calllog.SERVER_LINE, with instance id, kind and text.
+        if record.msg != SERVER_LINE or not isinstance(args, tuple) or len(args) != 3:
             return True
         return args[1] not in SHOWN
 
