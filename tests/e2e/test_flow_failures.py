@@ -9,9 +9,11 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from callhook.devtools.harness import AppServer, Reply
 from tests import leaks
-from tests.e2e.harness import Server
+from tests.e2e.harness import WORKERS, served
 
 ROOT = Path(__file__).resolve().parents[2]
 CALLHOOK = [sys.executable, "-m", "callhook"]
@@ -49,8 +51,9 @@ async def test_in_process_a_fail_line_names_the_page_and_what_was_wrong(
     ), first
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_over_sip_a_fail_line_names_the_error_in_serves_log(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """serve's first page answers 500: serve refuses the call; the FAIL line says that, and
     why, from serve's call log of the call it refused."""
@@ -58,7 +61,7 @@ async def test_over_sip_a_fail_line_names_the_error_in_serves_log(
     app.page("/final", None)
     flow = tmp_path / "welcome.yaml"
     flow.write_text("to: anyone\nsteps:\n - hear: Welcome\n")
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         status, out, err = await _test(
             "--sip", f"127.0.0.1:{server.sip_port}", "--http", f"127.0.0.1:{server.http_port}",
             "--data-dir", str(server.data_dir), str(flow),
@@ -73,7 +76,10 @@ async def test_over_sip_a_fail_line_names_the_error_in_serves_log(
     assert "call_end call_cause=failed" in out  # serve's call log, shown under the failure
 
 
-async def test_a_serve_refusing_the_secret_stops_the_run_before_any_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_serve_refusing_the_secret_stops_the_run_before_any_call(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     """``callhook test --sip`` run with another data directory than serve's: its secret is
     not serve's. One line says so, naming the file it read, and no call is placed."""
     elsewhere = tmp_path / "elsewhere"
@@ -83,12 +89,12 @@ async def test_a_serve_refusing_the_secret_stops_the_run_before_any_call(tmp_pat
     (elsewhere / "secret").write_text(wrong + "\n")
     flow = tmp_path / "demo.yaml"
     flow.write_text("steps:\n - hear: Welcome\n")
-    async with Server(tmp_path / "data") as server:
+    app.page("/start", [{"play": {"play_list": [{"text_to_say": "Welcome."}]}}])
+    async with served(tmp_path, app, workers) as server:
         status, out, err = await _test(
             "--sip", f"127.0.0.1:{server.sip_port}", "--http", f"127.0.0.1:{server.http_port}",
             "--data-dir", str(elsewhere), str(flow), str(flow),
         )  # fmt: skip
-        _, stats = await server.api("GET", "/api/stats")
     assert status == 2, out + err
     assert out == "", out  # no flow ran: no PASS, FAIL or count
     (line,) = err.splitlines()
@@ -97,4 +103,4 @@ async def test_a_serve_refusing_the_secret_stops_the_run_before_any_call(tmp_pat
         f" installation secret read from {(elsewhere / 'secret').resolve()}: serve's own is"
         " the file secret in serve's data directory"
     ), err
-    assert (stats["calls_active"], stats["calls_ended"]) == (0, {}), stats
+    assert app.bodies("/start") == []  # no call was placed: the application saw none
