@@ -59,11 +59,11 @@ FUNCTIONS = (
     "callhook.telephony.service:_SipProtocol.datagram_received",
     "callhook.telephony.service:SipService._flush",
     "callhook.telephony.service:SipService._on_timer",
-    "callhook.telephony.service:SipService._incoming",
-    "callhook.telephony.service:SipService._run",
-    "callhook.telephony.service:SipService._answer",
-    "callhook.telephony.service:SipService._hang_up",
-    "callhook.telephony.service:media_session",
+    "callhook.telephony.inbound:Inbound.incoming",
+    "callhook.telephony.lifecycle:Lifecycle.run",
+    "callhook.telephony.lifecycle:Lifecycle.answer",
+    "callhook.telephony.lifecycle:Lifecycle.hang_up",
+    "callhook.telephony.inbound:media_session",
     "callhook.sip.offeranswer:answer",
     "callhook.sip.sdp:parse",
     "callhook.sip.guard:Guard.admit",
@@ -311,7 +311,7 @@ def run(out: Path, argv: list[str]) -> None:
 def table(path: Path, rows: int = 40) -> str:
     """The clocks of ``path`` per call: µs each time, ms per call, largest first."""
     counts = json.loads(path.read_text())
-    calls = counts.get("SipService._incoming", [0])[0] or 1  # (one a call the service took)
+    calls = counts.get("Inbound.incoming", [0])[0] or 1  # (one a call the service took)
     lines = [f"{'':58} {'times':>8} {'us each':>9} {'ms/call':>8}"]
     windows = counts.pop("speech model: windows in batches", [0, 0.0])[1] * 1e9
     ordered = sorted(counts.items(), key=lambda item: -item[1][1])

@@ -132,7 +132,13 @@ async def _start_web(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.http.max_upload_bytes
     )
     sip.phone = WebPhone(
-        services, lambda: sip.media, sip.prompts, keys, known_apps, bans=sip.control, far_legs=sip
+        services,
+        lambda: sip.media,
+        sip.prompts,
+        keys,
+        known_apps,
+        bans=sip.control,
+        far_legs=sip.lifecycle,
     )
     # Pages signed in to receive calls: connect's webrtc: destinations ring them.
     sip.webclients = WebClients(keys, known_apps, bans=sip.control, siblings=siblings)

@@ -27,7 +27,11 @@ in-dialog requests, registrations; a call's record is ``callstate.py``'s),
 ``referral.py`` (a transfer's REFER and its NOTIFYs), ``uas.py`` (requests in
 and the answers to inbound calls) and ``uac.py`` (outbound INVITEs and the
 responses to our requests); this class joins the two halves and ends calls in
-any state.
+any state. The parts are one state machine split by RFC role, not collaborators: every
+one of them reads and writes the same dialogs, transactions and timers (a BYE that
+ends an early dialog touches the INVITE's server transaction and its client one), so
+they share one object as h11's ``Connection`` does. The services around the agent are
+built by composition (``telephony/service.py``).
 
 What the agent answers on its own: ``100 Trying`` at once to an INVITE;
 ``200`` to OPTIONS (``503`` while shutting down), BYE, CANCEL, INFO,

@@ -2,8 +2,9 @@
 application of this installation (``loc:``), a web client (``webrtc:``), and the
 destination callhook cannot call yet (``con:``).
 
-:class:`AttachedLegs` is the half of :class:`~callhook.telephony.connecting.Connecting`
-that places them. Each is a media session of the tick with no socket
+:class:`AttachedLegs` places them for the
+:class:`~callhook.telephony.connecting.Connector`, which ends and joins them as it does
+its SIP far legs. Each is a media session of the tick with no socket
 (:meth:`MediaEngine.attach <callhook.edge.mediaengine.MediaEngine.attach>`), answered when
 its server's handshake is done (telephony/websocketleg.py), when the called application
 answers (telephony/localcall.py) or when the web client's user does
@@ -17,6 +18,7 @@ import asyncio
 import logging
 import ssl
 import uuid
+from collections.abc import Callable
 
 from callhook.calls.runner import CallRunner
 from callhook.calls.services import Services
@@ -29,7 +31,6 @@ from callhook.ports import CallInfo
 from callhook.telephony.farleg import FarLeg
 from callhook.telephony.localcall import LocalCall
 from callhook.telephony.prompts import PromptAudio
-from callhook.telephony.screening import Screening
 from callhook.telephony.sipcall import CallMedia, SipCall
 from callhook.telephony.trunking import Route
 from callhook.telephony.webclientleg import WebClientLeg
@@ -39,42 +40,58 @@ from callhook.telephony.websocketleg import WebSocketLeg
 logger = logging.getLogger("callhook.sip")
 
 
-class AttachedLegs(Screening):
+class AttachedLegs:
     """Placing the far legs that are no SIP call (see the module docstring)."""
 
-    # --- what the service provides (telephony/service.py, telephony/connecting.py) ----------------
-
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    media: MediaEngine | None
-    prompts: PromptAudio
-    far_legs: dict[str, FarLeg]
-    outbound: OutboundPolicy
-    outbound_calls: OutboundCalls
-    client_tls: ssl.SSLContext
-    calls: dict[str, SipCall]
-    webclients: WebClients | None
-    _ringing: set[asyncio.Task[None]]  # web clients being rung
-
-    def _ended(self, far: FarLeg, cause: str, raw_cause: str) -> None:
-        raise NotImplementedError
-
-    def _far_wake(self, far: FarLeg, session: MediaSession) -> None:
-        raise NotImplementedError
-
-    def attach_far_legs(self, call: SipCall) -> None:
-        raise NotImplementedError
-
-    def drop_all_callees(self, primary: SipCall) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        services: Services,
+        loop: asyncio.AbstractEventLoop,
+        media: Callable[[], MediaEngine | None],
+        prompts: PromptAudio,
+        far_legs: dict[str, FarLeg],
+        outbound: OutboundPolicy,
+        outbound_calls: OutboundCalls,
+        client_tls: ssl.SSLContext,
+        calls: dict[str, SipCall],
+        webclients: Callable[[], WebClients | None],
+        ended: Callable[[FarLeg, str, str], None],
+        wake: Callable[[FarLeg, MediaSession], None],
+        limit: Callable[[FarLeg], None],
+        attach_far_legs: Callable[[SipCall], None],
+        detach_far_legs: Callable[[SipCall], None],
+    ) -> None:
+        """``far_legs`` and ``calls``: the tables of far legs and of the server's calls
+        (a ``loc:`` call is one of these); ``ended``, ``wake`` and ``limit``: the
+        connector's handling of a far leg's end, of its session's news and of its
+        duration; ``attach_far_legs`` and ``detach_far_legs``: a ``loc:`` call's ways to
+        the service (its own connect, its transfer), given and taken back as any call's
+        are (telephony/lifecycle.py)."""
+        self.services = services
+        self.loop = loop
+        self._media = media
+        self.prompts = prompts
+        self.far_legs = far_legs
+        self.outbound = outbound
+        self.outbound_calls = outbound_calls
+        self.client_tls = client_tls
+        self.calls = calls
+        self._webclients = webclients
+        self._ended = ended
+        self._far_wake = wake
+        self._limit = limit
+        self._attach_far_legs = attach_far_legs
+        self._detach_far_legs = detach_far_legs
+        self._ringing: set[asyncio.Task[None]] = set()  # web clients being rung
 
     # --- a WebSocket server -----------------------------------------------------------------
 
-    def _place_websocket(self, primary: SipCall, attempt: int, destination: str) -> None:
+    def place_websocket(self, primary: SipCall, attempt: int, destination: str) -> None:
         """Call the WebSocket server ``destination`` (telephony/websocketleg.py). It is no
         telephone call (``[outbound] allow`` is for those), but it counts towards the
         application's ``max_calls_per_app`` and obeys the egress policy."""
-        media = self.media
+        media = self._media()
         assert media is not None
         far = self._attached_far(primary, attempt, destination, "ws")
         if far is None:
@@ -124,7 +141,7 @@ class AttachedLegs(Screening):
         if far.ended:
             return
         far.answered = True
-        self.limit_far(far)
+        self._limit(far)
         far.info = {
             "call_id": far.call_id,
             "call_direction": "out",
@@ -135,7 +152,7 @@ class AttachedLegs(Screening):
 
     # --- another application, a web client, a conference ----------------------------------
 
-    def _place_elsewhere(
+    def place_elsewhere(
         self,
         primary: SipCall,
         attempt: int,
@@ -164,7 +181,7 @@ class AttachedLegs(Screening):
         """Call application ``name`` of this installation (telephony/localcall.py): no SIP,
         no packet; ``[outbound] allow`` is for the telephone network, but it counts
         towards the caller's application's ``max_calls_per_app``."""
-        media = self.media
+        media = self._media()
         assert media is not None
         app = self.services.settings.apps.get(name)
         if app is None:
@@ -200,8 +217,7 @@ class AttachedLegs(Screening):
 
         def done() -> None:
             called = holder[0]
-            self.drop_all_callees(called)
-            called.leg.far = None  # it points back at the call (see telephony/service.py _run)
+            self._detach_far_legs(called)
             self.calls.pop(called.call_id, None)
 
         far.local = local = LocalCall(
@@ -224,7 +240,7 @@ class AttachedLegs(Screening):
         called = SipCall(call_id, app, local.leg, CallMedia(local.near, local.near_key, 0))
         holder.append(called)
         self.calls[call_id] = called
-        self.attach_far_legs(called)
+        self._attach_far_legs(called)
         local.leg.referrer = None  # no SIP dialog to send a REFER in
         # Counted once it exists: its end (_ended) gives the count back.
         self.outbound_calls.add(caller.name)
@@ -240,7 +256,7 @@ class AttachedLegs(Screening):
         """Ring the web client ``client_id`` of the caller's application, wherever it is
         signed in (telephony/webclients.py). It is no telephone call (``[outbound] allow``
         is for those), but it counts towards the application's ``max_calls_per_app``."""
-        media, clients = self.media, self.webclients
+        media, clients = self._media(), self._webclients()
         assert media is not None
         destination = f"webrtc:{client_id}"
         if clients is None:

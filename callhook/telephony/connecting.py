@@ -3,13 +3,13 @@
 callhook is a B2BUA for a bridged call: the caller's dialog and each far leg's
 are separate SIP dialogs, and the media goes through callhook (the two media
 sessions are joined in the one tick: :meth:`MediaSession.join
-<callhook.media.session.MediaSession.join>`). :class:`Connecting` is the half
-of :class:`~callhook.telephony.service.SipService` that places the far legs
-(``CallCallee``), ends them (``DropCallee``: CANCEL while ringing, BYE once up),
+<callhook.media.session.MediaSession.join>`). The SIP service's :class:`Connector`
+places the far legs (``CallCallee``), ends them (``DropCallee``: CANCEL while ringing, BYE once up),
 joins one (``JoinCallee``) and tells the call's action what happens to each
 (``CalleeRinging``, ``CalleeAnswered``, ``CalleeEnded``, injected into the
-call's leg). A far leg runs an application only for ``secondary_call`` pages
-(:class:`~callhook.telephony.screening.Screening`).
+call's leg; each call's leg reaches it through its :class:`CallFarLegs`). A far leg
+runs an application only for ``secondary_call`` pages (its
+:class:`~callhook.telephony.screening.Screening`).
 
 Destinations: a ``sip:``/``sips:`` URI is called directly; a number goes through
 the first configured trunk (docs/behaviour.md). Every far leg is an outbound
@@ -18,8 +18,8 @@ call and obeys ``[outbound]`` (allow, max_calls_per_app) like any other. A
 (:mod:`callhook.telephony.websocketleg`): answered when its handshake is done,
 counted towards ``max_calls_per_app``, and held to the egress policy rather
 than ``allow`` (it reaches no telephone network); ``loc:NAME`` is another application
-of this installation (:mod:`callhook.telephony.localcall`). Those two are placed by
-:mod:`callhook.telephony.attachedlegs`.
+of this installation (:mod:`callhook.telephony.localcall`). Those, and ``webrtc:``, are
+placed by its :class:`~callhook.telephony.attachedlegs.AttachedLegs`.
 
 ``user:NAME`` calls every phone NAME has registered (``callhook/sip/registrar.py``)
 at once, a fork (:class:`Fork`): the action still sees one attempt. It rings when
@@ -39,6 +39,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections.abc import Callable
 
 from callhook.calls.services import Services
 from callhook.dialplan import destinations
@@ -63,44 +64,95 @@ from callhook.sip.registrar import Binding
 from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.attachedlegs import AttachedLegs
 from callhook.telephony.farleg import FarLeg, Fork
+from callhook.telephony.prompts import PromptAudio
+from callhook.telephony.screening import Screening
 from callhook.telephony.sipcall import SipCall, media_session
 from callhook.telephony.trunking import Route, Trunks
 from callhook.telephony.users import Users
+from callhook.telephony.webclients import WebClients
 
 logger = logging.getLogger("callhook.sip")
 
 
-class Connecting(AttachedLegs):
+class Connector:
     """Placing, ending and joining far legs (see the module docstring)."""
 
-    # --- what the service provides (telephony/service.py) ---------------------------------------
-
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    agent: Agent | None
-    media: MediaEngine | None
-    address: str
-    trunks: Trunks
-    guard: Guard
-    #: Far legs by their SIP call id (the agent's events for them come here).
-    far_legs: dict[str, FarLeg]
-    #: The registrar of ``[users]`` and its phones' bindings.
-    users: Users
-    outbound: OutboundPolicy
-    outbound_calls: OutboundCalls
-    #: ``[outbound]`` put to every far leg placed (telephony/admission.py).
-    admission: OutboundAdmission
-    client_tls: ssl.SSLContext
-    calls: dict[str, SipCall]
-    #: (call, attempt) of the connects to a user whose phones are being read (a worker
-    #: following the stored bindings): placed when the read is in, unless dropped.
-    _reading_phones: set[tuple[str, int]]
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def attach_far_legs(self, call: SipCall) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        services: Services,
+        loop: asyncio.AbstractEventLoop,
+        agent: Callable[[], Agent | None],
+        media: Callable[[], MediaEngine | None],
+        address: str,
+        trunks: Trunks,
+        guard: Guard,
+        users: Users,
+        outbound: OutboundPolicy,
+        outbound_calls: OutboundCalls,
+        admission: OutboundAdmission,
+        client_tls: ssl.SSLContext,
+        prompts: PromptAudio,
+        calls: dict[str, SipCall],
+        far_legs: dict[str, FarLeg],
+        webclients: Callable[[], WebClients | None],
+        flush: Callable[[], None],
+        attach_far_legs: Callable[[SipCall], None],
+        detach_far_legs: Callable[[SipCall], None],
+    ) -> None:
+        """``agent``, ``media`` and ``webclients``: the service's as they are at the time
+        (made when it starts); ``calls``: the server's calls; ``far_legs``: the far legs
+        by their SIP call id, which the service reads to send the agent's events for them
+        here (:meth:`far_event`); ``flush``: sends what the agent wants sent;
+        ``attach_far_legs`` and ``detach_far_legs``: give a new call (a ``loc:`` callee)
+        its ways to the service, and take them back when it ends."""
+        self.services = services
+        self.loop = loop
+        self._agent = agent
+        self._media = media
+        self.address = address
+        self.trunks = trunks
+        self.guard = guard
+        #: The registrar of ``[users]`` and its phones' bindings.
+        self.users = users
+        self.outbound = outbound
+        self.outbound_calls = outbound_calls
+        #: ``[outbound]`` put to every far leg placed (telephony/admission.py).
+        self.admission = admission
+        self.calls = calls
+        self.far_legs = far_legs
+        self._flush = flush
+        #: (call, attempt) of the connects to a user whose phones are being read (a worker
+        #: following the stored bindings): placed when the read is in, unless dropped.
+        self._reading_phones: set[tuple[str, int]] = set()
+        self._reads: set[asyncio.Task[None]] = set()
+        #: Far legs' ``secondary_call`` pages, and their duration limit.
+        self.screening = Screening(
+            services=services,
+            loop=loop,
+            prompts=prompts,
+            address=address,
+            far_legs=far_legs,
+            hang_up_far=self._hang_up_far,
+        )
+        #: The far legs that are no SIP call: ``wss://``, ``loc:``, ``webrtc:``.
+        self.attached = AttachedLegs(
+            services=services,
+            loop=loop,
+            media=media,
+            prompts=prompts,
+            far_legs=far_legs,
+            outbound=outbound,
+            outbound_calls=outbound_calls,
+            client_tls=client_tls,
+            calls=calls,
+            webclients=webclients,
+            ended=self._ended,
+            wake=self._far_wake,
+            limit=self.screening.limit_far,
+            attach_far_legs=attach_far_legs,
+            detach_far_legs=detach_far_legs,
+        )
 
     # --- what a call's leg asks (telephony/leg.py's FarLegs) -------------------------------
 
@@ -118,10 +170,10 @@ class Connecting(AttachedLegs):
             self._place_user(primary, attempt, destination, call_from)
             return
         if target.kind == "websocket":
-            self._place_websocket(primary, attempt, target.value)
+            self.attached.place_websocket(primary, attempt, target.value)
             return
         if target.kind in ("local", "webrtc", "conference"):
-            self._place_elsewhere(primary, attempt, target, call_from)
+            self.attached.place_elsewhere(primary, attempt, target, call_from)
             return
         try:
             route, trunk = self._route(target.value)
@@ -161,8 +213,8 @@ class Connecting(AttachedLegs):
             self._flush()
 
         task = self.loop.create_task(read_then_place())
-        self._far_runs.add(task)
-        task.add_done_callback(self._far_runs.discard)
+        self._reads.add(task)  # (held: the loop keeps only weak references to tasks)
+        task.add_done_callback(self._reads.discard)
 
     def _place_phones(
         self, primary: SipCall, attempt: int, destination: str, call_from: str | None
@@ -211,7 +263,7 @@ class Connecting(AttachedLegs):
         to: str | None = None,
     ) -> tuple[str, str] | None:
         """INVITE one far leg (admitted already); its cause and raw cause if it could not."""
-        agent, media = self.agent, self.media
+        agent, media = self._agent(), self._media()
         assert agent is not None and media is not None
         try:
             sock, port = media.allocate()
@@ -291,7 +343,7 @@ class Connecting(AttachedLegs):
             if far.primary is primary and not far.ended:
                 self._hang_up_far(far)
 
-    # --- the agent's events for far legs (SipService._dispatch) ------------------------------
+    # --- the agent's events for far legs (the SIP service's dispatch) ---------------------
 
     def far_event(self, far: FarLeg, event: CallEvent) -> None:
         """What the SIP agent says of far leg ``far``."""
@@ -328,7 +380,7 @@ class Connecting(AttachedLegs):
 
     def _answered(self, far: FarLeg, answer_sdp: bytes) -> None:
         far.answered = True
-        self.limit_far(far)  # secondary_call's own limit replaces it (RunCallee)
+        self.screening.limit_far(far)  # secondary_call's own limit replaces it (RunCallee)
         far.info = {
             "call_id": far.call_id,
             "call_direction": "out",
@@ -345,7 +397,7 @@ class Connecting(AttachedLegs):
         """Make far leg ``far``'s media session from its SDP (an answer, or early media's);
         when it takes part in the tick, tell the call ``then`` (else: that it rings with
         early media). False when the SDP is unusable (then the far leg is ended)."""
-        media = self.media
+        media = self._media()
         assert media is not None
         try:
             negotiated = offeranswer.negotiate_answer(
@@ -395,7 +447,7 @@ class Connecting(AttachedLegs):
         if far.webclient is not None:
             far.webclient.hang_up(cause)  # (it reports its end at once)
             return
-        agent = self.agent
+        agent = self._agent()
         assert agent is not None
         agent.hang_up(far.call_id, self.loop.time(), cause=cause)
         self._flush()
@@ -425,7 +477,7 @@ class Connecting(AttachedLegs):
                     "call_raw_cause": raw_cause,
                 }
             )
-        media = self.media
+        media = self._media()
         assert media is not None
         if far.session is not None:
             far.primary.media.session.part(far.session)
@@ -477,18 +529,18 @@ def _phone_route(phone: Binding) -> Route:
 class CallFarLegs:
     """One call's :class:`~callhook.telephony.leg.FarLegs`: its leg's way to the service."""
 
-    def __init__(self, service: Connecting, call: SipCall) -> None:
-        self.service = service
+    def __init__(self, connector: Connector, call: SipCall) -> None:
+        self.connector = connector
         self.call = call
 
     def place(self, attempt: int, destination: str, call_from: str | None) -> None:
-        self.service.place_callee(self.call, attempt, destination, call_from)
+        self.connector.place_callee(self.call, attempt, destination, call_from)
 
     def drop(self, attempt: int) -> None:
-        self.service.drop_callee(self.call, attempt)
+        self.connector.drop_callee(self.call, attempt)
 
     def join(self, attempt: int, early: bool) -> None:
-        self.service.join_callee(self.call, attempt, early)
+        self.connector.join_callee(self.call, attempt, early)
 
     def run(self, attempt: int, pages: SecondaryPages) -> None:
-        self.service.run_callee(self.call, attempt, pages)
+        self.connector.screening.run_callee(self.call, attempt, pages)

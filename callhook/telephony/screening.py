@@ -7,8 +7,8 @@ to take it"); the ``final_page`` is requested when the bridge ends (either side
 hanging up); the ``error_page`` when its pages go wrong. The caller hears the
 hold media (or ringback) meanwhile (``actions/connect.py``: SCREENING).
 
-:class:`Screening` is the half of the SIP service that does this: for the
-connect's :class:`~callhook.events.RunCallee` it makes the far leg a
+:class:`Screening` does this for the :class:`~callhook.telephony.connecting.Connector`:
+for the connect's :class:`~callhook.events.RunCallee` it makes the far leg a
 :class:`~callhook.telephony.leg.SipLeg` over its media session and runs a
 :class:`~callhook.calls.runner.CallRunner` on it, with the pages as its application
 (the caller's application's name, secret and parameters). When the first
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from callhook.calls.runner import CallRunner
 from callhook.calls.services import Services
@@ -46,17 +47,25 @@ DEFAULT_MAX_SECONDS = 240 * 60.0
 class Screening:
     """Running ``secondary_call`` pages on far legs (see the module docstring)."""
 
-    # --- what the service provides (telephony/service.py, telephony/connecting.py) ---------------
-
-    services: Services
-    loop: asyncio.AbstractEventLoop
-    prompts: PromptAudio
-    address: str
-    far_legs: dict[str, FarLeg]
-    _far_runs: set[asyncio.Task[None]]
-
-    def _hang_up_far(self, far: FarLeg, cause: str | None = None) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        services: Services,
+        loop: asyncio.AbstractEventLoop,
+        prompts: PromptAudio,
+        address: str,
+        far_legs: dict[str, FarLeg],
+        hang_up_far: Callable[[FarLeg, str | None], None],
+    ) -> None:
+        """``far_legs``: the connector's, by SIP call id; ``hang_up_far(far, cause)``: its
+        way to end one (CANCEL or BYE)."""
+        self.services = services
+        self.loop = loop
+        self.prompts = prompts
+        self.address = address
+        self.far_legs = far_legs
+        self._hang_up_far = hang_up_far
+        self._runs: set[asyncio.Task[None]] = set()  # far legs running their pages
 
     # --- the limit ---------------------------------------------------------------------------
 
@@ -70,7 +79,7 @@ class Screening:
         far.limit = None
         if not far.ended:
             logger.info("far leg %s: minutes_max_call_duration reached: hanging up", far.call_id)
-            self._hang_up_far(far)
+            self._hang_up_far(far, None)
 
     # --- the pages ---------------------------------------------------------------------------
 
@@ -130,8 +139,8 @@ class Screening:
         runners.append(runner)
         logger.info("far leg %s: running its secondary_call pages", far.call_id)
         task = self.loop.create_task(self._run_pages(leg, runner))
-        self._far_runs.add(task)
-        task.add_done_callback(self._far_runs.discard)
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
 
     async def _run_pages(self, leg: SipLeg, runner: CallRunner) -> None:
         try:
@@ -144,7 +153,7 @@ class Screening:
         (``completed``), or they failed with no working error page (``failed``: the
         connect's result says so, not a clean hang-up)."""
         if not far.ended:
-            self._hang_up_far(far, cause="failed" if cause == "failed" else "completed")
+            self._hang_up_far(far, "failed" if cause == "failed" else "completed")
         return "200"
 
 

@@ -4,28 +4,24 @@
 feeds it datagrams and the messages framed off TCP and TLS connections
 (:mod:`callhook.edge.connections`), keeps one loop timer on the agent's
 ``deadline`` (as aioquic's protocol does), sends what the agent wants sent,
-each on its transport, and acts on the agent's call events. An incoming call
-is routed by its request-URI user (or dialled number) to an application; its
-SDP offer is answered (488 when no codec fits); it gets an RTP port, a media
-session and a :class:`~callhook.telephony.leg.SipLeg`; and a
-:class:`~callhook.calls.runner.CallRunner` runs the application on it. Outbound calls
-(its :class:`~callhook.telephony.dialling.Dialler`, after
-:mod:`callhook.telephony.admission` admits them) do the same once the callee answers.
-What the HTTP API sees of it and asks of it (calls, counters, bans, trunks) is its
-:class:`~callhook.telephony.control.Control`. With ``[users]`` it is also the registrar
-of those users' phones (its :class:`~callhook.telephony.users.Users`), and a call from
-one of them, once its digest is right, runs the user's ``app`` when it has one. A call's
-``transfer`` is its :class:`~callhook.telephony.referring.Transfers`; a ``connect``'s far
-legs are still a base class of the service (:mod:`callhook.telephony.connecting`).
+each on its transport, and hands the agent's call events to the part they are for.
 
-Each part is built here and handed what it uses: the service's tables of calls, its
-agent and media engine as they are at the time, its ``_flush``; none reaches back into
-the service.
+Each part is built here and handed what it uses: the service's tables of calls and far
+legs, its agent and media engine as they are at the time, its ``_flush``; none reaches
+back into the service.
 
-This module is past 600 lines because it still holds two things that are to leave it:
-the building of those parts (a hundred lines of wiring) and the inbound call's path
-(``_incoming``, ``_run``, ``_answer``), which with the far legs' base class is the next
-to become a part of its own (docs/architecture.md, "A call's life").
+- An incoming call is taken by its :class:`~callhook.telephony.inbound.Inbound` (the
+  application, the SDP answer, the media port and the leg), then run, answered, hung
+  up and ended by its :class:`~callhook.telephony.lifecycle.Lifecycle`, which also hears
+  what the agent says of a running call.
+- Outbound calls are its :class:`~callhook.telephony.dialling.Dialler`'s, after
+  :mod:`callhook.telephony.admission` admits them.
+- A ``connect``'s far legs are its :class:`~callhook.telephony.connecting.Connector`'s,
+  and a ``transfer`` its :class:`~callhook.telephony.referring.Transfers`'.
+- What the HTTP API sees of it and asks of it (calls, counters, bans, trunks) is its
+  :class:`~callhook.telephony.control.Control`.
+- With ``[users]`` it is also the registrar of those users' phones (its
+  :class:`~callhook.telephony.users.Users`).
 
 Shutdown is graceful: new calls get 503 (and OPTIONS too, so a load balancer
 stops sending), running calls may finish until a deadline, then they are
@@ -36,12 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import socket
 from collections import OrderedDict
 from typing import Any
 
-from callhook.calls.runner import CallRunner, CallSummary
 from callhook.calls.services import Services
 from callhook.cluster.outboundshare import OutboundShare
 from callhook.cluster.sharedbans import SharedBans
@@ -50,50 +44,25 @@ from callhook.config.tls import client_context, server_context
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.edge.connections import Connections, ListenError
 from callhook.edge.mediaengine import MediaEngine
-from callhook.events import CallEnded
-from callhook.media.dtmf import parse_dtmf_relay
-from callhook.ports import CallInfo
-from callhook.sip import offeranswer, sdp
-from callhook.sip.agent import (
-    Agent,
-    CallAnswered,
-    CallEvent,
-    CallProgress,
-    CallTerminated,
-    IncomingCall,
-    InfoReceived,
-    Reoffer,
-)
+from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
-from callhook.sip.message import parse_uri
-from callhook.sip.notices import ReferProgress, ReferResponse
-from callhook.sip.sdes import SrtpMode
 from callhook.sip.transport import Target, Transport
 from callhook.telephony.admission import OutboundAdmission
-from callhook.telephony.connecting import CallFarLegs, Connecting
+from callhook.telephony.connecting import Connector
 from callhook.telephony.control import Control
 from callhook.telephony.dialling import Dialler
 from callhook.telephony.farleg import FarLeg
-from callhook.telephony.leg import new_leg
+from callhook.telephony.inbound import Inbound
+from callhook.telephony.lifecycle import Lifecycle
 from callhook.telephony.prompts import PromptAudio
-from callhook.telephony.referring import CallReferrer, Transfers
-from callhook.telephony.sipcall import (
-    CallMedia,
-    SipCall,
-    Unanswered,
-    media_session,
-    reoffer,
-)
-from callhook.telephony.transcribing import OutboxPoster
+from callhook.telephony.referring import Transfers
+from callhook.telephony.sipcall import SipCall
 from callhook.telephony.trunking import Trunks
 from callhook.telephony.users import Users
 from callhook.telephony.webclients import WebClients
 from callhook.telephony.webphone import WebPhone
 
 logger = logging.getLogger("callhook.sip")
-
-#: Recent calls whose logs ``GET /api/calls/{call_id}/log`` finds by Call-ID.
-RECENT_LOGS = 1000
 
 
 class _SipProtocol(asyncio.DatagramProtocol):
@@ -120,7 +89,7 @@ def local_address(host: str) -> str:
             return "127.0.0.1"
 
 
-class SipService(Connecting):
+class SipService:
     """callhook's SIP endpoint on one UDP port, with the calls it runs."""
 
     def __init__(
@@ -164,19 +133,17 @@ class SipService(Connecting):
         self.webclients: WebClients | None = None
         self.shared_bans: SharedBans | None = None
         self.outbound_share: OutboundShare | None = None
-        self._ringing: set[asyncio.Task[None]] = set()
         self.prompts = PromptAudio(
             services.store, services.speech.synthesiser, remote=services.remote_media
         )
+        #: The server's calls by Call-ID, and the far legs of their connects by theirs.
         self.calls: dict[str, SipCall] = {}
+        self.far_legs: dict[str, FarLeg] = {}
+        #: The call log of each recent call, by Call-ID: (application, instance id)
+        #: (``GET /api/calls/{call_id}/log``: callhook test --sip; telephony/lifecycle.py).
+        self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        #: The call log of each recent call, by Call-ID: (application, instance id), the
-        #: last RECENT_LOGS calls (``GET /api/calls/{call_id}/log``: callhook test --sip).
-        self.recent_logs: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self.far_legs: dict[str, FarLeg] = {}
-        self._far_runs: set[asyncio.Task[None]] = set()  # far legs running their pages
-        self._reading_phones: set[tuple[str, int]] = set()
         own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
         self.outbound = OutboundPolicy(
             settings.outbound.allow, [*own, *settings.numbers], settings.outbound.max_calls_per_app
@@ -194,10 +161,10 @@ class SipService(Connecting):
             media=lambda: self.media,
             calls=self.calls,
             flush=self._flush,
-            run=self._run,
-            hang_up=self._hang_up,
-            dead=self._dead,
-            attach_far_legs=self.attach_far_legs,
+            run=lambda call, sock: self.lifecycle.run(call, sock),
+            hang_up=lambda call_id: self.lifecycle.hang_up(call_id),
+            dead=lambda call_id: self.lifecycle.dead(call_id),
+            attach_far_legs=lambda call: self.lifecycle.attach_far_legs(call),
             services=services,
             prompts=self.prompts,
             address=self.address,
@@ -245,6 +212,53 @@ class SipService(Connecting):
         #: A call's ``transfer``: its REFER and what comes of it.
         self.transfers = Transfers(
             lambda: self.agent, self.trunks, self.outbound, self.loop.time, self._flush
+        )
+        #: A call's ``connect``: its far legs, placed, joined and ended.
+        self.connector = Connector(
+            services=services,
+            loop=self.loop,
+            agent=lambda: self.agent,
+            media=lambda: self.media,
+            address=self.address,
+            trunks=self.trunks,
+            guard=self.guard,
+            users=self.users,
+            outbound=self.outbound,
+            outbound_calls=self.outbound_calls,
+            admission=self.admission,
+            client_tls=self.client_tls,
+            prompts=self.prompts,
+            calls=self.calls,
+            far_legs=self.far_legs,
+            webclients=lambda: self.webclients,
+            flush=self._flush,
+            attach_far_legs=lambda call: self.lifecycle.attach_far_legs(call),
+            detach_far_legs=lambda call: self.lifecycle.detach_far_legs(call),
+        )
+        #: Every call's run, answer, hang-up, re-offers and end.
+        self.lifecycle = Lifecycle(
+            services=services,
+            loop=self.loop,
+            agent=lambda: self.agent,
+            media=lambda: self.media,
+            address=self.address,
+            calls=self.calls,
+            recent_logs=self.recent_logs,
+            connector=self.connector,
+            transfers=self.transfers,
+            flush=self._flush,
+        )
+        #: The calls that arrive.
+        self.inbound = Inbound(
+            services=services,
+            loop=self.loop,
+            agent=lambda: self.agent,
+            media=lambda: self.media,
+            address=self.address,
+            trunks=self.trunks,
+            prompts=self.prompts,
+            calls=self.calls,
+            lifecycle=self.lifecycle,
         )
 
     async def start(self, *, register: bool = True, listen: bool = True) -> None:
@@ -424,208 +438,11 @@ class SipService(Connecting):
     def _dispatch(self, event: CallEvent) -> None:
         far = self.far_legs.get(event.call_id)
         if far is not None:
-            self.far_event(far, event)  # a far leg of a connect (telephony/connecting.py)
-            return
-        call = self.calls.get(event.call_id)
-        if isinstance(event, IncomingCall):
-            self._incoming(event)
-        elif call is None:
-            return
-        elif isinstance(event, CallTerminated):
-            if event.by_remote:
-                call.leg.far_end_ended(CallEnded(event.cause, event.raw_cause))
-            if call.answered is not None and not call.answered.done():
-                call.answered.set_exception(Unanswered(event.cause, event.raw_cause))
-        elif isinstance(event, Reoffer):
-            self._reoffer(call, event.offer)
-        elif isinstance(event, ReferResponse | ReferProgress):
-            self.transfers.news(call, event)  # a transfer (telephony/referring.py)
-        elif isinstance(event, InfoReceived):
-            digit = parse_dtmf_relay(event.content_type, event.body)
-            if digit is not None:
-                call.media.session.inject_digit(digit)
-                call.leg.wake()
-        elif isinstance(event, CallAnswered):
-            if call.answered is not None and not call.answered.done():
-                call.answered.set_result(event.answer)
-        elif isinstance(event, CallProgress):
-            logger.info("call %s: %d", event.call_id, event.status)
-
-    # --- inbound calls --------------------------------------------------------------------
-
-    def _incoming(self, event: IncomingCall) -> None:
-        agent, media = self.agent, self.media
-        assert agent is not None and media is not None
-        now = self.loop.time()
-        limit = self.services.settings.sip.max_calls
-        if limit and len(self.calls) >= limit:
-            logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
-            agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
-            return
-        trunk = self.trunks.of_source(event.source)
-        if trunk is not None:
-            logger.info("call %s: from trunk %s", event.call_id, trunk.name)
-        # A trunk's own policy; any other caller may choose SRTP by offering it.
-        srtp: SrtpMode = trunk.srtp if trunk is not None else "offer"
-        to_user = _user_of(event.to_uri)
-        settings = self.services.settings
-        user = settings.users.get(event.caller_user) if event.caller_user else None
-        if user is not None:
-            logger.info("call %s: from user %s", event.call_id, user.name)
-        if user is not None and user.app is not None:
-            app: AppConfig | None = settings.apps[user.app]
-        else:
-            app = settings.app_for(event.user, to_user) or self.services.default_app()
-        if app is None:
-            logger.warning("call %s to %r: no application for that user", event.call_id, event.user)
-            agent.reject(event.call_id, 404, now, "Not Found (no application for this user)")
-            return
-        try:
-            offer = sdp.parse(event.offer.decode("utf-8", "replace"))
-        except sdp.SdpError as exc:
-            logger.warning("call %s: unusable SDP offer: %s", event.call_id, exc)
-            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({exc})")
-            return
-        try:
-            sock, port = media.allocate()
-        except OSError as exc:
-            logger.error("call %s: %s", event.call_id, exc)
-            agent.reject(event.call_id, 503, now, "Service Unavailable (no media port)")
-            return
-        session_id = random.randint(1, 2**31)
-        try:
-            answer, negotiated = offeranswer.answer(
-                offer, self.address, port, session_id, 1, srtp=srtp
-            )
-        except sdp.SdpError as exc:  # NoCommonCodec, SrtpMismatch
-            media.release(sock, port)
-            logger.warning("call %s: %s", event.call_id, exc)
-            why = "SRTP" if isinstance(exc, offeranswer.SrtpMismatch) else "no common codec"
-            agent.reject(event.call_id, 488, now, f"Not Acceptable Here ({why})")
-            return
-        session = media_session(negotiated, event.call_id, self.services.settings.sip.rtp_timeout)
-        info = CallInfo(
-            call_id=event.call_id,
-            direction="in",
-            call_from=event.from_uri,
-            call_to=event.to_uri,
-            call_target=event.user,
-            divert=event.divert,
-            attestation=event.attestation,
-        )
-        call_id = event.call_id
-        leg = new_leg(
-            self.services,
-            info,
-            app.name,
-            session,
-            self.prompts,
-            answer=lambda: self._answer(call_id),
-            hang_up=lambda: self._hang_up(call_id),
-            dead=lambda: self._dead(call_id),
-        )
-        call = SipCall(call_id, app, leg, CallMedia(session, port, session_id), answer.encode())
-        call.srtp = "require" if negotiated.srtp else srtp  # no quiet downgrade on a re-offer
-        self.attach_far_legs(call)
-        self.calls[call_id] = call
-        agent.ring(call_id, now)
-        call.task = self.loop.create_task(self._run(call, sock))
-
-    def attach_far_legs(self, call: SipCall) -> None:
-        """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
-        through this service."""
-        call.leg.far = CallFarLegs(self, call)
-        call.leg.referrer = CallReferrer(self.transfers, call)
-        call.leg.transcripts = OutboxPoster(self.services, call.app.name)
-
-    async def _run(self, call: SipCall, sock: socket.socket) -> CallSummary:
-        assert self.media is not None
-        try:
-            await self.media.open(call.media.session, sock, call.media.port, call.leg.wake)
-            if call.script is not None:
-                summary = await call.script(call.leg)
-            else:
-
-                def started(runner: CallRunner) -> None:
-                    call.instance_id = runner.instance_id
-                    self.recent_logs[call.call_id] = (call.app.name, runner.instance_id)
-                    while len(self.recent_logs) > RECENT_LOGS:
-                        self.recent_logs.popitem(last=False)
-
-                summary = await self.services.run_call(
-                    call.app,
-                    call.leg,
-                    started=started,
-                    instance_id=call.instance_id,
-                    token=call.token,
-                )
-            return summary
-        except Exception as exc:
-            # A fault inside callhook (a bug): named in the log at once, and the caller
-            # released (500 before the answer, BYE after) rather than left ringing.
-            logger.exception("call %s: failed inside callhook (%r); ending it", call.call_id, exc)
-            self._release(call.call_id)
-            return CallSummary(call.instance_id or "", "failed", "500")
-        finally:
-            call.leg.finish()
-            self.drop_all_callees(call)
-            self.media.close(call.media.port)
-            self.calls.pop(call.call_id, None)
-            # The leg's helpers point back at the call: without them the call's objects
-            # go when the last reference does, not in one of the collector's full passes
-            # (which stop every call's audio for as long as they take).
-            call.leg.far = call.leg.referrer = None
-            self._flush()
-
-    async def _answer(self, call_id: str) -> None:
-        call = self.calls.get(call_id)
-        if call is None or self.agent is None:
-            return
-        self.agent.answer(call_id, call.answer_sdp, self.loop.time())
-        self._flush()
-
-    def _dead(self, call_id: str) -> None:
-        """The call's RTP stopped for ``rtp_timeout``: hang up, and tell the runner it dropped."""
-        call = self.calls.get(call_id)
-        if call is None or self.agent is None:
-            return
-        seconds = self.services.settings.sip.rtp_timeout
-        logger.warning("call %s: no RTP for %g s (rtp_timeout): hanging up", call_id, seconds)
-        self.agent.hang_up(call_id, self.loop.time())
-        self._flush()
-        call.leg.far_end_ended(CallEnded("dropped", "rtp_timeout"))
-
-    def _release(self, call_id: str) -> None:
-        if self.agent is None:
-            return
-        sip_call = self.agent.calls.get(call_id)
-        if sip_call is not None and sip_call.state in ("offered", "early"):
-            self.agent.reject(call_id, 500, self.loop.time(), "Server Internal Error")
-        else:
-            self.agent.hang_up(call_id, self.loop.time(), cause="failed")
-        self._flush()
-
-    def _hang_up(self, call_id: str) -> str:
-        assert self.agent is not None
-        sip_call = self.agent.calls.get(call_id)
-        raw = "603" if sip_call is not None and sip_call.state in ("offered", "early") else "200"
-        self.agent.hang_up(call_id, self.loop.time())
-        self._flush()
-        return raw
-
-    def _reoffer(self, call: SipCall, body: bytes) -> None:
-        assert self.agent is not None
-        now = self.loop.time()
-        try:
-            answer, on_hold = reoffer(call, body, self.address, now)
-        except sdp.SdpError as exc:
-            logger.warning("call %s: re-offer refused: %s", call.call_id, exc)
-            self.agent.reject_reoffer(call.call_id, 488, now)
-            self._flush()
-            return
-        logger.info("call %s: re-offer: %s", call.call_id, "on hold" if on_hold else "active")
-        self.agent.answer_reoffer(call.call_id, answer, now)
-        self._flush()
+            self.connector.far_event(far, event)  # a far leg of a connect
+        elif isinstance(event, IncomingCall):
+            self.inbound.incoming(event)
+        elif (call := self.calls.get(event.call_id)) is not None:
+            self.lifecycle.event(call, event)
 
     # --- the REST API's calls (httpserver/restapi.py ``Calls``) --------------------------------
 
@@ -704,11 +521,3 @@ class SipService(Connecting):
             self.transport.close()
         if self.connections is not None:
             await self.connections.close()
-
-
-def _user_of(uri: str) -> str:
-    """The user part of a SIP URI (the To header's: a dialled number), or ""."""
-    try:
-        return parse_uri(uri).user or ""
-    except ValueError:
-        return ""

@@ -151,10 +151,11 @@ class _WatchedPages:
 
 
 class FarLegService(Protocol):
-    """What places a call's far legs (a ``connect``: the SIP service)."""
+    """What places a call's far legs (a ``connect``: the SIP service's
+    :class:`~callhook.telephony.lifecycle.Lifecycle`)."""
 
     def attach_far_legs(self, call: SipCall) -> None: ...
-    def drop_all_callees(self, call: SipCall) -> None: ...
+    def detach_far_legs(self, call: SipCall) -> None: ...
 
 
 class WebPhone:
@@ -412,9 +413,8 @@ class WebPhone:
             if levels is not None:
                 levels.cancel()
             leg.finish()
-            leg.far = None  # it points back at the call: let the call go by reference count
             if self.far_legs is not None:
-                self.far_legs.drop_all_callees(call)
+                self.far_legs.detach_far_legs(call)  # (and lets the call go by reference count)
             media.close(key)
             self.calls.pop(call_id, None)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from callhook.telephony.screening import DEFAULT_MAX_SECONDS, Screening
 
@@ -42,10 +42,23 @@ class Far:
         self.call_id = "far-1"
 
 
-class Service(Screening):
+class Service:
+    """A Screening on the scripted loop, with the connector's hang-up recorded."""
+
     def __init__(self) -> None:
         self.loop: Any = Loop()
         self.hung_up: list[Any] = []
+        self.screening = Screening(
+            services=cast(Any, None),  # (the limit uses none of these)
+            loop=cast(Any, self.loop),
+            prompts=cast(Any, None),
+            address="127.0.0.1",
+            far_legs={},
+            hang_up_far=self._hang_up_far,
+        )
+
+    def limit_far(self, far: Any, seconds: float = DEFAULT_MAX_SECONDS) -> None:
+        self.screening.limit_far(far, seconds)
 
     def _hang_up_far(self, far: Any, cause: str | None = None) -> None:
         self.hung_up.append(far)
