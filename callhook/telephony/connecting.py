@@ -101,7 +101,8 @@ class Connector:
         detach_far_legs: Callable[[SipCall], None],
     ) -> None:
         """``agent``, ``media`` and ``webclients``: the service's as they are at the time
-        (made when it starts); ``calls``: the server's calls; ``far_legs``: the far legs
+        (the agent and the media engine are made when it starts, the web clients set by
+        serve once it is built); ``calls``: the server's calls; ``far_legs``: the far legs
         by their SIP call id, which the service reads to send the agent's events for them
         here (:meth:`far_event`); ``flush``: sends what the agent wants sent;
         ``attach_far_legs`` and ``detach_far_legs``: give a new call (a ``loc:`` callee)

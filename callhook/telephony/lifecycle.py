@@ -1,9 +1,8 @@
 """A call's life on the SIP service, once it has a leg: its run, its answer, its hang-up,
 its re-offers, its end.
 
-Every call of the server, inbound (:mod:`callhook.telephony.inbound`), outbound
-(:mod:`callhook.telephony.dialling`) or another application's ``loc:`` call
-(:mod:`callhook.telephony.attachedlegs`), is a :class:`~callhook.telephony.sipcall.SipCall`
+Every SIP call of the server, inbound (:mod:`callhook.telephony.inbound`) or outbound
+(:mod:`callhook.telephony.dialling`), is a :class:`~callhook.telephony.sipcall.SipCall`
 in the server's table of calls. :class:`Lifecycle` runs it: it opens the call's media
 session in the tick, runs the application (a :class:`~callhook.calls.runner.CallRunner`,
 through ``Services.run_call``), answers it when the application first needs it answered,
@@ -11,7 +10,10 @@ hangs it up when the application or the caller's RTP says so, answers its re-off
 (RFC 3264 §8: hold, a new address), and when the run is over ends what it holds (its far
 legs, its media port, its place in the table). The agent's events for a call (a BYE, a
 re-INVITE, a REFER's news, a SIP INFO digit) come here from the service's dispatch
-(:meth:`Lifecycle.event`).
+(:meth:`Lifecycle.event`). The calls that are no SIP dialog (another application's
+``loc:`` call, :mod:`callhook.telephony.localcall`; a web phone call) run themselves and
+only borrow :meth:`~Lifecycle.attach_far_legs` and :meth:`~Lifecycle.detach_far_legs`, so
+that their own ``connect`` works as any call's.
 
 A fault inside callhook while a call runs is named in the log at once and the caller
 released (500 before the answer, BYE after) rather than left ringing.

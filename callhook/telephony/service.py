@@ -7,8 +7,9 @@ feeds it datagrams and the messages framed off TCP and TLS connections
 each on its transport, and hands the agent's call events to the part they are for.
 
 Each part is built here and handed what it uses: the service's tables of calls and far
-legs, its agent and media engine as they are at the time, its ``_flush``; none reaches
-back into the service.
+legs, its agent and media engine as they are at the time, its ``_flush``, and (to the
+dialler and the connector, built before it) the lifecycle's methods as they will be;
+none holds the service itself.
 
 - An incoming call is taken by its :class:`~callhook.telephony.inbound.Inbound` (the
   application, the SDP answer, the media port and the leg), then run, answered, hung
