@@ -1,8 +1,8 @@
 """Parsed SIP header values: URIs, name-addr, Via, CSeq (RFC 3261 §19.1, §20, §25.1).
 
 Sans-IO and allocation-light: each value is parsed on demand with ``str`` methods, not
-regular expressions. Every error is a :class:`SipMessageError` whose ``reason`` names
-what is wrong. :mod:`callhook.sip.message` re-exports everything public here.
+regular expressions. Every error is a :class:`~callhook.sip.headers.SipMessageError`
+whose ``reason`` names what is wrong. :mod:`callhook.sip.message` re-exports everything public here.
 
 Representation choices (all round-trip through ``str()``):
 
@@ -18,11 +18,9 @@ Representation choices (all round-trip through ``str()``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-if TYPE_CHECKING:
-    from callhook.sip.message import Headers
+from callhook.sip.headers import SipMessageError, is_token, split_quoted
 
 __all__ = [
     "NameAddr",
@@ -36,43 +34,13 @@ __all__ = [
     "unescape",
 ]
 
-# RFC 3261 §25.1: token = 1*(alphanum / "-" / "." / "!" / "%" / "*" / "_" / "+" / "`" / "'" / "~")
 _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-TOKEN_CHARS = _ALNUM + "-.!%*_+`'~"
 _DIGITS = "0123456789"
 _HOST_CHARS = _ALNUM + "-._"  # hostname / IPv4address ("_" tolerated: seen in the wild)
 _IPV6_CHARS = "0123456789abcdefABCDEF:."
 _SCHEME_CHARS = _ALNUM + "+-."  # RFC 3986 §3.1
 _WHITESPACE = " \t"
 MAX_CSEQ = 2**31 - 1  # RFC 3261 §8.1.1.5: the sequence number MUST be less than 2**31
-
-
-class SipMessageError(ValueError):
-    """A SIP message, or one of its header values, that is not well formed.
-
-    ``reason`` says what is wrong in words fit for a log line and for a Reason-Phrase
-    (no quotes or control characters). ``status`` is the final response a UAS answers
-    with (400 unless RFC 3261 / RFC 4475 name another, e.g. 505 for an unsupported
-    SIP version). When :func:`~callhook.sip.message.parse` rejects a whole message,
-    ``is_request`` tells whether it looked like a request (only requests are
-    answered; a bad response is dropped, RFC 4475 §3.1.2.19) and ``headers`` holds
-    the header fields that could be read, so that the response can copy Via, From,
-    To, Call-ID and CSeq (RFC 3261 §8.2.6.2).
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        status: int = 400,
-        *,
-        headers: Headers | None = None,
-        is_request: bool = False,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        self.headers = headers
-        self.is_request = is_request
 
 
 _UNSAFE = frozenset('"#<>[]\\^`{|}\x7f')
@@ -86,45 +54,9 @@ def show(text: str, limit: int = 40) -> str:
     )
 
 
-def is_token(text: str) -> bool:
-    """Whether ``text`` is a non-empty RFC 3261 ``token``."""
-    return bool(text) and not text.strip(TOKEN_CHARS)
-
-
 def unescape(text: str) -> str:
     """Decode ``%HH`` escapes once (never recursively: RFC 4475 §3.1.1.3), keeping NULs."""
     return unquote(text, errors="surrogateescape") if "%" in text else text
-
-
-def split_quoted(text: str, sep: str) -> list[str]:
-    """Split ``text`` at ``sep`` outside quoted strings and ``<...>`` (RFC 3261 §7.3.1)."""
-    if '"' not in text and "<" not in text:
-        return text.split(sep)
-    parts: list[str] = []
-    start = 0
-    quoted = False
-    angle = 0
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if quoted:
-            if c == "\\":
-                i += 1  # quoted-pair: the next character is literal
-            elif c == '"':
-                quoted = False
-        elif c == '"':
-            quoted = True
-        elif c == "<":
-            angle += 1
-        elif c == ">" and angle:
-            angle -= 1
-        elif c == sep and not angle:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return parts
 
 
 def _quoted_end(text: str, start: int) -> int:

@@ -23,7 +23,8 @@ import base64
 import binascii
 import json
 
-from callhook.sip.grammar import parse_name_addr, split_quoted
+from callhook.sip.grammar import parse_name_addr
+from callhook.sip.headers import split_quoted
 from callhook.sip.message import Headers
 
 #: The attestation levels of ATIS-1000074 (SHAKEN) §5.2.3, the only values passed on.
