@@ -6,8 +6,9 @@ names in their canonical spelling (compact forms expanded, §7.3.3), list-valued
 split on demand (§7.3.1). :func:`is_token` and :func:`split_quoted` are the rules of
 §25.1 and §7.3.1 that both the fields and their values (:mod:`callhook.sip.grammar`)
 use. :class:`SipMessageError` is raised by both, and carries the fields that could be
-read so that a UAS can answer a malformed request (§8.2.6.2). Sans-IO; the two modules
-above re-export what is public here.
+read so that a UAS can answer a malformed request (§8.2.6.2). Sans-IO.
+:mod:`callhook.sip.message` re-exports :class:`Headers` and :class:`SipMessageError`,
+:mod:`callhook.sip.grammar` the error.
 """
 
 from __future__ import annotations
