@@ -457,11 +457,38 @@ def run_load(
         if "workers" in stats
         else stats.get("media_late_ticks"),
         "tick": stats.get("media_tick", {}),
+        "thread": thread_counters(stats),
         "gc": stats.get("gc_pauses", {}),
         "elapsed": elapsed,
         "final": app["final"],
         **extra,
     }
+
+
+def thread_counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
+    """The media threads' counters (``/api/stats``' ``media_thread``), summed over the
+    workers (the largest ``max_late_ms``); empty where the media runs on the loop."""
+    total: dict[str, float] = {}
+    for each in stats.get("workers") or [stats]:
+        for key, value in (each.get("media_thread") or {}).items():
+            if key == "max_late_ms":
+                total[key] = max(total.get(key, 0.0), value)
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def print_thread(r: dict[str, object]) -> None:
+    """The line under a step's row with its media threads' counters, if it had any."""
+    thread = r.get("thread")
+    if isinstance(thread, dict) and thread:
+        print(
+            f"       media thread: {thread['late_slots']} slots over 2 ms late (latest "
+            f"{thread['max_late_ms']:.1f} ms), {thread['skipped_slots']} skipped; "
+            f"{thread['fillers']} silent frames where a call's frame came late, "
+            f"{thread['stale_frames']} frames after their slot",
+            flush=True,
+        )
 
 
 def loop_cpu(stats: dict) -> tuple[float, float, int]:  # type: ignore[type-arg]
@@ -553,6 +580,7 @@ def main() -> None:
                     f"{tick['took_max_ms']:.1f} ms; gc pauses {r['gc']}",
                     flush=True,
                 )
+            print_thread(r)
             split = r["split_ms_per_call_s"]
             assert isinstance(split, dict)
             print(

@@ -373,6 +373,15 @@ def main() -> None:
                 print(row("asterisk", peer), flush=True)
                 ours = ivr_load.run_step(n, args.kit, app_base, workdir, args.workers)
                 print(row("callhook", ours), flush=True)
+                tick = ours["tick"]
+                if isinstance(tick, dict) and tick:
+                    print(
+                        f"       callhook's tick behind the wire (last minute) p50/p99/max: "
+                        f"{tick['late_p50_ms']:.1f} / {tick['late_p99_ms']:.1f} / "
+                        f"{tick['late_max_ms']:.1f} ms; {ours['late_ticks']} ticks late",
+                        flush=True,
+                    )
+                ivr_load.print_thread(ours)
             finally:
                 if hog is not None:
                     hog.terminate()

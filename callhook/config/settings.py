@@ -62,6 +62,10 @@ A config file is TOML::
     [media]                             # file_to_play given as a web page request
     remote_max_mb = 16                  # a larger WAV is not played (logged)
     remote_timeout = 10                 # seconds a fetch may take
+    thread = true                       # every call's RTP on a native thread (false: the loop)
+    max_lag_ms = 100                    # new calls get 503 while the media runs this far behind
+    thread_fifo = 0                     # SCHED_FIFO priority for the media thread (0: off)
+    thread_nice = 0                     # nice level for the media thread (0: the process's)
 
     [database]                          # shared state for several nodes (docs/scaling.md)
     url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir
@@ -133,6 +137,7 @@ from callhook.config.values import ConfigError as ConfigError
 from callhook.config.values import database as _database
 from callhook.config.values import domains as _domains
 from callhook.config.values import endpoints as _endpoints
+from callhook.config.values import flag as _flag
 from callhook.config.values import integer as _integer
 from callhook.config.values import ip_address as _ip_address
 from callhook.config.values import network_list as _network_list
@@ -447,12 +452,28 @@ def load(path: Path) -> Settings:
     if "max_mb" in recordings:
         settings.recordings.max_bytes = _megabytes(path, "recordings", "max_mb", recordings)
     media = _table(path, raw, "media")
-    _no_unknown(path, "media", media, {"remote_max_mb", "remote_timeout"})
+    _no_unknown(
+        path,
+        "media",
+        media,
+        {"remote_max_mb", "remote_timeout", "thread", "max_lag_ms", "thread_fifo", "thread_nice"},
+    )
     if "remote_max_mb" in media:
         settings.media.remote_max_bytes = _megabytes(path, "media", "remote_max_mb", media)
     settings.media.remote_timeout = _number(path, "media", "remote_timeout", media, 10.0)
     if not 0 < settings.media.remote_timeout <= 300:
         raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
+    settings.media.thread = _flag(path, "media", "thread", media, True)
+    lag = _number(path, "media", "max_lag_ms", media, settings.media.max_lag * 1000)
+    if not 0 <= lag <= 10_000:
+        raise ConfigError(f"{path}: [media] max_lag_ms must be 0 (never refuse) to 10000")
+    settings.media.max_lag = lag / 1000
+    settings.media.thread_fifo = _integer(path, "media", "thread_fifo", media, 0)
+    if not 0 <= settings.media.thread_fifo <= 99:
+        raise ConfigError(f"{path}: [media] thread_fifo must be 0 (off) to 99")
+    settings.media.thread_nice = _integer(path, "media", "thread_nice", media, 0)
+    if not -20 <= settings.media.thread_nice <= 19:
+        raise ConfigError(f"{path}: [media] thread_nice must be -20 to 19")
     notifications = _table(path, raw, "notifications")
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
     settings.notifications.first_retry = _number(

@@ -131,10 +131,19 @@ class RecordingsSettings:
 
 @dataclass
 class MediaSettings:
-    """``[media]``: ``file_to_play`` given as a web page request."""
+    """``[media]``: ``file_to_play`` given as a web page request; the media thread and
+    the admission it guards (docs/scaling.md)."""
 
     remote_max_bytes: int = 16 * 2**20
     remote_timeout: float = 10.0
+    #: Every call's RTP on a native thread of its own (False: on the event loop's timer).
+    thread: bool = True
+    #: New calls get 503 while the media tick runs this far behind (seconds; 0: never).
+    max_lag: float = 0.1
+    #: SCHED_FIFO priority for the media thread (1-99; 0: the normal scheduler).
+    thread_fifo: int = 0
+    #: Nice level for the media thread (-20 to 19; 0: the process's).
+    thread_nice: int = 0
 
 
 @dataclass

@@ -1,19 +1,17 @@
 """RTP sockets and the one media tick that drives every call's audio, in and out.
 
 Each call has its own UDP port (an even port from the configured range, as
-RFC 3550 §11 suggests). The sockets are not registered with the event loop:
-one timer callback every 20 ms (the tick, docs/architecture.md) does all media work
-for all calls at once:
+RFC 3550 §11 suggests). The sockets are not registered with the event loop. The
+media thread (:mod:`callhook.edge.plane`, one native thread per process) keeps the
+20 ms grid: at each slot it sends the frames queued for it (silence where Python's
+has not come), reads every socket, and wakes the loop. For each slot it finished,
+in order, :meth:`MediaEngine._slots` does all media work for all calls at once, with
+the slot's own time (docs/architecture.md):
 
-1. receive: one ``epoll`` poll over every call's socket (level-triggered),
-   one ``recvfrom`` per ready socket, repeated a bounded number of rounds, so
-   a socket can make us read at most :data:`ROUNDS` packets a tick (a flood
-   stays in the kernel's buffer and is dropped there): all in one call of
-   :class:`~callhook.edge.udp.Udp`, whose native implementation does the
-   system calls of every call with the GIL released; then the usual RTP packets
-   (the latched peer's next packet, plain, in the call's codec) are taken in C in
-   one call (:func:`callhook.media.inlet.take_all`), and each other datagram goes
-   to its session's :meth:`~callhook.media.session.MediaSession.receive` (or
+1. receive: the datagrams the thread read in the slot. The usual RTP packets (the
+   latched peer's next packet, plain, in the call's codec) are taken in C in one call
+   (:func:`callhook.media.inlet.take_all`), and each other datagram goes to its
+   session's :meth:`~callhook.media.session.MediaSession.receive` (or
    ``rtcp_received``);
 2. the audio frames received in step 1, every call's at once (taken out of the
    sessions in one C call, :func:`callhook.media.gate.gather`): decoded,
@@ -27,30 +25,36 @@ for all calls at once:
 3. every call's packet: the usual one (the prompt's next frame or silence, nothing
    else due on the call) made in C for every call in one call
    (:func:`callhook.media.outlet.tick_all`), the others by each session's
-   :meth:`~callhook.media.session.MediaSession.tick`; all sent in one call of
-   :class:`~callhook.edge.udp.Udp`; then the RTCP reports that are due;
+   :meth:`~callhook.media.session.MediaSession.tick`; all queued for the thread's slot
+   :data:`~callhook.edge.plane.AHEAD` slots on (a call on hold is made quiet: the
+   thread sends nothing in its place); then the RTCP reports that are due;
 4. the legs of calls whose sessions have events are woken (the calls with a report
    due or news picked in C: :func:`callhook.media.outlet.due_all`);
-5. :attr:`MediaEngine.after_tick`, once the packets are out: ``serve`` collects the
+5. :attr:`MediaEngine.after_tick`, once the packets are queued: ``serve`` collects the
    garbage collector's young generations there (:mod:`callhook.serving.collector`).
+
+Python may run behind the thread (a collection, a busy loop, another process on the
+core): the far end still hears a packet every 20 ms, and Python works through every
+slot in order (a few at a time, so SIP is not kept waiting), so each call's prompts and
+key presses keep the wire's time. Its frames made too late for their slot are dropped
+(:attr:`MediaEngine.stale_frames`).
+
+Where the thread's extension is not built, or with ``thread=False``, the same work runs
+on a timer of the event loop (:meth:`MediaEngine._tick`): one ``epoll`` poll over every
+call's socket and one ``recvfrom`` per ready socket, repeated at most :data:`ROUNDS`
+rounds (:class:`~callhook.edge.udp.Udp`), and the packets sent at once. That tick keeps
+its phase on a fixed 20 ms grid: after a late tick the missed slots run at once (up to
+:data:`MAX_CATCH_UP`); after a longer stall every missed slot is skipped and the grid
+starts again from now, and every call's prompt ends that much later. It is the reference
+the thread is tested against (tests/unit/edge/test_plane.py).
 
 A call whose audio does not arrive over UDP (the web phone's WebSocket leg,
 :mod:`callhook.telephony.webphone`; a ``connect`` to a WebSocket server,
 :mod:`callhook.telephony.websocketleg`) takes part in the same tick through
 :meth:`MediaEngine.attach`: the packets it is given wait in its inbox for
 step 1 (at most :data:`ROUNDS` a tick, as a socket's), or its paced source
-gives exactly one each tick; step 2 hands its session's packet to its sender
-instead of a socket.
-
-Compared with a callback per datagram this saves an event-loop wake-up per
-packet, which profiling showed to be half of the media path's cost. Packets
-wait at most one tick (20 ms) before they are looked at. The tick keeps its
-phase on a fixed 20 ms grid: after a late tick the missed slots run at once
-(up to :data:`MAX_CATCH_UP`), so a short stall does not make calls' media clocks slip.
-After a longer one (a stopped process, an overloaded machine) every missed slot is
-skipped and the grid starts again from now: every call's audio goes on from where it
-was, and its prompt ends that much later (under the load kit's overload a 3 s prompt
-took up to 6 s: bench/RESULTS.md).
+gives exactly one each tick; step 3 hands its session's packet to its sender
+at once instead of a socket.
 """
 
 from __future__ import annotations
@@ -61,10 +65,12 @@ import errno
 import logging
 import socket
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet, vad
 from callhook.media.g711 import LAWS
@@ -77,6 +83,8 @@ TICK = 0.02
 ROUNDS = 6
 #: Slots a late tick catches up on (60 ms: within a far end's jitter buffer).
 MAX_CATCH_UP = 3
+#: Ticks over which admission looks at how far behind the media runs (one second).
+ADMISSION_WINDOW = 50
 
 
 #: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
@@ -98,6 +106,8 @@ class _Stream:
     #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
     pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
     fd: int = -1  # the RTP socket's descriptor (-1: socketless)
+    #: Its packets go as made (SRTP): the media thread neither renumbers nor fills them.
+    verbatim: bool = False
 
 
 @dataclass
@@ -134,6 +144,19 @@ class _Roster:
 
 
 _python_logged = False
+_thread_logged = False
+
+
+def _say_if_no_thread() -> None:
+    """Say once if the media tick runs on the event loop: ``_plane.c`` was not built."""
+    global _thread_logged
+    if not _thread_logged:
+        _thread_logged = True
+        logger.warning(
+            "the media tick runs on the event loop: the media thread's extension "
+            "(callhook/edge/_plane.c) is not built; rerun scripts/setup where a C compiler is "
+            "(audio then waits whenever the loop is busy)"
+        )
 
 
 def _say_if_in_python() -> None:
@@ -152,7 +175,20 @@ def _say_if_in_python() -> None:
 class MediaEngine:
     """All calls' RTP ports and the shared media tick."""
 
-    def __init__(self, host: str, first_port: int = 20000, last_port: int = 29999) -> None:
+    def __init__(
+        self,
+        host: str,
+        first_port: int = 20000,
+        last_port: int = 29999,
+        *,
+        thread: bool = True,
+        max_lag: float = 0.0,
+        fifo: int = 0,
+        nice: int = 0,
+    ) -> None:
+        """``thread``: the media thread where it is built (else the loop's timer);
+        ``max_lag``: how far behind the wire the tick may run before :attr:`overloaded`
+        (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is)."""
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
@@ -171,6 +207,8 @@ class MediaEngine:
         self._due_faults = 0  # outlet.due_all calls that raised
         self._attached = 0  # the last socketless stream's key (they count down from -1)
         self._socketless: dict[int, _Stream] = {}
+        #: The sockets :meth:`open` took: closed by :meth:`close` only, never :meth:`release`.
+        self._opened: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         # How late each tick ran (ms), the last minute's worth: the media's health.
         self.lateness: deque[float] = deque(maxlen=3000)
         self.durations: deque[float] = deque(maxlen=3000)  # ms each tick took
@@ -181,6 +219,22 @@ class MediaEngine:
         #: Called at the end of each tick, once its packets are out: serve collects the
         #: collector's young generations there (collector.py), not in mid-tick.
         self.after_tick: Callable[[], None] | None = None
+        #: The media thread (edge/plane.py), None: the tick runs on the loop's clock.
+        self.plane: Plane | None = new_plane(ROUNDS) if thread else None
+        if thread and self.plane is None:
+            _say_if_no_thread()
+        #: Frames made too late for their slot: the media thread had sent silence.
+        self.stale_frames = 0
+        self._priority = (fifo, nice)
+        # Admission: of the last ADMISSION_WINDOW ticks, those that started more than
+        # max_lag behind; over half of them make the engine overloaded (new calls get
+        # 503), and it takes calls again once at most a tenth are.
+        self.max_lag = max_lag
+        self._behind: deque[bool] = deque(maxlen=ADMISSION_WINDOW)
+        self._behind_count = 0
+        #: New calls are refused (503): the media runs behind (see max_lag).
+        self.overloaded = False
+        self.refused = 0  # calls refused while overloaded (counted by the inbound path)
         _say_if_in_python()
 
     def allocate(self) -> tuple[socket.socket, int]:
@@ -206,16 +260,18 @@ class MediaEngine:
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
         stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        self._opened.add(sock)
         stream.fd = sock.fileno()
         session.batched = True
         self.streams[port] = stream
         self._roster = None
-        self._udp.add(sock, (stream, session))
+        io: Udp[tuple[_Stream, MediaSession | None]] | Plane = (
+            self.plane if self.plane is not None else self._udp
+        )
+        io.add(sock, (stream, session))
         if stream.rtcp is not None:
-            self._udp.add(stream.rtcp, (stream, None))
-        if self._handle is None:
-            self._next = self.loop.time() + TICK
-            self._handle = self.loop.call_at(self._next, self._tick)
+            io.add(stream.rtcp, (stream, None))
+        self._start()
 
     def attach(
         self,
@@ -234,10 +290,21 @@ class MediaEngine:
         session.batched = True
         self.streams[key] = self._socketless[key] = stream
         self._roster = None
-        if self._handle is None:
+        self._start()
+        return key
+
+    def _start(self) -> None:
+        """Tick from now on, if not ticking yet: on the media thread's slots, or on the
+        loop's clock where there is no thread."""
+        plane = self.plane
+        if plane is not None:
+            if not plane.running:
+                plane.start()
+                self.loop.add_reader(plane.fileno(), self._slots)
+                self._prioritise(plane)
+        elif self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
-        return key
 
     def deliver(self, key: int, data: bytes, source: tuple[str, int]) -> None:
         """A packet for the socketless stream ``key``, received at the next tick."""
@@ -258,8 +325,9 @@ class MediaEngine:
         return sock
 
     def release(self, sock: socket.socket, port: int) -> None:
-        """Give back a port that :meth:`allocate` bound but :meth:`open` never used."""
-        if port not in self.streams:
+        """Give back a port that :meth:`allocate` bound but :meth:`open` never used (a
+        socket that was opened is :meth:`close`'s: the media thread may hold it still)."""
+        if port not in self.streams and sock not in self._opened:
             sock.close()
             self._free.append(port)
 
@@ -271,6 +339,9 @@ class MediaEngine:
             for s in (stream.sock, stream.rtcp):
                 if s is None:
                     continue
+                if self.plane is not None:
+                    self.plane.retire(s)  # closed once the thread lets go of it
+                    continue
                 self._udp.remove(s)
                 s.close()
             self._free.append(port)
@@ -278,11 +349,98 @@ class MediaEngine:
             self._handle.cancel()
             self._handle = None
 
+    def _prioritise(self, plane: Plane) -> None:
+        fifo, nice = self._priority
+        if not (fifo or nice):
+            return
+        try:
+            plane.prioritise(fifo, nice)
+        except OSError as exc:
+            logger.warning(
+                "the media thread keeps the normal priority: SCHED_FIFO %d / nice %d "
+                "refused (%s; [media] thread_fifo, thread_nice)",
+                fifo,
+                nice,
+                exc.strerror or exc,
+            )
+        else:
+            logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
+
+    def _admit(self, lag: float) -> None:
+        """Count one tick that started ``lag`` seconds behind; refuse or take calls again."""
+        if not self.max_lag:
+            return
+        window = self._behind
+        if len(window) == window.maxlen:
+            self._behind_count -= window[0]
+        over = lag > self.max_lag
+        window.append(over)
+        self._behind_count += over
+        if not self.overloaded and self._behind_count > ADMISSION_WINDOW // 2:
+            self.overloaded = True
+            logger.warning(
+                "the media runs %.0f ms behind: new calls get 503 until it catches up "
+                "([media] max_lag_ms = %.0f)",
+                lag * 1000,
+                self.max_lag * 1000,
+            )
+        elif self.overloaded and self._behind_count <= ADMISSION_WINDOW // 10:
+            self.overloaded = False
+            logger.warning("the media caught up: taking new calls again (%d refused)", self.refused)
+
+    def _slots(self) -> None:
+        """The media thread finished slots: each one's work, in order (a few at a time,
+        so SIP and the runners are not kept waiting while a backlog is worked off)."""
+        plane = self.plane
+        assert plane is not None
+        plane.wake()
+        for _ in range(MAX_CATCH_UP + 2):
+            got = plane.next_slot()
+            if got is None:
+                return
+            slot, when, _late, received = got
+            if not self.streams:
+                self._admit(0.0)
+                continue  # (the thread goes on between calls: nothing to do)
+            cpu = time.thread_time()
+            # (The thread's clock, read afresh: uvloop's loop.time() is the loop's
+            # iteration start, in whole milliseconds.)
+            lag = time.monotonic() - when
+            self.lateness.append(lag * 1000)
+            self._admit(lag)
+            if lag > (AHEAD - 1) * TICK:
+                self.late_ticks += 1  # its frames may come after their slot
+            try:
+                self._work(when, received, slot + AHEAD)
+            finally:
+                self.durations.append((time.monotonic() - when) * 1000 - self.lateness[-1])
+                if self.after_tick is not None:
+                    self.after_tick()
+                self.tick_cpu += time.thread_time() - cpu
+        self.loop.call_soon(self._slots)  # more are waiting
+
+    def thread_stats(self) -> dict[str, float]:
+        """The media thread's counters (empty where the tick runs on the loop)."""
+        plane = self.plane
+        if plane is None:
+            return {}
+        return {
+            "late_slots": plane.late_slots,
+            "max_late_ms": round(plane.max_late / 1e6, 3),
+            "skipped_slots": plane.skipped,
+            "fillers": plane.fillers,
+            "stale_frames": plane.stale + self.stale_frames,
+            "lost_slots": plane.lost_ticks,
+            "sent": plane.sent,
+        }
+
     def _tick(self) -> None:
         cpu = time.thread_time()
         now = self.loop.time()
+        self.lateness.append((now - self._next) * 1000)
+        self._admit(now - self._next)
         try:
-            self._work(now)
+            self._work(now, self._udp.receive())
         finally:
             # Whatever happened, the tick goes on: every call's audio depends on it.
             self._schedule(now)
@@ -290,10 +448,16 @@ class MediaEngine:
                 self.after_tick()
             self.tick_cpu += time.thread_time() - cpu
 
-    def _work(self, now: float) -> None:
+    def _work(
+        self,
+        now: float,
+        received: list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]],
+        slot: int | None = None,
+    ) -> None:
+        """One tick at ``now`` with the datagrams ``received`` in it; its packets go at once
+        (no ``slot``) or in the media thread's ``slot``."""
         wall = time.time()
-        self.lateness.append((now - self._next) * 1000)
-        self._receive(now)
+        self._receive(now, received)
         if self._socketless:
             self._receive_attached(now)
         roster = self._roster
@@ -304,9 +468,10 @@ class MediaEngine:
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
         wired = roster.wired
         batch, rest = outlet.tick_all(roster.sending, now)
+        verbatim: list[tuple[int, bytes, Address]] = []
         for stream in [wired[i] for i in rest] + roster.unwired:
             try:
-                self._send(stream, now, batch)
+                self._send(stream, now, verbatim if stream.verbatim else batch)
             except Exception:
                 self._fault(stream, "sending")
         # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
@@ -323,10 +488,16 @@ class MediaEngine:
                 self._report(streams[i], now, wall)
             except Exception:
                 self._fault(streams[i], "sending")
-        if batch:
+        plane = self.plane
+        if plane is None:
             # A full buffer or an ICMP error for a peer that went away costs that
             # packet: the next frame goes out 20 ms later anyway.
-            self.send_errors += self._udp.send(batch)
+            self.send_errors += self._udp.send(batch + verbatim)
+        elif slot is not None and slot >= plane.slot:
+            self.send_errors += plane.send(batch, slot) if batch else 0
+            self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
+        else:  # too late for its slot: the thread sent silence instead
+            self.stale_frames += len(batch) + len(verbatim)
 
     def _send(self, stream: _Stream, now: float, batch: list[tuple[int, bytes, Address]]) -> None:
         session = stream.session
@@ -334,7 +505,10 @@ class MediaEngine:
         if data is not None and stream.out is not None:
             stream.out(data)
         elif data is not None and session.remote is not None and stream.sock is not None:
+            stream.verbatim = session.srtp is not None
             batch.append((stream.fd, data, session.remote))
+        elif self.plane is not None and stream.sock is not None:
+            self.plane.quiet(stream.fd)  # on hold: the thread sends nothing in its place
 
     def _report(self, stream: _Stream, now: float, wall: float) -> None:
         """The call's RTCP report when one is due, and its leg woken when it has news.
@@ -493,9 +667,13 @@ class MediaEngine:
                 except Exception:
                     self._fault(stream, "receiving")
 
-    def _receive(self, now: float) -> None:
+    def _receive(
+        self,
+        now: float,
+        received: list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]],
+    ) -> None:
         # The usual RTP packets are taken in C (media/inlet.py); Python gets the rest.
-        rest, faults = inlet.take_all(self._udp.receive(), now)
+        rest, faults = inlet.take_all(received, now)
         for (stream, _), exc in faults:
             self._fault(stream, "receiving", exc)
         for (stream, session), data, address in rest:
@@ -511,3 +689,7 @@ class MediaEngine:
         for port in list(self.streams):
             self.close(port)
         self._udp.close()
+        if self.plane is not None:
+            if self.plane.running:
+                self.loop.remove_reader(self.plane.fileno())
+            self.plane.close()

@@ -99,6 +99,7 @@ class Control:
             media_streams=len(media.streams) if media else 0,
             media_late_ticks=media.late_ticks if media else 0,
             media_tick=tick,
+            media_thread=media.thread_stats() if media else {},
             # The event loop's thread's CPU (this handler runs on it), and the part of
             # it the media ticks took: the rest is SIP, the calls' runners and pages.
             cpu_loop_s=round(time.thread_time(), 3),

@@ -286,8 +286,14 @@ class SipService:
             # Its guard bans the real sources (failed digests), which only the agent
             # sees: every request comes from Kamailio.
             self.agent.origin_banned = self.guard.banned
+        tuning = settings.media
         self.media = MediaEngine(
-            self.local if self.host in ("0.0.0.0", "::") else self.host, *self.rtp_ports
+            self.local if self.host in ("0.0.0.0", "::") else self.host,
+            *self.rtp_ports,
+            thread=tuning.thread,
+            max_lag=tuning.max_lag,
+            fifo=tuning.thread_fifo,
+            nice=tuning.thread_nice,
         )
         own = {self.address, self.local, *settings.sip.domains}
         if self.host not in ("0.0.0.0", "::", ""):

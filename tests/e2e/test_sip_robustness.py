@@ -14,7 +14,7 @@ from callhook.devtools.harness import AppServer
 from callhook.media import wav
 from callhook.sip.message import Response, parse
 from tests.e2e import sipp
-from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -154,6 +154,36 @@ async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer) -> 
     assert [a.status for a in answers] == [100, 503]
     assert "too many calls" in answers[-1].reason
     assert run.returncode == 0, run.output + run.errors + server.output
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_calls_get_503_while_the_media_runs_behind(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """[media] max_lag_ms: a threshold no tick can meet (a microsecond) makes a worker with
+    a call up overloaded within a second; its next call is refused 503, said once in the
+    log. Behind Kamailio the front tries the other worker, which has no call: not refused."""
+    app.page("/start", [{"sleep": {"seconds": 4}}, {"hang_up": {}}])
+    app.page("/final", None)
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
+    async with served(tmp_path, app, workers, "[media]\nmax_lag_ms = 0.001\n") as server:
+        running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
+        await asyncio.sleep(1.5)  # over half of the last second's ticks were behind
+        answers = await asyncio.to_thread(
+            exchange, server.sip, request("INVITE", server.sip_port, via_port=5995)
+        )
+        run = await running
+        await asyncio.sleep(1.5)  # no call: within a second it takes calls again
+    statuses = [a.status for a in answers]
+    assert run.returncode == 0, run.output + run.errors + server.output
+    if workers == 1:
+        assert statuses == [100, 503]
+        assert "media overloaded" in answers[-1].reason
+        assert server.output.count("new calls get 503 until it catches up") == 1
+        assert "the media caught up: taking new calls again (1 refused)" in server.output
+    else:
+        assert 503 not in statuses and statuses, server.output
 
 
 async def test_shutdown_deadline_aborts_a_recording_and_keeps_it(

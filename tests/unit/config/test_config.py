@@ -22,6 +22,20 @@ def test_defaults_without_the_tables(tmp_path: Path) -> None:
     assert (settings.notifications.first_retry, settings.notifications.max_retry) == (2.0, 600.0)
     assert settings.notifications.give_up_after == 86400.0
     assert (settings.media.remote_max_bytes, settings.media.remote_timeout) == (16 * 2**20, 10.0)
+    media = settings.media
+    assert (media.thread, media.max_lag, media.thread_fifo, media.thread_nice) == (True, 0.1, 0, 0)
+
+
+def test_the_media_threads_keys_are_read(tmp_path: Path) -> None:
+    text = "[media]\nthread = false\nmax_lag_ms = 250\nthread_fifo = 10\nthread_nice = -5\n"
+    media = load(write(tmp_path, text)).media
+    assert (media.thread, media.max_lag, media.thread_fifo, media.thread_nice) == (
+        False,
+        0.25,
+        10,
+        -5,
+    )
+    assert load(write(tmp_path, "[media]\nmax_lag_ms = 0\n")).media.max_lag == 0
 
 
 def test_the_speech_model_is_read(tmp_path: Path) -> None:
@@ -58,6 +72,9 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[media]\nremote_max_mb = 0\n", "remote_max_mb must be above 0"),
         ("[media]\nremote_timeout = 0\n", "remote_timeout must be above 0"),
         ("[media]\nmax_mb = 1\n", "[media] unknown keys: max_mb"),
+        ("[media]\nmax_lag_ms = -1\n", "max_lag_ms must be 0"),
+        ("[media]\nthread_fifo = 100\n", "thread_fifo must be 0"),
+        ("[media]\nthread_nice = 20\n", "thread_nice must be -20 to 19"),
         ('[sip]\nexternal_address = "my.host"\n', "external_address must be an IP address"),
         ('[speech]\nmodel = "large-v3"\n', "[speech] model must be one of tiny.en, base, small"),
     ],

@@ -66,7 +66,7 @@ async def test_a_socketless_stream_takes_part_in_the_tick() -> None:
     tick, at most ROUNDS a tick as a socket's, and the session's packets go to ``out``."""
     from callhook.edge.mediaengine import INBOX, ROUNDS
 
-    engine = MediaEngine("127.0.0.1", 41200, 41300)
+    engine = MediaEngine("127.0.0.1", 41200, 41300, thread=False)
     try:
         peer = ("127.0.0.1", 5004)
         session = MediaSession("PCMU", 0, None, peer, label="call web")
@@ -79,9 +79,9 @@ async def test_a_socketless_stream_takes_part_in_the_tick() -> None:
             engine.deliver(key, packet, peer)
         assert session.receiver.received == 0  # nothing before the tick
         now = asyncio.get_running_loop().time()
-        engine._work(now)
+        engine._work(now, [])
         assert session.receiver.received == ROUNDS
-        engine._work(now + 0.02)
+        engine._work(now + 0.02, [])
         assert session.receiver.received == 10
         assert len(sent) == 2  # a frame each tick, to the page
         assert RtpPacket.parse(sent[0]).payload_type == 0
@@ -143,7 +143,7 @@ async def test_when_choosing_the_calls_to_report_fails_every_call_is_visited(
         raise MemoryError
 
     monkeypatch.setattr("callhook.media.outlet.due_all", broken)
-    engine = MediaEngine("127.0.0.1", 41900, 42000)
+    engine = MediaEngine("127.0.0.1", 41900, 42000, thread=False)
     try:
         session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 5004), label="call news")
         sent: list[bytes] = []
@@ -151,8 +151,8 @@ async def test_when_choosing_the_calls_to_report_fails_every_call_is_visited(
         engine.attach(session, sent.append, lambda: woken.append(1))
         now = asyncio.get_running_loop().time()
         session.timed_out = True  # news for its leg, every tick
-        engine._work(now)
-        engine._work(now + 0.02)
+        engine._work(now, [])
+        engine._work(now + 0.02, [])
         assert len(sent) == 2 and len(woken) == 2  # sent, and woken all the same
         assert engine.faults == 2
         errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]

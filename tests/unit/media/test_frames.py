@@ -79,7 +79,7 @@ class FaultyDetection(MediaSession):
 
 
 async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> None:
-    engine = MediaEngine("127.0.0.1", 41400, 41500)
+    engine = MediaEngine("127.0.0.1", 41400, 41500, thread=False)
     peer = ("127.0.0.1", 5004)
     try:
         laws: list[g711.Law] = ["ulaw", "alaw", "ulaw"]
@@ -106,7 +106,7 @@ async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> 
                 engine.deliver(keys[i], packet, peer)
                 if i < len(alone):
                     alone[i].receive(packet, peer, at)
-            engine._work(at)
+            engine._work(at, [])
             for a, b in zip(batched, alone, strict=True):
                 assert a.undetected == []  # the tick took them
                 assert list(a.events) == list(b.events)
@@ -129,7 +129,7 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
 
     if not gate.native():
         pytest.skip("the extension was not built: nothing is taken in C")
-    engine = MediaEngine("127.0.0.1", 41500, 41600)
+    engine = MediaEngine("127.0.0.1", 41500, 41600, thread=False)
     peer = ("127.0.0.1", 5004)
     try:
         steady = [MediaSession("PCMU", 0, 101, peer, label=f"call {i}") for i in range(2)]
@@ -168,7 +168,7 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
                     packet = RtpPacket(0, False, seq, seq * 160, 99 + i, quiet[seq]).serialize()
                     engine.deliver(keys[i], packet, peer)
                     alone[i].receive(packet, peer, at)
-            engine._work(at)
+            engine._work(at, [])
             for a, b in zip([*steady, bursty], alone, strict=True):
                 assert a.undetected == []
                 assert a.vad.noise_floor_dbfs == b.vad.noise_floor_dbfs
@@ -202,7 +202,7 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
     audio = audio[: len(audio) // 160 * 160].reshape(-1, 160)
     if len(audio) % 2:
         audio = audio[:-1]
-    engine = MediaEngine("127.0.0.1", 41600, 41700)
+    engine = MediaEngine("127.0.0.1", 41600, 41700, thread=False)
     peer = ("127.0.0.1", 5004)
     try:
         bursty = MediaSession("PCMU", 0, 101, peer, label="call bursty")
@@ -225,7 +225,7 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
                 packet = RtpPacket(0, False, seq, seq * 160, 99, g711.encode("ulaw", audio[seq]))
                 engine.deliver(key, packet.serialize(), peer)
                 alone.receive(packet.serialize(), peer, now + tick * 0.02)
-            engine._work(now + tick * 0.02)
+            engine._work(now + tick * 0.02, [])
             assert bursty.undetected == []
             assert list(bursty.events) == list(alone.events), f"tick {tick}"
             assert bursty.vad.noise_floor_dbfs == alone.vad.noise_floor_dbfs

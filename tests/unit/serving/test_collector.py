@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_the_young_pass_after_a_tick_takes_generation_1_before_the_collector_wou
 async def test_the_media_tick_collects_the_young_generations_once_its_packets_are_out() -> None:
     from callhook.edge.mediaengine import MediaEngine
 
-    engine = MediaEngine("127.0.0.1", 42100, 42200)
+    engine = MediaEngine("127.0.0.1", 42100, 42200, thread=False)
     order: list[str] = []
 
     def watch(phase: str, info: dict[str, int]) -> None:
@@ -116,9 +117,9 @@ async def test_the_media_tick_collects_the_young_generations_once_its_packets_ar
 
     work = engine._work
 
-    def working(now: float) -> None:
+    def working(now: float, received: list[Any], slot: int | None = None) -> None:
         order.append("work")
-        work(now)
+        work(now, received, slot)
         if len(order) > 3:
             raise RuntimeError("a bug in the tick")
 

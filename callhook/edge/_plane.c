@@ -1,0 +1,1097 @@
+/* The media plane's thread: every call's RTP sent and received on a clock of its own,
+ * without the GIL: callhook.edge._plane.
+ *
+ * Why: the media tick (edge/mediaengine.py) used to run on the asyncio loop, which also
+ * runs SIP, the action runners, page requests and the log.  When that loop was busy, or
+ * another process had the core, every call's packets waited with it: gaps in the audio
+ * callers hear and prompts stretched past the moment the caller was told to press.  Here
+ * one native thread per process keeps the 20 ms grid (clock_nanosleep on an absolute
+ * schedule, CLOCK_MONOTONIC, the clock asyncio's loop.time() reads) and does the part
+ * that must happen on time; Python keeps every decision.
+ *
+ * The contract, slot by slot (a slot is one 20 ms tick, numbered from 0):
+ *
+ *   thread, at slot s:  1. applies Python's commands (sockets added and removed, frames
+ *                          queued for a slot, a line gone quiet), in the order given;
+ *                       2. sends each line's frame queued for slot s; a line that is
+ *                          live (it sent audio and was not made quiet) and has none
+ *                          gets a filler: silence in its law, the next sequence number,
+ *                          the timestamp its media clock has reached (RFC 3550 §5.1), so
+ *                          the far end hears no gap while Python is late;
+ *                       3. reads every socket (epoll, then recvmmsg: at most `rounds`
+ *                          datagrams per socket, a flood stays in the kernel's buffer);
+ *                       4. publishes the datagrams and then a TICK record for slot s,
+ *                          and wakes Python through an eventfd.
+ *   Python, per TICK:   runs the tick's work for slot s with the datagrams received in
+ *                       it (MediaEngine: the sessions decide), and queues the frames it
+ *                       makes for slot s + ahead.
+ *
+ * So Python lags the wire by `ahead` slots of send latency and may fall behind further
+ * (a collection, a busy core) without the far end hearing it: its late frames are dropped
+ * (counted as stale) where a filler went instead, and it replays every slot in order, so
+ * each call's prompts and digits keep the wire's time.  The thread sends every packet
+ * except SRTP's with its own sequence numbers (a filler takes one); an SRTP frame
+ * (`verbatim`) goes as Python made it, and its line gets no fillers (it cannot be
+ * authenticated here).
+ *
+ * Exchange: two lock-free single-producer, single-consumer rings of fixed-size records
+ * (media/_ringcore.h): commands Python -> thread, events thread -> Python.  The thread
+ * allocates nothing per packet (a line's storage is made when its socket is added), never
+ * takes the GIL or a lock, and never waits but on its clock.  A full event ring leaves
+ * datagrams in the kernel (a TICK that finds it full is counted as lost; Python sees the
+ * gap in slot numbers).  A late thread runs the missed slots at once, up to `catch_up`;
+ * after a longer stall it skips to the current slot (counted).
+ *
+ * Sockets stay Python's objects: a socket that is retired is closed only once the
+ * thread has let go of its descriptor (the REMOVED record), so a number the kernel gives
+ * again never reaches a stale line.
+ *
+ * step(now) runs one slot without the thread, at a time the caller gives: the tests'
+ * virtual clock.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../media/_ringcore.h"
+
+/* Largest datagram a record carries (G.711 at 60 ms with SRTP fits); larger ones are
+ * counted and dropped (`oversized`). */
+#define DATA_MAX 512
+/* Slots of frames a line holds ahead of the one being sent. */
+#define DEPTH 4
+#define MAX_ROUNDS 16
+/* Event records kept free for TICK and REMOVED records: datagrams never take them. */
+#define RESERVE 64
+#define FRAME_SAMPLES 160
+/* A slot that starts later than this is counted as late. */
+#define LATE_NS 2000000LL
+
+enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET };
+enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED };
+#define FLAG_VERBATIM 1
+#define FLAG_TRUNCATED 1
+
+typedef struct {
+    uint8_t kind;
+    uint8_t flags;
+    uint16_t len;
+    int32_t fd;
+    int64_t slot;
+    struct sockaddr_in6 addr; /* big enough for either family */
+    uint32_t addr_len;
+    unsigned char data[DATA_MAX];
+} Command;
+
+typedef struct {
+    uint8_t kind;
+    uint8_t flags;
+    uint16_t len;
+    int32_t fd;
+    int64_t slot;
+    int64_t when; /* a datagram: when it was read; a TICK: the slot's time */
+    int64_t late; /* a TICK: how late the thread started it (ns) */
+    struct sockaddr_in6 addr;
+    uint32_t addr_len;
+    unsigned char data[DATA_MAX];
+} Event;
+
+typedef struct {
+    int64_t slot; /* -1: empty */
+    uint16_t len;
+    struct sockaddr_in6 to;
+    uint32_t to_len;
+    unsigned char data[DATA_MAX];
+} Frame;
+
+/* One socket, the thread's only. */
+typedef struct {
+    int active;
+    int live;     /* it sends audio: fillers cover for a late Python */
+    int verbatim; /* SRTP: sent as given, no fillers */
+    int have_audio;
+    int seq_set;
+    uint16_t seq;                /* the next sequence number */
+    unsigned char header[12];    /* the last audio packet's */
+    uint32_t audio_ts;           /* ... its timestamp, */
+    int64_t audio_slot;          /* ... the slot it went in, */
+    uint16_t audio_len;          /* ... its payload's size */
+    unsigned char silence;       /* silence in its law */
+    struct sockaddr_in6 to;
+    uint32_t to_len;
+    Frame frames[DEPTH];
+} Line;
+
+typedef struct {
+    Ring *commands;
+    Ring *events;
+    int epfd;
+    int wakefd;
+    int64_t tick;
+    int rounds;
+    int catch_up;
+    Line **lines; /* by descriptor */
+    int nlines;
+    int *active; /* the descriptors added */
+    int nactive;
+    int active_cap;
+    struct epoll_event *ready;
+    int64_t slot; /* the next slot to run, and its time */
+    int64_t next;
+    Event got[MAX_ROUNDS];
+    struct mmsghdr msgs[MAX_ROUNDS];
+    struct iovec iov[MAX_ROUNDS];
+    unsigned char filler[DATA_MAX];
+    atomic_int stop;
+    atomic_llong running_slot; /* the next slot the thread runs: for Python */
+    atomic_llong late_slots, max_late, skipped, fillers, stale, sent, send_errors, lost_ticks,
+        faults;
+    atomic_int tid;
+} Core;
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+#define COUNT(c, field, n) atomic_fetch_add_explicit(&(c)->field, (n), memory_order_relaxed)
+
+/* --- the thread's side ------------------------------------------------------------------ */
+
+static Line *line_add(Core *c, int fd) {
+    if (fd >= c->nlines) {
+        int n = fd + 64;
+        Line **lines = realloc(c->lines, sizeof(Line *) * (size_t)n);
+        if (lines == NULL)
+            return NULL;
+        memset(lines + c->nlines, 0, sizeof(Line *) * (size_t)(n - c->nlines));
+        c->lines = lines;
+        c->nlines = n;
+    }
+    if (c->nactive == c->active_cap) {
+        int n = c->active_cap * 2 + 64;
+        int *active = realloc(c->active, sizeof(int) * (size_t)n);
+        if (active == NULL)
+            return NULL;
+        c->active = active;
+        struct epoll_event *ready = realloc(c->ready, sizeof(struct epoll_event) * (size_t)n);
+        if (ready == NULL)
+            return NULL;
+        c->ready = ready;
+        c->active_cap = n;
+    }
+    Line *line = c->lines[fd];
+    if (line == NULL && (line = c->lines[fd] = calloc(1, sizeof(Line))) == NULL)
+        return NULL;
+    if (line->active)
+        return line; /* added twice: once is enough */
+    memset(line, 0, offsetof(Line, frames));
+    for (int i = 0; i < DEPTH; i++)
+        line->frames[i].slot = -1;
+    struct epoll_event event = {.events = EPOLLIN, .data.fd = fd};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &event) < 0)
+        return NULL;
+    line->active = 1;
+    c->active[c->nactive++] = fd;
+    return line;
+}
+
+static void line_remove(Core *c, int fd) {
+    if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
+        return;
+    epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
+    c->lines[fd]->active = 0;
+    for (int i = 0; i < c->nactive; i++)
+        if (c->active[i] == fd) {
+            c->active[i] = c->active[--c->nactive];
+            break;
+        }
+}
+
+static Line *line_of(Core *c, int fd) {
+    if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
+        return NULL;
+    return c->lines[fd];
+}
+
+/* Step 1: Python's commands, in order. A REMOVE waits while its acknowledgement has no
+ * room (the ring is full of what Python has not read yet). */
+static void apply_commands(Core *c) {
+    Command *cmd;
+    while ((cmd = ring_peek(c->commands)) != NULL) {
+        Line *line;
+        switch (cmd->kind) {
+        case CMD_ADD:
+            if (line_add(c, cmd->fd) == NULL)
+                COUNT(c, faults, 1); /* out of memory: the call's media is not read */
+            break;
+        case CMD_REMOVE: {
+            Event ack = {.kind = EV_REMOVED, .fd = cmd->fd, .slot = c->slot};
+            if (ring_room(c->events) == 0)
+                return;
+            line_remove(c, cmd->fd);
+            ring_push(c->events, &ack);
+            break;
+        }
+        case CMD_QUIET:
+            if ((line = line_of(c, cmd->fd)) != NULL)
+                line->live = 0;
+            break;
+        case CMD_FRAME:
+            line = line_of(c, cmd->fd);
+            if (line == NULL)
+                break;
+            if (cmd->slot < c->slot || cmd->slot >= c->slot + DEPTH) {
+                COUNT(c, stale, 1); /* its slot has gone (a filler went instead) */
+                break;
+            }
+            Frame *frame = &line->frames[cmd->slot % DEPTH];
+            frame->slot = cmd->slot;
+            frame->len = cmd->len;
+            frame->to = cmd->addr;
+            frame->to_len = cmd->addr_len;
+            memcpy(frame->data, cmd->data, cmd->len);
+            if (cmd->flags & FLAG_VERBATIM)
+                line->verbatim = 1;
+            break;
+        }
+        ring_advance(c->commands);
+    }
+}
+
+static void put_u16(unsigned char *p, uint16_t v) {
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void transmit(Core *c, int fd, const unsigned char *data, size_t len,
+                     const struct sockaddr_in6 *to, uint32_t to_len) {
+    /* A full buffer or an ICMP error for a peer that went away costs that packet only. */
+    if (sendto(fd, data, len, MSG_DONTWAIT, (const struct sockaddr *)to, to_len) < 0)
+        COUNT(c, send_errors, 1);
+    else
+        COUNT(c, sent, 1);
+}
+
+/* A frame Python made: numbered here (unless SRTP), remembered for the fillers. */
+static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
+    unsigned char *d = frame->data;
+    size_t len = frame->len;
+    frame->slot = -1;
+    line->live = 1;
+    line->to = frame->to;
+    line->to_len = frame->to_len;
+    if (!line->verbatim && len >= 12 && (d[0] & 0xC0) == 0x80) {
+        if (!line->seq_set) {
+            line->seq = (uint16_t)(d[2] << 8 | d[3]);
+            line->seq_set = 1;
+        }
+        put_u16(d + 2, line->seq++);
+        int pt = d[1] & 0x7F;
+        if ((pt == 0 || pt == 8) && d[0] == 0x80 && len > 12) {
+            memcpy(line->header, d, 12);
+            line->audio_ts = get_u32(d + 4);
+            line->audio_slot = c->slot;
+            line->audio_len = (uint16_t)(len - 12);
+            line->silence = pt == 0 ? 0xFF : 0xD5; /* G.711 μ-law and A-law zero */
+            line->have_audio = 1;
+        }
+    }
+    transmit(c, fd, d, len, &frame->to, frame->to_len);
+}
+
+/* Silence where Python's frame has not come: the line's media clock goes on. */
+static void send_filler(Core *c, int fd, Line *line) {
+    unsigned char *d = c->filler;
+    memcpy(d, line->header, 12);
+    d[1] &= 0x7F; /* no marker: the talkspurt goes on (RFC 3551 §4.1) */
+    put_u16(d + 2, line->seq++);
+    put_u32(d + 4, line->audio_ts +
+                       (uint32_t)((c->slot - line->audio_slot) * FRAME_SAMPLES));
+    memset(d + 12, line->silence, line->audio_len);
+    transmit(c, fd, d, 12 + (size_t)line->audio_len, &line->to, line->to_len);
+    COUNT(c, fillers, 1);
+}
+
+/* Step 2. */
+static void send_slot(Core *c) {
+    for (int i = 0; i < c->nactive; i++) {
+        int fd = c->active[i];
+        Line *line = c->lines[fd];
+        Frame *frame = &line->frames[c->slot % DEPTH];
+        if (frame->slot == c->slot)
+            send_frame(c, fd, line, frame);
+        else if (line->live && line->have_audio && !line->verbatim)
+            send_filler(c, fd, line);
+    }
+}
+
+/* Step 3. */
+static void receive_slot(Core *c, int64_t now) {
+    if (c->nactive == 0)
+        return;
+    int ready;
+    do {
+        ready = epoll_wait(c->epfd, c->ready, c->nactive, 0);
+    } while (ready < 0 && errno == EINTR);
+    for (int i = 0; i < ready; i++) {
+        int fd = c->ready[i].data.fd;
+        size_t room = ring_room(c->events);
+        if (room <= RESERVE)
+            return; /* Python is behind: the rest waits in the kernel's buffers */
+        unsigned int want = (unsigned int)(room - RESERVE);
+        if (want > (unsigned int)c->rounds)
+            want = (unsigned int)c->rounds;
+        for (unsigned int k = 0; k < want; k++) {
+            c->iov[k].iov_base = c->got[k].data;
+            c->iov[k].iov_len = DATA_MAX;
+            memset(&c->msgs[k], 0, sizeof(c->msgs[k]));
+            c->msgs[k].msg_hdr.msg_name = &c->got[k].addr;
+            c->msgs[k].msg_hdr.msg_namelen = sizeof(c->got[k].addr);
+            c->msgs[k].msg_hdr.msg_iov = &c->iov[k];
+            c->msgs[k].msg_hdr.msg_iovlen = 1;
+        }
+        int n = recvmmsg(fd, c->msgs, want, MSG_DONTWAIT, NULL);
+        for (int k = 0; k < n; k++) {
+            Event *ev = &c->got[k];
+            ev->kind = EV_DATAGRAM;
+            ev->flags = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) ? FLAG_TRUNCATED : 0;
+            ev->len = (uint16_t)(c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len);
+            ev->fd = fd;
+            ev->slot = c->slot;
+            ev->when = now;
+            ev->late = 0;
+            ev->addr_len = c->msgs[k].msg_hdr.msg_namelen;
+            ring_push(c->events, ev);
+        }
+    }
+}
+
+/* One slot at `now`: the thread's loop body, and step() for the tests. */
+static void run_slot(Core *c, int64_t now) {
+    int64_t late = now - c->next;
+    if (late > (int64_t)c->catch_up * c->tick) {
+        /* A long stall (a stopped process, a starved machine): the missed slots are
+         * skipped, the grid goes on from now; each call's audio goes on from where it was. */
+        int64_t missed = late / c->tick;
+        c->slot += missed;
+        c->next += missed * c->tick;
+        late -= missed * c->tick;
+        COUNT(c, skipped, missed);
+    }
+    if (late > LATE_NS) {
+        COUNT(c, late_slots, 1);
+        long long seen = atomic_load_explicit(&c->max_late, memory_order_relaxed);
+        if (late > seen)
+            atomic_store_explicit(&c->max_late, late, memory_order_relaxed);
+    }
+    apply_commands(c);
+    send_slot(c);
+    receive_slot(c, now);
+    Event tick = {.kind = EV_TICK, .fd = -1, .slot = c->slot, .when = c->next, .late = late};
+    if (!ring_push(c->events, &tick))
+        COUNT(c, lost_ticks, 1);
+    c->slot++;
+    c->next += c->tick;
+    atomic_store_explicit(&c->running_slot, c->slot, memory_order_release);
+    if (c->wakefd >= 0) {
+        uint64_t one = 1;
+        ssize_t ignored = write(c->wakefd, &one, sizeof(one)); /* full: Python is awake */
+        (void)ignored;
+    }
+}
+
+static void *run(void *arg) {
+    Core *c = arg;
+    atomic_store(&c->tid, (int)syscall(SYS_gettid));
+    while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
+        struct timespec at = {.tv_sec = c->next / 1000000000LL, .tv_nsec = c->next % 1000000000LL};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+            ;
+        if (atomic_load_explicit(&c->stop, memory_order_acquire))
+            break;
+        run_slot(c, mono_ns());
+    }
+    return NULL;
+}
+
+static void core_free(Core *c) {
+    if (c == NULL)
+        return;
+    for (int i = 0; i < c->nlines; i++)
+        free(c->lines[i]);
+    free(c->lines);
+    free(c->active);
+    free(c->ready);
+    ring_free(c->commands);
+    ring_free(c->events);
+    if (c->epfd >= 0)
+        close(c->epfd);
+    if (c->wakefd >= 0)
+        close(c->wakefd);
+    free(c);
+}
+
+/* --- Python's side (with the GIL) --------------------------------------------------------- */
+
+typedef struct {
+    PyObject *key;     /* NULL: not added */
+    PyObject *retired; /* the socket, until the thread lets go of it */
+    int family;
+    struct sockaddr_in6 from;
+    uint32_t from_len;
+    PyObject *from_obj;
+    PyObject *to_obj;
+    struct sockaddr_in6 to;
+    uint32_t to_len;
+} Port;
+
+typedef struct {
+    PyObject_HEAD
+    Core *core;
+    pthread_t thread;
+    int running;
+    Port *ports; /* by descriptor */
+    int nports;
+    PyObject *pending; /* the datagrams of the slot being read */
+    Command cmd;
+    Event ev;
+    long long oversized;
+    long long refused; /* commands the ring had no room for */
+} Plane;
+
+static void port_clear(Port *port) {
+    Py_CLEAR(port->key);
+    Py_CLEAR(port->from_obj);
+    Py_CLEAR(port->to_obj);
+    port->from_len = port->to_len = 0;
+}
+
+static int Plane_init(Plane *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"rounds", "tick", "catch_up", "capacity", NULL};
+    int rounds, catch_up = 3;
+    double tick = 0.02;
+    Py_ssize_t capacity = 32768;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|din", kwlist, &rounds, &tick, &catch_up,
+                                     &capacity))
+        return -1;
+    if (rounds < 1 || rounds > MAX_ROUNDS || tick < 0.001 || tick > 1.0 || catch_up < 0 ||
+        capacity < 4 * RESERVE || capacity > (1 << 22)) {
+        PyErr_Format(PyExc_ValueError,
+                     "rounds must be 1 to %d, tick 0.001 to 1 s, catch_up at least 0, "
+                     "capacity %d to 4194304",
+                     MAX_ROUNDS, 4 * RESERVE);
+        return -1;
+    }
+    if (self->core != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Plane is made once");
+        return -1;
+    }
+    Core *c = calloc(1, sizeof(Core));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->epfd = c->wakefd = -1;
+    c->commands = ring_new((size_t)capacity / 4, sizeof(Command));
+    c->events = ring_new((size_t)capacity, sizeof(Event));
+    if (c->commands == NULL || c->events == NULL) {
+        core_free(c);
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    c->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->epfd < 0 || c->wakefd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        core_free(c);
+        return -1;
+    }
+    c->tick = (int64_t)(tick * 1e9 + 0.5);
+    c->rounds = rounds;
+    c->catch_up = catch_up;
+    c->next = mono_ns() + c->tick;
+    self->pending = PyList_New(0);
+    if (self->pending == NULL) {
+        core_free(c);
+        return -1;
+    }
+    self->core = c;
+    return 0;
+}
+
+static int Plane_traverse(Plane *self, visitproc visit, void *arg) {
+    for (int i = 0; i < self->nports; i++) {
+        Py_VISIT(self->ports[i].key);
+        Py_VISIT(self->ports[i].retired);
+    }
+    Py_VISIT(self->pending);
+    return 0;
+}
+
+static void stop_thread(Plane *self) {
+    if (!self->running)
+        return;
+    atomic_store_explicit(&self->core->stop, 1, memory_order_release);
+    pthread_t thread = self->thread;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL); /* at most one tick */
+    Py_END_ALLOW_THREADS
+    self->running = 0;
+}
+
+/* Close the sockets retired and not yet acknowledged: the thread is gone. */
+static void close_retired(Plane *self) {
+    for (int i = 0; i < self->nports; i++) {
+        PyObject *sock = self->ports[i].retired;
+        if (sock == NULL)
+            continue;
+        self->ports[i].retired = NULL;
+        PyObject *r = PyObject_CallMethod(sock, "close", NULL);
+        if (r == NULL)
+            PyErr_Clear();
+        Py_XDECREF(r);
+        Py_DECREF(sock);
+        port_clear(&self->ports[i]);
+    }
+}
+
+static int Plane_clear(Plane *self) {
+    for (int i = 0; i < self->nports; i++) {
+        port_clear(&self->ports[i]);
+        Py_CLEAR(self->ports[i].retired);
+    }
+    Py_CLEAR(self->pending);
+    return 0;
+}
+
+static void Plane_dealloc(Plane *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->running) { /* never leave a thread on freed memory */
+        atomic_store_explicit(&self->core->stop, 1, memory_order_release);
+        pthread_join(self->thread, NULL);
+        self->running = 0;
+    }
+    Plane_clear(self);
+    core_free(self->core);
+    PyMem_Free(self->ports);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int check_open(Plane *self) {
+    if (self->core == NULL || self->pending == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the Plane is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Plane_start(Plane *self, PyObject *Py_UNUSED(ignored)) {
+    if (check_open(self) < 0)
+        return NULL;
+    if (self->running)
+        Py_RETURN_NONE;
+    self->core->next = mono_ns() + self->core->tick;
+    if (pthread_create(&self->thread, NULL, run, self->core) != 0)
+        return PyErr_Format(PyExc_OSError, "cannot start the media thread");
+    self->running = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_step(Plane *self, PyObject *arg) {
+    if (check_open(self) < 0)
+        return NULL;
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "step() is for a Plane whose thread is not started");
+        return NULL;
+    }
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    run_slot(self->core, (int64_t)(now * 1e9 + 0.5));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_set_origin(Plane *self, PyObject *arg) {
+    /* For step(): the time of slot 0 (the thread's own start takes now + tick). */
+    if (check_open(self) < 0)
+        return NULL;
+    double at = PyFloat_AsDouble(arg);
+    if (at == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (self->running || self->core->slot != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "the origin is set before the first slot");
+        return NULL;
+    }
+    self->core->next = (int64_t)(at * 1e9 + 0.5);
+    Py_RETURN_NONE;
+}
+
+static int push_command(Plane *self, int reserved) {
+    Core *c = self->core;
+    /* Frames leave room for the commands that must not be lost (add, remove). */
+    if (!reserved && ring_room(c->commands) <= RESERVE) {
+        self->refused++;
+        return 0;
+    }
+    if (!ring_push(c->commands, &self->cmd)) {
+        self->refused++;
+        return 0;
+    }
+    return 1;
+}
+
+static Port *port_for(Plane *self, int fd) {
+    if (fd >= self->nports) {
+        int n = fd + 64;
+        Port *ports = PyMem_Realloc(self->ports, sizeof(Port) * (size_t)n);
+        if (ports == NULL)
+            return (Port *)PyErr_NoMemory();
+        memset(ports + self->nports, 0, sizeof(Port) * (size_t)(n - self->nports));
+        self->ports = ports;
+        self->nports = n;
+    }
+    return &self->ports[fd];
+}
+
+static PyObject *Plane_add(Plane *self, PyObject *args) {
+    PyObject *sock, *key;
+    if (!PyArg_ParseTuple(args, "OO", &sock, &key))
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    int fd = PyObject_AsFileDescriptor(sock);
+    if (fd < 0)
+        return NULL;
+    Port *port = port_for(self, fd);
+    if (port == NULL)
+        return NULL;
+    if (port->key != NULL || port->retired != NULL)
+        return PyErr_Format(PyExc_ValueError, "descriptor %d is added already", fd);
+    int family;
+    socklen_t len = sizeof(family);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    memset(&self->cmd, 0, offsetof(Command, data));
+    self->cmd.kind = CMD_ADD;
+    self->cmd.fd = fd;
+    if (!push_command(self, 1))
+        return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
+    port_clear(port);
+    Py_INCREF(key);
+    port->key = key;
+    port->family = family;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_retire(Plane *self, PyObject *sock) {
+    int fd = PyObject_AsFileDescriptor(sock);
+    if (fd < 0)
+        return NULL;
+    if (self->core == NULL || fd >= self->nports || self->ports[fd].key == NULL ||
+        self->ports[fd].retired != NULL || (self->running == 0 && self->pending == NULL)) {
+        return PyObject_CallMethod(sock, "close", NULL); /* the thread never had it */
+    }
+    memset(&self->cmd, 0, offsetof(Command, data));
+    self->cmd.kind = CMD_REMOVE;
+    self->cmd.fd = fd;
+    if (!push_command(self, 1))
+        return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
+    Py_INCREF(sock);
+    self->ports[fd].retired = sock;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_quiet(Plane *self, PyObject *arg) {
+    int fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    memset(&self->cmd, 0, offsetof(Command, data));
+    self->cmd.kind = CMD_QUIET;
+    self->cmd.fd = fd;
+    push_command(self, 1);
+    Py_RETURN_NONE;
+}
+
+/* A destination (host, port) parsed as socket.sendto would, once while the same object
+ * comes (the port keeps it). */
+static int parse_destination(Port *port, PyObject *address) {
+    const char *host;
+    int number;
+    if (!PyArg_ParseTuple(address, "si", &host, &number))
+        return -1;
+    if (number < 0 || number > 65535) {
+        PyErr_SetString(PyExc_OSError, "port must be 0-65535");
+        return -1;
+    }
+    struct addrinfo hints, *found = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = port->family;
+    hints.ai_socktype = SOCK_DGRAM;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = getaddrinfo(host, NULL, &hints, &found);
+    Py_END_ALLOW_THREADS
+    if (rc != 0 || found == NULL || found->ai_addrlen > sizeof(port->to)) {
+        if (found != NULL)
+            freeaddrinfo(found);
+        PyErr_Format(PyExc_OSError, "cannot send to %s", host);
+        return -1;
+    }
+    memcpy(&port->to, found->ai_addr, found->ai_addrlen);
+    port->to_len = found->ai_addrlen;
+    freeaddrinfo(found);
+    if (port->to.sin6_family == AF_INET6)
+        port->to.sin6_port = htons((uint16_t)number);
+    else
+        ((struct sockaddr_in *)&port->to)->sin_port = htons((uint16_t)number);
+    Py_INCREF(address);
+    Py_XSETREF(port->to_obj, address);
+    return 0;
+}
+
+static PyObject *Plane_send(Plane *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"batch", "slot", "verbatim", NULL};
+    PyObject *batch;
+    long long slot;
+    int verbatim = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OL|p", kwlist, &batch, &slot, &verbatim))
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    PyObject *items = PySequence_Fast(batch, "send() takes a list of (fd, data, address)");
+    if (items == NULL)
+        return NULL;
+    long errors = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd;
+        PyObject *data, *address;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "iSO", &fd, &data, &address)) {
+            Py_DECREF(items);
+            return NULL;
+        }
+        if (fd < 0 || fd >= self->nports || self->ports[fd].key == NULL) {
+            Py_DECREF(items);
+            return PyErr_Format(PyExc_ValueError, "descriptor %d is not added", fd);
+        }
+        Port *port = &self->ports[fd];
+        Py_ssize_t size = PyBytes_GET_SIZE(data);
+        if (size > DATA_MAX ||
+            (port->to_obj != address && parse_destination(port, address) < 0)) {
+            /* No address that resolves (it came from the far end's SDP), or a frame too
+             * big for a record: that packet is not sent, and counted; the others are. */
+            PyErr_Clear();
+            Py_CLEAR(port->to_obj);
+            errors++;
+            continue;
+        }
+        Command *cmd = &self->cmd;
+        cmd->kind = CMD_FRAME;
+        cmd->flags = verbatim ? FLAG_VERBATIM : 0;
+        cmd->fd = fd;
+        cmd->slot = slot;
+        cmd->len = (uint16_t)size;
+        cmd->addr = port->to;
+        cmd->addr_len = port->to_len;
+        memcpy(cmd->data, PyBytes_AS_STRING(data), (size_t)size);
+        if (!push_command(self, 0))
+            errors++;
+    }
+    Py_DECREF(items);
+    return PyLong_FromLong(errors);
+}
+
+/* (host, port) of a sender, as socket.recvfrom gives it. */
+static PyObject *address_object(const struct sockaddr_in6 *from, uint32_t len) {
+    char host[NI_MAXHOST];
+    int number;
+    if (getnameinfo((const struct sockaddr *)from, len, host, sizeof(host), NULL, 0,
+                    NI_NUMERICHOST) != 0) {
+        PyErr_SetString(PyExc_OSError, "a datagram's source address could not be read");
+        return NULL;
+    }
+    if (from->sin6_family == AF_INET6)
+        number = ntohs(from->sin6_port);
+    else
+        number = ntohs(((const struct sockaddr_in *)from)->sin_port);
+    return Py_BuildValue("(si)", host, number);
+}
+
+static int take_datagram(Plane *self, Event *ev) {
+    if (ev->fd < 0 || ev->fd >= self->nports || self->ports[ev->fd].key == NULL)
+        return 0;
+    if (ev->flags & FLAG_TRUNCATED) {
+        self->oversized++;
+        return 0;
+    }
+    Port *port = &self->ports[ev->fd];
+    if (port->from_obj == NULL || port->from_len != ev->addr_len ||
+        memcmp(&port->from, &ev->addr, ev->addr_len) != 0) {
+        PyObject *address = address_object(&ev->addr, ev->addr_len);
+        if (address == NULL)
+            return -1;
+        Py_XSETREF(port->from_obj, address);
+        memcpy(&port->from, &ev->addr, ev->addr_len);
+        port->from_len = ev->addr_len;
+    }
+    PyObject *data = PyBytes_FromStringAndSize((const char *)ev->data, ev->len);
+    if (data == NULL)
+        return -1;
+    PyObject *item = PyTuple_Pack(3, port->key, data, port->from_obj);
+    Py_DECREF(data);
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(self->pending, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static void take_removed(Plane *self, int fd) {
+    if (fd < 0 || fd >= self->nports)
+        return;
+    Port *port = &self->ports[fd];
+    PyObject *sock = port->retired;
+    port->retired = NULL;
+    port_clear(port);
+    if (sock != NULL) {
+        PyObject *r = PyObject_CallMethod(sock, "close", NULL);
+        if (r == NULL)
+            PyErr_Clear(); /* (closed already) */
+        Py_XDECREF(r);
+        Py_DECREF(sock);
+    }
+}
+
+static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
+    if (check_open(self) < 0)
+        return NULL;
+    Event *ev = &self->ev;
+    while (ring_pop(self->core->events, ev)) {
+        switch (ev->kind) {
+        case EV_DATAGRAM:
+            if (take_datagram(self, ev) < 0)
+                return NULL;
+            break;
+        case EV_REMOVED:
+            take_removed(self, ev->fd);
+            break;
+        case EV_TICK: {
+            PyObject *items = self->pending;
+            PyObject *fresh = PyList_New(0);
+            if (fresh == NULL)
+                return NULL;
+            self->pending = fresh;
+            PyObject *result = Py_BuildValue("(LddN)", (long long)ev->slot, ev->when / 1e9,
+                                             ev->late / 1e9, items);
+            return result;
+        }
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_wake(Plane *self, PyObject *Py_UNUSED(ignored)) {
+    uint64_t count = 0;
+    if (self->core != NULL && read(self->core->wakefd, &count, sizeof(count)) < 0)
+        count = 0;
+    return PyLong_FromUnsignedLongLong(count);
+}
+
+static PyObject *Plane_fileno(Plane *self, PyObject *Py_UNUSED(ignored)) {
+    if (check_open(self) < 0)
+        return NULL;
+    return PyLong_FromLong(self->core->wakefd);
+}
+
+static PyObject *Plane_close(Plane *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->core == NULL || self->pending == NULL)
+        Py_RETURN_NONE;
+    stop_thread(self);
+    close_retired(self);
+    for (int i = 0; i < self->nports; i++)
+        port_clear(&self->ports[i]);
+    Py_CLEAR(self->pending);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plane_prioritise(Plane *self, PyObject *args) {
+    int fifo, nice;
+    if (!PyArg_ParseTuple(args, "ii", &fifo, &nice))
+        return NULL;
+    if (!self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "the media thread is not running");
+        return NULL;
+    }
+    if (fifo > 0) {
+        struct sched_param param = {.sched_priority = fifo};
+        int rc = pthread_setschedparam(self->thread, SCHED_FIFO, &param);
+        if (rc != 0) {
+            errno = rc;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
+    if (nice != 0) {
+        int tid = 0;
+        for (int i = 0; i < 1000 && (tid = atomic_load(&self->core->tid)) == 0; i++) {
+            Py_BEGIN_ALLOW_THREADS
+            usleep(1000);
+            Py_END_ALLOW_THREADS
+        }
+        if (tid == 0 || setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+#define COUNTER(name)                                                                      \
+    static PyObject *Plane_get_##name(Plane *self, void *Py_UNUSED(closure)) {            \
+        if (self->core == NULL)                                                            \
+            return PyLong_FromLong(0);                                                     \
+        return PyLong_FromLongLong(                                                        \
+            atomic_load_explicit(&self->core->name, memory_order_relaxed));                \
+    }
+COUNTER(late_slots)
+COUNTER(max_late)
+COUNTER(skipped)
+COUNTER(fillers)
+COUNTER(stale)
+COUNTER(sent)
+COUNTER(send_errors)
+COUNTER(lost_ticks)
+COUNTER(faults)
+
+static PyObject *Plane_get_slot(Plane *self, void *Py_UNUSED(closure)) {
+    if (self->core == NULL)
+        return PyLong_FromLong(0);
+    return PyLong_FromLongLong(
+        atomic_load_explicit(&self->core->running_slot, memory_order_acquire));
+}
+
+static PyObject *Plane_get_oversized(Plane *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLongLong(self->oversized);
+}
+
+static PyObject *Plane_get_refused(Plane *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLongLong(self->refused);
+}
+
+static PyObject *Plane_get_running(Plane *self, void *Py_UNUSED(closure)) {
+    return PyBool_FromLong(self->running);
+}
+
+static PyMethodDef Plane_methods[] = {
+    {"start", (PyCFunction)Plane_start, METH_NOARGS,
+     "start(): the thread runs slots from one tick from now."},
+    {"step", (PyCFunction)Plane_step, METH_O,
+     "step(now): run one slot at time `now` (seconds, CLOCK_MONOTONIC) without the thread."},
+    {"set_origin", (PyCFunction)Plane_set_origin, METH_O,
+     "set_origin(at): the time of slot 0, for step()."},
+    {"add", (PyCFunction)Plane_add, METH_VARARGS,
+     "add(sock, key): the thread reads and writes `sock`; its datagrams come with `key`."},
+    {"retire", (PyCFunction)Plane_retire, METH_O,
+     "retire(sock): the thread lets go of `sock`, which is then closed."},
+    {"quiet", (PyCFunction)Plane_quiet, METH_O,
+     "quiet(fd): the line sends nothing until its next frame (no fillers: on hold)."},
+    {"send", (PyCFunction)(void (*)(void))Plane_send, METH_VARARGS | METH_KEYWORDS,
+     "send(batch, slot, verbatim=False) -> int: queue each (fd, data, (host, port)) for "
+     "`slot`; the number that cannot go (no address, too big, no room)."},
+    {"next_slot", (PyCFunction)Plane_next_slot, METH_NOARGS,
+     "next_slot() -> (slot, when, late, [(key, data, (host, port))]) | None: the next slot "
+     "the thread finished, with the datagrams read in it."},
+    {"wake", (PyCFunction)Plane_wake, METH_NOARGS,
+     "wake() -> int: reset the wake-up descriptor (before reading the slots)."},
+    {"fileno", (PyCFunction)Plane_fileno, METH_NOARGS,
+     "fileno() -> int: readable when the thread finished a slot."},
+    {"close", (PyCFunction)Plane_close, METH_NOARGS,
+     "close(): stop the thread; close the sockets retired."},
+    {"prioritise", (PyCFunction)Plane_prioritise, METH_VARARGS,
+     "prioritise(fifo, nice): SCHED_FIFO at priority `fifo` (0: not), then nice `nice` "
+     "(0: not) for the thread; OSError where the operator does not allow it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Plane_getset[] = {
+    {"slot", (getter)Plane_get_slot, NULL, "the next slot the thread runs", NULL},
+    {"late_slots", (getter)Plane_get_late_slots, NULL, "slots started over 2 ms late", NULL},
+    {"max_late", (getter)Plane_get_max_late, NULL, "the latest start of a slot (ns)", NULL},
+    {"skipped", (getter)Plane_get_skipped, NULL, "slots skipped after a long stall", NULL},
+    {"fillers", (getter)Plane_get_fillers, NULL, "silence sent where Python was late", NULL},
+    {"stale", (getter)Plane_get_stale, NULL, "frames that came after their slot", NULL},
+    {"sent", (getter)Plane_get_sent, NULL, "datagrams sent", NULL},
+    {"send_errors", (getter)Plane_get_send_errors, NULL, "datagrams the kernel refused", NULL},
+    {"lost_ticks", (getter)Plane_get_lost_ticks, NULL, "TICK records the ring had no room for",
+     NULL},
+    {"faults", (getter)Plane_get_faults, NULL, "sockets the thread could not take", NULL},
+    {"oversized", (getter)Plane_get_oversized, NULL, "datagrams over 512 bytes, dropped",
+     NULL},
+    {"refused", (getter)Plane_get_refused, NULL, "commands the ring had no room for", NULL},
+    {"running", (getter)Plane_get_running, NULL, "whether the thread runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PlaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "callhook.edge._plane.Plane",
+    .tp_doc = PyDoc_STR("Plane(rounds, tick=0.02, catch_up=3, capacity=32768): the media "
+                        "plane's thread (see the module's source)."),
+    .tp_basicsize = sizeof(Plane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Plane_init,
+    .tp_dealloc = (destructor)Plane_dealloc,
+    .tp_traverse = (traverseproc)Plane_traverse,
+    .tp_clear = (inquiry)Plane_clear,
+    .tp_methods = Plane_methods,
+    .tp_getset = Plane_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "callhook.edge._plane",
+    .m_doc = "The media plane's native thread.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__plane(void) {
+    if (PyType_Ready(&PlaneType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&PlaneType);
+    if (PyModule_AddObject(m, "Plane", (PyObject *)&PlaneType) < 0) {
+        Py_DECREF(&PlaneType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

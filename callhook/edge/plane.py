@@ -1,0 +1,148 @@
+"""The media plane's thread: every call's RTP sent and received on a clock of its own.
+
+The media tick (:mod:`callhook.edge.mediaengine`) decides what each call sends and
+hears: that is Python, and it runs on the event loop with SIP, the action runners and
+the page requests. The part that must happen every 20 ms whatever Python is doing runs
+on one native thread per process (``_plane.c``), which never takes the GIL:
+
+* it wakes on an absolute 20 ms grid (``clock_nanosleep`` on ``CLOCK_MONOTONIC``, the
+  clock of ``loop.time()``); each wake-up is a *slot*, numbered from 0;
+* at each slot it sends every call's frame Python queued for that slot, numbering the
+  packets itself (RFC 3550 §5.1); a call whose frame has not come (Python is late: a
+  collection, a busy core, another process on the core) gets silence in its law with
+  the next sequence number and the timestamp its media clock has reached, so the far
+  end hears no gap. SRTP frames go as Python made them (they cannot be authenticated
+  here) and get no such filler;
+* it then reads every socket (``epoll``, ``recvmmsg``: at most ``rounds`` datagrams per
+  socket a slot; a flood stays in the kernel's buffer), and publishes the datagrams and
+  a record that closes the slot, waking the loop through an ``eventfd``.
+
+Python reads the slots in order (:meth:`Plane.next_slot`): for each it runs the tick's
+work with the datagrams read in it and the slot's own time, and queues the frames it
+makes for a slot ``ahead`` of it (:data:`AHEAD`: 40 ms of send latency buys 20 ms of
+slack before a filler is needed). Python may fall further behind without the wire
+hearing it; it catches up slot by slot, so prompts and key presses keep the wire's time.
+
+The two sides exchange fixed-size records through two lock-free single-producer,
+single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,
+a frame for a slot, a call gone quiet) one way, events (datagrams, the end of a slot, a
+socket let go) the other. The thread allocates nothing per packet and waits on nothing
+but its clock. A socket is closed only once the thread has let go of its descriptor.
+
+Where the extension was not built (no C compiler) :func:`new_plane` gives None and the
+media tick runs on the event loop, as it did before the thread (said once in the log).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Protocol
+
+Address = tuple[str, int]
+
+#: Slots between the one Python works on and the one its frames go out in.
+AHEAD = 2
+
+
+class Plane(Protocol):
+    """The native media thread (see the module docstring)."""
+
+    @property
+    def slot(self) -> int:
+        """The next slot the thread runs."""
+        ...
+
+    @property
+    def running(self) -> bool: ...
+    @property
+    def late_slots(self) -> int:
+        """Slots the thread started more than 2 ms late."""
+        ...
+
+    @property
+    def max_late(self) -> int:
+        """The latest start of a slot, in nanoseconds."""
+        ...
+
+    @property
+    def skipped(self) -> int:
+        """Slots skipped after a stall of the whole process (longer than 60 ms)."""
+        ...
+
+    @property
+    def fillers(self) -> int:
+        """Silent frames sent where Python's had not come."""
+        ...
+
+    @property
+    def stale(self) -> int:
+        """Python's frames that came after their slot (a filler had gone)."""
+        ...
+
+    @property
+    def sent(self) -> int: ...
+    @property
+    def send_errors(self) -> int: ...
+    @property
+    def lost_ticks(self) -> int: ...
+    @property
+    def faults(self) -> int: ...
+    @property
+    def oversized(self) -> int: ...
+    @property
+    def refused(self) -> int: ...
+    def start(self) -> None:
+        """Start the thread: its first slot is one tick from now."""
+
+    def step(self, now: float) -> None:
+        """Run one slot at ``now`` without the thread (the tests' virtual clock)."""
+
+    def set_origin(self, at: float) -> None:
+        """The time of slot 0, for :meth:`step`."""
+
+    def add(self, sock: socket.socket, key: Any) -> None:
+        """The thread reads and writes ``sock`` from its next slot; datagrams come with ``key``."""
+
+    def retire(self, sock: socket.socket) -> None:
+        """The thread lets go of ``sock``, which is then closed (during a later
+        :meth:`next_slot`)."""
+
+    def quiet(self, fd: int) -> None:
+        """The socket's call sends nothing until its next frame: no fillers (on hold)."""
+
+    def send(
+        self, batch: list[tuple[int, bytes, Address]], slot: int, verbatim: bool = False
+    ) -> int:
+        """Queue each ``(fd, data, destination)`` for ``slot``; how many cannot go.
+        ``verbatim``: sent as given (SRTP), never renumbered or filled in."""
+        ...
+
+    def next_slot(self) -> tuple[int, float, float, list[tuple[Any, bytes, Address]]] | None:
+        """The next slot the thread finished: its number, time, how late the thread
+        started it (s), and the datagrams read in it as ``(key, data, sender)``."""
+        ...
+
+    def wake(self) -> int:
+        """Reset the wake-up descriptor; call it before reading the slots."""
+        ...
+
+    def fileno(self) -> int:
+        """Readable when the thread has finished a slot."""
+        ...
+
+    def prioritise(self, fifo: int, nice: int) -> None:
+        """``SCHED_FIFO`` at priority ``fifo`` (0: not) and nice ``nice`` (0: not) for
+        the thread; OSError where the operator does not allow it."""
+
+    def close(self) -> None:
+        """Stop the thread and close the sockets retired."""
+
+
+def new_plane(rounds: int) -> Plane | None:
+    """The media thread's plane (not started), or None where ``_plane.c`` was not built."""
+    try:
+        from callhook.edge._plane import Plane as NativePlane
+    except ImportError:
+        return None
+    plane: Plane = NativePlane(rounds)
+    return plane

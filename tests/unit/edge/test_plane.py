@@ -1,0 +1,473 @@
+"""The media plane's thread (callhook/edge/_plane.c) with real sockets.
+
+Most tests run its slots with ``step(now)`` at times they choose (the virtual clock):
+what goes out in each slot, the fillers that cover for a late Python, the datagrams each
+slot reads, the schedule's catch-up and skip, and a socket's retirement. Then the media
+tick through the thread against the media tick on the loop (the reference), on the same
+recorded streams: the same events and the same audio out. Two tests run the thread on
+its real clock while Python is held (marked solo: they measure timing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.plane import AHEAD, Plane, new_plane
+from callhook.events import DigitReceived
+from callhook.media import srtp
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import MediaSession
+from callhook.media.srtp import SrtpContext
+
+T0 = 1000.0
+TICK = 0.02
+
+try:
+    from callhook.edge import _plane  # noqa: F401
+except ImportError:  # pragma: no cover (scripts/setup builds it)
+    pytest.fail("callhook.edge._plane was not built: rerun scripts/setup", pytrace=False)
+
+
+def at(slot: int) -> float:
+    """Slot ``slot``'s time as the thread computes it (nanoseconds from T0)."""
+    return (round(T0 * 1e9) + slot * 20_000_000) / 1e9
+
+
+@pytest.fixture
+def plane() -> Iterator[Plane]:
+    made = new_plane(6)
+    assert made is not None
+    made.set_origin(T0)
+    yield made
+    made.close()
+
+
+def udp() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    return sock
+
+
+def rtp(
+    seq: int, ts: int, payload: bytes = b"\x11" * 160, pt: int = 0, marker: bool = False
+) -> bytes:
+    return RtpPacket(pt, marker, seq, ts, 0xABCD, payload).serialize()
+
+
+def drain(sock: socket.socket) -> list[bytes]:
+    got = []
+    while True:
+        try:
+            got.append(sock.recv(2048))
+        except BlockingIOError:
+            return got
+
+
+def header(data: bytes) -> tuple[int, int, int, int]:
+    """(marker, payload type, sequence, timestamp)."""
+    second, seq, ts = struct.unpack_from("!BHI", data, 1)
+    return second >> 7, second & 0x7F, seq, ts
+
+
+def run(plane: Plane, slot: int, late: float = 0.0) -> tuple[int, float, float, list[Any]]:
+    plane.step(at(slot) + late)
+    got = plane.next_slot()
+    assert got is not None
+    return got
+
+
+def test_a_frame_goes_in_its_slot_and_silence_where_python_is_late(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        to = peer.getsockname()
+        assert plane.send([(line.fileno(), rtp(100, 8000), to)], 1) == 0
+        assert plane.send([(line.fileno(), rtp(101, 8160, b"\x22" * 160), to)], 2) == 0
+        assert run(plane, 0)[0] == 0
+        assert drain(peer) == []  # nothing queued for slot 0
+        run(plane, 1)
+        assert [header(d) for d in drain(peer)] == [(0, 0, 100, 8000)]
+        run(plane, 2)
+        assert [header(d) for d in drain(peer)] == [(0, 0, 101, 8160)]
+        # Python's frames for slots 3 and 4 do not come: silence, the next numbers, the
+        # media clock's timestamps, no marker.
+        run(plane, 3)
+        run(plane, 4)
+        fillers = drain(peer)
+        assert [header(d) for d in fillers] == [(0, 0, 102, 8320), (0, 0, 103, 8480)]
+        assert all(d[12:] == b"\xff" * 160 for d in fillers)  # μ-law silence
+        assert plane.fillers == 2
+        # Python's next frame is renumbered after the fillers; its timestamp is its own.
+        plane.send([(line.fileno(), rtp(102, 8640, marker=True), to)], 5)
+        run(plane, 5)
+        assert [header(d) for d in drain(peer)] == [(1, 0, 104, 8640)]
+
+
+def test_an_a_law_line_is_filled_with_a_law_silence(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(7, 0, pt=8), peer.getsockname())], 0)
+        run(plane, 0)
+        run(plane, 1)
+        sent = drain(peer)
+        assert [header(d) for d in sent] == [(0, 8, 7, 0), (0, 8, 8, 160)]
+        assert sent[1][12:] == b"\xd5" * 160
+
+
+def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(1, 0), to)], 0)
+        run(plane, 0)
+        plane.quiet(line.fileno())  # on hold: Python sends nothing, on purpose
+        run(plane, 1)
+        run(plane, 2)
+        assert len(drain(peer)) == 1 and plane.fillers == 0
+        plane.send([(line.fileno(), rtp(2, 480), to)], 3)
+        run(plane, 3)
+        run(plane, 4)
+        assert [header(d)[2:] for d in drain(peer)] == [(2, 480), (3, 640)]
+
+
+def test_srtp_goes_as_made_and_is_never_filled(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        protected = [rtp(500 + i, 160 * i) + b"tag-of-ten" for i in range(2)]
+        plane.send([(line.fileno(), protected[0], to)], 0, True)
+        plane.send([(line.fileno(), protected[1], to)], 1, True)
+        for slot in range(4):
+            run(plane, slot)
+        assert drain(peer) == protected  # byte for byte, and nothing in slots 2, 3
+        assert plane.fillers == 0
+
+
+def test_a_frame_after_its_slot_is_dropped_and_counted(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(1, 0), to)], 0)
+        run(plane, 0)
+        run(plane, 1)  # a filler
+        plane.send([(line.fileno(), rtp(2, 160), to)], 1)  # too late for slot 1
+        run(plane, 2)
+        assert plane.stale == 1
+        assert [header(d)[2:] for d in drain(peer)] == [(1, 0), (2, 160), (3, 320)]
+
+
+def test_each_slot_brings_the_datagrams_read_in_it_at_most_rounds_per_socket(
+    plane: Plane,
+) -> None:
+    line, rtcp, caller = udp(), udp(), udp()
+    with line, rtcp, caller:
+        plane.add(line, ("call", "rtp"))
+        plane.add(rtcp, ("call", "rtcp"))
+        run(plane, 0)  # the sockets are the thread's from here
+        for i in range(10):  # a burst: more than `rounds` (6)
+            caller.sendto(rtp(i, 160 * i), line.getsockname())
+        caller.sendto(b"report", rtcp.getsockname())
+        time.sleep(0.05)  # (the loopback delivers them)
+        slot, when, late, items = run(plane, 1)
+        assert (slot, when, late) == (1, at(1), 0.0)
+        rtp_items = [i for i in items if i[0] == ("call", "rtp")]
+        assert [header(d)[2] for _, d, _ in rtp_items] == [0, 1, 2, 3, 4, 5]
+        assert [d for k, d, _ in items if k == ("call", "rtcp")] == [b"report"]
+        assert {a for _, _, a in items} == {caller.getsockname()}
+        assert [header(d)[2] for _, d, _ in run(plane, 2)[3]] == [6, 7, 8, 9]
+
+
+def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) -> None:
+    line, caller = udp(), udp()
+    with line, caller:
+        plane.add(line, "call")
+        run(plane, 0)
+        caller.sendto(b"x" * 600, line.getsockname())
+        caller.sendto(b"y" * 512, line.getsockname())
+        time.sleep(0.05)
+        assert [d for _, d, _ in run(plane, 1)[3]] == [b"y" * 512]
+        assert plane.oversized == 1
+
+
+def test_a_late_slot_is_run_at_once_and_a_long_stall_is_skipped(plane: Plane) -> None:
+    run(plane, 0)
+    # 50 ms late: slot 1 runs now, and slots 2 and 3 are due as well (caught up).
+    plane.step(T0 + TICK + 0.05)
+    assert plane.next_slot()[:3] == (1, at(1), pytest.approx(0.05))  # type: ignore[index]
+    assert plane.late_slots == 1
+    assert plane.slot == 2
+    # A stall longer than 3 slots: the grid starts again at the slot of now.
+    plane.step(T0 + 1.0 + 0.001)
+    slot, when, late, _ = plane.next_slot()  # type: ignore[misc]
+    assert (slot, when) == (50, at(50))
+    assert late == pytest.approx(0.001)
+    assert plane.skipped == 48
+    assert plane.next_slot() is None
+
+
+def test_a_retired_socket_is_closed_once_the_thread_lets_go(plane: Plane) -> None:
+    line, caller = udp(), udp()
+    with caller:
+        plane.add(line, "call")
+        run(plane, 0)
+        caller.sendto(b"last words", line.getsockname())
+        time.sleep(0.05)
+        plane.retire(line)
+        assert line.fileno() != -1  # still the thread's
+        _, _, _, items = run(plane, 1)
+        assert line.fileno() == -1  # closed when Python read the thread's answer
+        assert items == []  # the thread let go before reading it
+        with pytest.raises(ValueError):
+            plane.send([(99, b"x", ("127.0.0.1", 9))], 2)  # never added
+
+
+def test_a_line_added_twice_is_refused() -> None:
+    made = new_plane(6)
+    assert made is not None
+    line = udp()
+    with line:
+        made.add(line, "call")
+        with pytest.raises(ValueError):
+            made.add(line, "call")
+    made.close()
+
+
+# --- the media tick through the thread, against the media tick on the loop ------------------
+
+
+def _stream() -> list[tuple[int, list[bytes]]]:
+    """A caller's recorded stream, slot by slot: audio with a loss, a reordering and a
+    burst, and two RFC 4733 digits (the second one's packets late and duplicated)."""
+    slots: list[tuple[int, list[bytes]]] = []
+    seq, ts = 1000, 50_000
+
+    def audio(n: int) -> bytes:
+        return RtpPacket(0, False, seq + n, ts + 160 * n, 77, bytes([n % 256]) * 160).serialize()
+
+    def event(n: int, digit: int, duration: int, end: bool) -> bytes:
+        payload = bytes([digit, 0x80 | 10 if end else 10]) + duration.to_bytes(2, "big")
+        return RtpPacket(101, duration == 160, seq + n, ts + 160 * 40, 77, payload).serialize()
+
+    for n in range(40):
+        if n == 10:
+            slots.append((n, []))  # lost
+            continue
+        if n == 20:
+            slots.append((n, [audio(21), audio(20)]))  # reordered
+            continue
+        if n == 21:
+            slots.append((n, []))
+            continue
+        slots.append((n, [audio(n)]))
+    slots.append((40, [event(40, 5, 160, False)]))
+    slots.append((41, [event(41, 5, 320, False)]))
+    slots.append((42, [event(42, 5, 480, True), event(43, 5, 480, True)]))
+    slots.append((43, []))
+    for n in range(44, 60):
+        slots.append((n, [audio(n)]))
+    return slots
+
+
+def _session(keys: tuple[srtp.Crypto, srtp.Crypto] | None) -> MediaSession:
+    session = MediaSession("PCMU", 0, 101, None, label="call")
+    for name, value in (("ssrc", 4242), ("sequence", 10), ("timestamp", 3200)):
+        setattr(session.sender, name, value)
+    if keys is not None:
+        session.srtp = SrtpContext(*keys)
+    session.play_encoded(1, bytes(range(256)) * 10)  # a prompt: audio that changes
+    return session
+
+
+async def _run_engine(
+    threaded: bool, keys: tuple[srtp.Crypto, srtp.Crypto] | None
+) -> dict[str, Any]:
+    """The stream through one engine, at virtual times; what the session did and sent."""
+    engine = MediaEngine(
+        "127.0.0.1", 43000 if threaded else 43100, 43100 if threaded else 43200, thread=threaded
+    )
+    caller = udp()
+    far = SrtpContext(keys[1], keys[0]) if keys is not None else None
+    sent: list[bytes] = []
+    try:
+        session = _session(keys)
+        sock, port = engine.allocate()
+        plane = engine.plane
+        if plane is not None:
+            plane.set_origin(T0)
+            engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
+        await engine.open(session, sock, port, lambda: None)
+        if plane is None:
+            engine._handle.cancel()  # type: ignore[union-attr]  # the test's clock
+        for slot, packets in _stream():
+            for packet in packets:
+                caller.sendto(far.protect(packet) if far else packet, ("127.0.0.1", port))
+            await asyncio.sleep(0.005)  # (the loopback delivers them)
+            now = at(slot)
+            if plane is not None:
+                plane.step(now)
+                got = plane.next_slot()
+                assert got is not None and got[0] == slot
+                engine._work(got[1], got[3], got[0] + AHEAD)
+            else:
+                engine._work(now, engine._udp.receive())
+            sent += drain(caller)
+        if plane is not None:
+            for slot in range(60, 60 + AHEAD):  # the frames still queued go out
+                plane.step(at(slot))
+            sent += drain(caller)
+            assert plane.fillers == 0 and plane.stale == 0
+        if far is not None:
+            sent = [far.unprotect(d) or b"" for d in sent]
+        return {
+            "events": list(session.events),
+            "received": session.receiver.received,
+            "lost": session.receiver.cumulative_lost,
+            "sent": [(header(d), d[12:]) for d in sent],
+        }
+    finally:
+        caller.close()
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["rtp", "srtp"])
+async def test_the_tick_through_the_thread_does_what_the_tick_on_the_loop_does(
+    secure: bool,
+) -> None:
+    keys = (srtp.new_key(), srtp.new_key()) if secure else None
+    reference = await _run_engine(False, keys)
+    threaded = await _run_engine(True, keys)
+    assert DigitReceived("5") in reference["events"]
+    assert reference["lost"] == 1 and len(reference["sent"]) == 60
+    assert threaded == reference
+
+
+# --- the thread on its real clock ---------------------------------------------------------
+
+
+@pytest.mark.solo
+def test_the_thread_keeps_time_while_python_holds_the_gil() -> None:
+    """sorted() of a long list holds the GIL for its whole run: the thread still runs its
+    slots and covers the line with silence, every 20 ms."""
+    made = new_plane(6)
+    assert made is not None
+    line, peer = udp(), udp()
+    seqs: list[int] = []
+    try:
+        made.add(line, "call")
+        made.start()
+        deadline = time.monotonic() + 2
+        while made.slot < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        made.send([(line.fileno(), rtp(1, 0), peer.getsockname())], made.slot + 1)
+        time.sleep(0.1)
+        import random
+
+        values = [random.random() for _ in range(2_000_000)]
+        before, started = made.fillers, time.monotonic()
+        sorted(values)  # the GIL, held in C
+        held = time.monotonic() - started
+        during = made.fillers - before
+        assert held > 0.3, "the machine sorted too fast for the test to mean anything"
+        assert during >= held / TICK * 0.5
+        seqs = [header(data)[2] for data in drain(peer)]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # no gap
+    finally:
+        made.close()
+        line.close()
+        peer.close()
+
+
+@pytest.mark.solo
+async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
+    """The event loop blocked for 300 ms: the caller still gets a packet every 20 ms."""
+    engine = MediaEngine("127.0.0.1", 43200, 43300)
+    caller = udp()
+    caller.setblocking(True)
+    caller.settimeout(0.5)
+    times: list[float] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        while not done.is_set():
+            try:
+                caller.recv(2048)
+            except OSError:
+                continue
+            times.append(time.monotonic())
+
+    listener = threading.Thread(target=listen)
+    try:
+        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
+        session.play_encoded(1, b"\x10" * 160 * 100)
+        sock, port = engine.allocate()
+        await engine.open(session, sock, port, lambda: None)
+        listener.start()
+        await asyncio.sleep(0.2)
+        blocked = time.monotonic()
+        time.sleep(0.3)  # the loop does nothing: no tick of Python's runs
+        await asyncio.sleep(0.2)
+        inside = [t for t in times if blocked <= t <= blocked + 0.3]
+        assert len(inside) >= 10
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert max(gaps) < 0.08
+        assert engine.plane is not None and engine.plane.fillers >= 10
+    finally:
+        done.set()
+        engine.shutdown()
+        listener.join()
+        caller.close()
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+async def test_the_engine_refuses_calls_while_over_half_a_second_runs_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``max_lag``: over half of the last 50 ticks behind it, the engine is overloaded
+    (said once); it takes calls again once at most 5 of them are."""
+    engine = MediaEngine("127.0.0.1", 43300, 43400, thread=False, max_lag=0.1)
+    try:
+        for _ in range(50):
+            engine._admit(0.01)
+        assert not engine.overloaded
+        for i in range(26):
+            assert not engine.overloaded, i
+            engine._admit(0.15)  # late, now and then: not enough
+            engine._admit(0.01)
+        for _ in range(13):
+            engine._admit(0.15)
+        assert engine.overloaded  # 26 of the last 50
+        for _ in range(40):
+            engine._admit(0.02)
+        assert engine.overloaded  # 10 late ticks still in the window
+        for _ in range(5):
+            engine._admit(0.02)
+        assert not engine.overloaded
+        said = [r.getMessage() for r in caplog.records if r.name == "callhook.media"]
+        assert said == [
+            "the media runs 150 ms behind: new calls get 503 until it catches up "
+            "([media] max_lag_ms = 100)",
+            "the media caught up: taking new calls again (0 refused)",
+        ]
+        engine.max_lag = 0  # off: never overloaded
+        for _ in range(50):
+            engine._admit(5.0)
+        assert not engine.overloaded
+    finally:
+        engine.shutdown()
