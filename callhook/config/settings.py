@@ -63,7 +63,7 @@ A config file is TOML::
     remote_max_mb = 16                  # a larger WAV is not played (logged)
     remote_timeout = 10                 # seconds a fetch may take
     thread = true                       # every call's RTP on a native thread (false: the loop)
-    max_lag_ms = 100                    # new calls get 503 while the media runs this far behind
+    max_lag_ms = 60                     # new calls get 503 while the media runs this far behind
     thread_fifo = 0                     # SCHED_FIFO priority for the media thread (0: off)
     thread_nice = 0                     # nice level for the media thread (0: the process's)
 

@@ -139,7 +139,7 @@ class MediaSettings:
     #: Every call's RTP on a native thread of its own (False: on the event loop's timer).
     thread: bool = True
     #: New calls get 503 while the media tick runs this far behind (seconds; 0: never).
-    max_lag: float = 0.1
+    max_lag: float = 0.06
     #: SCHED_FIFO priority for the media thread (1-99; 0: the normal scheduler).
     thread_fifo: int = 0
     #: Nice level for the media thread (-20 to 19; 0: the process's).

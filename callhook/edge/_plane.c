@@ -28,23 +28,25 @@
  *
  * So Python lags the wire by `ahead` slots of send latency and may fall behind further
  * (a collection, a busy core) without the far end hearing it: its late frames are dropped
- * (counted as stale) where a filler went instead, and it replays every slot in order, so
- * each call's prompts and digits keep the wire's time.  The thread sends every packet
- * except SRTP's with its own sequence numbers (a filler takes one); an SRTP frame
+ * (counted as stale) where a filler went instead, and it works through the slots in
+ * order, so each call's prompts and digits keep the wire's time.  The thread sends every
+ * packet except SRTP's with its own sequence numbers (a filler takes one); an SRTP frame
  * (`verbatim`) goes as Python made it, and its line gets no fillers (it cannot be
- * authenticated here).
+ * authenticated here).  A call goes quiet (on hold) in the slot Python says.
  *
  * Exchange: two lock-free single-producer, single-consumer rings of fixed-size records
  * (media/_ringcore.h): commands Python -> thread, events thread -> Python.  The thread
  * allocates nothing per packet (a line's storage is made when its socket is added), never
  * takes the GIL or a lock, and never waits but on its clock.  A full event ring leaves
- * datagrams in the kernel (a TICK that finds it full is counted as lost; Python sees the
- * gap in slot numbers).  A late thread runs the missed slots at once, up to `catch_up`;
- * after a longer stall it skips to the current slot (counted).
+ * datagrams in the kernel; a TICK that finds it full is lost (counted), and Python runs
+ * that slot without datagrams when the next TICK shows the gap.  A late thread runs the
+ * missed slots at once, up to `catch_up`; after a longer stall it skips to the current
+ * slot: the next TICK says how many it skipped, Python skips them too, and each line's
+ * media clock resumes where it was, as Python's does.
  *
- * Sockets stay Python's objects: a socket that is retired is closed only once the
- * thread has let go of its descriptor (the REMOVED record), so a number the kernel gives
- * again never reaches a stale line.
+ * Sockets stay Python's objects, held by the plane from add() until the thread has let
+ * go of the descriptor (the REMOVED record); only then is a retired socket closed, so a
+ * number the kernel gives again never reaches a stale line.
  *
  * step(now) runs one slot without the thread, at a time the caller gives: the tests'
  * virtual clock.
@@ -79,6 +81,8 @@
 /* Event records kept free for TICK and REMOVED records: datagrams never take them. */
 #define RESERVE 64
 #define FRAME_SAMPLES 160
+/* A frame entry of this length is no frame: the call goes quiet in that slot. */
+#define QUIET_LEN 0xFFFF
 /* A slot that starts later than this is counted as late. */
 #define LATE_NS 2000000LL
 
@@ -104,8 +108,9 @@ typedef struct {
     uint16_t len;
     int32_t fd;
     int64_t slot;
-    int64_t when; /* a datagram: when it was read; a TICK: the slot's time */
-    int64_t late; /* a TICK: how late the thread started it (ns) */
+    int64_t when;    /* a datagram: when it was read; a TICK: the slot's time */
+    int64_t late;    /* a TICK: how late the thread started it (ns) */
+    int64_t skipped; /* a TICK: slots the thread skipped just before it */
     struct sockaddr_in6 addr;
     uint32_t addr_len;
     unsigned char data[DATA_MAX];
@@ -250,9 +255,6 @@ static void apply_commands(Core *c) {
             break;
         }
         case CMD_QUIET:
-            if ((line = line_of(c, cmd->fd)) != NULL)
-                line->live = 0;
-            break;
         case CMD_FRAME:
             line = line_of(c, cmd->fd);
             if (line == NULL)
@@ -263,10 +265,11 @@ static void apply_commands(Core *c) {
             }
             Frame *frame = &line->frames[cmd->slot % DEPTH];
             frame->slot = cmd->slot;
-            frame->len = cmd->len;
+            frame->len = cmd->kind == CMD_QUIET ? QUIET_LEN : cmd->len;
             frame->to = cmd->addr;
             frame->to_len = cmd->addr_len;
-            memcpy(frame->data, cmd->data, cmd->len);
+            if (cmd->kind == CMD_FRAME)
+                memcpy(frame->data, cmd->data, cmd->len);
             if (cmd->flags & FLAG_VERBATIM)
                 line->verbatim = 1;
             break;
@@ -346,7 +349,10 @@ static void send_slot(Core *c) {
         int fd = c->active[i];
         Line *line = c->lines[fd];
         Frame *frame = &line->frames[c->slot % DEPTH];
-        if (frame->slot == c->slot)
+        if (frame->slot == c->slot && frame->len == QUIET_LEN) {
+            frame->slot = -1;
+            line->live = 0; /* on hold from this slot: nothing in its place */
+        } else if (frame->slot == c->slot)
             send_frame(c, fd, line, frame);
         else if (line->live && line->have_audio && !line->verbatim)
             send_filler(c, fd, line);
@@ -394,16 +400,34 @@ static void receive_slot(Core *c, int64_t now) {
     }
 }
 
+/* Slots skipped: Python skips them too (the TICK says how many), so each line's media
+ * clock resumes where it was, as Python's does; frames queued for them are stale. */
+static void skip_lines(Core *c, int64_t missed) {
+    for (int i = 0; i < c->nactive; i++) {
+        Line *line = c->lines[c->active[i]];
+        line->audio_slot += missed;
+        for (int k = 0; k < DEPTH; k++) {
+            Frame *frame = &line->frames[k];
+            if (frame->slot >= c->slot && frame->slot < c->slot + missed) {
+                frame->slot = -1;
+                COUNT(c, stale, 1);
+            }
+        }
+    }
+}
+
 /* One slot at `now`: the thread's loop body, and step() for the tests. */
 static void run_slot(Core *c, int64_t now) {
-    int64_t late = now - c->next;
+    int64_t late = now - c->next, skipped = 0;
     if (late > (int64_t)c->catch_up * c->tick) {
         /* A long stall (a stopped process, a starved machine): the missed slots are
          * skipped, the grid goes on from now; each call's audio goes on from where it was. */
         int64_t missed = late / c->tick;
+        skip_lines(c, missed);
         c->slot += missed;
         c->next += missed * c->tick;
         late -= missed * c->tick;
+        skipped = missed;
         COUNT(c, skipped, missed);
     }
     if (late > LATE_NS) {
@@ -415,7 +439,12 @@ static void run_slot(Core *c, int64_t now) {
     apply_commands(c);
     send_slot(c);
     receive_slot(c, now);
-    Event tick = {.kind = EV_TICK, .fd = -1, .slot = c->slot, .when = c->next, .late = late};
+    Event tick = {.kind = EV_TICK,
+                  .fd = -1,
+                  .slot = c->slot,
+                  .when = c->next,
+                  .late = late,
+                  .skipped = skipped};
     if (!ring_push(c->events, &tick))
         COUNT(c, lost_ticks, 1);
     c->slot++;
@@ -462,8 +491,9 @@ static void core_free(Core *c) {
 /* --- Python's side (with the GIL) --------------------------------------------------------- */
 
 typedef struct {
-    PyObject *key;     /* NULL: not added */
-    PyObject *retired; /* the socket, until the thread lets go of it */
+    PyObject *key;  /* NULL: not added */
+    PyObject *sock; /* the socket, held while the thread may use its descriptor */
+    int retiring;   /* 1: the thread is letting go of it; 2: that command waits for room */
     int family;
     struct sockaddr_in6 from;
     uint32_t from_len;
@@ -483,12 +513,15 @@ typedef struct {
     PyObject *pending; /* the datagrams of the slot being read */
     Command cmd;
     Event ev;
+    int deferred; /* retirements waiting for room in the command ring */
     long long oversized;
     long long refused; /* commands the ring had no room for */
 } Plane;
 
 static void port_clear(Port *port) {
     Py_CLEAR(port->key);
+    Py_CLEAR(port->sock);
+    port->retiring = 0;
     Py_CLEAR(port->from_obj);
     Py_CLEAR(port->to_obj);
     port->from_len = port->to_len = 0;
@@ -503,11 +536,11 @@ static int Plane_init(Plane *self, PyObject *args, PyObject *kwds) {
                                      &capacity))
         return -1;
     if (rounds < 1 || rounds > MAX_ROUNDS || tick < 0.001 || tick > 1.0 || catch_up < 0 ||
-        capacity < 4 * RESERVE || capacity > (1 << 22)) {
+        capacity < 16 * RESERVE || capacity > (1 << 22)) {
         PyErr_Format(PyExc_ValueError,
                      "rounds must be 1 to %d, tick 0.001 to 1 s, catch_up at least 0, "
                      "capacity %d to 4194304",
-                     MAX_ROUNDS, 4 * RESERVE);
+                     MAX_ROUNDS, 16 * RESERVE);
         return -1;
     }
     if (self->core != NULL) {
@@ -550,7 +583,7 @@ static int Plane_init(Plane *self, PyObject *args, PyObject *kwds) {
 static int Plane_traverse(Plane *self, visitproc visit, void *arg) {
     for (int i = 0; i < self->nports; i++) {
         Py_VISIT(self->ports[i].key);
-        Py_VISIT(self->ports[i].retired);
+        Py_VISIT(self->ports[i].sock);
     }
     Py_VISIT(self->pending);
     return 0;
@@ -567,39 +600,40 @@ static void stop_thread(Plane *self) {
     self->running = 0;
 }
 
+static void close_socket(PyObject *sock) {
+    PyObject *r = PyObject_CallMethod(sock, "close", NULL);
+    if (r == NULL)
+        PyErr_Clear(); /* (closed already) */
+    Py_XDECREF(r);
+}
+
 /* Close the sockets retired and not yet acknowledged: the thread is gone. */
 static void close_retired(Plane *self) {
     for (int i = 0; i < self->nports; i++) {
-        PyObject *sock = self->ports[i].retired;
-        if (sock == NULL)
-            continue;
-        self->ports[i].retired = NULL;
-        PyObject *r = PyObject_CallMethod(sock, "close", NULL);
-        if (r == NULL)
-            PyErr_Clear();
-        Py_XDECREF(r);
-        Py_DECREF(sock);
-        port_clear(&self->ports[i]);
+        Port *port = &self->ports[i];
+        if (port->sock != NULL && port->retiring)
+            close_socket(port->sock);
+        port_clear(port);
     }
 }
 
 static int Plane_clear(Plane *self) {
-    for (int i = 0; i < self->nports; i++) {
-        port_clear(&self->ports[i]);
-        Py_CLEAR(self->ports[i].retired);
+    /* The thread first: it may use the descriptors of the sockets let go below. (It
+     * never takes the GIL, so joining it while holding the GIL cannot deadlock.) */
+    if (self->running) {
+        atomic_store_explicit(&self->core->stop, 1, memory_order_release);
+        pthread_join(self->thread, NULL);
+        self->running = 0;
     }
+    for (int i = 0; i < self->nports; i++)
+        port_clear(&self->ports[i]);
     Py_CLEAR(self->pending);
     return 0;
 }
 
 static void Plane_dealloc(Plane *self) {
     PyObject_GC_UnTrack(self);
-    if (self->running) { /* never leave a thread on freed memory */
-        atomic_store_explicit(&self->core->stop, 1, memory_order_release);
-        pthread_join(self->thread, NULL);
-        self->running = 0;
-    }
-    Plane_clear(self);
+    Plane_clear(self); /* (the thread first: never left on freed memory) */
     core_free(self->core);
     PyMem_Free(self->ports);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -693,7 +727,7 @@ static PyObject *Plane_add(Plane *self, PyObject *args) {
     Port *port = port_for(self, fd);
     if (port == NULL)
         return NULL;
-    if (port->key != NULL || port->retired != NULL)
+    if (port->key != NULL || port->sock != NULL)
         return PyErr_Format(PyExc_ValueError, "descriptor %d is added already", fd);
     int family;
     socklen_t len = sizeof(family);
@@ -707,38 +741,49 @@ static PyObject *Plane_add(Plane *self, PyObject *args) {
     port_clear(port);
     Py_INCREF(key);
     port->key = key;
+    Py_INCREF(sock);
+    port->sock = sock;
     port->family = family;
     Py_RETURN_NONE;
+}
+
+static int push_remove(Plane *self, int fd) {
+    memset(&self->cmd, 0, offsetof(Command, data));
+    self->cmd.kind = CMD_REMOVE;
+    self->cmd.fd = fd;
+    return push_command(self, 1);
 }
 
 static PyObject *Plane_retire(Plane *self, PyObject *sock) {
     int fd = PyObject_AsFileDescriptor(sock);
     if (fd < 0)
         return NULL;
-    if (self->core == NULL || fd >= self->nports || self->ports[fd].key == NULL ||
-        self->ports[fd].retired != NULL || (self->running == 0 && self->pending == NULL)) {
-        return PyObject_CallMethod(sock, "close", NULL); /* the thread never had it */
+    Port *port = self->core != NULL && fd < self->nports ? &self->ports[fd] : NULL;
+    if (port != NULL && port->sock == sock && port->retiring)
+        Py_RETURN_NONE; /* retired already: closed when the thread lets go */
+    if (port == NULL || port->sock != sock || self->pending == NULL) {
+        close_socket(sock); /* the thread never had it (or is gone) */
+        Py_RETURN_NONE;
     }
-    memset(&self->cmd, 0, offsetof(Command, data));
-    self->cmd.kind = CMD_REMOVE;
-    self->cmd.fd = fd;
-    if (!push_command(self, 1))
-        return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
-    Py_INCREF(sock);
-    self->ports[fd].retired = sock;
+    /* No room (the thread is not taking commands): it goes later, from next_slot(). */
+    port->retiring = push_remove(self, fd) ? 1 : 2;
+    if (port->retiring == 2)
+        self->deferred++;
     Py_RETURN_NONE;
 }
 
-static PyObject *Plane_quiet(Plane *self, PyObject *arg) {
-    int fd = PyLong_AsLong(arg);
-    if (fd == -1 && PyErr_Occurred())
+static PyObject *Plane_quiet(Plane *self, PyObject *args) {
+    int fd;
+    long long slot;
+    if (!PyArg_ParseTuple(args, "iL", &fd, &slot))
         return NULL;
     if (check_open(self) < 0)
         return NULL;
     memset(&self->cmd, 0, offsetof(Command, data));
     self->cmd.kind = CMD_QUIET;
     self->cmd.fd = fd;
-    push_command(self, 1);
+    self->cmd.slot = slot;
+    push_command(self, 0);
     Py_RETURN_NONE;
 }
 
@@ -801,8 +846,8 @@ static PyObject *Plane_send(Plane *self, PyObject *args, PyObject *kwds) {
             return NULL;
         }
         if (fd < 0 || fd >= self->nports || self->ports[fd].key == NULL) {
-            Py_DECREF(items);
-            return PyErr_Format(PyExc_ValueError, "descriptor %d is not added", fd);
+            errors++; /* (a socket that was never added: that packet only) */
+            continue;
         }
         Port *port = &self->ports[fd];
         Py_ssize_t size = PyBytes_GET_SIZE(data);
@@ -880,22 +925,26 @@ static void take_removed(Plane *self, int fd) {
     if (fd < 0 || fd >= self->nports)
         return;
     Port *port = &self->ports[fd];
-    PyObject *sock = port->retired;
-    port->retired = NULL;
+    if (port->sock != NULL)
+        close_socket(port->sock);
     port_clear(port);
-    if (sock != NULL) {
-        PyObject *r = PyObject_CallMethod(sock, "close", NULL);
-        if (r == NULL)
-            PyErr_Clear(); /* (closed already) */
-        Py_XDECREF(r);
-        Py_DECREF(sock);
-    }
+}
+
+/* Retirements that found the command ring full, pushed now if there is room. */
+static void push_deferred(Plane *self) {
+    for (int i = 0; i < self->nports && self->deferred > 0; i++)
+        if (self->ports[i].retiring == 2 && push_remove(self, i)) {
+            self->ports[i].retiring = 1;
+            self->deferred--;
+        }
 }
 
 static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
     if (check_open(self) < 0)
         return NULL;
     Event *ev = &self->ev;
+    if (self->deferred > 0)
+        push_deferred(self);
     while (ring_pop(self->core->events, ev)) {
         switch (ev->kind) {
         case EV_DATAGRAM:
@@ -906,14 +955,15 @@ static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
             take_removed(self, ev->fd);
             break;
         case EV_TICK: {
-            PyObject *items = self->pending;
+            /* (Made first: out of memory, the TICK is lost and its datagrams join the
+             * next slot's, which is how a lost TICK is read anyway.) */
             PyObject *fresh = PyList_New(0);
             if (fresh == NULL)
                 return NULL;
+            PyObject *items = self->pending;
             self->pending = fresh;
-            PyObject *result = Py_BuildValue("(LddN)", (long long)ev->slot, ev->when / 1e9,
-                                             ev->late / 1e9, items);
-            return result;
+            return Py_BuildValue("(LddLN)", (long long)ev->slot, ev->when / 1e9, ev->late / 1e9,
+                                 (long long)ev->skipped, items);
         }
         }
     }
@@ -1020,14 +1070,16 @@ static PyMethodDef Plane_methods[] = {
      "add(sock, key): the thread reads and writes `sock`; its datagrams come with `key`."},
     {"retire", (PyCFunction)Plane_retire, METH_O,
      "retire(sock): the thread lets go of `sock`, which is then closed."},
-    {"quiet", (PyCFunction)Plane_quiet, METH_O,
-     "quiet(fd): the line sends nothing until its next frame (no fillers: on hold)."},
+    {"quiet", (PyCFunction)Plane_quiet, METH_VARARGS,
+     "quiet(fd, slot): from `slot` the line sends nothing until its next frame (no "
+     "fillers: on hold)."},
     {"send", (PyCFunction)(void (*)(void))Plane_send, METH_VARARGS | METH_KEYWORDS,
      "send(batch, slot, verbatim=False) -> int: queue each (fd, data, (host, port)) for "
      "`slot`; the number that cannot go (no address, too big, no room)."},
     {"next_slot", (PyCFunction)Plane_next_slot, METH_NOARGS,
-     "next_slot() -> (slot, when, late, [(key, data, (host, port))]) | None: the next slot "
-     "the thread finished, with the datagrams read in it."},
+     "next_slot() -> (slot, when, late, skipped, [(key, data, (host, port))]) | None: the "
+     "next slot the thread finished, the slots it skipped before it, and the datagrams "
+     "read in it."},
     {"wake", (PyCFunction)Plane_wake, METH_NOARGS,
      "wake() -> int: reset the wake-up descriptor (before reading the slots)."},
     {"fileno", (PyCFunction)Plane_fileno, METH_NOARGS,

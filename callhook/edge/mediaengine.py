@@ -83,8 +83,10 @@ TICK = 0.02
 ROUNDS = 6
 #: Slots a late tick catches up on (60 ms: within a far end's jitter buffer).
 MAX_CATCH_UP = 3
-#: Ticks over which admission looks at how far behind the media runs (one second).
-ADMISSION_WINDOW = 50
+#: Seconds every tick must run over ``max_lag`` behind before new calls get 503 ...
+ADMISSION_HOLD = 0.5
+#: ... and within it before they are taken again.
+ADMISSION_CALM = 1.0
 
 
 #: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
@@ -106,8 +108,6 @@ class _Stream:
     #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
     pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
     fd: int = -1  # the RTP socket's descriptor (-1: socketless)
-    #: Its packets go as made (SRTP): the media thread neither renumbers nor fills them.
-    verbatim: bool = False
 
 
 @dataclass
@@ -226,15 +226,22 @@ class MediaEngine:
         #: Frames made too late for their slot: the media thread had sent silence.
         self.stale_frames = 0
         self._priority = (fifo, nice)
-        # Admission: of the last ADMISSION_WINDOW ticks, those that started more than
-        # max_lag behind; over half of them make the engine overloaded (new calls get
-        # 503), and it takes calls again once at most a tenth are.
+        # Admission (_admit): since when every tick ran more than max_lag behind, and
+        # since when none did.
         self.max_lag = max_lag
-        self._behind: deque[bool] = deque(maxlen=ADMISSION_WINDOW)
-        self._behind_count = 0
+        self._behind_since: float | None = None
+        self._calm_since: float | None = None
         #: New calls are refused (503): the media runs behind (see max_lag).
         self.overloaded = False
         self.refused = 0  # calls refused while overloaded (counted by the inbound path)
+        # The thread's slots read but not yet worked, the last one read, and whether a
+        # call of _slots is due already.
+        self._backlog: deque[
+            tuple[int, float, list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]]]
+        ] = deque()
+        self._last_slot: int | None = None
+        self._soon = False
+        self._closed = False
         _say_if_in_python()
 
     def allocate(self) -> tuple[socket.socket, int]:
@@ -345,9 +352,13 @@ class MediaEngine:
                 self._udp.remove(s)
                 s.close()
             self._free.append(port)
-        if not self.streams and self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        if not self.streams:
+            if self.overloaded:
+                self._calm()  # no call left to be behind for (nor a tick to say so)
+            self._behind_since = None
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle = None
 
     def _prioritise(self, plane: Plane) -> None:
         fifo, nice = self._priority
@@ -366,58 +377,86 @@ class MediaEngine:
         else:
             logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
 
-    def _admit(self, lag: float) -> None:
-        """Count one tick that started ``lag`` seconds behind; refuse or take calls again."""
+    def _admit(self, lag: float, now: float) -> None:
+        """One tick started ``lag`` seconds behind at ``now``: refuse new calls once every
+        tick for :data:`ADMISSION_HOLD` was over ``max_lag``, take them again once every
+        tick for :data:`ADMISSION_CALM` was within it."""
         if not self.max_lag:
             return
-        window = self._behind
-        if len(window) == window.maxlen:
-            self._behind_count -= window[0]
-        over = lag > self.max_lag
-        window.append(over)
-        self._behind_count += over
-        if not self.overloaded and self._behind_count > ADMISSION_WINDOW // 2:
-            self.overloaded = True
-            logger.warning(
-                "the media runs %.0f ms behind: new calls get 503 until it catches up "
-                "([media] max_lag_ms = %.0f)",
-                lag * 1000,
-                self.max_lag * 1000,
-            )
-        elif self.overloaded and self._behind_count <= ADMISSION_WINDOW // 10:
-            self.overloaded = False
-            logger.warning("the media caught up: taking new calls again (%d refused)", self.refused)
+        if lag > self.max_lag:
+            self._calm_since = None
+            if self._behind_since is None:
+                self._behind_since = now
+            if not self.overloaded and now - self._behind_since >= ADMISSION_HOLD:
+                self.overloaded = True
+                logger.warning(
+                    "the media runs %.0f ms behind: new calls get 503 until it catches up "
+                    "([media] max_lag_ms = %.0f)",
+                    lag * 1000,
+                    self.max_lag * 1000,
+                )
+            return
+        self._behind_since = None
+        if not self.overloaded:
+            return
+        if self._calm_since is None:
+            self._calm_since = now
+        elif now - self._calm_since >= ADMISSION_CALM:
+            self._calm()
+
+    def _calm(self) -> None:
+        self.overloaded = False
+        self._behind_since = self._calm_since = None
+        logger.warning("the media caught up: taking new calls again (%d refused)", self.refused)
 
     def _slots(self) -> None:
-        """The media thread finished slots: each one's work, in order (a few at a time,
-        so SIP and the runners are not kept waiting while a backlog is worked off)."""
+        """The media thread finished slots: each one's work, in order, a few at a time
+        (so SIP and the runners are not kept waiting while a backlog is worked off)."""
         plane = self.plane
-        assert plane is not None
+        if plane is None or self._closed:
+            return
+        self._soon = False
         plane.wake()
-        for _ in range(MAX_CATCH_UP + 2):
-            got = plane.next_slot()
-            if got is None:
-                return
-            slot, when, _late, received = got
+        backlog = self._backlog
+        budget = MAX_CATCH_UP + 2
+        while budget:
+            if not backlog:
+                got = plane.next_slot()
+                if got is None:
+                    return
+                slot, when, _late, skipped, received = got
+                last = self._last_slot
+                if last is not None:
+                    # Slots the thread ran but could not say so (its ring was full): run
+                    # with no datagrams, so each call's media clock goes on as the wire's.
+                    # Those it skipped (a stall of the thread) are skipped here too.
+                    for missing in range(last + 1, slot - skipped):
+                        backlog.append((missing, when - (slot - missing) * TICK, []))
+                backlog.append((slot, when, received))
+                self._last_slot = slot
+                continue
+            slot, when, received = backlog.popleft()
+            budget -= 1
             if not self.streams:
-                self._admit(0.0)
+                self._admit(0.0, time.monotonic())
                 continue  # (the thread goes on between calls: nothing to do)
             cpu = time.thread_time()
             # (The thread's clock, read afresh: uvloop's loop.time() is the loop's
             # iteration start, in whole milliseconds.)
-            lag = time.monotonic() - when
+            started = time.monotonic()
+            lag = started - when
             self.lateness.append(lag * 1000)
-            self._admit(lag)
-            if lag > (AHEAD - 1) * TICK:
-                self.late_ticks += 1  # its frames may come after their slot
+            self._admit(lag, started)
             try:
                 self._work(when, received, slot + AHEAD)
             finally:
-                self.durations.append((time.monotonic() - when) * 1000 - self.lateness[-1])
+                self.durations.append((time.monotonic() - started) * 1000)
                 if self.after_tick is not None:
                     self.after_tick()
                 self.tick_cpu += time.thread_time() - cpu
-        self.loop.call_soon(self._slots)  # more are waiting
+        if not self._soon:  # more are waiting: after the loop's other work
+            self._soon = True
+            self.loop.call_soon(self._slots)
 
     def thread_stats(self) -> dict[str, float]:
         """The media thread's counters (empty where the tick runs on the loop)."""
@@ -438,7 +477,7 @@ class MediaEngine:
         cpu = time.thread_time()
         now = self.loop.time()
         self.lateness.append((now - self._next) * 1000)
-        self._admit(now - self._next)
+        self._admit(now - self._next, now)
         try:
             self._work(now, self._udp.receive())
         finally:
@@ -471,7 +510,7 @@ class MediaEngine:
         verbatim: list[tuple[int, bytes, Address]] = []
         for stream in [wired[i] for i in rest] + roster.unwired:
             try:
-                self._send(stream, now, verbatim if stream.verbatim else batch)
+                self._send(stream, now, batch, verbatim, slot)
             except Exception:
                 self._fault(stream, "sending")
         # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
@@ -497,18 +536,27 @@ class MediaEngine:
             self.send_errors += plane.send(batch, slot) if batch else 0
             self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
         else:  # too late for its slot: the thread sent silence instead
+            self.late_ticks += 1
             self.stale_frames += len(batch) + len(verbatim)
 
-    def _send(self, stream: _Stream, now: float, batch: list[tuple[int, bytes, Address]]) -> None:
+    def _send(
+        self,
+        stream: _Stream,
+        now: float,
+        batch: list[tuple[int, bytes, Address]],
+        verbatim: list[tuple[int, bytes, Address]],
+        slot: int | None,
+    ) -> None:
+        """One call's packet made by its session: to its sender, or into ``batch``
+        (``verbatim`` for SRTP: the media thread neither renumbers nor fills it in)."""
         session = stream.session
         data = session.tick(now)
         if data is not None and stream.out is not None:
             stream.out(data)
         elif data is not None and session.remote is not None and stream.sock is not None:
-            stream.verbatim = session.srtp is not None
-            batch.append((stream.fd, data, session.remote))
-        elif self.plane is not None and stream.sock is not None:
-            self.plane.quiet(stream.fd)  # on hold: the thread sends nothing in its place
+            (batch if session.srtp is None else verbatim).append((stream.fd, data, session.remote))
+        elif self.plane is not None and stream.sock is not None and slot is not None:
+            self.plane.quiet(stream.fd, slot)  # on hold: nothing in its place from then
 
     def _report(self, stream: _Stream, now: float, wall: float) -> None:
         """The call's RTCP report when one is due, and its leg woken when it has news.
@@ -693,3 +741,4 @@ class MediaEngine:
             if self.plane.running:
                 self.loop.remove_reader(self.plane.fileno())
             self.plane.close()
+            self._closed = True

@@ -19,9 +19,11 @@ on one native thread per process (``_plane.c``), which never takes the GIL:
 
 Python reads the slots in order (:meth:`Plane.next_slot`): for each it runs the tick's
 work with the datagrams read in it and the slot's own time, and queues the frames it
-makes for a slot ``ahead`` of it (:data:`AHEAD`: 40 ms of send latency buys 20 ms of
-slack before a filler is needed). Python may fall further behind without the wire
-hearing it; it catches up slot by slot, so prompts and key presses keep the wire's time.
+makes for a slot :data:`AHEAD` slots on. Those frames are due 60 ms after the slot it
+works on began, so Python may start that much late, less its own work, before a filler
+goes instead: the tolerance the tick on the loop had (it caught up three missed slots
+at once). Python may fall behind further without the wire hearing a gap; it catches up
+slot by slot, so prompts and key presses keep the wire's time.
 
 The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,
@@ -41,7 +43,7 @@ from typing import Any, Protocol
 Address = tuple[str, int]
 
 #: Slots between the one Python works on and the one its frames go out in.
-AHEAD = 2
+AHEAD = 3
 
 
 class Plane(Protocol):
@@ -66,7 +68,7 @@ class Plane(Protocol):
 
     @property
     def skipped(self) -> int:
-        """Slots skipped after a stall of the whole process (longer than 60 ms)."""
+        """Slots skipped after the thread itself started one more than 60 ms late."""
         ...
 
     @property
@@ -107,8 +109,9 @@ class Plane(Protocol):
         """The thread lets go of ``sock``, which is then closed (during a later
         :meth:`next_slot`)."""
 
-    def quiet(self, fd: int) -> None:
-        """The socket's call sends nothing until its next frame: no fillers (on hold)."""
+    def quiet(self, fd: int, slot: int) -> None:
+        """From ``slot`` the socket's call sends nothing until its next frame: no fillers
+        (on hold)."""
 
     def send(
         self, batch: list[tuple[int, bytes, Address]], slot: int, verbatim: bool = False
@@ -117,9 +120,13 @@ class Plane(Protocol):
         ``verbatim``: sent as given (SRTP), never renumbered or filled in."""
         ...
 
-    def next_slot(self) -> tuple[int, float, float, list[tuple[Any, bytes, Address]]] | None:
+    def next_slot(
+        self,
+    ) -> tuple[int, float, float, int, list[tuple[Any, bytes, Address]]] | None:
         """The next slot the thread finished: its number, time, how late the thread
-        started it (s), and the datagrams read in it as ``(key, data, sender)``."""
+        started it (s), how many slots it skipped just before it (a stall of the thread),
+        and the datagrams read in it as ``(key, data, sender)``. A slot missing between
+        two and not skipped ran without a word (the ring was full): no datagrams."""
         ...
 
     def wake(self) -> int:

@@ -23,7 +23,7 @@ def test_defaults_without_the_tables(tmp_path: Path) -> None:
     assert settings.notifications.give_up_after == 86400.0
     assert (settings.media.remote_max_bytes, settings.media.remote_timeout) == (16 * 2**20, 10.0)
     media = settings.media
-    assert (media.thread, media.max_lag, media.thread_fifo, media.thread_nice) == (True, 0.1, 0, 0)
+    assert (media.thread, media.max_lag, media.thread_fifo, media.thread_nice) == (True, 0.06, 0, 0)
 
 
 def test_the_media_threads_keys_are_read(tmp_path: Path) -> None:

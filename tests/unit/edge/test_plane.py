@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.mediaengine import MAX_CATCH_UP, MediaEngine
 from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.events import DigitReceived
 from callhook.media import srtp
@@ -33,7 +33,7 @@ T0 = 1000.0
 TICK = 0.02
 
 try:
-    from callhook.edge import _plane  # noqa: F401
+    from callhook.edge._plane import Plane as NativePlane
 except ImportError:  # pragma: no cover (scripts/setup builds it)
     pytest.fail("callhook.edge._plane was not built: rerun scripts/setup", pytrace=False)
 
@@ -80,7 +80,7 @@ def header(data: bytes) -> tuple[int, int, int, int]:
     return second >> 7, second & 0x7F, seq, ts
 
 
-def run(plane: Plane, slot: int, late: float = 0.0) -> tuple[int, float, float, list[Any]]:
+def run(plane: Plane, slot: int, late: float = 0.0) -> tuple[int, float, float, int, list[Any]]:
     plane.step(at(slot) + late)
     got = plane.next_slot()
     assert got is not None
@@ -133,14 +133,15 @@ def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
         plane.add(line, "call")
         plane.send([(line.fileno(), rtp(1, 0), to)], 0)
         run(plane, 0)
-        plane.quiet(line.fileno())  # on hold: Python sends nothing, on purpose
+        plane.send([(line.fileno(), rtp(2, 160), to)], 1)
+        plane.quiet(line.fileno(), 2)  # on hold from slot 2: nothing, on purpose
         run(plane, 1)
         run(plane, 2)
-        assert len(drain(peer)) == 1 and plane.fillers == 0
-        plane.send([(line.fileno(), rtp(2, 480), to)], 3)
+        assert len(drain(peer)) == 2 and plane.fillers == 0  # slot 1's frame went
+        plane.send([(line.fileno(), rtp(3, 480), to)], 3)
         run(plane, 3)
         run(plane, 4)
-        assert [header(d)[2:] for d in drain(peer)] == [(2, 480), (3, 640)]
+        assert [header(d)[2:] for d in drain(peer)] == [(3, 480), (4, 640)]
 
 
 def test_srtp_goes_as_made_and_is_never_filled(plane: Plane) -> None:
@@ -183,13 +184,13 @@ def test_each_slot_brings_the_datagrams_read_in_it_at_most_rounds_per_socket(
             caller.sendto(rtp(i, 160 * i), line.getsockname())
         caller.sendto(b"report", rtcp.getsockname())
         time.sleep(0.05)  # (the loopback delivers them)
-        slot, when, late, items = run(plane, 1)
-        assert (slot, when, late) == (1, at(1), 0.0)
+        slot, when, late, skipped, items = run(plane, 1)
+        assert (slot, when, late, skipped) == (1, at(1), 0.0, 0)
         rtp_items = [i for i in items if i[0] == ("call", "rtp")]
         assert [header(d)[2] for _, d, _ in rtp_items] == [0, 1, 2, 3, 4, 5]
         assert [d for k, d, _ in items if k == ("call", "rtcp")] == [b"report"]
         assert {a for _, _, a in items} == {caller.getsockname()}
-        assert [header(d)[2] for _, d, _ in run(plane, 2)[3]] == [6, 7, 8, 9]
+        assert [header(d)[2] for _, d, _ in run(plane, 2)[4]] == [6, 7, 8, 9]
 
 
 def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) -> None:
@@ -200,24 +201,50 @@ def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) ->
         caller.sendto(b"x" * 600, line.getsockname())
         caller.sendto(b"y" * 512, line.getsockname())
         time.sleep(0.05)
-        assert [d for _, d, _ in run(plane, 1)[3]] == [b"y" * 512]
+        assert [d for _, d, _ in run(plane, 1)[4]] == [b"y" * 512]
         assert plane.oversized == 1
 
 
 def test_a_late_slot_is_run_at_once_and_a_long_stall_is_skipped(plane: Plane) -> None:
-    run(plane, 0)
-    # 50 ms late: slot 1 runs now, and slots 2 and 3 are due as well (caught up).
-    plane.step(T0 + TICK + 0.05)
-    assert plane.next_slot()[:3] == (1, at(1), pytest.approx(0.05))  # type: ignore[index]
-    assert plane.late_slots == 1
-    assert plane.slot == 2
-    # A stall longer than 3 slots: the grid starts again at the slot of now.
-    plane.step(T0 + 1.0 + 0.001)
-    slot, when, late, _ = plane.next_slot()  # type: ignore[misc]
-    assert (slot, when) == (50, at(50))
-    assert late == pytest.approx(0.001)
-    assert plane.skipped == 48
-    assert plane.next_slot() is None
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(1, 8000), peer.getsockname())], 0)
+        plane.send([(line.fileno(), rtp(2, 8160), peer.getsockname())], 3)  # (skipped)
+        run(plane, 0)
+        # 50 ms late: slot 1 runs now, and slots 2 and 3 are due as well (caught up).
+        plane.step(at(1) + 0.05)
+        assert plane.next_slot()[:4] == (1, at(1), pytest.approx(0.05), 0)  # type: ignore[index]
+        assert plane.late_slots == 1
+        assert plane.slot == 2
+        # A stall longer than 3 slots: the grid starts again at the slot of now, and the
+        # TICK says how many were skipped; the frame queued for one of them is stale.
+        plane.step(T0 + 1.0 + 0.001)
+        slot, when, late, skipped, _ = plane.next_slot()  # type: ignore[misc]
+        assert (slot, when, skipped) == (50, at(50), 48)
+        assert late == pytest.approx(0.001)
+        assert plane.skipped == 48 and plane.stale == 1
+        assert plane.next_slot() is None
+        # The call's media clock resumes where it was, as Python's does (it skips too).
+        assert [header(d)[2:] for d in drain(peer)] == [(1, 8000), (2, 8160), (3, 8320)]
+
+
+def test_a_tick_the_ring_has_no_room_for_is_counted_and_shows_as_a_gap() -> None:
+    made = NativePlane(6, capacity=1024)  # an event ring of 1024 records
+    made.set_origin(T0)
+    try:
+        for slot in range(1100):  # Python reads nothing meanwhile
+            made.step(at(slot))
+        assert made.lost_ticks == 1100 - 1024
+        slots = []
+        while (got := made.next_slot()) is not None:
+            slots.append(got[0])
+        assert slots == list(range(1024))
+        made.step(at(1100))
+        got = made.next_slot()
+        assert got is not None and got[0] == 1100 and got[3] == 0  # ran, not skipped
+    finally:
+        made.close()
 
 
 def test_a_retired_socket_is_closed_once_the_thread_lets_go(plane: Plane) -> None:
@@ -229,11 +256,10 @@ def test_a_retired_socket_is_closed_once_the_thread_lets_go(plane: Plane) -> Non
         time.sleep(0.05)
         plane.retire(line)
         assert line.fileno() != -1  # still the thread's
-        _, _, _, items = run(plane, 1)
+        _, _, _, _, items = run(plane, 1)
         assert line.fileno() == -1  # closed when Python read the thread's answer
         assert items == []  # the thread let go before reading it
-        with pytest.raises(ValueError):
-            plane.send([(99, b"x", ("127.0.0.1", 9))], 2)  # never added
+        assert plane.send([(99, b"x", ("127.0.0.1", 9))], 2) == 1  # never added: not sent
 
 
 def test_a_line_added_twice_is_refused() -> None:
@@ -322,7 +348,7 @@ async def _run_engine(
                 plane.step(now)
                 got = plane.next_slot()
                 assert got is not None and got[0] == slot
-                engine._work(got[1], got[3], got[0] + AHEAD)
+                engine._work(got[1], got[4], got[0] + AHEAD)
             else:
                 engine._work(now, engine._udp.receive())
             sent += drain(caller)
@@ -436,38 +462,82 @@ async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
 # --- admission ------------------------------------------------------------------------------
 
 
-async def test_the_engine_refuses_calls_while_over_half_a_second_runs_behind(
+async def test_the_engine_refuses_calls_once_it_runs_behind_for_half_a_second(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``max_lag``: over half of the last 50 ticks behind it, the engine is overloaded
-    (said once); it takes calls again once at most 5 of them are."""
-    engine = MediaEngine("127.0.0.1", 43300, 43400, thread=False, max_lag=0.1)
+    """``max_lag``: every tick over it for half a second makes the engine overloaded (said
+    once); every tick within it for a second takes calls again (said once)."""
+    engine = MediaEngine("127.0.0.1", 43300, 43400, thread=False, max_lag=0.04)
     try:
-        for _ in range(50):
-            engine._admit(0.01)
+        now = 0.0
+        for _ in range(100):  # spikes over the threshold, each one alone: not behind
+            engine._admit(0.2, now)
+            engine._admit(0.01, now + 0.01)
+            now = round(now + 0.02, 6)  # (no drift)
         assert not engine.overloaded
-        for i in range(26):
-            assert not engine.overloaded, i
-            engine._admit(0.15)  # late, now and then: not enough
-            engine._admit(0.01)
-        for _ in range(13):
-            engine._admit(0.15)
-        assert engine.overloaded  # 26 of the last 50
-        for _ in range(40):
-            engine._admit(0.02)
-        assert engine.overloaded  # 10 late ticks still in the window
-        for _ in range(5):
-            engine._admit(0.02)
+        for _ in range(25):  # behind, every tick, for 0.48 s
+            engine._admit(0.1, now)
+            now = round(now + 0.02, 6)
+        assert not engine.overloaded
+        engine._admit(0.12, now)  # 0.5 s
+        assert engine.overloaded
+        for _ in range(50):  # within it for 0.98 s, one tick over: the second starts again
+            engine._admit(0.01, now)
+            now = round(now + 0.02, 6)
+        engine._admit(0.05, now)
+        for _ in range(50):
+            engine._admit(0.01, now)
+            now = round(now + 0.02, 6)
+        assert engine.overloaded
+        engine._admit(0.01, now)  # within it for a second
         assert not engine.overloaded
         said = [r.getMessage() for r in caplog.records if r.name == "callhook.media"]
         assert said == [
-            "the media runs 150 ms behind: new calls get 503 until it catches up "
-            "([media] max_lag_ms = 100)",
+            "the media runs 120 ms behind: new calls get 503 until it catches up "
+            "([media] max_lag_ms = 40)",
             "the media caught up: taking new calls again (0 refused)",
         ]
         engine.max_lag = 0  # off: never overloaded
-        for _ in range(50):
-            engine._admit(5.0)
+        for _ in range(100):
+            engine._admit(5.0, now)
+            now = round(now + 0.02, 6)
         assert not engine.overloaded
+    finally:
+        engine.shutdown()
+
+
+async def test_the_engine_runs_the_slots_the_thread_could_not_report_and_skips_its_skips(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A TICK lost to a full ring: that slot is worked without datagrams; slots the thread
+    skipped are skipped; each slot once, in order, a few per call of the loop."""
+    engine = MediaEngine("127.0.0.1", 43400, 43500)
+    made = NativePlane(6, capacity=1024)
+    made.set_origin(T0)
+    assert engine.plane is not None
+    engine.plane.close()
+    engine.plane = made
+    worked: list[tuple[int, float]] = []
+
+    def work(now: float, received: list[Any], slot: int | None = None) -> None:
+        assert slot is not None
+        worked.append((slot - AHEAD, now))
+
+    monkeypatch.setattr(engine, "_work", work)
+    monkeypatch.setattr(engine, "_start", lambda: None)  # the test's clock
+    engine.attach(MediaSession("PCMU", 0, None, None), lambda _: None, lambda: None)
+    try:
+        for slot in range(1100):  # 76 TICKs find the ring full
+            made.step(at(slot))
+        engine._slots()
+        assert len(worked) == MAX_CATCH_UP + 2  # a few, then the loop's other work
+        while engine._soon:
+            engine._slots()
+        made.step(at(1100) + 0.5)  # the thread stalls: slots 1100 to 1124 skipped
+        engine._slots()
+        while engine._soon:
+            engine._slots()
+        assert [s for s, _ in worked] == [*range(1100), 1125]
+        assert all(now == pytest.approx(at(s)) for s, now in worked)
     finally:
         engine.shutdown()
