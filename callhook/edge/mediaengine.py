@@ -35,8 +35,8 @@ the slot's own time (docs/architecture.md):
 
 Python may run behind the thread (a collection, a busy loop, another process on the
 core): the far end still hears a packet every 20 ms, and Python works through every
-slot in order (a few at a time, so SIP is not kept waiting), so each call's prompts and
-key presses keep the wire's time. Its frames made too late for their slot are dropped
+slot in order (20 ms of work at a time, so SIP is not kept waiting long), so each
+call's prompts and key presses keep the wire's time. Its frames made too late for their slot are dropped
 (:attr:`MediaEngine.stale_frames`).
 
 Where the thread's extension is not built, or with ``thread=False``, the same work runs
@@ -83,6 +83,9 @@ TICK = 0.02
 ROUNDS = 6
 #: Slots a late tick catches up on (60 ms: within a far end's jitter buffer).
 MAX_CATCH_UP = 3
+#: Seconds of wall time the work of the media thread's slots may take before the loop's
+#: other work (SIP, the runners) runs: one slot's work is far less, a backlog's more.
+SLOTS_BUDGET = 0.02
 #: Seconds every tick must run over ``max_lag`` behind before new calls get 503 ...
 ADMISSION_HOLD = 0.5
 #: ... and within it before they are taken again.
@@ -410,16 +413,18 @@ class MediaEngine:
         logger.warning("the media caught up: taking new calls again (%d refused)", self.refused)
 
     def _slots(self) -> None:
-        """The media thread finished slots: each one's work, in order, a few at a time
-        (so SIP and the runners are not kept waiting while a backlog is worked off)."""
+        """The media thread finished slots: each one's work, in order, for at most
+        :data:`SLOTS_BUDGET` of wall time a call (then the loop's other work runs, and
+        this again), so a backlog is worked off at once but SIP and the runners are
+        never kept waiting long."""
         plane = self.plane
         if plane is None or self._closed:
             return
         self._soon = False
         plane.wake()
         backlog = self._backlog
-        budget = MAX_CATCH_UP + 2
-        while budget:
+        until = time.monotonic() + SLOTS_BUDGET
+        while True:
             if not backlog:
                 got = plane.next_slot()
                 if got is None:
@@ -435,8 +440,9 @@ class MediaEngine:
                 backlog.append((slot, when, received))
                 self._last_slot = slot
                 continue
+            if time.monotonic() > until:
+                break
             slot, when, received = backlog.popleft()
-            budget -= 1
             if not self.streams:
                 self._admit(0.0, time.monotonic())
                 continue  # (the thread goes on between calls: nothing to do)
