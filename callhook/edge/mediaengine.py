@@ -36,8 +36,8 @@ the slot's own time (docs/architecture.md):
 Python may run behind the thread (a collection, a busy loop, another process on the
 core): the far end still hears a packet every 20 ms, and Python works through every
 slot in order (20 ms of work at a time, so SIP is not kept waiting long), so each
-call's prompts and key presses keep the wire's time. Its frames made too late for their slot are dropped
-(:attr:`MediaEngine.stale_frames`).
+call's prompts and key presses keep the wire's time. Its frames made too late for their
+slot are dropped (:attr:`MediaEngine.stale_frames`).
 
 Where the thread's extension is not built, or with ``thread=False``, the same work runs
 on a timer of the event loop (:meth:`MediaEngine._tick`): one ``epoll`` poll over every

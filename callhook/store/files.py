@@ -100,8 +100,13 @@ class FileStore(Protocol):
     def delete(self, app: str, name: str) -> None: ...
 
 
-def make_directories(directory: Path) -> None:
+def make_directories(directory: Path, *, sync: bool = True) -> list[Path]:
     """Create ``directory`` and its missing parents, durably (each new entry synced).
+
+    With ``sync`` False nothing is synced here: the directories whose new entries still
+    need it are returned, for a worker thread to sync (:func:`fsync_directories`). The
+    event loop must not wait for ``fsync``: under other writes a directory's can take
+    seconds, and every call's audio would wait with it.
 
     A file in the way raises FileExistsError (``mkdir``'s way of saying so).
     """
@@ -109,9 +114,21 @@ def make_directories(directory: Path) -> None:
     while not directory.is_dir():
         missing.append(directory)
         directory = directory.parent
+    unsynced = []
     for new in reversed(missing):
         new.mkdir(exist_ok=True)
-        fsync_directory(new.parent)
+        if sync:
+            fsync_directory(new.parent)
+        else:
+            unsynced.append(new.parent)
+    return unsynced
+
+
+def fsync_directories(paths: list[Path]) -> None:
+    """:func:`fsync_directory` each of ``paths``, deepest first (what
+    :func:`make_directories` left unsynced)."""
+    for path in reversed(paths):
+        fsync_directory(path)
 
 
 def fsync_directory(path: Path) -> None:

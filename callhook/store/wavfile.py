@@ -19,10 +19,11 @@ encrypted again into a temporary file and renamed over the first one. A
 file cut short by a crash keeps the unknown length; ``callhook decrypt`` and
 ``play`` fix the sizes when they decrypt it (callhook never has the key).
 
-Closing forces the file to disk (``fsync`` of the file and of its directory)
-on a worker thread, so the event loop, which plays every call's audio, never
-waits for the disk; ``on_durable`` is called (on that thread) when it is done:
-the recording is then safe from a power cut, and may be announced.
+Closing forces the file to disk (``fsync`` of the file and of its directory, and of
+the parents of directories made for it) on a worker thread, so the event loop, which
+plays every call's audio, never waits for the disk; ``on_durable`` is called (on that
+thread) when it is done: the recording is then safe from a power cut, and may be
+announced.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from callhook.events import StartRecording
 from callhook.media import wav
 from callhook.media.sink import SinkFull
 from callhook.store import crypto
-from callhook.store.files import fsync_directory, make_directories
+from callhook.store.files import fsync_directories, fsync_directory, make_directories
 
 logger = logging.getLogger("callhook.store")
 
@@ -171,7 +172,8 @@ class WavWriter:
         #: A write failed (a full disk): nothing more is written, the file is finished
         #: from what it holds (issue 14: the recording so far is kept).
         self._broken = False
-        make_directories(path.parent)
+        # (New directories are synced with the file, by the finisher: not on the loop.)
+        self._unsynced = make_directories(path.parent, sync=False)
         # Read-write: an encrypted file is read back when it is finished.
         self._fd: int | None = os.open(
             path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640
@@ -346,6 +348,7 @@ class WavWriter:
             else:
                 os.fsync(fd)
                 fsync_directory(self.path.parent)
+            fsync_directories(self._unsynced)
         except (OSError, ValueError) as exc:  # ValueError: crypto.DecryptionError
             logger.error("recording %s could not be finished normally: %s", self.path, exc)
             try:

@@ -245,11 +245,27 @@ def test_recover_leaves_a_complete_odd_length_file_alone(tmp_path: Path) -> None
     assert path.read_bytes() == complete
 
 
-def test_new_directories_are_created(tmp_path: Path) -> None:
+def test_new_directories_are_created_and_synced_by_the_finisher_not_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is the event loop: it never waits for fsync (a directory's may take
+    seconds while other files are written); the finisher syncs each new entry."""
+    synced: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append((threading.current_thread().name, os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     writer = WavWriter(tmp_path / "app" / "recordings" / "a.wav", "ulaw")
+    assert synced == []
     writer.close()
     assert wavfile.drain()
     assert wav.read_info((tmp_path / "app" / "recordings" / "a.wav").read_bytes()).data_length == 0
+    me = threading.current_thread().name
+    assert all(thread != me for thread, _ in synced)
+    assert {path for _, path in synced} >= {str(tmp_path), str(tmp_path / "app")}
 
 
 def test_deleting_a_recording_waits_for_its_finisher_then_withdraws_it(tmp_path: Path) -> None:
