@@ -70,6 +70,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet, vad
@@ -86,10 +87,6 @@ MAX_CATCH_UP = 3
 #: Seconds of wall time the work of the media thread's slots may take before the loop's
 #: other work (SIP, the runners) runs: one slot's work is far less, a backlog's more.
 SLOTS_BUDGET = 0.02
-#: Seconds every tick must run over ``max_lag`` behind before new calls get 503 ...
-ADMISSION_HOLD = 0.5
-#: ... and within it before they are taken again.
-ADMISSION_CALM = 1.0
 
 
 #: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
@@ -190,7 +187,7 @@ class MediaEngine:
         nice: int = 0,
     ) -> None:
         """``thread``: the media thread where it is built (else the loop's timer);
-        ``max_lag``: how far behind the wire the tick may run before :attr:`overloaded`
+        ``max_lag``: how far behind the wire the tick may run before :attr:`overload`
         (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is)."""
         self.host = host
         self.loop = asyncio.get_running_loop()
@@ -229,14 +226,8 @@ class MediaEngine:
         #: Frames made too late for their slot: the media thread had sent silence.
         self.stale_frames = 0
         self._priority = (fifo, nice)
-        # Admission (_admit): since when every tick ran more than max_lag behind, and
-        # since when none did.
-        self.max_lag = max_lag
-        self._behind_since: float | None = None
-        self._calm_since: float | None = None
-        #: New calls are refused (503): the media runs behind (see max_lag).
-        self.overloaded = False
-        self.refused = 0  # calls refused while overloaded (counted by the inbound path)
+        #: Whether new calls are refused: the media runs behind (edge/overload.py).
+        self.overload = Overload(max_lag)
         # The thread's slots read but not yet worked, the last one read, and whether a
         # call of _slots is due already.
         self._backlog: deque[
@@ -356,9 +347,7 @@ class MediaEngine:
                 s.close()
             self._free.append(port)
         if not self.streams:
-            if self.overloaded:
-                self._calm()  # no call left to be behind for (nor a tick to say so)
-            self._behind_since = None
+            self.overload.calm()  # no call left to be behind for (nor a tick to say so)
             if self._handle is not None:
                 self._handle.cancel()
                 self._handle = None
@@ -379,38 +368,6 @@ class MediaEngine:
             )
         else:
             logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
-
-    def _admit(self, lag: float, now: float) -> None:
-        """One tick started ``lag`` seconds behind at ``now``: refuse new calls once every
-        tick for :data:`ADMISSION_HOLD` was over ``max_lag``, take them again once every
-        tick for :data:`ADMISSION_CALM` was within it."""
-        if not self.max_lag:
-            return
-        if lag > self.max_lag:
-            self._calm_since = None
-            if self._behind_since is None:
-                self._behind_since = now
-            if not self.overloaded and now - self._behind_since >= ADMISSION_HOLD:
-                self.overloaded = True
-                logger.warning(
-                    "the media runs %.0f ms behind: new calls get 503 until it catches up "
-                    "([media] max_lag_ms = %.0f)",
-                    lag * 1000,
-                    self.max_lag * 1000,
-                )
-            return
-        self._behind_since = None
-        if not self.overloaded:
-            return
-        if self._calm_since is None:
-            self._calm_since = now
-        elif now - self._calm_since >= ADMISSION_CALM:
-            self._calm()
-
-    def _calm(self) -> None:
-        self.overloaded = False
-        self._behind_since = self._calm_since = None
-        logger.warning("the media caught up: taking new calls again (%d refused)", self.refused)
 
     def _slots(self) -> None:
         """The media thread finished slots: each one's work, in order, for at most
@@ -444,7 +401,7 @@ class MediaEngine:
                 break
             slot, when, received = backlog.popleft()
             if not self.streams:
-                self._admit(0.0, time.monotonic())
+                self.overload.tick(0.0, time.monotonic())
                 continue  # (the thread goes on between calls: nothing to do)
             cpu = time.thread_time()
             # (The thread's clock, read afresh: uvloop's loop.time() is the loop's
@@ -452,7 +409,7 @@ class MediaEngine:
             started = time.monotonic()
             lag = started - when
             self.lateness.append(lag * 1000)
-            self._admit(lag, started)
+            self.overload.tick(lag, started)
             try:
                 self._work(when, received, slot + AHEAD)
             finally:
@@ -483,7 +440,7 @@ class MediaEngine:
         cpu = time.thread_time()
         now = self.loop.time()
         self.lateness.append((now - self._next) * 1000)
-        self._admit(now - self._next, now)
+        self.overload.tick(now - self._next, now)
         try:
             self._work(now, self._udp.receive())
         finally:

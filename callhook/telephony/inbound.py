@@ -2,15 +2,15 @@
 leg, then its run.
 
 An incoming call is refused 503 when the server has ``[sip] max_calls`` calls already,
-or while its media runs behind (``[media] max_lag_ms``: :attr:`MediaEngine.overloaded
-<callhook.edge.mediaengine.MediaEngine.overloaded>`); it is routed by its request-URI
-user (or the number dialled, the To header's user) to an application, or, from one of
-``[users]`` whose digest was right, to that user's ``app`` when it has one (404 when
-nothing matches); its SDP offer is answered (488 when it is unusable, when no codec
-fits, or when its SRTP does not match the trunk's policy); it gets an RTP port (503 when
-none is free), a media session and a :class:`~callhook.telephony.leg.SipLeg`; it rings
-(180) and the service's :class:`~callhook.telephony.lifecycle.Lifecycle` runs its
-application, which answers it when it first needs to.
+or while its media runs behind (``[media] max_lag_ms``:
+:class:`~callhook.edge.overload.Overload`); it is routed by its request-URI user (or the
+number dialled, the To header's user) to an application, or, from one of ``[users]``
+whose digest was right, to that user's ``app`` when it has one (404 when nothing
+matches); its SDP offer is answered (488 when it is unusable, when no codec fits, or
+when its SRTP does not match the trunk's policy); it gets an RTP port (503 when none is
+free), a media session and a :class:`~callhook.telephony.leg.SipLeg`; it rings (180) and
+the service's :class:`~callhook.telephony.lifecycle.Lifecycle` runs its application,
+which answers it when it first needs to.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ class Inbound:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
             return
-        if media.overloaded:
+        if media.overload.overloaded:
             # The calls already up keep their audio: the engine logged when this began
             # ([media] max_lag_ms); a front (serve --workers) tries another worker.
-            media.refused += 1
+            media.overload.refused += 1
             agent.reject(event.call_id, 503, now, "Service Unavailable (media overloaded)")
             return
         trunk = self.trunks.of_source(event.source)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.events import DigitReceived
 from callhook.media import srtp
@@ -462,46 +463,58 @@ async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
 # --- admission ------------------------------------------------------------------------------
 
 
-async def test_the_engine_refuses_calls_once_it_runs_behind_for_half_a_second(
+def test_calls_are_refused_once_the_media_runs_behind_for_half_a_second(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """``max_lag``: every tick over it for half a second makes the engine overloaded (said
+    """``max_lag``: every tick over it for half a second makes the server overloaded (said
     once); every tick within it for a second takes calls again (said once)."""
+    overload = Overload(0.04)
+    now = 0.0
+    for _ in range(100):  # spikes over the threshold, each one alone: not behind
+        overload.tick(0.2, now)
+        overload.tick(0.01, now + 0.01)
+        now = round(now + 0.02, 6)  # (no drift)
+    assert not overload.overloaded
+    for _ in range(25):  # behind, every tick, for 0.48 s
+        overload.tick(0.1, now)
+        now = round(now + 0.02, 6)
+    assert not overload.overloaded
+    overload.tick(0.12, now)  # 0.5 s
+    assert overload.overloaded
+    for _ in range(50):  # within it for 0.98 s, one tick over: the second starts again
+        overload.tick(0.01, now)
+        now = round(now + 0.02, 6)
+    overload.tick(0.05, now)
+    for _ in range(50):
+        overload.tick(0.01, now)
+        now = round(now + 0.02, 6)
+    assert overload.overloaded
+    overload.refused = 3
+    overload.tick(0.01, now)  # within it for a second
+    assert not overload.overloaded
+    said = [r.getMessage() for r in caplog.records if r.name == "callhook.media"]
+    assert said == [
+        "the media runs 120 ms behind: new calls get 503 until it catches up "
+        "([media] max_lag_ms = 40)",
+        "the media caught up: taking new calls again (3 refused)",
+    ]
+    overload.max_lag = 0  # off: never overloaded
+    for _ in range(100):
+        overload.tick(5.0, now)
+        now = round(now + 0.02, 6)
+    assert not overload.overloaded
+
+
+async def test_the_last_call_ending_takes_calls_again() -> None:
+    """On the loop's timer no tick runs without a call: the engine's close() calms it."""
     engine = MediaEngine("127.0.0.1", 43300, 43400, thread=False, max_lag=0.04)
     try:
-        now = 0.0
-        for _ in range(100):  # spikes over the threshold, each one alone: not behind
-            engine._admit(0.2, now)
-            engine._admit(0.01, now + 0.01)
-            now = round(now + 0.02, 6)  # (no drift)
-        assert not engine.overloaded
-        for _ in range(25):  # behind, every tick, for 0.48 s
-            engine._admit(0.1, now)
-            now = round(now + 0.02, 6)
-        assert not engine.overloaded
-        engine._admit(0.12, now)  # 0.5 s
-        assert engine.overloaded
-        for _ in range(50):  # within it for 0.98 s, one tick over: the second starts again
-            engine._admit(0.01, now)
-            now = round(now + 0.02, 6)
-        engine._admit(0.05, now)
-        for _ in range(50):
-            engine._admit(0.01, now)
-            now = round(now + 0.02, 6)
-        assert engine.overloaded
-        engine._admit(0.01, now)  # within it for a second
-        assert not engine.overloaded
-        said = [r.getMessage() for r in caplog.records if r.name == "callhook.media"]
-        assert said == [
-            "the media runs 120 ms behind: new calls get 503 until it catches up "
-            "([media] max_lag_ms = 40)",
-            "the media caught up: taking new calls again (0 refused)",
-        ]
-        engine.max_lag = 0  # off: never overloaded
-        for _ in range(100):
-            engine._admit(5.0, now)
-            now = round(now + 0.02, 6)
-        assert not engine.overloaded
+        key = engine.attach(MediaSession("PCMU", 0, None, None), lambda _: None, lambda: None)
+        engine.overload.tick(1.0, 0.0)
+        engine.overload.tick(1.0, 0.5)
+        assert engine.overload.overloaded
+        engine.close(key)
+        assert not engine.overload.overloaded
     finally:
         engine.shutdown()
 
