@@ -137,9 +137,9 @@ from callhook.config.values import ConfigError as ConfigError
 from callhook.config.values import database as _database
 from callhook.config.values import domains as _domains
 from callhook.config.values import endpoints as _endpoints
-from callhook.config.values import flag as _flag
 from callhook.config.values import integer as _integer
 from callhook.config.values import ip_address as _ip_address
+from callhook.config.values import media_thread as _media_thread
 from callhook.config.values import network_list as _network_list
 from callhook.config.values import no_unknown as _no_unknown
 from callhook.config.values import number as _number
@@ -463,17 +463,12 @@ def load(path: Path) -> Settings:
     settings.media.remote_timeout = _number(path, "media", "remote_timeout", media, 10.0)
     if not 0 < settings.media.remote_timeout <= 300:
         raise ConfigError(f"{path}: [media] remote_timeout must be above 0 and at most 300")
-    settings.media.thread = _flag(path, "media", "thread", media, True)
-    lag = _number(path, "media", "max_lag_ms", media, settings.media.max_lag * 1000)
-    if not 0 <= lag <= 10_000:
-        raise ConfigError(f"{path}: [media] max_lag_ms must be 0 (never refuse) to 10000")
-    settings.media.max_lag = lag / 1000
-    settings.media.thread_fifo = _integer(path, "media", "thread_fifo", media, 0)
-    if not 0 <= settings.media.thread_fifo <= 99:
-        raise ConfigError(f"{path}: [media] thread_fifo must be 0 (off) to 99")
-    settings.media.thread_nice = _integer(path, "media", "thread_nice", media, 0)
-    if not -20 <= settings.media.thread_nice <= 19:
-        raise ConfigError(f"{path}: [media] thread_nice must be -20 to 19")
+    (
+        settings.media.thread,
+        settings.media.max_lag,
+        settings.media.thread_fifo,
+        settings.media.thread_nice,
+    ) = _media_thread(path, media, settings.media.max_lag)
     notifications = _table(path, raw, "notifications")
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
     settings.notifications.first_retry = _number(

@@ -179,6 +179,25 @@ def speech(
     return voice, recogniser, model, threads, flag(path, "speech", "preload", values, True)
 
 
+def media_thread(
+    path: Path, values: dict[str, Any], default_lag: float
+) -> tuple[bool, float, int, int]:
+    """``[media]``'s media thread: whether it runs, the lag (seconds; ``default_lag``
+    when not set) past which new calls get 503 (0: never), its SCHED_FIFO priority and its
+    nice level (0: off)."""
+    thread = flag(path, "media", "thread", values, True)
+    lag = number(path, "media", "max_lag_ms", values, default_lag * 1000)
+    if not 0 <= lag <= 10_000:
+        raise ConfigError(f"{path}: [media] max_lag_ms must be 0 (never refuse) to 10000")
+    fifo = integer(path, "media", "thread_fifo", values, 0)
+    if not 0 <= fifo <= 99:
+        raise ConfigError(f"{path}: [media] thread_fifo must be 0 (off) to 99")
+    nice = integer(path, "media", "thread_nice", values, 0)
+    if not -20 <= nice <= 19:
+        raise ConfigError(f"{path}: [media] thread_nice must be -20 to 19")
+    return thread, lag / 1000, fifo, nice
+
+
 def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float, str, int]:
     """``[database]``: the PostgreSQL URL of shared state (None: SQLite in the data
     directory); how many seconds a silent node is given before it is taken for gone; and

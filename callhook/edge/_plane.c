@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "../media/_ringcore.h"
+#include "_sockaddr.h"
 
 /* Largest datagram a record carries (G.711 at 60 ms with SRTP fits); larger ones are
  * counted and dropped (`oversized`). */
@@ -787,38 +788,13 @@ static PyObject *Plane_quiet(Plane *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* A destination (host, port) parsed as socket.sendto would, once while the same object
- * comes (the port keeps it). */
+/* Parse a destination once: the port keeps the result while the same object comes. */
 static int parse_destination(Port *port, PyObject *address) {
-    const char *host;
-    int number;
-    if (!PyArg_ParseTuple(address, "si", &host, &number))
+    socklen_t len;
+    if (resolve_destination(address, port->family, (struct sockaddr *)&port->to,
+                            sizeof(port->to), &len) < 0)
         return -1;
-    if (number < 0 || number > 65535) {
-        PyErr_SetString(PyExc_OSError, "port must be 0-65535");
-        return -1;
-    }
-    struct addrinfo hints, *found = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = port->family;
-    hints.ai_socktype = SOCK_DGRAM;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = getaddrinfo(host, NULL, &hints, &found);
-    Py_END_ALLOW_THREADS
-    if (rc != 0 || found == NULL || found->ai_addrlen > sizeof(port->to)) {
-        if (found != NULL)
-            freeaddrinfo(found);
-        PyErr_Format(PyExc_OSError, "cannot send to %s", host);
-        return -1;
-    }
-    memcpy(&port->to, found->ai_addr, found->ai_addrlen);
-    port->to_len = found->ai_addrlen;
-    freeaddrinfo(found);
-    if (port->to.sin6_family == AF_INET6)
-        port->to.sin6_port = htons((uint16_t)number);
-    else
-        ((struct sockaddr_in *)&port->to)->sin_port = htons((uint16_t)number);
+    port->to_len = len;
     Py_INCREF(address);
     Py_XSETREF(port->to_obj, address);
     return 0;
@@ -876,22 +852,6 @@ static PyObject *Plane_send(Plane *self, PyObject *args, PyObject *kwds) {
     return PyLong_FromLong(errors);
 }
 
-/* (host, port) of a sender, as socket.recvfrom gives it. */
-static PyObject *address_object(const struct sockaddr_in6 *from, uint32_t len) {
-    char host[NI_MAXHOST];
-    int number;
-    if (getnameinfo((const struct sockaddr *)from, len, host, sizeof(host), NULL, 0,
-                    NI_NUMERICHOST) != 0) {
-        PyErr_SetString(PyExc_OSError, "a datagram's source address could not be read");
-        return NULL;
-    }
-    if (from->sin6_family == AF_INET6)
-        number = ntohs(from->sin6_port);
-    else
-        number = ntohs(((const struct sockaddr_in *)from)->sin_port);
-    return Py_BuildValue("(si)", host, number);
-}
-
 static int take_datagram(Plane *self, Event *ev) {
     if (ev->fd < 0 || ev->fd >= self->nports || self->ports[ev->fd].key == NULL)
         return 0;
@@ -902,7 +862,7 @@ static int take_datagram(Plane *self, Event *ev) {
     Port *port = &self->ports[ev->fd];
     if (port->from_obj == NULL || port->from_len != ev->addr_len ||
         memcmp(&port->from, &ev->addr, ev->addr_len) != 0) {
-        PyObject *address = address_object(&ev->addr, ev->addr_len);
+        PyObject *address = address_object((const struct sockaddr *)&ev->addr, ev->addr_len);
         if (address == NULL)
             return -1;
         Py_XSETREF(port->from_obj, address);

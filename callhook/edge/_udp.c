@@ -26,6 +26,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "_sockaddr.h"
+
 typedef struct {
     PyObject *key;  /* NULL: the descriptor is not registered */
     int family;
@@ -228,22 +230,6 @@ static PyObject *Udp_remove(Udp *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-/* (host, port) of a sender, as socket.recvfrom gives it (IPv6 without flow and scope). */
-static PyObject *address_object(const struct sockaddr_storage *from, socklen_t len) {
-    char host[NI_MAXHOST];
-    int port;
-    if (getnameinfo((const struct sockaddr *)from, len, host, sizeof(host), NULL, 0,
-                    NI_NUMERICHOST) != 0) {
-        PyErr_SetString(PyExc_OSError, "a datagram's source address could not be read");
-        return NULL;
-    }
-    if (from->ss_family == AF_INET6)
-        port = ntohs(((const struct sockaddr_in6 *)from)->sin6_port);
-    else
-        port = ntohs(((const struct sockaddr_in *)from)->sin_port);
-    return Py_BuildValue("(si)", host, port);
-}
-
 static PyObject *Udp_receive(Udp *self, PyObject *Py_UNUSED(ignored)) {
     if (check_open(self) < 0)
         return NULL;
@@ -295,7 +281,7 @@ static PyObject *Udp_receive(Udp *self, PyObject *Py_UNUSED(ignored)) {
         Slot *slot = &self->slots[d->fd];
         if (slot->from_obj == NULL || slot->from_len != d->from_len ||
             memcmp(&slot->from, &d->from, d->from_len) != 0) {
-            PyObject *address = address_object(&d->from, d->from_len);
+            PyObject *address = address_object((const struct sockaddr *)&d->from, d->from_len);
             if (address == NULL)
                 goto error;
             Py_XSETREF(slot->from_obj, address);
@@ -319,36 +305,11 @@ error:
     return NULL;
 }
 
-/* Parse a destination (host, port) for a socket of `family`, as socket.sendto would: a
- * numeric address, or a name looked up (once: the slot keeps the result). */
+/* Parse a destination once: the slot keeps the result while the same object comes. */
 static int parse_destination(Slot *slot, PyObject *address) {
-    const char *host;
-    int port;
-    if (!PyArg_ParseTuple(address, "si", &host, &port))
+    if (resolve_destination(address, slot->family, (struct sockaddr *)&slot->to,
+                            sizeof(slot->to), &slot->to_len) < 0)
         return -1;
-    if (port < 0 || port > 65535) {
-        PyErr_SetString(PyExc_OSError, "port must be 0-65535");
-        return -1;
-    }
-    struct addrinfo hints, *found = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = slot->family;
-    hints.ai_socktype = SOCK_DGRAM;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = getaddrinfo(host, NULL, &hints, &found);
-    Py_END_ALLOW_THREADS
-    if (rc != 0 || found == NULL) {
-        PyErr_Format(PyExc_OSError, "cannot send to %s: %s", host, gai_strerror(rc));
-        return -1;
-    }
-    memcpy(&slot->to, found->ai_addr, found->ai_addrlen);
-    slot->to_len = found->ai_addrlen;
-    freeaddrinfo(found);
-    if (slot->to.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&slot->to)->sin6_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in *)&slot->to)->sin_port = htons((uint16_t)port);
     Py_INCREF(address);
     Py_XSETREF(slot->to_obj, address);
     return 0;

@@ -4,9 +4,9 @@ Each call has its own UDP port (an even port from the configured range, as
 RFC 3550 §11 suggests). The sockets are not registered with the event loop. The
 media thread (:mod:`callhook.edge.plane`, one native thread per process) keeps the
 20 ms grid: at each slot it sends the frames queued for it (silence where Python's
-has not come), reads every socket, and wakes the loop. For each slot it finished,
-in order, :meth:`MediaEngine._slots` does all media work for all calls at once, with
-the slot's own time (docs/architecture.md):
+has not come), reads every socket, and wakes the loop. For each slot it finished, in
+order (:mod:`callhook.edge.slots`), :meth:`MediaEngine._slot` does all media work for
+all calls at once, with the slot's own time (docs/architecture.md):
 
 1. receive: the datagrams the thread read in the slot. The usual RTP packets (the
    latched peer's next packet, plain, in the call's codec) are taken in C in one call
@@ -69,9 +69,11 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, Plane, new_plane
+from callhook.edge.slots import SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet, vad
 from callhook.media.g711 import LAWS
@@ -84,10 +86,6 @@ TICK = 0.02
 ROUNDS = 6
 #: Slots a late tick catches up on (60 ms: within a far end's jitter buffer).
 MAX_CATCH_UP = 3
-#: Seconds of wall time the work of the media thread's slots may take before the loop's
-#: other work (SIP, the runners) runs: one slot's work is far less, a backlog's more.
-SLOTS_BUDGET = 0.02
-
 
 #: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
 #: that is dropped, as a socket's kernel buffer would drop it.
@@ -228,14 +226,10 @@ class MediaEngine:
         self._priority = (fifo, nice)
         #: Whether new calls are refused: the media runs behind (edge/overload.py).
         self.overload = Overload(max_lag)
-        # The thread's slots read but not yet worked, the last one read, and whether a
-        # call of _slots is due already.
-        self._backlog: deque[
-            tuple[int, float, list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]]]
-        ] = deque()
-        self._last_slot: int | None = None
-        self._soon = False
-        self._closed = False
+        #: Reads the thread's slots in order (edge/slots.py); None: no thread.
+        self.slots: SlotReader | None = None
+        if self.plane is not None:
+            self.slots = SlotReader(self.plane, self.loop, self._slot, TICK)
         _say_if_in_python()
 
     def allocate(self) -> tuple[socket.socket, int]:
@@ -301,7 +295,8 @@ class MediaEngine:
         if plane is not None:
             if not plane.running:
                 plane.start()
-                self.loop.add_reader(plane.fileno(), self._slots)
+                assert self.slots is not None
+                self.loop.add_reader(plane.fileno(), self.slots.read)
                 self._prioritise(plane)
         elif self._handle is None:
             self._next = self.loop.time() + TICK
@@ -369,57 +364,26 @@ class MediaEngine:
         else:
             logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
 
-    def _slots(self) -> None:
-        """The media thread finished slots: each one's work, in order, for at most
-        :data:`SLOTS_BUDGET` of wall time a call (then the loop's other work runs, and
-        this again), so a backlog is worked off at once but SIP and the runners are
-        never kept waiting long."""
-        plane = self.plane
-        if plane is None or self._closed:
-            return
-        self._soon = False
-        plane.wake()
-        backlog = self._backlog
-        until = time.monotonic() + SLOTS_BUDGET
-        while True:
-            if not backlog:
-                got = plane.next_slot()
-                if got is None:
-                    return
-                slot, when, _late, skipped, received = got
-                last = self._last_slot
-                if last is not None:
-                    # Slots the thread ran but could not say so (its ring was full): run
-                    # with no datagrams, so each call's media clock goes on as the wire's.
-                    # Those it skipped (a stall of the thread) are skipped here too.
-                    for missing in range(last + 1, slot - skipped):
-                        backlog.append((missing, when - (slot - missing) * TICK, []))
-                backlog.append((slot, when, received))
-                self._last_slot = slot
-                continue
-            if time.monotonic() > until:
-                break
-            slot, when, received = backlog.popleft()
-            if not self.streams:
-                self.overload.tick(0.0, time.monotonic())
-                continue  # (the thread goes on between calls: nothing to do)
-            cpu = time.thread_time()
-            # (The thread's clock, read afresh: uvloop's loop.time() is the loop's
-            # iteration start, in whole milliseconds.)
-            started = time.monotonic()
-            lag = started - when
-            self.lateness.append(lag * 1000)
-            self.overload.tick(lag, started)
-            try:
-                self._work(when, received, slot + AHEAD)
-            finally:
-                self.durations.append((time.monotonic() - started) * 1000)
-                if self.after_tick is not None:
-                    self.after_tick()
-                self.tick_cpu += time.thread_time() - cpu
-        if not self._soon:  # more are waiting: after the loop's other work
-            self._soon = True
-            self.loop.call_soon(self._slots)
+    def _slot(self, slot: int, when: float, received: list[tuple[Any, bytes, Address]]) -> None:
+        """The media thread's slot ``slot`` (at ``when``): its work (edge/slots.py reads
+        them in order)."""
+        if not self.streams:
+            self.overload.tick(0.0, time.monotonic())
+            return  # (the thread goes on between calls: nothing to do)
+        cpu = time.thread_time()
+        # (The thread's clock, read afresh: uvloop's loop.time() is the loop's iteration
+        # start, in whole milliseconds.)
+        started = time.monotonic()
+        lag = started - when
+        self.lateness.append(lag * 1000)
+        self.overload.tick(lag, started)
+        try:
+            self._work(when, received, slot + AHEAD)
+        finally:
+            self.durations.append((time.monotonic() - started) * 1000)
+            if self.after_tick is not None:
+                self.after_tick()
+            self.tick_cpu += time.thread_time() - cpu
 
     def thread_stats(self) -> dict[str, float]:
         """The media thread's counters (empty where the tick runs on the loop)."""
@@ -704,4 +668,5 @@ class MediaEngine:
             if self.plane.running:
                 self.loop.remove_reader(self.plane.fileno())
             self.plane.close()
-            self._closed = True
+            if self.slots is not None:
+                self.slots.closed = True

@@ -530,6 +530,8 @@ async def test_the_engine_runs_the_slots_the_thread_could_not_report_and_skips_i
     assert engine.plane is not None
     engine.plane.close()
     engine.plane = made
+    assert engine.slots is not None
+    engine.slots.plane = made
     worked: list[tuple[int, float]] = []
 
     def work(now: float, received: list[Any], slot: int | None = None) -> None:
@@ -542,16 +544,16 @@ async def test_the_engine_runs_the_slots_the_thread_could_not_report_and_skips_i
     try:
         for slot in range(1100):  # 76 TICKs find the ring full
             made.step(at(slot))
-        monkeypatch.setattr("callhook.edge.mediaengine.SLOTS_BUDGET", -1.0)
-        engine._slots()
-        assert len(worked) == 0 and engine._soon  # no time left: the loop's other work first
-        monkeypatch.setattr("callhook.edge.mediaengine.SLOTS_BUDGET", 0.02)
-        while engine._soon:
-            engine._slots()
+        monkeypatch.setattr("callhook.edge.slots.BUDGET", -1.0)
+        engine.slots.read()
+        assert len(worked) == 0 and engine.slots.soon  # no time left: the loop's other work
+        monkeypatch.setattr("callhook.edge.slots.BUDGET", 0.02)
+        while engine.slots.soon:
+            engine.slots.read()
         made.step(at(1100) + 0.5)  # the thread stalls: slots 1100 to 1124 skipped
-        engine._slots()
-        while engine._soon:
-            engine._slots()
+        engine.slots.read()
+        while engine.slots.soon:
+            engine.slots.read()
         assert [s for s, _ in worked] == [*range(1100), 1125]
         assert all(now == pytest.approx(at(s)) for s, now in worked)
     finally:
