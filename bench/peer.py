@@ -1,6 +1,6 @@
 """The peer benchmark: the load kit's IVR call on Asterisk 20 and on callhook, in one run.
 
-    .venv/bin/python -m bench.peer [--steps 200,400,650] [--asterisk PATH]
+    .venv/bin/python -m bench.peer [--steps 200,400,650] [--asterisk PATH | --build [SRC]]
                                    [--workers 1] [--hog 2] [--kit DIR]
 
 Absolute figures on a shared machine move by a third between runs, so a comparison with
@@ -17,11 +17,15 @@ multiple of it, and the gaps between consecutive RTP packets the server sent on 
 Asterisk runs the same call as a dialplan (``Answer``, ``Playback`` of the kit's prompt,
 ``Read`` of 4 digits after the kit's beep, ``Record`` until 3 s of silence, 10 s at most,
 keeping the silence as callhook does, ``Hangup``) with chan_sip on the same address and
-RTP port range callhook uses. It is not built here: this benchmark needs an Asterisk 20
-(chan_sip left Asterisk in version 21) built with chan_sip and installed, and finds its
-binary on ``PATH``, at ``/usr/sbin/asterisk`` or ``/usr/local/sbin/asterisk``, or where
-``--asterisk`` says, and its modules beside it (or ``--modules``). Its configuration is
-written into the run's work directory; nothing of the installation's is read.
+RTP port range callhook uses. This benchmark needs an Asterisk 20 (chan_sip left Asterisk
+in version 21) built with chan_sip. With ``--build`` it is built from Asterisk's public
+source (20.15.0; ``--build SRC``: another source, as :mod:`bench.asterisk` takes) with
+:mod:`bench.asterisk`'s recipe and installed under ``~/.cache/callhook-bench/`` (about 5
+minutes on 2 cores; an earlier build there is reused); otherwise the benchmark finds an
+installed one: its binary on ``PATH``, at ``/usr/sbin/asterisk``,
+``/usr/local/sbin/asterisk`` or where ``--build`` put it, or where ``--asterisk`` says, and
+its modules beside it (or ``--modules``). Its configuration is written into the run's
+work directory; nothing of the installation's is read.
 
 ``--hog N`` runs ``stress-ng --cpu N`` (Debian's ``stress-ng``) at nice 0 during both
 servers' steps: the same busy machine for both.
@@ -45,11 +49,16 @@ import time
 import wave
 from pathlib import Path
 
-from bench import floor, ivr_load
+from bench import asterisk, floor, ivr_load
 from bench.ivr_load import CALL_SECONDS, EXPECTED_RECORDING, KIT, RTP_FIRST, RTP_LAST, SIP_PORT
 
-#: Where an installed Asterisk's binary is looked for, after ``PATH``.
-ASTERISK_PLACES = ("/usr/sbin/asterisk", "/usr/local/sbin/asterisk")
+#: Where an installed Asterisk's binary is looked for, after ``PATH``: the system's places,
+#: then where ``--build`` (bench/asterisk.py) installs one.
+ASTERISK_PLACES = (
+    "/usr/sbin/asterisk",
+    "/usr/local/sbin/asterisk",
+    str(asterisk.DEFAULT_PREFIX / "sbin" / "asterisk"),
+)
 
 #: The modules the dialplan needs, and nothing else (``autoload`` is off).
 MODULES = (
@@ -84,7 +93,8 @@ def find_asterisk(given: Path | None) -> Path:
         "bench.peer needs Asterisk 20 built with chan_sip (version 21 removed it) and "
         "installed; none was found"
         + (f" at {given}" if given is not None else f" on PATH or at {', '.join(ASTERISK_PLACES)}")
-        + ": pass its binary with --asterisk"
+        + ": pass its binary with --asterisk, or --build builds one from Asterisk's public "
+        "source (about 5 minutes on 2 cores)"
     )
 
 
@@ -349,11 +359,22 @@ def main() -> None:
     parser.add_argument("--kit", type=Path, default=KIT)
     parser.add_argument("--asterisk", type=Path, help="the Asterisk 20 binary (chan_sip)")
     parser.add_argument("--modules", type=Path, help="its modules' directory")
+    parser.add_argument(
+        "--build",
+        nargs="?",
+        const=asterisk.DEFAULT_SOURCE,
+        metavar="SRC",
+        help="without --asterisk: build Asterisk 20 with chan_sip (bench.asterisk; an earlier "
+        "build is reused) from SRC, by default Asterisk's public source",
+    )
     parser.add_argument("--workers", type=int, default=1, help="serve --workers")
     parser.add_argument("--hog", type=int, default=0, help="stress-ng --cpu N meanwhile")
     args = parser.parse_args()
     ivr_load.check_kit(args.kit)
-    binary = find_asterisk(args.asterisk)
+    if args.build is not None and args.asterisk is None:
+        binary = asterisk.build(args.build)
+    else:
+        binary = find_asterisk(args.asterisk)
     modules = find_modules(binary, args.modules)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-peer-"))
     app, app_base = ivr_load.start_app()

@@ -109,7 +109,7 @@ typedef struct {
     uint16_t len;
     int32_t fd;
     int64_t slot;
-    int64_t when;    /* a datagram: when it was read; a TICK: the slot's time */
+    int64_t when;    /* a datagram: when it reached the host; a TICK: the slot's time */
     int64_t late;    /* a TICK: how late the thread started it (ns) */
     int64_t skipped; /* a TICK: slots the thread skipped just before it */
     struct sockaddr_in6 addr;
@@ -162,6 +162,11 @@ typedef struct {
     Event got[MAX_ROUNDS];
     struct mmsghdr msgs[MAX_ROUNDS];
     struct iovec iov[MAX_ROUNDS];
+    /* Each datagram's control message: its arrival (SCM_TIMESTAMPNS). */
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control[MAX_ROUNDS];
     unsigned char filler[DATA_MAX];
     atomic_int stop;
     atomic_llong running_slot; /* the next slot the thread runs: for Python */
@@ -360,10 +365,35 @@ static void send_slot(Core *c) {
     }
 }
 
+static int64_t real_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* When a datagram reached the host, on the clock of `now`: the kernel stamps it on the
+ * wall clock, so it is `now` less the time since (never after `now`; `now` itself where
+ * the stamp is missing). Datagrams left in the kernel while Python was behind are read
+ * later, in bursts: their arrival says they came at the call's own pace, which is what
+ * the flood limit counts by. */
+static int64_t arrival(struct msghdr *msg, int64_t now, int64_t wall) {
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm != NULL; cm = CMSG_NXTHDR(msg, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec t;
+            memcpy(&t, CMSG_DATA(cm), sizeof(t));
+            int64_t ago = wall - ((int64_t)t.tv_sec * 1000000000LL + t.tv_nsec);
+            return ago > 0 ? now - ago : now;
+        }
+    }
+    return now;
+}
+
 /* Step 3. */
 static void receive_slot(Core *c, int64_t now) {
     if (c->nactive == 0)
         return;
+    int64_t wall = 0;
+    int have_wall = 0;
     int ready;
     do {
         ready = epoll_wait(c->epfd, c->ready, c->nactive, 0);
@@ -384,8 +414,14 @@ static void receive_slot(Core *c, int64_t now) {
             c->msgs[k].msg_hdr.msg_namelen = sizeof(c->got[k].addr);
             c->msgs[k].msg_hdr.msg_iov = &c->iov[k];
             c->msgs[k].msg_hdr.msg_iovlen = 1;
+            c->msgs[k].msg_hdr.msg_control = c->control[k].buf;
+            c->msgs[k].msg_hdr.msg_controllen = sizeof(c->control[k].buf);
         }
         int n = recvmmsg(fd, c->msgs, want, MSG_DONTWAIT, NULL);
+        if (n > 0 && !have_wall) {
+            wall = real_ns();
+            have_wall = 1;
+        }
         for (int k = 0; k < n; k++) {
             Event *ev = &c->got[k];
             ev->kind = EV_DATAGRAM;
@@ -393,7 +429,7 @@ static void receive_slot(Core *c, int64_t now) {
             ev->len = (uint16_t)(c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len);
             ev->fd = fd;
             ev->slot = c->slot;
-            ev->when = now;
+            ev->when = arrival(&c->msgs[k].msg_hdr, now, wall);
             ev->late = 0;
             ev->addr_len = c->msgs[k].msg_hdr.msg_namelen;
             ring_push(c->events, ev);
@@ -461,6 +497,7 @@ static void run_slot(Core *c, int64_t now) {
 static void *run(void *arg) {
     Core *c = arg;
     atomic_store(&c->tid, (int)syscall(SYS_gettid));
+    pthread_setname_np(pthread_self(), "callhook-media"); /* (top -H, ps -L) */
     while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
         struct timespec at = {.tv_sec = c->next / 1000000000LL, .tv_nsec = c->next % 1000000000LL};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
@@ -734,6 +771,10 @@ static PyObject *Plane_add(Plane *self, PyObject *args) {
     socklen_t len = sizeof(family);
     if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
+    /* Each datagram comes with the time it reached the host (socket(7) SO_TIMESTAMPNS). */
+    int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     memset(&self->cmd, 0, offsetof(Command, data));
     self->cmd.kind = CMD_ADD;
     self->cmd.fd = fd;
@@ -872,8 +913,14 @@ static int take_datagram(Plane *self, Event *ev) {
     PyObject *data = PyBytes_FromStringAndSize((const char *)ev->data, ev->len);
     if (data == NULL)
         return -1;
-    PyObject *item = PyTuple_Pack(3, port->key, data, port->from_obj);
+    PyObject *arrived = PyFloat_FromDouble(ev->when / 1e9);
+    if (arrived == NULL) {
+        Py_DECREF(data);
+        return -1;
+    }
+    PyObject *item = PyTuple_Pack(4, port->key, data, port->from_obj, arrived);
     Py_DECREF(data);
+    Py_DECREF(arrived);
     if (item == NULL)
         return -1;
     int rc = PyList_Append(self->pending, item);
@@ -1037,9 +1084,9 @@ static PyMethodDef Plane_methods[] = {
      "send(batch, slot, verbatim=False) -> int: queue each (fd, data, (host, port)) for "
      "`slot`; the number that cannot go (no address, too big, no room)."},
     {"next_slot", (PyCFunction)Plane_next_slot, METH_NOARGS,
-     "next_slot() -> (slot, when, late, skipped, [(key, data, (host, port))]) | None: the "
+     "next_slot() -> (slot, when, late, skipped, [(key, data, (host, port), arrival)]) | None: the "
      "next slot the thread finished, the slots it skipped before it, and the datagrams "
-     "read in it."},
+     "read in it, each with when it reached the host (on the slots' clock)."},
     {"wake", (PyCFunction)Plane_wake, METH_NOARGS,
      "wake() -> int: reset the wake-up descriptor (before reading the slots)."},
     {"fileno", (PyCFunction)Plane_fileno, METH_NOARGS,

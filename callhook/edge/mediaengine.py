@@ -67,13 +67,13 @@ import socket
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, Plane, new_plane
-from callhook.edge.slots import SlotReader
+from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet, vad
 from callhook.media.g711 import LAWS
@@ -364,7 +364,7 @@ class MediaEngine:
         else:
             logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
 
-    def _slot(self, slot: int, when: float, received: list[tuple[Any, bytes, Address]]) -> None:
+    def _slot(self, slot: int, when: float, received: Received) -> None:
         """The media thread's slot ``slot`` (at ``when``): its work (edge/slots.py reads
         them in order)."""
         if not self.streams:
@@ -417,7 +417,7 @@ class MediaEngine:
     def _work(
         self,
         now: float,
-        received: list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]],
+        received: Sequence[inlet.Datagram],
         slot: int | None = None,
     ) -> None:
         """One tick at ``now`` with the datagrams ``received`` in it; its packets go at once
@@ -642,19 +642,18 @@ class MediaEngine:
                 except Exception:
                     self._fault(stream, "receiving")
 
-    def _receive(
-        self,
-        now: float,
-        received: list[tuple[tuple[_Stream, MediaSession | None], bytes, Address]],
-    ) -> None:
+    def _receive(self, now: float, received: Sequence[inlet.Datagram]) -> None:
         # The usual RTP packets are taken in C (media/inlet.py); Python gets the rest.
-        rest, faults = inlet.take_all(received, now)
+        # Each: ((stream, session or None for RTCP), data, source[, arrival]); a list
+        # (the thread's slot, or the loop's sockets read), as take_all needs.
+        rest, faults = inlet.take_all(cast(inlet.Received, received), now)
         for (stream, _), exc in faults:
             self._fault(stream, "receiving", exc)
-        for (stream, session), data, address in rest:
+        for item in rest:
+            (stream, session), data, address = item[0], item[1], item[2]
             try:
                 if session is not None:
-                    session.receive(data, address, now)
+                    session.receive(data, address, now, item[3] if len(item) == 4 else None)
                 else:
                     stream.session.rtcp_received(data, address, now)
             except Exception as exc:

@@ -122,10 +122,13 @@ class Plane(Protocol):
 
     def next_slot(
         self,
-    ) -> tuple[int, float, float, int, list[tuple[Any, bytes, Address]]] | None:
+    ) -> tuple[int, float, float, int, list[tuple[Any, bytes, Address, float]]] | None:
         """The next slot the thread finished: its number, time, how late the thread
         started it (s), how many slots it skipped just before it (a stall of the thread),
-        and the datagrams read in it as ``(key, data, sender)``. A slot missing between
+        and the datagrams read in it as ``(key, data, sender, arrival)``, ``arrival`` being
+        when the datagram reached the host (the kernel's timestamp, on the clock of the
+        slots' times; earlier than the slot's when it waited in the kernel while Python
+        was behind). A slot missing between
         two and not skipped ran without a word (the ring was full): no datagrams."""
         ...
 

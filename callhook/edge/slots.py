@@ -28,7 +28,7 @@ from callhook.edge.plane import Address, Plane
 #: other work runs: one slot's work is far less, a backlog's more.
 BUDGET = 0.02
 
-Received = list[tuple[Any, bytes, Address]]
+Received = list[tuple[Any, bytes, Address, float]]
 
 
 class SlotReader:

@@ -290,7 +290,10 @@ static int record(Inlet *self, PyObject *sink, PyObject *list, long long ts,
 
 /* The datagram `data` from `source` at `now`: 1 taken, 0 left for Python (nothing
  * changed), -1 an exception (raised by a bridge, a recording or a container). */
-static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
+/* `arrival`: when the datagram reached the host (the media thread's kernel timestamp;
+ * `now` where nothing says), which the flood limit counts by: datagrams read late in a
+ * burst, after a backlog, came at the call's usual rate. */
+static int take(Inlet *self, PyObject *data, PyObject *source, double now, double arrival) {
     if (!IS_NONE(self->srtp) || !self->latched || IS_NONE(self->remote) || !self->batched)
         return 0;
     if (source != self->remote &&
@@ -307,8 +310,8 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
     /* The flood limit (session.py's receive()): over it, Python drops and logs. */
     double bucket_start = self->bucket_start;
     long long bucket_count = self->bucket_count;
-    if (now - bucket_start >= 1.0) {
-        bucket_start = now;
+    if (arrival - bucket_start >= 1.0) {
+        bucket_start = arrival;
         bucket_count = 0;
     }
     bucket_count += 1;
@@ -457,14 +460,18 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now) {
 }
 
 static PyObject *Inlet_take(Inlet *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "take(data, source, now) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "take(data, source, now, arrival=now) takes 3 or 4 "
+                                         "arguments");
         return NULL;
     }
     double now = PyFloat_AsDouble(args[2]);
     if (now == -1.0 && PyErr_Occurred())
         return NULL;
-    int taken = take(self, args[0], args[1], now);
+    double arrival = nargs == 4 ? PyFloat_AsDouble(args[3]) : now;
+    if (arrival == -1.0 && PyErr_Occurred())
+        return NULL;
+    int taken = take(self, args[0], args[1], now, arrival);
     if (taken < 0)
         return NULL;
     return PyBool_FromLong(taken);
@@ -472,7 +479,8 @@ static PyObject *Inlet_take(Inlet *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef Inlet_methods[] = {
     {"take", (PyCFunction)(void (*)(void))Inlet_take, METH_FASTCALL,
-     "take(data, source, now) -> bool: the datagram taken as receive() would take it, "
+     "take(data, source, now, arrival=now) -> bool: the datagram taken as receive() would "
+     "take it, "
      "when it is the usual packet; False and nothing changed otherwise."},
     {NULL, NULL, 0, NULL},
 };
@@ -514,16 +522,23 @@ static PyObject *take_all(PyObject *module, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(received); i++) {
         PyObject *item = PyList_GET_ITEM(received, i);
         int taken = 0;
-        /* item: ((stream, inlet or None), data, source) */
-        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 3) {
+        /* item: ((stream, inlet or None), data, source[, arrival]) */
+        Py_ssize_t size = PyTuple_CheckExact(item) ? PyTuple_GET_SIZE(item) : 0;
+        if (size == 3 || size == 4) {
             PyObject *key = PyTuple_GET_ITEM(item, 0);
             if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 2) {
                 PyObject *inlet = PyTuple_GET_ITEM(key, 1);
                 if (PyObject_TypeCheck(inlet, &InletType)) {
                     Inlet *in = (Inlet *)inlet;
-                    if (in->declined_in != call)
+                    double arrival = now;
+                    if (size == 4) {
+                        arrival = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 3));
+                        if (arrival == -1.0 && PyErr_Occurred())
+                            taken = -1;
+                    }
+                    if (taken == 0 && in->declined_in != call)
                         taken = take(in, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2),
-                                     now);
+                                     now, arrival);
                     if (taken != 1)
                         in->declined_in = call;
                 }

@@ -1,7 +1,7 @@
 """Type stub of the native bases of :mod:`callhook.media.inlet` (``_inlet.c``)."""
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 class Preroll:
     def __init__(self, maxlen: int) -> None: ...
@@ -60,8 +60,13 @@ class Inlet:
     recognising: bool
     expects_rtp: bool
     timed_out: bool
-    def take(self, data: bytes, source: tuple[str, int], now: float) -> bool: ...
+    def take(
+        self, data: bytes, source: tuple[str, int], now: float, arrival: float = ...
+    ) -> bool: ...
+
+# ((key, data, source[, arrival])): the rest are given back as they came.
+_D = TypeVar("_D", bound=tuple[Any, ...])
 
 def take_all(
-    received: list[tuple[Any, bytes, tuple[str, int]]], now: float
-) -> tuple[list[tuple[Any, bytes, tuple[str, int]]], list[tuple[Any, BaseException]]]: ...
+    received: list[_D], now: float
+) -> tuple[list[_D], list[tuple[Any, BaseException]]]: ...

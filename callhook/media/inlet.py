@@ -34,9 +34,13 @@ nothing: the same behaviour, at Python's cost.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, TypeVar
 
-Received = list[tuple[Any, bytes, tuple[str, int]]]
+#: A datagram to take: its key, its bytes, its source and, from the media thread, when it
+#: reached the host.
+Datagram = tuple[Any, bytes, tuple[str, int]] | tuple[Any, bytes, tuple[str, int], float]
+Received = list[Datagram]
+_D = TypeVar("_D", bound=tuple[Any, ...])
 
 try:
     from callhook.media._inlet import Inlet, Preroll, ReceiverCore, take_all
@@ -51,15 +55,17 @@ except ImportError:  # no C compiler where callhook was installed
     class Inlet:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
 
-        def take(self, data: bytes, source: tuple[str, int], now: float) -> bool:
+        def take(
+            self, data: bytes, source: tuple[str, int], now: float, arrival: float = 0.0
+        ) -> bool:
             return False
 
     class ReceiverCore:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
 
     def take_all(
-        received: Received, now: float
-    ) -> tuple[Received, list[tuple[Any, BaseException]]]:
+        received: list[_D], now: float
+    ) -> tuple[list[_D], list[tuple[Any, BaseException]]]:
         """Where the extension is missing: nothing is taken, Python receives it all."""
         return received, []
 

@@ -181,8 +181,13 @@ class MediaSession(Inlet):
 
     # --- receive ----------------------------------------------------------------------
 
-    def receive(self, data: bytes, source: Address, now: float) -> None:
-        """One datagram from the call's RTP port.
+    def receive(
+        self, data: bytes, source: Address, now: float, arrival: float | None = None
+    ) -> None:
+        """One datagram from the call's RTP port, taken at ``now``; it reached the host at
+        ``arrival`` (the media thread's kernel timestamp; ``now`` where None), which the
+        flood limit counts by: datagrams read in a burst after a backlog came at the
+        call's own pace.
 
         The usual packet's path here (latched peer, no SRTP, the flood limit, the
         plain header, :meth:`RtpReceiver.feed_next <callhook.media.rtp.RtpReceiver.feed_next>`,
@@ -192,8 +197,9 @@ class MediaSession(Inlet):
         if source != self.remote and self.latched and source != self.offered:
             self._foreign(source)
             return
-        if now - self._bucket_start >= 1.0:
-            self._bucket_start, self._bucket_count = now, 0
+        came = now if arrival is None else arrival
+        if came - self._bucket_start >= 1.0:
+            self._bucket_start, self._bucket_count = came, 0
         self._bucket_count += 1
         if self._bucket_count > self._flood_limit:
             if self.flood_dropped == 0:

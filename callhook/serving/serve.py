@@ -32,6 +32,7 @@ from callhook.cluster.workers import WORKERS_FIRST_PORT, WORKERS_TOKEN
 from callhook.config.settings import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.edge.connections import ListenError
 from callhook.redact import redact
+from callhook.serving import descriptors
 from callhook.serving.collector import (
     CHECK_EVERY,
     FullCollections,
@@ -217,6 +218,8 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
 
         http = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
         return await supervise(settings, count, args.argv, http)
+    # Before any socket: enough open files for the port range, their table grown once.
+    descriptors.provide(descriptors.needed(settings.sip.rtp_ports))
     services = assembly.services(settings)
     services.start_notifier()
     services.metrics.watch_gc()

@@ -18,7 +18,9 @@ from callhook.media.session import Address, MediaSession
 class Broken(MediaSession):
     """A session whose receive path has a bug."""
 
-    def receive(self, data: bytes, source: Address, now: float) -> None:
+    def receive(
+        self, data: bytes, source: Address, now: float, arrival: float | None = None
+    ) -> None:
         raise RuntimeError("a bug in the receive path")
 
 

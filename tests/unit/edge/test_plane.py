@@ -188,10 +188,16 @@ def test_each_slot_brings_the_datagrams_read_in_it_at_most_rounds_per_socket(
         slot, when, late, skipped, items = run(plane, 1)
         assert (slot, when, late, skipped) == (1, at(1), 0.0, 0)
         rtp_items = [i for i in items if i[0] == ("call", "rtp")]
-        assert [header(d)[2] for _, d, _ in rtp_items] == [0, 1, 2, 3, 4, 5]
-        assert [d for k, d, _ in items if k == ("call", "rtcp")] == [b"report"]
-        assert {a for _, _, a in items} == {caller.getsockname()}
-        assert [header(d)[2] for _, d, _ in run(plane, 2)[4]] == [6, 7, 8, 9]
+        assert [header(d)[2] for _, d, _, _ in rtp_items] == [0, 1, 2, 3, 4, 5]
+        assert [d for k, d, _, _ in items if k == ("call", "rtcp")] == [b"report"]
+        assert {a for _, _, a, _ in items} == {caller.getsockname()}
+        # Each comes with when it reached the host, on the slots' clock: 50 ms before.
+        assert all(when - 1.0 < came <= when - 0.045 for _, _, _, came in items)
+        later = run(plane, 2)[4]
+        assert [header(d)[2] for _, d, _, _ in later] == [6, 7, 8, 9]
+        # Read a slot later, they too came 50 ms (of the real clock) before: the kernel's
+        # time, not the read's.
+        assert all(came <= at(2) - 0.045 for _, _, _, came in later)
 
 
 def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) -> None:
@@ -202,7 +208,7 @@ def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) ->
         caller.sendto(b"x" * 600, line.getsockname())
         caller.sendto(b"y" * 512, line.getsockname())
         time.sleep(0.05)
-        assert [d for _, d, _ in run(plane, 1)[4]] == [b"y" * 512]
+        assert [d for _, d, _, _ in run(plane, 1)[4]] == [b"y" * 512]
         assert plane.oversized == 1
 
 

@@ -91,20 +91,24 @@ def snapshot(session: MediaSession) -> dict[str, Any]:
 def run(
     datagrams: list[tuple[bytes, tuple[str, int], float]],
     setup: Any = None,
+    arrivals: list[float] | None = None,
 ) -> tuple[list[bool], MediaSession, MediaSession]:
-    """Feed both sessions; which datagrams C took. ``setup`` is applied to both."""
+    """Feed both sessions; which datagrams C took. ``setup`` is applied to both.
+    ``arrivals``: when each reached the host, as the media thread says (read at ``now``)."""
     reference, fast = new_session(), new_session()
     if setup is not None:
         setup(reference)
         setup(fast)
     taken: list[bool] = []
     key = (object(), fast)
-    for data, source, now in datagrams:
-        reference.receive(data, source, now)
-        rest, faults = inlet.take_all([(key, data, source)], now)
+    for i, (data, source, now) in enumerate(datagrams):
+        came = None if arrivals is None else arrivals[i]
+        reference.receive(data, source, now, came)
+        item: inlet.Datagram = (key, data, source) if came is None else (key, data, source, came)
+        rest, faults = inlet.take_all([item], now)
         assert faults == []
-        for _, left, address in rest:
-            fast.receive(left, address, now)
+        for left in rest:
+            fast.receive(left[1], left[2], now, came)
         taken.append(not rest)
         assert snapshot(fast) == snapshot(reference), f"after datagram {len(taken) - 1}"
     return taken, reference, fast
@@ -205,6 +209,22 @@ def test_the_flood_limit_is_python_past_the_limit() -> None:
     later = MAX_PACKETS_PER_SECOND
     more, _, _ = run([*datagrams, (rtp(100 + later, 160 * later, frame(0)), PEER, 1.5)])
     assert more[-1]
+
+
+def test_the_flood_limit_counts_by_arrival_so_a_backlog_read_late_is_no_flood() -> None:
+    # Four seconds of a call's packets left in the kernel while Python was behind, read
+    # at once: they came at 50 a second.
+    n = 200
+    datagrams = [(rtp(100 + i, 160 * i, frame(i)), PEER, 4.0) for i in range(n)]
+    taken, reference, fast = run(datagrams, arrivals=[0.02 * i for i in range(n)])
+    assert all(taken[1:]) and fast.flood_dropped == reference.flood_dropped == 0
+    # Without the arrival times, the same burst was a flood.
+    taken, _, fast = run(datagrams)
+    assert fast.flood_dropped == n - MAX_PACKETS_PER_SECOND
+    # A flood that came as fast as it was read is still one.
+    taken, _, fast = run(datagrams, arrivals=[3.0 + 0.001 * i for i in range(n)])
+    assert not any(taken[MAX_PACKETS_PER_SECOND:])
+    assert fast.flood_dropped == n - MAX_PACKETS_PER_SECOND
 
 
 def test_other_sources_payload_types_and_headers_go_to_python() -> None:

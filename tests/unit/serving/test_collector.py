@@ -4,7 +4,7 @@ hand when due: between calls, or after the safety net's interval whatever the ca
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -117,7 +117,7 @@ async def test_the_media_tick_collects_the_young_generations_once_its_packets_ar
 
     work = engine._work
 
-    def working(now: float, received: list[Any], slot: int | None = None) -> None:
+    def working(now: float, received: Sequence[Any], slot: int | None = None) -> None:
         order.append("work")
         work(now, received, slot)
         if len(order) > 3:
