@@ -46,6 +46,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench import ivr_load
+from bench.capture import quantiles, rtp_gaps
 from bench.ivr_load import (
     KIT,
     ROOT,
@@ -57,8 +58,6 @@ from bench.ivr_load import (
     check_kit,
     free_port,
     get_json,
-    quantiles,
-    rtp_gaps,
     sipp_common,
     start_app,
 )

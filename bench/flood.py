@@ -51,6 +51,7 @@ from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
 
+from bench.capture import quantiles, rtp_gaps
 from bench.ivr_load import (
     KIT,
     ROOT,
@@ -62,8 +63,6 @@ from bench.ivr_load import (
     free_port,
     get_json,
     prepare_data,
-    quantiles,
-    rtp_gaps,
     sipp_common,
     start_app,
 )

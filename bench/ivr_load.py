@@ -14,7 +14,9 @@ figures are those of the worker that answered ``/api/stats``).
 
 For each step N (N calls at once, 5 x N calls in all) it prints: calls
 completed and failed (SIPp's count), digits right, recordings of the right
-length, callhook's CPU (ms per call-second, % of one core while loaded), its
+length, calls that heard the prompt whole (every frame in order, nothing between: a
+silent frame in its place keeps the RTP gaps at 20 ms but cuts a hole; read off the
+capture, :mod:`bench.capture`), callhook's CPU (ms per call-second, % of one core while loaded), its
 peak RSS, the IO floor of the same run (:mod:`bench.floor`: the captured streams
 replayed to a process that only echoes them; its CPU per call-second, and callhook's
 CPU as a multiple of it, the figure that holds still on a noisy machine), the gaps
@@ -32,14 +34,11 @@ capture.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
 import shutil
 import signal
-import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,12 +46,12 @@ import textwrap
 import threading
 import time
 import urllib.request
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 from bench import clocks as bench_clocks
 from bench import floor
+from bench.capture import prompts_whole, quantiles, rtp_gaps
 from callhook.media import wav
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,12 +88,13 @@ def check_kit(kit: Path) -> None:
 
 def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
     """tcpdump of the RTP serve sends on loopback (to ``dst_port`` only, if given) into
-    ``pcap``: the first 64 bytes of each packet, enough for the gap and payload checks."""
+    ``pcap``: the first 80 bytes of each packet, enough for the gap and payload checks
+    (bench/capture.py)."""
     where = f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"
     if dst_port is not None:
         where += f" and dst port {dst_port}"
     return subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-n", "-s", "64", "-B", "16384", "-w", str(pcap), where],
+        ["tcpdump", "-i", "lo", "-n", "-s", "80", "-B", "16384", "-w", str(pcap), where],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -196,48 +196,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def rtp_gaps(pcap: Path) -> list[float]:
-    """Gaps (ms) between consecutive RTP packets of each stream in a tcpdump capture on lo.
-
-    A stream is its ports and its SSRC: a server that gives a port back when a call ends
-    may send a later call's stream between the same ports (Asterisk does, within a
-    minute), and the time between the two calls is no gap of either."""
-    data = pcap.read_bytes()
-    if len(data) < 24:
-        return []
-    magic = struct.unpack_from("<I", data)[0]
-    nano = magic == 0xA1B23C4D
-    linktype = struct.unpack_from("<I", data, 20)[0]
-    flows: dict[tuple[int, int, bytes], list[float]] = defaultdict(list)
-    pos = 24
-    while pos + 16 <= len(data):
-        sec, frac, caplen, _ = struct.unpack_from("<IIII", data, pos)
-        frame = data[pos + 16 : pos + 16 + caplen]
-        pos += 16 + caplen
-        offset = {1: 14, 113: 16, 0: 4, 276: 20}.get(linktype, 14)  # Ethernet, SLL, null, SLL2
-        ihl = (frame[offset] & 0x0F) * 4 if len(frame) > offset else 0
-        rtp = offset + ihl + 8  # the RTP header, after the IP and UDP ones
-        if ihl == 0 or len(frame) < rtp + 12:
-            continue
-        sport, dport = struct.unpack_from("!HH", frame, offset + ihl)
-        if sport & 1:
-            continue  # RTCP (odd ports): reports every few seconds, not the audio stream
-        ssrc = frame[rtp + 8 : rtp + 12]  # RFC 3550 §5.1
-        flows[(sport, dport, ssrc)].append(sec + frac / (1e9 if nano else 1e6))
-    gaps: list[float] = []
-    for times in flows.values():
-        times.sort()
-        gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
-    return gaps
-
-
-def quantiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) < 2:
-        return (float("nan"), float("nan"), float("nan"))
-    q = statistics.quantiles(values, n=100)
-    return q[49], q[98], max(values)
-
-
 def get_json(url: str, token: str | None = None) -> dict:  # type: ignore[type-arg]
     request = urllib.request.Request(url)
     if token:
@@ -281,7 +239,15 @@ def run_step(
         kit / "scenarios",
         workers=workers,
         clocks=clocks,
+        from_capture=lambda pcap: prompt_figures(pcap, kit),
     )
+
+
+def prompt_figures(pcap: Path, kit: Path) -> dict[str, object]:
+    """How many calls heard the kit's prompt whole, of those that heard it
+    (:func:`bench.capture.prompts_whole`)."""
+    whole, played = prompts_whole(pcap, (kit / "sounds" / "prompt.ulaw").read_bytes())
+    return {"prompts_whole": whole, "prompts": played}
 
 
 def sipp_common(n: int) -> list[str]:
@@ -485,8 +451,9 @@ def print_thread(r: dict[str, object]) -> None:
         print(
             f"       media thread: {thread['late_slots']} slots over 2 ms late (latest "
             f"{thread['max_late_ms']:.1f} ms), {thread['skipped_slots']} skipped; "
-            f"{thread['fillers']} silent frames where a call's frame came late, "
-            f"{thread['stale_frames']} frames after their slot",
+            f"{thread['stale_frames']} frames after their slot, in whose place went "
+            f"{thread.get('covered', 0)} of the prompt's own (its cover) and "
+            f"{thread['fillers']} of silence",
             flush=True,
         )
 
@@ -542,8 +509,8 @@ def main() -> None:
     print(f"callhook IVR load benchmark; kit {args.kit}; work dir {workdir}")
     print(asterisk_reference(args.kit))
     print(
-        "   N | W |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s | floor ms (x) "
-        "| % core | RSS MB | RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
+        "   N | W |   ok | fail | digits ok | rec ok (p50 s) | prompt whole | CPU ms/call-s "
+        "| floor ms (x) | % core | RSS MB | RTP gap p50/p99/max ms | page p50/p99 ms | late ticks"
     )
     try:
         steps = [int(x) for x in args.steps.split(",")]
@@ -562,6 +529,7 @@ def main() -> None:
                 f"{n:4d} | {workers} | {r['ok']:4} | {r['failed']:4} "
                 f"| {r['digits_right']:4}/{r['digits_calls']:<4} "
                 f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
+                f"| {r.get('prompts_whole', 0):5}/{r.get('prompts', 0):<6} "
                 f"| {r['cpu_ms_per_call_s']:13.2f} "
                 f"| {r['floor_ms_per_call_s']:5.2f} ({r['floor_ratio']:4.1f}) "
                 f"| {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "

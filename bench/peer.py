@@ -6,13 +6,14 @@
 Absolute figures on a shared machine move by a third between runs, so a comparison with
 another server only holds when both are measured in the same run, with the same driver:
 for each step N this runs the kit's SIPp caller (N calls at once, 5 x N in all, the kit's
-ramp) first against Asterisk, then against ``callhook serve``, and prints one row for
-each, with the same columns: calls completed and failed (SIPp's count), digits right,
-recordings of the right length, CPU (ms per call-second: the server's processes, read
-from ``/proc`` once a second), % of one core while loaded, peak RSS, the IO floor of the
-same run (:mod:`bench.floor`, from that server's own capture) and the server's CPU as a
-multiple of it, and the gaps between consecutive RTP packets the server sent on a call
-(p50/p99/max, from a capture on loopback; ideal 20 ms).
+ramp) first against Asterisk, then against ``callhook serve``, and prints one row for each,
+with the same columns: calls completed and failed (SIPp's count), digits right, recordings
+of the right length, calls that heard the prompt whole (every frame in order, nothing
+between: :func:`bench.capture.prompts_whole`), CPU (ms per call-second: the server's
+processes, read from ``/proc`` once a second), % of one core while loaded, peak RSS, the IO
+floor of the same run (:mod:`bench.floor`, from that server's own capture) and the server's
+CPU as a multiple of it, and the gaps between consecutive RTP packets the server sent on a
+call (p50/p99/max, from a capture on loopback; ideal 20 ms).
 
 Asterisk runs the same call as a dialplan (``Answer``, ``Playback`` of the kit's prompt,
 ``Read`` of 4 digits after the kit's beep, ``Record`` until 3 s of silence, 10 s at most,
@@ -49,7 +50,7 @@ import time
 import wave
 from pathlib import Path
 
-from bench import asterisk, floor, ivr_load
+from bench import asterisk, capture, floor, ivr_load
 from bench.ivr_load import CALL_SECONDS, EXPECTED_RECORDING, KIT, RTP_FIRST, RTP_LAST, SIP_PORT
 
 #: Where an installed Asterisk's binary is looked for, after ``PATH``: the system's places,
@@ -294,7 +295,8 @@ def run_asterisk_step(
     right = sum(1 for d in known if EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1])
     cpu_total, pct, rss_mb = sampler.figures()
     call_seconds = max(ok, 0) * CALL_SECONDS
-    p50, p99, gmax = ivr_load.quantiles(ivr_load.rtp_gaps(pcap))
+    p50, p99, gmax = capture.quantiles(capture.rtp_gaps(pcap))
+    prompts = ivr_load.prompt_figures(pcap, kit)
     floor_cpu = floor.measure(pcap)
     pcap.unlink(missing_ok=True)
     nan = float("nan")
@@ -306,12 +308,13 @@ def run_asterisk_step(
         "digits_calls": len(digits),
         "recordings_right": right,
         "recordings": len(lengths),
-        "recording_lengths": ivr_load.quantiles(known),
+        "recording_lengths": capture.quantiles(known),
         "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else nan,
         "floor_ms_per_call_s": floor_cpu * 1000 / call_seconds if call_seconds else nan,
         "floor_ratio": cpu_total / floor_cpu if floor_cpu > 0 else nan,
         "cpu_pct": pct,
         "rss_mb": rss_mb,
+        **prompts,
         "gap_p50": p50,
         "gap_p99": p99,
         "gap_max": gmax,
@@ -331,6 +334,7 @@ def row(server: str, r: dict[str, object]) -> str:
         f"{r['n']:4d} | {server:12} | {r['ok']:4} | {r['failed']:4} "
         f"| {r['digits_right']:4}/{r['digits_calls']:<4} "
         f"| {r['recordings_right']:4}/{r['recordings']:<4} ({lengths[0]:.1f}) "
+        f"| {r.get('prompts_whole', 0):5}/{r.get('prompts', 0):<6} "
         f"| {r['cpu_ms_per_call_s']:13.2f} "
         f"| {r['floor_ms_per_call_s']:5.2f} ({r['floor_ratio']:4.1f}) "
         f"| {r['cpu_pct']:6.1f} | {r['rss_mb']:6.0f} "
@@ -383,8 +387,8 @@ def main() -> None:
     if args.hog:
         print(f"stress-ng --cpu {args.hog} at nice 0 runs during every step")
     print(
-        "   N | server       |   ok | fail | digits ok | rec ok (p50 s) | CPU ms/call-s "
-        "| floor ms (x) | % core | RSS MB | RTP gap p50/p99/max ms"
+        "   N | server       |   ok | fail | digits ok | rec ok (p50 s) | prompt whole "
+        "| CPU ms/call-s | floor ms (x) | % core | RSS MB | RTP gap p50/p99/max ms"
     )
     try:
         for n in (int(x) for x in args.steps.split(",")):

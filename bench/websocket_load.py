@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import ivr_load
+from bench.capture import quantiles, rtp_gaps
 from bench.connect_load import (
     CALLER_MEDIA,
     audio,
@@ -65,8 +66,6 @@ from bench.ivr_load import (
     check_kit,
     free_port,
     get_json,
-    quantiles,
-    rtp_gaps,
     sipp_common,
     start_app,
 )

@@ -82,14 +82,18 @@
 /* Event records kept free for TICK and REMOVED records: datagrams never take them. */
 #define RESERVE 64
 #define FRAME_SAMPLES 160
+/* Slots of a prompt's coming audio a line holds (`cover`), each one frame of G.711. */
+#define COVER_SLOTS 32
+#define COVER_BYTES 160
 /* A frame entry of this length is no frame: the call goes quiet in that slot. */
 #define QUIET_LEN 0xFFFF
 /* A slot that starts later than this is counted as late. */
 #define LATE_NS 2000000LL
 
-enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET };
+enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET, CMD_COVER };
 enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED };
 #define FLAG_VERBATIM 1
+#define FLAG_CLEAR 2 /* a COVER: the line's cover from its slot on is dropped first */
 #define FLAG_TRUNCATED 1
 
 typedef struct {
@@ -141,6 +145,10 @@ typedef struct {
     struct sockaddr_in6 to;
     uint32_t to_len;
     Frame frames[DEPTH];
+    /* The prompt's audio for the slots after Python's frames (`cover`): what goes in a
+     * slot whose frame Python has not made in time, instead of silence. */
+    int64_t cover_slot[COVER_SLOTS]; /* -1: none */
+    unsigned char cover[COVER_SLOTS][COVER_BYTES];
 } Line;
 
 typedef struct {
@@ -168,9 +176,10 @@ typedef struct {
         struct cmsghdr align;
     } control[MAX_ROUNDS];
     unsigned char filler[DATA_MAX];
+    unsigned char cover_moved[COVER_SLOTS][COVER_BYTES]; /* (shift_cover's copy) */
     atomic_int stop;
     atomic_llong running_slot; /* the next slot the thread runs: for Python */
-    atomic_llong late_slots, max_late, skipped, fillers, stale, sent, send_errors, lost_ticks,
+    atomic_llong late_slots, max_late, skipped, fillers, covered, stale, sent, send_errors, lost_ticks,
         faults;
     atomic_int tid;
 } Core;
@@ -215,6 +224,8 @@ static Line *line_add(Core *c, int fd) {
     memset(line, 0, offsetof(Line, frames));
     for (int i = 0; i < DEPTH; i++)
         line->frames[i].slot = -1;
+    for (int i = 0; i < COVER_SLOTS; i++)
+        line->cover_slot[i] = -1;
     struct epoll_event event = {.events = EPOLLIN, .data.fd = fd};
     if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &event) < 0)
         return NULL;
@@ -239,6 +250,24 @@ static Line *line_of(Core *c, int fd) {
     if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
         return NULL;
     return c->lines[fd];
+}
+
+/* A prompt's coming frames, for the slots from cmd->slot on (those gone or past the
+ * line's reach are left out); FLAG_CLEAR: the cover from that slot on goes first (the
+ * prompt stopped, or another began). */
+static void take_cover(Core *c, Line *line, const Command *cmd) {
+    if (cmd->flags & FLAG_CLEAR)
+        for (int k = 0; k < COVER_SLOTS; k++)
+            if (line->cover_slot[k] >= cmd->slot)
+                line->cover_slot[k] = -1;
+    int n = cmd->len / COVER_BYTES;
+    for (int i = 0; i < n; i++) {
+        int64_t slot = cmd->slot + i;
+        if (slot < c->slot || slot >= c->slot + COVER_SLOTS)
+            continue;
+        line->cover_slot[slot % COVER_SLOTS] = slot;
+        memcpy(line->cover[slot % COVER_SLOTS], cmd->data + (size_t)i * COVER_BYTES, COVER_BYTES);
+    }
 }
 
 /* Step 1: Python's commands, in order. A REMOVE waits while its acknowledgement has no
@@ -278,6 +307,11 @@ static void apply_commands(Core *c) {
                 memcpy(frame->data, cmd->data, cmd->len);
             if (cmd->flags & FLAG_VERBATIM)
                 line->verbatim = 1;
+            break;
+        case CMD_COVER:
+            line = line_of(c, cmd->fd);
+            if (line != NULL)
+                take_cover(c, line, cmd);
             break;
         }
         ring_advance(c->commands);
@@ -336,7 +370,8 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
     transmit(c, fd, d, len, &frame->to, frame->to_len);
 }
 
-/* Silence where Python's frame has not come: the line's media clock goes on. */
+/* Where Python's frame has not come: the prompt's audio Python gave for the slot
+ * (its cover), or silence; the line's media clock goes on. */
 static void send_filler(Core *c, int fd, Line *line) {
     unsigned char *d = c->filler;
     memcpy(d, line->header, 12);
@@ -344,9 +379,15 @@ static void send_filler(Core *c, int fd, Line *line) {
     put_u16(d + 2, line->seq++);
     put_u32(d + 4, line->audio_ts +
                        (uint32_t)((c->slot - line->audio_slot) * FRAME_SAMPLES));
-    memset(d + 12, line->silence, line->audio_len);
+    int k = (int)(c->slot % COVER_SLOTS);
+    if (line->cover_slot[k] == c->slot && line->audio_len == COVER_BYTES) {
+        memcpy(d + 12, line->cover[k], COVER_BYTES);
+        COUNT(c, covered, 1);
+    } else {
+        memset(d + 12, line->silence, line->audio_len);
+        COUNT(c, fillers, 1);
+    }
     transmit(c, fd, d, 12 + (size_t)line->audio_len, &line->to, line->to_len);
-    COUNT(c, fillers, 1);
 }
 
 /* Step 2. */
@@ -437,12 +478,30 @@ static void receive_slot(Core *c, int64_t now) {
     }
 }
 
+/* Slots skipped: the prompt's cover moves on with them, as the prompt waits in Python. */
+static void shift_cover(Core *c, Line *line, int64_t missed) {
+    int64_t slots[COVER_SLOTS];
+    for (int k = 0; k < COVER_SLOTS; k++) {
+        slots[k] = line->cover_slot[k];
+        line->cover_slot[k] = -1;
+    }
+    memcpy(c->cover_moved, line->cover, sizeof(line->cover));
+    for (int k = 0; k < COVER_SLOTS; k++) {
+        int64_t slot = slots[k] + missed;
+        if (slots[k] < c->slot || slot >= c->slot + missed + COVER_SLOTS)
+            continue;
+        line->cover_slot[slot % COVER_SLOTS] = slot;
+        memcpy(line->cover[slot % COVER_SLOTS], c->cover_moved[k], COVER_BYTES);
+    }
+}
+
 /* Slots skipped: Python skips them too (the TICK says how many), so each line's media
  * clock resumes where it was, as Python's does; frames queued for them are stale. */
 static void skip_lines(Core *c, int64_t missed) {
     for (int i = 0; i < c->nactive; i++) {
         Line *line = c->lines[c->active[i]];
         line->audio_slot += missed;
+        shift_cover(c, line, missed);
         for (int k = 0; k < DEPTH; k++) {
             Frame *frame = &line->frames[k];
             if (frame->slot >= c->slot && frame->slot < c->slot + missed) {
@@ -893,6 +952,47 @@ static PyObject *Plane_send(Plane *self, PyObject *args, PyObject *kwds) {
     return PyLong_FromLong(errors);
 }
 
+static PyObject *Plane_cover(Plane *self, PyObject *args) {
+    PyObject *batch;
+    long long slot;
+    if (!PyArg_ParseTuple(args, "OL", &batch, &slot))
+        return NULL;
+    if (check_open(self) < 0)
+        return NULL;
+    PyObject *items = PySequence_Fast(batch, "cover() takes a list of (fd, first, clear, audio)");
+    if (items == NULL)
+        return NULL;
+    long errors = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int fd, first, clear;
+        PyObject *audio;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(items, i), "iipS", &fd, &first, &clear,
+                              &audio)) {
+            Py_DECREF(items);
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(audio);
+        if (fd < 0 || fd >= self->nports || self->ports[fd].key == NULL || size > DATA_MAX ||
+            size % COVER_BYTES != 0) {
+            errors++; /* (not a socket added, or not whole frames: that one only) */
+            continue;
+        }
+        Command *cmd = &self->cmd;
+        memset(cmd, 0, offsetof(Command, data));
+        cmd->kind = CMD_COVER;
+        cmd->flags = clear ? FLAG_CLEAR : 0;
+        cmd->fd = fd;
+        cmd->slot = slot + first;
+        cmd->len = (uint16_t)size;
+        memcpy(cmd->data, PyBytes_AS_STRING(audio), (size_t)size);
+        if (!push_command(self, 0))
+            errors++;
+    }
+    Py_DECREF(items);
+    return PyLong_FromLong(errors);
+}
+
 static int take_datagram(Plane *self, Event *ev) {
     if (ev->fd < 0 || ev->fd >= self->nports || self->ports[ev->fd].key == NULL)
         return 0;
@@ -1041,6 +1141,7 @@ COUNTER(late_slots)
 COUNTER(max_late)
 COUNTER(skipped)
 COUNTER(fillers)
+COUNTER(covered)
 COUNTER(stale)
 COUNTER(sent)
 COUNTER(send_errors)
@@ -1077,6 +1178,11 @@ static PyMethodDef Plane_methods[] = {
      "add(sock, key): the thread reads and writes `sock`; its datagrams come with `key`."},
     {"retire", (PyCFunction)Plane_retire, METH_O,
      "retire(sock): the thread lets go of `sock`, which is then closed."},
+    {"cover", (PyCFunction)Plane_cover, METH_VARARGS,
+     "cover([(fd, first, clear, audio)], slot) -> int: each call's prompt audio (whole "
+     "frames of G.711, at most three) for the slots from slot + first on, sent there "
+     "instead of silence if Python's frame comes too late; clear: the call's cover from "
+     "that slot on is dropped first. Returns how many could not be queued."},
     {"quiet", (PyCFunction)Plane_quiet, METH_VARARGS,
      "quiet(fd, slot): from `slot` the line sends nothing until its next frame (no "
      "fillers: on hold)."},
@@ -1105,6 +1211,8 @@ static PyGetSetDef Plane_getset[] = {
     {"max_late", (getter)Plane_get_max_late, NULL, "the latest start of a slot (ns)", NULL},
     {"skipped", (getter)Plane_get_skipped, NULL, "slots skipped after a long stall", NULL},
     {"fillers", (getter)Plane_get_fillers, NULL, "silence sent where Python was late", NULL},
+    {"covered", (getter)Plane_get_covered, NULL,
+     "a prompt's audio sent from its cover where Python was late", NULL},
     {"stale", (getter)Plane_get_stale, NULL, "frames that came after their slot", NULL},
     {"sent", (getter)Plane_get_sent, NULL, "datagrams sent", NULL},
     {"send_errors", (getter)Plane_get_send_errors, NULL, "datagrams the kernel refused", NULL},

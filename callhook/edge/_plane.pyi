@@ -13,6 +13,7 @@ class Plane:
     max_late: int
     skipped: int
     fillers: int
+    covered: int
     stale: int
     sent: int
     send_errors: int
@@ -29,6 +30,7 @@ class Plane:
     def send(
         self, batch: list[tuple[int, bytes, tuple[str, int]]], slot: int, verbatim: bool = False
     ) -> int: ...
+    def cover(self, batch: list[tuple[int, int, bool, bytes]], slot: int) -> int: ...
     def next_slot(
         self,
     ) -> tuple[int, float, float, int, list[tuple[Any, bytes, tuple[str, int], float]]] | None: ...

@@ -27,7 +27,9 @@ all calls at once, with the slot's own time (docs/architecture.md):
    (:func:`callhook.media.outlet.tick_all`), the others by each session's
    :meth:`~callhook.media.session.MediaSession.tick`; all queued for the thread's slot
    :data:`~callhook.edge.plane.AHEAD` slots on (a call on hold is made quiet: the
-   thread sends nothing in its place); then the RTCP reports that are due;
+   thread sends nothing in its place), with the playing prompts' coming frames, which
+   the thread sends where Python's come too late
+   (:func:`callhook.media.outlet.cover_all`); then the RTCP reports that are due;
 4. the legs of calls whose sessions have events are woken (the calls with a report
    due or news picked in C: :func:`callhook.media.outlet.due_all`);
 5. :attr:`MediaEngine.after_tick`, once the packets are queued: ``serve`` collects the
@@ -72,7 +74,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from callhook.edge.overload import Overload
-from callhook.edge.plane import AHEAD, Plane, new_plane
+from callhook.edge.plane import AHEAD, COVER, Plane, new_plane
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet, vad
@@ -395,6 +397,7 @@ class MediaEngine:
             "max_late_ms": round(plane.max_late / 1e6, 3),
             "skipped_slots": plane.skipped,
             "fillers": plane.fillers,
+            "covered": plane.covered,
             "stale_frames": plane.stale + self.stale_frames,
             "lost_slots": plane.lost_ticks,
             "sent": plane.sent,
@@ -462,6 +465,10 @@ class MediaEngine:
         elif slot is not None and slot >= plane.slot:
             self.send_errors += plane.send(batch, slot) if batch else 0
             self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
+            # The playing prompts' coming frames, for slots Python may reach late.
+            cover = outlet.cover_all(roster.sending, COVER)
+            if cover:
+                plane.cover(cover, slot)
         else:  # too late for its slot: the thread sent silence instead
             self.late_ticks += 1
             self.stale_frames += len(batch) + len(verbatim)

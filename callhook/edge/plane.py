@@ -25,6 +25,13 @@ goes instead: the tolerance the tick on the loop had (it caught up three missed 
 at once). Python may fall behind further without the wire hearing a gap; it catches up
 slot by slot, so prompts and key presses keep the wire's time.
 
+What a late Python's slot gets is the prompt's own audio where the call plays one:
+each tick Python also gives the thread the playing prompt's coming frames, up to
+:data:`COVER` slots beyond the frame it makes (:func:`callhook.media.outlet.cover_all`,
+:meth:`Plane.cover`), and withdraws them from the next slot when the prompt stops or
+another begins. Only where nothing is covered (no prompt, a bridge's audio, the end of
+a segment) does the thread send silence.
+
 The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,
 a frame for a slot, a call gone quiet) one way, events (datagrams, the end of a slot, a
@@ -44,6 +51,10 @@ Address = tuple[str, int]
 
 #: Slots between the one Python works on and the one its frames go out in.
 AHEAD = 3
+#: Slots of a playing prompt's coming audio the thread holds beyond Python's frames, for
+#: when Python is late (the thread keeps 32: this, plus three frames topped up at once,
+#: plus AHEAD, fit in them).
+COVER = 24
 
 
 class Plane(Protocol):
@@ -74,6 +85,11 @@ class Plane(Protocol):
     @property
     def fillers(self) -> int:
         """Silent frames sent where Python's had not come."""
+        ...
+
+    @property
+    def covered(self) -> int:
+        """Frames of a prompt's cover sent where Python's had not come."""
         ...
 
     @property
@@ -118,6 +134,13 @@ class Plane(Protocol):
     ) -> int:
         """Queue each ``(fd, data, destination)`` for ``slot``; how many cannot go.
         ``verbatim``: sent as given (SRTP), never renumbered or filled in."""
+        ...
+
+    def cover(self, batch: list[tuple[int, int, bool, bytes]], slot: int) -> int:
+        """Each ``(fd, first, clear, audio)``: the call's prompt audio (whole G.711 frames,
+        at most three) for the slots from ``slot + first`` on, sent there instead of
+        silence if Python's frame comes too late; ``clear``: the call's cover from that
+        slot on is dropped first. How many cannot be queued."""
         ...
 
     def next_slot(

@@ -105,12 +105,19 @@ typedef struct {
     PyObject *prompt;  /* the prompt playing, or None */
     PyObject *event;   /* the RFC 4733 event being sent, or None */
     long long echo_ticks;
+    /* The media thread's cover (cover_all): the prompt and the audio it was taken from,
+     * and the offset in that audio it reaches. */
+    PyObject *cover_prompt;
+    PyObject *cover_audio;
+    long long covered;
 } PlayerCore;
 
 static int PlayerCore_traverse(PlayerCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->silence);
     Py_VISIT(self->prompt);
     Py_VISIT(self->event);
+    Py_VISIT(self->cover_prompt);
+    Py_VISIT(self->cover_audio);
     return 0;
 }
 
@@ -118,6 +125,8 @@ static int PlayerCore_clear(PlayerCore *self) {
     Py_CLEAR(self->silence);
     Py_CLEAR(self->prompt);
     Py_CLEAR(self->event);
+    Py_CLEAR(self->cover_prompt);
+    Py_CLEAR(self->cover_audio);
     return 0;
 }
 
@@ -271,6 +280,114 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------- cover_all */
+
+/* Frames of cover a command carries (the media thread's records hold 512 bytes). */
+#define COVER_BATCH 3
+
+/* list.append((fd, first, clear, audio)): 0, or -1 with an exception. */
+static int append_cover(PyObject *list, PyObject *fd, long long first, int clear,
+                        const char *audio, Py_ssize_t size) {
+    PyObject *item = Py_BuildValue("(OLNy#)", fd, first, PyBool_FromLong(clear), audio, size);
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+/* One call's cover: 0, or -1 with an exception. */
+static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyObject *out) {
+    if (!PyObject_TypeCheck(session_obj, types.inlet))
+        return 0;
+    Inlet *session = (Inlet *)session_obj;
+    if (!IS_NONE(session->srtp) || session->player == NULL ||
+        !PyObject_TypeCheck(session->player, &PlayerCoreType))
+        return 0; /* (SRTP: the thread sends nothing in Python's place) */
+    PlayerCore *player = (PlayerCore *)session->player;
+    PyObject *prompt = player->prompt;
+    if (prompt == NULL || prompt == Py_None || prompt != player->cover_prompt) {
+        /* Another prompt, or none: what was covered for the last one goes. */
+        int had = player->cover_prompt != NULL;
+        Py_CLEAR(player->cover_prompt);
+        Py_CLEAR(player->cover_audio);
+        player->covered = 0;
+        if (had && append_cover(out, fd, 1, 1, "", 0) < 0)
+            return -1;
+        if (prompt == NULL || prompt == Py_None)
+            return 0;
+        Py_INCREF(prompt);
+        player->cover_prompt = prompt;
+    }
+    PyObject *audio = PyObject_GetAttr(prompt, n_audio);
+    if (audio == NULL)
+        return -1;
+    PyObject *at = PyObject_GetAttr(prompt, n_pos);
+    long long pos = at == NULL ? -1 : PyLong_AsLongLong(at);
+    Py_XDECREF(at);
+    if (pos == -1 && PyErr_Occurred()) {
+        Py_DECREF(audio);
+        return -1;
+    }
+    int rc = 0;
+    if (PyBytes_Check(audio) && pos >= 0) {
+        if (audio != player->cover_audio) {
+            /* The prompt's next segment joined its audio (a new object, from `pos`):
+             * what was covered stays right; the cover goes on from here. */
+            Py_INCREF(audio);
+            Py_XSETREF(player->cover_audio, audio);
+            player->covered = pos;
+        }
+        if (player->covered < pos)
+            player->covered = pos;
+        long long size = PyBytes_GET_SIZE(audio);
+        long long ahead = (player->covered - pos) / FRAME;
+        /* Topped up a batch at a time: a command every few slots, not every slot. */
+        if (ahead <= horizon - COVER_BATCH) {
+            while (ahead < horizon && player->covered + FRAME <= size) {
+                long long frames = (size - player->covered) / FRAME;
+                if (frames > COVER_BATCH)
+                    frames = COVER_BATCH;
+                if (frames > horizon - ahead)
+                    frames = horizon - ahead;
+                /* The frame after this slot's is the audio from `pos`, one slot on. */
+                if (append_cover(out, fd, 1 + ahead, 0, PyBytes_AS_STRING(audio) + player->covered,
+                                 (Py_ssize_t)(frames * FRAME)) < 0) {
+                    rc = -1;
+                    break;
+                }
+                player->covered += frames * FRAME;
+                ahead += frames;
+            }
+        }
+    }
+    Py_DECREF(audio);
+    return rc;
+}
+
+static PyObject *cover_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "cover_all(calls: list, horizon) takes 2 arguments");
+        return NULL;
+    }
+    long long horizon = PyLong_AsLongLong(args[1]);
+    if (horizon == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *calls = args[0];
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(calls); i++) {
+        /* each: (session, fd) */
+        PyObject *call = PyList_GET_ITEM(calls, i);
+        if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != 2)
+            continue;
+        if (cover_one(PyTuple_GET_ITEM(call, 0), PyTuple_GET_ITEM(call, 1), horizon, out) < 0)
+            PyErr_Clear(); /* (a field unset or of another kind: that call is not covered) */
+    }
+    return out;
+}
+
 /* rest.append(i): 0, or -1 with an exception. */
 static int append_index(PyObject *rest, Py_ssize_t i) {
     PyObject *index = PyLong_FromSsize_t(i);
@@ -399,6 +516,11 @@ static PyObject *due_all(PyObject *module, PyObject *const *args, Py_ssize_t nar
 }
 
 static PyMethodDef module_methods[] = {
+    {"cover_all", (PyCFunction)(void (*)(void))cover_all, METH_FASTCALL,
+     "cover_all([(session, fd)], horizon) -> [(fd, first, clear, audio)]: for the media "
+     "thread, each playing call's coming prompt audio, up to `horizon` frames after this "
+     "tick's, topped up a few frames at a time (first: the slot after this tick's frame is "
+     "1); clear where the prompt changed or stopped. Call it after the tick's frames."},
     {"due_all", (PyCFunction)(void (*)(void))due_all, METH_FASTCALL,
      "due_all([(session, rtcp)], now) -> [index]: the positions of the calls for which "
      "the media tick has something to do after sending (an RTCP report due, when rtcp is "

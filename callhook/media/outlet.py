@@ -16,6 +16,12 @@ call in one call. After the tick has sent, :func:`due_all` tells which calls hav
 more to do (an RTCP report due, news to wake the call's leg for): most have none, and
 are not visited in Python at all.
 
+For the media thread (:mod:`callhook.edge.plane`), :func:`cover_all` gives each playing
+call's coming prompt audio, some frames beyond the one made this tick: the thread sends it
+in a slot whose frame Python made too late, instead of silence, so a prompt goes on
+whole while Python catches up. It is topped up a few frames at a time, and withdrawn
+from the next slot when the prompt stops or another begins.
+
 As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the
 reference: a packet is made in C only when every condition of that path holds, exactly
 what Python would change is changed (``tests/unit/media/test_outlet.py`` compares the two
@@ -29,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from callhook.media._outlet import PlayerCore, SenderCore, due_all, tick_all
+    from callhook.media._outlet import PlayerCore, SenderCore, cover_all, due_all, tick_all
 except ImportError:  # no C compiler where callhook was installed
 
     class SenderCore:  # type: ignore[no-redef]
@@ -48,10 +54,14 @@ except ImportError:  # no C compiler where callhook was installed
         """Where the extension is missing: every call goes to the tick's ``_report``."""
         return list(range(len(calls)))
 
+    def cover_all(calls: list[tuple[Any, int]], horizon: int) -> list[tuple[int, int, bool, bytes]]:
+        """Where the extension is missing: no cover (silence where Python is late)."""
+        return []
+
 
 def native() -> bool:
     """Whether the usual packet is made in C (the extension was built)."""
     return SenderCore.__module__ == "callhook.media._outlet"
 
 
-__all__ = ["PlayerCore", "SenderCore", "due_all", "native", "tick_all"]
+__all__ = ["PlayerCore", "SenderCore", "cover_all", "due_all", "native", "tick_all"]

@@ -427,26 +427,30 @@ def test_the_thread_keeps_time_while_python_holds_the_gil() -> None:
 
 @pytest.mark.solo
 async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
-    """The event loop blocked for 300 ms: the caller still gets a packet every 20 ms."""
+    """The event loop blocked for 300 ms: the caller still gets a packet every 20 ms, and
+    the prompt's own audio in each (its cover), not silence."""
     engine = MediaEngine("127.0.0.1", 43200, 43300)
     caller = udp()
     caller.setblocking(True)
     caller.settimeout(0.5)
     times: list[float] = []
+    marks: list[int] = []
     done = threading.Event()
 
     def listen() -> None:
         while not done.is_set():
             try:
-                caller.recv(2048)
+                data = caller.recv(2048)
             except OSError:
                 continue
             times.append(time.monotonic())
+            marks.append(data[12])
 
     listener = threading.Thread(target=listen)
     try:
         session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
-        session.play_encoded(1, b"\x10" * 160 * 100)
+        # 100 frames, each of its own byte (1 to 100): 2 s, longer than the test.
+        session.play_encoded(1, b"".join(bytes([i]) * 160 for i in range(1, 101)))
         sock, port = engine.allocate()
         await engine.open(session, sock, port, lambda: None)
         listener.start()
@@ -458,7 +462,9 @@ async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
         assert len(inside) >= 10
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert max(gaps) < 0.08
-        assert engine.plane is not None and engine.plane.fillers >= 10
+        assert engine.plane is not None and engine.plane.covered >= 10
+        start = marks.index(1)
+        assert marks[start:] == list(range(1, len(marks) - start + 1))  # whole, in order
     finally:
         done.set()
         engine.shutdown()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from bench.ivr_load import rtp_gaps
+from bench.capture import rtp_gaps
 
 
 def packet(sport: int, dport: int, ssrc: int) -> bytes:

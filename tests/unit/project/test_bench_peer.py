@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import peer
+from bench import asterisk, peer
 from bench.ivr_load import RTP_FIRST, RTP_LAST, SIP_PORT
 
 
@@ -69,3 +69,30 @@ def test_no_asterisk_is_one_line_that_says_what_to_pass(tmp_path: Path) -> None:
         peer.find_asterisk(tmp_path / "asterisk")
     assert "Asterisk 20 built with chan_sip" in str(exit_.value)
     assert "--asterisk" in str(exit_.value)
+    assert "--build" in str(exit_.value)
+
+
+def fake_asterisk(prefix: Path, says: str, chan_sip: bool = True) -> Path:
+    binary = prefix / "sbin" / "asterisk"
+    binary.parent.mkdir(parents=True)
+    binary.write_text(f"#!/bin/sh\necho '{says}'\n")
+    binary.chmod(0o755)
+    if chan_sip:
+        modules = prefix / "lib" / "asterisk" / "modules"
+        modules.mkdir(parents=True)
+        (modules / "chan_sip.so").write_bytes(b"")
+    return binary
+
+
+def test_an_earlier_build_is_reused_without_building(tmp_path: Path) -> None:
+    binary = fake_asterisk(tmp_path / "asterisk-20.15.0", "Asterisk 20.15.0")
+    # (No source is read, nothing is built: the source given does not exist.)
+    assert asterisk.build(str(tmp_path / "nowhere"), tmp_path / "asterisk-20.15.0") == binary
+
+
+def test_what_is_not_asterisk_20_with_chan_sip_is_not_reused(tmp_path: Path) -> None:
+    assert asterisk.installed(fake_asterisk(tmp_path / "a", "Asterisk 21.1.0")) == ""
+    assert asterisk.installed(fake_asterisk(tmp_path / "b", "Asterisk 20.15.0", False)) == ""
+    assert asterisk.installed(fake_asterisk(tmp_path / "c", "Asterisk 20.15.0")) == (
+        "Asterisk 20.15.0"
+    )

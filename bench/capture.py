@@ -1,0 +1,101 @@
+"""What the RTP a server sent looks like, read off a tcpdump capture on loopback.
+
+:func:`rtp_gaps`: the time between consecutive packets of each stream (ideal 20 ms).
+:func:`prompts_whole`: how many calls heard the load kit's prompt whole, every frame of it
+in order with nothing between: a server that sends silence where the prompt's frame was
+late keeps its gaps at 20 ms and still cuts holes in the prompt. The capture keeps the
+first 80 bytes of each packet (``tcpdump -s 80``): the headers and the first 26 bytes of
+the payload, which tell the prompt's 150 frames apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import struct
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Payload bytes compared to tell a prompt's frame (what a 80-byte capture keeps of it).
+PREFIX = 16
+FRAME = 160
+
+
+def _packets(pcap: Path) -> Iterator[tuple[tuple[int, int, bytes], float, bytes]]:
+    """Each RTP packet (even source port) of the capture: its stream (ports and SSRC),
+    time and the payload bytes captured."""
+    data = pcap.read_bytes()
+    if len(data) < 24:
+        return
+    magic = struct.unpack_from("<I", data)[0]
+    nano = magic == 0xA1B23C4D
+    linktype = struct.unpack_from("<I", data, 20)[0]
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, frac, caplen, _ = struct.unpack_from("<IIII", data, pos)
+        frame = data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+        offset = {1: 14, 113: 16, 0: 4, 276: 20}.get(linktype, 14)  # Ethernet, SLL, null, SLL2
+        ihl = (frame[offset] & 0x0F) * 4 if len(frame) > offset else 0
+        rtp = offset + ihl + 8  # the RTP header, after the IP and UDP ones
+        if ihl == 0 or len(frame) < rtp + 12:
+            continue
+        sport, dport = struct.unpack_from("!HH", frame, offset + ihl)
+        if sport & 1:
+            continue  # RTCP (odd ports): reports every few seconds, not the audio stream
+        ssrc = frame[rtp + 8 : rtp + 12]  # RFC 3550 §5.1
+        yield (sport, dport, ssrc), sec + frac / (1e9 if nano else 1e6), frame[rtp + 12 :]
+
+
+def rtp_gaps(pcap: Path) -> list[float]:
+    """Gaps (ms) between consecutive RTP packets of each stream in a tcpdump capture on lo.
+
+    A stream is its ports and its SSRC: a server that gives a port back when a call ends
+    may send a later call's stream between the same ports (Asterisk does, within a
+    minute), and the time between the two calls is no gap of either."""
+    flows: dict[tuple[int, int, bytes], list[float]] = defaultdict(list)
+    for stream, at, _ in _packets(pcap):
+        flows[stream].append(at)
+    gaps: list[float] = []
+    for times in flows.values():
+        times.sort()
+        gaps += [(b - a) * 1000 for a, b in itertools.pairwise(times)]
+    return gaps
+
+
+def _same(payload: bytes) -> bytes:
+    """μ-law's two zeros (0x7F and 0xFF) as one: a prompt decoded and encoded again
+    gives 0xFF for both."""
+    return payload[:PREFIX].replace(b"\x7f", b"\xff")
+
+
+def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int]:
+    """(streams in which the prompt (G.711, whole frames) played whole, streams in which
+    any frame of it played): whole is every frame, in order, one packet each, with no
+    other packet between them."""
+    frames = [_same(prompt[i : i + FRAME]) for i in range(0, len(prompt) - FRAME + 1, FRAME)]
+    index = {f: i for i, f in enumerate(frames)}
+    if len(index) < len(frames) or len(frames[0]) < PREFIX:
+        raise ValueError("the prompt's frames cannot be told apart by their first bytes")
+    flows: dict[tuple[int, int, bytes], list[tuple[float, int]]] = defaultdict(list)
+    for stream, at, payload in _packets(pcap):
+        flows[stream].append((at, index.get(_same(payload), -1)))
+    whole = played = 0
+    for packets in flows.values():
+        packets.sort()
+        marks = [i for _, i in packets]
+        if all(i < 0 for i in marks):
+            continue
+        played += 1
+        if 0 in marks:
+            start = marks.index(0)
+            whole += marks[start : start + len(frames)] == list(range(len(frames)))
+    return whole, played
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return (float("nan"), float("nan"), float("nan"))
+    q = statistics.quantiles(values, n=100)
+    return q[49], q[98], max(values)

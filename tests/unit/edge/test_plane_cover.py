@@ -1,0 +1,152 @@
+"""A playing prompt's cover: the media thread plays the prompt on while Python is late.
+
+Python gives the thread each playing prompt's coming frames beyond the one it makes
+(``outlet.cover_all``, ``Plane.cover``); a slot whose frame Python made too late gets the
+prompt's own audio instead of silence. Run on the virtual clock (``Plane.step``), then
+``cover_all`` on real sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from callhook.edge.plane import Plane, new_plane
+from callhook.media import outlet
+from callhook.media.session import MediaSession
+from tests.unit.edge.test_plane import T0, drain, header, rtp, run, udp
+
+FRAME = 160
+
+
+def frames(*marks: int) -> bytes:
+    """Frames of G.711, frame i all of byte ``marks[i]``."""
+    return b"".join(bytes([m]) * FRAME for m in marks)
+
+
+def payloads(got: list[bytes]) -> list[int]:
+    """Each packet's payload, by its first byte (0xFF: μ-law silence)."""
+    return [p[12] for p in got]
+
+
+@pytest.fixture
+def plane() -> Iterator[Plane]:
+    made = new_plane(6)
+    assert made is not None
+    made.set_origin(T0)
+    yield made
+    made.close()
+
+
+def test_a_late_slot_gets_the_prompts_cover_and_silence_after_it(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
+        assert plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0) == 0
+        for slot in range(5):
+            run(plane, slot)
+        got = drain(peer)
+        assert payloads(got) == [1, 2, 3, 4, 0xFF]
+        # Numbered and timed as the fillers are: the call's media clock goes on.
+        assert [header(p)[2:] for p in got] == [(10 + i, 8000 + 160 * i) for i in range(5)]
+        assert (plane.covered, plane.fillers) == (3, 1)
+
+
+def test_a_frame_python_makes_in_time_goes_instead_of_the_cover(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
+        plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0)
+        plane.send([(line.fileno(), rtp(12, 8320, frames(9)), to)], 2)
+        for slot in range(4):
+            run(plane, slot)
+        assert payloads(drain(peer)) == [1, 2, 9, 4]
+
+
+def test_a_prompt_stopped_withdraws_its_cover_from_the_slot_given(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
+        plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0)
+        plane.cover([(line.fileno(), 2, True, b"")], 0)  # from slot 2: none
+        plane.cover([(line.fileno(), 3, False, frames(7))], 0)  # another prompt's
+        for slot in range(5):
+            run(plane, slot)
+        assert payloads(drain(peer)) == [1, 2, 0xFF, 7, 0xFF]
+
+
+def test_a_skip_moves_the_cover_on_with_the_prompt(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
+        plane.cover([(line.fileno(), 1, False, frames(2, 3))], 0)
+        run(plane, 0)
+        # The thread stalls 10 slots (more than it catches up): it skips them, and so does
+        # Python; the prompt goes on where it was.
+        slot, _when, _late, skipped, _ = run(plane, 11)
+        assert (slot, skipped) == (11, 10)
+        run(plane, 12)
+        assert payloads(drain(peer)) == [1, 2, 3]
+
+
+def test_srtp_and_what_is_not_whole_frames_get_no_cover(plane: Plane) -> None:
+    line, peer = udp(), udp()
+    with line, peer:
+        to = peer.getsockname()
+        plane.add(line, "call")
+        assert plane.cover([(line.fileno(), 1, False, b"\x02" * 100)], 0) == 1
+        plane.send([(line.fileno(), rtp(1, 0, frames(1)) + b"tag-of-ten", to)], 0, True)
+        plane.cover([(line.fileno(), 1, False, frames(2, 3))], 0)
+        for slot in range(3):
+            run(plane, slot)
+        assert len(drain(peer)) == 1  # verbatim (SRTP): never filled in
+        assert plane.covered == 0
+
+
+def tick(session: MediaSession) -> None:
+    """One tick's frame, made in C or (the prompt's first) by the session, as the engine does."""
+    _batch, rest = outlet.tick_all([(session, 7)], T0)
+    if rest:
+        session.tick(T0)
+
+
+def test_cover_all_gives_a_playing_prompts_coming_frames_a_few_at_a_time() -> None:
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    prompt = frames(*range(1, 41))  # 40 frames
+    session.play_encoded(1, prompt)
+    calls = [(session, 7)]
+    tick(session)  # frame 1
+    got = outlet.cover_all(calls, 24)
+    # Frames 2 to 25, three to a command, from the slot after this tick's frame.
+    assert [(fd, first, clear) for fd, first, clear, _ in got] == [
+        (7, 1 + 3 * i, False) for i in range(8)
+    ]
+    assert b"".join(audio for *_, audio in got) == prompt[FRAME : 25 * FRAME]
+    for _ in range(2):  # two more frames made: 22 ahead, not topped up yet
+        tick(session)
+        assert outlet.cover_all(calls, 24) == []
+    tick(session)  # 21 ahead: three more, after the 24 given
+    assert outlet.cover_all(calls, 24) == [(7, 22, False, prompt[25 * FRAME : 28 * FRAME])]
+    session.stop_prompt(1)
+    assert outlet.cover_all(calls, 24) == [(7, 1, True, b"")]
+    assert outlet.cover_all(calls, 24) == []  # (said once)
+
+
+def test_the_prompts_end_is_not_covered_and_a_new_prompt_clears_first() -> None:
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    session.play_encoded(1, frames(1, 2, 3) + b"\x04" * 80)  # three frames and a half
+    tick(session)
+    got = outlet.cover_all([(session, 7)], 24)
+    assert got == [(7, 1, False, frames(2, 3))]  # (the half frame is the session's)
+    session.play_encoded(2, frames(5, 6))
+    tick(session)
+    assert outlet.cover_all([(session, 7)], 24) == [(7, 1, True, b""), (7, 1, False, frames(6))]

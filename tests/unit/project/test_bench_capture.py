@@ -1,0 +1,60 @@
+"""bench.capture: the RTP gaps and the prompts heard whole, read off a capture like the
+benchmarks' (tcpdump on loopback, Ethernet frames, the first 80 bytes of each)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from bench.capture import prompts_whole, rtp_gaps
+
+PROMPT = b"".join(bytes([i, 255 - i]) * 80 for i in range(1, 11))  # 10 frames
+SILENCE = b"\xff" * 160
+
+
+def packet(sport: int, dport: int, seq: int, payload: bytes) -> bytes:
+    rtp = struct.pack("!BBHII", 0x80, 0, seq, 160 * seq, 0x1234) + payload
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(rtp), 0) + rtp
+    ip = bytes([0x45]) + b"\x00" * 19 + udp
+    return b"\x00" * 12 + b"\x08\x00" + ip
+
+
+def write(path: Path, streams: dict[int, list[bytes]]) -> Path:
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 80, 1)]  # Ethernet, 80 bytes
+    for dport, payloads in streams.items():
+        for i, payload in enumerate(payloads):
+            frame = packet(20000 + 2 * (dport % 100), dport, i, payload)
+            kept = frame[:80]
+            out.append(struct.pack("<IIII", 100, 20000 * i, len(kept), len(frame)) + kept)
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def frames(*which: int) -> list[bytes]:
+    return [PROMPT[160 * i : 160 * (i + 1)] if i >= 0 else SILENCE for i in which]
+
+
+def test_a_prompt_is_whole_only_every_frame_in_order_with_nothing_between(
+    tmp_path: Path,
+) -> None:
+    pcap = write(
+        tmp_path / "c.pcap",
+        {
+            6000: frames(-1, *range(10), -1),  # whole, silence before and after
+            6002: frames(*range(5), -1, *range(5, 10)),  # a silent frame in its middle
+            6004: frames(*range(2, 10)),  # its start cut
+            6006: frames(-1, -1, -1),  # never played
+            6008: frames(*range(4), 5, 4, *range(6, 10)),  # two frames swapped
+        },
+    )
+    assert prompts_whole(pcap, PROMPT) == (1, 4)
+    # The gaps: 20 ms within each stream, none across them.
+    assert set(round(g) for g in rtp_gaps(pcap)) == {20}
+
+
+def test_a_prompt_whose_frames_cannot_be_told_apart_is_refused(tmp_path: Path) -> None:
+    pcap = write(tmp_path / "c.pcap", {6000: frames(0)})
+    with pytest.raises(ValueError, match="told apart"):
+        prompts_whole(pcap, SILENCE * 3)
