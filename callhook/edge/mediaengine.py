@@ -434,6 +434,11 @@ class MediaEngine:
             roster = self._roster = _Roster.of(list(self.streams.values()))
         self._detect(roster)
         streams = roster.streams
+        plane = self.plane
+        # Python is behind the thread: this tick's frames miss their slot. A prompt about
+        # to begin waits for a tick that is on time, so it is heard from its start.
+        late = plane is not None and slot is not None and slot < plane.slot
+        held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
         wired = roster.wired
         batch, rest = outlet.tick_all(roster.sending, now)
@@ -457,21 +462,24 @@ class MediaEngine:
                 self._report(streams[i], now, wall)
             except Exception:
                 self._fault(streams[i], "sending")
-        plane = self.plane
         if plane is None:
             # A full buffer or an ICMP error for a peer that went away costs that
             # packet: the next frame goes out 20 ms later anyway.
             self.send_errors += self._udp.send(batch + verbatim)
-        elif slot is not None and slot >= plane.slot:
-            self.send_errors += plane.send(batch, slot) if batch else 0
-            self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
-            # The playing prompts' coming frames, for slots Python may reach late.
+        elif slot is not None:
+            if slot >= plane.slot:
+                self.send_errors += plane.send(batch, slot) if batch else 0
+                self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
+            else:  # too late for its slot: the thread sent the prompt's cover or silence
+                self.late_ticks += 1
+                self.stale_frames += len(batch) + len(verbatim)
+            # The playing prompts' coming frames, for the slots Python may reach late (on
+            # a late tick too: those past the thread's are still to come).
             cover = outlet.cover_all(roster.sending, COVER)
             if cover:
                 plane.cover(cover, slot)
-        else:  # too late for its slot: the thread sent silence instead
-            self.late_ticks += 1
-            self.stale_frames += len(batch) + len(verbatim)
+        for player in held:
+            player.resume()
 
     def _send(
         self,

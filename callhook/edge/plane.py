@@ -30,7 +30,8 @@ each tick Python also gives the thread the playing prompt's coming frames, up to
 :data:`COVER` slots beyond the frame it makes (:func:`callhook.media.outlet.cover_all`,
 :meth:`Plane.cover`), and withdraws them from the next slot when the prompt stops or
 another begins. Only where nothing is covered (no prompt, a bridge's audio, the end of
-a segment) does the thread send silence.
+a segment) does the thread send silence. A prompt that would begin on a late tick waits
+for one on time, so it is heard from its start (``Player.hold_start``).
 
 The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,

@@ -104,6 +104,7 @@ class Player(PlayerCore):
         self._prompt: _Prompt | None = None
         self._event: EventTone | None = None  # the RFC 4733 event being sent
         self._relay: list[Digits] = []  # digits to relay once the playing prompt ends
+        self._held: _Prompt | None = None  # a prompt not begun, held back for a tick
 
     # --- the tick ---------------------------------------------------------------------
 
@@ -125,6 +126,23 @@ class Player(PlayerCore):
                 self._relay = []
             return payload, prompt.prompt_id
         return payload, None
+
+    def hold_start(self) -> bool:
+        """Hold back a prompt that has not begun, for one tick: its first frame would be
+        made too late for its slot (the media thread's, Python being behind), so it starts
+        at its beginning on a tick that is on time, instead of partway into it. Whether it
+        held one; :meth:`resume` after the tick."""
+        prompt = self._prompt
+        if prompt is None or prompt.audio or prompt.pos or self._event is not None:
+            return False
+        self._held, self._prompt = prompt, None
+        return True
+
+    def resume(self) -> None:
+        """The prompt :meth:`hold_start` held back plays again (unless another began)."""
+        if self._prompt is None:
+            self._prompt = self._held
+        self._held = None
 
     @property
     def idle(self) -> bool:

@@ -9,13 +9,15 @@ prompt's own audio instead of silence. Run on the virtual clock (``Plane.step``)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from callhook.edge.plane import Plane, new_plane
+from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.media import outlet
 from callhook.media.session import MediaSession
-from tests.unit.edge.test_plane import T0, drain, header, rtp, run, udp
+from tests.unit.edge.test_plane import T0, at, drain, header, rtp, run, udp
 
 FRAME = 160
 
@@ -150,3 +152,46 @@ def test_the_prompts_end_is_not_covered_and_a_new_prompt_clears_first() -> None:
     session.play_encoded(2, frames(5, 6))
     tick(session)
     assert outlet.cover_all([(session, 7)], 24) == [(7, 1, True, b""), (7, 1, False, frames(6))]
+
+
+async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
+    """Python falls eight slots behind the thread and starts a prompt then: the prompt
+    waits for a tick that is on time, and the caller hears it from its first frame,
+    whole, after the thread's silence."""
+    engine = MediaEngine("127.0.0.1", 43600, 43700)
+    caller = udp()
+    try:
+        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
+        sock, port = engine.allocate()
+        plane = engine.plane
+        assert plane is not None
+        plane.set_origin(T0)
+        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
+        await engine.open(session, sock, port, lambda: None)
+
+        def step(slot: int) -> tuple[int, float, float, int, list[Any]]:
+            assert plane is not None
+            plane.step(at(slot))
+            got = plane.next_slot()
+            assert got is not None and got[0] == slot
+            return got
+
+        def work(got: tuple[int, float, float, int, list[Any]]) -> None:
+            engine._work(got[1], got[4], got[0] + AHEAD)
+
+        for slot in range(10):  # on time: silence
+            work(step(slot))
+        behind = [step(slot) for slot in range(10, 18)]  # the thread goes on alone
+        session.play_encoded(1, frames(*range(1, 31)))  # 30 frames of 1 to 30
+        for got in behind:  # Python catches up, late
+            work(got)
+        for slot in range(18, 60):
+            work(step(slot))
+        marks = payloads(drain(caller))
+        start = next(i for i, m in enumerate(marks) if m != 0xFF)
+        assert set(marks[:start]) == {0xFF}
+        assert marks[start : start + 30] == list(range(1, 31))
+        assert engine.stale_frames == 5  # (slots 13 to 17: silence, nothing playing yet)
+    finally:
+        caller.close()
+        engine.shutdown()
