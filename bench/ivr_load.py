@@ -52,6 +52,7 @@ from pathlib import Path
 from bench import clocks as bench_clocks
 from bench import floor
 from bench.capture import prompts_whole, quantiles, rtp_gaps
+from bench.report import print_recordings, print_thread, thread_counters, wrong_recordings
 from callhook.media import wav
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -406,6 +407,7 @@ def run_load(
         "recordings_right": right_length,
         "recordings": len(recordings),
         "recording_lengths": quantiles([d for d, _, _ in recordings if d is not None]),
+        **wrong_recordings([d for d, _, _ in recordings], EXPECTED_RECORDING),
         "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else float("nan"),
         "floor_ms_per_call_s": floor_cpu * 1000 / call_seconds if call_seconds else float("nan"),
         "floor_ratio": cpu_total / floor_cpu if floor_cpu > 0 else float("nan"),
@@ -429,33 +431,6 @@ def run_load(
         "final": app["final"],
         **extra,
     }
-
-
-def thread_counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
-    """The media threads' counters (``/api/stats``' ``media_thread``), summed over the
-    workers (the largest ``max_late_ms``); empty where the media runs on the loop."""
-    total: dict[str, float] = {}
-    for each in stats.get("workers") or [stats]:
-        for key, value in (each.get("media_thread") or {}).items():
-            if key == "max_late_ms":
-                total[key] = max(total.get(key, 0.0), value)
-            else:
-                total[key] = total.get(key, 0) + value
-    return total
-
-
-def print_thread(r: dict[str, object]) -> None:
-    """The line under a step's row with its media threads' counters, if it had any."""
-    thread = r.get("thread")
-    if isinstance(thread, dict) and thread:
-        print(
-            f"       media thread: {thread['late_slots']} slots over 2 ms late (latest "
-            f"{thread['max_late_ms']:.1f} ms), {thread['skipped_slots']} skipped; "
-            f"{thread['stale_frames']} frames after their slot, in whose place went "
-            f"{thread.get('covered', 0)} of the prompt's own (its cover) and "
-            f"{thread['fillers']} of silence",
-            flush=True,
-        )
 
 
 def loop_cpu(stats: dict) -> tuple[float, float, int]:  # type: ignore[type-arg]
@@ -548,6 +523,7 @@ def main() -> None:
                     f"{tick['took_max_ms']:.1f} ms; gc pauses {r['gc']}",
                     flush=True,
                 )
+            print_recordings(r)
             print_thread(r)
             split = r["split_ms_per_call_s"]
             assert isinstance(split, dict)

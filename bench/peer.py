@@ -50,7 +50,7 @@ import time
 import wave
 from pathlib import Path
 
-from bench import asterisk, capture, floor, ivr_load
+from bench import asterisk, capture, floor, ivr_load, report
 from bench.ivr_load import CALL_SECONDS, EXPECTED_RECORDING, KIT, RTP_FIRST, RTP_LAST, SIP_PORT
 
 #: Where an installed Asterisk's binary is looked for, after ``PATH``: the system's places,
@@ -309,6 +309,7 @@ def run_asterisk_step(
         "recordings_right": right,
         "recordings": len(lengths),
         "recording_lengths": capture.quantiles(known),
+        **report.wrong_recordings(lengths, EXPECTED_RECORDING),
         "cpu_ms_per_call_s": cpu_total * 1000 / call_seconds if call_seconds else nan,
         "floor_ms_per_call_s": floor_cpu * 1000 / call_seconds if call_seconds else nan,
         "floor_ratio": cpu_total / floor_cpu if floor_cpu > 0 else nan,
@@ -396,6 +397,7 @@ def main() -> None:
             try:
                 peer = run_asterisk_step(n, args.kit, workdir, binary, modules)
                 print(row("asterisk", peer), flush=True)
+                report.print_recordings(peer)
                 ours = ivr_load.run_step(n, args.kit, app_base, workdir, args.workers)
                 print(row("callhook", ours), flush=True)
                 tick = ours["tick"]
@@ -406,7 +408,8 @@ def main() -> None:
                         f"{tick['late_max_ms']:.1f} ms; {ours['late_ticks']} ticks late",
                         flush=True,
                     )
-                ivr_load.print_thread(ours)
+                report.print_recordings(ours)
+                report.print_thread(ours)
             finally:
                 if hog is not None:
                     hog.terminate()

@@ -435,9 +435,10 @@ class MediaEngine:
         self._detect(roster)
         streams = roster.streams
         plane = self.plane
-        # Python is behind the thread: this tick's frames miss their slot. A prompt about
-        # to begin waits for a tick that is on time, so it is heard from its start.
-        late = plane is not None and slot is not None and slot < plane.slot
+        # Python is behind the thread: this tick's frames miss their slot (or may: the
+        # thread runs the next slot while this tick works). A prompt about to begin
+        # waits for a tick that is on time, so it is heard from its start.
+        late = plane is not None and slot is not None and slot <= plane.slot
         held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
         wired = roster.wired

@@ -1,0 +1,63 @@
+"""The lines a load benchmark prints under a step's row: what went wrong with the
+recordings, and the media threads' counters."""
+
+from __future__ import annotations
+
+
+def wrong_recordings(
+    lengths: list[float | None], expected: tuple[float, float]
+) -> dict[str, object]:
+    """The recordings not of the ``expected`` length (s): how many were shorter (and the
+    shortest), longer (and the longest), or unreadable."""
+    short = [d for d in lengths if d is not None and d < expected[0]]
+    long = [d for d in lengths if d is not None and d > expected[1]]
+    return {
+        "recordings_short": len(short),
+        "shortest": min(short, default=float("nan")),
+        "recordings_long": len(long),
+        "longest": max(long, default=float("nan")),
+        "recordings_unread": sum(1 for d in lengths if d is None),
+    }
+
+
+def print_recordings(r: dict[str, object]) -> None:
+    """The line under a step's row on its recordings of the wrong length, if any."""
+    short, long, unread = (
+        r.get("recordings_short", 0),
+        r.get("recordings_long", 0),
+        r.get("recordings_unread", 0),
+    )
+    if short or long or unread:
+        print(
+            f"       recordings of the wrong length: {short} shorter (the shortest "
+            f"{r['shortest']:.2f} s), {long} longer (the longest {r['longest']:.2f} s), "
+            f"{unread} unreadable",
+            flush=True,
+        )
+
+
+def thread_counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
+    """The media threads' counters (``/api/stats``' ``media_thread``), summed over the
+    workers (the largest ``max_late_ms``); empty where the media runs on the loop."""
+    total: dict[str, float] = {}
+    for each in stats.get("workers") or [stats]:
+        for key, value in (each.get("media_thread") or {}).items():
+            if key == "max_late_ms":
+                total[key] = max(total.get(key, 0.0), value)
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def print_thread(r: dict[str, object]) -> None:
+    """The line under a step's row with its media threads' counters, if it had any."""
+    thread = r.get("thread")
+    if isinstance(thread, dict) and thread:
+        print(
+            f"       media thread: {thread['late_slots']} slots over 2 ms late (latest "
+            f"{thread['max_late_ms']:.1f} ms), {thread['skipped_slots']} skipped; "
+            f"{thread['stale_frames']} frames after their slot, in whose place went "
+            f"{thread.get('covered', 0)} of the prompt's own (its cover) and "
+            f"{thread['fillers']} of silence",
+            flush=True,
+        )
