@@ -18,7 +18,7 @@ The recipe, in a copy of the source in ``PREFIX.build/`` (removed once installed
 when it fails for want of jansson), ``make menuselect.makeopts``, ``menuselect/menuselect
 --enable chan_sip`` (off by default in 20; the default sound packages are turned off too, as
 the benchmark plays the kit's own sounds and ``make install`` would download them), ``make
--j N`` (N: ``--jobs``, default the CPUs) and ``make install``: about 5 minutes on 2 cores.
+-j N`` (N: ``--jobs``, default the CPUs) and ``make install``: a few minutes on 2 cores.
 Every step's output goes to ``PREFIX.build.log``; a step that fails ends the run with its
 name, the log's path and the log's last lines.
 

@@ -11,6 +11,7 @@ the payload, which tell the prompt's 150 frames apart.
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 import struct
 from collections import defaultdict
@@ -70,10 +71,22 @@ def _same(payload: bytes) -> bytes:
     return payload[:PREFIX].replace(b"\x7f", b"\xff")
 
 
-def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int]:
+def capture_dropped(pcap: Path) -> int:
+    """The packets tcpdump says the kernel dropped from the capture (its counts, which
+    :func:`bench.ivr_load.capture` keeps beside it): gaps and holes there are the
+    capture's, not the server's. -1 where it said nothing."""
+    said = pcap.with_suffix(".txt")
+    found = (
+        re.search(r"(\d+) packets? dropped by kernel", said.read_text()) if said.exists() else None
+    )
+    return int(found.group(1)) if found else -1
+
+
+def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int, list[float]]:
     """(streams in which the prompt (G.711, whole frames) played whole, streams in which
-    any frame of it played): whole is every frame, in order, one packet each, with no
-    other packet between them."""
+    any frame of it played, and for each of those where its first frame played, how long
+    after the stream's first packet it did, in seconds): whole is every frame, in order,
+    one packet each, with no other packet between them."""
     frames = [_same(prompt[i : i + FRAME]) for i in range(0, len(prompt) - FRAME + 1, FRAME)]
     index = {f: i for i, f in enumerate(frames)}
     if len(index) < len(frames) or len(frames[0]) < PREFIX:
@@ -82,6 +95,7 @@ def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int]:
     for stream, at, payload in _packets(pcap):
         flows[stream].append((at, index.get(_same(payload), -1)))
     whole = played = 0
+    starts: list[float] = []
     for packets in flows.values():
         packets.sort()
         marks = [i for _, i in packets]
@@ -91,7 +105,8 @@ def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int]:
         if 0 in marks:
             start = marks.index(0)
             whole += marks[start : start + len(frames)] == list(range(len(frames)))
-    return whole, played
+            starts.append(packets[start][0] - packets[0][0])
+    return whole, played, starts
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:

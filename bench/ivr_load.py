@@ -51,8 +51,14 @@ from pathlib import Path
 
 from bench import clocks as bench_clocks
 from bench import floor
-from bench.capture import prompts_whole, quantiles, rtp_gaps
-from bench.report import print_recordings, print_thread, thread_counters, wrong_recordings
+from bench.capture import capture_dropped, prompts_whole, quantiles, rtp_gaps
+from bench.report import (
+    print_prompts,
+    print_recordings,
+    print_thread,
+    thread_counters,
+    wrong_recordings,
+)
 from callhook.media import wav
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,11 +100,12 @@ def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
     where = f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"
     if dst_port is not None:
         where += f" and dst port {dst_port}"
-    return subprocess.Popen(
-        ["tcpdump", "-i", "lo", "-n", "-s", "80", "-B", "16384", "-w", str(pcap), where],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with pcap.with_suffix(".txt").open("w") as said:  # its counts, at the end
+        return subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-n", "-s", "80", "-B", "65536", "-w", str(pcap), where],
+            stdout=subprocess.DEVNULL,
+            stderr=said,
+        )
 
 
 def free_port() -> int:
@@ -247,8 +254,13 @@ def run_step(
 def prompt_figures(pcap: Path, kit: Path) -> dict[str, object]:
     """How many calls heard the kit's prompt whole, of those that heard it
     (:func:`bench.capture.prompts_whole`)."""
-    whole, played = prompts_whole(pcap, (kit / "sounds" / "prompt.ulaw").read_bytes())
-    return {"prompts_whole": whole, "prompts": played}
+    whole, played, starts = prompts_whole(pcap, (kit / "sounds" / "prompt.ulaw").read_bytes())
+    return {
+        "prompts_whole": whole,
+        "prompts": played,
+        "prompt_start": quantiles(starts),
+        "capture_dropped": capture_dropped(pcap),
+    }
 
 
 def sipp_common(n: int) -> list[str]:
@@ -523,6 +535,7 @@ def main() -> None:
                     f"{tick['took_max_ms']:.1f} ms; gc pauses {r['gc']}",
                     flush=True,
                 )
+            print_prompts(r)
             print_recordings(r)
             print_thread(r)
             split = r["split_ms_per_call_s"]

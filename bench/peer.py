@@ -21,7 +21,7 @@ keeping the silence as callhook does, ``Hangup``) with chan_sip on the same addr
 RTP port range callhook uses. This benchmark needs an Asterisk 20 (chan_sip left Asterisk
 in version 21) built with chan_sip. With ``--build`` it is built from Asterisk's public
 source (20.15.0; ``--build SRC``: another source, as :mod:`bench.asterisk` takes) with
-:mod:`bench.asterisk`'s recipe and installed under ``~/.cache/callhook-bench/`` (about 5
+:mod:`bench.asterisk`'s recipe and installed under ``~/.cache/callhook-bench/`` (a few
 minutes on 2 cores; an earlier build there is reused); otherwise the benchmark finds an
 installed one: its binary on ``PATH``, at ``/usr/sbin/asterisk``,
 ``/usr/local/sbin/asterisk`` or where ``--build`` put it, or where ``--asterisk`` says, and
@@ -95,7 +95,7 @@ def find_asterisk(given: Path | None) -> Path:
         "installed; none was found"
         + (f" at {given}" if given is not None else f" on PATH or at {', '.join(ASTERISK_PLACES)}")
         + ": pass its binary with --asterisk, or --build builds one from Asterisk's public "
-        "source (about 5 minutes on 2 cores)"
+        "source (a few minutes on 2 cores)"
     )
 
 
@@ -397,6 +397,7 @@ def main() -> None:
             try:
                 peer = run_asterisk_step(n, args.kit, workdir, binary, modules)
                 print(row("asterisk", peer), flush=True)
+                report.print_prompts(peer)
                 report.print_recordings(peer)
                 ours = ivr_load.run_step(n, args.kit, app_base, workdir, args.workers)
                 print(row("callhook", ours), flush=True)
@@ -408,6 +409,7 @@ def main() -> None:
                         f"{tick['late_max_ms']:.1f} ms; {ours['late_ticks']} ticks late",
                         flush=True,
                     )
+                report.print_prompts(ours)
                 report.print_recordings(ours)
                 report.print_thread(ours)
             finally:

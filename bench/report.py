@@ -20,6 +20,19 @@ def wrong_recordings(
     }
 
 
+def print_prompts(r: dict[str, object]) -> None:
+    """The line under a step's row on when the prompt began, and the capture's losses."""
+    start = r.get("prompt_start")
+    if isinstance(start, tuple):
+        dropped = r.get("capture_dropped", -1)
+        print(
+            f"       the prompt began p50/p99/max {start[0]:.2f} / {start[1]:.2f} / "
+            f"{start[2]:.2f} s after the call's first packet"
+            + (f"; the capture lost {dropped} packets" if dropped else ""),
+            flush=True,
+        )
+
+
 def print_recordings(r: dict[str, object]) -> None:
     """The line under a step's row on its recordings of the wrong length, if any."""
     short, long, unread = (

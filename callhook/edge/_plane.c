@@ -167,6 +167,7 @@ typedef struct {
     struct epoll_event *ready;
     int64_t slot; /* the next slot to run, and its time */
     int64_t next;
+    int64_t started; /* when (CLOCK_MONOTONIC) the slot being run began */
     Event got[MAX_ROUNDS];
     struct mmsghdr msgs[MAX_ROUNDS];
     struct iovec iov[MAX_ROUNDS];
@@ -412,18 +413,18 @@ static int64_t real_ns(void) {
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* When a datagram reached the host, on the clock of `now`: the kernel stamps it on the
- * wall clock, so it is `now` less the time since (never after `now`; `now` itself where
- * the stamp is missing). Datagrams left in the kernel while Python was behind are read
- * later, in bursts: their arrival says they came at the call's own pace, which is what
- * the flood limit counts by. */
-static int64_t arrival(struct msghdr *msg, int64_t now, int64_t wall) {
+/* When a datagram reached the host, on the clock of the slots' times (`now` is the
+ * slot's): the kernel stamps it on the wall clock, read at `wall`, `since` after the slot
+ * began, so it came `wall - stamp` before that (`now` where the stamp is missing).
+ * Datagrams left in the kernel while Python was behind are read later, in bursts: their
+ * arrival says they came at the call's own pace, which is what the flood limit counts by. */
+static int64_t arrival(struct msghdr *msg, int64_t now, int64_t wall, int64_t since) {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm != NULL; cm = CMSG_NXTHDR(msg, cm)) {
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
             struct timespec t;
             memcpy(&t, CMSG_DATA(cm), sizeof(t));
             int64_t ago = wall - ((int64_t)t.tv_sec * 1000000000LL + t.tv_nsec);
-            return ago > 0 ? now - ago : now;
+            return ago > 0 ? now + since - ago : now + since;
         }
     }
     return now;
@@ -433,7 +434,7 @@ static int64_t arrival(struct msghdr *msg, int64_t now, int64_t wall) {
 static void receive_slot(Core *c, int64_t now) {
     if (c->nactive == 0)
         return;
-    int64_t wall = 0;
+    int64_t wall = 0, since = 0;
     int have_wall = 0;
     int ready;
     do {
@@ -460,7 +461,9 @@ static void receive_slot(Core *c, int64_t now) {
         }
         int n = recvmmsg(fd, c->msgs, want, MSG_DONTWAIT, NULL);
         if (n > 0 && !have_wall) {
+            /* (Both clocks at once: how long after the slot began the stamps are read.) */
             wall = real_ns();
+            since = mono_ns() - c->started;
             have_wall = 1;
         }
         for (int k = 0; k < n; k++) {
@@ -470,7 +473,7 @@ static void receive_slot(Core *c, int64_t now) {
             ev->len = (uint16_t)(c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len);
             ev->fd = fd;
             ev->slot = c->slot;
-            ev->when = arrival(&c->msgs[k].msg_hdr, now, wall);
+            ev->when = arrival(&c->msgs[k].msg_hdr, now, wall, since);
             ev->late = 0;
             ev->addr_len = c->msgs[k].msg_hdr.msg_namelen;
             ring_push(c->events, ev);
@@ -514,6 +517,7 @@ static void skip_lines(Core *c, int64_t missed) {
 
 /* One slot at `now`: the thread's loop body, and step() for the tests. */
 static void run_slot(Core *c, int64_t now) {
+    c->started = mono_ns();
     int64_t late = now - c->next, skipped = 0;
     if (late > (int64_t)c->catch_up * c->tick) {
         /* A long stall (a stopped process, a starved machine): the missed slots are

@@ -433,13 +433,23 @@ class MediaEngine:
         if roster is None:
             roster = self._roster = _Roster.of(list(self.streams.values()))
         self._detect(roster)
-        streams = roster.streams
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
         # thread runs the next slot while this tick works). A prompt about to begin
         # waits for a tick that is on time, so it is heard from its start.
         late = plane is not None and slot is not None and slot <= plane.slot
         held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
+        try:
+            self._send_all(roster, now, wall, slot)
+        finally:
+            for player in held:
+                player.resume()
+
+    def _send_all(self, roster: _Roster, now: float, wall: float, slot: int | None) -> None:
+        """Step 3: every call's packet, at once (no ``slot``) or for the thread's ``slot``,
+        the playing prompts' cover with them; then the RTCP reports due."""
+        streams = roster.streams
+        plane = self.plane
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
         wired = roster.wired
         batch, rest = outlet.tick_all(roster.sending, now)
@@ -475,12 +485,11 @@ class MediaEngine:
                 self.late_ticks += 1
                 self.stale_frames += len(batch) + len(verbatim)
             # The playing prompts' coming frames, for the slots Python may reach late (on
-            # a late tick too: those past the thread's are still to come).
+            # a late tick too: those past the thread's are still to come). What the thread
+            # could not take is withdrawn and given again from the next tick.
             cover = outlet.cover_all(roster.sending, COVER)
-            if cover:
-                plane.cover(cover, slot)
-        for player in held:
-            player.resume()
+            if cover and plane.cover(cover, slot):
+                outlet.uncover(roster.sending)
 
     def _send(
         self,

@@ -105,17 +105,23 @@ typedef struct {
     PyObject *prompt;  /* the prompt playing, or None */
     PyObject *event;   /* the RFC 4733 event being sent, or None */
     long long echo_ticks;
+    PyObject *begun; /* the prompt that has made a frame (its first is Python's) */
+    char hold;       /* Player.hold_start: this tick, the prompt waits (a T_BOOL) */
     /* The media thread's cover (cover_all): the prompt and the audio it was taken from,
-     * and the offset in that audio it reaches. */
+     * the offset in that audio it reaches, the prompt's place when last seen, and
+     * whether the thread may hold what it was not given (uncover). */
     PyObject *cover_prompt;
     PyObject *cover_audio;
     long long covered;
+    long long cover_pos;
+    int cover_dirty;
 } PlayerCore;
 
 static int PlayerCore_traverse(PlayerCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->silence);
     Py_VISIT(self->prompt);
     Py_VISIT(self->event);
+    Py_VISIT(self->begun);
     Py_VISIT(self->cover_prompt);
     Py_VISIT(self->cover_audio);
     return 0;
@@ -125,6 +131,7 @@ static int PlayerCore_clear(PlayerCore *self) {
     Py_CLEAR(self->silence);
     Py_CLEAR(self->prompt);
     Py_CLEAR(self->event);
+    Py_CLEAR(self->begun);
     Py_CLEAR(self->cover_prompt);
     Py_CLEAR(self->cover_audio);
     return 0;
@@ -142,6 +149,8 @@ static PyMemberDef PlayerCore_members[] = {
     {"_event", T_OBJECT, offsetof(PlayerCore, event), 0, NULL},
     {"echo_ticks", T_LONGLONG, offsetof(PlayerCore, echo_ticks), 0,
      "ticks left in which in-band digits heard are the echo of ours"},
+    {"_begun", T_OBJECT, offsetof(PlayerCore, begun), 0, NULL},
+    {"_hold", T_BOOL, offsetof(PlayerCore, hold), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -217,8 +226,10 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
         object_player == NULL || !PyObject_TypeCheck(object_player, &PlayerCoreType))
         return 0;
     PlayerCore *player = (PlayerCore *)object_player;
-    /* Player.next_frame: no event in progress; silence, or the prompt's next 20 ms. */
-    if (!IS_NONE(player->event) || player->prompt == NULL)
+    /* Player.next_frame: no event in progress; silence, or the prompt's next 20 ms (not
+     * its first, nor one held back). */
+    if (!IS_NONE(player->event) || player->prompt == NULL || player->hold ||
+        (player->prompt != Py_None && player->prompt != player->begun))
         return 0;
     /* The prompt's fields are read through Python: it, the player, the sender and the
      * address are held meanwhile. */
@@ -306,19 +317,27 @@ static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyO
         return 0; /* (SRTP: the thread sends nothing in Python's place) */
     PlayerCore *player = (PlayerCore *)session->player;
     PyObject *prompt = player->prompt;
-    if (prompt == NULL || prompt == Py_None || prompt != player->cover_prompt) {
-        /* Another prompt, or none: what was covered for the last one goes. */
-        int had = player->cover_prompt != NULL;
+    if (prompt == Py_None)
+        prompt = NULL;
+    if (prompt != player->cover_prompt || player->cover_dirty) {
+        /* Another prompt, or none (or what the thread holds is not known): what was
+         * covered goes, from this tick's own slot on (its frame may come late). */
+        int had = player->cover_prompt != NULL || player->cover_dirty;
         Py_CLEAR(player->cover_prompt);
         Py_CLEAR(player->cover_audio);
-        player->covered = 0;
-        if (had && append_cover(out, fd, 1, 1, "", 0) < 0)
+        player->covered = player->cover_pos = 0;
+        player->cover_dirty = 0;
+        if (had && append_cover(out, fd, 0, 1, "", 0) < 0) {
+            player->cover_dirty = 1;
             return -1;
-        if (prompt == NULL || prompt == Py_None)
-            return 0;
-        Py_INCREF(prompt);
-        player->cover_prompt = prompt;
+        }
+        if (prompt != NULL) {
+            Py_INCREF(prompt);
+            player->cover_prompt = prompt;
+        }
     }
+    if (prompt == NULL || player->hold)
+        return 0; /* (none; or it has not begun: its cover starts with it) */
     PyObject *audio = PyObject_GetAttr(prompt, n_audio);
     if (audio == NULL)
         return -1;
@@ -331,13 +350,15 @@ static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyO
     }
     int rc = 0;
     if (PyBytes_Check(audio) && pos >= 0) {
-        if (audio != player->cover_audio) {
-            /* The prompt's next segment joined its audio (a new object, from `pos`):
-             * what was covered stays right; the cover goes on from here. */
+        if (audio != player->cover_audio || pos < player->cover_pos) {
+            /* The prompt's next segment joined its audio (from `pos`: a new object, or
+             * the segment itself when nothing was left, so `pos` went back): what was
+             * covered stays right; the cover goes on from here. */
             Py_INCREF(audio);
             Py_XSETREF(player->cover_audio, audio);
             player->covered = pos;
         }
+        player->cover_pos = pos;
         if (player->covered < pos)
             player->covered = pos;
         long long size = PyBytes_GET_SIZE(audio);
@@ -363,6 +384,23 @@ static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyO
     }
     Py_DECREF(audio);
     return rc;
+}
+
+static PyObject *uncover(PyObject *module, PyObject *calls) {
+    if (!PyList_Check(calls)) {
+        PyErr_SetString(PyExc_TypeError, "uncover(calls: list)");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(calls); i++) {
+        PyObject *call = PyList_GET_ITEM(calls, i);
+        if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != 2 ||
+            !PyObject_TypeCheck(PyTuple_GET_ITEM(call, 0), types.inlet))
+            continue;
+        PyObject *player = ((Inlet *)PyTuple_GET_ITEM(call, 0))->player;
+        if (player != NULL && PyObject_TypeCheck(player, &PlayerCoreType))
+            ((PlayerCore *)player)->cover_dirty = 1;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *cover_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -516,6 +554,10 @@ static PyObject *due_all(PyObject *module, PyObject *const *args, Py_ssize_t nar
 }
 
 static PyMethodDef module_methods[] = {
+    {"uncover", (PyCFunction)uncover, METH_O,
+     "uncover([(session, fd)]): what the media thread holds of each call's cover is not "
+     "known (a cover command could not be queued): the next cover_all withdraws it all "
+     "and gives it again."},
     {"cover_all", (PyCFunction)(void (*)(void))cover_all, METH_FASTCALL,
      "cover_all([(session, fd)], horizon) -> [(fd, first, clear, audio)]: for the media "
      "thread, each playing call's coming prompt audio, up to `horizon` frames after this "

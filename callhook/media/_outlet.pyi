@@ -14,6 +14,8 @@ class SenderCore:
 class PlayerCore:
     silence: bytes
     _prompt: Any
+    _begun: Any
+    _hold: bool
     _event: Any
     echo_ticks: int
 
@@ -21,4 +23,5 @@ def tick_all(
     calls: list[tuple[Any, int]], now: float
 ) -> tuple[list[tuple[int, bytes, tuple[str, int]]], list[int]]: ...
 def due_all(calls: list[tuple[Any, bool]], now: float) -> list[int]: ...
+def uncover(calls: list[tuple[Any, int]]) -> None: ...
 def cover_all(calls: list[tuple[Any, int]], horizon: int) -> list[tuple[int, int, bool, bytes]]: ...

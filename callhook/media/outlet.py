@@ -18,9 +18,10 @@ are not visited in Python at all.
 
 For the media thread (:mod:`callhook.edge.plane`), :func:`cover_all` gives each playing
 call's coming prompt audio, some frames beyond the one made this tick: the thread sends it
-in a slot whose frame Python made too late, instead of silence, so a prompt goes on
-whole while Python catches up. It is topped up a few frames at a time, and withdrawn
-from the next slot when the prompt stops or another begins.
+in a slot whose frame Python made too late, instead of silence, so a prompt plays
+on while Python catches up. It is topped up a few frames at a time, and withdrawn
+when the prompt stops or another begins; where the thread could not take some of it,
+:func:`uncover` makes the next :func:`cover_all` withdraw and give it all again.
 
 As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the
 reference: a packet is made in C only when every condition of that path holds, exactly
@@ -35,7 +36,14 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from callhook.media._outlet import PlayerCore, SenderCore, cover_all, due_all, tick_all
+    from callhook.media._outlet import (
+        PlayerCore,
+        SenderCore,
+        cover_all,
+        due_all,
+        tick_all,
+        uncover,
+    )
 except ImportError:  # no C compiler where callhook was installed
 
     class SenderCore:  # type: ignore[no-redef]
@@ -58,10 +66,13 @@ except ImportError:  # no C compiler where callhook was installed
         """Where the extension is missing: no cover (silence where Python is late)."""
         return []
 
+    def uncover(calls: list[tuple[Any, int]]) -> None:
+        """Where the extension is missing: no cover to forget."""
+
 
 def native() -> bool:
     """Whether the usual packet is made in C (the extension was built)."""
     return SenderCore.__module__ == "callhook.media._outlet"
 
 
-__all__ = ["PlayerCore", "SenderCore", "cover_all", "due_all", "native", "tick_all"]
+__all__ = ["PlayerCore", "SenderCore", "cover_all", "due_all", "native", "tick_all", "uncover"]

@@ -64,6 +64,10 @@ Segment: TypeAlias = bytes | Digits
 _GAP_AFTER_EVENT = GAP_TICKS - (END_PACKETS - 1)
 
 
+#: Ticks a prompt may wait for Python to catch up before its first frame (Player.hold_start).
+MAX_HOLD = 25
+
+
 class PromptError(Exception):
     """An item that cannot be played, and why (the prompt ends there)."""
 
@@ -78,6 +82,8 @@ class _Prompt:
     # More is coming (text being synthesised sentence by sentence): running out
     # plays silence instead of ending the prompt.
     open: bool = False
+    # Ticks it waited before its first frame (Player.hold_start).
+    held: int = 0
 
     @property
     def exhausted(self) -> bool:
@@ -104,7 +110,8 @@ class Player(PlayerCore):
         self._prompt: _Prompt | None = None
         self._event: EventTone | None = None  # the RFC 4733 event being sent
         self._relay: list[Digits] = []  # digits to relay once the playing prompt ends
-        self._held: _Prompt | None = None  # a prompt not begun, held back for a tick
+        self._begun: _Prompt | None = None  # the prompt that has made a frame
+        self._hold = False  # this tick, the prompt waits (hold_start)
 
     # --- the tick ---------------------------------------------------------------------
 
@@ -116,8 +123,10 @@ class Player(PlayerCore):
         if self.echo_ticks:
             self.echo_ticks -= 1
         prompt = self._prompt
-        if self._event is not None or prompt is None:
+        if self._event is not None or prompt is None or self._hold:
             return self.silence, None
+        # (A prompt's first frame is made here, never in C: C makes the next ones.)
+        self._begun = prompt
         payload = self._frame(prompt, timestamp)
         if prompt.exhausted and not prompt.open and self._event is None:
             self._prompt = None
@@ -130,19 +139,24 @@ class Player(PlayerCore):
     def hold_start(self) -> bool:
         """Hold back a prompt that has not begun, for one tick: its first frame would be
         made too late for its slot (the media thread's, Python being behind), so it starts
-        at its beginning on a tick that is on time, instead of partway into it. Whether it
-        held one; :meth:`resume` after the tick."""
+        at its beginning on a tick that is on time, instead of partway into it; silence
+        goes meanwhile. At most :data:`MAX_HOLD` ticks: Python that far behind would cut
+        it anyway. Whether it held one; :meth:`resume` after the tick."""
         prompt = self._prompt
-        if prompt is None or prompt.audio or prompt.pos or self._event is not None:
+        if (
+            prompt is None
+            or prompt is self._begun
+            or self._event is not None
+            or prompt.held >= MAX_HOLD
+        ):
             return False
-        self._held, self._prompt = prompt, None
+        prompt.held += 1
+        self._hold = True
         return True
 
     def resume(self) -> None:
-        """The prompt :meth:`hold_start` held back plays again (unless another began)."""
-        if self._prompt is None:
-            self._prompt = self._held
-        self._held = None
+        """The tick is over: the prompt :meth:`hold_start` held back may begin."""
+        self._hold = False
 
     @property
     def idle(self) -> bool:

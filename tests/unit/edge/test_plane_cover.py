@@ -16,6 +16,8 @@ import pytest
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.media import outlet
+from callhook.media.dtmfsend import Digits
+from callhook.media.player import MAX_HOLD
 from callhook.media.session import MediaSession
 from tests.unit.edge.test_plane import T0, at, drain, header, rtp, run, udp
 
@@ -139,7 +141,8 @@ def test_cover_all_gives_a_playing_prompts_coming_frames_a_few_at_a_time() -> No
     tick(session)  # 21 ahead: three more, after the 24 given
     assert outlet.cover_all(calls, 24) == [(7, 22, False, prompt[25 * FRAME : 28 * FRAME])]
     session.stop_prompt(1)
-    assert outlet.cover_all(calls, 24) == [(7, 1, True, b"")]
+    # Withdrawn from this tick's own slot on (its frame may come late).
+    assert outlet.cover_all(calls, 24) == [(7, 0, True, b"")]
     assert outlet.cover_all(calls, 24) == []  # (said once)
 
 
@@ -151,7 +154,53 @@ def test_the_prompts_end_is_not_covered_and_a_new_prompt_clears_first() -> None:
     assert got == [(7, 1, False, frames(2, 3))]  # (the half frame is the session's)
     session.play_encoded(2, frames(5, 6))
     tick(session)
-    assert outlet.cover_all([(session, 7)], 24) == [(7, 1, True, b""), (7, 1, False, frames(6))]
+    assert outlet.cover_all([(session, 7)], 24) == [(7, 0, True, b""), (7, 1, False, frames(6))]
+
+
+def test_a_segment_joined_as_the_same_object_goes_on_being_covered() -> None:
+    # The first segment ends on a whole frame: the player joins b"" and the next segment,
+    # which is that very object again (the same cached audio played twice).
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    again = frames(1, 2, 3, 4)
+    session.player.play(1, [again, again])
+    calls = [(session, 7)]
+    tick(session)
+    assert b"".join(a for *_, a in outlet.cover_all(calls, 24)) == frames(2, 3, 4)
+    for _ in range(3):  # frames 2, 3, 4: covered already
+        tick(session)
+        assert outlet.cover_all(calls, 24) == []
+    tick(session)  # the second segment's first frame: the rest of it is covered
+    assert outlet.cover_all(calls, 24) == [(7, 1, False, frames(2, 3, 4))]
+
+
+def test_what_the_thread_could_not_take_is_withdrawn_and_given_again() -> None:
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    session.play_encoded(1, frames(*range(1, 11)))
+    calls = [(session, 7)]
+    tick(session)
+    assert len(outlet.cover_all(calls, 24)) == 3  # frames 2 to 10
+    outlet.uncover(calls)
+    again = outlet.cover_all(calls, 24)
+    assert again[0] == (7, 0, True, b"")
+    assert b"".join(a for *_, a in again[1:]) == frames(*range(2, 11))
+
+
+def test_a_held_prompt_stays_the_players_and_begins_after_at_most_max_hold_ticks() -> None:
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    player = session.player
+    session.play_encoded(1, frames(1, 2))
+    assert player.hold_start()
+    player.relay(Digits("5"))  # (a bridged partner's digit, in the same tick)
+    assert not player.idle  # the prompt is still the player's: the digit waits for it
+    assert outlet.cover_all([(session, 7)], 24) == []  # not begun: no cover yet
+    assert session.tick(T0) is not None and player._prompt is not None
+    player.resume()
+    for _ in range(MAX_HOLD - 1):
+        assert player.hold_start()
+        player.resume()
+    assert not player.hold_start()  # it has waited long enough: it begins, late or not
+    assert player.next_frame(0) == (frames(1), None)
+    assert not player.hold_start()  # (begun)
 
 
 async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:

@@ -49,7 +49,10 @@ def test_a_prompt_is_whole_only_every_frame_in_order_with_nothing_between(
             6008: frames(*range(4), 5, 4, *range(6, 10)),  # two frames swapped
         },
     )
-    assert prompts_whole(pcap, PROMPT) == (1, 4)
+    whole, played, starts = prompts_whole(pcap, PROMPT)
+    assert (whole, played) == (1, 4)
+    # The first frame's time after the stream's first packet, where it played.
+    assert [round(s, 3) for s in starts] == [0.02, 0.0, 0.0]
     # The gaps: 20 ms within each stream, none across them.
     assert set(round(g) for g in rtp_gaps(pcap)) == {20}
 
