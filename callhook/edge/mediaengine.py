@@ -13,15 +13,8 @@ all calls at once, with the slot's own time (docs/architecture.md):
    (:func:`callhook.media.inlet.take_all`), and each other datagram goes to its
    session's :meth:`~callhook.media.session.MediaSession.receive` (or
    ``rtcp_received``);
-2. the audio frames received in step 1, every call's at once (taken out of the
-   sessions in one C call, :func:`callhook.media.gate.gather`): decoded,
-   measured and (for calls that listen for in-band DTMF) put through the
-   tone detector's prefilter in one numpy call per law
-   (:mod:`callhook.media.frames`), then handed to each session's detectors
-   (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
-   voice-activity detector that is paused, whose gate stays closed, or in an
-   utterance the energy holds), which is taken in C for every call in one call
-   (:func:`callhook.media.gate.feed_all`);
+2. the audio frames received in step 1, every call's at once: decoded, measured and
+   handed to the calls' detectors (:mod:`callhook.edge.detection`);
 3. every call's packet: the usual one (the prompt's next frame or silence, nothing
    else due on the call) made in C for every call in one call
    (:func:`callhook.media.outlet.tick_all`), the others by each session's
@@ -73,12 +66,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from callhook.edge.detection import Detection
 from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, COVER, Plane, new_plane
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
-from callhook.media import frames, gate, inlet, outlet, vad
-from callhook.media.g711 import LAWS
+from callhook.media import frames, gate, inlet, outlet
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -203,7 +196,7 @@ class MediaEngine:
         self.late_ticks = 0
         self.send_errors = 0
         self.faults = 0  # exceptions sessions raised (each a bug, contained to its call)
-        self._ahead_faults = 0  # batched speech model runs that raised (a bug)
+        self._detection = Detection(self._detection_fault)  # step 2
         self._due_faults = 0  # outlet.due_all calls that raised
         self._attached = 0  # the last socketless stream's key (they count down from -1)
         self._socketless: dict[int, _Stream] = {}
@@ -432,7 +425,7 @@ class MediaEngine:
         roster = self._roster
         if roster is None:
             roster = self._roster = _Roster.of(list(self.streams.values()))
-        self._detect(roster)
+        self._detection.run(roster.sessions)
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
         # thread runs the next slot while this tick works). A prompt about to begin
@@ -539,6 +532,16 @@ class MediaEngine:
                 exc_info=exc if exc is not None else True,
             )
 
+    def _detection_fault(self, session: MediaSession | None) -> None:
+        """Step 2 raised: in ``session``'s detectors, or (None) in the batched speech model."""
+        if session is None:
+            self.faults += 1
+            return
+        roster = self._roster
+        stream = roster.stream_of(session) if roster is not None else None
+        if stream is not None:
+            self._fault(stream, "detecting")
+
     def _schedule(self, now: float) -> None:
         self.durations.append((self.loop.time() - now) * 1000)
         self._next += TICK
@@ -552,102 +555,6 @@ class MediaEngine:
                 self._next += (int(behind / TICK) + 1) * TICK
         # No call left (the last one closed during this tick): stop until one opens.
         self._handle = self.loop.call_at(self._next, self._tick) if self.streams else None
-
-    def _detect(self, roster: _Roster) -> None:
-        """Step 2: the frames this tick received, every call's decoded and measured at once;
-        the speech model's windows they complete, every call's whose gate is open in one
-        run."""
-        measured = []  # each law's sessions, their counts of frames, the frames measured
-        listening = []
-        for law in LAWS:
-            # The frames each session holds, taken out (in C: media/gate.py).
-            group, payloads, counts, tones, ahead = gate.gather(roster.sessions, law)
-            if not group:
-                continue
-            samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
-            measured.append((group, counts, samples, powers, verdicts))
-            listening += [(detector, samples[row]) for detector, row in ahead]
-        if listening:
-            try:
-                vad.run_ahead(listening)
-            except Exception:  # a bug: each model runs its own window as before
-                self.faults += 1
-                self._ahead_faults += 1
-                if self._ahead_faults == 1:  # (it may fail every tick: logged once)
-                    logger.exception("running the speech model for every call at once failed")
-        for group, counts, samples, powers, verdicts in measured:
-            if len(samples) == len(group):  # one frame each: the usual tick
-                self._feed(roster, group, samples, powers, verdicts)
-                continue
-            # Some calls got two frames or more (a burst after a late tick): the others'
-            # one frame is taken as usual, and the bursts frame by frame (_bursts).
-            sessions: list[MediaSession] = []
-            rows: list[frames.Samples] = []
-            row_powers: list[float] = []
-            row_verdicts: list[bool | None] = []
-            bursts: list[tuple[MediaSession, int, int]] = []
-            first = 0
-            for session, count in zip(group, counts, strict=True):
-                last = first + count
-                if count == 1:
-                    sessions.append(session)
-                    rows.append(samples[first])
-                    row_powers.append(powers[first])
-                    row_verdicts.append(verdicts[first])
-                else:
-                    bursts.append((session, first, last))
-                first = last
-            self._feed(roster, sessions, rows, row_powers, row_verdicts)
-            self._bursts(roster, bursts, samples, powers, verdicts)
-
-    def _bursts(
-        self,
-        roster: _Roster,
-        bursts: list[tuple[MediaSession, int, int]],
-        samples: list[frames.Samples],
-        powers: list[float],
-        verdicts: list[bool | None],
-    ) -> None:
-        """The calls that got frames ``samples[first:last]`` this tick (a burst after a
-        late tick, frequent under load): in rounds of one frame each, the usual ones
-        taken in C (media/gate.py); from the first frame of a call that C leaves, the
-        rest of its burst goes to its session, in order."""
-        while bursts:
-            rest = set(
-                gate.feed_all(
-                    [session for session, _, _ in bursts],
-                    [samples[first] for _, first, _ in bursts],
-                    [powers[first] for _, first, _ in bursts],
-                )
-            )
-            going: list[tuple[MediaSession, int, int]] = []
-            for i, (session, first, last) in enumerate(bursts):
-                if i in rest:
-                    try:
-                        session.detect(
-                            samples[first:last], powers[first:last], verdicts[first:last]
-                        )
-                    except Exception:
-                        self._fault(roster.stream_of(session), "detecting")
-                elif first + 1 < last:
-                    going.append((session, first + 1, last))
-            bursts = going
-
-    def _feed(
-        self,
-        roster: _Roster,
-        sessions: list[MediaSession],
-        samples: list[frames.Samples],
-        powers: list[float],
-        verdicts: list[bool | None],
-    ) -> None:
-        """Each of ``sessions``' one frame of the tick: the usual ones taken in C
-        (media/gate.py), the others by their sessions."""
-        for i in gate.feed_all(sessions, samples, powers):
-            try:
-                sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
-            except Exception:
-                self._fault(roster.stream_of(sessions[i]), "detecting")
 
     def _receive_attached(self, now: float) -> None:
         for stream in list(self._socketless.values()):

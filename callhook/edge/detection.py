@@ -1,0 +1,131 @@
+"""Step 2 of the media tick: what every call received, decoded, measured and detected.
+
+The frames the tick received are taken out of every session at once (in C:
+:func:`callhook.media.gate.gather`), decoded, measured and (for calls that listen for
+in-band DTMF) put through the tone detector's prefilter in one numpy call per law
+(:mod:`callhook.media.frames`); the speech model's windows they complete are run for
+every call whose gate is open in one run (:func:`callhook.media.vad.run_ahead`); then
+each frame goes to its session's detectors
+(:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
+voice-activity detector that is paused, whose gate stays closed, or in an utterance the
+energy holds), which is taken in C for every call in one call
+(:func:`callhook.media.gate.feed_all`). Sans-IO: the media engine
+(:mod:`callhook.edge.mediaengine`) runs it each tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from callhook.media import frames, gate, vad
+from callhook.media.g711 import LAWS
+from callhook.media.session import MediaSession
+
+logger = logging.getLogger("callhook.media")
+
+
+class Detection:
+    """Each tick's received frames, every call's at once (see the module docstring).
+
+    ``fault(session)``: a session's detection raised (a bug, contained to its call), or,
+    with None, the batched speech model's run did (each model then runs its own window)."""
+
+    def __init__(self, fault: Callable[[MediaSession | None], None]) -> None:
+        self._fault = fault
+        #: Batched speech model runs that raised (logged the first time).
+        self.ahead_faults = 0
+
+    def run(self, sessions: list[MediaSession]) -> None:
+        """The frames ``sessions`` hold (this tick's), every call's decoded and measured
+        at once; the speech model's windows they complete, every call's whose gate is open
+        in one run; then each frame to its call's detectors."""
+        measured = []  # each law's sessions, their counts of frames, the frames measured
+        listening = []
+        for law in LAWS:
+            # The frames each session holds, taken out (in C: media/gate.py).
+            group, payloads, counts, tones, ahead = gate.gather(sessions, law)
+            if not group:
+                continue
+            samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
+            measured.append((group, counts, samples, powers, verdicts))
+            listening += [(detector, samples[row]) for detector, row in ahead]
+        if listening:
+            try:
+                vad.run_ahead(listening)
+            except Exception:  # a bug: each model runs its own window as before
+                self._fault(None)
+                self.ahead_faults += 1
+                if self.ahead_faults == 1:  # (it may fail every tick: logged once)
+                    logger.exception("running the speech model for every call at once failed")
+        for group, counts, samples, powers, verdicts in measured:
+            if len(samples) == len(group):  # one frame each: the usual tick
+                self._feed(group, samples, powers, verdicts)
+                continue
+            # Some calls got two frames or more (a burst after a late tick): the others'
+            # one frame is taken as usual, and the bursts frame by frame (_bursts).
+            alone: list[MediaSession] = []
+            rows: list[frames.Samples] = []
+            row_powers: list[float] = []
+            row_verdicts: list[bool | None] = []
+            bursts: list[tuple[MediaSession, int, int]] = []
+            first = 0
+            for session, count in zip(group, counts, strict=True):
+                last = first + count
+                if count == 1:
+                    alone.append(session)
+                    rows.append(samples[first])
+                    row_powers.append(powers[first])
+                    row_verdicts.append(verdicts[first])
+                else:
+                    bursts.append((session, first, last))
+                first = last
+            self._feed(alone, rows, row_powers, row_verdicts)
+            self._bursts(bursts, samples, powers, verdicts)
+
+    def _bursts(
+        self,
+        bursts: list[tuple[MediaSession, int, int]],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """The calls that got frames ``samples[first:last]`` this tick (a burst after a
+        late tick, frequent under load): in rounds of one frame each, the usual ones
+        taken in C (media/gate.py); from the first frame of a call that C leaves, the
+        rest of its burst goes to its session, in order."""
+        while bursts:
+            rest = set(
+                gate.feed_all(
+                    [session for session, _, _ in bursts],
+                    [samples[first] for _, first, _ in bursts],
+                    [powers[first] for _, first, _ in bursts],
+                )
+            )
+            going: list[tuple[MediaSession, int, int]] = []
+            for i, (session, first, last) in enumerate(bursts):
+                if i in rest:
+                    try:
+                        session.detect(
+                            samples[first:last], powers[first:last], verdicts[first:last]
+                        )
+                    except Exception:
+                        self._fault(session)
+                elif first + 1 < last:
+                    going.append((session, first + 1, last))
+            bursts = going
+
+    def _feed(
+        self,
+        sessions: list[MediaSession],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """Each of ``sessions``' one frame of the tick: the usual ones taken in C
+        (media/gate.py), the others by their sessions."""
+        for i in gate.feed_all(sessions, samples, powers):
+            try:
+                sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
+            except Exception:
+                self._fault(sessions[i])
