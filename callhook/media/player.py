@@ -129,7 +129,7 @@ class Player(PlayerCore):
         self._begun = prompt
         payload = self._frame(prompt, timestamp)
         if prompt.exhausted and not prompt.open and self._event is None:
-            self._prompt = None
+            self._prompt = self._begun = None  # (its audio is let go)
             if self._relay:
                 self.play(RELAY, self._relay)
                 self._relay = []
@@ -266,7 +266,7 @@ class Player(PlayerCore):
         ticks (§2.5.1.2, §2.5.1.4); only then is anything else sent.
         """
         if self._prompt is not None and self._prompt.prompt_id == prompt_id:
-            self._prompt = None
+            self._prompt = self._begun = None
             self._end_event()
 
     def _end_event(self) -> None:
