@@ -16,7 +16,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,8 +28,8 @@ from callhook.media import srtp
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.media.srtp import SrtpContext
+from tests.unit.edge.conftest import T0
 
-T0 = 1000.0
 TICK = 0.02
 
 try:
@@ -42,15 +41,6 @@ except ImportError:  # pragma: no cover (scripts/setup builds it)
 def at(slot: int) -> float:
     """Slot ``slot``'s time as the thread computes it (nanoseconds from T0)."""
     return (round(T0 * 1e9) + slot * 20_000_000) / 1e9
-
-
-@pytest.fixture
-def plane() -> Iterator[Plane]:
-    made = new_plane(6)
-    assert made is not None
-    made.set_origin(T0)
-    yield made
-    made.close()
 
 
 def udp() -> socket.socket:

@@ -8,18 +8,19 @@ prompt's own audio instead of silence. Run on the virtual clock (``Plane.step``)
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import pytest
-
 from callhook.edge.mediaengine import MediaEngine
-from callhook.edge.plane import AHEAD, Plane, new_plane
+from callhook.edge.plane import AHEAD, Plane
 from callhook.media import outlet
 from callhook.media.dtmfsend import Digits
 from callhook.media.player import MAX_HOLD
 from callhook.media.session import MediaSession
-from tests.unit.edge.test_plane import T0, at, drain, header, rtp, run, udp
+from tests.unit.edge.conftest import T0
+from tests.unit.edge.test_plane import at, drain, header, rtp, run, udp
 
 FRAME = 160
 
@@ -34,22 +35,21 @@ def payloads(got: list[bytes]) -> list[int]:
     return [p[12] for p in got]
 
 
-@pytest.fixture
-def plane() -> Iterator[Plane]:
-    made = new_plane(6)
-    assert made is not None
-    made.set_origin(T0)
-    yield made
-    made.close()
-
-
-def test_a_late_slot_gets_the_prompts_cover_and_silence_after_it(plane: Plane) -> None:
+@contextmanager
+def started(plane: Plane) -> Iterator[tuple[int, socket.socket, tuple[str, int]]]:
+    """A call's line on ``plane`` whose first frame (byte 1, sequence 10, timestamp 8000)
+    is queued for slot 0: its descriptor, the peer's socket and address."""
     line, peer = udp(), udp()
     with line, peer:
         to = peer.getsockname()
         plane.add(line, "call")
         plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
-        assert plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0) == 0
+        yield line.fileno(), peer, to
+
+
+def test_a_late_slot_gets_the_prompts_cover_and_silence_after_it(plane: Plane) -> None:
+    with started(plane) as (fd, peer, _to):
+        assert plane.cover([(fd, 1, False, frames(2, 3, 4))], 0) == 0
         for slot in range(5):
             run(plane, slot)
         got = drain(peer)
@@ -60,39 +60,27 @@ def test_a_late_slot_gets_the_prompts_cover_and_silence_after_it(plane: Plane) -
 
 
 def test_a_frame_python_makes_in_time_goes_instead_of_the_cover(plane: Plane) -> None:
-    line, peer = udp(), udp()
-    with line, peer:
-        to = peer.getsockname()
-        plane.add(line, "call")
-        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
-        plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0)
-        plane.send([(line.fileno(), rtp(12, 8320, frames(9)), to)], 2)
+    with started(plane) as (fd, peer, to):
+        plane.cover([(fd, 1, False, frames(2, 3, 4))], 0)
+        plane.send([(fd, rtp(12, 8320, frames(9)), to)], 2)
         for slot in range(4):
             run(plane, slot)
         assert payloads(drain(peer)) == [1, 2, 9, 4]
 
 
 def test_a_prompt_stopped_withdraws_its_cover_from_the_slot_given(plane: Plane) -> None:
-    line, peer = udp(), udp()
-    with line, peer:
-        to = peer.getsockname()
-        plane.add(line, "call")
-        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
-        plane.cover([(line.fileno(), 1, False, frames(2, 3, 4))], 0)
-        plane.cover([(line.fileno(), 2, True, b"")], 0)  # from slot 2: none
-        plane.cover([(line.fileno(), 3, False, frames(7))], 0)  # another prompt's
+    with started(plane) as (fd, peer, _to):
+        plane.cover([(fd, 1, False, frames(2, 3, 4))], 0)
+        plane.cover([(fd, 2, True, b"")], 0)  # from slot 2: none
+        plane.cover([(fd, 3, False, frames(7))], 0)  # another prompt's
         for slot in range(5):
             run(plane, slot)
         assert payloads(drain(peer)) == [1, 2, 0xFF, 7, 0xFF]
 
 
 def test_a_skip_moves_the_cover_on_with_the_prompt(plane: Plane) -> None:
-    line, peer = udp(), udp()
-    with line, peer:
-        to = peer.getsockname()
-        plane.add(line, "call")
-        plane.send([(line.fileno(), rtp(10, 8000, frames(1)), to)], 0)
-        plane.cover([(line.fileno(), 1, False, frames(2, 3))], 0)
+    with started(plane) as (fd, peer, _to):
+        plane.cover([(fd, 1, False, frames(2, 3))], 0)
         run(plane, 0)
         # The thread stalls 10 slots (more than it catches up): it skips them, and so does
         # Python; the prompt goes on where it was.
@@ -105,11 +93,11 @@ def test_a_skip_moves_the_cover_on_with_the_prompt(plane: Plane) -> None:
 def test_srtp_and_what_is_not_whole_frames_get_no_cover(plane: Plane) -> None:
     line, peer = udp(), udp()
     with line, peer:
-        to = peer.getsockname()
+        to, fd = peer.getsockname(), line.fileno()
         plane.add(line, "call")
-        assert plane.cover([(line.fileno(), 1, False, b"\x02" * 100)], 0) == 1
-        plane.send([(line.fileno(), rtp(1, 0, frames(1)) + b"tag-of-ten", to)], 0, True)
-        plane.cover([(line.fileno(), 1, False, frames(2, 3))], 0)
+        assert plane.cover([(fd, 1, False, b"\x02" * 100)], 0) == 1
+        plane.send([(fd, rtp(1, 0, frames(1)) + b"tag-of-ten", to)], 0, True)
+        plane.cover([(fd, 1, False, frames(2, 3))], 0)
         for slot in range(3):
             run(plane, slot)
         assert len(drain(peer)) == 1  # verbatim (SRTP): never filled in
