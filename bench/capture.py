@@ -26,6 +26,13 @@ FRAME = 160
 def _packets(pcap: Path) -> Iterator[tuple[tuple[int, int, bytes], float, bytes]]:
     """Each RTP packet (even source port) of the capture: its stream (ports and SSRC),
     time and the payload bytes captured."""
+    for stream, at, rtp in _rtp(pcap):
+        yield stream, at, rtp[12:]
+
+
+def _rtp(pcap: Path) -> Iterator[tuple[tuple[int, int, bytes], float, bytes]]:
+    """Each RTP packet (even source port) of the capture: its stream (ports and SSRC),
+    time and the RTP bytes captured, from its header on."""
     data = pcap.read_bytes()
     if len(data) < 24:
         return
@@ -46,7 +53,7 @@ def _packets(pcap: Path) -> Iterator[tuple[tuple[int, int, bytes], float, bytes]
         if sport & 1:
             continue  # RTCP (odd ports): reports every few seconds, not the audio stream
         ssrc = frame[rtp + 8 : rtp + 12]  # RFC 3550 §5.1
-        yield (sport, dport, ssrc), sec + frac / (1e9 if nano else 1e6), frame[rtp + 12 :]
+        yield (sport, dport, ssrc), sec + frac / (1e9 if nano else 1e6), frame[rtp:]
 
 
 def rtp_gaps(pcap: Path) -> list[float]:
@@ -107,6 +114,26 @@ def prompts_whole(pcap: Path, prompt: bytes) -> tuple[int, int, list[float]]:
             whole += marks[start : start + len(frames)] == list(range(len(frames)))
             starts.append(packets[start][0] - packets[0][0])
     return whole, played, starts
+
+
+def digits_astray(pcap: Path, clock: int = 8000) -> list[float]:
+    """For each stream of telephone events (RFC 4733) in the capture (the caller's key
+    presses, as :func:`bench.ivr_load.capture_events` keeps them), how far the caller's
+    sending strayed from its schedule, in seconds: each event's first packet should follow
+    the first event's by the time its RTP timestamp says (RFC 4733 §2.5.1.2: an event's
+    packets carry the timestamp of its start), so this is the spread of (time sent - time
+    due). A driver whose thread stalled sends the events due meanwhile in one burst: the
+    server cannot have heard them in time, whatever it does."""
+    starts: dict[tuple[int, int, bytes], dict[int, float]] = defaultdict(dict)
+    for stream, at, rtp in _rtp(pcap):
+        timestamp = struct.unpack_from("!I", rtp, 4)[0]
+        starts[stream].setdefault(timestamp, at)  # (the capture is in time order)
+    astray: list[float] = []
+    for events in starts.values():
+        first_ts = min(events, key=lambda ts: events[ts])
+        offsets = [at - ((ts - first_ts) % 2**32) / clock for ts, at in events.items()]
+        astray.append(max(offsets) - min(offsets))
+    return astray
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:

@@ -51,8 +51,9 @@ from pathlib import Path
 
 from bench import clocks as bench_clocks
 from bench import floor
-from bench.capture import capture_dropped, prompts_whole, quantiles, rtp_gaps
+from bench.capture import capture_dropped, digits_astray, prompts_whole, quantiles, rtp_gaps
 from bench.report import (
+    print_driver,
     print_prompts,
     print_recordings,
     print_thread,
@@ -106,6 +107,38 @@ def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
             stdout=subprocess.DEVNULL,
             stderr=said,
         )
+
+
+def capture_events(pcap: Path) -> subprocess.Popen[bytes]:
+    """tcpdump of the telephone events (RTP payload type 101, the kit's) the caller sends
+    to the server's RTP ports, into ``pcap``: when the driver really sent each key press
+    (:func:`bench.capture.digits_astray`)."""
+    where = f"udp and dst portrange {RTP_FIRST}-{RTP_LAST} and (udp[9] & 0x7f) = 101"
+    with pcap.with_suffix(".txt").open("w") as said:
+        return subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-n", "-s", "80", "-w", str(pcap), where],
+            stdout=subprocess.DEVNULL,
+            stderr=said,
+        )
+
+
+#: How far (s) a call's key presses may stray from the caller's schedule before the
+#: benchmark says the driver sent them late (a server waits 5 s for all four).
+ASTRAY = 0.2
+
+
+def driver_figures(pcap: Path) -> dict[str, object]:
+    """The calls whose caller (the driver, not the server) sent its key presses off
+    schedule by more than :data:`ASTRAY`, and by how much at worst; ``pcap`` is deleted."""
+    astray = digits_astray(pcap)
+    pcap.unlink(missing_ok=True)
+    pcap.with_suffix(".txt").unlink(missing_ok=True)
+    late = [a for a in astray if a > ASTRAY]
+    return {
+        "digits_sent": len(astray),
+        "digits_astray": len(late),
+        "digits_astray_max": max(late, default=0.0),
+    }
 
 
 def free_port() -> int:
@@ -356,6 +389,8 @@ def run_load(
     urllib.request.urlopen(urllib.request.Request(f"{app_base}/stats/reset", method="POST"))
     pcap = workdir / f"rtp-{label}.pcap"
     dump = capture(pcap)
+    events = workdir / f"events-{label}.pcap"
+    events_dump = capture_events(events)
     time.sleep(1.0)
     sampler = Sampler(server.pid)
     sampler.start()
@@ -369,8 +404,9 @@ def run_load(
     time.sleep(2.0)  # final pages, last packets
     sampler.stop.set()
     sampler.join()
-    dump.send_signal(signal.SIGINT)
-    dump.wait(timeout=10)
+    for each in (dump, events_dump):
+        each.send_signal(signal.SIGINT)
+        each.wait(timeout=10)
     stats = get_json(f"http://127.0.0.1:{http}/api/stats", secret)
     loop_after = loop_cpu(stats)
     process_after = Sampler(server.pid).read()
@@ -410,7 +446,9 @@ def run_load(
         "other": process_cpu - loop_cpu_s,  # the other threads (and processes, with workers)
     }
     pcap.unlink(missing_ok=True)
+    driver = driver_figures(events)
     return {
+        **driver,
         "n": n,
         "ok": ok,
         "failed": failed,
@@ -537,6 +575,7 @@ def main() -> None:
                 )
             print_prompts(r)
             print_recordings(r)
+            print_driver(r)
             print_thread(r)
             split = r["split_ms_per_call_s"]
             assert isinstance(split, dict)

@@ -250,6 +250,8 @@ def run_asterisk_step(
         wait_listening(console, server)
         pcap = workdir / f"rtp-asterisk-{n}.pcap"
         dump = ivr_load.capture(pcap)
+        events = workdir / f"events-asterisk-{n}.pcap"
+        events_dump = ivr_load.capture_events(events)
         time.sleep(1.0)
         sampler = ivr_load.Sampler(server.pid)
         sampler.start()
@@ -272,8 +274,9 @@ def run_asterisk_step(
         time.sleep(2.0)
         sampler.stop.set()
         sampler.join()
-        dump.send_signal(signal.SIGINT)
-        dump.wait(timeout=10)
+        for each in (dump, events_dump):
+            each.send_signal(signal.SIGINT)
+            each.wait(timeout=10)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -301,6 +304,7 @@ def run_asterisk_step(
     pcap.unlink(missing_ok=True)
     nan = float("nan")
     return {
+        **ivr_load.driver_figures(events),
         "n": n,
         "ok": ok,
         "failed": failed,
@@ -399,6 +403,7 @@ def main() -> None:
                 print(row("asterisk", peer), flush=True)
                 report.print_prompts(peer)
                 report.print_recordings(peer)
+                report.print_driver(peer)
                 ours = ivr_load.run_step(n, args.kit, app_base, workdir, args.workers)
                 print(row("callhook", ours), flush=True)
                 tick = ours["tick"]
@@ -411,6 +416,7 @@ def main() -> None:
                     )
                 report.print_prompts(ours)
                 report.print_recordings(ours)
+                report.print_driver(ours)
                 report.print_thread(ours)
             finally:
                 if hog is not None:

@@ -1,5 +1,5 @@
 """The lines a load benchmark prints under a step's row: what went wrong with the
-recordings, and the media threads' counters."""
+recordings, the caller's own stalls, and the media threads' counters."""
 
 from __future__ import annotations
 
@@ -45,6 +45,21 @@ def print_recordings(r: dict[str, object]) -> None:
             f"       recordings of the wrong length: {short} shorter (the shortest "
             f"{r['shortest']:.2f} s), {long} longer (the longest {r['longest']:.2f} s), "
             f"{unread} unreadable",
+            flush=True,
+        )
+
+
+def print_driver(r: dict[str, object]) -> None:
+    """The line under a step's row on the calls whose caller sent its key presses off
+    schedule (the driver stalled: no server could hear them in time), if any."""
+    astray = r.get("digits_astray", 0)
+    if not r.get("digits_sent") and r.get("ok"):
+        print("       the capture of the caller's key presses got none", flush=True)
+    elif astray:
+        print(
+            f"       the caller (SIPp) sent the key presses of {astray} of "
+            f"{r.get('digits_sent', 0)} calls off schedule (by up to "
+            f"{r['digits_astray_max']:.2f} s): its own stall, not the server's",
             flush=True,
         )
 

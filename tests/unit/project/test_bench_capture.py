@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.capture import prompts_whole, rtp_gaps
+from bench.capture import digits_astray, prompts_whole, rtp_gaps
 
 PROMPT = b"".join(bytes([i, 255 - i]) * 80 for i in range(1, 11))  # 10 frames
 SILENCE = b"\xff" * 160
@@ -61,3 +61,35 @@ def test_a_prompt_whose_frames_cannot_be_told_apart_is_refused(tmp_path: Path) -
     pcap = write(tmp_path / "c.pcap", {6000: frames(0)})
     with pytest.raises(ValueError, match="told apart"):
         prompts_whole(pcap, SILENCE * 3)
+
+
+def event(sport: int, dport: int, seq: int, timestamp: int) -> bytes:
+    rtp = struct.pack("!BBHII", 0x80, 101, seq, timestamp, 0x99) + bytes([1, 10, 0, 160])
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(rtp), 0) + rtp
+    ip = bytes([0x45]) + b"\x00" * 19 + udp
+    return b"\x00" * 12 + b"\x08\x00" + ip
+
+
+def test_key_presses_sent_off_their_schedule_are_told_from_those_sent_on_it(
+    tmp_path: Path,
+) -> None:
+    # Two callers, each four events 0.5 s apart by their timestamps (4000 at 8 kHz), three
+    # packets each 20 ms apart. The first sends on time; the second stalls after its
+    # first event and sends the other three at once, 1.2 s after the first.
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 80, 1)]
+    for sport, sent in ((6000, [0.0, 0.5, 1.0, 1.5]), (6002, [0.0, 1.2, 1.2, 1.2])):
+        for k, at in enumerate(sent):
+            for p in range(3):
+                when = 100 + at + 0.02 * p
+                frame = event(sport, 20000, 3 * k + p, 8000 + 4000 * k)
+                out.append(
+                    struct.pack("<IIII", int(when), round(when % 1 * 1e6), len(frame), len(frame))
+                    + frame
+                )
+    pcap = tmp_path / "events.pcap"
+    pcap.write_bytes(b"".join(out))
+    on_time, stalled = digits_astray(pcap)
+    assert on_time == pytest.approx(0.0, abs=1e-5)
+    # Its last event was due 1.5 s after the first, sent at 1.2 s; its second due at 0.5
+    # and sent at 1.2: 0.7 s late against 0.3 s early.
+    assert stalled == pytest.approx(1.0, abs=1e-5)
