@@ -46,7 +46,8 @@
  *
  * Sockets stay Python's objects, held by the plane from add() until the thread has let
  * go of the descriptor (the REMOVED record); only then is a retired socket closed, so a
- * number the kernel gives again never reaches a stale line.
+ * number the kernel gives again never reaches a stale line.  A retired line is read no
+ * more and gets no filler or cover, but sends the frames queued for it before it goes.
  *
  * step(now) runs one slot without the thread, at a time the caller gives: the tests'
  * virtual clock.
@@ -132,6 +133,7 @@ typedef struct {
 /* One socket, the thread's only. */
 typedef struct {
     int active;
+    int closing;  /* retired: it sends the frames queued, then goes (remove_drained) */
     int live;     /* it sends audio: fillers cover for a late Python */
     int verbatim; /* SRTP: sent as given, no fillers */
     int have_audio;
@@ -238,7 +240,8 @@ static Line *line_add(Core *c, int fd) {
 static void line_remove(Core *c, int fd) {
     if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
         return;
-    epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (!c->lines[fd]->closing)
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
     c->lines[fd]->active = 0;
     for (int i = 0; i < c->nactive; i++)
         if (c->active[i] == fd) {
@@ -248,9 +251,35 @@ static void line_remove(Core *c, int fd) {
 }
 
 static Line *line_of(Core *c, int fd) {
-    if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
+    if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active ||
+        c->lines[fd]->closing)
         return NULL;
     return c->lines[fd];
+}
+
+/* Whether a retired line has sent every frame Python queued for it. */
+static int drained(Core *c, const Line *line) {
+    for (int k = 0; k < DEPTH; k++)
+        if (line->frames[k].slot >= c->slot)
+            return 0;
+    return 1;
+}
+
+/* Retired lines whose queued frames have all gone: let go, and tell Python (REMOVED),
+ * while the event ring has room (else in a later slot). */
+static void remove_drained(Core *c) {
+    for (int i = 0; i < c->nactive;) {
+        int fd = c->active[i];
+        Line *line = c->lines[fd];
+        if (!line->closing || !drained(c, line) || ring_room(c->events) == 0) {
+            i++;
+            continue;
+        }
+        Event ack = {.kind = EV_REMOVED, .fd = fd, .slot = c->slot};
+        line_remove(c, fd); /* (moves the last active descriptor to i) */
+        line->closing = 0;
+        ring_push(c->events, &ack);
+    }
 }
 
 /* A prompt's coming frames, for the slots from cmd->slot on (those gone or past the
@@ -282,14 +311,25 @@ static void apply_commands(Core *c) {
             if (line_add(c, cmd->fd) == NULL)
                 COUNT(c, faults, 1); /* out of memory: the call's media is not read */
             break;
-        case CMD_REMOVE: {
-            Event ack = {.kind = EV_REMOVED, .fd = cmd->fd, .slot = c->slot};
-            if (ring_room(c->events) == 0)
-                return;
-            line_remove(c, cmd->fd);
-            ring_push(c->events, &ack);
+        case CMD_REMOVE:
+            /* The call is over: nothing more is read, nothing made up (no filler, no
+             * cover), but the frames Python queued still go, up to AHEAD slots: the end
+             * of a prompt before a hang-up is heard (remove_drained lets go after). */
+            line = line_of(c, cmd->fd);
+            if (line != NULL) {
+                epoll_ctl(c->epfd, EPOLL_CTL_DEL, cmd->fd, NULL);
+                line->closing = 1;
+                line->live = 0;
+            } else if (c->lines != NULL && cmd->fd >= 0 && cmd->fd < c->nlines &&
+                       c->lines[cmd->fd] != NULL && c->lines[cmd->fd]->active) {
+                break; /* retired already */
+            } else {
+                Event ack = {.kind = EV_REMOVED, .fd = cmd->fd, .slot = c->slot};
+                if (ring_room(c->events) == 0)
+                    return; /* (never added: let go at once, when there is room) */
+                ring_push(c->events, &ack);
+            }
             break;
-        }
         case CMD_QUIET:
         case CMD_FRAME:
             line = line_of(c, cmd->fd);
@@ -397,6 +437,8 @@ static void send_slot(Core *c) {
         int fd = c->active[i];
         Line *line = c->lines[fd];
         Frame *frame = &line->frames[c->slot % DEPTH];
+        if (line->closing && frame->slot != c->slot)
+            continue;
         if (frame->slot == c->slot && frame->len == QUIET_LEN) {
             frame->slot = -1;
             line->live = 0; /* on hold from this slot: nothing in its place */
@@ -538,6 +580,7 @@ static void run_slot(Core *c, int64_t now) {
     }
     apply_commands(c);
     send_slot(c);
+    remove_drained(c);
     receive_slot(c, now);
     Event tick = {.kind = EV_TICK,
                   .fd = -1,

@@ -37,7 +37,8 @@ The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,
 a frame for a slot, a call gone quiet) one way, events (datagrams, the end of a slot, a
 socket let go) the other. The thread allocates nothing per packet and waits on nothing
-but its clock. A socket is closed only once the thread has let go of its descriptor.
+but its clock. A retired socket still sends the frames queued for it; it is closed only
+once the thread has let go of its descriptor.
 
 Where the extension was not built (no C compiler) :func:`new_plane` gives None and the
 media tick runs on the event loop, as it did before the thread (said once in the log).
@@ -123,8 +124,10 @@ class Plane(Protocol):
         """The thread reads and writes ``sock`` from its next slot; datagrams come with ``key``."""
 
     def retire(self, sock: socket.socket) -> None:
-        """The thread lets go of ``sock``, which is then closed (during a later
-        :meth:`next_slot`)."""
+        """The call is over: the thread reads ``sock`` no more and makes up nothing for it
+        (no filler, no cover), sends the frames already queued for it in their slots (a
+        prompt's end before a hang-up), then lets go of it; it is then closed (during a
+        later :meth:`next_slot`)."""
 
     def quiet(self, fd: int, slot: int) -> None:
         """From ``slot`` the socket's call sends nothing until its next frame: no fillers

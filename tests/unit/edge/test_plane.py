@@ -259,6 +259,34 @@ def test_a_retired_socket_is_closed_once_the_thread_lets_go(plane: Plane) -> Non
         assert plane.send([(99, b"x", ("127.0.0.1", 9))], 2) == 1  # never added: not sent
 
 
+def test_a_retired_socket_sends_the_frames_queued_first_and_nothing_made_up(
+    plane: Plane,
+) -> None:
+    """A call that hangs up right after a prompt: its last frames, queued ahead, still go
+    in their slots (the caller hears the prompt's end); no filler or cover after them,
+    nothing read; then the thread lets go."""
+    line, peer = udp(), udp()
+    with peer:
+        plane.add(line, "call")
+        to = peer.getsockname()
+        for k in range(3):
+            plane.send([(line.fileno(), rtp(100 + k, 8000 + 160 * k), to)], 1 + k)
+        run(plane, 0)
+        plane.retire(line)
+        peer.sendto(b"too late", line.getsockname())
+        time.sleep(0.05)
+        for slot in (1, 2):
+            _, _, _, _, items = run(plane, slot)
+            assert items == [] and line.fileno() != -1  # still sending
+            assert [header(d)[2] for d in drain(peer)] == [99 + slot]
+        _, _, _, _, items = run(plane, 3)
+        assert [header(d)[2] for d in drain(peer)] == [102]  # the last frame
+        assert items == [] and line.fileno() == -1  # let go at once after it
+        run(plane, 4)
+        assert drain(peer) == []
+        assert plane.fillers == 0 and plane.covered == 0
+
+
 def test_a_line_added_twice_is_refused() -> None:
     made = new_plane(6)
     assert made is not None

@@ -1,0 +1,217 @@
+"""The media thread keeps a prompt whole while serve's event loop is stalled, on a real call.
+
+SIPp calls ``callhook serve`` (one process, and workers behind Kamailio); the call's audio
+comes to a socket of the test (``rtpsink``). While the prompt plays, the test stalls the
+event loop of every serving process from outside, the way a busy machine does: the loop's
+thread is pinned to one core while a busy ``SCHED_FIFO`` process holds that core, and the
+media thread is pinned to the other. The loop then runs nothing for the stall (no tick,
+no SIP, no page), and the media thread goes on alone: the caller must hear every frame of
+the prompt, in order, with no silence between (the media thread plays the frames the
+loop gave it ahead: the prompt's cover). A prompt the loop starts late is held until it
+is back in time (``Player.hold_start``); with one call, the loop catches up before the
+prompt's start can run late, so that case is tested on the plane's virtual clock
+(``tests/unit/edge/test_plane_cover.py``), not here.
+
+The loop is stalled for 0.3 s at a time, within the cover (docs/architecture.md, "The 20 ms
+media tick"). The counters in ``/api/stats`` show that the stalls did make the loop's frames
+late (``stale_frames``) and that the thread sent the prompt's own in their place
+(``covered``): without the cover, those slots would be silence and the prompt cut. The
+prompt is followed by a hang-up: its last frames, queued ahead, go before the call's
+socket is let go. Solo: it takes a core from every other test for a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from callhook.devtools.harness import AppServer
+from callhook.media import g711, wav
+from tests.e2e import sipp
+from tests.e2e.harness import WORKERS, served, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+
+pytestmark = [
+    pytest.mark.solo,
+    pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
+    pytest.mark.skipif(
+        len(os.sched_getaffinity(0)) < 2, reason="stalling one core needs another for the rest"
+    ),
+    pytest.mark.skipif(
+        os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_RTPRIO)[0] < 1,
+        reason="stalling the loop takes a SCHED_FIFO process (root or RLIMIT_RTPRIO)",
+    ),
+]
+
+FRAME = 160  # samples of one 20 ms frame at 8 kHz
+SECONDS = 3.0
+LOOP_CORE, MEDIA_CORE = sorted(os.sched_getaffinity(0))[:2]
+
+
+def prompt_frames() -> list[bytes]:
+    """The prompt's µ-law frames: noise, so that every frame differs from every other."""
+    samples = np.random.default_rng(40).integers(-8000, 8000, int(8000 * SECONDS))
+    encoded = g711.encode("ulaw", samples.astype(np.int16))
+    return [encoded[i : i + FRAME] for i in range(0, len(encoded), FRAME)]
+
+
+def write_prompt(data: Path, frames: list[bytes]) -> str:
+    name = "prompts/noise.wav"
+    path = data / "media" / "default" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(wav.g711_file("ulaw", b"".join(frames)))
+    return name
+
+
+def serving_processes(root: int) -> list[int]:
+    """``root`` and its descendants that run a media thread (serve's, or its workers')."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return [pid for pid in parents if descends(pid) and media_thread(pid) is not None]
+
+
+def media_thread(pid: int) -> int | None:
+    """The thread id of ``pid``'s media thread (named ``callhook-media``), if any."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == "callhook-media":
+                return int(tid)
+    except OSError:
+        pass
+    return None
+
+
+#: A process that holds one core (its first argument) for the seconds its second says:
+#: under SCHED_FIFO, nothing of the normal class runs on that core meanwhile.
+BUSY = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+    "end = time.monotonic() + float(sys.argv[2])\n"
+    "while time.monotonic() < end: pass\n"
+)
+
+
+async def stall(pids: list[int], seconds: float) -> None:
+    """Stall the event loop (each process's main thread) of ``pids`` for about
+    ``seconds``: the loop pinned to a core a busy SCHED_FIFO process holds, the media
+    thread to another. (The kernel's real-time throttling leaves the normal class 5% of
+    each second: a stall of well under a second is whole.)"""
+    everywhere = os.sched_getaffinity(0)
+    medias = [tid for tid in (media_thread(pid) for pid in pids) if tid is not None]
+    for tid in medias:
+        os.sched_setaffinity(tid, {MEDIA_CORE})
+    for tid in pids:
+        os.sched_setaffinity(tid, {LOOP_CORE})
+    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(LOOP_CORE), str(seconds)])
+    try:
+        await asyncio.to_thread(busy.wait)
+    finally:
+        busy.kill()
+        for tid in pids + medias:
+            os.sched_setaffinity(tid, everywhere)
+
+
+def same(frame: bytes) -> bytes:
+    """µ-law's two zeros (0x7F and 0xFF) as one: the prompt is decoded and encoded again
+    on its way, which gives 0xFF for both."""
+    return frame.replace(b"\x7f", b"\xff")
+
+
+def heard_whole(sink: RtpSink, frames: list[bytes]) -> tuple[bool, list[int]]:
+    """Whether the prompt's frames came in order, one packet each, nothing between (and
+    what came: each packet's frame index, -1 for anything else), by sequence number."""
+    index = {same(f): i for i, f in enumerate(frames)}
+    audio = [p for p in sink.packets if p.payload_type == 0]
+    first = audio[0].sequence if audio else 0
+    audio.sort(key=lambda p: (p.sequence - first) & 0xFFFF)
+    marks = [index.get(same(p.payload), -1) for p in audio]
+    if 0 not in marks:
+        return False, marks
+    start = marks.index(0)
+    return marks[start : start + len(frames)] == list(range(len(frames))), marks
+
+
+def runs(marks: list[int]) -> str:
+    """``marks`` told briefly: each run of consecutive frames ``a..b``, of others ``-xN``."""
+    out: list[str] = []
+    start = 0
+    for i in range(1, len(marks) + 1):
+        if i < len(marks) and (
+            marks[i] == marks[i - 1] + 1 >= 1 or (marks[i] < 0 and marks[i - 1] < 0)
+        ):
+            continue
+        out.append(f"-x{i - start}" if marks[start] < 0 else f"{marks[start]}..{marks[i - 1]}")
+        start = i
+    return ", ".join(out)
+
+
+def counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
+    total: dict[str, float] = {}
+    for each in stats.get("workers") or [stats]:
+        for key, value in (each.get("media_thread") or {}).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_prompt_is_heard_whole_while_the_event_loop_is_stalled(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    frames = prompt_frames()
+    name = write_prompt(tmp_path / "data", frames)
+    app.page(
+        "/start",
+        [
+            {"play": {"play_list": [{"file_to_play": name}], "barge_in_on_digit": False}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/final", None)
+    async with RtpSink() as sink, served(tmp_path, app, workers) as server:
+        parts = [
+            sipp.invite("ivr", "PCMU", True).replace(
+                "m=audio [media_port]", f"m=audio {sink.port}"
+            ),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        ]
+        running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
+        await asyncio.sleep(0.3)
+        assert server.proc is not None
+        pids = serving_processes(server.proc.pid)  # (the thread starts with a first call)
+        assert pids, server.output
+        for _ in range(4):  # in the prompt's 3 s
+            await stall(pids, 0.3)
+            await asyncio.sleep(0.3)
+        run = await running
+        _, stats = await server.api("GET", "/api/stats")
+    assert run.returncode == 0, run.output + run.errors + server.output
+    whole, marks = heard_whole(sink, frames)
+    print("RUNS", runs(marks), counters(stats))
+    assert whole, (runs(marks), server.output)
+    thread = counters(stats)
+    # The stalls did make the loop's frames late, and the thread played the prompt's own.
+    assert thread["stale_frames"] > 0 and thread["covered"] > 0, str(thread)
