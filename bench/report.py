@@ -85,7 +85,8 @@ def print_thread(r: dict[str, object]) -> None:
             f"       media thread: {thread['late_slots']} slots over 2 ms late (latest "
             f"{thread['max_late_ms']:.1f} ms), {thread['skipped_slots']} skipped; "
             f"{thread['stale_frames']} frames after their slot, in whose place went "
-            f"{thread.get('covered', 0)} of the prompt's own (its cover) and "
+            f"{thread.get('covered', 0)} of the call's own (a prompt's cover, an event "
+            "going on) and "
             f"{thread['fillers']} of silence",
             flush=True,
         )

@@ -88,6 +88,13 @@
 #define COVER_BYTES 160
 /* A frame entry of this length is no frame: the call goes quiet in that slot. */
 #define QUIET_LEN 0xFFFF
+/* An RFC 4733 event packet (a header and its 4 bytes, §2.3), and how Python sends one
+ * digit (media/dtmfsend.py: TONE_SAMPLES, END_PACKETS; tests/unit/edge/test_plane.py
+ * checks they agree): its duration grows by a frame a packet up to this, whose packet
+ * has the E bit and goes three times. */
+#define EVENT_LEN 16
+#define EVENT_SAMPLES 800
+#define EVENT_ENDS 3
 /* A slot that starts later than this is counted as late. */
 #define LATE_NS 2000000LL
 
@@ -144,6 +151,9 @@ typedef struct {
     int64_t audio_slot;          /* ... the slot it went in, */
     uint16_t audio_len;          /* ... its payload's size */
     unsigned char silence;       /* silence in its law */
+    int event_live;              /* an RFC 4733 event is being sent: a filler goes on with it */
+    int event_ends;              /* ... its end packets sent so far */
+    unsigned char event[EVENT_LEN]; /* ... its last packet */
     struct sockaddr_in6 to;
     uint32_t to_len;
     Frame frames[DEPTH];
@@ -237,11 +247,10 @@ static Line *line_add(Core *c, int fd) {
     return line;
 }
 
+/* (Its descriptor left the epoll set when it was retired.) */
 static void line_remove(Core *c, int fd) {
     if (fd < 0 || fd >= c->nlines || c->lines[fd] == NULL || !c->lines[fd]->active)
         return;
-    if (!c->lines[fd]->closing)
-        epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
     c->lines[fd]->active = 0;
     for (int i = 0; i < c->nactive; i++)
         if (c->active[i] == fd) {
@@ -300,8 +309,9 @@ static void take_cover(Core *c, Line *line, const Command *cmd) {
     }
 }
 
-/* Step 1: Python's commands, in order. A REMOVE waits while its acknowledgement has no
- * room (the ring is full of what Python has not read yet). */
+/* Step 1: Python's commands, in order. A REMOVE of a descriptor the thread never took
+ * waits while its acknowledgement has no room (the ring is full of what Python has not
+ * read yet). */
 static void apply_commands(Core *c) {
     Command *cmd;
     while ((cmd = ring_peek(c->commands)) != NULL) {
@@ -384,6 +394,20 @@ static void transmit(Core *c, int fd, const unsigned char *data, size_t len,
         COUNT(c, sent, 1);
 }
 
+static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+/* An event packet Python sent (a dynamic payload type, the size of one): remembered, so
+ * that a slot Python is late for goes on with the event as Python would have (§2.5.1.2:
+ * the same timestamp, a longer duration; §2.5.1.4: the end packet three times), not
+ * with audio in the middle of it. */
+static void keep_event(Line *line, const unsigned char *d) {
+    int end = (d[13] & 0x80) != 0;
+    int same = line->event_live && memcmp(line->event + 4, d + 4, 4) == 0;
+    line->event_ends = end ? (same ? line->event_ends : 0) + 1 : 0;
+    line->event_live = line->event_ends < EVENT_ENDS;
+    memcpy(line->event, d, EVENT_LEN);
+}
+
 /* A frame Python made: numbered here (unless SRTP), remembered for the fillers. */
 static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
     unsigned char *d = frame->data;
@@ -399,6 +423,16 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
         }
         put_u16(d + 2, line->seq++);
         int pt = d[1] & 0x7F;
+        if (pt >= 96 && d[0] == 0x80 && len == EVENT_LEN) {
+            /* (Python's packet for an event the thread went on with, ended meanwhile:
+             * its duration never goes back, §2.5.1.2.) */
+            if (line->event_live && memcmp(line->event + 4, d + 4, 4) == 0 &&
+                get_u16(d + 14) < get_u16(line->event + 14))
+                memcpy(d + 14, line->event + 14, 2);
+            keep_event(line, d);
+        }
+        else
+            line->event_live = 0;
         if ((pt == 0 || pt == 8) && d[0] == 0x80 && len > 12) {
             memcpy(line->header, d, 12);
             line->audio_ts = get_u32(d + 4);
@@ -411,9 +445,32 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
     transmit(c, fd, d, len, &frame->to, frame->to_len);
 }
 
-/* Where Python's frame has not come: the prompt's audio Python gave for the slot
- * (its cover), or silence; the line's media clock goes on. */
+/* Where Python's frame has not come during an event: its next packet. */
+static void send_event(Core *c, int fd, Line *line) {
+    unsigned char *d = c->filler;
+    memcpy(d, line->event, EVENT_LEN);
+    d[1] &= 0x7F; /* (the marker is the event's first packet's only, §2.4.2) */
+    put_u16(d + 2, line->seq++);
+    uint16_t duration = get_u16(d + 14);
+    if (!(d[13] & 0x80)) {
+        duration = duration + FRAME_SAMPLES >= EVENT_SAMPLES ? EVENT_SAMPLES
+                                                             : (uint16_t)(duration + FRAME_SAMPLES);
+        if (duration == EVENT_SAMPLES)
+            d[13] |= 0x80;
+        put_u16(d + 14, duration);
+    }
+    keep_event(line, d);
+    COUNT(c, covered, 1);
+    transmit(c, fd, d, EVENT_LEN, &line->to, line->to_len);
+}
+
+/* Where Python's frame has not come: the event being sent goes on; or the prompt's audio
+ * Python gave for the slot (its cover), or silence; the line's media clock goes on. */
 static void send_filler(Core *c, int fd, Line *line) {
+    if (line->event_live) {
+        send_event(c, fd, line);
+        return;
+    }
     unsigned char *d = c->filler;
     memcpy(d, line->header, 12);
     d[1] &= 0x7F; /* no marker: the talkspurt goes on (RFC 3551 §4.1) */
@@ -444,7 +501,7 @@ static void send_slot(Core *c) {
             line->live = 0; /* on hold from this slot: nothing in its place */
         } else if (frame->slot == c->slot)
             send_frame(c, fd, line, frame);
-        else if (line->live && line->have_audio && !line->verbatim)
+        else if (line->live && (line->have_audio || line->event_live) && !line->verbatim)
             send_filler(c, fd, line);
     }
 }

@@ -428,8 +428,8 @@ class MediaEngine:
         self._detection.run(roster.sessions)
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
-        # thread runs the next slot while this tick works). A prompt about to begin
-        # waits for a tick that is on time, so it is heard from its start.
+        # thread runs the next slot while this tick works). A prompt about to begin, or
+        # its next digit, waits for a tick that is on time, so it is heard from its start.
         late = plane is not None and slot is not None and slot <= plane.slot
         held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
         try:

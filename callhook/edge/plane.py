@@ -29,9 +29,13 @@ What a late Python's slot gets is the prompt's own audio where the call plays on
 each tick Python also gives the thread the playing prompt's coming frames, up to
 :data:`COVER` slots beyond the frame it makes (:func:`callhook.media.outlet.cover_all`,
 :meth:`Plane.cover`), and withdraws them from the next slot when the prompt stops or
-another begins. Only where nothing is covered (no prompt, a bridge's audio, the end of
-a segment) does the thread send silence. A prompt that would begin on a late tick waits
-for one on time, so it is heard from its start (``Player.hold_start``).
+another begins; a play list's next file is joined to the audio playing as that audio
+comes within the cover's reach of its end, so the cover runs on across it. A digit
+being sent as an RFC 4733 event goes on as Python sends it (the thread keeps its last
+packet). Only where nothing is covered (no prompt, a bridge's audio, a sentence not yet
+synthesised) does the thread send silence. A prompt, or a digit it sends, that would
+begin on a late tick waits for one on time, so it is heard from its start
+(``Player.hold_start``).
 
 The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,
@@ -91,7 +95,8 @@ class Plane(Protocol):
 
     @property
     def covered(self) -> int:
-        """Frames of a prompt's cover sent where Python's had not come."""
+        """Frames of a prompt's cover, or packets of a digit's event going on, sent where
+        Python's had not come."""
         ...
 
     @property

@@ -167,7 +167,7 @@ static PyTypeObject PlayerCoreType = {
     .tp_members = PlayerCore_members,
 };
 
-static PyObject *n_audio, *n_pos, *n_due;
+static PyObject *n_audio, *n_pos, *n_due, *n_rest, *n_popleft;
 
 /* A sized container's emptiness (a field that may be unset): 1 empty, 0 not, -1 an
  * exception (unset, or not sized). */
@@ -307,6 +307,67 @@ static int append_cover(PyObject *list, PyObject *fd, long long first, int clear
     return failed;
 }
 
+/* The prompt's next segment joined to its audio now, where its audio from `pos` runs
+ * out within the cover's reach and that segment is audio (not digits): what
+ * Player._frame does when the audio runs out, done early, so that the cover reaches
+ * across the join (a play list's next file). The frames the prompt makes are the same
+ * bytes either way. A new reference to the audio from then on (the same, where nothing
+ * was joined); NULL with an exception. */
+static PyObject *join_ahead(PyObject *prompt, PyObject *audio, long long pos, long long reach) {
+    if (PyBytes_GET_SIZE(audio) - pos >= reach) {
+        Py_INCREF(audio);
+        return audio;
+    }
+    PyObject *rest = PyObject_GetAttr(prompt, n_rest);
+    if (rest == NULL)
+        return NULL;
+    PyObject *next = PySequence_Size(rest) > 0 ? PySequence_GetItem(rest, 0) : NULL;
+    if (next == NULL || !PyBytes_CheckExact(next)) {
+        PyErr_Clear(); /* (none, or digits: the cover ends with this audio) */
+        Py_XDECREF(next);
+        Py_DECREF(rest);
+        Py_INCREF(audio);
+        return audio;
+    }
+    Py_ssize_t left = PyBytes_GET_SIZE(audio) - (Py_ssize_t)pos;
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, left + PyBytes_GET_SIZE(next));
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *was = PyObject_GetAttr(prompt, n_pos);
+    int failed = joined == NULL || zero == NULL || was == NULL;
+    if (!failed) {
+        memcpy(PyBytes_AS_STRING(joined), PyBytes_AS_STRING(audio) + pos, (size_t)left);
+        memcpy(PyBytes_AS_STRING(joined) + left, PyBytes_AS_STRING(next),
+               (size_t)PyBytes_GET_SIZE(next));
+        /* All of it or none: the segment leaves `rest` last, and a step that fails
+         * puts back what the ones before it changed. */
+        PyObject *popped = NULL;
+        int set = 0; /* the attributes set so far */
+        if (PyObject_SetAttr(prompt, n_audio, joined) == 0 && ++set &&
+            PyObject_SetAttr(prompt, n_pos, zero) == 0 && ++set)
+            popped = PyObject_CallMethodNoArgs(rest, n_popleft);
+        if (popped == NULL) {
+            failed = 1;
+            PyObject *type, *value, *trace;
+            PyErr_Fetch(&type, &value, &trace);
+            if (set > 0 && PyObject_SetAttr(prompt, n_audio, audio) < 0)
+                PyErr_Clear();
+            if (set > 1 && PyObject_SetAttr(prompt, n_pos, was) < 0)
+                PyErr_Clear();
+            PyErr_Restore(type, value, trace);
+        }
+        Py_XDECREF(popped);
+    }
+    Py_XDECREF(was);
+    Py_XDECREF(zero);
+    Py_DECREF(next);
+    Py_DECREF(rest);
+    if (failed) {
+        Py_XDECREF(joined);
+        return NULL;
+    }
+    return joined;
+}
+
 /* One call's cover: 0, or -1 with an exception. */
 static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyObject *out) {
     if (!PyObject_TypeCheck(session_obj, types.inlet))
@@ -336,8 +397,9 @@ static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyO
             player->cover_prompt = prompt;
         }
     }
-    if (prompt == NULL || player->hold)
-        return 0; /* (none; or it has not begun: its cover starts with it) */
+    if (prompt == NULL || player->hold || !IS_NONE(player->event))
+        return 0; /* (none; or it has not begun: its cover starts with it; or a digit's
+                   * event is being sent: the audio after it is covered once it is over) */
     PyObject *audio = PyObject_GetAttr(prompt, n_audio);
     if (audio == NULL)
         return -1;
@@ -349,6 +411,24 @@ static int cover_one(PyObject *session_obj, PyObject *fd, long long horizon, PyO
         return -1;
     }
     int rc = 0;
+    if (PyBytes_Check(audio) && pos >= 0 && pos <= PyBytes_GET_SIZE(audio) &&
+        audio == player->cover_audio && pos >= player->cover_pos && player->begun == prompt) {
+        /* Within the cover's reach of its audio's end: the next segment joined now. */
+        PyObject *joined = join_ahead(prompt, audio, pos, (horizon + 1) * FRAME);
+        if (joined == NULL) {
+            PyErr_Clear(); /* (not joined: covered as far as this audio goes) */
+            Py_INCREF(audio);
+            joined = audio;
+        }
+        if (joined != audio) {
+            /* The same bytes from `pos` on, now from 0: what was covered stays. */
+            player->covered -= pos;
+            player->cover_pos = pos = 0;
+            Py_INCREF(joined);
+            Py_XSETREF(player->cover_audio, joined);
+        }
+        Py_SETREF(audio, joined);
+    }
     if (PyBytes_Check(audio) && pos >= 0) {
         if (audio != player->cover_audio || pos < player->cover_pos) {
             /* The prompt's next segment joined its audio (from `pos`: a new object, or
@@ -593,6 +673,8 @@ PyMODINIT_FUNC PyInit__outlet(void) {
     INTERN(n_audio, "audio");
     INTERN(n_pos, "pos");
     INTERN(n_due, "due");
+    INTERN(n_rest, "rest");
+    INTERN(n_popleft, "popleft");
     if (import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&SenderCoreType) < 0 || PyType_Ready(&PlayerCoreType) < 0)

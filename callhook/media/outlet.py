@@ -20,7 +20,10 @@ For the media thread (:mod:`callhook.edge.plane`), :func:`cover_all` gives each 
 call's coming prompt audio, some frames beyond the one made this tick: the thread sends it
 in a slot whose frame Python made too late, instead of silence, so a prompt plays
 on while Python catches up. It is topped up a few frames at a time, and withdrawn
-when the prompt stops or another begins; where the thread could not take some of it,
+when the prompt stops or another begins. Where the audio playing ends within its reach
+and the prompt's next segment is audio (a play list's next file), that segment is joined
+to it then, as the player would join it once the audio ran out, so the cover runs on
+across it (the frames made are the same bytes); where the thread could not take some of it,
 :func:`uncover` makes the next :func:`cover_all` withdraw and give it all again.
 
 As with :mod:`callhook.media.inlet` and :mod:`callhook.media.gate`, Python is the

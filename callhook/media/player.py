@@ -64,7 +64,8 @@ Segment: TypeAlias = bytes | Digits
 _GAP_AFTER_EVENT = GAP_TICKS - (END_PACKETS - 1)
 
 
-#: Ticks a prompt may wait for Python to catch up before its first frame (Player.hold_start).
+#: Ticks a prompt may wait for Python to catch up before its first frame, or before each
+#: of its digits (Player.hold_start).
 MAX_HOLD = 25
 
 
@@ -82,7 +83,7 @@ class _Prompt:
     # More is coming (text being synthesised sentence by sentence): running out
     # plays silence instead of ending the prompt.
     open: bool = False
-    # Ticks it waited before its first frame (Player.hold_start).
+    # Ticks it waited before its first frame, or its next digits (Player.hold_start).
     held: int = 0
 
     @property
@@ -126,7 +127,9 @@ class Player(PlayerCore):
         if self._event is not None or prompt is None or self._hold:
             return self.silence, None
         # (A prompt's first frame is made here, never in C: C makes the next ones.)
-        self._begun = prompt
+        if self._begun is not prompt:
+            self._begun = prompt
+            prompt.held = 0  # (its digits may wait for Python too: hold_start)
         payload = self._frame(prompt, timestamp)
         if prompt.exhausted and not prompt.open and self._event is None:
             self._prompt = self._begun = None  # (its audio is let go)
@@ -137,19 +140,19 @@ class Player(PlayerCore):
         return payload, None
 
     def hold_start(self) -> bool:
-        """Hold back a prompt that has not begun, for one tick: its first frame would be
-        made too late for its slot (the media thread's, Python being behind), so it starts
-        at its beginning on a tick that is on time, instead of partway into it; silence
-        goes meanwhile. At most :data:`MAX_HOLD` ticks: Python that far behind would cut
-        it anyway. Whether it held one; :meth:`resume` after the tick."""
+        """Hold back a prompt that has not begun, or digits about to start, for one tick:
+        its first frame would be made too late for its slot (the media thread's, Python
+        being behind), so it starts at its beginning on a tick that is on time, instead of
+        partway into it (a digit's event without its first packets, or its tone cut);
+        silence goes meanwhile. At most :data:`MAX_HOLD` ticks each: Python that far
+        behind would cut it anyway. Whether it held one; :meth:`resume` after the tick."""
         prompt = self._prompt
-        if (
-            prompt is None
-            or prompt is self._begun
-            or self._event is not None
-            or prompt.held >= MAX_HOLD
-        ):
+        if prompt is None or self._event is not None or prompt.held >= MAX_HOLD:
             return False
+        if prompt is self._begun and not (
+            prompt.pos >= len(prompt.audio) and prompt.rest and isinstance(prompt.rest[0], Digits)
+        ):
+            return False  # (playing, and not about to start digits)
         prompt.held += 1
         self._hold = True
         return True
@@ -212,6 +215,7 @@ class Player(PlayerCore):
 
     def _start_digits(self, prompt: _Prompt, digits: Digits, timestamp: int) -> None:
         """Digits reach the head of the prompt: tones in the audio, or the first one's event."""
+        prompt.held = 0  # (each digit may wait for Python: hold_start)
         if not self.events:
             prompt.audio = b"".join(inband(digit, self.law) for digit in digits.digits)
             prompt.pos = 0

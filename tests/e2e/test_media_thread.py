@@ -1,4 +1,4 @@
-"""The media thread keeps a prompt whole while serve's event loop is stalled, on a real call.
+"""The media thread keeps prompts and digits whole while serve's event loop is stalled.
 
 SIPp calls ``callhook serve`` (one process, and workers behind Kamailio); the call's audio
 comes to a socket of the test (``rtpsink``). While the prompt plays, the test stalls the
@@ -7,9 +7,10 @@ thread is pinned to one core while a busy ``SCHED_FIFO`` process holds that core
 media thread is pinned to the other. The loop then runs nothing for the stall (no tick,
 no SIP, no page), and the media thread goes on alone: the caller must hear every frame of
 the prompt, in order, with no silence between (the media thread plays the frames the
-loop gave it ahead: the prompt's cover). A prompt the loop starts late is held until it
-is back in time (``Player.hold_start``); with one call, the loop catches up before the
-prompt's start can run late, so that case is tested on the plane's virtual clock
+loop gave it ahead: the prompt's cover), also where a play list's second file begins
+during a stall. A prompt the loop starts late is held until it is back in time
+(``Player.hold_start``); with one call, the loop catches up before the prompt's start
+can run late, so that case is tested on the plane's virtual clock
 (``tests/unit/edge/test_plane_cover.py``), not here.
 
 The loop is stalled for 0.3 s at a time, within the cover (docs/architecture.md, "The 20 ms
@@ -17,13 +18,17 @@ media tick"). The counters in ``/api/stats`` show that the stalls did make the l
 late (``stale_frames``) and that the thread sent the prompt's own in their place
 (``covered``): without the cover, those slots would be silence and the prompt cut. The
 prompt is followed by a hang-up: its last frames, queued ahead, go before the call's
-socket is let go. Solo: it takes a core from every other test for a few seconds.
+socket is let go. Digits sent as RFC 4733 events go on the same way: the thread sends
+each event's next packets as callhook would have, never audio in an event's middle, and
+a digit due while the loop is behind waits for it, as a prompt's start does.
+Solo: it takes a core from every other test for a few seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -34,6 +39,7 @@ import pytest
 
 from callhook.devtools.harness import AppServer
 from callhook.media import g711, wav
+from callhook.media.dtmf import Rfc4733Receiver
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink
@@ -51,7 +57,8 @@ pytestmark = [
 ]
 
 FRAME = 160  # samples of one 20 ms frame at 8 kHz
-SECONDS = 3.0
+SECONDS = 1.6
+JOIN = 30  # the prompt's frames in its first file
 LOOP_CORE, MEDIA_CORE = sorted(os.sched_getaffinity(0))[:2]
 
 
@@ -62,8 +69,7 @@ def prompt_frames() -> list[bytes]:
     return [encoded[i : i + FRAME] for i in range(0, len(encoded), FRAME)]
 
 
-def write_prompt(data: Path, frames: list[bytes]) -> str:
-    name = "prompts/noise.wav"
+def write_prompt(data: Path, name: str, frames: list[bytes]) -> str:
     path = data / "media" / "default" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(wav.g711_file("ulaw", b"".join(frames)))
@@ -139,9 +145,10 @@ def same(frame: bytes) -> bytes:
     return frame.replace(b"\x7f", b"\xff")
 
 
-def heard_whole(sink: RtpSink, frames: list[bytes]) -> tuple[bool, list[int]]:
-    """Whether the prompt's frames came in order, one packet each, nothing between (and
-    what came: each packet's frame index, -1 for anything else), by sequence number."""
+def heard_whole(sink: RtpSink, frames: list[bytes], times: int = 2) -> tuple[bool, list[int]]:
+    """Whether the prompt's frames came ``times`` times over, in order, one packet each,
+    nothing between (and what came: each packet's frame index, -1 for anything else),
+    by sequence number."""
     index = {same(f): i for i, f in enumerate(frames)}
     audio = [p for p in sink.packets if p.payload_type == 0]
     first = audio[0].sequence if audio else 0
@@ -150,7 +157,8 @@ def heard_whole(sink: RtpSink, frames: list[bytes]) -> tuple[bool, list[int]]:
     if 0 not in marks:
         return False, marks
     start = marks.index(0)
-    return marks[start : start + len(frames)] == list(range(len(frames))), marks
+    whole = list(range(len(frames))) * times
+    return marks[start : start + len(whole)] == whole, marks
 
 
 def runs(marks: list[int]) -> str:
@@ -175,20 +183,12 @@ def counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
     return total
 
 
-@pytest.mark.parametrize("workers", WORKERS)
-async def test_a_prompt_is_heard_whole_while_the_event_loop_is_stalled(
-    tmp_path: Path, app: AppServer, workers: int
-) -> None:
-    frames = prompt_frames()
-    name = write_prompt(tmp_path / "data", frames)
-    app.page(
-        "/start",
-        [
-            {"play": {"play_list": [{"file_to_play": name}], "barge_in_on_digit": False}},
-            {"hang_up": {}},
-        ],
-    )
-    app.page("/final", None)
+async def stalled_call(
+    tmp_path: Path, app: AppServer, workers: int, stalls: tuple[float, ...]
+) -> tuple[RtpSink, dict[str, float]]:
+    """SIPp calls serve running ``app`` (hung up by serve); its loop is stalled for 0.3 s
+    at each of ``stalls`` (seconds after the first page was asked for). What the caller
+    heard, and the media threads' counters."""
     async with RtpSink() as sink, served(tmp_path, app, workers) as server:
         parts = [
             sipp.invite("ivr", "PCMU", True).replace(
@@ -199,19 +199,73 @@ async def test_a_prompt_is_heard_whole_while_the_event_loop_is_stalled(
         ]
         running = asyncio.create_task(sipp.call(server.sip, tmp_path, *parts))
         assert await wait_for_request(app, "/start", timeout=30.0), server.output
-        await asyncio.sleep(0.3)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.sleep(min(stalls))
         assert server.proc is not None
         pids = serving_processes(server.proc.pid)  # (the thread starts with a first call)
         assert pids, server.output
-        for _ in range(4):  # in the prompt's 3 s
+        for at in stalls:
+            await asyncio.sleep(max(0.0, began + at - loop.time()))
             await stall(pids, 0.3)
-            await asyncio.sleep(0.3)
         run = await running
         _, stats = await server.api("GET", "/api/stats")
     assert run.returncode == 0, run.output + run.errors + server.output
-    whole, marks = heard_whole(sink, frames)
-    print("RUNS", runs(marks), counters(stats))
-    assert whole, (runs(marks), server.output)
     thread = counters(stats)
-    # The stalls did make the loop's frames late, and the thread played the prompt's own.
+    # The stalls did make the loop's frames late, and the thread sent the call's own.
     assert thread["stale_frames"] > 0 and thread["covered"] > 0, str(thread)
+    return sink, thread
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_prompt_is_heard_whole_while_the_event_loop_is_stalled(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    frames = prompt_frames()
+    # A play list of two files, played twice: the second time both are in the audio
+    # cache, so they are two segments joined as the second begins (the first time, the
+    # files are read off the loop and their audio put end to end as it comes).
+    names = [
+        write_prompt(tmp_path / "data", "prompts/first.wav", frames[:JOIN]),
+        write_prompt(tmp_path / "data", "prompts/second.wav", frames[JOIN:]),
+    ]
+    play = {
+        "play": {
+            "play_list": [{"file_to_play": name} for name in names],
+            "barge_in_on_digit": False,
+        }
+    }
+    app.page("/start", [play, play, {"hang_up": {}}])
+    app.page("/final", None)
+    # Stalls in the first play, then one from 0.2 s before the second play's join (at
+    # 1.6 + 0.6 s, give or take the call's answer) until 0.1 s after it: frames beyond
+    # the first file's end are needed before the loop is back.
+    sink, _ = await stalled_call(tmp_path, app, workers, (0.4, 1.0, 2.05))
+    whole, marks = heard_whole(sink, frames)
+    assert whole, runs(marks)
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Ten digits sent as RFC 4733 events (200 ms each: 7 event packets, 3 of silence),
+    the loop stalled twice meanwhile: an event under way goes on as callhook sends it (its
+    packets, then its end three times), with no audio in its middle, and a digit due while
+    the loop is behind waits for it, then starts whole."""
+    digits = "1234567890"
+    app.page("/start", [{"play": {"play_list": [{"digits_to_play": digits}]}}, {"hang_up": {}}])
+    app.page("/final", None)
+    sink, _ = await stalled_call(tmp_path, app, workers, (0.5, 1.2))
+    ordered = sorted(sink.packets, key=lambda p: (p.sequence - sink.packets[0].sequence) & 0xFFFF)
+    kinds = "".join("e" if p.payload_type == 101 else "a" for p in ordered)
+    # Each digit's event whole (7 packets), at least its 60 ms of silence after it (more
+    # where the next digit waited for the loop to be back in time: hold_start).
+    first, last = kinds.index("e"), kinds.rindex("e")
+    assert re.fullmatch("(e{7}a{3,})*e{7}", kinds[first : last + 1]), kinds
+    events = [p for p in ordered if p.payload_type == 101]
+    receiver = Rfc4733Receiver()
+    got = [receiver.feed(p.payload, p.timestamp, p.arrived) for p in events]
+    assert "".join(d for d in got if d is not None) == digits
+    durations = [int.from_bytes(p.payload[2:4], "big") for p in events]
+    assert durations == [160, 320, 480, 640, 800, 800, 800] * len(digits)

@@ -25,6 +25,7 @@ from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, Plane, new_plane
 from callhook.events import DigitReceived
 from callhook.media import srtp
+from callhook.media.dtmfsend import END_PACKETS, TONE_TICKS, EventTone
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.media.srtp import SrtpContext
@@ -133,6 +134,51 @@ def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
         run(plane, 3)
         run(plane, 4)
         assert [header(d)[2:] for d in drain(peer)] == [(3, 480), (4, 640)]
+
+
+def test_an_event_python_is_late_for_goes_on_as_python_would_send_it(plane: Plane) -> None:
+    """A digit being sent as an RFC 4733 event when Python falls behind: the thread sends
+    the event's next packets (the same timestamp, the duration on, the end packet three
+    times), exactly those Python's EventTone makes, not audio in its middle; then
+    silence on the media clock."""
+    tone = EventTone("5", 8160)
+    packets = [tone.next_packet() for _ in range(TONE_TICKS - 1 + END_PACKETS)]
+    assert tone.done
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        to = peer.getsockname()
+        plane.send([(line.fileno(), rtp(100, 8000), to)], 0)
+        for k in range(2):  # the event's first two packets, then Python is late
+            payload, marker = packets[k]
+            plane.send([(line.fileno(), rtp(101 + k, 8160, payload, 101, marker), to)], 1 + k)
+        for slot in range(10):
+            run(plane, slot)
+        got = drain(peer)
+        assert [header(d)[1] for d in got] == [0] + [101] * len(packets) + [0, 0]
+        assert [d[12:] for d in got[1:-2]] == [payload for payload, _ in packets]
+        assert [header(d)[0] for d in got] == [0, 1] + [0] * (len(got) - 2)
+        assert [header(d)[2] for d in got] == list(range(100, 100 + len(got)))
+        assert {header(d)[3] for d in got[1:-2]} == {8160}
+        assert [header(d)[3] for d in got[-2:]] == [8000 + 8 * 160, 8000 + 9 * 160]
+        assert all(d[12:] == b"\xff" * 160 for d in got[-2:])
+        assert (plane.covered, plane.fillers) == (len(packets) - 2, 2)
+
+
+def test_an_event_before_any_audio_goes_on_too(plane: Plane) -> None:
+    """A call whose first packet is a digit's event (a prompt that begins with digits)."""
+    tone = EventTone("1", 8000)
+    packets = [tone.next_packet() for _ in range(TONE_TICKS - 1 + END_PACKETS)]
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        payload, marker = packets[0]
+        plane.send([(line.fileno(), rtp(100, 8000, payload, 101, marker), peer.getsockname())], 0)
+        for slot in range(len(packets) + 2):
+            run(plane, slot)
+        got = drain(peer)
+        # The event whole; then nothing (no audio was ever sent: no silence to copy).
+        assert [d[12:] for d in got] == [payload for payload, _ in packets]
 
 
 def test_srtp_goes_as_made_and_is_never_filled(plane: Plane) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.plane import AHEAD, Plane
 from callhook.media import outlet
@@ -145,20 +147,82 @@ def test_the_prompts_end_is_not_covered_and_a_new_prompt_clears_first() -> None:
     assert outlet.cover_all([(session, 7)], 24) == [(7, 0, True, b""), (7, 1, False, frames(6))]
 
 
+def sent(session: MediaSession) -> bytes:
+    """One tick's frame, made in C or (the prompt's first) by the session: its payload."""
+    batch, _rest = outlet.tick_all([(session, 7)], T0)
+    datagram = batch[0][1] if batch else session.tick(T0)
+    assert datagram is not None
+    return datagram[12:]
+
+
+def covering(session: MediaSession, ticks: int) -> tuple[list[bytes], dict[int, bytes]]:
+    """``ticks`` ticks of ``session``, each followed by its cover as the engine gives it:
+    the frames made, and the cover the thread would hold for each slot (tick k's frame is
+    slot k's; a command for ``first`` covers from slot k + ``first``)."""
+    made: list[bytes] = []
+    cover: dict[int, bytes] = {}
+    for k in range(ticks):
+        made.append(sent(session))
+        for _, first, clear, audio in outlet.cover_all([(session, 7)], 24):
+            if clear:
+                cover = {slot: f for slot, f in cover.items() if slot < k + first}
+            for i in range(len(audio) // FRAME):
+                cover[k + first + i] = audio[i * FRAME : (i + 1) * FRAME]
+    return made, cover
+
+
+def test_the_cover_reaches_across_a_play_lists_next_file() -> None:
+    """A play list's next file is joined to the audio playing once that audio ends within
+    the cover's reach (what the player does when it runs out, done early): a late slot
+    at the join gets the next file's frames, and the frames made are the same bytes."""
+    first, second = frames(*range(1, 11)), frames(*range(11, 51))  # 10 and 40 frames
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    session.player.play(1, [first, second])
+    made, cover = covering(session, 2)
+    # By the second tick (the first file has 8 frames left), the cover runs 24 frames
+    # ahead of it, across the join at slot 10.
+    assert sorted(cover) == list(range(1, 26))
+    assert [cover[slot][0] for slot in range(1, 26)] == list(range(2, 27))
+    made += covering(session, 10)[0]
+    assert made == [frames(m) for m in range(1, 13)]
+    # The same frames as a player whose cover never looked ahead.
+    plain = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="plain")
+    plain.player.play(1, [first, second])
+    assert [sent(plain) for _ in range(12)] == made
+
+
 def test_a_segment_joined_as_the_same_object_goes_on_being_covered() -> None:
-    # The first segment ends on a whole frame: the player joins b"" and the next segment,
-    # which is that very object again (the same cached audio played twice).
+    # The same cached audio played twice: the second is that very object again.
     session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
     again = frames(1, 2, 3, 4)
-    session.player.play(1, [again, again])
-    calls = [(session, 7)]
-    tick(session)
-    assert b"".join(a for *_, a in outlet.cover_all(calls, 24)) == frames(2, 3, 4)
-    for _ in range(3):  # frames 2, 3, 4: covered already
-        tick(session)
-        assert outlet.cover_all(calls, 24) == []
-    tick(session)  # the second segment's first frame: the rest of it is covered
-    assert outlet.cover_all(calls, 24) == [(7, 1, False, frames(2, 3, 4))]
+    session.player.play(1, [again, again, again])
+    made, cover = covering(session, 3)
+    marks = [1, 2, 3, 4] * 3
+    # By the third tick, across both joins to the end.
+    assert [cover[slot][0] for slot in sorted(cover)] == marks[1:]
+    made += covering(session, 9)[0]
+    assert made == [frames(m) for m in marks]
+
+
+def test_the_cover_is_what_python_makes_for_its_slot_across_digits_sent_as_events() -> None:
+    """Audio, a digit sent as an RFC 4733 event (7 packets, then 60 ms of silence), audio:
+    nothing is covered while the event is sent, and every slot covered gets the frame
+    Python makes for it."""
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    session.player.play(1, [frames(1, 2, 3), Digits("1"), frames(*range(4, 40))])
+    made, cover = covering(session, 40)
+    assert [len(m) for m in made[3:10]] == [4] * 7  # the event's packets
+    assert made[13:] == [frames(m) for m in range(4, 31)]  # (after the gap)
+    assert all(cover[slot] == made[slot] for slot in cover if slot < len(made))
+    assert not set(cover) & set(range(3, 10))
+
+
+def test_the_cover_stops_at_digits_to_send() -> None:
+    """Digits in a play list are not audio the thread could send: the cover ends before."""
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    session.player.play(1, [frames(1, 2, 3), Digits("1"), frames(4, 5)])
+    _, cover = covering(session, 2)
+    assert sorted(cover) == [1, 2]  # frames 2 and 3 only
 
 
 def test_what_the_thread_could_not_take_is_withdrawn_and_given_again() -> None:
@@ -189,6 +253,39 @@ def test_a_held_prompt_stays_the_players_and_begins_after_at_most_max_hold_ticks
     assert not player.hold_start()  # it has waited long enough: it begins, late or not
     assert player.next_frame(0) == (frames(1), None)
     assert not player.hold_start()  # (begun)
+
+
+@pytest.mark.parametrize("events", [True, False], ids=["rfc4733", "in-band"])
+def test_digits_about_to_start_are_held_and_each_digit_starts_whole(events: bool) -> None:
+    """On a late tick, digits about to start wait (silence meanwhile), at most MAX_HOLD
+    ticks each, as a prompt's start does; the audio before them is never held."""
+    session = MediaSession("PCMU", 0, 101 if events else None, ("127.0.0.1", 9), label="call")
+    player = session.player
+    player.play(1, [frames(1), Digits("12")])
+    assert player.hold_start()  # (not begun)
+    player.resume()
+    assert player.next_frame(0) == (frames(1), None)
+    for _ in range(MAX_HOLD):  # the digits are next: held on every late tick
+        assert player.hold_start()
+        assert player.next_frame(0) == (player.silence, None)
+        player.resume()
+    assert not player.hold_start()  # waited long enough
+    player.next_frame(0)
+    if not events:  # both digits' tones are the prompt's audio now: nothing more to hold
+        assert not player.hold_start()
+        return
+    assert player.event_packet() is not None  # the first digit's event began
+    while player._event is not None:  # (its packets; then its gap of silence)
+        assert not player.hold_start()
+        player.next_frame(0)
+        player.event_packet()
+    while player._prompt is not None and player._prompt.pos < len(player._prompt.audio):
+        assert not player.hold_start()
+        player.next_frame(0)
+    assert player.hold_start()  # the second digit is held too
+    player.resume()
+    player.next_frame(0)
+    assert player.event_packet() is not None
 
 
 async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
