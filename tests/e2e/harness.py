@@ -69,6 +69,23 @@ def free_udp_port() -> int:
     raise RuntimeError("no port free for both UDP and TCP")
 
 
+def free_udp_pair() -> int:
+    """A port as :func:`free_udp_port` gives, whose next port is free for both too (and
+    handed out with it): two serves side by side."""
+    for _ in range(400):
+        port = free_udp_port()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, socket.socket() as t:
+                s.bind(("127.0.0.1", port + 1))
+                t.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        if port + 1 not in _issued:
+            _issued.add(port + 1)
+            return port
+    raise RuntimeError("no two ports in a row free for both UDP and TCP")
+
+
 def free_tcp_port() -> int:
     """A TCP port free now, and not handed out before by this process."""
     for _ in range(400):

@@ -27,7 +27,14 @@ import pytest
 from callhook.cluster.workers import kamailio_binary, kamailio_modules
 from callhook.devtools.harness import AppServer, Received, Reply
 from tests.e2e import sipp
-from tests.e2e.harness import CALLHOOK, Server, free_even_udp_port, free_tcp_port, free_udp_port
+from tests.e2e.harness import (
+    CALLHOOK,
+    Server,
+    free_even_udp_port,
+    free_tcp_port,
+    free_udp_pair,
+    free_udp_port,
+)
 from tests.e2e.test_notifications import talking
 from tests.e2e.test_sip_robustness import exchange
 from tests.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
@@ -347,7 +354,7 @@ async def test_two_serves_on_one_machine_each_take_free_ports_for_their_workers(
     (its first choice is taken by the first's workers) and both take calls."""
     app.page("/start", [{"sleep": {"seconds": 0.5}}])
     app.page("/final", None)
-    sip = free_udp_port()
+    sip = free_udp_pair()
     servers = [Server.for_app(tmp_path / f"data{n}", app, extra=("--workers", "2")) for n in (0, 1)]
     for n, server in enumerate(servers):
         server.start_timeout = 150.0
