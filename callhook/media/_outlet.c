@@ -17,6 +17,12 @@
  * (tests/unit/media/test_outlet.py compares the two field by field, packet by packet).
  * session.py's _tick, player.py's next_frame and rtp.py's RtpSender.frame are the
  * reference: a change to them is made here too.
+ *
+ * For the media thread (callhook/edge/plane.py), cover_all() gives each playing prompt's
+ * coming frames (its cover) and uncover() makes it given again; due_all() tells which
+ * calls have anything more to do after the tick.  (Past 600 lines: these read the same
+ * player, sender and session structs as tick_all; the cover is the part to move to a
+ * module of its own, with PlayerCore's layout in a header, when it grows.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
