@@ -154,7 +154,13 @@ async def test_one_node_registers_the_trunk_and_the_other_takes_over_when_it_die
                 lambda: b.output + provider.log_text(),
                 seconds=20,
             )
-            assert "this node registers the trunks now" in b.output
+            # (Said before the REGISTER goes, but read from B's output a moment later.)
+            await until(
+                lambda: "this node registers the trunks now" in b.output,
+                "B's line saying it took the role",
+                lambda: b.output,
+                seconds=5,
+            )
             (state,) = await trunk_states(b)
             assert state["state"] == "registered", state
             # The DID's calls reach B (the provider tries A's stale binding too).
