@@ -101,22 +101,23 @@ def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
     where = f"udp and src portrange {RTP_FIRST}-{RTP_LAST}"
     if dst_port is not None:
         where += f" and dst port {dst_port}"
-    with pcap.with_suffix(".txt").open("w") as said:  # its counts, at the end
-        return subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-n", "-s", "80", "-B", "65536", "-w", str(pcap), where],
-            stdout=subprocess.DEVNULL,
-            stderr=said,
-        )
+    return tcpdump(pcap, where)
 
 
 def capture_events(pcap: Path) -> subprocess.Popen[bytes]:
     """tcpdump of the telephone events (RTP payload type 101, the kit's) the caller sends
     to the server's RTP ports, into ``pcap``: when the driver really sent each key press
     (:func:`bench.capture.digits_astray`)."""
-    where = f"udp and dst portrange {RTP_FIRST}-{RTP_LAST} and (udp[9] & 0x7f) = 101"
+    return tcpdump(pcap, f"udp and dst portrange {RTP_FIRST}-{RTP_LAST} and (udp[9] & 0x7f) = 101")
+
+
+def tcpdump(pcap: Path, where: str) -> subprocess.Popen[bytes]:
+    """tcpdump on loopback of what ``where`` selects into ``pcap`` (80 bytes of each
+    packet, a 64 MB buffer); what it says of its counts at the end goes beside it
+    (``.txt``: :func:`bench.capture.capture_dropped`)."""
     with pcap.with_suffix(".txt").open("w") as said:
         return subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-n", "-s", "80", "-w", str(pcap), where],
+            ["tcpdump", "-i", "lo", "-n", "-s", "80", "-B", "65536", "-w", str(pcap), where],
             stdout=subprocess.DEVNULL,
             stderr=said,
         )

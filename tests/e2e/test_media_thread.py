@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.report import thread_counters
 from callhook.devtools.harness import AppServer
 from callhook.media import g711, wav
 from callhook.media.dtmf import Rfc4733Receiver
@@ -175,14 +176,6 @@ def runs(marks: list[int]) -> str:
     return ", ".join(out)
 
 
-def counters(stats: dict) -> dict[str, float]:  # type: ignore[type-arg]
-    total: dict[str, float] = {}
-    for each in stats.get("workers") or [stats]:
-        for key, value in (each.get("media_thread") or {}).items():
-            total[key] = total.get(key, 0) + value
-    return total
-
-
 async def stalled_call(
     tmp_path: Path, app: AppServer, workers: int, stalls: tuple[float, ...]
 ) -> tuple[RtpSink, dict[str, float]]:
@@ -211,7 +204,7 @@ async def stalled_call(
         run = await running
         _, stats = await server.api("GET", "/api/stats")
     assert run.returncode == 0, run.output + run.errors + server.output
-    thread = counters(stats)
+    thread = thread_counters(stats)
     # The stalls did make the loop's frames late, and the thread sent the call's own.
     assert thread["stale_frames"] > 0 and thread["covered"] > 0, str(thread)
     return sink, thread
