@@ -15,7 +15,8 @@ are among them (``MediaEngine._work``'s: its socket writes, a C method of an obj
 what its total leaves beside the others).
 
 It also counts, on the same clock: the speech model's runs (a call's own window, or a
-batch of every call's whose gate is open, ``run_ahead``, even of one), the collector's passes
+batch of every call's whose gate is open, ``run_ahead``, even of one; where they run on
+the model's own thread, that thread's clock, the rows "on its thread"), the collector's passes
 inside and outside the media tick, and a probe: every fifth tick, the same SIP INVITE
 parsed four times in a row just after the tick. The first parse is the code as the
 control plane meets it (caches cold); the next ones, warm, are what an isolated
@@ -229,21 +230,31 @@ def install(clocks: Clocks, functions: tuple[str, ...] = FUNCTIONS) -> None:
 def _count_model(clocks: Clocks) -> None:
     import onnxruntime
 
+    from callhook.media.modelthread import NAME as MODEL_THREAD
+
     run = onnxruntime.InferenceSession.run
 
     def counted(self: Any, outputs: Any, feeds: dict[str, Any], *args: Any, **kw: Any) -> Any:
-        if threading.get_ident() != clocks.thread or "state" not in feeds:
+        own = threading.current_thread().name == MODEL_THREAD
+        if "state" not in feeds or not (own or threading.get_ident() == clocks.thread):
             return run(self, outputs, feeds, *args, **kw)  # (another model, another thread)
-        # A batch is run_ahead's run, even of one window; the others are a call's own.
-        batch = sys._getframe(1).f_code.co_name == "run_ahead"
+        windows = len(feeds["input"])
+        if own:
+            # On the model's own thread (callhook/media/modelthread.py), a batch of one
+            # window is not told from a call's own window.
+            batch = windows > 1
+            where = "speech model on its thread"
+        else:
+            # A batch is run_ahead's run, even of one window; the others are a call's own.
+            batch = sys._getframe(1).f_code.co_name == "run_ahead"
+            where = "speech model"
         start = time.thread_time()
         try:
             return run(self, outputs, feeds, *args, **kw)
         finally:
             spent = time.thread_time() - start
-            clocks.add("speech model: a batch" if batch else "speech model: one window", spent)
+            clocks.add(f"{where}: a batch" if batch else f"{where}: one window", spent)
             if batch:
-                windows = len(feeds["input"])
                 clocks.add("speech model: windows in batches", windows * 1e-9)  # (a count)
 
     onnxruntime.InferenceSession.run = counted

@@ -25,6 +25,34 @@ from callhook.media.session import MediaSession
 logger = logging.getLogger("callhook.media")
 
 
+_Measured = tuple[
+    list[MediaSession], list[int], list["frames.Samples"], list[float], list["bool | None"]
+]
+
+
+def _rows(measured: _Measured, keep: Callable[[MediaSession], bool]) -> _Measured:
+    """``measured`` (one law's sessions, their counts of frames, the frames' rows) with
+    only the sessions ``keep`` keeps, and their rows."""
+    group, counts, samples, powers, verdicts = measured
+    kept: list[MediaSession] = []
+    kept_counts: list[int] = []
+    picked: list[int] = []
+    first = 0
+    for session, count in zip(group, counts, strict=True):
+        if keep(session):
+            kept.append(session)
+            kept_counts.append(count)
+            picked.extend(range(first, first + count))
+        first += count
+    return (
+        kept,
+        kept_counts,
+        [samples[i] for i in picked],
+        [powers[i] for i in picked],
+        [verdicts[i] for i in picked],
+    )
+
+
 class Detection:
     """Each tick's received frames, every call's at once (see the module docstring).
 
@@ -50,38 +78,67 @@ class Detection:
             samples, powers, verdicts = frames.measure(law, payloads, tones=tones)
             measured.append((group, counts, samples, powers, verdicts))
             listening += [(detector, samples[row]) for detector, row in ahead]
-        if listening:
+        if not listening:
+            for item in measured:
+                self._deliver(*item)
+            return
+        # The model's batched run goes on its own thread (media/modelthread.py) while the
+        # calls that do not wait for it are fed; then those that do.
+        waiting = {id(detector) for detector, _ in listening}
+        try:
+            batch, _ = vad.start_ahead(listening)
+        except Exception:  # a bug: each model runs its own window as before
+            self._ahead_failed()
+            batch = None
+        for item in measured:
+            self._deliver(*_rows(item, lambda s: id(s.vad) not in waiting))
+        if batch is not None:
             try:
-                vad.run_ahead(listening)
-            except Exception:  # a bug: each model runs its own window as before
-                self._fault(None)
-                self.ahead_faults += 1
-                if self.ahead_faults == 1:  # (it may fail every tick: logged once)
-                    logger.exception("running the speech model for every call at once failed")
-        for group, counts, samples, powers, verdicts in measured:
-            if len(samples) == len(group):  # one frame each: the usual tick
-                self._feed(group, samples, powers, verdicts)
-                continue
-            # Some calls got two frames or more (a burst after a late tick): the others'
-            # one frame is taken as usual, and the bursts frame by frame (_bursts).
-            alone: list[MediaSession] = []
-            rows: list[frames.Samples] = []
-            row_powers: list[float] = []
-            row_verdicts: list[bool | None] = []
-            bursts: list[tuple[MediaSession, int, int]] = []
-            first = 0
-            for session, count in zip(group, counts, strict=True):
-                last = first + count
-                if count == 1:
-                    alone.append(session)
-                    rows.append(samples[first])
-                    row_powers.append(powers[first])
-                    row_verdicts.append(verdicts[first])
-                else:
-                    bursts.append((session, first, last))
-                first = last
-            self._feed(alone, rows, row_powers, row_verdicts)
-            self._bursts(bursts, samples, powers, verdicts)
+                batch.finish()
+            except Exception:
+                self._ahead_failed()
+        for item in measured:
+            self._deliver(*_rows(item, lambda s: id(s.vad) in waiting))
+
+    def _ahead_failed(self) -> None:
+        self._fault(None)
+        self.ahead_faults += 1
+        if self.ahead_faults == 1:  # (it may fail every tick: logged once)
+            logger.exception("running the speech model for every call at once failed")
+
+    def _deliver(
+        self,
+        group: list[MediaSession],
+        counts: list[int],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> None:
+        """One law's frames to their calls' detectors: ``counts[i]`` rows of ``samples``
+        (and of ``powers``, ``verdicts``) each for ``group[i]``, in order."""
+        if len(samples) == len(group):  # one frame each: the usual tick
+            self._feed(group, samples, powers, verdicts)
+            return
+        # Some calls got two frames or more (a burst after a late tick): the others'
+        # one frame is taken as usual, and the bursts frame by frame (_bursts).
+        alone: list[MediaSession] = []
+        rows: list[frames.Samples] = []
+        row_powers: list[float] = []
+        row_verdicts: list[bool | None] = []
+        bursts: list[tuple[MediaSession, int, int]] = []
+        first = 0
+        for session, count in zip(group, counts, strict=True):
+            last = first + count
+            if count == 1:
+                alone.append(session)
+                rows.append(samples[first])
+                row_powers.append(powers[first])
+                row_verdicts.append(verdicts[first])
+            else:
+                bursts.append((session, first, last))
+            first = last
+        self._feed(alone, rows, row_powers, row_verdicts)
+        self._bursts(bursts, samples, powers, verdicts)
 
     def _bursts(
         self,

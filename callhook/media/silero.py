@@ -54,6 +54,8 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from callhook.media.modelthread import MODEL_THREAD, Pending
+
 SAMPLE_RATE: Final = 8000
 #: Samples per model window at 8 kHz, and samples of the previous window prepended as context.
 WINDOW: Final = 256
@@ -172,8 +174,8 @@ class SileroStream:
             _, _, self._probability, self._state = ahead
             self.windows_ahead += 1
         else:
-            out, state = self._session.run(
-                None, {"input": self._input, "state": self._state, "sr": self._sr}
+            out, state = MODEL_THREAD.run(
+                self._session, {"input": self._input, "state": self._state, "sr": self._sr}
             )
             self._state = np.asarray(state, dtype=np.float32)
             self._probability = float(np.asarray(out).ravel()[0])
@@ -187,22 +189,45 @@ def run_ahead(windows: list[tuple[SileroStream, np.ndarray]]) -> None:
     """Run every stream's upcoming window (:meth:`SileroStream.upcoming`) in one batched
     run of the model per inference session; each stream keeps its result for when its
     frame completes that window (the module docstring)."""
+    start_ahead(windows).finish()
+
+
+class Ahead:
+    """Batched runs of :func:`start_ahead` under way on the model thread."""
+
+    def __init__(
+        self, runs: list[tuple[list[tuple[SileroStream, np.ndarray]], np.ndarray, Pending]]
+    ) -> None:
+        self._runs = runs
+
+    def finish(self) -> None:
+        """Wait for the runs and give each stream its result (raises what a run raised).
+        Until then, the streams given to :func:`start_ahead` must not be fed."""
+        runs, self._runs = self._runs, []
+        for group, states, pending in runs:
+            out, after = pending.result()
+            probabilities = np.asarray(out, dtype=np.float32).ravel()
+            after = np.asarray(after, dtype=np.float32)
+            for i, (stream, window) in enumerate(group):
+                stream._ahead = (
+                    window,
+                    states[:, i : i + 1].copy(),  # the state it was run from
+                    float(probabilities[i]),
+                    after[:, i : i + 1].copy(),
+                )
+
+
+def start_ahead(windows: list[tuple[SileroStream, np.ndarray]]) -> Ahead:
+    """:func:`run_ahead`'s runs, started on the model thread (:mod:`.modelthread`): the
+    caller may do other work (not with these streams) until :meth:`Ahead.finish`."""
     groups: dict[int, list[tuple[SileroStream, np.ndarray]]] = {}
     for item in windows:
         groups.setdefault(id(item[0]._session), []).append(item)
+    runs = []
     for group in groups.values():
         streams = [stream for stream, _ in group]
         inputs = np.concatenate([window for _, window in group])
         states = np.concatenate([stream._state for stream in streams], axis=1)
-        out, after = streams[0]._session.run(
-            None, {"input": inputs, "state": states, "sr": streams[0]._sr}
-        )
-        probabilities = np.asarray(out, dtype=np.float32).ravel()
-        after = np.asarray(after, dtype=np.float32)
-        for i, (stream, window) in enumerate(group):
-            stream._ahead = (
-                window,
-                stream._state.copy(),
-                float(probabilities[i]),
-                after[:, i : i + 1].copy(),
-            )
+        feeds = {"input": inputs, "state": states, "sr": streams[0]._sr}
+        runs.append((group, states, MODEL_THREAD.start(streams[0]._session, feeds)))
+    return Ahead(runs)

@@ -97,13 +97,16 @@ import logging
 import math
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from callhook.media.frames import frame_power
 from callhook.media.gate import GateCore
+
+if TYPE_CHECKING:  # (onnxruntime is imported when the model is first used)
+    from callhook.media.silero import Ahead
 
 logger = logging.getLogger("callhook.media")
 
@@ -457,17 +460,27 @@ def run_ahead(frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16
     complete, run for every detector at once (one batched Silero run: its cost is mostly
     per run, not per window; ``speech/silero.py``). Each detector's model takes its
     result only if the window it completes is exactly that one. Returns how many were run."""
+    ahead, count = start_ahead(frames)
+    if ahead is not None:
+        ahead.finish()
+    return count
+
+
+def start_ahead(
+    frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16]]],
+) -> tuple[Ahead | None, int]:
+    """:func:`run_ahead`, started on the model thread (``media/modelthread.py``): its
+    handle (None: nothing to run), whose ``finish()`` must come before any of these
+    detectors is fed, and how many windows it runs."""
     from callhook.media.silero import SileroStream
-    from callhook.media.silero import run_ahead as run
+    from callhook.media.silero import start_ahead as start
 
     windows = []
     for detector, frame in frames:
         upcoming = detector.upcoming(frame)
         if upcoming is not None and isinstance(upcoming[0], SileroStream):
             windows.append(upcoming)
-    if windows:
-        run(windows)
-    return len(windows)
+    return (start(windows) if windows else None), len(windows)
 
 
 _no_model_logged = False

@@ -103,7 +103,7 @@ async def test_a_failing_batched_speech_model_run_is_logged_once_and_costs_no_au
     def broken(frames: object) -> int:
         raise RuntimeError("a bug in the batched run")
 
-    monkeypatch.setattr("callhook.media.vad.run_ahead", broken)
+    monkeypatch.setattr("callhook.media.vad.start_ahead", broken)
     engine = MediaEngine("127.0.0.1", 41100, 41200)
     try:
         session = MediaSession("PCMU", 0, None, None, label="call listening")
