@@ -15,7 +15,8 @@
  *                          queued for a slot, a line gone quiet), in the order given;
  *                       2. sends each line's frame queued for slot s; a line that is
  *                          live (it sent audio and was not made quiet) and has none
- *                          gets a filler: silence in its law, the next sequence number,
+ *                          gets a filler: silence in its law (given when the socket
+ *                          is added), the next sequence number,
  *                          the timestamp its media clock has reached (RFC 3550 §5.1), so
  *                          the far end hears no gap while Python is late;
  *                       3. reads every socket (epoll, then recvmmsg: at most `rounds`
@@ -102,6 +103,7 @@ enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET, CMD_COVER };
 enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED };
 #define FLAG_VERBATIM 1
 #define FLAG_CLEAR 2 /* a COVER: the line's cover from its slot on is dropped first */
+#define FLAG_ALAW 4  /* an ADD: the line's audio is A-law (its silence is 0xD5, not 0xFF) */
 #define FLAG_TRUNCATED 1
 
 typedef struct {
@@ -207,7 +209,7 @@ static int64_t mono_ns(void) {
 
 /* --- the thread's side ------------------------------------------------------------------ */
 
-static Line *line_add(Core *c, int fd) {
+static Line *line_add(Core *c, int fd, int alaw) {
     if (fd >= c->nlines) {
         int n = fd + 64;
         Line **lines = realloc(c->lines, sizeof(Line *) * (size_t)n);
@@ -235,6 +237,7 @@ static Line *line_add(Core *c, int fd) {
     if (line->active)
         return line; /* added twice: once is enough */
     memset(line, 0, offsetof(Line, frames));
+    line->silence = alaw ? 0xD5 : 0xFF; /* G.711 A-law and μ-law zero */
     for (int i = 0; i < DEPTH; i++)
         line->frames[i].slot = -1;
     for (int i = 0; i < COVER_SLOTS; i++)
@@ -318,7 +321,7 @@ static void apply_commands(Core *c) {
         Line *line;
         switch (cmd->kind) {
         case CMD_ADD:
-            if (line_add(c, cmd->fd) == NULL)
+            if (line_add(c, cmd->fd, cmd->flags & FLAG_ALAW) == NULL)
                 COUNT(c, faults, 1); /* out of memory: the call's media is not read */
             break;
         case CMD_REMOVE:
@@ -422,8 +425,10 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
             line->seq_set = 1;
         }
         put_u16(d + 2, line->seq++);
-        int pt = d[1] & 0x7F;
-        if (pt >= 96 && d[0] == 0x80 && len == EVENT_LEN) {
+        /* Python sends its codec's audio (G.711, a 20 ms frame: longer than an event)
+         * and RFC 4733 events (a 4-byte payload), whatever their payload types: a
+         * dynamic one for either, as the offer gave it (sip/offeranswer.py). */
+        if (d[0] == 0x80 && len == EVENT_LEN) {
             /* (Python's packet for an event the thread went on with, ended meanwhile:
              * its duration never goes back, §2.5.1.2.) */
             if (line->event_live && memcmp(line->event + 4, d + 4, 4) == 0 &&
@@ -433,12 +438,11 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
         }
         else
             line->event_live = 0;
-        if ((pt == 0 || pt == 8) && d[0] == 0x80 && len > 12) {
+        if (d[0] == 0x80 && len > EVENT_LEN) {
             memcpy(line->header, d, 12);
             line->audio_ts = get_u32(d + 4);
             line->audio_slot = c->slot;
             line->audio_len = (uint16_t)(len - 12);
-            line->silence = pt == 0 ? 0xFF : 0xD5; /* G.711 μ-law and A-law zero */
             line->have_audio = 1;
         }
     }
@@ -916,9 +920,11 @@ static Port *port_for(Plane *self, int fd) {
     return &self->ports[fd];
 }
 
-static PyObject *Plane_add(Plane *self, PyObject *args) {
+static PyObject *Plane_add(Plane *self, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"sock", "key", "alaw", NULL};
     PyObject *sock, *key;
-    if (!PyArg_ParseTuple(args, "OO", &sock, &key))
+    int alaw = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|p", names, &sock, &key, &alaw))
         return NULL;
     if (check_open(self) < 0)
         return NULL;
@@ -940,6 +946,7 @@ static PyObject *Plane_add(Plane *self, PyObject *args) {
         return PyErr_SetFromErrno(PyExc_OSError);
     memset(&self->cmd, 0, offsetof(Command, data));
     self->cmd.kind = CMD_ADD;
+    self->cmd.flags = alaw ? FLAG_ALAW : 0;
     self->cmd.fd = fd;
     if (!push_command(self, 1))
         return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
@@ -1278,8 +1285,9 @@ static PyMethodDef Plane_methods[] = {
      "step(now): run one slot at time `now` (seconds, CLOCK_MONOTONIC) without the thread."},
     {"set_origin", (PyCFunction)Plane_set_origin, METH_O,
      "set_origin(at): the time of slot 0, for step()."},
-    {"add", (PyCFunction)Plane_add, METH_VARARGS,
-     "add(sock, key): the thread reads and writes `sock`; its datagrams come with `key`."},
+    {"add", (PyCFunction)(void (*)(void))Plane_add, METH_VARARGS | METH_KEYWORDS,
+     "add(sock, key, alaw=False): the thread reads and writes `sock`; its datagrams come "
+     "with `key`; `alaw`: its audio is A-law (the silence it sends)."},
     {"retire", (PyCFunction)Plane_retire, METH_O,
      "retire(sock): the thread lets go of `sock`, which is then closed."},
     {"cover", (PyCFunction)Plane_cover, METH_VARARGS,

@@ -255,12 +255,14 @@ class MediaEngine:
         session.batched = True
         self.streams[port] = stream
         self._roster = None
-        io: Udp[tuple[_Stream, MediaSession | None]] | Plane = (
-            self.plane if self.plane is not None else self._udp
-        )
-        io.add(sock, (stream, session))
-        if stream.rtcp is not None:
-            io.add(stream.rtcp, (stream, None))
+        if self.plane is not None:
+            self.plane.add(sock, (stream, session), alaw=session.law == "alaw")
+            if stream.rtcp is not None:
+                self.plane.add(stream.rtcp, (stream, None))
+        else:
+            self._udp.add(sock, (stream, session))
+            if stream.rtcp is not None:
+                self._udp.add(stream.rtcp, (stream, None))
         self._start()
 
     def attach(

@@ -125,8 +125,10 @@ class Plane(Protocol):
     def set_origin(self, at: float) -> None:
         """The time of slot 0, for :meth:`step`."""
 
-    def add(self, sock: socket.socket, key: Any) -> None:
-        """The thread reads and writes ``sock`` from its next slot; datagrams come with ``key``."""
+    def add(self, sock: socket.socket, key: Any, alaw: bool = False) -> None:
+        """The thread reads and writes ``sock`` from its next slot; datagrams come with
+        ``key``. ``alaw``: the call's audio is G.711 A-law (else μ-law), for the silence
+        the thread sends where Python is late."""
 
     def retire(self, sock: socket.socket) -> None:
         """The call is over: the thread reads ``sock`` no more and makes up nothing for it
