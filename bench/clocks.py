@@ -15,8 +15,9 @@ are among them (``MediaEngine._work``'s: its socket writes, a C method of an obj
 what its total leaves beside the others).
 
 It also counts, on the same clock: the speech model's runs (a call's own window, or a
-batch of every call's whose gate is open, ``run_ahead``, even of one; where they run on
-the model's own thread, that thread's clock, the rows "on its thread"), the collector's passes
+batch of several calls' whose gates are open; a batch of one counts as a window; where
+they run on the model's own thread, that thread's clock, the rows "on its thread"), the
+collector's passes
 inside and outside the media tick, and a probe: every fifth tick, the same SIP INVITE
 parsed four times in a row just after the tick. The first parse is the code as the
 control plane meets it (caches cold); the next ones, warm, are what an isolated
@@ -50,7 +51,8 @@ FUNCTIONS = (
     "callhook.edge.detection:Detection.run",
     "callhook.media.gate:gather",
     "callhook.media.frames:measure",
-    "callhook.media.vad:run_ahead",
+    "callhook.media.vad:start_ahead",
+    "callhook.media.silero:Ahead.finish",
     "callhook.edge.detection:Detection._feed",
     "callhook.media.gate:feed_all",
     "callhook.media.outlet:tick_all",
@@ -239,15 +241,10 @@ def _count_model(clocks: Clocks) -> None:
         if "state" not in feeds or not (own or threading.get_ident() == clocks.thread):
             return run(self, outputs, feeds, *args, **kw)  # (another model, another thread)
         windows = len(feeds["input"])
-        if own:
-            # On the model's own thread (callhook/media/modelthread.py), a batch of one
-            # window is not told from a call's own window.
-            batch = windows > 1
-            where = "speech model on its thread"
-        else:
-            # A batch is run_ahead's run, even of one window; the others are a call's own.
-            batch = sys._getframe(1).f_code.co_name == "run_ahead"
-            where = "speech model"
+        # A batch of one window is not told from a call's own window.
+        batch = windows > 1
+        # (The loop's runs go to the model's own thread, callhook/media/modelthread.py.)
+        where = "speech model on its thread" if own else "speech model"
         start = time.thread_time()
         try:
             return run(self, outputs, feeds, *args, **kw)

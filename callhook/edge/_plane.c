@@ -399,7 +399,7 @@ static void transmit(Core *c, int fd, const unsigned char *data, size_t len,
 
 static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
-/* An event packet Python sent (a dynamic payload type, the size of one): remembered, so
+/* An event packet Python sent (the size of one, whatever its payload type): remembered, so
  * that a slot Python is late for goes on with the event as Python would have (§2.5.1.2:
  * the same timestamp, a longer duration; §2.5.1.4: the end packet three times), not
  * with audio in the middle of it. */

@@ -4,7 +4,8 @@ The frames the tick received are taken out of every session at once (in C:
 :func:`callhook.media.gate.gather`), decoded, measured and (for calls that listen for
 in-band DTMF) put through the tone detector's prefilter in one numpy call per law
 (:mod:`callhook.media.frames`); the speech model's windows they complete are run for
-every call whose gate is open in one run (:func:`callhook.media.vad.run_ahead`); then
+every call whose gate is open in one run (:func:`callhook.media.vad.start_ahead`), on
+the model's own thread while the other calls' frames are fed, those calls' after it;
 each frame goes to its session's detectors
 (:meth:`~callhook.media.session.MediaSession.detect`), except the usual frame (a
 voice-activity detector that is paused, whose gate stays closed, or in an utterance the

@@ -6,9 +6,11 @@ thread an equal share of a core. Every window of the speech model the loop ran i
 came out of that one share; run here, it comes out of this thread's (docs/scaling.md,
 "A busy machine").
 
-The caller waits for the result: a call's verdicts come from exactly the same
-computation, in the same order, as if it ran the model itself; only the thread that
-runs it changes. ``onnxruntime`` releases the GIL while the model runs, so the loop's
+Only the event loop's thread (the main thread) hands its runs over: another thread
+(the speech recognition pool's) runs the model itself, as before, and never waits
+behind the calls'. The caller waits for the result: a call's verdicts come from exactly
+the same computation, in the same order, as if it ran the model itself; only the thread
+that runs it changes. ``onnxruntime`` releases the GIL while the model runs, so the loop's
 other threads go on meanwhile. :meth:`ModelThread.start` returns at once and the
 caller may do other work before :meth:`Pending.result` (the media tick runs the batched
 windows of the calls that listen while it feeds the others' frames).
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Any, Protocol
 
 logger = logging.getLogger("callhook.media")
@@ -83,11 +86,25 @@ class ModelThread:
         #: Runs made on the thread.
         self.runs = 0
 
+    def cpu(self) -> float:
+        """The CPU seconds the thread has used (0.0 before it starts)."""
+        thread = self._thread
+        if thread is None or thread.ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # (it ended: it never does before the process)
+            return 0.0
+
     def start(self, inference: Inference, feeds: dict[str, Any]) -> Pending:
         """Hand ``inference.run(None, feeds)`` to the thread; :meth:`Pending.result` waits
-        for its outputs. Run on the caller's thread (done when this returns) where there
-        is no model thread, or when the caller is the model thread itself."""
-        if not self.usable or not self._started() or threading.current_thread() is self._thread:
+        for its outputs. Run on the caller's thread (done when this returns) where the
+        caller is not the main thread, or there is no model thread."""
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or not self.usable
+            or not self._started()
+        ):
             return _Now(inference, feeds)
         pending = Pending()
         self._jobs.put((inference, feeds, pending))

@@ -16,7 +16,8 @@ cost is why :mod:`callhook.media.vad` only runs it where its energy gate opens.
   one ``onnxruntime.InferenceSession`` (one intra-op and one inter-op thread, so
   a call's inference never fans out over the cores the event loop needs) shared
   by every call; ``InferenceSession.run`` is safe to call concurrently.
-* :class:`SileroStream` is one call's state (sans-IO: no threads, no asyncio):
+* :class:`SileroStream` is one call's state (no asyncio; the event loop's runs of its
+  model go to the model's own thread and are waited for, :mod:`.modelthread`):
   it takes 20 ms frames (160 samples), cuts them into 256-sample windows,
   carries context and recurrent state from window to window, and reports the
   probability of the latest complete window. Fed 160 samples at a time, the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,32 @@ def test_start_returns_while_the_run_goes_on_and_result_waits_for_it() -> None:
     gate.set()
     assert pending.result() == 10
     assert pending.result() == 10  # a second call returns at once
+
+
+def test_a_thread_other_than_the_loops_runs_the_model_itself() -> None:
+    """The speech recognition pool's threads never wait behind the calls' runs."""
+    thread, inference = ModelThread(), Recording()
+    got: list[Any] = []
+    other = threading.Thread(target=lambda: got.append(thread.run(inference, {"x": 1})))
+    other.start()
+    other.join()
+    assert got == [2]
+    assert inference.threads == [other.name]
+    assert thread.runs == 0
+
+
+def test_the_threads_cpu_is_what_its_runs_took() -> None:
+    class Busy:
+        def run(self, outputs: Any, feeds: dict[str, Any]) -> Any:
+            until = time.thread_time() + 0.05
+            while time.thread_time() < until:
+                pass
+            return None
+
+    thread = ModelThread()
+    assert thread.cpu() == 0.0
+    thread.run(Busy(), {})
+    assert 0.05 <= thread.cpu() < 1.0
 
 
 def test_without_a_usable_thread_the_caller_runs_the_model_itself() -> None:
