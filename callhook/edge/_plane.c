@@ -18,7 +18,8 @@
  *                          gets a filler: silence in its law (given when the socket
  *                          is added), the next sequence number,
  *                          the timestamp its media clock has reached (RFC 3550 §5.1), so
- *                          the far end hears no gap while Python is late;
+ *                          the far end hears no gap while Python is late; and counts
+ *                          what went on each line (its Tally, the call's Sender Report);
  *                       3. reads every socket (epoll, then recvmmsg: at most `rounds`
  *                          datagrams per socket, a flood stays in the kernel's buffer);
  *                       4. publishes the datagrams and then a TICK record for slot s,
@@ -139,8 +140,20 @@ typedef struct {
     unsigned char data[DATA_MAX];
 } Frame;
 
+/* What went out on a line, for its RTCP Sender Report (RFC 3550 §6.4.1): the thread
+ * counts, Python reads (Plane.tally). Python allocates it when it adds the socket and
+ * frees it once the thread has let go of the line (EV_REMOVED) or has stopped. */
+typedef struct {
+    atomic_llong packets; /* RTP packets sent */
+    atomic_llong octets;  /* their bytes after the 12-byte header: the payload octets */
+    atomic_llong stamp;   /* the last audio packet's RTP timestamp, */
+    atomic_llong wall;    /* ... and when it went (CLOCK_REALTIME ns; 0: none yet) */
+    atomic_uint change;   /* odd while they change (a reader tries again) */
+} Tally;
+
 /* One socket, the thread's only. */
 typedef struct {
+    Tally *tally;                /* Python's (NULL: not counted) */
     int active;
     int closing;  /* retired: it sends the frames queued, then goes (remove_drained) */
     int live;     /* it sends audio: fillers cover for a late Python */
@@ -209,7 +222,7 @@ static int64_t mono_ns(void) {
 
 /* --- the thread's side ------------------------------------------------------------------ */
 
-static Line *line_add(Core *c, int fd, int alaw) {
+static Line *line_add(Core *c, int fd, int alaw, Tally *tally) {
     if (fd >= c->nlines) {
         int n = fd + 64;
         Line **lines = realloc(c->lines, sizeof(Line *) * (size_t)n);
@@ -238,6 +251,7 @@ static Line *line_add(Core *c, int fd, int alaw) {
         return line; /* added twice: once is enough */
     memset(line, 0, offsetof(Line, frames));
     line->silence = alaw ? 0xD5 : 0xFF; /* G.711 A-law and μ-law zero */
+    line->tally = tally;
     for (int i = 0; i < DEPTH; i++)
         line->frames[i].slot = -1;
     for (int i = 0; i < COVER_SLOTS; i++)
@@ -319,9 +333,11 @@ static void apply_commands(Core *c) {
     Command *cmd;
     while ((cmd = ring_peek(c->commands)) != NULL) {
         Line *line;
+        Tally *tally;
         switch (cmd->kind) {
         case CMD_ADD:
-            if (line_add(c, cmd->fd, cmd->flags & FLAG_ALAW) == NULL)
+            memcpy(&tally, cmd->data, sizeof(tally));
+            if (line_add(c, cmd->fd, cmd->flags & FLAG_ALAW, tally) == NULL)
                 COUNT(c, faults, 1); /* out of memory: the call's media is not read */
             break;
         case CMD_REMOVE:
@@ -388,13 +404,33 @@ static uint32_t get_u32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static void transmit(Core *c, int fd, const unsigned char *data, size_t len,
+static int64_t real_ns(void);
+
+static void transmit(Core *c, int fd, Line *line, const unsigned char *data, size_t len,
                      const struct sockaddr_in6 *to, uint32_t to_len) {
     /* A full buffer or an ICMP error for a peer that went away costs that packet only. */
-    if (sendto(fd, data, len, MSG_DONTWAIT, (const struct sockaddr *)to, to_len) < 0)
+    if (sendto(fd, data, len, MSG_DONTWAIT, (const struct sockaddr *)to, to_len) < 0) {
         COUNT(c, send_errors, 1);
-    else
-        COUNT(c, sent, 1);
+        return;
+    }
+    COUNT(c, sent, 1);
+    Tally *t = line->tally;
+    if (t == NULL || len < 12 || (data[0] & 0xC0) != 0x80)
+        return;
+    /* The timestamp is the media clock's: an audio packet's (an event's is its start,
+     * RFC 4733 §2.5.1.2, which only a call with no audio yet has to go by). */
+    int stamped = len > EVENT_LEN || atomic_load_explicit(&t->wall, memory_order_relaxed) == 0;
+    int64_t wall = stamped ? real_ns() : 0;
+    /* (A seqlock: odd while the four change, so that Python reads them as one.) */
+    atomic_fetch_add_explicit(&t->change, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_fetch_add_explicit(&t->packets, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->octets, (long long)len - 12, memory_order_relaxed);
+    if (stamped) {
+        atomic_store_explicit(&t->stamp, (long long)get_u32(data + 4), memory_order_relaxed);
+        atomic_store_explicit(&t->wall, wall, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&t->change, 1, memory_order_release);
 }
 
 static uint16_t get_u16(const unsigned char *p) { return (uint16_t)(p[0] << 8 | p[1]); }
@@ -446,7 +482,7 @@ static void send_frame(Core *c, int fd, Line *line, Frame *frame) {
             line->have_audio = 1;
         }
     }
-    transmit(c, fd, d, len, &frame->to, frame->to_len);
+    transmit(c, fd, line, d, len, &frame->to, frame->to_len);
 }
 
 /* Where Python's frame has not come during an event: its next packet. */
@@ -465,7 +501,7 @@ static void send_event(Core *c, int fd, Line *line) {
     }
     keep_event(line, d);
     COUNT(c, covered, 1);
-    transmit(c, fd, d, EVENT_LEN, &line->to, line->to_len);
+    transmit(c, fd, line, d, EVENT_LEN, &line->to, line->to_len);
 }
 
 /* Where Python's frame has not come: the event being sent goes on; or the prompt's audio
@@ -489,7 +525,7 @@ static void send_filler(Core *c, int fd, Line *line) {
         memset(d + 12, line->silence, line->audio_len);
         COUNT(c, fillers, 1);
     }
-    transmit(c, fd, d, 12 + (size_t)line->audio_len, &line->to, line->to_len);
+    transmit(c, fd, line, d, 12 + (size_t)line->audio_len, &line->to, line->to_len);
 }
 
 /* Step 2. */
@@ -706,6 +742,7 @@ typedef struct {
     PyObject *to_obj;
     struct sockaddr_in6 to;
     uint32_t to_len;
+    Tally *tally; /* the thread's count of what it sent (freed once it let go) */
 } Port;
 
 typedef struct {
@@ -723,7 +760,10 @@ typedef struct {
     long long refused; /* commands the ring had no room for */
 } Plane;
 
+/* (Only once the thread no longer uses the port's line: acknowledged, or stopped.) */
 static void port_clear(Port *port) {
+    free(port->tally);
+    port->tally = NULL;
     Py_CLEAR(port->key);
     Py_CLEAR(port->sock);
     port->retiring = 0;
@@ -944,13 +984,21 @@ static PyObject *Plane_add(Plane *self, PyObject *args, PyObject *kwds) {
     int on = 1;
     if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
+    Tally *tally = calloc(1, sizeof(Tally));
+    if (tally == NULL)
+        return PyErr_NoMemory();
     memset(&self->cmd, 0, offsetof(Command, data));
     self->cmd.kind = CMD_ADD;
     self->cmd.flags = alaw ? FLAG_ALAW : 0;
     self->cmd.fd = fd;
-    if (!push_command(self, 1))
+    memcpy(self->cmd.data, &tally, sizeof(tally));
+    self->cmd.len = sizeof(tally);
+    if (!push_command(self, 1)) {
+        free(tally);
         return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
+    }
     port_clear(port);
+    port->tally = tally;
     Py_INCREF(key);
     port->key = key;
     Py_INCREF(sock);
@@ -982,6 +1030,27 @@ static PyObject *Plane_retire(Plane *self, PyObject *sock) {
     if (port->retiring == 2)
         self->deferred++;
     Py_RETURN_NONE;
+}
+
+static PyObject *Plane_tally(Plane *self, PyObject *arg) {
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    Tally *t = fd >= 0 && fd < self->nports ? self->ports[fd].tally : NULL;
+    if (t == NULL)
+        return Py_BuildValue("(LLLd)", 0LL, 0LL, 0LL, 0.0);
+    long long packets, octets, stamp, wall;
+    unsigned before, after;
+    do { /* (read as one: the thread's seqlock) */
+        before = atomic_load_explicit(&t->change, memory_order_acquire);
+        packets = atomic_load_explicit(&t->packets, memory_order_relaxed);
+        octets = atomic_load_explicit(&t->octets, memory_order_relaxed);
+        stamp = atomic_load_explicit(&t->stamp, memory_order_relaxed);
+        wall = atomic_load_explicit(&t->wall, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        after = atomic_load_explicit(&t->change, memory_order_relaxed);
+    } while ((before & 1) || before != after);
+    return Py_BuildValue("(LLLd)", packets, octets, stamp, (double)wall / 1e9);
 }
 
 static PyObject *Plane_quiet(Plane *self, PyObject *args) {
@@ -1288,6 +1357,10 @@ static PyMethodDef Plane_methods[] = {
     {"add", (PyCFunction)(void (*)(void))Plane_add, METH_VARARGS | METH_KEYWORDS,
      "add(sock, key, alaw=False): the thread reads and writes `sock`; its datagrams come "
      "with `key`; `alaw`: its audio is A-law (the silence it sends)."},
+    {"tally", (PyCFunction)Plane_tally, METH_O,
+     "tally(fd) -> (packets, octets, timestamp, at): the RTP packets the thread sent on the "
+     "socket, their payload octets, the last audio packet's RTP timestamp and when it went "
+     "(Unix time; 0: none yet), for the call's Sender Report."},
     {"retire", (PyCFunction)Plane_retire, METH_O,
      "retire(sock): the thread lets go of `sock`, which is then closed."},
     {"cover", (PyCFunction)Plane_cover, METH_VARARGS,

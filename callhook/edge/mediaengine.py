@@ -512,7 +512,11 @@ class MediaEngine:
         has nothing to do: a change here is made there too (tests/unit/media/test_outlet.py)."""
         session = stream.session
         if stream.rtcp is not None:
-            report = session.rtcp_report(now, wall)  # None: not due (every ~5 s)
+            # What the media thread sent, where it numbers and fills in the packets (not
+            # SRTP: those go as Python made them, counted by their sender).
+            plane = self.plane
+            wire = plane.tally(stream.fd) if plane is not None and session.srtp is None else None
+            report = session.rtcp_report(now, wall, wire)  # None: not due (every ~5 s)
             destination = session.rtcp_destination() if report is not None else None
             if report is not None and destination is not None:
                 with contextlib.suppress(OSError):

@@ -136,6 +136,11 @@ class Plane(Protocol):
         prompt's end before a hang-up), then lets go of it; it is then closed (during a
         later :meth:`next_slot`)."""
 
+    def tally(self, fd: int) -> tuple[int, int, int, float]:
+        """What the thread sent on the socket ``fd``: RTP packets, their payload octets,
+        the last one's RTP timestamp and when it went (Unix time; all 0 before the first),
+        for the call's RTCP Sender Report (RFC 3550 §6.4.1)."""
+
     def quiet(self, fd: int, slot: int) -> None:
         """From ``slot`` the socket's call sends nothing until its next frame: no fillers
         (on hold)."""

@@ -14,6 +14,11 @@ from callhook.media import rtcp
 from callhook.media.rtp import RtpReceiver, RtpSender
 
 Address = tuple[str, int]
+#: What went out on the wire, where the media thread sends (``Plane.tally``): RTP packets,
+#: their payload octets, the last one's RTP timestamp and when it went (Unix time).
+Wire = tuple[int, int, int, float]
+#: The RTP clock of the call's audio (G.711, RFC 3551 §4.5.14).
+CLOCK_RATE = 8000
 
 #: RTCP report interval (RFC 3550 §6.2: 5 s minimum), randomised by 0.5-1.5 (§6.3.1).
 RTCP_INTERVAL = 5.0
@@ -34,10 +39,14 @@ class CallReports:
         self.due: float | None = None
         self._phase = (sender.ssrc % 1000) / 1000  # a per-call offset, no RNG
 
-    def report(self, now: float, wall: float, sending: bool) -> bytes | None:
+    def report(
+        self, now: float, wall: float, sending: bool, wire: Wire | None = None
+    ) -> bytes | None:
         """The compound report to send now, in the clear, if one is due (None otherwise,
         and while the call does not send). ``wall`` is the Unix time, for the SR's NTP
-        timestamp."""
+        timestamp. ``wire``: what the media thread sent for the call, which its SR
+        says (what Python made in time, and what the thread filled in where Python was
+        late); None: what the sender made, all of which went."""
         if self.due is None:
             self.due = now + RTCP_INTERVAL * (0.5 + self._phase)
             return None
@@ -48,7 +57,15 @@ class CallReports:
         block = self.receiver.report_block(now)
         blocks = (block,) if block is not None else ()
         first: rtcp.SenderReport | rtcp.ReceiverReport
-        if self.sender.packets:
+        if wire is not None and wire[0]:
+            # §6.4.1: the RTP timestamp of the same instant as the NTP one, from the
+            # last packet sent and the time since.
+            packets, octets, stamp, at = wire
+            now_stamp = (stamp + round((wall - at) * CLOCK_RATE)) & 0xFFFFFFFF
+            first = rtcp.SenderReport(
+                self.sender.ssrc, rtcp.ntp_timestamp(wall), now_stamp, packets, octets, blocks
+            )
+        elif wire is None and self.sender.packets:
             first = self.sender.sender_report(rtcp.ntp_timestamp(wall), blocks)
         else:
             first = rtcp.ReceiverReport(self.sender.ssrc, blocks)

@@ -77,7 +77,7 @@ from callhook.media.inlet import Inlet, Preroll
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
 from callhook.media.recorder import CallerRecording
-from callhook.media.reporting import CallReports
+from callhook.media.reporting import CallReports, Wire
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
@@ -347,10 +347,11 @@ class MediaSession(Inlet):
 
     # --- RTCP (RFC 3550 §6) --------------------------------------------------------
 
-    def rtcp_report(self, now: float, wall: float) -> bytes | None:
+    def rtcp_report(self, now: float, wall: float, wire: Wire | None = None) -> bytes | None:
         """The compound SR/RR + SDES packet to send now, if one is due (every ~5 s;
-        media/reporting.py), as SRTCP when the call has SRTP. ``wall``: the Unix time."""
-        report = self.reports.report(now, wall, self.sending)
+        media/reporting.py), as SRTCP when the call has SRTP. ``wall``: the Unix time;
+        ``wire``: what the media thread sent for the call (its SR's counts)."""
+        report = self.reports.report(now, wall, self.sending, wire)
         if report is None or self.srtp is None:
             return report
         return self.srtp.protect_rtcp(report)

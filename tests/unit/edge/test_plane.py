@@ -118,43 +118,6 @@ def test_an_a_law_line_is_filled_with_a_law_silence(plane: Plane) -> None:
         assert sent[1][12:] == b"\xd5" * 160
 
 
-@pytest.mark.parametrize(("alaw", "silence"), [(False, 0xFF), (True, 0xD5)])
-def test_audio_on_a_dynamic_payload_type_is_filled_in_its_law(
-    plane: Plane, alaw: bool, silence: int
-) -> None:
-    """PCMU or PCMA as the offer numbered it (sip/offeranswer.py takes the offerer's
-    payload type, a dynamic one too): the fillers keep that type and the law's silence."""
-    line, peer = udp(), udp()
-    with line, peer:
-        plane.add(line, "call", alaw=alaw)
-        plane.send([(line.fileno(), rtp(7, 0, pt=97), peer.getsockname())], 0)
-        run(plane, 0)
-        run(plane, 1)
-        sent = drain(peer)
-        assert [header(d) for d in sent] == [(0, 97, 7, 0), (0, 97, 8, 160)]
-        assert sent[1][12:] == bytes([silence]) * 160
-        assert plane.fillers == 1
-
-
-def test_an_event_on_a_payload_type_below_96_goes_on_too(plane: Plane) -> None:
-    """telephone-event as the offer numbered it, here 90: its next packets, not silence."""
-    tone = EventTone("7", 160)
-    packets = [tone.next_packet() for _ in range(TONE_TICKS - 1 + END_PACKETS)]
-    line, peer = udp(), udp()
-    with line, peer:
-        plane.add(line, "call")
-        to = peer.getsockname()
-        plane.send([(line.fileno(), rtp(1, 0), to)], 0)
-        payload, marker = packets[0]
-        plane.send([(line.fileno(), rtp(2, 160, payload, 90, marker), to)], 1)
-        for slot in range(len(packets) + 2):
-            run(plane, slot)
-        got = drain(peer)
-        assert [header(d)[1] for d in got[1 : 1 + len(packets)]] == [90] * len(packets)
-        assert [d[12:] for d in got[1 : 1 + len(packets)]] == [p for p, _ in packets]
-        assert [header(d)[1] for d in got[1 + len(packets) :]] == [0]
-
-
 def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
     line, peer = udp(), udp()
     with line, peer:
@@ -566,45 +529,6 @@ async def test_a_blocked_loop_does_not_stop_a_calls_audio() -> None:
         assert engine.plane is not None and engine.plane.covered >= 10
         start = marks.index(1)
         assert marks[start:] == list(range(1, len(marks) - start + 1))  # whole, in order
-    finally:
-        done.set()
-        engine.shutdown()
-        listener.join()
-        caller.close()
-
-
-async def test_a_blocked_loop_fills_an_a_law_call_on_a_dynamic_type_with_its_silence() -> None:
-    """PCMA as the offer numbered it (97): while the loop is blocked the caller still gets
-    a packet every 20 ms, of that type, with A-law silence (what Python itself sends)."""
-    engine = MediaEngine("127.0.0.1", 43300, 43400)
-    caller = udp()
-    caller.setblocking(True)
-    caller.settimeout(0.5)
-    got: list[tuple[float, bytes]] = []
-    done = threading.Event()
-
-    def listen() -> None:
-        while not done.is_set():
-            try:
-                got.append((time.monotonic(), caller.recv(2048)))
-            except OSError:
-                continue
-
-    listener = threading.Thread(target=listen)
-    try:
-        session = MediaSession("PCMA", 97, 101, caller.getsockname(), label="call")
-        sock, port = engine.allocate()
-        await engine.open(session, sock, port, lambda: None)
-        listener.start()
-        await asyncio.sleep(0.2)
-        time.sleep(0.3)  # the loop does nothing: no tick of Python's runs
-        await asyncio.sleep(0.2)
-        # (The call's first packets wait for its first ticks: their gaps are not this.)
-        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got[4:])]
-        assert len(got) >= 25 and max(gaps) < 0.06
-        assert {header(d)[1] for _, d in got} == {97}
-        assert {d[12:] for _, d in got} == {b"\xd5" * 160}
-        assert engine.plane is not None and engine.plane.fillers >= 10
     finally:
         done.set()
         engine.shutdown()

@@ -365,6 +365,31 @@ def test_rtcp_reports_every_few_seconds_and_reads_the_peers() -> None:
     assert session.rtcp_destination() == (PEER[0], PEER[1] + 1)
 
 
+def test_the_sender_report_says_what_the_media_thread_sent() -> None:
+    """Where the media thread sends, the SR's counts are the wire's (what Python made in
+    time and what the thread filled in), and its RTP timestamp is the one of its NTP
+    time, from the last packet sent (RFC 3550 §6.4.1)."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    stream(session, audio_frames(speech_like(0.2)))
+    for i in range(5):
+        session.tick(i * 0.02)  # Python's own count: 5 packets
+    wall = 1_800_000_000.0
+    wire = (7, 7 * 160, 0xFFFFFF00, wall - 0.1)  # the last one 100 ms before the report
+    reports = [session.rtcp_report(i * 0.02, wall, wire) for i in range(500)]
+    report = next(r for r in reports if r is not None)
+    sr = rtcp.parse(report)[0]
+    assert isinstance(sr, rtcp.SenderReport)
+    assert (sr.packet_count, sr.octet_count) == (7, 1120)
+    assert sr.rtp_timestamp == (0xFFFFFF00 + 800) & 0xFFFFFFFF  # 100 ms on, wrapped
+    assert sr.ntp_timestamp == rtcp.ntp_timestamp(wall)
+    # Nothing on the wire yet: a Receiver Report, whatever Python made.
+    quiet = MediaSession("PCMU", 0, 101, PEER)
+    for i in range(5):
+        quiet.tick(i * 0.02)
+    first = [quiet.rtcp_report(i * 0.02, wall, (0, 0, 0, 0.0)) for i in range(500)]
+    assert isinstance(rtcp.parse(next(r for r in first if r is not None))[0], rtcp.ReceiverReport)
+
+
 def test_a_streamed_prompt_waits_for_its_next_sentence_in_silence() -> None:
     session = MediaSession("PCMU", 0, 101, PEER)
     first = g711.encode("ulaw", tones.tone(440.0, 0.04))  # 2 frames

@@ -192,6 +192,7 @@ class Reported:
 
     def __init__(self, session: MediaSession, rtcp: bool) -> None:
         self.session = session
+        self.fd = -1  # (no socket on the media thread: its tally says nothing went)
         self.rtcp: Any = self if rtcp else None
         self.sent: list[bytes] = []
         self.woken = 0
