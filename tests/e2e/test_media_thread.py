@@ -177,14 +177,18 @@ def runs(marks: list[int]) -> str:
 
 
 async def stalled_call(
-    tmp_path: Path, app: AppServer, workers: int, stalls: tuple[float, ...]
+    tmp_path: Path,
+    app: AppServer,
+    workers: int,
+    stalls: tuple[float, ...],
+    offer: str | None = None,
 ) -> tuple[RtpSink, dict[str, float]]:
     """SIPp calls serve running ``app`` (hung up by serve); its loop is stalled for 0.3 s
     at each of ``stalls`` (seconds after the first page was asked for). What the caller
     heard, and the media threads' counters."""
     async with RtpSink() as sink, served(tmp_path, app, workers) as server:
         parts = [
-            sipp.invite("ivr", "PCMU", True).replace(
+            (offer or sipp.invite("ivr", "PCMU", True)).replace(
                 "m=audio [media_port]", f"m=audio {sink.port}"
             ),
             sipp.ANSWERED,
@@ -238,9 +242,28 @@ async def test_a_prompt_is_heard_whole_while_the_event_loop_is_stalled(
     assert whole, runs(marks)
 
 
+#: The offer's payload types: the static ones, and PCMA and telephone-event on types of
+#: the caller's choosing (kept in the answer, sip/offeranswer.py): the media thread tells
+#: audio from an event by its size, and fills in with the call's own law's silence.
+OFFERS = {
+    "PCMU 0, events 101": (sipp.invite("ivr", "PCMU", True), 0, 101, 0xFF),
+    "PCMA 97, events 90": (
+        sipp.INVITE.format(
+            user="ivr",
+            formats="97 90",
+            rtpmaps="a=rtpmap:97 PCMA/8000\na=rtpmap:90 telephone-event/8000\na=fmtp:90 0-16\n",
+        ),
+        97,
+        90,
+        0xD5,
+    ),
+}
+
+
+@pytest.mark.parametrize("offer", list(OFFERS))
 @pytest.mark.parametrize("workers", WORKERS)
 async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled(
-    tmp_path: Path, app: AppServer, workers: int
+    tmp_path: Path, app: AppServer, workers: int, offer: str
 ) -> None:
     """Ten digits sent as RFC 4733 events (200 ms each: 7 event packets, 3 of silence),
     the loop stalled twice meanwhile: an event under way goes on as callhook sends it (its
@@ -249,14 +272,18 @@ async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled
     digits = "1234567890"
     app.page("/start", [{"play": {"play_list": [{"digits_to_play": digits}]}}, {"hang_up": {}}])
     app.page("/final", None)
-    sink, _ = await stalled_call(tmp_path, app, workers, (0.5, 1.2))
+    invite, audio, event, silence = OFFERS[offer]
+    sink, _ = await stalled_call(tmp_path, app, workers, (0.5, 1.2), invite)
     ordered = sorted(sink.packets, key=lambda p: (p.sequence - sink.packets[0].sequence) & 0xFFFF)
-    kinds = "".join("e" if p.payload_type == 101 else "a" for p in ordered)
+    assert {p.payload_type for p in ordered} == {audio, event}
+    # Between the digits, silence in the call's law (Python's, or the thread's filler).
+    assert {p.payload for p in ordered if p.payload_type == audio} == {bytes([silence]) * 160}
+    kinds = "".join("e" if p.payload_type == event else "a" for p in ordered)
     # Each digit's event whole (7 packets), at least its 60 ms of silence after it (more
     # where the next digit waited for the loop to be back in time: hold_start).
     first, last = kinds.index("e"), kinds.rindex("e")
     assert re.fullmatch("(e{7}a{3,})*e{7}", kinds[first : last + 1]), kinds
-    events = [p for p in ordered if p.payload_type == 101]
+    events = [p for p in ordered if p.payload_type == event]
     receiver = Rfc4733Receiver()
     got = [receiver.feed(p.payload, p.timestamp, p.arrived) for p in events]
     assert "".join(d for d in got if d is not None) == digits
