@@ -106,18 +106,6 @@ def test_a_frame_goes_in_its_slot_and_silence_where_python_is_late(plane: Plane)
         assert [header(d) for d in drain(peer)] == [(1, 0, 104, 8640)]
 
 
-def test_an_a_law_line_is_filled_with_a_law_silence(plane: Plane) -> None:
-    line, peer = udp(), udp()
-    with line, peer:
-        plane.add(line, "call", alaw=True)
-        plane.send([(line.fileno(), rtp(7, 0, pt=8), peer.getsockname())], 0)
-        run(plane, 0)
-        run(plane, 1)
-        sent = drain(peer)
-        assert [header(d) for d in sent] == [(0, 8, 7, 0), (0, 8, 8, 160)]
-        assert sent[1][12:] == b"\xd5" * 160
-
-
 def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
     line, peer = udp(), udp()
     with line, peer:

@@ -20,20 +20,51 @@ from callhook.media.session import MediaSession
 from tests.unit.edge.test_plane import drain, header, rtp, run, udp
 
 
-@pytest.mark.parametrize(("alaw", "silence"), [(False, 0xFF), (True, 0xD5)])
-def test_audio_on_a_dynamic_payload_type_is_filled_in_its_law(
-    plane: Plane, alaw: bool, silence: int
+class Ear:
+    """A caller's socket read on a thread of its own while the test blocks the loop:
+    every packet, with when it came."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.settimeout(0.5)
+        self.sock = sock
+        self.got: list[tuple[float, bytes]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._listen)
+
+    def _listen(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.got.append((time.monotonic(), self.sock.recv(2048)))
+            except OSError:
+                continue
+
+    def __enter__(self) -> Ear:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    ("pt", "alaw", "silence"), [(8, True, 0xD5), (97, False, 0xFF), (97, True, 0xD5)]
+)
+def test_audio_is_filled_in_its_payload_type_and_law(
+    plane: Plane, pt: int, alaw: bool, silence: int
 ) -> None:
-    """PCMU or PCMA as the offer numbered it (sip/offeranswer.py takes the offerer's
-    payload type, a dynamic one too): the fillers keep that type and the law's silence."""
+    """PCMA on its static type, and PCMU or PCMA as the offer numbered it
+    (sip/offeranswer.py takes the offerer's payload type, a dynamic one too): the fillers
+    keep that type and the law's silence."""
     line, peer = udp(), udp()
     with line, peer:
         plane.add(line, "call", alaw=alaw)
-        plane.send([(line.fileno(), rtp(7, 0, pt=97), peer.getsockname())], 0)
+        plane.send([(line.fileno(), rtp(7, 0, pt=pt), peer.getsockname())], 0)
         run(plane, 0)
         run(plane, 1)
         sent = drain(peer)
-        assert [header(d) for d in sent] == [(0, 97, 7, 0), (0, 97, 8, 160)]
+        assert [header(d) for d in sent] == [(0, pt, 7, 0), (0, pt, 8, 160)]
         assert sent[1][12:] == bytes([silence]) * 160
         assert plane.fillers == 1
 
@@ -86,39 +117,23 @@ async def test_a_blocked_loop_fills_an_a_law_call_on_a_dynamic_type_with_its_sil
     """PCMA as the offer numbered it (97): while the loop is blocked the caller still gets
     a packet every 20 ms, of that type, with A-law silence (what Python itself sends)."""
     engine = MediaEngine("127.0.0.1", 43300, 43400)
-    caller = udp()
-    caller.setblocking(True)
-    caller.settimeout(0.5)
-    got: list[tuple[float, bytes]] = []
-    done = threading.Event()
-
-    def listen() -> None:
-        while not done.is_set():
-            try:
-                got.append((time.monotonic(), caller.recv(2048)))
-            except OSError:
-                continue
-
-    listener = threading.Thread(target=listen)
-    try:
-        session = MediaSession("PCMA", 97, 101, caller.getsockname(), label="call")
-        sock, port = engine.allocate()
-        await engine.open(session, sock, port, lambda: None)
-        listener.start()
-        await asyncio.sleep(0.2)
-        time.sleep(0.3)  # the loop does nothing: no tick of Python's runs
-        await asyncio.sleep(0.2)
-        # (The call's first packets wait for its first ticks: their gaps are not this.)
-        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got[4:])]
-        assert len(got) >= 25 and max(gaps) < 0.06
-        assert {header(d)[1] for _, d in got} == {97}
-        assert {d[12:] for _, d in got} == {b"\xd5" * 160}
-        assert engine.plane is not None and engine.plane.fillers >= 10
-    finally:
-        done.set()
-        engine.shutdown()
-        listener.join()
-        caller.close()
+    with Ear(udp()) as ear:
+        try:
+            session = MediaSession("PCMA", 97, 101, ear.sock.getsockname(), label="call")
+            sock, port = engine.allocate()
+            await engine.open(session, sock, port, lambda: None)
+            await asyncio.sleep(0.2)
+            time.sleep(0.3)  # the loop does nothing: no tick of Python's runs
+            await asyncio.sleep(0.2)
+            got = ear.got
+            # (The call's first packets wait for its first ticks: their gaps are not this.)
+            gaps = [b - a for (a, _), (b, _) in itertools.pairwise(got[4:])]
+            assert len(got) >= 25 and max(gaps) < 0.06
+            assert {header(d)[1] for _, d in got} == {97}
+            assert {d[12:] for _, d in got} == {b"\xd5" * 160}
+            assert engine.plane is not None and engine.plane.fillers >= 10
+        finally:
+            engine.shutdown()
 
 
 def rtp_rtcp_pair() -> tuple[socket.socket, socket.socket]:
@@ -144,42 +159,26 @@ async def test_the_sender_report_counts_what_the_thread_sent_while_the_loop_was_
     # (Ports below the kernel's ephemeral range: the caller's pair never takes one.)
     engine = MediaEngine("127.0.0.1", 31400, 31500)
     caller, caller_rtcp = rtp_rtcp_pair()
-    caller.settimeout(0.5)
     caller_rtcp.settimeout(2.0)
-    got: list[bytes] = []
-    done = threading.Event()
-
-    def listen() -> None:
-        while not done.is_set():
-            try:
-                got.append(caller.recv(2048))
-            except OSError:
-                continue
-
-    listener = threading.Thread(target=listen)
-    try:
-        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
-        sock, port = engine.allocate()
-        await engine.open(session, sock, port, lambda: None)
-        listener.start()
-        await asyncio.sleep(0.2)
-        time.sleep(0.3)  # the loop does nothing: the thread fills in
-        await asyncio.sleep(0.1)
-        assert engine.plane is not None and engine.plane.fillers >= 5
-        session.reports.due = 0.0  # a report now (else in 2.5 to 7.5 s)
-        report = await asyncio.to_thread(caller_rtcp.recv, 2048)
-        await asyncio.sleep(0.1)
-        heard = len(got)  # all sent up to the report, and at most 0.1 s more after it
-        sr = rtcp.parse(report)[0]
-        assert isinstance(sr, rtcp.SenderReport)
-        assert heard - 8 <= sr.packet_count <= heard
-        assert sr.octet_count == 160 * sr.packet_count
-        # What Python made is not what went: its frames for the slots ahead are not out
-        # yet (and the ones it made too late never went).
-        assert session.sender.packets > sr.packet_count
-    finally:
-        done.set()
-        engine.shutdown()
-        listener.join()
-        caller.close()
-        caller_rtcp.close()
+    with Ear(caller) as ear, caller_rtcp:
+        try:
+            session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
+            sock, port = engine.allocate()
+            await engine.open(session, sock, port, lambda: None)
+            await asyncio.sleep(0.2)
+            time.sleep(0.3)  # the loop does nothing: the thread fills in
+            await asyncio.sleep(0.1)
+            assert engine.plane is not None and engine.plane.fillers >= 5
+            session.reports.due = 0.0  # a report now (else in 2.5 to 7.5 s)
+            report = await asyncio.to_thread(caller_rtcp.recv, 2048)
+            await asyncio.sleep(0.1)
+            heard = len(ear.got)  # all sent up to the report, and at most 0.1 s more after it
+            sr = rtcp.parse(report)[0]
+            assert isinstance(sr, rtcp.SenderReport)
+            assert heard - 8 <= sr.packet_count <= heard
+            assert sr.octet_count == 160 * sr.packet_count
+            # What Python made is not what went: its frames for the slots ahead are not
+            # out yet (and the ones it made too late never went).
+            assert session.sender.packets > sr.packet_count
+        finally:
+            engine.shutdown()
