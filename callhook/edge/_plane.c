@@ -74,6 +74,7 @@
 #include <unistd.h>
 
 #include "../media/_ringcore.h"
+#include "_rx.h"
 #include "_sockaddr.h"
 
 /* Largest datagram a record carries (G.711 at 60 ms with SRTP fits); larger ones are
@@ -101,7 +102,7 @@
 #define LATE_NS 2000000LL
 
 enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET, CMD_COVER };
-enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED };
+enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED, EV_RETURNED };
 #define FLAG_VERBATIM 1
 #define FLAG_CLEAR 2 /* a COVER: the line's cover from its slot on is dropped first */
 #define FLAG_ALAW 4  /* an ADD: the line's audio is A-law (its silence is 0xD5, not 0xFF) */
@@ -154,6 +155,7 @@ typedef struct {
 /* One socket, the thread's only. */
 typedef struct {
     Tally *tally;                /* Python's (NULL: not counted) */
+    Rx *rx;                      /* Python's: the usual receive, while the thread holds it */
     int active;
     int closing;  /* retired: it sends the frames queued, then goes (remove_drained) */
     int live;     /* it sends audio: fillers cover for a late Python */
@@ -194,6 +196,8 @@ typedef struct {
     struct epoll_event *ready;
     int64_t slot; /* the next slot to run, and its time */
     int64_t next;
+    int64_t origin; /* slot 0's time: `next` - `slot` x `tick` (set before the thread runs) */
+    atomic_llong rx_pass; /* the slot being run, or the last one (Plane.own reads it) */
     int64_t started; /* when (CLOCK_MONOTONIC) the slot being run began */
     Event got[MAX_ROUNDS];
     struct mmsghdr msgs[MAX_ROUNDS];
@@ -208,7 +212,7 @@ typedef struct {
     atomic_int stop;
     atomic_llong running_slot; /* the next slot the thread runs: for Python */
     atomic_llong late_slots, max_late, skipped, fillers, covered, stale, sent, send_errors, lost_ticks,
-        faults;
+        faults, rx_taken, rx_returned;
     atomic_int tid;
 } Core;
 
@@ -222,7 +226,7 @@ static int64_t mono_ns(void) {
 
 /* --- the thread's side ------------------------------------------------------------------ */
 
-static Line *line_add(Core *c, int fd, int alaw, Tally *tally) {
+static Line *line_add(Core *c, int fd, int alaw, Tally *tally, Rx *rx) {
     if (fd >= c->nlines) {
         int n = fd + 64;
         Line **lines = realloc(c->lines, sizeof(Line *) * (size_t)n);
@@ -252,6 +256,7 @@ static Line *line_add(Core *c, int fd, int alaw, Tally *tally) {
     memset(line, 0, offsetof(Line, frames));
     line->silence = alaw ? 0xD5 : 0xFF; /* G.711 A-law and μ-law zero */
     line->tally = tally;
+    line->rx = rx;
     for (int i = 0; i < DEPTH; i++)
         line->frames[i].slot = -1;
     for (int i = 0; i < COVER_SLOTS; i++)
@@ -334,10 +339,12 @@ static void apply_commands(Core *c) {
     while ((cmd = ring_peek(c->commands)) != NULL) {
         Line *line;
         Tally *tally;
+        Rx *rx;
         switch (cmd->kind) {
         case CMD_ADD:
             memcpy(&tally, cmd->data, sizeof(tally));
-            if (line_add(c, cmd->fd, cmd->flags & FLAG_ALAW, tally) == NULL)
+            memcpy(&rx, cmd->data + sizeof(tally), sizeof(rx));
+            if (line_add(c, cmd->fd, cmd->flags & FLAG_ALAW, tally, rx) == NULL)
                 COUNT(c, faults, 1); /* out of memory: the call's media is not read */
             break;
         case CMD_REMOVE:
@@ -584,6 +591,11 @@ static void receive_slot(Core *c, int64_t now) {
         size_t room = ring_room(c->events);
         if (room <= RESERVE)
             return; /* Python is behind: the rest waits in the kernel's buffers */
+        Line *line = c->lines[fd];
+        Rx *rx = line != NULL ? line->rx : NULL;
+        /* (Python changing the line's hands this instant: its packets wait a slot.) */
+        if (rx != NULL && !rx_trylock(rx))
+            continue;
         unsigned int want = (unsigned int)(room - RESERVE);
         if (want > (unsigned int)c->rounds)
             want = (unsigned int)c->rounds;
@@ -605,18 +617,72 @@ static void receive_slot(Core *c, int64_t now) {
             since = mono_ns() - c->started;
             have_wall = 1;
         }
+        /* The line's usual packets, while the thread holds its receive (_rx.h): taken
+         * here, after the ends of the slots before this one; any other packet goes to
+         * Python with the line, and so do the packets after it. */
+        int owned = rx != NULL && n > 0 &&
+                    atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD;
+        if (owned && rx_catch_up(rx, c->slot - 1)) {
+            atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+            COUNT(c, rx_returned, 1);
+            owned = 0;
+        }
         for (int k = 0; k < n; k++) {
             Event *ev = &c->got[k];
+            int64_t when = arrival(&c->msgs[k].msg_hdr, now, wall, since);
+            int truncated = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+            if (owned) {
+                if (!truncated && rx_take(rx, ev->data, c->msgs[k].msg_len, &ev->addr,
+                                          c->msgs[k].msg_hdr.msg_namelen, (double)c->next / 1e9,
+                                          (double)when / 1e9)) {
+                    COUNT(c, rx_taken, 1);
+                    continue;
+                }
+                atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+                COUNT(c, rx_returned, 1);
+                owned = 0;
+            }
+            if (rx != NULL)
+                atomic_fetch_add_explicit(&rx->published, 1, memory_order_relaxed);
             ev->kind = EV_DATAGRAM;
-            ev->flags = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) ? FLAG_TRUNCATED : 0;
+            ev->flags = truncated ? FLAG_TRUNCATED : 0;
             ev->len = (uint16_t)(c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len);
             ev->fd = fd;
             ev->slot = c->slot;
-            ev->when = arrival(&c->msgs[k].msg_hdr, now, wall, since);
+            ev->when = when;
             ev->late = 0;
             ev->addr_len = c->msgs[k].msg_hdr.msg_namelen;
             ring_push(c->events, ev);
         }
+        if (rx != NULL)
+            rx_unlock(rx);
+    }
+}
+
+/* The end of the slot for the lines whose receive the thread holds (_rx.h): a line it
+ * gives back is said (RETURNED), in the slot's order, while the ring has room (else at a
+ * later slot's end). */
+static void rx_slot_ends(Core *c) {
+    for (int i = 0; i < c->nactive; i++) {
+        int fd = c->active[i];
+        Line *line = c->lines[fd];
+        Rx *rx = line->rx;
+        /* (Locked whoever holds it: Python then reads this slot's `rx_pass` when it next
+         * takes the lock to hand the line over. Held by Python this instant: the end is
+         * caught up at the line's next packet or slot's end.) */
+        if (rx == NULL || line->closing || !rx_trylock(rx))
+            continue;
+        /* (rx_catch_up stops before the slot Python is to end: with no room for the
+         * record, the line goes back at a later slot's end, from that slot.) */
+        if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD &&
+            rx_catch_up(rx, c->slot) && ring_room(c->events) > RESERVE / 2) {
+            Event back = {.kind = EV_RETURNED, .fd = fd, .slot = c->slot};
+            atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+            atomic_fetch_add_explicit(&rx->published, 1, memory_order_relaxed);
+            ring_push(c->events, &back);
+            COUNT(c, rx_returned, 1);
+        }
+        rx_unlock(rx);
     }
 }
 
@@ -638,10 +704,19 @@ static void shift_cover(Core *c, Line *line, int64_t missed) {
 }
 
 /* Slots skipped: Python skips them too (the TICK says how many), so each line's media
- * clock resumes where it was, as Python's does; frames queued for them are stale. */
+ * clock resumes where it was, as Python's does; frames queued for them are stale. The
+ * lines whose receive the thread holds skip their ends too (once the ends before them
+ * are done: where one is Python's, the skipped slots' ends are done after it). */
 static void skip_lines(Core *c, int64_t missed) {
     for (int i = 0; i < c->nactive; i++) {
         Line *line = c->lines[c->active[i]];
+        Rx *rx = line->rx;
+        if (rx != NULL && rx_trylock(rx)) {
+            if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD &&
+                !rx_catch_up(rx, c->slot - 1))
+                rx->ended += missed;
+            rx_unlock(rx);
+        }
         line->audio_slot += missed;
         shift_cover(c, line, missed);
         for (int k = 0; k < DEPTH; k++) {
@@ -669,6 +744,7 @@ static void run_slot(Core *c, int64_t now) {
         skipped = missed;
         COUNT(c, skipped, missed);
     }
+    atomic_store(&c->rx_pass, c->slot);
     if (late > LATE_NS) {
         COUNT(c, late_slots, 1);
         long long seen = atomic_load_explicit(&c->max_late, memory_order_relaxed);
@@ -679,6 +755,7 @@ static void run_slot(Core *c, int64_t now) {
     send_slot(c);
     remove_drained(c);
     receive_slot(c, now);
+    rx_slot_ends(c);
     Event tick = {.kind = EV_TICK,
                   .fd = -1,
                   .slot = c->slot,
@@ -743,6 +820,9 @@ typedef struct {
     struct sockaddr_in6 to;
     uint32_t to_len;
     Tally *tally; /* the thread's count of what it sent (freed once it let go) */
+    Rx *rx;       /* the usual receive the thread may hold (freed likewise) */
+    long long popped; /* the line's datagrams and records read (_rx.h: `published`) */
+    long long rest;   /* not handed to the thread before this slot (it gave it back) */
 } Port;
 
 typedef struct {
@@ -758,12 +838,18 @@ typedef struct {
     int deferred; /* retirements waiting for room in the command ring */
     long long oversized;
     long long refused; /* commands the ring had no room for */
+    long long handed;  /* lines handed to the thread (own) */
 } Plane;
+
+#include "_rxpy.h"
 
 /* (Only once the thread no longer uses the port's line: acknowledged, or stopped.) */
 static void port_clear(Port *port) {
     free(port->tally);
     port->tally = NULL;
+    free(port->rx);
+    port->rx = NULL;
+    port->popped = port->rest = 0;
     Py_CLEAR(port->key);
     Py_CLEAR(port->sock);
     port->retiring = 0;
@@ -815,7 +901,8 @@ static int Plane_init(Plane *self, PyObject *args, PyObject *kwds) {
     c->tick = (int64_t)(tick * 1e9 + 0.5);
     c->rounds = rounds;
     c->catch_up = catch_up;
-    c->next = mono_ns() + c->tick;
+    c->next = c->origin = mono_ns() + c->tick;
+    atomic_store(&c->rx_pass, -1);
     self->pending = PyList_New(0);
     if (self->pending == NULL) {
         core_free(c);
@@ -898,6 +985,7 @@ static PyObject *Plane_start(Plane *self, PyObject *Py_UNUSED(ignored)) {
     if (self->running)
         Py_RETURN_NONE;
     self->core->next = mono_ns() + self->core->tick;
+    self->core->origin = self->core->next - self->core->slot * self->core->tick;
     if (pthread_create(&self->thread, NULL, run, self->core) != 0)
         return PyErr_Format(PyExc_OSError, "cannot start the media thread");
     self->running = 1;
@@ -929,7 +1017,7 @@ static PyObject *Plane_set_origin(Plane *self, PyObject *arg) {
         PyErr_SetString(PyExc_RuntimeError, "the origin is set before the first slot");
         return NULL;
     }
-    self->core->next = (int64_t)(at * 1e9 + 0.5);
+    self->core->next = self->core->origin = (int64_t)(at * 1e9 + 0.5);
     Py_RETURN_NONE;
 }
 
@@ -985,20 +1073,28 @@ static PyObject *Plane_add(Plane *self, PyObject *args, PyObject *kwds) {
     if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     Tally *tally = calloc(1, sizeof(Tally));
-    if (tally == NULL)
+    Rx *rx = calloc(1, sizeof(Rx)); /* (owner RX_PYTHON: zero) */
+    if (tally == NULL || rx == NULL) {
+        free(tally);
+        free(rx);
         return PyErr_NoMemory();
+    }
     memset(&self->cmd, 0, offsetof(Command, data));
     self->cmd.kind = CMD_ADD;
     self->cmd.flags = alaw ? FLAG_ALAW : 0;
     self->cmd.fd = fd;
     memcpy(self->cmd.data, &tally, sizeof(tally));
-    self->cmd.len = sizeof(tally);
+    rx->ended = -1;
+    memcpy(self->cmd.data + sizeof(tally), &rx, sizeof(rx));
+    self->cmd.len = sizeof(tally) + sizeof(rx);
     if (!push_command(self, 1)) {
         free(tally);
+        free(rx);
         return PyErr_Format(PyExc_RuntimeError, "the media thread is not taking commands");
     }
     port_clear(port);
     port->tally = tally;
+    port->rx = rx;
     Py_INCREF(key);
     port->key = key;
     Py_INCREF(sock);
@@ -1176,6 +1272,9 @@ static PyObject *Plane_cover(Plane *self, PyObject *args) {
 static int take_datagram(Plane *self, Event *ev) {
     if (ev->fd < 0 || ev->fd >= self->nports || self->ports[ev->fd].key == NULL)
         return 0;
+    self->ports[ev->fd].popped++;
+    /* The thread gave the line back with this datagram: the session's state first. */
+    rx_given_back(self, ev->fd, ev->slot);
     if (ev->flags & FLAG_TRUNCATED) {
         self->oversized++;
         return 0;
@@ -1240,6 +1339,12 @@ static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
             break;
         case EV_REMOVED:
             take_removed(self, ev->fd);
+            break;
+        case EV_RETURNED:
+            if (ev->fd >= 0 && ev->fd < self->nports && self->ports[ev->fd].key != NULL) {
+                self->ports[ev->fd].popped++;
+                rx_given_back(self, ev->fd, -1);
+            }
             break;
         case EV_TICK: {
             /* (Made first: out of memory, the TICK is lost and its datagrams join the
@@ -1327,6 +1432,12 @@ COUNTER(sent)
 COUNTER(send_errors)
 COUNTER(lost_ticks)
 COUNTER(faults)
+COUNTER(rx_taken)
+COUNTER(rx_returned)
+
+static PyObject *Plane_get_handed(Plane *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLongLong(self->handed);
+}
 
 static PyObject *Plane_get_slot(Plane *self, void *Py_UNUSED(closure)) {
     if (self->core == NULL)
@@ -1384,6 +1495,13 @@ static PyMethodDef Plane_methods[] = {
      "fileno() -> int: readable when the thread finished a slot."},
     {"close", (PyCFunction)Plane_close, METH_NOARGS,
      "close(): stop the thread; close the sockets retired."},
+    {"own", (PyCFunction)Plane_own, METH_VARARGS,
+     "own(calls, slot) -> int: of each (session, fd), the sessions whose receive is in its "
+     "usual state handed to the thread (edge/_rxpy.h), Python having worked slot `slot`; "
+     "how many."},
+    {"reclaim", (PyCFunction)Plane_reclaim, METH_VARARGS,
+     "reclaim(fd, session, slot): the session's receive state back from the thread, if it "
+     "holds it, Python working slot `slot`."},
     {"prioritise", (PyCFunction)Plane_prioritise, METH_VARARGS,
      "prioritise(fifo, nice): SCHED_FIFO at priority `fifo` (0: not), then nice `nice` "
      "(0: not) for the thread; OSError where the operator does not allow it."},
@@ -1408,6 +1526,10 @@ static PyGetSetDef Plane_getset[] = {
      NULL},
     {"refused", (getter)Plane_get_refused, NULL, "commands the ring had no room for", NULL},
     {"running", (getter)Plane_get_running, NULL, "whether the thread runs", NULL},
+    {"rx_taken", (getter)Plane_get_rx_taken, NULL,
+     "usual packets the thread took for the lines it held", NULL},
+    {"rx_returned", (getter)Plane_get_rx_returned, NULL, "lines the thread gave back", NULL},
+    {"handed", (getter)Plane_get_handed, NULL, "lines handed to the thread", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -8,7 +8,9 @@ has not come), reads every socket, and wakes the loop. For each slot it finished
 order (:mod:`callhook.edge.slots`), :meth:`MediaEngine._slot` does all media work for
 all calls at once, with the slot's own time (docs/architecture.md):
 
-1. receive: the datagrams the thread read in the slot. The usual RTP packets (the
+1. receive: the datagrams the thread read in the slot (a call whose detector rests
+   has its usual packets taken by the thread itself, :meth:`Plane.own
+   <callhook.edge.plane.Plane.own>`, handed over after each slot's work). The usual RTP packets (the
    latched peer's next packet, plain, in the call's codec) are taken in C in one call
    (:func:`callhook.media.inlet.take_all`), and each other datagram goes to its
    session's :meth:`~callhook.media.session.MediaSession.receive` (or
@@ -57,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import socket
 import time
@@ -178,10 +181,13 @@ class MediaEngine:
         max_lag: float = 0.0,
         fifo: int = 0,
         nice: int = 0,
+        thread_receive: bool = True,
     ) -> None:
         """``thread``: the media thread where it is built (else the loop's timer);
         ``max_lag``: how far behind the wire the tick may run before :attr:`overload`
-        (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is)."""
+        (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is);
+        ``thread_receive``: the media thread takes the usual packets of calls whose
+        detector rests (edge/_rx.h; else Python takes every packet)."""
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port
@@ -219,6 +225,10 @@ class MediaEngine:
         #: Frames made too late for their slot: the media thread had sent silence.
         self.stale_frames = 0
         self._priority = (fifo, nice)
+        self.thread_receive = thread_receive
+        #: The last slot whose calls' ticks ran (a take-back of a call's receive from the
+        #: media thread does the slots' ends after it: Plane.reclaim).
+        self._worked = -1
         #: Whether new calls are refused: the media runs behind (edge/overload.py).
         self.overload = Overload(max_lag)
         #: Reads the thread's slots in order (edge/slots.py); None: no thread.
@@ -257,6 +267,7 @@ class MediaEngine:
         self._roster = None
         if self.plane is not None:
             self.plane.add(sock, (stream, session), alaw=session.law == "alaw")
+            session.reclaimer = functools.partial(self._reclaim, stream.fd)
             if stream.rtcp is not None:
                 self.plane.add(stream.rtcp, (stream, None))
         else:
@@ -324,8 +335,20 @@ class MediaEngine:
             sock.close()
             self._free.append(port)
 
+    def _reclaim(self, fd: int, session: MediaSession) -> None:
+        """``session``'s receive state back from the media thread (MediaSession.reclaim)."""
+        if self.plane is not None:
+            self.plane.reclaim(fd, session, self._worked)
+
     def close(self, port: int) -> None:
         stream = self.streams.pop(port, None)
+        if stream is not None:
+            # (What the thread held is the call's: its last counts, for whoever reads them.)
+            try:
+                stream.session.reclaim()
+            except MemoryError:
+                self._fault(stream, "closing")
+            stream.session.reclaimer = None
         self._socketless.pop(port, None)
         self._roster = None
         if stream is not None and stream.sock is not None:
@@ -374,6 +397,7 @@ class MediaEngine:
         lag = started - when
         self.lateness.append(lag * 1000)
         self.overload.tick(lag, started)
+        self._worked = slot - 1
         try:
             self._work(when, received, slot + AHEAD)
         finally:
@@ -396,6 +420,9 @@ class MediaEngine:
             "stale_frames": plane.stale + self.stale_frames,
             "lost_slots": plane.lost_ticks,
             "sent": plane.sent,
+            "rx_taken": plane.rx_taken,
+            "rx_handed": plane.handed,
+            "rx_returned": plane.rx_returned,
         }
 
     def _tick(self) -> None:
@@ -439,6 +466,17 @@ class MediaEngine:
         finally:
             for player in held:
                 player.resume()
+        slots = self.slots
+        if (
+            plane is not None
+            and slot is not None
+            and slots is not None
+            and not slots.backlog
+            and self.thread_receive
+        ):
+            # Every datagram read from the thread is worked: the calls whose receive is in
+            # its usual state go to the thread (edge/_rx.h), until they need Python again.
+            plane.own(roster.sending, slot - AHEAD)
 
     def _send_all(self, roster: _Roster, now: float, wall: float, slot: int | None) -> None:
         """Step 3: every call's packet, at once (no ``slot``) or for the thread's ``slot``,
@@ -454,6 +492,8 @@ class MediaEngine:
                 self._send(stream, now, batch, verbatim, slot)
             except Exception:
                 self._fault(stream, "sending")
+        if slot is not None:
+            self._worked = slot - AHEAD
         # Most calls have no RTCP report due and no news: those are not visited (outlet.py).
         try:
             due = outlet.due_all(roster.reporting, now)

@@ -15,7 +15,11 @@ on one native thread per process (``_plane.c``), which never takes the GIL:
   here) and get no such filler;
 * it then reads every socket (``epoll``, ``recvmmsg``: at most ``rounds`` datagrams per
   socket a slot; a flood stays in the kernel's buffer), and publishes the datagrams and
-  a record that closes the slot, waking the loop through an ``eventfd``.
+  a record that closes the slot, waking the loop through an ``eventfd``;
+* the usual packets of a call whose receive Python handed it (:meth:`Plane.own`: the
+  call's detector rests, nothing else hears the caller) it takes itself, changing what
+  Python would (``_rx.h``); any other packet of that call gives the call back to
+  Python with the packet (docs/architecture.md, "The thread's receive").
 
 Python reads the slots in order (:meth:`Plane.next_slot`): for each it runs the tick's
 work with the datagrams read in it and the slot's own time, and queues the frames it
@@ -178,6 +182,32 @@ class Plane(Protocol):
     def fileno(self) -> int:
         """Readable when the thread has finished a slot."""
         ...
+
+    @property
+    def rx_taken(self) -> int:
+        """Usual packets the thread took itself, for the calls whose receive it held."""
+        ...
+
+    @property
+    def rx_returned(self) -> int:
+        """Times the thread gave a call's receive back (a packet it does not take)."""
+        ...
+
+    @property
+    def handed(self) -> int:
+        """Times a call's receive was handed to the thread (:meth:`own`)."""
+        ...
+
+    def own(self, calls: list[tuple[Any, int]], slot: int) -> int:
+        """Of each ``(session, fd)``, hand the sessions whose receive is in its usual
+        state (latched plain RTP, the detector resting, nothing else hearing the caller)
+        to the thread, where every datagram the thread read for it has been worked, once
+        Python has worked slot ``slot``; how many (``_rx.h``, ``_rxpy.h``)."""
+        ...
+
+    def reclaim(self, fd: int, session: Any, slot: int) -> None:
+        """``session``'s receive state back from the thread, if it holds it, Python
+        working (or having worked) slot ``slot``."""
 
     def prioritise(self, fifo: int, nice: int) -> None:
         """``SCHED_FIFO`` at priority ``fifo`` (0: not) and nice ``nice`` (0: not) for

@@ -24,34 +24,7 @@
 #include <structmember.h>
 
 #include "_inlet.h"
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *model;   /* None: the energy detector alone (not taken here) */
-    PyObject *preroll; /* deque of frames kept while the gate is closed */
-    PyObject *blocks;  /* deque of the last blocks' minimum powers (the noise floor) */
-    long long run;
-    long long gate_quiet;
-    long long closed_for;
-    long long block_count;
-    long long hangover_frames;
-    long long block_frames;   /* BLOCK_FRAMES */
-    long long closed_long;    /* PREROLL + 1: "closed long ago" */
-    double block_min;
-    double history_floor;
-    double margin;
-    double min_power;
-    double start_power;
-    double gain_floor;
-    double hold;    /* the gate's lower threshold while open, as a factor */
-    double release; /* while active, a frame must be this far over the floor's threshold */
-    char model_holds;
-    char paused;
-    char active;
-    char gate;
-    char prior;
-    char says_speech;
-} GateCore;
+#include "_gate.h"
 
 static int GateCore_traverse(GateCore *self, visitproc visit, void *arg) {
     Py_VISIT(self->model);

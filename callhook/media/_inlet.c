@@ -183,6 +183,10 @@ static PyMemberDef Inlet_members[] = {
     {"recognising", T_BOOL, offsetof(Inlet, recognising), 0, "whether speech is cut"},
     {"expects_rtp", T_BOOL, offsetof(Inlet, expects_rtp), 0, "whether the peer sends RTP"},
     {"timed_out", T_BOOL, offsetof(Inlet, timed_out), 0, "whether the call is dead"},
+    {"rx_owned", T_BOOL, offsetof(Inlet, rx_owned), READONLY,
+     "whether the media thread holds the usual receive's state (edge/_rxpy.h)"},
+    {"rx_until", T_DOUBLE, offsetof(Inlet, rx_until), READONLY,
+     "the slot time up to which the media thread did the tick's receive side"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -294,6 +298,8 @@ static int record(Inlet *self, PyObject *sink, PyObject *list, long long ts,
  * `now` where nothing says), which the flood limit counts by: datagrams read late in a
  * burst, after a backlog, came at the call's usual rate. */
 static int take(Inlet *self, PyObject *data, PyObject *source, double now, double arrival) {
+    if (self->rx_owned)
+        return 0; /* the media thread holds the state: the session takes it back first */
     if (!IS_NONE(self->srtp) || !self->latched || IS_NONE(self->remote) || !self->batched)
         return 0;
     if (source != self->remote &&

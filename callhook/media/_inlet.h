@@ -75,6 +75,12 @@ typedef struct {
     char recognising;
     char expects_rtp;
     char timed_out;
+    /* The media thread holds the usual receive's state (edge/_rxpy.h): Python's copy of
+     * it is stale until the session takes it back (session.py's reclaim). */
+    char rx_owned;
+    /* The slot time up to which the thread, holding it, did the tick's receive side (the
+     * silence fill, the dead-call check): the session's tick does them after it only. */
+    double rx_until;
 } Inlet;
 
 /* The types, as the module that defines them exports them (NULL until imported). */

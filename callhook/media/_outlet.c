@@ -212,8 +212,8 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
     if (session->receiver == NULL || !PyObject_TypeCheck(session->receiver, types.receiver))
         return 0;
     CHECK(empty(((ReceiverCore *)session->receiver)->held));
-    /* _check_dead(now) must have nothing to say. */
-    if (!IS_NONE(session->rtp_since)) {
+    /* _check_dead(now) must have nothing to say (the media thread said it up to rx_until). */
+    if (!IS_NONE(session->rtp_since) && now > session->rx_until) {
         double at = PyFloat_AsDouble(session->rtp_since);
         if (at == -1.0 && PyErr_Occurred())
             return -1;
@@ -223,7 +223,7 @@ static int tick(PyObject *object, double now, PyObject **packet, PyObject **remo
     }
     /* The caller's audio has not stopped (silence would be detected). */
     double last = session->last_audio;
-    if (now - last > session->silent_after && last != 0.0)
+    if (now > session->rx_until && now - last > session->silent_after && last != 0.0)
         return 0;
     if (!session->sending || IS_NONE(session->remote))
         return 0;

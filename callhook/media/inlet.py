@@ -55,6 +55,10 @@ except ImportError:  # no C compiler where callhook was installed
     class Inlet:  # type: ignore[no-redef]
         """Where the extension is missing: a plain base, its fields in ``__dict__``."""
 
+        #: Never: without the extensions there is no media thread to hold the state.
+        rx_owned = False
+        rx_until = 0.0
+
         def take(
             self, data: bytes, source: tuple[str, int], now: float, arrival: float = 0.0
         ) -> bool:

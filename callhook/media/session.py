@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -178,6 +178,21 @@ class MediaSession(Inlet):
         self.srtp: SrtpContext | None = None
         self.malformed = 0
         self.reports: CallReports = CallReports(self.sender, self.receiver)  # RTCP
+        #: Set by the media engine where the media thread may hold the usual receive's
+        #: state (:attr:`rx_owned`): gives it back (see :meth:`reclaim`).
+        self.reclaimer: Callable[[MediaSession], None] | None = None
+
+    def reclaim(self) -> None:
+        """Take the receive's state back from the media thread, if it holds it.
+
+        While the call's detector rests and nothing but detection hears the caller, the
+        media thread takes its usual packets itself (edge/_rx.h), keeping the fields they
+        change (the receiver's counts, the pre-roll, the noise floor, the audio and
+        dead-call clocks); meanwhile this object's copies of them are stale. Every method
+        here that reads or changes receive state calls this first, and so does any other
+        code that changes what the caller is heard by (a transcription, a re-INVITE)."""
+        if self.rx_owned and self.reclaimer is not None:
+            self.reclaimer(self)
 
     # --- receive ----------------------------------------------------------------------
 
@@ -194,6 +209,7 @@ class MediaSession(Inlet):
         :meth:`_audio`) is what ``_inlet.c`` does in C (:mod:`callhook.media.inlet`): a
         change to it is made there too (``tests/unit/media/test_inlet.py`` compares them).
         """
+        self.reclaim()
         if source != self.remote and self.latched and source != self.offered:
             self._foreign(source)
             return
@@ -351,6 +367,9 @@ class MediaSession(Inlet):
         """The compound SR/RR + SDES packet to send now, if one is due (every ~5 s;
         media/reporting.py), as SRTCP when the call has SRTP. ``wall``: the Unix time;
         ``wire``: what the media thread sent for the call (its SR's counts)."""
+        due = self.reports.due
+        if due is not None and now >= due and self.sending:
+            self.reclaim()  # (the report block says what was received)
         report = self.reports.report(now, wall, self.sending, wire)
         if report is None or self.srtp is None:
             return report
@@ -361,6 +380,7 @@ class MediaSession(Inlet):
 
     def rtcp_received(self, data: bytes, source: Address, now: float) -> None:
         """An RTCP packet on the call's RTCP port: the peer's SR and its view of our stream."""
+        self.reclaim()
         if self.remote is not None and source[0] != self.remote[0]:
             self.foreign_dropped += 1
             return
@@ -394,12 +414,16 @@ class MediaSession(Inlet):
     def listen_to(self, other: MediaSession) -> None:
         """One way: this side hears what ``other`` receives, and gets its digits (early
         media: the caller hears the far end before it answers)."""
+        self.reclaim()
+        other.reclaim()
         feed = Feed(other.law, self.law)
         other.tells, other.tells_digits = feed, self
         self.hears = feed
 
     def part(self, other: MediaSession) -> None:
         """Undo :meth:`join` (or :meth:`listen_to`, either way)."""
+        self.reclaim()
+        other.reclaim()
         for talker, listener in ((self, other), (other, self)):
             if talker.tells_digits is listener:
                 talker.tells = talker.tells_digits = listener.hears = None
@@ -415,6 +439,7 @@ class MediaSession(Inlet):
 
         ``expects``: whether the peer is to send RTP at all (False on hold).
         """
+        self.reclaim()
         if expects is not None:
             self.expects_rtp = expects
         self._rtp_since = now
@@ -459,10 +484,12 @@ class MediaSession(Inlet):
             frames, self.undetected = self.undetected, []
             for payload in frames:
                 self._detect(g711.decode(self.law, payload))
-        self._check_dead(now)
-        if now - self._last_audio > self._silent_after and self._last_audio:
-            # No audio packets (silence suppression, a stalled stream): it is silence.
-            self._detect(self._silence_pcm)
+        # (Up to rx_until the media thread did these, while it held the receive: _rx.h.)
+        if now > self.rx_until:
+            self._check_dead(now)
+            if now - self._last_audio > self._silent_after and self._last_audio:
+                # No audio packets (silence suppression, a stalled stream): it is silence.
+                self._detect(self._silence_pcm)
         bridged = self.hears is not None and self.player.idle
         payload, finished = self.player.next_frame(self.sender.timestamp)
         if finished is not None and finished != RELAY:
@@ -546,6 +573,7 @@ class MediaSession(Inlet):
         """
         if self.recognising:
             return
+        self.reclaim()
         self.recognising = True
         self.cutter = UtteranceCutter()
         if self.vad.paused:
@@ -560,11 +588,13 @@ class MediaSession(Inlet):
 
     def detect_voice(self, on: bool) -> None:
         """An action wants voice activity events (record), or no longer."""
+        self.reclaim()
         self.detecting = on
         self._listen()
 
     def stop_recognition(self) -> None:
         """Stop the stream; utterances not yet decoded are dropped."""
+        self.reclaim()
         self.recognising = False
         self.utterances.clear()
         self._listen()
@@ -595,6 +625,7 @@ class MediaSession(Inlet):
     def start_recording(self, sink: Sink, law: Law | None, preroll: float) -> None:
         """Record what the caller sends into ``sink``, starting ``preroll`` seconds back
         (media/recorder.py)."""
+        self.reclaim()
         self._recording = CallerRecording(sink, law or self.law, self.label)
         self._listen()
         frames = min(len(self._preroll), round(preroll / 0.02))
@@ -603,6 +634,7 @@ class MediaSession(Inlet):
 
     def stop_recording(self, now: float) -> None:
         """Finish the recording, padding it with silence up to now if the caller went quiet."""
+        self.reclaim()
         recording, self._recording = self._recording, None
         self._listen()
         if recording is None:
@@ -623,6 +655,7 @@ class MediaSession(Inlet):
 
     def start_call_recording(self, recording: CallRecording) -> None:
         """Record the bridged call, both directions (media/callrecording.py)."""
+        self.reclaim()
         self._call_recording = recording
 
     def stop_call_recording(self) -> None:

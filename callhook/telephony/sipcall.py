@@ -101,6 +101,7 @@ def reoffer(call: SipCall, body: bytes, address: str, now: float) -> tuple[bytes
     when the offer is unusable (the caller answers 488); the media is left as it was."""
     media = call.media
     session = media.session
+    session.reclaim()  # (its receive may change: the media thread must not hold it)
     offer = sdp.parse(body.decode("utf-8", "replace"))
     answer, negotiated = offeranswer.answer(
         offer,

@@ -65,6 +65,7 @@ class LiveTranscription:
         self._pending: deque[tuple[Direction | None, Piece]] = deque()
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        session.reclaim()  # (the transcriber hears every frame from now: not the thread)
         session.transcriber = self.transcriber
         self.session = session
 

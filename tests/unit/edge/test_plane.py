@@ -418,6 +418,7 @@ async def _run_engine(
             assert plane.fillers == 0 and plane.stale == 0
         if far is not None:
             sent = [far.unprotect(d) or b"" for d in sent]
+        session.reclaim()  # (from the thread, where it took the resting call's packets)
         return {
             "events": list(session.events),
             "received": session.receiver.received,

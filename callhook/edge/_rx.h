@@ -1,0 +1,260 @@
+/* A call's usual receive on the media thread: the state it holds for a line, and what it
+ * does with the line's usual packet, without Python.  Header-only, part of _plane.c.
+ *
+ * Why: at 400 calls the usual packet's receive and detection on the event loop (the
+ * datagram made a Python object, taken in C, decoded and measured, fed to the gate) was
+ * about a quarter of the loop's CPU, and the loop's CPU share is what a busy machine
+ * runs short of.  While a call's detector rests (a prompt, digit entry: nothing listens
+ * for voice activity) and nothing else hears the caller, what a packet changes is a
+ * handful of numbers and two small rings: the thread keeps them (an Rx) and Python never
+ * sees the packet.  The Python path stays the reference (session.py's receive, rtp.py's
+ * feed_next, vad.py's feed): this changes exactly what they would, in the same order of
+ * floating-point operations (tests/unit/edge/test_plane_rx.py compares the two).
+ *
+ * Who holds the state (`owner`): Python gives a line to the thread (_rxpy.h, Plane.own)
+ * only when no datagram or record of the line is on its way to Python (every one the
+ * thread published has been read: `published`, counted here, against the count Python
+ * read); the thread gives it back by setting `owner` to Python and publishing the packet
+ * it does not take (or a RETURNED record); Python takes it back whenever it needs it
+ * (Plane.reclaim).  `lock` makes each of those a single step.  The thread only ever tries
+ * it: where Python holds it (for a change of hands), the thread leaves the line's socket
+ * unread for the slot (its packets wait in the kernel) and its slot's end for later.
+ *
+ * A slot's end (session.py's tick: the silence fed where the caller's audio stopped, the
+ * dead-call check) is done for every slot in order, whoever does it: `ended` is the last
+ * slot whose end is done.  Python's tick does the slots it works while it holds the
+ * line; the thread, from the next one on, catching up on any it has not done (a
+ * hand-over while Python is behind the thread, a slot whose end found the lock taken)
+ * before it takes a packet or ends a slot; Python catches up to the slot it works when it
+ * takes the line back, and its tick leaves the slots the thread did (Inlet.rx_until).
+ */
+#ifndef CALLHOOK_EDGE_RX_H
+#define CALLHOOK_EDGE_RX_H
+
+#include <math.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The payload the thread takes: G.711 at 20 ms (other sizes stay with Python). */
+#define RX_FRAME 160
+/* Room for session.py's PREROLL_FRAMES and vad.py's BLOCKS (checked when given). */
+#define RX_PREROLL 32
+#define RX_BLOCKS 16
+#define RX_SEQ_MOD 65536LL
+#define RX_MAX_DROPOUT 3000LL
+
+enum { RX_PYTHON = 0, RX_THREAD = 1 };
+
+typedef struct {
+    atomic_int lock;
+    atomic_int owner;        /* RX_PYTHON or RX_THREAD */
+    atomic_llong published;  /* datagrams of the line the thread gave Python */
+    atomic_llong taken;      /* usual packets the thread took itself */
+    /* --- the state: the owner's alone --- */
+    struct sockaddr_in6 peer; /* where the call is latched to (session.remote) */
+    uint32_t peer_len;
+    int payload_type;
+    uint32_t ssrc;
+    /* rtp.py's RtpReceiver (RFC 3550 A.1, A.8) */
+    long long received, max_seq, cycles, next, last_ts, clock_rate;
+    unsigned long long history;
+    double jitter, last_arrival;
+    /* session.py's flood limit, audio clock and dead-call clock */
+    long long bucket_count, flood_limit;
+    double bucket_start, last_audio, silent_after, rtp_since, rtp_timeout;
+    int since_set, expects_rtp;
+    int16_t table[256];  /* the call's law, decoded */
+    double silence_power; /* the power of session.py's _silence_pcm */
+    /* session.py's pre-roll: (timestamp, payload), oldest first */
+    int pre_max, pre_head, pre_size;
+    long long pre_ts[RX_PREROLL];
+    unsigned char pre[RX_PREROLL][RX_FRAME];
+    /* vad.py's detector, paused: the noise floor and the hangover */
+    long long run, closed_for, block_count, hangover_frames, block_frames, closed_long;
+    double block_min, history_floor;
+    int prior, active;
+    int blocks_max, blocks_head, blocks_size;
+    double blocks[RX_BLOCKS];
+    /* the last slot whose end is done; slot n's time: origin + n * tick (ns) */
+    long long ended;
+    int64_t origin, tick;
+} Rx;
+
+/* (The thread's: it never waits for Python, which holds the lock for a few stores, bar
+ * a preemption: a few tries, then the line's work waits.) */
+static inline int rx_trylock(Rx *rx) {
+    for (int tries = 0; tries < 64; tries++) {
+        if (!atomic_exchange_explicit(&rx->lock, 1, memory_order_acquire))
+            return 1;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    return 0;
+}
+
+/* (Python's: the thread holds it for one socket's packets of a slot at most.) */
+static inline void rx_lock(Rx *rx) {
+    int spins = 0;
+    while (atomic_exchange_explicit(&rx->lock, 1, memory_order_acquire)) {
+        /* (Held for a packet's work: a preempted holder is waited for, not spun on.) */
+        if (++spins > 100)
+            sched_yield();
+    }
+}
+
+static inline void rx_unlock(Rx *rx) { atomic_store_explicit(&rx->lock, 0, memory_order_release); }
+
+/* vad.py's feed() of a frame of `power` while the detector is paused: whether it changes
+ * no edge (the hangover of an utterance running out is one: Python's). */
+static inline int rx_gate_usual(const Rx *rx) {
+    return !(rx->active && rx->run + 1 >= rx->hangover_frames);
+}
+
+/* ... and that frame fed (rx_gate_usual first): the floor (a running minimum over blocks
+ * of frames), the hangover's count, the gate kept closed. */
+static inline void rx_gate_feed(Rx *rx, double power) {
+    double block_min = power < rx->block_min ? power : rx->block_min;
+    long long block_count = rx->block_count + 1;
+    if (block_count >= rx->block_frames) {
+        if (rx->prior) /* the prior's block goes: the first measured one replaces it */
+            rx->blocks_size = rx->blocks_head = 0;
+        if (rx->blocks_size == rx->blocks_max) { /* a full deque drops its oldest */
+            rx->blocks[rx->blocks_head] = block_min;
+            rx->blocks_head = (rx->blocks_head + 1) % rx->blocks_max;
+        } else {
+            rx->blocks[(rx->blocks_head + rx->blocks_size) % rx->blocks_max] = block_min;
+            rx->blocks_size++;
+        }
+        double floor = HUGE_VAL;
+        for (int i = 0; i < rx->blocks_size; i++) {
+            double b = rx->blocks[(rx->blocks_head + i) % rx->blocks_max];
+            if (b < floor)
+                floor = b;
+        }
+        rx->prior = 0;
+        rx->history_floor = floor;
+        rx->block_min = HUGE_VAL;
+        rx->block_count = 0;
+    } else {
+        rx->block_min = block_min;
+        rx->block_count = block_count;
+    }
+    rx->run = rx->active ? rx->run + 1 : 0;
+    rx->closed_for = rx->closed_long;
+}
+
+/* The datagram `p` (`size` bytes from `from`) at the slot's time `now`, reached the host
+ * at `arrival`: 1 taken, 0 not the usual packet (nothing changed: Python's). */
+static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const void *from,
+                          uint32_t from_len, double now, double arrival) {
+    /* session.py's receive(): from the peer (latched), under the flood limit, plain RTP
+     * in the call's codec; rtp.py's feed_next(): the next packet of the current source. */
+    if (from_len != rx->peer_len || memcmp(from, &rx->peer, from_len) != 0)
+        return 0;
+    double bucket_start = rx->bucket_start;
+    long long bucket_count = rx->bucket_count;
+    if (arrival - bucket_start >= 1.0) {
+        bucket_start = arrival;
+        bucket_count = 0;
+    }
+    bucket_count += 1;
+    if (bucket_count > rx->flood_limit)
+        return 0;
+    if (size != 12 + RX_FRAME || p[0] != 0x80 || (p[1] & 0x7F) != rx->payload_type)
+        return 0;
+    long long seq = ((long long)p[2] << 8) | p[3];
+    long long ts = ((long long)p[4] << 24) | (p[5] << 16) | (p[6] << 8) | p[7];
+    uint32_t ssrc = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
+    if (ssrc != rx->ssrc || ((seq - rx->max_seq) & 0xFFFF) >= RX_MAX_DROPOUT)
+        return 0;
+    int wraps = seq < rx->max_seq;
+    long long ext = rx->cycles + seq + (wraps ? RX_SEQ_MOD : 0);
+    if (ext != rx->next || !rx_gate_usual(rx))
+        return 0;
+
+    /* Taken: what _inlet.c's take() changes, in its order. */
+    rx->bucket_start = bucket_start;
+    rx->bucket_count = bucket_count;
+    if (wraps)
+        rx->cycles += RX_SEQ_MOD;
+    rx->max_seq = seq;
+    rx->received += 1;
+    if (ts != rx->last_ts) {
+        /* Interarrival jitter (RFC 3550 A.8), on the slot's clock as Python's. */
+        double at = now * (double)rx->clock_rate;
+        if (rx->last_ts >= 0) {
+            long long span = ((ts - rx->last_ts + 0x80000000LL) & 0xFFFFFFFFLL) - 0x80000000LL;
+            double d = at - rx->last_arrival - (double)span;
+            if (d < 0)
+                d = -d;
+            rx->jitter += (d - rx->jitter) * 0.0625;
+        }
+        rx->last_arrival = at;
+        rx->last_ts = ts;
+    }
+    rx->next = ext + 1;
+    rx->history = (rx->history << 1) | 1;
+    if (rx->since_set)
+        rx->rtp_since = now;
+    /* session.py's _audio(): the pre-roll, then detection (frames.py's power: the sum of
+     * the squares, exact in 64 bits, over the frame's length). */
+    rx->last_audio = now;
+    int k;
+    if (rx->pre_size == rx->pre_max) {
+        k = rx->pre_head;
+        rx->pre_head = (rx->pre_head + 1) % rx->pre_max;
+    } else {
+        k = (rx->pre_head + rx->pre_size) % rx->pre_max;
+        rx->pre_size++;
+    }
+    rx->pre_ts[k] = ts;
+    memcpy(rx->pre[k], p + 12, RX_FRAME);
+    int64_t sum = 0;
+    for (int i = 0; i < RX_FRAME; i++) {
+        int32_t sample = rx->table[p[12 + i]];
+        sum += (int64_t)(sample * sample);
+    }
+    rx_gate_feed(rx, (double)sum / (double)RX_FRAME);
+    atomic_fetch_add_explicit(&rx->taken, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* The end of the slot at `now` (session.py's tick, its receive side): 0, or 1 where the
+ * line goes back to Python (the call is about to be taken for dead, or the silence that
+ * stands for missing audio would end an utterance's hangover: Python's to say). */
+static inline int rx_slot_end(Rx *rx, double now) {
+    if (rx->since_set && rx->rtp_timeout > 0 && rx->expects_rtp &&
+        now - rx->rtp_since >= rx->rtp_timeout)
+        return 1;
+    if (now - rx->last_audio > rx->silent_after && rx->last_audio != 0.0) {
+        /* No audio packets (silence suppression, a stalled stream): it is silence. */
+        if (!rx_gate_usual(rx))
+            return 1;
+        rx_gate_feed(rx, rx->silence_power);
+    }
+    return 0;
+}
+
+/* Slot `slot`'s time, as Python has it (the slot's record: its ns / 1e9). */
+static inline double rx_time(const Rx *rx, long long slot) {
+    return (double)(rx->origin + (int64_t)slot * rx->tick) / 1e9;
+}
+
+/* The ends of the slots after `ended` up to `slot`, in order: 0, or 1 where one of them
+ * is Python's to do (rx_slot_end; `ended` is the slot before it). */
+static inline int rx_catch_up(Rx *rx, long long slot) {
+    if (slot - rx->ended > 3000)
+        return 1; /* (a minute: the line goes back as it is) */
+    while (rx->ended < slot) {
+        if (rx_slot_end(rx, rx_time(rx, rx->ended + 1)))
+            return 1;
+        rx->ended++;
+    }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,441 @@
+/* A call's usual receive handed to the media thread and taken back: Python's side (with
+ * the GIL), part of _plane.c, included after its Port and Plane.
+ *
+ * Plane.own(calls) gives the thread the lines whose receive is in its usual state (_rx.h
+ * says which, and why): the session's fields the usual packet changes are copied into the
+ * line's Rx, and the session keeps neutral values meanwhile (no audio clock, no dead-call
+ * clock: its own tick then has nothing to do for the line's receive; the thread does it).
+ * Plane.reclaim(fd, session, slot), and a line the thread gave back (found when its next
+ * datagram, or its RETURNED record, is read), copy them back.  The session marks the
+ * hand-over (Inlet.rx_owned); session.py takes its state back before anything of its
+ * own reads or changes it (MediaSession.reclaim).
+ */
+
+/* Slots a line the thread gave back for a packet it does not take stays Python's: a
+ * caller whose packets are never usual (a header extension on each, say) is not handed
+ * over and back every slot. */
+#define RX_REST 10
+#ifndef CALLHOOK_EDGE_RXPY_H
+#define CALLHOOK_EDGE_RXPY_H
+
+#include "../media/_gate.h"
+#include "../media/_inlet.h"
+#include "../media/_preroll.h"
+#include "_rx.h"
+
+/* The session's, its receiver's, its detector's and its pre-roll's types, and deque's
+ * (rx_ready -1: an extension missing or built from another layout: nothing is handed over). */
+static InletTypes rx_types;
+static PyTypeObject *rx_gate_type, *rx_preroll_type, *rx_deque_type;
+static int rx_ready;
+static PyObject *rx_clear_name, *rx_append_name, *rx_maxlen_name;
+static int16_t rx_laws[2][256]; /* μ-law and A-law decoded: g711.py's tables */
+
+static PyTypeObject *rx_type_of(const char *module_name, const char *name) {
+    PyObject *module = PyImport_ImportModule(module_name);
+    PyObject *type = module == NULL ? NULL : PyObject_GetAttrString(module, name);
+    Py_XDECREF(module);
+    if (type != NULL && !PyType_Check(type))
+        Py_CLEAR(type);
+    return (PyTypeObject *)type; /* kept for the process's life */
+}
+
+/* g711.py's table `name` into `table`: 0, or -1 with an exception. */
+static int rx_law(PyObject *g711, const char *name, int16_t *table) {
+    PyObject *array = PyObject_GetAttrString(g711, name);
+    if (array == NULL)
+        return -1;
+    Py_buffer view;
+    int rc = PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+    Py_DECREF(array);
+    if (rc < 0)
+        return -1;
+    rc = view.len == 256 * (Py_ssize_t)sizeof(int16_t) && view.itemsize == sizeof(int16_t)
+             ? 0
+             : -1;
+    if (rc == 0)
+        memcpy(table, view.buf, 256 * sizeof(int16_t));
+    else
+        PyErr_SetString(PyExc_ValueError, "g711's table is not 256 int16 samples");
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+static int rx_import(void) {
+    if (rx_ready)
+        return rx_ready;
+    rx_ready = -1;
+    rx_clear_name = PyUnicode_InternFromString("clear");
+    rx_append_name = PyUnicode_InternFromString("append");
+    rx_maxlen_name = PyUnicode_InternFromString("maxlen");
+    if (!rx_clear_name || !rx_append_name || !rx_maxlen_name ||
+        import_inlet_types(&rx_types) < 0 || (rx_gate_type = import_gate_type()) == NULL ||
+        (rx_preroll_type = rx_type_of("callhook.media._inlet", "Preroll")) == NULL ||
+        (rx_deque_type = rx_type_of("collections", "deque")) == NULL ||
+        rx_preroll_type->tp_basicsize != (Py_ssize_t)sizeof(Preroll)) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *g711 = PyImport_ImportModule("callhook.media.g711");
+    int laws = g711 == NULL ? -1
+                            : rx_law(g711, "ULAW_DECODE", rx_laws[0]) |
+                                  rx_law(g711, "ALAW_DECODE", rx_laws[1]);
+    Py_XDECREF(g711);
+    if (laws < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    rx_ready = 1;
+    return 1;
+}
+
+/* Whether the session `object` (`s`) is in the usual state the thread takes over
+ * (session.py's receive() and _audio(): latched, plain, batched, nothing but detection
+ * hears the caller; detect(): the detector alone, paused, its gate closed). Only reads. */
+static int rx_usual(PyObject *object) {
+    if (!PyObject_TypeCheck(object, rx_types.inlet))
+        return 0;
+    Inlet *s = (Inlet *)object;
+    if (s->rx_owned || !IS_NONE(s->srtp) || !s->latched || IS_NONE(s->remote) || !s->batched ||
+        s->timed_out || !IS_NONE(s->tells) || !IS_NONE(s->hears) ||
+        !IS_NONE(s->call_recording) || !IS_NONE(s->recording) || !IS_NONE(s->transcriber) ||
+        !IS_NONE(s->tones) || !IS_NONE(s->meter) || s->recognising)
+        return 0;
+    if (s->undetected == NULL || !PyList_CheckExact(s->undetected) ||
+        PyList_GET_SIZE(s->undetected) != 0 || s->law == NULL || !PyUnicode_Check(s->law) ||
+        s->payload_type < 0 || s->payload_type > 127 || s->flood_limit < 0 ||
+        (!IS_NONE(s->rtp_since) && !PyFloat_CheckExact(s->rtp_since)))
+        return 0;
+    if (s->receiver == NULL || !PyObject_TypeCheck(s->receiver, rx_types.receiver))
+        return 0;
+    ReceiverCore *r = (ReceiverCore *)s->receiver;
+    if (r->ssrc == NULL || !PyLong_CheckExact(r->ssrc) || r->held == NULL ||
+        !PyDict_CheckExact(r->held) || PyDict_GET_SIZE(r->held) != 0 ||
+        r->candidates == NULL || !PyList_CheckExact(r->candidates) ||
+        PyList_GET_SIZE(r->candidates) != 0 || r->next < 0)
+        return 0;
+    int overflow = 0;
+    long long ssrc = PyLong_AsLongLongAndOverflow(r->ssrc, &overflow);
+    if (overflow || ssrc < 0 || ssrc > 0xFFFFFFFFLL)
+        return 0;
+    if (s->vad == NULL || !PyObject_TypeCheck(s->vad, rx_gate_type))
+        return 0;
+    GateCore *v = (GateCore *)s->vad;
+    if (IS_NONE(v->model) || !v->paused || v->gate || v->hangover_frames < 1 ||
+        v->block_frames < 1 || v->blocks == NULL || !Py_IS_TYPE(v->blocks, rx_deque_type))
+        return 0;
+    if (s->preroll == NULL || !Py_IS_TYPE(s->preroll, rx_preroll_type))
+        return 0;
+    Preroll *pre = (Preroll *)s->preroll;
+    if (pre->payloads == NULL || pre->maxlen < 1 || pre->maxlen > RX_PREROLL)
+        return 0;
+    for (Py_ssize_t i = 0; i < pre->size; i++) {
+        PyObject *payload = pre->payloads[(pre->head + i) % pre->maxlen];
+        if (!PyBytes_CheckExact(payload) || PyBytes_GET_SIZE(payload) != RX_FRAME)
+            return 0;
+    }
+    return 1;
+}
+
+/* The session's state into `rx` (which Python holds): 0, or -1 (not handed over; no
+ * exception: a detector's blocks that are not what vad.py makes). */
+static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_len,
+                     const int16_t *table, const Core *c, Rx *rx) {
+    ReceiverCore *r = (ReceiverCore *)s->receiver;
+    GateCore *v = (GateCore *)s->vad;
+    Preroll *pre = (Preroll *)s->preroll;
+    PyObject *bound = PyObject_GetAttr(v->blocks, rx_maxlen_name);
+    Py_ssize_t maxlen = bound == NULL || !PyLong_Check(bound) ? -1 : PyLong_AsSsize_t(bound);
+    Py_XDECREF(bound);
+    Py_ssize_t size = PyObject_Length(v->blocks);
+    if (maxlen < 1 || maxlen > RX_BLOCKS || size < 0 || size > maxlen) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *it = PyObject_GetIter(v->blocks);
+    if (it == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *item;
+    int n = 0;
+    while ((item = PyIter_Next(it)) != NULL) {
+        double value = PyFloat_CheckExact(item) && n < RX_BLOCKS ? PyFloat_AS_DOUBLE(item) : NAN;
+        Py_DECREF(item);
+        if (isnan(value))
+            break;
+        rx->blocks[n++] = value;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred() || n != size) {
+        PyErr_Clear();
+        return -1;
+    }
+    rx->blocks_max = (int)maxlen;
+    rx->blocks_head = 0;
+    rx->blocks_size = n;
+    memcpy(&rx->peer, peer, peer_len);
+    rx->peer_len = peer_len;
+    rx->payload_type = (int)s->payload_type;
+    rx->ssrc = (uint32_t)PyLong_AsUnsignedLongLong(r->ssrc);
+    rx->received = r->received;
+    rx->max_seq = r->max_seq;
+    rx->cycles = r->cycles;
+    rx->next = r->next;
+    rx->last_ts = r->last_ts;
+    rx->clock_rate = r->clock_rate;
+    rx->history = r->history;
+    rx->jitter = r->jitter;
+    rx->last_arrival = r->last_arrival;
+    rx->bucket_count = s->bucket_count;
+    rx->flood_limit = s->flood_limit;
+    rx->bucket_start = s->bucket_start;
+    rx->last_audio = s->last_audio;
+    rx->silent_after = s->silent_after;
+    rx->since_set = !IS_NONE(s->rtp_since);
+    rx->rtp_since = rx->since_set ? PyFloat_AS_DOUBLE(s->rtp_since) : 0.0;
+    rx->rtp_timeout = s->rtp_timeout;
+    rx->expects_rtp = s->expects_rtp;
+    memcpy(rx->table, table, sizeof(rx->table));
+    rx->silence_power = 0.0; /* session.py's _silence_pcm: zeros */
+    rx->pre_max = (int)pre->maxlen;
+    rx->pre_head = 0;
+    rx->pre_size = (int)pre->size;
+    for (Py_ssize_t i = 0; i < pre->size; i++) {
+        Py_ssize_t k = (pre->head + i) % pre->maxlen;
+        rx->pre_ts[i] = pre->timestamps[k];
+        memcpy(rx->pre[i], PyBytes_AS_STRING(pre->payloads[k]), RX_FRAME);
+    }
+    rx->run = v->run;
+    rx->closed_for = v->closed_for;
+    rx->block_count = v->block_count;
+    rx->hangover_frames = v->hangover_frames;
+    rx->block_frames = v->block_frames;
+    rx->closed_long = v->closed_long;
+    rx->origin = c->origin;
+    rx->tick = c->tick;
+    rx->block_min = v->block_min;
+    rx->history_floor = v->history_floor;
+    rx->prior = v->prior;
+    rx->active = v->active;
+    return 0;
+}
+
+/* The session is the thread's: its own clocks rest (its tick reads them). */
+static void rx_handed(Inlet *s) {
+    s->rx_owned = 1;
+    s->last_audio = 0.0;
+    Py_INCREF(Py_None);
+    Py_XSETREF(s->rtp_since, Py_None);
+}
+
+/* `rx` (Python's again) back into the session: 0, or -1 with an exception (nothing
+ * changed but, in a deque's failure, its contents: the session stays marked, and the
+ * next reclaim copies it again). */
+static int rx_restore(Inlet *s, const Rx *rx) {
+    ReceiverCore *r = (ReceiverCore *)s->receiver;
+    GateCore *v = (GateCore *)s->vad;
+    PyObject *since = NULL, *frames = NULL, *blocks = NULL;
+    since = rx->since_set ? PyFloat_FromDouble(rx->rtp_since) : Py_NewRef(Py_None);
+    frames = PyList_New(rx->pre_size);
+    blocks = PyList_New(rx->blocks_size);
+    if (since == NULL || frames == NULL || blocks == NULL)
+        goto error;
+    for (int i = 0; i < rx->pre_size; i++) {
+        int k = (rx->pre_head + i) % rx->pre_max;
+        PyObject *frame = Py_BuildValue("(Ly#)", rx->pre_ts[k], (const char *)rx->pre[k],
+                                        (Py_ssize_t)RX_FRAME);
+        if (frame == NULL)
+            goto error;
+        PyList_SET_ITEM(frames, i, frame);
+    }
+    for (int i = 0; i < rx->blocks_size; i++) {
+        PyObject *value = PyFloat_FromDouble(rx->blocks[(rx->blocks_head + i) % rx->blocks_max]);
+        if (value == NULL)
+            goto error;
+        PyList_SET_ITEM(blocks, i, value);
+    }
+    /* The containers first: they are what may fail. */
+    PyObject *done = PyObject_CallMethodNoArgs(s->preroll, rx_clear_name);
+    for (int i = 0; done != NULL && i < rx->pre_size; i++) {
+        Py_DECREF(done);
+        done = PyObject_CallMethodOneArg(s->preroll, rx_append_name, PyList_GET_ITEM(frames, i));
+    }
+    if (done == NULL)
+        goto error;
+    Py_DECREF(done);
+    done = PyObject_CallMethodNoArgs(v->blocks, rx_clear_name);
+    for (int i = 0; done != NULL && i < rx->blocks_size; i++) {
+        Py_DECREF(done);
+        done = PyObject_CallMethodOneArg(v->blocks, rx_append_name, PyList_GET_ITEM(blocks, i));
+    }
+    if (done == NULL)
+        goto error;
+    Py_DECREF(done);
+    Py_XSETREF(s->rtp_since, since);
+    s->bucket_count = rx->bucket_count;
+    s->bucket_start = rx->bucket_start;
+    s->last_audio = rx->last_audio;
+    r->received = rx->received;
+    r->max_seq = rx->max_seq;
+    r->cycles = rx->cycles;
+    r->next = rx->next;
+    r->last_ts = rx->last_ts;
+    r->history = rx->history;
+    r->jitter = rx->jitter;
+    r->last_arrival = rx->last_arrival;
+    v->run = rx->run;
+    v->closed_for = rx->closed_for;
+    v->block_count = rx->block_count;
+    v->block_min = rx->block_min;
+    v->history_floor = rx->history_floor;
+    v->prior = (char)rx->prior;
+    v->gate = 0;
+    /* (Half a slot on: a slot Python works without its record, the ring full, has a
+     * time it computes, which may differ from this one in its last bit.) */
+    s->rx_until = rx->ended >= 0 ? rx_time(rx, rx->ended) + (double)rx->tick / 2e9 : 0.0;
+    s->rx_owned = 0;
+    Py_DECREF(frames);
+    Py_DECREF(blocks);
+    return 0;
+error:
+    Py_XDECREF(since);
+    Py_XDECREF(frames);
+    Py_XDECREF(blocks);
+    return -1;
+}
+
+/* The session the port's datagrams are for (a borrowed reference), or NULL: not a
+ * call's RTP socket. */
+static Inlet *rx_session(Port *port) {
+    if (port->key == NULL || port->rx == NULL || !PyTuple_CheckExact(port->key) ||
+        PyTuple_GET_SIZE(port->key) != 2)
+        return NULL;
+    PyObject *session = PyTuple_GET_ITEM(port->key, 1);
+    if (rx_ready != 1 || !PyObject_TypeCheck(session, rx_types.inlet))
+        return NULL;
+    return (Inlet *)session;
+}
+
+/* The datagram (of slot `slot`) or RETURNED record (-1) just read for `fd`: where the
+ * thread gave the line back, the session's state is copied back now, before the slot
+ * that has it is worked. (A copy that fails is tried again by the session's reclaim.) */
+static void rx_given_back(Plane *self, int fd, long long slot) {
+    Port *port = &self->ports[fd];
+    Inlet *s = rx_session(port);
+    if (s == NULL || !s->rx_owned ||
+        atomic_load_explicit(&port->rx->owner, memory_order_acquire) != RX_PYTHON)
+        return;
+    if (slot >= 0)
+        port->rest = slot + RX_REST;
+    Py_INCREF(s);
+    if (rx_restore(s, port->rx) < 0)
+        PyErr_Clear();
+    Py_DECREF(s);
+}
+
+static PyObject *Plane_own(Plane *self, PyObject *args) {
+    PyObject *calls;
+    long long slot;
+    if (!PyArg_ParseTuple(args, "OL", &calls, &slot))
+        return NULL;
+    if (self->core == NULL || self->pending == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the Plane is closed");
+        return NULL;
+    }
+    if (rx_import() < 0)
+        return PyLong_FromLong(0);
+    PyObject *items = PySequence_Fast(calls, "own() takes a list of (session, fd)");
+    if (items == NULL)
+        return NULL;
+    long handed = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2)
+            continue;
+        PyObject *object = PyTuple_GET_ITEM(item, 0);
+        if (!PyObject_TypeCheck(object, rx_types.inlet) || ((Inlet *)object)->rx_owned)
+            continue;
+        long fd = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        if (fd == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            continue;
+        }
+        if (fd < 0 || fd >= self->nports)
+            continue;
+        Port *port = &self->ports[fd];
+        Inlet *s = (Inlet *)object;
+        Rx *rx = port->rx;
+        /* Every datagram the thread gave Python for the line read, none on its way. */
+        if (rx_session(port) != s || port->retiring || slot < port->rest ||
+            atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped ||
+            !rx_usual(object) || port->from_obj == NULL)
+            continue;
+        int same = PyObject_RichCompareBool(port->from_obj, s->remote, Py_EQ);
+        if (same <= 0) {
+            PyErr_Clear();
+            continue; /* (the last datagram came from elsewhere) */
+        }
+        int alaw = PyUnicode_CompareWithASCIIString(s->law, "alaw") == 0;
+        if (rx_export(s, &port->from, port->from_len, rx_laws[alaw], self->core, rx) < 0)
+            continue;
+        /* Python's tick ended the slots up to `slot`, and the thread those it ended while
+         * it held the line before (Inlet.rx_until). */
+        if (rx->ended < slot)
+            rx->ended = slot;
+        int given = 0;
+        rx_lock(rx);
+        /* Nothing on its way, and the thread has not begun the next slot: it does that
+         * slot's packets and end for the line, Python did the ones before. */
+        if (atomic_load_explicit(&rx->published, memory_order_relaxed) == port->popped &&
+            atomic_load(&self->core->rx_pass) == slot) {
+            atomic_store_explicit(&rx->owner, RX_THREAD, memory_order_relaxed);
+            given = 1;
+        }
+        rx_unlock(rx);
+        if (given) {
+            rx_handed(s);
+            handed++;
+        }
+    }
+    Py_DECREF(items);
+    self->handed += handed;
+    return PyLong_FromLong(handed);
+}
+
+static PyObject *Plane_reclaim(Plane *self, PyObject *args) {
+    int fd;
+    PyObject *object;
+    long long slot;
+    if (!PyArg_ParseTuple(args, "iOL", &fd, &object, &slot))
+        return NULL;
+    if (rx_ready != 1 || !PyObject_TypeCheck(object, rx_types.inlet) ||
+        !((Inlet *)object)->rx_owned)
+        Py_RETURN_NONE;
+    Inlet *s = (Inlet *)object;
+    Port *port = fd >= 0 && fd < self->nports ? &self->ports[fd] : NULL;
+    if (port == NULL || rx_session(port) != s) {
+        s->rx_owned = 0; /* (its line is gone: what the thread held goes with it) */
+        Py_RETURN_NONE;
+    }
+    Rx *rx = port->rx;
+    rx_lock(rx);
+    int held = atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD;
+    atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+    rx_unlock(rx);
+    if (!held && atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped)
+        port->rest = slot + RX_REST; /* (given back for a packet Python has yet to read) */
+    /* Python works slot `slot` (or has): the ends up to it that the thread has not done
+     * yet are done now, as the thread would have (one that is Python's to do, a dead
+     * line, its tick does next). */
+    if (held)
+        rx_catch_up(rx, slot);
+    Py_INCREF(s);
+    int rc = rx_restore(s, rx);
+    Py_DECREF(s);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+#endif

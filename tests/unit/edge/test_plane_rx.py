@@ -1,0 +1,309 @@
+"""A resting call's usual packets taken by the media thread (callhook/edge/_rx.h, _rxpy.h).
+
+The same recorded streams through two engines on the virtual clock, both with the media
+thread: one where Python takes every packet (the reference), one where the thread takes
+the usual packets of a call whose detector rests and gives the call back for any other.
+Every field the receive changes (the receiver's counts and jitter, the pre-roll, the
+noise floor, the clocks, the counters of what was dropped) and every event come out the
+same; each stream also shows that the thread did take packets, and gave the call back
+where it had to (a loss, another source, a flood, digits, the hangover of an utterance,
+a dead line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from callhook.edge.mediaengine import MediaEngine
+from callhook.events import DigitReceived, VoiceActivity
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import MediaSession
+from callhook.media.vad import new_detector
+from tests.unit.edge.conftest import T0
+
+pytest.importorskip("callhook.edge._plane", reason="scripts/setup builds it")
+pytestmark = pytest.mark.skipif(
+    new_detector().model is None,
+    reason="no speech model: a detector of energy alone never rests (scripts/setup)",
+)
+
+SSRC = 77
+
+
+def at(slot: int) -> float:
+    return (round(T0 * 1e9) + slot * 20_000_000) / 1e9
+
+
+def audio(n: int, *, ssrc: int = SSRC, loud: bool = False, pt: int = 0) -> bytes:
+    """Packet ``n`` of the caller's stream: a quiet frame that changes, or a loud one."""
+    level = 0x20 if loud else 0x70 + n % 7
+    return RtpPacket(pt, False, 1000 + n, 50_000 + 160 * n, ssrc, bytes([level]) * 160).serialize()
+
+
+def event(n: int, digit: int, duration: int, end: bool) -> bytes:
+    payload = bytes([digit, 0x80 | 10 if end else 10]) + duration.to_bytes(2, "big")
+    return RtpPacket(101, duration == 160, 1000 + n, 50_000 + 160 * 40, SSRC, payload).serialize()
+
+
+@dataclass
+class Script:
+    """Each slot's datagrams (``(sender, data)``: 0 the caller, 1 a stranger), what
+    Python does to the session before a slot (``actions``: as the slot begins, where
+    Python is on time; where it is behind, once it has worked the slot before), and the
+    slots during which Python is busy (``stalls``: the thread runs them, Python works
+    them after)."""
+
+    slots: list[list[tuple[int, bytes]]]
+    actions: dict[int, Callable[[MediaSession], None]] = field(default_factory=dict)
+    stalls: set[int] = field(default_factory=set)
+    law: str = "PCMU"
+    rtp_timeout: float = 0.0
+
+
+def udp() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    return sock
+
+
+def snapshot(session: MediaSession) -> dict[str, Any]:
+    """What the receive changes. (Not the flood limit's window: it starts at a datagram's
+    arrival, which the kernel stamps on the real clock.)"""
+    r, v = session.receiver, session.vad
+    return {
+        "receiver": (
+            r.received,
+            r._max_seq,
+            r._cycles,
+            r._next,
+            r._last_ts,
+            r._history,
+            r._jitter,
+            r._last_arrival,
+            r.cumulative_lost,
+            r.ssrc,
+        ),
+        "session": (
+            session._last_audio,
+            session._rtp_since,
+            session.timed_out,
+            session.flood_dropped,
+            session.foreign_dropped,
+            session.malformed,
+            session.latched,
+            session.remote is not None,  # (each run's caller has its own port)
+        ),
+        "preroll": list(session._preroll),
+        "vad": (
+            v._run,
+            v._closed_for,
+            v._block_count,
+            v._block_min,
+            v._history_floor,
+            v._prior,
+            v._gate,
+            v.active,
+            list(v._blocks),
+        ),
+        "events": list(session.events),
+    }
+
+
+async def run(script: Script, thread_receive: bool) -> tuple[dict[str, Any], int, int]:
+    """The script through an engine; the session's state at the end, the packets the
+    thread took and the times it gave the call back."""
+    first = 44000 if thread_receive else 44100
+    engine = MediaEngine("127.0.0.1", first, first + 100, thread_receive=thread_receive)
+    senders = [udp(), udp()]
+    try:
+        law = script.law
+        session = MediaSession(law, 0 if law == "PCMU" else 8, 101, None, label="call")  # type: ignore[arg-type]
+        session.rtp_timeout = script.rtp_timeout
+        sock, port = engine.allocate()
+        plane = engine.plane
+        assert plane is not None
+        plane.set_origin(T0)
+        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
+        await engine.open(session, sock, port, lambda: None)
+        session.expect_rtp(at(0))
+        worked = 0
+        timeline: list[int] = []
+        done: set[int] = set()
+        for slot, datagrams in enumerate(script.slots):
+            action = script.actions.get(slot)
+            if action is not None and worked == slot:
+                action(session)  # (Python on time: the thread has not begun the slot)
+                done.add(slot)
+            for who, data in datagrams:
+                senders[who].sendto(data, ("127.0.0.1", port))
+            await asyncio.sleep(0.003)  # (the loopback delivers them)
+            plane.step(at(slot))
+            if slot in script.stalls and slot < len(script.slots) - 1:
+                continue
+            # Python works the slots it has not, in order, each read just before its
+            # work (as edge/slots.py reads them).
+            while worked <= slot:
+                action = script.actions.get(worked)
+                if action is not None and worked not in done:
+                    action(session)  # (Python behind: the thread ran the slot already)
+                got = plane.next_slot()
+                assert got is not None and got[0] == worked
+                engine._slot(got[0], got[1], got[4])
+                timeline.append(len(session.events))
+                worked += 1
+        session.reclaim()
+        state = snapshot(session)
+        state["events by slot"] = timeline  # (each event in its slot)
+        return state, plane.rx_taken, plane.rx_returned
+    finally:
+        for each in senders:
+            each.close()
+        engine.shutdown()
+
+
+async def compare(script: Script) -> tuple[dict[str, Any], int, int]:
+    reference, taken, _ = await run(script, False)
+    assert taken == 0
+    threaded, taken, returned = await run(script, True)
+    assert threaded == reference
+    return reference, taken, returned
+
+
+def steady(slots: int, start: int = 0) -> list[list[tuple[int, bytes]]]:
+    return [[(0, audio(n))] for n in range(start, start + slots)]
+
+
+async def test_a_resting_calls_packets_are_taken_by_the_thread_as_python_takes_them() -> None:
+    state, taken, returned = await compare(Script(steady(120)))
+    # (The first packet latches the call: Python's; the thread takes the rest.)
+    assert taken >= 115 and returned == 0
+    assert state["receiver"][0] == 120 and len(state["preroll"]) == 20
+
+
+@pytest.mark.parametrize("law", ["PCMU", "PCMA"])
+async def test_loss_reordering_and_a_burst_give_the_call_back_and_it_goes_again(law: str) -> None:
+    pt = 0 if law == "PCMU" else 8
+    slots: list[list[tuple[int, bytes]]] = []
+    for n in range(100):
+        if n in (10, 40):
+            slots.append([])  # lost
+        elif n == 20:
+            slots.append([(0, audio(21, pt=pt)), (0, audio(20, pt=pt))])  # reordered
+        elif n == 21:
+            slots.append([])
+        elif n == 60:
+            slots.append([(0, audio(60, pt=pt)), (0, audio(61, pt=pt)), (0, audio(62, pt=pt))])
+        elif n in (61, 62):
+            slots.append([])
+        else:
+            slots.append([(0, audio(n, pt=pt))])
+    state, taken, returned = await compare(Script(slots, law=law))
+    assert state["receiver"][8] == 2  # two lost
+    assert taken > 50 and returned >= 2
+
+
+async def test_digits_a_stranger_and_another_source_go_to_python() -> None:
+    slots = steady(40)
+    slots += [
+        [(0, event(40, 5, 160, False))],
+        [(0, event(41, 5, 320, False))],
+        [(0, event(42, 5, 480, True)), (0, event(43, 5, 480, True))],
+        [(1, audio(44))],  # a stranger: dropped
+    ]
+    slots += steady(30, 44)
+    slots += [[(0, audio(n, ssrc=99))] for n in range(74, 120)]  # the caller's new source
+    state, taken, returned = await compare(Script(slots))
+    assert DigitReceived("5") in state["events"]
+    assert state["session"][4] == 1 and state["receiver"][9] == 99
+    assert taken > 80 and returned >= 2
+
+
+async def test_a_flood_is_cut_as_python_cuts_it() -> None:
+    slots = steady(5)
+    slots += [[(0, audio(n * 6 + k)) for k in range(6)] for n in range(1, 31)]  # 300/s
+    # (Nothing while the limit's second ends: when it ends is the kernel's real clock.)
+    slots += [[] for _ in range(25)]
+    slots += steady(30, 185)
+    state, taken, _ = await compare(Script(slots))
+    assert state["session"][3] > 0  # flood_dropped
+    assert taken > 20
+
+
+async def test_silence_between_talkspurts_is_fed_by_the_thread_and_a_dead_line_goes_back() -> None:
+    slots = steady(30)
+    slots += [[] for _ in range(20)]  # silence suppressed: the detector hears silence
+    slots += steady(30, 50)
+    slots += [[] for _ in range(40)]  # then nothing at all: dead after 0.5 s
+    state, taken, returned = await compare(Script(slots, rtp_timeout=0.5))
+    assert state["session"][2] is True  # timed out
+    assert taken > 40 and returned >= 1
+
+
+async def test_the_end_of_an_utterance_while_resting_is_pythons_to_say() -> None:
+    def talking(session: MediaSession) -> None:
+        session.reclaim()  # (as any change of the receive's state does first)
+        session.vad._active = True  # the caller was talking when the detector rested
+
+    slots = steady(10) + steady(60, 10)
+    state, taken, returned = await compare(Script(slots, actions={5: talking}))
+    assert VoiceActivity(False) in state["events"]
+    assert taken > 40 and returned >= 1
+
+
+async def test_python_takes_the_call_back_to_listen_and_gives_it_again() -> None:
+    slots = steady(40) + [[(0, audio(n, loud=True))] for n in range(40, 60)] + steady(40, 60)
+    actions: dict[int, Callable[[MediaSession], None]] = {
+        30: lambda s: s.detect_voice(True),
+        70: lambda s: s.detect_voice(False),
+    }
+    _, taken, _ = await compare(Script(slots, actions=actions))
+    # (Taken before the detector listened, and again once it rested: 40 + 30 at most.)
+    assert taken > 50
+
+
+async def test_python_behind_the_thread_hands_over_and_takes_back_in_the_wires_time() -> None:
+    """Python stalls for 15 slots at a time: it hands the call over while the thread is
+    ahead, takes it back while it is behind (to listen, and for the RTCP report due after
+    five seconds), and meanwhile the thread ends the slots of a silence (fed to the
+    detector once each, never twice) and of a line gone dead."""
+    slots = steady(60)
+    slots += [[] for _ in range(30)]  # silence
+    slots += steady(120, 90) + [[(0, audio(n, loud=True))] for n in range(210, 230)]
+    slots += steady(60, 230)
+    slots += [[] for _ in range(60)]  # dead
+    stalls = {
+        s for start in (20, 70, 100, 150, 200, 245, 300, 340) for s in range(start, start + 15)
+    }
+    actions: dict[int, Callable[[MediaSession], None]] = {
+        80: lambda s: s.detect_voice(True),  # during the silence, Python behind
+        95: lambda s: s.detect_voice(False),
+        205: lambda s: s.detect_voice(True),  # the loud part
+        250: lambda s: s.detect_voice(False),
+    }
+    script = Script(slots, actions=actions, stalls=stalls, rtp_timeout=1.0)
+    state, taken, returned = await compare(script)
+    assert state["session"][2] is True  # dead
+    assert taken > 150 and returned >= 1
+
+
+async def test_a_dead_line_during_a_stall_is_said_in_its_slot() -> None:
+    """Python listens, then rests while it is behind the thread, and the line dies during
+    that stall: the call is handed over only once Python has caught up, so the slots'
+    ends (the silence, the dead-call check) come each in its own slot."""
+    slots = steady(300) + [[] for _ in range(60)]
+    stalls = set(range(330, 345)) | set(range(100, 115))
+    actions: dict[int, Callable[[MediaSession], None]] = {
+        300: lambda s: s.detect_voice(True),
+        332: lambda s: s.detect_voice(False),
+    }
+    script = Script(slots, actions=actions, stalls=stalls, rtp_timeout=0.8)
+    state, taken, _ = await compare(script)
+    assert state["session"][2] is True
+    assert taken > 250
