@@ -247,6 +247,10 @@ def get_json(url: str, token: str | None = None) -> dict:  # type: ignore[type-a
         return result
 
 
+#: Extra keys of serve's ``[media]`` table for every step (``--media``: an A/B of one).
+MEDIA: list[str] = []
+
+
 def load_config(workdir: Path) -> Path:
     """serve's config for a load run: SIPp is one source sending hundreds of requests a
     second, as a proxy in front of callhook would; the per-source rate is raised so the
@@ -254,7 +258,11 @@ def load_config(workdir: Path) -> Path:
     process by default) is raised above every step, so a step measures what the process
     does with that many calls, not the operator's limit."""
     path = workdir / "load.toml"
-    path.write_text("[security]\nrate = 100000\n\n[sip]\nmax_calls = 5000\n")
+    media = "".join(f"{line}\n" for line in MEDIA)
+    path.write_text(
+        "[security]\nrate = 100000\n\n[sip]\nmax_calls = 5000\n"
+        + (f"\n[media]\n{media}" * bool(media))
+    )
     return path
 
 
@@ -528,7 +536,14 @@ def main() -> None:
         help="a directory: each one-worker step's loop thread CPU by function is kept there "
         "(bench.clocks; the wrappers add a few per cent) and printed under the step",
     )
+    parser.add_argument(
+        "--media",
+        action="append",
+        default=[],
+        help='a key of serve\'s [media] table for every step, e.g. "thread_receive = false"',
+    )
     args = parser.parse_args()
+    MEDIA.extend(args.media)
     check_kit(args.kit)
     workdir = Path(tempfile.mkdtemp(prefix="callhook-bench-"))
     app, app_base = start_app()

@@ -66,6 +66,7 @@ A config file is TOML::
     max_lag_ms = 60                     # new calls get 503 while the media runs this far behind
     thread_fifo = 0                     # SCHED_FIFO priority for the media thread (0: off)
     thread_nice = 0                     # nice level for the media thread (0: the process's)
+    thread_receive = true               # the thread takes resting calls' packets itself
 
     [database]                          # shared state for several nodes (docs/scaling.md)
     url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir
@@ -137,6 +138,7 @@ from callhook.config.values import ConfigError as ConfigError
 from callhook.config.values import database as _database
 from callhook.config.values import domains as _domains
 from callhook.config.values import endpoints as _endpoints
+from callhook.config.values import flag as _flag
 from callhook.config.values import integer as _integer
 from callhook.config.values import ip_address as _ip_address
 from callhook.config.values import media_thread as _media_thread
@@ -456,7 +458,15 @@ def load(path: Path) -> Settings:
         path,
         "media",
         media,
-        {"remote_max_mb", "remote_timeout", "thread", "max_lag_ms", "thread_fifo", "thread_nice"},
+        {
+            "remote_max_mb",
+            "remote_timeout",
+            "thread",
+            "max_lag_ms",
+            "thread_fifo",
+            "thread_nice",
+            "thread_receive",
+        },
     )
     if "remote_max_mb" in media:
         settings.media.remote_max_bytes = _megabytes(path, "media", "remote_max_mb", media)
@@ -469,6 +479,7 @@ def load(path: Path) -> Settings:
         settings.media.thread_fifo,
         settings.media.thread_nice,
     ) = _media_thread(path, media, settings.media.max_lag)
+    settings.media.thread_receive = _flag(path, "media", "thread_receive", media, True)
     notifications = _table(path, raw, "notifications")
     _no_unknown(path, "notifications", notifications, {"first_retry", "max_retry", "give_up_after"})
     settings.notifications.first_retry = _number(

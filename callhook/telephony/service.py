@@ -294,6 +294,7 @@ class SipService:
             max_lag=tuning.max_lag,
             fifo=tuning.thread_fifo,
             nice=tuning.thread_nice,
+            thread_receive=tuning.thread_receive,
         )
         own = {self.address, self.local, *settings.sip.domains}
         if self.host not in ("0.0.0.0", "::", ""):

@@ -24,6 +24,7 @@ def test_defaults_without_the_tables(tmp_path: Path) -> None:
     assert (settings.media.remote_max_bytes, settings.media.remote_timeout) == (16 * 2**20, 10.0)
     media = settings.media
     assert (media.thread, media.max_lag, media.thread_fifo, media.thread_nice) == (True, 0.06, 0, 0)
+    assert media.thread_receive is True
 
 
 def test_the_media_threads_keys_are_read(tmp_path: Path) -> None:
@@ -36,6 +37,7 @@ def test_the_media_threads_keys_are_read(tmp_path: Path) -> None:
         -5,
     )
     assert load(write(tmp_path, "[media]\nmax_lag_ms = 0\n")).media.max_lag == 0
+    assert load(write(tmp_path, "[media]\nthread_receive = false\n")).media.thread_receive is False
 
 
 def test_the_speech_model_is_read(tmp_path: Path) -> None:
