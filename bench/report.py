@@ -34,7 +34,15 @@ def print_prompts(r: dict[str, object]) -> None:
 
 
 def print_recordings(r: dict[str, object]) -> None:
-    """The line under a step's row on its recordings of the wrong length, if any."""
+    """The lines under a step's row on the calls completed that gave no digits at all (the
+    digits column counts the calls that did), and the recordings of the wrong length."""
+    ok, calls = r.get("ok", 0), r.get("digits_calls", 0)
+    if isinstance(ok, int) and isinstance(calls, int) and calls < ok:
+        print(
+            f"       calls completed with no digits page (get_number heard none in time): "
+            f"{ok - calls}",
+            flush=True,
+        )
     short, long, unread = (
         r.get("recordings_short", 0),
         r.get("recordings_long", 0),
