@@ -126,6 +126,8 @@ def digits_astray(pcap: Path, clock: int = 8000) -> list[float]:
     server cannot have heard them in time, whatever it does."""
     starts: dict[tuple[int, int, bytes], dict[int, float]] = defaultdict(dict)
     for stream, at, rtp in _rtp(pcap):
+        if rtp[1] & 0x7F != 101:
+            continue  # (the first packet of the caller's audio: late_starts)
         timestamp = struct.unpack_from("!I", rtp, 4)[0]
         starts[stream].setdefault(timestamp, at)  # (the capture is in time order)
     astray: list[float] = []
@@ -134,6 +136,37 @@ def digits_astray(pcap: Path, clock: int = 8000) -> list[float]:
         offsets = [at - ((ts - first_ts) % 2**32) / clock for ts, at in events.items()]
         astray.append(max(offsets) - min(offsets))
     return astray
+
+
+def server_starts(pcap: Path) -> dict[int, list[float]]:
+    """When each stream the server sent began, by the server's port (a port serves one
+    call after another: each call's stream has its own SSRC), in time order."""
+    first: dict[tuple[int, int, bytes], float] = {}
+    for stream, at, _ in _rtp(pcap):
+        first.setdefault(stream, at)
+    starts: dict[int, list[float]] = defaultdict(list)
+    for (port, _, _), at in first.items():
+        starts[port].append(at)
+    return {port: sorted(times) for port, times in starts.items()}
+
+
+def late_starts(pcap: Path, server: dict[int, list[float]], grace: float = 1.0) -> list[float]:
+    """For each call whose caller began its stream (the marked first packet of its audio,
+    in a capture of what the caller sent: :func:`bench.ivr_load.capture_events`) more
+    than ``grace`` seconds after the server began its own on the same port (the server's
+    answer: ``server``, :func:`server_starts`), by how much. The caller plays its stream
+    once the call is answered; a driver that starts it seconds late sends every key press
+    that late, and no server can hear them on time."""
+    late: list[float] = []
+    for (_, port, _), at, rtp in _rtp(pcap):
+        if rtp[1] & 0x7F == 101 or not rtp[1] & 0x80:
+            continue
+        # The server's stream on that port that began last before the caller's did
+        # (give or take the first tick: the caller may send first).
+        began = [s for s in server.get(port, []) if s <= at + 0.5]
+        if began and at - began[-1] > grace:
+            late.append(at - began[-1])
+    return late
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:

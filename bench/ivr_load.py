@@ -51,7 +51,15 @@ from pathlib import Path
 
 from bench import clocks as bench_clocks
 from bench import floor
-from bench.capture import capture_dropped, digits_astray, prompts_whole, quantiles, rtp_gaps
+from bench.capture import (
+    capture_dropped,
+    digits_astray,
+    late_starts,
+    prompts_whole,
+    quantiles,
+    rtp_gaps,
+    server_starts,
+)
 from bench.report import (
     print_driver,
     print_prompts,
@@ -106,9 +114,14 @@ def capture(pcap: Path, dst_port: int | None = None) -> subprocess.Popen[bytes]:
 
 def capture_events(pcap: Path) -> subprocess.Popen[bytes]:
     """tcpdump of the telephone events (RTP payload type 101, the kit's) the caller sends
-    to the server's RTP ports, into ``pcap``: when the driver really sent each key press
-    (:func:`bench.capture.digits_astray`)."""
-    return tcpdump(pcap, f"udp and dst portrange {RTP_FIRST}-{RTP_LAST} and (udp[9] & 0x7f) = 101")
+    to the server's RTP ports, and of the first packet of its audio (the one with the
+    marker bit), into ``pcap``: when the driver really sent each key press
+    (:func:`bench.capture.digits_astray`), and when it began (:func:`bench.capture.late_starts`)."""
+    return tcpdump(
+        pcap,
+        f"udp and dst portrange {RTP_FIRST}-{RTP_LAST} and "
+        "((udp[9] & 0x7f) = 101 or (udp[9] & 0x80) = 0x80)",
+    )
 
 
 def tcpdump(pcap: Path, where: str) -> subprocess.Popen[bytes]:
@@ -128,10 +141,13 @@ def tcpdump(pcap: Path, where: str) -> subprocess.Popen[bytes]:
 ASTRAY = 0.2
 
 
-def driver_figures(pcap: Path) -> dict[str, object]:
+def driver_figures(pcap: Path, server: dict[int, list[float]]) -> dict[str, object]:
     """The calls whose caller (the driver, not the server) sent its key presses off
-    schedule by more than :data:`ASTRAY`, and by how much at worst; ``pcap`` is deleted."""
+    schedule by more than :data:`ASTRAY`, or began its stream more than a second after
+    the server answered (``server``: :func:`bench.capture.server_starts`), and by how
+    much at worst; ``pcap`` is deleted."""
     astray = digits_astray(pcap)
+    started = late_starts(pcap, server)
     pcap.unlink(missing_ok=True)
     pcap.with_suffix(".txt").unlink(missing_ok=True)
     late = [a for a in astray if a > ASTRAY]
@@ -139,6 +155,8 @@ def driver_figures(pcap: Path) -> dict[str, object]:
         "digits_sent": len(astray),
         "digits_astray": len(late),
         "digits_astray_max": max(late, default=0.0),
+        "late_starts": len(started),
+        "late_start_max": max(started, default=0.0),
     }
 
 
@@ -441,6 +459,7 @@ def run_load(
         if d is not None and EXPECTED_RECORDING[0] <= d <= EXPECTED_RECORDING[1]
     )
     p50, p99, gmax = quantiles(rtp_gaps(pcap))
+    began = server_starts(pcap)
     extra = from_capture(pcap) if from_capture is not None else {}
     floor_cpu = floor.measure(pcap)  # the same streams, echoed by a process doing nothing else
     nan = float("nan")
@@ -455,7 +474,7 @@ def run_load(
         "other": process_cpu - loop_cpu_s,  # the other threads (and processes, with workers)
     }
     pcap.unlink(missing_ok=True)
-    driver = driver_figures(events)
+    driver = driver_figures(events, began)
     return {
         **driver,
         "n": n,

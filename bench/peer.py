@@ -300,11 +300,12 @@ def run_asterisk_step(
     call_seconds = max(ok, 0) * CALL_SECONDS
     p50, p99, gmax = capture.quantiles(capture.rtp_gaps(pcap))
     prompts = ivr_load.prompt_figures(pcap, kit)
+    began = capture.server_starts(pcap)
     floor_cpu = floor.measure(pcap)
     pcap.unlink(missing_ok=True)
     nan = float("nan")
     return {
-        **ivr_load.driver_figures(events),
+        **ivr_load.driver_figures(events, began),
         "n": n,
         "ok": ok,
         "failed": failed,

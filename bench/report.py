@@ -61,6 +61,14 @@ def print_driver(r: dict[str, object]) -> None:
     """The line under a step's row on the calls whose caller sent its key presses off
     schedule (the driver stalled: no server could hear them in time), if any."""
     astray = r.get("digits_astray", 0)
+    late = r.get("late_starts", 0)
+    if late:
+        print(
+            f"       the caller (SIPp) began its stream more than 1 s after the server "
+            f"answered on {late} calls (by up to {r['late_start_max']:.2f} s), so sent "
+            "every key press that late: its own stall, not the server's",
+            flush=True,
+        )
     if not r.get("digits_sent") and r.get("ok"):
         print("       the capture of the caller's key presses got none", flush=True)
     elif astray:

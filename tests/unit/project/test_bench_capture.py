@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.capture import digits_astray, prompts_whole, rtp_gaps
+from bench.capture import digits_astray, late_starts, prompts_whole, rtp_gaps, server_starts
 
 PROMPT = b"".join(bytes([i, 255 - i]) * 80 for i in range(1, 11))  # 10 frames
 SILENCE = b"\xff" * 160
@@ -93,3 +93,50 @@ def test_key_presses_sent_off_their_schedule_are_told_from_those_sent_on_it(
     # Its last event was due 1.5 s after the first, sent at 1.2 s; its second due at 0.5
     # and sent at 1.2: 0.7 s late against 0.3 s early.
     assert stalled == pytest.approx(1.0, abs=1e-5)
+
+
+def rtp_frame(sport: int, dport: int, ssrc: int, second: int) -> bytes:
+    rtp = struct.pack("!BBHII", 0x80, second, 1, 0, ssrc) + b"\xff" * 4
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(rtp), 0) + rtp
+    ip = bytes([0x45]) + b"\x00" * 19 + udp
+    return b"\x00" * 12 + b"\x08\x00" + ip
+
+
+def capture(path: Path, packets: list[tuple[float, bytes]]) -> Path:
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 80, 1)]
+    for when, frame in sorted(packets, key=lambda p: p[0]):
+        out.append(
+            struct.pack("<IIII", int(when), round(when % 1 * 1e6), len(frame), len(frame)) + frame
+        )
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def test_a_caller_that_begins_its_stream_seconds_after_the_answer_is_told(
+    tmp_path: Path,
+) -> None:
+    # The server's port 20000 serves two calls, one after the other (SSRCs 1 and 2), and
+    # port 20002 one. The callers' first audio packets carry the marker bit (0x80); their
+    # events (type 101) are not the start. The first call's caller began 0.05 s after the
+    # answer, the second's 4.2 s after it, the third's 0.3 s before the server's first.
+    server = capture(
+        tmp_path / "server.pcap",
+        [
+            (100.0, rtp_frame(20000, 6000, 1, 0)),
+            (100.02, rtp_frame(20000, 6000, 1, 0)),
+            (120.0, rtp_frame(20000, 6000, 2, 0)),
+            (130.0, rtp_frame(20002, 6000, 3, 0)),
+        ],
+    )
+    caller = capture(
+        tmp_path / "caller.pcap",
+        [
+            (100.05, rtp_frame(6000, 20000, 9, 0x80)),
+            (104.5, rtp_frame(6000, 20000, 9, 0x80 | 101)),
+            (124.2, rtp_frame(6000, 20000, 9, 0x80)),
+            (129.7, rtp_frame(6000, 20002, 9, 0x80)),
+        ],
+    )
+    began = server_starts(server)
+    assert began == {20000: [100.0, 120.0], 20002: [130.0]}
+    assert late_starts(caller, began) == [pytest.approx(4.2, abs=1e-5)]
