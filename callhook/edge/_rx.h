@@ -38,13 +38,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../media/_rtpcounts.h"
+
 /* The payload the thread takes: G.711 at 20 ms (other sizes stay with Python). */
 #define RX_FRAME 160
 /* Room for session.py's PREROLL_FRAMES and vad.py's BLOCKS (checked when given). */
 #define RX_PREROLL 32
 #define RX_BLOCKS 16
-#define RX_SEQ_MOD 65536LL
-#define RX_MAX_DROPOUT 3000LL
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };
 
@@ -58,10 +58,7 @@ typedef struct {
     uint32_t peer_len;
     int payload_type;
     uint32_t ssrc;
-    /* rtp.py's RtpReceiver (RFC 3550 A.1, A.8) */
-    long long received, max_seq, cycles, next, last_ts, clock_rate;
-    unsigned long long history;
-    double jitter, last_arrival;
+    RtpCounts counts; /* rtp.py's RtpReceiver (RFC 3550 A.1, A.8): its ReceiverCore's */
     /* session.py's flood limit, audio clock and dead-call clock */
     long long bucket_count, flood_limit;
     double bucket_start, last_audio, silent_after, rtp_since, rtp_timeout;
@@ -169,35 +166,16 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
     long long seq = ((long long)p[2] << 8) | p[3];
     long long ts = ((long long)p[4] << 24) | (p[5] << 16) | (p[6] << 8) | p[7];
     uint32_t ssrc = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
-    if (ssrc != rx->ssrc || ((seq - rx->max_seq) & 0xFFFF) >= RX_MAX_DROPOUT)
-        return 0;
-    int wraps = seq < rx->max_seq;
-    long long ext = rx->cycles + seq + (wraps ? RX_SEQ_MOD : 0);
-    if (ext != rx->next || !rx_gate_usual(rx))
+    long long ext;
+    int wraps;
+    if (ssrc != rx->ssrc || !rtp_counts_next(&rx->counts, seq, &ext, &wraps) ||
+        !rx_gate_usual(rx))
         return 0;
 
     /* Taken: what _inlet.c's take() changes, in its order. */
     rx->bucket_start = bucket_start;
     rx->bucket_count = bucket_count;
-    if (wraps)
-        rx->cycles += RX_SEQ_MOD;
-    rx->max_seq = seq;
-    rx->received += 1;
-    if (ts != rx->last_ts) {
-        /* Interarrival jitter (RFC 3550 A.8), on the slot's clock as Python's. */
-        double at = now * (double)rx->clock_rate;
-        if (rx->last_ts >= 0) {
-            long long span = ((ts - rx->last_ts + 0x80000000LL) & 0xFFFFFFFFLL) - 0x80000000LL;
-            double d = at - rx->last_arrival - (double)span;
-            if (d < 0)
-                d = -d;
-            rx->jitter += (d - rx->jitter) * 0.0625;
-        }
-        rx->last_arrival = at;
-        rx->last_ts = ts;
-    }
-    rx->next = ext + 1;
-    rx->history = (rx->history << 1) | 1;
+    rtp_counts_take(&rx->counts, seq, ts, ext, wraps, now);
     if (rx->since_set)
         rx->rtp_since = now;
     /* session.py's _audio(): the pre-roll, then detection (frames.py's power: the sum of

@@ -112,7 +112,7 @@ static int rx_usual(PyObject *object) {
     if (r->ssrc == NULL || !PyLong_CheckExact(r->ssrc) || r->held == NULL ||
         !PyDict_CheckExact(r->held) || PyDict_GET_SIZE(r->held) != 0 ||
         r->candidates == NULL || !PyList_CheckExact(r->candidates) ||
-        PyList_GET_SIZE(r->candidates) != 0 || r->next < 0)
+        PyList_GET_SIZE(r->candidates) != 0 || r->counts.next < 0)
         return 0;
     int overflow = 0;
     long long ssrc = PyLong_AsLongLongAndOverflow(r->ssrc, &overflow);
@@ -178,15 +178,7 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->peer_len = peer_len;
     rx->payload_type = (int)s->payload_type;
     rx->ssrc = (uint32_t)PyLong_AsUnsignedLongLong(r->ssrc);
-    rx->received = r->received;
-    rx->max_seq = r->max_seq;
-    rx->cycles = r->cycles;
-    rx->next = r->next;
-    rx->last_ts = r->last_ts;
-    rx->clock_rate = r->clock_rate;
-    rx->history = r->history;
-    rx->jitter = r->jitter;
-    rx->last_arrival = r->last_arrival;
+    rx->counts = r->counts;
     rx->bucket_count = s->bucket_count;
     rx->flood_limit = s->flood_limit;
     rx->bucket_start = s->bucket_start;
@@ -229,6 +221,20 @@ static void rx_handed(Inlet *s) {
     Py_XSETREF(s->rtp_since, Py_None);
 }
 
+/* `container` (a pre-roll, a deque) cleared, then given each of `items` (a list) in
+ * order: 0, or -1 with an exception. */
+static int rx_refill(PyObject *container, PyObject *items) {
+    PyObject *done = PyObject_CallMethodNoArgs(container, rx_clear_name);
+    for (Py_ssize_t i = 0; done != NULL && i < PyList_GET_SIZE(items); i++) {
+        Py_DECREF(done);
+        done = PyObject_CallMethodOneArg(container, rx_append_name, PyList_GET_ITEM(items, i));
+    }
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
 /* `rx` (Python's again) back into the session: 0, or -1 with an exception (nothing
  * changed but, in a deque's failure, its contents: the session stays marked, and the
  * next reclaim copies it again). */
@@ -256,34 +262,13 @@ static int rx_restore(Inlet *s, const Rx *rx) {
         PyList_SET_ITEM(blocks, i, value);
     }
     /* The containers first: they are what may fail. */
-    PyObject *done = PyObject_CallMethodNoArgs(s->preroll, rx_clear_name);
-    for (int i = 0; done != NULL && i < rx->pre_size; i++) {
-        Py_DECREF(done);
-        done = PyObject_CallMethodOneArg(s->preroll, rx_append_name, PyList_GET_ITEM(frames, i));
-    }
-    if (done == NULL)
+    if (rx_refill(s->preroll, frames) < 0 || rx_refill(v->blocks, blocks) < 0)
         goto error;
-    Py_DECREF(done);
-    done = PyObject_CallMethodNoArgs(v->blocks, rx_clear_name);
-    for (int i = 0; done != NULL && i < rx->blocks_size; i++) {
-        Py_DECREF(done);
-        done = PyObject_CallMethodOneArg(v->blocks, rx_append_name, PyList_GET_ITEM(blocks, i));
-    }
-    if (done == NULL)
-        goto error;
-    Py_DECREF(done);
     Py_XSETREF(s->rtp_since, since);
     s->bucket_count = rx->bucket_count;
     s->bucket_start = rx->bucket_start;
     s->last_audio = rx->last_audio;
-    r->received = rx->received;
-    r->max_seq = rx->max_seq;
-    r->cycles = rx->cycles;
-    r->next = rx->next;
-    r->last_ts = rx->last_ts;
-    r->history = rx->history;
-    r->jitter = rx->jitter;
-    r->last_arrival = rx->last_arrival;
+    r->counts = rx->counts;
     v->run = rx->run;
     v->closed_for = rx->closed_for;
     v->block_count = rx->block_count;

@@ -34,8 +34,6 @@
 #include "_inlet.h"
 #include "_preroll.h"
 
-#define RTP_SEQ_MOD 65536LL
-#define MAX_DROPOUT 3000LL
 #define PLAIN_HEADER 12
 
 /* ---------------------------------------------------------------- ReceiverCore */
@@ -64,15 +62,15 @@ static PyMemberDef ReceiverCore_members[] = {
     {"ssrc", T_OBJECT, offsetof(ReceiverCore, ssrc), 0, "the current source (None: none yet)"},
     {"_held", T_OBJECT, offsetof(ReceiverCore, held), 0, NULL},
     {"_candidates", T_OBJECT, offsetof(ReceiverCore, candidates), 0, NULL},
-    {"received", T_LONGLONG, offsetof(ReceiverCore, received), 0, "packets received (A.1)"},
-    {"_max_seq", T_LONGLONG, offsetof(ReceiverCore, max_seq), 0, NULL},
-    {"_cycles", T_LONGLONG, offsetof(ReceiverCore, cycles), 0, NULL},
-    {"_next", T_LONGLONG, offsetof(ReceiverCore, next), 0, NULL},
-    {"_last_ts", T_LONGLONG, offsetof(ReceiverCore, last_ts), 0, NULL},
-    {"_history", T_ULONGLONG, offsetof(ReceiverCore, history), 0, NULL},
-    {"clock_rate", T_LONGLONG, offsetof(ReceiverCore, clock_rate), 0, "RTP clock (Hz)"},
-    {"_jitter", T_DOUBLE, offsetof(ReceiverCore, jitter), 0, NULL},
-    {"_last_arrival", T_DOUBLE, offsetof(ReceiverCore, last_arrival), 0, NULL},
+    {"received", T_LONGLONG, offsetof(ReceiverCore, counts.received), 0, "packets received (A.1)"},
+    {"_max_seq", T_LONGLONG, offsetof(ReceiverCore, counts.max_seq), 0, NULL},
+    {"_cycles", T_LONGLONG, offsetof(ReceiverCore, counts.cycles), 0, NULL},
+    {"_next", T_LONGLONG, offsetof(ReceiverCore, counts.next), 0, NULL},
+    {"_last_ts", T_LONGLONG, offsetof(ReceiverCore, counts.last_ts), 0, NULL},
+    {"_history", T_ULONGLONG, offsetof(ReceiverCore, counts.history), 0, NULL},
+    {"clock_rate", T_LONGLONG, offsetof(ReceiverCore, counts.clock_rate), 0, "RTP clock (Hz)"},
+    {"_jitter", T_DOUBLE, offsetof(ReceiverCore, counts.jitter), 0, NULL},
+    {"_last_arrival", T_DOUBLE, offsetof(ReceiverCore, counts.last_arrival), 0, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -355,12 +353,9 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now, doubl
         return 0;
     if (r->candidates == NULL || !PyList_CheckExact(r->candidates))
         return 0;
-    long long max_seq = r->max_seq;
-    if (((seq - max_seq) & 0xFFFF) >= MAX_DROPOUT)
-        return 0;
-    int wraps = seq < max_seq;
-    long long ext = r->cycles + seq + (wraps ? RTP_SEQ_MOD : 0);
-    if (ext != r->next)
+    long long ext;
+    int wraps;
+    if (!rtp_counts_next(&r->counts, seq, &ext, &wraps))
         return 0;
 
     /* A recording of the caller alone in its usual step is written here too. */
@@ -398,25 +393,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now, doubl
     }
     self->bucket_start = bucket_start;
     self->bucket_count = bucket_count;
-    if (wraps)
-        r->cycles += RTP_SEQ_MOD;
-    r->max_seq = seq;
-    r->received += 1;
-    if (ts != r->last_ts) {
-        /* Interarrival jitter (RFC 3550 A.8), as RtpReceiver._arrived computes it. */
-        double arrival = now * (double)r->clock_rate;
-        if (r->last_ts >= 0) {
-            long long span = ((ts - r->last_ts + 0x80000000LL) & 0xFFFFFFFFLL) - 0x80000000LL;
-            double d = arrival - r->last_arrival - (double)span;
-            if (d < 0)
-                d = -d;
-            r->jitter += (d - r->jitter) * 0.0625;
-        }
-        r->last_arrival = arrival;
-        r->last_ts = ts;
-    }
-    r->next = ext + 1;
-    r->history = (r->history << 1) | 1;
+    rtp_counts_take(&r->counts, seq, ts, ext, wraps, now);
     if (since != NULL)
         Py_SETREF(self->rtp_since, since);
 

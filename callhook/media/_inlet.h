@@ -18,20 +18,14 @@
 
 #include <Python.h>
 
+#include "_rtpcounts.h"
+
 typedef struct {
     PyObject_HEAD
     PyObject *ssrc;       /* None or int */
     PyObject *held;       /* dict: packets held for reordering */
     PyObject *candidates; /* list: packets of another source */
-    long long received;
-    long long max_seq;
-    long long cycles;
-    long long next;
-    long long last_ts;
-    unsigned long long history;
-    long long clock_rate;
-    double jitter;
-    double last_arrival;
+    RtpCounts counts;     /* what the usual packet changes */
 } ReceiverCore;
 
 typedef struct {

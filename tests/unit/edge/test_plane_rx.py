@@ -13,7 +13,6 @@ a dead line).
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.media.vad import new_detector
 from tests.unit.edge.conftest import T0
+from tests.unit.edge.test_plane import at, udp
 
 pytest.importorskip("callhook.edge._plane", reason="scripts/setup builds it")
 pytestmark = pytest.mark.skipif(
@@ -34,10 +34,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 SSRC = 77
-
-
-def at(slot: int) -> float:
-    return (round(T0 * 1e9) + slot * 20_000_000) / 1e9
 
 
 def audio(n: int, *, ssrc: int = SSRC, loud: bool = False, pt: int = 0) -> bytes:
@@ -64,13 +60,6 @@ class Script:
     stalls: set[int] = field(default_factory=set)
     law: str = "PCMU"
     rtp_timeout: float = 0.0
-
-
-def udp() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.setblocking(False)
-    return sock
 
 
 def snapshot(session: MediaSession) -> dict[str, Any]:
