@@ -29,3 +29,20 @@ class MonotonicClock:
 
     def now(self) -> float:
         return time.monotonic()
+
+
+class TickClock:
+    """The media tick's clock: the time of the tick the engine worked last.
+
+    It moves in steps, and only as far as the media has been worked: while the event
+    loop runs behind the wire (the media thread keeps the wire's time and Python works
+    its slots later), it stays behind the loop's clock. Actions time their media on it
+    (:meth:`callhook.telephony.leg.SipLeg.now`), so a silence or a key press is timed
+    where it happened on the wire, not when the loop got to it. ``at`` is None while
+    the engine has no call to tick for.
+    """
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None

@@ -48,8 +48,12 @@ class Leg(Protocol):
     def send(self, commands: Sequence[MediaCommand]) -> None:
         """Carry out media commands (start a prompt, start recording, ...)."""
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
-        """The next media event, or None once ``deadline`` (media time) has come."""
+    def now(self) -> float:
+        """The call's media time: the clock of the events and of ``next_event``'s deadlines."""
+
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
+        """The next media event and the media time it was noted at, or (None,
+        ``deadline``) once ``deadline`` has come, before an event noted after it."""
 
     def take_pending(self) -> list[MediaEvent]:
         """The events that have arrived and not been taken yet, without waiting."""

@@ -375,11 +375,12 @@ class CallRunner:
             self._pending(pending)  # type-ahead while pages were fetched
         self._raise_if_over()
         machine = machine_for(action, self.ctx)
-        self._send(machine.start(self.clock.now()))
+        # The action's clock is the media's (ports.Leg.now): while the loop runs behind
+        # the wire, its timers and the events keep the order they had there.
+        self._send(machine.start(self.leg.now()))
         timers = self._note_timers(machine, ())
         while machine.outcome is None:
-            event = await self.leg.next_event(machine.deadline)
-            now = self.clock.now()
+            event, now = await self.leg.next_event(machine.deadline)
             if event is None:
                 self._send(machine.on_deadline(now))
             elif isinstance(event, CallEnded):

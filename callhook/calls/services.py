@@ -360,7 +360,10 @@ class _NoLeg:
     def send(self, commands: Sequence[MediaCommand]) -> None:
         raise RuntimeError("an unanswered call has no media")
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    def now(self) -> float:
+        raise RuntimeError("an unanswered call has no media")
+
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         raise RuntimeError("an unanswered call has no media")
 
     def take_pending(self) -> list[MediaEvent]:

@@ -244,7 +244,7 @@ class FlowLeg(ScriptedLeg):
 
     # --- the caller -------------------------------------------------------------------------
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while not self._queue:
             await self._run_steps()
             now = self.clock.now()
@@ -276,10 +276,10 @@ class FlowLeg(ScriptedLeg):
             if self._queue:
                 break
             if deadline is not None and now >= deadline:
-                return None
+                return None, now
             if limit is not None and now >= limit:
                 self._fail(f"the flow's timeout ({self.flow.timeout:g} s of call time) came")
-        return self._deliver()
+        return self._deliver(), self.clock.now()
 
     def _step_time(self) -> float | None:
         """When the next step may be tried, if that is later than now (a step before it

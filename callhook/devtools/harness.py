@@ -138,7 +138,10 @@ class ScriptedLeg:
         self.delivered.append((self.clock.now(), event))
         return event
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    def now(self) -> float:
+        return self.clock.now()
+
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while not self._queue:
             due = self.media.next_time()
             if due is not None and (deadline is None or due <= deadline):
@@ -148,8 +151,8 @@ class ScriptedLeg:
             if deadline is None:
                 raise ScriptExhausted("the caller's script is over and the action has no deadline")
             self.clock.advance_to(max(deadline, self.clock.now()))
-            return None
-        return self._deliver()
+            return None, self.clock.now()
+        return self._deliver(), self.clock.now()
 
     def take_pending(self) -> list[MediaEvent]:
         self._queue.extend(self.media.pop_due(self.clock.now()))

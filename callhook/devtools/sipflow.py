@@ -271,14 +271,13 @@ class SipCaller:
         """Take the call's events until ``until`` (wall clock), the caller's prompt
         ``prompt`` finishing (True), or the call ending."""
         assert self.leg is not None
-        loop = asyncio.get_running_loop()
         while self._ended is None:
             left = min(until, self.deadline) - time.monotonic()
             if left <= 0:
                 if time.monotonic() >= self.deadline:
                     raise FlowFailed(f"the flow's timeout ({self.flow.timeout:g} s) passed")
                 return False
-            event = await self.leg.next_event(loop.time() + left)
+            event, _ = await self.leg.next_event(self.leg.now() + left)
             if isinstance(event, CallEnded):
                 self._ended = event
             elif isinstance(event, PromptFinished) and event.prompt_id == prompt:

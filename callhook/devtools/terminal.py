@@ -227,14 +227,17 @@ class TerminalLeg:
             seconds = ", missing"
         return f"  ♪ (file {item.name}{seconds})"
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    def now(self) -> float:
+        return self.clock.now()
+
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while not self._queue:
             now = self.clock.now()
             self._queue.extend(self.media.pop_due(now))
             if self._queue:
                 break
             if deadline is not None and now >= deadline:
-                return None
+                return None, now
             wake = [t for t in (self.media.next_time(), deadline) if t is not None]
             timeout = max(0.0, min(wake) - now) if wake else None
             self._wake.clear()
@@ -242,7 +245,7 @@ class TerminalLeg:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
-        return self._queue.popleft()
+        return self._queue.popleft(), self.clock.now()
 
     def take_pending(self) -> list[MediaEvent]:
         self._queue.extend(self.media.pop_due(self.clock.now()))

@@ -69,6 +69,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from callhook.clock import TickClock
 from callhook.edge.detection import Detection
 from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, COVER, Plane, new_plane
@@ -229,6 +230,8 @@ class MediaEngine:
         #: The last slot whose calls' ticks ran (a take-back of a call's receive from the
         #: media thread does the slots' ends after it: Plane.reclaim).
         self._worked = -1
+        #: How far the calls' media has been worked: their actions' clock (clock.py).
+        self.clock = TickClock()
         #: Whether new calls are refused: the media runs behind (edge/overload.py).
         self.overload = Overload(max_lag)
         #: Reads the thread's slots in order (edge/slots.py); None: no thread.
@@ -263,6 +266,7 @@ class MediaEngine:
         self._opened.add(sock)
         stream.fd = sock.fileno()
         session.batched = True
+        session.media_clock = self.clock
         self.streams[port] = stream
         self._roster = None
         if self.plane is not None:
@@ -291,6 +295,7 @@ class MediaEngine:
         key = self._attached
         stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
         session.batched = True
+        session.media_clock = self.clock
         self.streams[key] = self._socketless[key] = stream
         self._roster = None
         self._start()
@@ -349,6 +354,7 @@ class MediaEngine:
             except MemoryError:
                 self._fault(stream, "closing")
             stream.session.reclaimer = None
+            stream.session.media_clock = None
         self._socketless.pop(port, None)
         self._roster = None
         if stream is not None and stream.sock is not None:
@@ -363,6 +369,7 @@ class MediaEngine:
             self._free.append(port)
         if not self.streams:
             self.overload.calm()  # no call left to be behind for (nor a tick to say so)
+            self.clock.at = None  # (nor a clock: the next call's starts at its first tick)
             if self._handle is not None:
                 self._handle.cancel()
                 self._handle = None
@@ -448,6 +455,7 @@ class MediaEngine:
         """One tick at ``now`` with the datagrams ``received`` in it; its packets go at once
         (no ``slot``) or in the media thread's ``slot``."""
         wall = time.time()
+        self.clock.at = now
         self._receive(now, received)
         if self._socketless:
             self._receive_attached(now)

@@ -61,6 +61,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from callhook.clock import TickClock
 from callhook.events import (
     DigitReceived,
     MediaEvent,
@@ -181,6 +182,9 @@ class MediaSession(Inlet):
         #: Set by the media engine where the media thread may hold the usual receive's
         #: state (:attr:`rx_owned`): gives it back (see :meth:`reclaim`).
         self.reclaimer: Callable[[MediaSession], None] | None = None
+        #: Set by the media engine while the call takes part in its tick: how far its
+        #: media has been worked (None: not ticked, and the loop's clock stands in).
+        self.media_clock: TickClock | None = None
 
     def reclaim(self) -> None:
         """Take the receive's state back from the media thread, if it holds it.

@@ -3,7 +3,11 @@
 It turns the actions' media commands into work for the call's
 :class:`~callhook.media.session.MediaSession` (prompt audio, recording files)
 and hands the session's events to the runner, waking it when something
-happens or a deadline comes. Signalling goes through the SIP service that
+happens or a deadline comes. Both are timed on the media's clock
+(:class:`~callhook.clock.TickClock`): each event carries the time of the tick that
+noted it, and a deadline has come when the media has been worked up to it, so an
+action sees a silence or a key press where it happened on the wire even while the
+event loop runs behind the media thread. Signalling goes through the SIP service that
 owns it (answer, hang up); the service tells it when the far end hangs up.
 
 Speech goes through the process's :class:`~callhook.edge.speechworkers.SpeechService`
@@ -79,6 +83,10 @@ from callhook.telephony.transcribing import LiveTranscription, ResultPoster
 
 logger = logging.getLogger("callhook.call")
 
+#: Seconds a leg waits at least before looking again whether the media has been worked
+#: up to a deadline (the loop's clock has passed it; the media's has not yet).
+RECHECK = 0.005
+
 
 class FarLegs(Protocol):
     """The far legs of the call's ``connect`` (telephony/connecting.py)."""
@@ -131,7 +139,10 @@ class SipLeg:
         self._dead_reported = False
         self.max_recording_bytes = max_recording_bytes
         self.loop = asyncio.get_running_loop()
-        self._queue: deque[MediaEvent] = deque()
+        # Events and the media time each was noted at, in order; the latest media time
+        # read (the clock only goes forward, also across the loop's stand-in).
+        self._queue: deque[tuple[MediaEvent, float]] = deque()
+        self._media_now = 0.0
         self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
@@ -157,7 +168,29 @@ class SipLeg:
 
     # --- from the SIP service and the media engine ----------------------------------------
 
+    def now(self) -> float:
+        """The call's media time: how far its media has been worked (the loop's clock
+        while it takes part in no tick)."""
+        clock = self.session.media_clock
+        at = clock.at if clock is not None else None
+        if at is None:
+            at = self.loop.time()
+        if at > self._media_now:
+            self._media_now = at
+        return self._media_now
+
+    def _note(self) -> None:
+        """Move the session's events to the queue, timed now (the engine wakes the leg
+        in the tick that noted them)."""
+        events = self.session.events
+        if events:
+            now = self.now()
+            queue = self._queue
+            while events:
+                queue.append((events.popleft(), now))
+
     def wake(self) -> None:
+        self._note()
         if self.session.timed_out and not self._dead_reported:
             self._dead_reported = True
             if self._dead is not None:
@@ -186,15 +219,15 @@ class SipLeg:
         """The caller hung up (or the call dropped)."""
         if not self._ended.done():
             self._ended.set_result(ended)
-            self._queue.append(ended)
-            self._wake.set()
+            self.inject(ended)
 
     def abort(self, reason: str) -> None:
         """callhook is ending the call itself (shutdown): the running action stops now."""
         self.inject(Aborted(reason))
 
     def inject(self, event: MediaEvent) -> None:
-        self._queue.append(event)
+        self._note()  # (what the media noted before this comes before it)
+        self._queue.append((event, self.now()))
         self._wake.set()
 
     # --- call.Leg -------------------------------------------------------------------------
@@ -215,7 +248,7 @@ class SipLeg:
                     self._call_recording = None
                     self.session.stop_call_recording()
                 else:
-                    self.session.stop_recording(self.loop.time())
+                    self.session.stop_recording(self.now())
                 writer = self._recorders.pop(command.filename, None)
                 if writer is not None:
                     self._recorded[command.filename] = writer.seconds
@@ -449,31 +482,33 @@ class SipLeg:
         self._recorders[filename] = writer
         return writer
 
-    def _take(self) -> MediaEvent | None:
+    def _peek(self) -> float | None:
+        """The media time of the next event, None when there is none."""
         if self.session.utterances:
             self._collect_utterances()
-        events = self.session.events
-        while events:
-            self._queue.append(events.popleft())
-        if not self._queue:
-            return None
-        event = self._queue.popleft()
+        self._note()
+        return self._queue[0][1] if self._queue else None
+
+    def _take(self) -> MediaEvent:
+        event, _ = self._queue.popleft()
         if isinstance(event, PromptFinished) and event.error is None:
             error = self._prompt_errors.pop(event.prompt_id, None)
             if error is not None:
                 return PromptFinished(event.prompt_id, error)
         return event
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while True:
-            event = self._take()
-            if event is not None:
-                return event
-            now = self.loop.time()
-            if deadline is not None and now >= deadline:
-                return None
+            at = self._peek()
+            if at is not None and (deadline is None or at <= deadline):
+                return self._take(), at
+            if deadline is not None and (at is not None or self.now() >= deadline):
+                # (An event noted after the deadline comes after it.)
+                return None, deadline
             self._wake.clear()
-            timeout = None if deadline is None else deadline - now
+            # The loop's clock runs ahead of the media's while the loop is behind: the
+            # wait is the media time left, and then the media's clock is read again.
+            timeout = None if deadline is None else max(deadline - self.now(), RECHECK)
             # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
@@ -481,15 +516,15 @@ class SipLeg:
 
     def take_pending(self) -> list[MediaEvent]:
         events = []
-        while (event := self._take()) is not None:
-            events.append(event)
+        while self._peek() is not None:
+            events.append(self._take())
         return events
 
     async def answer(self) -> None:
         if not self.answered:
             self.answered = True
             await self._answer()
-            self.session.expect_rtp(self.loop.time())  # the dead-call clock starts
+            self.session.expect_rtp(self.now())  # the dead-call clock starts
 
     async def hang_up(self) -> str:
         self.finish()
@@ -515,7 +550,7 @@ class SipLeg:
             self._transcription.stop()
             self._transcription = None
         if self._recorders:
-            self.session.stop_recording(self.loop.time())
+            self.session.stop_recording(self.now())
             self.session.stop_call_recording()
             self._call_recording = None
             for filename, writer in self._recorders.items():

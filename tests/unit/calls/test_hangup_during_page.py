@@ -32,9 +32,12 @@ class HangsUpOnSignal:
     def send(self, commands: Sequence[MediaCommand]) -> None:
         pass
 
-    async def next_event(self, deadline: float | None) -> MediaEvent | None:
+    def now(self) -> float:
+        return 0.0
+
+    async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         await self.hangup.wait()
-        return CallEnded("hung_up", "BYE")
+        return CallEnded("hung_up", "BYE"), 0.0
 
     def take_pending(self) -> list[MediaEvent]:
         return []

@@ -97,6 +97,26 @@ async def test_a_socketless_stream_takes_part_in_the_tick() -> None:
         engine.shutdown()
 
 
+async def test_the_calls_media_clock_is_the_time_of_the_tick_worked_last() -> None:
+    """What the calls' actions time their media on (clock.TickClock): the tick's own time,
+    which a tick worked late keeps; none while no call is ticked."""
+    engine = MediaEngine("127.0.0.1", 41300, 41400, thread=False)
+    try:
+        session = MediaSession("PCMU", 0, None, ("127.0.0.1", 5004), label="call web")
+        assert session.media_clock is None
+        key = engine.attach(session, lambda data: None, lambda: None)
+        assert session.media_clock is engine.clock and engine.clock.at is None
+        late = asyncio.get_running_loop().time() - 3.0  # a slot the loop gets to 3 s late
+        engine._work(late, [])
+        assert engine.clock.at == late
+        engine._work(late + 0.02, [])
+        assert session.media_clock.at == late + 0.02
+        engine.close(key)
+        assert session.media_clock is None and engine.clock.at is None
+    finally:
+        engine.shutdown()
+
+
 async def test_a_failing_batched_speech_model_run_is_logged_once_and_costs_no_audio(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

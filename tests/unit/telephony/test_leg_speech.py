@@ -205,7 +205,7 @@ async def test_utterances_are_decoded_in_order_and_a_stopped_streams_results_dro
     )
     events = []
     for _ in range(2):
-        event = await the_leg.next_event(asyncio.get_running_loop().time() + 2)
+        event, _ = await the_leg.next_event(asyncio.get_running_loop().time() + 2)
         events.append(event)
     assert events == [
         SpeechRecognised(_phrase("320 samples")),

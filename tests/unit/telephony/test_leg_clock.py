@@ -1,0 +1,139 @@
+"""A real call's leg times events and deadlines on the media's clock (telephony/leg.py).
+
+While the event loop runs behind the wire, the media engine works the media thread's
+slots late, each at its own time; the actions' clock is how far the media has been
+worked (``MediaSession.media_clock``), not the loop's. Here that clock is set by hand,
+:data:`BEHIND` seconds behind the loop's, as a loop that is behind sees it (times below
+are seconds from the media clock's start, ``T``); the real session takes the packets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+
+from callhook.clock import TickClock
+from callhook.events import DigitReceived, StartRecording, StopRecording, VoiceActivity
+from callhook.media import g711
+from callhook.media.rtp import RtpPacket
+from callhook.media.session import MediaSession
+from callhook.ports import CallInfo
+from callhook.store.files import MediaStore
+from callhook.telephony.leg import SipLeg
+from callhook.telephony.prompts import PromptAudio
+
+PEER = ("192.0.2.10", 40000)
+#: How far the loop's clock is ahead of the media's.
+BEHIND = 100.0
+
+
+def leg(tmp_path: Path) -> tuple[SipLeg, MediaSession, TickClock, float]:
+    """The leg, its session, the media clock (at 10 s) and ``T``, the clock's start."""
+    store = MediaStore(tmp_path)
+    session = MediaSession("PCMU", 0, 101, PEER)
+    clock = session.media_clock = TickClock()
+    t = asyncio.get_running_loop().time() - BEHIND - 10
+    clock.at = t + 10.0
+    the_leg = SipLeg(
+        CallInfo("c1"),
+        "app",
+        session,
+        PromptAudio(store, None),
+        store,
+        answer=_nothing,
+        hang_up=lambda: "200",
+    )
+    return the_leg, session, clock, t
+
+
+async def _nothing() -> None:
+    return None
+
+
+def note(the_leg: SipLeg, session: MediaSession, clock: TickClock, at: float, *events) -> None:
+    """The engine's tick at ``at`` noted ``events`` and woke the leg."""
+    clock.at = at
+    session.events.extend(events)
+    the_leg.wake()
+
+
+async def test_events_carry_the_media_time_they_were_noted_at_not_the_loops(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    note(the_leg, session, clock, t + 10.02, VoiceActivity(True))
+    note(the_leg, session, clock, t + 10.04, DigitReceived("5"))
+    note(the_leg, session, clock, t + 10.06)  # a tick with nothing to say
+    assert the_leg.now() == t + 10.06
+    assert await the_leg.next_event(None) == (VoiceActivity(True), t + 10.02)
+    assert await the_leg.next_event(None) == (DigitReceived("5"), t + 10.04)
+
+
+async def test_a_deadline_the_loops_clock_has_passed_waits_for_the_media(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    waiting = asyncio.create_task(the_leg.next_event(t + 10.5))
+    for _ in range(5):  # several of the leg's looks at the clock
+        await asyncio.sleep(0.01)
+    assert not waiting.done()  # the loop's clock is far past T + 10.5, the media's is not
+    # The media is worked on: a key press at T + 10.2 comes first, the deadline after.
+    note(the_leg, session, clock, t + 10.2, DigitReceived("1"))
+    assert await asyncio.wait_for(waiting, 1) == (DigitReceived("1"), t + 10.2)
+    waiting = asyncio.create_task(the_leg.next_event(t + 10.5))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    clock.at = t + 10.52  # (a tick with no news: the leg is not woken, it looks again)
+    assert await asyncio.wait_for(waiting, 1) == (None, t + 10.5)
+
+
+async def test_an_event_noted_after_the_deadline_comes_after_it(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    # The loop got to both ticks at once: the silence's end at T + 10.6, a key at T + 10.8.
+    note(the_leg, session, clock, t + 10.6, VoiceActivity(False))
+    note(the_leg, session, clock, t + 10.8, DigitReceived("2"))
+    assert await the_leg.next_event(t + 10.7) == (VoiceActivity(False), t + 10.6)
+    assert await the_leg.next_event(t + 10.7) == (None, t + 10.7)
+    assert await the_leg.next_event(None) == (DigitReceived("2"), t + 10.8)
+
+
+async def test_events_injected_by_the_leg_follow_the_media_noted_before_them(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    clock.at = t + 10.3
+    session.events.append(DigitReceived("3"))  # noted, the engine has not woken the leg yet
+    the_leg.abort("shutdown")
+    first, at = await the_leg.next_event(None)
+    assert (first, at) == (DigitReceived("3"), t + 10.3)
+    second, at = await the_leg.next_event(None)
+    assert type(second).__name__ == "Aborted" and at == t + 10.3
+
+
+async def test_the_media_clock_never_goes_back_from_the_loops_stand_in(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    session.media_clock = None  # not in a tick yet: the loop's clock stands in
+    before = the_leg.now()
+    assert before > t + BEHIND
+    session.media_clock = clock  # the engine's first tick is a little behind the loop
+    clock.at = before - 0.015
+    assert the_leg.now() == before
+    clock.at = before + 0.005
+    assert the_leg.now() == before + 0.005
+
+
+async def test_a_recording_stopped_late_is_padded_to_the_media_time_only(tmp_path):
+    """A caller who went quiet: the file is padded with silence up to the media time of
+    the stop, however far the loop's clock is ahead."""
+    the_leg, session, clock, t = leg(tmp_path)
+    the_leg.send([StartRecording("r.wav", None, None, max_seconds=60)])
+    voice = g711.encode("ulaw", np.full(160, 1000, dtype=np.int16))
+    for i in range(50):  # one second of audio, T + 10.00 to T + 10.98
+        now = t + 10.0 + i * 0.02
+        data = RtpPacket(0, False, i, i * 160, 7, voice).serialize()
+        session.receive(data, PEER, now)
+        session.tick(now)
+    clock.at = t + 11.5  # the stop comes half a second after the last packet, on the wire
+    the_leg.send([StopRecording("r.wav")])
+    seconds = the_leg.recorded_seconds("r.wav")
+    assert seconds is not None and abs(seconds - 1.5) < 0.03, seconds
+    data = the_leg.store.path("app", "r.wav").read_bytes()
+    at = data.index(b"data")
+    samples = int.from_bytes(data[at + 4 : at + 8], "little")  # G.711: a byte a sample
+    assert abs(samples / 8000 - 1.5) < 0.03
