@@ -276,7 +276,7 @@ class FlowLeg(ScriptedLeg):
             if self._queue:
                 break
             if deadline is not None and now >= deadline:
-                return None, now
+                return None, deadline
             if limit is not None and now >= limit:
                 self._fail(f"the flow's timeout ({self.flow.timeout:g} s of call time) came")
         return self._deliver(), self.clock.now()

@@ -151,7 +151,7 @@ class ScriptedLeg:
             if deadline is None:
                 raise ScriptExhausted("the caller's script is over and the action has no deadline")
             self.clock.advance_to(max(deadline, self.clock.now()))
-            return None, self.clock.now()
+            return None, deadline
         return self._deliver(), self.clock.now()
 
     def take_pending(self) -> list[MediaEvent]:

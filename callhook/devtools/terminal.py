@@ -237,7 +237,7 @@ class TerminalLeg:
             if self._queue:
                 break
             if deadline is not None and now >= deadline:
-                return None, now
+                return None, deadline
             wake = [t for t in (self.media.next_time(), deadline) if t is not None]
             timeout = max(0.0, min(wake) - now) if wake else None
             self._wake.clear()

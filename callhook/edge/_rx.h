@@ -43,7 +43,7 @@
 /* The payload the thread takes: G.711 at 20 ms (other sizes stay with Python). */
 #define RX_FRAME 160
 /* Room for session.py's PREROLL_FRAMES and vad.py's BLOCKS (checked when given). */
-#define RX_PREROLL 32
+#define RX_PREROLL 64
 #define RX_BLOCKS 16
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };

@@ -369,7 +369,7 @@ class MediaEngine:
             self._free.append(port)
         if not self.streams:
             self.overload.calm()  # no call left to be behind for (nor a tick to say so)
-            self.clock.at = None  # (nor a clock: the next call's starts at its first tick)
+            self.clock.stop()  # (nor a clock: the next call's starts at its first tick)
             if self._handle is not None:
                 self._handle.cancel()
                 self._handle = None
@@ -455,7 +455,7 @@ class MediaEngine:
         """One tick at ``now`` with the datagrams ``received`` in it; its packets go at once
         (no ``slot``) or in the media thread's ``slot``."""
         wall = time.time()
-        self.clock.at = now
+        self.clock.advance(now)
         self._receive(now, received)
         if self._socketless:
             self._receive_attached(now)

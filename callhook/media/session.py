@@ -47,7 +47,8 @@ Recording: frames are written as they arrive, in the file's companding (the
 call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
 is filled with silence so the file keeps real time, and the last
 :data:`PREROLL_FRAMES` frames are kept so a recording can start a little
-before the voice-activity detector noticed the caller.
+before the voice-activity detector noticed the caller, also when the action that
+starts it comes later than that on the wire (the event loop behind the media thread).
 """
 
 from __future__ import annotations
@@ -97,8 +98,11 @@ Address = tuple[str, int]
 
 #: An RTP flood is cut here: a call sends 50 packets a second (plus DTMF events).
 MAX_PACKETS_PER_SECOND = 150
-#: Frames kept for a recording's pre-roll (0.4 s).
-PREROLL_FRAMES = 20
+#: Frames kept for a recording's pre-roll (1 s: the action's 0.3 s, and as much again
+#: and more for an action that comes late on the wire's time).
+PREROLL_FRAMES = 50
+#: The last frames of the pre-roll the voice detector goes over when it wakes (0.4 s).
+REPLAY_FRAMES = 20
 #: After this long without audio packets the caller is taken to be silent.
 SILENT_AFTER = 0.1
 
@@ -608,7 +612,7 @@ class MediaSession(Inlet):
 
         It is what voice activity costs (~0.1 ms per 32 ms of a talking
         caller), so it rests during prompts and digit entry. When it wakes it
-        first goes over the last :data:`PREROLL_FRAMES` frames (0.4 s), so a
+        first goes over the last :data:`REPLAY_FRAMES` frames (0.4 s), so a
         caller who started talking just before a recording or a recognition
         stream began (during the record beep, say) is heard from the start.
         """
@@ -621,8 +625,9 @@ class MediaSession(Inlet):
         self.vad.paused = paused
 
     def _recent(self) -> list[npt.NDArray[np.int16]]:
-        """The last :data:`PREROLL_FRAMES` frames the caller sent, decoded."""
-        return [g711.decode(self.law, payload) for _, payload in self._preroll]
+        """The last :data:`REPLAY_FRAMES` frames the caller sent, decoded."""
+        frames = list(self._preroll)[-REPLAY_FRAMES:]
+        return [g711.decode(self.law, payload) for _, payload in frames]
 
     # --- recording --------------------------------------------------------------------
 

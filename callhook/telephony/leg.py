@@ -21,13 +21,13 @@ has stopped since (a new generation) is dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from callhook.clock import TickClock
 from callhook.config.tables import RecordingsSettings
 from callhook.edge.speechworkers import RecognitionFailed, SpeechService
 from callhook.events import (
@@ -83,9 +83,9 @@ from callhook.telephony.transcribing import LiveTranscription, ResultPoster
 
 logger = logging.getLogger("callhook.call")
 
-#: Seconds a leg waits at least before looking again whether the media has been worked
-#: up to a deadline (the loop's clock has passed it; the media's has not yet).
-RECHECK = 0.005
+#: Seconds past a deadline's media time left (on the loop's clock) before a leg looks at
+#: the clock again without the tick's wake-up: the call left the tick meanwhile.
+BACKSTOP = 0.5
 
 
 class FarLegs(Protocol):
@@ -143,6 +143,10 @@ class SipLeg:
         # read (the clock only goes forward, also across the loop's stand-in).
         self._queue: deque[tuple[MediaEvent, float]] = deque()
         self._media_now = 0.0
+        # The media time the runner acts at: the event it took last, or the time it read.
+        self._acting_at: float | None = None
+        # The deadline the media clock wakes this leg at, and what cancels that.
+        self._registered: tuple[float, Callable[[], None]] | None = None
         self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
@@ -170,7 +174,11 @@ class SipLeg:
 
     def now(self) -> float:
         """The call's media time: how far its media has been worked (the loop's clock
-        while it takes part in no tick)."""
+        while it takes part in no tick). The runner acts at that time."""
+        self._acting_at = at = self._clock()
+        return at
+
+    def _clock(self) -> float:
         clock = self.session.media_clock
         at = clock.at if clock is not None else None
         if at is None:
@@ -184,7 +192,7 @@ class SipLeg:
         in the tick that noted them)."""
         events = self.session.events
         if events:
-            now = self.now()
+            now = self._clock()
             queue = self._queue
             while events:
                 queue.append((events.popleft(), now))
@@ -227,12 +235,15 @@ class SipLeg:
 
     def inject(self, event: MediaEvent) -> None:
         self._note()  # (what the media noted before this comes before it)
-        self._queue.append((event, self.now()))
+        self._queue.append((event, self._clock()))
         self._wake.set()
 
     # --- call.Leg -------------------------------------------------------------------------
 
     def send(self, commands: Sequence[MediaCommand]) -> None:
+        # (A recording started and stopped in one go is the empty file of an action that
+        # heard nothing: no pre-roll is caught up for it.)
+        stopped = {c.filename for c in commands if isinstance(c, StopRecording)}
         for command in commands:
             if isinstance(command, StartPrompt):
                 self._start_prompt(command)
@@ -240,7 +251,7 @@ class SipLeg:
                 self._cancel_stream(command.prompt_id)
                 self.session.stop_prompt(command.prompt_id)
             elif isinstance(command, StartRecording):
-                self._start_recording(command)
+                self._start_recording(command, command.filename not in stopped)
             elif isinstance(command, RecordCall):
                 self._record_call(command)
             elif isinstance(command, StopRecording):
@@ -248,7 +259,7 @@ class SipLeg:
                     self._call_recording = None
                     self.session.stop_call_recording()
                 else:
-                    self.session.stop_recording(self.now())
+                    self.session.stop_recording(self._clock())
                 writer = self._recorders.pop(command.filename, None)
                 if writer is not None:
                     self._recorded[command.filename] = writer.seconds
@@ -430,7 +441,7 @@ class SipLeg:
             else:
                 self.inject(SpeechRejected(cause))
 
-    def _start_recording(self, command: StartRecording) -> None:
+    def _start_recording(self, command: StartRecording, catch_up: bool = True) -> None:
         law = command.format or self.session.law
         writer = self._open(
             command.filename,
@@ -439,7 +450,12 @@ class SipLeg:
             ),
         )
         if writer is not None:
-            self.session.start_recording(writer, law, command.preroll)
+            # The runner decided at the media time of its event; the media has been worked
+            # on since (the loop was behind): what came meanwhile is in the pre-roll too.
+            late = 0.0
+            if catch_up and self._acting_at is not None:
+                late = max(0.0, self._clock() - self._acting_at)
+            self.session.start_recording(writer, law, command.preroll + late)
 
     def _record_call(self, command: RecordCall) -> None:
         """A connect's whole-call recording: both directions, from the bridge on."""
@@ -501,18 +517,58 @@ class SipLeg:
         while True:
             at = self._peek()
             if at is not None and (deadline is None or at <= deadline):
+                self._acting_at = at
                 return self._take(), at
-            if deadline is not None and (at is not None or self.now() >= deadline):
+            if deadline is not None and (at is not None or self._clock() >= deadline):
                 # (An event noted after the deadline comes after it.)
+                self._acting_at = deadline
                 return None, deadline
             self._wake.clear()
-            # The loop's clock runs ahead of the media's while the loop is behind: the
-            # wait is the media time left, and then the media's clock is read again.
-            timeout = None if deadline is None else max(deadline - self.now(), RECHECK)
+            timeout = None
+            if deadline is not None:
+                timeout = deadline - self._clock()
+                clock = self.session.media_clock
+                if clock is not None and clock.at is not None:
+                    # The loop's clock runs ahead of the media's while the loop is behind:
+                    # the tick that reaches the deadline wakes the leg (the loop's timer
+                    # only stands by, in case the call leaves the tick).
+                    self._wake_at(clock, deadline)
+                    timeout += BACKSTOP
+            seen = self._clock()
             # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
-            with contextlib.suppress(TimeoutError):
+            try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
+            except TimeoutError:
+                if deadline is not None and self._clock() == seen and self._media_stopped():
+                    self._acting_at = deadline
+                    return None, deadline
+
+    def _media_stopped(self) -> bool:
+        """The backstop came and the media clock has not moved since the wait began
+        (past the deadline's media time left and :data:`BACKSTOP` more of the loop's):
+        the tick has stopped while the call is in it. Its actions go on, on the loop's
+        clock from now on, said once."""
+        if self.session.media_clock is None:
+            return False
+        self.session.media_clock = None
+        logger.warning(
+            "call %s: the media tick stopped; the call's timers run on the loop's clock",
+            self.info.call_id,
+        )
+        return True
+
+    def _wake_at(self, clock: TickClock, deadline: float) -> None:
+        registered = self._registered
+        if registered is not None:
+            if registered[0] == deadline:
+                return
+            registered[1]()
+        self._registered = (deadline, clock.call_at(deadline, self._deadline_came))
+
+    def _deadline_came(self) -> None:
+        self._registered = None
+        self._wake.set()
 
     def take_pending(self) -> list[MediaEvent]:
         events = []
@@ -524,7 +580,7 @@ class SipLeg:
         if not self.answered:
             self.answered = True
             await self._answer()
-            self.session.expect_rtp(self.now())  # the dead-call clock starts
+            self.session.expect_rtp(self._clock())  # the dead-call clock starts
 
     async def hang_up(self) -> str:
         self.finish()
@@ -538,6 +594,9 @@ class SipLeg:
 
     def finish(self) -> None:
         """The call is over: make sure no recording is left open, stop speech work."""
+        if self._registered is not None:
+            self._registered[1]()
+            self._registered = None
         for prompt_id in list(self._streaming):
             self._cancel_stream(prompt_id)
         self._generation += 1
@@ -550,7 +609,7 @@ class SipLeg:
             self._transcription.stop()
             self._transcription = None
         if self._recorders:
-            self.session.stop_recording(self.now())
+            self.session.stop_recording(self._clock())
             self.session.stop_call_recording()
             self._call_recording = None
             for filename, writer in self._recorders.items():

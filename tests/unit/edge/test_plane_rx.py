@@ -22,7 +22,7 @@ import pytest
 from callhook.edge.mediaengine import MediaEngine
 from callhook.events import DigitReceived, VoiceActivity
 from callhook.media.rtp import RtpPacket
-from callhook.media.session import MediaSession
+from callhook.media.session import PREROLL_FRAMES, MediaSession
 from callhook.media.vad import new_detector
 from tests.unit.edge.conftest import T0
 from tests.unit.edge.test_plane import at, udp
@@ -173,7 +173,7 @@ async def test_a_resting_calls_packets_are_taken_by_the_thread_as_python_takes_t
     state, taken, returned = await compare(Script(steady(120)))
     # (The first packet latches the call: Python's; the thread takes the rest.)
     assert taken >= 115 and returned == 0
-    assert state["receiver"][0] == 120 and len(state["preroll"]) == 20
+    assert state["receiver"][0] == 120 and len(state["preroll"]) == PREROLL_FRAMES
 
 
 @pytest.mark.parametrize("law", ["PCMU", "PCMA"])

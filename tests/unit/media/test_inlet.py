@@ -150,7 +150,7 @@ def test_without_the_extension_python_receives_everything() -> None:
 def test_an_in_order_stream_is_taken_after_the_first_packet() -> None:
     taken, _, fast = run(in_order(30))
     assert taken == [False] + [True] * 29  # the first one starts the source: Python's
-    assert len(fast.undetected) == 30 and len(fast._preroll) == 20
+    assert len(fast.undetected) == 30 and len(fast._preroll) == 30
 
 
 def test_jitter_is_the_same_to_the_bit_on_uneven_arrivals() -> None:

@@ -21,6 +21,7 @@ from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.ports import CallInfo
 from callhook.store.files import MediaStore
+from callhook.telephony import leg as leg_module
 from callhook.telephony.leg import SipLeg
 from callhook.telephony.prompts import PromptAudio
 
@@ -54,7 +55,7 @@ async def _nothing() -> None:
 
 def note(the_leg: SipLeg, session: MediaSession, clock: TickClock, at: float, *events) -> None:
     """The engine's tick at ``at`` noted ``events`` and woke the leg."""
-    clock.at = at
+    clock.advance(at)
     session.events.extend(events)
     the_leg.wake()
 
@@ -81,8 +82,11 @@ async def test_a_deadline_the_loops_clock_has_passed_waits_for_the_media(tmp_pat
     waiting = asyncio.create_task(the_leg.next_event(t + 10.5))
     await asyncio.sleep(0.01)
     assert not waiting.done()
-    clock.at = t + 10.52  # (a tick with no news: the leg is not woken, it looks again)
-    assert await asyncio.wait_for(waiting, 1) == (None, t + 10.5)
+    clock.advance(t + 10.48)  # a tick with no news, short of the deadline
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    clock.advance(t + 10.52)  # the tick that reaches it wakes the leg
+    assert await asyncio.wait_for(waiting, 0.2) == (None, t + 10.5)
 
 
 async def test_an_event_noted_after_the_deadline_comes_after_it(tmp_path):
@@ -97,7 +101,7 @@ async def test_an_event_noted_after_the_deadline_comes_after_it(tmp_path):
 
 async def test_events_injected_by_the_leg_follow_the_media_noted_before_them(tmp_path):
     the_leg, session, clock, t = leg(tmp_path)
-    clock.at = t + 10.3
+    clock.advance(t + 10.3)
     session.events.append(DigitReceived("3"))  # noted, the engine has not woken the leg yet
     the_leg.abort("shutdown")
     first, at = await the_leg.next_event(None)
@@ -129,7 +133,7 @@ async def test_a_recording_stopped_late_is_padded_to_the_media_time_only(tmp_pat
         data = RtpPacket(0, False, i, i * 160, 7, voice).serialize()
         session.receive(data, PEER, now)
         session.tick(now)
-    clock.at = t + 11.5  # the stop comes half a second after the last packet, on the wire
+    clock.advance(t + 11.5)  # the stop comes half a second after the last packet, on the wire
     the_leg.send([StopRecording("r.wav")])
     seconds = the_leg.recorded_seconds("r.wav")
     assert seconds is not None and abs(seconds - 1.5) < 0.03, seconds
@@ -137,3 +141,92 @@ async def test_a_recording_stopped_late_is_padded_to_the_media_time_only(tmp_pat
     at = data.index(b"data")
     samples = int.from_bytes(data[at + 4 : at + 8], "little")  # G.711: a byte a sample
     assert abs(samples / 8000 - 1.5) < 0.03
+
+
+async def test_a_call_that_leaves_the_tick_while_waiting_reads_the_loops_clock(tmp_path):
+    the_leg, session, clock, t = leg(tmp_path)
+    waiting = asyncio.create_task(the_leg.next_event(t + 10.5))
+    await asyncio.sleep(0.01)
+    session.media_clock = None  # the engine closed the call's stream...
+    clock.stop()  # ...its last: the clock stops, and whoever waited on it looks again
+    assert await asyncio.wait_for(waiting, 0.2) == (None, t + 10.5)
+
+
+def test_the_tick_clock_calls_back_once_the_media_reaches_a_time():
+    clock = TickClock()
+    called: list[str] = []
+    clock.call_at(1.0, lambda: called.append("a"))
+    cancel = clock.call_at(0.5, lambda: called.append("cancelled"))
+    clock.call_at(0.7, lambda: called.append("b"))
+    cancel()
+    clock.advance(0.6)
+    assert (called, clock.at) == ([], 0.6)
+    clock.advance(1.0)
+    assert called == ["b", "a"]
+    clock.advance(2.0)
+    assert called == ["b", "a"]  # once each
+    clock.call_at(5.0, lambda: called.append("c"))
+    clock.stop()
+    assert (called[-1], clock.at) == ("c", None)
+
+
+async def test_a_recording_the_runner_starts_late_begins_where_it_decided(tmp_path):
+    """The caller's voice began at T + 10.5 on the wire, and the loop took that event
+    only once the media had been worked to T + 10.9: the recording still begins 0.3 s
+    before the voice (the pre-roll), not 0.3 s before the loop got there."""
+    the_leg, session, clock, t = leg(tmp_path)
+    frames = [g711.encode("ulaw", np.full(160, 100 * (i + 1), dtype=np.int16)) for i in range(50)]
+
+    def receive(first: int, last: int) -> None:
+        for i in range(first, last):
+            now = t + 10.0 + i * 0.02
+            session.receive(RtpPacket(0, False, i, i * 160, 7, frames[i]).serialize(), PEER, now)
+            session.tick(now)
+
+    receive(0, 25)
+    note(the_leg, session, clock, t + 10.5, VoiceActivity(True))
+    receive(25, 45)  # the loop is behind: the media goes on to T + 10.9
+    clock.advance(t + 10.9)
+    event, at = await the_leg.next_event(None)
+    assert (event, at) == (VoiceActivity(True), t + 10.5)
+    the_leg.send([StartRecording("r.wav", None, None, preroll=0.3, max_seconds=60)])
+    receive(45, 50)
+    the_leg.send([StopRecording("r.wav")])
+    data = the_leg.store.path("app", "r.wav").read_bytes()
+    audio = data[data.index(b"data") + 8 :]
+    assert audio == b"".join(frames[10:50])  # from T + 10.2 on, every frame once
+
+
+async def test_a_recording_that_heard_nothing_stays_empty_however_late(tmp_path):
+    """The action started and stopped its file at once (no sound before its timeout):
+    nothing is caught up for it, whatever came on the wire since."""
+    the_leg, session, clock, t = leg(tmp_path)
+    voice = g711.encode("ulaw", np.full(160, 1000, dtype=np.int16))
+    for i in range(40):
+        now = t + 10.0 + i * 0.02
+        session.receive(RtpPacket(0, False, i, i * 160, 7, voice).serialize(), PEER, now)
+        session.tick(now)
+    clock.advance(t + 10.8)
+    assert await the_leg.next_event(t + 10.5) == (None, t + 10.5)
+    the_leg.send(
+        [
+            StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
+            StopRecording("r.wav"),
+        ]
+    )
+    assert the_leg.recorded_seconds("r.wav") == 0.0
+
+
+async def test_a_tick_that_stops_while_the_call_is_in_it_leaves_the_loops_clock(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(leg_module, "BACKSTOP", 0.02)
+    the_leg, session, _, t = leg(tmp_path)
+    # The clock is at T + 10 and never moves again.
+    got = await asyncio.wait_for(the_leg.next_event(t + 10.01), 1)
+    assert got == (None, t + 10.01)
+    assert session.media_clock is None  # from now on, the loop's clock
+    assert [r.getMessage() for r in caplog.records] == [
+        "call c1: the media tick stopped; the call's timers run on the loop's clock"
+    ]
+    assert await asyncio.wait_for(the_leg.next_event(t + 10.02), 1) == (None, t + 10.02)
