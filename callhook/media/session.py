@@ -631,14 +631,29 @@ class MediaSession(Inlet):
 
     # --- recording --------------------------------------------------------------------
 
-    def start_recording(self, sink: Sink, law: Law | None, preroll: float) -> None:
-        """Record what the caller sends into ``sink``, starting ``preroll`` seconds back
-        (media/recorder.py)."""
+    def start_recording(
+        self, sink: Sink, law: Law | None, preroll: float, at: float | None = None
+    ) -> None:
+        """Record what the caller sends into ``sink``, starting ``preroll`` seconds before
+        media time ``at`` (None: the last frame received; media/recorder.py).
+
+        The pre-roll is measured on the caller's RTP clock back from the last frame
+        received (at ``_last_audio``), so a lost frame does not pull an older one in, and a
+        call whose receive the media thread held up to the wire's time is caught up as
+        far as it went; it stops at a change of source (another timestamp line)."""
         self.reclaim()
         self._recording = CallerRecording(sink, law or self.law, self.label)
         self._listen()
-        frames = min(len(self._preroll), round(preroll / 0.02))
-        for timestamp, payload in list(self._preroll)[len(self._preroll) - frames :]:
+        frames = list(self._preroll)
+        if not frames:
+            return
+        back = preroll if at is None else preroll + (self._last_audio - at)
+        span = round(back * 8000)  # samples before the last frame's start
+        last = frames[-1][0]
+        first = len(frames)
+        while first > 0 and (last - frames[first - 1][0]) & 0xFFFFFFFF < span:
+            first -= 1
+        for timestamp, payload in frames[first:]:
             self._record(payload, timestamp)
 
     def stop_recording(self, now: float) -> None:

@@ -452,10 +452,8 @@ class SipLeg:
         if writer is not None:
             # The runner decided at the media time of its event; the media has been worked
             # on since (the loop was behind): what came meanwhile is in the pre-roll too.
-            late = 0.0
-            if catch_up and self._acting_at is not None:
-                late = max(0.0, self._clock() - self._acting_at)
-            self.session.start_recording(writer, law, command.preroll + late)
+            at = self._acting_at if catch_up else None
+            self.session.start_recording(writer, law, command.preroll, at)
 
     def _record_call(self, command: RecordCall) -> None:
         """A connect's whole-call recording: both directions, from the bridge on."""

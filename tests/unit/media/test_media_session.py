@@ -445,3 +445,35 @@ def test_a_word_said_just_before_listening_starts_is_caught_up() -> None:
     assert not session.vad.paused  # record still wants voice activity
     session.detect_voice(False)
     assert session.vad.paused
+
+
+def test_the_preroll_is_measured_in_time_not_in_frames() -> None:
+    """A frame lost within the pre-roll does not pull an older one in: the file starts
+    0.12 s before the last frame's end, the gap filled with silence (six frames back
+    would have reached frame 23)."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(0.6))
+    stream(session, frames, skip={25})
+    sink = Sink()
+    session.start_recording(sink, None, preroll=0.12)
+    session.stop_recording(0.58)
+    silence = g711.silence("ulaw", FRAME)
+    assert bytes(sink.data) == frames[24] + silence + b"".join(frames[26:])
+
+
+def test_a_recording_catches_up_from_the_media_time_it_was_decided_at() -> None:
+    """Decided at 0.2 s (the frame received then is the 11th) with 0.1 s of pre-roll,
+    started once the frames up to 0.38 s were in: the file begins five frames back from
+    the 11th, as it would have had it started at once."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(0.4))
+    stream(session, frames[:11])
+    at_once = Sink()
+    session.start_recording(at_once, None, preroll=0.1)
+    session.stop_recording(0.2)
+    stream(session, frames[11:], start=0.22, seq0=111, ts0=1000 + 11 * FRAME)
+    late = Sink()
+    session.start_recording(late, None, preroll=0.1, at=0.2)
+    session.stop_recording(0.38)
+    assert bytes(late.data) == bytes(at_once.data) + b"".join(frames[11:])
+    assert bytes(at_once.data) == b"".join(frames[6:11])

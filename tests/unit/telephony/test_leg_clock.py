@@ -183,9 +183,9 @@ async def test_a_recording_the_runner_starts_late_begins_where_it_decided(tmp_pa
             session.receive(RtpPacket(0, False, i, i * 160, 7, frames[i]).serialize(), PEER, now)
             session.tick(now)
 
-    receive(0, 25)
+    receive(0, 26)  # (the tick at T + 10.5 took the frame of T + 10.5, and heard the voice)
     note(the_leg, session, clock, t + 10.5, VoiceActivity(True))
-    receive(25, 45)  # the loop is behind: the media goes on to T + 10.9
+    receive(26, 45)  # the loop is behind: the media goes on to T + 10.9
     clock.advance(t + 10.9)
     event, at = await the_leg.next_event(None)
     assert (event, at) == (VoiceActivity(True), t + 10.5)
@@ -194,7 +194,8 @@ async def test_a_recording_the_runner_starts_late_begins_where_it_decided(tmp_pa
     the_leg.send([StopRecording("r.wav")])
     data = the_leg.store.path("app", "r.wav").read_bytes()
     audio = data[data.index(b"data") + 8 :]
-    assert audio == b"".join(frames[10:50])  # from T + 10.2 on, every frame once
+    # The 15 frames up to the voice's (as at once), then every frame once.
+    assert audio == b"".join(frames[11:50])
 
 
 async def test_a_recording_that_heard_nothing_stays_empty_however_late(tmp_path):
