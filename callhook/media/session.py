@@ -655,6 +655,8 @@ class MediaSession(Inlet):
             first -= 1
         for timestamp, payload in frames[first:]:
             self._record(payload, timestamp)
+            if self._recording is None:
+                break  # the sink refused it (RecorderFailed noted): what was written is kept
 
     def stop_recording(self, now: float) -> None:
         """Finish the recording, padding it with silence up to now if the caller went quiet."""

@@ -477,3 +477,13 @@ def test_a_recording_catches_up_from_the_media_time_it_was_decided_at() -> None:
     session.stop_recording(0.38)
     assert bytes(late.data) == bytes(at_once.data) + b"".join(frames[11:])
     assert bytes(at_once.data) == b"".join(frames[6:11])
+
+
+def test_a_sink_that_fills_up_during_the_preroll_ends_the_recording_cleanly() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    stream(session, audio_frames(speech_like(0.4)))
+    sink = Sink(limit=800)  # five frames
+    session.start_recording(sink, None, preroll=0.3)  # fifteen frames back
+    assert len(sink.data) == 800
+    assert [type(e).__name__ for e in session.events] == ["RecorderFailed"]
+    session.stop_recording(0.4)  # (nothing left to stop)
