@@ -84,7 +84,8 @@ from callhook.telephony.transcribing import LiveTranscription, ResultPoster
 logger = logging.getLogger("callhook.call")
 
 #: Seconds past a deadline's media time left (on the loop's clock) before a leg looks at
-#: the clock again without the tick's wake-up: the call left the tick meanwhile.
+#: the clock again without the tick's wake-up: the call left the tick meanwhile, or (the
+#: clock unmoved over two such waits) the tick stopped.
 BACKSTOP = 0.5
 
 
@@ -147,6 +148,7 @@ class SipLeg:
         self._acting_at: float | None = None
         # The deadline the media clock wakes this leg at, and what cancels that.
         self._registered: tuple[float, Callable[[], None]] | None = None
+        self._unmoved = 0  # backstops in a row that found the media clock where it was
         self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
@@ -538,14 +540,16 @@ class SipLeg:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
-                if deadline is not None and self._clock() == seen and self._media_stopped():
+                # (Once could be a stall of the whole machine: the slots come after it.)
+                self._unmoved = self._unmoved + 1 if self._clock() == seen else 0
+                if deadline is not None and self._unmoved >= 2 and self._media_stopped():
                     self._acting_at = deadline
                     return None, deadline
 
     def _media_stopped(self) -> bool:
-        """The backstop came and the media clock has not moved since the wait began
-        (past the deadline's media time left and :data:`BACKSTOP` more of the loop's):
-        the tick has stopped while the call is in it. Its actions go on, on the loop's
+        """Twice in a row the backstop came and the media clock had not moved since the
+        wait began (past the deadline's media time left and :data:`BACKSTOP` more of the
+        loop's): the tick has stopped while the call is in it. Its actions go on, on the loop's
         clock from now on, said once."""
         if self.session.media_clock is None:
             return False

@@ -231,3 +231,16 @@ async def test_a_tick_that_stops_while_the_call_is_in_it_leaves_the_loops_clock(
         "call c1: the media tick stopped; the call's timers run on the loop's clock"
     ]
     assert await asyncio.wait_for(the_leg.next_event(t + 10.02), 1) == (None, t + 10.02)
+
+
+async def test_one_backstop_with_the_clock_unmoved_is_no_stopped_tick(tmp_path, monkeypatch):
+    """(A stall of the whole machine holds the slots back once: they come after it.)"""
+    monkeypatch.setattr(leg_module, "BACKSTOP", 0.2)
+    the_leg, session, clock, t = leg(tmp_path)
+    waiting = asyncio.create_task(the_leg.next_event(t + 10.01))
+    await asyncio.sleep(0.3)  # past the first backstop (0.21 s), short of the second (0.42)
+    clock.advance(t + 10.005)  # the slots come: the clock moved, short of the deadline
+    await asyncio.sleep(0.25)  # the second backstop finds it moved: no stopped tick
+    assert not waiting.done() and session.media_clock is clock
+    clock.advance(t + 10.02)
+    assert await asyncio.wait_for(waiting, 0.2) == (None, t + 10.01)
