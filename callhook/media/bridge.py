@@ -19,9 +19,11 @@ packet. Each direction is a :class:`Feed`, a byte FIFO of G.711 in the
   relayed digits, goes first), or silence when the feed has less than a
   frame: a far end that sends 30 ms packets is repacked into 20 ms frames
   as a byte stream;
-* a feed holds at most :data:`MAX_BUFFERED` bytes (120 ms): a talker whose
-  clock runs fast, or a burst after a stall, costs the oldest audio, never a
-  growing delay;
+* a feed holds at most :data:`MAX_BUFFERED` bytes (500 ms): a burst after a
+  stall on the talker's path (a radio link, a starved sender: it sends what it
+  held all at once) is kept and heard whole, then trimmed back as below; a
+  talker whose clock runs fast, or a longer burst, costs the oldest audio, never
+  a growing delay;
 * what a feed holds beyond its jitter cushion comes back down: nothing takes
   from a feed while the listening side plays something of its own (relayed
   digits: 200 ms each), and a tick that finds it short sends silence and
@@ -30,7 +32,8 @@ packet. Each direction is a :class:`Feed`, a byte FIFO of G.711 in the
   :data:`WINDOW` (1 s) of takes the feed never held less than the frame taken
   plus :data:`SPARE` plus more, that more is its excess: a frame of it goes
   each time a quiet frame (:data:`QUIET`) comes in, or is next, unheard; in
-  speech without a pause for :data:`PATIENCE` (3 s), a frame of speech goes. A backlog shrinks down
+  speech without a pause for :data:`PATIENCE` (3 s), a frame of speech goes, then one
+  every :data:`STRIDE` (200 ms) while the speech goes on. A backlog shrinks down
   to the cushion the jitter it sees needs (the least it held in a window),
   and no further.
 
@@ -52,8 +55,10 @@ from callhook.media import g711
 Law = Literal["ulaw", "alaw"]
 
 FRAME = 160  # bytes of G.711 in 20 ms
-#: The most a feed holds (120 ms): beyond it the oldest audio goes, so delay cannot grow.
-MAX_BUFFERED = 6 * FRAME
+#: The most a feed holds (500 ms): beyond it the oldest audio goes, so delay cannot grow.
+#: More than the usual jitter buffer keeps (Asterisk's ``jbmaxsize`` is 200 ms): a burst
+#: within it is heard whole, its delay trimmed back at the talker's next pauses.
+MAX_BUFFERED = 25 * FRAME
 #: Audio a feed keeps waiting beyond the frame it gives, as a cushion for jitter (20 ms).
 SPARE = FRAME
 #: Takes (20 ms each) over which a feed watches the least it held, before trimming a frame.
@@ -63,6 +68,9 @@ QUIET = 256
 #: Takes (3 s) a feed waits for a quiet frame before it trims one of speech: people pause
 #: between phrases well within that (the load kit's speech does), so speech is rarely cut.
 PATIENCE = 3 * WINDOW
+#: Takes (200 ms) between frames of speech trimmed once PATIENCE ran out: a backlog of
+#: the bound goes within 8 s of unbroken speech, a 20 ms cut at a time.
+STRIDE = 10
 
 
 def _translation(source: Law, target: Law) -> bytes | None:
@@ -150,6 +158,8 @@ class Feed:
                 break
             del self._buffer[:FRAME]
             self._trim()
+            if not quiet:
+                self._waited = PATIENCE - STRIDE  # still speech: the next one sooner
             held -= FRAME
         if held < FRAME:
             return None

@@ -480,15 +480,23 @@ class Connector:
             )
         media = self._media()
         assert media is not None
+        dropped = ""
         if far.session is not None:
-            far.primary.media.session.part(far.session)
+            caller = far.primary.media.session
+            to_far, to_caller = _dropped(caller, far.session), _dropped(far.session, caller)
+            if to_far or to_caller:
+                dropped = (
+                    f"; the bridge dropped {to_far} ms of the caller's audio"
+                    f" and {to_caller} ms of the far end's"
+                )
+            caller.part(far.session)
             media.close(far.port)
         elif far.sock is not None:
             media.release(far.sock, far.port)
         if far.peer:
             self.guard.remove_peer(far.peer)
         self.admission.ended(far.primary.app)
-        logger.info("far leg %s ended: %s (%s)", far.call_id, cause, raw_cause)
+        logger.info("far leg %s ended: %s (%s)%s", far.call_id, cause, raw_cause, dropped)
         fork = far.fork
         if fork is None or far is fork.winner:
             far.primary.leg.inject(CalleeEnded(far.attempt, cause, raw_cause))
@@ -545,3 +553,12 @@ class CallFarLegs:
 
     def run(self, attempt: int, pages: SecondaryPages) -> None:
         self.connector.screening.run_callee(self.call, attempt, pages)
+
+
+def _dropped(talker: MediaSession, listener: MediaSession) -> int:
+    """Milliseconds of ``talker``'s audio that the bridge to ``listener`` left out
+    (media/bridge.py: beyond its bound, or trimmed from a backlog)."""
+    feed = listener.hears
+    if feed is None or talker.tells is not feed:
+        return 0
+    return feed.dropped // 8

@@ -2,7 +2,8 @@
 
 A stream is silence with things placed on it at given times: RFC 4733
 telephone-events (as a phone sends them: 5 packets, then the end packet 3
-times), in-band DTMF tones in the audio, or speech from a WAV file. SIPp
+times), in-band DTMF tones in the audio, or speech from a WAV file; and stalls,
+where the sender is held up and then sends what it held all at once. SIPp
 replays the packets with their pcap timing from its media port to the media
 address in our SDP answer (it rewrites the addresses).
 """
@@ -41,6 +42,7 @@ class Stream:
     payload_type: int = 0
     events: list[tuple[float, str]] = field(default_factory=list)  # (time, digit) RFC 4733
     audio: list[tuple[float, npt.NDArray[np.int16]]] = field(default_factory=list)
+    stalls: list[tuple[float, float]] = field(default_factory=list)  # (time, seconds)
 
     def rfc4733(self, digits: str, at: float, spacing: float = 0.5) -> Stream:
         for i, digit in enumerate(digits):
@@ -55,6 +57,18 @@ class Stream:
     def speech(self, samples: npt.NDArray[np.int16], at: float) -> Stream:
         self.audio.append((at, samples))
         return self
+
+    def stall(self, at: float, seconds: float) -> Stream:
+        """The packets due from ``at`` for ``seconds`` are sent at its end, in one burst
+        (a phone or a link held up), their RTP timestamps and numbers unchanged."""
+        self.stalls.append((at, seconds))
+        return self
+
+    def _sent_at(self, t: float) -> float:
+        for at, seconds in self.stalls:
+            if at <= t < at + seconds:
+                return at + seconds
+        return t
 
     def pcm(self) -> npt.NDArray[np.int16]:
         """The audio part of the stream (what a recording of it should hold)."""
@@ -92,7 +106,7 @@ class Stream:
         out: list[tuple[float, bytes]] = []
         seq, ts0 = 1000, 80000
         for slot in range(round(self.seconds / 0.02)):
-            t = slot * 0.02
+            t = self._sent_at(slot * 0.02)
             if slot in slots:
                 digit, k, first = slots[slot]
                 code = EVENT_CODES[digit]

@@ -10,7 +10,7 @@ import struct
 
 from callhook.events import DigitReceived
 from callhook.media import g711, tones
-from callhook.media.bridge import FRAME, MAX_BUFFERED, PATIENCE, SPARE, WINDOW, Feed
+from callhook.media.bridge import FRAME, MAX_BUFFERED, PATIENCE, SPARE, STRIDE, WINDOW, Feed
 from callhook.media.dtmf import ToneDetector
 from callhook.media.dtmfsend import event_payload
 from callhook.media.session import MediaSession
@@ -47,9 +47,10 @@ def test_a_feed_translates_bounds_and_repacks() -> None:
     feed.push(ulaw[240:480])
     assert feed.frame() == alaw[160:320] and feed.frame() == alaw[320:480]
     same = Feed("ulaw", "ulaw")
-    for _ in range(20):  # 400 ms pushed, none taken: only the newest 120 ms stay
+    for _ in range(30):  # 600 ms pushed, none taken: only the newest 500 ms stay
         same.push(ulaw[:FRAME])
-    assert len(same) == MAX_BUFFERED and same.dropped == 14 * FRAME
+    assert MAX_BUFFERED == 25 * FRAME
+    assert len(same) == MAX_BUFFERED and same.dropped == 5 * FRAME
 
 
 def test_each_side_hears_the_other_in_its_own_law_in_the_same_tick() -> None:
@@ -131,15 +132,17 @@ def test_a_backlog_comes_back_down_to_the_cushion_and_no_further() -> None:
     for frame in sent[5:]:
         feed.push(frame)
         heard.append(feed.frame())
-    # Speech without a pause: one frame (the oldest) goes each time the feed has waited
-    # PATIENCE for a pause in vain, until one frame of cushion is left.
+    # Speech without a pause: once the feed has waited PATIENCE for a pause in vain, one
+    # frame (the oldest) goes, then one every STRIDE, until one frame of cushion is left.
     assert feed.trimmed == 4 * FRAME == feed.dropped
     assert len(feed) == SPARE
     assert all(h is not None for h in heard)
-    # Heard in order but for the four trimmed, 3 s apart; the last one still waits.
+    # Heard in order but for the four trimmed; the last one still waits.
     missing = [n for n, frame in enumerate(sent[:-1]) if frame not in heard]
     assert len(missing) == 4
-    assert all(b - a >= PATIENCE - 1 for a, b in itertools.pairwise(missing))
+    assert missing[0] >= PATIENCE
+    # STRIDE takes apart: the frames between were heard, one each take.
+    assert [b - a - 1 for a, b in itertools.pairwise(missing)] == [STRIDE] * 3
     assert heard == [sent[n] for n in range(len(sent) - 1) if n not in missing]
 
 
@@ -161,7 +164,7 @@ def test_a_feed_keeps_the_cushion_its_jitter_needs() -> None:
 def test_relayed_digits_do_not_leave_the_bridge_late() -> None:
     # The callee takes RFC 4733 events: each digit the caller presses is relayed as an
     # event of 200 ms, during which the caller's audio waits in the feed. Afterwards the
-    # delay comes back down (it stayed at the 120 ms bound, where any jitter costs audio).
+    # delay comes back down (it would stay at the bound, where any jitter costs audio).
     caller = MediaSession("PCMU", 0, 101, CALLER, label="caller")
     callee = MediaSession("PCMU", 0, 101, CALLEE, label="callee")
     caller.join(callee)
