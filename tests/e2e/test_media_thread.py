@@ -21,6 +21,10 @@ prompt is followed by a hang-up: its last frames, queued ahead, go before the ca
 socket is let go. Digits sent as RFC 4733 events go on the same way: the thread sends
 each event's next packets as callhook would have, never audio in an event's middle, and
 a digit due while the loop is behind waits for it, as a prompt's start does.
+
+Recordings decide on the call's audio, not on the loop's clock: sixty callers each pause
+between two words while the loop is stalled, and no recording ends in the pause, though
+by the loop's clock its silence was over before the loop was back.
 Solo: it takes a core from every other test for a few seconds.
 """
 
@@ -42,8 +46,16 @@ from callhook.devtools.harness import AppServer
 from callhook.media import g711, wav
 from callhook.media.dtmf import Rfc4733Receiver
 from tests.e2e import sipp
-from tests.e2e.harness import WORKERS, served, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.rtpsink import RtpSink
+from tests.e2e.rtpstream import Stream
+from tests.e2e.test_recordings import LATE, PREROLL, assert_holds_what_was_sent, clip
 
 pytestmark = [
     pytest.mark.solo,
@@ -289,3 +301,85 @@ async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled
     assert "".join(d for d in got if d is not None) == digits
     durations = [int.from_bytes(p.payload[2:4], "big") for p in events]
     assert durations == [160, 320, 480, 640, 800, 800, 800] * len(digits)
+
+
+#: Calls at once in the recording test: enough that a backlog of their slots takes the
+#: loop longer than one read of the thread's slots (edge/slots.py's BUDGET), so that timers
+#: run in the middle of it, as on a busy server.
+CALLS = 60
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_clock(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Each caller says a word, pauses 0.6 s and says another; each recording ends after
+    0.6 s of silence (counted from the detector's end of the word, 0.3 s after it). The
+    loop is stalled for 0.7 s from 0.35 s into the pause: when it is back, the silence's
+    time is over by the loop's clock, and the loop works off the calls' backlog a part at
+    a time, the runners' timers in between. By the calls' audio (the media clock:
+    docs/architecture.md, "The actions' clock") every caller spoke again in time: each
+    file holds both words and ends on the silence after the second, and its result says
+    so. (On the loop's clock, the timers of calls whose backlog came late stopped them
+    between the words.)"""
+    first, second = clip("1_jackson_1.wav"), clip("2_jackson_2.wav")
+    at = 1.0
+    pause = 0.6
+    again = at + len(first) / 8000 + pause
+    done = again + len(second) / 8000
+    stream = Stream(done + 4.0).speech(first, at).speech(second, again)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    record = {
+        "milliseconds_max_silence": 600,
+        "milliseconds_max_initial_silence": 5000,
+        "seconds_max_duration": 20,
+        "next_page": {"url": "/recorded"},
+    }
+    app.page("/start", [{"record": record}])
+    app.page("/recorded", [{"hang_up": {}}])
+    app.page("/final", None)
+    # (So many calls from one address at once would be a flood to the guard.)
+    async with served(tmp_path, app, workers, "[security]\nrate = 100000\n") as server:
+        text = sipp.scenario(
+            sipp.invite("ivr"),
+            sipp.ANSWERED,
+            sipp.PLAY.format(pcap=pcap),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=30000),
+        )
+        # All the calls within 0.1 s: the stall falls in every caller's pause.
+        rate = ("-m", str(CALLS), "-l", str(CALLS), "-r", str(CALLS), "-rp", "100")
+        running = asyncio.create_task(
+            sipp.run_sipp(
+                text,
+                server.sip,
+                tmp_path,
+                local_port=free_udp_port(),
+                media_port=free_even_udp_port(),
+                extra=rate,
+            )
+        )
+        assert await wait_for_request(app, "/start", timeout=30.0), server.output
+        loop = asyncio.get_running_loop()
+        began = loop.time()  # (the callers' streams start with the answers, about now)
+        await asyncio.sleep(at)
+        assert server.proc is not None
+        pids = serving_processes(server.proc.pid)
+        assert pids, server.output
+        await asyncio.sleep(max(0.0, began + at + len(first) / 8000 + 0.35 - loop.time()))
+        await stall(pids, 0.7)
+        run = await running
+        assert run.returncode == 0, run.output + run.errors + server.output
+    results = [body["action_result"]["result"] for body in app.bodies("/recorded")]
+    assert len(results) == CALLS, server.output
+    short = []
+    for result in results:
+        assert result["reason"] == "silence", result
+        data = (tmp_path / "data" / "media" / "default" / result["filename"]).read_bytes()
+        # The file is the caller's stream, bit for bit, from just before the first word...
+        span = assert_holds_what_was_sent(data, stream.sent(), law="ulaw", sent_law="ulaw")
+        assert at - PREROLL <= span.start <= at, span
+        # ...to the silence after the second: 0.6 s of it and the detector's 0.3 s at most
+        # (a stop may come a little late: the runner acts once the loop worked the tick).
+        if not done + 0.6 - 0.02 <= span.end <= done + 0.6 + 0.3 + LATE:
+            short.append(round(span.end, 2))
+    assert not short, f"{len(short)} of {CALLS} ended elsewhere (s): {short}"
