@@ -39,7 +39,7 @@ class TickClock:
     It moves in steps, and only as far as the media has been worked: while the event
     loop runs behind the wire (the media thread keeps the wire's time and Python works
     its slots later), it stays behind the loop's clock. Actions time their media on it
-    (:meth:`callhook.telephony.leg.SipLeg.now`), so a silence or a key press is timed
+    (:meth:`callhook.telephony.mediaevents.MediaEvents.now`), so a silence or a key press is timed
     where it happened on the wire, not when the loop got to it. ``at`` is None while
     the engine has no call to tick for.
 

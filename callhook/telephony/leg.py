@@ -3,12 +3,10 @@
 It turns the actions' media commands into work for the call's
 :class:`~callhook.media.session.MediaSession` (prompt audio, recording files)
 and hands the session's events to the runner, waking it when something
-happens or a deadline comes. Both are timed on the media's clock
-(:class:`~callhook.clock.TickClock`): each event carries the time of the tick that
-noted it, and a deadline has come when the media has been worked up to it, so an
-action sees a silence or a key press where it happened on the wire even while the
-event loop runs behind the media thread. Signalling goes through the SIP service that
-owns it (answer, hang up); the service tells it when the far end hangs up.
+happens or a deadline comes, both on the media's clock
+(:class:`~callhook.telephony.mediaevents.MediaEvents`). Signalling goes through the
+SIP service that owns it (answer, hang up); the service tells it when the far end hangs
+up.
 
 Speech goes through the process's :class:`~callhook.edge.speechworkers.SpeechService`
 (worker threads): text whose sentences are not cached yet is synthesised
@@ -27,7 +25,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from callhook.clock import TickClock
 from callhook.config.tables import RecordingsSettings
 from callhook.edge.speechworkers import RecognitionFailed, SpeechService
 from callhook.events import (
@@ -78,15 +75,11 @@ from callhook.store.crypto import Key
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter, Written
+from callhook.telephony.mediaevents import MediaEvents
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.transcribing import LiveTranscription, ResultPoster
 
 logger = logging.getLogger("callhook.call")
-
-#: Seconds past a deadline's media time left (on the loop's clock) before a leg looks at
-#: the clock again without the tick's wake-up: the call left the tick meanwhile, or (the
-#: clock unmoved over two such waits) the tick stopped.
-BACKSTOP = 0.5
 
 
 class FarLegs(Protocol):
@@ -131,7 +124,7 @@ class SipLeg:
     ) -> None:
         self.info = info
         self.app_name = app_name
-        self.session = session
+        self.events = MediaEvents(session, f"call {info.call_id}")
         self.prompts = prompts
         self.store = store
         self._answer = answer
@@ -140,16 +133,6 @@ class SipLeg:
         self._dead_reported = False
         self.max_recording_bytes = max_recording_bytes
         self.loop = asyncio.get_running_loop()
-        # Events and the media time each was noted at, in order; the latest media time
-        # read (the clock only goes forward, also across the loop's stand-in).
-        self._queue: deque[tuple[MediaEvent, float]] = deque()
-        self._media_now = 0.0
-        # The media time the runner acts at: the event it took last, or the time it read.
-        self._acting_at: float | None = None
-        # The deadline the media clock wakes this leg at, and what cancels that.
-        self._registered: tuple[float, Callable[[], None]] | None = None
-        self._unmoved = 0  # backstops in a row that found the media clock where it was
-        self._wake = asyncio.Event()
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
         self._recorders: dict[str, WavWriter] = {}
@@ -172,42 +155,31 @@ class SipLeg:
         self._transcription: LiveTranscription | None = None
         self.answered = False
 
+    @property
+    def session(self) -> MediaSession:
+        """The call's media session (its events' too)."""
+        return self.events.session
+
+    @session.setter
+    def session(self, session: MediaSession) -> None:
+        # (An outbound call's is replaced once the callee's answer is known: dialling.py.)
+        self.events.session = session
+
     # --- from the SIP service and the media engine ----------------------------------------
 
     def now(self) -> float:
-        """The call's media time: how far its media has been worked (the loop's clock
-        while it takes part in no tick). The runner acts at that time."""
-        self._acting_at = at = self._clock()
-        return at
-
-    def _clock(self) -> float:
-        clock = self.session.media_clock
-        at = clock.at if clock is not None else None
-        if at is None:
-            at = self.loop.time()
-        if at > self._media_now:
-            self._media_now = at
-        return self._media_now
-
-    def _note(self) -> None:
-        """Move the session's events to the queue, timed now (the engine wakes the leg
-        in the tick that noted them)."""
-        events = self.session.events
-        if events:
-            now = self._clock()
-            queue = self._queue
-            while events:
-                queue.append((events.popleft(), now))
+        """The call's media time, which the runner acts at (:class:`MediaEvents`)."""
+        return self.events.now()
 
     def wake(self) -> None:
-        self._note()
+        self.events.note()
         if self.session.timed_out and not self._dead_reported:
             self._dead_reported = True
             if self._dead is not None:
                 self._dead()
         if self._transcription is not None:
             self._transcription.collect()
-        self._wake.set()
+        self.events.wake()
 
     def _transcribe(self, command: Transcribe) -> None:
         """Start a live transcription, replacing any running (Aculab: one at a time)."""
@@ -236,9 +208,7 @@ class SipLeg:
         self.inject(Aborted(reason))
 
     def inject(self, event: MediaEvent) -> None:
-        self._note()  # (what the media noted before this comes before it)
-        self._queue.append((event, self._clock()))
-        self._wake.set()
+        self.events.inject(event)
 
     # --- call.Leg -------------------------------------------------------------------------
 
@@ -261,7 +231,7 @@ class SipLeg:
                     self._call_recording = None
                     self.session.stop_call_recording()
                 else:
-                    self.session.stop_recording(self._clock())
+                    self.session.stop_recording(self.events.clock())
                 writer = self._recorders.pop(command.filename, None)
                 if writer is not None:
                     self._recorded[command.filename] = writer.seconds
@@ -413,6 +383,8 @@ class SipLeg:
 
     def _collect_utterances(self) -> None:
         utterances = self.session.utterances
+        if not utterances:
+            return
         while utterances:
             self._pending.append((self._generation, utterances.popleft()))
         if self._pending and (self._decoder is None or self._decoder.done()):
@@ -454,7 +426,7 @@ class SipLeg:
         if writer is not None:
             # The runner decided at the media time of its event; the media has been worked
             # on since (the loop was behind): what came meanwhile is in the pre-roll too.
-            at = self._acting_at if catch_up else None
+            at = self.events.acting_at if catch_up else None
             self.session.start_recording(writer, law, command.preroll, at)
 
     def _record_call(self, command: RecordCall) -> None:
@@ -498,15 +470,8 @@ class SipLeg:
         self._recorders[filename] = writer
         return writer
 
-    def _peek(self) -> float | None:
-        """The media time of the next event, None when there is none."""
-        if self.session.utterances:
-            self._collect_utterances()
-        self._note()
-        return self._queue[0][1] if self._queue else None
-
-    def _take(self) -> MediaEvent:
-        event, _ = self._queue.popleft()
+    def _prompt_error(self, event: MediaEvent) -> MediaEvent:
+        """A prompt that finished with an error noted here (its audio failed) says so."""
         if isinstance(event, PromptFinished) and event.error is None:
             error = self._prompt_errors.pop(event.prompt_id, None)
             if error is not None:
@@ -514,75 +479,16 @@ class SipLeg:
         return event
 
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
-        while True:
-            at = self._peek()
-            if at is not None and (deadline is None or at <= deadline):
-                self._acting_at = at
-                return self._take(), at
-            if deadline is not None and (at is not None or self._clock() >= deadline):
-                # (An event noted after the deadline comes after it.)
-                self._acting_at = deadline
-                return None, deadline
-            self._wake.clear()
-            timeout = None
-            if deadline is not None:
-                timeout = deadline - self._clock()
-                clock = self.session.media_clock
-                if clock is not None and clock.at is not None:
-                    # The loop's clock runs ahead of the media's while the loop is behind:
-                    # the tick that reaches the deadline wakes the leg (the loop's timer
-                    # only stands by, in case the call leaves the tick).
-                    self._wake_at(clock, deadline)
-                    timeout += BACKSTOP
-            seen = self._clock()
-            # asyncio.timeout, not wait_for (which, in Python 3.11, can swallow a cancellation).
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                # (Once could be a stall of the whole machine: the slots come after it.)
-                self._unmoved = self._unmoved + 1 if self._clock() == seen else 0
-                if deadline is not None and self._unmoved >= 2 and self._media_stopped():
-                    self._acting_at = deadline
-                    return None, deadline
-
-    def _media_stopped(self) -> bool:
-        """Twice in a row the backstop came and the media clock had not moved since the
-        wait began (past the deadline's media time left and :data:`BACKSTOP` more of the
-        loop's): the tick has stopped while the call is in it. Its actions go on, on the loop's
-        clock from now on, said once."""
-        if self.session.media_clock is None:
-            return False
-        self.session.media_clock = None
-        logger.warning(
-            "call %s: the media tick stopped; the call's timers run on the loop's clock",
-            self.info.call_id,
-        )
-        return True
-
-    def _wake_at(self, clock: TickClock, deadline: float) -> None:
-        registered = self._registered
-        if registered is not None:
-            if registered[0] == deadline:
-                return
-            registered[1]()
-        self._registered = (deadline, clock.call_at(deadline, self._deadline_came))
-
-    def _deadline_came(self) -> None:
-        self._registered = None
-        self._wake.set()
+        return await self.events.next_event(deadline, self._collect_utterances, self._prompt_error)
 
     def take_pending(self) -> list[MediaEvent]:
-        events = []
-        while self._peek() is not None:
-            events.append(self._take())
-        return events
+        return self.events.take_pending(self._collect_utterances, self._prompt_error)
 
     async def answer(self) -> None:
         if not self.answered:
             self.answered = True
             await self._answer()
-            self.session.expect_rtp(self._clock())  # the dead-call clock starts
+            self.session.expect_rtp(self.events.clock())  # the dead-call clock starts
 
     async def hang_up(self) -> str:
         self.finish()
@@ -596,9 +502,7 @@ class SipLeg:
 
     def finish(self) -> None:
         """The call is over: make sure no recording is left open, stop speech work."""
-        if self._registered is not None:
-            self._registered[1]()
-            self._registered = None
+        self.events.close()
         for prompt_id in list(self._streaming):
             self._cancel_stream(prompt_id)
         self._generation += 1
@@ -611,7 +515,7 @@ class SipLeg:
             self._transcription.stop()
             self._transcription = None
         if self._recorders:
-            self.session.stop_recording(self._clock())
+            self.session.stop_recording(self.events.clock())
             self.session.stop_call_recording()
             self._call_recording = None
             for filename, writer in self._recorders.items():

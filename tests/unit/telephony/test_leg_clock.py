@@ -1,4 +1,5 @@
-"""A real call's leg times events and deadlines on the media's clock (telephony/leg.py).
+"""A real call's leg times events and deadlines on the media's clock (telephony/leg.py,
+telephony/mediaevents.py).
 
 While the event loop runs behind the wire, the media engine works the media thread's
 slots late, each at its own time; the actions' clock is how far the media has been
@@ -21,7 +22,7 @@ from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
 from callhook.ports import CallInfo
 from callhook.store.files import MediaStore
-from callhook.telephony import leg as leg_module
+from callhook.telephony import mediaevents
 from callhook.telephony.leg import SipLeg
 from callhook.telephony.prompts import PromptAudio
 
@@ -221,7 +222,7 @@ async def test_a_recording_that_heard_nothing_stays_empty_however_late(tmp_path)
 async def test_a_tick_that_stops_while_the_call_is_in_it_leaves_the_loops_clock(
     tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(leg_module, "BACKSTOP", 0.02)
+    monkeypatch.setattr(mediaevents, "BACKSTOP", 0.02)
     the_leg, session, _, t = leg(tmp_path)
     # The clock is at T + 10 and never moves again.
     got = await asyncio.wait_for(the_leg.next_event(t + 10.01), 1)
@@ -235,7 +236,7 @@ async def test_a_tick_that_stops_while_the_call_is_in_it_leaves_the_loops_clock(
 
 async def test_one_backstop_with_the_clock_unmoved_is_no_stopped_tick(tmp_path, monkeypatch):
     """(A stall of the whole machine holds the slots back once: they come after it.)"""
-    monkeypatch.setattr(leg_module, "BACKSTOP", 0.2)
+    monkeypatch.setattr(mediaevents, "BACKSTOP", 0.2)
     the_leg, session, clock, t = leg(tmp_path)
     waiting = asyncio.create_task(the_leg.next_event(t + 10.01))
     await asyncio.sleep(0.3)  # past the first backstop (0.21 s), short of the second (0.42)
@@ -244,3 +245,18 @@ async def test_one_backstop_with_the_clock_unmoved_is_no_stopped_tick(tmp_path, 
     assert not waiting.done() and session.media_clock is clock
     clock.advance(t + 10.02)
     assert await asyncio.wait_for(waiting, 0.2) == (None, t + 10.01)
+
+
+async def test_a_session_replaced_after_the_answer_is_the_one_whose_events_and_clock_count(
+    tmp_path,
+):
+    """(An outbound call's session is made anew from the callee's answer: dialling.py.)"""
+    the_leg, old, clock, t = leg(tmp_path)
+    new = MediaSession("PCMU", 0, 101, PEER)
+    new.media_clock = clock
+    the_leg.session = new
+    assert the_leg.session is new and the_leg.events.session is new
+    old.events.append(DigitReceived("1"))  # the old session's: nobody's any more
+    note(the_leg, new, clock, t + 10.1, DigitReceived("2"))
+    assert the_leg.take_pending() == [DigitReceived("2")]
+    assert the_leg.now() == t + 10.1
