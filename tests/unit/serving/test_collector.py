@@ -117,11 +117,12 @@ async def test_the_media_tick_collects_the_young_generations_once_its_packets_ar
 
     work = engine._work
 
-    def working(now: float, received: Sequence[Any], slot: int | None = None) -> None:
+    def working(now: float, received: Sequence[Any], slot: int | None = None) -> bool:
         order.append("work")
-        work(now, received, slot)
+        woke = work(now, received, slot)
         if len(order) > 3:
             raise RuntimeError("a bug in the tick")
+        return woke
 
     engine._work = working  # type: ignore[method-assign]
 
