@@ -208,20 +208,22 @@ def test_each_slot_brings_the_datagrams_read_in_it_at_most_rounds_per_socket(
         for i in range(10):  # a burst: more than `rounds` (6)
             caller.sendto(rtp(i, 160 * i), line.getsockname())
         caller.sendto(b"report", rtcp.getsockname())
-        time.sleep(0.05)  # (the loopback delivers them)
+        # (The loopback delivers them; on a loaded machine its receive can be deferred to
+        # ksoftirqd for some milliseconds, which the kernel's timestamps then show.)
+        time.sleep(0.2)
         slot, when, late, skipped, items = run(plane, 1)
         assert (slot, when, late, skipped) == (1, at(1), 0.0, 0)
         rtp_items = [i for i in items if i[0] == ("call", "rtp")]
         assert [header(d)[2] for _, d, _, _ in rtp_items] == [0, 1, 2, 3, 4, 5]
         assert [d for k, d, _, _ in items if k == ("call", "rtcp")] == [b"report"]
         assert {a for _, _, a, _ in items} == {caller.getsockname()}
-        # Each comes with when it reached the host, on the slots' clock: 50 ms before.
-        assert all(when - 1.0 < came <= when - 0.045 for _, _, _, came in items)
+        # Each comes with when it reached the host, on the slots' clock: 200 ms before.
+        assert all(when - 1.0 < came <= when - 0.1 for _, _, _, came in items)
         later = run(plane, 2)[4]
         assert [header(d)[2] for _, d, _, _ in later] == [6, 7, 8, 9]
-        # Read a slot later, they too came 50 ms (of the real clock) before: the kernel's
+        # Read a slot later, they too came 200 ms (of the real clock) before: the kernel's
         # time, not the read's.
-        assert all(came <= at(2) - 0.045 for _, _, _, came in later)
+        assert all(came <= at(2) - 0.1 for _, _, _, came in later)
 
 
 def test_a_datagram_too_big_for_a_record_is_dropped_and_counted(plane: Plane) -> None:
