@@ -67,18 +67,14 @@ class TickClock:
 
         return cancel
 
-    def advance(self, now: float) -> int:
-        """The engine worked the tick at ``now``: the callbacks due by then are called;
-        how many."""
+    def advance(self, now: float) -> None:
+        """The engine worked the tick at ``now``: the callbacks due by then are called."""
         self.at = now
         due = self._due
-        called = 0
         while due and due[0][0] <= now:
             callback = heapq.heappop(due)[2]
             if callback is not None:
                 callback()
-                called += 1
-        return called
 
     def stop(self) -> None:
         """No call is ticked any more: ``at`` is None, and what waits is called now (its

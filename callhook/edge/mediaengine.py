@@ -391,12 +391,12 @@ class MediaEngine:
         else:
             logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
 
-    def _slot(self, slot: int, when: float, received: Received) -> bool:
+    def _slot(self, slot: int, when: float, received: Received) -> None:
         """The media thread's slot ``slot`` (at ``when``): its work (edge/slots.py reads
-        them in order); whether it woke a call."""
+        them in order)."""
         if not self.streams:
             self.overload.tick(0.0, time.monotonic())
-            return False  # (the thread goes on between calls: nothing to do)
+            return  # (the thread goes on between calls: nothing to do)
         cpu = time.thread_time()
         # (The thread's clock, read afresh: uvloop's loop.time() is the loop's iteration
         # start, in whole milliseconds.)
@@ -406,7 +406,7 @@ class MediaEngine:
         self.overload.tick(lag, started)
         self._worked = slot - 1
         try:
-            return self._work(when, received, slot + AHEAD)
+            self._work(when, received, slot + AHEAD)
         finally:
             self.durations.append((time.monotonic() - started) * 1000)
             if self.after_tick is not None:
@@ -451,12 +451,11 @@ class MediaEngine:
         now: float,
         received: Sequence[inlet.Datagram],
         slot: int | None = None,
-    ) -> bool:
+    ) -> None:
         """One tick at ``now`` with the datagrams ``received`` in it; its packets go at once
-        (no ``slot``) or in the media thread's ``slot``. Whether it woke a call (an event,
-        or a deadline the media clock reached)."""
+        (no ``slot``) or in the media thread's ``slot``."""
         wall = time.time()
-        woke = self.clock.advance(now) > 0
+        self.clock.advance(now)
         self._receive(now, received)
         if self._socketless:
             self._receive_attached(now)
@@ -471,7 +470,7 @@ class MediaEngine:
         late = plane is not None and slot is not None and slot <= plane.slot
         held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
         try:
-            woke = self._send_all(roster, now, wall, slot) or woke
+            self._send_all(roster, now, wall, slot)
         finally:
             for player in held:
                 player.resume()
@@ -486,12 +485,10 @@ class MediaEngine:
             # Every datagram read from the thread is worked: the calls whose receive is in
             # its usual state go to the thread (edge/_rx.h), until they need Python again.
             plane.own(roster.sending, slot - AHEAD)
-        return woke
 
-    def _send_all(self, roster: _Roster, now: float, wall: float, slot: int | None) -> bool:
+    def _send_all(self, roster: _Roster, now: float, wall: float, slot: int | None) -> None:
         """Step 3: every call's packet, at once (no ``slot``) or for the thread's ``slot``,
-        the playing prompts' cover with them; then the RTCP reports due, and the calls
-        with news woken (whether any was)."""
+        the playing prompts' cover with them; then the RTCP reports due."""
         streams = roster.streams
         plane = self.plane
         # The usual packets are made in C (media/outlet.py); the other calls' in Python.
@@ -514,10 +511,9 @@ class MediaEngine:
             if self._due_faults == 1:  # (it may fail every tick: logged once)
                 logger.exception("choosing the calls with a report or news failed")
             due = list(range(len(streams)))
-        woke = False
         for i in due:
             try:
-                woke = self._report(streams[i], now, wall) or woke
+                self._report(streams[i], now, wall)
             except Exception:
                 self._fault(streams[i], "sending")
         if plane is None:
@@ -537,7 +533,6 @@ class MediaEngine:
             cover = outlet.cover_all(roster.sending, COVER)
             if cover and plane.cover(cover, slot):
                 outlet.uncover(roster.sending)
-        return woke
 
     def _send(
         self,
@@ -558,9 +553,8 @@ class MediaEngine:
         elif self.plane is not None and stream.sock is not None and slot is not None:
             self.plane.quiet(stream.fd, slot)  # on hold: nothing in its place from then
 
-    def _report(self, stream: _Stream, now: float, wall: float) -> bool:
-        """The call's RTCP report when one is due, and its leg woken when it has news
-        (whether it was).
+    def _report(self, stream: _Stream, now: float, wall: float) -> None:
+        """The call's RTCP report when one is due, and its leg woken when it has news.
 
         The reference of ``outlet.due_all``, which leaves out the calls for which this
         has nothing to do: a change here is made there too (tests/unit/media/test_outlet.py)."""
@@ -578,8 +572,6 @@ class MediaEngine:
         transcript = session.transcriber is not None and session.transcriber.pieces
         if session.events or session.utterances or session.timed_out or transcript:
             stream.wake()
-            return True
-        return False
 
     def _fault(self, stream: _Stream, doing: str, exc: BaseException | None = None) -> None:
         """A session raised ``exc`` (a bug): contained to its call, logged the first time

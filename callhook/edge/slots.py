@@ -11,11 +11,7 @@ datagrams read in it:
   just before it) are skipped here too;
 * it works for at most :data:`BUDGET` of wall time a call, then lets the loop's other
   work (SIP, the runners) run and goes on at the loop's next turn: a backlog is worked
-  off at once, and nothing else waits long;
-* a slot whose work woke a call (an event, a deadline: ``work`` returns True) is the
-  last one of the turn too: the call's runner acts before more of its media is worked,
-  so a recording it stops ends at the slot that decided, not where the backlog's work
-  had got to.
+  off at once, and nothing else waits long.
 """
 
 from __future__ import annotations
@@ -36,14 +32,13 @@ Received = list[tuple[Any, bytes, Address, float]]
 
 
 class SlotReader:
-    """Reads ``plane``'s slots and calls ``work(slot, when, received)`` for each, in order
-    (True from it: a call was woken, the loop's other work goes first)."""
+    """Reads ``plane``'s slots and calls ``work(slot, when, received)`` for each, in order."""
 
     def __init__(
         self,
         plane: Plane,
         loop: asyncio.AbstractEventLoop,
-        work: Callable[[int, float, Received], bool],
+        work: Callable[[int, float, Received], None],
         tick: float,
     ) -> None:
         self.plane = plane
@@ -80,8 +75,7 @@ class SlotReader:
                 continue
             if time.monotonic() > until:
                 break
-            if self.work(*backlog.popleft()):
-                break  # a call was woken: it acts before more of the media is worked
+            self.work(*backlog.popleft())
         if not self.soon:  # more are waiting: after the loop's other work
             self.soon = True
             self.loop.call_soon(self.read)

@@ -24,8 +24,7 @@ a digit due while the loop is behind waits for it, as a prompt's start does.
 
 Recordings decide on the call's audio, not on the loop's clock: sixty callers each pause
 between two words while the loop is stalled, and no recording ends in the pause, though
-by the loop's clock its silence was over before the loop was back; stalled again as
-their silence runs out, each ends at the slot that decided.
+by the loop's clock its silence was over before the loop was back.
 Solo: it takes a core from every other test for a few seconds.
 """
 
@@ -56,7 +55,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.rtpsink import RtpSink
 from tests.e2e.rtpstream import Stream
-from tests.e2e.test_recordings import PREROLL, assert_holds_what_was_sent, clip
+from tests.e2e.test_recordings import LATE, PREROLL, assert_holds_what_was_sent, clip
 
 pytestmark = [
     pytest.mark.solo,
@@ -322,9 +321,7 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
     docs/architecture.md, "The actions' clock") every caller spoke again in time: each
     file holds both words and ends on the silence after the second, and its result says
     so. (On the loop's clock, the timers of calls whose backlog came late stopped them
-    between the words.) The loop is stalled again as the recordings' silence runs out:
-    each still ends at the slot that decided, not where the work of the backlog had got
-    to when its runner stopped it (0.4 s later, before the slots' work paused there)."""
+    between the words.)"""
     first, second = clip("1_jackson_1.wav"), clip("2_jackson_2.wav")
     at = 1.0
     pause = 0.6
@@ -370,10 +367,6 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
         assert pids, server.output
         await asyncio.sleep(max(0.0, began + at + len(first) / 8000 + 0.35 - loop.time()))
         await stall(pids, 0.7)
-        # Again from 0.3 s before the recordings' end (the second word's silence over):
-        # when the loop is back, the slot that ends each is in the backlog.
-        await asyncio.sleep(max(0.0, began + done + 0.6 - loop.time()))
-        await stall(pids, 0.7)
         run = await running
         assert run.returncode == 0, run.output + run.errors + server.output
     results = [body["action_result"]["result"] for body in app.bodies("/recorded")]
@@ -385,9 +378,8 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
         # The file is the caller's stream, bit for bit, from just before the first word...
         span = assert_holds_what_was_sent(data, stream.sent(), law="ulaw", sent_law="ulaw")
         assert at - PREROLL <= span.start <= at, span
-        # ...to the silence after the second: 0.6 s of it and the detector's 0.3 s, to
-        # the slot (a word's quiet last frames count as silence; the slots' work pauses
-        # at the one that decided, for the runner to stop the recording there).
-        if not done + 0.6 - 0.02 <= span.end <= done + 0.6 + 0.3 + 0.06:
+        # ...to the silence after the second: 0.6 s of it and the detector's 0.3 s at most
+        # (a stop may come a little late: the runner acts once the loop worked the tick).
+        if not done + 0.6 - 0.02 <= span.end <= done + 0.6 + 0.3 + LATE:
             short.append(round(span.end, 2))
     assert not short, f"{len(short)} of {CALLS} ended elsewhere (s): {short}"

@@ -117,33 +117,6 @@ async def test_the_calls_media_clock_is_the_time_of_the_tick_worked_last() -> No
         engine.shutdown()
 
 
-async def test_a_tick_says_whether_it_woke_a_call() -> None:
-    """A tick that wakes a call (news in its session, a deadline its media clock reached)
-    says so: the media thread's slots are then worked no further before the call's runner
-    acts (edge/slots.py)."""
-    engine = MediaEngine("127.0.0.1", 41400, 41500, thread=False)
-    try:
-        peer = ("127.0.0.1", 5004)
-        session = MediaSession("PCMU", 0, 101, peer, label="call web")
-        woken: list[float] = []
-        key = engine.attach(session, lambda data: None, lambda: woken.append(1))
-        now = asyncio.get_running_loop().time()
-        assert engine._work(now, []) is False and not woken
-        for seq, end in enumerate((False, False, True)):  # a key press: RFC 4733, 101
-            flags = 0x80 if end else 0
-            event = bytes([5, flags | 10]) + (160 * (seq + 1)).to_bytes(2, "big")
-            engine.deliver(key, RtpPacket(101, seq == 0, seq, 0, 1234, event).serialize(), peer)
-        assert engine._work(now + 0.02, []) is True and woken  # the digit is news
-        session.events.clear()
-        deadline: list[float] = []
-        engine.clock.call_at(now + 0.06, lambda: deadline.append(1))
-        assert engine._work(now + 0.04, []) is False
-        assert engine._work(now + 0.06, []) is True and deadline  # a deadline came
-        engine.close(key)
-    finally:
-        engine.shutdown()
-
-
 async def test_a_failing_batched_speech_model_run_is_logged_once_and_costs_no_audio(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,11 +160,11 @@ def test_the_tick_clock_calls_back_once_the_media_reaches_a_time():
     cancel = clock.call_at(0.5, lambda: called.append("cancelled"))
     clock.call_at(0.7, lambda: called.append("b"))
     cancel()
-    assert clock.advance(0.6) == 0  # (the cancelled one is not called, nor counted)
+    clock.advance(0.6)
     assert (called, clock.at) == ([], 0.6)
-    assert clock.advance(1.0) == 2  # how many it called: the engine's "a call woke"
+    clock.advance(1.0)
     assert called == ["b", "a"]
-    assert clock.advance(2.0) == 0
+    clock.advance(2.0)
     assert called == ["b", "a"]  # once each
     clock.call_at(5.0, lambda: called.append("c"))
     clock.stop()
