@@ -172,7 +172,8 @@ class SipLeg:
         return self.events.now()
 
     def wake(self) -> None:
-        self.events.note()
+        # (The events note what the media noted: here at the end, and before any event
+        # the hang-up of a dead call injects, which comes after them.)
         if self.session.timed_out and not self._dead_reported:
             self._dead_reported = True
             if self._dead is not None:
