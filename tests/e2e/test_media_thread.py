@@ -36,6 +36,7 @@ import re
 import resource
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -121,33 +122,53 @@ def media_thread(pid: int) -> int | None:
     return None
 
 
-#: A process that holds one core (its first argument) for the seconds its second says:
+#: A process that holds one core (its first argument) for the seconds its second says,
+#: from the moment a line comes on its standard input (it says "ready" when it waits for
+#: it, so that the stall begins when the test wants, not when a Python has started):
 #: under SCHED_FIFO, nothing of the normal class runs on that core meanwhile.
 BUSY = (
     "import os, sys, time\n"
     "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
     "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.readline()\n"
     "end = time.monotonic() + float(sys.argv[2])\n"
     "while time.monotonic() < end: pass\n"
 )
 
 
-async def stall(pids: list[int], seconds: float) -> None:
+async def stall(
+    pids: list[int], seconds: float, cue: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Stall the event loop (each process's main thread) of ``pids`` for about
-    ``seconds``: the loop pinned to a core a busy SCHED_FIFO process holds, the media
-    thread to another. (The kernel's real-time throttling leaves the normal class 5% of
-    each second: a stall of well under a second is whole.)"""
+    ``seconds``, as soon as ``cue`` (if any) returns: the loop pinned to a core a busy
+    SCHED_FIFO process holds, the media thread to another. (The kernel's real-time
+    throttling leaves the normal class 5% of each second: a stall of well under a second
+    is whole.)"""
     everywhere = os.sched_getaffinity(0)
-    medias = [tid for tid in (media_thread(pid) for pid in pids) if tid is not None]
-    for tid in medias:
-        os.sched_setaffinity(tid, {MEDIA_CORE})
-    for tid in pids:
-        os.sched_setaffinity(tid, {LOOP_CORE})
-    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(LOOP_CORE), str(seconds)])
+    busy = subprocess.Popen(
+        [sys.executable, "-c", BUSY, str(LOOP_CORE), str(seconds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert busy.stdin is not None and busy.stdout is not None
+    medias: list[int] = []
     try:
+        assert await asyncio.to_thread(busy.stdout.readline) == "ready\n"
+        if cue is not None:
+            await cue()
+        medias = [tid for tid in (media_thread(pid) for pid in pids) if tid is not None]
+        for tid in medias:
+            os.sched_setaffinity(tid, {MEDIA_CORE})
+        for tid in pids:
+            os.sched_setaffinity(tid, {LOOP_CORE})
+        busy.stdin.write("go\n")
+        busy.stdin.flush()
         await asyncio.to_thread(busy.wait)
     finally:
         busy.kill()
+        busy.wait()
         for tid in pids + medias:
             os.sched_setaffinity(tid, everywhere)
 
@@ -194,10 +215,12 @@ async def stalled_call(
     workers: int,
     stalls: tuple[float, ...],
     offer: str | None = None,
+    cue: Callable[[RtpSink], Awaitable[None]] | None = None,
 ) -> tuple[RtpSink, dict[str, float]]:
     """SIPp calls serve running ``app`` (hung up by serve); its loop is stalled for 0.3 s
-    at each of ``stalls`` (seconds after the first page was asked for). What the caller
-    heard, and the media threads' counters."""
+    at each of ``stalls`` (seconds after the first page was asked for; then, with a
+    ``cue``, as soon as it returns). What the caller heard, and the media threads'
+    counters."""
     async with RtpSink() as sink, served(tmp_path, app, workers) as server:
         parts = [
             (offer or sipp.invite("ivr", "PCMU", True)).replace(
@@ -216,7 +239,7 @@ async def stalled_call(
         assert pids, server.output
         for at in stalls:
             await asyncio.sleep(max(0.0, began + at - loop.time()))
-            await stall(pids, 0.3)
+            await stall(pids, 0.3, None if cue is None else lambda: cue(sink))
         run = await running
         _, stats = await server.api("GET", "/api/stats")
     assert run.returncode == 0, run.output + run.errors + server.output
@@ -285,7 +308,10 @@ async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled
     app.page("/start", [{"play": {"play_list": [{"digits_to_play": digits}]}}, {"hang_up": {}}])
     app.page("/final", None)
     invite, audio, event, silence = OFFERS[offer]
-    sink, _ = await stalled_call(tmp_path, app, workers, (0.5, 1.2), invite)
+    # Each stall begins as a digit's event does: the loop has sent its first frames ahead
+    # (AHEAD), and the thread must go on with the rest. (A stall from a pause between
+    # digits would leave the thread nothing of the call's own to send.)
+    sink, _ = await stalled_call(tmp_path, app, workers, (0.5, 1.2), invite, event_begins)
     ordered = sorted(sink.packets, key=lambda p: (p.sequence - sink.packets[0].sequence) & 0xFFFF)
     assert {p.payload_type for p in ordered} == {audio, event}
     # Between the digits, silence in the call's law (Python's, or the thread's filler).
@@ -301,6 +327,16 @@ async def test_digits_sent_as_events_go_on_whole_while_the_event_loop_is_stalled
     assert "".join(d for d in got if d is not None) == digits
     durations = [int.from_bytes(p.payload[2:4], "big") for p in events]
     assert durations == [160, 320, 480, 640, 800, 800, 800] * len(digits)
+
+
+async def event_begins(sink: RtpSink) -> None:
+    """Returns as the next RFC 4733 event's first packet (its marker: §2.4.2) comes."""
+    seen = len(sink.packets)
+    while True:
+        await asyncio.sleep(0.002)
+        came, seen = sink.packets[seen:], len(sink.packets)
+        if any(p.marker and len(p.payload) == 4 for p in came):
+            return
 
 
 #: Calls at once in the recording test: enough that a backlog of their slots takes the
