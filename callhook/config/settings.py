@@ -66,7 +66,7 @@ A config file is TOML::
     max_lag_ms = 60                     # new calls get 503 while the media runs this far behind
     thread_fifo = 0                     # SCHED_FIFO priority for the media thread (0: off)
     thread_nice = 0                     # nice level for the media thread (0: the process's)
-    thread_receive = true               # the thread takes resting calls' packets itself
+    thread_receive = true               # the thread takes calls' usual packets itself
 
     [database]                          # shared state for several nodes (docs/scaling.md)
     url = "postgresql://callhook@db.example.com/callhook"  # default: SQLite in data_dir

@@ -144,7 +144,7 @@ class MediaSettings:
     thread_fifo: int = 0
     #: Nice level for the media thread (-20 to 19; 0: the process's).
     thread_nice: int = 0
-    #: The media thread takes the usual packets of calls whose voice detector rests.
+    #: The media thread takes the usual packets of calls whose voice detector runs no model.
     thread_receive: bool = True
 
 

@@ -4,12 +4,18 @@
  * Why: at 400 calls the usual packet's receive and detection on the event loop (the
  * datagram made a Python object, taken in C, decoded and measured, fed to the gate) was
  * about a quarter of the loop's CPU, and the loop's CPU share is what a busy machine
- * runs short of.  While a call's detector rests (a prompt, digit entry: nothing listens
- * for voice activity) and nothing else hears the caller, what a packet changes is a
- * handful of numbers and two small rings: the thread keeps them (an Rx) and Python never
- * sees the packet.  The Python path stays the reference (session.py's receive, rtp.py's
- * feed_next, vad.py's feed): this changes exactly what they would, in the same order of
- * floating-point operations (tests/unit/edge/test_plane_rx.py compares the two).
+ * runs short of.  Most of a call's packets change only a handful of numbers and a few
+ * small rings: the thread keeps them (an Rx) and Python never sees the packet.  That is
+ * so while nothing but detection and a recording hear the caller, and the detector is in
+ * one of three states that run no speech model and say no edge (`mode`): resting (a
+ * prompt, digit entry: nothing listens), listening with its gate closed (a quiet line
+ * while a recording waits for the caller's words or their end), or in an utterance the
+ * model confirmed, which the energy holds.  A recording's frames wait in the Rx
+ * (`rec`) and Python writes them when it takes the line back (the line goes back when
+ * they fill it).  The Python path stays the reference (session.py's receive, rtp.py's
+ * feed_next, vad.py's feed, recorder.py's frame): this changes exactly what they would,
+ * in the same order of floating-point operations (tests/unit/edge/test_plane_rx.py
+ * compares the two).
  *
  * Who holds the state (`owner`): Python gives a line to the thread (_rxpy.h, Plane.own)
  * only when no datagram or record of the line is on its way to Python (every one the
@@ -42,11 +48,24 @@
 
 /* The payload the thread takes: G.711 at 20 ms (other sizes stay with Python). */
 #define RX_FRAME 160
-/* Room for session.py's PREROLL_FRAMES and vad.py's BLOCKS (checked when given). */
+/* Room for session.py's PREROLL_FRAMES, vad.py's BLOCKS and PREROLL (checked when given). */
 #define RX_PREROLL 64
 #define RX_BLOCKS 16
+#define RX_VAD_PREROLL 16
+/* A recording's frames the thread holds before the line goes back for Python to write
+ * them (1 s: a crash loses at most this much more than Python's own 200 ms of pending
+ * audio, wavfile.py's FLUSH_BYTES). */
+#define RX_RECORDS 50
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };
+
+/* The detector's state while the thread holds it: vad.py's feed() runs no model and
+ * says no edge in each (any frame that would is Python's, with the line). */
+enum {
+    RX_RESTING = 0, /* paused: nothing listens for voice activity */
+    RX_CLOSED = 1,  /* listening, the gate closed: a quiet line */
+    RX_HELD = 2,    /* listening, an utterance the model confirmed, the energy holds */
+};
 
 typedef struct {
     atomic_int lock;
@@ -69,12 +88,22 @@ typedef struct {
     int pre_max, pre_head, pre_size;
     long long pre_ts[RX_PREROLL];
     unsigned char pre[RX_PREROLL][RX_FRAME];
-    /* vad.py's detector, paused: the noise floor and the hangover */
+    /* vad.py's detector (GateCore's fields and the model's gain: _gate.h, vad.py) */
+    int mode; /* RX_RESTING, RX_CLOSED or RX_HELD */
     long long run, closed_for, block_count, hangover_frames, block_frames, closed_long;
-    double block_min, history_floor;
-    int prior, active;
+    long long gate_quiet;
+    double block_min, history_floor, margin, min_power, start_power, hold, release;
+    double gain_floor, gain_db, gain, model_floor_dbfs, max_gain_db, gain_step_db;
+    int prior, active, says_speech;
     int blocks_max, blocks_head, blocks_size;
     double blocks[RX_BLOCKS];
+    /* its pre-roll while the gate is closed (RX_CLOSED): the frames decoded, oldest first */
+    int vpre_max, vpre_head, vpre_size, vpre_changed;
+    int16_t vpre[RX_VAD_PREROLL][RX_FRAME];
+    /* the recording's frames not yet written (recorder.py's CallerRecording.frame) */
+    int recording, rec_size, rec_full;
+    long long rec_ts[RX_RECORDS];
+    unsigned char rec[RX_RECORDS][RX_FRAME];
     /* the last slot whose end is done; slot n's time: origin + n * tick (ns) */
     long long ended;
     int64_t origin, tick;
@@ -105,43 +134,135 @@ static inline void rx_lock(Rx *rx) {
 
 static inline void rx_unlock(Rx *rx) { atomic_store_explicit(&rx->lock, 0, memory_order_release); }
 
-/* vad.py's feed() of a frame of `power` while the detector is paused: whether it changes
- * no edge (the hangover of an utterance running out is one: Python's). */
-static inline int rx_gate_usual(const Rx *rx) {
-    return !(rx->active && rx->run + 1 >= rx->hangover_frames);
+/* What a frame changes of the detector, worked out before anything changes (rx_vad_plan)
+ * and then made (rx_vad_take). */
+typedef struct {
+    double block_min, history_floor;
+    long long block_count, run, gate_quiet;
+    int completes, prior;
+} RxPlan;
+
+/* The noise floor once a block of `block_min` joins the blocks (vad.py's feed(): the
+ * prior's block dropped, or the oldest of a full deque; then their minimum). */
+static inline double rx_next_floor(const Rx *rx, double block_min) {
+    double floor = block_min;
+    if (rx->prior)
+        return floor;
+    int skip = rx->blocks_size == rx->blocks_max ? 1 : 0;
+    for (int i = skip; i < rx->blocks_size; i++) {
+        double b = rx->blocks[(rx->blocks_head + i) % rx->blocks_max];
+        if (b < floor)
+            floor = b;
+    }
+    return floor;
 }
 
-/* ... and that frame fed (rx_gate_usual first): the floor (a running minimum over blocks
- * of frames), the hangover's count, the gate kept closed. */
-static inline void rx_gate_feed(Rx *rx, double power) {
-    double block_min = power < rx->block_min ? power : rx->block_min;
-    long long block_count = rx->block_count + 1;
-    if (block_count >= rx->block_frames) {
+/* vad.py's feed() of a frame of `power` in the detector's `mode`: 1 and `plan` made
+ * where it runs no model and says no edge (the frame the thread's), 0 where it would
+ * (Python's: nothing changed).  As feed() and _gated() do, and _gate.c's feed(). */
+static inline int rx_vad_plan(const Rx *rx, double power, RxPlan *plan) {
+    /* The noise floor: this frame's is the blocks' and this block's so far; a frame
+     * that completes a block moves the blocks' floor and ends the prior. */
+    plan->block_min = power < rx->block_min ? power : rx->block_min;
+    plan->block_count = rx->block_count + 1;
+    double floor = rx->history_floor < plan->block_min ? rx->history_floor : plan->block_min;
+    plan->completes = plan->block_count >= rx->block_frames;
+    plan->history_floor = plan->completes ? rx_next_floor(rx, plan->block_min) : rx->history_floor;
+    plan->prior = plan->completes ? 0 : rx->prior;
+    plan->gate_quiet = rx->gate_quiet;
+    if (rx->mode == RX_RESTING) {
+        /* _gated(): no speech; _edge(False): a hangover frame, or none. */
+        plan->run = rx->active ? rx->run + 1 : 0;
+        return !(rx->active && plan->run >= rx->hangover_frames);
+    }
+    double minimum = plan->prior ? rx->start_power : rx->min_power;
+    double threshold = floor * rx->margin;
+    if (minimum > threshold)
+        threshold = minimum;
+    if (rx->mode == RX_CLOSED) {
+        /* Quiet: the gate stays closed (loud: it opens, the model runs). */
+        plan->run = 0;
+        return !(power > threshold);
+    }
+    /* RX_HELD: an utterance held by the energy, while the gate stays open. */
+    double open = threshold * rx->hold;
+    int loud = power > (rx->min_power > open ? rx->min_power : open);
+    plan->gate_quiet = loud ? 0 : rx->gate_quiet + 1;
+    if (plan->gate_quiet >= rx->hangover_frames)
+        return 0; /* the gate closes: the model sees the closing frame */
+    double keep = threshold * rx->release;
+    int speech = loud && power > (rx->min_power > keep ? rx->min_power : keep);
+    plan->run = speech ? 0 : rx->run + 1;
+    return plan->run < rx->hangover_frames; /* (else the utterance ends: an edge) */
+}
+
+/* The power of a signal at -120 dBFS (vad.py's _power(SILENCE_DBFS)). */
+static inline double rx_silence_floor(void) { return 32768.0 * 32768.0 * pow(10.0, -120.0 / 10.0); }
+
+/* vad.py's _follow_floor(), the gate closed (after the floor moved, before _edge). */
+static inline void rx_follow_floor(Rx *rx) {
+    if (rx->prior || rx->says_speech || rx->run)
+        return;
+    double floor = rx->history_floor;
+    if (floor == rx->gain_floor)
+        return;
+    rx->gain_floor = floor;
+    double floor_dbfs = floor > rx_silence_floor()
+                            ? 10.0 * log10(floor / (32768.0 * 32768.0))
+                            : -120.0;
+    double below = rx->model_floor_dbfs - floor_dbfs;
+    double gain = below > 0.0 ? below : 0.0;
+    if (!(gain < rx->max_gain_db))
+        gain = rx->max_gain_db;
+    if (fabs(gain - rx->gain_db) < rx->gain_step_db && (gain != 0.0 || rx->gain_db == 0.0))
+        return;
+    rx->gain_db = gain;
+    rx->gain = pow(10.0, gain / 20.0);
+}
+
+/* The frame `plan` was made for (rx_vad_plan said 1) fed: `samples`, NULL for the tick's
+ * silence. */
+static inline void rx_vad_take(Rx *rx, const RxPlan *plan, const unsigned char *payload) {
+    if (plan->completes) {
         if (rx->prior) /* the prior's block goes: the first measured one replaces it */
             rx->blocks_size = rx->blocks_head = 0;
         if (rx->blocks_size == rx->blocks_max) { /* a full deque drops its oldest */
-            rx->blocks[rx->blocks_head] = block_min;
+            rx->blocks[rx->blocks_head] = plan->block_min;
             rx->blocks_head = (rx->blocks_head + 1) % rx->blocks_max;
         } else {
-            rx->blocks[(rx->blocks_head + rx->blocks_size) % rx->blocks_max] = block_min;
+            rx->blocks[(rx->blocks_head + rx->blocks_size) % rx->blocks_max] = plan->block_min;
             rx->blocks_size++;
         }
-        double floor = HUGE_VAL;
-        for (int i = 0; i < rx->blocks_size; i++) {
-            double b = rx->blocks[(rx->blocks_head + i) % rx->blocks_max];
-            if (b < floor)
-                floor = b;
-        }
         rx->prior = 0;
-        rx->history_floor = floor;
+        rx->history_floor = plan->history_floor;
         rx->block_min = HUGE_VAL;
         rx->block_count = 0;
     } else {
-        rx->block_min = block_min;
-        rx->block_count = block_count;
+        rx->block_min = plan->block_min;
+        rx->block_count = plan->block_count;
     }
-    rx->run = rx->active ? rx->run + 1 : 0;
-    rx->closed_for = rx->closed_long;
+    if (rx->mode == RX_RESTING) {
+        rx->closed_for = rx->closed_long;
+    } else if (rx->mode == RX_CLOSED) {
+        rx_follow_floor(rx); /* (with the run before this frame's _edge) */
+        rx->closed_for += 1;
+        int k;
+        if (rx->vpre_size == rx->vpre_max) {
+            k = rx->vpre_head;
+            rx->vpre_head = (rx->vpre_head + 1) % rx->vpre_max;
+        } else {
+            k = (rx->vpre_head + rx->vpre_size) % rx->vpre_max;
+            rx->vpre_size++;
+        }
+        if (payload == NULL)
+            memset(rx->vpre[k], 0, sizeof(rx->vpre[k]));
+        else
+            for (int i = 0; i < RX_FRAME; i++)
+                rx->vpre[k][i] = rx->table[payload[i]];
+        rx->vpre_changed = 1;
+    }
+    rx->gate_quiet = plan->gate_quiet;
+    rx->run = plan->run;
 }
 
 /* The datagram `p` (`size` bytes from `from`) at the slot's time `now`, reached the host
@@ -168,9 +289,23 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
     uint32_t ssrc = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
     long long ext;
     int wraps;
-    if (ssrc != rx->ssrc || !rtp_counts_next(&rx->counts, seq, &ext, &wraps) ||
-        !rx_gate_usual(rx))
+    if (ssrc != rx->ssrc || !rtp_counts_next(&rx->counts, seq, &ext, &wraps))
         return 0;
+    /* session.py's _audio(): detection (frames.py's power: the sum of the squares, exact
+     * in 64 bits, over the frame's length) must run no model and say no edge, and a
+     * recording must have room for the frame. */
+    int64_t sum = 0;
+    for (int i = 0; i < RX_FRAME; i++) {
+        int32_t sample = rx->table[p[12 + i]];
+        sum += (int64_t)(sample * sample);
+    }
+    RxPlan plan;
+    if (!rx_vad_plan(rx, (double)sum / (double)RX_FRAME, &plan))
+        return 0;
+    if (rx->recording && rx->rec_size == RX_RECORDS) {
+        rx->rec_full = 1; /* (Python writes them, and hands the line over again at once) */
+        return 0;
+    }
 
     /* Taken: what _inlet.c's take() changes, in its order. */
     rx->bucket_start = bucket_start;
@@ -178,8 +313,7 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
     rtp_counts_take(&rx->counts, seq, ts, ext, wraps, now);
     if (rx->since_set)
         rx->rtp_since = now;
-    /* session.py's _audio(): the pre-roll, then detection (frames.py's power: the sum of
-     * the squares, exact in 64 bits, over the frame's length). */
+    /* session.py's _audio(): the pre-roll, the recording, then detection. */
     rx->last_audio = now;
     int k;
     if (rx->pre_size == rx->pre_max) {
@@ -191,28 +325,29 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
     }
     rx->pre_ts[k] = ts;
     memcpy(rx->pre[k], p + 12, RX_FRAME);
-    int64_t sum = 0;
-    for (int i = 0; i < RX_FRAME; i++) {
-        int32_t sample = rx->table[p[12 + i]];
-        sum += (int64_t)(sample * sample);
+    if (rx->recording) {
+        rx->rec_ts[rx->rec_size] = ts;
+        memcpy(rx->rec[rx->rec_size], p + 12, RX_FRAME);
+        rx->rec_size++;
     }
-    rx_gate_feed(rx, (double)sum / (double)RX_FRAME);
+    rx_vad_take(rx, &plan, p + 12);
     atomic_fetch_add_explicit(&rx->taken, 1, memory_order_relaxed);
     return 1;
 }
 
 /* The end of the slot at `now` (session.py's tick, its receive side): 0, or 1 where the
  * line goes back to Python (the call is about to be taken for dead, or the silence that
- * stands for missing audio would end an utterance's hangover: Python's to say). */
+ * stands for missing audio would say an edge or close the gate: Python's to say). */
 static inline int rx_slot_end(Rx *rx, double now) {
     if (rx->since_set && rx->rtp_timeout > 0 && rx->expects_rtp &&
         now - rx->rtp_since >= rx->rtp_timeout)
         return 1;
     if (now - rx->last_audio > rx->silent_after && rx->last_audio != 0.0) {
         /* No audio packets (silence suppression, a stalled stream): it is silence. */
-        if (!rx_gate_usual(rx))
+        RxPlan plan;
+        if (!rx_vad_plan(rx, rx->silence_power, &plan))
             return 1;
-        rx_gate_feed(rx, rx->silence_power);
+        rx_vad_take(rx, &plan, NULL);
     }
     return 0;
 }

@@ -6,9 +6,10 @@
  * line's Rx, and the session keeps neutral values meanwhile (no audio clock, no dead-call
  * clock: its own tick then has nothing to do for the line's receive; the thread does it).
  * Plane.reclaim(fd, session, slot), and a line the thread gave back (found when its next
- * datagram, or its RETURNED record, is read), copy them back.  The session marks the
- * hand-over (Inlet.rx_owned); session.py takes its state back before anything of its
- * own reads or changes it (MediaSession.reclaim).
+ * datagram, or its RETURNED record, is read), copy them back, then have the session
+ * write the recording's frames the thread took (MediaSession._recorded).  The session
+ * marks the hand-over (Inlet.rx_owned); session.py takes its state back before anything
+ * of its own reads or changes it (MediaSession.reclaim).
  */
 
 /* Slots a line the thread gave back for a packet it does not take stays Python's: a
@@ -28,7 +29,10 @@
 static InletTypes rx_types;
 static PyTypeObject *rx_gate_type, *rx_preroll_type, *rx_deque_type;
 static int rx_ready;
-static PyObject *rx_clear_name, *rx_append_name, *rx_maxlen_name;
+static PyObject *rx_clear_name, *rx_append_name, *rx_maxlen_name, *rx_gain_db_name,
+    *rx_gain_name, *rx_recorded_name, *rx_model_floor_name, *rx_max_gain_name,
+    *rx_gain_step_name;
+static PyObject *rx_frombuffer, *rx_int16; /* numpy's, for the detector's pre-roll */
 static int16_t rx_laws[2][256]; /* μ-law and A-law decoded: g711.py's tables */
 
 static PyTypeObject *rx_type_of(const char *module_name, const char *name) {
@@ -68,11 +72,27 @@ static int rx_import(void) {
     rx_clear_name = PyUnicode_InternFromString("clear");
     rx_append_name = PyUnicode_InternFromString("append");
     rx_maxlen_name = PyUnicode_InternFromString("maxlen");
-    if (!rx_clear_name || !rx_append_name || !rx_maxlen_name ||
+    rx_gain_db_name = PyUnicode_InternFromString("model_gain_db");
+    rx_gain_name = PyUnicode_InternFromString("_gain");
+    rx_recorded_name = PyUnicode_InternFromString("_recorded");
+    rx_model_floor_name = PyUnicode_InternFromString("MODEL_FLOOR_DBFS");
+    rx_max_gain_name = PyUnicode_InternFromString("MAX_GAIN_DB");
+    rx_gain_step_name = PyUnicode_InternFromString("GAIN_STEP_DB");
+    if (!rx_clear_name || !rx_append_name || !rx_maxlen_name || !rx_gain_db_name ||
+        !rx_gain_name || !rx_recorded_name || !rx_model_floor_name || !rx_max_gain_name ||
+        !rx_gain_step_name ||
         import_inlet_types(&rx_types) < 0 || (rx_gate_type = import_gate_type()) == NULL ||
         (rx_preroll_type = rx_type_of("callhook.media._inlet", "Preroll")) == NULL ||
         (rx_deque_type = rx_type_of("collections", "deque")) == NULL ||
         rx_preroll_type->tp_basicsize != (Py_ssize_t)sizeof(Preroll)) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    rx_frombuffer = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "frombuffer");
+    rx_int16 = numpy == NULL ? NULL : PyObject_GetAttrString(numpy, "int16");
+    Py_XDECREF(numpy);
+    if (rx_frombuffer == NULL || rx_int16 == NULL) {
         PyErr_Clear();
         return -1;
     }
@@ -89,16 +109,30 @@ static int rx_import(void) {
     return 1;
 }
 
+/* The state the detector `v` is in, as the thread holds it (_rx.h's RX_RESTING, RX_CLOSED,
+ * RX_HELD), or -1: one the thread does not take (the model deciding an onset, or
+ * ending utterances). */
+static int rx_mode(const GateCore *v) {
+    if (v->paused)
+        return v->gate ? -1 : RX_RESTING;
+    if (!v->gate && !v->active)
+        return RX_CLOSED;
+    if (v->gate && v->active && !v->model_holds)
+        return RX_HELD;
+    return -1;
+}
+
 /* Whether the session `object` (`s`) is in the usual state the thread takes over
  * (session.py's receive() and _audio(): latched, plain, batched, nothing but detection
- * hears the caller; detect(): the detector alone, paused, its gate closed). Only reads. */
+ * and a recording of the caller hear the caller; detect(): the detector alone, in a
+ * state the thread holds). Only reads. */
 static int rx_usual(PyObject *object) {
     if (!PyObject_TypeCheck(object, rx_types.inlet))
         return 0;
     Inlet *s = (Inlet *)object;
     if (s->rx_owned || !IS_NONE(s->srtp) || !s->latched || IS_NONE(s->remote) || !s->batched ||
         s->timed_out || !IS_NONE(s->tells) || !IS_NONE(s->hears) ||
-        !IS_NONE(s->call_recording) || !IS_NONE(s->recording) || !IS_NONE(s->transcriber) ||
+        !IS_NONE(s->call_recording) || !IS_NONE(s->transcriber) ||
         !IS_NONE(s->tones) || !IS_NONE(s->meter) || s->recognising)
         return 0;
     if (s->undetected == NULL || !PyList_CheckExact(s->undetected) ||
@@ -121,8 +155,9 @@ static int rx_usual(PyObject *object) {
     if (s->vad == NULL || !PyObject_TypeCheck(s->vad, rx_gate_type))
         return 0;
     GateCore *v = (GateCore *)s->vad;
-    if (IS_NONE(v->model) || !v->paused || v->gate || v->hangover_frames < 1 ||
-        v->block_frames < 1 || v->blocks == NULL || !Py_IS_TYPE(v->blocks, rx_deque_type))
+    if (IS_NONE(v->model) || rx_mode(v) < 0 || v->hangover_frames < 1 ||
+        v->block_frames < 1 || v->blocks == NULL || !Py_IS_TYPE(v->blocks, rx_deque_type) ||
+        v->preroll == NULL || !Py_IS_TYPE(v->preroll, rx_deque_type))
         return 0;
     if (s->preroll == NULL || !Py_IS_TYPE(s->preroll, rx_preroll_type))
         return 0;
@@ -137,8 +172,64 @@ static int rx_usual(PyObject *object) {
     return 1;
 }
 
+/* A float attribute of `object` (model_gain_db, ...) into *value: 0, or -1 (cleared). */
+static int rx_float_attr(PyObject *object, PyObject *name, double *value) {
+    PyObject *got = PyObject_GetAttr(object, name);
+    *value = got == NULL ? -1.0 : PyFloat_AsDouble(got);
+    Py_XDECREF(got);
+    if (*value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* The detector's pre-roll (a deque of int16 frames of RX_FRAME samples, vad.py's
+ * _preroll) into `rx`: 0, or -1 (cleared: frames not what vad.py keeps). */
+static int rx_vpre_export(PyObject *deque, Rx *rx) {
+    PyObject *bound = PyObject_GetAttr(deque, rx_maxlen_name);
+    Py_ssize_t maxlen = bound == NULL || !PyLong_Check(bound) ? -1 : PyLong_AsSsize_t(bound);
+    Py_XDECREF(bound);
+    Py_ssize_t size = PyObject_Length(deque);
+    if (maxlen < 1 || maxlen > RX_VAD_PREROLL || size < 0 || size > maxlen) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *it = PyObject_GetIter(deque);
+    if (it == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *item;
+    int n = 0, bad = 0;
+    while (!bad && (item = PyIter_Next(it)) != NULL) {
+        Py_buffer view;
+        if (n >= RX_VAD_PREROLL ||
+            PyObject_GetBuffer(item, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            bad = 1;
+        } else {
+            bad = view.itemsize != 2 || view.len != RX_FRAME * 2 || view.format == NULL ||
+                  strcmp(view.format, "h") != 0;
+            if (!bad)
+                memcpy(rx->vpre[n++], view.buf, RX_FRAME * 2);
+            PyBuffer_Release(&view);
+        }
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    if (bad || PyErr_Occurred() || n != size) {
+        PyErr_Clear();
+        return -1;
+    }
+    rx->vpre_max = (int)maxlen;
+    rx->vpre_head = 0;
+    rx->vpre_size = n;
+    rx->vpre_changed = 0;
+    return 0;
+}
+
 /* The session's state into `rx` (which Python holds): 0, or -1 (not handed over; no
- * exception: a detector's blocks that are not what vad.py makes). */
+ * exception: a detector's blocks or pre-roll that are not what vad.py makes). */
 static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_len,
                      const int16_t *table, const Core *c, Rx *rx) {
     ReceiverCore *r = (ReceiverCore *)s->receiver;
@@ -174,6 +265,18 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->blocks_max = (int)maxlen;
     rx->blocks_head = 0;
     rx->blocks_size = n;
+    rx->mode = rx_mode(v);
+    rx->vpre_size = rx->vpre_changed = 0;
+    if (rx->mode == RX_CLOSED) {
+        PyObject *kind = (PyObject *)Py_TYPE(v);
+        if (rx_vpre_export(v->preroll, rx) < 0 ||
+            rx_float_attr((PyObject *)v, rx_gain_db_name, &rx->gain_db) < 0 ||
+            rx_float_attr((PyObject *)v, rx_gain_name, &rx->gain) < 0 ||
+            rx_float_attr(kind, rx_model_floor_name, &rx->model_floor_dbfs) < 0 ||
+            rx_float_attr(kind, rx_max_gain_name, &rx->max_gain_db) < 0 ||
+            rx_float_attr(kind, rx_gain_step_name, &rx->gain_step_db) < 0)
+            return -1;
+    }
     memcpy(&rx->peer, peer, peer_len);
     rx->peer_len = peer_len;
     rx->payload_type = (int)s->payload_type;
@@ -210,6 +313,16 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->history_floor = v->history_floor;
     rx->prior = v->prior;
     rx->active = v->active;
+    rx->gate_quiet = v->gate_quiet;
+    rx->margin = v->margin;
+    rx->min_power = v->min_power;
+    rx->start_power = v->start_power;
+    rx->hold = v->hold;
+    rx->release = v->release;
+    rx->gain_floor = v->gain_floor;
+    rx->says_speech = v->says_speech;
+    rx->recording = !IS_NONE(s->recording);
+    rx->rec_size = rx->rec_full = 0;
     return 0;
 }
 
@@ -235,18 +348,68 @@ static int rx_refill(PyObject *container, PyObject *items) {
     return 0;
 }
 
+/* The recording's frames the thread took, written by the session (its state restored,
+ * Python's again): once; a failure of the session's own is said as an unraisable
+ * exception (a bug: the recording's failures are its events). */
+static void rx_write_recorded(Inlet *s, Rx *rx) {
+    int n = rx->rec_size;
+    rx->rec_size = 0;
+    if (n == 0)
+        return;
+    PyObject *frames = PyList_New(n);
+    for (int i = 0; frames != NULL && i < n; i++) {
+        PyObject *frame = Py_BuildValue("(Ly#)", rx->rec_ts[i], (const char *)rx->rec[i],
+                                        (Py_ssize_t)RX_FRAME);
+        if (frame == NULL)
+            Py_CLEAR(frames);
+        else
+            PyList_SET_ITEM(frames, i, frame);
+    }
+    PyObject *done = frames == NULL ? NULL
+                                    : PyObject_CallMethodOneArg((PyObject *)s, rx_recorded_name,
+                                                                frames);
+    Py_XDECREF(frames);
+    if (done == NULL)
+        PyErr_WriteUnraisable((PyObject *)s);
+    Py_XDECREF(done);
+}
+
 /* `rx` (Python's again) back into the session: 0, or -1 with an exception (nothing
  * changed but, in a deque's failure, its contents: the session stays marked, and the
  * next reclaim copies it again). */
-static int rx_restore(Inlet *s, const Rx *rx) {
+static int rx_restore(Inlet *s, Rx *rx) {
     ReceiverCore *r = (ReceiverCore *)s->receiver;
     GateCore *v = (GateCore *)s->vad;
-    PyObject *since = NULL, *frames = NULL, *blocks = NULL;
+    PyObject *since = NULL, *frames = NULL, *blocks = NULL, *vpre = NULL;
+    PyObject *gain_db = NULL, *gain = NULL;
     since = rx->since_set ? PyFloat_FromDouble(rx->rtp_since) : Py_NewRef(Py_None);
     frames = PyList_New(rx->pre_size);
     blocks = PyList_New(rx->blocks_size);
     if (since == NULL || frames == NULL || blocks == NULL)
         goto error;
+    if (rx->mode == RX_CLOSED) {
+        gain_db = PyFloat_FromDouble(rx->gain_db);
+        gain = PyFloat_FromDouble(rx->gain);
+        if (gain_db == NULL || gain == NULL)
+            goto error;
+    }
+    if (rx->vpre_changed) {
+        /* (Each frame its own writable buffer, as vad.py's frame.copy() is.) */
+        if ((vpre = PyList_New(rx->vpre_size)) == NULL)
+            goto error;
+        for (int i = 0; i < rx->vpre_size; i++) {
+            int k = (rx->vpre_head + i) % rx->vpre_max;
+            PyObject *buffer = PyByteArray_FromStringAndSize((const char *)rx->vpre[k],
+                                                             (Py_ssize_t)sizeof(rx->vpre[k]));
+            PyObject *frame = buffer == NULL ? NULL
+                                             : PyObject_CallFunctionObjArgs(
+                                                   rx_frombuffer, buffer, rx_int16, NULL);
+            Py_XDECREF(buffer);
+            if (frame == NULL)
+                goto error;
+            PyList_SET_ITEM(vpre, i, frame);
+        }
+    }
     for (int i = 0; i < rx->pre_size; i++) {
         int k = (rx->pre_head + i) % rx->pre_max;
         PyObject *frame = Py_BuildValue("(Ly#)", rx->pre_ts[k], (const char *)rx->pre[k],
@@ -261,9 +424,13 @@ static int rx_restore(Inlet *s, const Rx *rx) {
             goto error;
         PyList_SET_ITEM(blocks, i, value);
     }
-    /* The containers first: they are what may fail. */
-    if (rx_refill(s->preroll, frames) < 0 || rx_refill(v->blocks, blocks) < 0)
+    /* The containers and attributes first: they are what may fail. */
+    if (rx_refill(s->preroll, frames) < 0 || rx_refill(v->blocks, blocks) < 0 ||
+        (vpre != NULL && rx_refill(v->preroll, vpre) < 0) ||
+        (gain_db != NULL && (PyObject_SetAttr((PyObject *)v, rx_gain_db_name, gain_db) < 0 ||
+                             PyObject_SetAttr((PyObject *)v, rx_gain_name, gain) < 0)))
         goto error;
+    rx->vpre_changed = 0;
     Py_XSETREF(s->rtp_since, since);
     s->bucket_count = rx->bucket_count;
     s->bucket_start = rx->bucket_start;
@@ -275,18 +442,27 @@ static int rx_restore(Inlet *s, const Rx *rx) {
     v->block_min = rx->block_min;
     v->history_floor = rx->history_floor;
     v->prior = (char)rx->prior;
-    v->gate = 0;
+    v->gate = rx->mode == RX_HELD;
+    v->gate_quiet = rx->gate_quiet;
+    v->gain_floor = rx->gain_floor;
     /* (Half a slot on: a slot Python works without its record, the ring full, has a
      * time it computes, which may differ from this one in its last bit.) */
     s->rx_until = rx->ended >= 0 ? rx_time(rx, rx->ended) + (double)rx->tick / 2e9 : 0.0;
     s->rx_owned = 0;
     Py_DECREF(frames);
     Py_DECREF(blocks);
+    Py_XDECREF(vpre);
+    Py_XDECREF(gain_db);
+    Py_XDECREF(gain);
+    rx_write_recorded(s, rx);
     return 0;
 error:
     Py_XDECREF(since);
     Py_XDECREF(frames);
     Py_XDECREF(blocks);
+    Py_XDECREF(vpre);
+    Py_XDECREF(gain_db);
+    Py_XDECREF(gain);
     return -1;
 }
 
@@ -311,8 +487,8 @@ static void rx_given_back(Plane *self, int fd, long long slot) {
     if (s == NULL || !s->rx_owned ||
         atomic_load_explicit(&port->rx->owner, memory_order_acquire) != RX_PYTHON)
         return;
-    if (slot >= 0)
-        port->rest = slot + RX_REST;
+    if (slot >= 0 && !port->rx->rec_full)
+        port->rest = slot + RX_REST; /* (a recording's frames written: it goes again) */
     Py_INCREF(s);
     if (rx_restore(s, port->rx) < 0)
         PyErr_Clear();
@@ -408,7 +584,8 @@ static PyObject *Plane_reclaim(Plane *self, PyObject *args) {
     int held = atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD;
     atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
     rx_unlock(rx);
-    if (!held && atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped)
+    if (!held && !rx->rec_full &&
+        atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped)
         port->rest = slot + RX_REST; /* (given back for a packet Python has yet to read) */
     /* Python works slot `slot` (or has): the ends up to it that the thread has not done
      * yet are done now, as the thread would have (one that is Python's to do, a dead

@@ -8,8 +8,8 @@ has not come), reads every socket, and wakes the loop. For each slot it finished
 order (:mod:`callhook.edge.slots`), :meth:`MediaEngine._slot` does all media work for
 all calls at once, with the slot's own time (docs/architecture.md):
 
-1. receive: the datagrams the thread read in the slot (a call whose detector rests
-   has its usual packets taken by the thread itself, :meth:`Plane.own
+1. receive: the datagrams the thread read in the slot (a call whose detector runs no
+   model has its usual packets taken by the thread itself, :meth:`Plane.own
    <callhook.edge.plane.Plane.own>`, handed over after each slot's work). The usual RTP packets (the
    latched peer's next packet, plain, in the call's codec) are taken in C in one call
    (:func:`callhook.media.inlet.take_all`), and each other datagram goes to its
@@ -188,7 +188,7 @@ class MediaEngine:
         ``max_lag``: how far behind the wire the tick may run before :attr:`overload`
         (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is);
         ``thread_receive``: the media thread takes the usual packets of calls whose
-        detector rests (edge/_rx.h; else Python takes every packet)."""
+        detector runs no model (edge/_rx.h; else Python takes every packet)."""
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, _Stream] = {}  # by port

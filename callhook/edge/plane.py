@@ -17,9 +17,9 @@ on one native thread per process (``_plane.c``), which never takes the GIL:
   socket a slot; a flood stays in the kernel's buffer), and publishes the datagrams and
   a record that closes the slot, waking the loop through an ``eventfd``;
 * the usual packets of a call whose receive Python handed it (:meth:`Plane.own`: the
-  call's detector rests, nothing else hears the caller) it takes itself, changing what
-  Python would (``_rx.h``); any other packet of that call gives the call back to
-  Python with the packet (docs/architecture.md, "The thread's receive").
+  call's detector runs no model, nothing but it and a recording hear the caller) it
+  takes itself, changing what Python would (``_rx.h``); any other packet of that call
+  gives the call back to Python with the packet (docs/architecture.md, "The thread's receive").
 
 Python reads the slots in order (:meth:`Plane.next_slot`): for each it runs the tick's
 work with the datagrams read in it and the slot's own time, and queues the frames it
@@ -200,7 +200,8 @@ class Plane(Protocol):
 
     def own(self, calls: list[tuple[Any, int]], slot: int) -> int:
         """Of each ``(session, fd)``, hand the sessions whose receive is in its usual
-        state (latched plain RTP, the detector resting, nothing else hearing the caller)
+        state (latched plain RTP, the detector running no model, nothing but it and a
+        recording hearing the caller)
         to the thread, where every datagram the thread read for it has been worked, once
         Python has worked slot ``slot``; how many (``_rx.h``, ``_rxpy.h``)."""
         ...

@@ -193,12 +193,14 @@ class MediaSession(Inlet):
     def reclaim(self) -> None:
         """Take the receive's state back from the media thread, if it holds it.
 
-        While the call's detector rests and nothing but detection hears the caller, the
-        media thread takes its usual packets itself (edge/_rx.h), keeping the fields they
-        change (the receiver's counts, the pre-roll, the noise floor, the audio and
-        dead-call clocks); meanwhile this object's copies of them are stale. Every method
-        here that reads or changes receive state calls this first, and so does any other
-        code that changes what the caller is heard by (a transcription, a re-INVITE)."""
+        While the call's detector runs no model and nothing but detection and a
+        recording hear the caller, the media thread takes its usual packets itself
+        (edge/_rx.h), keeping the fields they change (the receiver's counts, the pre-roll,
+        the detector's, the audio and dead-call clocks, the recording's frames: written
+        here when it gives the call back, :meth:`_recorded`); meanwhile this object's
+        copies of them are stale. Every method here that reads or changes receive state
+        calls this first, and so does any other code that changes what the caller is
+        heard by (a transcription, a re-INVITE)."""
         if self.rx_owned and self.reclaimer is not None:
             self.reclaimer(self)
 
@@ -669,6 +671,15 @@ class MediaSession(Inlet):
         failed = recording.finish(quiet if quiet > SILENT_AFTER else 0.0)
         if failed is not None:
             self.events.append(failed)
+
+    def _recorded(self, frames: list[tuple[int, bytes]]) -> None:
+        """The recording's frames (timestamp, payload) the media thread took while it held
+        the receive (edge/_rx.h), in order, written as :meth:`_audio` writes each: when
+        the thread gives the call back, before anything else of the session runs."""
+        for timestamp, payload in frames:
+            if self._recording is None:
+                return  # it failed on an earlier one: what was written is kept
+            self._record(payload, timestamp)
 
     def _record(self, payload: bytes, timestamp: int) -> None:
         recording = self._recording

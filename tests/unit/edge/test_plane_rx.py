@@ -1,13 +1,15 @@
-"""A resting call's usual packets taken by the media thread (callhook/edge/_rx.h, _rxpy.h).
+"""A call's usual packets taken by the media thread (callhook/edge/_rx.h, _rxpy.h).
 
 The same recorded streams through two engines on the virtual clock, both with the media
 thread: one where Python takes every packet (the reference), one where the thread takes
-the usual packets of a call whose detector rests and gives the call back for any other.
-Every field the receive changes (the receiver's counts and jitter, the pre-roll, the
-noise floor, the clocks, the counters of what was dropped) and every event come out the
-same; each stream also shows that the thread did take packets, and gave the call back
-where it had to (a loss, another source, a flood, digits, the hangover of an utterance,
-a dead line).
+the usual packets of a call whose detector runs no model (resting, listening to a quiet
+line, or in an utterance the energy holds), recording them where a recording runs, and
+gives the call back for any other. Every field the receive changes (the receiver's
+counts and jitter, the pre-roll, the noise floor, the detector's gate, pre-roll and
+model gain, the clocks, the counters of what was dropped), what was recorded, and every
+event come out the same; each stream also shows that the thread did take packets, and
+gave the call back where it had to (a loss, another source, a flood, digits, the gate
+opening, the hangover of an utterance, a dead line, a recording's frames to write).
 """
 
 from __future__ import annotations
@@ -15,17 +17,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from callhook.edge.mediaengine import MediaEngine
-from callhook.events import DigitReceived, VoiceActivity
+from callhook.events import DigitReceived, RecorderFailed, VoiceActivity
+from callhook.media import g711, wav
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import PREROLL_FRAMES, MediaSession
+from callhook.media.sink import SinkFull
 from callhook.media.vad import new_detector
 from tests.unit.edge.conftest import T0
 from tests.unit.edge.test_plane import at, udp
+
+SPEECH = Path(__file__).parents[2] / "data" / "speech"
 
 pytest.importorskip("callhook.edge._plane", reason="scripts/setup builds it")
 pytestmark = pytest.mark.skipif(
@@ -45,6 +54,64 @@ def audio(n: int, *, ssrc: int = SSRC, loud: bool = False, pt: int = 0) -> bytes
 def event(n: int, digit: int, duration: int, end: bool) -> bytes:
     payload = bytes([digit, 0x80 | 10 if end else 10]) + duration.to_bytes(2, "big")
     return RtpPacket(101, duration == 160, 1000 + n, 50_000 + 160 * 40, SSRC, payload).serialize()
+
+
+class Memory:
+    """A recording's sink in memory; it refuses what would take it past ``limit`` bytes."""
+
+    opened: ClassVar[list[Memory]] = []  # (each run's, in order)
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.data = bytearray()
+        self.closed = False
+        self.limit = limit
+        Memory.opened.append(self)
+
+    def write(self, data: bytes) -> None:
+        if self.limit is not None and len(self.data) + len(data) > self.limit:
+            raise SinkFull(f"past {self.limit} bytes")
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def payloads(samples: npt.NDArray[np.int16], law: str = "ulaw") -> list[bytes]:
+    """``samples`` as 20 ms frames in ``law``."""
+    encoded = g711.encode(law, samples.astype(np.int16))  # type: ignore[arg-type]
+    return [encoded[i : i + 160] for i in range(0, len(encoded) - 159, 160)]
+
+
+def noise(seconds: float, dbfs: float, seed: int) -> npt.NDArray[np.int16]:
+    """Line noise at about ``dbfs``."""
+    rms = 32768 * 10 ** (dbfs / 20)
+    return np.random.default_rng(seed).normal(0, rms, int(8000 * seconds)).astype(np.int16)
+
+
+def hum(seconds: float, dbfs: float) -> npt.NDArray[np.int16]:
+    """A steady 250 Hz hum at about ``dbfs``: every 20 ms frame of it has the same
+    power (five whole periods), so the gate stays closed on it. (On random noise, once a
+    stray frame has opened it, the gate's lower threshold keeps it open: the model, not
+    the energy, decides there, frame by frame: Python's.)"""
+    amplitude = 32768 * 10 ** (dbfs / 20) * 2**0.5
+    t = np.arange(int(8000 * seconds), dtype=np.float64) / 8000
+    hummed: npt.NDArray[np.int16] = np.round(amplitude * np.sin(2 * np.pi * 250 * t)).astype(
+        np.int16
+    )
+    return hummed
+
+
+def said(*names: str) -> npt.NDArray[np.int16]:
+    """Real spoken digits, one after the other."""
+    return np.concatenate([wav.decode_to_8k((SPEECH / name).read_bytes()) for name in names])
+
+
+def slots_of(frames: list[bytes], start: int) -> list[list[tuple[int, bytes]]]:
+    """Each frame in a packet of its own, numbered on from packet ``start``."""
+    return [
+        [(0, RtpPacket(0, False, 1000 + n, 50_000 + 160 * n, SSRC, f).serialize())]
+        for n, f in enumerate(frames, start)
+    ]
 
 
 @dataclass
@@ -67,6 +134,15 @@ def snapshot(session: MediaSession) -> dict[str, Any]:
     arrival, which the kernel stamps on the real clock.)"""
     r, v = session.receiver, session.vad
     return {
+        "detector": (
+            v._gate_quiet,
+            v._says_speech,
+            v.model_gain_db,
+            v._gain,
+            v._gain_floor,
+            [frame.tolist() for frame in v._preroll],
+        ),
+        "recorded": [(bytes(m.data), m.closed) for m in Memory.opened],
         "receiver": (
             r.received,
             r._max_seq,
@@ -109,6 +185,7 @@ async def run(script: Script, thread_receive: bool) -> tuple[dict[str, Any], int
     """The script through an engine; the session's state at the end, the packets the
     thread took and the times it gave the call back."""
     first = 44000 if thread_receive else 44100
+    Memory.opened.clear()
     engine = MediaEngine("127.0.0.1", first, first + 100, thread_receive=thread_receive)
     senders = [udp(), udp()]
     try:
@@ -157,10 +234,13 @@ async def run(script: Script, thread_receive: bool) -> tuple[dict[str, Any], int
         engine.shutdown()
 
 
-async def compare(script: Script) -> tuple[dict[str, Any], int, int]:
+async def compare(script: Script, *, timing: bool = True) -> tuple[dict[str, Any], int, int]:
+    """Both runs' states, equal (``timing``: each event in the same slot too)."""
     reference, taken, _ = await run(script, False)
     assert taken == 0
     threaded, taken, returned = await run(script, True)
+    if not timing:
+        del reference["events by slot"], threaded["events by slot"]
     assert threaded == reference
     return reference, taken, returned
 
@@ -296,3 +376,85 @@ async def test_a_dead_line_during_a_stall_is_said_in_its_slot() -> None:
     state, taken, _ = await compare(script)
     assert state["session"][2] is True
     assert taken > 250
+
+
+def recording(limit: int | None = None) -> Callable[[MediaSession], None]:
+    """The record action's start: the caller recorded from 0.3 s back, and listened to."""
+
+    def start(session: MediaSession) -> None:
+        session.start_recording(Memory(limit), None, 0.3)
+        session.detect_voice(True)
+
+    return start
+
+
+def stop(slot: int) -> Callable[[MediaSession], None]:
+    def end(session: MediaSession) -> None:
+        session.stop_recording(at(slot))
+        session.detect_voice(False)
+
+    return end
+
+
+async def test_a_recording_of_words_and_pauses_is_the_same_whoever_takes_its_packets() -> None:
+    """Line noise, a recording that listens from slot 20: the quiet line's frames are the
+    thread's (the gate closed, its pre-roll kept); the gate opens on the first word
+    (Python's: the model runs), the energy holds the utterance (the thread's again), its
+    end is Python's; every frame is in the recording, in order."""
+    line = noise(1.6, -55, 1)
+    words = said("1_jackson_1.wav", "2_jackson_2.wav")
+    samples = np.concatenate([line, words, noise(2.4, -55, 2), said("3_jackson_3.wav"), line])
+    frames = payloads(samples)
+    script = Script(
+        slots_of(frames, 0), actions={20: recording(), len(frames) - 5: stop(len(frames) - 5)}
+    )
+    state, taken, returned = await compare(script)
+    assert [VoiceActivity(True), VoiceActivity(False)] * 2 == [
+        e for e in state["events"] if isinstance(e, VoiceActivity)
+    ]
+    ((recorded, closed),) = state["recorded"]
+    assert closed and len(recorded) >= 160 * (len(frames) - 30)
+    # (After each utterance the line's noise keeps the gate open, the model deciding
+    # frame by frame that it is not speech: those frames are Python's.)
+    assert taken > len(frames) // 2 and returned >= 4
+
+
+async def test_the_models_gain_follows_a_quiet_lines_floor_on_the_thread() -> None:
+    """A listening detector on a line whose hum falls, then rises slowly (1 dB a second,
+    under the gate's margin): the floor moves, and the model's gain is judged for it
+    (vad.py's _follow_floor: 0, 10, 20 dB, then down again by 3 dB steps) frame by frame
+    as Python does."""
+    levels = [-50, -60, -70, *range(-69, -59)]
+    samples = np.concatenate([hum(1.0, level) for level in levels])
+    frames = payloads(samples)
+    # (Listening with no recording: the thread holds the call to the end, so the state
+    # compared is the thread's, with no frame of Python's after it to catch up.)
+    listen: dict[int, Callable[[MediaSession], None]] = {10: lambda s: s.detect_voice(True)}
+    state, taken, _ = await compare(Script(slots_of(frames, 0), actions=listen))
+    gain_db = state["detector"][2]
+    assert 0 < gain_db < 20 and not [e for e in state["events"] if isinstance(e, VoiceActivity)]
+    assert taken > len(frames) - 40
+
+
+async def test_a_long_recording_goes_back_to_python_to_be_written_and_on_again() -> None:
+    """Six seconds of a quiet line recorded: the thread's frames of the recording go back
+    to Python each second to be written, and the call goes on with the thread at once."""
+    frames = payloads(hum(6.4, -60))
+    script = Script(slots_of(frames, 0), actions={5: recording(), 310: stop(310)})
+    state, taken, returned = await compare(script)
+    ((recorded, _),) = state["recorded"]
+    assert len(recorded) >= 160 * 300
+    assert taken > 290 and returned >= 4
+
+
+async def test_a_recording_that_fails_on_frames_the_thread_took_stops_as_in_python() -> None:
+    """The sink refuses the recording past 2 s: the frames before are written, the
+    failure said once, and the thread goes on with the line resting. (Said when Python
+    writes the thread's frames: up to a second later than Python alone says it.)"""
+    frames = payloads(hum(5.0, -60))
+    script = Script(slots_of(frames, 0), actions={5: recording(limit=160 * 100)})
+    state, taken, _ = await compare(script, timing=False)
+    ((recorded, closed),) = state["recorded"]
+    assert len(recorded) == 160 * 100 and closed
+    assert [e.reason for e in state["events"] if isinstance(e, RecorderFailed)] == ["filesize"]
+    assert taken > 150
