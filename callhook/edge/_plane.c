@@ -102,7 +102,7 @@
 #define LATE_NS 2000000LL
 
 enum { CMD_ADD = 1, CMD_REMOVE, CMD_FRAME, CMD_QUIET, CMD_COVER };
-enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED, EV_RETURNED };
+enum { EV_DATAGRAM = 1, EV_TICK, EV_REMOVED, EV_RETURNED, EV_RECORDED };
 #define FLAG_VERBATIM 1
 #define FLAG_CLEAR 2 /* a COVER: the line's cover from its slot on is dropped first */
 #define FLAG_ALAW 4  /* an ADD: the line's audio is A-law (its silence is 0xD5, not 0xFF) */
@@ -653,6 +653,14 @@ static void receive_slot(Core *c, int64_t now) {
             ev->late = 0;
             ev->addr_len = c->msgs[k].msg_hdr.msg_namelen;
             ring_push(c->events, ev);
+        }
+        /* A recording's frames the thread took, for Python to write (_rx.h): said once
+         * until Python has taken them (else at a later slot's packets). */
+        if (owned && rx->rec_size >= RX_RECORDS_TOLD && !rx->rec_told &&
+            ring_room(c->events) > RESERVE / 2) {
+            Event told = {.kind = EV_RECORDED, .fd = fd, .slot = c->slot};
+            ring_push(c->events, &told);
+            rx->rec_told = 1;
         }
         if (rx != NULL)
             rx_unlock(rx);
@@ -1345,6 +1353,9 @@ static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
                 self->ports[ev->fd].popped++;
                 rx_given_back(self, ev->fd, -1);
             }
+            break;
+        case EV_RECORDED:
+            rx_recorded(self, ev->fd);
             break;
         case EV_TICK: {
             /* (Made first: out of memory, the TICK is lost and its datagrams join the

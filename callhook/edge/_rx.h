@@ -11,8 +11,8 @@
  * prompt, digit entry: nothing listens), listening with its gate closed (a quiet line
  * while a recording waits for the caller's words or their end), or in an utterance the
  * model confirmed, which the energy holds.  A recording's frames wait in the Rx
- * (`rec`) and Python writes them when it takes the line back (the line goes back when
- * they fill it).  The Python path stays the reference (session.py's receive, rtp.py's
+ * (`rec`) until Python writes them (told every RX_RECORDS_TOLD frames, and when it takes
+ * the line back).  The Python path stays the reference (session.py's receive, rtp.py's
  * feed_next, vad.py's feed, recorder.py's frame): this changes exactly what they would,
  * in the same order of floating-point operations (tests/unit/edge/test_plane_rx.py
  * compares the two).
@@ -52,9 +52,12 @@
 #define RX_PREROLL 64
 #define RX_BLOCKS 16
 #define RX_VAD_PREROLL 16
-/* A recording's frames the thread holds before the line goes back for Python to write
- * them (1 s: a crash loses at most this much more than Python's own 200 ms of pending
- * audio, wavfile.py's FLUSH_BYTES). */
+/* A recording's frames: the thread tells Python (a RECORDED record) when it holds
+ * RX_RECORDS_TOLD of them, and Python writes them, the thread going on with the line:
+ * every 200 ms, as Python's own writes come (wavfile.py's FLUSH_BYTES), so that a crash
+ * loses little more than it did.  Where Python is behind, the thread holds up to
+ * RX_RECORDS (1 s), then gives the line back for Python to write them. */
+#define RX_RECORDS_TOLD 10
 #define RX_RECORDS 50
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };
@@ -101,7 +104,7 @@ typedef struct {
     int vpre_max, vpre_head, vpre_size, vpre_changed;
     int16_t vpre[RX_VAD_PREROLL][RX_FRAME];
     /* the recording's frames not yet written (recorder.py's CallerRecording.frame) */
-    int recording, rec_size, rec_full;
+    int recording, rec_size, rec_full, rec_told;
     long long rec_ts[RX_RECORDS];
     unsigned char rec[RX_RECORDS][RX_FRAME];
     /* the last slot whose end is done; slot n's time: origin + n * tick (ns) */

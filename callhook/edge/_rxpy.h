@@ -7,7 +7,8 @@
  * clock: its own tick then has nothing to do for the line's receive; the thread does it).
  * Plane.reclaim(fd, session, slot), and a line the thread gave back (found when its next
  * datagram, or its RETURNED record, is read), copy them back, then have the session
- * write the recording's frames the thread took (MediaSession._recorded).  The session
+ * write the recording's frames the thread took (MediaSession._recorded); a RECORDED
+ * record has it write them while the thread goes on with the line.  The session
  * marks the hand-over (Inlet.rx_owned); session.py takes its state back before anything
  * of its own reads or changes it (MediaSession.reclaim).
  */
@@ -322,7 +323,7 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->gain_floor = v->gain_floor;
     rx->says_speech = v->says_speech;
     rx->recording = !IS_NONE(s->recording);
-    rx->rec_size = rx->rec_full = 0;
+    rx->rec_size = rx->rec_full = rx->rec_told = 0;
     return 0;
 }
 
@@ -348,30 +349,37 @@ static int rx_refill(PyObject *container, PyObject *items) {
     return 0;
 }
 
-/* The recording's frames the thread took, written by the session (its state restored,
- * Python's again): once; a failure of the session's own is said as an unraisable
- * exception (a bug: the recording's failures are its events). */
-static void rx_write_recorded(Inlet *s, Rx *rx) {
-    int n = rx->rec_size;
-    rx->rec_size = 0;
+/* `n` frames of a recording (`ts`, `frames`), written by the session, its state
+ * Python's or the thread going on with the line: a failure of the session's own is said
+ * as an unraisable exception (a bug: the recording's failures are its events). */
+static void rx_write_frames(Inlet *s, int n, const long long *ts,
+                            const unsigned char (*frames)[RX_FRAME]) {
     if (n == 0)
         return;
-    PyObject *frames = PyList_New(n);
-    for (int i = 0; frames != NULL && i < n; i++) {
-        PyObject *frame = Py_BuildValue("(Ly#)", rx->rec_ts[i], (const char *)rx->rec[i],
-                                        (Py_ssize_t)RX_FRAME);
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list != NULL && i < n; i++) {
+        PyObject *frame =
+            Py_BuildValue("(Ly#)", ts[i], (const char *)frames[i], (Py_ssize_t)RX_FRAME);
         if (frame == NULL)
-            Py_CLEAR(frames);
+            Py_CLEAR(list);
         else
-            PyList_SET_ITEM(frames, i, frame);
+            PyList_SET_ITEM(list, i, frame);
     }
-    PyObject *done = frames == NULL ? NULL
-                                    : PyObject_CallMethodOneArg((PyObject *)s, rx_recorded_name,
-                                                                frames);
-    Py_XDECREF(frames);
+    Py_INCREF(s);
+    PyObject *done =
+        list == NULL ? NULL : PyObject_CallMethodOneArg((PyObject *)s, rx_recorded_name, list);
+    Py_XDECREF(list);
     if (done == NULL)
         PyErr_WriteUnraisable((PyObject *)s);
     Py_XDECREF(done);
+    Py_DECREF(s);
+}
+
+/* The recording's frames the thread took, written once its state is the session's. */
+static void rx_write_recorded(Inlet *s, Rx *rx) {
+    int n = rx->rec_size;
+    rx->rec_size = rx->rec_told = 0;
+    rx_write_frames(s, n, rx->rec_ts, (const unsigned char (*)[RX_FRAME])rx->rec);
 }
 
 /* `rx` (Python's again) back into the session: 0, or -1 with an exception (nothing
@@ -476,6 +484,31 @@ static Inlet *rx_session(Port *port) {
     if (rx_ready != 1 || !PyObject_TypeCheck(session, rx_types.inlet))
         return NULL;
     return (Inlet *)session;
+}
+
+/* A RECORDED record: the recording's frames the thread holds, taken from it under the
+ * line's lock (copied: the thread's tries of it are kept short) and written, the thread
+ * going on with the line. (Where the line is Python's again, its restore writes them.) */
+static void rx_recorded(Plane *self, int fd) {
+    if (fd < 0 || fd >= self->nports)
+        return;
+    Port *port = &self->ports[fd];
+    Inlet *s = rx_session(port);
+    if (s == NULL || !s->rx_owned)
+        return;
+    Rx *rx = port->rx;
+    long long ts[RX_RECORDS];
+    unsigned char frames[RX_RECORDS][RX_FRAME];
+    int n = 0;
+    rx_lock(rx);
+    if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD) {
+        n = rx->rec_size;
+        memcpy(ts, rx->rec_ts, (size_t)n * sizeof(ts[0]));
+        memcpy(frames, rx->rec, (size_t)n * sizeof(frames[0]));
+        rx->rec_size = rx->rec_told = 0;
+    }
+    rx_unlock(rx);
+    rx_write_frames(s, n, ts, (const unsigned char (*)[RX_FRAME])frames);
 }
 
 /* The datagram (of slot `slot`) or RETURNED record (-1) just read for `fd`: where the

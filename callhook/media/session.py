@@ -673,9 +673,10 @@ class MediaSession(Inlet):
             self.events.append(failed)
 
     def _recorded(self, frames: list[tuple[int, bytes]]) -> None:
-        """The recording's frames (timestamp, payload) the media thread took while it held
-        the receive (edge/_rx.h), in order, written as :meth:`_audio` writes each: when
-        the thread gives the call back, before anything else of the session runs."""
+        """The recording's frames (timestamp, payload) the media thread took while it holds
+        the receive (edge/_rx.h), in order, written as :meth:`_audio` writes each: every
+        200 ms while it goes on, and when it gives the call back, before anything else of
+        the session runs."""
         for timestamp, payload in frames:
             if self._recording is None:
                 return  # it failed on an earlier one: what was written is kept
@@ -687,6 +688,9 @@ class MediaSession(Inlet):
         failed = recording.frame(payload, timestamp, self.law)
         if failed is not None:
             self._recording = None  # what was written so far is kept
+            # (Frames the media thread took, written while it holds the receive: the
+            # detector is Python's again before it rests.)
+            self.reclaim()
             self._listen()
             self.events.append(failed)
 

@@ -405,6 +405,12 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
         await stall(pids, 0.7)
         run = await running
         assert run.returncode == 0, run.output + run.errors + server.output
+        _, stats = await server.api("GET", "/api/stats")
+    # The media thread took most of the recordings' packets itself (edge/_rx.h): the
+    # quiet line before and between the words, and the words once the model confirmed
+    # them; Python wrote them into the files.
+    taken = thread_counters(stats)["rx_taken"]
+    assert taken > CALLS * (done + 0.6) * 50 / 2, taken
     results = [body["action_result"]["result"] for body in app.bodies("/recorded")]
     assert len(results) == CALLS, server.output
     short = []
