@@ -15,12 +15,16 @@
  * the line back).  The Python path stays the reference (session.py's receive, rtp.py's
  * feed_next, vad.py's feed, recorder.py's frame): this changes exactly what they would,
  * in the same order of floating-point operations (tests/unit/edge/test_plane_rx.py
- * compares the two).
+ * compares the two; the build keeps the compiler from fusing them: -ffp-contract=off).
+ * One thing comes later: a recording's failure (a full disk) is found when Python writes
+ * the frames, up to 200 ms after Python alone would have found it.
  *
  * Who holds the state (`owner`): Python gives a line to the thread (_rxpy.h, Plane.own)
  * only when no datagram or record of the line is on its way to Python (every one the
  * thread published has been read: `published`, counted here, against the count Python
- * read); the thread gives it back by setting `owner` to Python and publishing the packet
+ * read; a RECORDED record is not counted: Python hands over only once it has read the
+ * slot's records, and a RECORDED record read after a new hand-over only has the new
+ * frames written early, in order); the thread gives it back by setting `owner` to Python and publishing the packet
  * it does not take (or a RETURNED record); Python takes it back whenever it needs it
  * (Plane.reclaim).  `lock` makes each of those a single step.  The thread only ever tries
  * it: where Python holds it (for a change of hands), the thread leaves the line's socket
@@ -223,8 +227,8 @@ static inline void rx_follow_floor(Rx *rx) {
     rx->gain = pow(10.0, gain / 20.0);
 }
 
-/* The frame `plan` was made for (rx_vad_plan said 1) fed: `samples`, NULL for the tick's
- * silence. */
+/* The frame `plan` was made for (rx_vad_plan said 1) fed: its `payload`, NULL for the
+ * tick's silence. */
 static inline void rx_vad_take(Rx *rx, const RxPlan *plan, const unsigned char *payload) {
     if (plan->completes) {
         if (rx->prior) /* the prior's block goes: the first measured one replaces it */

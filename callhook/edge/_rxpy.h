@@ -269,13 +269,13 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->mode = rx_mode(v);
     rx->vpre_size = rx->vpre_changed = 0;
     if (rx->mode == RX_CLOSED) {
-        PyObject *kind = (PyObject *)Py_TYPE(v);
+        PyObject *detector = (PyObject *)v; /* (its class's constants as self.X reads them) */
         if (rx_vpre_export(v->preroll, rx) < 0 ||
-            rx_float_attr((PyObject *)v, rx_gain_db_name, &rx->gain_db) < 0 ||
-            rx_float_attr((PyObject *)v, rx_gain_name, &rx->gain) < 0 ||
-            rx_float_attr(kind, rx_model_floor_name, &rx->model_floor_dbfs) < 0 ||
-            rx_float_attr(kind, rx_max_gain_name, &rx->max_gain_db) < 0 ||
-            rx_float_attr(kind, rx_gain_step_name, &rx->gain_step_db) < 0)
+            rx_float_attr(detector, rx_gain_db_name, &rx->gain_db) < 0 ||
+            rx_float_attr(detector, rx_gain_name, &rx->gain) < 0 ||
+            rx_float_attr(detector, rx_model_floor_name, &rx->model_floor_dbfs) < 0 ||
+            rx_float_attr(detector, rx_max_gain_name, &rx->max_gain_db) < 0 ||
+            rx_float_attr(detector, rx_gain_step_name, &rx->gain_step_db) < 0)
             return -1;
     }
     memcpy(&rx->peer, peer, peer_len);

@@ -43,7 +43,8 @@ audio (prompts of audio and digits, growing while they play) or the RFC 4733
 event packet that goes instead; the session numbers them, encrypts them (SRTP)
 and ignores in-band digits heard while its own tones may still echo back.
 
-Recording: frames are written as they arrive, in the file's companding (the
+Recording: frames are written as they arrive (those the media thread takes, every
+200 ms: :meth:`MediaSession._recorded`), in the file's companding (the
 call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
 is filled with silence so the file keeps real time, and the last
 :data:`PREROLL_FRAMES` frames are kept so a recording can start a little
@@ -197,10 +198,10 @@ class MediaSession(Inlet):
         recording hear the caller, the media thread takes its usual packets itself
         (edge/_rx.h), keeping the fields they change (the receiver's counts, the pre-roll,
         the detector's, the audio and dead-call clocks, the recording's frames: written
-        here when it gives the call back, :meth:`_recorded`); meanwhile this object's
-        copies of them are stale. Every method here that reads or changes receive state
-        calls this first, and so does any other code that changes what the caller is
-        heard by (a transcription, a re-INVITE)."""
+        here every 200 ms and when it gives the call back, :meth:`_recorded`);
+        meanwhile this object's copies of them are stale. Every method here that reads or
+        changes receive state calls this first, and so does any other code that changes
+        what the caller is heard by (a transcription, a re-INVITE)."""
         if self.rx_owned and self.reclaimer is not None:
             self.reclaimer(self)
 
@@ -688,11 +689,12 @@ class MediaSession(Inlet):
         failed = recording.frame(payload, timestamp, self.law)
         if failed is not None:
             self._recording = None  # what was written so far is kept
+            self.events.append(failed)
             # (Frames the media thread took, written while it holds the receive: the
-            # detector is Python's again before it rests.)
+            # detector is Python's again before it rests. Those it took after this one
+            # it heard listening: the record action listens to the end anyway.)
             self.reclaim()
             self._listen()
-            self.events.append(failed)
 
     def start_call_recording(self, recording: CallRecording) -> None:
         """Record the bridged call, both directions (media/callrecording.py)."""

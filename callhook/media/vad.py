@@ -271,8 +271,10 @@ class VoiceActivityDetector(GateCore):
 
         The media tick takes the usual frame (paused, a closed gate on a quiet line, an
         utterance the energy holds: no model run, no edge) in C instead
-        (:mod:`callhook.media.gate`, ``_gate.c``):
-        a change here is made there too (``tests/unit/media/test_gate.py`` compares them).
+        (:mod:`callhook.media.gate`, ``_gate.c``), and so does the media thread where it
+        holds the call's receive (``edge/_rx.h``, with :meth:`_follow_floor`): a change
+        here is made there too (``tests/unit/media/test_gate.py`` and
+        ``tests/unit/edge/test_plane_rx.py`` compare them).
         """
         if not len(frame):
             return None  # an RTP packet with no payload: no audio, no verdict (nor 0/0)
