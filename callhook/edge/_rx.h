@@ -141,6 +141,17 @@ static inline void rx_lock(Rx *rx) {
 
 static inline void rx_unlock(Rx *rx) { atomic_store_explicit(&rx->lock, 0, memory_order_release); }
 
+/* The place of the item appended to a ring of `max` (oldest at `*head`, `*size` of them),
+ * as a deque of that maxlen appends: a full one drops its oldest. */
+static inline int rx_ring_append(int *head, int *size, int max) {
+    if (*size == max) {
+        int k = *head;
+        *head = (*head + 1) % max;
+        return k;
+    }
+    return (*head + (*size)++) % max;
+}
+
 /* What a frame changes of the detector, worked out before anything changes (rx_vad_plan)
  * and then made (rx_vad_take). */
 typedef struct {
@@ -233,13 +244,8 @@ static inline void rx_vad_take(Rx *rx, const RxPlan *plan, const unsigned char *
     if (plan->completes) {
         if (rx->prior) /* the prior's block goes: the first measured one replaces it */
             rx->blocks_size = rx->blocks_head = 0;
-        if (rx->blocks_size == rx->blocks_max) { /* a full deque drops its oldest */
-            rx->blocks[rx->blocks_head] = plan->block_min;
-            rx->blocks_head = (rx->blocks_head + 1) % rx->blocks_max;
-        } else {
-            rx->blocks[(rx->blocks_head + rx->blocks_size) % rx->blocks_max] = plan->block_min;
-            rx->blocks_size++;
-        }
+        rx->blocks[rx_ring_append(&rx->blocks_head, &rx->blocks_size, rx->blocks_max)] =
+            plan->block_min;
         rx->prior = 0;
         rx->history_floor = plan->history_floor;
         rx->block_min = HUGE_VAL;
@@ -253,14 +259,7 @@ static inline void rx_vad_take(Rx *rx, const RxPlan *plan, const unsigned char *
     } else if (rx->mode == RX_CLOSED) {
         rx_follow_floor(rx); /* (with the run before this frame's _edge) */
         rx->closed_for += 1;
-        int k;
-        if (rx->vpre_size == rx->vpre_max) {
-            k = rx->vpre_head;
-            rx->vpre_head = (rx->vpre_head + 1) % rx->vpre_max;
-        } else {
-            k = (rx->vpre_head + rx->vpre_size) % rx->vpre_max;
-            rx->vpre_size++;
-        }
+        int k = rx_ring_append(&rx->vpre_head, &rx->vpre_size, rx->vpre_max);
         if (payload == NULL)
             memset(rx->vpre[k], 0, sizeof(rx->vpre[k]));
         else
@@ -322,14 +321,7 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
         rx->rtp_since = now;
     /* session.py's _audio(): the pre-roll, the recording, then detection. */
     rx->last_audio = now;
-    int k;
-    if (rx->pre_size == rx->pre_max) {
-        k = rx->pre_head;
-        rx->pre_head = (rx->pre_head + 1) % rx->pre_max;
-    } else {
-        k = (rx->pre_head + rx->pre_size) % rx->pre_max;
-        rx->pre_size++;
-    }
+    int k = rx_ring_append(&rx->pre_head, &rx->pre_size, rx->pre_max);
     rx->pre_ts[k] = ts;
     memcpy(rx->pre[k], p + 12, RX_FRAME);
     if (rx->recording) {

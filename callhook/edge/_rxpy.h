@@ -185,22 +185,29 @@ static int rx_float_attr(PyObject *object, PyObject *name, double *value) {
     return 0;
 }
 
+/* An iterator over `deque`, whose maxlen (*maxlen) is at most `limit` and which holds
+ * *size items; or NULL (cleared: no bound, or one past `limit`). */
+static PyObject *rx_deque_iter(PyObject *deque, Py_ssize_t limit, Py_ssize_t *maxlen,
+                               Py_ssize_t *size) {
+    PyObject *bound = PyObject_GetAttr(deque, rx_maxlen_name);
+    *maxlen = bound == NULL || !PyLong_Check(bound) ? -1 : PyLong_AsSsize_t(bound);
+    Py_XDECREF(bound);
+    *size = PyObject_Length(deque);
+    PyObject *it = *maxlen < 1 || *maxlen > limit || *size < 0 || *size > *maxlen
+                       ? NULL
+                       : PyObject_GetIter(deque);
+    if (it == NULL)
+        PyErr_Clear();
+    return it;
+}
+
 /* The detector's pre-roll (a deque of int16 frames of RX_FRAME samples, vad.py's
  * _preroll) into `rx`: 0, or -1 (cleared: frames not what vad.py keeps). */
 static int rx_vpre_export(PyObject *deque, Rx *rx) {
-    PyObject *bound = PyObject_GetAttr(deque, rx_maxlen_name);
-    Py_ssize_t maxlen = bound == NULL || !PyLong_Check(bound) ? -1 : PyLong_AsSsize_t(bound);
-    Py_XDECREF(bound);
-    Py_ssize_t size = PyObject_Length(deque);
-    if (maxlen < 1 || maxlen > RX_VAD_PREROLL || size < 0 || size > maxlen) {
-        PyErr_Clear();
+    Py_ssize_t maxlen, size;
+    PyObject *it = rx_deque_iter(deque, RX_VAD_PREROLL, &maxlen, &size);
+    if (it == NULL)
         return -1;
-    }
-    PyObject *it = PyObject_GetIter(deque);
-    if (it == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
     PyObject *item;
     int n = 0, bad = 0;
     while (!bad && (item = PyIter_Next(it)) != NULL) {
@@ -236,19 +243,10 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     ReceiverCore *r = (ReceiverCore *)s->receiver;
     GateCore *v = (GateCore *)s->vad;
     Preroll *pre = (Preroll *)s->preroll;
-    PyObject *bound = PyObject_GetAttr(v->blocks, rx_maxlen_name);
-    Py_ssize_t maxlen = bound == NULL || !PyLong_Check(bound) ? -1 : PyLong_AsSsize_t(bound);
-    Py_XDECREF(bound);
-    Py_ssize_t size = PyObject_Length(v->blocks);
-    if (maxlen < 1 || maxlen > RX_BLOCKS || size < 0 || size > maxlen) {
-        PyErr_Clear();
+    Py_ssize_t maxlen, size;
+    PyObject *it = rx_deque_iter(v->blocks, RX_BLOCKS, &maxlen, &size);
+    if (it == NULL)
         return -1;
-    }
-    PyObject *it = PyObject_GetIter(v->blocks);
-    if (it == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
     PyObject *item;
     int n = 0;
     while ((item = PyIter_Next(it)) != NULL) {
