@@ -80,6 +80,11 @@ class CallerRecording:
             return self._fail("error", f"{type(exc).__name__}: {exc}")
         return None
 
+    def broke(self, exc: Exception) -> RecorderFailed:
+        """A write raised what no sink's failure raises (a bug of ours): the recording
+        ends as a write error would end it, said once, and the call goes on."""
+        return self._fail("error", f"{type(exc).__name__}: {exc}")
+
     def _fail(self, reason: Literal["error", "filesize"], detail: str) -> RecorderFailed:
         logger.error("%s: recording stopped: %s", self.label, detail)
         self._close()  # what was written so far is kept (a size limit: all of it)

@@ -678,10 +678,18 @@ class MediaSession(Inlet):
         the receive (edge/_rx.h), in order, written as :meth:`_audio` writes each: every
         200 ms while it goes on, and when it gives the call back, before anything else of
         the session runs."""
-        for timestamp, payload in frames:
-            if self._recording is None:
-                return  # it failed on an earlier one: what was written is kept
-            self._record(payload, timestamp)
+        try:
+            for timestamp, payload in frames:
+                if self._recording is None:
+                    return  # it failed on an earlier one: what was written is kept
+                self._record(payload, timestamp)
+        except Exception as exc:  # (not a sink's failure: those are events) a bug
+            recording, self._recording = self._recording, None
+            if recording is None:
+                raise
+            self.events.append(recording.broke(exc))
+            self.reclaim()
+            self._listen()
 
     def _record(self, payload: bytes, timestamp: int) -> None:
         recording = self._recording

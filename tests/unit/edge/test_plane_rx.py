@@ -473,3 +473,38 @@ async def test_a_recording_that_fails_on_frames_the_thread_took_stops_as_in_pyth
     assert len(recorded) == 160 * 100 and closed
     assert [e.reason for e in state["events"] if isinstance(e, RecorderFailed)] == ["filesize"]
     assert taken > 150
+
+
+class Broken(Memory):
+    """A sink with a bug: past ``limit`` bytes it raises what no sink's failure raises."""
+
+    def write(self, data: bytes) -> None:
+        if self.limit is not None and len(self.data) + len(data) > self.limit:
+            raise RuntimeError("a bug in the sink")
+        self.data += data
+
+
+async def test_a_bug_writing_the_threads_frames_ends_the_recording_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The frames the thread took, written by Python, meet a sink that raises (a bug):
+    the recording ends as a write error ends it (RecorderFailed "error", what was written
+    kept), one log line says why, and the call goes on with the thread."""
+
+    def start(session: MediaSession) -> None:
+        session.start_recording(Broken(160 * 100), None, 0.3)
+        session.detect_voice(True)
+
+    frames = payloads(hum(5.0, -60))
+    with caplog.at_level("ERROR", logger="callhook.media"):
+        state, taken, _ = await run(Script(slots_of(frames, 0), actions={5: start}), True)
+    ((recorded, closed),) = state["recorded"]
+    assert len(recorded) == 160 * 100 and closed
+    assert [e for e in state["events"] if isinstance(e, RecorderFailed)] == [
+        RecorderFailed("error", "RuntimeError: a bug in the sink")
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "call: recording stopped: RuntimeError: a bug in the sink"
+    ]
+    assert not any(r.exc_info for r in caplog.records)
+    assert taken > 200
