@@ -149,29 +149,68 @@ class Detection:
         verdicts: list[bool | None],
     ) -> None:
         """The calls that got frames ``samples[first:last]`` this tick (a burst after a
-        late tick, frequent under load): in rounds of one frame each, the usual ones
-        taken in C (media/gate.py); from the first frame of a call that C leaves, the
-        rest of its burst goes to its session, in order."""
+        late tick, frequent under load), in rounds of one frame each, every round worked
+        as a tick's single frames are (:meth:`_round`). A call's frames stay in order;
+        one whose detection raised gets no more of its burst."""
         while bursts:
-            rest = set(
-                gate.feed_all(
-                    [session for session, _, _ in bursts],
-                    [samples[first] for _, first, _ in bursts],
-                    [powers[first] for _, first, _ in bursts],
-                )
+            rows = [first for _, first, _ in bursts]
+            faulted = self._round(
+                [session for session, _, _ in bursts],
+                [samples[row] for row in rows],
+                [powers[row] for row in rows],
+                [verdicts[row] for row in rows],
             )
-            going: list[tuple[MediaSession, int, int]] = []
-            for i, (session, first, last) in enumerate(bursts):
-                if i in rest:
-                    try:
-                        session.detect(
-                            samples[first:last], powers[first:last], verdicts[first:last]
-                        )
-                    except Exception:
-                        self._fault(session)
-                elif first + 1 < last:
-                    going.append((session, first + 1, last))
-            bursts = going
+            bursts = [
+                (session, first + 1, last)
+                for session, first, last in bursts
+                if first + 1 < last and id(session) not in faulted
+            ]
+
+    def _round(
+        self,
+        sessions: list[MediaSession],
+        samples: list[frames.Samples],
+        powers: list[float],
+        verdicts: list[bool | None],
+    ) -> set[int]:
+        """One frame each for ``sessions``: as :meth:`run` does for a tick's, the speech
+        model's windows they complete run for every call whose model decides in one run
+        on the model's thread while the other calls are fed, those calls after it. (Each
+        window run alone would make the event loop wait on the model's thread once a
+        window: a loop that fell behind, whose calls all come in bursts, would fall
+        further behind.) Returns the ``id`` of each session whose detection raised."""
+        listening = [
+            (session.vad, samples[i])
+            for i, session in enumerate(sessions)
+            if session.vad.model_decides
+        ]
+        if not listening:
+            return self._feed(sessions, samples, powers, verdicts)
+        waiting = {id(detector) for detector, _ in listening}
+        try:
+            batch, _ = vad.start_ahead(listening)
+        except Exception:  # a bug: each model runs its own window as before
+            self._ahead_failed()
+            batch = None
+        first = [i for i, session in enumerate(sessions) if id(session.vad) not in waiting]
+        then = [i for i, session in enumerate(sessions) if id(session.vad) in waiting]
+        faulted = self._feed(
+            [sessions[i] for i in first],
+            [samples[i] for i in first],
+            [powers[i] for i in first],
+            [verdicts[i] for i in first],
+        )
+        if batch is not None:
+            try:
+                batch.finish()
+            except Exception:
+                self._ahead_failed()
+        return faulted | self._feed(
+            [sessions[i] for i in then],
+            [samples[i] for i in then],
+            [powers[i] for i in then],
+            [verdicts[i] for i in then],
+        )
 
     def _feed(
         self,
@@ -179,11 +218,17 @@ class Detection:
         samples: list[frames.Samples],
         powers: list[float],
         verdicts: list[bool | None],
-    ) -> None:
+    ) -> set[int]:
         """Each of ``sessions``' one frame of the tick: the usual ones taken in C
-        (media/gate.py), the others by their sessions."""
+        (media/gate.py), the others by their sessions. Returns the ``id`` of each session
+        whose detection raised."""
+        faulted: set[int] = set()
+        if not sessions:
+            return faulted
         for i in gate.feed_all(sessions, samples, powers):
             try:
                 sessions[i].detect(samples[i : i + 1], powers[i : i + 1], verdicts[i : i + 1])
             except Exception:
                 self._fault(sessions[i])
+                faulted.add(id(sessions[i]))
+        return faulted

@@ -118,6 +118,34 @@ async def test_the_tick_decodes_every_calls_frames_as_one_call_alone_would() -> 
         engine.shutdown()
 
 
+async def test_a_call_whose_detection_raises_in_a_burst_loses_the_rest_of_that_burst() -> None:
+    """A bug in one call's detection costs that call the rest of the tick's burst (one
+    fault a tick), and the other calls in bursts hear what they would alone."""
+    engine = MediaEngine("127.0.0.1", 41700, 41800, thread=False)
+    peer = ("127.0.0.1", 5004)
+    try:
+        broken = FaultyDetection("PCMU", 0, None, peer, label="call broken")
+        fine = MediaSession("PCMU", 0, None, peer, label="call fine")
+        alone = MediaSession("PCMU", 0, None, peer)
+        keys = [engine.attach(s, lambda _: None, lambda: None) for s in (broken, fine)]
+        audio = _audio("ulaw")
+        audio = audio[: len(audio) // 2 * 2]
+        now = asyncio.get_running_loop().time()
+        for tick in range(len(audio) // 2):
+            for seq in (2 * tick, 2 * tick + 1):
+                for i, key in enumerate(keys):
+                    packet = RtpPacket(0, False, seq, seq * 160, 99 + i, audio[seq]).serialize()
+                    engine.deliver(key, packet, peer)
+                    if i:
+                        alone.receive(packet, peer, now + tick * 0.02)
+            engine._work(now + tick * 0.02, [])
+            assert list(fine.events) == list(alone.events)
+        assert DigitReceived("7") in fine.events
+        assert engine.faults == len(audio) // 2
+    finally:
+        engine.shutdown()
+
+
 async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -183,9 +211,9 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
 
 async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
     """A call whose detector listens (a recording's silence detection) gets its frames two
-    at a time: the usual ones are taken in C round by round, and from the first one C
-    leaves (the model's, an edge) the rest of the burst goes to Python, in order. It
-    hears its speech start and end exactly as a call fed frame by frame does."""
+    at a time: they are worked round by round, the usual ones taken in C, the others
+    (the model's, an edge) by Python, the model's windows run ahead in one batch a round.
+    It hears its speech start and end exactly as a call fed frame by frame does."""
     import wave
     from pathlib import Path
 
@@ -234,6 +262,12 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
         assert engine.faults == 0
         # The model's frames and the edges were Python's, most of the rest C's.
         assert 0 < python_frames < len(audio) // 2
+        # The model's windows ran in the rounds' batched runs, but for the gate's
+        # openings and closings (which no frame predicts): the loop did not wait on the
+        # model's thread once a window.
+        model, reference = bursty.vad.model, alone.vad.model
+        assert model.windows == reference.windows
+        assert model.windows_ahead >= 3 * model.windows // 4
     finally:
         engine.shutdown()
 
