@@ -404,11 +404,16 @@ class VoiceActivityDetector(GateCore):
     @property
     def model_decides(self) -> bool:
         """Whether the model may run on the next frame: the gate is open and the model,
-        not the energy, decides (:meth:`upcoming`'s condition, and ``gate.gather``'s for
-        the detectors it offers :func:`run_ahead`, read there in C)."""
+        not the energy, decides, or the energy holds an utterance and one more quiet frame
+        closes the gate (the model sees the closing frame) (:meth:`upcoming`'s condition,
+        and ``gate.gather``'s for the detectors it offers :func:`run_ahead`, read there in
+        C). A closing frame is a frame like any other for the batched run: run alone, it
+        would make the media tick wait on the model's thread for that one window."""
         if self.model is None or self.paused or not self._gate:
             return False
-        return not (self._active and not self.model_holds)
+        if self._active and not self.model_holds:
+            return self._gate_quiet + 1 >= self.hangover_frames
+        return True
 
     def upcoming(self, frame: npt.NDArray[np.int16]) -> tuple[Any, npt.NDArray[np.float32]] | None:
         """The model and the window it will likely run on when :meth:`feed` gets ``frame``
