@@ -21,7 +21,10 @@ cost is why :mod:`callhook.media.vad` only runs it where its energy gate opens.
   it takes 20 ms frames (160 samples), cuts them into 256-sample windows,
   carries context and recurrent state from window to window, and reports the
   probability of the latest complete window. Fed 160 samples at a time, the
-  model runs on 5 frames out of 8 (every 32 ms).
+  model runs on 5 frames out of 8 (every 32 ms). Frames given at once
+  (:meth:`SileroStream.probabilities`: the audio a detector's gate skipped, heard when
+  it opens) have their windows run in turn in one job on the model's thread: the
+  caller waits once, not once a window.
 
 Batching across calls: one run of the model costs about as much for a few calls'
 windows as for one (its fixed cost per run is most of it: ~220 µs for one window, ~90
@@ -48,8 +51,9 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -165,6 +169,60 @@ class SileroStream:
         window[0, CONTEXT + self._filled :] = x[:take] * np.float32(1 / 32768)
         return window
 
+    def probabilities(
+        self, frames: Iterable[npt.NDArray[np.int16] | npt.NDArray[np.float32]]
+    ) -> list[float]:
+        """:meth:`probability` of each of ``frames`` in turn, the same numbers, with the
+        windows they complete run one after the other in one job on the model's thread:
+        the caller waits once, not once a window (a detector's gate opening goes over
+        the audio it skipped, several windows of one call that no batch can hold)."""
+        windows: list[np.ndarray] = []
+        complete: list[int] = []  # after each frame, how many windows it had completed
+        for frame in frames:
+            x = frame.ravel()
+            i = 0
+            while i < len(x):
+                take = min(WINDOW - self._filled, len(x) - i)
+                start = CONTEXT + self._filled
+                # (probability()'s very expression: the same float32 bits.)
+                self._input[0, start : start + take] = x[i : i + take] * np.float32(1 / 32768)
+                self._filled += take
+                i += take
+                if self._filled == WINDOW:
+                    windows.append(self._input.copy())
+                    self._input[0, :CONTEXT] = self._input[0, WINDOW:]
+                    self._filled = 0
+            complete.append(len(windows))
+        before = self._probability
+        found = self._run_chain(windows)
+        return [found[n - 1] if n else before for n in complete]
+
+    def _run_chain(self, windows: list[np.ndarray]) -> list[float]:
+        """Each of ``windows`` run from the state the one before left, as :meth:`_run`
+        would run them one by one (the first may be the one run ahead)."""
+        ahead, self._ahead = self._ahead, None
+        found: list[float] = []
+        rest = windows
+        if (
+            windows
+            and ahead is not None
+            and np.array_equal(ahead[0], windows[0])
+            and np.array_equal(ahead[1], self._state)
+        ):
+            _, _, probability, self._state = ahead
+            found.append(probability)
+            self.windows_ahead += 1
+            rest = windows[1:]
+        if rest:
+            chained, self._state = MODEL_THREAD.run(
+                _Chain(self._session, self._sr), {"windows": rest, "state": self._state}
+            )
+            found += chained
+        self.windows += len(windows)
+        if found:
+            self._probability = found[-1]
+        return found
+
     def _run(self) -> None:
         ahead, self._ahead = self._ahead, None
         if (
@@ -184,6 +242,25 @@ class SileroStream:
         # The last CONTEXT samples of this window are the next window's context.
         self._input[0, :CONTEXT] = self._input[0, WINDOW:]
         self._filled = 0
+
+
+class _Chain:
+    """Windows of one stream run in turn (:meth:`SileroStream.probabilities`), each from
+    the state the one before left: the model thread's job (``modelthread.Inference``)."""
+
+    def __init__(self, session: ort.InferenceSession, sr: np.ndarray) -> None:
+        self._session = session
+        self._sr = sr
+
+    def run(self, outputs: object, feeds: dict[str, Any]) -> tuple[list[float], np.ndarray]:
+        state = feeds["state"]
+        found = []
+        for window in feeds["windows"]:
+            # SileroStream._run's very steps, window after window.
+            out, after = self._session.run(None, {"input": window, "state": state, "sr": self._sr})
+            state = np.asarray(after, dtype=np.float32)
+            found.append(float(np.asarray(out).ravel()[0]))
+        return found, state
 
 
 def run_ahead(windows: list[tuple[SileroStream, np.ndarray]]) -> None:

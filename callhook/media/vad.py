@@ -85,7 +85,10 @@ contiguous audio. While the gate is closed the last :attr:`PREROLL` frames are
 kept: when it reopens within that time the model is fed the frames it missed
 (the stream stays contiguous); after a longer closure it is reset and fed the
 pre-roll, so it starts each utterance from a clean state with 160 ms of
-background, never with a previous utterance's state.
+background, never with a previous utterance's state. Those frames and the opening
+frame go to the model at once (a model with ``probabilities``, as
+``SileroStream``: one wait on the model's thread for all their windows), with the
+verdicts of frames fed one by one.
 
 Levels are dBFS as in :mod:`callhook.media.tones`: RMS relative to 32768
 (a full-scale sine is −3 dBFS).
@@ -324,6 +327,8 @@ class VoiceActivityDetector(GateCore):
         loud = power > (max(self._min_power, threshold * self._hold) if self._gate else threshold)
         if not self._active:
             self._follow_floor()
+        # The frames the model is still to hear before this one (a gate opening's).
+        missed: list[npt.NDArray[np.int16]] = []
         if not self._gate:
             if not loud:
                 self._closed_for += 1
@@ -336,8 +341,6 @@ class VoiceActivityDetector(GateCore):
                 self._says_speech = False
             else:
                 missed = missed[len(missed) - self._closed_for :] if self._closed_for else []
-            for past in missed:
-                self._classify(past)
             self._preroll.clear()
             self._gate = True
             self._gate_quiet = 0
@@ -361,10 +364,12 @@ class VoiceActivityDetector(GateCore):
             if not self.model_holds:
                 # The model confirmed the onset; the energy holds the utterance (see the
                 # class docstring: this is what keeps the model's cost per call small).
+                self._classify_all(missed)
                 return loud and held
         else:
             held = power > threshold
-        return self._classify(frame) and loud and held
+        # (The opening's frames and this one in one call of the model: one wait.)
+        return self._classify_all([*missed, frame]) and loud and held
 
     def _follow_floor(self) -> None:
         """Between utterances: the model's gain for the current noise floor (docstring)."""
@@ -431,7 +436,24 @@ class VoiceActivityDetector(GateCore):
     def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
         """Feed the model one frame (at the model's gain); its verdict with hysteresis."""
         assert self.model is not None
-        p = self.model.probability(self._model_input(frame))
+        return self._hear(self.model.probability(self._model_input(frame)))
+
+    def _classify_all(self, frames: list[npt.NDArray[np.int16]]) -> bool:
+        """:meth:`_classify` of each of ``frames`` in turn, in one call of the model where
+        it takes several (``SileroStream.probabilities``: one wait on the model's thread);
+        the last one's verdict (the one before, for none)."""
+        assert self.model is not None
+        several = getattr(self.model, "probabilities", None)
+        if several is None or len(frames) < 2:
+            for frame in frames:
+                self._classify(frame)
+            return self._says_speech
+        for p in several([self._model_input(frame) for frame in frames]):
+            self._hear(p)
+        return self._says_speech
+
+    def _hear(self, p: float) -> bool:
+        """The model's probability for a frame: its verdict with hysteresis."""
         self.model_frames += 1
         if p >= self.speech_on:
             self._says_speech = True

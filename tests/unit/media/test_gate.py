@@ -254,9 +254,7 @@ def test_gather_offers_the_model_only_the_frames_it_may_run_on() -> None:
             session.vad._gate_quiet = hangover - 1 if closing else hangover - 2
             session.undetected = [bytes([k]) * 160]
             sessions.append(session)
-            expected.append(
-                model and not paused and open_ and (holds or not active or closing)
-            )
+            expected.append(model and not paused and open_ and (holds or not active or closing))
         # Two frames (a burst): never offered, whatever the state.
         burst = MediaSession("PCMU", 0, None, None)
         burst.vad._gate = True

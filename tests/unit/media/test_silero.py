@@ -7,6 +7,7 @@ clicks, pops, a mixture), everything through G.711 as a caller's audio arrives.
 
 from __future__ import annotations
 
+import itertools
 import wave
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from bench.vad import KINDS, edges, frames, line, noise_clip
 from callhook.media import g711, silero, tones
 from callhook.media import vad as vad_module
+from callhook.media.modelthread import MODEL_THREAD
 from callhook.media.silero import CONTEXT, WINDOW, SileroStream
 from callhook.media.vad import VoiceActivityDetector
 
@@ -143,6 +145,101 @@ def test_a_window_run_ahead_is_taken_only_for_the_audio_and_state_it_was_run_fro
             plain.reset()
         assert ahead.probability(f) == plain.probability(f)
     assert ahead.windows_ahead == 0 and ahead.windows == plain.windows > 0
+
+
+def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``probabilities`` (a gate opening's skipped frames) gives each frame the very
+    number ``probability`` gives, leaves the stream as it would, and runs the windows
+    they complete in one job on the model's thread (the first one taken from a batch
+    run ahead, when that was run for it)."""
+    talk = frames(on_a_line(load(SPEECH[1]))[0])
+    reference = SileroStream()
+    expected = [reference.probability(f) for f in talk]
+    waits = 0
+    run = MODEL_THREAD.run
+
+    def counting(inference: object, feeds: dict[str, object]) -> object:
+        nonlocal waits
+        waits += 1
+        return run(inference, feeds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MODEL_THREAD, "run", counting)
+    stream = SileroStream()
+    got: list[float] = []
+    pieces = list(itertools.pairwise([0, 1, 9, 10, 40, 41, len(talk)]))
+    for a, b in pieces:
+        got += stream.probabilities(talk[a:b])
+    assert got == expected
+    assert stream.windows == reference.windows and stream.last == reference.last
+    assert np.array_equal(stream._state, reference._state)
+    assert np.array_equal(stream._input, reference._input)
+    assert stream._filled == reference._filled
+    # One wait for each piece that completed a window (160-sample frames, 256-sample
+    # windows), whatever its number of windows.
+    assert waits == sum(1 for a, b in pieces if b * 160 // WINDOW > a * 160 // WINDOW) < len(pieces)
+    # The first window run ahead in a batch is taken, the rest run on the model's thread.
+    ahead, plain = SileroStream(), SileroStream()
+    head = [plain.probability(f) for f in talk[:3]]
+    assert ahead.probabilities(talk[:3]) == head
+    window = ahead.upcoming(talk[3])
+    assert window is not None
+    silero.run_ahead([(ahead, window)])
+    rest = [plain.probability(f) for f in talk[3:20]]
+    waits = 0
+    assert ahead.probabilities(talk[3:20]) == rest
+    assert ahead.windows_ahead == 1 and ahead.windows == plain.windows and waits == 1
+    assert np.array_equal(ahead._state, plain._state)
+
+
+class OneByOne:
+    """A stream without ``probabilities``: the detector feeds it frame by frame."""
+
+    def __init__(self) -> None:
+        self.stream = SileroStream()
+
+    def probability(self, frame: npt.NDArray[np.float32]) -> float:
+        return self.stream.probability(frame)
+
+    def reset(self) -> None:
+        self.stream.reset()
+
+
+def test_a_gate_opening_hears_the_audio_it_skipped_in_one_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where its gate opens the detector goes over the frames it skipped, and then the
+    opening frame: in one wait on the model's thread, with the verdicts of a model fed
+    frame by frame."""
+    speech = load(SPEECH[0])
+    silence = np.zeros(8000, np.int16)  # digital silence: the gate shuts at once
+    talk = frames(cat(silence, speech, silence, speech, silence, silence))
+    reference = VoiceActivityDetector(OneByOne())  # type: ignore[arg-type]
+    expected = [(t, e) for t, f in enumerate(talk) if (e := reference.feed(f)) is not None]
+    detector = gated()
+    waits = 0
+    run = MODEL_THREAD.run
+
+    def counting(inference: object, feeds: dict[str, object]) -> object:
+        nonlocal waits
+        waits += 1
+        return run(inference, feeds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MODEL_THREAD, "run", counting)
+    got = []
+    opening_waits = []
+    for t, f in enumerate(talk):
+        was_open, before = detector._gate, waits
+        if (edge := detector.feed(f)) is not None:
+            got.append((t, edge))
+        if detector._gate and not was_open:
+            opening_waits.append(waits - before)
+    assert got == expected and len(expected) == 4
+    assert detector.model_frames == reference.model_frames
+    # Both openings had frames to hear first (the second a pre-roll of skipped frames),
+    # and each cost one wait.
+    assert len(opening_waits) >= 2 and set(opening_waits) == {1}
 
 
 def test_detectors_running_ahead_hear_what_they_hear_alone() -> None:
