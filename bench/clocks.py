@@ -17,12 +17,12 @@ what its total leaves beside the others).
 It also counts, on the same clock: the speech model's runs (a call's own window, or a
 batch of several calls' whose gates are open; a batch of one counts as a window; where
 they run on the model's own thread, that thread's clock, the rows "on its thread"), the
-collector's passes
-inside and outside the media tick, and a probe: every fifth tick, the same SIP INVITE
-parsed four times in a row just after the tick. The first parse is the code as the
-control plane meets it (caches cold); the next ones, warm, are what an isolated
-benchmark measures. ``show`` prints it all per call (the step's calls: the INVITEs the
-service took).
+collector's passes inside and outside the media tick, the loop's waits for the model's
+thread (wall time, the one row not on a CPU clock: the loop sleeps), and a probe: every
+fifth tick, the same SIP INVITE parsed four times in a row just after the tick. The
+first parse is the code as the control plane meets it (caches cold); the next ones,
+warm, are what an isolated benchmark measures. ``show`` prints it all per call (the
+step's calls: the INVITEs the service took).
 """
 
 from __future__ import annotations
@@ -255,6 +255,22 @@ def _count_model(clocks: Clocks) -> None:
                 clocks.add("speech model: windows in batches", windows * 1e-9)  # (a count)
 
     onnxruntime.InferenceSession.run = counted
+
+    # The loop's waits for the model's thread: wall time, not CPU (the thread sleeps).
+    from callhook.media import modelthread
+
+    result = modelthread.Pending.result
+
+    def waited(self: Any) -> Any:
+        if threading.get_ident() != clocks.thread:
+            return result(self)
+        start = time.perf_counter()
+        try:
+            return result(self)
+        finally:
+            clocks.add("the loop waiting on the model's thread (wall)", time.perf_counter() - start)
+
+    modelthread.Pending.result = waited  # type: ignore[method-assign]
 
 
 def _count_collections_and_probe(clocks: Clocks) -> None:
