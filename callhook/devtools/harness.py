@@ -18,7 +18,9 @@ still while a page is being fetched (a page takes 0 s of call time).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import shutil
 import tempfile
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -328,6 +330,14 @@ class CallRun:
     runner: CallRunner
 
 
+def scratch_directory() -> Path:
+    """A new temporary directory for a call's log, removed when the process ends (a test
+    may read the log after the call; a suite makes thousands of them)."""
+    directory = Path(tempfile.mkdtemp(prefix="callhook-test-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 async def run_call(
     app: AppServer,
     caller: Caller | None = None,
@@ -355,7 +365,7 @@ async def run_call(
     )
     leg = ScriptedLeg(caller, timer=timer, info=info)
     instance = "inst-" + str(len(app.requests))
-    directory = log_dir or Path(tempfile.mkdtemp(prefix="callhook-test-"))
+    directory = log_dir or scratch_directory()
     log = CallLog(instance, leg.clock, directory / f"{instance}.log")
     pages = HttpPages(timeout=page_timeout)
     names = iter(range(1, 1000))

@@ -5,8 +5,6 @@ join instead of a hang-up, its final page when the bridge ends, primary_call_id.
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from callhook.calls.calllog import CallLog
 from callhook.calls.runner import CallRunner, CallSummary
 from callhook.config.settings import AppConfig
-from callhook.devtools.harness import AppServer, Reply, ScriptedLeg
+from callhook.devtools.harness import AppServer, Reply, ScriptedLeg, scratch_directory
 from callhook.edge.pages import HttpPages
 from callhook.events import CallEnded, SayText, StartPrompt
 from callhook.ports import CallInfo
@@ -63,7 +61,7 @@ async def run_far(
         final_page=app.url("/far-final"),
         error_page=app.url(error_page) if error_page else None,
     )
-    log = CallLog("far", leg.clock, Path(tempfile.mkdtemp(prefix="callhook-test-")) / "far.log")
+    log = CallLog("far", leg.clock, scratch_directory() / "far.log")
     pages = HttpPages(timeout=5.0)
     runner = CallRunner(
         config,
