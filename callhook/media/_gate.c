@@ -344,16 +344,13 @@ static PyObject *feed_all(PyObject *module, PyObject *const *args, Py_ssize_t na
 }
 
 /* vad.py's model_decides: whether the detector's model may run on its next frame (its
- * gate open, the model deciding, or the energy holding an utterance with one more quiet
- * frame to close the gate): 1, 0, or -1 with an exception. */
+ * gate open, the model deciding): 1, 0, or -1 with an exception. */
 static int model_decides(PyObject *vad) {
     if (PyObject_TypeCheck(vad, &GateCoreType)) {
         GateCore *d = (GateCore *)vad;
         if (d->model == NULL || d->model == Py_None || d->paused || !d->gate)
             return 0;
-        if (d->active && !d->model_holds)
-            return d->gate_quiet + 1 >= d->hangover_frames;
-        return 1;
+        return !(d->active && !d->model_holds);
     }
     PyObject *flag = PyObject_GetAttr(vad, model_decides_name);
     if (flag == NULL)

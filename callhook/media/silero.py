@@ -178,6 +178,9 @@ class SileroStream:
         the audio it skipped, several windows of one call that no batch can hold)."""
         windows: list[np.ndarray] = []
         complete: list[int] = []  # after each frame, how many windows it had completed
+        # As it was: a run that fails leaves the stream where probability() would (its
+        # window still to run).
+        was_input, was_filled = self._input.copy(), self._filled
         for frame in frames:
             x = frame.ravel()
             i = 0
@@ -194,33 +197,43 @@ class SileroStream:
                     self._filled = 0
             complete.append(len(windows))
         before = self._probability
-        found = self._run_chain(windows)
+        if not windows:
+            return [before] * len(complete)
+        try:
+            found = self._run_chain(windows)
+        except BaseException:
+            self._input, self._filled = was_input, was_filled
+            raise
         return [found[n - 1] if n else before for n in complete]
 
     def _run_chain(self, windows: list[np.ndarray]) -> list[float]:
-        """Each of ``windows`` run from the state the one before left, as :meth:`_run`
-        would run them one by one (the first may be the one run ahead)."""
-        ahead, self._ahead = self._ahead, None
+        """Each of ``windows`` (one at least) run from the state the one before left, as
+        :meth:`_run` would run them one by one (the first may be the one run ahead). If
+        the run raises, the stream's state and the window run ahead are as they were."""
+        ahead = self._ahead
+        state = self._state
         found: list[float] = []
         rest = windows
-        if (
-            windows
-            and ahead is not None
+        taken = (
+            ahead is not None
             and np.array_equal(ahead[0], windows[0])
-            and np.array_equal(ahead[1], self._state)
-        ):
-            _, _, probability, self._state = ahead
+            and np.array_equal(ahead[1], state)
+        )
+        if taken:
+            assert ahead is not None
+            _, _, probability, state = ahead
             found.append(probability)
-            self.windows_ahead += 1
             rest = windows[1:]
         if rest:
-            chained, self._state = MODEL_THREAD.run(
-                _Chain(self._session, self._sr), {"windows": rest, "state": self._state}
+            chained, state = MODEL_THREAD.run(
+                _Chain(self._session, self._sr), {"windows": rest, "state": state}
             )
             found += chained
+        self._ahead = None
+        self._state = state
+        self.windows_ahead += int(taken)
         self.windows += len(windows)
-        if found:
-            self._probability = found[-1]
+        self._probability = found[-1]
         return found
 
     def _run(self) -> None:

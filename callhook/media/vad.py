@@ -85,10 +85,10 @@ contiguous audio. While the gate is closed the last :attr:`PREROLL` frames are
 kept: when it reopens within that time the model is fed the frames it missed
 (the stream stays contiguous); after a longer closure it is reset and fed the
 pre-roll, so it starts each utterance from a clean state with 160 ms of
-background, never with a previous utterance's state. Those frames and the opening
-frame go to the model at once (a model with ``probabilities``, as
-``SileroStream``: one wait on the model's thread for all their windows), with the
-verdicts of frames fed one by one.
+background, never with a previous utterance's state. Those frames, and the opening
+frame where the model decides it, go to the model at once (a model with
+``probabilities``, as ``SileroStream``: one wait on the model's thread for all their
+windows), with the verdicts of frames fed one by one.
 
 Levels are dBFS as in :mod:`callhook.media.tones`: RMS relative to 32768
 (a full-scale sine is −3 dBFS).
@@ -349,8 +349,15 @@ class VoiceActivityDetector(GateCore):
         else:
             self._gate_quiet += 1
             if self._gate_quiet >= self.hangover_frames:
-                # The model still sees this frame: the closing frame ends its contiguous audio.
-                self._classify(frame)
+                if not (
+                    self._active and not self.model_holds and self._run + 1 >= self.hangover_frames
+                ):
+                    # The model still sees this frame: the closing frame ends its
+                    # contiguous audio.
+                    self._classify(frame)
+                # (Else this frame ends the utterance the energy holds, and the model is
+                # reset after it, feed(): its verdict would go unused, and its window run
+                # alone would make the media tick wait on the model's thread.)
                 self._gate = False
                 self._closed_for = 0
                 return False
@@ -409,16 +416,11 @@ class VoiceActivityDetector(GateCore):
     @property
     def model_decides(self) -> bool:
         """Whether the model may run on the next frame: the gate is open and the model,
-        not the energy, decides, or the energy holds an utterance and one more quiet frame
-        closes the gate (the model sees the closing frame) (:meth:`upcoming`'s condition,
-        and ``gate.gather``'s for the detectors it offers :func:`run_ahead`, read there in
-        C). A closing frame is a frame like any other for the batched run: run alone, it
-        would make the media tick wait on the model's thread for that one window."""
+        not the energy, decides (:meth:`upcoming`'s condition, and ``gate.gather``'s for
+        the detectors it offers :func:`run_ahead`, read there in C)."""
         if self.model is None or self.paused or not self._gate:
             return False
-        if self._active and not self.model_holds:
-            return self._gate_quiet + 1 >= self.hangover_frames
-        return True
+        return not (self._active and not self.model_holds)
 
     def upcoming(self, frame: npt.NDArray[np.int16]) -> tuple[Any, npt.NDArray[np.float32]] | None:
         """The model and the window it will likely run on when :meth:`feed` gets ``frame``

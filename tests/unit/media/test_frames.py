@@ -263,8 +263,8 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
         # The model's frames and the edges were Python's, most of the rest C's.
         assert 0 < python_frames < len(audio) // 2
         # The model's windows ran in the rounds' batched runs, but for the gate's
-        # openings and closings (which no frame predicts): the loop did not wait on the
-        # model's thread once a window.
+        # openings (which no frame predicts): the loop did not wait on the model's thread
+        # once a window.
         model, reference = bursty.vad.model, alone.vad.model
         assert model.windows == reference.windows
         assert model.windows_ahead >= 3 * model.windows // 4

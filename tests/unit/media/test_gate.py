@@ -235,26 +235,23 @@ def test_gather_takes_out_what_python_takes_out() -> None:
 def test_gather_offers_the_model_only_the_frames_it_may_run_on() -> None:
     """Every state of a detector holding one frame, in C and in Python: offered to
     ``vad.run_ahead`` exactly when it has a model, is not paused, its gate is open and the
-    model, not the energy, decides (not an utterance the energy holds), or the energy holds
-    it and one more quiet frame closes the gate (the model sees the closing frame)."""
+    model, not the energy, decides (not an utterance the energy holds)."""
     import itertools
 
     import pytest
 
-    states = list(itertools.product([True, False], repeat=6))
+    states = list(itertools.product([True, False], repeat=5))
     for gather in (gate.gather, gate.gather_python):
         sessions, expected = [], []
-        for k, (model, paused, open_, active, holds, closing) in enumerate(states):
+        for k, (model, paused, open_, active, holds) in enumerate(states):
             session = MediaSession("PCMU", 0, None, None)
             if not model:
                 session.vad = VoiceActivityDetector()  # the energy detector alone
             session.vad.paused, session.vad._gate = paused, open_
             session.vad._active, session.vad.model_holds = active, holds
-            hangover = session.vad.hangover_frames
-            session.vad._gate_quiet = hangover - 1 if closing else hangover - 2
             session.undetected = [bytes([k]) * 160]
             sessions.append(session)
-            expected.append(model and not paused and open_ and (holds or not active or closing))
+            expected.append(model and not paused and open_ and (holds or not active))
         # Two frames (a burst): never offered, whatever the state.
         burst = MediaSession("PCMU", 0, None, None)
         burst.vad._gate = True
