@@ -6,13 +6,10 @@ media file namespace, named in the page requests' ``log_filename``. A line is
     2026-11-21T10:15:02.114Z +3.260 page_request POST http://app/next (get_number)
 
 wall-clock time (UTC, ms), seconds since the call started (media time), a
-kind, and the details. Each line is written as it comes, unbuffered, by the
-thread that writes files (:mod:`callhook.store.appender`: the event loop, which
-runs every call's control, never waits for the disk), in order; the file is
-complete when the call ends (:meth:`CallLog.close` waits for it), and a crash
-loses only lines that thread had not written yet. A line the disk refuses
-(full) is kept in memory, at most :data:`HELD_MAX` of them, and written before
-the next line once it can be: the call goes on either way. The call's start and end and every
+kind, and the details. Lines are flushed as written, so the log survives a
+crash. A line the disk refuses (full) is kept in memory, at most
+:data:`HELD_MAX` of them, and written before the next line once it can be:
+the call goes on either way (issue 14). The call's start and end and every
 warning and error also go to the server log (``logging``, ``callhook.call``,
 with the application instance id); the other lines do too at DEBUG
 (``callhook -v``). Listeners (the terminal phone) get every line.
@@ -22,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import os
 import time
@@ -64,7 +60,6 @@ from callhook.events import (
     VoiceActivity,
 )
 from callhook.redact import redact
-from callhook.store.appender import APPENDER
 
 logger = logging.getLogger("callhook.call")
 
@@ -137,7 +132,7 @@ class CallLog:
         line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()
         self.lines.append(line)
         if self._file is not None:
-            APPENDER.submit(functools.partial(self._append, (line + "\n").encode()))
+            self._append((line + "\n").encode())
         # The server log gets the call's start and end, and every warning or error;
         # the rest is in the call's own log file (writing it twice costs CPU at scale).
         if level > logging.INFO or kind in SERVER_KINDS:
@@ -148,9 +143,7 @@ class CallLog:
             listener(kind, text)
 
     def _append(self, data: bytes) -> None:
-        """Write ``data`` and any lines held before it (on the appender's thread)."""
-        if self._file is None:
-            return  # (closed: the lines were kept in memory)
+        assert self._file is not None
         was_held = bool(self._held)
         if self._held_lines < HELD_MAX:
             self._held += data
@@ -175,12 +168,6 @@ class CallLog:
             logger.warning("[%s] call log %s is written again", self.instance_id, self.path)
 
     def close(self) -> None:
-        """The file complete and closed: once every line asked for is written."""
-        if self._file is not None:
-            APPENDER.submit(self._close_file)
-            APPENDER.wait()
-
-    def _close_file(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
                 while self._held and (written := self._file.write(self._held) or 0) > 0:
