@@ -207,7 +207,7 @@ static inline int rx_vad_plan(const Rx *rx, double power, RxPlan *plan) {
     int loud = power > (rx->min_power > open ? rx->min_power : open);
     plan->gate_quiet = loud ? 0 : rx->gate_quiet + 1;
     if (plan->gate_quiet >= rx->hangover_frames)
-        return 0; /* the gate closes: the model sees the closing frame */
+        return 0; /* the gate closes: Python's frame (vad.py, _gated: the utterance ends) */
     double keep = threshold * rx->release;
     int speech = loud && power > (rx->min_power > keep ? rx->min_power : keep);
     plan->run = speech ? 0 : rx->run + 1;

@@ -204,7 +204,7 @@ static int feed(GateCore *self, PyObject *frame, double power) {
         int loud = power > (self->min_power > open ? self->min_power : open);
         long long gate_quiet = loud ? 0 : self->gate_quiet + 1;
         if (gate_quiet >= self->hangover_frames)
-            goto out; /* the gate closes: the model sees the closing frame */
+            goto out; /* the gate closes: Python's (vad.py, _gated: the utterance ends) */
         double keep = threshold * self->release;
         int speech = loud && power > (self->min_power > keep ? self->min_power : keep);
         long long run = speech ? 0 : self->run + 1;
