@@ -238,7 +238,7 @@ async def test_baresip_registered_over_tcp_or_tls_with_two_workers_is_reached_fr
             seen: set[str] = set()
             for done in (1, 2):
                 calling = asyncio.create_task(call_in(server, tmp_path))
-                # baresip answered this call (the first may still be listed, ending).
+                # baresip answered this call (not one before it).
                 assert await new_bridged_call(server, seen), server.output
                 await command(phone, "hangup")
                 caller = await calling
@@ -247,13 +247,17 @@ async def test_baresip_registered_over_tcp_or_tls_with_two_workers_is_reached_fr
                     if len(app.bodies("/connected")) == done:
                         break
                     await asyncio.sleep(0.05)
+                # Each call's outcome as it ends, with the server's log if it is wrong.
+                bodies = app.bodies("/connected")
+                assert len(bodies) == done, server.output
+                outcome = bodies[-1]["action_result"]["result"]
+                assert (outcome["connected"], outcome["call_cause"]) == (True, "hung_up"), (
+                    f"call {done}: {outcome}\n{server.output}"
+                )
     callers = re.findall(
         r" (\d):callhook\.sip: call \S+: calling .*a phone of user:alice", server.output
     )
     assert sorted(callers) == ["0", "1"], server.output
-    for connected in app.bodies("/connected"):
-        outcome = connected["action_result"]["result"]
-        assert (outcome["connected"], outcome["call_cause"]) == (True, "hung_up"), outcome
     assert len(app.bodies("/connected")) == 2
 
 
