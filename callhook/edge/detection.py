@@ -83,23 +83,40 @@ class Detection:
             for item in measured:
                 self._deliver(*item)
             return
-        # The model's batched run goes on its own thread (media/modelthread.py) while the
-        # calls that do not wait for it are fed; then those that do.
         waiting = {id(detector) for detector, _ in listening}
+
+        def others() -> None:
+            for item in measured:
+                self._deliver(*_rows(item, lambda s: id(s.vad) not in waiting))
+
+        def theirs() -> None:
+            for item in measured:
+                self._deliver(*_rows(item, lambda s: id(s.vad) in waiting))
+
+        self._around_batch(listening, others, theirs)
+
+    def _around_batch(
+        self,
+        listening: list[tuple[vad.VoiceActivityDetector, frames.Samples]],
+        others: Callable[[], object],
+        theirs: Callable[[], object],
+    ) -> None:
+        """The model's batched run of ``listening``'s windows on its own thread
+        (media/modelthread.py), ``others`` (the calls that do not wait for it) fed
+        meanwhile, then ``theirs`` once it is over. A run that raises (a bug) is counted
+        and logged once, and each model runs its own window as before."""
         try:
             batch, _ = vad.start_ahead(listening)
-        except Exception:  # a bug: each model runs its own window as before
+        except Exception:
             self._ahead_failed()
             batch = None
-        for item in measured:
-            self._deliver(*_rows(item, lambda s: id(s.vad) not in waiting))
+        others()
         if batch is not None:
             try:
                 batch.finish()
             except Exception:
                 self._ahead_failed()
-        for item in measured:
-            self._deliver(*_rows(item, lambda s: id(s.vad) in waiting))
+        theirs()
 
     def _ahead_failed(self) -> None:
         self._fault(None)
@@ -187,30 +204,21 @@ class Detection:
         if not listening:
             return self._feed(sessions, samples, powers, verdicts)
         waiting = {id(detector) for detector, _ in listening}
-        try:
-            batch, _ = vad.start_ahead(listening)
-        except Exception:  # a bug: each model runs its own window as before
-            self._ahead_failed()
-            batch = None
-        first = [i for i, session in enumerate(sessions) if id(session.vad) not in waiting]
-        then = [i for i, session in enumerate(sessions) if id(session.vad) in waiting]
-        faulted = self._feed(
-            [sessions[i] for i in first],
-            [samples[i] for i in first],
-            [powers[i] for i in first],
-            [verdicts[i] for i in first],
-        )
-        if batch is not None:
-            try:
-                batch.finish()
-            except Exception:
-                self._ahead_failed()
-        return faulted | self._feed(
-            [sessions[i] for i in then],
-            [samples[i] for i in then],
-            [powers[i] for i in then],
-            [verdicts[i] for i in then],
-        )
+        faulted: set[int] = set()
+
+        def feed(wait: bool) -> None:
+            rows = [i for i, s in enumerate(sessions) if (id(s.vad) in waiting) == wait]
+            faulted.update(
+                self._feed(
+                    [sessions[i] for i in rows],
+                    [samples[i] for i in rows],
+                    [powers[i] for i in rows],
+                    [verdicts[i] for i in rows],
+                )
+            )
+
+        self._around_batch(listening, lambda: feed(False), lambda: feed(True))
+        return faulted
 
     def _feed(
         self,

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -144,6 +144,15 @@ class SileroStream:
         The model runs once for every 256 samples received, so a 20 ms frame
         completes zero or one window (two only for frames longer than 256).
         """
+        for _ in self._fill(frame):
+            self._run()
+        return self._probability
+
+    def _fill(
+        self, frame: npt.NDArray[np.int16] | npt.NDArray[np.float32]
+    ) -> Iterator[None]:
+        """Put ``frame``'s samples into the window, yielding each time it is complete: the
+        caller runs or keeps it, shifts the context and empties it before going on."""
         x = frame.ravel()
         i = 0
         while i < len(x):
@@ -154,8 +163,7 @@ class SileroStream:
             self._filled += take
             i += take
             if self._filled == WINDOW:
-                self._run()
-        return self._probability
+                yield
 
     def upcoming(self, frame: npt.NDArray[np.int16] | npt.NDArray[np.float32]) -> np.ndarray | None:
         """The model input (context and window) that :meth:`probability` of ``frame``
@@ -182,19 +190,10 @@ class SileroStream:
         # window still to run).
         was_input, was_filled = self._input.copy(), self._filled
         for frame in frames:
-            x = frame.ravel()
-            i = 0
-            while i < len(x):
-                take = min(WINDOW - self._filled, len(x) - i)
-                start = CONTEXT + self._filled
-                # (probability()'s very expression: the same float32 bits.)
-                self._input[0, start : start + take] = x[i : i + take] * np.float32(1 / 32768)
-                self._filled += take
-                i += take
-                if self._filled == WINDOW:
-                    windows.append(self._input.copy())
-                    self._input[0, :CONTEXT] = self._input[0, WINDOW:]
-                    self._filled = 0
+            for _ in self._fill(frame):
+                windows.append(self._input.copy())
+                self._input[0, :CONTEXT] = self._input[0, WINDOW:]
+                self._filled = 0
             complete.append(len(windows))
         before = self._probability
         if not windows:

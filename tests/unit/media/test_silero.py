@@ -147,9 +147,26 @@ def test_a_window_run_ahead_is_taken_only_for_the_audio_and_state_it_was_run_fro
     assert ahead.windows_ahead == 0 and ahead.windows == plain.windows > 0
 
 
-def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+class Waits:
+    """How many times a caller waited on the model's thread (``MODEL_THREAD.run``)."""
+
+    n = 0
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
+    counted = Waits()
+    run = MODEL_THREAD.run
+
+    def counting(inference: object, feeds: dict[str, object]) -> object:
+        counted.n += 1
+        return run(inference, feeds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MODEL_THREAD, "run", counting)
+    return counted
+
+
+def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(waits: Waits) -> None:
     """``probabilities`` (a gate opening's skipped frames) gives each frame the very
     number ``probability`` gives, leaves the stream as it would, and runs the windows
     they complete in one job on the model's thread (the first one taken from a batch
@@ -157,15 +174,7 @@ def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(
     talk = frames(on_a_line(load(SPEECH[1]))[0])
     reference = SileroStream()
     expected = [reference.probability(f) for f in talk]
-    waits = 0
-    run = MODEL_THREAD.run
-
-    def counting(inference: object, feeds: dict[str, object]) -> object:
-        nonlocal waits
-        waits += 1
-        return run(inference, feeds)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(MODEL_THREAD, "run", counting)
+    waits.n = 0  # (the reference's runs)
     stream = SileroStream()
     got: list[float] = []
     pieces = list(itertools.pairwise([0, 1, 9, 10, 40, 41, len(talk)]))
@@ -178,7 +187,8 @@ def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(
     assert stream._filled == reference._filled
     # One wait for each piece that completed a window (160-sample frames, 256-sample
     # windows), whatever its number of windows.
-    assert waits == sum(1 for a, b in pieces if b * 160 // WINDOW > a * 160 // WINDOW) < len(pieces)
+    completing = [(a, b) for a, b in pieces if b * 160 // WINDOW > a * 160 // WINDOW]
+    assert waits.n == len(completing) < len(pieces)
     # The first window run ahead in a batch is taken, the rest run on the model's thread.
     ahead, plain = SileroStream(), SileroStream()
     head = [plain.probability(f) for f in talk[:3]]
@@ -187,9 +197,9 @@ def test_frames_given_at_once_give_what_they_give_one_by_one_for_one_wait(
     assert window is not None
     silero.run_ahead([(ahead, window)])
     rest = [plain.probability(f) for f in talk[3:20]]
-    waits = 0
+    waits.n = 0
     assert ahead.probabilities(talk[3:20]) == rest
-    assert ahead.windows_ahead == 1 and ahead.windows == plain.windows and waits == 1
+    assert ahead.windows_ahead == 1 and ahead.windows == plain.windows and waits.n == 1
     assert np.array_equal(ahead._state, plain._state)
 
 
@@ -229,9 +239,7 @@ class OneByOne:
         self.stream.reset()
 
 
-def test_a_gate_opening_hears_the_audio_it_skipped_in_one_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_gate_opening_hears_the_audio_it_skipped_in_one_wait(waits: Waits) -> None:
     """Where its gate opens the detector goes over the frames it skipped, and then the
     opening frame: in one wait on the model's thread, with the verdicts of a model fed
     frame by frame."""
@@ -243,23 +251,15 @@ def test_a_gate_opening_hears_the_audio_it_skipped_in_one_wait(
     reference = VoiceActivityDetector(OneByOne())  # type: ignore[arg-type]
     expected = [(t, e) for t, f in enumerate(talk) if (e := reference.feed(f)) is not None]
     detector = gated()
-    waits = 0
-    run = MODEL_THREAD.run
-
-    def counting(inference: object, feeds: dict[str, object]) -> object:
-        nonlocal waits
-        waits += 1
-        return run(inference, feeds)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(MODEL_THREAD, "run", counting)
+    waits.n = 0  # (the reference's runs)
     got = []
     opening_waits = []
     for t, f in enumerate(talk):
-        was_open, before = detector._gate, waits
+        was_open, before = detector._gate, waits.n
         if (edge := detector.feed(f)) is not None:
             got.append((t, edge))
         if detector._gate and not was_open:
-            opening_waits.append(waits - before)
+            opening_waits.append(waits.n - before)
     assert got == expected and len(expected) >= 4
     assert detector.model_frames == reference.model_frames
     assert detector.model.windows == reference.model.stream.windows
