@@ -148,9 +148,7 @@ class SileroStream:
             self._run()
         return self._probability
 
-    def _fill(
-        self, frame: npt.NDArray[np.int16] | npt.NDArray[np.float32]
-    ) -> Iterator[None]:
+    def _fill(self, frame: npt.NDArray[np.int16] | npt.NDArray[np.float32]) -> Iterator[None]:
         """Put ``frame``'s samples into the window, yielding each time it is complete: the
         caller runs or keeps it, shifts the context and empties it before going on."""
         x = frame.ravel()
