@@ -14,15 +14,11 @@ are the thread's CPU, a few per cent more for the wrappers' own. The media tick'
 are among them (``MediaEngine._work``'s: its socket writes, a C method of an object, are
 what its total leaves beside the others).
 
-It also counts, on the same clock: the speech model's runs (a call's own window, or a
-batch of several calls' whose gates are open; a batch of one counts as a window; where
-they run on the model's own thread, that thread's clock, the rows "on its thread"), the
-collector's passes inside and outside the media tick, the loop's waits for the model's
-thread (wall time, the one row not on a CPU clock: the loop sleeps), and a probe: every
-fifth tick, the same SIP INVITE parsed four times in a row just after the tick. The
-first parse is the code as the control plane meets it (caches cold); the next ones,
-warm, are what an isolated benchmark measures. ``show`` prints it all per call (the
-step's calls: the INVITEs the service took).
+It also counts, on the same clock: the collector's passes inside and outside the media
+tick, and a probe: every fifth tick, the same SIP INVITE parsed four times in a row just
+after the tick. The first parse is the code as the control plane meets it (caches
+cold); the next ones, warm, are what an isolated benchmark measures. ``show`` prints it
+all per call (the step's calls: the INVITEs the service took).
 """
 
 from __future__ import annotations
@@ -51,10 +47,9 @@ FUNCTIONS = (
     "callhook.edge.detection:Detection.run",
     "callhook.media.gate:gather",
     "callhook.media.frames:measure",
-    "callhook.media.vad:start_ahead",
-    "callhook.media.silero:Ahead.finish",
     "callhook.edge.detection:Detection._feed",
     "callhook.media.gate:feed_all",
+    "callhook.media.silero:SileroStream._run",
     "callhook.media.outlet:tick_all",
     "callhook.media.outlet:cover_all",
     "callhook.edge.mediaengine:MediaEngine._send",
@@ -221,56 +216,11 @@ def resolve(spec: str) -> tuple[Any, str, Any]:
 
 
 def install(clocks: Clocks, functions: tuple[str, ...] = FUNCTIONS) -> None:
-    """Wrap ``functions``, the model's runs, the collector's passes and the probe."""
+    """Wrap ``functions``, the collector's passes and the probe."""
     for spec in functions:
         owner, attribute, function = resolve(spec)
         setattr(owner, attribute, clocks.timed(function, spec.partition(":")[2]))
-    _count_model(clocks)
     _count_collections_and_probe(clocks)
-
-
-def _count_model(clocks: Clocks) -> None:
-    import onnxruntime
-
-    from callhook.media.modelthread import NAME as MODEL_THREAD
-
-    run = onnxruntime.InferenceSession.run
-
-    def counted(self: Any, outputs: Any, feeds: dict[str, Any], *args: Any, **kw: Any) -> Any:
-        own = threading.current_thread().name == MODEL_THREAD
-        if "state" not in feeds or not (own or threading.get_ident() == clocks.thread):
-            return run(self, outputs, feeds, *args, **kw)  # (another model, another thread)
-        windows = len(feeds["input"])
-        # A batch of one window is not told from a call's own window.
-        batch = windows > 1
-        # (The loop's runs go to the model's own thread, callhook/media/modelthread.py.)
-        where = "speech model on its thread" if own else "speech model"
-        start = time.thread_time()
-        try:
-            return run(self, outputs, feeds, *args, **kw)
-        finally:
-            spent = time.thread_time() - start
-            clocks.add(f"{where}: a batch" if batch else f"{where}: one window", spent)
-            if batch:
-                clocks.add("speech model: windows in batches", windows * 1e-9)  # (a count)
-
-    onnxruntime.InferenceSession.run = counted
-
-    # The loop's waits for the model's thread: wall time, not CPU (the thread sleeps).
-    from callhook.media import modelthread
-
-    result = modelthread.Pending.result
-
-    def waited(self: Any) -> Any:
-        if threading.get_ident() != clocks.thread:
-            return result(self)
-        start = time.perf_counter()
-        try:
-            return result(self)
-        finally:
-            clocks.add("the loop waiting on the model's thread (wall)", time.perf_counter() - start)
-
-    modelthread.Pending.result = waited  # type: ignore[method-assign]
 
 
 def _count_collections_and_probe(clocks: Clocks) -> None:
@@ -341,12 +291,11 @@ def table(path: Path, rows: int = 40) -> str:
     taken = counts.get("Inbound.incoming") or counts.get("SipService._incoming", [0])
     calls = taken[0] or 1
     lines = [f"{'':58} {'times':>8} {'us each':>9} {'ms/call':>8}"]
-    windows = counts.pop("speech model: windows in batches", [0, 0.0])[1] * 1e9
     ordered = sorted(counts.items(), key=lambda item: -item[1][1])
     for name, (times, seconds) in ordered[:rows]:
         each = seconds / times * 1e6 if times else 0.0
         lines.append(f"{name:58} {int(times):8d} {each:9.1f} {seconds / calls * 1e3:8.3f}")
-    lines.append(f"(calls: {calls}; the model's batches held {windows:.0f} windows)")
+    lines.append(f"(calls: {calls})")
     return "\n".join(lines)
 
 

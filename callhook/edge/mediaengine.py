@@ -586,11 +586,8 @@ class MediaEngine:
                 exc_info=exc if exc is not None else True,
             )
 
-    def _detection_fault(self, session: MediaSession | None) -> None:
-        """Step 2 raised: in ``session``'s detectors, or (None) in the batched speech model."""
-        if session is None:
-            self.faults += 1
-            return
+    def _detection_fault(self, session: MediaSession) -> None:
+        """Step 2 raised in ``session``'s detectors."""
         roster = self._roster
         stream = roster.stream_of(session) if roster is not None else None
         if stream is not None:

@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
+from callhook.media import vad
 from callhook.media.utterances import cut_utterances
 from callhook.speech import faults
 from callhook.speech.asr import Recogniser
@@ -178,6 +179,9 @@ class SpeechService:
 
     def warm_up(self) -> None:
         """Load the models in the background, so the first call does not wait for them."""
+        # The voice-activity model's weights too: read on the loop at the first call that
+        # listens, they would hold every call's work up for a fifth of a second.
+        self.warming.append(self._tts_pool.submit(vad.warm_up))
         if self.synthesiser is not None:
             self.warming.append(
                 self._tts_pool.submit(self._warm, self.synthesiser.warm_up, "text-to-speech")

@@ -75,7 +75,7 @@ static PyMemberDef GateCore_members[] = {
 };
 
 
-static PyObject *copy_name, *append_name, *model_decides_name, *clear_name, *maxlen_name;
+static PyObject *copy_name, *append_name, *clear_name, *maxlen_name;
 static InletTypes types; /* the session's C layout (_inlet.h) */
 
 /* The floor of the blocks once `block_min` joins them (vad.py's feed(): the blocks
@@ -343,35 +343,10 @@ static PyObject *feed_all(PyObject *module, PyObject *const *args, Py_ssize_t na
     return rest;
 }
 
-/* vad.py's model_decides: whether the detector's model may run on its next frame (its
- * gate open, the model deciding): 1, 0, or -1 with an exception. */
-static int model_decides(PyObject *vad) {
-    if (PyObject_TypeCheck(vad, &GateCoreType)) {
-        GateCore *d = (GateCore *)vad;
-        if (d->model == NULL || d->model == Py_None || d->paused || !d->gate)
-            return 0;
-        return !(d->active && !d->model_holds);
-    }
-    PyObject *flag = PyObject_GetAttr(vad, model_decides_name);
-    if (flag == NULL)
-        return -1;
-    int on = PyObject_IsTrue(flag);
-    Py_DECREF(flag);
-    return on;
-}
-
-/* gather()'s loop body: one session's held frames (`held`, its list) into the lists,
- * and (vad, row) into `ahead` when its one frame may be the model's. 1 taken, 0 none
- * left to take, or -1 with an exception and the session's frames still held. */
-static int take(PyObject *session, PyObject *held, PyObject *vad, PyObject *picked,
-                PyObject *payloads, PyObject *counts, PyObject *ahead) {
-    int offer = 0;
-    if (vad != NULL && PyList_GET_SIZE(held) == 1) {
-        offer = model_decides(vad);
-        if (offer < 0)
-            return -1;
-    }
-    /* Read after it: code it ran may have changed the list. */
+/* gather()'s loop body: one session's held frames (`held`, its list) into the lists.
+ * 1 taken, 0 none to take, or -1 with an exception and the session's frames still held. */
+static int take(PyObject *session, PyObject *held, PyObject *picked, PyObject *payloads,
+                PyObject *counts) {
     Py_ssize_t count = PyList_GET_SIZE(held), row = PyList_GET_SIZE(payloads);
     if (count == 0)
         return 0;
@@ -382,16 +357,6 @@ static int take(PyObject *session, PyObject *held, PyObject *vad, PyObject *pick
         return -1;
     }
     Py_DECREF(n);
-    if (offer && count == 1) {
-        PyObject *index = PyLong_FromSsize_t(row);
-        PyObject *pair = index == NULL ? NULL : PyTuple_Pack(2, vad, index);
-        Py_XDECREF(index);
-        if (pair == NULL || PyList_Append(ahead, pair) < 0) {
-            Py_XDECREF(pair);
-            return -1;
-        }
-        Py_DECREF(pair);
-    }
     /* Emptied in place (a new list each tick is young garbage to collect): the frames
      * taken are held by `payloads` now, so no code runs; any added since stay. */
     return PyList_SetSlice(held, 0, count, NULL) < 0 ? -1 : 1;
@@ -406,9 +371,8 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
     }
     PyObject *sessions = args[0], *law = args[1];
     PyObject *picked = PyList_New(0), *payloads = PyList_New(0), *counts = PyList_New(0);
-    PyObject *ahead = PyList_New(0);
     int tones = 0;
-    if (picked == NULL || payloads == NULL || counts == NULL || ahead == NULL)
+    if (picked == NULL || payloads == NULL || counts == NULL)
         goto error;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sessions); i++) {
         PyObject *object = PyList_GET_ITEM(sessions, i);
@@ -427,39 +391,34 @@ static PyObject *gather(PyObject *module, PyObject *const *args, Py_ssize_t narg
             if (!same)
                 continue;
         }
-        /* Strong references while it is taken: model_decides() of another detector
-         * class, or a collection the allocations start, may run Python code. */
-        PyObject *vad = session->vad;
+        /* Strong references while it is taken: a collection the allocations start may
+         * run Python code. */
         Py_INCREF(object);
         Py_INCREF(held);
-        Py_XINCREF(vad);
-        int taken = take(object, held, vad, picked, payloads, counts, ahead);
+        int taken = take(object, held, picked, payloads, counts);
         if (taken > 0 && !IS_NONE(session->tones))
             tones = 1;
         Py_DECREF(held);
-        Py_XDECREF(vad);
         Py_DECREF(object);
         if (taken < 0)
             goto error;
     }
-    PyObject *result = Py_BuildValue("(OOOOO)", picked, payloads, counts,
-                                     tones ? Py_True : Py_False, ahead);
+    PyObject *result =
+        Py_BuildValue("(OOOO)", picked, payloads, counts, tones ? Py_True : Py_False);
     Py_DECREF(picked);
     Py_DECREF(payloads);
     Py_DECREF(counts);
-    Py_DECREF(ahead);
     return result;
 error:
     Py_XDECREF(picked);
     Py_XDECREF(payloads);
     Py_XDECREF(counts);
-    Py_XDECREF(ahead);
     return NULL;
 }
 
 static PyMethodDef module_methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
-     "gather(sessions, law) -> (picked, payloads, counts, tones, ahead): the frames the "
+     "gather(sessions, law) -> (picked, payloads, counts, tones): the frames the "
      "sessions of `law` hold for detection (each one's taken out), as gate.py's "
      "gather_python gives them."},
     {"feed_all", (PyCFunction)(void (*)(void))feed_all, METH_FASTCALL,
@@ -480,10 +439,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__gate(void) {
     copy_name = PyUnicode_InternFromString("copy");
     append_name = PyUnicode_InternFromString("append");
-    model_decides_name = PyUnicode_InternFromString("model_decides");
     clear_name = PyUnicode_InternFromString("clear");
     maxlen_name = PyUnicode_InternFromString("maxlen");
-    if (!copy_name || !append_name || !model_decides_name || !clear_name || !maxlen_name ||
+    if (!copy_name || !append_name || !clear_name || !maxlen_name ||
         import_inlet_types(&types) < 0)
         return NULL;
     if (PyType_Ready(&GateCoreType) < 0)

@@ -29,11 +29,9 @@ from __future__ import annotations
 from typing import Any
 
 #: What :func:`gather` gives: the sessions that held frames of the law, all their
-#: frames in order, how many each held, whether any of them listens for in-band
-#: digits, and (detector, row) for each one that held one frame and whose detector's
-#: model may run on it (its gate open, the model deciding: ``model_decides``): the
-#: frames the speech model may run ahead on (``vad.run_ahead``).
-Gathered = tuple[list[Any], list[bytes], list[int], bool, list[tuple[Any, int]]]
+#: frames in order, how many each held, and whether any of them listens for in-band
+#: digits.
+Gathered = tuple[list[Any], list[bytes], list[int], bool]
 
 
 def gather_python(sessions: list[Any], law: str) -> Gathered:
@@ -44,20 +42,17 @@ def gather_python(sessions: list[Any], law: str) -> Gathered:
     picked: list[Any] = []
     payloads: list[bytes] = []
     counts: list[int] = []
-    ahead: list[tuple[Any, int]] = []
     tones = False
     for session in sessions:
         held = session.undetected
         if not held or session.law != law:
             continue
-        if len(held) == 1 and session.vad.model_decides:
-            ahead.append((session.vad, len(payloads)))
         picked.append(session)
         counts.append(len(held))
         payloads += held
         tones = tones or session.tones is not None
         held.clear()  # (in place: a new list each tick is young garbage to collect)
-    return picked, payloads, counts, tones, ahead
+    return picked, payloads, counts, tones
 
 
 try:

@@ -85,10 +85,7 @@ contiguous audio. While the gate is closed the last :attr:`PREROLL` frames are
 kept: when it reopens within that time the model is fed the frames it missed
 (the stream stays contiguous); after a longer closure it is reset and fed the
 pre-roll, so it starts each utterance from a clean state with 160 ms of
-background, never with a previous utterance's state. Those frames, and the opening
-frame where the model decides it, go to the model at once (a model with
-``probabilities``, as ``SileroStream``: one wait on the model's thread for all their
-windows), with the verdicts of frames fed one by one.
+background, never with a previous utterance's state.
 
 Levels are dBFS as in :mod:`callhook.media.tones`: RMS relative to 32768
 (a full-scale sine is −3 dBFS).
@@ -99,17 +96,13 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from callhook.media.frames import frame_power
 from callhook.media.gate import GateCore
-
-if TYPE_CHECKING:  # (onnxruntime is imported when the model is first used)
-    from callhook.media.silero import Ahead
 
 logger = logging.getLogger("callhook.media")
 
@@ -356,8 +349,7 @@ class VoiceActivityDetector(GateCore):
                     # contiguous audio.
                     self._classify(frame)
                 # (Else this frame ends the utterance the energy holds, and the model is
-                # reset after it, feed(): its verdict would go unused, and its window run
-                # alone would make the media tick wait on the model's thread.)
+                # reset after it, feed(): its verdict would go unused, its window wasted.)
                 self._gate = False
                 self._closed_for = 0
                 return False
@@ -375,7 +367,6 @@ class VoiceActivityDetector(GateCore):
                 return loud and held
         else:
             held = power > threshold
-        # (The opening's frames and this one in one call of the model: one wait.)
         return self._classify_all([*missed, frame]) and loud and held
 
     def _follow_floor(self) -> None:
@@ -413,45 +404,16 @@ class VoiceActivityDetector(GateCore):
             return frame.astype(np.float32) * np.float32(self._gain)
         return frame
 
-    @property
-    def model_decides(self) -> bool:
-        """Whether the model may run on the next frame: the gate is open and the model,
-        not the energy, decides (:meth:`upcoming`'s condition, and ``gate.gather``'s for
-        the detectors it offers :func:`run_ahead`, read there in C)."""
-        if self.model is None or self.paused or not self._gate:
-            return False
-        return not (self._active and not self.model_holds)
-
-    def upcoming(self, frame: npt.NDArray[np.int16]) -> tuple[Any, npt.NDArray[np.float32]] | None:
-        """The model and the window it will likely run on when :meth:`feed` gets ``frame``
-        next: while the gate is open and the model, not the energy, decides. A guess, for
-        :func:`run_ahead`: a wrong one costs a window's computation, never a verdict."""
-        if not self.model_decides:
-            return None
-        model = self.model
-        upcoming = getattr(model, "upcoming", None)
-        if upcoming is None:
-            return None
-        window = upcoming(self._model_input(frame))
-        return None if window is None else (model, window)
-
     def _classify(self, frame: npt.NDArray[np.int16]) -> bool:
         """Feed the model one frame (at the model's gain); its verdict with hysteresis."""
         assert self.model is not None
         return self._hear(self.model.probability(self._model_input(frame)))
 
     def _classify_all(self, frames: list[npt.NDArray[np.int16]]) -> bool:
-        """:meth:`_classify` of each of ``frames`` in turn, in one call of the model where
-        it takes several (``SileroStream.probabilities``: one wait on the model's thread);
-        the last one's verdict (the one before, for none)."""
-        assert self.model is not None
-        several = getattr(self.model, "probabilities", None)
-        if several is None or len(frames) < 2:
-            for frame in frames:
-                self._classify(frame)
-            return self._says_speech
-        for p in several([self._model_input(frame) for frame in frames]):
-            self._hear(p)
+        """:meth:`_classify` of each of ``frames`` in turn; the last one's verdict (the
+        one before, for none)."""
+        for frame in frames:
+            self._classify(frame)
         return self._says_speech
 
     def _hear(self, p: float) -> bool:
@@ -486,35 +448,13 @@ class VoiceActivityDetector(GateCore):
         return None
 
 
-def run_ahead(frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16]]]) -> int:
-    """Before each detector is fed its frame: the model windows those frames will likely
-    complete, run for every detector at once (one batched Silero run: its cost is mostly
-    per run, not per window; ``speech/silero.py``). Each detector's model takes its
-    result only if the window it completes is exactly that one. Returns how many were run."""
-    ahead, count = start_ahead(frames)
-    if ahead is not None:
-        ahead.finish()
-    return count
-
-
-def start_ahead(
-    frames: Iterable[tuple[VoiceActivityDetector, npt.NDArray[np.int16]]],
-) -> tuple[Ahead | None, int]:
-    """:func:`run_ahead`, started on the model thread (``media/modelthread.py``): its
-    handle (None: nothing to run), whose ``finish()`` must come before any of these
-    detectors is fed, and how many windows it runs."""
-    from callhook.media.silero import SileroStream
-    from callhook.media.silero import start_ahead as start
-
-    windows = []
-    for detector, frame in frames:
-        upcoming = detector.upcoming(frame)
-        if upcoming is not None and isinstance(upcoming[0], SileroStream):
-            windows.append(upcoming)
-    return (start(windows) if windows else None), len(windows)
-
-
 _no_model_logged = False
+
+
+def warm_up() -> None:
+    """Load the speech model's weights now (at serve's start), not at the first call that
+    listens; without them, said once in the log, as :func:`new_detector` says it."""
+    new_detector()
 
 
 def new_detector() -> VoiceActivityDetector:
@@ -525,10 +465,10 @@ def new_detector() -> VoiceActivityDetector:
     """
     global _no_model_logged
     try:
-        from callhook.media.silero import SileroStream  # onnxruntime: loaded when needed
+        from callhook.media.silero import SileroStream  # (its weights: loaded when needed)
 
         return VoiceActivityDetector(SileroStream())
-    except (ImportError, OSError) as exc:
+    except (ImportError, OSError, ValueError) as exc:
         if not _no_model_logged:
             _no_model_logged = True
             logger.error("no speech model for voice activity (%s): energy alone decides", exc)

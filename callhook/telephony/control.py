@@ -21,7 +21,6 @@ from callhook.calls.metrics import Metrics
 from callhook.cluster.sharedbans import SharedBans
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.speechworkers import SpeechService
-from callhook.media.modelthread import MODEL_THREAD
 from callhook.sip.agent import Agent
 from callhook.sip.guard import OPERATOR, Guard
 from callhook.telephony.farleg import FarLeg
@@ -105,8 +104,6 @@ class Control:
             # it the media ticks took: the rest is SIP, the calls' runners and pages.
             cpu_loop_s=round(time.thread_time(), 3),
             cpu_media_tick_s=round(media.tick_cpu, 3) if media else 0.0,
-            # The speech model's runs the loop handed to the model's own thread.
-            cpu_speech_model_s=round(MODEL_THREAD.cpu(), 3),
             speech=self.speech.snapshot(),
             notifications=self._notifications(),
         )

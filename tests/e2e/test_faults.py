@@ -377,7 +377,6 @@ async def test_slow_and_resetting_pages_under_load_give_each_call_its_outcome(
             assert stats["calls_ended"] == {"completed": CALLS}, stats
             # The loop thread's CPU, and the media ticks' part of it (bench.ivr_load's split).
             assert 0 < stats["cpu_media_tick_s"] < stats["cpu_loop_s"], stats
-            assert stats["cpu_speech_model_s"] >= 0, stats
             # ... and the SIP agent forgets each once its last transaction is over (the
             # INVITE server transaction's Accepted state lasts 64*T1 = 32 s, RFC 6026).
             deadline = asyncio.get_running_loop().time() + 40

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any
 
 import pytest
 
@@ -113,47 +112,6 @@ async def test_the_calls_media_clock_is_the_time_of_the_tick_worked_last() -> No
         assert session.media_clock.at == late + 0.02
         engine.close(key)
         assert session.media_clock is None and engine.clock.at is None
-    finally:
-        engine.shutdown()
-
-
-async def test_a_failing_batched_speech_model_run_is_logged_once_and_costs_no_audio(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def broken(frames: object) -> int:
-        raise RuntimeError("a bug in the batched run")
-
-    monkeypatch.setattr("callhook.media.vad.start_ahead", broken)
-    engine = MediaEngine("127.0.0.1", 41100, 41200)
-    try:
-        session = MediaSession("PCMU", 0, None, None, label="call listening")
-        session.detect_voice(True)  # its detector listens: the tick runs its model ahead
-        detected = []
-        detect = session.detect
-
-        def counting(samples: Any, powers: Any, tones: Any = None) -> None:
-            detected.extend(samples)
-            detect(samples, powers, tones)
-
-        monkeypatch.setattr(session, "detect", counting)
-        sock, port = engine.allocate()
-        await engine.open(session, sock, port, lambda: None)
-        caller = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        caller.bind(("127.0.0.1", 0))
-        with caller:
-            for seq in range(10):
-                packet = RtpPacket(0, False, seq, seq * 160, 99, b"\x10" * 160).serialize()
-                caller.sendto(packet, ("127.0.0.1", port))
-                await asyncio.sleep(0.02)
-            for _ in range(100):  # the tick drains the socket every 20 ms
-                if len(detected) == 10:
-                    break
-                await asyncio.sleep(0.02)
-        # Every frame was received and went through detection all the same.
-        assert session.receiver.received == len(detected) == 10
-        assert engine.faults >= 2  # each tick with a frame tried the batch
-        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-        assert errors == ["running the speech model for every call at once failed"]
     finally:
         engine.shutdown()
 

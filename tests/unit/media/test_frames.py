@@ -212,8 +212,8 @@ async def test_a_call_with_a_burst_leaves_the_others_one_frame_to_the_native_gat
 async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
     """A call whose detector listens (a recording's silence detection) gets its frames two
     at a time: they are worked round by round, the usual ones taken in C, the others
-    (the model's, an edge) by Python, the model's windows run ahead in one batch a round.
-    It hears its speech start and end exactly as a call fed frame by frame does."""
+    (the model's, an edge) by Python. It hears its speech start and end exactly as a call
+    fed frame by frame does."""
     import wave
     from pathlib import Path
 
@@ -262,12 +262,9 @@ async def test_a_listening_call_in_bursts_hears_what_it_would_alone() -> None:
         assert engine.faults == 0
         # The model's frames and the edges were Python's, most of the rest C's.
         assert 0 < python_frames < len(audio) // 2
-        # The model's windows ran in the rounds' batched runs, but for the gate's
-        # openings (which no frame predicts): the loop did not wait on the model's thread
-        # once a window.
+        # The model heard every window a call fed frame by frame hears.
         model, reference = bursty.vad.model, alone.vad.model
-        assert model.windows == reference.windows
-        assert model.windows_ahead >= 3 * model.windows // 4
+        assert model.windows == reference.windows > 0
     finally:
         engine.shutdown()
 

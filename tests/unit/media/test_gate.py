@@ -199,88 +199,19 @@ def test_gather_takes_out_what_python_takes_out() -> None:
             codec: Literal["PCMU", "PCMA"] = "PCMU" if rng.random() < 0.7 else "PCMA"
             session = MediaSession(codec, 0 if codec == "PCMU" else 8, None if i % 5 else 101, None)
             session.vad.paused = rng.random() < 0.25
-            # The model may run ahead only where the gate is open and the model decides
-            # (not an utterance the energy holds).
-            session.vad._gate = rng.random() < 0.6
-            session.vad._active = rng.random() < 0.3
-            session.vad.model_holds = rng.random() < 0.3
             session.undetected = [bytes([i, k]) * 80 for k in range(rng.choice([0, 1, 1, 1, 2, 3]))]
             made.append(session)
         return made
-
-    def owner(sessions: list[MediaSession], detector: object) -> int:
-        return next(k for k, s in enumerate(sessions) if s.vad is detector)
 
     fast, reference = sessions(), sessions()
     held = [s.undetected for s in fast]
     for law in ("ulaw", "alaw"):
         got, want = gate.gather(fast, law), gate.gather_python(reference, law)
-        picked, payloads, counts, tones, ahead = got
+        picked, payloads, counts, tones = got
         assert [fast.index(s) for s in picked] == [reference.index(s) for s in want[0]]
         assert (payloads, counts, tones) == (want[1], want[2], want[3])
-        # Each detector named by its session's place in the list.
-        assert [(owner(fast, d), row) for d, row in ahead] == [
-            (owner(reference, d), row) for d, row in want[4]
-        ]
-        assert len(picked) >= 5 and any(c > 1 for c in counts) and ahead  # (it covers them)
-        # Both kinds of detector that hold one frame are met: offered, and left out.
-        one = [s for s in reference if s in want[0] and want[2][want[0].index(s)] == 1]
-        assert {s.vad.model_decides for s in one} == {True, False}
+        assert len(picked) >= 5 and any(c > 1 for c in counts)  # (it covers them)
     assert all(s.undetected == [] for s in fast + reference)
     # Emptied in place, not replaced: no new list per session each tick.
     assert all(s.undetected is was for s, was in zip(fast, held, strict=True))
-    assert gate.gather(fast, "ulaw") == ([], [], [], False, [])
-
-
-def test_gather_offers_the_model_only_the_frames_it_may_run_on() -> None:
-    """Every state of a detector holding one frame, in C and in Python: offered to
-    ``vad.run_ahead`` exactly when it has a model, is not paused, its gate is open and the
-    model, not the energy, decides (not an utterance the energy holds)."""
-    import itertools
-
-    import pytest
-
-    states = list(itertools.product([True, False], repeat=5))
-    for gather in (gate.gather, gate.gather_python):
-        sessions, expected = [], []
-        for k, (model, paused, open_, active, holds) in enumerate(states):
-            session = MediaSession("PCMU", 0, None, None)
-            if not model:
-                session.vad = VoiceActivityDetector()  # the energy detector alone
-            session.vad.paused, session.vad._gate = paused, open_
-            session.vad._active, session.vad.model_holds = active, holds
-            session.undetected = [bytes([k]) * 160]
-            sessions.append(session)
-            expected.append(model and not paused and open_ and (holds or not active))
-        # Two frames (a burst): never offered, whatever the state.
-        burst = MediaSession("PCMU", 0, None, None)
-        burst.vad._gate = True
-        burst.undetected = [b"\x01" * 160, b"\x02" * 160]
-        _, _, counts, _, ahead = gather([*sessions, burst], "ulaw")
-        assert counts == [1] * len(states) + [2]
-        assert [(d, row) for d, row in ahead] == [
-            (s.vad, k) for k, s in enumerate(sessions) if expected[k]
-        ]
-        assert [s.vad.model_decides for s in sessions] == expected
-        assert 0 < sum(expected) < len(states)
-
-    # Another kind of detector: its own model_decides is asked (an error stops gather,
-    # the frames still held).
-    class Asked:
-        def __init__(self, decides: object) -> None:
-            self.decides = decides
-
-        @property
-        def model_decides(self) -> bool:
-            if isinstance(self.decides, Exception):
-                raise self.decides
-            return bool(self.decides)
-
-    yes, no, broken = (MediaSession("PCMU", 0, None, None) for _ in range(3))
-    for session, decides in ((yes, True), (no, False), (broken, RuntimeError("asked"))):
-        session.vad = Asked(decides)  # type: ignore[assignment]
-        session.undetected = [b"\x03" * 160]
-    assert [row for _, row in gate.gather([yes, no], "ulaw")[4]] == [0]
-    with pytest.raises(RuntimeError, match="asked"):
-        gate.gather([broken], "ulaw")
-    assert broken.undetected == [b"\x03" * 160]
+    assert gate.gather(fast, "ulaw") == ([], [], [], False)

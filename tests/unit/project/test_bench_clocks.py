@@ -88,7 +88,6 @@ def test_the_table_is_per_call_largest_first(tmp_path: Path) -> None:
     clocks.counts = {
         "Inbound.incoming": [4, 0.004],
         "CallLog.write": [180, 0.0072],
-        "speech model: windows in batches": [2, 9e-9],
     }
     path = tmp_path / "clocks.json"
     clocks.dump(path)
@@ -98,7 +97,7 @@ def test_the_table_is_per_call_largest_first(tmp_path: Path) -> None:
     write = lines[1 + names.index("CallLog.write")]
     assert write.split() == ["CallLog.write", "180", "40.0", "1.800"]  # 40 µs, 1.8 ms a call
     assert names.index("CallLog.write") < names.index("Inbound.incoming")
-    assert "held 9 windows" in lines[-1] and "calls: 4" in lines[-1]
+    assert lines[-1] == "(calls: 4)"
 
 
 def test_every_counted_function_is_where_the_bench_looks() -> None:
