@@ -197,6 +197,10 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
             handler.setFormatter(
                 logging.Formatter(f"%(asctime)s %(levelname)s {args.worker}:%(name)s: %(message)s")
             )
+        # In a background process group of the terminal's session (supervisor.py's
+        # _own_group), a log line written to a terminal set to `stty tostop` would stop
+        # the worker: SIGTTOU ignored, the write goes through.
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
         from callhook.serving.supervisor import become_worker, rpc_socket
 
         chosen = os.environ.get(WORKERS_FIRST_PORT)

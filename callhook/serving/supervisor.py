@@ -6,8 +6,9 @@ the process work. The supervisor runs no calls itself:
 1. it writes Kamailio's configuration and dispatcher list into
    ``<data_dir>/run/`` (again at every start, from the settings);
 2. it starts the N workers (``callhook serve`` with the same arguments, plus
-   ``--worker I``), each in its own session so a terminal's Ctrl-C reaches them
-   only through the supervisor, and waits until each says it is serving;
+   ``--worker I``), each in a process group of its own so a terminal's Ctrl-C reaches
+   them only through the supervisor (but in the supervisor's session: see
+   :func:`_own_group`), and waits until each says it is serving;
 3. it starts Kamailio in front of them and prints where callhook is reached;
 4. when a worker or Kamailio ends without being asked to, it says so and starts
    another in its place (:func:`callhook.cluster.workers.pause_before_restart`: at once,
@@ -378,8 +379,7 @@ class Supervisor:
             # passed on by _relay.
             stdout=asyncio.subprocess.PIPE if worker else asyncio.subprocess.DEVNULL,
             stderr=None if worker else asyncio.subprocess.PIPE,
-            start_new_session=True,  # a terminal's Ctrl-C reaches them through us
-            preexec_fn=_die_with_parent,
+            preexec_fn=_own_group,
         )
         child.process = process
         child.started = time.monotonic()
@@ -492,11 +492,21 @@ class Supervisor:
                 await task
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the supervisor dies, even by SIGKILL (Linux
-    prctl PR_SET_PDEATHSIG), so no worker or Kamailio outlives it unsupervised."""
+def _own_group() -> None:
+    """In the child before exec: a process group of its own, and SIGTERM when the
+    supervisor dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so no worker or
+    Kamailio outlives it unsupervised.
+
+    A group, not a session: where the kernel groups tasks by session for the scheduler
+    (``kernel.sched_autogroup_enabled``, on in Debian's kernels), a session of its own
+    made each worker a scheduling group of its own, and under a CPU hog the workers,
+    Kamailio and the callers' side stalled for seconds (bench/RESULTS.md: 22 of 500 calls
+    at 100 calls with two workers beside ``stress-ng --cpu 2``, 500 of 500 in the
+    supervisor's session). (A worker then ignores SIGTTOU itself, serve.py: the loop's
+    spawn resets the signals a child inherits.)"""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    os.setpgid(0, 0)
 
 
 async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout: float) -> None:
@@ -552,8 +562,8 @@ async def supervise(
 
 def hang_up_is_no_stop(loop: asyncio.AbstractEventLoop) -> None:
     """SIGHUP (a closed terminal, ``kill -HUP``) does not end ``serve``: one line says
-    so. (The workers have sessions of their own: a terminal's hang-up does not reach
-    them; the supervisor stays, so their pipes stay open.)"""
+    so. (The workers are in background process groups: a terminal's hang-up does not
+    reach them; the supervisor stays, so their pipes stay open.)"""
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(
             signal.SIGHUP,

@@ -400,6 +400,18 @@ async def test_a_hang_up_signal_does_not_stop_serve_and_orphaned_workers_end_cle
         assert run.returncode == 0, run.output + server.output
         workers = worker_pids(server.data_dir)
         assert len(workers) == 2
+        for pid in workers.values():
+            # A process group of its own (Ctrl-C reaches it through the supervisor), in the
+            # supervisor's session (not a scheduling group of its own: supervisor.py's
+            # _own_group), SIGTTOU ignored (a write to a `tostop` terminal goes through).
+            assert os.getpgid(pid) == pid != os.getpgid(server.proc.pid)
+            assert os.getsid(pid) == os.getsid(server.proc.pid)
+            ignored = next(
+                int(line.split()[1], 16)
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("SigIgn:")
+            )
+            assert ignored >> (signal.SIGTTOU - 1) & 1, hex(ignored)
         server.proc.kill()  # SIGKILL: the supervisor has no say
         await until(lambda: not worker_pids(server.data_dir), "the workers' end",
                     lambda: server.output, 40)  # fmt: skip
