@@ -10,8 +10,8 @@ the network itself, in C, with the file's weights (:mod:`.sileronet` says how an
 
 Measured before callhook adopted it (100 speech clips with noise, hum and clicks, 100
 clips of noise alone), it detected 99 clips with 4 false alarms, against 95 and 33 for
-an energy detector. A window costs a few tens of
-microseconds, so :mod:`callhook.media.vad` only runs it where its energy gate opens.
+an energy detector. A window costs a few tens of microseconds, so
+:mod:`callhook.media.vad` only runs it where its energy gate opens.
 
 :class:`SileroStream` is one call's state (no asyncio, no thread: a window runs on the
 caller's thread, the media tick's): it takes 20 ms frames (160 samples), cuts them into
@@ -39,7 +39,6 @@ import numpy.typing as npt
 
 from callhook.media.sileronet import Network, network
 
-SAMPLE_RATE: Final = 8000
 #: Samples per model window at 8 kHz, and samples of the previous window prepended as context.
 WINDOW: Final = 256
 CONTEXT: Final = 32
