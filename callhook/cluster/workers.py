@@ -25,7 +25,8 @@ its ``dispatcher`` module) on the SIP address the outside world knows:
   a worker that does not answer is skipped until it does again, and an INVITE
   sent to a worker that does not answer within :data:`WORKER_TIMEOUT_MS` (not
   even 100 Trying), or answers 503 (full), goes on to the next worker
-  (``failure_route``);
+  (``failure_route``); when every worker refused or none answered, the caller gets
+  503 (not the 500 a proxy makes of a relayed 503, nor a 408);
 * it relays nothing but calls to and from its workers: a request from outside
   "in a dialog" whose route leads anywhere but a worker gets 403;
 * a worker sends every request to Kamailio (``sip/front.py``), but those to a peer it
@@ -573,5 +574,13 @@ failure_route[NEXT_WORKER] {{
         exit;
     }}
     $sht(calls=>$ci) = $null;
+    # Every worker refused or none answered: this server is overloaded, so the caller
+    # gets 503 (RFC 3261 §21.5.4: an upstream proxy then tries another server), not the
+    # 500 a proxy makes of a relayed 503 (§16.7 step 6) nor a 408 of its own.
+    if (t_branch_timeout() && !t_branch_replied()) {{
+        t_reply("503", "Service Unavailable (no worker answered)");
+    }} else {{
+        t_reply("503", "Service Unavailable (every worker is full)");
+    }}
 }}
 """

@@ -128,10 +128,11 @@ def free_even_udp_port() -> int:
     raise RuntimeError("no free even UDP port")
 
 
-async def wait_for_request(app: AppServer, path: str, timeout: float = 5.0) -> bool:
-    """Wait until ``app`` has received a request for ``path`` (False if it did not in time)."""
+async def wait_for_request(app: AppServer, path: str, timeout: float = 5.0, count: int = 1) -> bool:
+    """Wait until ``app`` has received ``count`` requests for ``path`` (False if it did not
+    in time)."""
     for _ in range(round(timeout / 0.05)):
-        if app.bodies(path):
+        if len(app.bodies(path)) >= count:
             return True
         await asyncio.sleep(0.05)
     return False

@@ -417,3 +417,35 @@ async def test_a_hang_up_signal_does_not_stop_serve_and_orphaned_workers_end_cle
                     lambda: server.output, 40)  # fmt: skip
     assert "Traceback" not in server.output, server.output
     assert "BrokenPipeError" not in server.output, server.output
+
+
+async def test_a_call_no_worker_answers_gets_503_from_the_front(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """Both workers stopped (SIGSTOP: alive, silent): Kamailio tries each for its timeout,
+    then answers the caller 503 itself, which an upstream proxy takes as "try another
+    server" (not the 408 it would relay)."""
+    from tests.e2e.harness import served
+    from tests.e2e.test_sip_robustness import request as sip_request
+
+    app.page("/start", [{"hang_up": {}}])
+    app.page("/final", None)
+    async with served(tmp_path, app, 2) as server:
+        workers = worker_pids(server.data_dir)
+        assert len(workers) == 2
+        for pid in workers.values():
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            answers = await asyncio.to_thread(
+                exchange,
+                server.sip,
+                sip_request("INVITE", server.sip_port, via_port=5993),
+                20.0,
+                final=True,
+            )
+        finally:
+            for pid in workers.values():
+                os.kill(pid, signal.SIGCONT)
+    assert answers and answers[-1].status == 503, (answers, server.output)
+    assert "worker" in answers[-1].reason, answers[-1]
+    assert app.bodies("/start") == []
