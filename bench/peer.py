@@ -1,7 +1,7 @@
 """The peer benchmark: the load kit's IVR call on Asterisk 20 and on callhook, in one run.
 
     .venv/bin/python -m bench.peer [--steps 200,400,650] [--asterisk PATH | --build [SRC]]
-                                   [--workers 1] [--hog 2] [--kit DIR]
+                                   [--workers 1] [--hog 2 [--hog-session]] [--kit DIR]
 
 Absolute figures on a shared machine move by a third between runs, so a comparison with
 another server only holds when both are measured in the same run, with the same driver:
@@ -29,7 +29,12 @@ its modules beside it (or ``--modules``). Its configuration is written into the 
 work directory; nothing of the installation's is read.
 
 ``--hog N`` runs ``stress-ng --cpu N`` (Debian's ``stress-ng``) at nice 0 during both
-servers' steps: the same busy machine for both.
+servers' steps: the same busy machine for both. It runs in the benchmark's session, with
+SIPp, the application and the server under test; ``--hog-session`` starts it in a session
+of its own, as a job from another login would be. Where the kernel groups tasks by session
+for the scheduler (``kernel.sched_autogroup_enabled``, on by default in Debian's kernels),
+that makes it a group of its own, which gets the same share of the CPU as the whole
+benchmark, instead of one share per thread beside the benchmark's threads.
 
 Needs ``sipp`` and ``tcpdump`` (Debian ``sip-tester``, ``tcpdump``) and root for the
 capture, as :mod:`bench.ivr_load` does; CI does not run it.
@@ -348,8 +353,9 @@ def row(server: str, r: dict[str, object]) -> str:
     )
 
 
-def start_hog(cpus: int) -> subprocess.Popen[bytes] | None:
-    """``stress-ng --cpu N`` at nice 0, or None when ``cpus`` is 0."""
+def start_hog(cpus: int, own_session: bool = False) -> subprocess.Popen[bytes] | None:
+    """``stress-ng --cpu N`` at nice 0 (in a session of its own with ``own_session``), or
+    None when ``cpus`` is 0."""
     if not cpus:
         return None
     if shutil.which("stress-ng") is None:
@@ -358,7 +364,34 @@ def start_hog(cpus: int) -> subprocess.Popen[bytes] | None:
         ["stress-ng", "--cpu", str(cpus), "--quiet"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=own_session,
     )
+
+
+def hog_seconds(hog: subprocess.Popen[bytes] | None) -> float:
+    """The CPU seconds ``hog`` and its running children (stress-ng's workers) used so far."""
+    if hog is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command's name (which may hold spaces): state, ppid, ...
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(entry.name) == hog.pid or int(fields[1]) == hog.pid:
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
+def print_hog(hog: subprocess.Popen[bytes] | None, server: str, start: tuple[float, float]) -> None:
+    """How many cores the hog kept busy since ``start`` (its CPU seconds, the wall clock)."""
+    if hog is not None:
+        cores = (hog_seconds(hog) - start[0]) / (time.monotonic() - start[1])
+        print(f"       the hog kept {cores:.2f} cores busy during {server}'s step", flush=True)
 
 
 def main() -> None:
@@ -379,6 +412,11 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=1, help="serve --workers")
     parser.add_argument("--hog", type=int, default=0, help="stress-ng --cpu N meanwhile")
+    parser.add_argument(
+        "--hog-session",
+        action="store_true",
+        help="the hog in a session of its own (a scheduling group of its own under autogroup)",
+    )
     args = parser.parse_args()
     ivr_load.check_kit(args.kit)
     if args.build is not None and args.asterisk is None:
@@ -391,22 +429,27 @@ def main() -> None:
     print(f"the peer benchmark; kit {args.kit}; work dir {workdir}")
     print(f"peer: {asterisk_version(binary)} ({binary}); callhook serve --workers {args.workers}")
     if args.hog:
-        print(f"stress-ng --cpu {args.hog} at nice 0 runs during every step")
+        where = "in a session of its own" if args.hog_session else "in this session"
+        print(f"stress-ng --cpu {args.hog} at nice 0 runs during every step, {where}")
     print(
         "   N | server       |   ok | fail | digits ok | rec ok (p50 s) | prompt whole "
         "| CPU ms/call-s | floor ms (x) | % core | RSS MB | RTP gap p50/p99/max ms"
     )
     try:
         for n in (int(x) for x in args.steps.split(",")):
-            hog = start_hog(args.hog)
+            hog = start_hog(args.hog, args.hog_session)
             try:
+                start = (hog_seconds(hog), time.monotonic())
                 peer = run_asterisk_step(n, args.kit, workdir, binary, modules)
                 print(row("asterisk", peer), flush=True)
+                print_hog(hog, "Asterisk", start)
                 report.print_prompts(peer)
                 report.print_recordings(peer)
                 report.print_driver(peer)
+                start = (hog_seconds(hog), time.monotonic())
                 ours = ivr_load.run_step(n, args.kit, app_base, workdir, args.workers)
                 print(row("callhook", ours), flush=True)
+                print_hog(hog, "callhook", start)
                 tick = ours["tick"]
                 if isinstance(tick, dict) and tick:
                     print(
