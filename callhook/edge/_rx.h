@@ -107,9 +107,11 @@ typedef struct {
     /* its pre-roll while the gate is closed (RX_CLOSED): the frames decoded, oldest first */
     int vpre_max, vpre_head, vpre_size, vpre_changed;
     int16_t vpre[RX_VAD_PREROLL][RX_FRAME];
-    /* the recording's frames not yet written (recorder.py's CallerRecording.frame) */
+    /* the recording's frames not yet written (recorder.py's CallerRecording.frame), and
+     * the time of the slot each was taken in (Python writes none before its time) */
     int recording, rec_size, rec_full, rec_told;
     long long rec_ts[RX_RECORDS];
+    double rec_at[RX_RECORDS];
     unsigned char rec[RX_RECORDS][RX_FRAME];
     /* the last slot whose end is done; slot n's time: origin + n * tick (ns) */
     long long ended;
@@ -326,6 +328,7 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
     memcpy(rx->pre[k], p + 12, RX_FRAME);
     if (rx->recording) {
         rx->rec_ts[rx->rec_size] = ts;
+        rx->rec_at[rx->rec_size] = now;
         memcpy(rx->rec[rx->rec_size], p + 12, RX_FRAME);
         rx->rec_size++;
     }

@@ -347,17 +347,18 @@ static int rx_refill(PyObject *container, PyObject *items) {
     return 0;
 }
 
-/* `n` frames of a recording (`ts`, `frames`), written by the session, its state
- * Python's or the thread going on with the line: a failure of the session's own is said
- * as an unraisable exception (a bug: the recording's failures are its events). */
-static void rx_write_frames(Inlet *s, int n, const long long *ts,
+/* `n` frames of a recording (`ts`, `frames`, taken in slots of times `at`), written by
+ * the session, its state Python's or the thread going on with the line: a failure of the
+ * session's own is said as an unraisable exception (a bug: the recording's failures are
+ * its events). */
+static void rx_write_frames(Inlet *s, int n, const long long *ts, const double *at,
                             const unsigned char (*frames)[RX_FRAME]) {
     if (n == 0)
         return;
     PyObject *list = PyList_New(n);
     for (int i = 0; list != NULL && i < n; i++) {
         PyObject *frame =
-            Py_BuildValue("(Ly#)", ts[i], (const char *)frames[i], (Py_ssize_t)RX_FRAME);
+            Py_BuildValue("(Ly#d)", ts[i], (const char *)frames[i], (Py_ssize_t)RX_FRAME, at[i]);
         if (frame == NULL)
             Py_CLEAR(list);
         else
@@ -377,7 +378,7 @@ static void rx_write_frames(Inlet *s, int n, const long long *ts,
 static void rx_write_recorded(Inlet *s, Rx *rx) {
     int n = rx->rec_size;
     rx->rec_size = rx->rec_told = 0;
-    rx_write_frames(s, n, rx->rec_ts, (const unsigned char (*)[RX_FRAME])rx->rec);
+    rx_write_frames(s, n, rx->rec_ts, rx->rec_at, (const unsigned char (*)[RX_FRAME])rx->rec);
 }
 
 /* `rx` (Python's again) back into the session: 0, or -1 with an exception (nothing
@@ -496,17 +497,19 @@ static void rx_recorded(Plane *self, int fd) {
         return;
     Rx *rx = port->rx;
     long long ts[RX_RECORDS];
+    double at[RX_RECORDS];
     unsigned char frames[RX_RECORDS][RX_FRAME];
     int n = 0;
     rx_lock(rx);
     if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD) {
         n = rx->rec_size;
         memcpy(ts, rx->rec_ts, (size_t)n * sizeof(ts[0]));
+        memcpy(at, rx->rec_at, (size_t)n * sizeof(at[0]));
         memcpy(frames, rx->rec, (size_t)n * sizeof(frames[0]));
         rx->rec_size = rx->rec_told = 0;
     }
     rx_unlock(rx);
-    rx_write_frames(s, n, ts, (const unsigned char (*)[RX_FRAME])frames);
+    rx_write_frames(s, n, ts, at, (const unsigned char (*)[RX_FRAME])frames);
 }
 
 /* The datagram (of slot `slot`) or RETURNED record (-1) just read for `fd`: where the

@@ -106,6 +106,9 @@ PREROLL_FRAMES = 50
 REPLAY_FRAMES = 20
 #: After this long without audio packets the caller is taken to be silent.
 SILENT_AFTER = 0.1
+#: Half a slot (seconds): a slot's time as the media thread has it and as Python has it
+#: may differ in their last bit.
+HALF_SLOT = 0.01
 
 
 class MediaSession(Inlet):
@@ -164,6 +167,9 @@ class MediaSession(Inlet):
         #: A live transcription (start_transcription): it is handed both directions' frames.
         self.transcriber: CallTranscriber | None = None
         self._preroll = Preroll(PREROLL_FRAMES)
+        #: The recording's frames the media thread took in slots Python has not worked
+        #: yet (timestamp, payload, the slot's time): written once it has (:meth:`_recorded`).
+        self._ahead: list[tuple[int, bytes, float]] = []
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
@@ -316,7 +322,10 @@ class MediaSession(Inlet):
             self._call_recording.hear_caller(payload)
         self._preroll.append((timestamp, payload))
         if self._recording is not None:
-            self._record(payload, timestamp)
+            if self._ahead:  # (the thread's, of slots before this one's)
+                self._write_ahead(None)
+            if self._recording is not None:
+                self._record(payload, timestamp)
         if self.batched:
             self.undetected.append(payload)  # the engine's detect() comes this tick
         else:
@@ -645,6 +654,7 @@ class MediaSession(Inlet):
         call whose receive the media thread held up to the wire's time is caught up as
         far as it went; it stops at a change of source (another timestamp line)."""
         self.reclaim()
+        self._ahead.clear()
         self._recording = CallerRecording(sink, law or self.law, self.label)
         self._listen()
         frames = list(self._preroll)
@@ -662,8 +672,14 @@ class MediaSession(Inlet):
                 break  # the sink refused it (RecorderFailed noted): what was written is kept
 
     def stop_recording(self, now: float) -> None:
-        """Finish the recording, padding it with silence up to now if the caller went quiet."""
+        """Finish the recording at media time ``now``, padding it with silence up to then
+        if the caller went quiet. The frames the media thread took in slots Python has
+        not worked (it runs behind the thread) are not the recording's."""
         self.reclaim()
+        if self._recording is not None:
+            clock = self.media_clock
+            self._write_ahead(None if clock is None else clock.at)
+        self._ahead.clear()
         recording, self._recording = self._recording, None
         self._listen()
         if recording is None:
@@ -673,17 +689,38 @@ class MediaSession(Inlet):
         if failed is not None:
             self.events.append(failed)
 
-    def _recorded(self, frames: list[tuple[int, bytes]]) -> None:
-        """The recording's frames (timestamp, payload) the media thread took while it holds
-        the receive (edge/_rx.h), in order, written as :meth:`_audio` writes each: every
+    def _recorded(self, frames: list[tuple[int, bytes, float]]) -> None:
+        """The recording's frames (timestamp, payload, the time of the slot it was taken in)
+        the media thread took while it holds the receive (edge/_rx.h), in order: every
         200 ms while it goes on, and when it gives the call back, before anything else of
-        the session runs."""
+        the session runs. Each is written as :meth:`_audio` writes it once Python has
+        worked its slot: where Python runs behind the thread, a frame of a slot to come
+        waits for it, so a recording stopped meanwhile ends where it would have had Python
+        taken every packet."""
+        self._ahead.extend(frames)
+        clock = self.media_clock
+        self._write_ahead(None if clock is None else clock.at)
+
+    def _write_ahead(self, until: float | None) -> None:
+        """Write the frames of :attr:`_ahead` taken in slots up to media time ``until``
+        (None: all of them)."""
+        ahead = self._ahead
+        n = len(ahead)
+        if until is not None:
+            limit = until + HALF_SLOT  # (the slot at ``until``, whatever its last bit)
+            n = 0
+            while n < len(ahead) and ahead[n][2] <= limit:
+                n += 1
+        frames = ahead[:n]
+        del ahead[:n]
         try:
-            for timestamp, payload in frames:
+            for timestamp, payload, _ in frames:
                 if self._recording is None:
+                    ahead.clear()
                     return  # it failed on an earlier one: what was written is kept
                 self._record(payload, timestamp)
         except Exception as exc:  # (not a sink's failure: those are events) a bug
+            ahead.clear()
             recording, self._recording = self._recording, None
             if recording is None:
                 raise

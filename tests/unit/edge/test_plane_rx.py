@@ -446,7 +446,7 @@ async def test_a_long_recording_is_written_as_it_goes_and_waits_for_python_when_
     written: list[int] = []
     write = MediaSession._recorded
 
-    def counted(session: MediaSession, frames: list[tuple[int, bytes]]) -> None:
+    def counted(session: MediaSession, frames: list[tuple[int, bytes, float]]) -> None:
         written.append(len(frames))
         write(session, frames)
 
@@ -460,6 +460,24 @@ async def test_a_long_recording_is_written_as_it_goes_and_waits_for_python_when_
     assert len(recorded) >= 160 * 300
     assert written.count(10) >= 15 and max(written) == 50  # (the reference writes each)
     assert taken > 260 and returned >= 1
+
+
+@pytest.mark.parametrize("stop_at", [120, 135, 141])
+async def test_a_recording_stopped_while_python_is_behind_ends_where_pythons_would(
+    stop_at: int,
+) -> None:
+    """Python stalls (slots 100-140) while the thread takes the recording's frames, and
+    stops the recording, once caught up, in a slot of the stall: the frames the thread
+    took after that slot are not the recording's, so the file ends where it ends when
+    Python takes every packet (up to 0.4 s longer before)."""
+    frames = payloads(hum(4.0, -60))
+    actions = {5: recording(), stop_at: stop(stop_at)}
+    state, taken, _ = await compare(
+        Script(slots_of(frames, 0), actions=actions, stalls=set(range(100, 141)))
+    )
+    ((recorded, closed),) = state["recorded"]
+    assert closed and len(recorded) == 160 * stop_at  # (from the first frame: 0.3 s back)
+    assert taken > 100
 
 
 async def test_a_recording_that_fails_on_frames_the_thread_took_stops_as_in_python() -> None:
