@@ -145,7 +145,7 @@ async def test_calls_above_max_calls_get_503(tmp_path: Path, app: AppServer, wor
     """``[sip] max_calls`` is each worker's: with every worker full, the caller gets 503,
     from one process or from Kamailio in front of the workers (which would make a relayed
     503 a 500, RFC 3261 §16.7)."""
-    app.page("/start", [{"sleep": {"seconds": 4}}, {"hang_up": {}}])
+    app.page("/start", [{"sleep": {"seconds": 8}}, {"hang_up": {}}])
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=30000)]
     async with served(tmp_path, app, workers, "[sip]\nmax_calls = 1\n") as server:
