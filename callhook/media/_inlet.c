@@ -190,7 +190,7 @@ static PyMemberDef Inlet_members[] = {
 
 static PyObject *append_name; /* "append", interned */
 static PyObject *n_law, *n_sink, *n_next_ts, *n_fd, *n_broken, *n_length, *n_pending,
-    *n_pending_bytes, *n_limit_bytes, *n_max_bytes, *n_flush_bytes;
+    *n_pending_bytes, *n_limit_bytes, *n_max_bytes, *n_flush_bytes, *n_ahead;
 
 /* An int attribute as a C long long: 1 read, 0 not an int (or None: *none set), -1 an
  * exception. */
@@ -219,11 +219,18 @@ static int integer(PyObject *o, PyObject *name, long long *value, int *none) {
 static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
                    PyObject **pending_list, long long *pending) {
     PyObject *recording = self->recording, *law = NULL, *mine = NULL, *writer = NULL;
-    PyObject *list = NULL, *fd = NULL, *broken = NULL;
+    PyObject *list = NULL, *fd = NULL, *broken = NULL, *ahead = NULL;
     int ok = 0, none = 0;
     long long next_ts, length, bytes, bound, flush;
     /* Exactly the classes this follows: a subclass may write otherwise. */
     if (strcmp(Py_TYPE(recording)->tp_name, "CallerRecording") != 0)
+        goto done;
+    /* The media thread's frames of the recording that wait for their slot (session.py's
+     * _ahead) come first: Python's _audio writes them, then this frame. */
+    ahead = PyObject_GetAttr((PyObject *)self, n_ahead);
+    if (ahead == NULL)
+        PyErr_Clear(); /* (an Inlet that is no session: nothing waits) */
+    else if (!PyList_CheckExact(ahead) || PyList_GET_SIZE(ahead) != 0)
         goto done;
     if (integer(recording, n_next_ts, &next_ts, &none) <= 0 || next_ts != ts)
         goto done;
@@ -260,6 +267,7 @@ static int records(Inlet *self, long long ts, Py_ssize_t n, PyObject **sink,
     list = NULL;
 done:
     PyErr_Clear();
+    Py_XDECREF(ahead);
     Py_XDECREF(law);
     Py_XDECREF(writer);
     Py_XDECREF(list);
@@ -577,10 +585,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__inlet(void) {
     PyObject **names[] = {&append_name, &n_law, &n_sink, &n_next_ts, &n_fd, &n_broken,
                           &n_length, &n_pending, &n_pending_bytes, &n_limit_bytes,
-                          &n_max_bytes, &n_flush_bytes};
+                          &n_max_bytes, &n_flush_bytes, &n_ahead};
     const char *texts[] = {"append", "law", "sink", "next_ts", "_fd", "_broken", "length",
                            "_pending", "_pending_bytes", "limit_bytes", "max_bytes",
-                           "flush_bytes"};
+                           "flush_bytes", "_ahead"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (*names[i] == NULL)

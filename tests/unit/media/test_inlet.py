@@ -403,6 +403,26 @@ def test_a_recordings_usual_frames_are_written_in_c(tmp_path: Path) -> None:
     assert in_python == 1 + 60 // (wavfile.FLUSH_BYTES // 160)
 
 
+def test_frames_waiting_for_their_slot_are_written_before_one_c_would_take(
+    tmp_path: Path,
+) -> None:
+    """The media thread's frames of a recording that wait for Python's slot
+    (``MediaSession._ahead``) are the file's next: C leaves the next frame's writing to
+    Python's ``_audio``, which writes them first, even where that frame's timestamp (a
+    peer that repeats one) would continue the file's timeline."""
+    session = new_session()
+    writer = WavWriter(tmp_path / "r.wav", "ulaw")
+    session.start_recording(writer, None, 0.0)
+    session.receive(rtp(100, 1000, frame(0)), PEER, 0.0)  # (the timeline's first: Python)
+    assert session.take(rtp(101, 1160, frame(1)), PEER, 0.02) is True  # usual: C writes it
+    waiting = bytes([0x55]) * 160
+    session._ahead.append((1320, waiting, 0.04))
+    assert session.take(rtp(102, 1320, frame(2)), PEER, 0.06) is True  # (through _audio)
+    assert session._ahead == []
+    assert writer._pending == [frame(0), frame(1), waiting]  # (the repeated one: covered)
+    session.stop_recording(0.1)
+
+
 def test_a_gap_another_law_and_the_recordings_limits_go_to_python(tmp_path: Path) -> None:
     gap = in_order(10) + in_order(10, seq0=110, ts0=1000 + 160 * 13, start=0.2)
     in_python, reference, fast = record_both(tmp_path / "gap", gap)
