@@ -58,25 +58,42 @@ class PageExchange:
         self.requested.append(url)
         self.log.write("page_request", f"{method} {url} ({why})")
         started = time.perf_counter()
-        fetch = asyncio.ensure_future(self.pages.fetch(url, method, data, self.secret))
-        fetch.add_done_callback(
-            lambda f: (
-                self.seconds.append(time.perf_counter() - started)
-                if not f.cancelled() and f.exception() is None
-                else None
-            )
-        )
         if not racing:
-            return await fetch  # nothing to race: the call has ended already
+            answer = await self.pages.fetch(url, method, data, self.secret)
+            self.seconds.append(time.perf_counter() - started)
+            return answer  # nothing to race: the call has ended already
+        # The request runs in the runner's own task, and the call's end cancels it there
+        # (as asyncio.timeout does): a task of its own and asyncio.wait cost the answer
+        # two turns of the event loop more, each as long as the loop's backlog, and so
+        # did the caller's wait, when the loop is loaded.
+        task = asyncio.current_task()
+        assert task is not None
         ended = asyncio.ensure_future(self.wait_ended())
+        gone = False
+
+        def end(future: asyncio.Future[CallEnded]) -> None:
+            nonlocal gone
+            if not future.cancelled():  # (ended, or failed: its result says which)
+                gone = True
+                task.cancel()
+
+        ended.add_done_callback(end)
         try:
-            done, _ = await asyncio.wait({fetch, ended}, return_when=asyncio.FIRST_COMPLETED)
+            answer = await self.pages.fetch(url, method, data, self.secret)
+        except asyncio.CancelledError:
+            if gone and task.uncancel() == 0:
+                # (the runner notes the end, then that the page was abandoned)
+                return ended.result()
+            raise
         finally:
+            ended.remove_done_callback(end)
             ended.cancel()
-        if fetch in done:
-            return fetch.result()
-        fetch.cancel()
-        return ended.result()  # (the runner notes the end, then that the page was abandoned)
+        if gone:
+            # The call ended as the answer came, and the cancel is on its way: take it
+            # back; the answer stands, the end is the runner's next event.
+            task.uncancel()
+        self.seconds.append(time.perf_counter() - started)
+        return answer
 
     async def fetch_final(self, url: str, method: str, body: dict[str, Any]) -> bytes:
         """The final page's answer (the call is over: nothing to race; not timed, as the
