@@ -67,7 +67,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 from callhook.clock import TickClock
 from callhook.edge.detection import Detection
@@ -91,7 +91,10 @@ MAX_CATCH_UP = 3
 INBOX = 50
 
 
-@dataclass
+_T = TypeVar("_T")
+
+
+@dataclass(eq=False)  # (identity: the roster finds a stream in its lists by it, in C)
 class _Stream:
     session: MediaSession
     sock: socket.socket | None  # None: a socketless stream (``out`` sends, ``inbox`` receives)
@@ -109,10 +112,9 @@ class _Stream:
 
 @dataclass
 class _Roster:
-    """The tick's lists of the calls, made again only when a stream opens or closes,
-    not every 20 ms. (Under the load kit's churn, 14 calls a second coming and as many
-    going at 200 calls, that is still every other tick: a roster kept up to date call
-    by call would do better, if the tick's lists were never changed while it runs.)"""
+    """The tick's lists of the calls: made whole when the tick first needs them, then
+    changed call by call as streams open and close (:meth:`adding`, :meth:`removing`),
+    as new lists, so that lists a tick is working through never change under it."""
 
     streams: list[_Stream]
     sessions: list[MediaSession]
@@ -138,6 +140,47 @@ class _Roster:
             [s for s in streams if s.sock is None],
             [(s.session, s.rtcp is not None) for s in streams],
         )
+
+    def adding(self, stream: _Stream) -> _Roster:
+        """This roster with ``stream`` last (where :meth:`of` puts a stream opened last).
+        Under the load kit's churn streams open and close every other tick: the lists
+        made again in Python each time cost more than the tick's own work on them."""
+        wired, sending, unwired = self.wired, self.sending, self.unwired
+        if stream.sock is not None:
+            wired = [*wired, stream]
+            sending = [*sending, (stream.session, stream.fd)]
+        else:
+            unwired = [*unwired, stream]
+        return _Roster(
+            [*self.streams, stream],
+            [*self.sessions, stream.session],
+            wired,
+            sending,
+            unwired,
+            [*self.reporting, (stream.session, stream.rtcp is not None)],
+        )
+
+    def removing(self, stream: _Stream) -> _Roster:
+        """This roster without ``stream`` (the others in their order)."""
+        i = self.streams.index(stream)  # (by identity: _Stream compares so)
+        wired, sending, unwired = self.wired, self.sending, self.unwired
+        if stream.sock is not None:
+            j = wired.index(stream)
+            wired, sending = _without(wired, j), _without(sending, j)
+        else:
+            unwired = _without(unwired, unwired.index(stream))
+        return _Roster(
+            _without(self.streams, i),
+            _without(self.sessions, i),
+            wired,
+            sending,
+            unwired,
+            _without(self.reporting, i),
+        )
+
+
+def _without(items: list[_T], i: int) -> list[_T]:
+    return items[:i] + items[i + 1 :]
 
 
 _python_logged = False
@@ -267,8 +310,8 @@ class MediaEngine:
         stream.fd = sock.fileno()
         session.batched = True
         session.media_clock = self.clock
+        self._roster = self._adding(port, stream)
         self.streams[port] = stream
-        self._roster = None
         if self.plane is not None:
             self.plane.add(sock, (stream, session), alaw=session.law == "alaw")
             session.reclaimer = functools.partial(self._reclaim, stream.fd)
@@ -296,10 +339,17 @@ class MediaEngine:
         stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
         session.batched = True
         session.media_clock = self.clock
+        self._roster = self._adding(key, stream)
         self.streams[key] = self._socketless[key] = stream
-        self._roster = None
         self._start()
         return key
+
+    def _adding(self, key: int, stream: _Stream) -> _Roster | None:
+        """The roster once ``stream`` is in :attr:`streams` under ``key`` (None: made
+        whole at the next tick, as where a stream took another's key's place)."""
+        if self._roster is None or key in self.streams:
+            return None
+        return self._roster.adding(stream)
 
     def _start(self) -> None:
         """Tick from now on, if not ticking yet: on the media thread's slots, or on the
@@ -356,7 +406,8 @@ class MediaEngine:
             stream.session.reclaimer = None
             stream.session.media_clock = None
         self._socketless.pop(port, None)
-        self._roster = None
+        if stream is not None and self._roster is not None:
+            self._roster = self._roster.removing(stream)
         if stream is not None and stream.sock is not None:
             for s in (stream.sock, stream.rtcp):
                 if s is None:

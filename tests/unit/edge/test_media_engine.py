@@ -139,3 +139,52 @@ async def test_when_choosing_the_calls_to_report_fails_every_call_is_visited(
         assert errors == ["choosing the calls with a report or news failed"]
     finally:
         engine.shutdown()
+
+
+async def test_the_roster_kept_call_by_call_is_the_one_made_whole() -> None:
+    """Streams opening and closing between ticks change the tick's lists one call at a
+    time: after each, they are what listing every stream again gives, in the same order,
+    and a list a tick already holds is never changed under it."""
+    import random
+
+    from callhook.edge.mediaengine import _Roster
+
+    def lists(roster: _Roster) -> list[list[object]]:
+        return [
+            [id(s) for s in roster.streams],
+            [id(s) for s in roster.sessions],
+            [id(s) for s in roster.wired],
+            [(id(s), fd) for s, fd in roster.sending],
+            [id(s) for s in roster.unwired],
+            [(id(s), rtcp) for s, rtcp in roster.reporting],
+        ]
+
+    engine = MediaEngine("127.0.0.1", 42100, 42200, thread=False)
+    chance = random.Random(7)
+    try:
+        keys: list[int] = []
+        now = asyncio.get_running_loop().time()
+        engine._work(now, [])
+        for step in range(120):
+            if keys and chance.random() < 0.45:
+                engine.close(keys.pop(chance.randrange(len(keys))))
+            elif chance.random() < 0.5:
+                session = MediaSession("PCMU", 0, None, None, label=f"call {step}")
+                sock, port = engine.allocate()
+                await engine.open(session, sock, port, lambda: None)
+                keys.append(port)
+            else:
+                session = MediaSession("PCMU", 0, None, ("127.0.0.1", 5004))
+                keys.append(engine.attach(session, lambda data: None, lambda: None))
+            held = engine._roster
+            before = lists(held) if held is not None else None
+            if chance.random() < 0.3:
+                engine._work(now + 0.02 * (step + 1), [])  # a tick: the roster made whole
+            roster = engine._roster
+            if roster is not None:
+                assert lists(roster) == lists(_Roster.of(list(engine.streams.values())))
+            if held is not None:
+                assert lists(held) == before
+        assert engine._roster is not None  # (it was kept, not made whole every time)
+    finally:
+        engine.shutdown()
