@@ -227,6 +227,12 @@ class WavWriter:
             channels=channels,
         )
 
+    def room(self) -> int | None:
+        """The bytes :meth:`write` takes before it raises ``SinkFull`` (None: no limit)."""
+        if self.max_bytes is None:
+            return None
+        return self.max_bytes - self.length - self._pending_bytes
+
     def write(self, data: bytes) -> None:
         if self._fd is None or self._broken:
             return
