@@ -66,13 +66,13 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import cast
 
 from callhook.clock import TickClock
 from callhook.edge.detection import Detection
 from callhook.edge.overload import Overload
 from callhook.edge.plane import AHEAD, COVER, Plane, new_plane
+from callhook.edge.roster import Roster, Stream
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet
@@ -89,98 +89,6 @@ MAX_CATCH_UP = 3
 #: Packets a socketless stream's inbox holds at most (a second's worth): a flood beyond
 #: that is dropped, as a socket's kernel buffer would drop it.
 INBOX = 50
-
-
-_T = TypeVar("_T")
-
-
-@dataclass(eq=False)  # (identity: the roster finds a stream in its lists by it, in C)
-class _Stream:
-    session: MediaSession
-    sock: socket.socket | None  # None: a socketless stream (``out`` sends, ``inbox`` receives)
-    port: int
-    wake: Callable[[], None]
-    rtcp: socket.socket | None = None
-    #: Exceptions its session raised (a bug: logged the first time, the call goes on).
-    faults: int = 0
-    out: Callable[[bytes], None] | None = None
-    inbox: deque[tuple[bytes, tuple[str, int]]] | None = None
-    #: A socketless stream's paced source: one packet a tick (a WebSocket far end).
-    pull: Callable[[], tuple[bytes, tuple[str, int]] | None] | None = None
-    fd: int = -1  # the RTP socket's descriptor (-1: socketless)
-
-
-@dataclass
-class _Roster:
-    """The tick's lists of the calls: made whole when the tick first needs them, then
-    changed call by call as streams open and close (:meth:`adding`, :meth:`removing`),
-    as new lists, so that lists a tick is working through never change under it."""
-
-    streams: list[_Stream]
-    sessions: list[MediaSession]
-    #: Those with a socket, and each one's (session, descriptor) for ``outlet.tick_all``.
-    wired: list[_Stream]
-    sending: list[tuple[MediaSession, int]]
-    unwired: list[_Stream]
-    #: Each stream's (session, has an RTCP socket), for ``outlet.due_all``.
-    reporting: list[tuple[MediaSession, bool]]
-
-    def stream_of(self, session: MediaSession) -> _Stream:
-        """The stream of one of :attr:`sessions` (a fault's: rare, so a search)."""
-        return self.streams[self.sessions.index(session)]
-
-    @classmethod
-    def of(cls, streams: list[_Stream]) -> _Roster:
-        wired = [s for s in streams if s.sock is not None]
-        return cls(
-            streams,
-            [s.session for s in streams],
-            wired,
-            [(s.session, s.fd) for s in wired],
-            [s for s in streams if s.sock is None],
-            [(s.session, s.rtcp is not None) for s in streams],
-        )
-
-    def adding(self, stream: _Stream) -> _Roster:
-        """This roster with ``stream`` last (where :meth:`of` puts a stream opened last).
-        Under the load kit's churn streams open and close every other tick: the lists
-        made again in Python each time cost more than the tick's own work on them."""
-        wired, sending, unwired = self.wired, self.sending, self.unwired
-        if stream.sock is not None:
-            wired = [*wired, stream]
-            sending = [*sending, (stream.session, stream.fd)]
-        else:
-            unwired = [*unwired, stream]
-        return _Roster(
-            [*self.streams, stream],
-            [*self.sessions, stream.session],
-            wired,
-            sending,
-            unwired,
-            [*self.reporting, (stream.session, stream.rtcp is not None)],
-        )
-
-    def removing(self, stream: _Stream) -> _Roster:
-        """This roster without ``stream`` (the others in their order)."""
-        i = self.streams.index(stream)  # (by identity: _Stream compares so)
-        wired, sending, unwired = self.wired, self.sending, self.unwired
-        if stream.sock is not None:
-            j = wired.index(stream)
-            wired, sending = _without(wired, j), _without(sending, j)
-        else:
-            unwired = _without(unwired, unwired.index(stream))
-        return _Roster(
-            _without(self.streams, i),
-            _without(self.sessions, i),
-            wired,
-            sending,
-            unwired,
-            _without(self.reporting, i),
-        )
-
-
-def _without(items: list[_T], i: int) -> list[_T]:
-    return items[:i] + items[i + 1 :]
 
 
 _python_logged = False
@@ -234,11 +142,11 @@ class MediaEngine:
         detector runs no model (edge/_rx.h; else Python takes every packet)."""
         self.host = host
         self.loop = asyncio.get_running_loop()
-        self.streams: dict[int, _Stream] = {}  # by port
-        self._roster: _Roster | None = None  # None: the streams changed since it was made
+        self.streams: dict[int, Stream] = {}  # by port
+        self._roster: Roster | None = None  # None: the streams changed since it was made
         # Every call's sockets; each one's key: its stream, and its session for the RTP
         # one (None for RTCP), which inlet.take_all reads.
-        self._udp: Udp[tuple[_Stream, MediaSession | None]] = new_udp(ROUNDS)
+        self._udp: Udp[tuple[Stream, MediaSession | None]] = new_udp(ROUNDS)
         start = first_port + (first_port & 1)
         self._free: deque[int] = deque(range(start, last_port, 2))
         self._handle: asyncio.TimerHandle | None = None
@@ -249,7 +157,7 @@ class MediaEngine:
         self._detection = Detection(self._detection_fault)  # step 2
         self._due_faults = 0  # outlet.due_all calls that raised
         self._attached = 0  # the last socketless stream's key (they count down from -1)
-        self._socketless: dict[int, _Stream] = {}
+        self._socketless: dict[int, Stream] = {}
         #: The sockets :meth:`open` took: closed by :meth:`close` only, never :meth:`release`.
         self._opened: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         # How late each tick ran (ms), the last minute's worth: the media's health.
@@ -305,7 +213,7 @@ class MediaEngine:
         self, session: MediaSession, sock: socket.socket, port: int, wake: Callable[[], None]
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
-        stream = _Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        stream = Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
         self._opened.add(sock)
         stream.fd = sock.fileno()
         session.batched = True
@@ -336,7 +244,7 @@ class MediaEngine:
         negative number, never a port), for :meth:`deliver` and :meth:`close`."""
         self._attached -= 1
         key = self._attached
-        stream = _Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
+        stream = Stream(session, None, key, wake, out=out, inbox=deque(maxlen=INBOX), pull=pull)
         session.batched = True
         session.media_clock = self.clock
         self._roster = self._adding(key, stream)
@@ -344,7 +252,7 @@ class MediaEngine:
         self._start()
         return key
 
-    def _adding(self, key: int, stream: _Stream) -> _Roster | None:
+    def _adding(self, key: int, stream: Stream) -> Roster | None:
         """The roster once ``stream`` is in :attr:`streams` under ``key`` (None: made
         whole at the next tick, as where a stream took another's key's place)."""
         if self._roster is None or key in self.streams:
@@ -512,7 +420,7 @@ class MediaEngine:
             self._receive_attached(now)
         roster = self._roster
         if roster is None:
-            roster = self._roster = _Roster.of(list(self.streams.values()))
+            roster = self._roster = Roster.of(list(self.streams.values()))
         self._detection.run(roster.sessions)
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
@@ -537,7 +445,7 @@ class MediaEngine:
             # its usual state go to the thread (edge/_rx.h), until they need Python again.
             plane.own(roster.sending, slot - AHEAD)
 
-    def _send_all(self, roster: _Roster, now: float, wall: float, slot: int | None) -> None:
+    def _send_all(self, roster: Roster, now: float, wall: float, slot: int | None) -> None:
         """Step 3: every call's packet, at once (no ``slot``) or for the thread's ``slot``,
         the playing prompts' cover with them; then the RTCP reports due."""
         streams = roster.streams
@@ -587,7 +495,7 @@ class MediaEngine:
 
     def _send(
         self,
-        stream: _Stream,
+        stream: Stream,
         now: float,
         batch: list[tuple[int, bytes, Address]],
         verbatim: list[tuple[int, bytes, Address]],
@@ -604,7 +512,7 @@ class MediaEngine:
         elif self.plane is not None and stream.sock is not None and slot is not None:
             self.plane.quiet(stream.fd, slot)  # on hold: nothing in its place from then
 
-    def _report(self, stream: _Stream, now: float, wall: float) -> None:
+    def _report(self, stream: Stream, now: float, wall: float) -> None:
         """The call's RTCP report when one is due, and its leg woken when it has news.
 
         The reference of ``outlet.due_all``, which leaves out the calls for which this
@@ -624,7 +532,7 @@ class MediaEngine:
         if session.events or session.utterances or session.timed_out or transcript:
             stream.wake()
 
-    def _fault(self, stream: _Stream, doing: str, exc: BaseException | None = None) -> None:
+    def _fault(self, stream: Stream, doing: str, exc: BaseException | None = None) -> None:
         """A session raised ``exc`` (a bug): contained to its call, logged the first time
         (a packet that raises once may come 50 times a second)."""
         self.faults += 1

@@ -147,9 +147,9 @@ async def test_the_roster_kept_call_by_call_is_the_one_made_whole() -> None:
     and a list a tick already holds is never changed under it."""
     import random
 
-    from callhook.edge.mediaengine import _Roster
+    from callhook.edge.roster import Roster
 
-    def lists(roster: _Roster) -> list[list[object]]:
+    def lists(roster: Roster) -> list[list[object]]:
         return [
             [id(s) for s in roster.streams],
             [id(s) for s in roster.sessions],
@@ -182,7 +182,7 @@ async def test_the_roster_kept_call_by_call_is_the_one_made_whole() -> None:
                 engine._work(now + 0.02 * (step + 1), [])  # a tick: the roster made whole
             roster = engine._roster
             if roster is not None:
-                assert lists(roster) == lists(_Roster.of(list(engine.streams.values())))
+                assert lists(roster) == lists(Roster.of(list(engine.streams.values())))
             if held is not None:
                 assert lists(held) == before
         assert engine._roster is not None  # (it was kept, not made whole every time)
