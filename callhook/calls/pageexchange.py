@@ -89,8 +89,9 @@ class PageExchange:
             ended.remove_done_callback(end)
             ended.cancel()
         if gone:
-            # The call ended as the answer came, and the cancel is on its way: take it
-            # back; the answer stands, the end is the runner's next event.
+            # The call ended, but the request kept its answer from the cancel (a Pages
+            # that swallows it): the cancel is taken back, the answer stands, and the end
+            # is the runner's next event.
             task.uncancel()
         self.seconds.append(time.perf_counter() - started)
         return answer

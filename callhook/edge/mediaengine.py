@@ -143,7 +143,8 @@ class MediaEngine:
         self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, Stream] = {}  # by port
-        self._roster: Roster | None = None  # None: the streams changed since it was made
+        # The tick's lists of the streams (None: made from them at the next tick).
+        self._roster: Roster | None = None
         # Every call's sockets; each one's key: its stream, and its session for the RTP
         # one (None for RTCP), which inlet.take_all reads.
         self._udp: Udp[tuple[Stream, MediaSession | None]] = new_udp(ROUNDS)
@@ -315,7 +316,10 @@ class MediaEngine:
             stream.session.media_clock = None
         self._socketless.pop(port, None)
         if stream is not None and self._roster is not None:
-            self._roster = self._roster.removing(stream)
+            try:
+                self._roster = self._roster.removing(stream)
+            except ValueError:  # (not in it: a bug) made again from the streams
+                self._roster = None
         if stream is not None and stream.sock is not None:
             for s in (stream.sock, stream.rtcp):
                 if s is None:

@@ -140,3 +140,31 @@ async def test_the_end_failing_is_raised() -> None:
     call.ended.set_exception(RuntimeError("an unanswered call has already ended"))
     with pytest.raises(RuntimeError, match="already ended"):
         await request
+
+
+async def test_a_request_that_keeps_its_answer_from_the_cancel_leaves_no_cancel_behind() -> None:
+    class Keeping(Pages):
+        async def fetch(
+            self, url: str, method: str, body: bytes, secret: str, *, answer: bool = True
+        ) -> bytes:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return b'{"actions": []}'  # (a Pages that swallows the cancel)
+            raise AssertionError("unreachable")
+
+    call = Call()
+    pages_exchange, seconds = exchange(Keeping(), call)
+
+    async def runner() -> tuple[object, int]:
+        answer = await pages_exchange.fetch("http://app/next", "POST", {}, "next")
+        await asyncio.sleep(0)  # a cancel left behind would land here
+        task = asyncio.current_task()
+        assert task is not None
+        return answer, task.cancelling()
+
+    request = asyncio.ensure_future(runner())
+    await asyncio.sleep(0)
+    call.ended.set_result(CallEnded("hung_up", "BYE"))
+    assert await request == (b'{"actions": []}', 0)
+    assert len(seconds) == 1
