@@ -95,3 +95,35 @@ class CallerRecording:
             self.sink.close()
         except OSError as exc:
             logger.error("%s: recording could not be finished: %s", self.label, exc)
+
+
+def runs(
+    frames: list[tuple[int, bytes, float]], recording: CallerRecording | None
+) -> list[tuple[int, bytes]]:
+    """``frames`` (timestamp, payload, slot time) as :meth:`CallerRecording.frame` takes
+    them: each run of frames that follow one another on the caller's RTP clock joined
+    into one write, where the recording's sink says how much room it has left and the
+    runs, and the silence that may go before each, fit in it. Otherwise (no such sink, a
+    frame late or repeated, a size limit within reach) frame by frame, so a recording
+    that reaches its size limit keeps every frame before it."""
+    single = [(timestamp, payload) for timestamp, payload, _ in frames]
+    room_of = getattr(recording.sink, "room", None) if recording is not None else None
+    if room_of is None or recording is None or len(frames) < 2:
+        return single
+    room = room_of()
+    joined: list[tuple[int, bytes]] = []
+    parts: list[bytes] = []
+    start, end = 0, recording.next_ts
+    for timestamp, payload in single:
+        if end is not None and (timestamp - end) & 0xFFFFFFFF > 0x7FFFFFFF:
+            return single  # a frame late or repeated: CallerRecording.frame drops it alone
+        if parts and timestamp == end:
+            parts.append(payload)
+        else:
+            if parts:
+                joined.append((start, b"".join(parts)))
+            start, parts = timestamp, [payload]
+        end = (timestamp + len(payload)) & 0xFFFFFFFF
+    joined.append((start, b"".join(parts)))
+    total = sum(len(payload) for _, payload in joined) + len(joined) * MAX_GAP_SAMPLES
+    return single if room is not None and total > room else joined

@@ -79,7 +79,7 @@ from callhook.media.dtmfsend import Digits
 from callhook.media.inlet import Inlet, Preroll
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
-from callhook.media.recorder import MAX_GAP_SAMPLES, CallerRecording
+from callhook.media.recorder import CallerRecording, runs
 from callhook.media.reporting import CallReports, Wire
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
@@ -714,7 +714,7 @@ class MediaSession(Inlet):
         frames = ahead[:n]
         del ahead[:n]
         try:
-            for timestamp, payload in self._runs(frames):
+            for timestamp, payload in runs(frames, self._recording):
                 if self._recording is None:
                     ahead.clear()
                     return  # it failed on an earlier one: what was written is kept
@@ -727,35 +727,6 @@ class MediaSession(Inlet):
             self.events.append(recording.broke(exc))
             self.reclaim()
             self._listen()
-
-    def _runs(self, frames: list[tuple[int, bytes, float]]) -> list[tuple[int, bytes]]:
-        """``frames`` (timestamp, payload, slot time) as :meth:`_record` takes them: each
-        run of frames that follow one another on the caller's RTP clock joined into one
-        write, where the sink says how much room it has left and the run, and the silence
-        that may go before it, fit in it (where they may not, frame by frame, so that a
-        recording that reaches its size limit keeps every frame before it)."""
-        recording = self._recording
-        room_of = getattr(recording.sink, "room", None) if recording is not None else None
-        if room_of is None or len(frames) < 2:
-            return [(timestamp, payload) for timestamp, payload, _ in frames]
-        room = room_of()
-        single = [(timestamp, payload) for timestamp, payload, _ in frames]
-        runs: list[tuple[int, bytes]] = []
-        parts: list[bytes] = []
-        start, end = 0, recording.next_ts if recording is not None else None
-        for timestamp, payload in single:
-            if end is not None and (timestamp - end) & 0xFFFFFFFF > 0x7FFFFFFF:
-                return single  # a frame late or repeated: CallerRecording.frame drops it alone
-            if parts and timestamp == end:
-                parts.append(payload)
-            else:
-                if parts:
-                    runs.append((start, b"".join(parts)))
-                start, parts = timestamp, [payload]
-            end = (timestamp + len(payload)) & 0xFFFFFFFF
-        runs.append((start, b"".join(parts)))
-        total = sum(len(payload) for _, payload in runs) + len(runs) * MAX_GAP_SAMPLES
-        return single if room is not None and total > room else runs
 
     def _record(self, payload: bytes, timestamp: int) -> None:
         recording = self._recording

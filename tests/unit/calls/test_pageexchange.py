@@ -51,6 +51,13 @@ def exchange(pages: Pages, call: Call) -> tuple[PageExchange, list[float]]:
     return PageExchange(pages, "s", log, call.wait_ended, requested=[], seconds=seconds), seconds
 
 
+def requesting(pages: Pages, call: Call) -> tuple[asyncio.Future[bytes | CallEnded], list[float]]:
+    """A request for the next page on ``call`` through ``pages``, started (not yet run)."""
+    pages_exchange, seconds = exchange(pages, call)
+    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    return request, seconds
+
+
 async def test_an_answer_at_hand_takes_no_turn_of_the_loop() -> None:
     turns: list[int] = []
     asyncio.get_running_loop().call_soon(turns.append, 1)
@@ -63,8 +70,7 @@ async def test_an_answer_at_hand_takes_no_turn_of_the_loop() -> None:
 
 async def test_an_answer_comes_back_in_the_turn_it_arrives() -> None:
     gate = asyncio.Event()
-    pages_exchange, _ = exchange(Pages(gate), Call())
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, _ = requesting(Pages(gate), Call())
     for _ in range(3):
         await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
@@ -81,8 +87,7 @@ async def test_the_calls_end_abandons_the_request() -> None:
     gate = asyncio.Event()
     pages = Pages(gate)
     call = Call()
-    pages_exchange, seconds = exchange(pages, call)
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, seconds = requesting(pages, call)
     await asyncio.sleep(0)
     call.ended.set_result(CallEnded("hung_up", "BYE"))
     result = await asyncio.wait_for(request, 1)
@@ -96,8 +101,7 @@ async def test_the_calls_end_abandons_the_request() -> None:
 async def test_the_runner_cancelled_from_elsewhere_stays_cancelled() -> None:
     gate = asyncio.Event()
     pages = Pages(gate)
-    pages_exchange, _ = exchange(pages, Call())
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, _ = requesting(pages, Call())
     await asyncio.sleep(0)
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -108,8 +112,7 @@ async def test_the_runner_cancelled_from_elsewhere_stays_cancelled() -> None:
 async def test_an_end_and_a_cancel_from_elsewhere_together_stay_a_cancel() -> None:
     gate = asyncio.Event()
     call = Call()
-    pages_exchange, _ = exchange(Pages(gate), call)
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, _ = requesting(Pages(gate), call)
     await asyncio.sleep(0)
     request.cancel()
     call.ended.set_result(CallEnded("hung_up", "BYE"))
@@ -120,8 +123,7 @@ async def test_an_end_and_a_cancel_from_elsewhere_together_stay_a_cancel() -> No
 async def test_an_end_as_the_answer_comes_leaves_the_answer() -> None:
     gate = asyncio.Event()
     call = Call()
-    pages_exchange, seconds = exchange(Pages(gate), call)
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, seconds = requesting(Pages(gate), call)
     for _ in range(3):
         await asyncio.sleep(0)
     # The answer wakes the request first; the end's cancel comes after it returned.
@@ -134,8 +136,7 @@ async def test_an_end_as_the_answer_comes_leaves_the_answer() -> None:
 async def test_the_end_failing_is_raised() -> None:
     gate = asyncio.Event()
     call = Call()
-    pages_exchange, _ = exchange(Pages(gate), call)
-    request = asyncio.ensure_future(pages_exchange.fetch("http://app/next", "POST", {}, "next"))
+    request, _ = requesting(Pages(gate), call)
     await asyncio.sleep(0)
     call.ended.set_exception(RuntimeError("an unanswered call has already ended"))
     with pytest.raises(RuntimeError, match="already ended"):
