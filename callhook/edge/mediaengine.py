@@ -318,7 +318,10 @@ class MediaEngine:
         if stream is not None and self._roster is not None:
             try:
                 self._roster = self._roster.removing(stream)
-            except ValueError:  # (not in it: a bug) made again from the streams
+            except ValueError:  # (a bug) made again from the streams at the next tick
+                logger.error(
+                    "%s: its stream was not in the media tick's roster", stream.session.label
+                )
                 self._roster = None
         if stream is not None and stream.sock is not None:
             for s in (stream.sock, stream.rtcp):

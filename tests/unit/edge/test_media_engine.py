@@ -188,3 +188,26 @@ async def test_the_roster_kept_call_by_call_is_the_one_made_whole() -> None:
         assert engine._roster is not None  # (it was kept, not made whole every time)
     finally:
         engine.shutdown()
+
+
+async def test_a_stream_missing_from_the_roster_is_one_error_line_and_the_close_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from callhook.edge.roster import Roster
+
+    engine = MediaEngine("127.0.0.1", 42200, 42300, thread=False)
+    try:
+        session = MediaSession("PCMU", 0, None, ("127.0.0.1", 5004), label="call lost")
+        kept = MediaSession("PCMU", 0, None, ("127.0.0.1", 5004), label="call kept")
+        key = engine.attach(session, lambda data: None, lambda: None)
+        engine.attach(kept, lambda data: None, lambda: None)
+        engine._work(asyncio.get_running_loop().time(), [])
+        engine._roster = Roster.of([])  # (a bug: the roster lost the streams)
+        engine.close(key)
+        assert key not in engine.streams
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert errors == ["call lost: its stream was not in the media tick's roster"]
+        engine._work(asyncio.get_running_loop().time() + 0.02, [])
+        assert engine._roster is not None and engine._roster.sessions == [kept]
+    finally:
+        engine.shutdown()
