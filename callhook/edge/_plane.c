@@ -1465,6 +1465,12 @@ static PyObject *Plane_get_refused(Plane *self, void *Py_UNUSED(closure)) {
     return PyLong_FromLongLong(self->refused);
 }
 
+static PyObject *Plane_get_capacity(Plane *self, void *Py_UNUSED(closure)) {
+    if (self->core == NULL)
+        return PyLong_FromLong(0);
+    return PyLong_FromSize_t(self->core->events->mask + 1);
+}
+
 static PyObject *Plane_get_running(Plane *self, void *Py_UNUSED(closure)) {
     return PyBool_FromLong(self->running);
 }
@@ -1521,6 +1527,7 @@ static PyMethodDef Plane_methods[] = {
 
 static PyGetSetDef Plane_getset[] = {
     {"slot", (getter)Plane_get_slot, NULL, "the next slot the thread runs", NULL},
+    {"capacity", (getter)Plane_get_capacity, NULL, "records the event ring holds", NULL},
     {"late_slots", (getter)Plane_get_late_slots, NULL, "slots started over 2 ms late", NULL},
     {"max_late", (getter)Plane_get_max_late, NULL, "the latest start of a slot (ns)", NULL},
     {"skipped", (getter)Plane_get_skipped, NULL, "slots skipped after a long stall", NULL},

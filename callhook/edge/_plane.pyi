@@ -8,6 +8,7 @@ class Plane:
         self, rounds: int, tick: float = 0.02, catch_up: int = 3, capacity: int = 32768
     ) -> None: ...
     slot: int
+    capacity: int
     running: bool
     late_slots: int
     max_late: int

@@ -65,6 +65,13 @@ AHEAD = 3
 #: when Python is late (the thread keeps 32: this, plus three frames topped up at once,
 #: plus AHEAD, fit in them).
 COVER = 24
+#: Records of the ring from the thread to Python: about four seconds of 650 calls' packets
+#: should Python hold every call's receive. A slot's record the ring has no room for is
+#: worked with no datagrams, and its calls' packets wait in the kernel: each of those calls
+#: then seems to fall silent (a recording may stop short), and Python feeds each the
+#: silence, which costs it more than the packets would, while it is behind. Memory: a
+#: record is some 600 bytes: about 80 MB, resident once records have gone round it.
+EVENTS = 131072
 
 
 class Plane(Protocol):
@@ -73,6 +80,11 @@ class Plane(Protocol):
     @property
     def slot(self) -> int:
         """The next slot the thread runs."""
+        ...
+
+    @property
+    def capacity(self) -> int:
+        """Records the ring to Python holds (datagrams and slots' ends)."""
         ...
 
     @property
@@ -224,5 +236,5 @@ def new_plane(rounds: int) -> Plane | None:
         from callhook.edge._plane import Plane as NativePlane
     except ImportError:
         return None
-    plane: Plane = NativePlane(rounds)
+    plane: Plane = NativePlane(rounds, capacity=EVENTS)
     return plane

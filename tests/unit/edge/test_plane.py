@@ -280,6 +280,19 @@ def test_a_tick_the_ring_has_no_room_for_is_counted_and_shows_as_a_gap() -> None
         made.close()
 
 
+def test_the_served_ring_holds_seconds_of_every_calls_packets() -> None:
+    # Python behind, holding every call's receive: the ring takes 650 calls' packets (one
+    # a slot each) and the slots' records for four seconds before one is lost.
+    made, small = new_plane(6), NativePlane(6, capacity=1024)
+    assert made is not None
+    try:
+        assert made.capacity >= 4 * 50 * (650 + 1)
+        assert small.capacity == 1024
+    finally:
+        made.close()
+        small.close()
+
+
 def test_a_retired_socket_is_closed_once_the_thread_lets_go(plane: Plane) -> None:
     line, caller = udp(), udp()
     with caller:
