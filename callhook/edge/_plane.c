@@ -80,6 +80,7 @@
 /* Largest datagram a record carries (G.711 at 60 ms with SRTP fits); larger ones are
  * counted and dropped (`oversized`). */
 #define DATA_MAX 512
+_Static_assert(RX_PARKED_BYTES == DATA_MAX, "a held datagram is a record's");
 /* Slots of frames a line holds ahead of the one being sent. */
 #define DEPTH 4
 #define MAX_ROUNDS 16
@@ -576,12 +577,113 @@ static int64_t arrival(struct msghdr *msg, int64_t now, int64_t wall, int64_t si
     return now;
 }
 
+/* Up to `want` datagrams of socket `fd` into c->got (c->msgs says each one's size,
+ * flags and stamp): how many, and the clocks the stamps are read against (`clocks`,
+ * read once a slot: wall, how long after the slot began). */
+typedef struct {
+    int64_t wall, since;
+    int have;
+} Clocks;
+
+static int read_socket(Core *c, int fd, unsigned int want, Clocks *clocks) {
+    for (unsigned int k = 0; k < want; k++) {
+        c->iov[k].iov_base = c->got[k].data;
+        c->iov[k].iov_len = DATA_MAX;
+        memset(&c->msgs[k], 0, sizeof(c->msgs[k]));
+        c->msgs[k].msg_hdr.msg_name = &c->got[k].addr;
+        c->msgs[k].msg_hdr.msg_namelen = sizeof(c->got[k].addr);
+        c->msgs[k].msg_hdr.msg_iov = &c->iov[k];
+        c->msgs[k].msg_hdr.msg_iovlen = 1;
+        c->msgs[k].msg_hdr.msg_control = c->control[k].buf;
+        c->msgs[k].msg_hdr.msg_controllen = sizeof(c->control[k].buf);
+    }
+    int n = recvmmsg(fd, c->msgs, want, MSG_DONTWAIT, NULL);
+    if (n > 0 && !clocks->have) {
+        /* (Both clocks at once: how long after the slot began the stamps are read.) */
+        clocks->wall = real_ns();
+        clocks->since = mono_ns() - c->started;
+        clocks->have = 1;
+    }
+    return n;
+}
+
+/* A line Python asked the thread to hold while it is behind (_rx.h's `park`): the
+ * datagrams read now wait in the line, each with this slot and its time, for the thread
+ * to take once Python hands the line over, or for Python to take in their slots. Where
+ * the line has no room, they wait in the kernel (`parked_over`). */
+static void park_slot(Core *c, int fd, Rx *rx, int64_t now, Clocks *clocks) {
+    unsigned int want = (unsigned int)(RX_PARKED - rx->parked);
+    if (want > (unsigned int)c->rounds)
+        want = (unsigned int)c->rounds;
+    if (want == 0) {
+        rx->parked_over = 1;
+        return;
+    }
+    int n = read_socket(c, fd, want, clocks);
+    for (int k = 0; k < n; k++) {
+        int i = rx->parked++;
+        size_t len = c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len;
+        rx->parked_slot[i] = c->slot;
+        rx->parked_now[i] = c->next;
+        rx->parked_when[i] = arrival(&c->msgs[k].msg_hdr, now, clocks->wall, clocks->since);
+        rx->parked_len[i] = (uint16_t)len;
+        rx->parked_cut[i] = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        rx->parked_addr_len[i] = c->msgs[k].msg_hdr.msg_namelen;
+        memcpy(&rx->parked_addr[i], &c->got[k].addr, sizeof(rx->parked_addr[i]));
+        memcpy(rx->parked_data[i], c->got[k].data, len);
+    }
+}
+
+/* The packets a line held while Python was behind, taken by the thread now that it holds
+ * the line: in order, each after the ends of the slots before its own and with the time
+ * of the slot it was read in, as the thread would have taken it then. 0: all taken. 1: one
+ * it does not take (or a slot's end that is Python's to do) gives the line back, with
+ * that packet and the ones after still held, for Python to take in their slots (Plane.own
+ * finds them: `parked_back`); the line's packets go on waiting behind them meanwhile. */
+static int rx_unpark(Core *c, Rx *rx) {
+    int i = 0;
+    for (; i < rx->parked; i++) {
+        if (rx_catch_up(rx, rx->parked_slot[i] - 1) || rx->parked_cut[i] ||
+            !rx_take(rx, rx->parked_data[i], rx->parked_len[i], &rx->parked_addr[i],
+                     rx->parked_addr_len[i], (double)rx->parked_now[i] / 1e9,
+                     (double)rx->parked_when[i] / 1e9))
+            break;
+        COUNT(c, rx_taken, 1);
+    }
+    if (i < rx->parked) {
+        int left = rx->parked - i;
+        memmove(rx->parked_slot, rx->parked_slot + i, (size_t)left * sizeof(rx->parked_slot[0]));
+        memmove(rx->parked_now, rx->parked_now + i, (size_t)left * sizeof(rx->parked_now[0]));
+        memmove(rx->parked_when, rx->parked_when + i, (size_t)left * sizeof(rx->parked_when[0]));
+        memmove(rx->parked_len, rx->parked_len + i, (size_t)left * sizeof(rx->parked_len[0]));
+        memmove(rx->parked_cut, rx->parked_cut + i, (size_t)left * sizeof(rx->parked_cut[0]));
+        memmove(rx->parked_addr_len, rx->parked_addr_len + i,
+                (size_t)left * sizeof(rx->parked_addr_len[0]));
+        memmove(rx->parked_addr, rx->parked_addr + i, (size_t)left * sizeof(rx->parked_addr[0]));
+        memmove(rx->parked_data, rx->parked_data + i, (size_t)left * sizeof(rx->parked_data[0]));
+        rx->parked = left;
+        rx->parked_back = 1;
+        atomic_store_explicit(&rx->park, 1, memory_order_relaxed);
+        atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+        COUNT(c, rx_returned, 1);
+        return 1;
+    }
+    rx->parked = 0;
+    if (rx->parked_over) {
+        /* The rest waited in the kernel: read from now, as of now. The slots' ends until
+         * now are not the caller's silence (its packets were waiting): not done. */
+        if (rx->ended < c->slot - 1)
+            rx->ended = c->slot - 1;
+        rx->parked_over = 0;
+    }
+    return 0;
+}
+
 /* Step 3. */
 static void receive_slot(Core *c, int64_t now) {
     if (c->nactive == 0)
         return;
-    int64_t wall = 0, since = 0;
-    int have_wall = 0;
+    Clocks clocks = {0, 0, 0};
     int ready;
     do {
         ready = epoll_wait(c->epfd, c->ready, c->nactive, 0);
@@ -596,27 +698,20 @@ static void receive_slot(Core *c, int64_t now) {
         /* (Python changing the line's hands this instant: its packets wait a slot.) */
         if (rx != NULL && !rx_trylock(rx))
             continue;
+        if (rx != NULL && rx->parked > 0 &&
+            atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD)
+            rx_unpark(c, rx); /* (handed over since: the packets held first) */
+        if (rx != NULL && atomic_load_explicit(&rx->park, memory_order_relaxed) &&
+            atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_PYTHON) {
+            park_slot(c, fd, rx, now, &clocks);
+            rx_unlock(rx);
+            continue;
+        }
         unsigned int want = (unsigned int)(room - RESERVE);
         if (want > (unsigned int)c->rounds)
             want = (unsigned int)c->rounds;
-        for (unsigned int k = 0; k < want; k++) {
-            c->iov[k].iov_base = c->got[k].data;
-            c->iov[k].iov_len = DATA_MAX;
-            memset(&c->msgs[k], 0, sizeof(c->msgs[k]));
-            c->msgs[k].msg_hdr.msg_name = &c->got[k].addr;
-            c->msgs[k].msg_hdr.msg_namelen = sizeof(c->got[k].addr);
-            c->msgs[k].msg_hdr.msg_iov = &c->iov[k];
-            c->msgs[k].msg_hdr.msg_iovlen = 1;
-            c->msgs[k].msg_hdr.msg_control = c->control[k].buf;
-            c->msgs[k].msg_hdr.msg_controllen = sizeof(c->control[k].buf);
-        }
-        int n = recvmmsg(fd, c->msgs, want, MSG_DONTWAIT, NULL);
-        if (n > 0 && !have_wall) {
-            /* (Both clocks at once: how long after the slot began the stamps are read.) */
-            wall = real_ns();
-            since = mono_ns() - c->started;
-            have_wall = 1;
-        }
+        int n = read_socket(c, fd, want, &clocks);
+        int64_t wall = clocks.wall, since = clocks.since;
         /* The line's usual packets, while the thread holds its receive (_rx.h): taken
          * here, after the ends of the slots before this one; any other packet goes to
          * Python with the line, and so do the packets after it. */
@@ -682,6 +777,8 @@ static void rx_slot_ends(Core *c) {
             continue;
         /* (rx_catch_up stops before the slot Python is to end: with no room for the
          * record, the line goes back at a later slot's end, from that slot.) */
+        if (rx->parked > 0 && atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD)
+            rx_unpark(c, rx); /* (handed over since, and no packet came this slot) */
         if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD &&
             rx_catch_up(rx, c->slot) && ring_room(c->events) > RESERVE / 2) {
             Event back = {.kind = EV_RETURNED, .fd = fd, .slot = c->slot};
@@ -720,6 +817,9 @@ static void skip_lines(Core *c, int64_t missed) {
         Line *line = c->lines[c->active[i]];
         Rx *rx = line->rx;
         if (rx != NULL && rx_trylock(rx)) {
+            if (rx->parked > 0 &&
+                atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD)
+                rx_unpark(c, rx);
             if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD &&
                 !rx_catch_up(rx, c->slot - 1))
                 rx->ended += missed;
@@ -841,12 +941,14 @@ typedef struct {
     Port *ports; /* by descriptor */
     int nports;
     PyObject *pending; /* the datagrams of the slot being read */
+    PyObject *held;    /* slot -> datagrams a line held for Python, to join that slot's */
     Command cmd;
     Event ev;
     int deferred; /* retirements waiting for room in the command ring */
     long long oversized;
     long long refused; /* commands the ring had no room for */
     long long handed;  /* lines handed to the thread (own) */
+    long long parks;   /* lines asked to hold their datagrams while Python is behind */
 } Plane;
 
 #include "_rxpy.h"
@@ -912,7 +1014,10 @@ static int Plane_init(Plane *self, PyObject *args, PyObject *kwds) {
     c->next = c->origin = mono_ns() + c->tick;
     atomic_store(&c->rx_pass, -1);
     self->pending = PyList_New(0);
-    if (self->pending == NULL) {
+    self->held = PyDict_New();
+    if (self->pending == NULL || self->held == NULL) {
+        Py_CLEAR(self->pending);
+        Py_CLEAR(self->held);
         core_free(c);
         return -1;
     }
@@ -926,6 +1031,7 @@ static int Plane_traverse(Plane *self, visitproc visit, void *arg) {
         Py_VISIT(self->ports[i].sock);
     }
     Py_VISIT(self->pending);
+    Py_VISIT(self->held);
     return 0;
 }
 
@@ -968,6 +1074,7 @@ static int Plane_clear(Plane *self) {
     for (int i = 0; i < self->nports; i++)
         port_clear(&self->ports[i]);
     Py_CLEAR(self->pending);
+    Py_CLEAR(self->held);
     return 0;
 }
 
@@ -1277,6 +1384,37 @@ static PyObject *Plane_cover(Plane *self, PyObject *args) {
     return PyLong_FromLong(errors);
 }
 
+/* The datagram `data` (`len` bytes from `addr`, reached the host at `when` ns) of
+ * `port`, as next_slot gives it: (key, bytes, source, arrival), appended to `list`. */
+static int datagram_item(Port *port, const struct sockaddr_in6 *addr, uint32_t addr_len,
+                         const unsigned char *data, size_t len, int64_t when, PyObject *list) {
+    if (port->from_obj == NULL || port->from_len != addr_len ||
+        memcmp(&port->from, addr, addr_len) != 0) {
+        PyObject *address = address_object((const struct sockaddr *)addr, addr_len);
+        if (address == NULL)
+            return -1;
+        Py_XSETREF(port->from_obj, address);
+        memcpy(&port->from, addr, addr_len);
+        port->from_len = addr_len;
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len);
+    if (bytes == NULL)
+        return -1;
+    PyObject *arrived = PyFloat_FromDouble(when / 1e9);
+    if (arrived == NULL) {
+        Py_DECREF(bytes);
+        return -1;
+    }
+    PyObject *item = PyTuple_Pack(4, port->key, bytes, port->from_obj, arrived);
+    Py_DECREF(bytes);
+    Py_DECREF(arrived);
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
 static int take_datagram(Plane *self, Event *ev) {
     if (ev->fd < 0 || ev->fd >= self->nports || self->ports[ev->fd].key == NULL)
         return 0;
@@ -1287,32 +1425,63 @@ static int take_datagram(Plane *self, Event *ev) {
         self->oversized++;
         return 0;
     }
-    Port *port = &self->ports[ev->fd];
-    if (port->from_obj == NULL || port->from_len != ev->addr_len ||
-        memcmp(&port->from, &ev->addr, ev->addr_len) != 0) {
-        PyObject *address = address_object((const struct sockaddr *)&ev->addr, ev->addr_len);
-        if (address == NULL)
+    return datagram_item(&self->ports[ev->fd], &ev->addr, ev->addr_len, ev->data, ev->len,
+                         ev->when, self->pending);
+}
+
+/* rx_held's datagrams (_rxpy.h), each for the slot it was read in: next_slot joins them
+ * to that slot's (to the next one it reads, where Python has read their slot already). */
+static int rx_give_held(Plane *self, Port *port) {
+    for (int i = 0; i < rx_held.n; i++) {
+        if (rx_held.cut[i]) {
+            self->oversized++;
+            continue;
+        }
+        PyObject *slot = PyLong_FromLongLong(rx_held.slot[i]);
+        if (slot == NULL)
             return -1;
-        Py_XSETREF(port->from_obj, address);
-        memcpy(&port->from, &ev->addr, ev->addr_len);
-        port->from_len = ev->addr_len;
+        PyObject *list = PyDict_GetItemWithError(self->held, slot); /* (borrowed) */
+        if (list == NULL && !PyErr_Occurred()) {
+            list = PyList_New(0);
+            if (list != NULL && PyDict_SetItem(self->held, slot, list) < 0)
+                Py_CLEAR(list);
+            Py_XDECREF(list); /* (the dict holds it) */
+        }
+        Py_DECREF(slot);
+        if (list == NULL ||
+            datagram_item(port, &rx_held.addr[i], rx_held.addr_len[i], rx_held.data[i],
+                          rx_held.len[i], rx_held.when[i], list) < 0)
+            return -1;
     }
-    PyObject *data = PyBytes_FromStringAndSize((const char *)ev->data, ev->len);
-    if (data == NULL)
-        return -1;
-    PyObject *arrived = PyFloat_FromDouble(ev->when / 1e9);
-    if (arrived == NULL) {
-        Py_DECREF(data);
-        return -1;
+    rx_held.n = 0;
+    return 0;
+}
+
+/* The slot `slot`'s datagrams (`items`, read from the ring) after the ones lines held for
+ * it and for the slots before it: a new list, or NULL with an exception. */
+static PyObject *join_held(Plane *self, long long slot, PyObject *items) {
+    PyObject *keys = PyDict_Keys(self->held);
+    if (keys == NULL || PyList_Sort(keys) < 0) {
+        Py_XDECREF(keys);
+        return NULL;
     }
-    PyObject *item = PyTuple_Pack(4, port->key, data, port->from_obj, arrived);
-    Py_DECREF(data);
-    Py_DECREF(arrived);
-    if (item == NULL)
-        return -1;
-    int rc = PyList_Append(self->pending, item);
-    Py_DECREF(item);
-    return rc;
+    PyObject *joined = PyList_New(0);
+    for (Py_ssize_t i = 0; joined != NULL && i < PyList_GET_SIZE(keys); i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        long long at = PyLong_AsLongLong(key);
+        if (at > slot)
+            break;
+        PyObject *list = PyDict_GetItemWithError(self->held, key);
+        Py_ssize_t end = PyList_GET_SIZE(joined);
+        if (list == NULL || PyList_SetSlice(joined, end, end, list) < 0 ||
+            PyDict_DelItem(self->held, key) < 0)
+            Py_CLEAR(joined);
+    }
+    Py_DECREF(keys);
+    if (joined != NULL && PyList_SetSlice(joined, PyList_GET_SIZE(joined),
+                                          PyList_GET_SIZE(joined), items) < 0)
+        Py_CLEAR(joined);
+    return joined;
 }
 
 static void take_removed(Plane *self, int fd) {
@@ -1365,6 +1534,13 @@ static PyObject *Plane_next_slot(Plane *self, PyObject *Py_UNUSED(ignored)) {
                 return NULL;
             PyObject *items = self->pending;
             self->pending = fresh;
+            if (PyDict_GET_SIZE(self->held) > 0) {
+                PyObject *joined = join_held(self, ev->slot, items);
+                Py_DECREF(items);
+                if (joined == NULL)
+                    return NULL;
+                items = joined;
+            }
             return Py_BuildValue("(LddLN)", (long long)ev->slot, ev->when / 1e9, ev->late / 1e9,
                                  (long long)ev->skipped, items);
         }
@@ -1448,6 +1624,10 @@ COUNTER(rx_returned)
 
 static PyObject *Plane_get_handed(Plane *self, void *Py_UNUSED(closure)) {
     return PyLong_FromLongLong(self->handed);
+}
+
+static PyObject *Plane_get_parks(Plane *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromLongLong(self->parks);
 }
 
 static PyObject *Plane_get_slot(Plane *self, void *Py_UNUSED(closure)) {
@@ -1548,6 +1728,8 @@ static PyGetSetDef Plane_getset[] = {
      "usual packets the thread took for the lines it held", NULL},
     {"rx_returned", (getter)Plane_get_rx_returned, NULL, "lines the thread gave back", NULL},
     {"handed", (getter)Plane_get_handed, NULL, "lines handed to the thread", NULL},
+    {"parks", (getter)Plane_get_parks, NULL,
+     "lines asked to hold their datagrams while Python is behind", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -24,7 +24,10 @@
  * thread published has been read: `published`, counted here, against the count Python
  * read; a RECORDED record is not counted: Python hands over only once it has read the
  * slot's records, and a RECORDED record read after a new hand-over only has the new
- * frames written early, in order); the thread gives it back by setting `owner` to Python and publishing the packet
+ * frames written early, in order; where the thread has run past the slot Python worked,
+ * Python first has it hold the line's packets instead of publishing them, `park`, and
+ * hands the line over once it has read the last one published: the thread takes the
+ * held ones first, in their slots, _plane.c's rx_unpark); the thread gives it back by setting `owner` to Python and publishing the packet
  * it does not take (or a RETURNED record); Python takes it back whenever it needs it
  * (Plane.reclaim).  `lock` makes each of those a single step.  The thread only ever tries
  * it: where Python holds it (for a change of hands), the thread leaves the line's socket
@@ -63,6 +66,12 @@
  * RX_RECORDS (1 s), then gives the line back for Python to write them. */
 #define RX_RECORDS_TOLD 10
 #define RX_RECORDS 50
+/* A line Python asks the thread to hold while Python is behind it (`park`): its packets
+ * wait in the line, each with the slot it was read in, up to RX_PARKED of them (the
+ * rest in the kernel), until Python has worked the line's last datagram it published and
+ * hands the line over, or takes the packets itself (_rxpy.h). */
+#define RX_PARKED 64
+#define RX_PARKED_BYTES 512
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };
 
@@ -116,6 +125,16 @@ typedef struct {
     /* the last slot whose end is done; slot n's time: origin + n * tick (ns) */
     long long ended;
     int64_t origin, tick;
+    /* --- the packets held while Python is behind (RX_PARKED): `park` is Python's
+     * request; the rest change under the lock (the thread's while it reads the line) --- */
+    atomic_int park;
+    int parked, parked_over, parked_back; /* held; some left in the kernel; given back */
+    int64_t parked_slot[RX_PARKED], parked_now[RX_PARKED], parked_when[RX_PARKED];
+    uint16_t parked_len[RX_PARKED];
+    uint8_t parked_cut[RX_PARKED]; /* truncated (over DATA_MAX) */
+    uint32_t parked_addr_len[RX_PARKED];
+    struct sockaddr_in6 parked_addr[RX_PARKED];
+    unsigned char parked_data[RX_PARKED][RX_PARKED_BYTES];
 } Rx;
 
 /* (The thread's: it never waits for Python, which holds the lock for a few stores, bar

@@ -11,6 +11,12 @@
  * record has it write them while the thread goes on with the line.  The session
  * marks the hand-over (Inlet.rx_owned); session.py takes its state back before anything
  * of its own reads or changes it (MediaSession.reclaim).
+ *
+ * Where Python is behind the thread, own() first has the line hold its packets (_rx.h's
+ * `park`) and hands it over once Python has read the last one the thread published; a
+ * line it keeps after all, or one the thread gives back with packets still held, has
+ * them joined to their slots' datagrams (Plane.next_slot), so Python works each in its
+ * slot as if the thread had published it.
  */
 
 /* Slots a line the thread gave back for a packet it does not take stays Python's: a
@@ -529,6 +535,61 @@ static void rx_given_back(Plane *self, int fd, long long slot) {
     Py_DECREF(s);
 }
 
+/* The datagrams a line held for Python (_rx.h's RX_PARKED), copied out under its lock
+ * (the GIL's: one line at a time). */
+typedef struct {
+    int n, over;
+    int64_t slot[RX_PARKED], when[RX_PARKED];
+    uint16_t len[RX_PARKED];
+    uint8_t cut[RX_PARKED];
+    uint32_t addr_len[RX_PARKED];
+    struct sockaddr_in6 addr[RX_PARKED];
+    unsigned char data[RX_PARKED][RX_PARKED_BYTES];
+} Held;
+static Held rx_held;
+
+/* Under the line's lock: the datagrams it holds into rx_held, and it holds no more (nor
+ * will: Python's the line is read as before). */
+static void rx_take_held(Rx *rx) {
+    int n = rx->parked;
+    rx_held.n = n;
+    rx_held.over = rx->parked_over;
+    memcpy(rx_held.slot, rx->parked_slot, (size_t)n * sizeof(rx_held.slot[0]));
+    memcpy(rx_held.when, rx->parked_when, (size_t)n * sizeof(rx_held.when[0]));
+    memcpy(rx_held.len, rx->parked_len, (size_t)n * sizeof(rx_held.len[0]));
+    memcpy(rx_held.cut, rx->parked_cut, (size_t)n * sizeof(rx_held.cut[0]));
+    memcpy(rx_held.addr_len, rx->parked_addr_len, (size_t)n * sizeof(rx_held.addr_len[0]));
+    memcpy(rx_held.addr, rx->parked_addr, (size_t)n * sizeof(rx_held.addr[0]));
+    memcpy(rx_held.data, rx->parked_data, (size_t)n * sizeof(rx_held.data[0]));
+    rx->parked = rx->parked_over = rx->parked_back = 0;
+    atomic_store_explicit(&rx->park, 0, memory_order_relaxed);
+}
+
+/* rx_held's datagrams, each for the slot it was read in (_plane.c). */
+static int rx_give_held(Plane *self, Port *port);
+
+/* Where datagrams waited in the kernel past what the line held (`over`): they reach
+ * Python in a slot the thread has yet to run, so its tick feeds no silence for the
+ * line's missing audio until then. */
+static void rx_defer(Plane *self, Inlet *s) {
+    const Core *c = self->core;
+    long long pass = atomic_load(&self->core->rx_pass);
+    double until = (double)(c->origin + (pass + 1) * c->tick) / 1e9 + (double)c->tick / 2e9;
+    if (s->rx_until < until)
+        s->rx_until = until;
+}
+
+/* A line held for Python that Python keeps: its datagrams are Python's, to work in their
+ * slots. -1 with an exception. */
+static int rx_unhold(Plane *self, Port *port, Inlet *s, Rx *rx) {
+    rx_lock(rx);
+    rx_take_held(rx);
+    rx_unlock(rx);
+    if (rx_held.over)
+        rx_defer(self, s);
+    return rx_give_held(self, port);
+}
+
 static PyObject *Plane_own(Plane *self, PyObject *args) {
     PyObject *calls;
     long long slot;
@@ -544,12 +605,13 @@ static PyObject *Plane_own(Plane *self, PyObject *args) {
     if (items == NULL)
         return NULL;
     long handed = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+    int failed = 0;
+    for (Py_ssize_t i = 0; !failed && i < PySequence_Fast_GET_SIZE(items); i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(items, i);
         if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2)
             continue;
         PyObject *object = PyTuple_GET_ITEM(item, 0);
-        if (!PyObject_TypeCheck(object, rx_types.inlet) || ((Inlet *)object)->rx_owned)
+        if (!PyObject_TypeCheck(object, rx_types.inlet))
             continue;
         long fd = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
         if (fd == -1 && PyErr_Occurred()) {
@@ -561,33 +623,92 @@ static PyObject *Plane_own(Plane *self, PyObject *args) {
         Port *port = &self->ports[fd];
         Inlet *s = (Inlet *)object;
         Rx *rx = port->rx;
-        /* Every datagram the thread gave Python for the line read, none on its way. */
-        if (rx_session(port) != s || port->retiring || slot < port->rest ||
-            atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped ||
-            !rx_usual(object) || port->from_obj == NULL)
+        if (rx_session(port) != s)
             continue;
-        int same = PyObject_RichCompareBool(port->from_obj, s->remote, Py_EQ);
-        if (same <= 0) {
-            PyErr_Clear();
-            continue; /* (the last datagram came from elsewhere) */
+        if (s->rx_owned) {
+            /* Given back with datagrams the line still held (_plane.c's rx_unpark): the
+             * state is Python's again, and so are they, each for its slot. */
+            if (atomic_load_explicit(&rx->owner, memory_order_acquire) != RX_PYTHON)
+                continue;
+            rx_lock(rx);
+            int back = rx->parked_back;
+            if (back)
+                rx_take_held(rx);
+            rx_unlock(rx);
+            if (!back)
+                continue;
+            if (!rx->rec_full)
+                port->rest = slot + RX_REST;
+            /* (Given first: the restore writes a recording's frames, Python code.) */
+            failed = rx_give_held(self, port) < 0;
+            Py_INCREF(s);
+            if (rx_restore(s, rx) < 0)
+                PyErr_Clear();
+            if (rx_held.over)
+                rx_defer(self, s);
+            Py_DECREF(s);
+            continue;
         }
-        int alaw = PyUnicode_CompareWithASCIIString(s->law, "alaw") == 0;
-        if (rx_export(s, &port->from, port->from_len, rx_laws[alaw], self->core, rx) < 0)
+        int parked = atomic_load_explicit(&rx->park, memory_order_relaxed);
+        int usual = !port->retiring && slot >= port->rest && rx_usual(object) &&
+                    port->from_obj != NULL;
+        if (usual) {
+            int same = PyObject_RichCompareBool(port->from_obj, s->remote, Py_EQ);
+            if (same < 0)
+                PyErr_Clear();
+            usual = same > 0; /* (the last datagram came from elsewhere) */
+        }
+        if (!usual) {
+            if (parked)
+                failed = rx_unhold(self, port, s, rx) < 0;
             continue;
+        }
+        /* Every datagram the thread gave Python for the line read, none on its way. Where
+         * the thread has begun a later slot than the one Python worked (Python is behind
+         * it), it first holds the line's datagrams (`park`), for whoever takes them in
+         * their slots: the thread, once Python has read the line's last one it published
+         * and hands the line over (below), or Python (rx_unhold). */
+        int on_time = atomic_load(&self->core->rx_pass) == slot;
+        if (!on_time && !parked) {
+            atomic_store_explicit(&rx->park, 1, memory_order_relaxed);
+            self->parks++;
+            continue;
+        }
+        if (atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped)
+            continue;
+        int alaw = PyUnicode_CompareWithASCIIString(s->law, "alaw") == 0;
+        if (rx_export(s, &port->from, port->from_len, rx_laws[alaw], self->core, rx) < 0) {
+            if (parked)
+                failed = rx_unhold(self, port, s, rx) < 0;
+            continue;
+        }
         /* Python's tick ended the slots up to `slot`, and the thread those it ended while
          * it held the line before (Inlet.rx_until). */
         if (rx->ended < slot)
             rx->ended = slot;
-        int given = 0;
+        int given = 0, late = 0;
         rx_lock(rx);
-        /* Nothing on its way, and the thread has not begun the next slot: it does that
-         * slot's packets and end for the line, Python did the ones before. */
-        if (atomic_load_explicit(&rx->published, memory_order_relaxed) == port->popped &&
-            atomic_load(&self->core->rx_pass) == slot) {
-            atomic_store_explicit(&rx->owner, RX_THREAD, memory_order_relaxed);
-            given = 1;
+        /* Nothing on its way, and the thread has not begun the next slot, or holds what
+         * it reads of the line since: it does the line's packets and ends from the next
+         * slot on, the ones it holds first; Python did the ones before. (A datagram held
+         * from a slot Python has worked without it: Python's, late.) */
+        if (atomic_load_explicit(&rx->published, memory_order_relaxed) == port->popped) {
+            if (rx->parked > 0 && rx->parked_slot[0] <= slot) {
+                rx_take_held(rx);
+                late = 1;
+            } else if (atomic_load(&self->core->rx_pass) == slot ||
+                       atomic_load_explicit(&rx->park, memory_order_relaxed)) {
+                atomic_store_explicit(&rx->park, 0, memory_order_relaxed);
+                atomic_store_explicit(&rx->owner, RX_THREAD, memory_order_relaxed);
+                given = 1;
+            }
         }
         rx_unlock(rx);
+        if (late) {
+            if (rx_held.over)
+                rx_defer(self, s);
+            failed = rx_give_held(self, port) < 0;
+        }
         if (given) {
             rx_handed(s);
             handed++;
@@ -595,6 +716,8 @@ static PyObject *Plane_own(Plane *self, PyObject *args) {
     }
     Py_DECREF(items);
     self->handed += handed;
+    if (failed)
+        return NULL;
     return PyLong_FromLong(handed);
 }
 
@@ -617,17 +740,29 @@ static PyObject *Plane_reclaim(Plane *self, PyObject *args) {
     rx_lock(rx);
     int held = atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD;
     atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
+    /* Datagrams the line held that the thread has not taken yet (handed over, or given
+     * back with them): Python's, each for its slot. */
+    long long first = rx->parked > 0 ? rx->parked_slot[0] : -1;
+    int back = rx->parked_back;
+    int hold = rx->parked > 0 || back || atomic_load_explicit(&rx->park, memory_order_relaxed);
+    if (hold)
+        rx_take_held(rx);
     rx_unlock(rx);
     if (!held && !rx->rec_full &&
-        atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped)
-        port->rest = slot + RX_REST; /* (given back for a packet Python has yet to read) */
+        (back || atomic_load_explicit(&rx->published, memory_order_acquire) != port->popped))
+        port->rest = slot + RX_REST; /* (given back for a packet Python has yet to take) */
+    int over = hold && rx_held.over;
+    if (hold && rx_give_held(self, port) < 0) /* (first: the restore runs Python code) */
+        return NULL;
     /* Python works slot `slot` (or has): the ends up to it that the thread has not done
      * yet are done now, as the thread would have (one that is Python's to do, a dead
-     * line, its tick does next). */
+     * line, its tick does next); up to the first held datagram's slot only. */
     if (held)
-        rx_catch_up(rx, slot);
+        rx_catch_up(rx, first >= 0 && first - 1 < slot ? first - 1 : slot);
     Py_INCREF(s);
     int rc = rx_restore(s, rx);
+    if (rc == 0 && over)
+        rx_defer(self, s);
     Py_DECREF(s);
     if (rc < 0)
         return NULL;

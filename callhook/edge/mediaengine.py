@@ -395,6 +395,7 @@ class MediaEngine:
             "sent": plane.sent,
             "rx_taken": plane.rx_taken,
             "rx_handed": plane.handed,
+            "rx_parks": plane.parks,
             "rx_returned": plane.rx_returned,
         }
 

@@ -210,12 +210,22 @@ class Plane(Protocol):
         """Times a call's receive was handed to the thread (:meth:`own`)."""
         ...
 
+    @property
+    def parks(self) -> int:
+        """Times a call's datagrams were held by the thread for a hand-over while Python
+        was behind it (:meth:`own`)."""
+        ...
+
     def own(self, calls: list[tuple[Any, int]], slot: int) -> int:
         """Of each ``(session, fd)``, hand the sessions whose receive is in its usual
         state (latched plain RTP, the detector running no model, nothing but it and a
         recording hearing the caller)
         to the thread, where every datagram the thread read for it has been worked, once
-        Python has worked slot ``slot``; how many (``_rx.h``, ``_rxpy.h``)."""
+        Python has worked slot ``slot``; how many (``_rx.h``, ``_rxpy.h``). Where the
+        thread is ahead of ``slot``, it first holds such a call's datagrams, each with its
+        slot: the call is handed over once Python has worked the last one the thread gave
+        it, and the thread takes the ones it held first; where the call is no longer in
+        that state by then, Python gets them, each in its slot (:meth:`next_slot`)."""
         ...
 
     def reclaim(self, fd: int, session: Any, slot: int) -> None:

@@ -120,13 +120,18 @@ class Script:
     Python does to the session before a slot (``actions``: as the slot begins, where
     Python is on time; where it is behind, once it has worked the slot before), and the
     slots during which Python is busy (``stalls``: the thread runs them, Python works
-    them after)."""
+    them after), and how far Python stays behind the thread while it runs a slot
+    (``behind``: slot -> slots, Python working each slot that many after the thread, as
+    a loaded loop does). ``parks`` is set by the run: the times the thread held the
+    call's datagrams for a hand-over."""
 
     slots: list[list[tuple[int, bytes]]]
     actions: dict[int, Callable[[MediaSession], None]] = field(default_factory=dict)
     stalls: set[int] = field(default_factory=set)
     law: str = "PCMU"
     rtp_timeout: float = 0.0
+    behind: dict[int, int] = field(default_factory=dict)
+    parks: int = 0
 
 
 def snapshot(session: MediaSession) -> dict[str, Any]:
@@ -215,7 +220,8 @@ async def run(script: Script, thread_receive: bool) -> tuple[dict[str, Any], int
                 continue
             # Python works the slots it has not, in order, each read just before its
             # work (as edge/slots.py reads them).
-            while worked <= slot:
+            lag = script.behind.get(slot, 0) if slot < len(script.slots) - 1 else 0
+            while worked <= slot - lag:
                 action = script.actions.get(worked)
                 if action is not None and worked not in done:
                     action(session)  # (Python behind: the thread ran the slot already)
@@ -225,6 +231,7 @@ async def run(script: Script, thread_receive: bool) -> tuple[dict[str, Any], int
                 timeline.append(len(session.events))
                 worked += 1
         session.reclaim()
+        script.parks = plane.parks
         state = snapshot(session)
         state["events by slot"] = timeline  # (each event in its slot)
         return state, plane.rx_taken, plane.rx_returned
@@ -378,6 +385,57 @@ async def test_a_dead_line_during_a_stall_is_said_in_its_slot() -> None:
     assert taken > 250
 
 
+async def test_a_call_python_is_behind_on_is_handed_over_and_the_thread_takes_what_it_held() -> (
+    None
+):
+    """Python works each slot ten after the thread (a loaded loop), and a lost packet
+    gives the call back twice: it is not handed over again in the slot Python works, as
+    the thread has run on; the thread holds the call's packets, each with its slot, until
+    Python has worked the last one it gave Python, then takes them in their slots, and
+    the call is the same as Python's alone."""
+    slots = [[] if n in (50, 120) else [(0, audio(n))] for n in range(240)]
+    script = Script(slots, behind=dict.fromkeys(range(10, 220), 10))
+    _, taken, returned = await compare(script)
+    assert script.parks >= 2 and taken > 180 and returned >= 2
+
+
+async def test_digits_and_a_silence_held_for_python_come_in_their_slots() -> None:
+    """Python eight slots behind throughout: the digits' events and a silence (the
+    caller's packets stop for 0.4 s, then for good) among the packets the thread held;
+    the event it does not take gives the call back with the ones after it, which Python
+    works each in its slot; each event, the silence fed and the dead line in the same
+    slot as Python's alone."""
+    slots = steady(40)
+    slots += [
+        [(0, event(40, 5, 160, False))],
+        [(0, event(41, 5, 320, False))],
+        [(0, event(42, 5, 480, True)), (0, event(43, 5, 480, True))],
+    ]
+    slots += steady(40, 44) + [[] for _ in range(20)] + steady(60, 84) + [[] for _ in range(40)]
+    script = Script(slots, rtp_timeout=0.5, behind=dict.fromkeys(range(len(slots)), 8))
+    state, taken, returned = await compare(script)
+    assert DigitReceived("5") in state["events"] and state["session"][2] is True
+    assert script.parks >= 2 and taken > 100 and returned >= 1
+
+
+async def test_python_held_back_past_what_the_line_holds_loses_no_packet() -> None:
+    """Python stays 90 slots behind, and a lost packet gives the call back: the line
+    holds 64 of its packets, the rest wait in the kernel and are taken as they are read.
+    No packet is lost or taken twice, and the state the packets make is Python's alone,
+    bar the clocks of the ones taken late (their jitter, the time of the last audio)."""
+    slots = [[] if n == 30 else [(0, audio(n))] for n in range(400)]
+    script = Script(slots, behind=dict.fromkeys(range(20, 300), 90))
+    reference, _, _ = await run(script, False)
+    threaded, taken, _ = await run(script, True)
+    # (The jitter differs: packets were taken late, as read, past what the line held.)
+    assert threaded["receiver"][6] != reference["receiver"][6]
+    for state in (reference, threaded):
+        state["receiver"] = state["receiver"][:6] + state["receiver"][8:]  # (not jitter)
+        state["session"] = state["session"][2:]  # (not the clocks)
+    assert threaded == reference
+    assert script.parks >= 1 and taken > 250
+
+
 def recording(limit: int | None = None) -> Callable[[MediaSession], None]:
     """The record action's start: the caller recorded from 0.3 s back, and listened to."""
 
@@ -526,3 +584,27 @@ async def test_a_bug_writing_the_threads_frames_ends_the_recording_with_one_line
     ]
     assert not any(r.exc_info for r in caplog.records)
     assert taken > 200
+
+
+async def test_a_recording_python_is_behind_on_is_the_same_whoever_takes_its_packets() -> None:
+    """The recording of words and pauses, Python twelve slots behind the thread once it
+    has begun: the first loud frame of each word is among the packets the thread held,
+    and gives the call back with the ones after it, which Python works each in its slot.
+    (The recording begins with Python on time: one begun while Python is behind the
+    thread starts from the wire's time, architecture.md says.)"""
+    line = noise(1.6, -55, 1)
+    words = said("1_jackson_1.wav", "2_jackson_2.wav")
+    samples = np.concatenate([line, words, noise(2.4, -55, 2), said("3_jackson_3.wav"), line])
+    frames = payloads(samples)
+    script = Script(
+        slots_of(frames, 0),
+        actions={20: recording(), len(frames) - 5: stop(len(frames) - 5)},
+        behind=dict.fromkeys(range(30, len(frames)), 12),
+    )
+    state, taken, returned = await compare(script)
+    assert [VoiceActivity(True), VoiceActivity(False)] * 2 == [
+        e for e in state["events"] if isinstance(e, VoiceActivity)
+    ]
+    ((recorded, closed),) = state["recorded"]
+    assert closed and len(recorded) >= 160 * (len(frames) - 30)
+    assert script.parks >= 2 and taken > len(frames) // 3 and returned >= 2
