@@ -548,8 +548,8 @@ typedef struct {
 } Held;
 static Held rx_held;
 
-/* Under the line's lock: the datagrams it holds into rx_held, and it holds no more (nor
- * will: Python's the line is read as before). */
+/* Under the line's lock: the datagrams it holds into rx_held, and `park` withdrawn (the
+ * thread publishes the line's datagrams again, as for any line that is Python's). */
 static void rx_take_held(Rx *rx) {
     int n = rx->parked;
     rx_held.n = n;
