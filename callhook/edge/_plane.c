@@ -621,16 +621,16 @@ static void park_slot(Core *c, int fd, Rx *rx, int64_t now, Clocks *clocks) {
     }
     int n = read_socket(c, fd, want, clocks);
     for (int k = 0; k < n; k++) {
-        int i = rx->parked++;
+        RxHeld *h = &rx->held[rx->parked++];
         size_t len = c->msgs[k].msg_len > DATA_MAX ? DATA_MAX : c->msgs[k].msg_len;
-        rx->parked_slot[i] = c->slot;
-        rx->parked_now[i] = c->next;
-        rx->parked_when[i] = arrival(&c->msgs[k].msg_hdr, now, clocks->wall, clocks->since);
-        rx->parked_len[i] = (uint16_t)len;
-        rx->parked_cut[i] = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) != 0;
-        rx->parked_addr_len[i] = c->msgs[k].msg_hdr.msg_namelen;
-        memcpy(&rx->parked_addr[i], &c->got[k].addr, sizeof(rx->parked_addr[i]));
-        memcpy(rx->parked_data[i], c->got[k].data, len);
+        h->slot = c->slot;
+        h->now = c->next;
+        h->when = arrival(&c->msgs[k].msg_hdr, now, clocks->wall, clocks->since);
+        h->len = (uint16_t)len;
+        h->cut = (c->msgs[k].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        h->addr_len = c->msgs[k].msg_hdr.msg_namelen;
+        memcpy(&h->addr, &c->got[k].addr, sizeof(h->addr));
+        memcpy(h->data, c->got[k].data, len);
     }
 }
 
@@ -643,24 +643,16 @@ static void park_slot(Core *c, int fd, Rx *rx, int64_t now, Clocks *clocks) {
 static int rx_unpark(Core *c, Rx *rx) {
     int i = 0;
     for (; i < rx->parked; i++) {
-        if (rx_catch_up(rx, rx->parked_slot[i] - 1) || rx->parked_cut[i] ||
-            !rx_take(rx, rx->parked_data[i], rx->parked_len[i], &rx->parked_addr[i],
-                     rx->parked_addr_len[i], (double)rx->parked_now[i] / 1e9,
-                     (double)rx->parked_when[i] / 1e9))
+        const RxHeld *h = &rx->held[i];
+        if (rx_catch_up(rx, h->slot - 1) || h->cut ||
+            !rx_take(rx, h->data, h->len, &h->addr, h->addr_len, (double)h->now / 1e9,
+                     (double)h->when / 1e9))
             break;
         COUNT(c, rx_taken, 1);
     }
     if (i < rx->parked) {
         int left = rx->parked - i;
-        memmove(rx->parked_slot, rx->parked_slot + i, (size_t)left * sizeof(rx->parked_slot[0]));
-        memmove(rx->parked_now, rx->parked_now + i, (size_t)left * sizeof(rx->parked_now[0]));
-        memmove(rx->parked_when, rx->parked_when + i, (size_t)left * sizeof(rx->parked_when[0]));
-        memmove(rx->parked_len, rx->parked_len + i, (size_t)left * sizeof(rx->parked_len[0]));
-        memmove(rx->parked_cut, rx->parked_cut + i, (size_t)left * sizeof(rx->parked_cut[0]));
-        memmove(rx->parked_addr_len, rx->parked_addr_len + i,
-                (size_t)left * sizeof(rx->parked_addr_len[0]));
-        memmove(rx->parked_addr, rx->parked_addr + i, (size_t)left * sizeof(rx->parked_addr[0]));
-        memmove(rx->parked_data, rx->parked_data + i, (size_t)left * sizeof(rx->parked_data[0]));
+        memmove(rx->held, rx->held + i, (size_t)left * sizeof(rx->held[0]));
         rx->parked = left;
         rx->parked_back = 1;
         atomic_store_explicit(&rx->park, 1, memory_order_relaxed);
@@ -775,10 +767,11 @@ static void rx_slot_ends(Core *c) {
          * caught up at the line's next packet or slot's end.) */
         if (rx == NULL || line->closing || !rx_trylock(rx))
             continue;
+        if (rx->parked > 0 &&
+            atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD)
+            rx_unpark(c, rx); /* (handed over since, and no packet came this slot) */
         /* (rx_catch_up stops before the slot Python is to end: with no room for the
          * record, the line goes back at a later slot's end, from that slot.) */
-        if (rx->parked > 0 && atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD)
-            rx_unpark(c, rx); /* (handed over since, and no packet came this slot) */
         if (atomic_load_explicit(&rx->owner, memory_order_relaxed) == RX_THREAD &&
             rx_catch_up(rx, c->slot) && ring_room(c->events) > RESERVE / 2) {
             Event back = {.kind = EV_RETURNED, .fd = fd, .slot = c->slot};
@@ -1433,11 +1426,12 @@ static int take_datagram(Plane *self, Event *ev) {
  * to that slot's (to the next one it reads, where Python has read their slot already). */
 static int rx_give_held(Plane *self, Port *port) {
     for (int i = 0; i < rx_held.n; i++) {
-        if (rx_held.cut[i]) {
+        const RxHeld *h = &rx_held.items[i];
+        if (h->cut) {
             self->oversized++;
             continue;
         }
-        PyObject *slot = PyLong_FromLongLong(rx_held.slot[i]);
+        PyObject *slot = PyLong_FromLongLong(h->slot);
         if (slot == NULL)
             return -1;
         PyObject *list = PyDict_GetItemWithError(self->held, slot); /* (borrowed) */
@@ -1449,8 +1443,7 @@ static int rx_give_held(Plane *self, Port *port) {
         }
         Py_DECREF(slot);
         if (list == NULL ||
-            datagram_item(port, &rx_held.addr[i], rx_held.addr_len[i], rx_held.data[i],
-                          rx_held.len[i], rx_held.when[i], list) < 0)
+            datagram_item(port, &h->addr, h->addr_len, h->data, h->len, h->when, list) < 0)
             return -1;
     }
     rx_held.n = 0;

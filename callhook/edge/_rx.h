@@ -75,6 +75,17 @@
 
 enum { RX_PYTHON = 0, RX_THREAD = 1 };
 
+/* A datagram a line holds while Python is behind (RX_PARKED): the slot it was read in,
+ * that slot's time and its own arrival (ns), whether it was truncated (over DATA_MAX). */
+typedef struct {
+    int64_t slot, now, when;
+    uint16_t len;
+    uint8_t cut;
+    uint32_t addr_len;
+    struct sockaddr_in6 addr;
+    unsigned char data[RX_PARKED_BYTES];
+} RxHeld;
+
 /* The detector's state while the thread holds it: vad.py's feed() runs no model and
  * says no edge in each (any frame that would is Python's, with the line). */
 enum {
@@ -129,12 +140,7 @@ typedef struct {
      * request; the rest change under the lock (the thread's while it reads the line) --- */
     atomic_int park;
     int parked, parked_over, parked_back; /* held; some left in the kernel; given back */
-    int64_t parked_slot[RX_PARKED], parked_now[RX_PARKED], parked_when[RX_PARKED];
-    uint16_t parked_len[RX_PARKED];
-    uint8_t parked_cut[RX_PARKED]; /* truncated (over DATA_MAX) */
-    uint32_t parked_addr_len[RX_PARKED];
-    struct sockaddr_in6 parked_addr[RX_PARKED];
-    unsigned char parked_data[RX_PARKED][RX_PARKED_BYTES];
+    RxHeld held[RX_PARKED];
 } Rx;
 
 /* (The thread's: it never waits for Python, which holds the lock for a few stores, bar

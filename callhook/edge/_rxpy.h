@@ -539,12 +539,7 @@ static void rx_given_back(Plane *self, int fd, long long slot) {
  * (the GIL's: one line at a time). */
 typedef struct {
     int n, over;
-    int64_t slot[RX_PARKED], when[RX_PARKED];
-    uint16_t len[RX_PARKED];
-    uint8_t cut[RX_PARKED];
-    uint32_t addr_len[RX_PARKED];
-    struct sockaddr_in6 addr[RX_PARKED];
-    unsigned char data[RX_PARKED][RX_PARKED_BYTES];
+    RxHeld items[RX_PARKED];
 } Held;
 static Held rx_held;
 
@@ -554,13 +549,7 @@ static void rx_take_held(Rx *rx) {
     int n = rx->parked;
     rx_held.n = n;
     rx_held.over = rx->parked_over;
-    memcpy(rx_held.slot, rx->parked_slot, (size_t)n * sizeof(rx_held.slot[0]));
-    memcpy(rx_held.when, rx->parked_when, (size_t)n * sizeof(rx_held.when[0]));
-    memcpy(rx_held.len, rx->parked_len, (size_t)n * sizeof(rx_held.len[0]));
-    memcpy(rx_held.cut, rx->parked_cut, (size_t)n * sizeof(rx_held.cut[0]));
-    memcpy(rx_held.addr_len, rx->parked_addr_len, (size_t)n * sizeof(rx_held.addr_len[0]));
-    memcpy(rx_held.addr, rx->parked_addr, (size_t)n * sizeof(rx_held.addr[0]));
-    memcpy(rx_held.data, rx->parked_data, (size_t)n * sizeof(rx_held.data[0]));
+    memcpy(rx_held.items, rx->held, (size_t)n * sizeof(rx_held.items[0]));
     rx->parked = rx->parked_over = rx->parked_back = 0;
     atomic_store_explicit(&rx->park, 0, memory_order_relaxed);
 }
@@ -572,8 +561,8 @@ static int rx_give_held(Plane *self, Port *port);
  * Python in a slot the thread has yet to run, so its tick feeds no silence for the
  * line's missing audio until then. */
 static void rx_defer(Plane *self, Inlet *s) {
-    const Core *c = self->core;
-    long long pass = atomic_load(&self->core->rx_pass);
+    Core *c = self->core;
+    long long pass = atomic_load(&c->rx_pass);
     double until = (double)(c->origin + (pass + 1) * c->tick) / 1e9 + (double)c->tick / 2e9;
     if (s->rx_until < until)
         s->rx_until = until;
@@ -693,7 +682,7 @@ static PyObject *Plane_own(Plane *self, PyObject *args) {
          * slot on, the ones it holds first; Python did the ones before. (A datagram held
          * from a slot Python has worked without it: Python's, late.) */
         if (atomic_load_explicit(&rx->published, memory_order_relaxed) == port->popped) {
-            if (rx->parked > 0 && rx->parked_slot[0] <= slot) {
+            if (rx->parked > 0 && rx->held[0].slot <= slot) {
                 rx_take_held(rx);
                 late = 1;
             } else if (atomic_load(&self->core->rx_pass) == slot ||
@@ -742,7 +731,7 @@ static PyObject *Plane_reclaim(Plane *self, PyObject *args) {
     atomic_store_explicit(&rx->owner, RX_PYTHON, memory_order_relaxed);
     /* Datagrams the line held that the thread has not taken yet (handed over, or given
      * back with them): Python's, each for its slot. */
-    long long first = rx->parked > 0 ? rx->parked_slot[0] : -1;
+    long long first = rx->parked > 0 ? rx->held[0].slot : -1;
     int back = rx->parked_back;
     int hold = rx->parked > 0 || back || atomic_load_explicit(&rx->park, memory_order_relaxed);
     if (hold)
