@@ -76,6 +76,7 @@ from callhook.edge.roster import Roster, Stream
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet
+from callhook.media.player import Player
 from callhook.media.session import MediaSession
 
 logger = logging.getLogger("callhook.media")
@@ -432,10 +433,16 @@ class MediaEngine:
         self._detection.run(roster.sessions)
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
-        # thread runs the next slot while this tick works). A prompt about to begin, or
-        # its next digit, waits for a tick that is on time, so it is heard from its start.
-        late = plane is not None and slot is not None and slot <= plane.slot
-        held = [s.player for s, _ in roster.sending if s.player.hold_start()] if late else []
+        # thread runs the next slot while this tick works). A prompt about to begin
+        # begins with silence up to a slot the thread has still to run (two on from its
+        # next: this tick's work and the cover's queueing fit before it), the cover
+        # taking it there; beyond the cover's reach, or for its next digit, it waits for
+        # a tick that is on time. Either way it is heard from its start.
+        held: list[Player] = []
+        if plane is not None and slot is not None and slot <= plane.slot:
+            lead = plane.slot + 2 - slot
+            lead = lead if lead < COVER else 0
+            held = [s.player for s, _ in roster.sending if s.player.hold_start(lead)]
         try:
             self._send_all(roster, now, wall, slot)
         finally:

@@ -37,9 +37,10 @@ another begins; a play list's next file is joined to the audio playing as that a
 comes within the cover's reach of its end, so the cover runs on across it. A digit
 being sent as an RFC 4733 event goes on as Python sends it (the thread keeps its last
 packet). Only where nothing is covered (no prompt, a bridge's audio, a sentence not yet
-synthesised) does the thread send silence. A prompt, or a digit it sends, that would
-begin on a late tick waits for one on time, so it is heard from its start
-(``Player.hold_start``).
+synthesised) does the thread send silence. A prompt that would
+begin on a late tick begins with silence up to a slot the thread has still to run, the
+cover taking its first frame there; a digit it sends waits for a tick on time. Either
+way it is heard from its start (``Player.hold_start``).
 
 The two sides exchange fixed-size records through two lock-free single-producer,
 single-consumer rings (:mod:`callhook.media.ring`): commands (a socket added or retired,

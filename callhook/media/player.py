@@ -64,8 +64,8 @@ Segment: TypeAlias = bytes | Digits
 _GAP_AFTER_EVENT = GAP_TICKS - (END_PACKETS - 1)
 
 
-#: Ticks a prompt may wait for Python to catch up before its first frame, or before each
-#: of its digits (Player.hold_start).
+#: Ticks a prompt may wait for Python to catch up before its first frame (where it cannot
+#: begin with silence instead), or before each of its digits (Player.hold_start).
 MAX_HOLD = 25
 
 
@@ -139,20 +139,33 @@ class Player(PlayerCore):
             return payload, prompt.prompt_id
         return payload, None
 
-    def hold_start(self) -> bool:
-        """Hold back a prompt that has not begun, or digits about to start, for one tick:
-        its first frame would be made too late for its slot (the media thread's, Python
-        being behind), so it starts at its beginning on a tick that is on time, instead of
-        partway into it (a digit's event without its first packets, or its tone cut);
-        silence goes meanwhile. At most :data:`MAX_HOLD` ticks each: Python that far
-        behind would cut it anyway. Whether it held one; :meth:`resume` after the tick."""
+    def hold_start(self, lead: int = 0) -> bool:
+        """This tick's frame is made too late for its slot (the media thread's, Python
+        being behind): a prompt about to begin, or digits about to start, must not begin
+        partway into it (a prompt's first words, a digit's event without its first
+        packets, or its tone cut).
+
+        ``lead`` (0: none): the frames from this tick's slot to one the thread has still
+        to run. A prompt that has not begun begins now with that much silence before its
+        audio: the thread's cover (:func:`~callhook.media.outlet.cover_all`) takes its
+        first frame to a slot to come, so a Python that stays behind does not delay it
+        further. Otherwise (digits, or no ``lead``) it is held back for the tick, silence
+        going meanwhile, to start on a tick that is on time; at most :data:`MAX_HOLD`
+        ticks each: Python that far behind would cut it anyway. Whether it held one;
+        :meth:`resume` after the tick."""
         prompt = self._prompt
-        if prompt is None or self._event is not None or prompt.held >= MAX_HOLD:
+        if prompt is None or self._event is not None:
             return False
-        if prompt is self._begun and not (
-            prompt.pos >= len(prompt.audio) and prompt.rest and isinstance(prompt.rest[0], Digits)
-        ):
-            return False  # (playing, and not about to start digits)
+        digits_next = (
+            prompt.pos >= len(prompt.audio)
+            and bool(prompt.rest)
+            and isinstance(prompt.rest[0], Digits)
+        )
+        if prompt is not self._begun and lead > 0 and not digits_next:
+            prompt.audio, prompt.pos = self.silence * lead + prompt.audio[prompt.pos :], 0
+            return False
+        if prompt.held >= MAX_HOLD or (prompt is self._begun and not digits_next):
+            return False  # (waited long enough; or playing, and not about to start digits)
         prompt.held += 1
         self._hold = True
         return True

@@ -8,9 +8,9 @@ media thread is pinned to the other. The loop then runs nothing for the stall (n
 no SIP, no page), and the media thread goes on alone: the caller must hear every frame of
 the prompt, in order, with no silence between (the media thread plays the frames the
 loop gave it ahead: the prompt's cover), also where a play list's second file begins
-during a stall. A prompt the loop starts late is held until it is back in time
-(``Player.hold_start``); with one call, the loop catches up before the prompt's start
-can run late, so that case is tested on the plane's virtual clock
+during a stall. A prompt the loop starts late begins with silence up to a slot the
+thread has still to run (``Player.hold_start``); with one call, the loop catches up
+before the prompt's start can run late, so that case is tested on the plane's virtual clock
 (``tests/unit/edge/test_plane_cover.py``), not here.
 
 The loop is stalled for 0.3 s at a time, within the cover (docs/architecture.md, "The 20 ms

@@ -255,6 +255,21 @@ def test_a_held_prompt_stays_the_players_and_begins_after_at_most_max_hold_ticks
     assert not player.hold_start()  # (begun)
 
 
+def test_a_prompt_given_a_lead_begins_with_that_much_silence_and_is_not_held() -> None:
+    session = MediaSession("PCMU", 0, 101, ("127.0.0.1", 9), label="call")
+    player = session.player
+    session.play_encoded(1, frames(1, 2))
+    assert not player.hold_start(3)  # begins now, three frames of silence first
+    made = [player.next_frame(0)[0]]
+    assert not player.hold_start(3)  # (begun: no second lead)
+    made += [player.next_frame(0)[0] for _ in range(4)]
+    assert made == [player.silence] * 3 + [frames(1), frames(2)]
+    # Digits first: a lead is no use to an event (the cover stops at digits): held.
+    player.play(2, [Digits("1"), frames(3)])
+    assert player.hold_start(3)
+    player.resume()
+
+
 @pytest.mark.parametrize("events", [True, False], ids=["rfc4733", "in-band"])
 def test_digits_about_to_start_are_held_and_each_digit_starts_whole(events: bool) -> None:
     """On a late tick, digits about to start wait (silence meanwhile), at most MAX_HOLD
@@ -290,8 +305,8 @@ def test_digits_about_to_start_are_held_and_each_digit_starts_whole(events: bool
 
 async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
     """Python falls eight slots behind the thread and starts a prompt then: the prompt
-    waits for a tick that is on time, and the caller hears it from its first frame,
-    whole, after the thread's silence."""
+    begins with silence up to a slot to come, and the caller hears it from its first
+    frame, whole, after the thread's silence."""
     engine = MediaEngine("127.0.0.1", 43600, 43700)
     caller = udp()
     try:
@@ -326,6 +341,47 @@ async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
         assert set(marks[:start]) == {0xFF}
         assert marks[start : start + 30] == list(range(1, 31))
         assert engine.stale_frames == 5  # (slots 13 to 17: silence, nothing playing yet)
+    finally:
+        caller.close()
+        engine.shutdown()
+
+
+async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_start() -> None:
+    """Python runs eight slots behind the thread and stays there: a tick on time never
+    comes. The prompt begins at once with silence up to a slot the thread has still to
+    run, the cover takes it there, and the caller hears it whole, without its start
+    waiting for Python to catch up."""
+    engine = MediaEngine("127.0.0.1", 43600, 43700)
+    caller = udp()
+    try:
+        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
+        sock, port = engine.allocate()
+        plane = engine.plane
+        assert plane is not None
+        plane.set_origin(T0)
+        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
+        await engine.open(session, sock, port, lambda: None)
+        # (On time for the first ten slots: the thread learns where the call's audio goes.)
+        behind: list[tuple[int, float, float, int, list[Any]]] = []
+        started_at = None
+        for slot in range(120):
+            plane.step(at(slot))
+            got = plane.next_slot()
+            assert got is not None and got[0] == slot
+            behind.append(got)
+            if slot < 10 or len(behind) > 8:  # on time; then eight slots behind the thread's
+                worked = behind.pop(0)
+                if worked[0] == 20:
+                    session.play_encoded(1, frames(*range(1, 31)))  # 30 frames of 1 to 30
+                    started_at = plane.slot
+                engine._work(worked[1], worked[4], worked[0] + AHEAD)
+        marks = payloads(drain(caller))
+        start = next(i for i, m in enumerate(marks) if m != 0xFF)
+        assert set(marks[:start]) == {0xFF}
+        assert marks[start : start + 30] == list(range(1, 31))
+        # It began two slots after the thread's next when it was started, no later (the
+        # first packet went in slot AHEAD).
+        assert started_at is not None and start + AHEAD == started_at + 2
     finally:
         caller.close()
         engine.shutdown()
