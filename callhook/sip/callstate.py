@@ -65,6 +65,8 @@ class Call:
     #: worker's own connection (whose certificate callhook checked: front.py).
     direct: bool = False
     refer_cseq: int | None = None  # our REFER's CSeq: its NOTIFYs are welcome (referral.py)
+    #: A REFER asked for before the ACK came (Refer-To, Referred-By): sent once it does.
+    refer_pending: tuple[str, str] | None = None
 
 
 def new_tag() -> str:

@@ -68,6 +68,13 @@ class Referral(Core):
         call = self.calls[call_id]
         if call.dialog is None or call.state not in ("answered", "confirmed"):
             raise ValueError(f"call {call_id} is not up ({call.state}): nothing to transfer")
+        if call.awaiting_ack:
+            # Sent once the ACK comes (or never, if the 2xx times out), as a BYE is
+            # (RFC 3261 §15): a request sent before may overtake the 2xx on its way
+            # through a proxy of several processes, and reach a caller with no dialog.
+            call.refer_pending = (refer_to, referred_by)
+            return
+        call.refer_pending = None
         request, hop = self._in_dialog(
             call,
             "REFER",

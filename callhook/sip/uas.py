@@ -362,6 +362,8 @@ class Uas(Referral):
                 self._schedule_refresh(call, now)
         if call.bye_pending:
             self._send_bye(call, now)
+        elif call.refer_pending is not None:
+            self.refer(call.call_id, *call.refer_pending, now)
 
     def _bye(self, tx: Transaction, request: Request, now: float) -> None:
         call = self._call_for(request)

@@ -16,11 +16,14 @@ from tests.unit.sip.test_sip_agent import (
     PEER,
     PORT,
     T0,
+    ack_bytes,
+    answer_call,
     confirmed_call,
     drain,
     offer_call,
     one_request,
     one_response,
+    sent,
     sip_request,
 )
 
@@ -104,6 +107,24 @@ def test_a_notify_outside_any_dialog_gets_481() -> None:
     agent = Agent(HOST, PORT)
     agent.receive(notify("no-such-tag", 2, b"SIP/2.0 200 OK\r\n"), PEER, T0)
     assert one_response(agent)[0].status == 481
+
+
+def test_a_refer_asked_for_before_the_ack_goes_once_the_ack_comes() -> None:
+    """As a BYE does (RFC 3261 §15): sent before the ACK, it could overtake the 2xx
+    through a proxy of several processes and reach a caller with no dialog yet."""
+    agent = Agent(HOST, PORT)
+    offer_call(agent)
+    tag = answer_call(agent).to_tag
+    assert tag
+    agent.refer(CALL_ID, TARGET, BY, T0 + 0.01)
+    assert sent(agent) == []  # not yet
+    agent.receive(ack_bytes(tag), PEER, T0 + 0.1)
+    request, address = one_request(agent)
+    assert address == PEER and request.method == "REFER"
+    assert request.headers.get("Refer-To") == f"<{TARGET}>"
+    assert request.headers.get("Referred-By") == f"<{BY}>"
+    agent.receive(ack_bytes(tag), PEER, T0 + 0.2)  # (a retransmitted ACK: nothing more)
+    assert sent(agent) == []
 
 
 def test_a_refer_needs_a_call_that_is_up() -> None:
