@@ -332,6 +332,31 @@ static void take_cover(Core *c, Line *line, const Command *cmd) {
     }
 }
 
+/* A call's first frame came after its slot (Python behind since the call's media
+ * began): the line has sent nothing yet, so it would send nothing (no filler, no cover)
+ * until a frame of Python's came in time. It takes its destination, numbers and media
+ * clock from the frame, and is live from the next slot: the caller hears silence, or
+ * the prompt's cover, from then on. */
+static uint16_t get_u16(const unsigned char *p);
+static uint32_t get_u32(const unsigned char *p);
+
+static void learn_line(Line *line, const Command *cmd) {
+    const unsigned char *d = cmd->data;
+    if (line->seq_set || line->verbatim || (cmd->flags & FLAG_VERBATIM) ||
+        cmd->len <= EVENT_LEN || d[0] != 0x80)
+        return; /* (it has sent; SRTP; or not an audio frame: an event waits for one) */
+    line->live = 1;
+    line->to = cmd->addr;
+    line->to_len = cmd->addr_len;
+    line->seq = get_u16(d + 2); /* (nothing went: the stream begins with its number) */
+    line->seq_set = 1;
+    memcpy(line->header, d, 12);
+    line->audio_ts = get_u32(d + 4);
+    line->audio_slot = cmd->slot;
+    line->audio_len = (uint16_t)(cmd->len - 12);
+    line->have_audio = 1;
+}
+
 /* Step 1: Python's commands, in order. A REMOVE of a descriptor the thread never took
  * waits while its acknowledgement has no room (the ring is full of what Python has not
  * read yet). */
@@ -374,6 +399,8 @@ static void apply_commands(Core *c) {
                 break;
             if (cmd->slot < c->slot || cmd->slot >= c->slot + DEPTH) {
                 COUNT(c, stale, 1); /* its slot has gone (a filler went instead) */
+                if (cmd->slot < c->slot && cmd->kind == CMD_FRAME)
+                    learn_line(line, cmd);
                 break;
             }
             Frame *frame = &line->frames[cmd->slot % DEPTH];

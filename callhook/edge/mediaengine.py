@@ -178,11 +178,17 @@ class MediaEngine:
             _say_if_no_thread()
         #: Frames made too late for their slot: the media thread had sent silence.
         self.stale_frames = 0
+        #: The calls' RTP descriptors the thread has had no frame for yet: where the first
+        #: is too late, it still goes, to tell the thread where the call's audio goes
+        #: (edge/_plane.c's learn_line), else the thread would send nothing in its place.
+        self._untaught: set[int] = set()
         self._priority = (fifo, nice)
         self.thread_receive = thread_receive
         #: The last slot whose calls' ticks ran (a take-back of a call's receive from the
         #: media thread does the slots' ends after it: Plane.reclaim).
         self._worked = -1
+        #: The slot the last tick's frames were for (a jump: slots the thread skipped).
+        self._target = 1 << 62
         #: How far the calls' media has been worked: their actions' clock (clock.py).
         self.clock = TickClock()
         #: Whether new calls are refused: the media runs behind (edge/overload.py).
@@ -224,6 +230,8 @@ class MediaEngine:
         self.streams[port] = stream
         if self.plane is not None:
             self.plane.add(sock, (stream, session), alaw=session.law == "alaw")
+            if session.srtp is None:  # (SRTP goes as it is made: nothing to learn)
+                self._untaught.add(stream.fd)
             session.reclaimer = functools.partial(self._reclaim, stream.fd)
             if stream.rtcp is not None:
                 self.plane.add(stream.rtcp, (stream, None))
@@ -329,6 +337,7 @@ class MediaEngine:
                 if s is None:
                     continue
                 if self.plane is not None:
+                    self._untaught.discard(s.fileno())
                     self.plane.retire(s)  # closed once the thread lets go of it
                     continue
                 self._udp.remove(s)
@@ -430,6 +439,15 @@ class MediaEngine:
         roster = self._roster
         if roster is None:
             roster = self._roster = Roster.of(list(self.streams.values()))
+        if slot is not None:
+            if slot > self._target + 1:
+                # The thread skipped slots after a stall of its own, and Python skips them
+                # too: each call's audio resumes where it was, a frame for each slot
+                # skipped behind the prompts' cover given before for the slots after. That
+                # is withdrawn and given again from this tick's frames (else a late slot
+                # would play the prompt ahead, and the next on time play it again).
+                outlet.uncover(roster.sending)
+            self._target = slot
         self._detection.run(roster.sessions)
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot (or may: the
@@ -495,12 +513,18 @@ class MediaEngine:
             # packet: the next frame goes out 20 ms later anyway.
             self.send_errors += self._udp.send(batch + verbatim)
         elif slot is not None:
+            first: list[tuple[int, bytes, Address]] = []
+            if self._untaught:
+                first = [item for item in batch if item[0] in self._untaught]
+                self._untaught.difference_update(fd for fd, _, _ in first + verbatim)
             if slot >= plane.slot:
                 self.send_errors += plane.send(batch, slot) if batch else 0
                 self.send_errors += plane.send(verbatim, slot, True) if verbatim else 0
             else:  # too late for its slot: the thread sent the prompt's cover or silence
                 self.late_ticks += 1
-                self.stale_frames += len(batch) + len(verbatim)
+                self.stale_frames += len(batch) - len(first) + len(verbatim)
+                # (A call's first frame goes anyway: the thread learns the call from it.)
+                self.send_errors += plane.send(first, slot) if first else 0
             # The playing prompts' coming frames, for the slots Python may reach late (on
             # a late tick too: those past the thread's are still to come). What the thread
             # could not take is withdrawn and given again from the next tick.

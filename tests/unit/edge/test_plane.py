@@ -106,6 +106,37 @@ def test_a_frame_goes_in_its_slot_and_silence_where_python_is_late(plane: Plane)
         assert [header(d) for d in drain(peer)] == [(1, 0, 104, 8640)]
 
 
+def test_a_calls_first_frame_too_late_for_its_slot_still_starts_its_stream(
+    plane: Plane,
+) -> None:
+    """Python behind from the call's first frame: the frame misses its slot, and the
+    line, which has sent nothing, learns from it where its audio goes, its numbers and
+    its media clock, and sends from the next slot (silence here) instead of nothing."""
+    line, peer = udp(), udp()
+    with line, peer:
+        plane.add(line, "call")
+        for slot in range(3):
+            run(plane, slot)
+        plane.send([(line.fileno(), rtp(100, 8000), peer.getsockname())], 1)  # gone
+        assert drain(peer) == []
+        run(plane, 3)
+        run(plane, 4)
+        got = drain(peer)
+        assert [header(d) for d in got] == [(0, 0, 100, 8320), (0, 0, 101, 8480)]
+        assert all(d[12:] == b"\xff" * 160 for d in got)
+        assert plane.stale == 1 and plane.fillers == 2
+        # An event too late teaches nothing (it is no audio to go on from).
+        other, peer2 = udp(), udp()
+        with other, peer2:
+            plane.add(other, "other")
+            run(plane, 5)
+            event = RtpPacket(101, True, 7, 800, 0xABCD, b"\x01\x0a\x00\xa0").serialize()
+            plane.send([(other.fileno(), event, peer2.getsockname())], 4)
+            run(plane, 6)
+            run(plane, 7)
+            assert drain(peer2) == []
+
+
 def test_a_quiet_line_gets_no_filler_until_its_next_frame(plane: Plane) -> None:
     line, peer = udp(), udp()
     with line, peer:

@@ -346,11 +346,15 @@ async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
         engine.shutdown()
 
 
-async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_start() -> None:
+@pytest.mark.parametrize("on_time", [10, 0], ids=["after-ten-slots", "from-the-start"])
+async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_start(
+    on_time: int,
+) -> None:
     """Python runs eight slots behind the thread and stays there: a tick on time never
     comes. The prompt begins at once with silence up to a slot the thread has still to
     run, the cover takes it there, and the caller hears it whole, without its start
-    waiting for Python to catch up."""
+    waiting for Python to catch up. Also where Python was behind from the call's first
+    frame (the line learns from that frame, too late for its slot, where to send)."""
     engine = MediaEngine("127.0.0.1", 43600, 43700)
     caller = udp()
     try:
@@ -361,7 +365,6 @@ async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_st
         plane.set_origin(T0)
         engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
         await engine.open(session, sock, port, lambda: None)
-        # (On time for the first ten slots: the thread learns where the call's audio goes.)
         behind: list[tuple[int, float, float, int, list[Any]]] = []
         started_at = None
         for slot in range(120):
@@ -369,7 +372,7 @@ async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_st
             got = plane.next_slot()
             assert got is not None and got[0] == slot
             behind.append(got)
-            if slot < 10 or len(behind) > 8:  # on time; then eight slots behind the thread's
+            if slot < on_time or len(behind) > 8:  # on time; then eight slots behind
                 worked = behind.pop(0)
                 if worked[0] == 20:
                     session.play_encoded(1, frames(*range(1, 31)))  # 30 frames of 1 to 30
@@ -379,9 +382,50 @@ async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_st
         start = next(i for i, m in enumerate(marks) if m != 0xFF)
         assert set(marks[:start]) == {0xFF}
         assert marks[start : start + 30] == list(range(1, 31))
-        # It began two slots after the thread's next when it was started, no later (the
-        # first packet went in slot AHEAD).
-        assert started_at is not None and start + AHEAD == started_at + 2
+        # It began two slots after the thread's next when it was started, no later (a
+        # packet went in every slot from the first to the last, 119).
+        assert started_at is not None and 120 - len(marks) + start == started_at + 2
+    finally:
+        caller.close()
+        engine.shutdown()
+
+
+async def test_a_stall_of_the_thread_does_not_play_the_prompt_ahead_or_twice() -> None:
+    """Python runs five slots behind, the thread playing the prompt's cover, when the
+    thread itself stalls long enough to skip slots (and Python skips them too: the
+    prompt resumes where it was). The cover given before the stall is given again from
+    the prompt's place: the caller hears the prompt's frames in order, each once, with
+    the stall's gap only."""
+    engine = MediaEngine("127.0.0.1", 43600, 43700)
+    caller = udp()
+    try:
+        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
+        sock, port = engine.allocate()
+        plane = engine.plane
+        assert plane is not None
+        plane.set_origin(T0)
+        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
+        await engine.open(session, sock, port, lambda: None)
+        behind: list[tuple[int, float, float, int, list[Any]]] = []
+        now = 0
+        while now < 140:
+            if now == 40:
+                now += 8  # the thread stalls for eight slots: it skips them
+            plane.step(at(now))
+            got = plane.next_slot()
+            assert got is not None
+            behind.append(got)
+            now = got[0] + 1
+            if got[0] < 10 or len(behind) > 5:  # on time; then five slots behind
+                worked = behind.pop(0)
+                if worked[0] == 12:
+                    session.play_encoded(1, frames(*range(1, 101)))  # 2 s: 1 to 100
+                engine._work(worked[1], worked[4], worked[0] + AHEAD)
+        assert plane.skipped == 8
+        marks = [m for m in payloads(drain(caller)) if m != 0xFF]
+        # Every frame, in order, each once: the frames the thread did not send while it
+        # stalled are the ones Python did not make meanwhile (its audio resumed).
+        assert marks == list(range(1, 101))
     finally:
         caller.close()
         engine.shutdown()
