@@ -450,15 +450,15 @@ class MediaEngine:
             self._target = slot
         self._detection.run(roster.sessions)
         plane = self.plane
-        # Python is behind the thread: this tick's frames miss their slot (or may: the
-        # thread runs the next slot while this tick works). A prompt about to begin
-        # begins with silence up to a slot the thread has still to run (two on from its
-        # next: this tick's work and the cover's queueing fit before it), the cover
-        # taking it there; beyond the cover's reach, or for its next digit, it waits for
-        # a tick that is on time. Either way it is heard from its start.
+        # Python is behind the thread: this tick's frames miss their slot, or may (the
+        # thread may run the next slot, or two, while this tick works). A prompt about
+        # to begin begins with silence up to a slot the thread has still to run (AHEAD
+        # on from its next, as an on-time tick's frames are), the cover taking it there;
+        # beyond the cover's reach, or for its next digit, it waits for a tick that is
+        # on time. Either way it is heard from its start.
         held: list[Player] = []
-        if plane is not None and slot is not None and slot <= plane.slot:
-            lead = plane.slot + 2 - slot
+        if plane is not None and slot is not None and slot <= plane.slot + 1:
+            lead = plane.slot + AHEAD - slot
             lead = lead if lead < COVER else 0
             held = [s.player for s, _ in roster.sending if s.player.hold_start(lead)]
         try:
