@@ -8,8 +8,9 @@ prompt's own audio instead of silence. Run on the virtual clock (``Plane.step``)
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -303,10 +304,10 @@ def test_digits_about_to_start_are_held_and_each_digit_starts_whole(events: bool
     assert player.event_packet() is not None
 
 
-async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
-    """Python falls eight slots behind the thread and starts a prompt then: the prompt
-    begins with silence up to a slot to come, and the caller hears it from its first
-    frame, whole, after the thread's silence."""
+@contextlib.asynccontextmanager
+async def engine_call() -> AsyncIterator[tuple[MediaEngine, Plane, MediaSession, socket.socket]]:
+    """A media engine on the plane's virtual clock (its tick the test's to run) with one
+    call open on it, whose audio goes to the caller's socket."""
     engine = MediaEngine("127.0.0.1", 43600, 43700)
     caller = udp()
     try:
@@ -317,6 +318,17 @@ async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
         plane.set_origin(T0)
         engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
         await engine.open(session, sock, port, lambda: None)
+        yield engine, plane, session, caller
+    finally:
+        caller.close()
+        engine.shutdown()
+
+
+async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
+    """Python falls eight slots behind the thread and starts a prompt then: the prompt
+    begins with silence up to a slot to come, and the caller hears it from its first
+    frame, whole, after the thread's silence."""
+    async with engine_call() as (engine, plane, session, caller):
 
         def step(slot: int) -> tuple[int, float, float, int, list[Any]]:
             assert plane is not None
@@ -341,9 +353,6 @@ async def test_a_prompt_python_starts_late_is_heard_from_its_start() -> None:
         assert set(marks[:start]) == {0xFF}
         assert marks[start : start + 30] == list(range(1, 31))
         assert engine.stale_frames == 5  # (slots 13 to 17: silence, nothing playing yet)
-    finally:
-        caller.close()
-        engine.shutdown()
 
 
 @pytest.mark.parametrize("on_time", [10, 0], ids=["after-ten-slots", "from-the-start"])
@@ -355,16 +364,7 @@ async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_st
     run, the cover takes it there, and the caller hears it whole, without its start
     waiting for Python to catch up. Also where Python was behind from the call's first
     frame (the line learns from that frame, too late for its slot, where to send)."""
-    engine = MediaEngine("127.0.0.1", 43600, 43700)
-    caller = udp()
-    try:
-        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
-        sock, port = engine.allocate()
-        plane = engine.plane
-        assert plane is not None
-        plane.set_origin(T0)
-        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
-        await engine.open(session, sock, port, lambda: None)
+    async with engine_call() as (engine, plane, session, caller):
         behind: list[tuple[int, float, float, int, list[Any]]] = []
         started_at = None
         for slot in range(120):
@@ -385,9 +385,6 @@ async def test_a_prompt_python_starts_while_it_stays_behind_is_heard_from_its_st
         # It began AHEAD slots after the thread's next when it was started, no later (a
         # packet went in every slot from the first to the last, 119).
         assert started_at is not None and 120 - len(marks) + start == started_at + AHEAD
-    finally:
-        caller.close()
-        engine.shutdown()
 
 
 async def test_a_stall_of_the_thread_does_not_play_the_prompt_ahead_or_twice() -> None:
@@ -396,16 +393,7 @@ async def test_a_stall_of_the_thread_does_not_play_the_prompt_ahead_or_twice() -
     prompt resumes where it was). The cover given before the stall is given again from
     the prompt's place: the caller hears the prompt's frames in order, each once, with
     the stall's gap only."""
-    engine = MediaEngine("127.0.0.1", 43600, 43700)
-    caller = udp()
-    try:
-        session = MediaSession("PCMU", 0, 101, caller.getsockname(), label="call")
-        sock, port = engine.allocate()
-        plane = engine.plane
-        assert plane is not None
-        plane.set_origin(T0)
-        engine._start = lambda: None  # type: ignore[method-assign]  # the test's clock
-        await engine.open(session, sock, port, lambda: None)
+    async with engine_call() as (engine, plane, session, caller):
         behind: list[tuple[int, float, float, int, list[Any]]] = []
         now = 0
         while now < 140:
@@ -426,6 +414,3 @@ async def test_a_stall_of_the_thread_does_not_play_the_prompt_ahead_or_twice() -
         # Every frame, in order, each once: the frames the thread did not send while it
         # stalled are the ones Python did not make meanwhile (its audio resumed).
         assert marks == list(range(1, 101))
-    finally:
-        caller.close()
-        engine.shutdown()
