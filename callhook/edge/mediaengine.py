@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import socket
@@ -71,8 +70,9 @@ from typing import cast
 from callhook.clock import TickClock
 from callhook.edge.detection import Detection
 from callhook.edge.overload import Overload
-from callhook.edge.plane import AHEAD, COVER, Plane, new_plane
+from callhook.edge.plane import AHEAD, COVER, Plane, counters, new_plane, prioritise
 from callhook.edge.roster import Roster, Stream
+from callhook.edge.rtpports import RtpPorts
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, outlet
@@ -149,8 +149,8 @@ class MediaEngine:
         # Every call's sockets; each one's key: its stream, and its session for the RTP
         # one (None for RTCP), which inlet.take_all reads.
         self._udp: Udp[tuple[Stream, MediaSession | None]] = new_udp(ROUNDS)
-        start = first_port + (first_port & 1)
-        self._free: deque[int] = deque(range(start, last_port, 2))
+        #: The range's free ports (edge/rtpports.py).
+        self.ports = RtpPorts(host, first_port, last_port)
         self._handle: asyncio.TimerHandle | None = None
         self._next = 0.0
         self.late_ticks = 0
@@ -201,27 +201,13 @@ class MediaEngine:
 
     def allocate(self) -> tuple[socket.socket, int]:
         """Bind a UDP socket on the next free even port of the range."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        for _ in range(len(self._free)):
-            port = self._free.popleft()
-            sock = socket.socket(family, socket.SOCK_DGRAM)
-            try:
-                sock.bind((self.host, port))
-            except OSError as exc:
-                sock.close()
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                self._free.append(port)
-                continue
-            sock.setblocking(False)
-            return sock, port
-        raise OSError("no free RTP port in the configured range")
+        return self.ports.allocate()
 
     async def open(
         self, session: MediaSession, sock: socket.socket, port: int, wake: Callable[[], None]
     ) -> None:
         """Make ``session`` take part in the tick from now, on ``sock``."""
-        stream = Stream(session, sock, port, wake, self._rtcp_socket(sock, port))
+        stream = Stream(session, sock, port, wake, self.ports.rtcp_socket(sock, port))
         self._opened.add(sock)
         stream.fd = sock.fileno()
         session.batched = True
@@ -278,7 +264,7 @@ class MediaEngine:
                 plane.start()
                 assert self.slots is not None
                 self.loop.add_reader(plane.fileno(), self.slots.read)
-                self._prioritise(plane)
+                prioritise(plane, *self._priority)
         elif self._handle is None:
             self._next = self.loop.time() + TICK
             self._handle = self.loop.call_at(self._next, self._tick)
@@ -289,24 +275,12 @@ class MediaEngine:
         if stream is not None and stream.inbox is not None:
             stream.inbox.append((data, source))
 
-    def _rtcp_socket(self, rtp: socket.socket, port: int) -> socket.socket | None:
-        """The RTCP socket on port + 1 (RFC 3550 §11); none if that port is taken."""
-        sock = socket.socket(rtp.family, socket.SOCK_DGRAM)
-        try:
-            sock.bind((self.host, port + 1))
-        except OSError:
-            sock.close()
-            logger.info("RTCP port %d is taken: no RTCP on this call", port + 1)
-            return None
-        sock.setblocking(False)
-        return sock
-
     def release(self, sock: socket.socket, port: int) -> None:
         """Give back a port that :meth:`allocate` bound but :meth:`open` never used (a
         socket that was opened is :meth:`close`'s: the media thread may hold it still)."""
         if port not in self.streams and sock not in self._opened:
             sock.close()
-            self._free.append(port)
+            self.ports.free(port)
 
     def _reclaim(self, fd: int, session: MediaSession) -> None:
         """``session``'s receive state back from the media thread (MediaSession.reclaim)."""
@@ -342,30 +316,13 @@ class MediaEngine:
                     continue
                 self._udp.remove(s)
                 s.close()
-            self._free.append(port)
+            self.ports.free(port)
         if not self.streams:
             self.overload.calm()  # no call left to be behind for (nor a tick to say so)
             self.clock.stop()  # (nor a clock: the next call's starts at its first tick)
             if self._handle is not None:
                 self._handle.cancel()
                 self._handle = None
-
-    def _prioritise(self, plane: Plane) -> None:
-        fifo, nice = self._priority
-        if not (fifo or nice):
-            return
-        try:
-            plane.prioritise(fifo, nice)
-        except OSError as exc:
-            logger.warning(
-                "the media thread keeps the normal priority: SCHED_FIFO %d / nice %d "
-                "refused (%s; [media] thread_fifo, thread_nice)",
-                fifo,
-                nice,
-                exc.strerror or exc,
-            )
-        else:
-            logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
 
     def _slot(self, slot: int, when: float, received: Received) -> None:
         """The media thread's slot ``slot`` (at ``when``): its work (edge/slots.py reads
@@ -391,23 +348,7 @@ class MediaEngine:
 
     def thread_stats(self) -> dict[str, float]:
         """The media thread's counters (empty where the tick runs on the loop)."""
-        plane = self.plane
-        if plane is None:
-            return {}
-        return {
-            "late_slots": plane.late_slots,
-            "max_late_ms": round(plane.max_late / 1e6, 3),
-            "skipped_slots": plane.skipped,
-            "fillers": plane.fillers,
-            "covered": plane.covered,
-            "stale_frames": plane.stale + self.stale_frames,
-            "lost_slots": plane.lost_ticks,
-            "sent": plane.sent,
-            "rx_taken": plane.rx_taken,
-            "rx_handed": plane.handed,
-            "rx_parks": plane.parks,
-            "rx_returned": plane.rx_returned,
-        }
+        return {} if self.plane is None else counters(self.plane, self.stale_frames)
 
     def _tick(self) -> None:
         cpu = time.thread_time()

@@ -55,8 +55,11 @@ media tick runs on the event loop, as it did before the thread (said once in the
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any, Protocol
+
+logger = logging.getLogger("callhook.media")
 
 Address = tuple[str, int]
 
@@ -249,3 +252,41 @@ def new_plane(rounds: int) -> Plane | None:
         return None
     plane: Plane = NativePlane(rounds, capacity=EVENTS)
     return plane
+
+
+def prioritise(plane: Plane, fifo: int, nice: int) -> None:
+    """Give ``plane``'s thread ``SCHED_FIFO`` priority ``fifo`` and nice level ``nice`` (0:
+    leave it), or say in one line why it keeps the normal priority."""
+    if not (fifo or nice):
+        return
+    try:
+        plane.prioritise(fifo, nice)
+    except OSError as exc:
+        logger.warning(
+            "the media thread keeps the normal priority: SCHED_FIFO %d / nice %d "
+            "refused (%s; [media] thread_fifo, thread_nice)",
+            fifo,
+            nice,
+            exc.strerror or exc,
+        )
+    else:
+        logger.info("the media thread runs at SCHED_FIFO %d, nice %d", fifo, nice)
+
+
+def counters(plane: Plane, stale: int = 0) -> dict[str, float]:
+    """``plane``'s counters as ``/api/stats`` shows them (``media_thread``), with ``stale``
+    more frames made too late for their slot (the ones Python dropped itself)."""
+    return {
+        "late_slots": plane.late_slots,
+        "max_late_ms": round(plane.max_late / 1e6, 3),
+        "skipped_slots": plane.skipped,
+        "fillers": plane.fillers,
+        "covered": plane.covered,
+        "stale_frames": plane.stale + stale,
+        "lost_slots": plane.lost_ticks,
+        "sent": plane.sent,
+        "rx_taken": plane.rx_taken,
+        "rx_handed": plane.handed,
+        "rx_parks": plane.parks,
+        "rx_returned": plane.rx_returned,
+    }
