@@ -141,7 +141,6 @@ class MediaEngine:
         (seconds; 0: never); ``fifo``, ``nice``: the thread's scheduling (0: as is);
         ``thread_receive``: the media thread takes the usual packets of calls whose
         detector runs no model (edge/_rx.h; else Python takes every packet)."""
-        self.host = host
         self.loop = asyncio.get_running_loop()
         self.streams: dict[int, Stream] = {}  # by port
         # The tick's lists of the streams (None: made from them at the next tick).
