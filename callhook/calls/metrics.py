@@ -27,6 +27,9 @@ class Metrics:
     #: While True, the collector's passes are not counted (start-up's own, before calls).
     gc_quiet: bool = False
     _gc_started: float = 0.0
+    #: The collector's passes so far and the seconds they took, every generation's.
+    gc_passes: int = 0
+    gc_seconds: float = 0.0
 
     def watch_gc(self) -> None:
         """Time the collector's pauses (they stop every call's audio while they run)."""
@@ -37,8 +40,10 @@ class Metrics:
             if phase == "start":
                 self._gc_started = time.perf_counter()
             else:
-                pause = (time.perf_counter() - self._gc_started) * 1000
-                self.gc_pauses.append((info["generation"], pause))
+                took = time.perf_counter() - self._gc_started
+                self.gc_pauses.append((info["generation"], took * 1000))
+                self.gc_passes += 1
+                self.gc_seconds += took
 
         gc.callbacks.append(callback)
 
@@ -66,6 +71,8 @@ class Metrics:
                 gc_stats[f"gen{generation}"] = {"count": len(pauses), "max_ms": max(pauses)}
         return {
             "gc_pauses": gc_stats,
+            "gc_passes": self.gc_passes,
+            "gc_seconds": self.gc_seconds,
             "calls_active": self.active,
             "calls_ended": dict(self.calls),
             "page_requests": len(pages),
