@@ -191,11 +191,13 @@ async def test_rejected_scanners_learn_no_users_and_the_cracker_is_banned(
     sent = len(re.findall(r"Sending REGISTER", svcrack.log)) + 1  # and its first one
     assert svcrack.table() == [] and "found nothing" in svcrack.log
     assert "since we last received a response - stopping" in svcrack.log
-    # the burst is 2 x rate (40), plus the 20 a second it refills in the ~0.25 s svcrack
-    # takes to spend it at its 200 a second; then the ban: none of the rest was answered.
+    # the burst is 2 x rate (40), plus the 20 a second it refills while svcrack spends it
+    # (~0.25 s at its 200 a second on an idle machine, 0.65 s seen on a slow one: bounded
+    # by the whole scan's time); then the ban: none of the rest was answered.
     # (svcrack sends for its second without answers at up to 200 a second: about 200 more
     # on an idle machine, 94 seen on a loaded one; with no ban it would send none unanswered.)
-    assert 1 <= answered <= 50 and sent > answered + 40, (answered, sent)
+    refilled = 20 * svcrack.seconds
+    assert 1 <= answered <= 40 + refilled + 1 and sent > answered + 40, (answered, sent, refilled)
     assert status == 200
     (ban,) = bans
     assert ban["address"] == OUTSIDER
