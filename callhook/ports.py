@@ -51,6 +51,10 @@ class Leg(Protocol):
     def now(self) -> float:
         """The call's media time: the clock of the events and of ``next_event``'s deadlines."""
 
+    def media_time(self) -> float:
+        """The call's media time, as :meth:`now` says it, without acting at it: the clock
+        of the call's log lines."""
+
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         """The next media event and the media time it was noted at, or (None,
         ``deadline``) once ``deadline`` has come, before an event noted after it."""

@@ -5,14 +5,16 @@ media file namespace, named in the page requests' ``log_filename``. A line is
 
     2026-11-21T10:15:02.114Z +3.260 page_request POST http://app/next (get_number)
 
-wall-clock time (UTC, ms), seconds since the call started (media time), a
-kind, and the details. Lines are flushed as written, so the log survives a
-crash. A line the disk refuses (full) is kept in memory, at most
-:data:`HELD_MAX` of them, and written before the next line once it can be:
-the call goes on either way (issue 14). The call's start and end and every
-warning and error also go to the server log (``logging``, ``callhook.call``,
-with the application instance id); the other lines do too at DEBUG
-(``callhook -v``). Listeners (the terminal phone) get every line.
+wall-clock time (UTC, ms), seconds since the call started on the call's media
+time (the clock of its events and of its actions' timers: a line of what an
+action does on an event is stamped at the event's time), a kind, and the
+details. Lines are flushed as written, so the log survives a crash. A line
+the disk refuses (full) is kept in memory, at most :data:`HELD_MAX` of them,
+and written before the next line once it can be: the call goes on either way.
+The call's start and end and every warning and error also go to the server
+log (``logging``, ``callhook.call``, with the application instance id); the
+other lines do too at DEBUG (``callhook -v``). Listeners (the terminal phone)
+get every line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -115,10 +117,24 @@ class CallLog:
                 logger.error("[%s] call log %s cannot be opened: %s", instance_id, path, exc)
         self.listeners: list[Listener] = []
         self.lines: list[str] = []
+        #: While set, the media time lines are stamped with (:meth:`acting`).
+        self._acting: float | None = None
 
     def since(self, t: float) -> float:
         """Media time ``t`` as seconds since the call started (the lines' ``+`` column)."""
         return t - self._start
+
+    @contextlib.contextmanager
+    def acting(self, at: float) -> Iterator[None]:
+        """Stamp the lines written meanwhile at media time ``at``: the time of the event
+        (or deadline) the call's action acts on, which the runner may reach later, after
+        other calls' media (the lines of a key press, and of the timers it starts, then
+        say when it was pressed)."""
+        self._acting = at
+        try:
+            yield
+        finally:
+            self._acting = None
 
     def write(self, kind: str, text: str = "", *, level: int = logging.INFO) -> None:
         """Add a line of ``kind`` (page_request, action_start, error, ...) with ``text``
@@ -129,7 +145,8 @@ class CallLog:
             # is written escaped: the line is kept, and the file stays UTF-8.
             text = text.encode("utf-8", "backslashreplace").decode("utf-8")
         wall = wall_stamp(time.time_ns())
-        line = f"{wall} +{self._clock.now() - self._start:.3f} {kind} {text}".rstrip()
+        at = self._clock.now() if self._acting is None else self._acting
+        line = f"{wall} +{at - self._start:.3f} {kind} {text}".rstrip()
         self.lines.append(line)
         if self._file is not None:
             self._append((line + "\n").encode())

@@ -377,22 +377,25 @@ class CallRunner:
         machine = machine_for(action, self.ctx)
         # The action's clock is the media's (ports.Leg.now): while the loop runs behind
         # the wire, its timers and the events keep the order they had there.
-        self._send(machine.start(self.leg.now()))
-        timers = self._note_timers(machine, ())
+        now = self.leg.now()
+        with self.log.acting(now):
+            self._send(machine.start(now))
+            timers = self._note_timers(machine, ())
         while machine.outcome is None:
             event, now = await self.leg.next_event(machine.deadline)
-            if event is None:
-                self._send(machine.on_deadline(now))
-            elif isinstance(event, CallEnded):
-                self._ended(event)
-                self._send(machine.stop(now, "hangup"))
-            elif isinstance(event, Aborted):
-                self._abort(event)
-                self._send(machine.stop(now, "aborted"))
-            else:
-                self._observe(event, machine)
-                self._send(machine.handle(event, now))
-            timers = self._note_timers(machine, timers)
+            with self.log.acting(now):  # (what it does, logged at the event's time)
+                if event is None:
+                    self._send(machine.on_deadline(now))
+                elif isinstance(event, CallEnded):
+                    self._ended(event)
+                    self._send(machine.stop(now, "hangup"))
+                elif isinstance(event, Aborted):
+                    self._abort(event)
+                    self._send(machine.stop(now, "aborted"))
+                else:
+                    self._observe(event, machine)
+                    self._send(machine.handle(event, now))
+                timers = self._note_timers(machine, timers)
         return machine.outcome
 
     def _note_timers(self, machine: ActionMachine, before: tuple[Timer, ...]) -> tuple[Timer, ...]:

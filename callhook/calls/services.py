@@ -269,7 +269,10 @@ class Services:
         ``instance_id``: the instance's id when it was given out before the call ran)."""
         instance_id = instance_id or new_instance_id()
         log_filename = f"logs/{instance_id}.log"
-        log = CallLog(instance_id, self.clock, self.store.path(app.name, log_filename))
+        # The log's lines are stamped on the call's media time, the clock its actions' timers
+        # and events are on (``timers`` lines): while the loop runs behind the wire, the
+        # loop's clock would stamp a key press later than the timer it started.
+        log = CallLog(instance_id, _MediaTime(leg), self.store.path(app.name, log_filename))
         log.listeners.extend(listeners or [])
         ctx = ActionContext(new_recording_name=self.store.new_recording_name)
         self._apps[app.name] = app
@@ -321,7 +324,7 @@ class Services:
         token: str | None = None,
     ) -> CallSummary:
         """An outbound call nobody answered: the application's final page says why."""
-        runner = self.runner(app, _NoLeg(info), instance_id=instance_id)
+        runner = self.runner(app, _NoLeg(info, self.clock), instance_id=instance_id)
         runner.exchange.token = token
         return await runner.unanswered(cause, raw)
 
@@ -351,17 +354,28 @@ class Services:
             self.web_runner = None
 
 
+class _MediaTime:
+    """A leg's media time as a :class:`~callhook.clock.Clock` (its call log's clock)."""
+
+    def __init__(self, leg: Leg) -> None:
+        self.now = leg.media_time
+
+
 class _NoLeg:
     """The leg of an outbound call that was never answered: only the final page is sent."""
 
-    def __init__(self, info: CallInfo) -> None:
+    def __init__(self, info: CallInfo, clock: Clock) -> None:
         self.info = info
+        self.clock = clock
 
     def send(self, commands: Sequence[MediaCommand]) -> None:
         raise RuntimeError("an unanswered call has no media")
 
     def now(self) -> float:
         raise RuntimeError("an unanswered call has no media")
+
+    def media_time(self) -> float:
+        return self.clock.now()  # (no media: its log's lines are on the server's clock)
 
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         raise RuntimeError("an unanswered call has no media")

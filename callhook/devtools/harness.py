@@ -143,6 +143,9 @@ class ScriptedLeg:
     def now(self) -> float:
         return self.clock.now()
 
+    def media_time(self) -> float:
+        return self.clock.now()
+
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while not self._queue:
             due = self.media.next_time()

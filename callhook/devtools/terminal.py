@@ -230,6 +230,9 @@ class TerminalLeg:
     def now(self) -> float:
         return self.clock.now()
 
+    def media_time(self) -> float:
+        return self.clock.now()
+
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         while not self._queue:
             now = self.clock.now()

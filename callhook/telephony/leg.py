@@ -171,6 +171,9 @@ class SipLeg:
         """The call's media time, which the runner acts at (:class:`MediaEvents`)."""
         return self.events.now()
 
+    def media_time(self) -> float:
+        return self.events.clock()
+
     def wake(self) -> None:
         # (The events note what the media noted: here at the end, and before any event
         # the hang-up of a dead call injects, which comes after them.)

@@ -429,3 +429,19 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
         if not done + 0.6 - 0.02 <= span.end <= done + 0.6 + 0.3 + LATE:
             short.append(round(span.end, 2))
     assert not short, f"{len(short)} of {CALLS} ended elsewhere (s): {short}"
+    # The call logs say when each word ended on the wire, whenever the runner got to it:
+    # the ``voice off`` line and the ``timers`` line of the silence it starts are stamped
+    # at the silence timer's start (media time), not the loop's (behind by the stall).
+    logs = list((tmp_path / "data" / "media" / "default" / "logs").glob("*.log"))
+    assert len(logs) == CALLS
+    late = []
+    for path in logs:
+        previous = ""
+        for line in path.read_text().splitlines():
+            found = re.search(r"\+([\d.]+) timers .*(?<!initial )silence ([\d.]+)\.\.", line)
+            if found is not None:
+                stamp, start = found.group(1), f"{float(found.group(2)):.3f}"
+                if not (stamp == start and previous.split()[1:] == [f"+{start}", "voice", "off"]):
+                    late.append((previous[25:], line[25:]))
+            previous = line
+    assert not late, late[:4]

@@ -35,6 +35,9 @@ class HangsUpOnSignal:
     def now(self) -> float:
         return 0.0
 
+    def media_time(self) -> float:
+        return 0.0
+
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
         await self.hangup.wait()
         return CallEnded("hung_up", "BYE"), 0.0

@@ -15,6 +15,7 @@ from callhook.config.settings import AppConfig, Settings
 from callhook.config.tables import SpeechSettings
 from callhook.events import PlayFile, StartRecording
 from callhook.media import g711, tones, wav
+from callhook.ports import CallInfo
 from callhook.store import crypto
 from tests import leaks
 
@@ -73,3 +74,31 @@ async def test_a_terminal_recording_is_encrypted_and_announced(services: Service
     assert wav.read_info(plain).seconds == pytest.approx(0.5)
     rows = services.db.call(lambda c: c.execute("SELECT body FROM notifications").fetchall())
     assert [json.loads(b)["action_result"]["result"]["file_available"] for (b,) in rows] == [True]
+
+
+class _LaggingLeg:
+    """A leg whose media time is told (as the media engine moves a call's, behind the loop's
+    clock when the loop runs behind the wire)."""
+
+    def __init__(self, media: float) -> None:
+        self.info = CallInfo("c1")
+        self.media = media
+
+    def media_time(self) -> float:
+        return self.media
+
+    async def wait_ended(self) -> None:  # (the runner only keeps it)
+        await asyncio.Event().wait()
+
+
+def test_a_call_log_is_stamped_on_the_calls_media_time(services: Services) -> None:
+    """The log's ``+`` column is the call's media time, the clock of its events and of the
+    timers its ``timers`` lines give: not the server's, which runs ahead of it while the
+    loop is behind."""
+    leg = _LaggingLeg(media=-500.0)  # (far from the server's monotonic clock)
+    runner = services.runner(APP, leg)  # type: ignore[arg-type]
+    leg.media = -497.25
+    runner.log.write("digit", "1")
+    assert runner.log.lines[-1].split()[1:] == ["+2.750", "digit", "1"]
+    assert runner.log.since(-497.0) == pytest.approx(3.0)  # a timer line's times agree
+    runner.log.close()
