@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +54,76 @@ def _unissued(port: int) -> bool:
     return True
 
 
+def _ephemeral() -> tuple[int, int]:
+    """The kernel's ephemeral ports, which any outgoing connection or unbound socket may
+    take at any moment (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _listening_span() -> tuple[int, int] | None:
+    """Where the servers' own ports are picked: the larger of the spans above SIPp's media
+    and serve's RTP spans (below 30000) that the ephemeral ports leave, or None (then
+    the kernel's own choice). A port probed free in the ephemeral range could be taken by
+    another test's outgoing connection before the server binds it (serve then exits:
+    address already in use, seen in full runs)."""
+    low, high = _ephemeral()
+    spans = [(30000, min(low, 65536) - 1), (max(high, 29999) + 1, 65535)]
+    best = max(spans, key=lambda span: span[1] - span[0])
+    return best if best[1] - best[0] >= 1024 else None
+
+
+_SPAN = _listening_span()
+#: Ports are handed out 4 apart: the ports just above one are its peer's (baresip listens
+#: for TLS on its SIP port + 1; two serves side by side take a port and the next).
+_STRIDE = 4
+_listen_next = (
+    0 if _SPAN is None else (_SPAN[0] + os.getpid() * 64 % (_SPAN[1] - _SPAN[0])) & ~(_STRIDE - 1)
+)
+
+
+def _candidates() -> Iterator[int]:
+    """Ports to try for a server, this worker's only (:func:`worker_owns`): in
+    :data:`_SPAN` from where the last search stopped, or the kernel's choice."""
+    global _listen_next
+    if _SPAN is None:
+        for _ in range(400):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", 0))
+                yield s.getsockname()[1]
+        return
+    first, last = _SPAN[0] + -_SPAN[0] % _STRIDE, _SPAN[1] - _STRIDE + 1
+    for _ in range(2 * (last - first + 1) // _STRIDE + 2):
+        port = max(_listen_next, first)
+        if port + _STRIDE <= last:
+            _listen_next = port + _STRIDE
+        else:
+            # Round again: a port handed out a whole round ago is long closed (or still
+            # bound, which the probe finds).
+            _listen_next = first
+            _issued.difference_update(range(first, _SPAN[1] + 1))
+        if worker_owns(port) and port not in _issued:
+            yield port
+
+
+def _bindable(port: int, kinds: tuple[int, ...]) -> bool:
+    try:
+        for kind in kinds:
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
 def free_udp_port() -> int:
     """A UDP port that is free for TCP too (callhook serve listens on both by default)."""
-    for _ in range(400):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-            try:
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            if _unissued(port):
-                return port
+    for port in _candidates():
+        if _bindable(port, (socket.SOCK_DGRAM, socket.SOCK_STREAM)) and _unissued(port):
+            return port
     raise RuntimeError("no port free for both UDP and TCP")
 
 
@@ -88,11 +146,8 @@ def free_udp_pair() -> int:
 
 def free_tcp_port() -> int:
     """A TCP port free now, and not handed out before by this process."""
-    for _ in range(400):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if _unissued(port):
+    for port in _candidates():
+        if _bindable(port, (socket.SOCK_STREAM,)) and _unissued(port):
             return port
     raise RuntimeError("no TCP port free")
 
