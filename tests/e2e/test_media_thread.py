@@ -414,6 +414,10 @@ async def test_recordings_end_on_the_callers_silence_not_on_a_stalled_loops_cloc
     # (twice a call in the runs that set this bound, in both modes).
     thread = thread_counters(stats)
     assert thread["rx_taken"] > CALLS * (done + 0.6) * 50 / 2, thread
+    # The young collections ran between the ticks, counted with their time: a share of
+    # the loop's CPU, each worker's own.
+    for each in stats.get("workers") or [stats]:
+        assert each["gc_passes"] > 0 and 0 < each["gc_seconds"] < each["cpu_loop_s"], each
     assert thread["rx_parks"] >= CALLS // 2, thread
     results = [body["action_result"]["result"] for body in app.bodies("/recorded")]
     assert len(results) == CALLS, server.output
