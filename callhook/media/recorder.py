@@ -2,18 +2,24 @@
 Pure (the sink is the only thing it writes to).
 
 The file is the call's timeline, not just the packets that came: a gap in the caller's
-RTP timestamps (lost packets, or a phone that stops sending while muted) becomes silence,
-up to :data:`MAX_GAP_SAMPLES`, so the file lasts as long as the call did; a late or
-repeated frame, already covered, is skipped. Frames are transcoded to the file's law when
-it differs from the call's. A sink that refuses a write (full disk, the size limit) ends
-the recording with what was written so far kept: :meth:`CallerRecording.frame` and
-:meth:`~CallerRecording.finish` then return the
-:class:`~callhook.events.RecorderFailed` the session reports.
+RTP timestamps (lost packets, or a phone that stops sending while quiet or muted: silence
+suppression, through which RFC 3551 §4.1's timestamps run on) becomes silence, up to
+:data:`MAX_GAP_SAMPLES`, so the file lasts as long as the call did; so does the time
+between the recording's start and the caller's first frame after it, and between a
+source's last frame and the next source's first (RFC 3550 §5.1: each source's
+timestamps start at random, so that gap is measured by the frames' arrival). A late or
+repeated frame, already covered, is skipped; one further behind than
+:data:`MAX_LATE_SAMPLES` is a sender whose clock went back, and starts a new timeline.
+Frames are transcoded to the file's law when it differs from the call's. A sink that
+refuses a write (full disk, the size limit) ends the recording with what was written so
+far kept: :meth:`CallerRecording.frame` and :meth:`~CallerRecording.finish` then return
+the :class:`~callhook.events.RecorderFailed` the session reports.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,6 +33,11 @@ logger = logging.getLogger("callhook.media")
 
 #: Largest gap in the caller's RTP timestamps filled with silence in a recording (10 s).
 MAX_GAP_SAMPLES = 80_000
+#: How far behind the file's timeline a frame may be and still be taken for one late or
+#: repeated (1 s). The receiver gives frames in sequence order, so a frame further behind
+#: is new audio from a sender whose timestamps went back: it is written, not dropped.
+MAX_LATE_SAMPLES = 8_000
+_SECONDS = FRAME / 8000
 
 
 @dataclass
@@ -42,6 +53,28 @@ class CallerRecording:
     law: Law
     label: str
     next_ts: int | None = None  # RTP timestamp expected next, for gap filling
+    #: The media time the file's timeline begins at (None: at its first frame). Until a
+    #: frame places the file on the caller's RTP clock (:meth:`anchor`), silence from
+    #: then to that frame's arrival goes before it; a file that gets no frame is that
+    #: long (:meth:`finish`).
+    since: float | None = None
+
+    def anchor(self, timestamp: int, when: float) -> None:
+        """The frame at ``timestamp`` came at media time ``when``: where the file has no
+        place on the caller's RTP clock yet, it begins :attr:`since`, so the frame comes
+        after silence for the time between (up to :data:`MAX_GAP_SAMPLES`)."""
+        if self.next_ts is None and self.since is not None:
+            lead = min(round((when - self.since) / _SECONDS), MAX_GAP_SAMPLES // FRAME)
+            if lead > 0:
+                self.next_ts = (timestamp - lead * FRAME) & 0xFFFFFFFF
+
+    def restart(self, since: float | None) -> None:
+        """Another source (a new SSRC, whose timestamps have nothing to do with the
+        last one's): the timeline goes on from media time ``since``, the old source's end
+        (or the file's beginning, where that is later)."""
+        self.next_ts = None
+        if since is not None and (self.since is None or since > self.since):
+            self.since = since
 
     def frame(self, payload: bytes, timestamp: int, law: Law) -> RecorderFailed | None:
         """One frame the caller sent (in the call's ``law``), after silence for any gap."""
@@ -51,7 +84,7 @@ class CallerRecording:
                 failed = self._write(g711.silence(self.law, FRAME) * (gap // FRAME))
                 if failed is not None:
                     return failed
-            elif gap > 0x7FFFFFFF:
+            elif gap > 0x7FFFFFFF and (self.next_ts - timestamp) & 0xFFFFFFFF <= MAX_LATE_SAMPLES:
                 return None  # a late or repeated frame: already covered
         self.next_ts = (timestamp + len(payload)) & 0xFFFFFFFF
         if law != self.law:
@@ -95,6 +128,24 @@ class CallerRecording:
             self.sink.close()
         except OSError as exc:
             logger.error("%s: recording could not be finished: %s", self.label, exc)
+
+
+def opening(frames: Sequence[tuple[int, bytes]], span: int) -> tuple[int, list[tuple[int, bytes]]]:
+    """Where a recording that begins ``span`` samples before the start of the last of
+    ``frames`` (timestamp, payload: the caller's last audio, oldest first) begins on the
+    caller's RTP clock, and the frames it begins with: those that start after that point,
+    back to the first frame of another timestamp line. The point is on the last frame's
+    20 ms grid, so where the frames run on without a gap the first of them is at it; where
+    the caller sent nothing for a while (silence suppression), the file's first frame comes
+    after silence from that point (:meth:`CallerRecording.frame`). ``span`` may be negative:
+    a recording that begins after the caller's last frame."""
+    last = frames[-1][0]
+    first = len(frames)
+    while first > 0 and (last - frames[first - 1][0]) & 0xFFFFFFFF < span:
+        first -= 1
+    # The first frame on the grid at which ``last - timestamp < span`` holds.
+    start = (last - ((span + FRAME - 1) // FRAME - 1) * FRAME) & 0xFFFFFFFF
+    return start, list(frames[first:])
 
 
 def runs(

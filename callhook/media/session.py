@@ -45,8 +45,10 @@ and ignores in-band digits heard while its own tones may still echo back.
 
 Recording: frames are written as they arrive (those the media thread takes, every
 200 ms: :meth:`MediaSession._recorded`), in the file's companding (the
-call's, or transcoded); a gap in RTP timestamps (loss, silence suppression)
-is filled with silence so the file keeps real time, and the last
+call's, or transcoded); a gap in RTP timestamps (loss, silence suppression), the time
+before the caller's first frame and the time between one source and the next (by
+arrival) are filled with silence so the file keeps real time
+(:mod:`callhook.media.recorder`), and the last
 :data:`PREROLL_FRAMES` frames are kept so a recording can start a little
 before the voice-activity detector noticed the caller, also when the action that
 starts it comes later than that on the wire (the event loop behind the media thread).
@@ -79,7 +81,7 @@ from callhook.media.dtmfsend import Digits
 from callhook.media.inlet import Inlet, Preroll
 from callhook.media.meter import LevelMeter
 from callhook.media.player import FRAME, RELAY, Player, Segment
-from callhook.media.recorder import CallerRecording, runs
+from callhook.media.recorder import CallerRecording, opening, runs
 from callhook.media.reporting import CallReports, Wire
 from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
@@ -109,6 +111,8 @@ SILENT_AFTER = 0.1
 #: Half a slot (seconds): a slot's time as the media thread has it and as Python has it
 #: may differ in their last bit.
 HALF_SLOT = 0.01
+#: A frame's length in seconds.
+FRAME_SECONDS = FRAME / 8000
 
 
 class MediaSession(Inlet):
@@ -170,6 +174,7 @@ class MediaSession(Inlet):
         #: The recording's frames the media thread took in slots Python has not worked
         #: yet (timestamp, payload, the slot's time): written once it has (:meth:`_recorded`).
         self._ahead: list[tuple[int, bytes, float]] = []
+        self._sources = 0  # the receiver's count of source changes when recording began
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
@@ -281,8 +286,7 @@ class MediaSession(Inlet):
             self._malformed(f"payload type {packet.payload_type} was not negotiated")
             return
         late = self.receiver.late
-        for ordered in self.receiver.feed(packet, now):
-            self._packet(ordered, now)
+        self._play(self.receiver.feed(packet, now), now)
         if self.receiver.late != late and packet.payload_type == self.event_payload_type:
             # A telephone-event that came after the reorder window gave up on it: too
             # late to play, not to count (under heavy jitter a whole press can be late).
@@ -303,6 +307,15 @@ class MediaSession(Inlet):
             )
         self.foreign_dropped += 1
 
+    def _play(self, packets: Sequence[RtpPacket], now: float) -> None:
+        """The packets the receiver gives for playout at ``now``. Several at once (held for
+        one missing, or a new source's first ones) were due one after another: each is
+        timed a frame after the one before, the last at ``now``, so the recording's
+        timeline and the caller's last audio are what they were on the wire."""
+        n = len(packets)
+        for i, packet in enumerate(packets):
+            self._packet(packet, max(now - (n - 1 - i) * FRAME_SECONDS, self._last_audio))
+
     def _packet(self, packet: RtpPacket, now: float) -> None:
         if self._rtp_since is not None:
             self._rtp_since = now
@@ -315,7 +328,7 @@ class MediaSession(Inlet):
             self._audio(packet.payload, packet.timestamp, now)
 
     def _audio(self, payload: bytes, timestamp: int, now: float) -> None:
-        self._last_audio = now
+        previous, self._last_audio = self._last_audio, now
         if self.tells is not None:
             self.tells.push(payload)  # the other side of a bridge hears it
         if self._call_recording is not None:
@@ -324,7 +337,13 @@ class MediaSession(Inlet):
         if self._recording is not None:
             if self._ahead:  # (the thread's, of slots before this one's)
                 self._write_ahead(None)
-            if self._recording is not None:
+            recording = self._recording
+            if recording is not None:
+                if self._sources != self.receiver.ssrc_changes:
+                    # Another source: its timestamps start afresh, the gap is by arrival.
+                    self._sources = self.receiver.ssrc_changes
+                    recording.restart(previous + FRAME_SECONDS if previous else None)
+                recording.anchor(timestamp, now)
                 self._record(payload, timestamp)
         if self.batched:
             self.undetected.append(payload)  # the engine's detect() comes this tick
@@ -497,8 +516,7 @@ class MediaSession(Inlet):
             return None
 
     def _tick(self, now: float) -> bytes | None:
-        for late in self.receiver.poll(now):
-            self._packet(late, now)
+        self._play(self.receiver.poll(now), now)
         if self.undetected:
             # Frames the reorder window released now, after this tick's batch: at once.
             frames, self.undetected = self.undetected, []
@@ -655,18 +673,20 @@ class MediaSession(Inlet):
         far as it went; it stops at a change of source (another timestamp line)."""
         self.reclaim()
         self._ahead.clear()
-        self._recording = CallerRecording(sink, law or self.law, self.label)
+        recording = self._recording = CallerRecording(sink, law or self.law, self.label)
+        self._sources = self.receiver.ssrc_changes
         self._listen()
         frames = list(self._preroll)
         if not frames:
+            # Nothing heard yet: the file begins now, silent up to the caller's first frame.
+            clock = self.media_clock
+            now = at if at is not None else clock.at if clock is not None else None
+            recording.since = None if now is None else now - preroll
             return
         back = preroll if at is None else preroll + (self._last_audio - at)
-        span = round(back * 8000)  # samples before the last frame's start
-        last = frames[-1][0]
-        first = len(frames)
-        while first > 0 and (last - frames[first - 1][0]) & 0xFFFFFFFF < span:
-            first -= 1
-        for timestamp, payload in frames[first:]:
+        recording.since = self._last_audio - back
+        recording.next_ts, first = opening(frames, round(back * 8000))
+        for timestamp, payload in first:
             self._record(payload, timestamp)
             if self._recording is None:
                 break  # the sink refused it (RecorderFailed noted): what was written is kept
@@ -684,7 +704,9 @@ class MediaSession(Inlet):
         self._listen()
         if recording is None:
             return
-        quiet = now - self._last_audio if self._last_audio else 0.0
+        # (A file whose caller sent nothing since it began is silent from its beginning.)
+        last = max(self._last_audio, recording.since or 0.0)
+        quiet = now - last if last else 0.0
         failed = recording.finish(quiet if quiet > SILENT_AFTER else 0.0)
         if failed is not None:
             self.events.append(failed)
@@ -713,6 +735,8 @@ class MediaSession(Inlet):
                 n += 1
         frames = ahead[:n]
         del ahead[:n]
+        if frames and self._recording is not None:
+            self._recording.anchor(frames[0][0], frames[0][2])
         try:
             for timestamp, payload in runs(frames, self._recording):
                 if self._recording is None:

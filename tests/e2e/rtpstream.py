@@ -2,8 +2,10 @@
 
 A stream is silence with things placed on it at given times: RFC 4733
 telephone-events (as a phone sends them: 5 packets, then the end packet 3
-times), in-band DTMF tones in the audio, or speech from a WAV file; and stalls,
-where the sender is held up and then sends what it held all at once. SIPp
+times), in-band DTMF tones in the audio, or speech from a WAV file; stalls,
+where the sender is held up and then sends what it held all at once; quiet spells,
+where a phone with silence suppression sends nothing (its timestamps run on); and a
+new source (another SSRC, its timestamps elsewhere), as a transfer or a relay gives. SIPp
 replays the packets with their pcap timing from its media port to the media
 address in our SDP answer (it rewrites the addresses).
 """
@@ -43,6 +45,8 @@ class Stream:
     events: list[tuple[float, str]] = field(default_factory=list)  # (time, digit) RFC 4733
     audio: list[tuple[float, npt.NDArray[np.int16]]] = field(default_factory=list)
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (time, seconds)
+    quiet: list[tuple[float, float]] = field(default_factory=list)  # (time, seconds) unsent
+    switch: tuple[float, int] | None = None  # (time, timestamp offset): another SSRC from then
 
     def rfc4733(self, digits: str, at: float, spacing: float = 0.5) -> Stream:
         for i, digit in enumerate(digits):
@@ -62,6 +66,18 @@ class Stream:
         """The packets due from ``at`` for ``seconds`` are sent at its end, in one burst
         (a phone or a link held up), their RTP timestamps and numbers unchanged."""
         self.stalls.append((at, seconds))
+        return self
+
+    def suppress(self, at: float, seconds: float) -> Stream:
+        """No packet is sent from ``at`` for ``seconds`` (silence suppression: nothing is
+        placed there); the RTP timestamps after it run on from before."""
+        self.quiet.append((at, seconds))
+        return self
+
+    def new_source(self, at: float, offset: int) -> Stream:
+        """From ``at`` the packets come from another SSRC, their timestamps ``offset`` from
+        where the first source's would be, their sequence numbers elsewhere."""
+        self.switch = (at, offset)
         return self
 
     def _sent_at(self, t: float) -> float:
@@ -121,8 +137,13 @@ class Stream:
                         out.append((t + r * 0.0005, _rtp(PT_DTMF, False, seq, ts) + payload))
                     seq += 1
                 continue
+            if any(at <= slot * 0.02 < at + seconds - 1e-9 for at, seconds in self.quiet):
+                continue
             chunk = encoded[slot * FRAME : (slot + 1) * FRAME]
-            out.append((t, _rtp(self.payload_type, slot == 0, seq, ts0 + slot * FRAME) + chunk))
+            ts, ssrc, number = ts0 + slot * FRAME, SSRC, seq
+            if self.switch is not None and slot * 0.02 >= self.switch[0] - 1e-9:
+                ts, ssrc, number = ts + self.switch[1], SSRC ^ 0xFFFF, seq + 20_000
+            out.append((t, _rtp(self.payload_type, slot == 0, number, ts, ssrc) + chunk))
             seq += 1
         return out
 
@@ -138,8 +159,10 @@ class Stream:
         return path
 
 
-def _rtp(pt: int, marker: bool, seq: int, ts: int) -> bytes:
-    return struct.pack("!BBHII", 0x80, (0x80 if marker else 0) | pt, seq & 0xFFFF, ts, SSRC)
+def _rtp(pt: int, marker: bool, seq: int, ts: int, ssrc: int = SSRC) -> bytes:
+    return struct.pack(
+        "!BBHII", 0x80, (0x80 if marker else 0) | pt, seq & 0xFFFF, ts & 0xFFFFFFFF, ssrc
+    )
 
 
 def _frame(rtp: bytes) -> bytes:

@@ -534,7 +534,9 @@ async def test_a_recording_stopped_while_python_is_behind_ends_where_pythons_wou
         Script(slots_of(frames, 0), actions=actions, stalls=set(range(100, 141)))
     )
     ((recorded, closed),) = state["recorded"]
-    assert closed and len(recorded) == 160 * stop_at  # (from the first frame: 0.3 s back)
+    # (It begins 0.3 s before slot 5's frame, 10 frames before the line's first: silence.)
+    assert closed and len(recorded) == 160 * (stop_at + 10)
+    assert recorded[: 160 * 10] == b"\xff" * 160 * 10
     assert taken > 100
 
 
@@ -608,3 +610,38 @@ async def test_a_recording_python_is_behind_on_is_the_same_whoever_takes_its_pac
     ((recorded, closed),) = state["recorded"]
     assert closed and len(recorded) >= 160 * (len(frames) - 30)
     assert script.parks >= 2 and taken > len(frames) // 3 and returned >= 2
+
+
+@pytest.mark.parametrize("stalls", [set(), set(range(90, 150))])
+async def test_a_recording_across_a_quiet_spell_and_a_new_source_keeps_real_time(
+    stalls: set[int],
+) -> None:
+    """The caller's phone sends nothing for half a second (silence suppression), then
+    its stream comes back from another source whose timestamps are far behind: the
+    file has silence for the half second and every frame of both sources, in the same
+    bytes whoever takes the packets, Python on time or behind."""
+    old = payloads(hum(2.0, -60))
+    new = payloads(hum(2.0, -50))
+    back = 50_000 + 160 * 100 - 3_000_000  # the new source's first timestamp
+    slots: list[list[tuple[int, bytes]]] = [
+        *slots_of(old, 0),
+        *[[] for _ in range(25)],  # slots 100-124: nothing sent
+        *[
+            [(0, RtpPacket(0, False, 7000 + n, (back + 160 * n) & 0xFFFFFFFF, 88, f).serialize())]
+            for n, f in enumerate(new)
+        ],
+        *[[] for _ in range(15)],
+    ]
+    stop_at = len(slots) - 1
+    actions = {5: recording(), stop_at: stop(stop_at)}
+    state, _, _ = await compare(Script(slots, actions=actions, stalls=stalls))
+    ((recorded, closed),) = state["recorded"]
+    silence = b"\xff" * 160
+    # 0.3 s before slot 5 (10 frames before the line's first), the old source, the half
+    # second, the new one, and the quiet after it up to the stop.
+    head = silence * 10 + b"".join(old) + silence * 25 + b"".join(new)
+    assert closed and recorded[: len(head)] == head
+    assert set(recorded[len(head) :]) == {0xFF} and len(recorded) - len(head) in (
+        160 * 14,
+        160 * 15,
+    )

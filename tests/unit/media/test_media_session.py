@@ -22,6 +22,7 @@ from callhook.events import (
 )
 from callhook.media import g711, rtcp, tones, wav
 from callhook.media.player import FRAME
+from callhook.media.recorder import CallerRecording
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import (
     MAX_PACKETS_PER_SECOND,
@@ -334,6 +335,111 @@ def test_recording_padded_to_now_when_the_caller_goes_quiet() -> None:
     stream(session, audio_frames(speech_like(0.2)))  # 10 frames, then nothing at all
     session.stop_recording(0.18 + 1.0)
     assert len(sink.data) == pytest.approx(60 * FRAME, abs=2 * FRAME)
+
+
+SILENT = g711.silence("ulaw", FRAME)
+
+
+def test_a_recording_begun_while_the_caller_sends_nothing_begins_with_that_silence() -> None:
+    """Silence suppression: the phone sends nothing while its user is quiet, its RTP
+    timestamps running on. A recording that begins then starts with the silence up to
+    the caller's next frame, so the file is as long as the time it covers."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(1.0))
+    stream(session, frames[:20])  # 0.00-0.38, then nothing
+    sink = Sink()
+    session.start_recording(sink, None, 0.3, at=1.4)  # from 1.1 on the media clock
+    # The caller speaks again at 2.4: packet 120 of the call's clock.
+    stream(session, frames[20:45], start=2.4, seq0=120, ts0=1000 + 120 * FRAME)
+    session.stop_recording(2.88)
+    # From the frame at 1.12 (the 20 ms grid of the caller's frames) to 2.4: 64 frames.
+    assert bytes(sink.data) == SILENT * 64 + b"".join(frames[20:45])
+
+
+def test_a_recording_begun_while_quiet_then_a_new_source_begins_at_its_start() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    frames = audio_frames(speech_like(1.0))
+    stream(session, frames[:20])  # 0.00-0.38, then nothing
+    sink = Sink()
+    session.start_recording(sink, None, 0.0, at=1.0)
+    for i, payload in enumerate(frames[30:40]):  # from 1.5, another source
+        now = 1.5 + i * 0.02
+        session.receive(rtp(9000 + i, 99_000 + i * FRAME, payload, ssrc=99), PEER, now)
+        session.tick(now)
+    session.stop_recording(1.68)
+    assert session.receiver.ssrc_changes == 1
+    assert bytes(sink.data) == SILENT * 25 + b"".join(frames[30:40])
+
+
+def test_a_recording_begun_before_any_audio_begins_with_silence_up_to_the_first() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, 0.0, at=1.0)
+    frames = audio_frames(speech_like(0.2))
+    stream(session, frames, start=1.5, ts0=123_456)
+    session.stop_recording(1.68)
+    assert bytes(sink.data) == SILENT * 25 + b"".join(frames)
+
+
+def test_a_recording_that_gets_no_frame_lasts_from_its_start_not_the_last_audio() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    stream(session, audio_frames(speech_like(0.4)))  # 0.00-0.38, then nothing
+    sink = Sink()
+    session.start_recording(sink, None, 0.0, at=3.0)
+    session.stop_recording(4.0)
+    assert bytes(sink.data) == SILENT * 50
+    # A record action that heard nothing: started and stopped at once, an empty file.
+    empty = Sink()
+    session.start_recording(empty, None, 0.0, at=5.0)
+    session.stop_recording(5.0)
+    assert empty.closed and not empty.data
+
+
+@pytest.mark.parametrize("offset", [-400_000, 40_000, 0x80000000])
+def test_a_new_source_mid_recording_is_recorded_after_the_time_between(offset: int) -> None:
+    """The caller's stream changes SSRC (a transfer, a media relay): the new source's
+    timestamps start anywhere (RFC 3550 §5.1), behind or ahead of the old ones. Its
+    frames are all recorded, after silence for the time no audio came (by arrival:
+    the new source's first three frames are given together, once the switch is sure)."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, 0.0)
+    first = audio_frames(speech_like(1.0))
+    stream(session, first)  # 0.00-0.98
+    second = audio_frames(speech_like(0.6) // 2)
+    for i, payload in enumerate(second):  # 1.50-2.08, another source
+        now = 1.5 + i * 0.02
+        ts = (1000 + 50 * FRAME + offset + i * FRAME) & 0xFFFFFFFF
+        session.receive(rtp(9000 + i, ts, payload, ssrc=99), PEER, now)
+        session.tick(now)
+    session.stop_recording(2.08)
+    assert session.receiver.ssrc_changes == 1
+    assert bytes(sink.data) == b"".join(first) + SILENT * 25 + b"".join(second)
+
+
+def test_a_sender_whose_timestamps_go_back_is_still_recorded() -> None:
+    """The same source's timestamps jump back 5 s (a broken sender): what follows is new
+    audio, in sequence order, not late frames: it is written, not dropped."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, 0.0)
+    frames = audio_frames(speech_like(1.0))
+    for i, payload in enumerate(frames):
+        ts = 1000 + i * FRAME - (40_000 if i >= 25 else 0)
+        session.receive(rtp(100 + i, ts & 0xFFFFFFFF, payload), PEER, i * 0.02)
+        session.tick(i * 0.02)
+    session.stop_recording(0.98)
+    assert bytes(sink.data) == b"".join(frames)
+
+
+def test_a_late_frame_is_still_dropped_from_the_recording() -> None:
+    """A frame behind the file by less than a second is one already covered."""
+    recording = CallerRecording(Sink(), "ulaw", "call")
+    frames = audio_frames(speech_like(0.1))
+    for i, payload in enumerate(frames):
+        assert recording.frame(payload, 1000 + i * FRAME, "ulaw") is None
+    recording.frame(frames[0], 1000 + 2 * FRAME, "ulaw")  # behind by two frames
+    assert bytes(recording.sink.data) == b"".join(frames)  # type: ignore[attr-defined]
 
 
 # --- RTCP ----------------------------------------------------------------------------------
