@@ -30,6 +30,7 @@ utterance's state into a new one.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Final
@@ -46,8 +47,12 @@ CONTEXT: Final = 32
 STATE_SHAPE: Final = (2, 1, 128)
 
 
+@functools.cache
 def model_path() -> Path:
-    """Where the ``silero-vad`` wheel put ``silero_vad.onnx`` (found without importing it)."""
+    """Where the ``silero-vad`` wheel put ``silero_vad.onnx`` (found without importing it).
+
+    Found once: every call's detector asks, and the search of ``sys.path`` costs a few
+    hundred microseconds of the event loop each time."""
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or spec.origin is None:
         raise FileNotFoundError(

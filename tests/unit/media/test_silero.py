@@ -174,3 +174,22 @@ def test_onset_is_quick_for_barge_in() -> None:
         x, start, _ = on_a_line(load(path))
         late.append(next(t for t, e in edges(x, gated()) if e) - start)
     assert np.median(late) <= 0.08 + 1e-9  # 3 frames of confirmed speech after the start
+
+
+def test_the_model_file_is_looked_for_once_not_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call's detector makes a stream: the search of ``sys.path`` for the model's
+    package (hundreds of microseconds of the event loop) is done once."""
+    import importlib.util
+
+    looked: list[str] = []
+    find_spec = importlib.util.find_spec
+
+    def counted(name: str, package: str | None = None) -> object:
+        looked.append(name)
+        return find_spec(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", counted)
+    getattr(silero.model_path, "cache_clear", lambda: None)()
+    for _ in range(3):
+        SileroStream()
+    assert looked == ["silero_vad"]
