@@ -60,18 +60,20 @@ class CallerRecording:
     since: float | None = None
 
     def anchor(self, timestamp: int, when: float) -> None:
-        """The frame at ``timestamp`` came at media time ``when``: where the file has no
-        place on the caller's RTP clock yet, it begins :attr:`since`, so the frame comes
-        after silence for the time between (up to :data:`MAX_GAP_SAMPLES`)."""
+        """The frame at ``timestamp`` came at media time ``when`` (so its 20 ms end then):
+        where the file has no place on the caller's RTP clock yet, it begins :attr:`since`,
+        so the frame comes after silence for the time between (up to
+        :data:`MAX_GAP_SAMPLES`)."""
         if self.next_ts is None and self.since is not None:
-            lead = min(round((when - self.since) / _SECONDS), MAX_GAP_SAMPLES // FRAME)
+            lead = round((when - _SECONDS - self.since) / _SECONDS)
+            lead = min(lead, MAX_GAP_SAMPLES // FRAME)
             if lead > 0:
                 self.next_ts = (timestamp - lead * FRAME) & 0xFFFFFFFF
 
     def restart(self, since: float | None) -> None:
         """Another source (a new SSRC, whose timestamps have nothing to do with the
-        last one's): the timeline goes on from media time ``since``, the old source's end
-        (or the file's beginning, where that is later)."""
+        last one's): the timeline goes on from media time ``since``, when the old source's
+        last frame came (or the file's beginning, where that is later)."""
         self.next_ts = None
         if since is not None and (self.since is None or since > self.since):
             self.since = since
@@ -145,6 +147,8 @@ def opening(frames: Sequence[tuple[int, bytes]], span: int) -> tuple[int, list[t
         first -= 1
     # The first frame on the grid at which ``last - timestamp < span`` holds.
     start = (last - ((span + FRAME - 1) // FRAME - 1) * FRAME) & 0xFFFFFFFF
+    if first < len(frames) and (frames[first][0] - start) & 0xFFFFFFFF > 0x7FFFFFFF:
+        start = frames[first][0]  # (frames longer than 20 ms: not on that grid)
     return start, list(frames[first:])
 
 

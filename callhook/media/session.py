@@ -174,7 +174,7 @@ class MediaSession(Inlet):
         #: The recording's frames the media thread took in slots Python has not worked
         #: yet (timestamp, payload, the slot's time): written once it has (:meth:`_recorded`).
         self._ahead: list[tuple[int, bytes, float]] = []
-        self._sources = 0  # the receiver's count of source changes when recording began
+        self._source: int | None = None  # the SSRC the recording's timeline follows
         self._last_audio = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
@@ -325,9 +325,11 @@ class MediaSession(Inlet):
             if digit is not None:
                 self._digit(digit)
         elif pt == self.payload_type:
-            self._audio(packet.payload, packet.timestamp, now)
+            self._audio(packet.payload, packet.timestamp, now, packet.ssrc)
 
-    def _audio(self, payload: bytes, timestamp: int, now: float) -> None:
+    def _audio(self, payload: bytes, timestamp: int, now: float, ssrc: int | None = None) -> None:
+        """A frame of the caller's audio, of source ``ssrc`` (None: the receiver's current
+        one, as the usual packet's is)."""
         previous, self._last_audio = self._last_audio, now
         if self.tells is not None:
             self.tells.push(payload)  # the other side of a bridge hears it
@@ -339,10 +341,13 @@ class MediaSession(Inlet):
                 self._write_ahead(None)
             recording = self._recording
             if recording is not None:
-                if self._sources != self.receiver.ssrc_changes:
-                    # Another source: its timestamps start afresh, the gap is by arrival.
-                    self._sources = self.receiver.ssrc_changes
-                    recording.restart(previous + FRAME_SECONDS if previous else None)
+                source = self.receiver.ssrc if ssrc is None else ssrc
+                if source != self._source:
+                    # Another source (its first frame: the old one's held frames may come
+                    # with it): its timestamps start afresh, the gap is by arrival.
+                    if self._source is not None:
+                        recording.restart(previous or None)
+                    self._source = source
                 recording.anchor(timestamp, now)
                 self._record(payload, timestamp)
         if self.batched:
@@ -674,7 +679,7 @@ class MediaSession(Inlet):
         self.reclaim()
         self._ahead.clear()
         recording = self._recording = CallerRecording(sink, law or self.law, self.label)
-        self._sources = self.receiver.ssrc_changes
+        self._source = self.receiver.ssrc
         self._listen()
         frames = list(self._preroll)
         if not frames:

@@ -427,11 +427,16 @@ class SipLeg:
                 path, law, command, self.max_recording_bytes, on_durable=durable
             ),
         )
-        if writer is not None:
-            # The runner decided at the media time of its event; the media has been worked
-            # on since (the loop was behind): what came meanwhile is in the pre-roll too.
-            at = self.events.acting_at if catch_up else None
-            self.session.start_recording(writer, law, command.preroll, at)
+        if writer is None:
+            return
+        if not catch_up:
+            # Started and stopped in one go: the empty file of an action that heard nothing
+            # (nothing of the pre-roll, and no silence for a caller who sends none).
+            writer.close()
+            return
+        # The runner decided at the media time of its event; the media has been worked on
+        # since (the loop was behind): what came meanwhile is in the pre-roll too.
+        self.session.start_recording(writer, law, command.preroll, self.events.acting_at)
 
     def _record_call(self, command: RecordCall) -> None:
         """A connect's whole-call recording: both directions, from the bridge on."""

@@ -371,10 +371,10 @@ def record_both(
     in_python = 0
     audio = fast._audio
 
-    def counting(payload: bytes, timestamp: int, now: float) -> None:
+    def counting(payload: bytes, timestamp: int, now: float, ssrc: int | None = None) -> None:
         nonlocal in_python
         in_python += 1
-        audio(payload, timestamp, now)
+        audio(payload, timestamp, now, ssrc)
 
     fast._audio = counting  # type: ignore[method-assign]
     key = (object(), fast)

@@ -368,7 +368,8 @@ def test_a_recording_begun_while_quiet_then_a_new_source_begins_at_its_start() -
         session.tick(now)
     session.stop_recording(1.68)
     assert session.receiver.ssrc_changes == 1
-    assert bytes(sink.data) == SILENT * 25 + b"".join(frames[30:40])
+    # (The first frame came at 1.50: its 20 ms began at 1.48.)
+    assert bytes(sink.data) == SILENT * 24 + b"".join(frames[30:40])
 
 
 def test_a_recording_begun_before_any_audio_begins_with_silence_up_to_the_first() -> None:
@@ -378,7 +379,7 @@ def test_a_recording_begun_before_any_audio_begins_with_silence_up_to_the_first(
     frames = audio_frames(speech_like(0.2))
     stream(session, frames, start=1.5, ts0=123_456)
     session.stop_recording(1.68)
-    assert bytes(sink.data) == SILENT * 25 + b"".join(frames)
+    assert bytes(sink.data) == SILENT * 24 + b"".join(frames)  # (from 1.00 to 1.48)
 
 
 def test_a_recording_that_gets_no_frame_lasts_from_its_start_not_the_last_audio() -> None:
@@ -415,6 +416,25 @@ def test_a_new_source_mid_recording_is_recorded_after_the_time_between(offset: i
     session.stop_recording(2.08)
     assert session.receiver.ssrc_changes == 1
     assert bytes(sink.data) == b"".join(first) + SILENT * 25 + b"".join(second)
+
+
+def test_a_held_frame_of_the_old_source_given_with_the_new_ones_stays_on_its_line() -> None:
+    """The old source lost a packet, so its next one was held; the new source's third
+    packet gives both at once (the held one first): the held frame is the old source's,
+    and the new source's timeline starts at its own first frame."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, 0.0)
+    old = audio_frames(speech_like(1.0))
+    stream(session, old, skip={48})  # 0.00-0.98, packet 48 lost
+    new = audio_frames(speech_like(0.6) // 2)
+    for i, payload in enumerate(new):  # 1.00-1.58, 5 s ahead on the clock
+        now = 1.0 + i * 0.02
+        ts = (1000 + 50 * FRAME + 40_000 + i * FRAME) & 0xFFFFFFFF
+        session.receive(rtp(9000 + i, ts, payload, ssrc=99), PEER, now)
+        session.tick(now)
+    session.stop_recording(1.58)
+    assert bytes(sink.data) == b"".join(old[:48]) + SILENT + old[49] + b"".join(new)
 
 
 def test_a_sender_whose_timestamps_go_back_is_still_recorded() -> None:

@@ -219,6 +219,28 @@ async def test_a_recording_that_heard_nothing_stays_empty_however_late(tmp_path)
     assert the_leg.recorded_seconds("r.wav") == 0.0
 
 
+async def test_a_recording_that_heard_nothing_after_a_quiet_spell_is_empty(tmp_path):
+    """The caller's phone sent nothing for the last seconds (silence suppression): the
+    file of an action that heard nothing is still empty, not that much silence."""
+    the_leg, session, clock, t = leg(tmp_path)
+    voice = g711.encode("ulaw", np.full(160, 1000, dtype=np.int16))
+    for i in range(10):  # 10.00-10.18, then nothing
+        now = t + 10.0 + i * 0.02
+        session.receive(RtpPacket(0, False, i, i * 160, 7, voice).serialize(), PEER, now)
+        session.tick(now)
+    clock.advance(t + 13.0)
+    assert await the_leg.next_event(t + 12.5) == (None, t + 12.5)
+    the_leg.send(
+        [
+            StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
+            StopRecording("r.wav"),
+        ]
+    )
+    data = the_leg.store.path("app", "r.wav").read_bytes()
+    assert data[data.index(b"data") + 4 : data.index(b"data") + 8] == bytes(4)
+    assert the_leg.recorded_seconds("r.wav") == 0.0
+
+
 async def test_a_tick_that_stops_while_the_call_is_in_it_leaves_the_loops_clock(
     tmp_path, monkeypatch, caplog
 ):
