@@ -437,6 +437,24 @@ def test_a_held_frame_of_the_old_source_given_with_the_new_ones_stays_on_its_lin
     assert bytes(sink.data) == b"".join(old[:48]) + SILENT + old[49] + b"".join(new)
 
 
+def test_a_pre_roll_of_30_ms_frames_is_kept_whole() -> None:
+    """A peer that sends 30 ms frames (240 samples, off the 20 ms grid): the pre-roll's
+    first frame is written, not taken for late and replaced with silence."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    encoded = g711.encode("ulaw", speech_like(1.2))
+    frames = [encoded[i : i + 240] for i in range(0, 240 * 30, 240)]
+    for i, payload in enumerate(frames[:20]):
+        session.receive(rtp(100 + i, 1000 + i * 240, payload), PEER, i * 0.03)
+        session.tick(i * 0.03)
+    sink = Sink()
+    session.start_recording(sink, None, 0.1)
+    for i, payload in enumerate(frames[20:], start=20):
+        session.receive(rtp(100 + i, 1000 + i * 240, payload), PEER, i * 0.03)
+        session.tick(i * 0.03)
+    session.stop_recording(0.87)
+    assert bytes(sink.data) == b"".join(frames[16:])
+
+
 def test_a_sender_whose_timestamps_go_back_is_still_recorded() -> None:
     """The same source's timestamps jump back 5 s (a broken sender): what follows is new
     audio, in sequence order, not late frames: it is written, not dropped."""
