@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from callhook.clock import TickClock
 from callhook.events import DigitReceived, StartRecording, StopRecording, VoiceActivity
@@ -199,37 +200,26 @@ async def test_a_recording_the_runner_starts_late_begins_where_it_decided(tmp_pa
     assert audio == b"".join(frames[11:50])
 
 
-async def test_a_recording_that_heard_nothing_stays_empty_however_late(tmp_path):
+@pytest.mark.parametrize(
+    ("frames", "until"),
+    [
+        pytest.param(40, 10.8, id="the-caller-talking-up-to-it"),
+        # (10.00-10.18, then nothing: a phone's silence suppression)
+        pytest.param(10, 13.0, id="after-a-quiet-spell"),
+    ],
+)
+async def test_a_recording_that_heard_nothing_stays_empty(tmp_path, frames, until):
     """The action started and stopped its file at once (no sound before its timeout):
-    nothing is caught up for it, whatever came on the wire since."""
+    nothing is caught up for it, whatever came on the wire since, and no silence is
+    made up for a caller whose phone sent nothing for the last seconds."""
     the_leg, session, clock, t = leg(tmp_path)
     voice = g711.encode("ulaw", np.full(160, 1000, dtype=np.int16))
-    for i in range(40):
+    for i in range(frames):
         now = t + 10.0 + i * 0.02
         session.receive(RtpPacket(0, False, i, i * 160, 7, voice).serialize(), PEER, now)
         session.tick(now)
-    clock.advance(t + 10.8)
-    assert await the_leg.next_event(t + 10.5) == (None, t + 10.5)
-    the_leg.send(
-        [
-            StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
-            StopRecording("r.wav"),
-        ]
-    )
-    assert the_leg.recorded_seconds("r.wav") == 0.0
-
-
-async def test_a_recording_that_heard_nothing_after_a_quiet_spell_is_empty(tmp_path):
-    """The caller's phone sent nothing for the last seconds (silence suppression): the
-    file of an action that heard nothing is still empty, not that much silence."""
-    the_leg, session, clock, t = leg(tmp_path)
-    voice = g711.encode("ulaw", np.full(160, 1000, dtype=np.int16))
-    for i in range(10):  # 10.00-10.18, then nothing
-        now = t + 10.0 + i * 0.02
-        session.receive(RtpPacket(0, False, i, i * 160, 7, voice).serialize(), PEER, now)
-        session.tick(now)
-    clock.advance(t + 13.0)
-    assert await the_leg.next_event(t + 12.5) == (None, t + 12.5)
+    clock.advance(t + until)
+    assert await the_leg.next_event(t + until - 0.3) == (None, t + until - 0.3)
     the_leg.send(
         [
             StartRecording("r.wav", None, None, preroll=0.0, max_seconds=60),
