@@ -4,39 +4,13 @@ and, for the whole session, the check that no secret the run used reached a log
 
 from __future__ import annotations
 
-import glob
 import logging
-import os
-import tomllib
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from callhook.devtools.harness import AppServer
 from tests import leaks
-
-ROOT = Path(__file__).parent.parent
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """A module mypyc compiled (pyproject.toml's ``[tool.callhook] compiled``) whose
-    source changed since: Python would import the old build and test it, not the
-    change. The run stops, saying how to build it again."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        compiled = tomllib.load(f)["tool"]["callhook"]["compiled"]
-    stale = [
-        source
-        for source in compiled
-        for built in glob.glob(str(ROOT / source.removesuffix(".py")) + ".*.so")[:1]
-        if os.path.getmtime(ROOT / source) > os.path.getmtime(built)
-    ]
-    if stale:
-        pytest.exit(
-            f"compiled modules older than their source: {', '.join(stale)} "
-            "(scripts/setup builds them again)",
-            returncode=4,
-        )
 
 
 @pytest.fixture
