@@ -4,13 +4,36 @@ and, for the whole session, the check that no secret the run used reached a log
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from callhook.devtools.harness import AppServer
 from tests import leaks
+
+ROOT = Path(__file__).parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A compiled module (pyproject.toml's ``[tool.callhook] compiled``) built before its
+    source last changed, or left over: Python would import that build, not the source,
+    and test it. The run stops, saying how to build it again (scripts/stale_builds.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "stale_builds", ROOT / "scripts" / "stale_builds.py"
+    )
+    assert spec is not None and spec.loader is not None
+    builds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builds)
+    stale = [line for line in builds.stale(ROOT) if "C extension" not in line]
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their source, or left over: {'; '.join(stale)} "
+            "(scripts/setup builds them again)",
+            returncode=4,
+        )
 
 
 @pytest.fixture

@@ -50,7 +50,9 @@ def show(text: str, limit: int = 40) -> str:
     """``text`` clipped, with what a Reason-Phrase may not hold (RFC 3261 §25.1) as ``?``."""
     clipped = text if len(text) <= limit else text[:limit] + "..."
     return "".join(
-        "?" if (c < " " or c in _UNSAFE or "\ud800" <= c <= "\udfff") else c for c in clipped
+        # (The surrogates by chr: mypyc compiles no surrogate in a string literal.)
+        "?" if (c < " " or c in _UNSAFE or chr(0xD800) <= c <= chr(0xDFFF)) else c
+        for c in clipped
     )
 
 
