@@ -1,13 +1,14 @@
 """The modules mypyc compiles to C, besides pyproject.toml's C extensions.
 
 pyproject.toml's ``[tool.callhook] compiled`` names them. mypyc makes one shared library
-of them (``callhook__mypyc``) and, for each, a small extension that imports it; a module
-whose extension is there is imported from it, not from its ``.py``. So they are built
-all or none: where mypyc cannot compile them, or the C compiler fails on any of them,
-none is kept (in the source tree too, for an editable install) and their Python runs.
-``CALLHOOK_NO_MYPYC=1`` builds none (and removes those an earlier build left in the
-tree). They are compiled when the extensions are built (``build_ext``), not when this
-file is read, which pip does several times.
+of them (``callhook/sip__mypyc``, inside the package so that an editable install finds
+it) and, for each, a small extension that imports it; a module whose extension is there
+is imported from it, not from its ``.py``. So they are built all or none: where mypyc
+cannot compile them, or the C compiler fails on any of them, none is kept (neither in
+the build directory, whose whole tree a wheel takes, nor in the source tree of an
+editable install) and their Python runs. ``CALLHOOK_NO_MYPYC=1`` builds none (and removes
+what an earlier build left). They are compiled when the extensions are built
+(``build_ext``), not when this file is read, which pip does several times.
 """
 
 import contextlib
@@ -19,19 +20,22 @@ import tomllib
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-GROUP = "callhook"  # the shared library: callhook__mypyc
+GROUP = "callhook.sip"  # the shared library: callhook/sip__mypyc
 
 with open("pyproject.toml", "rb") as f:
     COMPILED: list[str] = tomllib.load(f)["tool"]["callhook"]["compiled"]
 
 
-def in_tree() -> list[str]:
-    """What an earlier build of the compiled modules left in the source tree: the shared
-    library, and every extension under callhook/ beside a ``.py`` of its name (the C
-    extensions have no such twin)."""
-    found = glob.glob(f"{GROUP}__mypyc.*.so")
-    for built in glob.glob("callhook/**/*.so", recursive=True):
-        if os.path.exists(built.split(".", 1)[0] + ".py"):
+def compiled_in(base: str) -> list[str]:
+    """What a build of the compiled modules put under ``base`` (the source tree, or the
+    build directory): the shared library (and the one an earlier layout left at the top),
+    and every extension under callhook/ whose module is a ``.py`` of the source tree
+    (the C extensions have no such twin)."""
+    found = glob.glob(os.path.join(base, "callhook__mypyc.*.so"))
+    found += glob.glob(os.path.join(base, "callhook", "**", "*__mypyc.*.so"), recursive=True)
+    for built in glob.glob(os.path.join(base, "callhook", "**", "*.so"), recursive=True):
+        module = os.path.relpath(built, base).split(".", 1)[0]
+        if os.path.exists(module + ".py"):
             found.append(built)
     return found
 
@@ -51,7 +55,7 @@ class BuildExt(build_ext):
         inplace = self.inplace  # (run() clears it while it builds: a failure leaves it so)
         super().run()
         if os.environ.get("CALLHOOK_NO_MYPYC"):
-            remove(in_tree())
+            self._none("CALLHOOK_NO_MYPYC is set", inplace)
             return
         try:
             from mypyc.build import mypycify
@@ -65,7 +69,7 @@ class BuildExt(build_ext):
                 group_name=GROUP,
             )
         except (Exception, SystemExit) as exc:  # (mypyc exits on a type error)
-            self._none(f"mypyc could not compile them ({exc!r})", [], inplace)
+            self._none(f"mypyc could not compile them ({exc!r})", inplace)
             return
         for extension in extensions:  # (what finalize_options did for the others)
             extension._full_name = self.get_ext_fullname(extension.name)
@@ -79,19 +83,18 @@ class BuildExt(build_ext):
             super().run()
         except Exception as exc:
             self.inplace = inplace
-            self._none(f"they did not build ({exc!r})", extensions, inplace)
             self.extensions = c_extensions
+            self._none(f"they did not build ({exc!r})", inplace)
             return
         self.extensions = c_extensions + extensions
-        if inplace:  # (modules no longer compiled: their Python runs again)
-            expected = {os.path.abspath(self.get_ext_fullpath(e.name)) for e in extensions}
-            remove([p for p in in_tree() if os.path.abspath(p) not in expected])
+        # Modules no longer compiled (their Python runs again), an older layout's library.
+        names = {self.get_ext_filename(e.name) for e in extensions}
+        for base in [self.build_lib, "."] if inplace else [self.build_lib]:
+            remove([p for p in compiled_in(base) if os.path.relpath(p, base) not in names])
 
-    def _none(self, why: str, extensions: list, inplace: bool) -> None:  # type: ignore[type-arg]
+    def _none(self, why: str, inplace: bool) -> None:
         print(f"callhook: no module compiled with mypyc: {why}; their Python runs", file=sys.stderr)
-        remove(in_tree() if inplace else [])
-        built = [os.path.join(self.build_lib, self.get_ext_filename(e.name)) for e in extensions]
-        remove(built)
+        remove(compiled_in(self.build_lib) + (compiled_in(".") if inplace else []))
 
 
 setup(cmdclass={"build_ext": BuildExt})

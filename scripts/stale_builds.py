@@ -4,8 +4,8 @@
 
 pyproject.toml says what is built of what: its C extensions
 (``[[tool.setuptools.ext-modules]]``) and the modules mypyc compiles (``[tool.callhook]
-compiled``, setup.py: one shared library, ``callhook__mypyc``, and an extension for each
-module). A compiled module whose source changed since its build, or one no longer listed
+compiled``, setup.py: one shared library, ``callhook/sip__mypyc``, and an extension for
+each module). A compiled module whose source changed since its build, or one no longer listed
 whose extension is still in the tree, would be imported instead of its ``.py``: stale.
 With ``CALLHOOK_NO_MYPYC`` set, any compiled module left in the tree is. scripts/setup
 builds again what this names; tests/conftest.py stops a test run that would import it.
@@ -40,7 +40,9 @@ def stale(root: Path = ROOT) -> list[str]:
     listed = {root / p for p in tool["callhook"]["compiled"]}
     in_tree = [Path(p) for p in glob.glob(str(root / "callhook" / "**" / "*.so"), recursive=True)]
     shims = {p for p in in_tree if p.with_name(p.name.split(".", 1)[0] + ".py").exists()}
-    library = root / ("callhook__mypyc" + SUFFIX)
+    library = root / "callhook" / ("sip__mypyc" + SUFFIX)
+    # (An earlier layout's library, at the top: importable only from the checkout.)
+    shims |= {Path(p) for p in glob.glob(str(root / "callhook__mypyc.*.so"))}
     if os.environ.get("CALLHOOK_NO_MYPYC"):
         return out + [f"{p.relative_to(root)} (compiled, left over)" for p in sorted(shims)]
     for source in sorted(listed):

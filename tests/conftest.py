@@ -30,8 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     stale = [line for line in builds.stale(ROOT) if "C extension" not in line]
     if stale:
         pytest.exit(
-            f"compiled modules older than their source, or left over: {'; '.join(stale)} "
-            "(scripts/setup builds them again)",
+            f"compiled modules older than their source, left over or not built: "
+            f"{'; '.join(stale)} (scripts/setup builds them again; why one does not build: "
+            ".venv/bin/python -m pip install --no-deps -e . -v; CALLHOOK_NO_MYPYC=1 at "
+            "install and here: none compiled)",
             returncode=4,
         )
 
