@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 import sysconfig
 import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
+
+def _source_of(built: Path) -> Path:
+    """The ``.py`` a build of a compiled module stands for (C extensions have none)."""
+    return built.with_name(built.name.split(".", 1)[0] + ".py")
 
 
 def _older(built: Path, sources: list[Path]) -> bool:
@@ -39,7 +43,7 @@ def stale(root: Path = ROOT) -> list[str]:
             out.append(f"{m['name']} (C extension)")
     listed = {root / p for p in tool["callhook"]["compiled"]}
     in_tree = [Path(p) for p in glob.glob(str(root / "callhook" / "**" / "*.so"), recursive=True)]
-    shims = {p for p in in_tree if p.with_name(p.name.split(".", 1)[0] + ".py").exists()}
+    shims = {p for p in in_tree if _source_of(p).exists()}
     library = root / "callhook" / ("sip__mypyc" + SUFFIX)
     # (An earlier layout's library, at the top: importable only from the checkout.)
     shims |= {Path(p) for p in glob.glob(str(root / "callhook__mypyc.*.so"))}
@@ -50,11 +54,10 @@ def stale(root: Path = ROOT) -> list[str]:
         if _older(shim, [source]) or _older(library, [source]):
             out.append(f"{source.relative_to(root)} (compiled with mypyc)")
     for shim in sorted(shims):
-        if shim.with_name(shim.name.split(".", 1)[0] + ".py") not in listed:
+        if _source_of(shim) not in listed:
             out.append(f"{shim.relative_to(root)} (compiled, no longer listed)")
     return out
 
 
 if __name__ == "__main__":
     print("\n".join(stale()))
-    sys.exit(0)
