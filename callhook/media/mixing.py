@@ -1,0 +1,95 @@
+"""A conference room's audio: each participant hears the sum of the others. Sans-IO.
+
+Theory of operation
+-------------------
+Every 20 ms the media tick hands a room's participants' frames (decoded to linear
+samples, a row each, zeros where a participant sent nothing) and says whose are mixed:
+the talkers that are not muted, in a room that is active
+(:meth:`callhook.conference.room.Room.talkers`). :func:`mix` sums the mixed rows once,
+then gives each participant that sum less its own row, so nobody hears itself, with the
+sum held within the 16-bit range (saturated, never wrapped: a wrapped sum is a loud
+click). Each row is then encoded in the participant's own law (µ-law or A-law).
+
+A room of many lines adds up their noise, and one noisy line is heard by everyone. So a
+talker is mixed only while its :class:`TalkerGate` is open: a frame at or above
+:data:`OPEN_DBOV` opens it, and it stays open :data:`HANGOVER` frames after the last such
+frame, so the ends of words and the short pauses between them are heard whole. (Asterisk's
+ConfBridge does the same with its ``dsp_drop_silence`` option, off there by default; here
+the gate is on, its thresholds options of the room.)
+
+This is the reference the native mixer is tested against, row by row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from callhook.media import g711
+
+FRAME = 160  # samples of 20 ms at 8 kHz
+#: A frame at or above this level (dB relative to a full-scale square wave's power) opens
+#: a talker's gate: about ten dB above a quiet telephone line's noise, below soft speech.
+OPEN_DBOV = -45.0
+#: Frames a talker's gate stays open after its last frame at or above :data:`OPEN_DBOV`
+#: (300 ms: a word's quiet end and the pause before the next).
+HANGOVER = 15
+
+Samples = npt.NDArray[np.int16]
+_FULL_SCALE = 32768.0**2  # the mean square of a full-scale square wave
+
+
+def power_of_dbov(dbov: float) -> float:
+    """The mean square (16-bit scale, as :func:`callhook.media.frames.frame_power`) of a
+    frame ``dbov`` below full scale."""
+    return _FULL_SCALE * 10 ** (dbov / 10)
+
+
+def dbov_of_power(power: float) -> float:
+    """A mean square's level in dBov (-inf for silence)."""
+    return -math.inf if power <= 0 else 10 * math.log10(power / _FULL_SCALE)
+
+
+class TalkerGate:
+    """Whether one talker is mixed: open on a loud frame, closed :data:`HANGOVER` frames
+    after the last one (see the module docstring)."""
+
+    def __init__(self, open_dbov: float = OPEN_DBOV, hangover: int = HANGOVER) -> None:
+        self.threshold = power_of_dbov(open_dbov)
+        self.hangover = hangover
+        self._left = 0  # frames the gate stays open without another loud one
+
+    def feed(self, power: float) -> bool:
+        """One frame of mean square ``power``: whether it is mixed."""
+        if power >= self.threshold:
+            self._left = self.hangover + 1
+        if self._left:
+            self._left -= 1
+            return True
+        return False
+
+    def close(self) -> None:
+        """The talker is out of the mix (muted, or the room holds): it opens afresh."""
+        self._left = 0
+
+
+def mix(frames: npt.NDArray[np.int16], mixed: Sequence[bool]) -> npt.NDArray[np.int16]:
+    """What each participant hears: ``frames`` holds a row of :data:`FRAME` samples for
+    each, ``mixed[i]`` says whether row ``i`` is in the room's sum; row ``i`` of the
+    answer is that sum less row ``i`` where it is in it, saturated to 16 bits."""
+    rows = np.asarray(frames, dtype=np.int32)
+    if rows.ndim != 2 or len(rows) != len(mixed):
+        raise ValueError(f"{len(mixed)} participants, frames of shape {rows.shape}")
+    use = np.asarray(mixed, dtype=bool)
+    total = rows[use].sum(axis=0, dtype=np.int32)
+    heard = total[np.newaxis, :] - np.where(use[:, np.newaxis], rows, 0)
+    out: npt.NDArray[np.int16] = np.clip(heard, -32768, 32767).astype(np.int16)
+    return out
+
+
+def encode(heard: npt.NDArray[np.int16], laws: Sequence[g711.Law]) -> list[bytes]:
+    """Each row of ``heard`` in its participant's law: the payloads to send."""
+    return [g711.encode(law, row) for law, row in zip(laws, heard, strict=True)]

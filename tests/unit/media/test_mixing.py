@@ -1,0 +1,107 @@
+"""The conference mixer's reference: nobody hears itself, sums saturate, quiet lines stay out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from callhook.media import g711
+from callhook.media.frames import frame_power
+from callhook.media.mixing import (
+    FRAME,
+    HANGOVER,
+    OPEN_DBOV,
+    TalkerGate,
+    dbov_of_power,
+    encode,
+    mix,
+    power_of_dbov,
+)
+
+RATE = 8000
+TONES = (400.0, 700.0, 1100.0, 1500.0, 1900.0)
+
+
+def tone(hz: float, amplitude: float = 4000.0, frame: int = 0) -> np.ndarray:
+    t = (np.arange(FRAME) + frame * FRAME) / RATE
+    return np.round(amplitude * np.sin(2 * np.pi * hz * t)).astype(np.int16)
+
+
+def peaks(samples: np.ndarray, floor: float = 0.1) -> set[float]:
+    """The tones present in ``samples`` (a whole number of frames: 50 Hz bins)."""
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float64)))
+    freqs = np.fft.rfftfreq(len(samples), 1 / RATE)
+    return {float(f) for f, a in zip(freqs, spectrum, strict=True) if a > floor * spectrum.max()}
+
+
+def test_each_hears_the_others_and_not_itself() -> None:
+    frames = np.stack([tone(hz) for hz in TONES])
+    heard = mix(frames, [True] * len(TONES))
+    for i, hz in enumerate(TONES):
+        expected = frames.astype(np.int32).sum(axis=0) - frames[i]
+        assert np.array_equal(heard[i], expected)
+        assert peaks(heard[i]) == set(TONES) - {hz}
+
+
+def test_a_participant_out_of_the_mix_hears_everyone_and_is_heard_by_none() -> None:
+    frames = np.stack([tone(hz) for hz in TONES[:3]])
+    heard = mix(frames, [True, False, True])  # the second muted, or a listener
+    assert peaks(heard[0]) == {TONES[2]}
+    assert peaks(heard[1]) == {TONES[0], TONES[2]}
+    assert peaks(heard[2]) == {TONES[0]}
+
+
+def test_a_loud_sum_saturates_and_does_not_wrap() -> None:
+    loud = np.full(FRAME, 30000, dtype=np.int16)
+    frames = np.stack([loud, loud, loud, -loud])
+    heard = mix(frames, [True, True, True, True])
+    assert (heard[3] == 32767).all()  # 90000, held at the top
+    assert (heard[0] == 30000).all()  # 30000 + 30000 - 30000
+    low = np.full(FRAME, -32768, dtype=np.int16)
+    assert (mix(np.stack([low, low, low]), [True] * 3) == -32768).all()
+
+
+def test_nobody_mixed_hears_silence() -> None:
+    frames = np.stack([tone(400.0), tone(700.0)])
+    assert not mix(frames, [False, False]).any()
+
+
+def test_the_frames_must_match_the_participants() -> None:
+    with pytest.raises(ValueError, match="2 participants"):
+        mix(np.zeros((3, FRAME), dtype=np.int16), [True, True])
+
+
+def test_each_row_is_encoded_in_its_participants_law() -> None:
+    frames = np.stack([tone(400.0), tone(700.0)])
+    heard = mix(frames, [True, True])
+    ulaw, alaw = encode(heard, ["ulaw", "alaw"])
+    assert ulaw == g711.encode("ulaw", heard[0]) and alaw == g711.encode("alaw", heard[1])
+    back = g711.decode("alaw", alaw).astype(np.int32)
+    assert np.abs(back - heard[1]).max() < 256  # (G.711's step at this level)
+
+
+def test_levels_in_dbov() -> None:
+    assert dbov_of_power(power_of_dbov(-45.0)) == pytest.approx(-45.0)
+    assert dbov_of_power(0.0) == -np.inf
+    # A full-scale sine is 3 dB below a full-scale square wave.
+    assert dbov_of_power(frame_power(tone(1000.0, 32767.0))) == pytest.approx(-3.0, abs=0.1)
+
+
+def test_a_quiet_line_stays_out_and_speech_opens_the_gate_with_a_hangover() -> None:
+    gate = TalkerGate()
+    noise = frame_power(np.random.default_rng(1).normal(0, 30, FRAME).astype(np.int16))
+    assert dbov_of_power(noise) < OPEN_DBOV
+    assert not any(gate.feed(noise) for _ in range(50))
+    speech = frame_power(tone(700.0, 3000.0))
+    assert gate.feed(speech)
+    after = [gate.feed(noise) for _ in range(HANGOVER + 3)]
+    assert after == [True] * HANGOVER + [False] * 3
+    assert gate.feed(speech)
+    gate.close()
+    assert not gate.feed(noise)
+
+
+def test_the_gates_thresholds_are_options() -> None:
+    gate = TalkerGate(open_dbov=-60.0, hangover=0)
+    assert gate.feed(power_of_dbov(-59.0))
+    assert not gate.feed(power_of_dbov(-61.0))
