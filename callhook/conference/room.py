@@ -15,7 +15,7 @@ waiting for the conference to become active") or *active* (``ACTIVE``: "two or m
 participants, including the leader"). Aculab's older conference interface gives the
 rule: the room starts "when a party configured as start on entry enters, and the room
 already contains one or more parties", with "at least one talker". Read as a state, not
-an instant (docs/behaviour.md, "Conferences"): a room is active while it holds two
+an instant: a room is active while it holds two
 participants or more, at least one of them with ``start_on_entry`` and at least one a
 talker; otherwise it holds, and its participants hear their ``while_stopped_media``
 instead of each other.
