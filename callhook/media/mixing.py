@@ -17,18 +17,29 @@ frame, so the ends of words and the short pauses between them are heard whole. (
 ConfBridge does the same with its ``dsp_drop_silence`` option, off there by default; here
 the gate is on, its thresholds options of the room.)
 
+A participant's call takes part through two :class:`~callhook.media.bridge.Feed` objects,
+as a bridged call does (:meth:`MediaSession.join <callhook.media.session.MediaSession.join>`):
+what it receives goes into its *talk* feed, and what it sends, when its own player has
+nothing to play (a beep, an announcement, the music while the room holds), comes from its
+*hears* feed. :class:`RoomMix` takes a frame from every talk feed each tick, mixes them and
+puts each participant's frame into its hears feed; a feed's cushion absorbs the jitter of
+a talker's packets.
+
 This is the reference the native mixer is tested against, row by row.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from callhook.media import g711
+from callhook.media.bridge import Feed
+from callhook.media.frames import frame_power
 
 FRAME = 160  # samples of 20 ms at 8 kHz
 #: A frame at or above this level (dB relative to a full-scale square wave's power) opens
@@ -93,3 +104,56 @@ def mix(frames: npt.NDArray[np.int16], mixed: Sequence[bool]) -> npt.NDArray[np.
 def encode(heard: npt.NDArray[np.int16], laws: Sequence[g711.Law]) -> list[bytes]:
     """Each row of ``heard`` in its participant's law: the payloads to send."""
     return [g711.encode(law, row) for law, row in zip(laws, heard, strict=True)]
+
+
+@dataclass(slots=True)
+class _Member:
+    law: g711.Law
+    talk: Feed
+    hears: Feed
+    gate: TalkerGate
+
+
+class RoomMix:
+    """One room's participants' feeds, mixed a tick at a time (see the module docstring)."""
+
+    def __init__(self, open_dbov: float = OPEN_DBOV, hangover: int = HANGOVER) -> None:
+        self.open_dbov = open_dbov
+        self.hangover = hangover
+        self._members: dict[str, _Member] = {}
+
+    def add(self, pid: str, law: g711.Law) -> tuple[Feed, Feed]:
+        """Participant ``pid``, whose call sends and hears ``law``: its talk and hears feeds."""
+        if pid in self._members:
+            raise ValueError(f"{pid!r} is in the mix already")
+        member = _Member(
+            law, Feed(law, law), Feed(law, law), TalkerGate(self.open_dbov, self.hangover)
+        )
+        self._members[pid] = member
+        return member.talk, member.hears
+
+    def remove(self, pid: str) -> None:
+        self._members.pop(pid, None)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def tick(self, talkers: Collection[str], active: bool) -> None:
+        """One 20 ms tick: a frame taken from every talk feed; while the room is ``active``,
+        each participant's frame of the others' mix (``talkers`` alone are mixed, each while
+        its gate is open) put into its hears feed."""
+        members = list(self._members.items())
+        rows = np.zeros((len(members), FRAME), dtype=np.int16)
+        mixed = [False] * len(members)
+        for i, (pid, member) in enumerate(members):
+            frame = member.talk.frame()
+            if frame is not None:
+                rows[i] = g711.decode(member.law, frame)
+            if pid in talkers:
+                mixed[i] = member.gate.feed(frame_power(rows[i]) if frame is not None else 0.0)
+            else:
+                member.gate.close()
+        if not active:
+            return
+        for (_, member), row in zip(members, mix(rows, mixed), strict=True):
+            member.hears.push(g711.encode(member.law, row))

@@ -11,6 +11,7 @@ from callhook.media.mixing import (
     FRAME,
     HANGOVER,
     OPEN_DBOV,
+    RoomMix,
     TalkerGate,
     dbov_of_power,
     encode,
@@ -105,3 +106,68 @@ def test_the_gates_thresholds_are_options() -> None:
     gate = TalkerGate(open_dbov=-60.0, hangover=0)
     assert gate.feed(power_of_dbov(-59.0))
     assert not gate.feed(power_of_dbov(-61.0))
+
+
+def run_room(
+    laws: list[g711.Law], talkers: set[str], ticks: int = 10, active: bool = True
+) -> list[np.ndarray]:
+    """Participants p0, p1, ... each saying its tone of TONES for ``ticks`` ticks; what each
+    heard, decoded."""
+    room = RoomMix()
+    feeds = [room.add(f"p{i}", law) for i, law in enumerate(laws)]
+    heard: list[list[np.ndarray]] = [[] for _ in laws]
+    for t in range(ticks):
+        for i, (law, (talk, _)) in enumerate(zip(laws, feeds, strict=True)):
+            talk.push(g711.encode(law, tone(TONES[i], frame=t)))
+        room.tick(talkers, active)
+        for i, (law, (_, hears)) in enumerate(zip(laws, feeds, strict=True)):
+            frame = hears.frame()
+            if frame is not None:
+                heard[i].append(g711.decode(law, frame))
+    return [np.concatenate(h) if h else np.zeros(0, dtype=np.int16) for h in heard]
+
+
+def test_a_room_of_both_laws_each_hears_the_others_tones() -> None:
+    laws: list[g711.Law] = ["ulaw", "alaw", "ulaw", "alaw", "ulaw"]
+    heard = run_room(laws, {f"p{i}" for i in range(5)})
+    for i, samples in enumerate(heard):
+        assert len(samples) == 10 * FRAME
+        assert peaks(samples, floor=0.2) == set(TONES) - {TONES[i]}
+
+
+def test_a_muted_talker_or_listener_is_not_heard_but_hears() -> None:
+    heard = run_room(["ulaw", "ulaw", "alaw"], {"p0", "p2"})
+    assert peaks(heard[0], floor=0.2) == {TONES[2]}
+    assert peaks(heard[1], floor=0.2) == {TONES[0], TONES[2]}
+    assert peaks(heard[2], floor=0.2) == {TONES[0]}
+
+
+def test_a_holding_room_gives_nobody_anything_to_hear() -> None:
+    assert all(len(h) == 0 for h in run_room(["ulaw", "alaw"], {"p0", "p1"}, active=False))
+
+
+def test_a_quiet_talker_is_left_out_of_the_mix() -> None:
+    room = RoomMix()
+    (loud, _), (hiss, _), (_, listener) = (
+        room.add("loud", "ulaw"),
+        room.add("hiss", "ulaw"),
+        room.add("ear", "ulaw"),
+    )
+    noise = np.random.default_rng(2).normal(0, 20, FRAME).astype(np.int16)
+    for t in range(5):
+        loud.push(g711.encode("ulaw", tone(700.0, frame=t)))
+        hiss.push(g711.encode("ulaw", noise))
+        room.tick({"loud", "hiss", "ear"}, True)
+    frames = [listener.frame() for _ in range(5)]
+    expected = g711.encode("ulaw", tone(700.0, frame=4))
+    assert frames[-1] == expected  # the tone alone: the hiss was not added to it
+
+
+def test_a_participant_joins_once_and_leaves() -> None:
+    room = RoomMix()
+    room.add("a", "ulaw")
+    with pytest.raises(ValueError, match="already"):
+        room.add("a", "alaw")
+    room.remove("a")
+    room.remove("a")  # (twice is nothing)
+    assert len(room) == 0
