@@ -200,6 +200,47 @@ class ReferNotified:
     final: bool = False
 
 
+# --- events of a conference room (callhook.actions.conference) -----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoomJoined:
+    """The caller is in the room its :class:`JoinRoom` named."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoomRefused:
+    """The room would not take the caller: ``cause`` as a final page's (``busy``: it is
+    full), ``raw_cause`` why."""
+
+    cause: str
+    raw_cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoomHolding:
+    """The room holds (``on``: the caller hears its ``while_stopped_media``) or has started."""
+
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoomPrompt:
+    """Something for the caller to hear of the room: a beep (someone came in), a name and
+    its joined or left message."""
+
+    items: tuple[PromptItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoomLeft:
+    """The caller is out of the room (``reason``: ``exit_digit``, ``ejected``, ``destroyed``,
+    ``hung_up``) after ``seconds`` in it."""
+
+    reason: str
+    seconds: float
+
+
 MediaEvent = (
     DigitReceived
     | PromptFinished
@@ -217,6 +258,11 @@ MediaEvent = (
     | CalleeReady
     | ReferAnswered
     | ReferNotified
+    | RoomJoined
+    | RoomRefused
+    | RoomHolding
+    | RoomPrompt
+    | RoomLeft
 )
 
 # --- commands: actions -> media session -----------------------------------------------
@@ -451,6 +497,57 @@ class StopTranscribing:
     """End the call's transcription (its phrase in progress is still decoded and sent)."""
 
 
+# --- a conference room (callhook.actions.conference) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantOptions:
+    """How a participant takes part in a room (Aculab's ``conference participant``, less
+    its media: :mod:`callhook.conference.room` reads them).
+
+    An empty digit is no digit. With a ``mute_digit`` and no ``unmute_digit`` the mute
+    digit toggles; with both, one mutes and the other unmutes.
+    """
+
+    talker: bool = True
+    start_on_entry: bool = True
+    destroy_on_exit: bool = False
+    beep_on_entry: bool = True
+    exit_digit: str = ""
+    mute_digit: str = ""
+    unmute_digit: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("exit_digit", "mute_digit", "unmute_digit"):
+            digit = getattr(self, name)
+            if digit and (len(digit) != 1 or digit not in "0123456789ABCD#*"):
+                raise ValueError(f"{name}: one of 0123456789ABCD#*, or empty ({digit!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRoom:
+    """Put the caller in its application's conference room ``room`` (made for it when there
+    is none) with ``options``; ``joined`` and ``left``: what the others hear when it comes
+    in and when it goes (its name and messages; nothing when empty)."""
+
+    room: str
+    options: ParticipantOptions = field(default_factory=ParticipantOptions)
+    joined: tuple[PromptItem, ...] = ()
+    left: tuple[PromptItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RoomDigit:
+    """A digit the caller pressed in its room: its exit, mute or unmute digit, or nothing."""
+
+    digit: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveRoom:
+    """Take the caller out of its room (its action stopped)."""
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -467,4 +564,7 @@ MediaCommand = (
     | Refer
     | Transcribe
     | StopTranscribing
+    | JoinRoom
+    | RoomDigit
+    | LeaveRoom
 )

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from callhook.actions.connectschema import SecondaryCall
 from callhook.actions.fields import DigitOrEmpty, Opt, Strict
 from callhook.actions.schema import PlayAction, WebPageRequest
-from callhook.conference.room import ParticipantOptions
+from callhook.events import ParticipantOptions
 
 #: A room's name, as a ``con:`` destination takes it (callhook/dialplan/destinations.py):
 #: printable, no space.

@@ -38,10 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from callhook.events import ParticipantOptions
+
 #: Aculab's limit for an unreserved ("small") conference: "up to 40 participants".
 MAX_PARTICIPANTS = 40
-#: Digits a participant option may name (Aculab: "Valid digits are 0123456789ABCD#*").
-DIGITS = frozenset("0123456789ABCD#*")
 
 RoomState = Literal["HOLDING", "ACTIVE"]
 LeaveReason = Literal["hung_up", "exit_digit", "ejected", "destroyed"]
@@ -53,29 +53,6 @@ class RoomFull(Exception):
 
 class NotInRoom(KeyError):
     """No participant of that id is in the room."""
-
-
-@dataclass(frozen=True, slots=True)
-class ParticipantOptions:
-    """How a participant takes part (Aculab's ``conference participant``, less its media).
-
-    An empty digit is no digit. With a ``mute_digit`` and no ``unmute_digit`` the mute
-    digit toggles; with both, one mutes and the other unmutes.
-    """
-
-    talker: bool = True
-    start_on_entry: bool = True
-    destroy_on_exit: bool = False
-    beep_on_entry: bool = True
-    exit_digit: str = ""
-    mute_digit: str = ""
-    unmute_digit: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("exit_digit", "mute_digit", "unmute_digit"):
-            digit = getattr(self, name)
-            if digit and (len(digit) != 1 or digit not in DIGITS):
-                raise ValueError(f"{name}: one of 0123456789ABCD#*, or empty ({digit!r})")
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from callhook.actions.conferenceschema import ConferenceParticipant, ConnectToConference
-from callhook.conference.room import ParticipantOptions
+from callhook.events import ParticipantOptions
 
 SAY = {"play": {"play_list": [{"text_to_say": "Alice"}]}}
 

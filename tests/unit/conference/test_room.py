@@ -13,13 +13,13 @@ from callhook.conference.room import (
     Left,
     Muted,
     NotInRoom,
-    ParticipantOptions,
     Room,
     RoomFull,
     Rooms,
     Started,
     Stopped,
 )
+from callhook.events import ParticipantOptions
 
 PLAIN = ParticipantOptions()
 QUIET = ParticipantOptions(beep_on_entry=False)

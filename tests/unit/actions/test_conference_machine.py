@@ -1,0 +1,161 @@
+"""One participant's ``connect_to_conference`` machine, event by event on a virtual clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from callhook.actions.conference import ConferenceMachine
+from callhook.actions.conferenceschema import ConnectToConference
+from callhook.actions.connect import RINGBACK
+from callhook.actions.machine import ActionContext, Completed, Continue
+from callhook.events import (
+    DigitReceived,
+    JoinRoom,
+    LeaveRoom,
+    ParticipantOptions,
+    PromptFinished,
+    RoomDigit,
+    RoomHolding,
+    RoomJoined,
+    RoomLeft,
+    RoomPrompt,
+    RoomRefused,
+    SayText,
+    StartPrompt,
+    StopPrompt,
+)
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"play": {"play_list": [{"text_to_say": text}]}}
+
+
+def machine(**props: Any) -> ConferenceMachine:
+    action = ConnectToConference.model_validate({"name": "weekly", **props})
+    return ConferenceMachine(action, ActionContext())
+
+
+def test_it_joins_with_the_options_and_the_others_hear_its_name_and_messages() -> None:
+    m = machine(
+        conference_participant={
+            "talker": False,
+            "exit_digit": "*",
+            "name": say("Alice"),
+            "has_joined_message": say("has joined"),
+            "has_left_message": say("has left"),
+        },
+        hold_media=say("connecting"),
+    )
+    join, hold = m.start(0.0)
+    assert join == JoinRoom(
+        "weekly",
+        ParticipantOptions(talker=False, exit_digit="*"),
+        joined=(SayText("Alice"), SayText("has joined")),
+        left=(SayText("Alice"), SayText("has left")),
+    )
+    assert hold == StartPrompt(1, (SayText("connecting"),))
+    assert m.handle(RoomJoined(), 0.1) == [StopPrompt(1)]
+
+
+def test_ringback_while_joining_without_hold_media_and_again_when_it_ends() -> None:
+    m = machine()
+    _, hold = m.start(0.0)
+    assert hold == StartPrompt(1, RINGBACK)
+    assert m.handle(PromptFinished(1), 6.0) == [StartPrompt(2, RINGBACK)]
+
+
+def test_a_holding_room_plays_while_stopped_media_over_and_over_until_it_starts() -> None:
+    m = machine(conference_participant={"while_stopped_media": say("please wait")})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    assert m.handle(RoomHolding(True), 0.0) == [StartPrompt(2, (SayText("please wait"),))]
+    assert m.handle(PromptFinished(2), 2.0) == [StartPrompt(3, (SayText("please wait"),))]
+    assert m.handle(RoomHolding(False), 3.0) == [StopPrompt(3)]
+    assert m.handle(PromptFinished(3), 3.0) == []  # (stopped: not played again)
+
+
+def test_without_while_stopped_media_a_holding_room_is_silence() -> None:
+    m = machine()
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    assert m.handle(RoomHolding(True), 0.0) == []
+
+
+def test_a_beep_interrupts_the_waiting_music_which_comes_back_after_it() -> None:
+    m = machine(conference_participant={"while_stopped_media": say("music")})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    m.handle(RoomHolding(True), 0.0)  # prompt 2: the music
+    beep = RoomPrompt((SayText("beep"),))
+    assert m.handle(beep, 1.0) == [StopPrompt(2), StartPrompt(3, (SayText("beep"),))]
+    announce = RoomPrompt((SayText("Bob"), SayText("has joined")))
+    assert m.handle(announce, 1.1) == []  # queued behind the beep
+    assert m.handle(PromptFinished(3), 1.2) == [
+        StartPrompt(4, (SayText("Bob"), SayText("has joined")))
+    ]
+    assert m.handle(PromptFinished(4), 2.0) == [StartPrompt(5, (SayText("music"),))]
+
+
+def test_a_prompt_in_an_active_room_plays_and_then_the_room_is_heard() -> None:
+    m = machine(conference_participant={"while_stopped_media": say("music")})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    assert m.handle(RoomPrompt((SayText("beep"),)), 1.0) == [StartPrompt(2, (SayText("beep"),))]
+    assert m.handle(PromptFinished(2), 1.2) == []
+
+
+def test_waiting_media_that_cannot_be_played_is_not_tried_again() -> None:
+    m = machine(conference_participant={"while_stopped_media": say("music")})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    m.handle(RoomHolding(True), 0.0)
+    assert m.handle(PromptFinished(2, error="no such file"), 0.1) == []
+
+
+def test_digits_go_to_the_room() -> None:
+    m = machine()
+    m.start(0.0)
+    assert m.handle(DigitReceived("5"), 0.0) == []  # (not in yet)
+    m.handle(RoomJoined(), 0.0)
+    assert m.handle(DigitReceived("#"), 1.0) == [RoomDigit("#")]
+
+
+def test_leaving_requests_next_page_with_the_time_connected() -> None:
+    m = machine(next_page={"url": "/left"})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    assert m.handle(RoomLeft("exit_digit", 42.3), 42.3) == []
+    assert m.outcome == Completed("connect_to_conference", {"seconds_connected_duration": 42.3})
+
+
+def test_without_next_page_the_next_action_runs() -> None:
+    m = machine()
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    m.handle(RoomLeft("ejected", 3.0), 3.0)
+    assert isinstance(m.outcome, Continue)
+
+
+def test_a_full_room_runs_the_next_action_even_with_a_next_page() -> None:
+    m = machine(next_page={"url": "/left"})
+    m.start(0.0)
+    assert m.handle(RoomRefused("busy", "full"), 0.0) == [StopPrompt(1)]
+    assert isinstance(m.outcome, Continue) and "busy" in m.outcome.reason
+
+
+def test_not_joined_in_time_is_over_and_leaves() -> None:
+    m = machine(seconds_answer_timeout=5, next_page={"url": "/left"})
+    m.start(0.0)
+    assert m.deadline == 5.0
+    assert m.on_deadline(5.0) == [LeaveRoom(), StopPrompt(1)]
+    assert isinstance(m.outcome, Continue) and m.deadline is None
+
+
+def test_a_hang_up_leaves_the_room() -> None:
+    m = machine(conference_participant={"while_stopped_media": say("music")})
+    m.start(0.0)
+    m.handle(RoomJoined(), 0.0)
+    m.handle(RoomHolding(True), 0.0)
+    assert m.stop(4.0, "hangup") == [LeaveRoom(), StopPrompt(2)]
+    assert isinstance(m.outcome, Continue)
+    assert m.handle(RoomLeft("hung_up", 4.0), 4.0) == []
