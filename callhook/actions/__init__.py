@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from callhook.actions.conference import ConferenceMachine
+from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connect import ConnectMachine
 from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.gather import GatherMachine, GatherSpec
@@ -15,7 +17,16 @@ from callhook.actions.transfer import TransferMachine
 
 #: The actions that run on the call's media through a state machine.
 MachineAction = (
-    Play | GetNumber | GetInput | Record | RunMenu | RunSpeechMenu | Sleep | Connect | Transfer
+    Play
+    | GetNumber
+    | GetInput
+    | Record
+    | RunMenu
+    | RunSpeechMenu
+    | Sleep
+    | Connect
+    | Transfer
+    | ConnectToConference
 )
 
 
@@ -37,4 +48,6 @@ def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
         return ConnectMachine(action, ctx)
     if isinstance(action, Transfer):
         return TransferMachine(action, ctx)
+    if isinstance(action, ConnectToConference):
+        return ConferenceMachine(action, ctx)
     return SleepMachine(action)

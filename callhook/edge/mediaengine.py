@@ -171,6 +171,9 @@ class MediaEngine:
         #: Called at the end of each tick, once its packets are out: serve collects the
         #: collector's young generations there (collector.py), not in mid-tick.
         self.after_tick: Callable[[], None] | None = None
+        #: The conference rooms' mixing (telephony/conferences.py): each tick, after every
+        #: call's packets are taken in and measured, before any call's packet is made.
+        self.mixing: Callable[[], None] | None = None
         #: The media thread (edge/plane.py), None: the tick runs on the loop's clock.
         self.plane: Plane | None = new_plane(ROUNDS) if thread else None
         if thread and self.plane is None:
@@ -389,6 +392,8 @@ class MediaEngine:
                 outlet.uncover(roster.sending)
             self._target = slot
         self._detection.run(roster.sessions)
+        if self.mixing is not None:
+            self.mixing()
         plane = self.plane
         # Python is behind the thread: this tick's frames miss their slot, or may (the
         # thread may run the next slot, or two, while this tick works). A prompt about

@@ -35,6 +35,8 @@ from callhook.events import (
     DetectVoice,
     DropCallee,
     JoinCallee,
+    JoinRoom,
+    LeaveRoom,
     MediaCommand,
     MediaEvent,
     Phrase,
@@ -47,6 +49,8 @@ from callhook.events import (
     RecorderFailed,
     Refer,
     ReferAnswered,
+    RoomDigit,
+    RoomRefused,
     RunCallee,
     SayText,
     SecondaryPages,
@@ -97,6 +101,17 @@ class Referrer(Protocol):
     def refer(self, destination: str, referred_by: str | None) -> None: ...
 
 
+class ConferencePort(Protocol):
+    """The call's way to the conference rooms (``connect_to_conference``:
+    telephony/conferences.py)."""
+
+    def join(self, command: JoinRoom) -> None: ...
+
+    def digit(self, digit: str) -> None: ...
+
+    def leave(self) -> None: ...
+
+
 class SipLeg:
     """One SIP call's signalling and media, for the call runner."""
 
@@ -104,6 +119,8 @@ class SipLeg:
     far: FarLegs | None = None
     #: What sends this call's REFERs (set by the SIP service; None: it cannot).
     referrer: Referrer | None = None
+    #: What puts this call in conference rooms (set by the SIP service; None: it cannot).
+    conference: ConferencePort | None = None
     #: Where a live transcription's results go (set by the SIP service; None: nowhere).
     transcripts: ResultPoster | None = None
 
@@ -269,6 +286,16 @@ class SipLeg:
                     self.inject(ReferAnswered(501))
                 else:
                     self.referrer.refer(command.destination, command.referred_by)
+            elif isinstance(command, JoinRoom):
+                if self.conference is None:
+                    logger.warning("call %s: this call cannot join a conference", self.info.call_id)
+                    self.inject(RoomRefused("failed", "this call cannot join a conference"))
+                else:
+                    self.conference.join(command)
+            elif isinstance(command, RoomDigit) and self.conference is not None:
+                self.conference.digit(command.digit)
+            elif isinstance(command, LeaveRoom) and self.conference is not None:
+                self.conference.leave()
 
     # --- prompts --------------------------------------------------------------------------
 

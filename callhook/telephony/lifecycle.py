@@ -43,6 +43,7 @@ from callhook.sip.agent import (
     Reoffer,
 )
 from callhook.sip.notices import ReferProgress, ReferResponse
+from callhook.telephony.conferences import CallConference, Conferences
 from callhook.telephony.connecting import CallFarLegs, Connector
 from callhook.telephony.referring import CallReferrer, Transfers
 from callhook.telephony.sipcall import SipCall, Unanswered, reoffer
@@ -70,12 +71,14 @@ class Lifecycle:
         recent_logs: OrderedDict[str, tuple[str, str]],
         connector: Connector,
         transfers: Transfers,
+        conferences: Conferences,
         flush: Callable[[], None],
     ) -> None:
         """``agent`` and ``media``: the service's as they are at the time (made when it
         starts); ``calls``: the server's calls by Call-ID; ``recent_logs``: where each call's
         log is noted as its runner starts (the last RECENT_LOGS); ``connector`` places a call's
-        ``connect`` far legs, ``transfers`` sends its ``transfer`` REFERs; ``flush``
+        ``connect`` far legs, ``transfers`` sends its ``transfer`` REFERs, ``conferences``
+        holds the rooms of its ``connect_to_conference``; ``flush``
         sends what the agent wants sent."""
         self.services = services
         self.loop = loop
@@ -85,16 +88,18 @@ class Lifecycle:
         self.calls = calls
         self.connector = connector
         self.transfers = transfers
+        self.conferences = conferences
         self._flush = flush
         self.recent_logs = recent_logs
 
     # --- a call's ways to the service -------------------------------------------------------
 
     def attach_far_legs(self, call: SipCall) -> None:
-        """Let the call's ``connect`` place far legs, and its ``transfer`` send REFERs,
-        through this service."""
+        """Let the call's ``connect`` place far legs, its ``transfer`` send REFERs and its
+        ``connect_to_conference`` join rooms, through this service."""
         call.leg.far = CallFarLegs(self.connector, call)
         call.leg.referrer = CallReferrer(self.transfers, call)
+        call.leg.conference = CallConference(self.conferences, call)
         call.leg.transcripts = OutboxPoster(self.services, call.app.name)
 
     def detach_far_legs(self, call: SipCall) -> None:
@@ -103,7 +108,8 @@ class Lifecycle:
         the last reference does, not in one of the collector's full passes, which stop
         every call's audio for as long as they take)."""
         self.connector.drop_all_callees(call)
-        call.leg.far = call.leg.referrer = None
+        self.conferences.leave(call)
+        call.leg.far = call.leg.referrer = call.leg.conference = None
 
     # --- the run ----------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
 from callhook.sip.transport import Target, Transport
 from callhook.telephony.admission import OutboundAdmission
+from callhook.telephony.conferences import Conferences
 from callhook.telephony.connecting import Connector
 from callhook.telephony.control import Control
 from callhook.telephony.dialling import Dialler
@@ -214,6 +215,8 @@ class SipService:
         self.transfers = Transfers(
             lambda: self.agent, self.trunks, self.outbound, self.loop.time, self._flush
         )
+        #: A call's ``connect_to_conference``: the rooms, mixed in the media tick.
+        self.conferences = Conferences(self.loop.time)
         #: A call's ``connect``: its far legs, placed, joined and ended.
         self.connector = Connector(
             services=services,
@@ -247,6 +250,7 @@ class SipService:
             recent_logs=self.recent_logs,
             connector=self.connector,
             transfers=self.transfers,
+            conferences=self.conferences,
             flush=self._flush,
         )
         #: The calls that arrive.
@@ -296,6 +300,7 @@ class SipService:
             nice=tuning.thread_nice,
             thread_receive=tuning.thread_receive,
         )
+        self.media.mixing = self.conferences.tick
         own = {self.address, self.local, *settings.sip.domains}
         if self.host not in ("0.0.0.0", "::", ""):
             own.add(self.host)

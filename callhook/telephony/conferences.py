@@ -1,0 +1,263 @@
+"""The conference rooms of this process: calls put in them, their audio mixed each tick.
+
+The SIP service (telephony/service.py) owns one :class:`Conferences`; each call's leg gets
+a :class:`CallConference` (the leg's :class:`~callhook.telephony.leg.ConferencePort`).
+A call's ``connect_to_conference`` action (``actions/conference.py``) asks to join a room,
+passes on its digits and leaves; the rooms (``conference/room.py``) say what follows, and
+this carries it out: a participant's media session is joined to its room's mix
+(``media/mixing.py``) as a bridged call's is to the other side, and each participant's
+action hears of the room as events (:class:`~callhook.events.RoomJoined`,
+:class:`~callhook.events.RoomHolding`, :class:`~callhook.events.RoomPrompt` for a beep or
+an announcement, :class:`~callhook.events.RoomLeft`). The media tick calls :meth:`tick`
+after it has taken in every call's packets and before it sends theirs.
+
+A participant's id is the application instance running on its call, as Aculab's
+conference participant id is ("the Instance ID of the application which placed that
+call").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from callhook.conference.room import (
+    MAX_PARTICIPANTS,
+    Announce,
+    Beep,
+    Destroyed,
+    Effect,
+    Holding,
+    Left,
+    Muted,
+    NotInRoom,
+    Room,
+    RoomFull,
+    Rooms,
+    Started,
+    Stopped,
+)
+from callhook.events import (
+    JoinRoom,
+    PlayTone,
+    RoomHolding,
+    RoomJoined,
+    RoomLeft,
+    RoomPrompt,
+    RoomRefused,
+)
+from callhook.media.mixing import HANGOVER, OPEN_DBOV, RoomMix
+from callhook.telephony.sipcall import SipCall
+
+logger = logging.getLogger("callhook.conference")
+
+#: What the others hear when a participant with ``beep_on_entry`` comes in.
+ENTRY_BEEP = (PlayTone(frequency_hz=1000.0, seconds=0.2),)
+
+
+@dataclass
+class _Seat:
+    """A participant's call in its room, and what the others hear of its coming and going."""
+
+    call: SipCall
+    room: Room
+    command: JoinRoom
+
+
+def participant_id(call: SipCall) -> str:
+    """The call's participant id: its application instance (its Call-ID before one runs)."""
+    return call.instance_id or call.call_id
+
+
+class Conferences:
+    """Every conference room of this process (see the module docstring).
+
+    ``now``: the clock the rooms' times are on (seconds); ``limit``: the most participants
+    in a room; ``open_dbov`` and ``hangover``: the mix's talker gate.
+    """
+
+    def __init__(
+        self,
+        now: Callable[[], float],
+        *,
+        limit: int = MAX_PARTICIPANTS,
+        open_dbov: float = OPEN_DBOV,
+        hangover: int = HANGOVER,
+    ) -> None:
+        self._now = now
+        self.rooms = Rooms(limit)
+        self._gate = (open_dbov, hangover)
+        self._mixes: dict[tuple[str, str], RoomMix] = {}
+        self._seats: dict[str, _Seat] = {}
+
+    # --- what a call's leg asks -------------------------------------------------------------
+
+    def join(self, call: SipCall, command: JoinRoom) -> None:
+        """Put ``call`` in its application's room ``command.room``."""
+        pid = participant_id(call)
+        app = call.app.name
+        try:
+            room, effects = self.rooms.join(app, command.room, pid, command.options, self._now())
+        except RoomFull as exc:
+            logger.info("call %s: conference %r refused: %s", call.call_id, command.room, exc)
+            call.leg.inject(RoomRefused("busy", str(exc)))
+            return
+        except ValueError as exc:  # (in a room already: an action that did not leave)
+            logger.error("call %s: conference %r refused: %s", call.call_id, command.room, exc)
+            call.leg.inject(RoomRefused("failed", str(exc)))
+            return
+        self._seats[pid] = _Seat(call, room, command)
+        mix = self._mixes.get((app, command.room))
+        if mix is None:
+            mix = self._mixes[(app, command.room)] = RoomMix(*self._gate)
+        session = call.media.session
+        session.reclaim()  # (its receive comes back from the media thread: the mix takes it)
+        talk, hears = mix.add(pid, session.law)
+        session.tells, session.tells_digits, session.hears = talk, None, hears
+        logger.info(
+            "call %s: in conference %r (%d participants)",
+            call.call_id,
+            command.room,
+            len(room.participants),
+        )
+        call.leg.inject(RoomJoined())
+        self._apply(room, effects)
+
+    def digit(self, call: SipCall, digit: str) -> None:
+        """``call``'s participant pressed ``digit``."""
+        seat = self._seats.get(participant_id(call))
+        if seat is None:
+            return
+        effects = seat.room.digit(participant_id(call), digit, self._now())
+        if effects:
+            self._apply(seat.room, effects)
+
+    def leave(self, call: SipCall) -> None:
+        """``call`` leaves its room, if it is in one (its action stopped, or it ended)."""
+        pid = participant_id(call)
+        seat = self._seats.get(pid)
+        if seat is None:
+            return
+        try:
+            effects = seat.room.leave(pid, self._now())
+        except NotInRoom:  # (a bug: the seat outlived the room's participant)
+            logger.error("call %s: its seat outlived its conference", call.call_id)
+            self._unseat(pid)
+            return
+        self._apply(seat.room, effects)
+
+    # --- the web services -------------------------------------------------------------------
+
+    def eject(self, app: str, room: str, pid: str) -> bool:
+        """Put participant ``pid`` out of ``app``'s room ``room``; False when it is not there."""
+        found = self.rooms.get(app, room)
+        if found is None or pid not in found.participants:
+            return False
+        self._apply(found, found.eject(pid, self._now()))
+        return True
+
+    def set_options(
+        self, app: str, room: str, pid: str, *, muted: bool | None, talker: bool | None
+    ) -> bool:
+        """Mute, unmute, make a talker or a listener; False when ``pid`` is not there."""
+        found = self.rooms.get(app, room)
+        if found is None or pid not in found.participants:
+            return False
+        self._apply(found, found.set_options(pid, self._now(), muted=muted, talker=talker))
+        return True
+
+    # --- the media tick ---------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Every room's mix, once: a frame from each participant, each one's frame of the
+        others' (the media tick's, between its receive and its send)."""
+        for (app, name), mix in list(self._mixes.items()):
+            room = self.rooms.get(app, name)
+            if room is None:
+                del self._mixes[(app, name)]
+                continue
+            mix.tick(room.talkers(), room.state == "ACTIVE")
+
+    def __len__(self) -> int:
+        return len(self._seats)
+
+    # --- inside -----------------------------------------------------------------------------
+
+    def _apply(self, room: Room, effects: list[Effect]) -> None:
+        """Carry out what the room said, in order."""
+        gone: dict[str, _Seat] = {}
+        for effect in effects:
+            if isinstance(effect, Holding):
+                self._tell(effect.participant, RoomHolding(effect.on))
+            elif isinstance(effect, Beep):
+                for pid in effect.listeners:
+                    self._tell(pid, RoomPrompt(ENTRY_BEEP))
+            elif isinstance(effect, Announce):
+                seat = self._seats.get(effect.about) or gone.get(effect.about)
+                items = () if seat is None else getattr(seat.command, effect.event)
+                if items:
+                    for pid in effect.listeners:
+                        self._tell(pid, RoomPrompt(items))
+            elif isinstance(effect, Left):
+                seat = self._unseat(effect.participant)
+                if seat is not None:
+                    gone[effect.participant] = seat
+                    logger.info(
+                        "call %s: out of conference %r (%s, %.1f s)",
+                        seat.call.call_id,
+                        room.name,
+                        effect.reason,
+                        effect.seconds,
+                    )
+                    seat.call.leg.inject(RoomLeft(effect.reason, effect.seconds))
+            elif isinstance(effect, Muted):
+                logger.info("conference %r: %s %s", room.name, effect.participant, _muted(effect))
+            elif isinstance(effect, Started | Stopped):
+                logger.info("conference %r: %s", room.name, _state(effect))
+            elif isinstance(effect, Destroyed):
+                self._mixes.pop((room.app, room.name), None)
+                logger.info("conference %r: ended", room.name)
+
+    def _tell(self, pid: str, event: RoomHolding | RoomPrompt) -> None:
+        seat = self._seats.get(pid)
+        if seat is not None:
+            seat.call.leg.inject(event)
+
+    def _unseat(self, pid: str) -> _Seat | None:
+        """``pid``'s call out of its room's mix: its media its own again."""
+        seat = self._seats.pop(pid, None)
+        if seat is None:
+            return None
+        mix = self._mixes.get((seat.room.app, seat.room.name))
+        if mix is not None:
+            mix.remove(pid)
+        session = seat.call.media.session
+        session.reclaim()
+        session.tells = session.hears = None
+        return seat
+
+
+def _muted(effect: Muted) -> str:
+    return "muted" if effect.muted else "unmuted"
+
+
+def _state(effect: Started | Stopped) -> str:
+    return "started" if isinstance(effect, Started) else "holding"
+
+
+class CallConference:
+    """One call's :class:`~callhook.telephony.leg.ConferencePort`: its leg's way to the rooms."""
+
+    def __init__(self, conferences: Conferences, call: SipCall) -> None:
+        self.conferences = conferences
+        self.call = call
+
+    def join(self, command: JoinRoom) -> None:
+        self.conferences.join(self.call, command)
+
+    def digit(self, digit: str) -> None:
+        self.conferences.digit(self.call, digit)
+
+    def leave(self) -> None:
+        self.conferences.leave(self.call)
