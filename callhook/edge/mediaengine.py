@@ -75,7 +75,7 @@ from callhook.edge.roster import Roster, Stream
 from callhook.edge.rtpports import RtpPorts
 from callhook.edge.slots import Received, SlotReader
 from callhook.edge.udp import Address, Udp, new_udp
-from callhook.media import frames, gate, inlet, outlet
+from callhook.media import frames, gate, inlet, mixing, outlet
 from callhook.media.player import Player
 from callhook.media.session import MediaSession
 
@@ -111,7 +111,7 @@ def _say_if_no_thread() -> None:
 def _say_if_in_python() -> None:
     """Say once if the usual packets and frames run in Python (no extension built)."""
     global _python_logged
-    missing = [m.__name__ for m in (inlet, outlet, gate, frames) if not m.native()]
+    missing = [m.__name__ for m in (inlet, outlet, gate, frames, mixing) if not m.native()]
     if missing and not _python_logged:
         _python_logged = True
         logger.warning(

@@ -30,6 +30,7 @@ This is the reference the native mixer is tested against, row by row.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -101,6 +102,44 @@ def mix(frames: npt.NDArray[np.int16], mixed: Sequence[bool]) -> npt.NDArray[np.
     return out
 
 
+def mix_rooms_python(
+    frames: npt.NDArray[np.int16], mixed: Sequence[bool], bounds: Sequence[int]
+) -> npt.NDArray[np.int16]:
+    """Every room of a tick at once: room ``r``'s participants are rows ``bounds[r]`` to
+    ``bounds[r + 1]`` of ``frames`` (and of ``mixed``); each room's rows as :func:`mix`
+    gives them. The reference of the native :func:`mix_rooms`."""
+    heard = np.empty((len(mixed), FRAME), dtype=np.int16)
+    for first, last in itertools.pairwise(bounds):
+        heard[first:last] = mix(frames[first:last], mixed[first:last])
+    return heard
+
+
+def mix_rooms_native(
+    frames: npt.NDArray[np.int16], mixed: Sequence[bool], bounds: Sequence[int]
+) -> npt.NDArray[np.int16]:
+    """:func:`mix_rooms_python` in C (``_mixing.c``): the same rows, to the bit."""
+    rows = np.ascontiguousarray(frames, dtype=np.int16)
+    if rows.shape != (len(mixed), FRAME):
+        raise ValueError(f"{len(mixed)} participants, frames of shape {rows.shape}")
+    heard = np.empty_like(rows)
+    flags = np.asarray(mixed, dtype=np.uint8)
+    _mixing.mix_rooms(rows, flags, np.asarray(bounds, dtype=np.int64), heard)
+    return heard
+
+
+try:
+    from callhook.media import _mixing
+except ImportError:  # no C compiler where callhook was installed
+    mix_rooms = mix_rooms_python
+else:
+    mix_rooms = mix_rooms_native
+
+
+def native() -> bool:
+    """Whether the rooms are mixed in C (the extension was built)."""
+    return mix_rooms is mix_rooms_native
+
+
 def encode(heard: npt.NDArray[np.int16], laws: Sequence[g711.Law]) -> list[bytes]:
     """Each row of ``heard`` in its participant's law: the payloads to send."""
     return [g711.encode(law, row) for law, row in zip(laws, heard, strict=True)]
@@ -138,10 +177,9 @@ class RoomMix:
     def __len__(self) -> int:
         return len(self._members)
 
-    def tick(self, talkers: Collection[str], active: bool) -> None:
-        """One 20 ms tick: a frame taken from every talk feed; while the room is ``active``,
-        each participant's frame of the others' mix (``talkers`` alone are mixed, each while
-        its gate is open) put into its hears feed."""
+    def take(self, talkers: Collection[str]) -> tuple[npt.NDArray[np.int16], list[bool]]:
+        """This tick's frame of every participant (a row each, zeros where it sent
+        nothing), and whether each is mixed: ``talkers`` alone, each while its gate is open."""
         members = list(self._members.items())
         rows = np.zeros((len(members), FRAME), dtype=np.int16)
         mixed = [False] * len(members)
@@ -153,7 +191,37 @@ class RoomMix:
                 mixed[i] = member.gate.feed(frame_power(rows[i]) if frame is not None else 0.0)
             else:
                 member.gate.close()
-        if not active:
-            return
-        for (_, member), row in zip(members, mix(rows, mixed), strict=True):
+        return rows, mixed
+
+    def give(self, heard: npt.NDArray[np.int16]) -> None:
+        """Each participant's row of ``heard`` (in :meth:`take`'s order) into its hears feed."""
+        for member, row in zip(self._members.values(), heard, strict=True):
             member.hears.push(g711.encode(member.law, row))
+
+    def tick(self, talkers: Collection[str], active: bool) -> None:
+        """One 20 ms tick of this room alone: :meth:`take`, and while the room is
+        ``active``, :meth:`give` of the mix (:func:`mix_all` does every room at once)."""
+        rows, mixed = self.take(talkers)
+        if active:
+            self.give(mix(rows, mixed))
+
+
+def mix_all(rooms: Sequence[tuple[RoomMix, Collection[str], bool]]) -> None:
+    """One tick of every room: ``(mix, talkers, active)`` each; the active rooms mixed in
+    one call (:func:`mix_rooms`), each room's frames taken all the same."""
+    taken = [(room, *room.take(talkers)) for room, talkers, _ in rooms]
+    live = [
+        (room, rows, mixed)
+        for (room, rows, mixed), (_, _, active) in zip(taken, rooms, strict=True)
+        if active and len(mixed)
+    ]
+    if not live:
+        return
+    bounds = [0]
+    for _, _, mixed in live:
+        bounds.append(bounds[-1] + len(mixed))
+    frames = np.concatenate([rows for _, rows, _ in live])
+    flags = [flag for _, _, mixed in live for flag in mixed]
+    heard = mix_rooms(frames, flags, bounds)
+    for (room, _, _), first, last in zip(live, bounds[:-1], bounds[1:], strict=True):
+        room.give(heard[first:last])

@@ -47,7 +47,7 @@ from callhook.events import (
     RoomPrompt,
     RoomRefused,
 )
-from callhook.media.mixing import HANGOVER, OPEN_DBOV, RoomMix
+from callhook.media.mixing import HANGOVER, OPEN_DBOV, RoomMix, mix_all
 from callhook.telephony.sipcall import SipCall
 
 logger = logging.getLogger("callhook.conference")
@@ -172,12 +172,14 @@ class Conferences:
     def tick(self) -> None:
         """Every room's mix, once: a frame from each participant, each one's frame of the
         others' (the media tick's, between its receive and its send)."""
+        rooms: list[tuple[RoomMix, list[str], bool]] = []
         for (app, name), mix in list(self._mixes.items()):
             room = self.rooms.get(app, name)
             if room is None:
                 del self._mixes[(app, name)]
                 continue
-            mix.tick(room.talkers(), room.state == "ACTIVE")
+            rooms.append((mix, room.talkers(), room.state == "ACTIVE"))
+        mix_all(rooms)
 
     def __len__(self) -> int:
         return len(self._seats)

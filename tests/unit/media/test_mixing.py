@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
-from callhook.media import g711
+with contextlib.suppress(ImportError):  # (without it the native tests skip)
+    from callhook.media import _mixing
+
+from callhook.media import g711, mixing
 from callhook.media.frames import frame_power
 from callhook.media.mixing import (
     FRAME,
@@ -18,6 +23,7 @@ from callhook.media.mixing import (
     mix,
     power_of_dbov,
 )
+from tests.native import without
 
 RATE = 8000
 TONES = (400.0, 700.0, 1100.0, 1500.0, 1900.0)
@@ -171,3 +177,75 @@ def test_a_participant_joins_once_and_leaves() -> None:
     room.remove("a")
     room.remove("a")  # (twice is nothing)
     assert len(room) == 0
+
+
+def random_rooms(seed: int) -> tuple[np.ndarray, list[bool], list[int]]:
+    """Rooms of 0 to 40 participants, loud enough to saturate now and then."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(n) for n in rng.integers(0, 41, int(rng.integers(1, 8)))]
+    bounds = [0]
+    for n in sizes:
+        bounds.append(bounds[-1] + n)
+    frames = rng.integers(-32768, 32768, (bounds[-1], FRAME), dtype=np.int16)
+    mixed = [bool(b) for b in rng.integers(0, 2, bounds[-1])]
+    return frames, mixed, bounds
+
+
+@pytest.mark.skipif(not mixing.native(), reason="the _mixing extension was not built")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_native_mix_of_every_room_is_the_references(seed: int) -> None:
+    frames, mixed, bounds = random_rooms(seed)
+    python = mixing.mix_rooms_python(frames, mixed, bounds)
+    native = mixing.mix_rooms_native(frames, mixed, bounds)
+    assert np.array_equal(python, native)
+    saturated = (python == 32767) | (python == -32768)
+    assert seed > 3 or saturated.any()  # (the first rooms do test the saturation)
+
+
+@pytest.mark.skipif(not mixing.native(), reason="the _mixing extension was not built")
+@pytest.mark.parametrize(
+    ("bounds", "says"),
+    [([0, 2], "from 0 to the rows"), ([1, 3], "from 0 to the rows"), ([0, 3, 2, 3], "back")],
+)
+def test_bad_bounds_are_refused_before_anything_is_written(bounds: list[int], says: str) -> None:
+    frames = np.ones((3, FRAME), dtype=np.int16)
+    out = np.zeros_like(frames)
+    with pytest.raises(ValueError, match=says):
+        _mixing.mix_rooms(frames, np.ones(3, dtype=np.uint8), np.array(bounds, np.int64), out)
+    assert not out.any()
+
+
+def test_every_room_at_once_is_each_room_alone() -> None:
+    def rooms() -> list[RoomMix]:
+        made = []
+        for size in (3, 1, 2):
+            room = RoomMix()
+            for i in range(size):
+                talk, _ = room.add(f"p{i}", "ulaw" if i % 2 else "alaw")
+                talk.push(g711.encode("alaw" if i % 2 == 0 else "ulaw", tone(TONES[i])))
+            made.append(room)
+        return made
+
+    together, alone = rooms(), rooms()
+    talkers = {"p0", "p1", "p2"}
+    mixing.mix_all(
+        [
+            (room, talkers, active)
+            for room, active in zip(together, (True, True, False), strict=True)
+        ]
+    )
+    for room, active in zip(alone, (True, True, False), strict=True):
+        room.tick(talkers, active)
+    for a, b in zip(together, alone, strict=True):
+        assert [m.hears.frame() for m in a._members.values()] == [
+            m.hears.frame() for m in b._members.values()
+        ]
+
+
+def test_without_the_extension_the_reference_mixes() -> None:
+    printed = without(
+        ["callhook.media._mixing"],
+        "from callhook.media import mixing\n"
+        "print(mixing.native(), mixing.mix_rooms is mixing.mix_rooms_python)",
+    )
+    assert printed.split() == ["False", "True"]
