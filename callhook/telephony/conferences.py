@@ -97,13 +97,19 @@ class Conferences:
         """Put ``call`` in its application's room ``command.room``."""
         pid = participant_id(call)
         app = call.app.name
+        if pid in self._seats:  # (its action left no room before it joins another: a bug)
+            logger.error(
+                "call %s: conference %r refused: in a room already", call.call_id, command.room
+            )
+            call.leg.inject(RoomRefused("failed", "the call is in a conference room already"))
+            return
         try:
             room, effects = self.rooms.join(app, command.room, pid, command.options, self._now())
         except RoomFull as exc:
             logger.info("call %s: conference %r refused: %s", call.call_id, command.room, exc)
             call.leg.inject(RoomRefused("busy", str(exc)))
             return
-        except ValueError as exc:  # (in a room already: an action that did not leave)
+        except ValueError as exc:  # (not expected: the seat is checked above)
             logger.error("call %s: conference %r refused: %s", call.call_id, command.room, exc)
             call.leg.inject(RoomRefused("failed", str(exc)))
             return

@@ -169,3 +169,16 @@ def test_the_web_services_mute_and_eject() -> None:
     assert rooms.eject("app", "weekly", "b")
     assert events(b) == [RoomLeft("ejected", 0.0)]
     assert events(a) == [RoomHolding(True)]
+
+
+def test_a_call_in_one_room_cannot_join_another() -> None:
+    rooms = Conferences(Clock())
+    a = call("a")
+    rooms.join(a, JoinRoom("weekly"))
+    events(a)
+    rooms.join(a, JoinRoom("daily"))
+    refused = events(a)
+    assert len(refused) == 1 and isinstance(refused[0], RoomRefused)
+    assert refused[0].cause == "failed" and rooms.rooms.get("app", "daily") is None
+    room = rooms.rooms.get("app", "weekly")
+    assert room is not None and list(room.participants) == ["a"]
