@@ -91,8 +91,11 @@ def listen_once(app: AppServer, options: dict[str, Any]) -> None:
     app.page("/final", None)
 
 
-def heard(app: AppServer) -> dict[str, Any]:
-    (body,) = app.bodies("/heard")
+def heard(app: AppServer, output: str = "") -> dict[str, Any]:
+    """The get_input's result (``output``: serve's log, shown if there is none)."""
+    bodies = app.bodies("/heard")
+    assert len(bodies) == 1, f"/heard requested {len(bodies)} times; serve's log:\n{output}"
+    (body,) = bodies
     result: dict[str, Any] = body["action_result"]["result"]
     return result
 
@@ -102,8 +105,9 @@ async def test_a_spoken_digit_is_recognised_with_word_hints(
     tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     listen_once(app, {"word_hints": [{"words": DIGITS}]})
-    await call(tmp_path, app, Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5), workers=workers)
-    result = heard(app)
+    stream = Stream(6.0).speech(clip("7_jackson_7.wav"), at=1.5)
+    output = await call(tmp_path, app, stream, workers=workers)
+    result = heard(app, output)
     assert result["input_type"] == "speech"
     (phrase,) = result["speech_input"]
     assert phrase["direction"] == "inbound" and phrase["final"] is True
