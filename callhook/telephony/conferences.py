@@ -178,6 +178,8 @@ class Conferences:
     def tick(self) -> None:
         """Every room's mix, once: a frame from each participant, each one's frame of the
         others' (the media tick's, between its receive and its send)."""
+        if not self._mixes:
+            return  # (every tick of every call: nothing built where no room is)
         rooms: list[tuple[RoomMix, list[str], bool]] = []
         for (app, name), mix in list(self._mixes.items()):
             room = self.rooms.get(app, name)
