@@ -54,8 +54,13 @@ class RecognitionFailed(Exception):
 
 #: How long closing waits for the recogniser's running work (a model load takes seconds).
 CLOSE_TIMEOUT = 30.0
-#: How long a decode waits for a restarted engine to load before it fails (nothing heard).
+#: How long a decode waits for the engine to load (at start or after a restart) before it
+#: fails (nothing heard).
 READY_TIMEOUT = 60.0
+#: How long a caller's utterance may wait for its answer in all: queued behind other calls'
+#: speech, behind a model that loads, and decoding. Past it the call hears "nothing
+#: recognised" and goes on; a caller is not kept in silence longer than this.
+ANSWER_TIMEOUT = 20.0
 
 _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 
@@ -187,9 +192,17 @@ class SpeechService:
                 self._tts_pool.submit(self._warm, self.synthesiser.warm_up, "text-to-speech")
             )
         if self.recogniser is not None:
-            self.warming.append(
-                self._asr_pool.submit(self._warm, self.recogniser.warm_up, "speech recognition")
-            )
+            # Decodes wait for the load like after a restart: a decode blocked on the
+            # model's load would count the load against its own deadline, and a load
+            # slowed by a busy machine would be taken for a hung engine.
+            self._ready.clear()
+            self.warming.append(self._asr_pool.submit(self._warm_recogniser, self.recogniser))
+
+    def _warm_recogniser(self, engine: Recogniser) -> None:
+        try:
+            self._warm(engine.warm_up, "speech recognition")
+        finally:
+            self._ready.set()
 
     @staticmethod
     def _warm(load: Callable[[], None], what: str) -> None:
@@ -218,7 +231,8 @@ class SpeechService:
         """What the recogniser makes of one utterance (8 kHz).
 
         Raises :class:`RecognitionFailed` (with the cause) when the engine
-        crashed or hung on it, or is being restarted after such a fault.
+        crashed or hung on it, or is being restarted after such a fault, or when
+        no answer came within :data:`ANSWER_TIMEOUT` (busy, or still loading).
         """
         assert self.recogniser is not None
         loop = self._loop = asyncio.get_running_loop()
@@ -230,9 +244,18 @@ class SpeechService:
         future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options)
         self._running[job] = future
         try:
-            result: tuple[Alternative, ...] = await asyncio.wrap_future(future)
+            result: tuple[Alternative, ...] = await asyncio.wait_for(
+                asyncio.wrap_future(future), ANSWER_TIMEOUT
+            )
         except RecognitionFailed:
             raise
+        except TimeoutError:
+            # Not a fault of the engine: a decode that runs on is still watched (a hang
+            # is a hang); one still queued is cancelled and never runs.
+            raise RecognitionFailed(
+                f"no answer from the speech recogniser within {ANSWER_TIMEOUT:g} s"
+                " (busy with other calls' speech, or still loading)"
+            ) from None
         except Exception as exc:
             cause = f"the {self.recogniser.name} recogniser crashed: {type(exc).__name__}: {exc}"
             self._fault(cause)
@@ -255,7 +278,7 @@ class SpeechService:
         if not self._ready.wait(READY_TIMEOUT):
             # A restart that hangs must not hang every call's get_input behind it.
             raise RecognitionFailed(
-                f"the speech recogniser is still being restarted after {READY_TIMEOUT:g} s"
+                f"the speech recogniser is still loading after {READY_TIMEOUT:g} s"
             )
         if self._closing:
             raise RecognitionFailed("callhook is shutting down")

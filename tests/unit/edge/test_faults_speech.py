@@ -195,8 +195,85 @@ async def test_a_restart_that_hangs_fails_decodes_instead_of_hanging_them(
     try:
         with pytest.raises(RecognitionFailed, match="crashed"):
             await service.recognise(SECOND, OPTIONS)
-        with pytest.raises(RecognitionFailed, match="still being restarted"):
+        with pytest.raises(RecognitionFailed, match="still loading"):
             await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
     finally:
         stuck.set()
+        service.close()
+
+
+class SlowLoad(Engine):
+    """Loads its model in warm_up, and a decode that comes meanwhile blocks on the load
+    (as Whisper's does, on its lock) until it is done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        with self.lock:
+            self.release.wait(10)
+            self.warmed = True
+
+    def recognise(
+        self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[Alternative, ...]:
+        with self.lock:
+            return super().recognise(audio, options)
+
+
+async def test_a_decode_waits_for_the_first_model_load_without_its_deadline_running() -> None:
+    """A call right after start-up: the load (slow on a busy machine) is not a hang."""
+    engine = SlowLoad()
+    service = SpeechService(
+        None,
+        engine,
+        workers=2,
+        supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0),
+    )
+    try:
+        service.warm_up()
+        decode = asyncio.ensure_future(service.recognise(SECOND, OPTIONS))
+        await asyncio.sleep(0.6)  # three deadlines' worth of loading
+        assert not decode.done()
+        engine.release.set()
+        result = await asyncio.wait_for(decode, 10)
+        assert result[0].text == "seven"
+        assert service.faults == 0 and service.restarts == 0
+    finally:
+        engine.release.set()
+        service.close()
+
+
+async def test_an_utterance_gets_an_answer_within_the_answer_timeout_whatever_holds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decode queued behind a busy engine (not hung: its deadline is far) still ends:
+    nothing recognised, with the cause, and the engine is not restarted for it."""
+    import callhook.edge.speechworkers as speech
+
+    monkeypatch.setattr(speech, "ANSWER_TIMEOUT", 0.3)
+    busy = threading.Event()
+
+    class Busy(Engine):
+        def recognise(
+            self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+        ) -> tuple[Alternative, ...]:
+            busy.wait(10)
+            return super().recognise(audio, options)
+
+    service = SpeechService(None, Busy(), workers=1)
+    try:
+        first = asyncio.ensure_future(service.recognise(SECOND, OPTIONS))
+        with pytest.raises(RecognitionFailed, match="no answer from the speech recogniser"):
+            await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        with pytest.raises(RecognitionFailed, match="no answer"):
+            await first
+        assert service.faults == 0
+        busy.set()
+        result = await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        assert result[0].text == "seven"
+    finally:
+        busy.set()
         service.close()
