@@ -89,6 +89,9 @@ RING_PATH = "/webrtc/ring"
 #: A web client signed in on the worker that tells (its older sign-ins elsewhere end).
 SIGN_OUT_PATH = "/webrtc/signout"
 WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
+#: A participant of a room held by the worker asked (telephony/roomlinks.py): a WebSocket
+#: carrying its media and its room's news.
+ROOM_PATH = "/conference/link"
 #: A failed authentication a sibling counted, and the ban it earned (sharedbans.py).
 FAILURE_PATH = "/guard/failure"
 #: A sibling's outbound calls, by application (outboundshare.py).
@@ -121,6 +124,8 @@ def asked(method: str, path: str) -> bool:
     if path in ONE_INSTANCE or path == ALL_CLIENTS:
         return method in ("GET", "POST")
     if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH, OUTBOUND_PATH):
+        return method == "GET"
+    if path == ROOM_PATH:
         return method == "GET"
     return method == "DELETE" and ONE_BAN.fullmatch(path) is not None
 
@@ -228,6 +233,30 @@ class Siblings:
                 continue
             return label, ws
         return None
+
+    async def socket_at(
+        self, label: int | str, path: str, headers: dict[str, str]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to the sibling ``label`` on ``path``; :class:`ConnectionError`
+        naming the cause if it is not among the others now, refuses or does not answer."""
+        for known, base, token in await self.peers():
+            if known != label:
+                continue
+            sent = {**headers, HEADER: str(self.label)}
+            if token is not None:
+                sent[NODE] = token
+            url = base.replace("http://", "ws://", 1) + path
+            try:
+                return await self._sockets().ws_connect(url, headers=sent, heartbeat=20.0)
+            except aiohttp.WSServerHandshakeError as exc:
+                raise ConnectionError(f"{_named(label)} refused it ({exc.status})") from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise ConnectionError(f"{_named(label)} did not answer: {exc}") from None
+        raise ConnectionError(f"{_named(label)} is not running")
+
+    async def members(self) -> list[int | str]:
+        """The labels of every process of the installation now: this one's and the others'."""
+        return [self.label, *(label for label, _, _ in await self.peers())]
 
     def require_sibling(self, request: web.Request) -> None:
         """404 unless ``request`` came to the private port from a sibling with the token
@@ -452,3 +481,7 @@ class _Answer:
     status: int
     body: bytes
     headers: dict[str, str]
+
+
+def _named(label: int | str) -> str:
+    return f"worker {label}" if isinstance(label, int) else f"node {label}"

@@ -1,9 +1,13 @@
 """A room across processes: which worker holds it, and its messages in JSON. Sans-IO.
 
-Every participant of a room is mixed on one process. With ``serve --workers N`` a room
-is held by one worker, the same one for every caller whatever worker their call came to:
-:func:`owner` picks it from the application's and the room's names alone (a CRC-32, the
-same in every process; Python's own ``hash`` of a string differs from process to process).
+Every participant of a room is mixed on one process. With ``serve --workers N`` (or
+nodes sharing a database) a room is held by one process, the same one for every caller
+whatever process their call came to: :func:`owner` picks it from the application's and
+the room's names and the processes' labels alone, by rendezvous hashing (each process
+scores a BLAKE2 hash of the names and its label; the highest holds the room; a CRC is
+linear, and would give one process most rooms). The score is the same in every process
+(Python's own ``hash`` of a string differs from process to process), and a process
+coming or going moves only the rooms it would hold.
 A participant whose call is on another worker takes part from there: what its action asks
 (:class:`~callhook.events.JoinRoom`, :class:`~callhook.events.RoomDigit`,
 :class:`~callhook.events.LeaveRoom`) goes to the owner, and what the room says back (the
@@ -14,7 +18,8 @@ naming what is wrong.
 
 from __future__ import annotations
 
-import zlib
+import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from callhook.events import (
@@ -36,6 +41,8 @@ from callhook.events import (
 )
 
 RoomCommand = JoinRoom | RoomDigit | LeaveRoom
+#: A process among those that may hold rooms: a worker's index, or a node's address.
+Label = int | str
 RoomEvent = RoomJoined | RoomRefused | RoomHolding | RoomPrompt | RoomLeft
 
 
@@ -43,11 +50,18 @@ class WireError(ValueError):
     """A message that is not a room's command or event (what is wrong with it)."""
 
 
-def owner(app: str, room: str, workers: int) -> int:
-    """The index of the worker (of ``workers``) that holds application ``app``'s room ``room``."""
-    if workers < 1:
-        raise ValueError(f"workers must be 1 or more, not {workers}")
-    return zlib.crc32(f"{app}\x00{room}".encode()) % workers
+def owner(app: str, room: str, members: Iterable[Label]) -> Label:
+    """Which of ``members`` (the processes' labels: a worker's index, a node's address)
+    holds application ``app``'s room ``room``."""
+    name = f"{app}\x00{room}\x00".encode()
+
+    def score(label: Label) -> bytes:
+        return hashlib.blake2b(name + str(label).encode(), digest_size=8).digest()
+
+    best = max(members, key=score, default=None)
+    if best is None:
+        raise ValueError("no process to hold the room")
+    return best
 
 
 # --- writing ---------------------------------------------------------------------------------

@@ -152,6 +152,11 @@ async def _start_web(
         sip.outbound_share = OutboundShare(siblings, sip.outbound_calls)
         sip.outbound_share.start()
         extra.append(sip.outbound_share)
+        # Conference rooms: each held by one worker, its callers on any.
+        from callhook.telephony.roomlinks import RoomLinks
+
+        sip.room_links = RoomLinks(sip.conferences, siblings, sip.loop.time)
+        extra.append(sip.room_links)
     # Aculab's web services: a number is called through the first trunk, as connect's are.
     webservices = WebServices(
         api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients

@@ -13,7 +13,9 @@ after it has taken in every call's packets and before it sends theirs.
 
 A participant's id is the application instance running on its call, as Aculab's
 conference participant id is ("the Instance ID of the application which placed that
-call").
+call"). The rooms see a participant as a :class:`Participant`: a call of this process
+(:class:`LocalParticipant`), or a call of another worker taking part through a socket
+(``telephony/roomlinks.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from callhook.conference.room import (
     MAX_PARTICIPANTS,
@@ -47,6 +50,8 @@ from callhook.events import (
     RoomPrompt,
     RoomRefused,
 )
+from callhook.media.bridge import Feed
+from callhook.media.g711 import Law
 from callhook.media.mixing import HANGOVER, OPEN_DBOV, RoomMix, mix_all
 from callhook.telephony.sipcall import SipCall
 
@@ -56,18 +61,68 @@ logger = logging.getLogger("callhook.conference")
 ENTRY_BEEP = (PlayTone(frequency_hz=1000.0, seconds=0.2),)
 
 
-@dataclass
-class _Seat:
-    """A participant's call in its room, and what the others hear of its coming and going."""
+RoomEvent = RoomJoined | RoomRefused | RoomHolding | RoomPrompt | RoomLeft
 
-    call: SipCall
-    room: Room
-    command: JoinRoom
+
+class Participant(Protocol):
+    """What the rooms need of a participant: who it is, a way to tell its action what the
+    room does, and its media to join to the mix and give back."""
+
+    #: Its participant id.
+    pid: str
+    #: Its call's application (rooms are per application).
+    app: str
+    #: Its call, for the log (``call <Call-ID>``).
+    name: str
+    #: The law its media is in.
+    law: Law
+
+    def tell(self, event: RoomEvent) -> None:
+        """The room's news for its action."""
+
+    def seat(self, talk: Feed, hears: Feed) -> None:
+        """Its media into the mix: what it says into ``talk``, it hears ``hears``."""
+
+    def unseat(self) -> None:
+        """Its media its own again."""
 
 
 def participant_id(call: SipCall) -> str:
     """The call's participant id: its application instance (its Call-ID before one runs)."""
     return call.instance_id or call.call_id
+
+
+class LocalParticipant:
+    """A call of this process in a room: its media session joined to the mix."""
+
+    def __init__(self, call: SipCall) -> None:
+        self.call = call
+        self.pid = participant_id(call)
+        self.app = call.app.name
+        self.name = f"call {call.call_id}"
+        self.law = call.media.session.law
+
+    def tell(self, event: RoomEvent) -> None:
+        self.call.leg.inject(event)
+
+    def seat(self, talk: Feed, hears: Feed) -> None:
+        session = self.call.media.session
+        session.reclaim()  # (its receive comes back from the media thread: the mix takes it)
+        session.tells, session.tells_digits, session.hears = talk, None, hears
+
+    def unseat(self) -> None:
+        session = self.call.media.session
+        session.reclaim()
+        session.tells = session.hears = None
+
+
+@dataclass
+class _Seat:
+    """A participant in its room, and what the others hear of its coming and going."""
+
+    who: Participant
+    room: Room
+    command: JoinRoom
 
 
 class Conferences:
@@ -93,62 +148,53 @@ class Conferences:
 
     # --- what a call's leg asks -------------------------------------------------------------
 
-    def join(self, call: SipCall, command: JoinRoom) -> None:
-        """Put ``call`` in its application's room ``command.room``."""
-        pid = participant_id(call)
-        app = call.app.name
+    def join(self, who: Participant, command: JoinRoom) -> None:
+        """Put ``who`` in its application's room ``command.room``."""
+        pid, app = who.pid, who.app
         if pid in self._seats:  # (its action left no room before it joins another: a bug)
-            logger.error(
-                "call %s: conference %r refused: in a room already", call.call_id, command.room
-            )
-            call.leg.inject(RoomRefused("failed", "the call is in a conference room already"))
+            logger.error("%s: conference %r refused: in a room already", who.name, command.room)
+            who.tell(RoomRefused("failed", "the call is in a conference room already"))
             return
         try:
             room, effects = self.rooms.join(app, command.room, pid, command.options, self._now())
         except RoomFull as exc:
-            logger.info("call %s: conference %r refused: %s", call.call_id, command.room, exc)
-            call.leg.inject(RoomRefused("busy", str(exc)))
+            logger.info("%s: conference %r refused: %s", who.name, command.room, exc)
+            who.tell(RoomRefused("busy", str(exc)))
             return
         except ValueError as exc:  # (not expected: the seat is checked above)
-            logger.error("call %s: conference %r refused: %s", call.call_id, command.room, exc)
-            call.leg.inject(RoomRefused("failed", str(exc)))
+            logger.error("%s: conference %r refused: %s", who.name, command.room, exc)
+            who.tell(RoomRefused("failed", str(exc)))
             return
-        self._seats[pid] = _Seat(call, room, command)
+        self._seats[pid] = _Seat(who, room, command)
         mix = self._mixes.get((app, command.room))
         if mix is None:
             mix = self._mixes[(app, command.room)] = RoomMix(*self._gate)
-        session = call.media.session
-        session.reclaim()  # (its receive comes back from the media thread: the mix takes it)
-        talk, hears = mix.add(pid, session.law)
-        session.tells, session.tells_digits, session.hears = talk, None, hears
+        who.seat(*mix.add(pid, who.law))
         logger.info(
-            "call %s: in conference %r (%d participants)",
-            call.call_id,
-            command.room,
-            len(room.participants),
+            "%s: in conference %r (%d participants)", who.name, command.room, len(room.participants)
         )
-        call.leg.inject(RoomJoined())
+        who.tell(RoomJoined())
         self._apply(room, effects)
 
-    def digit(self, call: SipCall, digit: str) -> None:
-        """``call``'s participant pressed ``digit``."""
-        seat = self._seats.get(participant_id(call))
+    def digit(self, pid: str, digit: str) -> None:
+        """Participant ``pid`` pressed ``digit``."""
+        seat = self._seats.get(pid)
         if seat is None:
             return
-        effects = seat.room.digit(participant_id(call), digit, self._now())
+        effects = seat.room.digit(pid, digit, self._now())
         if effects:
             self._apply(seat.room, effects)
 
-    def leave(self, call: SipCall) -> None:
-        """``call`` leaves its room, if it is in one (its action stopped, or it ended)."""
-        pid = participant_id(call)
+    def leave(self, pid: str, who: Participant | None = None) -> None:
+        """Participant ``pid`` leaves its room, if it is in one (its action stopped, or its
+        call ended); with ``who``, only if that is who sits there."""
         seat = self._seats.get(pid)
-        if seat is None:
+        if seat is None or (who is not None and seat.who is not who):
             return
         try:
             effects = seat.room.leave(pid, self._now())
         except NotInRoom:  # (a bug: the seat outlived the room's participant)
-            logger.error("call %s: its seat outlived its conference", call.call_id)
+            logger.error("%s: its seat outlived its conference", seat.who.name)
             self._unseat(pid)
             return
         self._apply(seat.room, effects)
@@ -214,13 +260,13 @@ class Conferences:
                 if seat is not None:
                     gone[effect.participant] = seat
                     logger.info(
-                        "call %s: out of conference %r (%s, %.1f s)",
-                        seat.call.call_id,
+                        "%s: out of conference %r (%s, %.1f s)",
+                        seat.who.name,
                         room.name,
                         effect.reason,
                         effect.seconds,
                     )
-                    seat.call.leg.inject(RoomLeft(effect.reason, effect.seconds))
+                    seat.who.tell(RoomLeft(effect.reason, effect.seconds))
             elif isinstance(effect, Muted):
                 logger.info("conference %r: %s %s", room.name, effect.participant, _muted(effect))
             elif isinstance(effect, Started | Stopped):
@@ -232,7 +278,7 @@ class Conferences:
     def _tell(self, pid: str, event: RoomHolding | RoomPrompt) -> None:
         seat = self._seats.get(pid)
         if seat is not None:
-            seat.call.leg.inject(event)
+            seat.who.tell(event)
 
     def _unseat(self, pid: str) -> _Seat | None:
         """``pid``'s call out of its room's mix: its media its own again."""
@@ -242,9 +288,7 @@ class Conferences:
         mix = self._mixes.get((seat.room.app, seat.room.name))
         if mix is not None:
             mix.remove(pid)
-        session = seat.call.media.session
-        session.reclaim()
-        session.tells = session.hears = None
+        seat.who.unseat()
         return seat
 
 
@@ -257,17 +301,18 @@ def _state(effect: Started | Stopped) -> str:
 
 
 class CallConference:
-    """One call's :class:`~callhook.telephony.leg.ConferencePort`: its leg's way to the rooms."""
+    """One call's :class:`~callhook.telephony.leg.ConferencePort`: its leg's way to the
+    rooms of this process."""
 
     def __init__(self, conferences: Conferences, call: SipCall) -> None:
         self.conferences = conferences
         self.call = call
 
     def join(self, command: JoinRoom) -> None:
-        self.conferences.join(self.call, command)
+        self.conferences.join(LocalParticipant(self.call), command)
 
     def digit(self, digit: str) -> None:
-        self.conferences.digit(self.call, digit)
+        self.conferences.digit(participant_id(self.call), digit)
 
     def leave(self) -> None:
-        self.conferences.leave(self.call)
+        self.conferences.leave(participant_id(self.call))

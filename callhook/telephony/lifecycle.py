@@ -43,8 +43,8 @@ from callhook.sip.agent import (
     Reoffer,
 )
 from callhook.sip.notices import ReferProgress, ReferResponse
-from callhook.telephony.conferences import CallConference, Conferences
 from callhook.telephony.connecting import CallFarLegs, Connector
+from callhook.telephony.leg import ConferencePort
 from callhook.telephony.referring import CallReferrer, Transfers
 from callhook.telephony.sipcall import SipCall, Unanswered, reoffer
 from callhook.telephony.transcribing import OutboxPoster
@@ -71,14 +71,14 @@ class Lifecycle:
         recent_logs: OrderedDict[str, tuple[str, str]],
         connector: Connector,
         transfers: Transfers,
-        conferences: Conferences,
+        rooms: Callable[[SipCall], ConferencePort],
         flush: Callable[[], None],
     ) -> None:
         """``agent`` and ``media``: the service's as they are at the time (made when it
         starts); ``calls``: the server's calls by Call-ID; ``recent_logs``: where each call's
         log is noted as its runner starts (the last RECENT_LOGS); ``connector`` places a call's
-        ``connect`` far legs, ``transfers`` sends its ``transfer`` REFERs, ``conferences``
-        holds the rooms of its ``connect_to_conference``; ``flush``
+        ``connect`` far legs, ``transfers`` sends its ``transfer`` REFERs, ``rooms`` gives
+        its ``connect_to_conference`` its way to the rooms; ``flush``
         sends what the agent wants sent."""
         self.services = services
         self.loop = loop
@@ -88,7 +88,7 @@ class Lifecycle:
         self.calls = calls
         self.connector = connector
         self.transfers = transfers
-        self.conferences = conferences
+        self.rooms = rooms
         self._flush = flush
         self.recent_logs = recent_logs
 
@@ -99,7 +99,7 @@ class Lifecycle:
         ``connect_to_conference`` join rooms, through this service."""
         call.leg.far = CallFarLegs(self.connector, call)
         call.leg.referrer = CallReferrer(self.transfers, call)
-        call.leg.conference = CallConference(self.conferences, call)
+        call.leg.conference = self.rooms(call)
         call.leg.transcripts = OutboxPoster(self.services, call.app.name)
 
     def detach_far_legs(self, call: SipCall) -> None:
@@ -108,7 +108,8 @@ class Lifecycle:
         the last reference does, not in one of the collector's full passes, which stop
         every call's audio for as long as they take)."""
         self.connector.drop_all_callees(call)
-        self.conferences.leave(call)
+        if call.leg.conference is not None:
+            call.leg.conference.leave()
         call.leg.far = call.leg.referrer = call.leg.conference = None
 
     # --- the run ----------------------------------------------------------------------------

@@ -49,15 +49,17 @@ from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
 from callhook.sip.transport import Target, Transport
 from callhook.telephony.admission import OutboundAdmission
-from callhook.telephony.conferences import Conferences
+from callhook.telephony.conferences import CallConference, Conferences
 from callhook.telephony.connecting import Connector
 from callhook.telephony.control import Control
 from callhook.telephony.dialling import Dialler
 from callhook.telephony.farleg import FarLeg
 from callhook.telephony.inbound import Inbound
+from callhook.telephony.leg import ConferencePort
 from callhook.telephony.lifecycle import Lifecycle
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.referring import Transfers
+from callhook.telephony.roomlinks import RoomLinks
 from callhook.telephony.sipcall import SipCall
 from callhook.telephony.trunking import Trunks
 from callhook.telephony.users import Users
@@ -133,6 +135,9 @@ class SipService:
         self.phone: WebPhone | None = None
         #: The web clients signed in to receive calls (``webrtc:`` destinations).
         self.webclients: WebClients | None = None
+        #: Rooms held by other workers, and their callers in this one's (set by serve
+        #: where there are other workers; None: every room is this process's).
+        self.room_links: RoomLinks | None = None
         self.shared_bans: SharedBans | None = None
         self.outbound_share: OutboundShare | None = None
         self.prompts = PromptAudio(
@@ -250,7 +255,7 @@ class SipService:
             recent_logs=self.recent_logs,
             connector=self.connector,
             transfers=self.transfers,
-            conferences=self.conferences,
+            rooms=self._rooms,
             flush=self._flush,
         )
         #: The calls that arrive.
@@ -300,7 +305,7 @@ class SipService:
             nice=tuning.thread_nice,
             thread_receive=tuning.thread_receive,
         )
-        self.media.mixing = self.conferences.tick
+        self.media.mixing = self._mix
         own = {self.address, self.local, *settings.sip.domains}
         if self.host not in ("0.0.0.0", "::", ""):
             own.add(self.host)
@@ -352,6 +357,18 @@ class SipService:
 
     def datagram_received(self, data: bytes, source: tuple[str, int]) -> None:
         self.message_received(data, Target(*source))
+
+    def _rooms(self, call: SipCall) -> ConferencePort:
+        """``call``'s way to the conference rooms: this process's, or any worker's."""
+        if self.room_links is not None:
+            return self.room_links.port(call)
+        return CallConference(self.conferences, call)
+
+    def _mix(self) -> None:
+        """The media tick's mixing: this process's rooms, then the frames of the links."""
+        self.conferences.tick()
+        if self.room_links is not None:
+            self.room_links.pump()
 
     def _trunks_changed(self) -> None:
         self._trusted_trunks()
@@ -525,6 +542,8 @@ class SipService:
             await self.phone.hang_up_all("callhook is shutting down")
         if self.webclients is not None:
             await self.webclients.sign_out_all("callhook is shutting down")
+        if self.room_links is not None:
+            await self.room_links.close()
         if self.media is not None:
             self.media.shutdown()
         await self._unregister()

@@ -140,13 +140,13 @@ def test_a_bad_event_says_what_is_wrong(message: object, says: str) -> None:
 
 
 def test_the_owner_is_the_same_in_every_process() -> None:
-    here = [owner("app", f"room{i}", 4) for i in range(20)]
+    here = [owner("app", f"room{i}", range(4)) for i in range(20)]
     there = subprocess.run(
         [
             sys.executable,
             "-c",
             "from callhook.conference.wire import owner\n"
-            "print([owner('app', f'room{i}', 4) for i in range(20)])",
+            "print([owner('app', f'room{i}', range(4)) for i in range(20)])",
         ],
         capture_output=True,
         text=True,
@@ -158,8 +158,20 @@ def test_the_owner_is_the_same_in_every_process() -> None:
 
 
 def test_the_owner_depends_on_the_application_too() -> None:
-    rooms = [(owner("one", f"r{i}", 8), owner("two", f"r{i}", 8)) for i in range(50)]
+    rooms = [(owner("one", f"r{i}", range(8)), owner("two", f"r{i}", range(8))) for i in range(50)]
     assert any(a != b for a, b in rooms)
-    assert all(owner("one", f"r{i}", 1) == 0 for i in range(50))
-    with pytest.raises(ValueError, match="1 or more"):
-        owner("one", "r", 0)
+    assert all(owner("one", f"r{i}", [0]) == 0 for i in range(50))
+    with pytest.raises(ValueError, match="no process"):
+        owner("one", "r", [])
+
+
+def test_a_process_coming_or_going_moves_only_the_rooms_it_holds() -> None:
+    """Nodes: the members are read from the database and change; the other rooms stay."""
+    nodes = ["10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"]
+    before = {r: owner("app", r, nodes) for r in (f"room{i}" for i in range(60))}
+    assert set(before.values()) == set(nodes)
+    after = {r: owner("app", r, nodes[:2]) for r in before}  # the third went
+    assert all(after[r] == o for r, o in before.items() if o != nodes[2])
+    grown = {r: owner("app", r, [*nodes, "10.0.0.4:7070"]) for r in before}
+    assert all(grown[r] in (before[r], "10.0.0.4:7070") for r in before)
+    assert owner("app", "room1", reversed(nodes)) == before["room1"]  # (order is no matter)

@@ -24,7 +24,12 @@ from callhook.events import (
 from callhook.media import g711
 from callhook.media.rtp import RtpPacket
 from callhook.media.session import MediaSession
-from callhook.telephony.conferences import ENTRY_BEEP, Conferences
+from callhook.telephony.conferences import (
+    ENTRY_BEEP,
+    Conferences,
+    LocalParticipant,
+    participant_id,
+)
 from callhook.telephony.sipcall import SipCall
 
 PEER = ("192.0.2.10", 40000)
@@ -79,9 +84,9 @@ def test_two_callers_meet_and_each_hears_the_other_through_its_session() -> None
     rooms = Conferences(clock)
     a, b = call("a"), call("b", "PCMA")
     announced = JoinRoom("weekly", ParticipantOptions(), joined=(SayText("Bob joined"),))
-    rooms.join(a, JoinRoom("weekly"))
+    rooms.join(LocalParticipant(a), JoinRoom("weekly"))
     assert events(a) == [RoomJoined(), RoomHolding(True)]
-    rooms.join(b, announced)
+    rooms.join(LocalParticipant(b), announced)
     assert events(a) == [
         RoomPrompt(ENTRY_BEEP),
         RoomPrompt((SayText("Bob joined"),)),
@@ -112,25 +117,25 @@ def test_the_exit_digit_takes_a_caller_out_and_gives_its_media_back() -> None:
     clock = Clock()
     rooms = Conferences(clock)
     a, b = call("a"), call("b")
-    rooms.join(a, JoinRoom("weekly", ParticipantOptions(exit_digit="*")))
-    rooms.join(b, JoinRoom("weekly", left=(SayText("Alice left"),)))
+    rooms.join(LocalParticipant(a), JoinRoom("weekly", ParticipantOptions(exit_digit="*")))
+    rooms.join(LocalParticipant(b), JoinRoom("weekly", left=(SayText("Alice left"),)))
     events(a), events(b)
     clock.now = 12.34
-    rooms.digit(a, "5")  # (no option of its: nothing)
+    rooms.digit(participant_id(a), "5")  # (no option of its: nothing)
     assert events(a) == []
-    rooms.digit(a, "*")
+    rooms.digit(participant_id(a), "*")
     assert events(a) == [RoomLeft("exit_digit", 12.3)]
     assert a.media.session.tells is None and a.media.session.hears is None
     assert events(b) == [RoomHolding(True)]  # (a had no left message)
-    rooms.leave(a)  # (its action stops after: nothing more)
+    rooms.leave(participant_id(a))  # (its action stops after: nothing more)
     assert events(a) == [] and len(rooms) == 1
 
 
 def test_the_last_caller_to_hang_up_ends_the_room() -> None:
     rooms = Conferences(Clock())
     a = call("a")
-    rooms.join(a, JoinRoom("weekly"))
-    rooms.leave(a)
+    rooms.join(LocalParticipant(a), JoinRoom("weekly"))
+    rooms.leave(participant_id(a))
     assert events(a)[-1] == RoomLeft("hung_up", 0.0)
     assert rooms.rooms.get("app", "weekly") is None and len(rooms) == 0
     rooms.tick()  # (no mix left to run)
@@ -139,8 +144,8 @@ def test_the_last_caller_to_hang_up_ends_the_room() -> None:
 def test_a_full_room_refuses_with_busy() -> None:
     rooms = Conferences(Clock(), limit=1)
     a, b = call("a"), call("b")
-    rooms.join(a, JoinRoom("weekly"))
-    rooms.join(b, JoinRoom("weekly"))
+    rooms.join(LocalParticipant(a), JoinRoom("weekly"))
+    rooms.join(LocalParticipant(b), JoinRoom("weekly"))
     refused = events(b)
     assert len(refused) == 1 and isinstance(refused[0], RoomRefused)
     assert refused[0].cause == "busy" and b.media.session.tells is None
@@ -149,8 +154,8 @@ def test_a_full_room_refuses_with_busy() -> None:
 def test_two_applications_rooms_of_one_name_are_two_rooms() -> None:
     rooms = Conferences(Clock())
     a, b = call("a", app="one"), call("b", app="two")
-    rooms.join(a, JoinRoom("Sales"))
-    rooms.join(b, JoinRoom("Sales"))
+    rooms.join(LocalParticipant(a), JoinRoom("Sales"))
+    rooms.join(LocalParticipant(b), JoinRoom("Sales"))
     assert events(a) == [RoomJoined(), RoomHolding(True)]
     assert events(b) == [RoomJoined(), RoomHolding(True)]
 
@@ -158,8 +163,8 @@ def test_two_applications_rooms_of_one_name_are_two_rooms() -> None:
 def test_the_web_services_mute_and_eject() -> None:
     rooms = Conferences(Clock())
     a, b = call("a"), call("b")
-    rooms.join(a, JoinRoom("weekly"))
-    rooms.join(b, JoinRoom("weekly", ParticipantOptions(beep_on_entry=False)))
+    rooms.join(LocalParticipant(a), JoinRoom("weekly"))
+    rooms.join(LocalParticipant(b), JoinRoom("weekly", ParticipantOptions(beep_on_entry=False)))
     events(a), events(b)
     assert rooms.set_options("app", "weekly", "a", muted=True, talker=None)
     room = rooms.rooms.get("app", "weekly")
@@ -174,9 +179,9 @@ def test_the_web_services_mute_and_eject() -> None:
 def test_a_call_in_one_room_cannot_join_another() -> None:
     rooms = Conferences(Clock())
     a = call("a")
-    rooms.join(a, JoinRoom("weekly"))
+    rooms.join(LocalParticipant(a), JoinRoom("weekly"))
     events(a)
-    rooms.join(a, JoinRoom("daily"))
+    rooms.join(LocalParticipant(a), JoinRoom("daily"))
     refused = events(a)
     assert len(refused) == 1 and isinstance(refused[0], RoomRefused)
     assert refused[0].cause == "failed" and rooms.rooms.get("app", "daily") is None
