@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from callhook.actions.conference import ConferenceMachine
+from callhook.actions.conference import ConferenceMachine, ConnectToRoom
 from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connect import ConnectMachine
 from callhook.actions.connectschema import Connect, Transfer
@@ -45,6 +45,8 @@ def machine_for(action: MachineAction, ctx: ActionContext) -> ActionMachine:
     if isinstance(action, RunSpeechMenu):
         return MenuMachine(MenuSpec.for_run_speech_menu(action), ctx)
     if isinstance(action, Connect):
+        if action.destinations[0][:4].lower() == "con:":  # (then the only one: the schema's)
+            return ConnectToRoom(action, ctx)
         return ConnectMachine(action, ctx)
     if isinstance(action, Transfer):
         return TransferMachine(action, ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.fields import Strict
 from callhook.actions.menuschema import RunMenu, RunSpeechMenu
@@ -22,6 +23,7 @@ from callhook.actions.schema import (
 Action = (
     Play
     | Connect
+    | ConnectToConference
     | Transfer
     | GetNumber
     | GetInput
@@ -41,6 +43,7 @@ ACTION_MODELS: dict[str, type[Strict]] = {
     for m in (
         Play,
         Connect,
+        ConnectToConference,
         Transfer,
         GetNumber,
         GetInput,

@@ -29,17 +29,26 @@ IN_ROOM: a prompt      a beep or an announcement of someone's coming or going: p
 IN_ROOM: a digit       to the room (its exit, mute and unmute digits)
 IN_ROOM: left          over: ``seconds_connected_duration`` to ``next_page`` (absent: the
                        next action runs)
+IN_ROOM: deadline      ``secondary_call.minutes_max_call_duration`` passed: out of the
+                       room, over as if it had left
 the caller hangs up    :class:`~callhook.events.LeaveRoom`; the call is over
 =====================  ==================================================================
+
+With ``secondary_call.call_recording`` the participant's call is recorded from the
+moment it is in the room until it leaves: what it says and what it hears of the room.
+A ``connect`` to ``con:ROOM`` is :class:`ConnectToRoom`: the same, with ``connect``'s
+result.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
+from typing import Any
 
 from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connect import RINGBACK
+from callhook.actions.connectschema import Connect
 from callhook.actions.machine import (
     ActionContext,
     ActionMachine,
@@ -57,6 +66,7 @@ from callhook.events import (
     MediaEvent,
     PromptFinished,
     PromptItem,
+    RecordCall,
     RoomDigit,
     RoomHolding,
     RoomJoined,
@@ -65,7 +75,14 @@ from callhook.events import (
     RoomRefused,
     StartPrompt,
     StopPrompt,
+    StopRecording,
 )
+
+#: A connect's cause and raw cause: the room said no (full: busy, as a busy far end's 486).
+REFUSED_RAW = {"busy": "486", "failed": "500"}
+NO_ANSWER = ("no_answer", "408")
+#: Out of the room: as a far end that hung up (Aculab: the room's secondary call ended).
+LEFT = ("hung_up", "BYE")
 
 
 class State(enum.Enum):
@@ -82,13 +99,16 @@ class ConferenceMachine(ActionMachine):
         self.participant = action.participant()
         self.ctx = ctx
         self.state = State.JOINING
-        self.until = 0.0
+        self.until = 0.0  # the joining's deadline, then the longest time in the room
+        self.joined_at = 0.0
         self.playing: int | None = None  # the prompt playing, if any
         self.looping = False  # it is the hold media or the while_stopped_media
         self.holding = False  # the room holds: while_stopped_media when nothing else plays
         self.queued: deque[tuple[PromptItem, ...]] = deque()  # beeps, announcements
         self.media_failed = False  # the looping media could not be played
-        self.result: dict[str, float] | None = None
+        self.recording: str | None = None  # the participant's call recording, while it runs
+        self.recorded: str | None = None  # its file
+        self.result: dict[str, Any] | None = None
 
     def start(self, now: float) -> list[MediaCommand]:
         self.until = now + self.action.seconds_answer_timeout
@@ -103,13 +123,17 @@ class ConferenceMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
-        return self.until if self.state is State.JOINING else None
+        return None if self.state is State.DONE else self.until
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
-        if self.state is not State.JOINING:
+        if self.state is State.DONE or now < self.until:
             return []
-        commands = [LeaveRoom(), *self._stop()]
-        self._over(None, "conference: not joined within seconds_answer_timeout")
+        commands = [LeaveRoom(), *self._stop(), *self._stop_recording()]
+        if self.state is State.JOINING:
+            self._over(None, "conference: not joined within seconds_answer_timeout", NO_ANSWER)
+        else:
+            seconds = round(now - self.joined_at, 1)
+            self._over(seconds, "conference: minutes_max_call_duration reached", LEFT)
         return commands
 
     def handle(self, event: MediaEvent, now: float) -> list[MediaCommand]:
@@ -119,11 +143,15 @@ class ConferenceMachine(ActionMachine):
             return self._finished(failed=event.error is not None)
         if isinstance(event, RoomJoined) and self.state is State.JOINING:
             self.state = State.IN_ROOM
+            self.joined_at = now
+            second = self.action.secondary_call
+            self.until = now + (second.minutes_max_call_duration if second else 240) * 60.0
             self.media_failed = False  # (the hold media's: the room's own is tried afresh)
-            return self._stop() + self._next()
+            return self._stop() + self._record() + self._next()
         if isinstance(event, RoomRefused):
             commands = self._stop()
-            self._over(None, f"conference: refused ({event.cause}: {event.raw_cause})")
+            cause = (event.cause, REFUSED_RAW.get(event.cause, "500"))
+            self._over(None, f"conference: refused ({event.cause}: {event.raw_cause})", cause)
             return commands
         if isinstance(event, RoomHolding):
             self.holding = event.on
@@ -136,13 +164,13 @@ class ConferenceMachine(ActionMachine):
         if isinstance(event, DigitReceived) and self.state is State.IN_ROOM:
             return [RoomDigit(event.digit)]
         if isinstance(event, RoomLeft):
-            commands = self._stop()
-            self._over(event.seconds, f"conference: left ({event.reason})")
+            commands = self._stop() + self._stop_recording()
+            self._over(event.seconds, f"conference: left ({event.reason})", LEFT)
             return commands
         return []
 
     def stop(self, now: float, why: StopReason) -> list[MediaCommand]:
-        commands = [LeaveRoom(), *self._stop()]
+        commands = [LeaveRoom(), *self._stop(), *self._stop_recording()]
         self.state = State.DONE
         self.outcome = Continue(f"connect_to_conference stopped: {why}")
         return commands
@@ -191,11 +219,69 @@ class ConferenceMachine(ActionMachine):
             return self._play(stopped, loop=True)
         return []
 
-    def _over(self, seconds: float | None, why: str) -> None:
+    def _record(self) -> list[MediaCommand]:
+        """``secondary_call.call_recording``: the participant's call, from now on."""
+        second = self.action.secondary_call
+        if second is None or not second.call_recording:
+            return []
+        self.recording = self.recorded = self.ctx.new_recording_name()
+        cipher = second.call_recording_cipher  # (required with encryption: the schema's)
+        return [
+            RecordCall(
+                self.recording,
+                second.call_recording_mode,
+                cipher.as_tuple() if second.call_recording_encryption and cipher else None,
+                eliminate_dtmf=second.call_recording_eliminate_dtmf,
+            )
+        ]
+
+    def _stop_recording(self) -> list[MediaCommand]:
+        if self.recording is None:
+            return []
+        filename, self.recording = self.recording, None
+        return [StopRecording(filename)]
+
+    def _over(self, seconds: float | None, why: str, cause: tuple[str, str]) -> None:
+        """Over: ``seconds`` in the room (None: never in it), ``cause`` as a connect's."""
         self.state = State.DONE
-        page = self.action.next_page
-        if seconds is None or page is None:
+        result = self._result(seconds, cause)
+        if result is None or self.action.next_page is None:
             self.outcome = Continue(why)
             return
-        self.result = {"seconds_connected_duration": seconds}
-        self.outcome = Completed("connect_to_conference", dict(self.result))
+        self.result = result
+        self.outcome = Completed(self.wire_name, dict(result))
+
+    wire_name = "connect_to_conference"
+
+    def _result(self, seconds: float | None, cause: tuple[str, str]) -> dict[str, Any] | None:
+        """What ``next_page`` gets; None: not requested (Aculab's "fails to connect")."""
+        if seconds is None:
+            return None
+        result: dict[str, Any] = {"seconds_connected_duration": seconds}
+        if self.recorded is not None:
+            result["call_recording_filename"] = self.recorded  # callhook's (behaviour.md)
+        return result
+
+
+class ConnectToRoom(ConferenceMachine):
+    """A ``connect`` whose destination is ``con:ROOM``: the room joined as by
+    ``connect_to_conference`` with the participant defaults, and ``connect``'s result
+    (``next_page`` requested whether it got in or not, as a connect's is)."""
+
+    wire_name = "connect"
+
+    def __init__(self, action: Connect, ctx: ActionContext) -> None:
+        super().__init__(ConnectToConference.of_connect(action), ctx)
+        self.destination = action.destinations[0]
+
+    def _result(self, seconds: float | None, cause: tuple[str, str]) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "connected": seconds is not None,
+            "destination": self.destination if seconds is not None else None,
+            "call_cause": cause[0],
+            "call_raw_cause": cause[1],
+            "seconds_connected_duration": seconds or 0,
+        }
+        if self.recorded is not None:
+            result["call_recording_filename"] = self.recorded
+        return result

@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from callhook.actions.connectschema import SecondaryCall
+from callhook.actions.connectschema import Connect, SecondaryCall, check_room_secondary_call
 from callhook.actions.fields import DigitOrEmpty, Opt, Strict
 from callhook.actions.schema import PlayAction, WebPageRequest
 from callhook.events import ParticipantOptions
@@ -78,6 +78,25 @@ class ConnectToConference(Strict):
             raise ValueError("a room's name: 1 to 128 printable characters, no space")
         return value
 
+    @model_validator(mode="after")
+    def _secondary(self) -> ConnectToConference:
+        check_room_secondary_call(self.secondary_call)
+        return self
+
     def participant(self) -> ConferenceParticipant:
         """The participant object given, or Aculab's defaults."""
         return self.conference_participant or ConferenceParticipant()
+
+    @classmethod
+    def of_connect(cls, connect: Connect) -> ConnectToConference:
+        """A ``connect`` to ``con:ROOM`` as the ``connect_to_conference`` it is: the room
+        joined with the participant defaults, the connect's media, timeout and pages."""
+        (destination,) = connect.destinations
+        return cls.model_construct(
+            room=destination.split(":", 1)[1],
+            hold_media=connect.hold_media,
+            seconds_answer_timeout=connect.seconds_answer_timeout,
+            conference_participant=None,
+            secondary_call=connect.secondary_call,
+            next_page=connect.next_page,
+        )

@@ -30,15 +30,26 @@ class SecondaryCall(Strict):
     error_page: Opt[WebPageRequest] = None
 
 
+def check_room_secondary_call(second: SecondaryCall | None) -> None:
+    """What of ``secondary_call`` a room takes: its recording of the participant's call
+    and its longest time, not its pages (no far leg runs them)."""
+    if second is None:
+        return
+    pages = [n for n in ("first_page", "final_page", "error_page") if getattr(second, n)]
+    if pages:
+        raise ValueError(
+            f"secondary_call.{pages[0]}: a conference room has no far leg to run pages on "
+            "(callhook); leave it out"
+        )
+    if second.call_recording_encryption and second.call_recording_cipher is None:
+        raise ValueError("secondary_call.call_recording_encryption needs call_recording_cipher")
+
+
 def _check_destination(value: str) -> str:
     try:
-        found = destinations.parse(value)
+        destinations.parse(value)
     except destinations.BadDestination as exc:
         raise ValueError(str(exc)) from None
-    if found.kind == "conference":
-        raise ValueError(
-            f"{value!r}: conferences (con:) are not supported by callhook yet: leave it out"
-        )
     return value
 
 
@@ -71,6 +82,15 @@ class Connect(Strict):
                 "classify_callee (answering-machine detection) is not supported by callhook "
                 "yet: leave it out"
             )
+        rooms = [d for d in self.destinations if d[:4].lower() == "con:"]
+        if rooms and len(self.destinations) > 1:
+            # A room takes the caller at once: it would always be the first to answer.
+            raise ValueError(
+                f"{rooms[0]!r}: a conference room (con:) is joined at once, so it cannot be "
+                "one of several destinations"
+            )
+        if rooms:
+            check_room_secondary_call(self.secondary_call)
         if self.pass_early_media and len(self.destinations) != 1:
             raise ValueError("pass_early_media needs exactly one destination")
         if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:
@@ -121,6 +141,16 @@ class Transfer(Strict):
         if _URI.fullmatch(value) or _NUMBER.fullmatch(value):
             return value
         raise ValueError("a sip: or sips: URI, or a number (digits, + first, - between)")
+
+    @model_validator(mode="after")
+    def _fallback(self) -> Transfer:
+        fallback = self.fallback_connect
+        if fallback and any(d[:4].lower() == "con:" for d in fallback.connect.destinations):
+            raise ValueError(
+                "fallback_connect: a conference room (con:) is not supported there: use "
+                "connect_to_conference after the transfer"
+            )
+        return self
 
     @field_validator("referred_by")
     @classmethod

@@ -53,7 +53,7 @@ def _ci(word: str) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" for c in word)
 
 
-#: The same forms for the published JSON Schema (``con:`` left out: not supported yet).
+#: The same forms for the published JSON Schema.
 SCHEMA_PATTERN = "|".join(
     f"^(?:{form})$"
     for form in (
@@ -62,6 +62,7 @@ SCHEMA_PATTERN = "|".join(
         _ci("ws") + f"{_ci('s')}?" + r"://[^\s]+",
         _ci("loc") + r":[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}",
         _ci("webrtc") + r":(?!\.+$)[A-Za-z0-9+._-]{1,256}",
+        _ci("con") + r":[!-~]{1,128}",
         _ci("user") + r":[^\s]+",
         r"\+?[0-9*#]+(?:-[0-9*#]+)*",
         r"[^:\s@]+@[^\s]+",

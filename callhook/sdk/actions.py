@@ -148,6 +148,36 @@ def secondary_call(
     )
 
 
+def conference_participant(
+    *,
+    talker: bool | None = None,
+    start_on_entry: bool | None = None,
+    destroy_on_exit: bool | None = None,
+    beep_on_entry: bool | None = None,
+    exit_digit: str | None = None,
+    mute_digit: str | None = None,
+    unmute_digit: str | None = None,
+    while_stopped_media: Action | str | None = None,
+    name: Action | str | None = None,
+    has_joined_message: Action | str | None = None,
+    has_left_message: Action | str | None = None,
+) -> dict[str, Any]:
+    """The ``conference_participant`` object of :func:`connect_to_conference`."""
+    return _given(
+        talker=talker,
+        start_on_entry=start_on_entry,
+        destroy_on_exit=destroy_on_exit,
+        beep_on_entry=beep_on_entry,
+        exit_digit=exit_digit,
+        mute_digit=mute_digit,
+        unmute_digit=unmute_digit,
+        while_stopped_media=_prompt(while_stopped_media),
+        name=_prompt(name),
+        has_joined_message=_prompt(has_joined_message),
+        has_left_message=_prompt(has_left_message),
+    )
+
+
 # --- the actions -------------------------------------------------------------------------
 
 
@@ -338,6 +368,28 @@ def connect(
     )
 
 
+def connect_to_conference(
+    name: str,
+    *,
+    hold_media: Action | str | None = None,
+    seconds_answer_timeout: int | None = None,
+    conference_participant: Mapping[str, Any] | None = None,
+    secondary_call: Mapping[str, Any] | None = None,
+    next_page: Page | None = None,
+) -> Action:
+    """``connect_to_conference``: the caller joins the application's room ``name``;
+    ``next_page`` gets how long it was in when it leaves."""
+    return _action(
+        "connect_to_conference",
+        name=name,
+        hold_media=_prompt(hold_media),
+        seconds_answer_timeout=seconds_answer_timeout,
+        conference_participant=conference_participant,
+        secondary_call=secondary_call,
+        next_page=_page(next_page) if next_page is not None else None,
+    )
+
+
 def transfer(
     destination: str,
     *,
@@ -458,7 +510,8 @@ def _wire(value: Any) -> Any:
     return value
 
 
-def _action(name: str, **properties: Any) -> Action:
+def _action(action: str, /, **properties: Any) -> Action:
+    name = action
     body = {k: _wire(v) for k, v in _given(**properties).items()}
     try:
         parse_response(json.dumps({"actions": [{name: body}]}))

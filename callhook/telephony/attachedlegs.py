@@ -1,6 +1,7 @@
 """Far legs of a ``connect`` that are no SIP call: a WebSocket server (``wss://``), another
-application of this installation (``loc:``), a web client (``webrtc:``), and the
-destination callhook cannot call yet (``con:``).
+application of this installation (``loc:``) and a web client (``webrtc:``). (A
+conference room, ``con:``, is no far leg: its connect runs as ``connect_to_conference``,
+actions/conference.py.)
 
 :class:`AttachedLegs` places them for the
 :class:`~callhook.telephony.connecting.Connector`, which ends and joins them as it does
@@ -160,19 +161,15 @@ class AttachedLegs:
         call_from: str | None,
     ) -> None:
         """A destination that is no SIP call: another application of this installation
-        (``loc:``), a web client (``webrtc:``), a conference room (``con:``)."""
+        (``loc:``), a web client (``webrtc:``)."""
         if target.kind == "local":
             self._place_local(primary, attempt, target.value, call_from)
             return
         if target.kind == "webrtc":
             self._place_webrtc(primary, attempt, target.value, call_from)
             return
-        logger.warning(
-            "call %s: cannot call %s:%s: not supported yet",
-            primary.call_id,
-            {"local": "loc", "conference": "con"}[target.kind],
-            target.value,
-        )
+        # (A room, con:, is joined by its own machine: a connect never places it.)
+        logger.error("call %s: %s %r is no far leg", primary.call_id, target.kind, target.value)
         primary.leg.inject(CalleeEnded(attempt, "unobtainable", "404"))
 
     def _place_local(

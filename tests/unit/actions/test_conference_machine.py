@@ -159,3 +159,114 @@ def test_a_hang_up_leaves_the_room() -> None:
     assert m.stop(4.0, "hangup") == [LeaveRoom(), StopPrompt(2)]
     assert isinstance(m.outcome, Continue)
     assert m.handle(RoomLeft("hung_up", 4.0), 4.0) == []
+
+
+# --- secondary_call: the participant's recording and its longest time ---------------------
+
+
+def test_the_participants_call_is_recorded_while_it_is_in_the_room() -> None:
+    from callhook.events import RecordCall, StopRecording
+
+    m = machine(
+        secondary_call={"call_recording": True, "call_recording_mode": "separate"},
+        next_page={"url": "/left"},
+    )
+    m.start(0.0)
+    assert m.handle(RoomJoined(), 1.0) == [StopPrompt(1), RecordCall("recording.wav", "separate")]
+    assert m.handle(RoomLeft("exit_digit", 9.0), 10.0) == [StopRecording("recording.wav")]
+    assert m.outcome == Completed(
+        "connect_to_conference",
+        {"seconds_connected_duration": 9.0, "call_recording_filename": "recording.wav"},
+    )
+
+
+def test_minutes_max_call_duration_takes_the_participant_out_of_the_room() -> None:
+    m = machine(secondary_call={"minutes_max_call_duration": 2}, next_page={"url": "/left"})
+    m.start(0.0)
+    assert m.deadline == 30.0  # (joining: seconds_answer_timeout)
+    m.handle(RoomJoined(), 5.0)
+    assert m.deadline == 125.0
+    assert m.on_deadline(124.9) == []
+    assert m.on_deadline(125.0) == [LeaveRoom()]
+    assert m.outcome == Completed("connect_to_conference", {"seconds_connected_duration": 120.0})
+
+
+def test_secondary_call_pages_are_refused_for_a_room() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    for page in ("first_page", "final_page", "error_page"):
+        with pytest.raises(ValidationError, match=f"secondary_call.{page}: a conference room"):
+            machine(secondary_call={page: {"url": "/x"}})
+    with pytest.raises(ValidationError, match="needs call_recording_cipher"):
+        machine(secondary_call={"call_recording": True, "call_recording_encryption": True})
+
+
+# --- a connect to con:ROOM --------------------------------------------------------------------
+
+
+def connect(**props: Any) -> Any:
+    from callhook.actions import machine_for
+    from callhook.actions.connectschema import Connect
+
+    action = Connect.model_validate({"destinations": ["con:weekly"], **props})
+    return machine_for(action, ActionContext())
+
+
+def test_a_connect_to_a_room_joins_it_with_the_defaults_and_gives_a_connects_result() -> None:
+    m = connect(next_page={"url": "/after"}, seconds_answer_timeout=5)
+    join, _ = m.start(0.0)
+    assert join == JoinRoom("weekly", ParticipantOptions())
+    m.handle(RoomJoined(), 1.0)
+    m.handle(RoomLeft("destroyed", 41.0), 42.0)
+    assert m.outcome == Completed(
+        "connect",
+        {
+            "connected": True,
+            "destination": "con:weekly",
+            "call_cause": "hung_up",
+            "call_raw_cause": "BYE",
+            "seconds_connected_duration": 41.0,
+        },
+    )
+
+
+def test_a_connect_to_a_full_room_is_busy_and_its_next_page_says_so() -> None:
+    m = connect(next_page={"url": "/after"})
+    m.start(0.0)
+    m.handle(RoomRefused("busy", "the room holds 40 participants"), 0.1)
+    assert m.outcome == Completed(
+        "connect",
+        {
+            "connected": False,
+            "destination": None,
+            "call_cause": "busy",
+            "call_raw_cause": "486",
+            "seconds_connected_duration": 0,
+        },
+    )
+    late = connect()
+    late.start(0.0)
+    assert late.on_deadline(30.0) == [LeaveRoom(), StopPrompt(1)]
+    assert isinstance(late.outcome, Continue)  # (no next_page: the next action)
+
+
+def test_a_room_is_the_only_destination_of_a_connect() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from callhook.actions.connectschema import Connect, Transfer
+
+    with pytest.raises(ValidationError, match="cannot be one of several destinations"):
+        Connect.model_validate({"destinations": ["sip:a@b", "con:weekly"]})
+    with pytest.raises(ValidationError, match="a conference room has no far leg"):
+        Connect.model_validate(
+            {"destinations": ["con:weekly"], "secondary_call": {"first_page": {"url": "/f"}}}
+        )
+    with pytest.raises(ValidationError, match="not supported there"):
+        Transfer.model_validate(
+            {
+                "destination": "sip:a@b",
+                "fallback_connect": {"connect": {"destinations": ["con:weekly"]}},
+            }
+        )

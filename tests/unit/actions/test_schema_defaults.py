@@ -166,11 +166,13 @@ def test_model_property_names_are_the_spec_names(
 def test_action_names() -> None:
     # The three input actions, play (used by prompts), the control actions (sleep,
     # clear_input, redirect, hang_up), Aculab's menus, delete_file, connect and
-    # start/stop_transcription, and callhook's transfer (docs/behaviour.md).
+    # start/stop_transcription, connect_to_conference, and callhook's transfer
+    # (docs/behaviour.md).
     assert set(ACTION_MODELS) == {
         "start_transcription",
         "stop_transcription",
         "connect",
+        "connect_to_conference",
         "transfer",
         "run_menu",
         "run_speech_menu",

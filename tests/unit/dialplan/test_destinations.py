@@ -95,6 +95,7 @@ def validator() -> Any:
         "webrtc:desk-1",
         "wss://agent.example/v1",
         "user:alice",
+        "con:weekly",
     ],
 )
 def test_validate_and_the_schema_accept(validator: Any, text: str) -> None:
@@ -108,7 +109,6 @@ def test_validate_and_the_schema_accept(validator: Any, text: str) -> None:
         ("tel:0441908273800", "no leading 0"),
         ("fax:123", "unknown prefix"),
         ("support", "expected a telephone number"),
-        ("con:weekly", "conferences (con:) are not supported by callhook yet"),
     ],
 )
 def test_validate_and_the_schema_refuse_before_any_call(
@@ -120,3 +120,13 @@ def test_validate_and_the_schema_refuse_before_any_call(
     assert problem.path == "$.actions[0].connect.destinations[1]"
     assert why in problem.message
     assert not validator.is_valid(connect(text))
+
+
+def test_a_room_is_no_one_of_several_destinations(validator: Any) -> None:
+    """A room takes the caller at once: validate refuses it beside others (the JSON Schema
+    cannot say so: it checks each destination alone)."""
+    with pytest.raises(InvalidResponse) as info:
+        parse_response(json.dumps(connect("sip:ok@example.com", "con:weekly")))
+    (problem,) = info.value.problems
+    assert problem.path == "$.actions[0].connect"
+    assert "cannot be one of several destinations" in problem.message

@@ -181,7 +181,8 @@ def test_every_action_has_its_section_in_the_contents(name: str) -> None:
 def test_every_property_of_an_action_is_a_row_of_its_section(name: str) -> None:
     text = section(TEXT, action_heading(name))
     problems = []
-    for prop, field in ACTION_MODELS[name].model_fields.items():
+    for attr, field in ACTION_MODELS[name].model_fields.items():
+        prop = field.alias or attr  # (its name on the wire)
         found = rows(text, prop)
         if not found:
             problems.append(f"`{prop}` has no row in the section of `{name}`")
@@ -195,7 +196,8 @@ def test_every_property_of_a_nested_object_is_a_row() -> None:
     for model in reachable([*ACTION_MODELS.values(), Envelope]):
         if is_wrapper(model):
             continue
-        for prop, field in model.model_fields.items():
+        for attr, field in model.model_fields.items():
+            prop = field.alias or attr  # (its name on the wire)
             found = rows(TEXT, prop)
             if not found:
                 problems.append(f"{model.__name__}.{prop} has no row")

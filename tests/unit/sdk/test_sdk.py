@@ -31,6 +31,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "run_menu": sdk.run_menu,
     "run_speech_menu": sdk.run_speech_menu,
     "connect": sdk.connect,
+    "connect_to_conference": sdk.connect_to_conference,
     "transfer": sdk.transfer,
     "sleep": sdk.sleep,
     "hang_up": sdk.hang_up,
@@ -55,7 +56,11 @@ def test_every_action_has_a_builder_with_exactly_its_properties() -> None:
         }
         if name == "play":
             params.add("play_list")  # the positional items
-        fields = {f for f in model.model_fields if (name, f) not in LEFT_OUT}
+        fields = {
+            info.alias or f  # (the wire name)
+            for f, info in model.model_fields.items()
+            if (name, f) not in LEFT_OUT
+        }
         assert params == fields, name
 
 
@@ -332,3 +337,21 @@ def test_a_transcription_result_is_read_as_the_machine_sends_it() -> None:
     assert interim.alternatives[0].confidence is None  # interim results carry none
     assert (final.final, final.direction, final.text) == (True, None, "hello there friend")
     assert final.alternatives[0].confidence == 0.87
+
+
+def test_a_conference_is_built_with_its_participant() -> None:
+    built = sdk.connect_to_conference(
+        "weekly",
+        conference_participant=sdk.conference_participant(
+            talker=False, exit_digit="#", name="Alice", has_joined_message="has joined"
+        ),
+        next_page="/left",
+    )
+    parsed = parse_response(json.dumps({"actions": [built.to_json()]}))
+    (action,) = parsed.actions
+    assert action.room == "weekly"
+    participant = action.participant()
+    assert participant.talker is False and participant.exit_digit == "#"
+    with pytest.raises(sdk.InvalidAction, match="exit_digit"):
+        both = sdk.conference_participant(exit_digit="1", mute_digit="1")
+        sdk.connect_to_conference("weekly", conference_participant=both)
