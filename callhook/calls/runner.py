@@ -50,6 +50,7 @@ from typing import Any, Literal
 from urllib.parse import urljoin
 
 from callhook.actions import MachineAction, machine_for
+from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome, Timer
 from callhook.actions.schema import (
@@ -337,7 +338,10 @@ class CallRunner:
                 if outcome.page is not None:
                     page = outcome.page  # a menu option's own page
                 else:
-                    assert isinstance(action, GetNumber | GetInput | Record | Connect | Transfer)
+                    assert isinstance(
+                        action,
+                        GetNumber | GetInput | Record | Connect | Transfer | ConnectToConference,
+                    )
                     assert action.next_page is not None  # a connect without one continues
                     page = action.next_page
                 return self._next(page, base, outcome.action_result(), name)

@@ -69,6 +69,11 @@ class RtpSink(asyncio.DatagramProtocol):
         if self._transport is not None:
             self._transport.close()
 
+    def send(self, data: bytes, to: tuple[str, int]) -> None:
+        """A datagram from this socket (a phone's RTP comes from where it hears)."""
+        assert self._transport is not None
+        self._transport.sendto(data, to)
+
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         if len(data) < 12 or data[0] >> 6 != 2:
             return

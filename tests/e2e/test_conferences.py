@@ -1,0 +1,226 @@
+"""Conference rooms on real calls: SIPp callers join one room through ``serve``, with one
+process and with workers behind Kamailio (which gives the calls to the workers in turn,
+so some callers of the room are on the worker that does not hold it).
+
+Each caller is a phone made of SIPp for its signalling and a socket of the test for its
+media (tests/e2e/rtpsink.py), which its SDP names: the socket sends the caller's tone
+(and its key presses, RFC 4733) to the media address of callhook's answer, which SIPp
+writes to a file, and keeps what callhook sends it. (SIPp's own pcap replay sends from
+another port, where callhook's symmetric RTP would then send.) Each must hear the other
+talkers' tones and not its own; a muted participant and a listener are heard by nobody
+but hear the room; the exit digit takes a caller out, and its ``next_page`` gets the
+result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from callhook.devtools.harness import AppServer, Received
+from callhook.media import tones
+from tests.e2e import sipp
+from tests.e2e.harness import WORKERS, served, wait_for_request
+from tests.e2e.rtpsink import RtpSink
+from tests.e2e.rtpstream import Stream
+
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
+
+#: Each caller's tone (away from ringback's 440 and 480 Hz and from one another).
+TONES = {1: 600.0, 2: 850.0, 3: 1100.0, 4: 1350.0, 5: 1650.0}
+#: When the tones play in each caller's stream (after the digits that set it up).
+TONE_FROM, TONE_SECONDS = 2.0, 5.0
+
+
+def energy_at(samples: npt.NDArray[np.int16], hz: float) -> float:
+    """The share of the signal's energy within 20 Hz of ``hz``."""
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
+    freqs = np.fft.rfftfreq(len(samples), 1 / 8000)
+    total = float(spectrum.sum()) or 1.0
+    return float(spectrum[np.abs(freqs - hz) <= 20].sum()) / total
+
+
+def caller_number(received: Received) -> int:
+    call_to = str(received.json["this_call"]["call_to"])
+    found = re.search(r"p(\d)", call_to)
+    assert found is not None, call_to
+    return int(found.group(1))
+
+
+def room_app(app: AppServer, participant: dict[int, dict[str, Any]]) -> None:
+    """Every caller to room ``weekly``, with the options ``participant`` gives its number."""
+
+    def start(received: Received) -> list[dict[str, Any]]:
+        n = caller_number(received)
+        options = {"beep_on_entry": False, **participant.get(n, {})}
+        return [
+            {
+                "connect_to_conference": {
+                    "name": "weekly",
+                    "conference_participant": options,
+                    "next_page": {"url": f"/left/{n}"},
+                }
+            }
+        ]
+
+    app.page("/start", start)
+    for n in TONES:
+        app.page(f"/left/{n}", [{"hang_up": {}}])
+    app.page("/final", None)
+
+
+#: SIPp's part that takes callhook's answer: the media port of its SDP to a file.
+ANSWERED_TELLING_PORT = sipp.ANSWERED.replace(
+    '<recv response="200" rrs="true"/>',
+    """<recv response="200" rrs="true">
+    <action>
+      <ereg regexp="m=audio ([0-9]+)" search_in="body" check_it="true" assign_to="line,port"/>
+      <exec command="echo '[$port] [$line]' > PORT_FILE"/>
+    </action>
+  </recv>""",
+)
+
+
+async def speak(ear: RtpSink, stream: Stream, port_file: Path) -> None:
+    """The caller's RTP, from its ear's socket, once callhook's media port is known."""
+    loop = asyncio.get_running_loop()
+    for _ in range(1000):
+        if port_file.exists() and port_file.read_text().strip():
+            break
+        await asyncio.sleep(0.01)
+    to = ("127.0.0.1", int(port_file.read_text().split()[0]))
+    start = loop.time()
+    for t, rtp in stream.packets():
+        delay = start + t - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        ear.send(rtp, to)
+
+
+async def join(
+    tmp_path: Path, server_sip: tuple[str, int], n: int, ear: RtpSink, *, digits: str = ""
+) -> sipp.SippRun:
+    """Caller ``n``: its digits at 1 s (RFC 4733), its tone, then it hangs up at 9 s (or,
+    with ``#`` among its digits, pressed a second before its tone ends, waits for
+    callhook to hang up)."""
+    stream = Stream(TONE_FROM + TONE_SECONDS + 0.5).speech(
+        tones.tone(TONES[n], TONE_SECONDS, -12), at=TONE_FROM
+    )
+    leaves = "#" in digits
+    if digits:
+        stream.rfc4733(digits, at=1.0 if not leaves else TONE_FROM + TONE_SECONDS - 1.0)
+    workdir = tmp_path / f"p{n}"
+    workdir.mkdir()
+    port_file = workdir / "media-port"
+    invite = sipp.invite(f"p{n}").replace("m=audio [media_port]", f"m=audio {ear.port}")
+    parts = [invite, ANSWERED_TELLING_PORT.replace("PORT_FILE", str(port_file))]
+    if leaves:
+        parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=20000))
+    else:
+        parts += [sipp.PAUSE.format(ms=9000), sipp.BYE_FROM_CALLER.format(cseq=2)]
+    calling = asyncio.create_task(sipp.call(server_sip, workdir, *parts))
+    talking = asyncio.create_task(speak(ear, stream, port_file))
+    try:
+        return await calling
+    finally:
+        talking.cancel()
+
+
+def heard(ear: RtpSink) -> dict[int, float]:
+    """The share of each caller's tone in what ``ear`` heard."""
+    audio = ear.audio()
+    assert len(audio) > 8000 * 3, f"only {len(audio) / 8000:.1f} s heard"
+    return {n: energy_at(audio, hz) for n, hz in TONES.items()}
+
+
+def assert_linked_if_workers(workers: int, output: str) -> None:
+    """With workers, some callers joined the room from the worker that does not hold it."""
+    if workers > 1:
+        assert re.search(r"call \S+ \(of \d\): in conference 'weekly'", output), output
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_five_callers_each_hear_the_other_four_and_not_themselves(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    room_app(app, {})
+    ears = [RtpSink() for _ in TONES]
+    async with served(tmp_path, app, workers) as server:
+        for ear in ears:
+            await ear.__aenter__()
+        try:
+            runs = await asyncio.gather(
+                *(join(tmp_path, server.sip, n, ear) for n, ear in zip(TONES, ears, strict=True))
+            )
+        finally:
+            for ear in ears:
+                await ear.__aexit__(None, None, None)
+        for _ in range(100):  # (each caller hung up: its action ends without a next_page)
+            if len(app.bodies("/final")) == len(TONES):
+                break
+            await asyncio.sleep(0.1)
+        output = server.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output
+    assert len(app.bodies("/final")) == len(TONES), output
+    assert app.bodies("/left/1") == []
+    for n, ear in zip(TONES, ears, strict=True):
+        shares = heard(ear)
+        others = {m: s for m, s in shares.items() if m != n}
+        assert all(s > 0.04 for s in others.values()), (n, shares)
+        assert shares[n] < 0.002, (n, shares)  # never itself
+    assert output.count("out of conference 'weekly' (hung_up") == len(TONES), output
+    assert_linked_if_workers(workers, output)
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_muted_caller_and_a_listener_are_not_heard_but_hear_and_the_exit_digit_leaves(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Callers 1 and 2 talk; 3 mutes itself with its mute digit; 4 is a listener; 1
+    leaves with its exit digit before the others hang up."""
+    room_app(app, {1: {"exit_digit": "#"}, 3: {"mute_digit": "5"}, 4: {"talker": False}})
+    numbers = (1, 2, 3, 4)
+    ears = {n: RtpSink() for n in numbers}
+    async with served(tmp_path, app, workers) as server:
+        for ear in ears.values():
+            await ear.__aenter__()
+        try:
+            runs = await asyncio.gather(
+                join(tmp_path, server.sip, 1, ears[1], digits="#"),
+                join(tmp_path, server.sip, 2, ears[2]),
+                join(tmp_path, server.sip, 3, ears[3], digits="5"),
+                join(tmp_path, server.sip, 4, ears[4]),
+            )
+        finally:
+            for ear in ears.values():
+                await ear.__aexit__(None, None, None)
+        assert await wait_for_request(app, "/left/1", timeout=10.0), server.output
+        for _ in range(100):
+            if len(app.bodies("/final")) == len(numbers):
+                break
+            await asyncio.sleep(0.1)
+        output = server.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output
+    shares = {n: heard(ear) for n, ear in ears.items()}
+    for n in numbers:
+        for silent in (3, 4):  # muted, listener: nobody hears them
+            assert shares[n][silent] < 0.002, (n, shares[n])
+    assert shares[1][2] > 0.2 and shares[2][1] > 0.2, shares  # the two talkers
+    for n in (3, 4):  # they hear the room
+        assert shares[n][1] > 0.1 and shares[n][2] > 0.1, (n, shares[n])
+    (left,) = app.bodies("/left/1")  # the exit digit, pressed a second before its tone ends
+    assert left["action_result"]["action"] == "connect_to_conference"
+    seconds = left["action_result"]["result"]["seconds_connected_duration"]
+    assert 4.0 < seconds < 8.0, left
+    assert [app.bodies(f"/left/{n}") for n in (2, 3, 4)] == [[], [], []]  # they hung up
+    assert "out of conference 'weekly' (exit_digit" in output, output
+    assert "muted" in output
+    assert_linked_if_workers(workers, output)
