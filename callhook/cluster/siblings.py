@@ -92,6 +92,17 @@ WEB_CLIENT = re.compile(rf"(?:{RING_PATH}|{SIGN_OUT_PATH})/[^/]+/[^/]+")
 #: A participant of a room held by the worker asked (telephony/roomlinks.py): a WebSocket
 #: carrying its media and its room's news.
 ROOM_PATH = "/conference/link"
+#: The conference rooms (webservices/conferences.py): every worker's, one list.
+ALL_ROOMS = frozenset({"/conference_list", "/api/v1/conferences"})
+#: A question about one room: the worker that holds it answers (the others: 404).
+ONE_ROOM_SERVICE = frozenset(
+    {
+        "/conference_participant_list",
+        "/conference_participant_set_options",
+        "/conference_participant_eject",
+    }
+)
+ONE_ROOM = re.compile(r"/api/v1/conferences/[^/]+/participants(?:/[^/]+)?")
 #: A failed authentication a sibling counted, and the ban it earned (sharedbans.py).
 FAILURE_PATH = "/guard/failure"
 #: A sibling's outbound calls, by application (outboundshare.py).
@@ -121,8 +132,14 @@ def asked(method: str, path: str) -> bool:
         return True
     if ONE_CALL.fullmatch(path) is not None:
         return method in ("GET", "DELETE")
-    if path in ONE_INSTANCE or path == ALL_CLIENTS:
+    if path in ONE_INSTANCE or path == ALL_CLIENTS or path in ONE_ROOM_SERVICE:
         return method in ("GET", "POST")
+    if path == "/conference_list":
+        return method in ("GET", "POST")
+    if path == "/api/v1/conferences":
+        return method == "GET"
+    if ONE_ROOM.fullmatch(path) is not None:
+        return method in ("GET", "PATCH", "DELETE")
     if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH, OUTBOUND_PATH):
         return method == "GET"
     if path == ROOM_PATH:
@@ -346,9 +363,9 @@ class Siblings:
             if response.status != 200 and lifted:  # lifted elsewhere: that is the answer
                 return web.Response(status=200, body=lifted[0].body, headers=lifted[0].headers)
             return response
-        if path in (ALL_CALLS, ALL_CLIENTS) and response.status == 200:
+        if (path in (ALL_CALLS, ALL_CLIENTS) or path in ALL_ROOMS) and response.status == 200:
             assert isinstance(response, web.Response) and response.text is not None
-            field = "calls" if path == ALL_CALLS else "clients"
+            field = {ALL_CALLS: "calls", ALL_CLIENTS: "clients"}.get(path, "conferences")
             listed: list[Any] = json.loads(response.text)[field]
             answers = await asyncio.gather(*(self._ask(peer, request) for peer in siblings))
             for answer in answers:
@@ -356,7 +373,8 @@ class Siblings:
                 if isinstance(theirs, dict) and isinstance(theirs.get(field), list):
                     listed += theirs[field]
             return web.json_response({field: listed})
-        if response.status == 404 and (ONE_CALL.fullmatch(path) or path in ONE_INSTANCE):
+        one = ONE_CALL.fullmatch(path) or ONE_ROOM.fullmatch(path)
+        if response.status == 404 and (one or path in ONE_INSTANCE or path in ONE_ROOM_SERVICE):
             for peer in siblings:
                 answer = await self._ask(peer, request)
                 if answer is not None and 200 <= answer.status < 300:
@@ -444,6 +462,9 @@ class Siblings:
             method, target = "POST", base + request.path
             body = urlencode(list(params.items())).encode()
             headers["Content-Type"] = "application/x-www-form-urlencoded"
+        elif request.body_exists:
+            body = await request.read()  # (read by the handler already: kept by aiohttp)
+            headers["Content-Type"] = request.headers.get("Content-Type", "application/json")
         try:
             async with self._session().request(
                 method, target, headers=headers, data=body

@@ -22,6 +22,10 @@ WEB_SERVICES = (
     "file_rename",
     "webrtc_generate_token",
     "webrtc_registered_clients",
+    "conference_list",
+    "conference_participant_list",
+    "conference_participant_set_options",
+    "conference_participant_eject",
 )
 _WEB_SERVICE_PATHS = frozenset(f"/{name}" for name in WEB_SERVICES)
 #: The request's key under which a web service keeps the parameters it read (query and

@@ -117,7 +117,72 @@ _CALL = {
         },
     },
 }
+_ROOM = {
+    "type": "object",
+    "required": ["conference_name", "state", "participant_count", "created"],
+    "properties": {
+        "conference_name": {"type": "string"},
+        "state": {"enum": ["HOLDING", "ACTIVE"]},
+        "participant_count": {"type": "integer"},
+        "created": {"type": "string", "format": "date-time"},
+    },
+}
+_PARTICIPANT = {
+    "type": "object",
+    "required": ["participant_id", "talker", "muted", "start_on_entry", "destroy_on_exit"],
+    "properties": {
+        "participant_id": {
+            "type": "string",
+            "description": "the application instance that joined it (Aculab's conference "
+            "participant id)",
+        },
+        "talker": {"type": "boolean"},
+        "muted": {"type": "boolean"},
+        "start_on_entry": {"type": "boolean"},
+        "destroy_on_exit": {"type": "boolean"},
+        "joined": {"type": "string", "format": "date-time"},
+    },
+}
+_ROOM_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "the room's name (URL-encoded)",
+    "schema": {"type": "string"},
+}
+_PARTICIPANT_ID = {
+    "name": "pid",
+    "in": "path",
+    "required": True,
+    "description": "the participant's id",
+    "schema": {"type": "string"},
+}
+
 _SCHEMAS: dict[str, Any] = {
+    "Conference": _ROOM,
+    "ConferenceList": {
+        "type": "object",
+        "properties": {"conferences": {"type": "array", "items": _ref("Conference")}},
+    },
+    "Participant": _PARTICIPANT,
+    "ParticipantList": {
+        "type": "object",
+        "properties": {
+            "conference_name": {"type": "string"},
+            "state": {"enum": ["HOLDING", "ACTIVE"]},
+            "participants": {"type": "array", "items": _ref("Participant")},
+        },
+    },
+    "ParticipantOptions": {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {"muted": {"type": "boolean"}, "talker": {"type": "boolean"}},
+    },
+    "Ejected": {
+        "type": "object",
+        "properties": {"participant_id": {"type": "string"}, "ejected": {"const": True}},
+    },
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -355,6 +420,38 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
                 (404, 503),
             ),
         },
+        "/api/v1/conferences": {
+            "get": _op(
+                "The application's conference rooms in progress, every worker's",
+                {"200": _json(_ref("ConferenceList"), "the rooms")},
+                (),
+            )
+        },
+        "/api/v1/conferences/{name}/participants": {
+            "parameters": [_ROOM_NAME],
+            "get": _op(
+                "A room's participants",
+                {"200": _json(_ref("ParticipantList"), "the room and its participants")},
+                (404,),
+            ),
+        },
+        "/api/v1/conferences/{name}/participants/{pid}": {
+            "parameters": [_ROOM_NAME, _PARTICIPANT_ID],
+            "patch": _op(
+                "Mute or unmute a participant, make it a talker or a listener",
+                {"200": _json(_ref("Participant"), "the participant now")},
+                (400, 404),
+                requestBody={
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ParticipantOptions")}},
+                },
+            ),
+            "delete": _op(
+                "Put a participant out of the room (its action's next_page follows)",
+                {"200": _json(_ref("Ejected"), "ejected")},
+                (404,),
+            ),
+        },
         "/api/calls": {
             "post": _op(
                 "Older: place a call for any application (the installation secret's key)",
@@ -440,8 +537,9 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
         "info": {
             "title": "callhook REST API",
             "version": __version__,
-            "description": "Media files, call logs and calls of the application whose API "
-            'key is given. Every error is `{"error": {"code", "message"}}`.',
+            "description": "Media files, call logs, calls and conference rooms of the "
+            "application whose API key is given. Every error is "
+            '`{"error": {"code", "message"}}`.',
         },
         "servers": [{"url": "/"}],
         "security": [{"apiKey": []}],

@@ -116,6 +116,7 @@ async def _start_web(
     from callhook.telephony.webclients import WebClients
     from callhook.telephony.webphone import WebPhone
     from callhook.webservices.aculab import WebServices
+    from callhook.webservices.conferences import ConferenceApi, RoomViews
 
     settings = services.settings
 
@@ -157,9 +158,12 @@ async def _start_web(
 
         sip.room_links = RoomLinks(sip.conferences, siblings, sip.loop.time)
         extra.append(sip.room_links)
+    # The conference rooms, seen and steered: Aculab's services and /api/v1/conferences.
+    rooms = RoomViews(sip.conferences)
+    extra.append(ConferenceApi(rooms, api))
     # Aculab's web services: a number is called through the first trunk, as connect's are.
     webservices = WebServices(
-        api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients
+        api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients, rooms=rooms
     )
     return await services.start_web(
         host,

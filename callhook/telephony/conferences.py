@@ -140,7 +140,8 @@ class Conferences:
         open_dbov: float = OPEN_DBOV,
         hangover: int = HANGOVER,
     ) -> None:
-        self._now = now
+        #: The rooms' clock.
+        self.now = now
         self.rooms = Rooms(limit)
         self._gate = (open_dbov, hangover)
         self._mixes: dict[tuple[str, str], RoomMix] = {}
@@ -156,7 +157,7 @@ class Conferences:
             who.tell(RoomRefused("failed", "the call is in a conference room already"))
             return
         try:
-            room, effects = self.rooms.join(app, command.room, pid, command.options, self._now())
+            room, effects = self.rooms.join(app, command.room, pid, command.options, self.now())
         except RoomFull as exc:
             logger.info("%s: conference %r refused: %s", who.name, command.room, exc)
             who.tell(RoomRefused("busy", str(exc)))
@@ -181,7 +182,7 @@ class Conferences:
         seat = self._seats.get(pid)
         if seat is None:
             return
-        effects = seat.room.digit(pid, digit, self._now())
+        effects = seat.room.digit(pid, digit, self.now())
         if effects:
             self._apply(seat.room, effects)
 
@@ -192,7 +193,7 @@ class Conferences:
         if seat is None or (who is not None and seat.who is not who):
             return
         try:
-            effects = seat.room.leave(pid, self._now())
+            effects = seat.room.leave(pid, self.now())
         except NotInRoom:  # (a bug: the seat outlived the room's participant)
             logger.error("%s: its seat outlived its conference", seat.who.name)
             self._unseat(pid)
@@ -206,7 +207,7 @@ class Conferences:
         found = self.rooms.get(app, room)
         if found is None or pid not in found.participants:
             return False
-        self._apply(found, found.eject(pid, self._now()))
+        self._apply(found, found.eject(pid, self.now()))
         return True
 
     def set_options(
@@ -216,7 +217,7 @@ class Conferences:
         found = self.rooms.get(app, room)
         if found is None or pid not in found.participants:
             return False
-        self._apply(found, found.set_options(pid, self._now(), muted=muted, talker=talker))
+        self._apply(found, found.set_options(pid, self.now(), muted=muted, talker=talker))
         return True
 
     # --- the media tick ---------------------------------------------------------------------

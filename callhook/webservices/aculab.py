@@ -12,7 +12,10 @@ those under the same paths, with the same parameters (query string, or a form bo
   ``file_delete``, ``file_rename``, on the store the REST API uses (``filetype``
   ``media``; ``rest`` for the call logs, read only);
 * **WebRTC clients**: ``webrtc_generate_token``, ``webrtc_registered_clients``
-  (webservices/webrtc.py).
+  (webservices/webrtc.py);
+* **conferences**: ``conference_list``, ``conference_participant_list``,
+  ``conference_participant_set_options``, ``conference_participant_eject``
+  (webservices/conferences.py).
 
 Authentication is HTTP Basic, Aculab's form: the username ``cloudID/username`` and the
 application's API key as the password (Aculab's API Access Key); for ``service_start``
@@ -60,6 +63,7 @@ from callhook.httpserver.server import Handler
 from callhook.store.files import FileInfo, FileStore
 from callhook.store.names import BadName, check_name
 from callhook.telephony.webclients import WebClients
+from callhook.webservices.conferences import ConferenceServices, RoomViews
 from callhook.webservices.webrtc import WebClientServices
 
 logger = logging.getLogger("callhook.api")
@@ -118,13 +122,16 @@ class WebServices:
         api: Api,
         number_trunk: Callable[[], str | None],
         clients: WebClients | None = None,
+        rooms: RoomViews | None = None,
     ) -> None:
         """``number_trunk``: the trunk a number is called through (None: none);
         ``clients``: the pages signed in to receive calls (the WebRTC Clients services:
-        webservices/webrtc.py; None: not served)."""
+        webservices/webrtc.py; None: not served); ``rooms``: the conference rooms (the
+        conference services: webservices/conferences.py; None: not served)."""
         self.api = api
         self.number_trunk = number_trunk
         self.clients = clients
+        self.rooms = rooms
 
     def routes(self) -> list[web.RouteDef]:
         handlers: dict[str, Handler] = {
@@ -141,6 +148,8 @@ class WebServices:
         if self.clients is not None:
             webrtc = WebClientServices(self.app_of, self.params, self.api.keys, self.clients)
             handlers.update(webrtc.handlers())
+        if self.rooms is not None:
+            handlers.update(ConferenceServices(self.rooms, self.app_of, self.params).handlers())
         out = []
         for name, handler in handlers.items():
             out.append(web.get(f"/{name}", handler, allow_head=False))

@@ -134,6 +134,28 @@ class AculabWebServices:
     async def webrtc_registered_clients(self) -> Answer:
         return await self._call("webrtc_registered_clients", {}, self._key())
 
+    # --- Managing Conferences ---------------------------------------------------------------
+
+    async def conference_list(self) -> Answer:
+        return await self._call("conference_list", {}, self._key())
+
+    async def conference_participant_list(self, conference_name: str) -> Answer:
+        params = {"conference_name": conference_name}
+        return await self._call("conference_participant_list", params, self._key())
+
+    async def conference_participant_set_options(
+        self, conference_name: str, participant_id: str, **options: bool
+    ) -> Answer:
+        params = {"conference_name": conference_name, "participant_id": participant_id}
+        params.update({k: str(v).lower() for k, v in options.items()})
+        return await self._call("conference_participant_set_options", params, self._key())
+
+    async def conference_participant_eject(
+        self, conference_name: str, participant_id: str
+    ) -> Answer:
+        params = {"conference_name": conference_name, "participant_id": participant_id}
+        return await self._call("conference_participant_eject", params, self._key())
+
 
 def _basic(username: str, password: str) -> str:
     """HTTP Basic credentials (RFC 7617): ``Basic base64(username:password)``."""

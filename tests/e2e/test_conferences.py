@@ -26,6 +26,7 @@ import pytest
 from callhook.devtools.harness import AppServer, Received
 from callhook.media import tones
 from tests.e2e import sipp
+from tests.e2e.aculab_client import AculabWebServices
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink
 from tests.e2e.rtpstream import Stream
@@ -48,16 +49,21 @@ def energy_at(samples: npt.NDArray[np.int16], hz: float) -> float:
 
 def caller_number(received: Received) -> int:
     call_to = str(received.json["this_call"]["call_to"])
-    found = re.search(r"p(\d)", call_to)
+    found = re.search(r"(?:p|100)(\d)@", call_to)
     assert found is not None, call_to
     return int(found.group(1))
 
 
-def room_app(app: AppServer, participant: dict[int, dict[str, Any]]) -> None:
-    """Every caller to room ``weekly``, with the options ``participant`` gives its number."""
+def room_app(
+    app: AppServer, participant: dict[int, dict[str, Any]], ids: dict[int, str] | None = None
+) -> None:
+    """Every caller to room ``weekly``, with the options ``participant`` gives its number
+    (its application instance, its participant id, noted in ``ids``)."""
 
     def start(received: Received) -> list[dict[str, Any]]:
         n = caller_number(received)
+        if ids is not None:
+            ids[n] = received.json["application_instance_id"]
         options = {"beep_on_entry": False, **participant.get(n, {})}
         return [
             {
@@ -104,21 +110,28 @@ async def speak(ear: RtpSink, stream: Stream, port_file: Path) -> None:
 
 
 async def join(
-    tmp_path: Path, server_sip: tuple[str, int], n: int, ear: RtpSink, *, digits: str = ""
+    tmp_path: Path,
+    server_sip: tuple[str, int],
+    n: int,
+    ear: RtpSink,
+    *,
+    digits: str = "",
+    user: str = "",
+    put_out: bool = False,
 ) -> sipp.SippRun:
-    """Caller ``n``: its digits at 1 s (RFC 4733), its tone, then it hangs up at 9 s (or,
-    with ``#`` among its digits, pressed a second before its tone ends, waits for
-    callhook to hang up)."""
+    """Caller ``n`` (calling ``user``, else ``p<n>``): its digits at 1 s (RFC 4733), its
+    tone, then it hangs up at 9 s; or, with ``#`` among its digits (pressed a second
+    before its tone ends) or ``put_out``, it waits for callhook to hang up."""
     stream = Stream(TONE_FROM + TONE_SECONDS + 0.5).speech(
         tones.tone(TONES[n], TONE_SECONDS, -12), at=TONE_FROM
     )
-    leaves = "#" in digits
+    leaves = "#" in digits or put_out
     if digits:
-        stream.rfc4733(digits, at=1.0 if not leaves else TONE_FROM + TONE_SECONDS - 1.0)
+        stream.rfc4733(digits, at=1.0 if "#" not in digits else TONE_FROM + TONE_SECONDS - 1.0)
     workdir = tmp_path / f"p{n}"
     workdir.mkdir()
     port_file = workdir / "media-port"
-    invite = sipp.invite(f"p{n}").replace("m=audio [media_port]", f"m=audio {ear.port}")
+    invite = sipp.invite(user or f"p{n}").replace("m=audio [media_port]", f"m=audio {ear.port}")
     parts = [invite, ANSWERED_TELLING_PORT.replace("PORT_FILE", str(port_file))]
     if leaves:
         parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=20000))
@@ -223,4 +236,97 @@ async def test_a_muted_caller_and_a_listener_are_not_heard_but_hear_and_the_exit
     assert [app.bodies(f"/left/{n}") for n in (2, 3, 4)] == [[], [], []]  # they hung up
     assert "out of conference 'weekly' (exit_digit" in output, output
     assert "muted" in output
+    assert_linked_if_workers(workers, output)
+
+
+def audio_between(ear: RtpSink, start: float, end: float) -> npt.NDArray[np.int16]:
+    """What ``ear`` heard between two times of the test's loop (packet arrival)."""
+    from callhook.media import g711
+
+    kept = [p for p in ear.packets if p.payload_type == 0 and start <= p.arrived < end]
+    kept.sort(key=lambda p: p.arrived)
+    return g711.decode("ulaw", b"".join(p.payload for p in kept))
+
+
+WS_KEY = "conference-services-key-0123456789"
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_the_web_services_list_mute_and_eject_live_participants(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Three callers; the application's back end lists the room and its participants,
+    mutes caller 2 (caller 1 hears it before, not after) and ejects caller 3 (its
+    ``next_page`` follows, and its call goes on to hang up). With workers, a service
+    asked of a worker that does not hold the room is answered by the one that does."""
+    config = "\n".join(
+        [
+            "[apps.conf]",
+            f'first_page = "{app.url("/start")}"',
+            f'final_page = "{app.url("/final")}"',
+            f'secret = "{app.secret}"',
+            f'api_key = "{WS_KEY}"',
+            'numbers = ["1001", "1002", "1003"]',
+        ]
+    )
+    ids: dict[int, str] = {}
+    room_app(app, {}, ids)
+    ears = {n: RtpSink() for n in (1, 2, 3)}
+    async with served(tmp_path, app, workers, config + "\n") as server:
+        ws = AculabWebServices(
+            f"http://127.0.0.1:{server.http_port}", "1-2-0", "user@example.com", WS_KEY
+        )
+        for ear in ears.values():
+            await ear.__aenter__()
+        try:
+            calls = [
+                asyncio.create_task(
+                    join(tmp_path, server.sip, n, ears[n], user=f"100{n}", put_out=n == 3)
+                )
+                for n in (1, 2, 3)
+            ]
+            loop = asyncio.get_running_loop()
+            for _ in range(200):
+                listed = await ws.conference_participant_list("weekly")
+                if listed.status == 200 and len(listed.body["participants"]) == 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert listed.status == 200, (listed.raw, server.output)
+            assert {p["participant_id"] for p in listed.body["participants"]} == set(ids.values())
+            rooms = await ws.conference_list()
+            assert rooms.status == 200, rooms.raw
+            ((room,),) = [rooms.body["conferences"]]
+            assert (room["conference_name"], room["state"], room["participant_count"]) == (
+                "weekly",
+                "ACTIVE",
+                3,
+            )
+            await asyncio.sleep(TONE_FROM + 1.0)  # every tone playing for a second
+            before = loop.time()
+            muted = await ws.conference_participant_set_options("weekly", ids[2], mute=True)
+            assert muted.status == 200 and muted.body["muted"] is True, muted.raw
+            after = loop.time()
+            await asyncio.sleep(1.2)
+            ejected = await ws.conference_participant_eject("weekly", ids[3])
+            assert ejected.status == 200, ejected.raw
+            out = loop.time()
+            assert await wait_for_request(app, "/left/3", timeout=10.0), server.output
+            again = await ws.conference_participant_eject("weekly", ids[3])
+            assert again.status == 404 and again.body["error"]["code"] == "HTTP 404"
+            runs = await asyncio.gather(*calls)
+        finally:
+            for ear in ears.values():
+                await ear.__aexit__(None, None, None)
+        output = server.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output
+    heard_before = audio_between(ears[1], before - 1.0, before)
+    heard_after = audio_between(ears[1], after + 0.3, out)
+    assert energy_at(heard_before, TONES[2]) > 0.2, output
+    assert energy_at(heard_after, TONES[2]) < 0.002  # muted: caller 1 no longer hears 2
+    assert energy_at(heard_after, TONES[3]) > 0.2  # (but 3, still there)
+    (left,) = app.bodies("/left/3")
+    assert left["action_result"]["action"] == "connect_to_conference"
+    assert 1.0 < left["action_result"]["result"]["seconds_connected_duration"] < 10.0
+    assert "out of conference 'weekly' (ejected" in output
     assert_linked_if_workers(workers, output)

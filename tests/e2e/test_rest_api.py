@@ -389,9 +389,12 @@ def test_openapi_document_describes_every_route(tmp_path: Path) -> None:
     from callhook.httpserver.restapi import Api as RestApi
     from callhook.httpserver.restapi import KeyRing
     from callhook.store.files import MediaStore
+    from callhook.telephony.conferences import Conferences
+    from callhook.webservices.conferences import ConferenceApi, RoomViews
 
     rest = RestApi(MediaStore(tmp_path), KeyRing({}), lambda name: None)
-    server = web.application("secret", api=rest)
+    rooms = ConferenceApi(RoomViews(Conferences(lambda: 0.0)), rest)
+    server = web.application("secret", api=rest, extra=(rooms,))
     routes: dict[str, set[str]] = {}
     for route in server.router.routes():
         path = route.resource.canonical if route.resource else ""

@@ -1,0 +1,220 @@
+"""The conference rooms seen and steered from outside the call: Aculab's conference web
+services, and the same through callhook's REST API (``/api/v1/conferences``).
+
+Aculab's "Managing Conferences" page names the services (Conference List, Conference
+Participant List, Conference Participant Set Options, Conference Participant Eject) and
+the rooms' states (``HOLDING``, ``ACTIVE``); every stored copy of it is cut before their
+parameters and answers, so those are callhook's, in the other services' style
+(docs/aculab.md):
+
+* ``conference_list``: ``{"conferences": [{"conference_name", "state",
+  "participant_count", "created"}]}``, the rooms of the application whose key
+  authenticated the request;
+* ``conference_participant_list``: ``conference_name``; ``{"conference_name", "state",
+  "participants": [{"participant_id", "talker", "muted", "start_on_entry",
+  "destroy_on_exit", "joined"}]}``;
+* ``conference_participant_set_options``: ``conference_name``, ``participant_id``, and
+  ``mute`` and/or ``talker`` (``true`` or ``false``); answers the participant as listed;
+* ``conference_participant_eject``: ``conference_name``, ``participant_id``; answers
+  ``{"participant_id", "ejected": true}``.
+
+A room or participant that is not there is ``404`` ``not_found``. Times are the web
+services' ``YYYY-MM-DD_hh:mm:ss`` UTC, and ISO 8601 in the REST API, whose routes are
+``GET /api/v1/conferences``, ``GET /api/v1/conferences/{name}/participants``,
+``PATCH /api/v1/conferences/{name}/participants/{id}`` (``{"muted", "talker"}``) and
+``DELETE`` of the same. With ``serve --workers`` each room is one worker's: the lists are
+every worker's, and a question about one room goes on to the worker that holds it
+(cluster/siblings.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from callhook.calls.applicationstatus import aculab_datetime
+from callhook.conference.room import Participant, Room
+from callhook.config.settings import AppConfig
+from callhook.httpserver.restapi import Api, ApiError
+from callhook.httpserver.server import Handler
+from callhook.telephony.conferences import Conferences
+from callhook.webservices.webrtc import Params
+
+#: How times are written: the web services' form, or the REST API's.
+Stamp = Callable[[float], str]
+
+
+def _iso(seconds: float) -> str:
+    when = datetime.fromtimestamp(seconds, UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class RoomViews:
+    """The rooms of an application as the services show them."""
+
+    def __init__(self, conferences: Conferences, wall: Callable[[], float] = time.time) -> None:
+        self.conferences = conferences
+        self.wall = wall
+
+    def _when(self, at: float) -> float:
+        """A time on the rooms' clock as a time of day (seconds since the epoch)."""
+        return self.wall() - (self.conferences.now() - at)
+
+    def rooms(self, app: str, stamp: Stamp) -> list[dict[str, Any]]:
+        return [
+            {
+                "conference_name": room.name,
+                "state": room.state,
+                "participant_count": len(room.participants),
+                "created": stamp(self._when(room.created_at)),
+            }
+            for room in sorted(self.conferences.rooms.of(app), key=lambda r: r.name)
+        ]
+
+    def room(self, app: str, name: str) -> Room:
+        found = self.conferences.rooms.get(app, name)
+        if found is None:
+            raise ApiError(404, "not_found", f"no conference {name!r} in progress")
+        return found
+
+    def participants(self, app: str, name: str, stamp: Stamp) -> dict[str, Any]:
+        room = self.room(app, name)
+        people = sorted(room.participants.values(), key=lambda p: p.joined_at)
+        return {
+            "conference_name": room.name,
+            "state": room.state,
+            "participants": [self.participant(p, stamp) for p in people],
+        }
+
+    def participant(self, p: Participant, stamp: Stamp) -> dict[str, Any]:
+        return {
+            "participant_id": p.id,
+            "talker": p.talker,
+            "muted": p.muted,
+            "start_on_entry": p.options.start_on_entry,
+            "destroy_on_exit": p.options.destroy_on_exit,
+            "joined": stamp(self._when(p.joined_at)),
+        }
+
+    def _one(self, app: str, name: str, pid: str) -> Participant:
+        found = self.room(app, name).participants.get(pid)
+        if found is None:
+            raise ApiError(404, "not_found", f"no participant {pid!r} in conference {name!r}")
+        return found
+
+    def set_options(
+        self, app: str, name: str, pid: str, muted: bool | None, talker: bool | None, stamp: Stamp
+    ) -> dict[str, Any]:
+        self._one(app, name, pid)
+        self.conferences.set_options(app, name, pid, muted=muted, talker=talker)
+        return self.participant(self._one(app, name, pid), stamp)
+
+    def eject(self, app: str, name: str, pid: str) -> dict[str, Any]:
+        self._one(app, name, pid)
+        self.conferences.eject(app, name, pid)
+        return {"participant_id": pid, "ejected": True}
+
+
+class ConferenceServices:
+    """Aculab's four conference web services (see the module docstring)."""
+
+    def __init__(
+        self,
+        views: RoomViews,
+        app_of: Callable[[web.Request], AppConfig],
+        params: Callable[[web.Request], Awaitable[Params]],
+    ) -> None:
+        self.views = views
+        self.app_of = app_of
+        self.params = params
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "conference_list": self.conference_list,
+            "conference_participant_list": self.participant_list,
+            "conference_participant_set_options": self.set_options,
+            "conference_participant_eject": self.eject,
+        }
+
+    async def conference_list(self, request: web.Request) -> web.Response:
+        app = self.app_of(request)
+        await self.params(request)  # (read once: what a worker passes on)
+        return web.json_response({"conferences": self.views.rooms(app.name, aculab_datetime)})
+
+    async def participant_list(self, request: web.Request) -> web.Response:
+        app = self.app_of(request)
+        name = (await self.params(request)).need("conference_name")
+        return web.json_response(self.views.participants(app.name, name, aculab_datetime))
+
+    async def set_options(self, request: web.Request) -> web.Response:
+        app = self.app_of(request)
+        params = await self.params(request)
+        name, pid = params.need("conference_name"), params.need("participant_id")
+        muted = _maybe(params, "mute")
+        talker = _maybe(params, "talker")
+        if muted is None and talker is None:
+            raise ApiError(400, "0001", "give 'mute' or 'talker' (true or false)")
+        shown = self.views.set_options(app.name, name, pid, muted, talker, aculab_datetime)
+        return web.json_response(shown)
+
+    async def eject(self, request: web.Request) -> web.Response:
+        app = self.app_of(request)
+        params = await self.params(request)
+        name, pid = params.need("conference_name"), params.need("participant_id")
+        return web.json_response(self.views.eject(app.name, name, pid))
+
+
+def _maybe(params: Params, name: str) -> bool | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    return params.flag(name)
+
+
+class ConferenceApi:
+    """``/api/v1/conferences``: the same, with the REST API's keys and errors."""
+
+    def __init__(self, views: RoomViews, api: Api) -> None:
+        self.views = views
+        self.api = api
+
+    def routes(self) -> list[web.RouteDef]:
+        one = "/api/v1/conferences/{name}/participants/{pid}"
+        return [
+            web.get("/api/v1/conferences", self.list_rooms, allow_head=False),
+            web.get("/api/v1/conferences/{name}/participants", self.list_people, allow_head=False),
+            web.patch(one, self.set_options),
+            web.delete(one, self.eject),
+        ]
+
+    async def list_rooms(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        return web.json_response({"conferences": self.views.rooms(app, _iso)})
+
+    async def list_people(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        return web.json_response(self.views.participants(app, request.match_info["name"], _iso))
+
+    async def set_options(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        try:
+            body = json.loads(await request.read() or b"null")
+        except ValueError:
+            raise ApiError(400, "bad_request", "the body is not JSON") from None
+        if not isinstance(body, dict) or not body or set(body) - {"muted", "talker"}:
+            raise ApiError(400, "bad_request", 'expected {"muted": bool, "talker": bool}')
+        if any(not isinstance(v, bool) for v in body.values()):
+            raise ApiError(400, "bad_request", "muted and talker are true or false")
+        name, pid = request.match_info["name"], request.match_info["pid"]
+        shown = self.views.set_options(app, name, pid, body.get("muted"), body.get("talker"), _iso)
+        return web.json_response(shown)
+
+    async def eject(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        name, pid = request.match_info["name"], request.match_info["pid"]
+        return web.json_response(self.views.eject(app, name, pid))
