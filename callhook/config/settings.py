@@ -73,6 +73,11 @@ A config file is TOML::
     node_timeout = 30                   # seconds a silent node has before others take over
     node_address = "10.0.0.5"           # where other nodes reach this one's calls (private API)
 
+    [conference]                        # connect_to_conference's rooms (docs/conferences.md)
+    max_participants = 40               # the most in a room; one more is refused (busy)
+    talker_dbov = -45                   # a talker quieter than this is left out of the mix
+    talker_hangover_ms = 300            # ... after this long below it
+
     [notifications]                     # recording_available_page (docs/recordings.md)
     first_retry = 2                     # seconds before the first retry; doubles each time
     max_retry = 600                     # the longest wait between two tries
@@ -120,6 +125,7 @@ from typing import Any
 
 from callhook.config.secret import data_secret as data_secret
 from callhook.config.tables import (
+    ConferenceSettings,
     DatabaseSettings,
     EgressSettings,
     HttpSettings,
@@ -135,6 +141,7 @@ from callhook.config.tables import (
 )
 from callhook.config.tls import client_context, server_context
 from callhook.config.values import ConfigError as ConfigError
+from callhook.config.values import conference as _conference
 from callhook.config.values import database as _database
 from callhook.config.values import domains as _domains
 from callhook.config.values import endpoints as _endpoints
@@ -235,6 +242,7 @@ class Settings:
     recordings: RecordingsSettings = field(default_factory=RecordingsSettings)
     media: MediaSettings = field(default_factory=MediaSettings)
     notifications: NotificationsSettings = field(default_factory=NotificationsSettings)
+    conference: ConferenceSettings = field(default_factory=ConferenceSettings)
     trunk: TrunkCredentials = field(default_factory=TrunkCredentials)
     #: ``[trunks.NAME]`` (and ``[trunk]`` as ``trunk``), by name.
     trunks: dict[str, Trunk] = field(default_factory=dict)
@@ -497,6 +505,11 @@ def load(path: Path) -> Settings:
         )
     if settings.notifications.give_up_after <= 0:
         raise ConfigError(f"{path}: [notifications] give_up_after must be above 0")
+    (
+        settings.conference.max_participants,
+        settings.conference.talker_dbov,
+        settings.conference.talker_hangover,
+    ) = _conference(path, _table(path, raw, "conference"))
     _security(path, _table(path, raw, "security"), settings)
     _outbound(path, _table(path, raw, "outbound"), settings)
     _egress(path, _table(path, raw, "egress"), settings)

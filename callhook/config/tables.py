@@ -149,6 +149,19 @@ class MediaSettings:
 
 
 @dataclass
+class ConferenceSettings:
+    """``[conference]``: the rooms' size and who is mixed (docs/behaviour.md "Conferences")."""
+
+    #: The most participants in a room (Aculab's unreserved rooms: 40).
+    max_participants: int = 40
+    #: A talker quieter than this (dBov) is left out of the mix, so line noise does not
+    #: add up over many participants.
+    talker_dbov: float = -45.0
+    #: How long a talker stays in the mix after it falls below that (seconds).
+    talker_hangover: float = 0.3
+
+
+@dataclass
 class NotificationsSettings:
     """``[notifications]``: the retries of ``recording_available_page`` and its kin."""
 

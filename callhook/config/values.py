@@ -227,3 +227,19 @@ def database(path: Path, values: dict[str, Any]) -> tuple[str | None, float, str
     if not (node_port == 0 or 1024 <= node_port <= 65535):
         raise ConfigError(f"{path}: [database] node_port must be 0 (any) or a port above 1023")
     return url, timeout, address, node_port
+
+
+def conference(path: Path, values: dict[str, Any]) -> tuple[int, float, float]:
+    """``[conference]``: (max_participants, talker_dbov, talker_hangover in seconds)."""
+    known = {"max_participants", "talker_dbov", "talker_hangover_ms"}
+    no_unknown(path, "conference", values, known)
+    limit = integer(path, "conference", "max_participants", values, 40)
+    if not 2 <= limit <= 350:
+        raise ConfigError(f"{path}: [conference] max_participants must be 2 to 350")
+    dbov = number(path, "conference", "talker_dbov", values, -45.0)
+    if not -90 <= dbov <= 0:
+        raise ConfigError(f"{path}: [conference] talker_dbov must be -90 to 0")
+    hangover = integer(path, "conference", "talker_hangover_ms", values, 300)
+    if not 0 <= hangover <= 5000:
+        raise ConfigError(f"{path}: [conference] talker_hangover_ms must be 0 to 5000")
+    return limit, dbov, hangover / 1000

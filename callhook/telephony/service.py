@@ -221,7 +221,13 @@ class SipService:
             lambda: self.agent, self.trunks, self.outbound, self.loop.time, self._flush
         )
         #: A call's ``connect_to_conference``: the rooms, mixed in the media tick.
-        self.conferences = Conferences(self.loop.time)
+        rooms = settings.conference
+        self.conferences = Conferences(
+            self.loop.time,
+            limit=rooms.max_participants,
+            open_dbov=rooms.talker_dbov,
+            hangover=round(rooms.talker_hangover / 0.02),  # (in media ticks)
+        )
         #: A call's ``connect``: its far legs, placed, joined and ended.
         self.connector = Connector(
             services=services,

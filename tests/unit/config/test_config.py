@@ -1,4 +1,4 @@
-"""The config file's recordings, media and notifications settings."""
+"""The config file's recordings, media, conference and notifications settings."""
 
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ def test_the_media_threads_keys_are_read(tmp_path: Path) -> None:
     assert load(write(tmp_path, "[media]\nthread_receive = false\n")).media.thread_receive is False
 
 
+def test_the_conference_table_is_read(tmp_path: Path) -> None:
+    rooms = load(write(tmp_path, "")).conference
+    assert (rooms.max_participants, rooms.talker_dbov, rooms.talker_hangover) == (40, -45.0, 0.3)
+    text = "[conference]\nmax_participants = 100\ntalker_dbov = -50\ntalker_hangover_ms = 500\n"
+    rooms = load(write(tmp_path, text)).conference
+    assert (rooms.max_participants, rooms.talker_dbov, rooms.talker_hangover) == (100, -50.0, 0.5)
+
+
 def test_the_speech_model_is_read(tmp_path: Path) -> None:
     assert load(write(tmp_path, "")).speech.model == "tiny.en"
     assert load(write(tmp_path, '[speech]\nmodel = "small"\n')).speech.model == "small"
@@ -72,6 +80,10 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[notifications]\ngive_up_after = -1\n", "give_up_after must be above 0"),
         ("[notifications]\nretries = 3\n", "[notifications] unknown keys: retries"),
         ("[media]\nremote_max_mb = 0\n", "remote_max_mb must be above 0"),
+        ("[conference]\nmax_participants = 1\n", "max_participants must be 2 to 350"),
+        ("[conference]\ntalker_dbov = 3\n", "talker_dbov must be -90 to 0"),
+        ("[conference]\ntalker_hangover_ms = -1\n", "talker_hangover_ms must be 0 to 5000"),
+        ("[conference]\nlimit = 5\n", "[conference] unknown keys: limit"),
         ("[media]\nremote_timeout = 0\n", "remote_timeout must be above 0"),
         ("[media]\nmax_mb = 1\n", "[media] unknown keys: max_mb"),
         ("[media]\nmax_lag_ms = -1\n", "max_lag_ms must be 0"),
