@@ -118,11 +118,13 @@ async def join(
     digits: str = "",
     user: str = "",
     put_out: bool = False,
+    said: Stream | None = None,
 ) -> sipp.SippRun:
     """Caller ``n`` (calling ``user``, else ``p<n>``): its digits at 1 s (RFC 4733), its
-    tone, then it hangs up at 9 s; or, with ``#`` among its digits (pressed a second
-    before its tone ends) or ``put_out``, it waits for callhook to hang up."""
-    stream = Stream(TONE_FROM + TONE_SECONDS + 0.5).speech(
+    tone (or what ``said`` holds), then it hangs up at 9 s (or when ``said`` ends); or,
+    with ``#`` among its digits (pressed a second before its tone ends) or ``put_out``,
+    it waits for callhook to hang up."""
+    stream = said or Stream(TONE_FROM + TONE_SECONDS + 0.5).speech(
         tones.tone(TONES[n], TONE_SECONDS, -12), at=TONE_FROM
     )
     leaves = "#" in digits or put_out
@@ -136,7 +138,8 @@ async def join(
     if leaves:
         parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=20000))
     else:
-        parts += [sipp.PAUSE.format(ms=9000), sipp.BYE_FROM_CALLER.format(cseq=2)]
+        stay = round(1000 * stream.seconds) + 1500 if said is not None else 9000
+        parts += [sipp.PAUSE.format(ms=stay), sipp.BYE_FROM_CALLER.format(cseq=2)]
     calling = asyncio.create_task(sipp.call(server_sip, workdir, *parts))
     talking = asyncio.create_task(speak(ear, stream, port_file))
     try:
@@ -330,3 +333,71 @@ async def test_the_web_services_list_mute_and_eject_live_participants(
     assert 1.0 < left["action_result"]["result"]["seconds_connected_duration"] < 10.0
     assert "out of conference 'weekly' (ejected" in output
     assert_linked_if_workers(workers, output)
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_participants_transcription_hears_the_room(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Caller 2 starts a transcription, then joins the room; caller 1 speaks there. Caller
+    2's transcription has caller 1's words as what it heard (outbound), from the room's mix
+    (with workers, whichever worker caller 2's call is on)."""
+    from bench.transcription import wer, words
+    from callhook.edge.speechworkers import build_synthesiser
+
+    synthesiser = build_synthesiser("piper:joe")
+    assert synthesiser is not None
+    script = (
+        "Please call me back tomorrow morning after nine o'clock.",
+        "I need to change the delivery address for my new phone.",
+    )
+    spoken = Stream(16.0)
+    at = 3.0
+    for line in script:
+        audio = synthesiser.speak(line)
+        spoken = spoken.speech(audio, at=at)
+        at += len(audio) / 8000 + 1.5
+
+    def start(received: Received) -> list[dict[str, Any]]:
+        join_room = {
+            "connect_to_conference": {
+                "name": "weekly",
+                "conference_participant": {"beep_on_entry": False},
+            }
+        }
+        if caller_number(received) == 2:
+            results = {"results_page": {"url": "/results"}, "id": "listener"}
+            return [{"start_transcription": results}, join_room]
+        return [join_room]
+
+    app.page("/start", start)
+    app.page("/results", None)
+    app.page("/final", None)
+    ears = {n: RtpSink() for n in (1, 2)}
+    async with served(tmp_path, app, workers) as server:
+        for ear in ears.values():
+            await ear.__aenter__()
+        try:
+            quiet = Stream(16.0)
+            runs = await asyncio.gather(
+                join(tmp_path, server.sip, 1, ears[1], said=spoken),
+                join(tmp_path, server.sip, 2, ears[2], said=quiet),
+            )
+        finally:
+            for ear in ears.values():
+                await ear.__aexit__(None, None, None)
+        for _ in range(150):  # the call's end stops it: the completed result comes last
+            if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
+                break
+            await asyncio.sleep(0.1)
+        output = server.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output[-3000:]
+    results = [b["action_result"]["result"] for b in app.bodies("/results")]
+    assert results and all(r["id"] == "listener" for r in results), output[-3000:]
+    finals = [p for r in results for p in r["transcription"] if p["final"]]
+    heard = " ".join(p["alternatives"][0]["text"] for p in finals if p["direction"] == "outbound")
+    reference = words(" ".join(script))
+    errors, _ = wer(reference, words(heard))
+    assert errors / len(reference) <= 0.15, heard
+    assert not [p for p in finals if p["direction"] == "inbound"]  # caller 2 said nothing
