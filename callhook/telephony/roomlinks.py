@@ -193,6 +193,12 @@ class RemoteSeat:
             except (ValueError, WireError) as exc:
                 logger.error("call %s: its room's holder sent %s", call.call_id, exc)
                 break
+            if self.leaving:
+                # (The action stopped before the room took it in: the holder lets it go,
+                # and its media stays the call's own.)
+                if isinstance(event, RoomLeft | RoomRefused):
+                    return True
+                continue
             if isinstance(event, RoomJoined):
                 self._seat()
             elif isinstance(event, RoomLeft | RoomRefused):

@@ -239,3 +239,26 @@ async def test_a_caller_whose_worker_goes_away_leaves_the_room(
     await until(lambda: said.of(there)[-1] == RoomHolding(True))
     room = w1.rooms.rooms.get("app", name)
     assert room is not None and list(room.participants) == ["there"]
+
+
+async def test_a_call_that_leaves_before_the_room_takes_it_keeps_its_media(
+    workers: tuple[Worker, Worker],
+) -> None:
+    """The action stops (the caller hung up) while the room's answer is on its way: the
+    answer, when it comes, does not take the call's media into the room."""
+    w0, w1 = workers
+    name = room_held_by(1)
+    here = call("here")
+    said = Said(here)
+    port = w0.links.port(here)
+    port.join(JoinRoom(name))
+    for _ in range(10000):  # the holder took it in; its "joined" is not on the wire yet
+        if w1.rooms.rooms.get("app", name) is not None:
+            break
+        await asyncio.sleep(0)
+    port.leave()
+    await until(lambda: not w1.links.linked)
+    await asyncio.sleep(0.05)  # (anything still on its way arrives)
+    assert here.media.session.tells is None and here.media.session.hears is None
+    assert not w0.links.seated and said.of(here) == []
+    assert w1.rooms.rooms.get("app", name) is None  # joined and left there: no room
