@@ -108,6 +108,7 @@ typedef struct {
     /* session.py's flood limit, audio clock and dead-call clock */
     long long bucket_count, flood_limit;
     double bucket_start, last_audio, silent_after, rtp_since, rtp_timeout;
+    double last_heard; /* the last audio frame's arrival (session.py's _last_heard) */
     int since_set, expects_rtp;
     int16_t table[256];  /* the call's law, decoded */
     double silence_power; /* the power of session.py's _silence_pcm */
@@ -348,6 +349,7 @@ static inline int rx_take(Rx *rx, const unsigned char *p, size_t size, const voi
         rx->rtp_since = now;
     /* session.py's _audio(): the pre-roll, the recording, then detection. */
     rx->last_audio = now;
+    rx->last_heard = arrival;
     int k = rx_ring_append(&rx->pre_head, &rx->pre_size, rx->pre_max);
     rx->pre_ts[k] = ts;
     memcpy(rx->pre[k], p + 12, RX_FRAME);

@@ -291,6 +291,7 @@ static int rx_export(Inlet *s, const struct sockaddr_in6 *peer, uint32_t peer_le
     rx->flood_limit = s->flood_limit;
     rx->bucket_start = s->bucket_start;
     rx->last_audio = s->last_audio;
+    rx->last_heard = s->last_heard;
     rx->silent_after = s->silent_after;
     rx->since_set = !IS_NONE(s->rtp_since);
     rx->rtp_since = rx->since_set ? PyFloat_AS_DOUBLE(s->rtp_since) : 0.0;
@@ -448,6 +449,7 @@ static int rx_restore(Inlet *s, Rx *rx) {
     s->bucket_count = rx->bucket_count;
     s->bucket_start = rx->bucket_start;
     s->last_audio = rx->last_audio;
+    s->last_heard = rx->last_heard;
     r->counts = rx->counts;
     v->run = rx->run;
     v->closed_for = rx->closed_for;

@@ -162,6 +162,7 @@ static PyMemberDef Inlet_members[] = {
     {"_flood_limit", T_LONGLONG, offsetof(Inlet, flood_limit), 0, NULL},
     {"_bucket_start", T_DOUBLE, offsetof(Inlet, bucket_start), 0, NULL},
     {"_last_audio", T_DOUBLE, offsetof(Inlet, last_audio), 0, NULL},
+    {"_last_heard", T_DOUBLE, offsetof(Inlet, last_heard), 0, NULL},
     {"latched", T_BOOL, offsetof(Inlet, latched), 0, "whether RTP has fixed `remote`"},
     {"batched", T_BOOL, offsetof(Inlet, batched), 0, "whether the media tick detects"},
     {"law", T_OBJECT, offsetof(Inlet, law), 0, "the call's G.711 law"},
@@ -410,11 +411,14 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now, doubl
         /* A bridge or a recording hears it: session.py's _audio does all of it. */
         PyObject *ts_obj = PyLong_FromLongLong(ts);
         PyObject *now_obj = PyFloat_FromDouble(now);
+        PyObject *heard_obj = PyFloat_FromDouble(arrival);
         PyObject *done = NULL;
-        if (ts_obj != NULL && now_obj != NULL)
-            done = PyObject_CallMethod((PyObject *)self, "_audio", "OOO", payload, ts_obj, now_obj);
+        if (ts_obj != NULL && now_obj != NULL && heard_obj != NULL)
+            done = PyObject_CallMethod((PyObject *)self, "_audio", "OOOOO", payload, ts_obj,
+                                       now_obj, Py_None, heard_obj);
         Py_XDECREF(ts_obj);
         Py_XDECREF(now_obj);
+        Py_XDECREF(heard_obj);
         if (done == NULL)
             result = -1;
         Py_XDECREF(done);
@@ -424,6 +428,7 @@ static int take(Inlet *self, PyObject *data, PyObject *source, double now, doubl
     /* session.py's _audio when nothing but detection (and a recording in its usual
      * step) hears the caller. */
     self->last_audio = now;
+    self->last_heard = arrival;
     if (Py_IS_TYPE(self->preroll, &callhook_PrerollType) &&
         ((Preroll *)self->preroll)->payloads) {
         callhook_preroll_push((Preroll *)self->preroll, ts, payload);

@@ -60,6 +60,7 @@ typedef struct {
     long long flood_limit;
     double bucket_start;
     double last_audio;
+    double last_heard; /* when the last audio frame reached the host (session.py) */
     double silent_after;
     double rtp_timeout;
     unsigned long long declined_in; /* the take_all() call that left one of its packets */

@@ -41,6 +41,7 @@ class Inlet:
     _flood_limit: int
     _bucket_start: float
     _last_audio: float
+    _last_heard: float
     latched: bool
     batched: bool
     law: Any

@@ -176,6 +176,9 @@ class MediaSession(Inlet):
         self._ahead: list[tuple[int, bytes, float]] = []
         self._source: int | None = None  # the SSRC the recording's timeline follows
         self._last_audio = 0.0
+        #: When the last audio frame reached the host (its ``arrival``; ``now`` where none
+        #: was given): the time between two sources is measured by it (:meth:`_audio`).
+        self._last_heard = 0.0
         self._bucket_start = 0.0
         self._bucket_count = 0
         # (Read by the C fast paths, inlet.py and outlet.py.)
@@ -275,7 +278,7 @@ class MediaSession(Inlet):
             ):
                 if self._rtp_since is not None:
                     self._rtp_since = now
-                self._audio(data[_PLAIN_HEADER:], timestamp, now)
+                self._audio(data[_PLAIN_HEADER:], timestamp, now, None, came)
                 return
         try:
             packet = RtpPacket.parse(data)
@@ -286,7 +289,7 @@ class MediaSession(Inlet):
             self._malformed(f"payload type {packet.payload_type} was not negotiated")
             return
         late = self.receiver.late
-        self._play(self.receiver.feed(packet, now), now)
+        self._play(self.receiver.feed(packet, now), now, came)
         if self.receiver.late != late and packet.payload_type == self.event_payload_type:
             # A telephone-event that came after the reorder window gave up on it: too
             # late to play, not to count (under heavy jitter a whole press can be late).
@@ -307,16 +310,21 @@ class MediaSession(Inlet):
             )
         self.foreign_dropped += 1
 
-    def _play(self, packets: Sequence[RtpPacket], now: float) -> None:
-        """The packets the receiver gives for playout at ``now``. Several at once (held for
-        one missing, or a new source's first ones) were due one after another: each is
-        timed a frame after the one before, the last at ``now``, so the recording's
-        timeline and the caller's last audio are what they were on the wire."""
+    def _play(self, packets: Sequence[RtpPacket], now: float, came: float | None = None) -> None:
+        """The packets the receiver gives for playout at ``now``, the last of them having
+        reached the host at ``came`` (None: ``now``). Several at once (held for one
+        missing, or a new source's first ones) were due one after another: each is timed
+        a frame after the one before, the last at ``now`` (and ``came``), so the
+        recording's timeline and the caller's last audio are what they were on the wire."""
         n = len(packets)
+        heard = now if came is None else came
         for i, packet in enumerate(packets):
-            self._packet(packet, max(now - (n - 1 - i) * FRAME_SECONDS, self._last_audio))
+            back = (n - 1 - i) * FRAME_SECONDS
+            self._packet(
+                packet, max(now - back, self._last_audio), max(heard - back, self._last_heard)
+            )
 
-    def _packet(self, packet: RtpPacket, now: float) -> None:
+    def _packet(self, packet: RtpPacket, now: float, heard: float | None = None) -> None:
         if self._rtp_since is not None:
             self._rtp_since = now
         pt = packet.payload_type
@@ -325,12 +333,22 @@ class MediaSession(Inlet):
             if digit is not None:
                 self._digit(digit)
         elif pt == self.payload_type:
-            self._audio(packet.payload, packet.timestamp, now, packet.ssrc)
+            self._audio(packet.payload, packet.timestamp, now, packet.ssrc, heard)
 
-    def _audio(self, payload: bytes, timestamp: int, now: float, ssrc: int | None = None) -> None:
+    def _audio(
+        self,
+        payload: bytes,
+        timestamp: int,
+        now: float,
+        ssrc: int | None = None,
+        heard: float | None = None,
+    ) -> None:
         """A frame of the caller's audio, of source ``ssrc`` (None: the receiver's current
-        one, as the usual packet's is)."""
+        one, as the usual packet's is), taken at ``now``; it reached the host at ``heard``
+        (None: ``now``)."""
         previous, self._last_audio = self._last_audio, now
+        came = now if heard is None else heard
+        heard_before, self._last_heard = self._last_heard, came
         if self.tells is not None:
             self.tells.push(payload)  # the other side of a bridge hears it
         if self._call_recording is not None:
@@ -342,13 +360,19 @@ class MediaSession(Inlet):
             recording = self._recording
             if recording is not None:
                 source = self.receiver.ssrc if ssrc is None else ssrc
+                when = now
                 if source != self._source:
                     # Another source (its first frame: the old one's held frames may come
-                    # with it): its timestamps start afresh, the gap is by arrival.
+                    # with it): its timestamps start afresh, the gap is by arrival: by
+                    # when the two frames reached the host, not by the slots they were
+                    # read in (a late slot reads two slots' packets, a stalled thread
+                    # many: the slot's time is up to a frame off, or more).
                     if self._source is not None:
                         recording.restart(previous or None)
+                        if previous and heard_before:
+                            when = previous + (came - heard_before)
                     self._source = source
-                recording.anchor(timestamp, now)
+                recording.anchor(timestamp, when)
                 self._record(payload, timestamp)
         if self.batched:
             self.undetected.append(payload)  # the engine's detect() comes this tick

@@ -170,6 +170,8 @@ def snapshot(session: MediaSession) -> dict[str, Any]:
             session.latched,
             session.remote is not None,  # (each run's caller has its own port)
         ),
+        # (The last frame's arrival, the kernel's, is within its slot: whoever took it.)
+        "heard": abs(session._last_audio - session._last_heard) < 0.02,
         "preroll": list(session._preroll),
         "vad": (
             v._run,

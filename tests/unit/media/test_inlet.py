@@ -63,6 +63,7 @@ def snapshot(session: MediaSession) -> dict[str, Any]:
         "bucket": (session._bucket_start, session._bucket_count),
         "rtp_since": session._rtp_since,
         "last_audio": session._last_audio,
+        "last_heard": session._last_heard,
         "preroll": list(session._preroll),
         "undetected": list(session.undetected),
         "events": list(session.events),
@@ -371,10 +372,16 @@ def record_both(
     in_python = 0
     audio = fast._audio
 
-    def counting(payload: bytes, timestamp: int, now: float, ssrc: int | None = None) -> None:
+    def counting(
+        payload: bytes,
+        timestamp: int,
+        now: float,
+        ssrc: int | None = None,
+        heard: float | None = None,
+    ) -> None:
         nonlocal in_python
         in_python += 1
-        audio(payload, timestamp, now, ssrc)
+        audio(payload, timestamp, now, ssrc, heard)
 
     fast._audio = counting  # type: ignore[method-assign]
     key = (object(), fast)

@@ -418,6 +418,52 @@ def test_a_new_source_mid_recording_is_recorded_after_the_time_between(offset: i
     assert bytes(sink.data) == b"".join(first) + SILENT * 25 + b"".join(second)
 
 
+#: (slot, arrival) of each of the new source's first frames, which reached the host 20 ms
+#: apart from 1.485 (15 ms before the slot an on-time media thread reads them in).
+ON_TIME = [(1.50 + i * 0.02, 1.485 + i * 0.02) for i in range(30)]
+
+
+@pytest.mark.parametrize(
+    "old_last, new",
+    [
+        # A late slot: the thread ran slot 1.52 after the third frame came, and read the
+        # second and third in it (the third frame's slot was that of the second).
+        (None, [ON_TIME[0], (1.52, ON_TIME[1][1]), (1.52, ON_TIME[2][1]), *ON_TIME[3:]]),
+        # A stalled thread: the first ten frames read together in the slot at 1.68.
+        (None, [*((1.68, arrival) for _, arrival in ON_TIME[:10]), *ON_TIME[10:]]),
+        # The old source's last frame read a slot late (1.00, not 0.98).
+        (1.00, ON_TIME),
+    ],
+    ids=["two-in-a-late-slot", "ten-after-a-stall", "old-last-read-late"],
+)
+def test_a_new_source_read_in_late_slots_keeps_the_time_between_by_arrival(
+    old_last: float | None, new: list[tuple[float, float]]
+) -> None:
+    """The time between one source's last frame and the next source's first is measured
+    by when they reached the host (the media thread's kernel timestamp), not by the slot
+    the thread read them in: a thread late for a slot reads the packets of two slots in
+    one (or a stalled one, of many), and the file is as if every slot had been on time."""
+    session = MediaSession("PCMU", 0, 101, PEER)
+    sink = Sink()
+    session.start_recording(sink, None, 0.0)
+    first = audio_frames(speech_like(1.0))
+    for i, payload in enumerate(first):  # 0.00-0.98, each came 15 ms before its slot
+        now = i * 0.02
+        if i == len(first) - 1 and old_last is not None:
+            now = old_last
+        session.receive(rtp(100 + i, 1000 + i * FRAME, payload), PEER, now, i * 0.02 - 0.015)
+        session.tick(now)
+    second = audio_frames(speech_like(0.6) // 2)
+    for i, payload in enumerate(second):  # 1.50-2.08 on the wire, another source
+        now, arrival = new[i]
+        ts = (1000 + 50 * FRAME - 3_000_000 + i * FRAME) & 0xFFFFFFFF
+        session.receive(rtp(9000 + i, ts, payload, ssrc=99), PEER, now, arrival)
+        session.tick(now)
+    session.stop_recording(2.08)
+    assert session.receiver.ssrc_changes == 1
+    assert bytes(sink.data) == b"".join(first) + SILENT * 25 + b"".join(second)
+
+
 def test_a_held_frame_of_the_old_source_given_with_the_new_ones_stays_on_its_line() -> None:
     """The old source lost a packet, so its next one was held; the new source's third
     packet gives both at once (the held one first): the held frame is the old source's,
