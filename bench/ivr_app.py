@@ -12,7 +12,11 @@ It also answers the bridged variant of :mod:`bench.connect_load` under
 ``/connect/PORT/``: ``start`` puts the caller through to
 ``sip:callee@127.0.0.1:PORT``; ``after`` (the connect's ``next_page``) hangs up; and
 :mod:`bench.websocket_load`'s under ``/websocket/PORT/``, the same with
-``ws://127.0.0.1:PORT/echo``.
+``ws://127.0.0.1:PORT/echo``; and :mod:`bench.conference_load`'s under ``/conference/``:
+``start`` puts the caller in the conference room named by the user part of the number
+it called (``this_call.call_to``: ``sip:room07@...`` joins room ``room07``), with no
+entry beep; ``left`` (its ``next_page``, requested only when the room put it out) and
+``error`` hang up.
 """
 
 from __future__ import annotations
@@ -76,6 +80,30 @@ def connect_page(port: int, name: str, kind: str = "connect") -> dict[str, Any]:
     return {"actions": [{"hang_up": {}}]}
 
 
+def conference_page(name: str, call_to: str) -> dict[str, Any]:
+    """The answer of each page of the conference variant: into the room the called user
+    names (``start``), then (``left``, ``error``) hang up."""
+    if name == "start":
+        return {
+            "actions": [
+                {
+                    "connect_to_conference": {
+                        "name": room_of(call_to),
+                        "conference_participant": {"beep_on_entry": False},
+                        "next_page": {"url": "left"},
+                    }
+                }
+            ]
+        }
+    return {"actions": [{"hang_up": {}}]}
+
+
+def room_of(call_to: str) -> str:
+    """The room a call is for: the user part of the URI it called (``sip:room07@host``)."""
+    user = call_to.split(":", 1)[-1].split("@", 1)[0]
+    return "".join(c for c in user if c.isalnum() or c in "_-") or "room"
+
+
 def application() -> web.Application:
     stats: dict[str, Any] = {
         "calls": 0,
@@ -84,6 +112,8 @@ def application() -> web.Application:
         "final": {},
         "connects": [],
         "errors": 0,
+        "rooms": {},
+        "left": [],
     }
 
     async def handle(request: web.Request) -> web.Response:
@@ -127,11 +157,32 @@ def application() -> web.Application:
         kind = request.path.strip("/").split("/", 1)[0]
         return web.json_response(connect_page(int(request.match_info["port"]), name, kind))
 
+    async def conference(request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        name = request.match_info["page"]
+        call_to = str(body.get("this_call", {}).get("call_to", ""))
+        if name == "final":
+            cause = body["this_call"].get("call_cause")
+            stats["final"][cause] = stats["final"].get(cause, 0) + 1
+            return web.Response(status=204)
+        if name == "start":
+            stats["calls"] += 1
+            room = room_of(call_to)
+            stats["rooms"][room] = stats["rooms"].get(room, 0) + 1
+        elif name == "error":
+            stats["errors"] += 1
+        elif name == "left":
+            result = (body.get("action_result") or {}).get("result") or {}
+            stats["left"].append([room_of(call_to), result.get("seconds_connected_duration")])
+        return web.json_response(conference_page(name, call_to))
+
     async def show(request: web.Request) -> web.Response:
         return web.json_response(stats)
 
     async def reset(request: web.Request) -> web.Response:
-        stats.update(calls=0, digits={}, recordings=[], final={}, connects=[], errors=0)
+        stats.update(
+            calls=0, digits={}, recordings=[], final={}, connects=[], errors=0, rooms={}, left=[]
+        )
         return web.Response(status=204)
 
     async def chain(request: web.Request) -> web.Response:
@@ -148,6 +199,7 @@ def application() -> web.Application:
     app.router.add_post("/chain/{page}", chain)
     app.router.add_post("/connect/{port}/{page}", connect)
     app.router.add_post("/websocket/{port}/{page}", connect)
+    app.router.add_post("/conference/{page}", conference)
     return app
 
 
