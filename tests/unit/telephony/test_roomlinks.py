@@ -262,3 +262,67 @@ async def test_a_call_that_leaves_before_the_room_takes_it_keeps_its_media(
     assert here.media.session.tells is None and here.media.session.hears is None
     assert not w0.links.seated and said.of(here) == []
     assert w1.rooms.rooms.get("app", name) is None  # joined and left there: no room
+
+
+async def test_one_socket_carries_every_seat_between_two_workers(
+    workers: tuple[Worker, Worker],
+) -> None:
+    """Two calls of worker 0 in a room of worker 1: one socket, one message a tick each
+    way carrying both seats' frames, each frame to its own seat."""
+    w0, w1 = workers
+    name = room_held_by(1)
+    a, b, c = call("a"), call("b"), call("c")  # a and b on worker 0, c on worker 1
+    said = Said(a, b, c)
+    w1.links.port(c).join(JoinRoom(name, ParticipantOptions(beep_on_entry=False)))
+    for who in (a, b):
+        w0.links.port(who).join(JoinRoom(name, ParticipantOptions(beep_on_entry=False)))
+    await until(lambda: RoomJoined() in said.of(a) and RoomJoined() in said.of(b))
+    assert len(w0.links.holders) == 1 and len(w1.links.owned) == 1
+    (link,) = w1.links.owned
+    assert sorted(p.pid for p in link.seats.values()) == ["a", "b"]
+    sent: list[bytes] = []
+    (holder,) = w0.links.holders.values()
+    original = holder.sender.audio
+
+    def audio(batch: bytes) -> None:
+        sent.append(batch)
+        original(batch)
+
+    holder.sender.audio = audio  # type: ignore[method-assign]
+    sessions = {n: x.media.session for n, x in (("a", a), ("b", b), ("c", c))}
+    hz = {"a": 500.0, "b": 900.0, "c": 1300.0}
+    heard: dict[str, list[bytes]] = {n: [] for n in hz}
+    for frame in range(30):
+        for n, session in sessions.items():
+            assert session.tells is not None
+            session.tells.push(g711.encode(session.law, tone(hz[n], frame)))
+        w0.tick()
+        await asyncio.sleep(0.005)
+        w1.tick()
+        await asyncio.sleep(0.005)
+        for n, session in sessions.items():
+            assert session.hears is not None
+            if (got := session.hears.frame()) is not None:
+                heard[n].append(got)
+    assert sent and all(len(batch) == 2 * (4 + FRAME) for batch in sent)  # both seats
+    for n in hz:
+        pcm = g711.decode("ulaw", b"".join(heard[n][-20:]))
+        spectrum = {m: _share(pcm, f) for m, f in hz.items()}
+        assert spectrum[n] < 0.01, (n, spectrum)  # not itself
+        assert all(s > 0.2 for m, s in spectrum.items() if m != n), (n, spectrum)
+
+
+def _share(samples: np.ndarray, hz: float) -> float:
+    spectrum = np.abs(np.fft.rfft(samples.astype(np.float64))) ** 2
+    freqs = np.fft.rfftfreq(len(samples), 1 / 8000)
+    return float(spectrum[np.abs(freqs - hz) <= 20].sum() / (spectrum.sum() or 1.0))
+
+
+def test_a_ticks_frames_travel_as_one_message() -> None:
+    from callhook.telephony.roomlinks import _batch, _unbatch
+
+    frames = [(1, bytes([1]) * FRAME), (70000, bytes([2]) * FRAME)]
+    message = _batch(frames)
+    assert len(message) == 2 * (4 + FRAME)
+    assert list(_unbatch(message)) == frames
+    assert list(_unbatch(message + b"\x00\x00")) == frames  # (a short tail is no entry)
