@@ -50,7 +50,7 @@ def frames_for(participants: int, ticks: int) -> list[list[bytes]]:
 def run(
     rooms: list[tuple[RoomMix, set[str], bool]],
     payloads: list[list[bytes]],
-    step: Callable[[list[tuple[RoomMix, set[str], bool]]], None],
+    step: Callable[[list[tuple[RoomMix, set[str], bool]]], object],
 ) -> float:
     """CPU seconds for the ticks of ``payloads``."""
     feeds = [

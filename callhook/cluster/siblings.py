@@ -102,7 +102,7 @@ ONE_ROOM_SERVICE = frozenset(
         "/conference_participant_eject",
     }
 )
-ONE_ROOM = re.compile(r"/api/v1/conferences/[^/]+/participants(?:/[^/]+)?")
+ONE_ROOM = re.compile(r"/api/v1/conferences/[^/]+/(?:participants(?:/[^/]+)?|recording)")
 #: A failed authentication a sibling counted, and the ban it earned (sharedbans.py).
 FAILURE_PATH = "/guard/failure"
 #: A sibling's outbound calls, by application (outboundshare.py).
@@ -139,7 +139,7 @@ def asked(method: str, path: str) -> bool:
     if path == "/api/v1/conferences":
         return method == "GET"
     if ONE_ROOM.fullmatch(path) is not None:
-        return method in ("GET", "PATCH", "DELETE")
+        return method in ("GET", "PATCH", "DELETE", "POST")
     if WEB_CLIENT.fullmatch(path) is not None or path in (READY, FAILURE_PATH, OUTBOUND_PATH):
         return method == "GET"
     if path == ROOM_PATH:

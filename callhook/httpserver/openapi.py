@@ -27,7 +27,8 @@ _ERROR_TEXT = {
     400: "Bad input: `bad_request`, `bad_name`, `outside_namespace`, `reserved_name`.",
     401: "No API key, or not a valid one: `unauthorized`.",
     404: "`not_found`: no such file, log or call for this application (or an unknown route).",
-    409: "`file_exists` (not overwriting) or `name_conflict` (a file and a directory).",
+    409: "`file_exists` (not overwriting), `name_conflict` (a file and a directory) or "
+    "`already_recording` (a conference room's recording runs).",
     413: "`too_large`: over the upload limit, or a JSON body over 64 KiB.",
     415: "`unsupported_media_type`, `not_wav`, `unsupported_wav` or `not_aescbc`.",
     503: "`unavailable`: this server cannot do it now.",
@@ -178,6 +179,39 @@ _SCHEMAS: dict[str, Any] = {
         "minProperties": 1,
         "additionalProperties": False,
         "properties": {"muted": {"type": "boolean"}, "talker": {"type": "boolean"}},
+    },
+    "RecordRoom": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "mode": {"enum": ["mixed", "separate"], "default": "mixed"},
+            "channels": {"type": "integer", "minimum": 1, "maximum": 16},
+            "recording_available_page": {
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string", "format": "uri"},
+                    "method": {"enum": ["POST", "GET"], "default": "POST"},
+                },
+            },
+        },
+    },
+    "RoomRecording": {
+        "type": "object",
+        "properties": {
+            "conference_name": {"type": "string"},
+            "filename": {"type": "string"},
+            "mode": {"enum": ["mixed", "separate"]},
+            "channels": {"type": "integer"},
+        },
+    },
+    "RoomRecordingStopped": {
+        "type": "object",
+        "properties": {
+            "conference_name": {"type": "string"},
+            "filename": {"type": "string"},
+            "seconds_duration": {"type": "number"},
+        },
     },
     "Ejected": {
         "type": "object",
@@ -449,6 +483,24 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "delete": _op(
                 "Put a participant out of the room (its action's next_page follows)",
                 {"200": _json(_ref("Ejected"), "ejected")},
+                (404,),
+            ),
+        },
+        "/api/v1/conferences/{name}/recording": {
+            "parameters": [_ROOM_NAME],
+            "post": _op(
+                "Record the room as one file until it ends or is stopped (mixed, or a channel "
+                "per participant); recording_available_page is notified once it is safe",
+                {"201": _json(_ref("RoomRecording"), "recording")},
+                (400, 404, 409, 507),
+                requestBody={
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("RecordRoom")}},
+                },
+            ),
+            "delete": _op(
+                "Stop the room's recording",
+                {"200": _json(_ref("RoomRecordingStopped"), "stopped")},
                 (404,),
             ),
         },

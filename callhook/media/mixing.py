@@ -174,6 +174,11 @@ class RoomMix:
     def remove(self, pid: str) -> None:
         self._members.pop(pid, None)
 
+    @property
+    def pids(self) -> list[str]:
+        """The participants, in the order :meth:`take` gives their frames."""
+        return list(self._members)
+
     def __len__(self) -> int:
         return len(self._members)
 
@@ -206,9 +211,12 @@ class RoomMix:
             self.give(mix(rows, mixed))
 
 
-def mix_all(rooms: Sequence[tuple[RoomMix, Collection[str], bool]]) -> None:
+def mix_all(
+    rooms: Sequence[tuple[RoomMix, Collection[str], bool]],
+) -> list[tuple[npt.NDArray[np.int16], list[bool]]]:
     """One tick of every room: ``(mix, talkers, active)`` each; the active rooms mixed in
-    one call (:func:`mix_rooms`), each room's frames taken all the same."""
+    one call (:func:`mix_rooms`), each room's frames taken all the same. Returns what was
+    taken of each room (its frames, and which the mix took), in ``rooms``' order."""
     taken = [(room, *room.take(talkers)) for room, talkers, _ in rooms]
     live = [
         (room, rows, mixed)
@@ -216,7 +224,7 @@ def mix_all(rooms: Sequence[tuple[RoomMix, Collection[str], bool]]) -> None:
         if active and len(mixed)
     ]
     if not live:
-        return
+        return [(rows, mixed) for _, rows, mixed in taken]
     bounds = [0]
     for _, _, mixed in live:
         bounds.append(bounds[-1] + len(mixed))
@@ -225,3 +233,4 @@ def mix_all(rooms: Sequence[tuple[RoomMix, Collection[str], bool]]) -> None:
     heard = mix_rooms(frames, flags, bounds)
     for (room, _, _), first, last in zip(live, bounds[:-1], bounds[1:], strict=True):
         room.give(heard[first:last])
+    return [(rows, mixed) for _, rows, mixed in taken]

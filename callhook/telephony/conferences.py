@@ -53,6 +53,7 @@ from callhook.events import (
 from callhook.media.bridge import Feed
 from callhook.media.g711 import Law
 from callhook.media.mixing import HANGOVER, OPEN_DBOV, RoomMix, mix_all
+from callhook.telephony.roomrecording import Mode, RoomRecording
 from callhook.telephony.sipcall import SipCall
 
 logger = logging.getLogger("callhook.conference")
@@ -62,6 +63,8 @@ ENTRY_BEEP = (PlayTone(frequency_hz=1000.0, seconds=0.2),)
 
 
 RoomEvent = RoomJoined | RoomRefused | RoomHolding | RoomPrompt | RoomLeft
+#: Makes a room's recording: (app, room, mode, channels, notify: URL and method or None).
+OpenRecording = Callable[[str, str, Mode, int, "tuple[str, str] | None"], RoomRecording]
 
 
 class Participant(Protocol):
@@ -146,6 +149,11 @@ class Conferences:
         self._gate = (open_dbov, hangover)
         self._mixes: dict[tuple[str, str], RoomMix] = {}
         self._seats: dict[str, _Seat] = {}
+        #: The rooms being recorded (telephony/roomrecording.py).
+        self.recordings: dict[tuple[str, str], RoomRecording] = {}
+        #: Makes a room's recording (app, room, mode, channels, notify); set by the SIP
+        #: service (None: rooms are not recorded here).
+        self.open_recording: OpenRecording | None = None
 
     # --- what a call's leg asks -------------------------------------------------------------
 
@@ -220,21 +228,60 @@ class Conferences:
         self._apply(found, found.set_options(pid, self.now(), muted=muted, talker=talker))
         return True
 
+    def start_recording(
+        self, app: str, name: str, mode: Mode, channels: int, notify: tuple[str, str] | None
+    ) -> RoomRecording:
+        """Record ``app``'s room ``name`` from now until it ends or is stopped.
+        :class:`KeyError` when the room is not here, :class:`ValueError` when it is being
+        recorded already, :class:`OSError` when the file cannot be made."""
+        if self.rooms.get(app, name) is None or self.open_recording is None:
+            raise KeyError(name)
+        if (app, name) in self.recordings:
+            raise ValueError(f"conference {name!r} is being recorded already")
+        recording = self.open_recording(app, name, mode, channels, notify)
+        self.recordings[(app, name)] = recording
+        logger.info("conference %r: recording %s (%s)", name, recording.filename, mode)
+        return recording
+
+    def stop_recording(self, app: str, name: str, reason: str = "stopped") -> RoomRecording | None:
+        """The room's recording ends (None: it had none)."""
+        recording = self.recordings.pop((app, name), None)
+        if recording is not None:
+            recording.end(self.now(), reason)
+            logger.info(
+                "conference %r: recording %s ended (%s, %.1f s)",
+                name,
+                recording.filename,
+                reason,
+                recording.seconds,
+            )
+        return recording
+
     # --- the media tick ---------------------------------------------------------------------
 
     def tick(self) -> None:
         """Every room's mix, once: a frame from each participant, each one's frame of the
-        others' (the media tick's, between its receive and its send)."""
+        others' (the media tick's, between its receive and its send); then the rooms
+        being recorded get theirs."""
         if not self._mixes:
             return  # (every tick of every call: nothing built where no room is)
         rooms: list[tuple[RoomMix, list[str], bool]] = []
+        keys: list[tuple[str, str]] = []
         for (app, name), mix in list(self._mixes.items()):
             room = self.rooms.get(app, name)
             if room is None:
                 del self._mixes[(app, name)]
                 continue
             rooms.append((mix, room.talkers(), room.state == "ACTIVE"))
-        mix_all(rooms)
+            keys.append((app, name))
+        taken = mix_all(rooms)
+        if self.recordings:
+            for key, (mix, _, active), (rows, mixed) in zip(keys, rooms, taken, strict=True):
+                recording = self.recordings.get(key)
+                if recording is not None:
+                    recording.tick(rows, mixed, mix.pids, active)
+                    if recording.ended:  # (its file is full)
+                        self.recordings.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._seats)
@@ -274,6 +321,7 @@ class Conferences:
                 logger.info("conference %r: %s", room.name, _state(effect))
             elif isinstance(effect, Destroyed):
                 self._mixes.pop((room.app, room.name), None)
+                self.stop_recording(room.app, room.name, "room_ended")
                 logger.info("conference %r: ended", room.name)
 
     def _tell(self, pid: str, event: RoomHolding | RoomPrompt) -> None:

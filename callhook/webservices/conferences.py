@@ -22,9 +22,11 @@ A room or participant that is not there is ``404`` ``not_found``. Times are the 
 services' ``YYYY-MM-DD_hh:mm:ss`` UTC, and ISO 8601 in the REST API, whose routes are
 ``GET /api/v1/conferences``, ``GET /api/v1/conferences/{name}/participants``,
 ``PATCH /api/v1/conferences/{name}/participants/{id}`` (``{"muted", "talker"}``) and
-``DELETE`` of the same. With ``serve --workers`` each room is one worker's: the lists are
-every worker's, and a question about one room goes on to the worker that holds it
-(cluster/siblings.py).
+``DELETE`` of the same; ``POST /api/v1/conferences/{name}/recording`` (``{"mode",
+"channels", "recording_available_page"}``) starts the room's own recording
+(telephony/roomrecording.py), ``DELETE`` stops it. With ``serve --workers`` each room
+is one worker's: the lists are every worker's, and a question about one room goes on
+to the worker that holds it (cluster/siblings.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -43,6 +46,7 @@ from callhook.config.settings import AppConfig
 from callhook.httpserver.restapi import Api, ApiError
 from callhook.httpserver.server import Handler
 from callhook.telephony.conferences import Conferences
+from callhook.telephony.roomrecording import MAX_CHANNELS, Mode
 from callhook.webservices.webrtc import Params
 
 #: How times are written: the web services' form, or the REST API's.
@@ -119,6 +123,37 @@ class RoomViews:
         self.conferences.eject(app, name, pid)
         return {"participant_id": pid, "ejected": True}
 
+    def start_recording(
+        self, app: str, name: str, mode: Mode, channels: int | None, notify: tuple[str, str] | None
+    ) -> dict[str, Any]:
+        room = self.room(app, name)
+        if channels is None:
+            channels = min(MAX_CHANNELS, max(2, len(room.participants)))
+        try:
+            recording = self.conferences.start_recording(app, name, mode, channels, notify)
+        except KeyError:
+            raise ApiError(404, "not_found", f"no conference {name!r} in progress") from None
+        except ValueError as exc:
+            raise ApiError(409, "already_recording", str(exc)) from None
+        except OSError as exc:
+            raise ApiError(507, "storage_full", str(exc)) from None
+        return {
+            "conference_name": name,
+            "filename": recording.filename,
+            "mode": recording.mode,
+            "channels": recording.channels,
+        }
+
+    def stop_recording(self, app: str, name: str) -> dict[str, Any]:
+        recording = self.conferences.stop_recording(app, name)
+        if recording is None:
+            raise ApiError(404, "not_found", f"conference {name!r} is not being recorded")
+        return {
+            "conference_name": name,
+            "filename": recording.filename,
+            "seconds_duration": round(recording.seconds, 1),
+        }
+
 
 class ConferenceServices:
     """Aculab's four conference web services (see the module docstring)."""
@@ -185,12 +220,47 @@ class ConferenceApi:
 
     def routes(self) -> list[web.RouteDef]:
         one = "/api/v1/conferences/{name}/participants/{pid}"
+        recording = "/api/v1/conferences/{name}/recording"
         return [
             web.get("/api/v1/conferences", self.list_rooms, allow_head=False),
             web.get("/api/v1/conferences/{name}/participants", self.list_people, allow_head=False),
             web.patch(one, self.set_options),
             web.delete(one, self.eject),
+            web.post(recording, self.start_recording),
+            web.delete(recording, self.stop_recording),
         ]
+
+    async def start_recording(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            raise ApiError(400, "bad_request", "the body is not JSON") from None
+        if not isinstance(body, dict) or set(body) - {
+            "mode",
+            "channels",
+            "recording_available_page",
+        }:
+            raise ApiError(
+                400, "bad_request", 'expected {"mode", "channels", "recording_available_page"}'
+            )
+        mode = body.get("mode", "mixed")
+        if mode not in ("mixed", "separate"):
+            raise ApiError(400, "bad_request", 'mode is "mixed" or "separate"')
+        channels = body.get("channels")
+        if channels is not None and (
+            isinstance(channels, bool)
+            or not isinstance(channels, int)
+            or not 1 <= channels <= MAX_CHANNELS
+        ):
+            raise ApiError(400, "bad_request", f"channels is 1 to {MAX_CHANNELS}")
+        notify = _page(body.get("recording_available_page"))
+        shown = self.views.start_recording(app, request.match_info["name"], mode, channels, notify)
+        return web.json_response(shown, status=201)
+
+    async def stop_recording(self, request: web.Request) -> web.Response:
+        app = self.api.app_of(request)
+        return web.json_response(self.views.stop_recording(app, request.match_info["name"]))
 
     async def list_rooms(self, request: web.Request) -> web.Response:
         app = self.api.app_of(request)
@@ -218,3 +288,17 @@ class ConferenceApi:
         app = self.api.app_of(request)
         name, pid = request.match_info["name"], request.match_info["pid"]
         return web.json_response(self.views.eject(app, name, pid))
+
+
+def _page(page: object) -> tuple[str, str] | None:
+    """A ``recording_available_page`` (a web page request with an absolute URL)."""
+    if page is None:
+        return None
+    if not isinstance(page, dict) or set(page) - {"url", "method"}:
+        raise ApiError(400, "bad_request", 'recording_available_page is {"url", "method"}')
+    url, method = page.get("url"), page.get("method", "POST")
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+        raise ApiError(400, "bad_request", "recording_available_page.url: an http(s) URL")
+    if method not in ("POST", "GET"):
+        raise ApiError(400, "bad_request", 'recording_available_page.method: "POST" or "GET"')
+    return url, method

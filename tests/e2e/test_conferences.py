@@ -401,3 +401,81 @@ async def test_a_participants_transcription_hears_the_room(
     errors, _ = wer(reference, words(heard))
     assert errors / len(reference) <= 0.15, heard
     assert not [p for p in finals if p["direction"] == "inbound"]  # caller 2 said nothing
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_room_recorded_through_the_rest_api_and_announced(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Three callers talk; the back end records the room (mixed) for a while through
+    ``/api/v1/conferences/weekly/recording`` and stops it; the file holds the three tones
+    and ``recording_available_page`` announces it, signed."""
+    import aiohttp
+
+    from callhook.media import wav
+
+    config = "\n".join(
+        [
+            "[apps.conf]",
+            f'first_page = "{app.url("/start")}"',
+            f'final_page = "{app.url("/final")}"',
+            f'secret = "{app.secret}"',
+            f'api_key = "{WS_KEY}"',
+            'numbers = ["1001", "1002", "1003"]',
+        ]
+    )
+    room_app(app, {})
+    app.page("/room-recorded", None)
+    ears = {n: RtpSink() for n in (1, 2, 3)}
+    headers = {"Authorization": f"Bearer {WS_KEY}"}
+    async with served(tmp_path, app, workers, config + "\n") as server:
+        base = f"http://127.0.0.1:{server.http_port}/api/v1/conferences"
+        for ear in ears.values():
+            await ear.__aenter__()
+        try:
+            calls = [
+                asyncio.create_task(join(tmp_path, server.sip, n, ears[n], user=f"100{n}"))
+                for n in (1, 2, 3)
+            ]
+            async with aiohttp.ClientSession(headers=headers) as http:
+                for _ in range(200):
+                    async with http.get(f"{base}/weekly/participants") as r:
+                        if r.status == 200 and len((await r.json())["participants"]) == 3:
+                            break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(TONE_FROM)  # the tones are playing
+                page = {"url": app.url("/room-recorded")}
+                async with http.post(
+                    f"{base}/weekly/recording", json={"recording_available_page": page}
+                ) as r:
+                    assert r.status == 201, (await r.text(), server.output)
+                    started = await r.json()
+                async with http.post(f"{base}/weekly/recording", json={}) as r:
+                    assert r.status == 409  # (one at a time)
+                await asyncio.sleep(2.0)
+                async with http.delete(f"{base}/weekly/recording") as r:
+                    assert r.status == 200, await r.text()
+                    stopped = await r.json()
+            assert await wait_for_request(app, "/room-recorded", timeout=15.0), server.output
+            runs = await asyncio.gather(*calls)
+        finally:
+            for ear in ears.values():
+                await ear.__aexit__(None, None, None)
+        output = server.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output
+    assert started["mode"] == "mixed" and started["filename"].startswith("recordings/")
+    assert stopped["filename"] == started["filename"]
+    assert 1.5 <= stopped["seconds_duration"] <= 3.0, stopped
+    (notice,) = [r for r in app.requests if r.path == "/room-recorded"]
+    assert notice.signature_ok(app.secret)
+    body = notice.json
+    assert body["is_notification"] is True and body["conference_name"] == "weekly"
+    result = body["action_result"]["result"]
+    assert result["filename"] == started["filename"] and result["file_available"] is True
+    assert result["reason"] == "stopped" and result["contains_sound"] is True
+    data = (tmp_path / "data" / "media" / "conf" / started["filename"]).read_bytes()
+    pcm = wav.decode_to_8k(data)
+    assert abs(len(pcm) / 8000 - stopped["seconds_duration"]) < 0.05
+    shares = {n: energy_at(pcm, TONES[n]) for n in (1, 2, 3)}
+    assert all(s > 0.2 for s in shares.values()), shares
