@@ -224,3 +224,39 @@ async def test_the_rest_api_lists_mutes_and_ejects(
         assert (await r.json()) == {"conferences": []}
     async with client.delete(one, headers=bearer()) as r:
         assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
+
+
+async def test_the_rest_api_records_a_room(
+    world: tuple[World, TestClient[Any, Any]], tmp_path: Path
+) -> None:
+    from tests.unit.telephony.test_roomrecording import Files
+
+    w, client = world
+    files = Files(tmp_path)
+    w.rooms.open_recording = files.open
+    at = "/api/v1/conferences/weekly/recording"
+    for bad, says in (
+        ({"mode": "stereo"}, "mode"),
+        ({"channels": 17}, "channels is 1 to 16"),
+        ({"channels": True}, "channels is 1 to 16"),
+        ({"recording_available_page": {"url": "/relative"}}, "an http(s) URL"),
+        ({"recording_available_page": {"url": "https://x.example", "method": "PUT"}}, "method"),
+        ({"format": "alaw"}, "expected"),
+    ):
+        async with client.post(at, json=bad, headers=bearer()) as r:
+            assert r.status == 400, bad
+            assert says in (await r.json())["error"]["message"], bad
+    async with client.delete(at, headers=bearer()) as r:
+        assert r.status == 404  # (nothing being recorded)
+    async with client.post(at, json={"mode": "separate"}, headers=bearer()) as r:
+        assert r.status == 201
+        started = await r.json()
+    assert started["channels"] == 2 and started["mode"] == "separate"  # (two in the room)
+    async with client.post(at, headers=bearer()) as r:
+        assert r.status == 409 and (await r.json())["error"]["code"] == "already_recording"
+    async with client.post("/api/v1/conferences/monthly/recording", headers=bearer()) as r:
+        assert r.status == 404
+    async with client.delete(at, headers=bearer()) as r:
+        assert r.status == 200
+        assert (await r.json())["filename"] == started["filename"]
+    assert [reason for _, _, reason in files.ended] == ["stopped"]
