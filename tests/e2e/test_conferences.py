@@ -1,6 +1,7 @@
 """Conference rooms on real calls: SIPp callers join one room through ``serve``, with one
 process and with workers behind Kamailio (which gives the calls to the workers in turn,
-so some callers of the room are on the worker that does not hold it).
+so some callers of the room are on the worker that does not hold it), and on two nodes
+sharing PostgreSQL.
 
 Each caller is a phone made of SIPp for its signalling and a socket of the test for its
 media (tests/e2e/rtpsink.py), which its SDP names: the socket sends the caller's tone
@@ -30,6 +31,7 @@ from tests.e2e.aculab_client import AculabWebServices
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.rtpsink import RtpSink
 from tests.e2e.rtpstream import Stream
+from tests.postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -81,26 +83,29 @@ def room_app(
     app.page("/final", None)
 
 
-#: SIPp's part that takes callhook's answer: the media port of its SDP to a file.
+#: SIPp's part that takes callhook's answer: the media port and address of its SDP, to a
+#: file.
 ANSWERED_TELLING_PORT = sipp.ANSWERED.replace(
     '<recv response="200" rrs="true"/>',
     """<recv response="200" rrs="true">
     <action>
       <ereg regexp="m=audio ([0-9]+)" search_in="body" check_it="true" assign_to="line,port"/>
-      <exec command="echo '[$port] [$line]' > PORT_FILE"/>
+      <ereg regexp="c=IN IP4 ([0-9.]+)" search_in="body" check_it="true" assign_to="c,ip"/>
+      <exec command="echo '[$port] [$ip] [$line] [$c]' > PORT_FILE"/>
     </action>
   </recv>""",
 )
 
 
 async def speak(ear: RtpSink, stream: Stream, port_file: Path) -> None:
-    """The caller's RTP, from its ear's socket, once callhook's media port is known."""
+    """The caller's RTP, from its ear's socket, once callhook's media address is known."""
     loop = asyncio.get_running_loop()
     for _ in range(1000):
         if port_file.exists() and port_file.read_text().strip():
             break
         await asyncio.sleep(0.01)
-    to = ("127.0.0.1", int(port_file.read_text().split()[0]))
+    port, address = port_file.read_text().split()[:2]
+    to = (address, int(port))
     start = loop.time()
     for t, rtp in stream.packets():
         delay = start + t - loop.time()
@@ -479,3 +484,44 @@ async def test_a_room_recorded_through_the_rest_api_and_announced(
     assert abs(len(pcm) / 8000 - stopped["seconds_duration"]) < 0.05
     shares = {n: energy_at(pcm, TONES[n]) for n in (1, 2, 3)}
     assert all(s > 0.2 for s in shares.values()), shares
+
+
+async def test_a_room_whose_callers_arrive_on_two_nodes(
+    tmp_path: Path,
+    app: AppServer,
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Two nodes sharing PostgreSQL (as on two machines: 127.0.0.2 and 127.0.0.3), a
+    caller on each, one room: it is held by one node, chosen among the nodes alive, and
+    the other's caller takes part from there; each hears the other's tone."""
+    from tests.e2e.harness import Server
+
+    room_app(app, {})
+    config = tmp_path / "node.toml"
+    config.write_text(f'[database]\nurl = "{postgres_url}"\n[speech]\npreload = false\n')
+    data_dir = tmp_path / "shared"
+    extra = ("--config", str(config))
+    nodes = [Server.for_app(data_dir, app, extra, host=h) for h in ("127.0.0.2", "127.0.0.3")]
+    ears = {n: RtpSink() for n in (1, 2)}
+    async with nodes[0] as a, nodes[1] as b:
+        for ear in ears.values():
+            await ear.__aenter__()
+        try:
+            for _ in range(100):  # each node has seen the other in the nodes table
+                status, stats = await a.api("GET", "/api/stats")
+                if status == 200 and len(stats.get("workers", [])) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            runs = await asyncio.gather(
+                join(tmp_path, a.sip, 1, ears[1]), join(tmp_path, b.sip, 2, ears[2])
+            )
+        finally:
+            for ear in ears.values():
+                await ear.__aexit__(None, None, None)
+        output = a.output + b.output
+    for run in runs:
+        assert run.returncode == 0, run.output + run.errors + output
+    shares = {n: heard(ear) for n, ear in ears.items()}
+    assert shares[1][2] > 0.3 and shares[1][1] < 0.002, shares
+    assert shares[2][1] > 0.3 and shares[2][2] < 0.002, shares
+    assert re.search(r"call \S+ \(of \S+\): in conference 'weekly'", output), output
