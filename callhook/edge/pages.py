@@ -4,13 +4,14 @@ docs/behaviour.md: a page that cannot be reached, does not answer within the
 timeout (10 s by default) or answers non-2xx is an application error
 (:class:`~callhook.calls.runner.PageError`). Page requests are not idempotent, so a
 request is not retried once the application may have acted on it. Two failures
-say it did not: a refused connection (nothing was sent) is tried once more, and a
-kept-alive connection that the application's server had already closed (it failed
-before any byte of an answer: a server closes a connection it finds idle, and a
-request that crossed that close on the wire was never read) is tried again on
-another, as browsers do (RFC 9112 §9.3.1 lets a server close an idle connection at
-any time). Connections idle for :data:`KEEPALIVE_SECONDS` are not reused at all, so
-that race is rare with common servers.
+say it cannot have: a refused connection (nothing was sent) is tried once more, and so
+is a request whose body could not be written (the connection was found closed after
+it was picked: a server closes a connection it finds idle, RFC 9112 §9.3.1; a request
+cut short is one no server acts on). A request that was written and got no answer is
+not retried, though its connection may have been closed as idle just as it was sent
+(the application cannot be told apart from one that read it and failed): connections
+idle for :data:`KEEPALIVE_SECONDS` are not reused, below common servers' idle timeout,
+so that race is rare.
 
 Every connection obeys the egress policy (``[egress]``, :mod:`callhook.edge.egresspolicy`):
 a page (or notification) URL whose address it refuses is an application error
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import SimpleNamespace
 
 import aiohttp
 
@@ -43,17 +43,11 @@ MAX_REDIRECTS = 3
 #: the idle timeout of uvicorn and of Node's http server (5 s), so a connection they
 #: are about to close is not picked.
 KEEPALIVE_SECONDS = 4.0
-#: How many kept-alive connections in a row may turn out closed before a request fails
-#: (several idle connections to one server are often closed together).
-STALE_RETRIES = 3
-
-
-async def _on_reuse(
-    session: aiohttp.ClientSession,
-    context: SimpleNamespace,
-    params: aiohttp.TraceConnectionReuseconnParams,
-) -> None:
-    context.trace_request_ctx["reused"] = True
+#: How many connections in a row may turn out closed before a request's body is written,
+#: before it fails (several idle connections to one server are often closed together).
+UNWRITTEN_RETRIES = 3
+#: What aiohttp says when a request's body could not be written (the connection closed).
+_UNWRITTEN = "Can not write request body"
 
 
 class HttpPages:
@@ -78,8 +72,6 @@ class HttpPages:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            tracing = aiohttp.TraceConfig()
-            tracing.on_connection_reuseconn.append(_on_reuse)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=self._max_connections,
@@ -89,7 +81,6 @@ class HttpPages:
                 ),
                 headers={"User-Agent": f"callhook/{__version__}"},
                 auto_decompress=True,
-                trace_configs=[tracing],
             )
         return self._session
 
@@ -112,14 +103,11 @@ class HttpPages:
     ) -> tuple[int, bytes]:
         """:meth:`fetch`, with the 2xx status of the answer (the web phone shows it)."""
         headers = {HEADER: sign(secret, body)}
-        refusals, stale = 1, STALE_RETRIES
+        refusals, unwritten = 1, UNWRITTEN_RETRIES
         while True:
-            # What happened to this attempt: its connection was a kept-alive one
-            # ("reused"), an answer began ("answered").
-            attempt: dict[str, bool] = {}
             try:
                 async with asyncio.timeout(self.timeout):
-                    return await self._once(url, method, body, headers, answer, attempt)
+                    return await self._once(url, method, body, headers, answer)
             except aiohttp.ClientConnectorError as exc:
                 if _egress_refusal(exc.os_error):
                     raise PageError("unreachable", url, str(exc.os_error)) from None
@@ -128,12 +116,11 @@ class HttpPages:
                     logger.info("page %s refused the connection; trying once more", url)
                     continue
                 raise PageError("unreachable", url, f"cannot connect: {exc.os_error}") from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                if attempt.get("reused") and not attempt.get("answered") and stale:
-                    stale -= 1  # closed by the server while idle: the request was not read
+            except aiohttp.ClientOSError as exc:
+                if str(exc.strerror or exc).startswith(_UNWRITTEN) and unwritten:
+                    unwritten -= 1  # cut short before its body: no server acts on it
                     continue
-                detail = f"{type(exc).__name__}: {exc}"
-                raise PageError("unreachable", url, detail) from None
+                raise PageError("unreachable", url, f"{type(exc).__name__}: {exc}") from None
             except TimeoutError:
                 raise PageError("timeout", url, f"no answer within {self.timeout:g} s") from None
             except aiohttp.TooManyRedirects:
@@ -146,13 +133,7 @@ class HttpPages:
                 raise PageError("unreachable", url, detail) from None
 
     async def _once(
-        self,
-        url: str,
-        method: str,
-        body: bytes,
-        headers: dict[str, str],
-        answer: bool,
-        attempt: dict[str, bool],
+        self, url: str, method: str, body: bytes, headers: dict[str, str], answer: bool = True
     ) -> tuple[int, bytes]:
         client = self._client()
         if method == "GET":
@@ -161,20 +142,12 @@ class HttpPages:
                 params={"instance_info": body.decode()},
                 headers=headers,
                 max_redirects=self.max_redirects,
-                trace_request_ctx=attempt,
             )
         else:
             headers = {**headers, "Content-Type": "application/json"}
-            request = client.post(
-                url,
-                data=body,
-                headers=headers,
-                max_redirects=self.max_redirects,
-                trace_request_ctx=attempt,
-            )
+            request = client.post(url, data=body, headers=headers, max_redirects=self.max_redirects)
         limit = self.max_response_bytes
         async with request as response:
-            attempt["answered"] = True
             if not answer and 200 <= response.status < 300:
                 return response.status, b""
             too_big = f"response larger than {limit} bytes ([egress] max_response_mb)"
