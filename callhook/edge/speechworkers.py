@@ -181,6 +181,8 @@ class SpeechService:
         self._ready.set()
         self._closing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The recogniser's model was asked to load (warm_up, or the first decode).
+        self._loading = False
 
     def warm_up(self) -> None:
         """Load the models in the background, so the first call does not wait for them."""
@@ -192,11 +194,17 @@ class SpeechService:
                 self._tts_pool.submit(self._warm, self.synthesiser.warm_up, "text-to-speech")
             )
         if self.recogniser is not None:
-            # Decodes wait for the load like after a restart: a decode blocked on the
-            # model's load would count the load against its own deadline, and a load
-            # slowed by a busy machine would be taken for a hung engine.
-            self._ready.clear()
-            self.warming.append(self._asr_pool.submit(self._warm_recogniser, self.recogniser))
+            self.warming.append(self._load_recogniser())
+
+    def _load_recogniser(self) -> Future[None]:
+        """The recogniser's model loads on the recognition threads; decodes wait for it as
+        after a restart (a decode blocked on the model's load would count the load against
+        its own deadline, and a load slowed by a busy machine would be taken for a hung
+        engine). At start-up (``[speech] preload``), else before the first decode."""
+        assert self.recogniser is not None
+        self._loading = True
+        self._ready.clear()
+        return self._asr_pool.submit(self._warm_recogniser, self.recogniser)
 
     def _warm_recogniser(self, engine: Recogniser) -> None:
         try:
@@ -239,6 +247,8 @@ class SpeechService:
         start = loop.time()
         if not self.supervisor.available(start):
             raise RecognitionFailed("the speech recogniser is being restarted after a fault")
+        if not self._loading:  # ([speech] preload false: loaded now, the decode waits)
+            self._load_recogniser()
         job = next(self._jobs)
         seconds = len(audio) / 8000
         future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options)

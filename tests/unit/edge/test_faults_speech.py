@@ -219,6 +219,8 @@ class SlowLoad(Engine):
     def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions
     ) -> tuple[Alternative, ...]:
+        if not self.warmed:
+            self.warm_up()  # (loaded at first use, as Whisper's model is)
         with self.lock:
             return super().recognise(audio, options)
 
@@ -276,4 +278,27 @@ async def test_an_utterance_gets_an_answer_within_the_answer_timeout_whatever_ho
         assert result[0].text == "seven"
     finally:
         busy.set()
+        service.close()
+
+
+async def test_without_preload_the_first_decode_waits_for_the_load_without_its_deadline() -> None:
+    """``[speech] preload = false``: the model loads at the first utterance, and that
+    utterance's deadline does not run while it loads."""
+    engine = SlowLoad()
+    service = SpeechService(
+        None,
+        engine,
+        workers=2,
+        supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0),
+    )
+    try:
+        decode = asyncio.ensure_future(service.recognise(SECOND, OPTIONS))  # no warm_up
+        await asyncio.sleep(0.6)
+        assert not decode.done()
+        engine.release.set()
+        assert (await asyncio.wait_for(decode, 10))[0].text == "seven"
+        assert engine.warmed and service.faults == 0
+        assert service.warming == []  # (readiness is about what loads at start)
+    finally:
+        engine.release.set()
         service.close()
