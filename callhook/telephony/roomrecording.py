@@ -76,7 +76,7 @@ class RoomRecording:
         self.sound = False
         self.ended = False
         #: Why it ended: ``stopped`` (asked), ``room_ended``, ``filesize`` ([recordings]
-        #: max_mb reached).
+        #: max_mb reached), ``error`` (the file could not be written: a full disk).
         self.reason = "stopped"
         self._left_out: set[str] = set()
 
@@ -127,6 +127,10 @@ class RoomRecording:
         except SinkFull as exc:
             logger.warning("conference %r: recording %s stopped: %s", self.room, self.filename, exc)
             self.end(self.started_at + self.seconds, "filesize")
+            return
+        except OSError as exc:  # (a full disk: the file keeps what it holds, the room goes on)
+            logger.error("conference %r: recording %s failed: %s", self.room, self.filename, exc)
+            self.end(self.started_at + self.seconds, "error")
             return
         self.frames += 1
 

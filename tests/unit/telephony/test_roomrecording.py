@@ -125,3 +125,28 @@ def test_a_recording_that_reaches_the_size_limit_ends_and_the_room_goes_on(
     talk(rooms, calls, [500.0, 900.0, 1300.0], 60)
     assert recording.ended and recording.reason == "filesize" and rooms.recordings == {}
     assert files.ended[0][2] == "filesize"
+
+
+def test_a_recording_whose_disk_fails_ends_and_the_room_goes_on(tmp_path: Path) -> None:
+    """A write that fails (a full disk) ends the recording with reason ``error``; the
+    media tick goes on for the room's calls."""
+    rooms, files, _, calls = room(tmp_path)
+
+    class Failing:
+        def write(self, data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    def failing(app: str, name: str, mode: Mode, channels: int, notify: Any) -> RoomRecording:
+        def ended(recording: RoomRecording, now: float) -> None:
+            files.ended.append((recording.filename, now, recording.reason))
+
+        return RoomRecording(name, "full.wav", mode, channels, Failing(), 0.0, ended)
+
+    rooms.open_recording = failing
+    rooms.start_recording("app", "weekly", "mixed", 1, None)
+    talk(rooms, calls, [500.0, 900.0, 1300.0], 3)  # (no exception out of the tick)
+    assert files.ended == [("full.wav", 0.0, "error")] and rooms.recordings == {}
+    assert calls[0].media.session.hears is not None  # still in the room
