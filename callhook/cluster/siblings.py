@@ -373,11 +373,16 @@ class Siblings:
                 if isinstance(theirs, dict) and isinstance(theirs.get(field), list):
                     listed += theirs[field]
             return web.json_response({field: listed})
-        one = ONE_CALL.fullmatch(path) or ONE_ROOM.fullmatch(path)
-        if response.status == 404 and (one or path in ONE_INSTANCE or path in ONE_ROOM_SERVICE):
+        room = ONE_ROOM.fullmatch(path) is not None or path in ONE_ROOM_SERVICE
+        one = ONE_CALL.fullmatch(path) or path in ONE_INSTANCE
+        if response.status == 404 and (one or room):
             for peer in siblings:
                 answer = await self._ask(peer, request)
-                if answer is not None and 200 <= answer.status < 300:
+                # (A room's holder answers for it whatever it says: 409, 507 ...)
+                answered = answer is not None and (
+                    200 <= answer.status < 300 or (room and answer.status != 404)
+                )
+                if answer is not None and answered:
                     return web.Response(
                         status=answer.status, body=answer.body, headers=answer.headers
                     )

@@ -396,9 +396,11 @@ class RecordingJournal:
 
 def _channels(body: str | None) -> int:
     """The channels a recording's file has: 2 for a connect's ``separate`` call recording,
-    which says so in its journal body (reporting.py), else 1."""
+    up to 16 for a conference room's ``separate`` one, each saying so in its journal body
+    (reporting.py, telephony/roomrecording.py), else 1."""
     try:
         channels = json.loads(body or "{}").get("channels", 1)
     except (ValueError, AttributeError):
         return 1
-    return channels if channels in (1, 2) else 1
+    ok = isinstance(channels, int) and not isinstance(channels, bool) and 1 <= channels <= 16
+    return channels if ok else 1

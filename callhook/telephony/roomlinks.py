@@ -254,6 +254,9 @@ class RemoteSeat:
             return
         if self.leaving:  # (the action stopped meanwhile)
             return
+        if link.closed:  # (it ended as it was opened for another seat)
+            call.leg.inject(RoomRefused("failed", "the room's holder went away"))
+            return
         self.link = link
         link.seats[self.seat] = self
         join = {
@@ -350,6 +353,8 @@ class RoomPort:
         self._joining: asyncio.Task[None] | None = None
 
     def join(self, command: JoinRoom) -> None:
+        # (A call's earlier room is over by now: left, refused or put out, its action done.)
+        self._here, self._remote = False, None
         self._joining = self.links.start(self._join(command))
 
     async def _join(self, command: JoinRoom) -> None:
@@ -373,15 +378,15 @@ class RoomPort:
             self._remote.digit(digit)
 
     def leave(self) -> None:
+        joining, self._joining = self._joining, None
         if self._here:
             self._here = False
             self.links.conferences.leave(participant_id(self.call))
         elif self._remote is not None:
             self._remote.leave()
             self._remote = None
-        elif self._joining is not None:
-            self._joining.cancel()  # (still finding the holder: nothing to leave)
-        self._joining = None
+        elif joining is not None and not joining.done():
+            joining.cancel()  # (still finding the holder: nothing to leave)
 
 
 class RoomLinks:
@@ -496,9 +501,10 @@ class RoomLinks:
 
     def _command(self, link: OwnedLink, message: object) -> None:
         """One seat's command; :class:`WireError` when the message is none."""
-        if not isinstance(message, dict) or not isinstance(message.get("seat"), int):
-            raise WireError("a room link's message names its seat (an integer)")
-        seat = message["seat"]
+        seat = message.get("seat") if isinstance(message, dict) else None
+        if not isinstance(seat, int) or isinstance(seat, bool) or not 0 <= seat < 2**32:
+            raise WireError("a room link's message names its seat (0 to 2**32 - 1)")
+        assert isinstance(message, dict)
         command = read_command(message)
         if isinstance(command, JoinRoom):
             app, pid, law, call = (message.get(k) for k in ("app", "pid", "law", "call"))

@@ -137,6 +137,8 @@ class SipService:
         self.phone: WebPhone | None = None
         #: The web clients signed in to receive calls (``webrtc:`` destinations).
         self.webclients: WebClients | None = None
+        #: Faults of the rooms' mixing in the media tick (a bug: see _mix).
+        self.mixing_faults = 0
         #: Rooms held by other workers, and their callers in this one's (set by serve
         #: where there are other workers; None: every room is this process's).
         self.room_links: RoomLinks | None = None
@@ -411,10 +413,19 @@ class SipService:
         return RoomRecording(room, filename, mode, channels, writer, self.loop.time(), ended)
 
     def _mix(self) -> None:
-        """The media tick's mixing: this process's rooms, then the frames of the links."""
-        self.conferences.tick()
-        if self.room_links is not None:
-            self.room_links.pump()
+        """The media tick's mixing: this process's rooms, then the frames of the links.
+
+        A fault in them (a bug) must not stop every call's audio: the tick's sending
+        comes after this. It is logged with its traceback once, then counted.
+        """
+        try:
+            self.conferences.tick()
+            if self.room_links is not None:
+                self.room_links.pump()
+        except Exception:
+            self.mixing_faults += 1
+            if self.mixing_faults == 1:
+                logger.exception("conference mixing failed (logged once; counted after)")
 
     def _trunks_changed(self) -> None:
         self._trusted_trunks()

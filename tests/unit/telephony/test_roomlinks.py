@@ -33,6 +33,8 @@ from callhook.telephony.roomlinks import RoomLinks
 from callhook.telephony.sipcall import SipCall
 from tests.unit.telephony.test_conferences import FRAME, Clock, call, events
 
+QUIET_OPTIONS = ParticipantOptions(beep_on_entry=False)
+
 
 def room_held_by(label: int) -> str:
     """A room name worker ``label`` of two holds."""
@@ -326,3 +328,40 @@ def test_a_ticks_frames_travel_as_one_message() -> None:
     assert len(message) == 2 * (4 + FRAME)
     assert list(_unbatch(message)) == frames
     assert list(_unbatch(message + b"\x00\x00")) == frames  # (a short tail is no entry)
+
+
+async def test_a_call_out_of_a_room_here_then_in_one_there_takes_its_digits_there(
+    workers: tuple[Worker, Worker],
+) -> None:
+    """Its first room (held here) put it out with its exit digit; its next room is held
+    by the other worker: digits and leaving go there, not to the rooms here."""
+    w0, w1 = workers
+    here_room, there_room = room_held_by(0), room_held_by(1)
+    a, other = call("a"), call("other")
+    said = Said(a, other)
+    w1.links.port(other).join(JoinRoom(there_room, QUIET_OPTIONS))
+    port = w0.links.port(a)
+    port.join(JoinRoom(here_room, ParticipantOptions(exit_digit="#")))
+    await until(lambda: RoomJoined() in said.of(a))
+    port.digit("#")
+    assert isinstance(said.of(a)[-1], RoomLeft)
+    port.join(JoinRoom(there_room, ParticipantOptions(exit_digit="*", beep_on_entry=False)))
+    await until(lambda: said.of(a).count(RoomJoined()) == 2)
+    port.digit("*")  # the exit digit of the room there
+    await until(lambda: said.of(a)[-1] == RoomLeft("exit_digit", 0.0))
+    port.leave()  # (the action stops after)
+    room = w1.rooms.rooms.get("app", there_room)
+    assert room is not None and list(room.participants) == ["other"]
+
+
+def test_a_seat_number_out_of_range_is_a_bad_message() -> None:
+    from callhook.conference.wire import WireError
+    from callhook.telephony.roomlinks import OwnedLink
+
+    links = RoomLinks(Conferences(Clock()), Siblings(0, 0, [], token="t"), Clock())
+    link = OwnedLink(cast(Any, None), "1")
+    join = {"type": "join", "room": "r", "options": {}, "joined": [], "left": []}
+    for seat in (-1, 2**32, True, "1"):
+        with pytest.raises(WireError, match="seat"):
+            links._command(link, {**join, "seat": seat})
+    assert link.seats == {}
