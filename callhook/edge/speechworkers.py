@@ -183,6 +183,8 @@ class SpeechService:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The recogniser's model was asked to load (warm_up, or the first decode).
         self._loading = False
+        #: When the load under way began (``time.monotonic``): one past READY_TIMEOUT hung.
+        self._load_started = 0.0
 
     def warm_up(self) -> None:
         """Load the models in the background, so the first call does not wait for them."""
@@ -204,6 +206,7 @@ class SpeechService:
         assert self.recogniser is not None
         self._loading = True
         self._ready.clear()
+        self._load_started = time.monotonic()
         return self._asr_pool.submit(self._warm_recogniser, self.recogniser)
 
     def _warm_recogniser(self, engine: Recogniser) -> None:
@@ -245,13 +248,22 @@ class SpeechService:
         assert self.recogniser is not None
         loop = self._loop = asyncio.get_running_loop()
         start = loop.time()
+        if (
+            self._loading
+            and not self._ready.is_set()
+            and time.monotonic() - self._load_started > READY_TIMEOUT
+        ):
+            # A load that never ends is a hang like a decode's: a fresh engine, a fresh pool.
+            name = self.recogniser.name
+            self._fault(f"the {name} recogniser's model did not load within {READY_TIMEOUT:g} s")
         if not self.supervisor.available(start):
             raise RecognitionFailed("the speech recogniser is being restarted after a fault")
         if not self._loading:  # ([speech] preload false: loaded now, the decode waits)
             self._load_recogniser()
         job = next(self._jobs)
         seconds = len(audio) / 8000
-        future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options)
+        gave_up = threading.Event()  # (set when the caller stops waiting: nothing to decode)
+        future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options, gave_up)
         self._running[job] = future
         try:
             result: tuple[Alternative, ...] = await asyncio.wait_for(
@@ -261,7 +273,9 @@ class SpeechService:
             raise
         except TimeoutError:
             # Not a fault of the engine: a decode that runs on is still watched (a hang
-            # is a hang); one still queued is cancelled and never runs.
+            # is a hang); one still queued is cancelled and never runs, and one waiting
+            # for a load gives up when the load is done.
+            gave_up.set()
             raise RecognitionFailed(
                 f"no answer from the speech recogniser within {ANSWER_TIMEOUT:g} s"
                 " (busy with other calls' speech, or still loading)"
@@ -283,6 +297,7 @@ class SpeechService:
         seconds: float,
         audio: npt.NDArray[np.int16],
         options: RecognitionOptions,
+        gave_up: threading.Event,
     ) -> tuple[Alternative, ...]:
         """On a recognition thread: wait for a fresh engine if one loads, then decode."""
         if not self._ready.wait(READY_TIMEOUT):
@@ -292,6 +307,8 @@ class SpeechService:
             )
         if self._closing:
             raise RecognitionFailed("callhook is shutting down")
+        if gave_up.is_set():
+            raise RecognitionFailed("nobody waits for this utterance any more")
         engine = self.recogniser
         if engine is None:
             raise RecognitionFailed("no speech recogniser could be started")
@@ -372,6 +389,7 @@ class SpeechService:
         old_pool.shutdown(wait=False)
         self._ready.clear()
         self._asr_pool = DaemonPool(self.workers, "asr")
+        self._load_started = time.monotonic()
         self._asr_pool.submit(self._rebuild, old_engine)  # first: the others wait for it
         for job in queued:
             self._asr_pool.put(job)

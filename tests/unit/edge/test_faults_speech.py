@@ -302,3 +302,32 @@ async def test_without_preload_the_first_decode_waits_for_the_load_without_its_d
     finally:
         engine.release.set()
         service.close()
+
+
+async def test_a_model_load_that_never_ends_is_a_fault_and_a_fresh_engine_takes_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A load hung past READY_TIMEOUT is taken as the engine hung: the next utterance
+    restarts it (a fresh instance, fresh threads) and is recognised."""
+    import callhook.edge.speechworkers as speech
+
+    monkeypatch.setattr(speech, "READY_TIMEOUT", 0.3)
+    monkeypatch.setattr(speech, "ANSWER_TIMEOUT", 0.2)
+    never = threading.Event()
+
+    class NeverLoads(Engine):
+        def warm_up(self) -> None:
+            never.wait(30)  # the model load that never ends
+
+    service = SpeechService(None, NeverLoads(), workers=2)
+    try:
+        service.warm_up()
+        with pytest.raises(RecognitionFailed, match="no answer"):
+            await service.recognise(SECOND, OPTIONS)
+        await asyncio.sleep(0.35)
+        result = await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        assert result[0].text == "seven"
+        assert service.faults == 1 and service.restarts == 1
+    finally:
+        never.set()
+        service.close()
