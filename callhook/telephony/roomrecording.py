@@ -30,6 +30,9 @@ import numpy.typing as npt
 from callhook.media import g711
 from callhook.media.bridge import FRAME
 from callhook.media.sink import SinkFull
+from callhook.store.files import MediaStore
+from callhook.store.journal import RecordingJournal
+from callhook.store.wavfile import WavWriter
 
 logger = logging.getLogger("callhook.conference")
 
@@ -142,3 +145,55 @@ class RoomRecording:
         self.reason = reason
         self.sink.close()
         self.on_end(self, now)
+
+
+class RoomRecorder:
+    """Makes a room's recording (``Conferences.open_recording``): its file in the
+    application's store, in the recordings journal from its start (recovered after a
+    crash), announced at its ``recording_available_page`` once durable."""
+
+    def __init__(
+        self,
+        store: MediaStore,
+        journal: RecordingJournal,
+        max_bytes: int | None,
+        now: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.max_bytes = max_bytes
+        self.now = now
+
+    def __call__(
+        self, app: str, room: str, mode: Mode, channels: int, notify: tuple[str, str] | None
+    ) -> RoomRecording:
+        store, journal = self.store, self.journal
+        filename = store.new_recording_name()
+        channels = channels if mode == "separate" else 1
+        body = {"is_notification": True, "conference_name": room, "channels": channels}
+        journal.started(app, filename, encrypted=False, record_id="", notify=notify, body=body)
+        try:
+            writer = WavWriter(
+                store.path(app, filename),
+                LAW,
+                self.max_bytes,
+                on_durable=lambda w: journal.durable(app, filename, w.length),
+                channels=channels,
+            )
+        except (OSError, ValueError) as exc:
+            journal.failed(app, filename, f"cannot create {filename}: {exc}")
+            raise OSError(f"cannot create {filename}: {exc}") from None
+
+        def ended(recording: RoomRecording, now: float) -> None:
+            result = {
+                "filename": filename,
+                "conference_name": room,
+                "mode": mode,
+                "channels": recording.order if mode == "separate" else [],
+                "reason": recording.reason,
+                "contains_sound": recording.sound,
+                "seconds_duration": round(recording.seconds, 1),
+            }
+            journal.completed(app, filename, result)
+
+        return RoomRecording(room, filename, mode, channels, writer, self.now(), ended)

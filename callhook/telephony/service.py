@@ -48,7 +48,6 @@ from callhook.edge.mediaengine import MediaEngine
 from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
 from callhook.sip.transport import Target, Transport
-from callhook.store.wavfile import WavWriter
 from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.conferences import CallConference, Conferences
 from callhook.telephony.connecting import Connector
@@ -61,7 +60,7 @@ from callhook.telephony.lifecycle import Lifecycle
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.referring import Transfers
 from callhook.telephony.roomlinks import RoomLinks
-from callhook.telephony.roomrecording import LAW, Mode, RoomRecording
+from callhook.telephony.roomrecording import RoomRecorder
 from callhook.telephony.sipcall import SipCall
 from callhook.telephony.trunking import Trunks
 from callhook.telephony.users import Users
@@ -232,7 +231,9 @@ class SipService:
             open_dbov=rooms.talker_dbov,
             hangover=round(rooms.talker_hangover / 0.02),  # (in media ticks)
         )
-        self.conferences.open_recording = self._open_room_recording
+        self.conferences.open_recording = RoomRecorder(
+            services.store, services.journal, settings.recordings.max_bytes, self.loop.time
+        )
         #: A call's ``connect``: its far legs, placed, joined and ended.
         self.connector = Connector(
             services=services,
@@ -374,43 +375,6 @@ class SipService:
         if self.room_links is not None:
             return self.room_links.port(call)
         return CallConference(self.conferences, call)
-
-    def _open_room_recording(
-        self, app: str, room: str, mode: Mode, channels: int, notify: tuple[str, str] | None
-    ) -> RoomRecording:
-        """A room's recording: its file in the application's store, in the recordings
-        journal from now (recovered after a crash), announced at ``notify`` once durable."""
-        services = self.services
-        store, journal = services.store, services.journal
-        filename = store.new_recording_name()
-        channels = channels if mode == "separate" else 1
-        body = {"is_notification": True, "conference_name": room, "channels": channels}
-        journal.started(app, filename, encrypted=False, record_id="", notify=notify, body=body)
-        try:
-            writer = WavWriter(
-                store.path(app, filename),
-                LAW,
-                services.settings.recordings.max_bytes,
-                on_durable=lambda w: journal.durable(app, filename, w.length),
-                channels=channels,
-            )
-        except (OSError, ValueError) as exc:
-            journal.failed(app, filename, f"cannot create {filename}: {exc}")
-            raise OSError(f"cannot create {filename}: {exc}") from None
-
-        def ended(recording: RoomRecording, now: float) -> None:
-            result = {
-                "filename": filename,
-                "conference_name": room,
-                "mode": mode,
-                "channels": recording.order if mode == "separate" else [],
-                "reason": recording.reason,
-                "contains_sound": recording.sound,
-                "seconds_duration": round(recording.seconds, 1),
-            }
-            journal.completed(app, filename, result)
-
-        return RoomRecording(room, filename, mode, channels, writer, self.loop.time(), ended)
 
     def _mix(self) -> None:
         """The media tick's mixing: this process's rooms, then the frames of the links.
