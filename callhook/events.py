@@ -241,6 +241,30 @@ class RoomLeft:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class FarEndClassified:
+    """The callee was classified (:mod:`callhook.media.classify`), ``seconds`` after the
+    answer: the call itself (``attempt`` None) or far leg ``attempt`` of a connect."""
+
+    far_end_type: Literal["live", "answering_machine", "fax_machine", "unknown"]
+    reason: str
+    seconds: float
+    attempt: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GreetingEnded:
+    """An answering machine's greeting is over, ``seconds`` after the answer (``how``:
+    ``beep``, ``silence``, ``timeout``); the beep's start and end and its tones' frequencies."""
+
+    how: Literal["beep", "silence", "timeout"]
+    seconds: float
+    beep_start: float | None = None
+    beep_end: float | None = None
+    beep_hz: tuple[float, ...] = ()
+    attempt: int | None = None
+
+
 MediaEvent = (
     DigitReceived
     | PromptFinished
@@ -263,6 +287,8 @@ MediaEvent = (
     | RoomHolding
     | RoomPrompt
     | RoomLeft
+    | FarEndClassified
+    | GreetingEnded
 )
 
 # --- commands: actions -> media session -----------------------------------------------
@@ -436,6 +462,9 @@ class SecondaryPages:
     #: The whole-call recording is to be encrypted and the action gave no cipher: the
     #: response to ``first_page`` must (Aculab's ``call_recording_cipher``).
     needs_cipher: bool = False
+    #: Who answered, when it was classified (``classify_callee``): its pages' ``this_call``
+    #: says so.
+    far_end: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,6 +577,47 @@ class LeaveRoom:
     """Take the caller out of its room (its action stopped)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClassifyOptions:
+    """How a callee is classified (:mod:`callhook.media.classify`; the wire's
+    ``classify_callee`` object: callhook/actions/connectschema.py)."""
+
+    milliseconds_timeout: int = 7000
+    milliseconds_initial_silence: int = 5000
+    milliseconds_greeting: int = 2400
+    milliseconds_after_greeting_silence: int = 800
+    wait_for_beep: bool = True
+    milliseconds_min_beep_duration: int = 180
+    milliseconds_post_beep_silence: int = 1000
+    milliseconds_no_beep_silence: int = 4000
+    seconds_beep_timeout: int = 10
+
+
+#: Each whole-number option of :class:`ClassifyOptions`: its least and greatest value
+#: (the wire's and the configuration's checks).
+CLASSIFY_RANGES: dict[str, tuple[int, int]] = {
+    "milliseconds_timeout": (500, 10000),
+    "milliseconds_initial_silence": (1000, 10000),
+    "milliseconds_greeting": (1000, 6000),
+    "milliseconds_after_greeting_silence": (300, 5000),
+    "milliseconds_min_beep_duration": (100, 2000),
+    "milliseconds_post_beep_silence": (100, 5000),
+    "milliseconds_no_beep_silence": (1000, 10000),
+    "seconds_beep_timeout": (1, 60),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifyFarEnd:
+    """Classify the callee from its audio from now on: the call itself (``attempt``
+    None: an outbound call's answer) or far leg ``attempt`` of a connect. What is
+    decided comes as :class:`FarEndClassified`, then :class:`GreetingEnded`.
+    ``options`` None: stop (the action gave up waiting)."""
+
+    options: ClassifyOptions | None
+    attempt: int | None = None
+
+
 MediaCommand = (
     StartPrompt
     | StopPrompt
@@ -567,4 +637,5 @@ MediaCommand = (
     | JoinRoom
     | RoomDigit
     | LeaveRoom
+    | ClassifyFarEnd
 )

@@ -140,7 +140,8 @@ static int rx_usual(PyObject *object) {
     if (s->rx_owned || !IS_NONE(s->srtp) || !s->latched || IS_NONE(s->remote) || !s->batched ||
         s->timed_out || !IS_NONE(s->tells) || !IS_NONE(s->hears) ||
         !IS_NONE(s->call_recording) || !IS_NONE(s->transcriber) ||
-        !IS_NONE(s->tones) || !IS_NONE(s->meter) || s->recognising)
+        !IS_NONE(s->tones) || !IS_NONE(s->meter) || !IS_NONE(s->classifier) ||
+        s->recognising)
         return 0;
     if (s->undetected == NULL || !PyList_CheckExact(s->undetected) ||
         PyList_GET_SIZE(s->undetected) != 0 || s->law == NULL || !PyUnicode_Check(s->law) ||

@@ -293,7 +293,7 @@ static int alone(PyObject *object, PyObject **vad) {
         return 0;
     Inlet *session = (Inlet *)object;
     if (!IS_NONE(session->tones) || !IS_NONE(session->transcriber) ||
-        !IS_NONE(session->meter) || session->recognising)
+        !IS_NONE(session->meter) || !IS_NONE(session->classifier) || session->recognising)
         return 0;
     if (session->vad == NULL || !PyObject_TypeCheck(session->vad, &GateCoreType))
         return 0;

@@ -104,6 +104,7 @@ static int Inlet_traverse(Inlet *self, visitproc visit, void *arg) {
     Py_VISIT(self->transcriber);
     Py_VISIT(self->tones);
     Py_VISIT(self->meter);
+    Py_VISIT(self->classifier);
     Py_VISIT(self->vad);
     Py_VISIT(self->sender);
     Py_VISIT(self->player);
@@ -130,6 +131,7 @@ static int Inlet_clear(Inlet *self) {
     Py_CLEAR(self->transcriber);
     Py_CLEAR(self->tones);
     Py_CLEAR(self->meter);
+    Py_CLEAR(self->classifier);
     Py_CLEAR(self->vad);
     Py_CLEAR(self->sender);
     Py_CLEAR(self->player);
@@ -170,6 +172,7 @@ static PyMemberDef Inlet_members[] = {
     {"transcriber", T_OBJECT, offsetof(Inlet, transcriber), 0, "a live transcription"},
     {"tones", T_OBJECT, offsetof(Inlet, tones), 0, "the in-band digit detector"},
     {"meter", T_OBJECT, offsetof(Inlet, meter), 0, "the caller's level meter"},
+    {"classifier", T_OBJECT, offsetof(Inlet, classifier), 0, "the callee classifier"},
     {"vad", T_OBJECT, offsetof(Inlet, vad), 0, "the voice-activity detector"},
     {"sender", T_OBJECT, offsetof(Inlet, sender), 0, "the RtpSender"},
     {"player", T_OBJECT, offsetof(Inlet, player), 0, "what plays to the caller"},

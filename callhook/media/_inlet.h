@@ -45,6 +45,7 @@ typedef struct {
     PyObject *transcriber; /* or None */
     PyObject *tones;       /* the in-band digit detector, or None */
     PyObject *meter;       /* the level meter, or None */
+    PyObject *classifier;  /* the callee classifier, or None */
     PyObject *vad;         /* the voice-activity detector */
     PyObject *sender;      /* the RtpSender */
     PyObject *player;      /* the Player */

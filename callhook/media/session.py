@@ -67,6 +67,7 @@ import numpy.typing as npt
 
 from callhook.clock import TickClock
 from callhook.events import (
+    ClassifyOptions,
     DigitReceived,
     MediaEvent,
     PromptFinished,
@@ -76,6 +77,7 @@ from callhook.events import (
 from callhook.media import g711, rtcp
 from callhook.media.bridge import Feed
 from callhook.media.callrecording import CallRecording
+from callhook.media.classify import CalleeClassifier
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from callhook.media.dtmfsend import Digits
 from callhook.media.inlet import Inlet, Preroll
@@ -170,6 +172,8 @@ class MediaSession(Inlet):
         self._call_recording: CallRecording | None = None  # the bridged call, both ways
         #: A live transcription (start_transcription): it is handed both directions' frames.
         self.transcriber: CallTranscriber | None = None
+        #: Who answered (:meth:`classify`): it is handed the frames received until it is done.
+        self.classifier: CalleeClassifier | None = None
         self._preroll = Preroll(PREROLL_FRAMES)
         #: The recording's frames the media thread took in slots Python has not worked
         #: yet (timestamp, payload, the slot's time): written once it has (:meth:`_recorded`).
@@ -388,7 +392,12 @@ class MediaSession(Inlet):
         """Voice activity, in-band digits, transcription of the frames :attr:`undetected`
         held, decoded by the media tick for every call at once (media/frames.py), which
         has taken them out; ``tones``: the in-band DTMF prefilter's verdict on each."""
-        alone = self.tones is None and self.transcriber is None and self.meter is None
+        alone = (
+            self.tones is None
+            and self.transcriber is None
+            and self.meter is None
+            and self.classifier is None
+        )
         if alone and not self.recognising:
             # The usual case (digits come as events, nothing but voice activity
             # listens): _voice's work without its calls, for every call every tick.
@@ -408,6 +417,8 @@ class MediaSession(Inlet):
         self._voice(samples, power)
         if self.transcriber is not None:
             self.transcriber.caller(samples)
+        if self.classifier is not None:
+            self._classify(self.classifier, samples)
         if self.tones is not None:
             digit = self.tones.feed(samples, tone)
             if digit is not None and self.player.echo_ticks:
@@ -629,6 +640,27 @@ class MediaSession(Inlet):
         in progress still ends properly (:meth:`Player.stop
         <callhook.media.player.Player.stop>`)."""
         self.player.stop(prompt_id)
+
+    # --- who answered -----------------------------------------------------------------
+
+    def classify(self, options: ClassifyOptions) -> None:
+        """Classify the far end from the frames received from now on (media/classify.py);
+        what it decides comes out in :attr:`events`."""
+        self.reclaim()
+        self.classifier = CalleeClassifier(options)
+
+    def stop_classifying(self, *, give_up: bool = False) -> None:
+        """Stop classifying; ``give_up``: first say what can be said with what was heard
+        (the wall clock's limit came: no audio, say)."""
+        self.reclaim()
+        classifier, self.classifier = self.classifier, None
+        if classifier is not None and give_up:
+            self.events.extend(classifier.finish())
+
+    def _classify(self, classifier: CalleeClassifier, samples: npt.NDArray[np.int16]) -> None:
+        self.events.extend(classifier.feed(samples))
+        if classifier.done:
+            self.classifier = None  # its work is over: the usual fast paths again
 
     # --- speech recognition -----------------------------------------------------------
 

@@ -157,17 +157,18 @@ def test_the_energy_detector_alone_and_empty_frames_are_python() -> None:
 
 
 def test_feed_all_takes_only_sessions_whose_detector_hears_alone() -> None:
-    sessions = [MediaSession("PCMU", 0, 101, ("192.0.2.1", 4000)) for _ in range(6)]
+    sessions = [MediaSession("PCMU", 0, 101, ("192.0.2.1", 4000)) for _ in range(7)]
     assert all(s.vad.paused and s.tones is None for s in sessions)  # (telephone-event)
     sessions[1].recognising = True
     # (Anything but None: the session's detect() hands them the frame too.)
     sessions[2].tones = object()  # type: ignore[assignment]
     sessions[4].transcriber = object()  # type: ignore[assignment]
     sessions[5].meter = object()  # type: ignore[assignment]
+    sessions[6].classifier = object()  # type: ignore[assignment]
     frame = noise(0.02, -50)
-    rest = gate.feed_all(sessions, [frame] * 6, [frames.frame_power(frame)] * 6)
-    assert rest == [1, 2, 4, 5]
-    assert [s.vad._block_count for s in sessions] == [1, 0, 0, 1, 0, 0]
+    rest = gate.feed_all(sessions, [frame] * 7, [frames.frame_power(frame)] * 7)
+    assert rest == [1, 2, 4, 5, 6]
+    assert [s.vad._block_count for s in sessions] == [1, 0, 0, 1, 0, 0, 0]
 
 
 FALLBACK = """

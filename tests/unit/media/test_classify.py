@@ -1,0 +1,165 @@
+"""Who answered, from the callee's audio (callhook/media/classify.py), on the audio's own
+clock: every clip of the evaluation set in tests/data/classify (live answers, voicemail
+greetings with beeps of several kinds and without, fax tones, silence: real recordings
+and the embedded voices, on a noisy µ-law line) is classified as its label says, and a
+machine's beep is placed within 150 ms of where it was put; the same through a call's
+media session, frame by frame as RTP brings them and as the media tick batches them."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from callhook.events import ClassifyOptions, FarEndClassified, GreetingEnded
+from callhook.media import frames, g711, tones, wav
+from callhook.media.classify import CalleeClassifier, News
+from callhook.media.session import MediaSession
+
+SET = Path(__file__).parents[2] / "data" / "classify"
+LABELS: list[dict[str, Any]] = json.loads((SET / "labels.json").read_text())
+WANTED = {
+    "live": "live",
+    "machine": "answering_machine",
+    "fax": "fax_machine",
+    "silence": "unknown",
+}
+PEER = ("192.0.2.10", 40000)
+
+
+def clip(entry: dict[str, Any]) -> npt.NDArray[np.int16]:
+    return wav.decode_to_8k((SET / entry["file"]).read_bytes())
+
+
+def classify(samples: npt.NDArray[np.int16], options: ClassifyOptions) -> list[News]:
+    classifier = CalleeClassifier(options)
+    news: list[News] = []
+    for i in range(0, len(samples) - 159, 160):
+        news += classifier.feed(samples[i : i + 160])
+        if classifier.done:
+            return news
+    return news + classifier.finish()
+
+
+@pytest.mark.parametrize("entry", LABELS, ids=[e["file"] for e in LABELS])
+def test_each_clip_of_the_set_is_what_its_label_says(entry: dict[str, Any]) -> None:
+    news = classify(clip(entry), ClassifyOptions())
+    decision = news[0]
+    assert isinstance(decision, FarEndClassified)
+    assert decision.far_end_type == WANTED[entry["class"]], decision
+    if entry["class"] == "silence":
+        assert decision.reason == "silence" and decision.seconds == 5.0
+    if entry["class"] == "live":
+        # After the answer's end, within the after-greeting silence and the detector's lag.
+        assert entry["speech_end"] + 0.8 <= decision.seconds <= entry["speech_end"] + 1.3
+    if entry["class"] != "machine":
+        assert len(news) == 1
+        return
+    assert decision.reason == "long_greeting"
+    (ended,) = news[1:]
+    assert isinstance(ended, GreetingEnded)
+    beep = entry["beep"]
+    if beep is None:
+        assert ended.how == "silence" and ended.beep_start is None
+        # Its silence is counted from the greeting's end.
+        assert ended.seconds == pytest.approx(entry["speech_end"] + 4.0, abs=0.5)
+        return
+    assert ended.how == "beep"
+    assert ended.beep_start is not None and ended.beep_end is not None
+    assert abs(ended.beep_start - beep["start"]) <= 0.15, (ended, beep)
+    assert abs(ended.beep_end - beep["end"]) <= 0.15, (ended, beep)
+    # The greeting is over after the beep's post-beep silence, not before.
+    assert ended.seconds >= beep["end"] + 1.0 - 0.05
+    assert any(abs(hz - beep["hz"][0]) <= 40 for hz in ended.beep_hz)
+
+
+def test_without_waiting_for_the_beep_a_machine_is_all() -> None:
+    machine = next(e for e in LABELS if e["class"] == "machine" and e["beep"])
+    news = classify(clip(machine), ClassifyOptions(wait_for_beep=False))
+    assert [type(n) for n in news] == [FarEndClassified]
+
+
+def test_a_beep_inside_the_greeting_is_not_its_end() -> None:
+    """A tone the greeting goes on after (music, a chime before the words) is forgotten:
+    the beep is the tone followed by the post-beep silence."""
+    machine = next(e for e in LABELS if e["class"] == "machine" and e["beep"])
+    samples = clip(machine)
+    start = int(machine["speech_start"] * 8000) + 8000  # a second into the greeting
+    chime = tones.tone(1200.0, 0.4, level_dbfs=-15.0)
+    mixed = samples.copy()
+    mixed[start : start + len(chime)] = chime
+    news = classify(mixed, ClassifyOptions())
+    ended = news[-1]
+    assert isinstance(ended, GreetingEnded) and ended.beep_start is not None
+    assert abs(ended.beep_start - machine["beep"]["start"]) <= 0.15
+
+
+def test_the_greeting_timeout_and_the_end_of_the_audio() -> None:
+    machine = next(e for e in LABELS if e["class"] == "machine" and e["beep"])
+    samples = clip(machine)[: int(machine["speech_end"] * 8000)]  # cut before the beep
+    news = classify(samples, ClassifyOptions())
+    assert isinstance(news[-1], GreetingEnded) and news[-1].how == "timeout"
+    # No audio at all: nothing heard is silence; some speech then nothing is a timeout.
+    assert classify(np.zeros(0, np.int16), ClassifyOptions())[0] == FarEndClassified(
+        "unknown", "silence", 0.0
+    )
+    live = next(e for e in LABELS if e["class"] == "live")
+    half = clip(live)[: int((live["speech_start"] + 0.2) * 8000)]
+    decision = classify(half, ClassifyOptions())[0]
+    assert isinstance(decision, FarEndClassified) and decision.reason == "timeout"
+
+
+def test_frames_of_other_lengths_are_taken_too() -> None:
+    """A 30 ms packetisation: the classifier hears every sample whatever the frame size."""
+    live = next(e for e in LABELS if e["class"] == "live")
+    samples = clip(live)
+    classifier = CalleeClassifier(ClassifyOptions())
+    news: list[News] = []
+    for i in range(0, len(samples) - 239, 240):
+        news += classifier.feed(samples[i : i + 240])
+    decision = news[0]
+    assert isinstance(decision, FarEndClassified) and decision.far_end_type == "live"
+
+
+# --- through a call's media session -----------------------------------------------------
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_media_session_classifies_what_it_receives(batched: bool) -> None:
+    """RTP in, the classifier's news out in the session's events; done, it is let go (the
+    usual fast paths again). Batched: as the media tick decodes every call's frames at
+    once and hands them to detect()."""
+    machine = next(e for e in LABELS if e["class"] == "machine" and e["beep"])
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.batched = batched
+    session.classify(ClassifyOptions())
+    encoded = g711.encode("ulaw", clip(machine))
+    for i in range(len(encoded) // 160):
+        header = struct.pack("!BBHII", 0x80, 0, 100 + i, 1000 + i * 160, 7)
+        session.receive(header + encoded[i * 160 : (i + 1) * 160], PEER, i * 0.02)
+        if batched and session.undetected:
+            measured = frames.measure("ulaw", session.undetected)
+            session.undetected.clear()
+            session.detect(measured.samples, measured.powers)
+        session.tick(i * 0.02)
+        if session.classifier is None:
+            break
+    news = [e for e in session.events if isinstance(e, FarEndClassified | GreetingEnded)]
+    assert [type(n) for n in news] == [FarEndClassified, GreetingEnded]
+    ended = news[1]
+    assert isinstance(ended, GreetingEnded) and ended.beep_start is not None
+    assert abs(ended.beep_start - machine["beep"]["start"]) <= 0.15
+    assert session.classifier is None
+
+
+def test_stopping_a_session_classifying() -> None:
+    session = MediaSession("PCMU", 0, 101, PEER)
+    session.classify(ClassifyOptions())
+    assert session.classifier is not None
+    session.stop_classifying()
+    assert session.classifier is None and not session.events
