@@ -34,6 +34,9 @@ class CallInfo:
     divert: str = ""
     attestation: str = ""
     outbound_parameters: str | None = None
+    #: Who answered an outbound call or a far leg, when it was classified: the
+    #: ``far_end_classification`` object (None: not classified).
+    far_end: dict[str, Any] | None = None
 
 
 class Leg(Protocol):

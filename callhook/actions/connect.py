@@ -24,14 +24,22 @@ start                  every destination is called; the caller hears ``hold_medi
                        over and over, else ringback (440 + 480 Hz, 2 s on, 4 s off)
 RINGING: ringing with  one destination and ``pass_early_media``: the hold prompt stops
 early media            and the far leg's early media is passed to the caller
+RINGING: answered,     the other far legs are dropped; the far end is classified
+with classify_callee   (ClassifyFarEnd), the hold media or ringback going on: CLASSIFYING
+CLASSIFYING: the far   (FarEndClassified; for an answering machine with ``wait_for_beep``,
+end classified         also GreetingEnded: its greeting is over) on as when answered below;
+                       the result says who answered
+CLASSIFYING: deadline  no decision in time (no audio came: the media's clock stood):
+                       ``unknown`` (a machine's greeting: ``timeout``), and on as above
 RINGING: answered      the other far legs are dropped; with ``secondary_call``, its pages
                        are run on the answered one (RunCallee); with a ``first_page``,
                        SCREENING, the hold media or ringback going on; else the hold
                        prompt stops and the answered one is joined: BRIDGED
 SCREENING: ready       the far leg's first page actions all ran: the hold prompt stops, it
                        is joined: BRIDGED
-SCREENING: the far     over, not connected, with its cause (its first page hung up, or
-leg ended              it did)
+SCREENING or CLASSI-   over, not connected, with its cause (its first page hung up, or
+FYING: the far leg     it did)
+ended
 RINGING: a far leg     forgotten; when it was the last, the action is over, not connected,
 ended                  with the most telling cause of them all (busy, then no answer,
                        unobtainable, failed)
@@ -51,6 +59,7 @@ import enum
 from typing import Any
 from urllib.parse import urljoin
 
+from callhook.actions.classify import GRACE, far_end, greeting_ended, this_call_far_end
 from callhook.actions.connectschema import Connect
 from callhook.actions.machine import (
     ActionContext,
@@ -67,7 +76,11 @@ from callhook.events import (
     CalleeEnded,
     CalleeReady,
     CalleeRinging,
+    ClassifyFarEnd,
+    ClassifyOptions,
     DropCallee,
+    FarEndClassified,
+    GreetingEnded,
     JoinCallee,
     MediaCommand,
     MediaEvent,
@@ -95,6 +108,7 @@ CAUSE_ORDER = ("busy", "no_answer", "unobtainable", "failed")
 
 class State(enum.Enum):
     RINGING = "ringing"
+    CLASSIFYING = "classifying"  # answered; who answered is being found (classify_callee)
     SCREENING = "screening"  # answered; its secondary_call.first_page actions run on it
     BRIDGED = "bridged"
     DONE = "done"
@@ -111,6 +125,7 @@ class ConnectMachine(ActionMachine):
         self.causes: dict[int, tuple[str, str]] = {}
         self.joined: int | None = None
         self.bridged_at = 0.0
+        self.answered_at = 0.0
         self.until = 0.0
         self.holding: int | None = None  # the hold prompt playing
         self.hold_failed = False  # hold_media could not be played: ringback instead
@@ -122,6 +137,10 @@ class ConnectMachine(ActionMachine):
         # call_recording_cipher there), when the action gives none.
         self.page_cipher: tuple[str, str, str] | None = None
         self.result: dict[str, Any] | None = None  # once over (with or without a next_page)
+        given = action.classify_callee
+        self.classify: ClassifyOptions | None = given.options() if given is not None else None
+        #: Who answered (classify_callee), as the result and the far leg's pages say it.
+        self.far_end: dict[str, Any] | None = None
 
     # --- the machine --------------------------------------------------------------------
 
@@ -135,9 +154,18 @@ class ConnectMachine(ActionMachine):
 
     @property
     def deadline(self) -> float | None:
-        return self.until if self.state is State.RINGING else None
+        return self.until if self.state in (State.RINGING, State.CLASSIFYING) else None
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
+        if self.state is State.CLASSIFYING:
+            # The far end's audio never decided it (none came: the media's clock stood).
+            assert self.joined is not None
+            if self.far_end is None:
+                waited = round(now - self.answered_at, 3)
+                self.far_end = far_end(FarEndClassified("unknown", "timeout", waited))
+            elif self.far_end["greeting_end"] is None:
+                self.far_end["greeting_end"] = "timeout"
+            return [ClassifyFarEnd(None, self.joined), *self._classified(self.joined, now)]
         if self.state is not State.RINGING:
             return []
         commands = self._stop_hold() + self._drop_all()
@@ -161,6 +189,8 @@ class ConnectMachine(ActionMachine):
             return self._ready(event, now)
         if isinstance(event, CalleeEnded):
             return self._ended(event, now)
+        if isinstance(event, FarEndClassified | GreetingEnded):
+            return self._classification(event, now)
         return []
 
     def stop(self, now: float, why: StopReason) -> list[MediaCommand]:
@@ -187,15 +217,47 @@ class ConnectMachine(ActionMachine):
             DropCallee(a) for a in sorted(self.live) if a != event.attempt
         ]
         self.live = {event.attempt}
+        self.answered_at = now
+        if self.classify is not None:
+            # Aculab: the far end is classified before its first page (or the join).
+            self.state = State.CLASSIFYING
+            self.until = now + self.classify.milliseconds_timeout / 1000 + GRACE
+            return [*others, ClassifyFarEnd(self.classify, event.attempt)]
+        return self._classified(event.attempt, now, others)
+
+    def _classification(
+        self, event: FarEndClassified | GreetingEnded, now: float
+    ) -> list[MediaCommand]:
+        if self.state is not State.CLASSIFYING or event.attempt != self.joined:
+            return []
+        assert self.classify is not None and self.joined is not None
+        if isinstance(event, FarEndClassified):
+            self.far_end = far_end(event)
+            machine = event.far_end_type == "answering_machine"
+            if machine and self.classify.wait_for_beep:
+                self.until = now + self.classify.seconds_beep_timeout + GRACE
+                return []  # its greeting's end comes next
+        elif self.far_end is not None:
+            greeting_ended(self.far_end, event)
+        return self._classified(self.joined, now)
+
+    def _classified(
+        self, attempt: int, now: float, others: list[MediaCommand] | None = None
+    ) -> list[MediaCommand]:
+        """Far leg ``attempt`` answered (and was classified, if asked): its pages run, or
+        it is joined (after ``others``)."""
+        if self.far_end is not None:
+            self.info = {**self.info, **this_call_far_end(self.far_end)}
+        others = list(others or [])
         pages = self._pages()
         if pages is not None:
-            others.append(RunCallee(event.attempt, pages))
+            others.append(RunCallee(attempt, pages))
         if pages is not None and pages.first_page is not None:
             # Aculab: the first page's actions run on the far leg before it is joined;
             # the caller hears the hold media (or ringback) meanwhile.
             self.state = State.SCREENING
             return others
-        return self._join(event.attempt, now, others)
+        return self._join(attempt, now, others)
 
     def _ready(self, event: CalleeReady, now: float) -> list[MediaCommand]:
         if self.state is not State.SCREENING or event.attempt != self.joined:
@@ -218,7 +280,7 @@ class ConnectMachine(ActionMachine):
             commands = self._stop_recording()
             self._finish(now, connected=True, cause=(event.cause, event.raw_cause))
             return commands
-        if self.state is State.SCREENING and event.attempt == self.joined:
+        if self.state in (State.SCREENING, State.CLASSIFYING) and event.attempt == self.joined:
             # The far leg ended before it was joined (its first page hung up, or it did).
             commands = self._stop_hold()
             self._finish(now, connected=False, cause=(event.cause, event.raw_cause))
@@ -232,7 +294,7 @@ class ConnectMachine(ActionMachine):
     # --- inside -------------------------------------------------------------------------
 
     def _hold(self) -> list[MediaCommand]:
-        if self.state not in (State.RINGING, State.SCREENING) or self.early:
+        if self.state not in (State.RINGING, State.CLASSIFYING, State.SCREENING) or self.early:
             return []
         prompt_id = self.ctx.new_prompt_id()
         self.holding = prompt_id
@@ -270,6 +332,7 @@ class ConnectMachine(ActionMachine):
                 and second.call_recording_encryption
                 and second.call_recording_cipher is None
             ),
+            far_end=self.far_end,
         )
 
     def _record(self) -> list[MediaCommand]:
@@ -327,6 +390,8 @@ class ConnectMachine(ActionMachine):
         }
         if connected:
             result["secondary_call"] = dict(self.info)
+        if self.far_end is not None:
+            result.update(this_call_far_end(self.far_end))
         if self.recorded is not None:
             result["call_recording_filename"] = self.recorded  # callhook's (behaviour.md)
         self.result = result

@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from callhook.actions.fields import Opt, Strict
 from callhook.actions.schema import Cipher, PlayAction, WebPageRequest
 from callhook.dialplan import destinations
+from callhook.events import CLASSIFY_RANGES, ClassifyOptions
 
 # --- putting the caller through (Aculab v2's connect; docs/behaviour.md) --------------
 
@@ -28,6 +29,51 @@ class SecondaryCall(Strict):
     first_page: Opt[WebPageRequest] = None
     final_page: Opt[WebPageRequest] = None
     error_page: Opt[WebPageRequest] = None
+
+
+def _range(name: str) -> Any:
+    low, high = CLASSIFY_RANGES[name]
+    return Field(ge=low, le=high)
+
+
+class ClassifyCallee(Strict):
+    """The ``classify_callee`` object: whether and how the far end is classified (a live
+    speaker, an answering machine, a fax machine) and, for a machine, whether the end of
+    its greeting is waited for. ``enable`` is Aculab's; the thresholds are callhook's,
+    after Aculab's UAS API, Twilio's and Asterisk's (docs/behaviour.md)."""
+
+    enable: bool = True
+    milliseconds_timeout: Annotated[int, _range("milliseconds_timeout")] = 7000
+    milliseconds_initial_silence: Annotated[int, _range("milliseconds_initial_silence")] = 5000
+    milliseconds_greeting: Annotated[int, _range("milliseconds_greeting")] = 2400
+    milliseconds_after_greeting_silence: Annotated[
+        int, _range("milliseconds_after_greeting_silence")
+    ] = 800
+    wait_for_beep: bool = True
+    milliseconds_min_beep_duration: Annotated[int, _range("milliseconds_min_beep_duration")] = 180
+    milliseconds_post_beep_silence: Annotated[int, _range("milliseconds_post_beep_silence")] = 1000
+    milliseconds_no_beep_silence: Annotated[int, _range("milliseconds_no_beep_silence")] = 4000
+    seconds_beep_timeout: Annotated[int, _range("seconds_beep_timeout")] = 10
+
+    def options(self) -> ClassifyOptions | None:
+        """What the media session is told (None: not enabled)."""
+        if not self.enable:
+            return None
+        return ClassifyOptions(**self.model_dump(exclude={"enable"}))
+
+
+def classify_options(given: Any) -> ClassifyOptions | None:
+    """A placed call's ``classify_callee``: ``true`` (the defaults), ``false`` or ``null``
+    (none), or the object as on ``connect``. ValueError naming the problem otherwise."""
+    if given is None or given is False:
+        return None
+    try:
+        return ClassifyCallee.model_validate({} if given is True else given).options()
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        field = f"classify_callee.{where}" if where else "classify_callee"
+        raise ValueError(f"'{field}': {problem['msg']}") from None
 
 
 def check_room_secondary_call(second: SecondaryCall | None) -> None:
@@ -71,18 +117,18 @@ class Connect(Strict):
     hold_media: Opt[PlayAction] = None
     pass_early_media: bool = False
     seconds_answer_timeout: Annotated[int, Field(ge=1)] = 30
-    classify_callee: Opt[dict[str, Any]] = None
+    classify_callee: Opt[ClassifyCallee] = None
     secondary_call: Opt[SecondaryCall] = None
     next_page: Opt[WebPageRequest] = None
 
     @model_validator(mode="after")
     def _combination(self) -> Connect:
-        if self.classify_callee is not None:
-            raise ValueError(
-                "classify_callee (answering-machine detection) is not supported by callhook "
-                "yet: leave it out"
-            )
         rooms = [d for d in self.destinations if d[:4].lower() == "con:"]
+        if rooms and self.classify_callee is not None and self.classify_callee.enable:
+            raise ValueError(
+                f"{rooms[0]!r}: a conference room (con:) has no far end to classify: "
+                "leave classify_callee out"
+            )
         if rooms and len(self.destinations) > 1:
             # A room takes the caller at once: it would always be the first to answer.
             raise ValueError(

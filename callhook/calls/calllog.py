@@ -36,6 +36,8 @@ from callhook.events import (
     CalleeRinging,
     DigitReceived,
     DropCallee,
+    FarEndClassified,
+    GreetingEnded,
     JoinCallee,
     MediaCommand,
     MediaEvent,
@@ -249,6 +251,17 @@ def event_line(event: MediaEvent) -> Line | None:
         return Line("refer_answered", str(event.status))
     if isinstance(event, ReferNotified):
         return Line("refer_notify", f"{event.status}{' (final)' if event.final else ''}")
+    if isinstance(event, FarEndClassified):
+        who = "" if event.attempt is None else f"#{event.attempt} "
+        text = f"{who}{event.far_end_type} ({event.reason}) at {event.seconds:.2f} s"
+        return Line("far_end", text)
+    if isinstance(event, GreetingEnded):
+        who = "" if event.attempt is None else f"#{event.attempt} "
+        beep = ""
+        if event.beep_start is not None and event.beep_end is not None:
+            tones = "+".join(f"{hz:g}" for hz in event.beep_hz)
+            beep = f", beep {event.beep_start:.3f}..{event.beep_end:.3f} s ({tones} Hz)"
+        return Line("greeting_end", f"{who}{event.how} at {event.seconds:.2f} s{beep}")
     return None
 
 

@@ -27,7 +27,8 @@ def this_call(
     Every property of Aculab's call info page, in its order, with its availability:
     ``call_divert`` always (empty unless an inbound call was diverted),
     ``call_attestation`` on inbound calls only, ``outbound_parameters`` on outbound
-    calls started with parameters only. (The final page adds ``call_cause`` and
+    calls started with parameters only; ``far_end_type`` and ``far_end_classification``
+    (callhook's) on a classified call only. (The final page adds ``call_cause`` and
     ``call_raw_cause``.)
     """
     out: dict[str, Any] = {
@@ -47,6 +48,9 @@ def this_call(
         out["outbound_parameters"] = info.outbound_parameters
     if primary_call_id is not None:  # callhook's: the call it is put through to
         out["primary_call_id"] = primary_call_id
+    if info.far_end is not None:  # classified (classify_callee: docs/reference.md)
+        out["far_end_type"] = info.far_end["far_end_type"]
+        out["far_end_classification"] = dict(info.far_end)
     return out
 
 

@@ -45,11 +45,12 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urljoin
 
 from callhook.actions import MachineAction, machine_for
+from callhook.actions.classify import ClassifyMachine
 from callhook.actions.conferenceschema import ConnectToConference
 from callhook.actions.connectschema import Connect, Transfer
 from callhook.actions.machine import ActionContext, ActionMachine, Completed, Outcome, Timer
@@ -76,6 +77,7 @@ from callhook.config.settings import AppConfig
 from callhook.events import (
     Aborted,
     CallEnded,
+    ClassifyOptions,
     DigitReceived,
     MediaCommand,
     MediaEvent,
@@ -200,6 +202,11 @@ class CallRunner:
         self.gone: CallEnded | None = None
         self.aborted: Aborted | None = None
         self.summary = CallSummary(self.instance_id)
+        #: An outbound call's ``classify_callee`` (its application's, or what the call was
+        #: placed with): who answered is found before its first page (None: not
+        #: classified). A connect's far leg is classified by its connect.
+        outbound = leg.info.direction == "out" and primary_call_id is None
+        self.classify: ClassifyOptions | None = app.classify_callee if outbound else None
         self.exchange = PageExchange(
             pages,
             app.secret,
@@ -222,6 +229,8 @@ class CallRunner:
         )
         cause, raw = "completed", ""
         try:
+            if self.classify is not None:
+                await self._classify_callee(self.classify)
             if self.app.first_page:
                 await self._run_application()
             if self.secondary is not None and (self._list_ended or not self.app.first_page):
@@ -373,12 +382,25 @@ class CallRunner:
     ) -> _Request:
         return _Request(urljoin(base, page.url), page.method, action_result=result, why=why)
 
+    async def _classify_callee(self, options: ClassifyOptions) -> None:
+        """Who answered (an outbound call's ``classify_callee``): before the first page,
+        whose ``this_call`` says it (actions/classify.py)."""
+        self._raise_if_over()
+        machine = ClassifyMachine(options)
+        await self._drive(machine)
+        self._raise_if_over()
+        if machine.far_end is not None:
+            self.leg.info = replace(self.leg.info, far_end=machine.far_end)
+
     async def _run_machine(self, action: MachineAction) -> Outcome:
         await self._answer()
         for pending in self.leg.take_pending():
             self._pending(pending)  # type-ahead while pages were fetched
         self._raise_if_over()
-        machine = machine_for(action, self.ctx)
+        return await self._drive(machine_for(action, self.ctx))
+
+    async def _drive(self, machine: ActionMachine) -> Outcome:
+        """Run ``machine`` to its outcome on the call's events and its timers."""
         # The action's clock is the media's (ports.Leg.now): while the loop runs behind
         # the wire, its timers and the events keep the order they had there.
         now = self.leg.now()

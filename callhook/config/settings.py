@@ -123,6 +123,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from callhook.config.classifycallee import classify_callee
 from callhook.config.secret import data_secret as data_secret
 from callhook.config.tables import (
     ConferenceSettings,
@@ -161,6 +162,7 @@ from callhook.dialplan import trunks
 from callhook.dialplan.numbers import BadNumber, app_for_number, configured
 from callhook.dialplan.outbound import MAX_CALLS_PER_APP, PatternError, check_pattern
 from callhook.dialplan.trunks import Trunk
+from callhook.events import ClassifyOptions
 from callhook.sip.guard import networks
 from callhook.speech.models import MODELS
 
@@ -213,6 +215,9 @@ class AppConfig:
     #: The ``cloudID/username`` of Aculab's web services' Basic authentication this
     #: application answers to (None: any; the key alone says which application asks).
     webservices_username: str | None = None
+    #: Its outbound calls' far ends are classified before their first page (Aculab's
+    #: outbound service setting "Enable far-end classification"; None: not).
+    classify_callee: ClassifyOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -548,6 +553,7 @@ def load(path: Path) -> Settings:
             "application_parameters",
             "numbers",
             "webservices_username",
+            "classify_callee",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -562,6 +568,9 @@ def load(path: Path) -> Settings:
             application_parameters=_text(path, where, "application_parameters", table, ""),
             api_key=check_api_key(table.get("api_key"), f"{path}: [apps.{name}] api_key"),
             webservices_username=_text(path, where, "webservices_username", table, "") or None,
+            classify_callee=classify_callee(
+                f"{path}: [apps.{name}] classify_callee", table.get("classify_callee", False)
+            ),
         )
         numbers = table.get("numbers", [])
         if not isinstance(numbers, list):

@@ -284,6 +284,12 @@ _SCHEMAS: dict[str, Any] = {
             },
             "application_parameters": {"type": "string", "description": "for this call only"},
             "ring_timeout": {"type": "number", "minimum": 1, "maximum": 600, "default": 60},
+            "classify_callee": {
+                "description": "who answered, found before the first page (true: the "
+                "defaults; the object is connect's classify_callee; left out: the "
+                "application's configured one)",
+                "oneOf": [{"type": "boolean"}, {"type": "object"}],
+            },
         },
     },
     "Ban": {

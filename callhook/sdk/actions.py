@@ -351,11 +351,18 @@ def connect(
     hold_media: Action | str | None = None,
     pass_early_media: bool | None = None,
     seconds_answer_timeout: int | None = None,
+    classify_callee: Mapping[str, Any] | bool | None = None,
     secondary_call: Mapping[str, Any] | None = None,
     next_page: Page | None = None,
 ) -> Action:
     """``connect``: call the destinations (SIP URIs, numbers, ``user:NAME``) and put the
-    caller through to the first that answers. (``classify_callee`` is not supported.)"""
+    caller through to the first that answers. ``classify_callee``: ``True`` (its defaults)
+    or its options: who answered (a live speaker, an answering machine, a fax machine)
+    is found before the far end is joined, and the result says it."""
+    if classify_callee is True:
+        classify_callee = {"enable": True}
+    elif classify_callee is False:
+        classify_callee = {"enable": False}
     return _action(
         "connect",
         destinations=[destinations] if isinstance(destinations, str) else list(destinations),
@@ -363,6 +370,7 @@ def connect(
         hold_media=_prompt(hold_media),
         pass_early_media=pass_early_media,
         seconds_answer_timeout=seconds_answer_timeout,
+        classify_callee=classify_callee,
         secondary_call=secondary_call,
         next_page=_page(next_page) if next_page is not None else None,
     )

@@ -40,6 +40,7 @@ import logging
 import random
 import ssl
 from collections.abc import Callable
+from dataclasses import replace
 
 from callhook.calls.services import Services
 from callhook.dialplan import destinations
@@ -52,6 +53,9 @@ from callhook.events import (
     CalleeEnded,
     CalleeRinging,
     CallEnded,
+    ClassifyOptions,
+    FarEndClassified,
+    GreetingEnded,
     MediaEvent,
     SecondaryPages,
 )
@@ -337,6 +341,36 @@ class Connector:
                 else:
                     primary.media.session.join(far.session)
 
+    def classify_callee(
+        self, primary: SipCall, attempt: int, options: ClassifyOptions | None
+    ) -> None:
+        """Classify far leg ``attempt``'s far end from its audio (None: stop); what is
+        decided is told to ``primary``'s action (:meth:`_far_wake`). A far leg that is
+        not a telephone call (a WebSocket server, another application, a web client)
+        is not classified: ``unknown``, at once."""
+        far = next(
+            (
+                f
+                for f in self.far_legs.values()
+                if f.primary is primary
+                and f.attempt == attempt
+                and (f.fork is None or f.fork.winner is f)
+                and not f.ended
+            ),
+            None,
+        )
+        if far is None:
+            return  # (ended meanwhile: the action hears that)
+        session = far.session
+        telephone = far.websocket is None and far.local is None and far.webclient is None
+        if options is None:
+            if session is not None:
+                session.stop_classifying()
+        elif session is None or not telephone:
+            primary.leg.inject(FarEndClassified("unknown", "not_classified", 0.0, attempt))
+        else:
+            session.classify(options)
+
     def drop_all_callees(self, primary: SipCall) -> None:
         """``primary`` is over: every far leg of it ends."""
         self._reading_phones = {k for k in self._reading_phones if k[0] != primary.call_id}
@@ -430,7 +464,11 @@ class Connector:
             far.leg.wake()
             return
         # Nobody runs an application on this far leg: what its session noted is
-        # dropped (its digits were relayed across the bridge already); a dead one ends.
+        # dropped (its digits were relayed across the bridge already), but who answered
+        # goes to the call's connect; a dead one ends.
+        for event in session.events:
+            if isinstance(event, FarEndClassified | GreetingEnded):
+                far.primary.leg.inject(replace(event, attempt=far.attempt))
         session.events.clear()
         session.utterances.clear()
         if session.timed_out and not far.ended:
@@ -553,6 +591,9 @@ class CallFarLegs:
 
     def run(self, attempt: int, pages: SecondaryPages) -> None:
         self.connector.screening.run_callee(self.call, attempt, pages)
+
+    def classify(self, attempt: int, options: ClassifyOptions | None) -> None:
+        self.connector.classify_callee(self.call, attempt, options)
 
 
 def _dropped(talker: MediaSession, listener: MediaSession) -> int:

@@ -12,12 +12,14 @@ the rule.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from callhook.actions.connectschema import classify_options
 from callhook.calls.runner import CallSummary
 from callhook.config.settings import AppConfig
 from callhook.dialplan.callerid import call_from_user
@@ -253,7 +255,7 @@ class Dialler:
 
     async def dial_api(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """``POST /api/calls``: ``{"to": "sip:..." | number, "trunk": name, "first_page": URL |
-        "app": name, ...}``."""
+        "app": name, "classify_callee": true | {...}, ...}``."""
         target = body.get("to")
         trunk = body.get("trunk")
         if not isinstance(target, str):
@@ -285,6 +287,12 @@ class Dialler:
             app = self._default_app()
             if app is None:
                 return 400, {"error": "say which application: 'app' or 'first_page'"}
+        if "classify_callee" in body:
+            try:
+                classify = classify_options(body["classify_callee"])
+            except ValueError as exc:
+                return 400, {"error": str(exc)}
+            app = dataclasses.replace(app, classify_callee=classify)
         try:
             self.admission.admit(target, app, trunk)
         except RouteError as exc:

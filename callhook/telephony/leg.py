@@ -32,6 +32,8 @@ from callhook.events import (
     CallCallee,
     CalleeEnded,
     CallEnded,
+    ClassifyFarEnd,
+    ClassifyOptions,
     DetectVoice,
     DropCallee,
     JoinCallee,
@@ -93,6 +95,7 @@ class FarLegs(Protocol):
     def drop(self, attempt: int) -> None: ...
     def join(self, attempt: int, early: bool) -> None: ...
     def run(self, attempt: int, pages: SecondaryPages) -> None: ...
+    def classify(self, attempt: int, options: ClassifyOptions | None) -> None: ...
 
 
 class Referrer(Protocol):
@@ -274,6 +277,8 @@ class SipLeg:
                 self.far.join(command.attempt, command.early)
             elif isinstance(command, RunCallee) and self.far is not None:
                 self.far.run(command.attempt, command.pages)
+            elif isinstance(command, ClassifyFarEnd):
+                self._classify(command)
             elif isinstance(command, Transcribe):
                 self._transcribe(command)
             elif isinstance(command, StopTranscribing) and self._transcription is not None:
@@ -296,6 +301,16 @@ class SipLeg:
                 self.conference.digit(command.digit)
             elif isinstance(command, LeaveRoom) and self.conference is not None:
                 self.conference.leave()
+
+    def _classify(self, command: ClassifyFarEnd) -> None:
+        """Who answered: this call (an outbound call's answer) or a far leg of its connect."""
+        if command.attempt is not None:
+            if self.far is not None:
+                self.far.classify(command.attempt, command.options)
+        elif command.options is not None:
+            self.session.classify(command.options)
+        else:
+            self.session.stop_classifying()
 
     # --- prompts --------------------------------------------------------------------------
 

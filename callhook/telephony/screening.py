@@ -118,6 +118,7 @@ class Screening:
                 call_from=f"sip:{far.from_user}@{self.address}",
                 call_to=far.route.uri,
                 call_target=far.destination,
+                far_end=pages.far_end,
             ),
             app.name,
             far.session,

@@ -175,7 +175,12 @@ def test_early_media_is_passed_when_asked() -> None:
     ("props", "message"),
     [
         ({"destinations": []}, "at least 1 item"),
-        ({"classify_callee": {"enable": True}}, r"classify_callee \(answering-machine detection\)"),
+        ({"classify_callee": {"milliseconds_timeout": 400}}, "greater than or equal to 500"),
+        ({"classify_callee": {"wait_for_the_beep": True}}, "Extra inputs"),
+        (
+            {"destinations": ["con:room"], "classify_callee": {}},
+            "has no far end to classify",
+        ),
         ({"pass_early_media": True}, "pass_early_media needs exactly one destination"),
         (
             {"secondary_call": {"call_recording": True, "call_recording_encryption": True}},

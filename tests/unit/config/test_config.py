@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from callhook.config.settings import ConfigError, load
+from callhook.events import ClassifyOptions
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -201,3 +202,27 @@ def test_bad_outbound_and_egress_settings_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load(write(tmp_path, text))
+
+
+def test_an_apps_classify_callee(tmp_path: Path) -> None:
+    """Aculab's outbound service setting "Enable far-end classification", per application:
+    true (the defaults) or a table of its options, each checked."""
+    app = '[apps.out]\nfirst_page = "http://127.0.0.1:9/"\n'
+    assert load(write(tmp_path, app)).apps["out"].classify_callee is None
+    on = load(write(tmp_path, app + "classify_callee = true\n")).apps["out"]
+    assert on.classify_callee == ClassifyOptions()
+    table = (
+        app + "[apps.out.classify_callee]\nmilliseconds_greeting = 3000\nwait_for_beep = false\n"
+    )
+    wanted = ClassifyOptions(milliseconds_greeting=3000, wait_for_beep=False)
+    assert load(write(tmp_path, table)).apps["out"].classify_callee == wanted
+    off = app + "[apps.out.classify_callee]\nenable = false\n"
+    assert load(write(tmp_path, off)).apps["out"].classify_callee is None
+    for bad, message in [
+        ('classify_callee = "yes"', "true, false or a table"),
+        ("classify_callee = { beep = 1 }", "unknown keys: beep"),
+        ("classify_callee = { milliseconds_timeout = 99 }", "milliseconds_timeout: a whole"),
+        ("classify_callee = { wait_for_beep = 1 }", "wait_for_beep: true or false"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load(write(tmp_path, app + bad + "\n"))
