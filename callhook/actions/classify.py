@@ -49,7 +49,7 @@ class ClassifyMachine(ActionMachine):
 
     def __init__(self, options: ClassifyOptions) -> None:
         self.options = options
-        self.started = 0.0
+        self.started = self.decided = 0.0
         self.until = 0.0
         self.far_end: dict[str, Any] | None = None
         self.waiting = False  # the decision came; a machine's greeting's end is awaited
@@ -66,7 +66,9 @@ class ClassifyMachine(ActionMachine):
     def timers(self) -> tuple[Timer, ...]:
         if self.outcome is not None:
             return ()
-        return (Timer("greeting" if self.waiting else "classify", self.started, self.until),)
+        if self.waiting:
+            return (Timer("greeting", self.decided, self.until),)
+        return (Timer("classify", self.started, self.until),)
 
     def on_deadline(self, now: float) -> list[MediaCommand]:
         if self.far_end is None:
@@ -84,7 +86,7 @@ class ClassifyMachine(ActionMachine):
         if isinstance(event, FarEndClassified):
             self.far_end = far_end(event)
             if event.far_end_type == "answering_machine" and self.options.wait_for_beep:
-                self.waiting = True
+                self.waiting, self.decided = True, now
                 self.until = now + self.options.seconds_beep_timeout + GRACE
                 return []
         elif isinstance(event, GreetingEnded) and self.far_end is not None:

@@ -90,7 +90,7 @@ def test_a_machine_waits_for_the_end_of_its_greeting() -> None:
     m.start(T0)
     m.handle(FarEndClassified("answering_machine", "long_greeting", 2.9), T0 + 2.9)
     assert m.outcome is None and m.deadline == T0 + 2.9 + 12 + GRACE
-    assert [t.name for t in m.timers()] == ["greeting"]
+    assert [(t.name, t.started) for t in m.timers()] == [("greeting", T0 + 2.9)]
     m.handle(GreetingEnded("beep", 9.0, 7.44, 7.94, (1000.0,)), T0 + 9.0)
     assert m.outcome == Continue("classified: answering_machine")
     assert m.far_end == {
