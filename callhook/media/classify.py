@@ -58,6 +58,7 @@ against 8 or more for the shortest beep taken.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -90,6 +91,12 @@ BEEP_HIGH_HZ: Final = 2600.0
 #: A beep is at least this loud, and this far over the line's noise floor (dB).
 BEEP_MIN_DBFS: Final = -45.0
 BEEP_MARGIN_DB: Final = 12.0
+#: Windows quieter than this are not looked at for tones (dBFS: below any beep's level).
+ANALYSED_DBFS: Final = -50.0
+#: Frames kept to place a tone's edges within them (6 s: a beep, its silence, and more),
+#: in blocks of BLOCK samples (5 ms).
+RECENT_FRAMES: Final = 300
+BLOCK: Final = 40
 #: The noise floor: the quietest of the last FLOOR_FRAMES frames less tonal than
 #: FLOOR_TONALITY (1.6 s, as the voice detector's), FLOOR_PRIOR_DBFS before there is one.
 FLOOR_FRAMES: Final = 80
@@ -162,6 +169,13 @@ def speech_detector() -> VoiceActivityDetector:
         return new_detector()  # (which says once that there is no model)
 
 
+def _dbfs(power: float) -> float:
+    """The level of a mean square ``power`` (int16 scale) in dBFS (-120 for silence)."""
+    if power <= 1e-3:
+        return -120.0
+    return 10.0 * math.log10(power / (tonality.FULL_SCALE * tonality.FULL_SCALE))
+
+
 class CalleeClassifier:
     """Classifies the callee from its audio (see the module docstring)."""
 
@@ -173,7 +187,11 @@ class CalleeClassifier:
         self.frames = 0
         self.decision: FarEndClassified | None = None
         self.ended: GreetingEnded | None = None
-        self._previous = np.zeros(FRAME, dtype=np.int16)
+        # The last frames (the first is the window's other half), and the last's power.
+        self._recent: deque[npt.NDArray[np.int16]] = deque(
+            [np.zeros(FRAME, dtype=np.int16)], maxlen=RECENT_FRAMES
+        )
+        self._previous_power = 0.0
         self._pending: npt.NDArray[np.int16] | None = None  # samples short of a frame
         # Voice: where the first utterance began, whether one is going on, where the
         # last ended (seconds).
@@ -184,8 +202,6 @@ class CalleeClassifier:
         self._tone: _Tone | None = None
         self._ced = 0
         self._ced_gap = 0
-        # 5 ms block levels of every frame (dBFS), to place a tone's edges within one.
-        self._blocks: list[npt.NDArray[np.float64]] = []
         # The beep waiting for its silence, and quiet frames in a row.
         self._beep: _Tone | None = None
         self._quiet = 0
@@ -227,7 +243,9 @@ class CalleeClassifier:
         self.frames += 1
         now = self.seconds
         news: list[News] = []
-        edge = self.vad.feed(frame)
+        samples = frame.astype(np.float64)
+        power = float(samples @ samples) / FRAME
+        edge = self.vad.feed(frame, power)
         if edge is True:
             start = now - self.vad.onset_frames * FRAME_SECONDS
             if self._speech_start is None:
@@ -236,12 +254,14 @@ class CalleeClassifier:
         elif edge is False:
             self._speaking = False
             self._speech_end = now - self.vad.hangover_frames * FRAME_SECONDS
-        blocks = frame.astype(np.float64).reshape(4, 40)
-        powers = (blocks * blocks).mean(axis=1)
-        self._blocks.append(10.0 * np.log10(np.maximum(powers, 1e-3) / tonality.FULL_SCALE**2))
-        spectrum = tonality.analyse(np.concatenate((self._previous, frame)))
-        self._previous = frame
-        level = float(tonality.level_dbfs(frame))
+        self._recent.append(frame)
+        level = _dbfs(power)
+        window_level = _dbfs((power + self._previous_power) / 2)
+        if window_level >= ANALYSED_DBFS:
+            spectrum = tonality.analyse(np.concatenate((self._recent[-2], frame)))
+        else:  # (too quiet for a beep or a fax tone: no spectrum needed)
+            spectrum = Spectrum(window_level, 0.0, 0.0, 0.0, None)
+        self._previous_power = power
         floor = self._floor(level, spectrum)
         quiet = level < max(QUIET_DBFS, floor + QUIET_MARGIN_DB)
         self._quiet = self._quiet + 1 if quiet else 0
@@ -405,12 +425,19 @@ class CalleeClassifier:
         """Where ``tone`` began and ended (seconds), to the 5 ms block: from within its
         first and last windows, out while the blocks are within 10 dB of its level (at
         most a window's length: what is next to a beep may be as loud)."""
-        blocks = np.concatenate(self._blocks[max(0, tone.first - 3) : tone.last + 3])
-        base = 4 * max(0, tone.first - 3)  # (the block index of blocks[0])
+        kept = self.frames - len(self._recent) + 1  # the frame index of _recent[1]
+        first_frame = max(kept, tone.first - 3)
+        frames = list(self._recent)[1 + first_frame - kept : 1 + tone.last + 3 - kept]
+        if not frames:  # (older than what is kept: not a beep's length)
+            return round(tone.first * FRAME_SECONDS, 3), round((tone.last + 1) * FRAME_SECONDS, 3)
+        x = np.concatenate(frames).astype(np.float64).reshape(-1, BLOCK)
+        blocks = 10.0 * np.log10(np.maximum((x * x).mean(axis=1), 1e-3) / tonality.FULL_SCALE**2)
+        base = 4 * first_frame  # (the block index of blocks[0])
         floor = tone.level - 10.0
         # Window w covers frames w-1 and w: a tone heard in it from its first window on
         # sounds at the end of that window, and from its last window back at the start.
         start = first = 4 * (tone.first + 1) - 1 - base
+        start = max(start, 0)
         while start > max(0, first - 8) and blocks[start - 1] >= floor:
             start -= 1
         end = last = 4 * (tone.last - 1) - base
