@@ -1,7 +1,9 @@
 """Callee classification (answering-machine detection) on the labelled sets of answered calls.
 
     .venv/bin/python -m bench.classify [--set small|larger|both] [--count 400] [--seed 1]
-                                       [--show 10]
+                                       [--show 10] [--peer auto|asterisk|none | --no-peer]
+                                       [--asterisk PATH] [--modules DIR] [--amd-args ARGS]
+                                       [--concurrency 20]
 
 Runs :class:`callhook.media.classify.CalleeClassifier` with its default options over the
 shipped set (tests/data/classify, 24 clips) and the larger one (400 clips, made by
@@ -24,6 +26,14 @@ Printed, per set:
    beep) and when, after the greeting's end.
 5. CPU: process time per clip (the classifier made and fed; reading the WAV and loading the
    speech model's weights, once, not counted) and per second of audio fed.
+
+Then, on the same clips with the same labels, the peer: Asterisk 20's ``AMD()`` with its
+defaults (:mod:`bench.classify_peer`: each clip a SIP call into an Asterisk of the run's own,
+20 at once), its figures in the same shape (accuracy per class, confusion by AMDSTATUS and
+AMDCAUSE, time to a verdict, CPU of the whole asterisk process), and a table of the two side
+by side. ``--peer auto`` (the default) runs it when an Asterisk 20 with chan_sip and app_amd
+and SIPp are found, and says why not otherwise; ``--peer asterisk`` insists; ``--no-peer``
+(``--peer none``) leaves it out.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import classifyset
+from bench import classify_peer, classifyset
 from callhook.events import ClassifyOptions, FarEndClassified, GreetingEnded
 from callhook.media.classify import CalleeClassifier
 
@@ -226,22 +236,123 @@ def report(name: str, outcomes: list[Outcome], show: int) -> None:
             )
 
 
+def side_by_side(name: str, ours: list[Outcome], theirs: classify_peer.PeerRun) -> None:
+    """callhook's and Asterisk AMD's main figures on the same clips, in one table."""
+    amd = theirs.verdicts
+
+    def share(right: int, of: int) -> str:
+        return f"{right}/{of} {right / of:4.0%}" if of else "-"
+
+    print(f"\n== {name}: side by side, the same {len(ours)} clips and labels")
+    print(f"  {'':34}{'callhook':>20}{'Asterisk AMD()':>20}")
+    for cls in classifyset.CLASSES:
+        mine = [o for o in ours if o.label["class"] == cls]
+        peer = [v for v in amd if v.label["class"] == cls]
+        if mine:
+            a = share(sum(o.right for o in mine), len(mine))
+            b = share(sum(v.right for v in peer), len(peer))
+            note = {"fax": " (AMD: no fax class)", "silence": " (AMD: MACHINE by design)"}
+            print(f"  {cls + ' right':34}{a:>20}{b:>20}{note.get(cls, '')}")
+    print(
+        f"  {'all right':34}{share(sum(o.right for o in ours), len(ours)):>20}"
+        f"{share(sum(v.right for v in amd), len(amd)):>20}"
+    )
+    two = [o for o in ours if o.label["class"] in ("live", "machine")]
+    two_amd = [v for v in amd if v.label["class"] in ("live", "machine")]
+    print(
+        f"  {'live + machine clips right':34}{share(sum(o.right for o in two), len(two)):>20}"
+        f"{share(sum(v.right for v in two_amd), len(two_amd)):>20}"
+    )
+    said_live = [o.decision is not None and o.decision.far_end_type == "live" for o in ours]
+    person = sum(
+        said == (o.label["class"] == "live") for said, o in zip(said_live, ours, strict=True)
+    )
+    print(
+        f"  {'a person or not right':34}{share(person, len(ours)):>20}"
+        f"{share(sum(v.person_right for v in amd), len(amd)):>20}"
+    )
+    for cls in ("live", "machine"):
+        mine_t = [
+            o.decision.seconds
+            for o in ours
+            if o.label["class"] == cls and o.right and o.decision is not None
+        ]
+        amd_t = classify_peer.decision_times(amd, cls)
+        print(
+            f"  {cls + ' decided (right) p50/p95 s':34}{p50_p95(mine_t):>20}"
+            f"{classify_peer.p50_p95(amd_t):>20}"
+        )
+    cpu = sum(o.cpu for o in ours)
+    fed = sum(o.fed_seconds for o in ours)
+    per_call, _, per_second, _ = classify_peer.cpu_figures(theirs)
+    print(f"  {'CPU ms per classified call':34}{cpu / len(ours) * 1000:>20.1f}{per_call:>20.1f}")
+    print(f"  {'CPU ms per second of audio':34}{cpu / fed * 1000:>20.2f}{per_second:>20.2f}")
+    print(
+        "  a person or not: live said live (HUMAN) on live clips, anything else on the others."
+        "\n  times: right verdicts only, seconds of the clip from the answer (AMD's: the log's"
+        "\n  clock from AMD()'s start + the first 20 ms packet; AMD() runs right after Answer())."
+        "\n  CPU, callhook: the classifier alone, fed from memory (no SIP, RTP or µ-law decoding),"
+        "\n  until its verdict and, for a machine, the greeting's end; per second of the audio fed."
+        "\n  CPU, Asterisk: the whole asterisk process over the calls (SIP, RTP, µ-law to linear,"
+        "\n  dialplan, AMD, its log, its idle work), until AMD's verdict (it hangs up then); per"
+        "\n  second of the audio AMD read. SIPp's CPU is in neither."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--set", choices=("small", "larger", "both"), default="both")
     parser.add_argument("--count", type=int, default=400, help="clips of the larger set")
     parser.add_argument("--seed", type=int, default=1, help="seed of the larger set")
     parser.add_argument("--show", type=int, default=10, help="list this many wrong clips")
+    parser.add_argument(
+        "--peer",
+        choices=("auto", "asterisk", "none"),
+        default="auto",
+        help="Asterisk AMD() on the same clips: when found (auto), always, or not",
+    )
+    parser.add_argument("--no-peer", dest="peer", action="store_const", const="none")
+    parser.add_argument("--asterisk", type=Path, help="the peer's Asterisk 20 binary")
+    parser.add_argument("--modules", type=Path, help="its modules' directory")
+    parser.add_argument("--amd-args", default="", help="AMD()'s arguments (default: none)")
+    parser.add_argument("--concurrency", type=int, default=20, help="the peer's calls at once")
     args = parser.parse_args()
     options = ClassifyOptions()
     print(f"options: {options}")
+    found: tuple[Path, Path] | None = None
+    if args.peer != "none":
+        located = classify_peer.locate(args.asterisk, args.modules)
+        if isinstance(located, str):
+            if args.peer == "asterisk":
+                raise SystemExit(f"--peer asterisk: {located}")
+            print(
+                f"peer: Asterisk AMD() not run: {located}\n(here: --asterisk PATH; "
+                "python -m bench.asterisk builds one; --no-peer says it is left out on purpose)"
+            )
+        else:
+            found = located
+            print(f"peer: Asterisk AMD() ({found[0]}), on the same clips after callhook's figures")
+    else:
+        print("peer: not run (--no-peer)")
+    sets: list[tuple[str, Path]] = []
     if args.set in ("small", "both"):
-        labels = classifyset.load_labels(SMALL)
-        report("tests/data/classify", run(SMALL, labels, options), args.show)
+        sets.append(("tests/data/classify", SMALL))
     if args.set in ("larger", "both"):
         directory = classifyset.larger_set(args.count, args.seed)
+        sets.append((str(directory), directory))
+    for name, directory in sets:
         labels = classifyset.load_labels(directory)
-        report(str(directory), run(directory, labels, options), args.show)
+        outcomes = run(directory, labels, options)
+        report(name, outcomes, args.show)
+        if found is not None:
+            binary, modules = found
+            started = time.monotonic()
+            theirs = classify_peer.run(
+                directory, labels, binary, modules, args.amd_args, args.concurrency
+            )
+            classify_peer.report(name, theirs, args.show)
+            side_by_side(name, outcomes, theirs)
+            print(f"  (the peer's {len(labels)} calls took {time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":
