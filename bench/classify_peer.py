@@ -62,6 +62,9 @@ just before the first call to just after the last, per call and per second of au
 also with the idle process's rate (measured for 3 s before the calls) taken off. That covers
 all of Asterisk's work on a call: SIP, RTP receiving, µ-law to linear, the dialplan, AMD, the
 log; SIPp's is not counted.
+
+(Past 600 lines: the peer's whole run, Asterisk's configuration, the calls and the
+reading of its log, is one file beside the benchmark it answers.)
 """
 
 from __future__ import annotations

@@ -68,6 +68,9 @@ its ``bursts``, CED ``am_15hz``); ``voice`` (``piper:joe``, ``espeak:en-gb-x-rp`
 ``second_text``), ``recordings`` (the FSDD files used, in order); ``noise_dbfs``, ``noise``
 (white, pink), ``hum`` (null or {hz, dbfs}), ``speech_peak_dbfs``, ``speech_level_dbfs``
 (active speech level), ``seconds``.
+
+(Past 600 lines: the recipe is one file so that the set can be remade from it alone:
+its texts, its voices, its beeps and fax tones, its line, and its labels.)
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from callhook.events import (
 
 #: Seconds past a classification's limits before the action stops waiting for the media's
 #: word (which keeps the audio's time: it stands still while no audio comes).
-GRACE = 0.5
+GRACE = 1.0
 
 
 class ClassifyMachine(ActionMachine):
@@ -76,6 +76,7 @@ class ClassifyMachine(ActionMachine):
             self.far_end = far_end(FarEndClassified("unknown", "timeout", waited))
         elif self.far_end["greeting_end"] is None:
             self.far_end["greeting_end"] = "timeout"
+            self.far_end["seconds_to_greeting_end"] = round(now - self.started, 3)
         self.outcome = Continue(f"classified: {self.far_end['far_end_type']}")
         return [ClassifyFarEnd(None)]
 

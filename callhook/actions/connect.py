@@ -165,6 +165,7 @@ class ConnectMachine(ActionMachine):
                 self.far_end = far_end(FarEndClassified("unknown", "timeout", waited))
             elif self.far_end["greeting_end"] is None:
                 self.far_end["greeting_end"] = "timeout"
+                self.far_end["seconds_to_greeting_end"] = round(now - self.answered_at, 3)
             return [ClassifyFarEnd(None, self.joined), *self._classified(self.joined, now)]
         if self.state is not State.RINGING:
             return []

@@ -137,6 +137,10 @@ class Connect(Strict):
             )
         if rooms:
             check_room_secondary_call(self.secondary_call)
+        classify = self.classify_callee is not None and self.classify_callee.enable
+        if self.pass_early_media and classify:
+            # The caller would hear the far end (one way) while it is classified.
+            raise ValueError("pass_early_media cannot be used with classify_callee")
         if self.pass_early_media and len(self.destinations) != 1:
             raise ValueError("pass_early_media needs exactly one destination")
         if self.pass_early_media and self.secondary_call and self.secondary_call.first_page:

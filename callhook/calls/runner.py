@@ -387,7 +387,7 @@ class CallRunner:
         whose ``this_call`` says it (actions/classify.py)."""
         self._raise_if_over()
         machine = ClassifyMachine(options)
-        await self._drive(machine)
+        await self._drive(machine, type_ahead=True)
         self._raise_if_over()
         if machine.far_end is not None:
             self.leg.info = replace(self.leg.info, far_end=machine.far_end)
@@ -399,8 +399,9 @@ class CallRunner:
         self._raise_if_over()
         return await self._drive(machine_for(action, self.ctx))
 
-    async def _drive(self, machine: ActionMachine) -> Outcome:
-        """Run ``machine`` to its outcome on the call's events and its timers."""
+    async def _drive(self, machine: ActionMachine, *, type_ahead: bool = False) -> Outcome:
+        """Run ``machine`` to its outcome on the call's events and its timers;
+        ``type_ahead``: the digits pressed meanwhile are kept for the actions to come."""
         # The action's clock is the media's (ports.Leg.now): while the loop runs behind
         # the wire, its timers and the events keep the order they had there.
         now = self.leg.now()
@@ -418,6 +419,8 @@ class CallRunner:
                 elif isinstance(event, Aborted):
                     self._abort(event)
                     self._send(machine.stop(now, "aborted"))
+                elif type_ahead and isinstance(event, DigitReceived):
+                    self._pending(event)
                 else:
                     self._observe(event, machine)
                     self._send(machine.handle(event, now))

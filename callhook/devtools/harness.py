@@ -35,7 +35,7 @@ from callhook.calls.calllog import CallLog
 from callhook.calls.runner import CallRunner, CallSummary
 from callhook.config.settings import AppConfig
 from callhook.edge.pages import HttpPages
-from callhook.events import Alternative, CallEnded, MediaCommand, MediaEvent
+from callhook.events import Alternative, CallEnded, ClassifyOptions, MediaCommand, MediaEvent
 from callhook.media.simulated import PromptTimer, SimulatedMedia
 from callhook.ports import CallInfo, Files, Recordings
 from callhook.signature import HEADER, verify
@@ -356,8 +356,10 @@ async def run_call(
     info: CallInfo | None = None,
     recordings: Recordings | None = None,
     files: Files | None = None,
+    classify_callee: ClassifyOptions | None = None,
 ) -> CallRun:
-    """Run the application served by ``app`` on a scripted call, to its end."""
+    """Run the application served by ``app`` on a scripted call, to its end
+    (``classify_callee``: the application's, for an outbound call)."""
     config = AppConfig(
         name="test",
         first_page=app.url(first_page),
@@ -365,6 +367,7 @@ async def run_call(
         error_page=app.url(error_page) if error_page else None,
         final_page=app.url(final_page) if final_page else None,
         application_parameters=application_parameters,
+        classify_callee=classify_callee,
     )
     leg = ScriptedLeg(caller, timer=timer, info=info)
     instance = "inst-" + str(len(app.requests))

@@ -288,7 +288,7 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "who answered, found before the first page (true: the "
                 "defaults; the object is connect's classify_callee; left out: the "
                 "application's configured one)",
-                "oneOf": [{"type": "boolean"}, {"type": "object"}],
+                "oneOf": [{"type": "boolean"}, {"type": "object"}, {"type": "null"}],
             },
         },
     },

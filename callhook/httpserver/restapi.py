@@ -34,7 +34,6 @@ from aiohttp import web
 from callhook.actions import connectschema
 from callhook.config.settings import AppConfig
 from callhook.dialplan.trunks import RouteError
-from callhook.events import ClassifyOptions
 from callhook.httpserver.aculabshape import aculab_error, is_webservice
 from callhook.httpserver.openapi import document
 from callhook.media import wav
@@ -470,9 +469,11 @@ class Api:
                 raise ApiError(400, "bad_request", "'application_parameters' must be a string")
             app = dataclasses.replace(app, application_parameters=parameters)
         if "classify_callee" in body:
-            app = dataclasses.replace(
-                app, classify_callee=classify_options(body["classify_callee"])
-            )
+            try:
+                classify = connectschema.classify_options(body["classify_callee"])
+            except ValueError as exc:
+                raise ApiError(400, "bad_request", str(exc)) from None
+            app = dataclasses.replace(app, classify_callee=classify)
         try:
             call_id = await calls.place_call(target, app, float(ring_timeout), trunk)
         except RouteError as exc:
@@ -485,15 +486,6 @@ class Api:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def classify_options(given: Any) -> ClassifyOptions | None:
-    """A placed call's ``classify_callee`` (:func:`callhook.actions.connectschema.
-    classify_options`); 400 when it is not one."""
-    try:
-        return connectschema.classify_options(given)
-    except ValueError as exc:
-        raise ApiError(400, "bad_request", str(exc)) from None
 
 
 async def blocking(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -49,6 +49,7 @@ class Inlet:
     transcriber: Any
     tones: Any
     meter: Any
+    classifier: Any
     vad: Any
     sender: Any
     player: Any

@@ -69,6 +69,8 @@ from callhook.clock import TickClock
 from callhook.events import (
     ClassifyOptions,
     DigitReceived,
+    FarEndClassified,
+    GreetingEnded,
     MediaEvent,
     PromptFinished,
     SpeechStarted,
@@ -649,13 +651,15 @@ class MediaSession(Inlet):
         self.reclaim()
         self.classifier = CalleeClassifier(options)
 
-    def stop_classifying(self, *, give_up: bool = False) -> None:
-        """Stop classifying; ``give_up``: first say what can be said with what was heard
-        (the wall clock's limit came: no audio, say)."""
+    def stop_classifying(self) -> None:
+        """Stop classifying (the action gave up waiting: no audio came, say); what it
+        decided and the action has not taken yet is dropped."""
         self.reclaim()
-        classifier, self.classifier = self.classifier, None
-        if classifier is not None and give_up:
-            self.events.extend(classifier.finish())
+        self.classifier = None
+        kept = [e for e in self.events if not isinstance(e, FarEndClassified | GreetingEnded)]
+        if len(kept) != len(self.events):
+            self.events.clear()
+            self.events.extend(kept)
 
     def _classify(self, classifier: CalleeClassifier, samples: npt.NDArray[np.int16]) -> None:
         self.events.extend(classifier.feed(samples))

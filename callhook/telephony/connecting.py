@@ -332,44 +332,39 @@ class Connector:
 
     def join_callee(self, primary: SipCall, attempt: int, early: bool) -> None:
         """Bridge ``primary``'s media with far leg ``attempt``'s (``early``: one way)."""
-        for far in self.far_legs.values():
-            if far.primary is primary and far.attempt == attempt and far.session is not None:
-                if far.fork is not None and far.fork.winner is not far:
-                    continue  # a user's phone that did not win
-                if early:
-                    primary.media.session.listen_to(far.session)
-                else:
-                    primary.media.session.join(far.session)
+        far = self._winner(primary, attempt)
+        if far is None or far.session is None:
+            return
+        if early:
+            primary.media.session.listen_to(far.session)
+        else:
+            primary.media.session.join(far.session)
 
     def classify_callee(
         self, primary: SipCall, attempt: int, options: ClassifyOptions | None
     ) -> None:
         """Classify far leg ``attempt``'s far end from its audio (None: stop); what is
-        decided is told to ``primary``'s action (:meth:`_far_wake`). A far leg that is
-        not a telephone call (a WebSocket server, another application, a web client)
-        is not classified: ``unknown``, at once."""
-        far = next(
-            (
-                f
-                for f in self.far_legs.values()
-                if f.primary is primary
-                and f.attempt == attempt
-                and (f.fork is None or f.fork.winner is f)
-                and not f.ended
-            ),
-            None,
-        )
-        if far is None:
+        decided is told to ``primary``'s action (:meth:`_far_wake`). One that is not a
+        telephone call (``wss:``, ``loc:``, ``webrtc:``) is ``unknown``, at once."""
+        far = self._winner(primary, attempt)
+        if far is None or far.ended:
             return  # (ended meanwhile: the action hears that)
         session = far.session
-        telephone = far.websocket is None and far.local is None and far.webclient is None
         if options is None:
             if session is not None:
                 session.stop_classifying()
-        elif session is None or not telephone:
+        elif session is None or far.websocket or far.local or far.webclient:
             primary.leg.inject(FarEndClassified("unknown", "not_classified", 0.0, attempt))
         else:
             session.classify(options)
+
+    def _winner(self, primary: SipCall, attempt: int) -> FarLeg | None:
+        """Far leg ``attempt`` of ``primary`` (of a user's phones, the one that answered)."""
+        for far in self.far_legs.values():
+            ours = far.primary is primary and far.attempt == attempt
+            if ours and (far.fork is None or far.fork.winner is far):
+                return far
+        return None
 
     def drop_all_callees(self, primary: SipCall) -> None:
         """``primary`` is over: every far leg of it ends."""

@@ -14,6 +14,9 @@ while the prompt plays (one task per prompt, cancelled when the prompt is
 stopped or replaced), and the utterances the session cuts are decoded one
 after another by one task per call; a result for a recognition stream that
 has stopped since (a new generation) is dropped.
+
+(Past 600 lines: the one place where every action's media commands become a real
+call's work; split by command, the call's state would be split with it.)
 """
 
 from __future__ import annotations

@@ -126,8 +126,9 @@ def test_a_greeting_that_never_ends_in_time_is_a_timeout() -> None:
     m = ClassifyMachine(ClassifyOptions(seconds_beep_timeout=5))
     m.start(T0)
     m.handle(FarEndClassified("answering_machine", "long_greeting", 2.9), T0 + 2.9)
-    assert m.on_deadline(T0 + 8.4) == [ClassifyFarEnd(None)]
+    assert m.on_deadline(T0 + 8.9) == [ClassifyFarEnd(None)]
     assert m.far_end is not None and m.far_end["greeting_end"] == "timeout"
+    assert m.far_end["seconds_to_greeting_end"] == 8.9
 
 
 def test_a_hang_up_stops_it() -> None:
@@ -220,3 +221,13 @@ def test_without_classify_callee_the_result_says_nothing_of_it() -> None:
     assert JoinCallee(0) in m.handle(CalleeAnswered(0, {}), T0 + 1)
     m.handle(CalleeEnded(0, "hung_up", "BYE"), T0 + 2)
     assert isinstance(m.outcome, Completed) and "far_end_type" not in m.outcome.result
+
+
+def test_early_media_cannot_go_with_classification() -> None:
+    """The caller would hear the far end, one way, while it is classified."""
+    with pytest.raises(ValueError, match="pass_early_media cannot be used with classify_callee"):
+        Connect.model_validate(
+            {"destinations": ["sip:a@x"], "pass_early_media": True, "classify_callee": {}}
+        )
+    off = {"destinations": ["sip:a@x"], "pass_early_media": True}
+    assert Connect.model_validate({**off, "classify_callee": {"enable": False}}).pass_early_media

@@ -21,7 +21,14 @@ import pytest
 from callhook.actions.machine import ActionContext
 from callhook.devtools.harness import AppServer, Caller, CallRun, Received, Reply, run_call
 from callhook.edge.pages import MAX_RESPONSE_BYTES
-from callhook.events import SayText, SpeechRejected, SpeechStarted, StartPrompt
+from callhook.events import (
+    ClassifyFarEnd,
+    ClassifyOptions,
+    SayText,
+    SpeechRejected,
+    SpeechStarted,
+    StartPrompt,
+)
 from callhook.ports import CallInfo
 from callhook.signature import HEADER, verify
 
@@ -751,3 +758,22 @@ async def test_the_log_tells_speech_not_recognised_from_nothing_detected(app: Ap
         "recognition_stop 1 utterance detected",
         "recognition_stop nothing detected (no voice activity while listening)",
     ], "\n".join(r.log.lines)
+
+
+async def test_an_outbound_call_is_classified_before_its_first_page(app: AppServer) -> None:
+    """classify_callee: the first page waits for who answered (here no audio decides it:
+    the action's own limit gives unknown), and keys pressed meanwhile are type-ahead."""
+    app.page("/start", [get_number("/n")])
+    app.page("/n", [])
+    info = CallInfo("out-3", "out", "sip:ivr@x", "sip:c@y")
+    options = ClassifyOptions(milliseconds_timeout=2000)
+    r = await run_call(app, Caller().press("7", at=0.5), info=info, classify_callee=options)
+    (start,) = app.bodies("/start")
+    this_call = start["this_call"]
+    assert this_call["far_end_type"] == "unknown"
+    classification = this_call["far_end_classification"]
+    assert (classification["reason"], classification["seconds_to_classify"]) == ("timeout", 3.0)
+    assert r.leg.commands(ClassifyFarEnd)[0][1] == ClassifyFarEnd(options)
+    (n,) = app.bodies("/n")
+    assert n["action_result"]["result"]["entered_number"] == "7"  # typed ahead, kept
+    assert "far_end_type" in n["this_call"]  # (the call's, on every page)

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from callhook.events import ClassifyOptions, FarEndClassified, GreetingEnded
+from callhook.events import ClassifyOptions, DigitReceived, FarEndClassified, GreetingEnded
 from callhook.media import frames, g711, tones, wav
 from callhook.media.classify import CalleeClassifier, News
 from callhook.media.session import MediaSession
@@ -157,9 +157,54 @@ def test_a_media_session_classifies_what_it_receives(batched: bool) -> None:
     assert session.classifier is None
 
 
-def test_stopping_a_session_classifying() -> None:
+def test_stopping_a_session_classifying_drops_what_it_said() -> None:
+    """The action gave up waiting: what the classifier said meanwhile is not taken by
+    the next action; other events stay."""
     session = MediaSession("PCMU", 0, 101, PEER)
     session.classify(ClassifyOptions())
     assert session.classifier is not None
+    session.events.append(FarEndClassified("live", "short_greeting", 1.5))
+    session.events.append(DigitReceived("5"))
     session.stop_classifying()
-    assert session.classifier is None and not session.events
+    assert session.classifier is None and list(session.events) == [DigitReceived("5")]
+
+
+def _line(*parts: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+    """``parts`` one after another on a quiet µ-law line (-60 dBFS of noise)."""
+    joined = np.concatenate(parts).astype(np.float64)
+    noise = np.random.default_rng(7).normal(0.0, 32768 * 10 ** (-60 / 20), len(joined))
+    mixed = np.clip(joined + noise, -32768, 32767).astype(np.int16)
+    return g711.decode("ulaw", g711.encode("ulaw", mixed))
+
+
+def test_a_short_greeting_then_a_beep_is_a_machine() -> None:
+    """A few words, then the beep ("It's Sam, leave a message" *beep*): too short a
+    greeting to tell by its length; the beep and its silence tell it."""
+    live = next(e for e in LABELS if e["class"] == "live")
+    words = clip(live)[: int((live["speech_end"] + 0.3) * 8000)]
+    samples = _line(words, tones.tone(1000.0, 0.4, level_dbfs=-15.0), tones.silence(3.0))
+    news = classify(samples, ClassifyOptions())
+    decision, ended = news
+    assert isinstance(decision, FarEndClassified)
+    assert (decision.far_end_type, decision.reason) == ("answering_machine", "beep")
+    assert isinstance(ended, GreetingEnded) and ended.how == "beep"
+    assert ended.beep_start == pytest.approx(len(words) / 8000, abs=0.03)
+
+
+def test_a_late_beep_is_not_taken_for_silence() -> None:
+    """A machine that only beeps, late: its tone and its silence decide, not the
+    initial silence's limit passing meanwhile."""
+    samples = _line(
+        tones.silence(4.3), tones.tone(850.0, 0.5, level_dbfs=-12.0), tones.silence(2.0)
+    )
+    decision = classify(samples, ClassifyOptions())[0]
+    assert isinstance(decision, FarEndClassified)
+    assert (decision.far_end_type, decision.reason) == ("answering_machine", "beep")
+
+
+def test_a_special_information_tone_is_no_one() -> None:
+    sit = [tones.tone(hz, 0.33, level_dbfs=-15.0) for hz in (913.8, 1370.6, 1776.7)]
+    samples = _line(tones.silence(0.5), *sit, tones.silence(3.0))
+    decision = classify(samples, ClassifyOptions())[0]
+    assert isinstance(decision, FarEndClassified)
+    assert (decision.far_end_type, decision.reason) == ("unknown", "special_information_tone")
