@@ -347,7 +347,7 @@ class Connector:
         decided is told to ``primary``'s action (:meth:`_far_wake`). One that is not a
         telephone call (``wss:``, ``loc:``, ``webrtc:``) is ``unknown``, at once."""
         far = self._winner(primary, attempt)
-        if far is None or far.ended:
+        if far is None:
             return  # (ended meanwhile: the action hears that)
         session = far.session
         if options is None:
@@ -359,9 +359,9 @@ class Connector:
             session.classify(options)
 
     def _winner(self, primary: SipCall, attempt: int) -> FarLeg | None:
-        """Far leg ``attempt`` of ``primary`` (of a user's phones, the one that answered)."""
+        """Far leg ``attempt`` of ``primary``, not ended (of a user's phones, the winner)."""
         for far in self.far_legs.values():
-            ours = far.primary is primary and far.attempt == attempt
+            ours = far.primary is primary and far.attempt == attempt and not far.ended
             if ours and (far.fork is None or far.fork.winner is far):
                 return far
         return None
