@@ -280,7 +280,9 @@ class CalleeClassifier:
         news: list[News] = []
         samples = frame.astype(np.float64)
         power = float(samples @ samples) / FRAME
-        edge = self.vad.feed(frame, power)
+        # Speech decides the first phase only: a machine's greeting ends by tones and quiet,
+        # and the speech model is most of what a long greeting would cost.
+        edge = self.vad.feed(frame, power) if self.decision is None else None
         if edge is True:
             start = now - self.vad.onset_frames * FRAME_SECONDS
             if self._speech_start is None:
