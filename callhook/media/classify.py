@@ -181,8 +181,8 @@ def speech_detector() -> VoiceActivityDetector:
     with the speech model deciding the end of an utterance too (``model_holds``). The
     calls' usual detector lets the energy hold an utterance, which on a line of pink
     noise and hum (the set in tests/data/classify) held a live "Hello?" to the end of
-    the call: every live speaker was a machine. The model's cost is per second of
-    speech, for the few seconds a call is classified."""
+    the clip: five of its six live answers were called machines. The model's cost is
+    per second of speech, for the few seconds a call is classified."""
     try:
         from callhook.media.silero import SileroStream  # (its weights: loaded when needed)
 
@@ -231,7 +231,7 @@ class CalleeClassifier:
         self._speech_start: float | None = None
         self._speaking = False
         self._speech_end: float | None = None
-        # Tones: the piece being heard, the tone it belongs to, a fax tone's windows.
+        # Tones: the one being heard (its pieces), and a fax answer tone's windows.
         self._tone: _Tone | None = None
         self._ced = 0
         self._ced_gap = 0
