@@ -241,30 +241,7 @@ def locate(binary: Path | None = None, modules: Path | None = None) -> tuple[Pat
 def write_config(work: Path, modules: Path, data: Path, sip_port: int, amd_args: str = "") -> Path:
     """Asterisk's configuration for the AMD calls in ``work``, as
     :func:`bench.peer.write_config` writes the IVR's; its asterisk.conf."""
-    etc = work / "etc"
-    for sub in ("etc", "run", "log", "spool", "lib"):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-    (etc / "asterisk.conf").write_text(
-        "[directories]\n"
-        f"astetcdir => {etc}\n"
-        f"astmoddir => {modules}\n"
-        f"astvarlibdir => {work / 'lib'}\n"
-        f"astdbdir => {work / 'lib'}\n"
-        f"astkeydir => {work / 'lib'}\n"
-        f"astdatadir => {data}\n"
-        f"astagidir => {work / 'lib'}\n"
-        f"astspooldir => {work / 'spool'}\n"
-        f"astrundir => {work / 'run'}\n"
-        f"astlogdir => {work / 'log'}\n"
-        f"astsbindir => {work / 'lib'}\n"
-        "[options]\n"
-        "verbose = 3\n"
-        "debug = 0\n"
-        "maxcalls = 2000\n"
-    )
-    (etc / "modules.conf").write_text(
-        "[modules]\nautoload = no\n" + "".join(f"load => {m}\n" for m in MODULES)
-    )
+    etc = peer.write_asterisk_conf(work, modules, data, MODULES, verbose=3, transmit_silence=False)
     write_logger(etc, LOAD_LOG)
     (etc / "amd.conf").write_text("[general]\n")  # app_amd declines to load without one
     (etc / "rtp.conf").write_text(f"[general]\nrtpstart = {RTP_FIRST}\nrtpend = {RTP_LAST}\n")

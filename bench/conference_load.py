@@ -393,31 +393,7 @@ CONFJOIN = re.compile(r"CONFJOIN <([^>]*)>")
 def write_asterisk_config(work: Path, modules: Path, data: Path) -> Path:
     """Asterisk's configuration for the rooms (ConfBridge) in ``work``; its asterisk.conf.
     As :func:`bench.peer.write_config`: only the installation's modules and data are read."""
-    etc = work / "etc"
-    for sub in ("etc", "run", "log", "spool", "lib"):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-    (etc / "asterisk.conf").write_text(
-        "[directories]\n"
-        f"astetcdir => {etc}\n"
-        f"astmoddir => {modules}\n"
-        f"astvarlibdir => {work / 'lib'}\n"
-        f"astdbdir => {work / 'lib'}\n"
-        f"astkeydir => {work / 'lib'}\n"
-        f"astdatadir => {data}\n"
-        f"astagidir => {work / 'lib'}\n"
-        f"astspooldir => {work / 'spool'}\n"
-        f"astrundir => {work / 'run'}\n"
-        f"astlogdir => {work / 'log'}\n"
-        f"astsbindir => {work / 'lib'}\n"
-        "[options]\n"
-        "verbose = 0\n"
-        "debug = 0\n"
-        "maxcalls = 2000\n"
-        "transmit_silence = yes\n"  # as bench.peer's
-    )
-    (etc / "modules.conf").write_text(
-        "[modules]\nautoload = no\n" + "".join(f"load => {m}\n" for m in MODULES)
-    )
+    etc = peer.write_asterisk_conf(work, modules, data, MODULES)
     (etc / "logger.conf").write_text("[general]\n[logfiles]\nmessages => notice,warning,error\n")
     (etc / "rtp.conf").write_text(f"[general]\nrtpstart = {RTP_FIRST}\nrtpend = {RTP_LAST}\n")
     (etc / "sip.conf").write_text(

@@ -136,13 +136,24 @@ def asterisk_version(binary: Path) -> str:
     return (result.stdout or result.stderr).strip()
 
 
-def write_config(work: Path, modules: Path, data: Path, kit: Path) -> Path:
-    """The Asterisk configuration of the kit's IVR in ``work``; its asterisk.conf. Only the
-    installation's modules and data (documentation) are read; all it writes is in ``work``."""
+def write_asterisk_conf(
+    work: Path,
+    modules: Path,
+    data: Path,
+    load: tuple[str, ...],
+    *,
+    verbose: int = 0,
+    transmit_silence: bool = True,
+    subdirs: tuple[str, ...] = (),
+) -> Path:
+    """An Asterisk of its own in ``work`` (the peer benchmarks'): its directories (and
+    ``subdirs``), ``asterisk.conf`` (only the installation's ``modules`` and ``data`` are
+    read; all it writes is in ``work``) and ``modules.conf`` loading ``load`` alone; its
+    ``etc`` directory, for the rest of the configuration."""
+    silence = "transmit_silence = yes\n" if transmit_silence else ""  # RTP throughout, as ours
     etc = work / "etc"
-    for sub in ("etc", "run", "log", "spool", "lib", "recordings"):
+    for sub in ("etc", "run", "log", "spool", "lib", *subdirs):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    sounds = kit / "sounds"
     (etc / "asterisk.conf").write_text(
         "[directories]\n"
         f"astetcdir => {etc}\n"
@@ -157,14 +168,22 @@ def write_config(work: Path, modules: Path, data: Path, kit: Path) -> Path:
         f"astlogdir => {work / 'log'}\n"
         f"astsbindir => {work / 'lib'}\n"
         "[options]\n"
-        "verbose = 0\n"
+        f"verbose = {verbose}\n"
         "debug = 0\n"
         "maxcalls = 2000\n"
-        "transmit_silence = yes\n"  # RTP throughout, as callhook sends
+        f"{silence}"
     )
     (etc / "modules.conf").write_text(
-        "[modules]\nautoload = no\n" + "".join(f"load => {m}\n" for m in MODULES)
+        "[modules]\nautoload = no\n" + "".join(f"load => {m}\n" for m in load)
     )
+    return etc
+
+
+def write_config(work: Path, modules: Path, data: Path, kit: Path) -> Path:
+    """The Asterisk configuration of the kit's IVR in ``work``; its asterisk.conf. Only the
+    installation's modules and data (documentation) are read; all it writes is in ``work``."""
+    etc = write_asterisk_conf(work, modules, data, MODULES, subdirs=("recordings",))
+    sounds = kit / "sounds"
     (etc / "logger.conf").write_text("[general]\n[logfiles]\nmessages => notice,warning,error\n")
     (etc / "rtp.conf").write_text(f"[general]\nrtpstart = {RTP_FIRST}\nrtpend = {RTP_LAST}\n")
     (etc / "sip.conf").write_text(
