@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import classify_peer, classifyset
+from bench.classify_peer import p50_p95
 from callhook.events import ClassifyOptions, FarEndClassified, GreetingEnded
 from callhook.media.classify import CalleeClassifier
 
@@ -121,17 +122,6 @@ def run(directory: Path, labels: list[dict[str, Any]], options: ClassifyOptions)
             outcome.news.append(repr(item))
         outcomes.append(outcome)
     return outcomes
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def p50_p95(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
-    if not values:
-        return "-"
-    return f"{pct(values, 0.5) * scale:.{digits}f} / {pct(values, 0.95) * scale:.{digits}f}"
 
 
 def report(name: str, outcomes: list[Outcome], show: int) -> None:
@@ -278,10 +268,7 @@ def side_by_side(name: str, ours: list[Outcome], theirs: classify_peer.PeerRun) 
             if o.label["class"] == cls and o.right and o.decision is not None
         ]
         amd_t = classify_peer.decision_times(amd, cls)
-        print(
-            f"  {cls + ' decided (right) p50/p95 s':34}{p50_p95(mine_t):>20}"
-            f"{classify_peer.p50_p95(amd_t):>20}"
-        )
+        print(f"  {cls + ' decided (right) p50/p95 s':34}{p50_p95(mine_t):>20}{p50_p95(amd_t):>20}")
     cpu = sum(o.cpu for o in ours)
     fed = sum(o.fed_seconds for o in ours)
     per_call, _, per_second, _ = classify_peer.cpu_figures(theirs)

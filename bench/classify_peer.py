@@ -515,12 +515,13 @@ def run(
 
 
 def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values``, nearest rank (the classify benchmarks')."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def p50_p95(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
-    """p50 / p95 as bench/classify.py prints them (nearest rank)."""
+    """p50 / p95 as the classify benchmarks print them (nearest rank)."""
     if not values:
         return "-"
     return f"{pct(values, 0.5) * scale:.{digits}f} / {pct(values, 0.95) * scale:.{digits}f}"
