@@ -10,65 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from callhook import __version__
-
-#: The response of each error status, by reference.
-_ERRORS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    404: "NotFound",
-    409: "Conflict",
-    413: "TooLarge",
-    415: "UnsupportedMediaType",
-    503: "Unavailable",
-    507: "StorageFull",
-}
-
-_ERROR_TEXT = {
-    400: "Bad input: `bad_request`, `bad_name`, `outside_namespace`, `reserved_name`.",
-    401: "No API key, or not a valid one: `unauthorized`.",
-    404: "`not_found`: no such file, log or call for this application (or an unknown route).",
-    409: "`file_exists` (not overwriting), `name_conflict` (a file and a directory) or "
-    "`already_recording` (a conference room's recording runs).",
-    413: "`too_large`: over the upload limit, or a JSON body over 64 KiB.",
-    415: "`unsupported_media_type`, `not_wav`, `unsupported_wav` or `not_aescbc`.",
-    503: "`unavailable`: this server cannot do it now.",
-    507: "`storage_full`: the media file store has no room.",
-}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _op(
-    summary: str,
-    ok: dict[str, dict[str, Any]],
-    errors: tuple[int, ...],
-    **extra: Any,
-) -> dict[str, Any]:
-    responses = dict(ok)
-    for status in (401, *errors):
-        responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status]}"}
-    return {"summary": summary, "responses": responses, **extra}
-
-
-def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
+from callhook.httpserver.openapiparts import ERROR_TEXT, ERRORS, json_body, op, query, ref
+from callhook.httpserver.openapirooms import ROOM_SCHEMAS, room_paths
 
 _PAGING = [
-    _query("after", "the `next` of the previous page", {"type": "string"}),
-    _query(
+    query("after", "the `next` of the previous page", {"type": "string"}),
+    query(
         "limit",
         "files per page",
         {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
@@ -118,105 +65,8 @@ _CALL = {
         },
     },
 }
-_ROOM = {
-    "type": "object",
-    "required": ["conference_name", "state", "participant_count", "created"],
-    "properties": {
-        "conference_name": {"type": "string"},
-        "state": {"enum": ["HOLDING", "ACTIVE"]},
-        "participant_count": {"type": "integer"},
-        "created": {"type": "string", "format": "date-time"},
-    },
-}
-_PARTICIPANT = {
-    "type": "object",
-    "required": ["participant_id", "talker", "muted", "start_on_entry", "destroy_on_exit"],
-    "properties": {
-        "participant_id": {
-            "type": "string",
-            "description": "the application instance that joined it (Aculab's conference "
-            "participant id)",
-        },
-        "talker": {"type": "boolean"},
-        "muted": {"type": "boolean"},
-        "start_on_entry": {"type": "boolean"},
-        "destroy_on_exit": {"type": "boolean"},
-        "joined": {"type": "string", "format": "date-time"},
-    },
-}
-_ROOM_NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "description": "the room's name (URL-encoded)",
-    "schema": {"type": "string"},
-}
-_PARTICIPANT_ID = {
-    "name": "pid",
-    "in": "path",
-    "required": True,
-    "description": "the participant's id",
-    "schema": {"type": "string"},
-}
-
 _SCHEMAS: dict[str, Any] = {
-    "Conference": _ROOM,
-    "ConferenceList": {
-        "type": "object",
-        "properties": {"conferences": {"type": "array", "items": _ref("Conference")}},
-    },
-    "Participant": _PARTICIPANT,
-    "ParticipantList": {
-        "type": "object",
-        "properties": {
-            "conference_name": {"type": "string"},
-            "state": {"enum": ["HOLDING", "ACTIVE"]},
-            "participants": {"type": "array", "items": _ref("Participant")},
-        },
-    },
-    "ParticipantOptions": {
-        "type": "object",
-        "minProperties": 1,
-        "additionalProperties": False,
-        "properties": {"muted": {"type": "boolean"}, "talker": {"type": "boolean"}},
-    },
-    "RecordRoom": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "mode": {"enum": ["mixed", "separate"], "default": "mixed"},
-            "channels": {"type": "integer", "minimum": 1, "maximum": 16},
-            "recording_available_page": {
-                "type": "object",
-                "required": ["url"],
-                "properties": {
-                    "url": {"type": "string", "format": "uri"},
-                    "method": {"enum": ["POST", "GET"], "default": "POST"},
-                },
-            },
-        },
-    },
-    "RoomRecording": {
-        "type": "object",
-        "properties": {
-            "conference_name": {"type": "string"},
-            "filename": {"type": "string"},
-            "mode": {"enum": ["mixed", "separate"]},
-            "channels": {"type": "integer"},
-        },
-    },
-    "RoomRecordingStopped": {
-        "type": "object",
-        "properties": {
-            "conference_name": {"type": "string"},
-            "filename": {"type": "string"},
-            "seconds_duration": {"type": "number"},
-        },
-    },
-    "Ejected": {
-        "type": "object",
-        "properties": {"participant_id": {"type": "string"}, "ejected": {"const": True}},
-    },
+    **ROOM_SCHEMAS,
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -235,7 +85,7 @@ _SCHEMAS: dict[str, Any] = {
     "FileList": {
         "type": "object",
         "properties": {
-            "files": {"type": "array", "items": _ref("FileInfo")},
+            "files": {"type": "array", "items": ref("FileInfo")},
             "next": {"type": ["string", "null"], "description": "`after` for the next page"},
         },
     },
@@ -246,7 +96,7 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {
                     "allOf": [
-                        _ref("FileInfo"),
+                        ref("FileInfo"),
                         {"properties": {"application_instance_id": {"type": "string"}}},
                     ]
                 },
@@ -257,7 +107,7 @@ _SCHEMAS: dict[str, Any] = {
     "Call": _CALL,
     "CallList": {
         "type": "object",
-        "properties": {"calls": {"type": "array", "items": _ref("Call")}},
+        "properties": {"calls": {"type": "array", "items": ref("Call")}},
     },
     "Rename": {
         "type": "object",
@@ -358,22 +208,22 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
     """The OpenAPI document, with this server's upload limit."""
     media_item = {
         "parameters": [_NAME],
-        "get": _op(
+        "get": op(
             "Download a file",
             {"200": {"description": "the file", "content": {"audio/wav": _WAV}}},
             (400, 404),
         ),
-        "put": _op(
+        "put": op(
             f"Upload a WAV file (at most {max_upload_bytes} bytes; PCM, IEEE float, A-law or "
             "µ-law, any rate and channel count)",
             {
-                "200": _json(_ref("FileInfo"), "replaced"),
-                "201": _json(_ref("FileInfo"), "created"),
+                "200": json_body(ref("FileInfo"), "replaced"),
+                "201": json_body(ref("FileInfo"), "created"),
             },
             (400, 409, 413, 415, 507),
             parameters=[
-                _query("overwrite", "replace an existing file (default true)", {"type": "boolean"}),
-                _query(
+                query("overwrite", "replace an existing file (default true)", {"type": "boolean"}),
+                query(
                     "encrypted",
                     "the file is an aescbc-encrypted WAV, for play's decryption_cipher: only its"
                     " size is checked (a whole number of 16-byte blocks)",
@@ -382,40 +232,40 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             ],
             requestBody={"required": True, "content": {"audio/wav": _WAV}},
         ),
-        "patch": _op(
+        "patch": op(
             "Rename a file",
-            {"200": _json(_ref("FileInfo"), "renamed")},
+            {"200": json_body(ref("FileInfo"), "renamed")},
             (400, 404, 409, 413),
             requestBody={
                 "required": True,
-                "content": {"application/json": {"schema": _ref("Rename")}},
+                "content": {"application/json": {"schema": ref("Rename")}},
             },
         ),
-        "delete": _op("Delete a file", {"204": {"description": "deleted"}}, (400, 404)),
+        "delete": op("Delete a file", {"204": {"description": "deleted"}}, (400, 404)),
     }
     paths: dict[str, Any] = {
         "/api/v1/media": {
-            "get": _op(
+            "get": op(
                 "List the application's media files (call logs excepted), by name",
-                {"200": _json(_ref("FileList"), "a page of files")},
+                {"200": json_body(ref("FileList"), "a page of files")},
                 (400,),
                 parameters=[
-                    _query("prefix", "only names starting so", {"type": "string"}),
+                    query("prefix", "only names starting so", {"type": "string"}),
                     *_PAGING,
                 ],
             )
         },
         "/api/v1/media/{name}": media_item,
         "/api/v1/logs": {
-            "get": _op(
+            "get": op(
                 "List the application's call logs",
-                {"200": _json(_ref("LogList"), "a page of logs")},
+                {"200": json_body(ref("LogList"), "a page of logs")},
                 (400,),
                 parameters=_PAGING,
             )
         },
         "/api/v1/logs/{id}": {
-            "get": _op(
+            "get": op(
                 "Download a call log",
                 {
                     "200": {
@@ -436,89 +286,42 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             )
         },
         "/api/v1/calls": {
-            "get": _op(
+            "get": op(
                 "List the application's calls in progress",
-                {"200": _json(_ref("CallList"), "the calls")},
+                {"200": json_body(ref("CallList"), "the calls")},
                 (503,),
             ),
-            "post": _op(
+            "post": op(
                 "Place an outbound call that runs this application when answered",
-                {"202": _json(_ref("CallPlaced"), "the INVITE is out")},
+                {"202": json_body(ref("CallPlaced"), "the INVITE is out")},
                 (400, 404, 413, 503),
                 requestBody={
                     "required": True,
-                    "content": {"application/json": {"schema": _ref("PlaceCall")}},
+                    "content": {"application/json": {"schema": ref("PlaceCall")}},
                 },
             ),
         },
         "/api/v1/calls/{call_id}": {
             "parameters": [_CALL_ID],
-            "get": _op("A call in progress", {"200": _json(_ref("Call"), "the call")}, (404, 503)),
-            "delete": _op(
+            "get": op(
+                "A call in progress", {"200": json_body(ref("Call"), "the call")}, (404, 503)
+            ),
+            "delete": op(
                 "Hang up a call (its final page says `dropped`; a call still ringing: `no_answer`)",
                 {"202": {"description": "hanging up; it leaves the list when it has ended"}},
                 (404, 503),
             ),
         },
-        "/api/v1/conferences": {
-            "get": _op(
-                "The application's conference rooms in progress, every worker's",
-                {"200": _json(_ref("ConferenceList"), "the rooms")},
-                (),
-            )
-        },
-        "/api/v1/conferences/{name}/participants": {
-            "parameters": [_ROOM_NAME],
-            "get": _op(
-                "A room's participants",
-                {"200": _json(_ref("ParticipantList"), "the room and its participants")},
-                (404,),
-            ),
-        },
-        "/api/v1/conferences/{name}/participants/{pid}": {
-            "parameters": [_ROOM_NAME, _PARTICIPANT_ID],
-            "patch": _op(
-                "Mute or unmute a participant, make it a talker or a listener",
-                {"200": _json(_ref("Participant"), "the participant now")},
-                (400, 404),
-                requestBody={
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("ParticipantOptions")}},
-                },
-            ),
-            "delete": _op(
-                "Put a participant out of the room (its action's next_page follows)",
-                {"200": _json(_ref("Ejected"), "ejected")},
-                (404,),
-            ),
-        },
-        "/api/v1/conferences/{name}/recording": {
-            "parameters": [_ROOM_NAME],
-            "post": _op(
-                "Record the room as one file until it ends or is stopped (mixed, or a channel "
-                "per participant); recording_available_page is notified once it is safe",
-                {"201": _json(_ref("RoomRecording"), "recording")},
-                (400, 404, 409, 507),
-                requestBody={
-                    "required": False,
-                    "content": {"application/json": {"schema": _ref("RecordRoom")}},
-                },
-            ),
-            "delete": _op(
-                "Stop the room's recording",
-                {"200": _json(_ref("RoomRecordingStopped"), "stopped")},
-                (404,),
-            ),
-        },
+        **room_paths(),
         "/api/calls": {
-            "post": _op(
+            "post": op(
                 "Older: place a call for any application (the installation secret's key)",
                 {"202": {"description": "calling"}},
                 (400, 404, 413, 503),
             )
         },
         "/api/calls/{call_id}/log": {
-            "get": _op(
+            "get": op(
                 "Older: a recent call's log so far, by its SIP Call-ID, for any application "
                 "(the installation secret's key; callhook test --sip reads its calls with it)",
                 {
@@ -540,17 +343,17 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             )
         },
         "/api/stats": {
-            "get": _op(
+            "get": op(
                 "Server counters (the installation secret's key)",
-                {"200": _json({"type": "object"}, "counters")},
+                {"200": json_body({"type": "object"}, "counters")},
                 (),
             )
         },
         "/api/bans": {
-            "get": _op(
+            "get": op(
                 "SIP sources banned now: flooding, failed authentications "
                 "(the installation secret's key)",
-                {"200": _json({"type": "array", "items": _ref("Ban")}, "bans")},
+                {"200": json_body({"type": "array", "items": ref("Ban")}, "bans")},
                 (),
             )
         },
@@ -558,24 +361,24 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "parameters": [
                 {"name": "address", "in": "path", "required": True, "schema": {"type": "string"}}
             ],
-            "delete": _op(
+            "delete": op(
                 "Lift a ban (the installation secret's key)",
-                {"200": _json({"type": "object"}, "lifted")},
+                {"200": json_body({"type": "object"}, "lifted")},
                 (404,),
             ),
         },
         "/api/trunks": {
-            "get": _op(
+            "get": op(
                 "The trunks and their registration state (the installation secret's key)",
-                {"200": _json({"type": "array", "items": _ref("TrunkState")}, "trunks")},
+                {"200": json_body({"type": "array", "items": ref("TrunkState")}, "trunks")},
                 (),
             )
         },
         "/api/users": {
-            "get": _op(
+            "get": op(
                 "The phones registered now, from any worker or node (the installation "
                 "secret's key)",
-                {"200": _json({"type": "array", "items": _ref("RegisteredPhone")}, "phones")},
+                {"200": json_body({"type": "array", "items": ref("RegisteredPhone")}, "phones")},
                 (),
             )
         },
@@ -583,12 +386,12 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
             "get": {
                 "summary": "This document",
                 "security": [],
-                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+                "responses": {"200": json_body({"type": "object"}, "OpenAPI 3.1")},
             }
         },
     }
     responses = {
-        name: _json(_ref("Error"), _ERROR_TEXT[status]) for status, name in _ERRORS.items()
+        name: json_body(ref("Error"), ERROR_TEXT[status]) for status, name in ERRORS.items()
     }
     return {
         "openapi": "3.1.0",
