@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from callhook.speech import ssml
 from callhook.store.names import BadName, check_name
 
 DIGIT_CHARACTERS = "0123456789ABCD#*"
@@ -83,6 +84,16 @@ def _check_file_name(value: str) -> str:
     return value
 
 
+def _check_text_to_say(value: str) -> str:
+    # SSML (a text that starts with <speak) must be well formed: its error, where in the
+    # text, is the action list's (docs/behaviour.md, "SSML").
+    try:
+        ssml.check(value)
+    except ssml.SsmlError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def _check_words(value: str) -> str:
     # Words to listen for (a menu option, a barge-in phrase) need something to hear in them.
     if not re.search(r"\w", value):
@@ -114,6 +125,8 @@ def pattern(regex: str) -> Any:
 
 
 Words = Annotated[str, AfterValidator(_check_words), pattern(r"\w")]
+#: Text to speak: plain, or SSML (``<speak>...</speak>``).
+TextToSay = Annotated[str, Field(min_length=1), AfterValidator(_check_text_to_say)]
 DigitOrEmpty = Annotated[str, AfterValidator(_check_digit_or_empty), pattern(r"^[0-9A-D#*]?$")]
 Digits = Annotated[str, AfterValidator(_check_digits), pattern(r"^[0-9A-D#*]*$")]
 Language = Annotated[

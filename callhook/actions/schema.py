@@ -36,6 +36,7 @@ from callhook.actions.fields import (
     Opt,
     PageUrl,
     Strict,
+    TextToSay,
     Words,
     hex_of,
     pattern,
@@ -86,7 +87,7 @@ class TextItem(Strict):
 
     null_siblings: ClassVar[frozenset[str]] = PLAY_MEDIA
 
-    text_to_say: Annotated[str, Field(min_length=1)]
+    text_to_say: TextToSay
     tts_voice: Opt[str] = None
     text_is_private: bool = False
 

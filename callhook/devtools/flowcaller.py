@@ -68,6 +68,7 @@ from callhook.events import (
 )
 from callhook.media.simulated import PromptTimer, SavedRecordings
 from callhook.ports import CallInfo, Files, PageErrorKind, Pages, Recordings
+from callhook.speech import ssml
 
 #: Seconds a word takes when there is no speech engine (the words are handed over typed).
 SECONDS_PER_WORD = 0.4
@@ -217,8 +218,8 @@ class FlowLeg(ScriptedLeg):
             elif isinstance(command, StartRecognition):
                 self.options = command.options
             elif isinstance(command, StartPrompt):
-                text = " ".join(
-                    i.text for i in command.items if isinstance(i, SayText) and not i.private
+                text = " ".join(  # (SSML's words, not its markup)
+                    _words(i) for i in command.items if isinstance(i, SayText) and not i.private
                 )
                 self.prompts.append((now, command.prompt_id, text))
                 self.transcript.prompt(text)
@@ -537,3 +538,11 @@ async def run_flow(
     leg.finish(cause)
     failure = with_errors(leg.failure, errors) if leg.failure is not None else None
     return FlowResult(flow, failure, cause, clock.now(), time.perf_counter() - started, timeline)
+
+
+def _words(item: SayText) -> str:
+    """What a text says: SSML's words without its markup (as written if it is invalid)."""
+    try:
+        return ssml.spoken_text(item.text, item.language)
+    except ssml.SsmlError:
+        return item.text

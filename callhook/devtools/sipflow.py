@@ -77,7 +77,7 @@ from callhook.events import (
     SayText,
     StartPrompt,
 )
-from callhook.speech.synthesis import sentences
+from callhook.speech.sentences import sentences
 from callhook.telephony.leg import SipLeg
 
 #: Seconds the caller waits after its last step for the application to end the call.

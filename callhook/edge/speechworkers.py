@@ -225,13 +225,16 @@ class SpeechService:
         else:
             logger.info("the %s model is ready (%.1f s)", what, time.monotonic() - started)
 
-    async def sentence(self, choice: VoiceChoice, text: str) -> npt.NDArray[np.int16]:
-        """One sentence spoken by ``choice`` (8 kHz); raises SynthesisError."""
+    async def sentence(
+        self, choice: VoiceChoice, text: str, rate: float = 1.0
+    ) -> npt.NDArray[np.int16]:
+        """One sentence spoken by ``choice`` at ``rate`` times its speed (8 kHz); raises
+        SynthesisError."""
         assert self.synthesiser is not None
         synthesiser = self.synthesiser
         loop = asyncio.get_running_loop()
         start = loop.time()
-        audio = await loop.run_in_executor(self._tts_pool, synthesiser.sentence, choice, text)
+        audio = await loop.run_in_executor(self._tts_pool, synthesiser.sentence, choice, text, rate)
         self.stats.sentences += 1
         self.stats.synthesis_seconds += loop.time() - start
         return audio

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
+from xml.sax.saxutils import escape
 
 import espeakng_loader
 import numpy as np
@@ -35,6 +36,7 @@ from callhook.speech.tts import SynthesisError, telephone_audio
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
 _INITIALIZE_DONT_EXIT = 0x8000  # report bad data as an error instead of exit()ing the process
 _CHARS_UTF8 = 1
+_SSML = 0x10  # espeakSSML: the text is SSML (espeak-ng's markup.md)
 _ENDPAUSE = 0x1000  # the pause after the last sentence, so joined prompts do not run together
 _POS_CHARACTER = 1
 _EE_OK = 0
@@ -169,7 +171,7 @@ class EspeakEngine:
         with self._shared.lock:
             self._init()
 
-    def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
         with self._shared.lock:
             lib = self._init()
             if voice not in self._shared.voices:
@@ -178,10 +180,15 @@ class EspeakEngine:
                 if lib.espeak_SetVoiceByName(self._shared.voices[voice][0].encode()) != _EE_OK:
                     raise SynthesisError(f"espeak could not select voice {voice!r}")
                 self._shared.current = voice
+            flags = _CHARS_UTF8 | _ENDPAUSE
+            if rate != 1.0:
+                # espeak-ng reads SSML itself: the rate as its prosody element.
+                text = f'<speak><prosody rate="{rate * 100:.0f}%">{escape(text)}</prosody></speak>'
+                flags |= _SSML
             encoded = text.encode()
             self._shared.samples = []
             status = lib.espeak_Synth(
-                encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, _CHARS_UTF8 | _ENDPAUSE, None, None
+                encoded, len(encoded) + 1, 0, _POS_CHARACTER, 0, flags, None, None
             )
             samples, self._shared.samples = self._shared.samples, []
             if status != _EE_OK:

@@ -124,11 +124,17 @@ class PiperEngine:
                 voice.loaded = _load_model(voice)
             return voice.loaded
 
-    def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
         model = self._load(voice)
+        config = None
+        if rate != 1.0:
+            from piper.config import SynthesisConfig
+
+            # The voice's phoneme lengths scaled: SSML's prosody rate, which piper lacks.
+            config = SynthesisConfig(length_scale=model.config.length_scale / rate)
         try:
             sentences = [
-                model.phoneme_ids_to_audio(model.phonemes_to_ids(phonemes))
+                model.phoneme_ids_to_audio(model.phonemes_to_ids(phonemes), config)
                 for phonemes in model.phonemize(text)
                 if phonemes
             ]

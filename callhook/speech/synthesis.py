@@ -14,16 +14,16 @@ A ``text_to_say`` item is spoken by one engine's voice (:mod:`callhook.speech.tt
   warning in the call's log. A prompt is not refused for its voice: the caller
   hearing the words matters more than the timbre.
 
-Text is split into sentences; each sentence is synthesised (on a worker
-thread, by the caller of :meth:`Synthesiser.sentence`) and cached under
-(engine, voice, sentence), so a prompt is synthesised once and later plays
-from memory, and a long prompt starts playing when its first sentence is ready.
+Text is split into sentences (SSML rendered first: :mod:`callhook.speech.ssml`, its
+pauses silence, its volumes a gain); each sentence is synthesised (on a worker thread, by
+the caller of :meth:`Synthesiser.sentence`) and cached under (engine, voice, sentence,
+speaking rate), so a prompt is synthesised once and later plays from memory, and a long
+prompt starts playing when its first sentence is ready.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,35 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from callhook.speech.tts import SpeechEngine, SynthesisError
+from callhook.speech import ssml
+from callhook.speech.tts import SpeechEngine, SynthesisError, at_volume, silence
 
 logger = logging.getLogger("callhook.speech")
 
 #: Bytes of 8 kHz audio the sentence cache keeps (64 MiB: about 70 minutes of speech).
 CACHE_BYTES = 64 * 1024 * 1024
-
-# A sentence ends at . ! ? ; or a line break, followed by space, when the next
-# sentence starts. Abbreviations such as "Dr. Smith" split too: harmless, the
-# two pieces play back to back.
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
-#: Sentences longer than this are split at commas too, so the first audio comes early
-#: (piper needs ~0.1 s of CPU per second of speech; a 3 s sentence would keep the caller
-#: waiting ~0.3 s, more on a busy core).
-LONG_SENTENCE = 80
-
-
-def sentences(text: str) -> list[str]:
-    """``text`` split into the pieces synthesised one at a time (never empty pieces)."""
-    pieces: list[str] = []
-    for sentence in _SENTENCE_END.split(text):
-        sentence = sentence.strip()
-        if not sentence:
-            continue
-        if len(sentence) > LONG_SENTENCE:
-            pieces += [p.strip() for p in re.split(r"(?<=,)\s+", sentence) if p.strip()]
-        else:
-            pieces.append(sentence)
-    return pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +68,7 @@ class Synthesiser:
             raise ValueError("no text-to-speech engine")
         self.engines = {engine.name: engine for engine in engines}
         self.cache_bytes = cache_bytes
-        self._cache: OrderedDict[tuple[str, str, str], npt.NDArray[np.int16]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, str, float], npt.NDArray[np.int16]] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -166,9 +144,12 @@ class Synthesiser:
 
     # --- audio ------------------------------------------------------------------------
 
-    def cached(self, choice: VoiceChoice, sentence: str) -> npt.NDArray[np.int16] | None:
-        """The sentence's audio if it was synthesised before (cheap; any thread)."""
-        key = (choice.engine.name, choice.voice, sentence)
+    def cached(
+        self, choice: VoiceChoice, sentence: str, rate: float = 1.0
+    ) -> npt.NDArray[np.int16] | None:
+        """The sentence's audio (at ``rate``) if it was synthesised before (cheap; any
+        thread)."""
+        key = (choice.engine.name, choice.voice, sentence, rate)
         with self._lock:
             audio = self._cache.get(key)
             if audio is not None:
@@ -176,19 +157,25 @@ class Synthesiser:
                 self.hits += 1
             return audio
 
-    def sentence(self, choice: VoiceChoice, sentence: str) -> npt.NDArray[np.int16]:
-        """The sentence's audio, synthesised now unless cached. Blocking: call off the loop."""
-        audio = self.cached(choice, sentence)
+    def sentence(
+        self, choice: VoiceChoice, sentence: str, rate: float = 1.0
+    ) -> npt.NDArray[np.int16]:
+        """The sentence's audio at ``rate`` times the voice's speed, synthesised now unless
+        cached. Blocking: call off the loop."""
+        audio = self.cached(choice, sentence, rate)
         if audio is not None:
             return audio
         try:
-            audio = choice.engine.synthesize(sentence, choice.voice)
+            if rate == 1.0:
+                audio = choice.engine.synthesize(sentence, choice.voice)
+            else:
+                audio = choice.engine.synthesize(sentence, choice.voice, rate)
         except SynthesisError:
             raise
         except Exception as exc:  # an engine bug must not take the call down
             raise SynthesisError(f"{choice.label}: {type(exc).__name__}: {exc}") from exc
         audio.setflags(write=False)  # shared by every call that plays it
-        key = (choice.engine.name, choice.voice, sentence)
+        key = (choice.engine.name, choice.voice, sentence, rate)
         with self._lock:
             self.misses += 1
             if key not in self._cache:
@@ -202,7 +189,17 @@ class Synthesiser:
     def speak(
         self, text: str, tts_voice: str | None = None, language: str | None = None
     ) -> npt.NDArray[np.int16]:
-        """The whole text at once (blocking): for the terminal phone and benchmarks."""
+        """The whole text (SSML too; an ``audio`` element says its content) at once,
+        blocking: for the terminal phone and benchmarks."""
         choice = self.choose(tts_voice, language)
-        parts = [self.sentence(choice, s) for s in sentences(text)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+        audio = []
+        for part in ssml.parts(text, language):
+            for piece in part.fallback if isinstance(part, ssml.StoreAudio) else (part,):
+                audio.append(self.part(choice, piece))
+        return np.concatenate(audio) if audio else np.zeros(0, dtype=np.int16)
+
+    def part(self, choice: VoiceChoice, part: ssml.Spoken | ssml.Pause) -> npt.NDArray[np.int16]:
+        """One part of a text's rendering, synthesised now unless cached (blocking)."""
+        if isinstance(part, ssml.Pause):
+            return silence(part.seconds)
+        return at_volume(self.sentence(choice, part.text, part.rate), part.volume_db)

@@ -10,6 +10,7 @@ an engine only turns a piece of text into 8 kHz audio, through
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -46,6 +47,25 @@ def telephone_audio(samples: npt.NDArray[np.floating[Any]], rate: int) -> npt.ND
     return np.round(audio * (gain * 32767)).astype(np.int16)
 
 
+def at_volume(audio: npt.NDArray[np.int16], db: float) -> npt.NDArray[np.int16]:
+    """``audio`` made ``db`` louder (SSML's ``prosody volume``), never past the peak ceiling
+    (a louder voice is a compressed one there, not a clipped one); ``-inf`` is silence."""
+    if db == 0.0 or not audio.size:
+        return audio
+    if math.isinf(db) and db < 0:
+        return np.zeros(audio.size, dtype=np.int16)
+    peak = float(np.max(np.abs(audio.astype(np.int32))))
+    gain = 10 ** (db / 20)
+    if peak > 0:
+        gain = min(gain, 10 ** (PEAK_CEILING_DBFS / 20) * 32767 / peak) if db > 0 else gain
+    return np.round(audio.astype(np.float32) * gain).astype(np.int16)
+
+
+def silence(seconds: float) -> npt.NDArray[np.int16]:
+    """``seconds`` of silence at :data:`SAMPLE_RATE` (SSML's ``break``)."""
+    return np.zeros(round(seconds * SAMPLE_RATE), dtype=np.int16)
+
+
 class SpeechEngine(Protocol):
     """One TTS engine and the voices it has."""
 
@@ -63,8 +83,9 @@ class SpeechEngine(Protocol):
     def warm_up(self) -> None:
         """Load models now (called once off the event loop at start-up)."""
 
-    def synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
-        """``text`` (usually one sentence) spoken with ``voice``: 8 kHz mono int16.
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
+        """``text`` (usually one sentence) spoken with ``voice`` at ``rate`` times its usual
+        speed (SSML's ``prosody rate``): 8 kHz mono int16.
 
         Called on worker threads, possibly several at once. Raises
         :class:`SynthesisError` when the text cannot be spoken.

@@ -71,14 +71,12 @@ from callhook.events import (
     StopTranscribing,
     Transcribe,
 )
-from callhook.media import g711
 from callhook.media.callrecording import CallRecording
 from callhook.media.player import PromptError
 from callhook.media.session import MediaSession
 from callhook.media.utterances import Utterance
 from callhook.ports import CallInfo
 from callhook.speech import languages
-from callhook.speech.synthesis import sentences
 from callhook.speech.tts import SynthesisError
 from callhook.store.crypto import Key
 from callhook.store.files import MediaStore
@@ -356,12 +354,11 @@ class SipLeg:
             for item in items:
                 synthesiser = self.prompts.synthesiser
                 if isinstance(item, SayText) and self.speech and synthesiser:
-                    choice = synthesiser.choose(item.voice, item.language)
-                    for sentence in sentences(item.text):
-                        audio = synthesiser.cached(choice, sentence)
-                        if audio is None:
-                            audio = await self.speech.sentence(choice, sentence)
-                        self.session.append_prompt(prompt_id, g711.encode(law, audio))
+                    spoken = self.prompts.speech(
+                        self.app_name, item, law, self.speech.sentence, self._prompt_note
+                    )
+                    async for audio_bytes in spoken:
+                        self.session.append_prompt(prompt_id, audio_bytes)
                 elif isinstance(item, PlayFile):  # read and decoded off the event loop
                     audio_bytes = await asyncio.to_thread(
                         self.prompts.encoded_item, self.app_name, item, law
@@ -389,6 +386,9 @@ class SipLeg:
             if error is not None:
                 self._prompt_errors[prompt_id] = error
             self.session.close_prompt(prompt_id)
+
+    def _prompt_note(self, note: str) -> None:
+        logger.warning("call %s: %s", self.info.call_id, note)
 
     def _cancel_stream(self, prompt_id: int) -> None:
         task = self._streaming.pop(prompt_id, None)

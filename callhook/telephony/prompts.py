@@ -22,8 +22,10 @@ its cause, like a missing file.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -34,7 +36,9 @@ from callhook.events import PlayDigits, PlayFile, PlayTone, PlayUrl, PromptItem,
 from callhook.media import g711, tones, wav
 from callhook.media.dtmfsend import Digits
 from callhook.media.player import PromptError, Segment
-from callhook.speech.synthesis import Synthesiser, sentences
+from callhook.speech import ssml
+from callhook.speech.synthesis import Synthesiser, VoiceChoice
+from callhook.speech.tts import at_volume, silence
 from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace
 
@@ -42,6 +46,11 @@ CACHE_ENTRIES = 128
 
 #: The prompt items that are audio (the others are digits and remote files).
 AudioItem = SayText | PlayFile | PlayTone
+
+
+#: Synthesises a sentence on a worker thread (``choice``, ``text``, ``rate``):
+#: :meth:`callhook.edge.speechworkers.SpeechService.sentence`.
+Synthesise = Callable[[VoiceChoice, str, float], Awaitable[npt.NDArray[np.int16]]]
 
 
 class RemoteAudio(Protocol):
@@ -205,18 +214,70 @@ class PromptAudio:
             raise PromptError(f"{item.name}: {exc}") from None
 
     def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16] | None:
-        """The text's audio if every sentence is in the synthesiser's cache, else None."""
+        """The text's audio if every sentence is in the synthesiser's cache (and it names
+        no file of the store: :meth:`speech` reads those), else None."""
         synthesiser = self.synthesiser
         if synthesiser is None:
             raise PromptError("no text-to-speech engine is installed")
         choice = synthesiser.choose(item.voice, item.language)
-        parts = []
-        for sentence in sentences(item.text):
-            audio = synthesiser.cached(choice, sentence)
-            if audio is None:
+        audio = []
+        for part in _parts(item):
+            if isinstance(part, ssml.StoreAudio):
                 return None
-            parts.append(audio)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+            if isinstance(part, ssml.Pause):
+                audio.append(silence(part.seconds))
+                continue
+            spoken = synthesiser.cached(choice, part.text, part.rate)
+            if spoken is None:
+                return None
+            audio.append(at_volume(spoken, part.volume_db))
+        return np.concatenate(audio) if audio else np.zeros(0, dtype=np.int16)
+
+    async def speech(
+        self,
+        app: str,
+        item: SayText,
+        law: g711.Law,
+        synthesise: Synthesise,
+        note: Callable[[str], None],
+    ) -> AsyncIterator[bytes]:
+        """The text's audio in ``law``, a sentence, a pause or a file at a time, each as soon
+        as it is ready: sentences from the cache or ``synthesise`` (on a worker thread),
+        SSML's ``audio`` files read on a worker thread. A file the store does not have
+        is its element's content instead, and ``note`` says so (for the call's log).
+        Raises PromptError or SynthesisError."""
+        synthesiser = self.synthesiser
+        if synthesiser is None:
+            raise PromptError("no text-to-speech engine is installed")
+        choice = synthesiser.choose(item.voice, item.language)
+        for part in _parts(item):
+            pieces: tuple[ssml.Spoken | ssml.Pause, ...]
+            if isinstance(part, ssml.StoreAudio):
+                try:
+                    yield await asyncio.to_thread(self.encoded_item, app, PlayFile(part.name), law)
+                    continue
+                except PromptError as exc:
+                    note(f"SSML <audio>: {exc}: its content is said instead")
+                    pieces = part.fallback
+            else:
+                pieces = (part,)
+            for piece in pieces:
+                if isinstance(piece, ssml.Pause):
+                    yield g711.encode(law, silence(piece.seconds))
+                    continue
+                audio = synthesiser.cached(choice, piece.text, piece.rate)
+                if audio is None:
+                    audio = await synthesise(choice, piece.text, piece.rate)
+                yield g711.encode(law, at_volume(audio, piece.volume_db))
+
+
+def _parts(item: SayText) -> tuple[ssml.Part, ...]:
+    """What a text says (:func:`callhook.speech.ssml.parts`); SSML that is not valid (it is
+    checked when the action list arrives) ends the prompt with its cause."""
+    try:
+        return ssml.parts(item.text, item.language)
+    except ssml.SsmlError as exc:
+        raise PromptError(str(exc)) from None
 
 
 K = TypeVar("K")

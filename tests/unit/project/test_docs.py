@@ -1,7 +1,7 @@
 """Every snippet of the docs and the README, put to what it claims to be: a config file
-is loaded by callhook's config loader, an action list validated, a flow loaded, Python
-compiled, a callhook command line parsed by callhook's own parser, a benchmark or a
-script found. (docs/tutorial.md's are run for real: tests/e2e/test_tutorial.py; the
+is loaded by callhook's config loader, an action list validated, SSML rendered, a flow
+loaded, Python compiled, a callhook command line parsed by callhook's own parser, a
+benchmark or a script found. (docs/tutorial.md's are run for real: tests/e2e/test_tutorial.py; the
 library snippet of docs/applications.md too: tests/unit/sdk/test_sdk.py.) Output samples
 (blocks with no language) and other programs' files (Asterisk's ``ini``) are not ours
 to run.
@@ -21,6 +21,7 @@ from callhook.actions.response import parse_response
 from callhook.cli import parser
 from callhook.config.settings import load
 from callhook.devtools.flow import load_flow
+from callhook.speech import ssml
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -56,6 +57,9 @@ def test_snippet(
             parse_response(body.encode())
         elif isinstance(value, dict) and len(value) == 1 and "error" not in value:
             parse_response(json.dumps({"actions": [value]}).encode())  # one action
+    elif lang == "xml":  # SSML for a text_to_say
+        assert ssml.is_ssml(body), f"{where}: an xml block that is not SSML"
+        assert ssml.parts(body)
     elif lang == "yaml":
         path = tmp_path / "flow.yaml"
         path.write_text(body)

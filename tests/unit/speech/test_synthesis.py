@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from callhook.speech.synthesis import Synthesiser, sentences
+from callhook.speech.sentences import sentences
+from callhook.speech.synthesis import Synthesiser
 from callhook.speech.tts import SynthesisError
 
 
@@ -33,7 +34,7 @@ class Engine:
     def warm_up(self) -> None:
         pass
 
-    def synthesize(self, text: str, voice: str) -> np.ndarray:
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
         self.calls.append((text, voice))
         if text == "fail":
             raise SynthesisError("cannot")

@@ -97,6 +97,21 @@ def test_more_words_take_longer(engine: tuple[SpeechEngine, str]) -> None:
     assert lengths[0] > 0.2 * SAMPLE_RATE
 
 
+def test_a_rate_speaks_faster_or_slower_and_nothing_of_the_markup(
+    engine: tuple[SpeechEngine, str],
+) -> None:
+    """SSML's prosody rate (piper: its phoneme lengths; espeak: its own SSML): the same
+    words at half and twice the speed, and markup characters in the text are words, not
+    markup, for espeak's SSML reader."""
+    e, voice = engine
+    normal = len(e.synthesize(SENTENCE, voice))
+    slow = len(e.synthesize(SENTENCE, voice, 0.5))
+    fast = len(e.synthesize(SENTENCE, voice, 2.0))
+    assert slow > 1.5 * normal and fast < 0.75 * normal, (slow, normal, fast)
+    odd = "Tom & Jerry <break/> are here."
+    assert len(e.synthesize(odd, voice, 0.9)) > 0.8 * len(e.synthesize(odd, voice))
+
+
 def test_nothing_to_say_is_silence_not_an_error(engine: tuple[SpeechEngine, str]) -> None:
     tts, voice = engine
     for text in ["", "   ", "..."]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import wave
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -60,7 +61,7 @@ class Engine:
     def warm_up(self) -> None:
         pass
 
-    def synthesize(self, text: str, voice: str) -> np.ndarray:
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
         if text.startswith("Bad"):
             raise SynthesisError("test:v cannot say that")
         if text.startswith("Secret"):
@@ -245,3 +246,30 @@ def _phrase(text: str):
     from callhook.events import Phrase
 
     return Phrase((Alternative(text, 0.9),))
+
+
+async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_path, caplog):
+    the_leg, session, _, _ = leg(tmp_path)
+    bell = the_leg.prompts.store.path("app", "bell.wav")
+    bell.parent.mkdir(parents=True, exist_ok=True)
+    with wave.open(str(bell), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(8000)
+        out.writeframes(np.full(160, 3000, dtype="<i2").tobytes())
+    text = (
+        '<speak>Hi. <break time="100ms"/><audio src="bell.wav">Not said</audio>'
+        '<audio src="nowhere.wav">Fallback</audio></speak>'
+    )
+    the_leg.send([StartPrompt(6, (SayText(text),))])
+    await until(lambda: not the_leg._streaming)
+    audio = g711.decode("ulaw", session.player._prompt.audio)  # type: ignore[union-attr]
+    spoken = 1000 * (len("Hi.") % 7 + 1)
+    fallback = 1000 * (len("Fallback") % 7 + 1)
+    expected = np.concatenate(
+        [np.full(320, spoken), np.zeros(800), np.full(160, 3000), np.full(320, fallback)]
+    )
+    roundtrip = g711.decode("ulaw", g711.encode("ulaw", expected.astype(np.int16)))
+    assert np.array_equal(audio, roundtrip)
+    assert "call c1: SSML <audio>: nowhere.wav" in caplog.text
+    assert "its content is said instead" in caplog.text
