@@ -54,9 +54,10 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         max_redirects=settings.egress.max_redirects,
         egress=egress,
     )
+    remote = tuple(settings.speech.engines.values())
     speech = SpeechService(
-        build_synthesiser(settings.speech.voice),
-        build_recogniser(settings.speech.recogniser, settings.speech.model),
+        build_synthesiser(settings.speech.voice, remote),
+        build_recogniser(settings.speech.recogniser, settings.speech.model, remote),
         workers=settings.speech.workers,
     )
     if settings.speech.preload:

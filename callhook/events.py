@@ -109,6 +109,14 @@ class SpeechUnavailable:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptNote:
+    """A prompt plays, but not quite as asked (a remote voice failed and the embedded one
+    speaks; an SSML ``audio`` file is missing and its text is said): for the call log."""
+
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
 class VoiceActivity:
     """Sound above the background noise started (``active``) or stopped on the caller's side."""
 
@@ -275,6 +283,7 @@ MediaEvent = (
     | SpeechRecognised
     | SpeechRejected
     | SpeechUnavailable
+    | PromptNote
     | VoiceActivity
     | RecorderFailed
     | CallEnded

@@ -46,6 +46,7 @@ from callhook.events import (
     PlayTone,
     PlayUrl,
     PromptFinished,
+    PromptNote,
     RecordCall,
     Refer,
     ReferAnswered,
@@ -241,6 +242,8 @@ def event_line(event: MediaEvent) -> Line | None:
         return Line("speech_unrecognised", "speech detected, nothing recognised")
     if isinstance(event, SpeechUnavailable):
         return Line("speech_unavailable", event.cause, logging.ERROR)
+    if isinstance(event, PromptNote):
+        return Line("prompt_note", event.note, logging.WARNING)
     if isinstance(event, CalleeRinging):  # a connect's far legs: both legs in one log
         return Line("callee_ringing", f"#{event.attempt}")
     if isinstance(event, CalleeAnswered):

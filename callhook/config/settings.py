@@ -51,10 +51,17 @@ A config file is TOML::
 
     [speech]
     voice = "piper:joe"                 # default TTS voice (engine:voice); "espeak:en-us" is light
-    recogniser = "whisper"              # whisper | sphinx | none (digits only)
+    recogniser = "whisper"              # whisper | sphinx | none (digits only) | a remote engine
     model = "tiny.en"                   # tiny.en | base | small | tiny.en+base (docs/speech.md)
     workers = 2                         # threads for synthesis, and as many for recognition
     preload = true                      # load the models at start-up, not on the first call
+
+    [speech.engines.farm]               # a remote engine (docs/speech.md, "Remote engines")
+    protocol = "wyoming"                # wyoming-faster-whisper, wyoming-piper, ...
+    uri = "tcp://10.0.0.5:10300"        # or unix:///run/wyoming.sock
+    timeout = 5                         # seconds for each connect, send and read
+    languages = ["en"]                  # what it recognises
+    voices = ["en_US-amy-medium"]       # its voices (asked of the server when left out)
 
     [recordings]
     max_mb = 64                         # a recording stops at this size (reason filesize)
@@ -128,6 +135,7 @@ from callhook.config.apps import UserConfig as UserConfig
 from callhook.config.apps import applications, users
 from callhook.config.apps import check_api_key as check_api_key
 from callhook.config.secret import data_secret as data_secret
+from callhook.config.speechengines import speech_engines
 from callhook.config.tables import (
     ConferenceSettings,
     DatabaseSettings,
@@ -452,13 +460,15 @@ def load(path: Path) -> Settings:
     _security(path, _table(path, raw, "security"), settings)
     _outbound(path, _table(path, raw, "outbound"), settings)
     _egress(path, _table(path, raw, "egress"), settings)
+    speech = _table(path, raw, "speech")
+    settings.speech.engines = speech_engines(path, speech)
     (
         settings.speech.voice,
         settings.speech.recogniser,
         settings.speech.model,
         settings.speech.workers,
         settings.speech.preload,
-    ) = _speech(path, _table(path, raw, "speech"), RECOGNISERS, SPEECH_MODELS)
+    ) = _speech(path, speech, (*RECOGNISERS, *settings.speech.engines), SPEECH_MODELS)
     trunk = _table(path, raw, "trunk")
     settings.trunk.username = trunk.get("username")
     settings.trunk.password = trunk.get("password")

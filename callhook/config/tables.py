@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from callhook.config.speechengines import RemoteEngine
 from callhook.dialplan.outbound import MAX_CALLS_PER_APP
 from callhook.sip.front import Front
 from callhook.sip.guard import PRIVATE
@@ -87,6 +88,8 @@ class SpeechSettings:
     model: str = "tiny.en"
     workers: int = 2
     preload: bool = True
+    #: ``[speech.engines.NAME]``: remote engines.
+    engines: dict[str, RemoteEngine] = field(default_factory=dict)
 
 
 @dataclass

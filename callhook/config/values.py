@@ -160,7 +160,9 @@ def speech(
     path: Path, values: dict[str, Any], recognisers: tuple[str, ...], models: tuple[str, ...]
 ) -> tuple[str, str, str, int, bool]:
     """``[speech]``: voice, recogniser, model, workers and preload (defaults: config.Settings)."""
-    no_unknown(path, "speech", values, {"voice", "recogniser", "model", "workers", "preload"})
+    no_unknown(
+        path, "speech", values, {"voice", "recogniser", "model", "workers", "preload", "engines"}
+    )
     voice = text(path, "speech", "voice", values, "piper:joe")
     recogniser = text(path, "speech", "recogniser", values, "whisper")
     if recogniser not in recognisers:

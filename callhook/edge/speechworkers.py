@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,11 +34,13 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from callhook.config.speechengines import RemoteEngine
 from callhook.events import Alternative, RecognitionOptions
 from callhook.media import vad
 from callhook.media.utterances import cut_utterances
 from callhook.speech import faults
 from callhook.speech.asr import Recogniser
+from callhook.speech.remote import RemoteSpeechError
 from callhook.speech.supervisor import RecogniserSupervisor
 from callhook.speech.synthesis import Synthesiser, VoiceChoice
 from callhook.speech.tts import SpeechEngine
@@ -220,6 +222,8 @@ class SpeechService:
         started = time.monotonic()
         try:
             load()
+        except RemoteSpeechError as exc:  # a server that is down: its cause, no traceback
+            logger.error("the %s engine is not there: %s", what, exc)
         except Exception:
             logger.exception("loading the %s model failed", what)
         else:
@@ -283,6 +287,10 @@ class SpeechService:
                 f"no answer from the speech recogniser within {ANSWER_TIMEOUT:g} s"
                 " (busy with other calls' speech, or still loading)"
             ) from None
+        except RemoteSpeechError as exc:  # a server down, slow or garbled: not a crash
+            cause = f"the {self.recogniser.name} recogniser failed: {exc}"
+            self._fault(cause)
+            raise RecognitionFailed(cause) from exc
         except Exception as exc:
             cause = f"the {self.recogniser.name} recogniser crashed: {type(exc).__name__}: {exc}"
             self._fault(cause)
@@ -408,6 +416,8 @@ class SpeechService:
                 engine.warm_up()
             self.recogniser = engine
             logger.warning("speech recogniser restarted (%s)", engine.name if engine else "none")
+        except RemoteSpeechError as exc:
+            logger.error("the speech recogniser could not be restarted: %s", exc)
         except Exception:
             logger.exception("the speech recogniser could not be restarted")
         finally:
@@ -429,6 +439,14 @@ class SpeechService:
             out["default_voice"] = self.synthesiser.default.label
             out["sentence_cache_hits"] = self.synthesiser.hits
             out["sentence_cache_misses"] = self.synthesiser.misses
+            # Remote voices: whether each is being skipped after failing, and how often.
+            remote = {
+                name: engine.snapshot()
+                for name, engine in self.synthesiser.engines.items()
+                if getattr(engine, "remote", False) and hasattr(engine, "snapshot")
+            }
+            if remote:
+                out["remote_voices"] = remote
         return out
 
     async def hear(
@@ -497,8 +515,12 @@ class SpeechService:
             logger.warning("speech recognition still busy after %g s at exit: abandoned", timeout)
 
 
-def build_synthesiser(default_voice: str) -> Synthesiser | None:
-    """The installed TTS engines behind one :class:`Synthesiser`, or None if none loads."""
+def build_synthesiser(
+    default_voice: str, remote: Sequence[RemoteEngine] = ()
+) -> Synthesiser | None:
+    """The installed TTS engines and the ``remote`` ones behind one :class:`Synthesiser`,
+    or None if none loads. A remote voice that fails is replaced by the first embedded
+    engine's default voice (:meth:`Synthesiser.fallback_for`)."""
     engines: list[SpeechEngine] = []
     try:
         from callhook.speech.piper import PiperEngine
@@ -512,22 +534,42 @@ def build_synthesiser(default_voice: str) -> Synthesiser | None:
         engines.append(EspeakEngine())
     except Exception as exc:
         logger.warning("espeak-ng text-to-speech is not available: %s", exc)
+    embedded = [f"{e.name}:{e.voice_for('en-US') or next(iter(e.voices()))}" for e in engines]
+    for server in remote:
+        from callhook.speech.wyoming import WyomingVoice
+
+        engines.append(
+            WyomingVoice(server.name, server.uri, timeout=server.timeout, voices=server.voices)
+        )
     if not engines:
         logger.error("no text-to-speech engine: text prompts cannot be spoken")
         return None
+    # The voice that speaks when a remote one fails: the default voice if it is embedded.
+    remote_default = default_voice.split(":")[0] in {server.name for server in remote}
+    fallback = next(iter(embedded), None) if remote_default else default_voice
     try:
-        return Synthesiser(engines, default_voice)
+        return Synthesiser(engines, default_voice, fallback_voice=fallback)
     except ValueError as exc:
-        fallback = f"{engines[0].name}:{next(iter(engines[0].voices()))}"
-        logger.error("%s; using %s", exc, fallback)
-        return Synthesiser(engines, fallback)
+        voice = fallback or f"{engines[0].name}:{next(iter(engines[0].voices()))}"
+        logger.error("%s; using %s", exc, voice)
+        return Synthesiser(engines, voice, fallback_voice=fallback)
 
 
-def build_recogniser(name: str, model: str = "tiny.en") -> Recogniser | None:
+def build_recogniser(
+    name: str, model: str = "tiny.en", remote: Sequence[RemoteEngine] = ()
+) -> Recogniser | None:
     """The configured recogniser engine (``whisper``, with its ``model``: ``tiny.en``,
-    ``base``, ``small``, or a cascade ``tiny.en+base``; ``sphinx``; ``none``: digits only)."""
+    ``base``, ``small``, or a cascade ``tiny.en+base``; ``sphinx``; ``none``: digits only;
+    or one of the ``remote`` engines by its name)."""
     if name == "none":
         return None
+    for server in remote:
+        if server.name == name:
+            from callhook.speech.wyoming import WyomingRecogniser
+
+            return WyomingRecogniser(
+                name, server.uri, timeout=server.timeout, spoken=server.languages
+            )
     if name not in ("whisper", "sphinx"):
         raise ValueError(f"unknown speech recogniser {name!r} (whisper, sphinx or none)")
     engine: Recogniser

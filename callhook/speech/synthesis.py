@@ -63,6 +63,7 @@ class Synthesiser:
         default_voice: str,
         *,
         cache_bytes: int = CACHE_BYTES,
+        fallback_voice: str | None = None,
     ) -> None:
         if not engines:
             raise ValueError("no text-to-speech engine")
@@ -79,6 +80,14 @@ class Synthesiser:
                 f"default voice {default_voice!r} is not installed ({self._installed()})"
             )
         self.default = default
+        #: An embedded voice that speaks when a remote one fails (None: the error stands).
+        self.fallback = self._named(fallback_voice, None) if fallback_voice else None
+
+    def fallback_for(self, choice: VoiceChoice) -> VoiceChoice | None:
+        """The voice that speaks instead when ``choice``, a remote engine's, fails."""
+        if not getattr(choice.engine, "remote", False) or self.fallback is None:
+            return None
+        return self.fallback if self.fallback.engine is not choice.engine else None
 
     def voice_names(self) -> list[str]:
         """Every ``engine:voice`` installed."""
@@ -195,7 +204,15 @@ class Synthesiser:
         audio = []
         for part in ssml.parts(text, language):
             for piece in part.fallback if isinstance(part, ssml.StoreAudio) else (part,):
-                audio.append(self.part(choice, piece))
+                try:
+                    audio.append(self.part(choice, piece))
+                except SynthesisError as exc:
+                    fallback = self.fallback_for(choice)
+                    if fallback is None:
+                        raise
+                    logger.warning("%s: said by %s instead", exc, fallback.label)
+                    choice = fallback
+                    audio.append(self.part(choice, piece))
         return np.concatenate(audio) if audio else np.zeros(0, dtype=np.int16)
 
     def part(self, choice: VoiceChoice, part: ssml.Spoken | ssml.Pause) -> npt.NDArray[np.int16]:

