@@ -11,6 +11,7 @@ import logging
 from callhook.calls.services import Services
 from callhook.clock import Clock, MonotonicClock
 from callhook.config.settings import ConfigError, Settings, data_secret
+from callhook.config.speechengines import RemoteEngine
 from callhook.edge.egress import Egress
 from callhook.edge.egresspolicy import EgressPolicy
 from callhook.edge.pages import HttpPages
@@ -106,6 +107,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         outbox=outbox,
         clock=clock or MonotonicClock(),
     )
+    services.app_speech = _app_speech(settings, speech, remote)
     services.trust_app_hosts(*settings.apps.values())
     # A recording queued for announcing is announced now, not at the notifier's next poll.
     journal.on_queued = services.notify_now
@@ -118,6 +120,29 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     if recovered:
         logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
     return services
+
+
+def _app_speech(
+    settings: Settings, default: SpeechService, remote: tuple[RemoteEngine, ...]
+) -> dict[str, SpeechService]:
+    """A speech service for each recogniser an application names other than
+    ``[speech]``'s (the voices shared), and which application uses which."""
+    by_engine = {settings.speech.recogniser: default}
+    out: dict[str, SpeechService] = {}
+    for app in settings.apps.values():
+        if app.recogniser is None:
+            continue
+        if app.recogniser not in by_engine:
+            service = SpeechService(
+                default.synthesiser,
+                build_recogniser(app.recogniser, settings.speech.model, remote),
+                workers=settings.speech.workers,
+            )
+            if settings.speech.preload:
+                service.warm_up()
+            by_engine[app.recogniser] = service
+        out[app.name] = by_engine[app.recogniser]
+    return out
 
 
 def build_sip_service(services: Services, host: str, port: int) -> SipService:

@@ -81,6 +81,13 @@ class Services:
     _calls: itertools.count[int] = field(default_factory=itertools.count)
     #: Every application that ran a call here (their secrets sign notifications).
     _apps: dict[str, AppConfig] = field(default_factory=dict)
+    #: Applications whose ``recogniser`` is not ``[speech]``'s: the speech service with
+    #: theirs (one per engine, shared by the applications that name it).
+    app_speech: dict[str, SpeechService] = field(default_factory=dict)
+
+    def speech_for(self, app: str) -> SpeechService:
+        """The speech service an application's calls use."""
+        return self.app_speech.get(app, self.speech)
 
     def trust_app_hosts(self, *apps: AppConfig) -> None:
         """Let fetches reach the endpoints of ``apps``' pages (host and port) even when they
@@ -335,7 +342,8 @@ class Services:
                 await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*self._rounds, return_exceptions=True)
         self._keeper = self._recovering = None
-        await asyncio.to_thread(self.speech.close)
+        for speech in {id(s): s for s in (self.speech, *self.app_speech.values())}.values():
+            await asyncio.to_thread(speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.
         if not await asyncio.to_thread(wavfile.drain):
             logger.error("recordings still being finished at exit: start-up recovery will do it")

@@ -62,6 +62,10 @@ class AppConfig:
     #: Its outbound calls' far ends are classified before their first page (Aculab's
     #: outbound service setting "Enable far-end classification"; None: not).
     classify_callee: ClassifyOptions | None = None
+    #: Its speech recogniser and default voice, when not ``[speech]``'s: an embedded
+    #: engine or a ``[speech.engines.NAME]`` (docs/speech.md, "Remote engines").
+    recogniser: str | None = None
+    voice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ def applications(
             "numbers",
             "webservices_username",
             "classify_callee",
+            "recogniser",
+            "voice",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -129,6 +135,8 @@ def applications(
             classify_callee=classify_callee(
                 f"{path}: [apps.{name}] classify_callee", table.get("classify_callee", False)
             ),
+            recogniser=_text(path, where, "recogniser", table, "") or None,
+            voice=_text(path, where, "voice", table, "") or None,
         )
         numbers = table.get("numbers", [])
         if not isinstance(numbers, list):

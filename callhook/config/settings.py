@@ -479,6 +479,13 @@ def load(path: Path) -> Settings:
     settings.apps, settings.numbers = applications(
         path, _table(path, raw, "apps"), settings.data_dir
     )
+    recognisers = (*RECOGNISERS, *settings.speech.engines)
+    for app in settings.apps.values():
+        if app.recogniser is not None and app.recogniser not in recognisers:
+            raise ConfigError(
+                f"{path}: [apps.{app.name}] recogniser must be one of "
+                f"{', '.join(recognisers)}, not {app.recogniser!r}"
+            )
     if "default_app" in raw:
         settings.default_app = _text(path, "", "default_app", raw, "")
     if settings.default_app is not None and settings.default_app not in settings.apps:

@@ -4,8 +4,9 @@ open protocol, named for ``[speech] recogniser`` and for voices (``NAME:voice``)
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,7 +14,21 @@ from urllib.parse import urlsplit
 from callhook.config.values import ConfigError
 
 #: Protocols callhook speaks to remote engines.
-PROTOCOLS = ("wyoming",)
+PROTOCOLS = ("wyoming", "openai")
+#: The keys of each protocol's table, besides ``protocol``.
+KEYS = {
+    "wyoming": {"uri", "timeout", "languages", "voices"},
+    "openai": {
+        "url",
+        "model",
+        "voice_model",
+        "api_key",
+        "api_key_env",
+        "timeout",
+        "languages",
+        "voices",
+    },
+}
 #: Names the embedded engines and settings have: an engine may not take them.
 RESERVED = ("whisper", "sphinx", "none", "piper", "espeak")
 
@@ -24,13 +39,19 @@ class RemoteEngine:
 
     name: str
     protocol: str
+    #: Where it is: Wyoming's ``tcp://host:port`` or ``unix:///path``; the OpenAI API's
+    #: base URL (``http://host:8000/v1``).
     uri: str
     #: Seconds each connect, send and read may take.
     timeout: float = 5.0
     #: What it recognises (BCP 47 tags or Whisper codes).
     languages: tuple[str, ...] = ("en",)
-    #: Its voices (the server's spelling); empty: asked of the server at start-up.
+    #: Its voices (the server's spelling); empty: asked of the server at start-up (Wyoming).
     voices: tuple[str, ...] = ()
+    #: The OpenAI API's transcription and speech models, and its key.
+    model: str = "whisper-1"
+    voice_model: str = "tts-1"
+    api_key: str | None = field(default=None, repr=False)
 
 
 def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine]:
@@ -48,23 +69,16 @@ def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine
             )
         if not isinstance(values, dict):
             raise ConfigError(f"{where} must be a table")
-        unknown = set(values) - {"protocol", "uri", "timeout", "languages", "voices"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys: {', '.join(sorted(unknown))}")
         protocol = values.get("protocol")
         if protocol not in PROTOCOLS:
             raise ConfigError(f"{where}: protocol must be one of {', '.join(PROTOCOLS)}")
-        uri = values.get("uri")
-        parts = urlsplit(uri) if isinstance(uri, str) else None
-        if parts is None or not (
-            (parts.scheme == "tcp" and parts.hostname and _port(parts))
-            or (parts.scheme == "unix" and parts.path)
-        ):
-            raise ConfigError(f"{where}: uri must be tcp://host:port or unix:///path")
+        unknown = set(values) - KEYS[protocol] - {"protocol"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown keys: {', '.join(sorted(unknown))}")
+        uri = _wyoming_uri(where, values) if protocol == "wyoming" else _api_url(where, values)
         timeout = values.get("timeout", 5.0)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ConfigError(f"{where}: timeout must be a number of seconds above 0")
-        assert isinstance(uri, str)
         engines[name] = RemoteEngine(
             name,
             protocol,
@@ -72,8 +86,52 @@ def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine
             float(timeout),
             _strings(where, "languages", values.get("languages", ["en"])),
             _strings(where, "voices", values.get("voices", [])),
+            _text(where, "model", values, "whisper-1"),
+            _text(where, "voice_model", values, "tts-1"),
+            _key(where, values),
         )
     return engines
+
+
+def _wyoming_uri(where: str, values: dict[str, Any]) -> str:
+    uri = values.get("uri")
+    parts = urlsplit(uri) if isinstance(uri, str) else None
+    if parts is None or not (
+        (parts.scheme == "tcp" and parts.hostname and _port(parts))
+        or (parts.scheme == "unix" and parts.path)
+    ):
+        raise ConfigError(f"{where}: uri must be tcp://host:port or unix:///path")
+    assert isinstance(uri, str)
+    return uri
+
+
+def _api_url(where: str, values: dict[str, Any]) -> str:
+    url = values.get("url")
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: url must be the API's base, http(s)://host[:port]/v1")
+    assert isinstance(url, str)
+    return url
+
+
+def _text(where: str, key: str, values: dict[str, Any], default: str) -> str:
+    value = values.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key} must be a name")
+    return value
+
+
+def _key(where: str, values: dict[str, Any]) -> str | None:
+    """The API key: ``api_key``, or the environment variable ``api_key_env`` names."""
+    if "api_key" in values and "api_key_env" in values:
+        raise ConfigError(f"{where}: api_key or api_key_env, not both")
+    if "api_key_env" in values:
+        variable = _text(where, "api_key_env", values, "")
+        key = os.environ.get(variable)
+        if not key:
+            raise ConfigError(f"{where}: api_key_env: the environment has no {variable}")
+        return key
+    return _text(where, "api_key", values, "") if "api_key" in values else None
 
 
 def _port(parts: Any) -> bool:

@@ -342,7 +342,7 @@ class SipLeg:
             return
         for item in items:
             if isinstance(item, SayText):
-                note = synthesiser.choose(item.voice, item.language).note
+                note = self.prompts.choose(self.app_name, item).note
                 if note is not None and note not in self._voice_notes:
                     self._voice_notes.add(note)
                     logger.warning("call %s: %s", self.info.call_id, note)
@@ -588,8 +588,7 @@ class LegServices(Protocol):
 
     @property
     def store(self) -> MediaStore: ...
-    @property
-    def speech(self) -> SpeechService: ...
+    def speech_for(self, app: str) -> SpeechService: ...
     @property
     def journal(self) -> RecordingJournal: ...
     @property
@@ -618,7 +617,7 @@ def new_leg(
         answer=answer,
         hang_up=hang_up,
         dead=dead,
-        speech=services.speech,
+        speech=services.speech_for(app_name),
         journal=services.journal,
         max_recording_bytes=services.settings.recordings.max_bytes,
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -69,10 +69,13 @@ class PromptAudio:
         synthesiser: Synthesiser | None,
         *,
         remote: RemoteAudio | None = None,
+        voices: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.synthesiser = synthesiser
         self.remote = remote
+        #: Applications' own default voices (``[apps.NAME] voice``).
+        self.voices = dict(voices or {})
         self._cache: OrderedDict[tuple[Path, int], npt.NDArray[np.int16]] = OrderedDict()
         self._encoded: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
         # Worker threads fill the caches while the event loop reads them.
@@ -92,7 +95,7 @@ class PromptAudio:
         for done, item in enumerate(items):
             try:
                 if isinstance(item, SayText):
-                    speech = self._cached_speech(item)
+                    speech = self._cached_speech(app, item)
                     if speech is None:
                         return parts, done, None  # to be synthesised
                     segment: Segment = g711.encode(law, speech)
@@ -168,7 +171,7 @@ class PromptAudio:
         if isinstance(item, PlayTone):
             return _tone(item)
         if isinstance(item, SayText):
-            speech = self._cached_speech(item)
+            speech = self._cached_speech(app, item)
             if speech is None:
                 raise PromptError("speech not synthesised yet")  # ready() prevents this
             return speech
@@ -213,13 +216,20 @@ class PromptAudio:
         except (ValueError, wav.WavError) as exc:
             raise PromptError(f"{item.name}: {exc}") from None
 
-    def _cached_speech(self, item: SayText) -> npt.NDArray[np.int16] | None:
+    def choose(self, app: str, item: SayText) -> VoiceChoice:
+        """The voice that says ``item``: its ``tts_voice``, else its application's voice,
+        else the default (the synthesiser's rules, :mod:`callhook.speech.synthesis`)."""
+        if self.synthesiser is None:
+            raise PromptError("no text-to-speech engine is installed")
+        return self.synthesiser.choose(item.voice or self.voices.get(app), item.language)
+
+    def _cached_speech(self, app: str, item: SayText) -> npt.NDArray[np.int16] | None:
         """The text's audio if every sentence is in the synthesiser's cache (and it names
         no file of the store: :meth:`speech` reads those), else None."""
         synthesiser = self.synthesiser
         if synthesiser is None:
             raise PromptError("no text-to-speech engine is installed")
-        choice = synthesiser.choose(item.voice, item.language)
+        choice = self.choose(app, item)
         audio = []
         for part in _parts(item):
             if isinstance(part, ssml.StoreAudio):
@@ -249,7 +259,7 @@ class PromptAudio:
         synthesiser = self.synthesiser
         if synthesiser is None:
             raise PromptError("no text-to-speech engine is installed")
-        choice = synthesiser.choose(item.voice, item.language)
+        choice = self.choose(app, item)
         for part in _parts(item):
             pieces: tuple[ssml.Spoken | ssml.Pause, ...]
             if isinstance(part, ssml.StoreAudio):

@@ -144,7 +144,10 @@ class SipService:
         self.shared_bans: SharedBans | None = None
         self.outbound_share: OutboundShare | None = None
         self.prompts = PromptAudio(
-            services.store, services.speech.synthesiser, remote=services.remote_media
+            services.store,
+            services.speech.synthesiser,
+            remote=services.remote_media,
+            voices={a.name: a.voice for a in services.settings.apps.values() if a.voice},
         )
         #: The server's calls by Call-ID, and the far legs of their connects by theirs.
         self.calls: dict[str, SipCall] = {}

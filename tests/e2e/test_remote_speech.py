@@ -1,10 +1,11 @@
 """Remote speech engines on real calls: ``wyoming-faster-whisper`` and ``wyoming-piper``
-(installed from PyPI with the test tools, run here on loopback with the models callhook
-already has) as ``[speech.engines]``; SIPp speaks to ``callhook serve``, one process and
-workers behind Kamailio. The prompt is the remote voice's, the caller's word is the
-remote recogniser's; with both servers killed mid-call, the call goes on: the prompt is
-said by the embedded voice and the word is "nothing recognised", each with its cause in
-the call's log."""
+(Wyoming), and ``faster-whisper-server`` (the OpenAI-compatible audio API), installed from
+PyPI with the test tools and run here on loopback with the models callhook already has, as
+``[speech.engines]``; SIPp speaks to ``callhook serve``, one process and workers behind
+Kamailio. The prompt is the remote voice's, the caller's word is the remote recogniser's;
+with both Wyoming servers killed mid-call, the call goes on: the prompt is said by the
+embedded voice and the word is "nothing recognised", each with its cause in the call's
+log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,9 +33,11 @@ from tests.e2e.test_speech import call_log, spoken
 pytestmark = [
     pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
     pytest.mark.skipif(
-        importlib.util.find_spec("wyoming_faster_whisper") is None
-        or importlib.util.find_spec("wyoming_piper") is None,
-        reason="the Wyoming servers are not installed (scripts/setup --test installs them)",
+        any(
+            importlib.util.find_spec(server) is None
+            for server in ("wyoming_faster_whisper", "wyoming_piper", "faster_whisper_server")
+        ),
+        reason="the speech servers are not installed (scripts/setup --test installs them)",
     ),
 ]
 
@@ -192,3 +196,107 @@ async def test_engines_killed_mid_call_cost_the_caller_nothing_worse(
     assert "speech_failed the farm recogniser failed: tcp://" in log, log
     assert "cannot connect" in log, log
     assert "get_input: no input" in log, log
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_call_listens_through_an_openai_compatible_server(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    port = free_tcp_port()
+    log = tmp_path / "openai.log"
+    command = [
+        str(Path(sys.executable).parent / "faster-whisper-server"),
+        str(model_path("tiny.en")),
+        *("--host", "127.0.0.1", "--port", str(port), "--log-level", "info"),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.2)
+        config = f"""
+[speech]
+recogniser = "cloud"
+
+[speech.engines.cloud]
+protocol = "openai"
+url = "http://127.0.0.1:{port}/v1"
+api_key = "sk-local"
+timeout = 20
+"""
+        app.page("/start", [ask("/heard", "Say sales, support or billing.")])
+        app.page("/heard", [{"hang_up": {}}])
+        app.page("/final", None)
+        stream = Stream(8.0).speech(spoken("Sales, please."), at=4.0)
+        pcap = stream.write_pcap(tmp_path / "caller.pcap")
+        parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+        parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
+        async with served(tmp_path, app, workers, config) as server:
+            run = await sipp.call(server.sip, tmp_path, *parts)
+            await wait_for_request(app, "/final", timeout=20)
+        assert run.returncode == 0, run.output + run.errors + server.output
+    finally:
+        proc.kill()
+        proc.wait()
+    (body,) = app.bodies("/heard")
+    result = body["action_result"]["result"]
+    assert result["input_type"] == "speech", server.output + log.read_text()
+    (best,) = result["speech_input"][0]["alternatives"]
+    # The hint the transcript says, its confidence from the segments' log-probabilities.
+    assert best["text"] == "sales", best
+    assert 0.0 < best["confidence"] < 1.0 and best["confidence"] != 0.8, best
+    assert "POST /v1/audio/transcriptions" in log.read_text(), log.read_text()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_one_application_uses_the_remote_engines_and_another_the_embedded(
+    tmp_path: Path, app: AppServer, servers: Servers, workers: int
+) -> None:
+    """``[apps.NAME] recogniser`` and ``voice``: calls to ``remote`` go to the servers,
+    calls to the default application (``[speech]``'s engines, embedded) do not."""
+    config = f"""
+[speech.engines.farm]
+protocol = "wyoming"
+uri = "tcp://127.0.0.1:{servers.asr_port}"
+
+[speech.engines.voices]
+protocol = "wyoming"
+uri = "tcp://127.0.0.1:{servers.tts_port}"
+voices = ["{VOICE}"]
+
+[apps.remote]
+first_page = "{app.url("/remote")}"
+secret = "{app.secret}"
+recogniser = "farm"
+voice = "voices:{VOICE}"
+"""
+    app.page("/remote", [ask("/heard-remote", "Remote: say sales, support or billing.")])
+    app.page("/start", [ask("/heard", "Local: say sales, support or billing.")])
+    for page in ("/heard", "/heard-remote"):
+        app.page(page, [{"hang_up": {}}])
+    app.page("/final", None)
+    stream = Stream(8.0).speech(spoken("Sales, please."), at=4.5)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    async with served(tmp_path, app, workers, config) as server:
+        for user in ("remote", "ivr"):
+            parts = [sipp.invite(user), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+            parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
+            run = await sipp.call(server.sip, tmp_path, *parts)
+            assert run.returncode == 0, run.output + run.errors + server.output
+    answers = {}
+    for page in ("/heard", "/heard-remote"):
+        (body,) = app.bodies(page)
+        (best,) = body["action_result"]["result"]["speech_input"][0]["alternatives"]
+        answers[page] = best
+    assert answers["/heard-remote"] == {"text": "sales", "confidence": 0.8}, answers
+    assert answers["/heard"]["text"] == "sales", answers  # the embedded recogniser's
+    assert answers["/heard"]["confidence"] != 0.8, answers  # (its own scoring)
+    logs = servers.output()
+    assert "Remote: say sales" in logs and "Local: say sales" not in logs, logs
+    assert logs.count("Completed request in") == 1, logs  # the remote call's words only

@@ -48,6 +48,8 @@ def test_snippet(
         # The files a config names are read from the working directory: real ones here.
         monkeypatch.chdir(tmp_path)
         _certificates(tmp_path)
+        # The key the docs' remote speech engine reads from the environment (api_key_env).
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")
         path = tmp_path / "callhook.toml"
         path.write_text(body)
         load(path)  # raises ConfigError naming the problem

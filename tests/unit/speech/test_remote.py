@@ -6,8 +6,12 @@ that misbehaves (the real servers are in tests/e2e/test_remote_speech.py)."""
 from __future__ import annotations
 
 import contextlib
+import io
+import json
+import math
 import socket
 import threading
+import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -273,3 +277,227 @@ def test_an_error_from_the_server_fails_the_sentence_not_the_server(server) -> N
     with pytest.raises(SynthesisError, match="the server says: no such voice"):
         voice.synthesize("Hello.", "x")
     assert not voice.breaker.is_open
+
+
+# --- the OpenAI-compatible audio API against a stand-in server -------------------------
+
+
+class _Api:
+    """An HTTP server in a thread: records each request, answers ``reply(path, body)``."""
+
+    def __init__(self, reply: Callable[[str, bytes], tuple[int, bytes]]) -> None:
+        import http.server
+
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                api.requests.append((self.path, dict(self.headers), body))
+                status, answer = reply(self.path, body)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _form(body: bytes, headers: dict[str, str]) -> dict[str, bytes]:
+    import email.parser
+
+    message = email.parser.BytesParser().parsebytes(
+        f"Content-Type: {headers['Content-Type']}\r\n\r\n".encode() + body
+    )
+    form: dict[str, bytes] = {}
+    for part in message.get_payload():
+        assert not isinstance(part, str)
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        assert isinstance(name, str) and isinstance(payload, bytes)
+        form[name] = payload
+    return form
+
+
+def test_an_utterance_is_transcribed_over_the_openai_api(tmp_path: Path) -> None:
+    from callhook.speech.openai import OpenAIRecogniser
+
+    verbose = {
+        "text": " Sales, please.",
+        "segments": [
+            {"start": 0.0, "end": 1.0, "avg_logprob": -0.1, "no_speech_prob": 0.01},
+            {"start": 1.0, "end": 3.0, "avg_logprob": -0.4, "no_speech_prob": 0.02},
+        ],
+    }
+    api = _Api(lambda path, body: (200, json.dumps(verbose).encode()))
+    try:
+        recogniser = OpenAIRecogniser("cloud", api.url, model="whisper-1", api_key="sk-test")
+        options = RecognitionOptions(language="en-GB", word_hints=("sales", "support"))
+        (answer,) = recogniser.recognise(np.zeros(8000, dtype=np.int16), options)
+    finally:
+        api.close()
+    assert answer.text == "sales"
+    assert answer.confidence == pytest.approx(round(math.exp((-0.1 * 1 - 0.4 * 2) / 3), 3))
+    ((path, headers, body),) = api.requests
+    assert path == "/v1/audio/transcriptions"
+    assert headers["Authorization"] == "Bearer sk-test"
+    form = _form(body, headers)
+    assert form["model"] == b"whisper-1" and form["language"] == b"en"
+    assert form["prompt"] == b"sales, support" and form["response_format"] == b"verbose_json"
+    assert form["file"][:4] == b"RIFF" and len(form["file"]) == 44 + 16000
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "error", "cause"),
+    [
+        (
+            401,
+            b'{"error": {"message": "bad key", "type": "invalid_request_error"}}',
+            "Refused",
+            "HTTP 401: bad key",
+        ),
+        (422, b'{"detail": [{"loc": ["body", "file"]}]}', "Refused", "HTTP 422"),
+        (500, b"oops", "RemoteSpeechError", "HTTP 500: oops"),
+        (200, b"<html>", "RemoteSpeechError", "not a transcription"),
+    ],
+)
+def test_what_the_openai_api_answers_wrongly_is_a_remote_speech_error(
+    status: int, answer: bytes, error: str, cause: str
+) -> None:
+    from callhook.speech import remote
+    from callhook.speech.openai import OpenAIRecogniser
+
+    api = _Api(lambda path, body: (status, answer))
+    try:
+        recogniser = OpenAIRecogniser("cloud", api.url)
+        with pytest.raises(RemoteSpeechError, match=cause) as caught:
+            recogniser.recognise(np.zeros(800, dtype=np.int16), RecognitionOptions())
+    finally:
+        api.close()
+    assert type(caught.value) is getattr(remote, error)
+
+
+def test_silence_the_api_calls_no_speech_is_nothing_recognised() -> None:
+    from callhook.speech.openai import OpenAIRecogniser
+
+    quiet = {"text": " you", "segments": [{"avg_logprob": -1.0, "no_speech_prob": 0.9}]}
+    api = _Api(lambda path, body: (200, json.dumps(quiet).encode()))
+    try:
+        said = OpenAIRecogniser("cloud", api.url).recognise(
+            np.zeros(800, dtype=np.int16), RecognitionOptions()
+        )
+    finally:
+        api.close()
+    assert said == ()
+
+
+def test_a_voice_over_the_openai_api_and_its_breaker() -> None:
+    from callhook.speech.openai import OpenAIVoice
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes((np.sin(np.arange(24000) / 5) * 8000).astype("<i2").tobytes())
+    api = _Api(lambda path, body: (200, out.getvalue()))
+    try:
+        voice = OpenAIVoice("cloud", api.url, voices=["Alloy"], api_key="k")
+        assert voice.voices() == ["alloy"]
+        audio = voice.synthesize("Hello there.", "alloy", 1.25)
+    finally:
+        api.close()
+    assert len(audio) == 8000
+    ((path, headers, body),) = api.requests
+    assert path == "/v1/audio/speech" and headers["Authorization"] == "Bearer k"
+    assert json.loads(body) == {
+        "model": "tts-1",
+        "input": "Hello there.",
+        "voice": "Alloy",
+        "response_format": "wav",
+        "speed": 1.25,
+    }
+    down = OpenAIVoice("cloud", "http://127.0.0.1:1/v1", voices=["alloy"], timeout=0.5)
+    with pytest.raises(SynthesisError, match="cannot reach it"):
+        down.synthesize("Hello.", "alloy")
+    with pytest.raises(SynthesisError, match="not asked for a while"):
+        down.synthesize("Hello.", "alloy")
+
+
+def test_an_openai_engine_is_read_from_the_config(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CLOUD_KEY", "sk-secret")
+    settings = load(
+        config(
+            tmp_path,
+            '[speech.engines.cloud]\nprotocol = "openai"\nurl = "https://api.example.com/v1"\n'
+            'api_key_env = "CLOUD_KEY"\nmodel = "whisper-large"\nvoices = ["alloy"]\n',
+        )
+    )
+    cloud = settings.speech.engines["cloud"]
+    assert (cloud.uri, cloud.model, cloud.voice_model) == (
+        "https://api.example.com/v1",
+        "whisper-large",
+        "tts-1",
+    )
+    assert cloud.api_key == "sk-secret" and "sk-secret" not in repr(cloud)
+    monkeypatch.delenv("CLOUD_KEY")
+    with pytest.raises(ConfigError, match="the environment has no CLOUD_KEY"):
+        load(config(tmp_path, (tmp_path / "callhook.toml").read_text()))
+    with pytest.raises(ConfigError, match="url must be"):
+        load(config(tmp_path, '[speech.engines.cloud]\nprotocol = "openai"\nurl = "ftp://x/v1"\n'))
+    with pytest.raises(ConfigError, match="unknown keys: uri"):
+        load(
+            config(
+                tmp_path,
+                '[speech.engines.cloud]\nprotocol = "openai"\nurl = "http://x/v1"\nuri = "tcp://x:1"\n',
+            )
+        )
+
+
+def test_an_application_names_its_own_recogniser_and_voice(tmp_path: Path) -> None:
+    engine = '[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://10.0.0.5:10300"\n'
+    app = '[apps.support]\nfirst_page = "http://127.0.0.1/start"\n'
+    settings = load(config(tmp_path, f'{engine}{app}recogniser = "farm"\nvoice = "espeak:en-gb"\n'))
+    support = settings.apps["support"]
+    assert (support.recogniser, support.voice) == ("farm", "espeak:en-gb")
+    with pytest.raises(ConfigError, match=r"\[apps.support\] recogniser must be one of"):
+        load(config(tmp_path, f'{app}recogniser = "elsewhere"\n'))
+
+
+def test_applications_naming_one_recogniser_share_its_service(tmp_path: Path) -> None:
+    from callhook.app import _app_speech
+    from callhook.edge.speechworkers import SpeechService
+    from callhook.speech.wyoming import WyomingRecogniser
+
+    apps = "".join(
+        f'[apps.{name}]\nfirst_page = "http://127.0.0.1/"\nrecogniser = "{recogniser}"\n'
+        for name, recogniser in (("a", "farm"), ("b", "farm"), ("c", "none"), ("d", "whisper"))
+    )
+    text = (
+        '[speech]\npreload = false\n[speech.engines.farm]\nprotocol = "wyoming"\n'
+        f'uri = "tcp://127.0.0.1:1"\n{apps}[apps.e]\nfirst_page = "http://127.0.0.1/"\n'
+    )
+    settings = load(config(tmp_path, text))
+    default = SpeechService(None, None)
+    services = _app_speech(settings, default, tuple(settings.speech.engines.values()))
+    try:
+        assert services["a"] is services["b"] and services["a"] is not default
+        assert isinstance(services["a"].recogniser, WyomingRecogniser)
+        assert services["c"].recogniser is None and services["c"] is not services["a"]
+        assert services["d"] is default  # [speech]'s own: the process's service
+        assert "e" not in services
+    finally:
+        for service in {id(s): s for s in services.values()}.values():
+            if service is not default:
+                service.close()
+        default.close()
