@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.config.speechengines import RemoteEngine
+from callhook.edge.remotespeech import remote_recogniser, remote_voice
 from callhook.events import Alternative, RecognitionOptions
 from callhook.media import vad
 from callhook.media.utterances import cut_utterances
@@ -535,7 +536,7 @@ def build_synthesiser(
     except Exception as exc:
         logger.warning("espeak-ng text-to-speech is not available: %s", exc)
     embedded = [f"{e.name}:{e.voice_for('en-US') or next(iter(e.voices()))}" for e in engines]
-    engines += [voice for voice in map(_remote_voice, remote) if voice is not None]
+    engines += [voice for voice in map(remote_voice, remote) if voice is not None]
     if not engines:
         logger.error("no text-to-speech engine: text prompts cannot be spoken")
         return None
@@ -550,45 +551,6 @@ def build_synthesiser(
         return Synthesiser(engines, voice, fallback_voice=fallback)
 
 
-def _remote_voice(server: RemoteEngine) -> SpeechEngine | None:
-    """A remote engine's voices (an OpenAI-compatible one has them only by the config)."""
-    if server.protocol == "openai":
-        from callhook.speech.openai import OpenAIVoice
-
-        if not server.voices:
-            return None
-        return OpenAIVoice(
-            server.name,
-            server.uri,
-            model=server.voice_model,
-            voices=server.voices,
-            api_key=server.api_key,
-            timeout=server.timeout,
-        )
-    from callhook.speech.wyoming import WyomingVoice
-
-    return WyomingVoice(server.name, server.uri, timeout=server.timeout, voices=server.voices)
-
-
-def _remote_recogniser(server: RemoteEngine) -> Recogniser:
-    if server.protocol == "openai":
-        from callhook.speech.openai import OpenAIRecogniser
-
-        return OpenAIRecogniser(
-            server.name,
-            server.uri,
-            model=server.model,
-            api_key=server.api_key,
-            timeout=server.timeout,
-            spoken=server.languages,
-        )
-    from callhook.speech.wyoming import WyomingRecogniser
-
-    return WyomingRecogniser(
-        server.name, server.uri, timeout=server.timeout, spoken=server.languages
-    )
-
-
 def build_recogniser(
     name: str, model: str = "tiny.en", remote: Sequence[RemoteEngine] = ()
 ) -> Recogniser | None:
@@ -599,7 +561,7 @@ def build_recogniser(
         return None
     for server in remote:
         if server.name == name:
-            return _remote_recogniser(server)
+            return remote_recogniser(server)
     if name not in ("whisper", "sphinx"):
         raise ValueError(f"unknown speech recogniser {name!r} (whisper, sphinx or none)")
     engine: Recogniser

@@ -66,6 +66,8 @@ EMPHASIS = {
     "none": (1.0, 0.0),
     "reduced": (1.1, -4.0),
 }
+#: Elements inside one another, at most.
+MAX_DEPTH = 64
 #: The pause after a paragraph (``p``), over the sentence's own.
 PARAGRAPH_PAUSE = 0.4
 
@@ -160,6 +162,10 @@ def _tree(text: str) -> _Element:
     stack: list[_Element] = []
 
     def start(tag: str, attributes: dict[str, str]) -> None:
+        if len(stack) >= MAX_DEPTH:
+            # (The renderer recurses: a page of thousands of nested elements must be an
+            # invalid list, not a RecursionError.)
+            raise SsmlError(f"SSML nested more than {MAX_DEPTH} elements deep")
         element = _Element(
             tag, attributes, line=parser.CurrentLineNumber, column=parser.CurrentColumnNumber
         )

@@ -101,6 +101,10 @@ def _result(output: str, action: str) -> dict[str, object]:
     return parsed
 
 
+# Solo: the phone's "say" is synthesised and decoded before the words reach the call, and
+# the demo's record stops after 3 s of silence; with the other test processes (and the
+# speech servers some start) on both cores, a decode took longer and the message was lost.
+@pytest.mark.solo
 async def test_demo_application_from_the_terminal(tmp_path: Path) -> None:
     """A new user's first try: the demo app, number, speech, a recording, played back."""
     phone = await start_phone("--data-dir", str(tmp_path))

@@ -211,6 +211,14 @@ def test_malformed_ssml_is_refused_with_where(text: str, message: str) -> None:
     assert message in str(caught.value)
 
 
+def test_ssml_nested_too_deep_is_refused_not_a_recursion_error() -> None:
+    deep = "<speak>" + "<p>" * 5000 + "deep" + "</p>" * 5000 + "</speak>"
+    with pytest.raises(ssml.SsmlError, match="nested more than 64 elements deep"):
+        ssml.parts(deep)
+    fine = "<speak>" + "<s>" * 60 + "fine" + "</s>" * 60 + "</speak>"
+    assert ssml.parts(fine) == (Spoken("fine"),)
+
+
 def test_malformed_ssml_makes_the_action_list_invalid_at_its_json_path() -> None:
     items = [{"text_to_say": "Fine."}, {"text_to_say": '<speak>Wait <break time="x"/></speak>'}]
     body = json.dumps({"actions": [{"play": {"play_list": items}}]})
