@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import math
-import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -34,10 +31,8 @@ from callhook.events import Alternative, RecognitionOptions
 from callhook.media import wav
 from callhook.speech import languages
 from callhook.speech.breaker import Breaker
-from callhook.speech.remote import CONFIDENCE, Refused, RemoteSpeechError, matched
-from callhook.speech.tts import SynthesisError, telephone_audio
-
-logger = logging.getLogger("callhook.speech")
+from callhook.speech.remote import CONFIDENCE, Guard, Refused, RemoteSpeechError, matched
+from callhook.speech.tts import telephone_audio
 
 #: ``verbose_json`` segments whose ``no_speech_prob`` is above this are not speech.
 NO_SPEECH = 0.6
@@ -226,8 +221,8 @@ class OpenAIVoice:
         self.model = model
         self._api = _Api(url, api_key, timeout)
         self._voices = {v.lower(): v for v in voices}
-        self.breaker = breaker or Breaker()
-        self._lock = threading.Lock()
+        self.guard = Guard(name, breaker)
+        self.breaker = self.guard.breaker
 
     def voices(self) -> Sequence[str]:
         return sorted(self._voices)
@@ -239,11 +234,9 @@ class OpenAIVoice:
         return
 
     def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
-        with self._lock:
-            if not self.breaker.allow(time.monotonic()):
-                raise SynthesisError(
-                    f"{self.name} is not asked for a while after failing ({self.breaker.cause})"
-                )
+        return self.guard.call(lambda: self._synthesize(text, voice, rate))
+
+    def _synthesize(self, text: str, voice: str, rate: float) -> npt.NDArray[np.int16]:
         request: dict[str, Any] = {
             "model": self.model,
             "input": text,
@@ -252,22 +245,13 @@ class OpenAIVoice:
         }
         if rate != 1.0:
             request["speed"] = round(min(4.0, max(0.25, rate)), 3)
+        data = self._api.post("/audio/speech", json.dumps(request).encode(), "application/json")
         try:
-            data = self._api.post("/audio/speech", json.dumps(request).encode(), "application/json")
             audio = wav.decode_to_8k(data)
-        except Refused as exc:
-            raise SynthesisError(f"{self.name}: {exc}") from None
-        except (RemoteSpeechError, wav.WavError) as exc:
-            with self._lock:
-                wait = self.breaker.failure(time.monotonic(), str(exc))
-            logger.warning("%s: %s; not asked again for %g s", self.name, exc, wait)
-            raise SynthesisError(f"{self.name}: {exc}") from None
-        with self._lock:
-            if self.breaker.is_open:
-                logger.warning("%s answers again", self.name)
-            self.breaker.success()
+        except wav.WavError as exc:
+            raise RemoteSpeechError(f"{self._api.url}/audio/speech: not audio: {exc}") from None
         return telephone_audio(audio.astype(np.float32) / 32768, 8000)
 
     def snapshot(self) -> dict[str, Any]:
-        b = self.breaker
-        return {"open": b.is_open, "failed": b.failed, "refused": b.refused, "cause": b.cause}
+        """Its breaker, for ``/api/stats``."""
+        return self.guard.snapshot()

@@ -3,10 +3,19 @@ transcript made an answer to ``get_input`` (its confidence, its word hints)."""
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from callhook.events import Alternative
+from callhook.speech.breaker import Breaker
+from callhook.speech.tts import SynthesisError
+
+logger = logging.getLogger("callhook.speech")
+T = TypeVar("T")
 
 #: The confidence of a transcript from a protocol that carries none, and of one that
 #: matches none of the hints it was asked with.
@@ -37,3 +46,42 @@ def matched(text: str, hints: Sequence[str]) -> Alternative:
 
 def _words(text: str) -> str:
     return " ".join(re.findall(r"[\w']+", text.lower()))
+
+
+class Guard:
+    """A remote voice's circuit breaker (:mod:`callhook.speech.breaker`) at work: each
+    sentence asked through :meth:`call`, refused at once while it is open, its failures
+    opening it, said once in the log each."""
+
+    def __init__(self, name: str, breaker: Breaker | None = None) -> None:
+        self.name = name
+        self.breaker = breaker or Breaker()
+        self._lock = threading.Lock()
+
+    def call(self, work: Callable[[], T]) -> T:
+        """``work``'s answer; SynthesisError when the breaker is open, when the server
+        refused (it stays in use), or when it failed (the breaker opens)."""
+        with self._lock:
+            if not self.breaker.allow(time.monotonic()):
+                raise SynthesisError(
+                    f"{self.name} is not asked for a while after failing ({self.breaker.cause})"
+                )
+        try:
+            result = work()
+        except Refused as exc:
+            raise SynthesisError(f"{self.name}: {exc}") from None
+        except RemoteSpeechError as exc:
+            with self._lock:
+                wait = self.breaker.failure(time.monotonic(), str(exc))
+            logger.warning("%s: %s; not asked again for %g s", self.name, exc, wait)
+            raise SynthesisError(f"{self.name}: {exc}") from None
+        with self._lock:
+            if self.breaker.is_open:
+                logger.warning("%s answers again", self.name)
+            self.breaker.success()
+        return result
+
+    def snapshot(self) -> dict[str, Any]:
+        """The breaker, for ``/api/stats``."""
+        b = self.breaker
+        return {"open": b.is_open, "failed": b.failed, "refused": b.refused, "cause": b.cause}

@@ -20,8 +20,6 @@ from __future__ import annotations
 import logging
 import re
 import socket
-import threading
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,8 +36,8 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 from callhook.events import Alternative, RecognitionOptions
 from callhook.speech import languages
 from callhook.speech.breaker import Breaker
-from callhook.speech.remote import Refused, RemoteSpeechError, matched
-from callhook.speech.tts import SynthesisError, telephone_audio
+from callhook.speech.remote import Guard, Refused, RemoteSpeechError, matched
+from callhook.speech.tts import telephone_audio
 
 logger = logging.getLogger("callhook.speech")
 
@@ -184,8 +182,8 @@ class WyomingVoice:
         self.name = name
         self.uri = uri
         self.timeout = timeout
-        self.breaker = breaker or Breaker()
-        self._lock = threading.Lock()
+        self.guard = Guard(name, breaker)
+        self.breaker = self.guard.breaker
         # lower-case name → (the server's spelling, its languages)
         self._voices: dict[str, tuple[str, tuple[str, ...]]] = {
             v.lower(): (v, _language_of(v)) for v in voices
@@ -215,25 +213,7 @@ class WyomingVoice:
 
     def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
         """``text`` from the server (``rate`` is not carried: the protocol has none)."""
-        with self._lock:
-            if not self.breaker.allow(time.monotonic()):
-                raise SynthesisError(
-                    f"{self.name} is not asked for a while after failing ({self.breaker.cause})"
-                )
-        try:
-            audio = self._synthesize(text, voice)
-        except Refused as exc:
-            raise SynthesisError(f"{self.name}: {exc}") from None
-        except RemoteSpeechError as exc:
-            with self._lock:
-                wait = self.breaker.failure(time.monotonic(), str(exc))
-            logger.warning("%s: %s; not asked again for %g s", self.name, exc, wait)
-            raise SynthesisError(f"{self.name}: {exc}") from None
-        with self._lock:
-            if self.breaker.is_open:
-                logger.warning("%s answers again", self.name)
-            self.breaker.success()
-        return audio
+        return self.guard.call(lambda: self._synthesize(text, voice))
 
     def _synthesize(self, text: str, voice: str) -> npt.NDArray[np.int16]:
         spelling = self._voices.get(voice, (voice, ()))[0]
@@ -266,8 +246,7 @@ class WyomingVoice:
 
     def snapshot(self) -> dict[str, Any]:
         """Its breaker, for ``/api/stats``."""
-        b = self.breaker
-        return {"open": b.is_open, "failed": b.failed, "refused": b.refused, "cause": b.cause}
+        return self.guard.snapshot()
 
 
 def _installed_voices(info: Info) -> dict[str, tuple[str, tuple[str, ...]]]:
