@@ -386,10 +386,13 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
-    """List the installed text-to-speech voices (values for tts_voice)."""
+    """List the installed text-to-speech voices (values for tts_voice): the embedded
+    engines', and with ``--config`` its remote and plug-in engines' too."""
     from callhook.edge.speechworkers import build_synthesiser
 
-    synthesiser = build_synthesiser("piper:joe")
+    settings = _settings(args)
+    remote = tuple(settings.speech.engines.values())
+    synthesiser = build_synthesiser(settings.speech.voice, remote)
     if synthesiser is None:
         print("no text-to-speech engine is installed", file=sys.stderr)
         return 1
@@ -503,6 +506,7 @@ def parser() -> argparse.ArgumentParser:
     de.set_defaults(func=cmd_decrypt)
 
     vo = sub.add_parser("voices", help="list the installed TTS voices (values for tts_voice)")
+    vo.add_argument("--config", help="TOML config file: its remote and plug-in engines' voices")
     vo.set_defaults(func=cmd_voices)
 
     v = sub.add_parser("validate", help="check an action list (a page response) for errors")

@@ -462,13 +462,15 @@ def load(path: Path) -> Settings:
     _egress(path, _table(path, raw, "egress"), settings)
     speech = _table(path, raw, "speech")
     settings.speech.engines = speech_engines(path, speech)
+    # (A plug-in with only a voice is no recogniser.)
+    recognisers = (*RECOGNISERS, *(n for n, e in settings.speech.engines.items() if e.recognises))
     (
         settings.speech.voice,
         settings.speech.recogniser,
         settings.speech.model,
         settings.speech.workers,
         settings.speech.preload,
-    ) = _speech(path, speech, (*RECOGNISERS, *settings.speech.engines), SPEECH_MODELS)
+    ) = _speech(path, speech, recognisers, SPEECH_MODELS)
     trunk = _table(path, raw, "trunk")
     settings.trunk.username = trunk.get("username")
     settings.trunk.password = trunk.get("password")
@@ -479,7 +481,6 @@ def load(path: Path) -> Settings:
     settings.apps, settings.numbers = applications(
         path, _table(path, raw, "apps"), settings.data_dir
     )
-    recognisers = (*RECOGNISERS, *settings.speech.engines)
     for app in settings.apps.values():
         if app.recogniser is not None and app.recogniser not in recognisers:
             raise ConfigError(

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from callhook.config.values import ConfigError
 
-#: Protocols callhook speaks to remote engines.
-PROTOCOLS = ("wyoming", "openai")
+#: Protocols callhook speaks to remote engines, and ``plugin``: an engine a Python package
+#: installs (docs/speech.md, "Plug-in engines").
+PROTOCOLS = ("wyoming", "openai", "plugin")
+#: The entry point groups plug-ins are found in: a recogniser, a voice.
+RECOGNISER_PLUGINS = "callhook.recognisers"
+VOICE_PLUGINS = "callhook.voices"
 #: The keys of each protocol's table, besides ``protocol``.
 KEYS = {
     "wyoming": {"uri", "timeout", "languages", "voices"},
@@ -28,6 +34,7 @@ KEYS = {
         "languages",
         "voices",
     },
+    "plugin": {"plugin", "languages", "options"},
 }
 #: Names the embedded engines and settings have: an engine may not take them.
 RESERVED = ("whisper", "sphinx", "none", "piper", "espeak")
@@ -44,7 +51,7 @@ class RemoteEngine:
     uri: str
     #: Seconds each connect, send and read may take.
     timeout: float = 5.0
-    #: What it recognises (BCP 47 tags or Whisper codes).
+    #: What it recognises (BCP 47 tags or Whisper codes); empty for a plug-in: its own say.
     languages: tuple[str, ...] = ("en",)
     #: Its voices (the server's spelling); empty: asked of the server at start-up (Wyoming).
     voices: tuple[str, ...] = ()
@@ -52,6 +59,16 @@ class RemoteEngine:
     model: str = "whisper-1"
     voice_model: str = "tts-1"
     api_key: str | None = field(default=None, repr=False)
+    #: A plug-in's entry point name, the groups it is in (:data:`RECOGNISER_PLUGINS`,
+    #: :data:`VOICE_PLUGINS`), and the ``[speech.engines.NAME.options]`` its factory gets.
+    plugin: str | None = None
+    plugin_groups: frozenset[str] = frozenset()
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def recognises(self) -> bool:
+        """Whether it can be a recogniser (a plug-in may have only a voice)."""
+        return self.protocol != "plugin" or RECOGNISER_PLUGINS in self.plugin_groups
 
 
 def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine]:
@@ -75,6 +92,9 @@ def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine
         unknown = set(values) - KEYS[protocol] - {"protocol"}
         if unknown:
             raise ConfigError(f"{where}: unknown keys: {', '.join(sorted(unknown))}")
+        if protocol == "plugin":
+            engines[name] = _plugin(where, name, values)
+            continue
         uri = _wyoming_uri(where, values) if protocol == "wyoming" else _api_url(where, values)
         timeout = values.get("timeout", 5.0)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
@@ -91,6 +111,35 @@ def speech_engines(path: Path, speech: dict[str, Any]) -> dict[str, RemoteEngine
             _key(where, values),
         )
     return engines
+
+
+def _plugin(where: str, name: str, values: dict[str, Any]) -> RemoteEngine:
+    """A plug-in engine: its entry point must be installed (found by its package's metadata,
+    nothing imported yet)."""
+    plugin = _text(where, "plugin", values, name)
+    groups = frozenset(
+        group
+        for group in (RECOGNISER_PLUGINS, VOICE_PLUGINS)
+        if metadata.entry_points(group=group, name=plugin)
+    )
+    if not groups:
+        raise ConfigError(
+            f"{where}: no installed package has a plug-in named {plugin!r} (entry points "
+            f"{RECOGNISER_PLUGINS} and {VOICE_PLUGINS}; pip install the plug-in's package)"
+        )
+    options = values.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"{where}: options must be a table (the plug-in's settings)")
+    spoken = _strings(where, "languages", values["languages"]) if "languages" in values else ()
+    return RemoteEngine(
+        name,
+        "plugin",
+        f"plugin:{plugin}",
+        languages=spoken,
+        plugin=plugin,
+        plugin_groups=groups,
+        options=options,
+    )
 
 
 def _wyoming_uri(where: str, values: dict[str, Any]) -> str:

@@ -1,16 +1,33 @@
 """The remote speech engines of ``[speech.engines.NAME]``, made by their protocol: a
-recogniser and a voice each (:mod:`callhook.speech.wyoming`, :mod:`callhook.speech.openai`).
+recogniser and a voice each (:mod:`callhook.speech.wyoming`, :mod:`callhook.speech.openai`,
+and plug-ins: :mod:`callhook.speech.plugins`).
 Their clients are imported only when an engine uses them."""
 
 from __future__ import annotations
+
+import logging
 
 from callhook.config.speechengines import RemoteEngine
 from callhook.speech.asr import Recogniser
 from callhook.speech.tts import SpeechEngine
 
+logger = logging.getLogger("callhook.speech")
+
 
 def remote_voice(server: RemoteEngine) -> SpeechEngine | None:
-    """A remote engine's voices (an OpenAI-compatible one has them only by the config)."""
+    """A remote engine's voices (an OpenAI-compatible one has them only by the config; a
+    plug-in only if it has a voice; None, and the cause in the log, for one that fails)."""
+    if server.protocol == "plugin":
+        from callhook.config.speechengines import VOICE_PLUGINS
+        from callhook.speech.plugins import PluginError, PluginVoice
+
+        if server.plugin is None or VOICE_PLUGINS not in server.plugin_groups:
+            return None
+        try:
+            return PluginVoice(server.name, server.plugin, server.options)
+        except PluginError as exc:
+            logger.error("the %s voices are not available: %s", server.name, exc)
+            return None
     if server.protocol == "openai":
         from callhook.speech.openai import OpenAIVoice
 
@@ -29,8 +46,20 @@ def remote_voice(server: RemoteEngine) -> SpeechEngine | None:
     return WyomingVoice(server.name, server.uri, timeout=server.timeout, voices=server.voices)
 
 
-def remote_recogniser(server: RemoteEngine) -> Recogniser:
-    """A remote engine's recogniser, by its protocol."""
+def remote_recogniser(server: RemoteEngine) -> Recogniser | None:
+    """A remote engine's recogniser, by its protocol (None, and the cause in the log, for a
+    plug-in that cannot be made: only digits count)."""
+    if server.protocol == "plugin":
+        from callhook.speech.plugins import PluginError, PluginRecogniser
+
+        assert server.plugin is not None
+        try:
+            return PluginRecogniser(server.name, server.plugin, server.options, server.languages)
+        except PluginError as exc:
+            logger.error(
+                "speech recogniser %r is not available: %s: only digits count", server.name, exc
+            )
+            return None
     if server.protocol == "openai":
         from callhook.speech.openai import OpenAIRecogniser
 

@@ -214,12 +214,12 @@ class SpeechService:
 
     def _warm_recogniser(self, engine: Recogniser) -> None:
         try:
-            self._warm(engine.warm_up, "speech recognition")
+            self._warm(engine.warm_up, "speech recognition", engine.name)
         finally:
             self._ready.set()
 
     @staticmethod
-    def _warm(load: Callable[[], None], what: str) -> None:
+    def _warm(load: Callable[[], None], what: str, engine: str = "") -> None:
         started = time.monotonic()
         try:
             load()
@@ -228,7 +228,8 @@ class SpeechService:
         except Exception:
             logger.exception("loading the %s model failed", what)
         else:
-            logger.info("the %s model is ready (%.1f s)", what, time.monotonic() - started)
+            took = f"{engine}, " if engine else ""
+            logger.info("the %s model is ready (%s%.1f s)", what, took, time.monotonic() - started)
 
     async def sentence(
         self, choice: VoiceChoice, text: str, rate: float = 1.0
