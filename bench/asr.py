@@ -144,16 +144,20 @@ def digits(
     right: dict[tuple[str, bool], int] = collections.Counter()
     total: dict[str, int] = collections.Counter()
     latencies: list[float] = []
+    cpu: list[float] = []
     judged: list[tuple[float, bool]] = []  # (confidence, right) of every alternative
+    tops: list[tuple[str, float, bool]] = []  # (speaker, confidence, right) of each answer
     utterances = [u for _, _, u in clips if u is not None]
     for speaker, word, audio in clips:
         total[speaker] += 1
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         alternatives = engine.recognise(audio, hints3) if audio is not None else ()
         if audio is not None:
             latencies.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         got = normalise(alternatives[0].text) if alternatives else ""
         judged += [(a.confidence, normalise(a.text) == word) for a in alternatives]
+        tops.append((speaker, alternatives[0].confidence if alternatives else 0.0, got == word))
         right[speaker, True] += got == word
         if free_too:
             right[speaker, False] += first_text(engine, audio, free) == word
@@ -166,13 +170,17 @@ def digits(
         f = sum(right[s, False] for s in spk) * 100 / n
         print(f"{speaker:<10} {n:>6} {h:>7.1f} {f:>9.1f}")
     reliability(judged)
+    calibration(tops)
+    floors(tops)
     missing = sum(u is None for _, _, u in clips)
     print(f"(clips with no utterance from the cutter: {missing})")
     audio_s = sum(len(u) for u in utterances) / SAMPLE_RATE
     print(
         f"latency (recognise() with hints, 1 thread): p50 {quantile(latencies, 0.5) * 1000:.0f} ms"
         f", p95 {quantile(latencies, 0.95) * 1000:.0f} ms; RTF "
-        f"{sum(latencies) / audio_s:.3f} (mean utterance {audio_s / len(utterances):.2f} s)"
+        f"{sum(latencies) / audio_s:.3f} (mean utterance {audio_s / len(utterances):.2f} s); "
+        f"CPU per utterance p50 {quantile(cpu, 0.5) * 1000:.0f} ms, "
+        f"mean {sum(cpu) / max(1, len(cpu)) * 1000:.0f} ms"
     )
     return utterances
 
@@ -186,6 +194,42 @@ def reliability(judged: list[tuple[float, bool]]) -> None:
         inside = [ok for c, ok in judged if lo <= c < hi]
         share = f"{100 * sum(inside) / len(inside):5.1f} %" if inside else "    -"
         print(f"  {lo:.1f} .. {min(hi, 1.0):.1f}  {len(inside):>16} {share}")
+
+
+#: Confidence bins of the calibration table: (low, high).
+BINS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01))
+#: Confidence floors tried (``[speech] min_confidence``): answers under one are asked again.
+FLOORS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def calibration(tops: list[tuple[str, float, bool]]) -> None:
+    """Of the answers (best alternatives) reported in each confidence bin, the share that
+    was the word said, per speaker: calibrated when the share is within the bin."""
+    speakers = sorted({s for s, _, _ in tops})
+    print("calibration (answers: n, % right)  " + "".join(f"{s:>16}" for s in speakers))
+    for lo, hi in BINS:
+        cells = []
+        for speaker in speakers:
+            inside = [ok for s, c, ok in tops if s == speaker and lo <= c < hi]
+            share = f"{100 * sum(inside) / len(inside):5.1f} %" if inside else "     -"
+            cells.append(f"{len(inside):>7} {share:>8}")
+        print(f"  {lo:.1f} .. {min(hi, 1.0):.1f}                     " + "".join(cells))
+
+
+def floors(tops: list[tuple[str, float, bool]]) -> None:
+    """At each confidence floor: per speaker, the share of answers accepted that was right,
+    and the share of utterances under the floor (asked again)."""
+    speakers = sorted({s for s, _, _ in tops})
+    print("floor  " + "".join(f"{s + ' right/asked again':>28}" for s in speakers))
+    for floor in FLOORS:
+        cells = []
+        for speaker in speakers:
+            mine = [(c, ok) for s, c, ok in tops if s == speaker]
+            kept = [ok for c, ok in mine if c >= floor]
+            right = f"{100 * sum(kept) / len(kept):5.1f} %" if kept else "    -"
+            again = 100 * (len(mine) - len(kept)) / max(1, len(mine))
+            cells.append(f"{right:>18} {again:>7.1f} %")
+        print(f"  {floor:.1f}" + "".join(cells))
 
 
 def capacity(engine: Recogniser, utterances: list[Samples], threads: int = 2) -> None:

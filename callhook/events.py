@@ -98,6 +98,10 @@ class SpeechRejected:
     """
 
     cause: str | None = None
+    #: What was heard, when it was rejected for its confidence: an answer to word hints
+    #: under ``RecognitionOptions.min_confidence`` (not understood: the caller is asked
+    #: again, docs/speech.md "The confidence floor").
+    unsure: Phrase | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +387,15 @@ class RecognitionOptions:
     max_alternatives: int = 1
     # "timeout": keep recognising phrase after phrase; "auto": one phrase is enough.
     mode: Literal["timeout", "auto"] = "timeout"
+    # An answer to word hints whose best alternative is less sure than this is not
+    # understood (``[speech] min_confidence``); free transcription is never held back.
+    min_confidence: float = 0.0
+
+    def doubts(self, alternatives: tuple[Alternative, ...]) -> bool:
+        """Whether an answer is under the confidence floor (not understood)."""
+        return bool(self.word_hints and alternatives) and (
+            alternatives[0].confidence < self.min_confidence
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -342,6 +342,15 @@ class GatherMachine(ActionMachine):
             self.speaking = True
             return []
         self.speaking = False
+        if isinstance(event, SpeechRejected) and event.unsure is not None and not self.phrases:
+            # Heard but not understood (under the confidence floor): asked again at once
+            # with the next timeout message, as when nothing was recognised (callhook:
+            # docs/behaviour.md, "The confidence floor").
+            stopped = self.prompter.stop() if self.state is State.PROMPT else []
+            self.timeouts += 1
+            return stopped + self._retry(
+                now, self.spec.timeout_messages, self.timeouts, "not understood"
+            )
         if isinstance(event, SpeechRejected):
             if not self.phrases:
                 self.initial_from = now  # noise, not speech: wait for speech again
@@ -444,5 +453,7 @@ class GatherMachine(ActionMachine):
         self.recognising = want
         if want:
             assert self.spec.speech is not None
-            return [StartRecognition(self.spec.speech)]
+            return [
+                StartRecognition(replace(self.spec.speech, min_confidence=self.ctx.min_confidence))
+            ]
         return [StopRecognition()]

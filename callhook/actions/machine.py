@@ -118,6 +118,9 @@ class ActionContext:
     new_recording_name: Callable[[], str] = lambda: "recording.wav"
     # The URL of the page whose action list is running (relative media URLs resolve to it).
     page_url: str = ""
+    # The confidence floor of answers to word hints (``[speech] min_confidence``, or the
+    # application's): one under it is not understood and the caller is asked again.
+    min_confidence: float = 0.0
     _prompt_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def new_prompt_id(self) -> int:

@@ -44,7 +44,7 @@ prompt or message, and not while the caller is speaking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from callhook.actions.fields import menu_words
@@ -285,6 +285,12 @@ class MenuMachine(ActionMachine):
             self.speaking = True
             return []
         self.speaking = False
+        if isinstance(event, SpeechRejected) and event.unsure is not None:
+            # Heard but not understood (under the confidence floor): invalid input, the
+            # next invalid message asks again (callhook: docs/behaviour.md).
+            stopped = self.prompter.stop() if self.state is State.PROMPT else []
+            self.invalids += 1
+            return stopped + self._retry(self.spec.invalid_messages, self.invalids, "invalid")
         if isinstance(event, SpeechRejected):
             # A noise, not an answer: the menu keeps waiting, its timeout from the end of
             # the noise (as get_input's initial timeout), not cut short by the noise.
@@ -376,5 +382,5 @@ class MenuMachine(ActionMachine):
         self.recognising = want
         if want:
             assert speech is not None
-            return [StartRecognition(speech)]
+            return [StartRecognition(replace(speech, min_confidence=self.ctx.min_confidence))]
         return [StopRecognition()]

@@ -236,6 +236,10 @@ def event_line(event: MediaEvent) -> Line | None:
         # Voice activity began: an utterance goes to the recogniser when it ends.
         return Line("speech_detected")
     if isinstance(event, SpeechRejected):
+        if event.unsure is not None:
+            # An answer under [speech] min_confidence: not understood, asked again.
+            top = event.unsure.alternatives[0]
+            return Line("speech_unsure", f"{top.text!r} (confidence {top.confidence:.2f})")
         if event.cause:
             # The recogniser failed (issue 14): the utterance counts as nothing recognised.
             return Line("speech_failed", event.cause, logging.WARNING)

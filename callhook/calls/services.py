@@ -281,7 +281,11 @@ class Services:
         # loop's clock would stamp a key press later than the timer it started.
         log = CallLog(instance_id, _MediaTime(leg), self.store.path(app.name, log_filename))
         log.listeners.extend(listeners or [])
-        ctx = ActionContext(new_recording_name=self.store.new_recording_name)
+        floor = app.min_confidence
+        ctx = ActionContext(
+            new_recording_name=self.store.new_recording_name,
+            min_confidence=self.settings.speech.min_confidence if floor is None else floor,
+        )
         self._apps[app.name] = app
         return CallRunner(
             app,

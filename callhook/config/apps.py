@@ -10,7 +10,7 @@ from typing import Any
 
 from callhook.config.classifycallee import classify_callee
 from callhook.config.secret import data_secret
-from callhook.config.values import ConfigError
+from callhook.config.values import ConfigError, confidence
 from callhook.config.values import no_unknown as _no_unknown
 from callhook.config.values import text as _text
 from callhook.dialplan.numbers import BadNumber, configured
@@ -66,6 +66,8 @@ class AppConfig:
     #: engine or a ``[speech.engines.NAME]`` (docs/speech.md, "Remote engines").
     recogniser: str | None = None
     voice: str | None = None
+    #: Its confidence floor, when not ``[speech]``'s.
+    min_confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def applications(
             "classify_callee",
             "recogniser",
             "voice",
+            "min_confidence",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -137,6 +140,9 @@ def applications(
             ),
             recogniser=_text(path, where, "recogniser", table, "") or None,
             voice=_text(path, where, "voice", table, "") or None,
+            min_confidence=(
+                confidence(path, where, table, 0.0) if "min_confidence" in table else None
+            ),
         )
         numbers = table.get("numbers", [])
         if not isinstance(numbers, list):

@@ -137,6 +137,7 @@ from callhook.config.apps import check_api_key as check_api_key
 from callhook.config.secret import data_secret as data_secret
 from callhook.config.speechengines import speech_engines
 from callhook.config.tables import (
+    MIN_CONFIDENCE,
     ConferenceSettings,
     DatabaseSettings,
     EgressSettings,
@@ -154,6 +155,7 @@ from callhook.config.tables import (
 from callhook.config.tls import client_context, server_context
 from callhook.config.values import ConfigError as ConfigError
 from callhook.config.values import conference as _conference
+from callhook.config.values import confidence as _confidence
 from callhook.config.values import database as _database
 from callhook.config.values import domains as _domains
 from callhook.config.values import endpoints as _endpoints
@@ -471,6 +473,7 @@ def load(path: Path) -> Settings:
         settings.speech.workers,
         settings.speech.preload,
     ) = _speech(path, speech, recognisers, SPEECH_MODELS)
+    settings.speech.min_confidence = _confidence(path, "speech", speech, MIN_CONFIDENCE)
     trunk = _table(path, raw, "trunk")
     settings.trunk.username = trunk.get("username")
     settings.trunk.password = trunk.get("password")

@@ -79,6 +79,12 @@ class DatabaseSettings:
     node_port: int = 0
 
 
+#: The default confidence floor (``[speech] min_confidence``): none. What a confidence
+#: means is each engine's and language's own (the embedded English model's suggested floor,
+#: from ``bench.asr``'s table of floors, is in docs/speech.md).
+MIN_CONFIDENCE = 0.0
+
+
 @dataclass
 class SpeechSettings:
     """``[speech]``: the default voice, the recogniser and its model, their threads."""
@@ -88,6 +94,9 @@ class SpeechSettings:
     model: str = "tiny.en"
     workers: int = 2
     preload: bool = True
+    #: An answer to word hints less sure than this is not understood: the caller is asked
+    #: again (docs/speech.md, "The confidence floor").
+    min_confidence: float = MIN_CONFIDENCE
     #: ``[speech.engines.NAME]``: remote engines.
     engines: dict[str, RemoteEngine] = field(default_factory=dict)
 

@@ -34,6 +34,14 @@ def number(path: Path, table: str, key: str, values: dict[str, Any], default: fl
     return float(value)
 
 
+def confidence(path: Path, table: str, values: dict[str, Any], default: float) -> float:
+    """``min_confidence``: the confidence floor of answers to word hints, 0 to 1."""
+    value = number(path, table, "min_confidence", values, default)
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{path}: [{table}] min_confidence must be 0 (off) to 1, got {value}")
+    return value
+
+
 def integer(path: Path, table: str, key: str, values: dict[str, Any], default: int) -> int:
     """A whole number, or ``default`` when absent."""
     value = values.get(key, default)
@@ -161,7 +169,10 @@ def speech(
 ) -> tuple[str, str, str, int, bool]:
     """``[speech]``: voice, recogniser, model, workers and preload (defaults: config.Settings)."""
     no_unknown(
-        path, "speech", values, {"voice", "recogniser", "model", "workers", "preload", "engines"}
+        path,
+        "speech",
+        values,
+        {"voice", "recogniser", "model", "workers", "preload", "engines", "min_confidence"},
     )
     voice = text(path, "speech", "voice", values, "piper:joe")
     recogniser = text(path, "speech", "recogniser", values, "whisper")

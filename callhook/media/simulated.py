@@ -33,6 +33,7 @@ from callhook.events import (
     PlayUrl,
     PromptFinished,
     PromptItem,
+    RecognitionOptions,
     SayText,
     SpeechRecognised,
     SpeechRejected,
@@ -126,6 +127,7 @@ class SimulatedMedia:
         self._seq = itertools.count()
         self._prompts: set[int] = set()
         self.recognising = False
+        self.options = RecognitionOptions()
         self.recordings: dict[str, Recording] = {}
         self.ended = False
 
@@ -174,6 +176,7 @@ class SimulatedMedia:
             self._prompts.discard(command.prompt_id)
         elif isinstance(command, StartRecognition):
             self.recognising = True
+            self.options = command.options
         elif isinstance(command, StopRecognition):
             self.recognising = False
         elif isinstance(command, StartRecording):
@@ -231,8 +234,10 @@ class SimulatedMedia:
         if self.recognising:
             if not utterance.heard:
                 events.append(SpeechStarted())
-            if utterance.alternatives:
-                phrase = Phrase(utterance.alternatives, typed=utterance.typed)
+            phrase = Phrase(utterance.alternatives, typed=utterance.typed)
+            if not utterance.typed and self.options.doubts(utterance.alternatives):
+                events.append(SpeechRejected(unsure=phrase))  # (as a call's leg does)
+            elif utterance.alternatives:
                 events.append(SpeechRecognised(phrase))
             else:
                 events.append(SpeechRejected())

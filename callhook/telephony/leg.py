@@ -460,7 +460,9 @@ class SipLeg:
                 alternatives, cause = (), f"speech recognition failed: {exc}"
             if generation != self._generation:
                 continue  # the stream stopped meanwhile: nobody wants this any more
-            if alternatives:
+            if options.doubts(alternatives):
+                self.inject(SpeechRejected(unsure=Phrase(alternatives)))
+            elif alternatives:
                 self.inject(SpeechRecognised(Phrase(alternatives)))
             else:
                 self.inject(SpeechRejected(cause))
