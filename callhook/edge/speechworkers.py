@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from callhook.config.speechengines import RemoteEngine
 from callhook.edge.remotespeech import remote_recogniser, remote_voice
+from callhook.edge.threaditer import iterate
 from callhook.events import Alternative, RecognitionOptions
 from callhook.media import vad
 from callhook.media.utterances import cut_utterances
@@ -236,14 +237,21 @@ class SpeechService:
     ) -> npt.NDArray[np.int16]:
         """One sentence spoken by ``choice`` at ``rate`` times its speed (8 kHz); raises
         SynthesisError."""
+        pieces = [piece async for piece in self.pieces(choice, text, rate)]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
+
+    async def pieces(
+        self, choice: VoiceChoice, text: str, rate: float = 1.0
+    ) -> AsyncIterator[npt.NDArray[np.int16]]:
+        """The sentence's audio piece by piece as it is made (one piece unless the voice
+        streams: :meth:`Synthesiser.chunks`), on the synthesis threads; SynthesisError."""
         assert self.synthesiser is not None
-        synthesiser = self.synthesiser
         loop = asyncio.get_running_loop()
         start = loop.time()
-        audio = await loop.run_in_executor(self._tts_pool, synthesiser.sentence, choice, text, rate)
+        async for piece in iterate(self._tts_pool, self.synthesiser.chunks(choice, text, rate)):
+            yield piece
         self.stats.sentences += 1
         self.stats.synthesis_seconds += loop.time() - start
-        return audio
 
     async def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions

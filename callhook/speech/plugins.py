@@ -6,7 +6,8 @@ names it; callhook calls ``factory(NAME, options)`` (``options``: the table
 ``[speech.engines.NAME.options]``, as a dict) once at start-up and again after the engine
 failed, and uses what it returns as it uses its own engines: a
 :class:`~callhook.speech.asr.Recogniser` (one utterance in, alternatives out) or a
-:class:`~callhook.speech.tts.SpeechEngine` (one sentence in, 8 kHz audio out).
+:class:`~callhook.speech.tts.SpeechEngine` (one sentence in, 8 kHz audio out; with a
+``stream`` method too, the sentence's audio in pieces as it is made, played as they come).
 
 What comes back is checked here, so a plug-in's bug costs a caller no more than a remote
 server's failure would:
@@ -22,8 +23,9 @@ server's failure would:
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -61,6 +63,20 @@ def _make(group: str, plugin: str, name: str, options: Mapping[str, Any]) -> Any
         return factory(name, dict(options))
     except Exception as exc:  # its options are wrong, or its service unreachable
         raise PluginError(f"{entry.value}({name!r}) failed: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _failures() -> Iterator[None]:
+    """A voice plug-in's exceptions as a remote engine's: SynthesisError a refusal (that
+    text: the voice stays in use), anything else a failure."""
+    try:
+        yield
+    except SynthesisError as exc:
+        raise Refused(str(exc)) from None
+    except RemoteSpeechError:
+        raise
+    except Exception as exc:
+        raise RemoteSpeechError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _started(plugin: str, warm_up: Any) -> None:
@@ -161,15 +177,33 @@ class PluginVoice:
     def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
         return self.guard.call(lambda: self._synthesize(text, voice, rate))
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the plug-in hands a sentence's audio over in pieces as it makes them
+        (it has ``stream(text, voice, rate)``)."""
+        return callable(getattr(self.engine, "stream", None))
+
+    def stream(self, text: str, voice: str, rate: float = 1.0) -> Iterator[npt.NDArray[np.int16]]:
+        """The plug-in's ``stream``: each piece checked as :meth:`synthesize`'s audio is."""
+        return self.guard.stream(self._pieces(text, voice, rate))
+
+    def _pieces(self, text: str, voice: str, rate: float) -> Iterator[npt.NDArray[np.int16]]:
+        spelling = self._voices.get(voice, voice)
+        with _failures():
+            pieces = iter(self.engine.stream(text, spelling, rate))  # type: ignore[attr-defined]
+        while True:
+            with _failures():
+                piece = next(pieces, None)
+            if piece is None:
+                return
+            yield self._checked(piece)
+
     def _synthesize(self, text: str, voice: str, rate: float) -> npt.NDArray[np.int16]:
-        try:
+        with _failures():
             audio = self.engine.synthesize(text, self._voices.get(voice, voice), rate)
-        except SynthesisError as exc:  # that text, not the engine: it stays in use
-            raise Refused(str(exc)) from None
-        except RemoteSpeechError:
-            raise
-        except Exception as exc:
-            raise RemoteSpeechError(f"{type(exc).__name__}: {exc}") from None
+        return self._checked(audio)
+
+    def _checked(self, audio: Any) -> npt.NDArray[np.int16]:
         if not isinstance(audio, np.ndarray) or audio.dtype != np.int16 or audio.ndim != 1:
             what = (
                 f"an array of {audio.dtype}, shape {audio.shape}"

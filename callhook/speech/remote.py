@@ -7,7 +7,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from callhook.events import Alternative
@@ -61,25 +61,50 @@ class Guard:
     def call(self, work: Callable[[], T]) -> T:
         """``work``'s answer; SynthesisError when the breaker is open, when the server
         refused (it stays in use), or when it failed (the breaker opens)."""
+        self.enter()
+        try:
+            result = work()
+        except RemoteSpeechError as exc:
+            raise self.failed(exc) from None
+        self.succeeded()
+        return result
+
+    def stream(self, chunks: Iterable[T]) -> Iterator[T]:
+        """``chunks`` as they come, guarded as :meth:`call` guards one answer (a failure
+        after some chunks opens the breaker too)."""
+        self.enter()
+        iterator = iter(chunks)
+        while True:
+            try:
+                chunk = next(iterator)
+            except StopIteration:
+                break
+            except RemoteSpeechError as exc:
+                raise self.failed(exc) from None
+            yield chunk
+        self.succeeded()
+
+    def enter(self) -> None:
+        """SynthesisError while the breaker is open."""
         with self._lock:
             if not self.breaker.allow(time.monotonic()):
                 raise SynthesisError(
                     f"{self.name} is not asked for a while after failing ({self.breaker.cause})"
                 )
-        try:
-            result = work()
-        except Refused as exc:
-            raise SynthesisError(f"{self.name}: {exc}") from None
-        except RemoteSpeechError as exc:
+
+    def failed(self, exc: RemoteSpeechError) -> SynthesisError:
+        """The error to raise for ``exc`` (a failure opens the breaker, a refusal not)."""
+        if not isinstance(exc, Refused):
             with self._lock:
                 wait = self.breaker.failure(time.monotonic(), str(exc))
             logger.warning("%s: %s; not asked again for %g s", self.name, exc, wait)
-            raise SynthesisError(f"{self.name}: {exc}") from None
+        return SynthesisError(f"{self.name}: {exc}")
+
+    def succeeded(self) -> None:
         with self._lock:
             if self.breaker.is_open:
                 logger.warning("%s answers again", self.name)
             self.breaker.success()
-        return result
 
     def snapshot(self) -> dict[str, Any]:
         """The breaker, for ``/api/stats``."""

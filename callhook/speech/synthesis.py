@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,6 +183,12 @@ class Synthesiser:
             raise
         except Exception as exc:  # an engine bug must not take the call down
             raise SynthesisError(f"{choice.label}: {type(exc).__name__}: {exc}") from exc
+        self._keep(choice, sentence, rate, audio)
+        return audio
+
+    def _keep(
+        self, choice: VoiceChoice, sentence: str, rate: float, audio: npt.NDArray[np.int16]
+    ) -> None:
         audio.setflags(write=False)  # shared by every call that plays it
         key = (choice.engine.name, choice.voice, sentence, rate)
         with self._lock:
@@ -193,7 +199,30 @@ class Synthesiser:
             while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
-        return audio
+
+    def chunks(
+        self, choice: VoiceChoice, sentence: str, rate: float = 1.0
+    ) -> Iterator[npt.NDArray[np.int16]]:
+        """The sentence's audio in pieces, each as soon as it is made: from the cache (one
+        piece), from a voice that streams (its ``stream``: a plug-in's), or the whole
+        sentence from :meth:`sentence`. A sentence streamed to its end is cached. Blocking:
+        iterate off the loop."""
+        audio = self.cached(choice, sentence, rate)
+        stream = getattr(choice.engine, "stream", None)
+        if audio is not None or not getattr(choice.engine, "streaming", False) or stream is None:
+            yield audio if audio is not None else self.sentence(choice, sentence, rate)
+            return
+        pieces: list[npt.NDArray[np.int16]] = []
+        try:
+            for piece in stream(sentence, choice.voice, rate):
+                piece.setflags(write=False)
+                pieces.append(piece)
+                yield piece
+        except SynthesisError:
+            raise
+        except Exception as exc:  # an engine bug must not take the call down
+            raise SynthesisError(f"{choice.label}: {type(exc).__name__}: {exc}") from exc
+        self._keep(choice, sentence, rate, np.concatenate(pieces) if pieces else silence(0))
 
     def speak(
         self, text: str, tts_voice: str | None = None, language: str | None = None

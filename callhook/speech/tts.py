@@ -67,7 +67,11 @@ def silence(seconds: float) -> npt.NDArray[np.int16]:
 
 
 class SpeechEngine(Protocol):
-    """One TTS engine and the voices it has."""
+    """One TTS engine and the voices it has.
+
+    An engine that makes a sentence's audio in pieces may also have ``streaming = True``
+    and ``stream(text, voice, rate)``, an iterator of ``int16`` pieces: the synthesiser then
+    plays each as it comes (:meth:`callhook.speech.synthesis.Synthesiser.chunks`)."""
 
     #: Short engine name, as used in ``tts_voice`` (``piper``, ``espeak``).
     name: str

@@ -356,7 +356,7 @@ class SipLeg:
                 synthesiser = self.prompts.synthesiser
                 if isinstance(item, SayText) and self.speech and synthesiser:
                     spoken = self.prompts.speech(
-                        self.app_name, item, law, self.speech.sentence, self._prompt_note
+                        self.app_name, item, law, self.speech.pieces, self._prompt_note
                     )
                     async for audio_bytes in spoken:
                         self.session.append_prompt(prompt_id, audio_bytes)

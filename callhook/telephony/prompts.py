@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -48,9 +48,9 @@ CACHE_ENTRIES = 128
 AudioItem = SayText | PlayFile | PlayTone
 
 
-#: Synthesises a sentence on a worker thread (``choice``, ``text``, ``rate``):
-#: :meth:`callhook.edge.speechworkers.SpeechService.sentence`.
-Synthesise = Callable[[VoiceChoice, str, float], Awaitable[npt.NDArray[np.int16]]]
+#: Synthesises a sentence on a worker thread (``choice``, ``text``, ``rate``), its audio
+#: piece by piece as it is made: :meth:`callhook.edge.speechworkers.SpeechService.pieces`.
+Synthesise = Callable[[VoiceChoice, str, float], AsyncIterator[npt.NDArray[np.int16]]]
 
 
 class RemoteAudio(Protocol):
@@ -275,22 +275,37 @@ class PromptAudio:
                 if isinstance(piece, ssml.Pause):
                     yield g711.encode(law, silence(piece.seconds))
                     continue
-                audio = synthesiser.cached(choice, piece.text, piece.rate)
-                if audio is None:
-                    try:
-                        audio = await synthesise(choice, piece.text, piece.rate)
-                    except SynthesisError as exc:
-                        fallback = synthesiser.fallback_for(choice)
-                        if fallback is None:
-                            raise
-                        # A remote voice that failed: the rest of the text in the
-                        # embedded one (docs/speech.md, "Remote engines").
-                        note(f"{exc}: said by {fallback.label} instead")
-                        choice = fallback
-                        audio = synthesiser.cached(choice, piece.text, piece.rate)
-                        if audio is None:
-                            audio = await synthesise(choice, piece.text, piece.rate)
-                yield g711.encode(law, at_volume(audio, piece.volume_db))
+                heard = False
+                try:
+                    async for audio in self._sentence(choice, piece, synthesise):
+                        heard = True
+                        yield g711.encode(law, at_volume(audio, piece.volume_db))
+                    continue
+                except SynthesisError as exc:
+                    fallback = synthesiser.fallback_for(choice)
+                    if fallback is None:
+                        raise
+                    # A remote voice that failed: the rest of the text in the embedded
+                    # one (docs/speech.md, "Remote engines"); a sentence a streaming
+                    # voice had begun is not said again.
+                    rest = "the rest " if heard else ""
+                    note(f"{exc}: {rest}said by {fallback.label} instead")
+                    choice = fallback
+                if not heard:
+                    async for audio in self._sentence(choice, piece, synthesise):
+                        yield g711.encode(law, at_volume(audio, piece.volume_db))
+
+    async def _sentence(
+        self, choice: VoiceChoice, piece: ssml.Spoken, synthesise: Synthesise
+    ) -> AsyncIterator[npt.NDArray[np.int16]]:
+        """One sentence's audio: from the cache, else as ``synthesise`` makes it."""
+        assert self.synthesiser is not None
+        audio = self.synthesiser.cached(choice, piece.text, piece.rate)
+        if audio is not None:
+            yield audio
+            return
+        async for audio in synthesise(choice, piece.text, piece.rate):
+            yield audio
 
 
 def _parts(item: SayText) -> tuple[ssml.Part, ...]:

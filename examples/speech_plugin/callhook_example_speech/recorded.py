@@ -16,16 +16,16 @@ a folder per voice::
     gap_ms = 60                 # silence between words
 
 Then ``"tts_voice": "studio:anna"`` says ``Your code is 4 1 7.`` in Anna's recordings
-(digits are read one by one). A text with a word she never recorded cannot be said by
-this voice: :meth:`RecordedWords.synthesize` raises ``SynthesisError``, and callhook says
-that sentence with its embedded voice instead (the call's log says so).
+(digits are read one by one), handed to callhook a word at a time (``stream``). A text
+with a word she never recorded cannot be said by this voice: ``SynthesisError``, and
+callhook says that sentence with its embedded voice instead (the call's log says so).
 """
 
 from __future__ import annotations
 
 import re
 import wave
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,19 +72,25 @@ class RecordedWords:
     def synthesize(self, text: str, voice: str, rate: float = 1.0) -> npt.NDArray[np.int16]:
         """``text``'s words in ``voice``'s recordings, ``gap_ms`` apart (``rate`` shortens or
         lengthens the gaps, not the words)."""
+        pieces = list(self.stream(text, voice, rate))
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int16)
+
+    def stream(self, text: str, voice: str, rate: float = 1.0) -> Iterator[npt.NDArray[np.int16]]:
+        """The same, a word at a time: callhook plays each piece as it comes (a voice that
+        streams starts a long sentence sooner). Every word is checked first, so a text
+        with a word never recorded is refused before any of it is heard."""
         words = [
             DIGITS[int(w)] if w.isdigit() else w
             for token in re.findall(r"[\w']+", text.lower())
             for w in (list(token) if token.isdigit() else [token])
         ]
-        if not words:
-            return np.zeros(0, dtype=np.int16)
-        gap = np.zeros(round(self.gap / rate * SAMPLE_RATE), dtype=np.float32)
-        pieces: list[npt.NDArray[np.float32]] = []
-        for word in words:
-            pieces += [self._word(voice, word), gap]
-        # One level for the whole, as callhook's own voices have.
-        return telephone_audio(np.concatenate(pieces[:-1]), SAMPLE_RATE)
+        recordings = [self._word(voice, word) for word in words]
+        gap = np.zeros(round(self.gap / rate * SAMPLE_RATE), dtype=np.int16)
+        for i, recording in enumerate(recordings):
+            if i:
+                yield gap
+            # Each word at the telephone level callhook's own voices have.
+            yield telephone_audio(recording, SAMPLE_RATE)
 
     def _word(self, voice: str, word: str) -> npt.NDArray[np.float32]:
         key = (voice, word)

@@ -8,6 +8,7 @@ import logging
 import math
 import textwrap
 import wave
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,14 @@ class Mouth:
         if isinstance(audio, Exception):
             raise audio
         return audio
+
+
+class Streamer(Mouth):
+    def stream(self, text, voice, rate=1.0):
+        for piece in BEHAVIOUR["pieces"]:
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
 """
 
 
@@ -94,6 +103,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object
 
         [callhook.voices]
         mouth = testplug:Mouth
+        streamer = testplug:Streamer
         """)
     )
     monkeypatch.syspath_prepend(str(site))
@@ -250,6 +260,49 @@ def test_a_failing_plugin_voice_is_replaced_by_the_embedded_one(
     assert studio.snapshot()["cause"] == "RuntimeError: GPU out of memory"
 
 
+def test_a_plugin_voice_that_streams_hands_over_checked_pieces(
+    package: dict[str, object],
+) -> None:
+    assert not PluginVoice("studio", "mouth", {}).streaming
+    voice = PluginVoice("live", "streamer", {})
+    assert voice.streaming
+    one, two = np.full(80, 1, dtype=np.int16), np.full(80, 2, dtype=np.int16)
+    package["pieces"] = [one, two]
+    assert [p.tolist() for p in voice.stream("Hi.", "anna")] == [one.tolist(), two.tolist()]
+    # A failure after the first piece: that piece was handed over, then the breaker opens.
+    package["pieces"] = [one, ConnectionResetError("gone")]
+    pieces = voice.stream("Hi.", "anna")
+    assert next(pieces).tolist() == one.tolist()
+    with pytest.raises(SynthesisError, match="live: ConnectionResetError: gone"):
+        next(pieces)
+    assert voice.snapshot()["open"]
+    package["pieces"] = [one]
+    with pytest.raises(SynthesisError, match="not asked for a while"):
+        list(voice.stream("Hi.", "anna"))
+
+
+async def test_a_blocking_iterator_is_taken_off_the_loop() -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from callhook.edge.threaditer import iterate
+
+    threads: list[str] = []
+
+    def numbers() -> Iterator[int]:
+        for n in (1, 2, 3):
+            threads.append(threading.current_thread().name)
+            yield n
+        raise ValueError("done badly")
+
+    with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
+        got = []
+        with pytest.raises(ValueError, match="done badly"):
+            async for n in iterate(pool, numbers()):
+                got.append(n)
+    assert got == [1, 2, 3] and all(t.startswith("pool") for t in threads)
+
+
 # --- the worked example -------------------------------------------------------------------
 
 
@@ -291,6 +344,10 @@ def test_the_recorded_words_voice_says_digits_from_its_recordings(
     assert np.corrcoef(audio[: len(four)], four)[0, 1] > 0.99
     assert not audio[len(four) : len(four) + 800].any()
     assert len(voice.synthesize("4 2", "jackson", rate=2.0)) == len(four) + 400 + len(two)
+    # Streamed a word at a time (and the gaps between), the same audio.
+    pieces = list(voice.stream("42.", "jackson"))
+    assert [len(p) for p in pieces] == [len(four), 800, len(two)]
+    assert np.array_equal(np.concatenate(pieces), audio)
     with pytest.raises(SynthesisError, match="jackson has no recording of 'code'"):
         voice.synthesize("Code 42.", "jackson")
     with pytest.raises(ValueError, match="unknown options: colour"):

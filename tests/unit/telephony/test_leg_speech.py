@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import wave
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +275,94 @@ async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_pat
     (note,) = [e for e in the_leg.take_pending() if isinstance(e, PromptNote)]
     assert note.note.startswith("SSML <audio>: nowhere.wav")
     assert note.note.endswith("its content is said instead")
+
+
+class Streamer:
+    """A remote voice that hands each word over as it makes it (``stream``): a word is
+    1000 * its length for 160 samples; the word after ``hold`` waits for ``gate``; a word
+    "crash" fails (the server went away)."""
+
+    name = "stream"
+    remote = True
+    streaming = True
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.made: list[str] = []
+
+    def voices(self) -> Sequence[str]:
+        return ["s"]
+
+    def voice_for(self, language: str) -> str | None:
+        return "s"
+
+    def warm_up(self) -> None:
+        pass
+
+    def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
+        return np.concatenate(list(self.stream(text, voice, rate)))
+
+    def stream(self, text: str, voice: str, rate: float = 1.0) -> Iterator[np.ndarray]:
+        for word in text.rstrip(".").split():
+            if word == "crash":
+                raise SynthesisError("stream: the server went away")
+            self.made.append(word)
+            yield np.full(160, 1000 * len(word), dtype=np.int16)
+            if word == "hold":
+                self.gate.wait(5)
+
+
+def streaming_leg(tmp_path: Path) -> tuple[SipLeg, MediaSession, Streamer]:
+    streamer = Streamer()
+    synthesiser = Synthesiser([Engine(), streamer], "stream:s", fallback_voice="test:v")
+    session = MediaSession("PCMU", 0, 101, PEER)
+    store = MediaStore(tmp_path)
+    the_leg = SipLeg(
+        CallInfo("c1"),
+        "app",
+        session,
+        PromptAudio(store, synthesiser),
+        store,
+        answer=_nothing,
+        hang_up=lambda: "200",
+        speech=SpeechService(synthesiser, None, workers=1),
+    )
+    return the_leg, session, streamer
+
+
+def heard(session: MediaSession) -> np.ndarray:
+    return g711.decode("ulaw", session.player._prompt.audio)  # type: ignore[union-attr]
+
+
+async def test_a_streaming_voice_is_played_piece_by_piece_and_then_cached(tmp_path):
+    the_leg, session, streamer = streaming_leg(tmp_path)
+    the_leg.send([StartPrompt(7, (SayText("One hold three."),))])
+    # "One" and "hold" reach the prompt while "three" is not made yet.
+    await until(lambda: len(heard(session)) == 320)
+    assert streamer.made == ["One", "hold"]
+    streamer.gate.set()
+    await until(lambda: not the_leg._streaming)
+    assert len(heard(session)) == 480
+    # Streamed to its end: the sentence is cached, the voice not asked again.
+    streamer.made.clear()
+    the_leg.send([StartPrompt(8, (SayText("One hold three."),))])
+    await until(lambda: not the_leg._streaming)
+    assert streamer.made == []
+
+
+async def test_a_streaming_voice_that_fails_midway_leaves_the_rest_to_the_embedded_one(
+    tmp_path,
+):
+    the_leg, session, streamer = streaming_leg(tmp_path)
+    streamer.gate.set()
+    the_leg.send([StartPrompt(9, (SayText("Hello crash now. Goodbye."),))])
+    await until(lambda: not the_leg._streaming)
+    audio = heard(session)
+    # "Hello" from the remote voice, its sentence not said again, then "Goodbye." from the
+    # embedded one (Engine: 320 samples at 1000 * (len % 7 + 1)).
+    expected = np.concatenate([np.full(160, 5000), np.full(320, 1000 * (len("Goodbye.") % 7 + 1))])
+    assert np.array_equal(
+        audio, g711.decode("ulaw", g711.encode("ulaw", expected.astype(np.int16)))
+    )
+    (note,) = [e for e in the_leg.take_pending() if isinstance(e, PromptNote)]
+    assert note.note == "stream: the server went away: the rest said by test:v instead"
