@@ -5,10 +5,11 @@ PyPI with the test tools and run here on loopback with the models callhook alrea
 Kamailio. The prompt is the remote voice's, the caller's word is the remote recogniser's;
 with both Wyoming servers killed mid-call, the call goes on: the prompt is said by the
 embedded voice and the word is "nothing recognised", each with its cause in the call's
-log."""
+log. Live transcription's phrases come from the remote recogniser too."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import subprocess
@@ -300,3 +301,45 @@ voice = "voices:{VOICE}"
     logs = servers.output()
     assert "Remote: say sales" in logs and "Local: say sales" not in logs, logs
     assert logs.count("Completed request in") == 1, logs  # the remote call's words only
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_call_is_transcribed_live_by_the_remote_recogniser(
+    tmp_path: Path, app: AppServer, servers: Servers, workers: int
+) -> None:
+    """``start_transcription``'s finals come from the Wyoming server: its fixed confidence,
+    its log one request per sentence, the script's words."""
+    from bench.transcription import wer, words
+    from tests.e2e.test_transcription import SCRIPT
+
+    app.page(
+        "/start",
+        [
+            {"start_transcription": {"results_page": {"url": "results"}, "id": "remote"}},
+            {"sleep": {"seconds": 20}},
+            {"hang_up": {}},
+        ],
+    )
+    app.page("/results", None)
+    app.page("/final", None)
+    stream, at = Stream(22.0), 3.0
+    for line in SCRIPT:
+        said = spoken(line)
+        stream, at = stream.speech(said, at=at), at + len(said) / 8000 + 1.5
+    await run_call(tmp_path, app, servers, stream, workers)
+    for _ in range(100):  # the call's end stops it: the completed result comes last
+        if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
+            break
+        await asyncio.sleep(0.1)
+    finals = [
+        p
+        for b in app.bodies("/results")
+        for p in b["action_result"]["result"]["transcription"]
+        if p["final"] and p["direction"] == "inbound"
+    ]
+    assert finals and all(p["alternatives"][0]["confidence"] == 0.8 for p in finals), finals
+    heard = " ".join(p["alternatives"][0]["text"] for p in finals)
+    reference = words(" ".join(SCRIPT))
+    errors, _ = wer(reference, words(heard))
+    assert errors / len(reference) <= 0.15, heard
+    assert servers.output().count("Completed request in") >= len(SCRIPT), servers.output()
