@@ -24,6 +24,7 @@ server's failure would:
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
@@ -37,6 +38,8 @@ from callhook.speech import languages
 from callhook.speech.asr import Recogniser
 from callhook.speech.remote import Guard, Refused, RemoteSpeechError
 from callhook.speech.tts import SpeechEngine, SynthesisError
+
+logger = logging.getLogger("callhook.speech")
 
 #: The entry point groups (the same names as :mod:`callhook.config.speechengines`').
 RECOGNISERS = "callhook.recognisers"
@@ -159,6 +162,7 @@ class PluginVoice:
         self.plugin = plugin
         self.engine: SpeechEngine = _make(VOICES, plugin, name, options)
         self.guard = Guard(name)
+        self._said_voice_for = False
         # lower-case name → the plug-in's spelling (tts_voice is matched in lower case)
         self._voices = {str(v).lower(): str(v) for v in self.engine.voices()}
 
@@ -166,7 +170,18 @@ class PluginVoice:
         return sorted(self._voices)
 
     def voice_for(self, language: str) -> str | None:
-        voice = self.engine.voice_for(language)
+        try:
+            voice = self.engine.voice_for(language)
+        except Exception as exc:  # (asked on the event loop: a bug is no voice, said once)
+            if not self._said_voice_for:
+                self._said_voice_for = True
+                logger.error(
+                    "the %s plug-in's voice_for failed: %s: %s",
+                    self.plugin,
+                    type(exc).__name__,
+                    exc,
+                )
+            return None
         return str(voice).lower() if voice is not None else None
 
     def warm_up(self) -> None:

@@ -66,6 +66,8 @@ class Mouth:
         return ["Anna", "Ben"]
 
     def voice_for(self, language):
+        if language == "xx":
+            raise KeyError(language)
         return "Anna" if language.startswith("en") else None
 
     def synthesize(self, text, voice, rate=1.0):
@@ -216,6 +218,7 @@ def test_a_plugin_that_cannot_be_made_says_why(
 def test_a_plugin_voice_is_guarded_like_a_remote_one(package: dict[str, object]) -> None:
     voice = PluginVoice("studio", "mouth", {})
     assert voice.voices() == ["anna", "ben"] and voice.voice_for("en-GB") == "anna"
+    assert voice.voice_for("xx") is None  # its bug: no voice for that language (logged once)
     package["audio"] = np.full(80, 5, dtype=np.int16)
     assert voice.synthesize("Hello.", "ben").tolist() == [5] * 80
     assert package["voice"] == "Ben"  # the plug-in's own spelling
