@@ -164,7 +164,10 @@ class PluginVoice:
         self.guard = Guard(name)
         self._said_voice_for = False
         # lower-case name → the plug-in's spelling (tts_voice is matched in lower case)
-        self._voices = {str(v).lower(): str(v) for v in self.engine.voices()}
+        try:
+            self._voices = {str(v).lower(): str(v) for v in self.engine.voices()}
+        except Exception as exc:
+            raise PluginError(f"{plugin}: voices() failed: {type(exc).__name__}: {exc}") from None
 
     def voices(self) -> Sequence[str]:
         return sorted(self._voices)

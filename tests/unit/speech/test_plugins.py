@@ -63,6 +63,8 @@ class Mouth:
         self.name = name
 
     def voices(self):
+        if BEHAVIOUR.get("no_voices"):
+            raise OSError("the voice list is on a server that is down")
         return ["Anna", "Ben"]
 
     def voice_for(self, language):
@@ -112,7 +114,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object
     import testplug  # type: ignore[import-not-found]
 
     behaviour: dict[str, object] = testplug.BEHAVIOUR
-    behaviour.update(answer=(), audio=np.zeros(0, dtype=np.int16), made=0)
+    behaviour.update(answer=(), audio=np.zeros(0, dtype=np.int16), made=0, no_voices=False)
     return behaviour
 
 
@@ -236,6 +238,9 @@ def test_a_plugin_voice_is_guarded_like_a_remote_one(package: dict[str, object])
     with pytest.raises(SynthesisError, match="not asked for a while"):
         voice.synthesize("Hello.", "anna")
     assert (voice.snapshot()["failed"], voice.snapshot()["refused"]) == (1, 1)
+    package["no_voices"] = True  # its voices unknown: the plug-in is left out, said once
+    with pytest.raises(PluginError, match="mouth: voices\\(\\) failed: OSError: the voice"):
+        PluginVoice("studio", "mouth", {})
 
 
 def test_a_failing_plugin_voice_is_replaced_by_the_embedded_one(
