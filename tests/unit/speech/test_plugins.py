@@ -24,6 +24,7 @@ from callhook.speech.plugins import PluginError, PluginRecogniser, PluginVoice
 from callhook.speech.remote import RemoteSpeechError
 from callhook.speech.synthesis import Synthesiser
 from callhook.speech.tts import SynthesisError
+from tests.unit.speech.test_remote import _Local
 
 DATA = Path(__file__).parents[2] / "data" / "speech"
 EXAMPLE = Path(__file__).parents[3] / "examples" / "speech_plugin"
@@ -246,24 +247,9 @@ def test_a_plugin_voice_is_guarded_like_a_remote_one(package: dict[str, object])
 def test_a_failing_plugin_voice_is_replaced_by_the_embedded_one(
     package: dict[str, object],
 ) -> None:
-    class Local:
-        name = "piper"
-
-        def voices(self) -> list[str]:
-            return ["joe"]
-
-        def voice_for(self, language: str) -> str | None:
-            return "joe"
-
-        def warm_up(self) -> None:
-            pass
-
-        def synthesize(self, text: str, voice: str, rate: float = 1.0) -> np.ndarray:
-            return np.full(80, 7, dtype=np.int16)
-
     package["audio"] = RuntimeError("GPU out of memory")
     studio = PluginVoice("studio", "mouth", {})
-    synthesiser = Synthesiser([Local(), studio], "studio:anna", fallback_voice="piper:joe")
+    synthesiser = Synthesiser([_Local(), studio], "studio:anna", fallback_voice="piper:joe")
     assert synthesiser.speak("Hello.").tolist() == [7] * 80
     assert studio.snapshot()["cause"] == "RuntimeError: GPU out of memory"
 
