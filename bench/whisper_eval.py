@@ -148,11 +148,17 @@ def out_of_set(engine: WhisperRecogniser) -> None:
             continue
         for label, words in (("out of set", OUT_OF_SET), ("digits", DIGITS)):
             high = []
+            largest = 0.0
             for k, word in enumerate(words):
                 result = engine.recognise(on_the_line(tts.synthesize(word, voice), 7000 + k), HINTS)
                 if result and result[0].confidence >= 0.5:
                     high.append(f"{word}->{result[0].text} {result[0].confidence:.2f}")
-            print(f"  {tts.name} {label}: confidence >= 0.5 on {len(high)}/{len(words)} {high}")
+                if result:
+                    largest = max(largest, result[0].confidence)
+            print(
+                f"  {tts.name} {label}: confidence >= 0.5 on {len(high)}/{len(words)} {high}"
+                f" (largest {largest:.2f})"
+            )
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ def test_the_larger_model_is_asked_only_when_the_fast_one_is_unsure(models) -> N
     assert right >= 37, right
 
 
-def test_unsure_answers_add_both_models_scores(models) -> None:
+def test_unsure_answers_take_the_mean_of_both_models_scores(models) -> None:
     fast, large = models
     cascade = CascadeRecogniser(fast, large, margin=float("inf"))  # always both
     d, audio = CLIPS[5]
@@ -64,11 +64,15 @@ def test_unsure_answers_add_both_models_scores(models) -> None:
     a, b = fast.score(audio, options), large.score(audio, options)
     assert a is not None and b is not None
     result = cascade.recognise(audio, options)
-    summed = a.scores + b.scores
-    assert [x.text for x in result] == [DIGITS[i] for i in np.argsort(-summed)[:3]]
+    mean = (a.scores + b.scores) / 2
+    assert [x.text for x in result] == [DIGITS[i] for i in np.argsort(-mean)[:3]]
     assert result[0].text == DIGITS[int(d)]
-    top = np.exp(summed - summed.max())
+    # The confidence is the softmax of the mean (less any out-of-set penalty), not of the
+    # sum, which would be surer than either model.
+    top = np.exp(mean - mean.max())
     assert result[0].confidence <= top.max() / top.sum() + 1e-9
+    summed = np.exp((a.scores + b.scores) - (a.scores + b.scores).max())
+    assert result[0].confidence < summed.max() / summed.sum()
 
 
 def test_english_without_hints_is_the_fast_models_and_another_language_the_larger_ones(

@@ -216,7 +216,7 @@ def test_alternatives_are_best_first_whatever_each_hints_shortfall() -> None:
     confidences = [a.confidence for a in result]
     assert confidences == sorted(confidences, reverse=True)
     assert sum(confidences) <= 1.0
-    # The penalty is the utterance's: 5 nats past the margin of 1 nat, at 2 nats a step.
+    # The penalty is the utterance's: 3 nats past the margin of 3 nats, at 1 nat a step.
     softmax = np.exp([-1.0, -1.2, -9.0]) / np.exp([-1.0, -1.2, -9.0]).sum()
-    assert confidences[0] == pytest.approx(softmax[0] * np.exp(-2.5))
-    assert confidences[1] == pytest.approx(softmax[1] * np.exp(-2.5))
+    assert confidences[0] == pytest.approx(softmax[0] * np.exp(-3.0))
+    assert confidences[1] == pytest.approx(softmax[1] * np.exp(-3.0))
