@@ -101,8 +101,8 @@ _MIN_SPEECH_S = 0.06
 # bench.whisper_eval): free decoding is a few nats likelier than the right digit on one
 # in six of nicolas's clipped words, and 3.5-14 nats likelier than the best digit for
 # words outside the set. A margin of 1 nat at 2 nats a step (before) asked nicolas again
-# 24 % of the time for 97 % right; 3 nats at 1 a step, 20 %, every out-of-set word still
-# under 0.3.
+# 24 % of the time for 97 % right; 3 nats at 1 a step, 20 %, and through the call's VAD
+# every out-of-set word still under 0.3 (scored whole, one robotic espeak-ng word 0.48).
 _OOS_MARGIN = 3.0
 _OOS_SCALE = 1.0
 # Free decoding: a no-speech probability above this with a poor mean log-prob is

@@ -85,6 +85,42 @@ def test_digits_without_hints(engine: WhisperRecogniser) -> None:
     assert right >= 4, right
 
 
+class _Windows:
+    """The real model, noting the encoder window (mel frames) of every ``encode``."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self.frames: list[int] = []
+
+    def encode(self, features: object) -> object:
+        self.frames.append(int(np.asarray(features).shape[-1]))
+        return self.model.encode(features)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.model, name)
+
+
+def test_the_encoder_window_of_each_kind_of_decode(engine: WhisperRecogniser) -> None:
+    # Hints are scored on 10 s and free speech decoded on 15 s (Whisper's own 30 s costs
+    # 2-3x more for no better transcripts); longer audio than a window takes 30 s.
+    d, audio = CLIPS[0]
+    long = np.concatenate([audio] * (int(16 * 8000 / len(audio)) + 1))  # over 16 s
+    real = engine._model
+    windows = _Windows(real)
+    engine._model = windows
+    try:
+        assert engine.recognise(audio, RecognitionOptions())
+        assert windows.frames == [1500]
+        windows.frames.clear()
+        assert engine.recognise(audio, HINTS)[0].text == DIGITS[int(d)]
+        assert set(windows.frames) == {1000}  # (and line noise, the hints' prior, once)
+        windows.frames.clear()
+        engine.recognise(long, RecognitionOptions())
+        assert windows.frames == [3000]
+    finally:
+        engine._model = real
+
+
 def test_max_alternatives_and_ranking(engine: WhisperRecogniser) -> None:
     d, audio = CLIPS[0]
     result = engine.recognise(audio, RecognitionOptions(word_hints=DIGITS, max_alternatives=3))
