@@ -91,10 +91,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from callhook.speech import languages
 
     settings = _settings(args)
-    for warning in languages.warnings(
-        json.loads(data), settings.speech.recogniser, settings.speech.model
-    ):
-        print(f"warning: {warning}")
+    speech = settings.speech
+    remote = speech.engines.get(speech.recogniser)
+    # A plug-in with no languages configured says its own once it is made: unknown here.
+    unknown = remote is not None and remote.protocol == "plugin" and not remote.languages
+    if not unknown:
+        spoken = remote.languages if remote is not None else None
+        document = json.loads(data)
+        for warning in languages.warnings(document, speech.recogniser, speech.model, spoken):
+            print(f"warning: {warning}")
     print("valid")
     return 0
 

@@ -60,13 +60,20 @@ def for_model(recogniser: str, model: str) -> frozenset[str]:
     return ENGLISH
 
 
-def warnings(document: Any, recogniser: str, model: str) -> list[str]:
+def warnings(
+    document: Any, recogniser: str, model: str, spoken: tuple[str, ...] | None = None
+) -> list[str]:
     """What ``callhook validate`` warns of: every ``language`` (or ``language_outbound``) of
     a page response ``document`` that the configured recogniser does not recognise. The
-    page is valid, but only digits will count."""
+    page is valid, but only digits will count. ``spoken``: the languages configured for a
+    remote or plug-in recogniser (``[speech.engines.NAME] languages``), in place of what
+    an embedded engine's name says."""
     if recogniser == "none":
         return []
-    known = for_model(recogniser, model)
+    if spoken is not None:
+        known = frozenset(code(tag) for tag in spoken)
+    else:
+        known = for_model(recogniser, model)
     engine = f"{recogniser} {model}" if recogniser == "whisper" else recogniser
     out: list[str] = []
 

@@ -59,6 +59,35 @@ def test_validate_warns_of_a_language_the_configured_recogniser_does_not_know(
     ]
 
 
+def test_validate_takes_a_remote_recognisers_languages_from_its_table(tmp_path: Path) -> None:
+    listen = {"next_page": {"url": "/x"}, "speech_recognition_options": {"language": "es-ES"}}
+    page = json.dumps({"actions": [{"get_input": listen}, {"run_speech_menu": {
+        "language": "fr-FR",
+        "menu_options": [{"digit": "1", "words": ["un"], "next_page": {"url": "/un"}}],
+    }}]})  # fmt: skip
+    config = tmp_path / "callhook.toml"
+    config.write_text(
+        '[speech]\nrecogniser = "farm"\n'
+        '[speech.engines.farm]\nprotocol = "wyoming"\nuri = "tcp://127.0.0.1:9"\n'
+        'languages = ["en-GB", "es"]\n'
+    )
+    result = run("validate", "--config", str(config), "-", stdin=page)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Spanish is one of the farm's (tiny.en's English-only warning would name es-ES too).
+    assert result.stdout.splitlines() == [
+        "warning: $.actions[1].run_speech_menu.language: speech language fr-FR is not one"
+        " farm recognises; speech input will not be recognised",
+        "valid",
+    ]
+    # A plug-in with no languages of its own in the table says them when it is made.
+    config.write_text(
+        '[speech]\nrecogniser = "whisper-plugin"\n'
+        '[speech.engines.whisper-plugin]\nprotocol = "plugin"\nplugin = "faster-whisper"\n'
+    )
+    result = run("validate", "--config", str(config), "-", stdin=page)
+    assert result.stdout.splitlines() == ["valid"], result.stdout + result.stderr
+
+
 def test_validate_takes_both_play_action_forms_and_names_menu_problems() -> None:
     say = {"play_list": [{"text_to_say": "Press 1."}]}
     keyed = {
