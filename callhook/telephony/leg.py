@@ -345,7 +345,9 @@ class SipLeg:
                 note = self.prompts.choose(self.app_name, item).note
                 if note is not None and note not in self._voice_notes:
                     self._voice_notes.add(note)
-                    logger.warning("call %s: %s", self.info.call_id, note)
+                    # The call's log (where the application's developer looks) and the
+                    # server's: the prompt plays in another voice than the one asked for.
+                    self.inject(PromptNote(note))
 
     async def _stream_prompt(self, prompt_id: int, items: tuple[PromptItem, ...]) -> None:
         law = self.session.law

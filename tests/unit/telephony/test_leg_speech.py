@@ -277,6 +277,16 @@ async def test_an_ssml_prompt_plays_its_pauses_store_files_and_fallbacks(tmp_pat
     assert note.note.endswith("its content is said instead")
 
 
+async def test_a_voice_that_is_not_installed_is_said_once_in_the_calls_log(tmp_path):
+    the_leg, _, _, _ = leg(tmp_path)
+    for prompt_id in (7, 8):
+        the_leg.send([StartPrompt(prompt_id, (SayText("Hi.", voice="nobody:here"),))])
+        await until(lambda: not the_leg._streaming)
+    notes = [e for e in the_leg.take_pending() if isinstance(e, PromptNote)]
+    assert len(notes) == 1, notes  # once per call and voice, not once per prompt
+    assert notes[0].note.startswith("tts_voice 'nobody:here' is not installed: using test:v")
+
+
 class Streamer:
     """A remote voice that hands each word over as it makes it (``stream``): a word is
     1000 * its length for 160 samples; the word after ``hold`` waits for ``gate``; a word
