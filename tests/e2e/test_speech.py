@@ -181,6 +181,20 @@ async def test_a_language_the_recogniser_does_not_know_is_an_error_in_the_call_l
     ), log
 
 
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_tts_voice_that_is_not_installed_is_noted_once_in_the_call_log(
+    tmp_path: Path, app: AppServer, workers: int
+):
+    """An Aculab application's Polly voice: the default voice says both prompts, and the
+    call's log says so once."""
+    say = {"play_list": [{"text_to_say": "Hello.", "tts_voice": "Polly.Amy"}]}
+    app.page("/start", [{"play": say}, {"play": say}, {"hang_up": {}}])
+    app.page("/final", None)
+    await call(tmp_path, app, Stream(6.0), workers=workers)
+    log = call_log(tmp_path, app)
+    assert log.count("prompt_note tts_voice 'Polly.Amy' is not installed: using piper") == 1, log
+
+
 async def test_free_speech_is_transcribed_without_hints(tmp_path: Path, app: AppServer):
     app.page("/start", [get_input(speech_input_mode="auto", milliseconds_initial_timeout=8000)])
     app.page("/heard", [{"hang_up": {}}])
