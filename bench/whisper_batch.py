@@ -25,6 +25,7 @@ from callhook.media.transcriber import Final, TranscriptStream
 from callhook.media.vad import new_detector
 from callhook.speech.asr import SAMPLE_RATE
 from callhook.speech.models import model_path
+from callhook.speech.whisper import _prompt
 
 BATCHES = (1, 2, 4, 8)
 WINDOWS = (3000, 1500, 1000)  # mel frames (10 ms)
@@ -67,10 +68,7 @@ def main() -> None:
 
     path = model_path(args.model)
     tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-    prompt = [tokenizer.token_to_id(t) for t in ("<|startoftranscript|>", "<|notimestamps|>")]
-    if None in prompt:
-        raise SystemExit(f"{args.model}: not a Whisper tokenizer")
-    tokens = [t for t in prompt if t is not None]
+    tokens = _prompt(tokenizer, multilingual=False, language="en")  # as callhook decodes
     phrase = first_phrase()
     mel = FeatureExtractor()(soxr.resample(phrase.astype(np.float32) / 32768, SAMPLE_RATE, 16000))
     print(f"whisper {args.model}: one phrase of {len(phrase) / SAMPLE_RATE:.1f} s, free decoding")
@@ -80,7 +78,6 @@ def main() -> None:
         )
         for window in WINDOWS:
             padded = np.pad(mel[:, :window], ((0, 0), (0, window - min(window, mel.shape[1]))))
-
             timed(model, padded, tokens, 1)  # warm
             cells = []
             for batch in BATCHES:
