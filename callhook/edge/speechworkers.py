@@ -23,11 +23,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,7 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.config.speechengines import RemoteEngine
+from callhook.edge.daemonpool import DaemonPool
 from callhook.edge.remotespeech import remote_recogniser, remote_voice
+from callhook.edge.speechstream import RecognitionFailed, UtteranceStream
 from callhook.edge.threaditer import iterate
 from callhook.events import Alternative, RecognitionOptions
 from callhook.media import vad
@@ -51,10 +52,7 @@ logger = logging.getLogger("callhook.speech")
 
 T = TypeVar("T")
 
-
-class RecognitionFailed(Exception):
-    """The recogniser crashed, hung or is being restarted: nothing was recognised (why)."""
-
+__all__ = ["DaemonPool", "RecognitionFailed", "SpeechService", "UtteranceStream"]
 
 #: How long closing waits for the recogniser's running work (a model load takes seconds).
 CLOSE_TIMEOUT = 30.0
@@ -66,82 +64,6 @@ READY_TIMEOUT = 60.0
 #: recognised" and goes on; a caller is not kept in silence longer than this.
 ANSWER_TIMEOUT = 20.0
 
-_Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
-
-
-class DaemonPool(Executor):
-    """A thread pool whose threads are daemons, so that one stuck for good can be abandoned.
-
-    ``concurrent.futures.ThreadPoolExecutor`` joins its threads at exit: a
-    recogniser that never returns would keep ``serve`` from ever stopping.
-    """
-
-    def __init__(self, workers: int, name: str) -> None:
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._closed = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        if self._closed:
-            raise RuntimeError("the pool is shut down")
-        future: Future[T] = Future()
-        call = (lambda: fn(*args, **kwargs)) if kwargs else fn
-        self._queue.put((future, call, () if kwargs else args))
-        return future
-
-    def _work(self) -> None:
-        while (job := self._queue.get()) is not None:
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:
-                # InvalidStateError: the supervisor already failed it (a hang that ended).
-                with contextlib.suppress(InvalidStateError):
-                    future.set_exception(exc)
-            else:
-                with contextlib.suppress(InvalidStateError):
-                    future.set_result(result)
-
-    def take_queued(self) -> list[_Job]:
-        """The jobs not started yet, taken out (to run them elsewhere)."""
-        jobs: list[_Job] = []
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                return jobs
-            if job is not None:
-                jobs.append(job)
-
-    def put(self, job: _Job) -> None:
-        """Queue a job taken from another pool."""
-        self._queue.put(job)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._closed = True
-        if cancel_futures:
-            for future, _, _ in self.take_queued():
-                future.cancel()
-        for _ in self._threads:
-            self._queue.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
-
-    def join(self, deadline: float) -> bool:
-        """Wait until the threads have finished their work, or until ``deadline`` (on
-        ``time.monotonic``); whether they all did. After :meth:`shutdown`."""
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads)
-
 
 @dataclass
 class SpeechStats:
@@ -149,6 +71,9 @@ class SpeechStats:
 
     utterances: int = 0
     recognise_seconds: float = 0.0
+    #: Utterances a streaming recogniser was fed as they were spoken, and in how many pieces.
+    streamed: int = 0
+    pieces: int = 0
     sentences: int = 0
     synthesis_seconds: float = 0.0
 
@@ -262,9 +187,44 @@ class SpeechService:
         crashed or hung on it, or is being restarted after such a fault, or when
         no answer came within :data:`ANSWER_TIMEOUT` (busy, or still loading).
         """
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        result: tuple[Alternative, ...] = await self.run(
+            lambda engine: engine.recognise(audio, options), len(audio) / 8000
+        )
+        self.stats.utterances += 1
+        self.stats.recognise_seconds += loop.time() - start
+        return result
+
+    @property
+    def streams(self) -> bool:
+        """Whether the recogniser takes an utterance as it is spoken (:meth:`stream`)."""
+        return bool(getattr(self.recogniser, "streaming", False))
+
+    def stream(self, options: RecognitionOptions) -> UtteranceStream:
+        """An utterance for the streaming recogniser, fed while the caller speaks."""
+        return UtteranceStream(self.run, options)
+
+    async def finish(
+        self, stream: UtteranceStream, tail: npt.NDArray[np.int16]
+    ) -> tuple[Alternative, ...]:
+        """A streamed utterance ended with ``tail``: the engine's answer (as
+        :meth:`recognise`'s, and its failures)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        result = await stream.finish(tail)
+        self.stats.utterances += 1
+        self.stats.streamed += 1
+        self.stats.pieces += stream.pieces
+        self.stats.recognise_seconds += loop.time() - start
+        return result
+
+    async def run(self, work: Callable[[Recogniser], T], seconds: float) -> T:
+        """``work(engine)`` on a recognition thread, supervised as a decode of ``seconds``
+        of audio (its deadline; a fault restarts the engine). Raises
+        :class:`RecognitionFailed`, as :meth:`recognise`."""
         assert self.recogniser is not None
         loop = self._loop = asyncio.get_running_loop()
-        start = loop.time()
         if (
             self._loading
             and not self._ready.is_set()
@@ -273,19 +233,16 @@ class SpeechService:
             # A load that never ends is a hang like a decode's: a fresh engine, a fresh pool.
             name = self.recogniser.name
             self._fault(f"the {name} recogniser's model did not load within {READY_TIMEOUT:g} s")
-        if not self.supervisor.available(start):
+        if not self.supervisor.available(loop.time()):
             raise RecognitionFailed("the speech recogniser is being restarted after a fault")
         if not self._loading:  # ([speech] preload false: loaded now, the decode waits)
             self._load_recogniser()
         job = next(self._jobs)
-        seconds = len(audio) / 8000
         gave_up = threading.Event()  # (set when the caller stops waiting: nothing to decode)
-        future = self._asr_pool.submit(self._decode, loop, job, seconds, audio, options, gave_up)
+        future = self._asr_pool.submit(self._decode, loop, job, seconds, work, gave_up)
         self._running[job] = future
         try:
-            result: tuple[Alternative, ...] = await asyncio.wait_for(
-                asyncio.wrap_future(future), ANSWER_TIMEOUT
-            )
+            result: T = await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_TIMEOUT)
         except RecognitionFailed:
             raise
         except TimeoutError:
@@ -307,8 +264,6 @@ class SpeechService:
             raise RecognitionFailed(cause) from exc
         finally:
             self._running.pop(job, None)
-        self.stats.utterances += 1
-        self.stats.recognise_seconds += loop.time() - start
         return result
 
     def _decode(
@@ -316,10 +271,9 @@ class SpeechService:
         loop: asyncio.AbstractEventLoop,
         job: int,
         seconds: float,
-        audio: npt.NDArray[np.int16],
-        options: RecognitionOptions,
+        work: Callable[[Recogniser], T],
         gave_up: threading.Event,
-    ) -> tuple[Alternative, ...]:
+    ) -> T:
         """On a recognition thread: wait for a fresh engine if one loads, then decode."""
         if not self._ready.wait(READY_TIMEOUT):
             # A restart that hangs must not hang every call's get_input behind it.
@@ -336,7 +290,7 @@ class SpeechService:
         # Time queued behind other calls' decodes does not count: the deadline runs from now.
         loop.call_soon_threadsafe(self._started, job, seconds)
         try:
-            return engine.recognise(audio, options)
+            return work(engine)
         finally:
             loop.call_soon_threadsafe(self._finished, job)
 
@@ -442,6 +396,8 @@ class SpeechService:
             "recogniser_restarts": self.restarts,
             "utterances": stats.utterances,
             "recognise_seconds": round(stats.recognise_seconds, 3),
+            "utterances_streamed": stats.streamed,
+            "stream_pieces": stats.pieces,
             "sentences_synthesised": stats.sentences,
             "synthesis_seconds": round(stats.synthesis_seconds, 3),
         }

@@ -91,7 +91,7 @@ from callhook.media.rtp import RtpError, RtpPacket, RtpReceiver, RtpSender
 from callhook.media.sink import Sink
 from callhook.media.srtp import SrtpContext, SrtpError
 from callhook.media.transcriber import CallTranscriber
-from callhook.media.utterances import Utterance, UtteranceCutter
+from callhook.media.utterances import Utterance, UtteranceCutter, UtterancePiece
 from callhook.media.vad import VoiceActivityDetector, new_detector
 
 logger = logging.getLogger("callhook.media")
@@ -149,11 +149,13 @@ class MediaSession(Inlet):
         self.vad: VoiceActivityDetector = new_detector()
         self.vad.paused = True  # until a recording or a recognition stream listens
         #: The caller's speech cut into utterances while ``recognising``; utterances
-        #: waiting for a recogniser queue here.
+        #: waiting for a recogniser queue here (and, for a recogniser that streams,
+        #: the pieces of the one in progress: ``start_recognition(piece_frames)``).
+        self._piece_frames = 0
         self.cutter = UtteranceCutter()
         self.recognising = False
         self.detecting = False  # an action wants voice activity (DetectVoice)
-        self.utterances: deque[Utterance] = deque()
+        self.utterances: deque[Utterance | UtterancePiece] = deque()
         #: Set by the media engine: a received frame's detection (voice activity, in-band
         #: digits, transcription) waits in :attr:`undetected` for the engine's call of
         #: :meth:`detect`, which decodes every call's frames of the tick at once
@@ -668,8 +670,10 @@ class MediaSession(Inlet):
 
     # --- speech recognition -----------------------------------------------------------
 
-    def start_recognition(self) -> None:
-        """Start handing the caller's utterances to recognition (see ``speech.stream``).
+    def start_recognition(self, piece_frames: int = 0) -> None:
+        """Start handing the caller's utterances to recognition (see ``speech.stream``);
+        with ``piece_frames``, the utterance in progress too, in pieces of that many
+        frames (:class:`~callhook.media.utterances.UtterancePiece`: a streaming engine).
 
         If the caller is already talking, that utterance counts from its start
         (up to 0.4 s back).
@@ -678,7 +682,8 @@ class MediaSession(Inlet):
             return
         self.reclaim()
         self.recognising = True
-        self.cutter = UtteranceCutter()
+        self._piece_frames = piece_frames
+        self.cutter = UtteranceCutter(piece_frames=piece_frames)
         if self.vad.paused:
             self._listen()  # the detector wakes and replays the last 0.4 s into the cutter
             return
@@ -714,7 +719,8 @@ class MediaSession(Inlet):
         paused = not (self.recognising or self.detecting or self._recording is not None)
         if self.vad.paused and not paused:
             self.vad.paused = False
-            self.cutter = UtteranceCutter()  # the replay rebuilds its pre-roll
+            # (The replay rebuilds its pre-roll.)
+            self.cutter = UtteranceCutter(piece_frames=self._piece_frames)
             for samples in self._recent():
                 self._voice(samples)
         self.vad.paused = paused

@@ -20,6 +20,12 @@ detector (the same one that times ``record``'s silences) and then into an
   begins, so a caller who never stops (or a loud line) cannot hold the
   recogniser forever.
 
+For a recogniser that streams (:class:`~callhook.speech.asr.RecognitionStream`), the
+cutter also hands out an :class:`UtterancePiece` every ``piece_frames`` frames while the
+caller speaks (the first with the pre-roll), so the engine decodes during the speech;
+the :class:`Utterance` at the end is still the whole of it, and the piece not yet handed
+out is its tail.
+
 End-of-speech timing follows: the reference's ``milliseconds_inter_speech_timeout``
 runs in the input action from the *result* of an utterance, so a caller who
 pauses between words longer than the detector's hangover gives two phrases,
@@ -47,6 +53,9 @@ FRAME = 160  # 20 ms at 8 kHz
 PREROLL_FRAMES = 15
 #: Longest utterance handed to a recogniser (10 s, Whisper's scoring window).
 MAX_FRAMES = 500
+#: Frames in a piece handed to a streaming recogniser (200 ms: what cloud services'
+#: streaming APIs advise, 20-250 ms; shorter would wake the call more for no gain).
+PIECE_FRAMES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +65,38 @@ class Utterance:
     audio: npt.NDArray[np.int16]
     #: True when :data:`MAX_FRAMES` cut it, not the caller's pause.
     truncated: bool = False
+    #: Samples of it already handed out as :class:`UtterancePiece` (the rest: its tail).
+    streamed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UtterancePiece:
+    """The next part of the utterance in progress, for a streaming recogniser."""
+
+    audio: npt.NDArray[np.int16]
+    #: The first piece of an utterance (a new stream begins with it).
+    first: bool
 
 
 class UtteranceCutter:
     """Cuts frames into utterances along voice-activity edges (see the module docstring)."""
 
-    def __init__(self, *, preroll_frames: int = PREROLL_FRAMES, max_frames: int = MAX_FRAMES):
+    def __init__(
+        self,
+        *,
+        preroll_frames: int = PREROLL_FRAMES,
+        max_frames: int = MAX_FRAMES,
+        piece_frames: int = 0,
+    ):
+        """``piece_frames``: hand out the utterance in progress in pieces of that many
+        frames (0: only whole utterances)."""
         self.max_frames = max_frames
+        self.piece_frames = piece_frames
         self._before: deque[npt.NDArray[np.int16]] = deque(maxlen=preroll_frames)
         self._frames: list[npt.NDArray[np.int16]] | None = None
+        # Frames (and samples) of the utterance in progress handed out in pieces.
+        self._handed = 0
+        self._handed_samples = 0
 
     @property
     def in_utterance(self) -> bool:
@@ -72,9 +104,9 @@ class UtteranceCutter:
 
     def feed(
         self, frame: npt.NDArray[np.int16], edge: bool | None
-    ) -> list[SpeechStarted | Utterance]:
+    ) -> list[SpeechStarted | Utterance | UtterancePiece]:
         """One frame and the detector's edge for it (True: speech began, False: it ended)."""
-        out: list[SpeechStarted | Utterance] = []
+        out: list[SpeechStarted | Utterance | UtterancePiece] = []
         frames = self._frames
         if frames is None:
             if edge is True:
@@ -86,12 +118,23 @@ class UtteranceCutter:
             return out
         frames.append(frame)
         if edge is False:
+            out.append(self._whole(truncated=False))
             self._frames = None
-            out.append(Utterance(np.concatenate(frames)))
         elif len(frames) >= self.max_frames:
+            out.append(self._whole(truncated=True))
             self._frames = []
-            out.append(Utterance(np.concatenate(frames), truncated=True))
+        elif self.piece_frames and len(frames) - self._handed >= self.piece_frames:
+            piece = np.concatenate(frames[self._handed :])
+            out.append(UtterancePiece(piece, self._handed == 0))
+            self._handed = len(frames)
+            self._handed_samples += len(piece)
         return out
+
+    def _whole(self, *, truncated: bool) -> Utterance:
+        """The utterance in progress, complete (and the next one starts unhanded)."""
+        assert self._frames is not None
+        handed, self._handed, self._handed_samples = self._handed_samples, 0, 0
+        return Utterance(np.concatenate(self._frames), truncated=truncated, streamed=handed)
 
     def current(self) -> npt.NDArray[np.int16] | None:
         """The utterance in progress so far, pre-roll included (None: no speech now)."""
@@ -107,10 +150,11 @@ class UtteranceCutter:
     def flush(self) -> Utterance | None:
         """The utterance in progress, if any (the stream is being stopped mid-speech)."""
         frames, self._frames = self._frames, None
+        handed, self._handed, self._handed_samples = self._handed_samples, 0, 0
         self._before.clear()
         if not frames:
             return None
-        return Utterance(np.concatenate(frames), truncated=True)
+        return Utterance(np.concatenate(frames), truncated=True, streamed=handed)
 
 
 def cut_utterances(

@@ -8,6 +8,12 @@ and what it returns becomes the ``speech_input`` phrase of ``get_input``.
 Engines: :mod:`callhook.speech.whisper` (Whisper tiny.en via CTranslate2) and
 :mod:`callhook.speech.sphinx` (pocketsphinx). Which one is the default, and
 why, is in ``docs/speech.md``.
+
+An engine that decodes while the caller speaks (a cloud service's streaming API, an
+incremental decoder) may also have ``stream(options)``, returning a
+:class:`RecognitionStream`: it is then handed each utterance in pieces as the caller
+says it, and only the last piece arrives after the voice-activity detector has
+found the utterance's end, so its answer comes sooner.
 """
 
 from __future__ import annotations
@@ -21,6 +27,24 @@ from callhook.events import Alternative, RecognitionOptions
 
 #: Sample rate of the audio recognisers are given (the call's: G.711 is 8 kHz).
 SAMPLE_RATE = 8000
+
+
+class RecognitionStream(Protocol):
+    """One utterance, handed over as it is spoken (see :meth:`Recogniser.recognise` for
+    the audio and the answer).
+
+    Its methods are called on a worker thread, one at a time and in order: ``feed``
+    for each piece (the first starts with the audio before the detector's onset), then
+    ``finish`` once; or ``cancel`` instead of ``finish`` when nobody wants the answer
+    any more (the action ended, the caller hung up), if the stream has that method.
+    """
+
+    def feed(self, audio: npt.NDArray[np.int16]) -> None:
+        """More of the utterance: 8 kHz mono int16, following the last piece."""
+
+    def finish(self) -> tuple[Alternative, ...]:
+        """The utterance has ended: its hypotheses, as :meth:`Recogniser.recognise`'s."""
+        ...
 
 
 class Recogniser(Protocol):

@@ -5,7 +5,8 @@ A package declares a factory under the entry point group ``callhook.recognisers`
 names it; callhook calls ``factory(NAME, options)`` (``options``: the table
 ``[speech.engines.NAME.options]``, as a dict) once at start-up and again after the engine
 failed, and uses what it returns as it uses its own engines: a
-:class:`~callhook.speech.asr.Recogniser` (one utterance in, alternatives out) or a
+:class:`~callhook.speech.asr.Recogniser` (one utterance in, alternatives out; with a
+``stream`` method too, the utterance in pieces as the caller says it) or a
 :class:`~callhook.speech.tts.SpeechEngine` (one sentence in, 8 kHz audio out; with a
 ``stream`` method too, the sentence's audio in pieces as it is made, played as they come).
 
@@ -35,7 +36,7 @@ import numpy.typing as npt
 
 from callhook.events import Alternative, RecognitionOptions
 from callhook.speech import languages
-from callhook.speech.asr import Recogniser
+from callhook.speech.asr import Recogniser, RecognitionStream
 from callhook.speech.remote import Guard, Refused, RemoteSpeechError
 from callhook.speech.tts import SpeechEngine, SynthesisError
 
@@ -132,23 +133,63 @@ class PluginRecogniser:
     def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions
     ) -> tuple[Alternative, ...]:
-        answer = self.engine.recognise(audio, options)
-        if not isinstance(answer, Sequence) or not all(
-            isinstance(a, Alternative)
-            and isinstance(a.text, str)
-            and isinstance(a.confidence, int | float)
-            and math.isfinite(a.confidence)
-            for a in answer
-        ):
-            raise RemoteSpeechError(
-                f"the {self.plugin} plug-in answered {type(answer).__name__}, not Alternatives"
-            )
-        kept = [
-            Alternative(a.text.strip(), min(max(float(a.confidence), 0.0), 1.0))
-            for a in answer
-            if a.text.strip()
-        ]
-        return tuple(kept[: max(options.max_alternatives, 1)])
+        return _checked(self.plugin, self.engine.recognise(audio, options), options)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the plug-in takes an utterance as it is spoken (it has ``stream``)."""
+        return callable(getattr(self.engine, "stream", None))
+
+    def stream(self, options: RecognitionOptions) -> PluginStream:
+        """The plug-in's ``stream(options)``: its answer checked as :meth:`recognise`'s."""
+        return PluginStream(self.plugin, self.engine.stream(options), options)  # type: ignore[attr-defined]
+
+
+class PluginStream:
+    """A plug-in's :class:`~callhook.speech.asr.RecognitionStream`, its answer checked."""
+
+    def __init__(self, plugin: str, stream: RecognitionStream, options: RecognitionOptions):
+        for method in ("feed", "finish"):
+            if not callable(getattr(stream, method, None)):
+                raise RemoteSpeechError(
+                    f"the {plugin} plug-in's stream() answered {type(stream).__name__},"
+                    f" which has no {method}()"
+                )
+        self.plugin = plugin
+        self.stream = stream
+        self.options = options
+
+    def feed(self, audio: npt.NDArray[np.int16]) -> None:
+        self.stream.feed(audio)
+
+    def finish(self) -> tuple[Alternative, ...]:
+        return _checked(self.plugin, self.stream.finish(), self.options)
+
+    def cancel(self) -> None:
+        cancel = getattr(self.stream, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+
+def _checked(plugin: str, answer: Any, options: RecognitionOptions) -> tuple[Alternative, ...]:
+    """A recogniser plug-in's answer as callhook's: Alternatives, stripped, confidences
+    within 0 to 1, at most ``max_alternatives``; anything else a failed engine."""
+    if not isinstance(answer, Sequence) or not all(
+        isinstance(a, Alternative)
+        and isinstance(a.text, str)
+        and isinstance(a.confidence, int | float)
+        and math.isfinite(a.confidence)
+        for a in answer
+    ):
+        raise RemoteSpeechError(
+            f"the {plugin} plug-in answered {type(answer).__name__}, not Alternatives"
+        )
+    kept = [
+        Alternative(a.text.strip(), min(max(float(a.confidence), 0.0), 1.0))
+        for a in answer
+        if a.text.strip()
+    ]
+    return tuple(kept[: max(options.max_alternatives, 1)])
 
 
 class PluginVoice:

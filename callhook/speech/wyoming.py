@@ -4,10 +4,11 @@ per event, then its data and its audio), such as ``wyoming-faster-whisper`` and
 
 :class:`WyomingRecogniser` sends an utterance as ``transcribe``, ``audio-start``,
 ``audio-chunk``... ``audio-stop`` (8 kHz, 16-bit, mono: servers convert) and reads the
-``transcript``; :class:`WyomingVoice` sends ``synthesize`` and reads the audio back. Each
-request is a connection of its own, made on the worker thread that asked (the engines'
-interfaces are blocking, like the embedded ones), with ``timeout`` on every socket
-operation.
+``transcript``, the chunks as the caller speaks (it streams: callhook feeds it while the
+utterance goes on); :class:`WyomingVoice` sends ``synthesize`` and reads the audio back.
+Each request (an utterance, a sentence) is a connection of its own, made on the worker
+thread that asked (the engines' interfaces are blocking, like the embedded ones), with
+``timeout`` on every socket operation.
 
 What the protocol does not carry (docs/speech.md, "Remote engines"): confidences and
 alternatives (a transcript gets a fixed confidence), word hints (the transcript is matched
@@ -133,23 +134,50 @@ class WyomingRecogniser:
         if not info.asr:
             raise RemoteSpeechError(f"{self.uri} serves no speech recognition")
 
+    #: It takes an utterance as it is spoken (:meth:`stream`): the protocol streams.
+    streaming = True
+
     def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions
     ) -> tuple[Alternative, ...]:
-        pcm = np.asarray(audio, dtype="<i2").tobytes()
+        stream = self.stream(options)
+        stream.feed(audio)
+        return stream.finish()
+
+    def stream(self, options: RecognitionOptions) -> WyomingStream:
+        """One utterance, sent to the server as it is spoken (a connection of its own)."""
+        return WyomingStream(self.uri, self.timeout, options)
+
+
+class WyomingStream:
+    """One utterance on its connection: ``transcribe`` and ``audio-start`` at once, an
+    ``audio-chunk`` per :data:`CHUNK` samples as they come, ``audio-stop`` at the end and
+    the ``transcript`` read (a :class:`~callhook.speech.asr.RecognitionStream`)."""
+
+    def __init__(self, uri: str, timeout: float, options: RecognitionOptions) -> None:
+        self.options = options
         transcribe = Transcribe(
             language=languages.code(options.language),
             # (Carried where the protocol has a place; servers may not use them.)
             transcript_terms=list(options.word_hints) or None,
         )
-        events = [transcribe.event(), AudioStart(8000, 2, 1).event()]
+        self.connection = _Connection(uri, timeout)
+        try:
+            self.connection.send(transcribe.event(), AudioStart(8000, 2, 1).event())
+        except RemoteSpeechError:
+            self.cancel()
+            raise
+
+    def feed(self, audio: npt.NDArray[np.int16]) -> None:
+        pcm = np.asarray(audio, dtype="<i2").tobytes()
         step = CHUNK * 2
-        events += [
-            AudioChunk(8000, 2, 1, pcm[i : i + step]).event() for i in range(0, len(pcm), step)
-        ]
-        events.append(AudioStop().event())
-        with _Connection(self.uri, self.timeout) as connection:
-            connection.send(*events)
+        self._send(
+            *(AudioChunk(8000, 2, 1, pcm[i : i + step]).event() for i in range(0, len(pcm), step))
+        )
+
+    def finish(self) -> tuple[Alternative, ...]:
+        with self.connection as connection:
+            connection.send(AudioStop().event())
             while True:
                 event = connection.receive()
                 if Transcript.is_type(event.type):
@@ -157,7 +185,18 @@ class WyomingRecogniser:
                     break
         if not text:
             return ()
-        return (matched(text, options.word_hints),)
+        return (matched(text, self.options.word_hints),)
+
+    def cancel(self) -> None:
+        """Nobody wants the transcript: the connection is closed (the server drops it)."""
+        self.connection.__exit__()
+
+    def _send(self, *events: Event) -> None:
+        try:
+            self.connection.send(*events)
+        except RemoteSpeechError:
+            self.cancel()
+            raise
 
 
 class WyomingVoice:

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from callhook.config.tables import RecordingsSettings
-from callhook.edge.speechworkers import RecognitionFailed, SpeechService
+from callhook.edge.speechworkers import SpeechService
 from callhook.events import (
     Aborted,
     CallCallee,
@@ -44,13 +43,11 @@ from callhook.events import (
     LeaveRoom,
     MediaCommand,
     MediaEvent,
-    Phrase,
     PlayFile,
     PlayUrl,
     PromptFinished,
     PromptItem,
     PromptNote,
-    RecognitionOptions,
     RecordCall,
     RecorderFailed,
     Refer,
@@ -60,9 +57,6 @@ from callhook.events import (
     RunCallee,
     SayText,
     SecondaryPages,
-    SpeechRecognised,
-    SpeechRejected,
-    SpeechUnavailable,
     StartPrompt,
     StartRecognition,
     StartRecording,
@@ -75,14 +69,13 @@ from callhook.events import (
 from callhook.media.callrecording import CallRecording
 from callhook.media.player import PromptError
 from callhook.media.session import MediaSession
-from callhook.media.utterances import Utterance
 from callhook.ports import CallInfo
-from callhook.speech import languages
 from callhook.speech.tts import SynthesisError
 from callhook.store.crypto import Key
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter, Written
+from callhook.telephony.listening import Listening
 from callhook.telephony.mediaevents import MediaEvents
 from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.transcribing import LiveTranscription, ResultPoster
@@ -162,18 +155,10 @@ class SipLeg:
         self._recorded: dict[str, float] = {}  # seconds written to each stopped recording
         self.journal = journal
         self.speech = speech
-        self._speech_warned = False
         self._voice_notes: set[str] = set()  # voice choices warned about, once each
-        self._languages_warned: set[str] = set()
         # Prompts whose speech is being synthesised while they play.
         self._streaming: dict[int, asyncio.Task[None]] = {}
-        # The recognition stream: its options while it runs, a generation number
-        # so that a result for a stream that has since stopped is dropped, and
-        # the task decoding this call's utterances one after another.
-        self._recognition: RecognitionOptions | None = None
-        self._generation = 0
-        self._pending: deque[tuple[int, Utterance]] = deque()
-        self._decoder: asyncio.Task[None] | None = None
+        self.listening = Listening(self.events, speech, f"call {info.call_id}")
         self._transcription: LiveTranscription | None = None
         self.answered = False
 
@@ -264,9 +249,9 @@ class SipLeg:
             elif isinstance(command, DetectVoice):
                 self.session.detect_voice(command.on)
             elif isinstance(command, StartRecognition):
-                self._start_recognition(command.options)
+                self.listening.start(command.options)
             elif isinstance(command, StopRecognition):
-                self._stop_recognition()
+                self.listening.stop()
             elif isinstance(command, CallCallee):
                 if self.far is None:
                     logger.error("call %s: this call cannot place far legs", self.info.call_id)
@@ -398,77 +383,6 @@ class SipLeg:
         if task is not None:
             task.cancel()
 
-    # --- speech recognition ---------------------------------------------------------------
-
-    def _start_recognition(self, options: RecognitionOptions) -> None:
-        if self.speech is None or self.speech.recogniser is None:
-            if not self._speech_warned:
-                self._speech_warned = True
-                logger.warning(
-                    "call %s: no speech recogniser is configured: only digits count",
-                    self.info.call_id,
-                )
-            return
-        recogniser = self.speech.recogniser
-        engine = f"{recogniser.name} {getattr(recogniser, 'model', '')}".strip()
-        cause = languages.unsupported(options.language, recogniser.languages, engine)
-        if cause is not None:
-            # Only digits count (docs/speech.md): said once per call and language, in the
-            # call log (an error the application's developer sees) and the server log.
-            if options.language not in self._languages_warned:
-                self._languages_warned.add(options.language)
-                logger.warning("call %s: %s", self.info.call_id, cause)
-                self.inject(SpeechUnavailable(f"{cause}: only digits count"))
-            self._stop_recognition()  # one in another language may be running
-            return
-        if options != self._recognition:
-            self._generation += 1
-            self._pending.clear()
-        self._recognition = options
-        self.session.start_recognition()
-
-    def _stop_recognition(self) -> None:
-        self._recognition = None
-        self._generation += 1
-        self._pending.clear()
-        self.session.stop_recognition()
-
-    def _collect_utterances(self) -> None:
-        utterances = self.session.utterances
-        if not utterances:
-            return
-        while utterances:
-            self._pending.append((self._generation, utterances.popleft()))
-        if self._pending and (self._decoder is None or self._decoder.done()):
-            self._decoder = self.loop.create_task(self._decode())
-
-    async def _decode(self) -> None:
-        """Decode this call's utterances in order, one at a time."""
-        assert self.speech is not None
-        while self._pending:
-            generation, utterance = self._pending.popleft()
-            options = self._recognition
-            if options is None or generation != self._generation:
-                continue
-            cause: str | None = None
-            try:
-                alternatives = await self.speech.recognise(utterance.audio, options)
-            except RecognitionFailed as exc:
-                # Crashed, hung or restarting (issue 14): nothing recognised, the
-                # call goes on; the service logged the fault and restarts the engine.
-                alternatives, cause = (), str(exc)
-            except Exception as exc:
-                logger.exception("call %s: speech recognition failed", self.info.call_id)
-                alternatives, cause = (), f"speech recognition failed: {exc}"
-            if generation != self._generation:
-                continue  # the stream stopped meanwhile: nobody wants this any more
-            if options.doubts(alternatives):
-                self.inject(SpeechRejected(unsure=Phrase(alternatives)))
-            elif alternatives:
-                self.inject(SpeechRecognised(Phrase(alternatives)))
-            else:
-                self.inject(SpeechRejected(cause))
-
     def _start_recording(self, command: StartRecording, catch_up: bool = True) -> None:
         law = command.format or self.session.law
         writer = self._open(
@@ -538,10 +452,10 @@ class SipLeg:
         return event
 
     async def next_event(self, deadline: float | None) -> tuple[MediaEvent | None, float]:
-        return await self.events.next_event(deadline, self._collect_utterances, self._prompt_error)
+        return await self.events.next_event(deadline, self.listening.collect, self._prompt_error)
 
     def take_pending(self) -> list[MediaEvent]:
-        return self.events.take_pending(self._collect_utterances, self._prompt_error)
+        return self.events.take_pending(self.listening.collect, self._prompt_error)
 
     async def answer(self) -> None:
         if not self.answered:
@@ -564,10 +478,7 @@ class SipLeg:
         self.events.close()
         for prompt_id in list(self._streaming):
             self._cancel_stream(prompt_id)
-        self._generation += 1
-        self._pending.clear()
-        if self._decoder is not None:
-            self._decoder.cancel()
+        self.listening.close()
         if self._transcription is not None:
             # Its last phrase and the completed result still go out (they do not need
             # the call, only the recogniser and the outbox).

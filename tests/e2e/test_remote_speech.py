@@ -138,14 +138,23 @@ def ask(url: str, prompt: str) -> dict[str, Any]:
 
 
 async def run_call(
-    tmp_path: Path, app: AppServer, servers: Servers, stream: Stream, workers: int
+    tmp_path: Path,
+    app: AppServer,
+    servers: Servers,
+    stream: Stream,
+    workers: int,
+    stats: list[dict[str, Any]] | None = None,
 ) -> str:
+    """serve's output for one SIPp call; ``stats``: each worker's speech counters after it."""
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
     async with served(tmp_path, app, workers, servers.config()) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         await wait_for_request(app, "/final", timeout=20)
+        if stats is not None:
+            _, answer = await server.api("GET", "/api/stats")
+            stats += [w["speech"] for w in answer.get("workers", [answer])]
     assert run.returncode == 0, run.output + run.errors + server.output
     return server.output
 
@@ -158,7 +167,8 @@ async def test_a_call_speaks_and_listens_through_the_remote_engines(
     app.page("/heard", [{"hang_up": {}}])
     app.page("/final", None)
     stream = Stream(8.0).speech(spoken("Sales, please."), at=4.0)
-    output = await run_call(tmp_path, app, servers, stream, workers)
+    stats: list[dict[str, Any]] = []
+    output = await run_call(tmp_path, app, servers, stream, workers, stats)
     (body,) = app.bodies("/heard")
     result = body["action_result"]["result"]
     assert result["input_type"] == "speech", output
@@ -166,6 +176,9 @@ async def test_a_call_speaks_and_listens_through_the_remote_engines(
     # The remote recogniser's answer: the hint its transcript says, at Wyoming's fixed
     # confidence (the embedded recogniser scores its own).
     assert best == {"text": "sales", "confidence": 0.8}, output
+    # Its audio went to the server while the caller spoke, in several pieces.
+    assert sum(s["utterances_streamed"] for s in stats) >= 1, stats
+    assert sum(s["stream_pieces"] for s in stats) >= 3, stats
     logs = servers.output()
     assert "Say sales, support or billing." in logs, logs  # the remote voice said the prompt
     assert "sales, please" in logs.lower(), logs  # the remote recogniser heard the words

@@ -141,3 +141,35 @@ async def test_a_call_speaks_and_listens_through_plugin_engines(
     (best,) = result["speech_input"][0]["alternatives"]
     assert best["text"] == "sales" and 0 < best["confidence"] <= 1, best
     assert "the speech recognition model is ready (gpu," in server.output, server.output
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_streaming_plugin_recogniser_hears_the_caller_as_they_speak(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """The example's pocketsphinx-live: each utterance fed in pieces while the caller says
+    it (counted in ``/api/stats``), the answer at its end, as any recogniser's."""
+    config = '[speech]\nrecogniser = "live"\n\n[speech.engines.live]\nprotocol = "plugin"\n'
+    config += 'plugin = "pocketsphinx-live"\n'
+    app.page("/start", [ask("/heard", "Say sales, support or billing.")])
+    app.page("/heard", [{"hang_up": {}}])
+    app.page("/final", None)
+    pcap = Stream(8.0).speech(spoken("Sales, please."), at=4.0).write_pcap(tmp_path / "c.pcap")
+    parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
+    parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
+    async with served(tmp_path, app, workers, config) as server:
+        run = await sipp.call(server.sip, tmp_path, *parts)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        await wait_for_request(app, "/final", timeout=20)
+        status, stats = await server.api("GET", "/api/stats")
+    assert status == 200, stats
+    (body,) = app.bodies("/heard")
+    result = body["action_result"]["result"]
+    assert result["input_type"] == "speech", server.output
+    (best,) = result["speech_input"][0]["alternatives"]
+    assert best["text"] == "sales" and 0 < best["confidence"] <= 1, best
+    speech = [w["speech"] for w in stats.get("workers", [stats])]
+    # "Sales, please." is about a second: fed in several pieces while it was said.
+    assert sum(s["utterances_streamed"] for s in speech) >= 1, speech
+    assert sum(s["stream_pieces"] for s in speech) >= 3, speech
+    assert all(s["recogniser"] == "live" for s in speech), speech

@@ -59,6 +59,27 @@ class Ears:
         return answer
 
 
+class Listener(Ears):
+    # A recogniser that streams: its answer is what it was fed, or BEHAVIOUR's.
+
+    def stream(self, options):
+        if BEHAVIOUR.get("stream") is not None:
+            return BEHAVIOUR["stream"]
+        return ListenerStream(options)
+
+
+class ListenerStream:
+    def __init__(self, options):
+        self.fed = []
+
+    def feed(self, audio):
+        self.fed.append(len(audio))
+
+    def finish(self):
+        answer = BEHAVIOUR["answer"]
+        return answer if answer else [Alternative(f" {sum(self.fed)} samples ", 0.7)]
+
+
 class Mouth:
     def __init__(self, name, options):
         self.name = name
@@ -104,6 +125,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object
         textwrap.dedent("""
         [callhook.recognisers]
         ears = testplug:Ears
+        listener = testplug:Listener
         broken = broken:Thing
 
         [callhook.voices]
@@ -115,7 +137,9 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, object
     import testplug  # type: ignore[import-not-found]
 
     behaviour: dict[str, object] = testplug.BEHAVIOUR
-    behaviour.update(answer=(), audio=np.zeros(0, dtype=np.int16), made=0, no_voices=False)
+    behaviour.update(
+        answer=(), audio=np.zeros(0, dtype=np.int16), made=0, no_voices=False, stream=None
+    )
     return behaviour
 
 
@@ -194,6 +218,29 @@ def test_a_plugin_recogniser_answers_through_callhook_checks(package: dict[str, 
         ears.recognise(audio, options)
     made = package["made"]
     assert ears.restarted() is not ears and package["made"] == made + 1  # type: ignore[operator]
+
+
+def test_a_plugin_recogniser_that_streams_is_fed_and_its_answer_checked(
+    package: dict[str, object],
+) -> None:
+    assert not PluginRecogniser("cloud", "ears", {}).streaming
+    listener = PluginRecogniser("cloud", "listener", {})
+    assert listener.streaming
+    options = RecognitionOptions(max_alternatives=1)
+    stream = listener.stream(options)
+    for samples in (1600, 800):
+        stream.feed(np.zeros(samples, dtype=np.int16))
+    assert stream.finish() == (Alternative("2400 samples", 0.7),)
+    # Its answer is checked as recognise()'s.
+    package["answer"] = [Alternative("yes", 3.0), Alternative("no", 0.5)]
+    assert listener.stream(options).finish() == (Alternative("yes", 1.0),)
+    package["answer"] = "yes"
+    with pytest.raises(RemoteSpeechError, match="the listener plug-in answered str"):
+        listener.stream(options).finish()
+    # A stream that is not one: a failed engine, named.
+    package["stream"] = object()
+    with pytest.raises(RemoteSpeechError, match="answered object, which has no feed"):
+        listener.stream(options)
 
 
 def test_a_plugin_that_cannot_be_made_says_why(
@@ -364,6 +411,29 @@ def test_the_faster_whisper_plugin_recognises_a_spoken_digit(example: None) -> N
     assert engine.recognise(silence, RecognitionOptions()) == ()
     with pytest.raises(ValueError, match="English only"):
         FasterWhisperRecogniser("gpu", {"model": "tiny.en", "languages": ["fr"]})
+
+
+def test_the_pocketsphinx_plugin_decodes_an_utterance_as_it_is_fed(example: None) -> None:
+    from callhook_example_speech.sphinxstream import PocketsphinxLive
+
+    engine = PocketsphinxLive("live", {})
+    engine.warm_up()
+    hints = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    options = RecognitionOptions(word_hints=hints)
+    audio = samples(DATA / "4_jackson_4.wav")
+    stream = engine.stream(options)
+    for start in range(0, len(audio), 1600):  # callhook's pieces: 200 ms
+        stream.feed(audio[start : start + 1600])
+    (best,) = stream.finish()
+    assert best.text == "four" and 0 < best.confidence <= 1, best
+    # A cancelled stream gives its decoder back: the next stream decodes on it.
+    engine.stream(options).cancel()
+    assert engine._idle.qsize() == 1
+    silence = engine.stream(RecognitionOptions())
+    silence.feed(np.zeros(8000, dtype=np.int16))
+    assert silence.finish() == () and engine._idle.qsize() == 1
+    with pytest.raises(ValueError, match="unknown options: model"):
+        PocketsphinxLive("live", {"model": "x"})
 
 
 def test_callhook_voices_lists_a_configs_plugin_voices(

@@ -201,6 +201,47 @@ def test_an_utterance_is_sent_in_chunks_and_its_transcript_read(server) -> None:
     assert sent == [8]  # 8000 samples in chunks of 1024
 
 
+def test_an_utterance_streams_to_the_server_as_it_is_spoken(server) -> None:
+    heard = threading.Event()  # the server has the first piece's chunks
+    events: list[str] = []
+
+    def handle(f: object) -> None:
+        while True:
+            event = read_event(f)  # type: ignore[arg-type]
+            assert event is not None
+            events.append(event.type)
+            if len(events) == 4:  # transcribe, audio-start, and the first piece's two chunks
+                heard.set()
+            if AudioStop.is_type(event.type):
+                break
+        write_event(Transcript(text="Eight.").event(), f)  # type: ignore[arg-type]
+        f.flush()  # type: ignore[attr-defined]
+
+    recogniser = WyomingRecogniser("farm", server(handle), timeout=2.0)
+    assert recogniser.streaming
+    stream = recogniser.stream(RecognitionOptions(word_hints=("seven", "eight")))
+    stream.feed(np.zeros(1600, dtype=np.int16))
+    # The server has the audio while the caller is still speaking, before the end.
+    assert heard.wait(2.0), events
+    stream.feed(np.zeros(1600, dtype=np.int16))
+    assert stream.finish() == (Alternative("eight", CONFIDENCE),)
+    assert events[:2] == ["transcribe", "audio-start"] and events[-1] == "audio-stop"
+    assert events.count("audio-chunk") == 4  # (1600 samples: chunks of 1024 and 576)
+
+
+def test_a_stream_nobody_wants_any_more_is_closed(server) -> None:
+    ended = threading.Event()
+
+    def dropped(f: object) -> None:
+        while read_event(f) is not None:  # type: ignore[arg-type]
+            pass
+        ended.set()
+
+    cancelled = WyomingRecogniser("farm", server(dropped), timeout=2.0)
+    cancelled.stream(RecognitionOptions()).cancel()
+    assert ended.wait(2.0)
+
+
 @pytest.mark.parametrize(
     ("reply", "cause"),
     [

@@ -220,7 +220,8 @@ async def test_utterances_are_decoded_in_order_and_a_stopped_streams_results_dro
     await until(lambda: recogniser.waiting)  # the decode is under way on the worker thread
     the_leg.send([StopRecognition()])
     recogniser.gate.set()
-    await until(lambda: the_leg._decoder is not None and the_leg._decoder.done())
+    listening = the_leg.listening
+    await until(lambda: listening._decoder is not None and listening._decoder.done())
     assert recogniser.heard == [320, 160, 480]
     assert the_leg.take_pending() == []
 
