@@ -1,4 +1,5 @@
-"""Counters of a running server, for operators and benchmarks (``GET /api/stats``)."""
+"""Counters of a running server, for operators and benchmarks (``GET /api/stats``, and
+the call families of ``GET /metrics``: :mod:`callhook.monitoring.prometheus`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callhook.calls.runner import CallSummary
+from callhook.monitoring import prometheus
 
 #: Page latencies kept for the percentiles (the most recent ones).
 SAMPLES = 20_000
@@ -47,12 +49,16 @@ class Metrics:
 
         gc.callbacks.append(callback)
 
-    def call_started(self) -> None:
+    def call_started(self, application: str, direction: str) -> None:
         self.active += 1
+        prometheus.CALLS_STARTED.labels(application, direction).inc()
+        prometheus.CALLS_ACTIVE.labels(application, direction).inc()
 
-    def call_ended(self, summary: CallSummary) -> None:
+    def call_ended(self, application: str, direction: str, summary: CallSummary) -> None:
         self.active -= 1
         self.calls[summary.cause] += 1
+        prometheus.CALLS_ACTIVE.labels(application, direction).dec()
+        prometheus.CALLS_ENDED.labels(application, summary.cause).inc()
         self.page_seconds.extend(summary.page_seconds)
         self.page_errors += len(summary.errors)
 

@@ -23,6 +23,7 @@ from aiohttp.typedefs import Middleware
 from callhook.actions.machine import ActionContext
 from callhook.calls.calllog import CallLog, Listener
 from callhook.calls.metrics import Metrics
+from callhook.calls.pagetiming import TimedPages
 from callhook.calls.runner import CallRunner, CallSummary, new_instance_id
 from callhook.clock import Clock, MonotonicClock
 from callhook.config.settings import AppConfig, Settings
@@ -290,7 +291,7 @@ class Services:
         return CallRunner(
             app,
             leg,
-            pages or self.pages,
+            TimedPages(pages or self.pages, app.name),
             self.clock,
             log,
             log_filename=log_filename,
@@ -316,13 +317,14 @@ class Services:
     ) -> CallSummary:
         """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
         ``started`` is told the call's runner before it runs: its log, its instance id)."""
-        self.metrics.call_started()
+        direction = leg.info.direction
+        self.metrics.call_started(app.name, direction)
         runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
         runner.exchange.token = token  # an outbound service's token reaches its first page
         if started is not None:
             started(runner)
         summary = await runner.run()
-        self.metrics.call_ended(summary)
+        self.metrics.call_ended(app.name, direction, summary)
         return summary
 
     async def unanswered(

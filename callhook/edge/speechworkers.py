@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ from callhook.edge.threaditer import iterate
 from callhook.events import Alternative, RecognitionOptions
 from callhook.media import vad
 from callhook.media.utterances import cut_utterances
+from callhook.monitoring import prometheus
 from callhook.speech import faults
 from callhook.speech.asr import Recogniser
 from callhook.speech.remote import RemoteSpeechError
@@ -189,12 +190,28 @@ class SpeechService:
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
-        result: tuple[Alternative, ...] = await self.run(
-            lambda engine: engine.recognise(audio, options), len(audio) / 8000
-        )
+        with self._timed(loop):
+            result: tuple[Alternative, ...] = await self.run(
+                lambda engine: engine.recognise(audio, options), len(audio) / 8000
+            )
         self.stats.utterances += 1
         self.stats.recognise_seconds += loop.time() - start
         return result
+
+    @contextlib.contextmanager
+    def _timed(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+        """An utterance's answer into ``/metrics``' recognition histogram (its engine, and
+        whether it failed)."""
+        engine = self.recogniser.name if self.recogniser is not None else "none"
+        start = loop.time()
+        try:
+            yield
+        except asyncio.CancelledError:  # nobody waits for it any more: not an answer
+            raise
+        except Exception:
+            prometheus.RECOGNITIONS.labels(engine, "failed").observe(loop.time() - start)
+            raise
+        prometheus.RECOGNITIONS.labels(engine, "ok").observe(loop.time() - start)
 
     @property
     def streams(self) -> bool:
@@ -212,7 +229,8 @@ class SpeechService:
         :meth:`recognise`'s, and its failures)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        result = await stream.finish(tail)
+        with self._timed(loop):
+            result = await stream.finish(tail)
         self.stats.utterances += 1
         self.stats.streamed += 1
         self.stats.pieces += stream.pieces

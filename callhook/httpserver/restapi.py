@@ -110,9 +110,9 @@ def error_response(status: int, code: str, message: str, **headers: str) -> web.
 
 
 def _is_api(request: web.Request) -> bool:
-    """``/api/``, the OpenAPI document, and Aculab's web services."""
+    """``/api/``, the OpenAPI document, ``/metrics`` and Aculab's web services."""
     path = request.path
-    return path.startswith("/api/") or path == "/openapi.json" or is_webservice(path)
+    return path.startswith("/api/") or path in ("/openapi.json", "/metrics") or is_webservice(path)
 
 
 def _error(

@@ -23,6 +23,7 @@ from callhook import __version__
 from callhook.httpserver import demo
 from callhook.httpserver.aculabshape import is_webservice
 from callhook.httpserver.restapi import Api, ApiError, _is_api, errors
+from callhook.monitoring import prometheus
 
 #: The largest JSON body (and demo form) the server reads; uploads have their own limit.
 MAX_JSON_BYTES = 64 * 1024
@@ -155,6 +156,15 @@ def application(
         return web.json_response(stats() if stats is not None else {})
 
     app.router.add_get("/api/stats", stats_page)
+
+    async def metrics_page(request: web.Request) -> web.Response:
+        # Prometheus' scrape, with the same bearer token as /api/stats (its scrape
+        # config's `authorization`): call counts are no one else's business.
+        authorise(request)
+        body, content_type = prometheus.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    app.router.add_get("/metrics", metrics_page)
 
     async def trunks_page(request: web.Request) -> web.Response:
         authorise(request)

@@ -54,6 +54,7 @@ from callhook.cluster.workers import (
     plan,
 )
 from callhook.config.settings import ConfigError, Settings
+from callhook.monitoring import prometheus
 from callhook.serving.readiness import answers_options
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.transport import Target
@@ -228,6 +229,7 @@ class Supervisor:
         self.layout = layout_of(settings, count)
         self.http = http
         self.run_dir = run_dir(settings.data_dir)
+        self.metrics_dir = self.run_dir / "prometheus"
         kamailio, modules = kamailio_binary(), kamailio_modules()
         if kamailio is None or modules is None:
             raise ConfigError(
@@ -295,6 +297,9 @@ class Supervisor:
     async def run(self, stop: asyncio.Event) -> int:
         """Start everything, keep it running until ``stop``; the exit status."""
         self.write_config()
+        # The workers' Prometheus samples, added up by whichever answers /metrics (an
+        # earlier run's are not this one's).
+        prometheus.prepare_folder(self.metrics_dir)
         for child in self.workers:
             self._tasks.append(asyncio.create_task(self._keep(child, worker=True)))
         ready = asyncio.create_task(self._all_ready())
@@ -373,8 +378,10 @@ class Supervisor:
     async def _start(self, child: _Child, worker: bool) -> asyncio.subprocess.Process:
         if child.restarts:
             child.ready.clear()
+        env = {**os.environ, prometheus.MULTIPROCESS_ENV: str(self.metrics_dir)} if worker else None
         process = await asyncio.create_subprocess_exec(
             *child.argv,
+            env=env,
             # Kamailio prints its sockets on standard output; its log is standard error,
             # passed on by _relay.
             stdout=asyncio.subprocess.PIPE if worker else asyncio.subprocess.DEVNULL,
@@ -430,6 +437,8 @@ class Supervisor:
             # What it forked (Kamailio's children) goes with it, or they keep its ports.
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
+            if worker:  # its calls are over: no longer counted as in progress in /metrics
+                prometheus.worker_ended(self.metrics_dir, process.pid)
             if child.relay is not None:
                 # Its last lines (why it ended) are passed on before anything is said of it.
                 with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from callhook.actions.response import parse_response
 from callhook.cli import parser
@@ -62,6 +63,10 @@ def test_snippet(
     elif lang == "xml":  # SSML for a text_to_say
         assert ssml.is_ssml(body), f"{where}: an xml block that is not SSML"
         assert ssml.parts(body)
+    elif lang == "yaml" and body.startswith("scrape_configs:"):
+        # A Prometheus scrape job (docs/monitoring.md): with the bearer token /metrics needs.
+        (job,) = yaml.safe_load(body)["scrape_configs"]
+        assert job["authorization"]["credentials_file"] and job["static_configs"][0]["targets"]
     elif lang == "yaml":
         path = tmp_path / "flow.yaml"
         path.write_text(body)

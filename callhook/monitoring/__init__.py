@@ -1,0 +1,1 @@
+"""What a running callhook tells the tools that watch it: Prometheus metrics."""

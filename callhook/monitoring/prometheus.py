@@ -1,0 +1,103 @@
+"""callhook's Prometheus metrics, and their text for ``GET /metrics``.
+
+The families are made once, when this module is imported, on prometheus-client's
+default registry (which also has the process's ``process_*`` and ``python_*``
+metrics). Names and labels follow Prometheus' naming guide
+(https://prometheus.io/docs/practices/naming/): a ``callhook_`` prefix, base units
+(seconds), ``_total`` on counters; no label takes unbounded values (applications are
+the config's names, causes Aculab's call causes; never a call id or an address).
+
+``serve --workers N`` runs N processes: the supervisor gives each worker
+:data:`MULTIPROCESS_ENV` (a folder it empties at its start), so prometheus-client keeps
+every worker's samples in files there (its multiprocess mode), and whichever worker
+answers ``/metrics`` adds them up: counters and histograms summed over the workers that
+ever ran, gauges of live workers summed. prometheus-client reads the variable when it
+is first imported: it must be in the worker's environment from its start.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+#: Where the workers' samples are kept (prometheus-client's own variable).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: Page requests' buckets: an application answers in milliseconds, callhook waits up to
+#: its page timeout (seconds).
+PAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: A recognition: tens of milliseconds (pocketsphinx, a streamed answer) to seconds.
+RECOGNITION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 2.0, 5.0, 20.0)
+
+CALLS_ACTIVE = Gauge(
+    "callhook_calls_active",
+    "Calls in progress, by application and direction (in, out).",
+    ["application", "direction"],
+    multiprocess_mode="livesum",
+)
+CALLS_STARTED = Counter(
+    "callhook_calls_started",
+    "Calls an application started to run on, by direction (in, out).",
+    ["application", "direction"],
+)
+CALLS_ENDED = Counter(
+    "callhook_calls_ended",
+    "Calls ended, by application and cause (Aculab's call causes: completed, busy, ...).",
+    ["application", "cause"],
+)
+PAGE_REQUESTS = Histogram(
+    "callhook_page_request_duration_seconds",
+    "Requests to an application's pages while its call waits, by outcome: ok (an answer), "
+    "failed (an error, a timeout, no connection), abandoned (the call ended first).",
+    ["application", "outcome"],
+    buckets=PAGE_BUCKETS,
+)
+RECOGNITIONS = Histogram(
+    "callhook_speech_recognition_duration_seconds",
+    "From an utterance's end to the recogniser's answer (queued, decoded), by engine and "
+    "outcome: ok, failed (crashed, hung, a remote engine down).",
+    ["engine", "outcome"],
+    buckets=RECOGNITION_BUCKETS,
+)
+
+
+def multiprocess_folder() -> Path | None:
+    """The folder of the workers' samples, in a worker of ``serve --workers N``."""
+    folder = os.environ.get(MULTIPROCESS_ENV)
+    return Path(folder) if folder else None
+
+
+def exposition() -> tuple[bytes, str]:
+    """The metrics in Prometheus' text format, and its content type: this process's, or
+    in a worker, every worker's."""
+    folder = multiprocess_folder()
+    if folder is None:
+        return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(folder))  # type: ignore[no-untyped-call]
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def prepare_folder(folder: Path) -> None:
+    """An empty folder for the workers' samples (a new ``serve``: an earlier run's counts
+    must not be added to this one's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.db"):
+        old.unlink()
+
+
+def worker_ended(folder: Path, pid: int) -> None:
+    """A worker ended: its calls are no longer in progress (its live gauges go); what it
+    counted stays in the totals."""
+    multiprocess.mark_process_dead(pid, path=str(folder))  # type: ignore[no-untyped-call]
