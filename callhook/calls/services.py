@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client.core import Metric
 
 from callhook.actions.machine import ActionContext
 from callhook.calls.calllog import CallLog, Listener
@@ -37,6 +39,7 @@ from callhook.httpserver import server as web_adapter
 from callhook.httpserver.restapi import Api
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
+from callhook.monitoring import prometheus
 from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
 from callhook.store.database import Database, Membership
@@ -85,6 +88,7 @@ class Services:
     #: Applications whose ``recogniser`` is not ``[speech]``'s: the speech service with
     #: theirs (one per engine, shared by the applications that name it).
     app_speech: dict[str, SpeechService] = field(default_factory=dict)
+    _outbox_unread: bool = False  # (said once while /metrics cannot read the outbox)
 
     def speech_for(self, app: str) -> SpeechService:
         """The speech service an application's calls use."""
@@ -178,6 +182,22 @@ class Services:
         writer.close()
         return writer.seconds
 
+    async def outbox_metrics(self) -> list[Metric]:
+        """The outbox's families for ``/metrics``, read now (none while the state database
+        cannot be read: said once, until it can again)."""
+        now = time.time()
+        try:
+            counts = await self.outbox.counts()
+            due = await self.outbox.next_due(set(), now)
+        except Exception as exc:  # the database is down or locked: the rest is still told
+            if not self._outbox_unread:
+                self._outbox_unread = True
+                logger.warning("/metrics: the outbox cannot be read: %s", exc)
+            return []
+        self._outbox_unread = False
+        oldest = max(0.0, now - due) if due is not None else 0.0
+        return prometheus.outbox_families(counts["pending"], counts["abandoned"], oldest)
+
     async def start_web(
         self,
         host: str | None = None,
@@ -211,6 +231,7 @@ class Services:
             outer=outer,
             webservices=webservices,
             extra=extra,
+            state=self.outbox_metrics,
         )
         self.web_runner, self.base_url = await web_adapter.start(
             app,

@@ -78,6 +78,7 @@ from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, mixing, outlet
 from callhook.media.player import Player
 from callhook.media.session import MediaSession
+from callhook.monitoring import prometheus
 
 logger = logging.getLogger("callhook.media")
 
@@ -338,6 +339,7 @@ class MediaEngine:
         started = time.monotonic()
         lag = started - when
         self.lateness.append(lag * 1000)
+        prometheus.MEDIA_TICK_LATENESS.observe(max(lag, 0.0))
         self.overload.tick(lag, started)
         self._worked = slot - 1
         try:
@@ -356,6 +358,7 @@ class MediaEngine:
         cpu = time.thread_time()
         now = self.loop.time()
         self.lateness.append((now - self._next) * 1000)
+        prometheus.MEDIA_TICK_LATENESS.observe(max(now - self._next, 0.0))
         self.overload.tick(now - self._next, now)
         try:
             self._work(now, self._udp.receive())

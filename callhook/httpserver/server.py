@@ -13,11 +13,12 @@ import contextlib
 import hmac
 import json
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client.core import Metric
 
 from callhook import __version__
 from callhook.httpserver import demo
@@ -38,6 +39,8 @@ _CODES = {
 
 #: Places an outbound call from a JSON request; returns (HTTP status, JSON answer).
 Dial = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+#: What ``GET /metrics`` reads when scraped (the shared outbox's families).
+State = Callable[[], Awaitable[Sequence[Metric]]]
 #: The server's counters (``GET /api/stats``).
 Stats = Callable[[], dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -112,6 +115,7 @@ def application(
     outer: Middleware | None = None,
     webservices: Routes | None = None,
     extra: tuple[Routes, ...] = (),
+    state: State | None = None,
 ) -> web.Application:
     """The aiohttp application: the demo pages (signed with ``secret``), the API, an index.
 
@@ -124,7 +128,8 @@ def application(
     ``webservices`` adds Aculab's web services (:mod:`callhook.webservices.aculab`);
     ``extra``: more routes (the sign-in of pages receiving calls,
     :mod:`callhook.telephony.webclients`; health and readiness,
-    :mod:`callhook.serving.readiness`).
+    :mod:`callhook.serving.readiness`). ``GET /metrics`` (the same key) answers in
+    Prometheus' text format, with the families ``state`` reads when scraped.
     """
     middlewares: list[Middleware] = [errors] if outer is None else [outer, errors]
     if bans is not None:
@@ -161,7 +166,10 @@ def application(
         # Prometheus' scrape, with the same bearer token as /api/stats (its scrape
         # config's `authorization`): call counts are no one else's business.
         authorise(request)
-        body, content_type = prometheus.exposition()
+        families = list(await state()) if state is not None else []
+        if bans is not None:
+            families.append(prometheus.bans_family(len(bans.bans())))
+        body, content_type = prometheus.exposition(families)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     app.router.add_get("/metrics", metrics_page)

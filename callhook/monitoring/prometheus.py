@@ -18,6 +18,7 @@ is first imported: it must be in the worker's environment from its start.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from prometheus_client import (
@@ -30,6 +31,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 #: Where the workers' samples are kept (prometheus-client's own variable).
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -63,6 +65,14 @@ PAGE_REQUESTS = Histogram(
     ["application", "outcome"],
     buckets=PAGE_BUCKETS,
 )
+#: A media tick's lateness: on time is under a millisecond; 20 ms is a frame missed.
+TICK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.1, 0.25, 1.0)
+MEDIA_TICK_LATENESS = Histogram(
+    "callhook_media_tick_lateness_seconds",
+    "How late each 20 ms media tick began (every call's audio is sent and read in it): "
+    "past 20 ms, callers' frames were late.",
+    buckets=TICK_BUCKETS,
+)
 RECOGNITIONS = Histogram(
     "callhook_speech_recognition_duration_seconds",
     "From an utterance's end to the recogniser's answer (queued, decoded), by engine and "
@@ -78,15 +88,61 @@ def multiprocess_folder() -> Path | None:
     return Path(folder) if folder else None
 
 
-def exposition() -> tuple[bytes, str]:
+def exposition(state: Sequence[Metric] = ()) -> tuple[bytes, str]:
     """The metrics in Prometheus' text format, and its content type: this process's, or
-    in a worker, every worker's."""
+    in a worker, every worker's; with ``state``, families read for this scrape (what the
+    workers share, such as the outbox: :func:`outbox_families`)."""
     folder = multiprocess_folder()
     if folder is None:
-        return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(folder))  # type: ignore[no-untyped-call]
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+        text = generate_latest(REGISTRY)
+    else:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(folder))  # type: ignore[no-untyped-call]
+        text = generate_latest(registry)
+    if state:
+        read = CollectorRegistry(auto_describe=False)
+        read.register(_Read(state))
+        text += generate_latest(read)
+    return text, CONTENT_TYPE_LATEST
+
+
+class _Read:
+    """Families already read, as a collector."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+def outbox_families(pending: int, abandoned: int, oldest_due: float) -> list[Metric]:
+    """The notifications' outbox (recordings' and transcriptions' notifications to the
+    applications): shared by the workers, so read when scraped, not counted by each."""
+    notifications = GaugeMetricFamily(
+        "callhook_notifications",
+        "Notifications in the outbox: pending (to be delivered, or retried), abandoned "
+        "(given up after failing for too long).",
+        labels=["state"],
+    )
+    notifications.add_metric(["pending"], pending)
+    notifications.add_metric(["abandoned"], abandoned)
+    oldest = GaugeMetricFamily(
+        "callhook_notification_oldest_due_seconds",
+        "How long the longest-waiting notification that is due has waited (0: none is due).",
+        value=oldest_due,
+    )
+    return [notifications, oldest]
+
+
+def bans_family(count: int) -> Metric:
+    """Addresses banned now (failed authentications, floods), as ``/api/bans`` lists them."""
+    return GaugeMetricFamily(
+        "callhook_bans", "Source addresses banned now (failed authentications, floods).", count
+    )
 
 
 def prepare_folder(folder: Path) -> None:

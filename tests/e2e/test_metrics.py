@@ -156,5 +156,12 @@ secret = "{app.secret}"
             broken = "callhook_page_request_duration_seconds_count"
             broken += '{application="broken",outcome="failed"}'
             assert await watcher.until(broken, REFUSED) == REFUSED
+            # The media ticks that carried the calls' audio, each one's lateness.
+            ticks = await watcher.query("sum(callhook_media_tick_lateness_seconds_count)")
+            assert ticks is not None and ticks > 10, ticks
+            # What the workers share, read when scraped: nothing waits in the outbox, no
+            # address is banned.
+            assert await watcher.until('callhook_notifications{state="pending"}', 0.0) == 0.0
+            assert await watcher.until("callhook_bans", 0.0) == 0.0
         finally:
             watcher.stop()

@@ -102,3 +102,38 @@ def test_a_call_log_is_stamped_on_the_calls_media_time(services: Services) -> No
     assert runner.log.lines[-1].split()[1:] == ["+2.750", "digit", "1"]
     assert runner.log.since(-497.0) == pytest.approx(3.0)  # a timer line's times agree
     runner.log.close()
+
+
+async def test_metrics_read_the_outbox_when_scraped(
+    services: Services, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+    import time
+
+    from callhook.monitoring import prometheus
+
+    def values(text: str) -> dict[str, float]:
+        return {
+            line.split(" ")[0]: float(line.split(" ")[1])
+            for line in text.splitlines()
+            if line.startswith("callhook_notification")
+        }
+
+    now = time.time()
+    await services.outbox.add("demo", "http://127.0.0.1:9/a", "POST", {}, now - 30)
+    await services.outbox.add("demo", "http://127.0.0.1:9/b", "POST", {}, now + 60)
+    text = prometheus.exposition(await services.outbox_metrics())[0].decode()
+    got = values(text)
+    assert got['callhook_notifications{state="pending"}'] == 2
+    assert got['callhook_notifications{state="abandoned"}'] == 0
+    assert 29 <= got["callhook_notification_oldest_due_seconds"] < 40
+
+    # A database that cannot be read: the rest is still told, the cause said once.
+    async def locked() -> dict[str, int]:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(services.outbox, "counts", locked)
+    assert await services.outbox_metrics() == []
+    assert await services.outbox_metrics() == []
+    said = [r for r in caplog.records if "the outbox cannot be read" in r.getMessage()]
+    assert len(said) == 1
