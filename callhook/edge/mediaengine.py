@@ -74,6 +74,7 @@ from callhook.edge.plane import AHEAD, COVER, Plane, counters, new_plane, priori
 from callhook.edge.roster import Roster, Stream
 from callhook.edge.rtpports import RtpPorts
 from callhook.edge.slots import Received, SlotReader
+from callhook.edge.streammetrics import count_ended
 from callhook.edge.udp import Address, Udp, new_udp
 from callhook.media import frames, gate, inlet, mixing, outlet
 from callhook.media.player import Player
@@ -300,6 +301,7 @@ class MediaEngine:
                 self._fault(stream, "closing")
             stream.session.reclaimer = None
             stream.session.media_clock = None
+            count_ended(stream.session)  # (/metrics)
         self._socketless.pop(port, None)
         if stream is not None and self._roster is not None:
             try:

@@ -104,6 +104,8 @@ class SpeechService:
         self.faults = 0
         self._jobs = itertools.count()
         self._running: dict[int, Future[Any]] = {}
+        #: Decodes submitted and not begun (behind other calls' on the recognition threads).
+        self._queued: set[int] = set()
         self._watch: asyncio.TimerHandle | None = None
         self._restart: asyncio.TimerHandle | None = None
         # Cleared while a fresh engine loads: decodes on the new pool wait for it.
@@ -259,6 +261,7 @@ class SpeechService:
         gave_up = threading.Event()  # (set when the caller stops waiting: nothing to decode)
         future = self._asr_pool.submit(self._decode, loop, job, seconds, work, gave_up)
         self._running[job] = future
+        self._queued.add(job)
         try:
             result: T = await asyncio.wait_for(asyncio.wrap_future(future), ANSWER_TIMEOUT)
         except RecognitionFailed:
@@ -282,6 +285,7 @@ class SpeechService:
             raise RecognitionFailed(cause) from exc
         finally:
             self._running.pop(job, None)
+            self._queued.discard(job)
         return result
 
     def _decode(
@@ -314,9 +318,15 @@ class SpeechService:
 
     # --- the supervisor's side (on the event loop) ------------------------------------------
 
+    @property
+    def queued(self) -> int:
+        """Utterances waiting for a recognition thread (``/metrics``)."""
+        return len(self._queued)
+
     def _started(self, job: int, seconds: float) -> None:
         # Watched even if its caller gave up (the call ended): a hang is a hang.
         assert self._loop is not None
+        self._queued.discard(job)
         self.supervisor.started(job, self._loop.time(), seconds)
         self._arm()
 

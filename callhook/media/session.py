@@ -202,6 +202,8 @@ class MediaSession(Inlet):
         self.timed_out = False
         self.flood_dropped = 0
         self.foreign_dropped = 0
+        #: Key presses received, by how they came (rfc4733, inband, sip_info).
+        self.digits_by: dict[str, int] = {}
         #: SRTP (RFC 3711) keys of the call, when its SDP agreed on SDES keys (RFC 4568).
         self.srtp: SrtpContext | None = None
         self.malformed = 0
@@ -303,6 +305,7 @@ class MediaSession(Inlet):
             # late to play, not to count (under heavy jitter a whole press can be late).
             digit = self.rfc4733.feed_late(packet.payload, packet.timestamp, now)
             if digit is not None:
+                self._count_digit("rfc4733")
                 self.events.append(DigitReceived(digit))
 
     def _malformed(self, cause: str) -> None:
@@ -479,11 +482,15 @@ class MediaSession(Inlet):
 
     def inject_digit(self, digit: str) -> None:
         """A digit that came another way (SIP INFO)."""
-        self._digit(digit)
+        self._digit(digit, transport="sip_info")
 
-    def _digit(self, digit: str, *, inband: bool = False) -> None:
+    def _count_digit(self, transport: str) -> None:
+        self.digits_by[transport] = self.digits_by.get(transport, 0) + 1
+
+    def _digit(self, digit: str, *, inband: bool = False, transport: str = "rfc4733") -> None:
         """A digit the caller pressed; across a bridge, relayed as the other side takes
         them (an in-band one already travels in the audio, unless it takes events)."""
+        self._count_digit("inband" if inband else transport)
         self.events.append(DigitReceived(digit))
         other = self.tells_digits
         if other is not None and (not inband or other.event_payload_type is not None):

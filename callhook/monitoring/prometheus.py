@@ -82,6 +82,76 @@ RECOGNITIONS = Histogram(
 )
 
 
+#: Counted when a call's media ends (its counts are the media thread's until then).
+RTP_RECEIVED = Counter(
+    "callhook_rtp_packets_received",
+    "RTP packets received from the calls' peers (those then dropped as late or duplicate "
+    "included), counted when a call's media ends.",
+)
+RTP_LOST = Counter(
+    "callhook_rtp_packets_lost",
+    "RTP packets that never came (gaps in the sequence numbers, RFC 3550 A.3), counted "
+    "when a call's media ends.",
+)
+PACKETS_DROPPED = Counter(
+    "callhook_packets_dropped",
+    "Packets dropped on purpose, by protocol and cause: sip (banned, rate_limited, "
+    "not_allowed, too_large, malformed); rtp (late, duplicate, other_ssrc, wrong_source, "
+    "flood, malformed, srtp_failed; counted when a call's media ends).",
+    ["protocol", "cause"],
+)
+DTMF_DIGITS = Counter(
+    "callhook_dtmf_digits_received",
+    "Key presses received, by how they came: rfc4733 (RTP telephone events), inband (tones "
+    "in the audio), sip_info; counted when a call's media ends.",
+    ["transport"],
+)
+SPEECH_QUEUED = Gauge(
+    "callhook_speech_recognitions_queued",
+    "Utterances waiting for a recogniser thread (behind other calls' decodes), by engine.",
+    ["engine"],
+    multiprocess_mode="livesum",
+)
+JOURNAL_HELD = Gauge(
+    "callhook_recording_journal_held_updates",
+    "Updates of the recordings journal held in memory because the state database refused "
+    "them (a full disk): written, in order, once it takes them again.",
+    multiprocess_mode="livesum",
+)
+TRUNK_STATE = Gauge(
+    "callhook_trunk_state",
+    "1 for each trunk's present state (registered, registering, failing, unregistered, "
+    "static: a trunk that does not register), 0 for the others.",
+    ["trunk", "state"],
+    multiprocess_mode="livemax",
+)
+#: The states :data:`TRUNK_STATE` has a series for (each trunk has every one, 0 or 1).
+TRUNK_STATES = ("registered", "registering", "failing", "unregistered", "static")
+SIP_CONNECTIONS = Gauge(
+    "callhook_sip_connections",
+    "SIP connections open (to and from peers), by transport (tcp, tls).",
+    ["transport"],
+    multiprocess_mode="livesum",
+)
+
+
+class Totals:
+    """Running totals that a part keeps itself (the sans-IO core's counters), added to
+    a Prometheus counter as they grow: each :meth:`add` adds what is new since the last."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, tuple[str, ...]], float] = {}
+
+    def add(self, counter: Counter, total: float, *labels: str) -> None:
+        """``total`` is the part's count now; a total that went down (the part was made
+        again) starts over from it, adding nothing."""
+        key = (id(counter), labels)  # (one Totals serves many counters)
+        seen = self._seen.get(key, 0.0)
+        self._seen[key] = total
+        if total > seen:
+            (counter.labels(*labels) if labels else counter).inc(total - seen)
+
+
 def multiprocess_folder() -> Path | None:
     """The folder of the workers' samples, in a worker of ``serve --workers N``."""
     folder = os.environ.get(MULTIPROCESS_ENV)

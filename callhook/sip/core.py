@@ -96,6 +96,8 @@ class Core:
         self.local = Local(host, {"udp": port, **(ports or {})})
         self.user_agent = user_agent
         self.accepting = True
+        #: Messages dropped as not well-formed (answered 400 where they can be: §8.2.6.2).
+        self.malformed = 0
         self.calls: dict[str, Call] = {}
         self._txs: dict[tuple[str, str, str], Transaction] = {}  # (side, branch, method)
         self._tx_call: dict[int, str] = {}  # id(transaction) -> call_id
@@ -210,6 +212,7 @@ class Core:
         try:
             message = parse(data)
         except SipMessageError as exc:
+            self.malformed += 1
             logger.warning("SIP from %s not well-formed: %s", source, exc.reason)
             self._answer_error(exc, source)
             return

@@ -137,6 +137,8 @@ class Guard:
         self._noted: dict[tuple[str, str], float] = {}
         self._notes: list[tuple[str, str]] = []
         self.dropped = 0
+        #: The messages dropped (or rejected), by cause: banned, rate_limited, not_allowed.
+        self.dropped_by: dict[str, int] = {"banned": 0, "rate_limited": 0, "not_allowed": 0}
 
     # --- the hot path -------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class Guard:
             ban = self._bans.get(host)
             if ban is not None and ban.until > now:
                 self.dropped += 1
+                self.dropped_by["banned"] += 1
                 return "drop"
             if ban is not None:
                 del self._bans[host]  # over
@@ -165,11 +168,13 @@ class Guard:
         if source.tokens < 1.0:
             self._ban(host, source, now, f"more than {self.rate:g} SIP messages a second")
             self.dropped += 1
+            self.dropped_by["rate_limited"] += 1
             return "drop"
         source.tokens -= 1.0
         if request and not self.allowed(host):
             self._note(host, f"not in [security] allow ({self.unknown})", now)
             self.dropped += 1
+            self.dropped_by["not_allowed"] += 1
             return self.unknown
         return "pass"
 

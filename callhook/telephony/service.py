@@ -45,6 +45,8 @@ from callhook.config.tls import client_context, server_context
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.edge.connections import Connections, ListenError
 from callhook.edge.mediaengine import MediaEngine
+from callhook.edge.speechworkers import SpeechService
+from callhook.monitoring import prometheus
 from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
 from callhook.sip.transport import Target, Transport
@@ -61,6 +63,7 @@ from callhook.telephony.prompts import PromptAudio
 from callhook.telephony.referring import Transfers
 from callhook.telephony.roomlinks import RoomLinks
 from callhook.telephony.roomrecording import RoomRecorder
+from callhook.telephony.sampling import Sampler
 from callhook.telephony.sipcall import SipCall
 from callhook.telephony.trunking import Trunks
 from callhook.telephony.users import Users
@@ -118,6 +121,8 @@ class SipService:
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.connections: Connections | None = None
+        #: The /metrics families of the guard, the agent, the trunks... (once started).
+        self.sampler: Sampler | None = None
         self.ports: dict[Transport, int] = {}
         self.trunks = Trunks(services.settings.trunks, lambda: self.agent)
         settings = services.settings
@@ -337,6 +342,15 @@ class SipService:
         self.trunks.elsewhere = not register
         await self.trunks.start(self._trunks_changed, register=register)
         self._trusted_trunks()
+        self.sampler = Sampler(
+            self.guard,
+            lambda: self.agent,
+            lambda: self.connections,
+            self.trunks,
+            self._speech_services,
+            self.services.journal,
+        )
+        self.sampler.start()
 
     async def _listen_streams(self, listen: bool) -> None:
         """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
@@ -394,6 +408,12 @@ class SipService:
             if self.mixing_faults == 1:
                 logger.exception("conference mixing failed (logged once; counted after)")
 
+    def _speech_services(self) -> list[SpeechService]:
+        """Every speech service once: ``[speech]``'s and the applications' own engines'."""
+        services = self.services
+        every = (services.speech, *services.app_speech.values())
+        return list({id(service): service for service in every}.values())
+
     def _trunks_changed(self) -> None:
         self._trusted_trunks()
         self._flush()
@@ -446,6 +466,7 @@ class SipService:
             return
         limit = self.services.settings.security.max_message_bytes
         if len(data) > limit:  # over UDP (a stream's framer refuses them itself)
+            prometheus.PACKETS_DROPPED.labels("sip", "too_large").inc()
             self.guard.note(source.host, f"a message of {len(data)} bytes (max {limit})", now)
             for host, cause in self.guard.take_notes():
                 logger.warning("SIP from %s: %s dropped", host, cause)
@@ -554,6 +575,8 @@ class SipService:
         remove the trunks' registrations (``Expires: 0``)."""
         if self.agent is not None:
             self.agent.accepting = False
+        if self.sampler is not None:
+            self.sampler.stop()
         tasks = [c.task for c in self.calls.values() if c.task is not None]
         if tasks:
             logger.info("waiting up to %g s for %d call(s) to finish", grace, len(tasks))

@@ -19,6 +19,7 @@ import pytest
 from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, free_tcp_port, served, wait_for_request
+from tests.e2e.rtpstream import Stream
 
 PROMETHEUS = shutil.which("prometheus")
 
@@ -107,7 +108,7 @@ def prometheus_folder(tmp_path: Path) -> Iterator[Path]:
 async def test_prometheus_scrapes_the_calls_sipp_made(
     tmp_path: Path, app: AppServer, workers: int, prometheus_folder: Path
 ) -> None:
-    app.page("/start", [{"sleep": {"seconds": 0.3}}, {"hang_up": {}}])
+    app.page("/start", [{"sleep": {"seconds": 2.5}}, {"hang_up": {}}])
     app.page("/final", None)
     app.page("/error", [{"hang_up": {}}])
     # Calls to sip:broken@... run an application whose first page is not there.
@@ -118,7 +119,18 @@ error_page = "{app.url("/error")}"
 final_page = "{app.url("/final")}"
 secret = "{app.secret}"
 """
-    ok = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
+    # Each answered caller sends 1.5 s of RTP with two RFC 4733 key presses, then a SIP
+    # INFO one.
+    stream = Stream(1.5).rfc4733("12", at=0.3)
+    pcap = stream.write_pcap(tmp_path / "caller.pcap")
+    ok = [
+        sipp.invite("ivr"),
+        sipp.ANSWERED,
+        sipp.PLAY.format(pcap=pcap),
+        sipp.PAUSE.format(ms=1700),
+        sipp.INFO.format(cseq=2, digit="4"),
+        sipp.BYE_FROM_SERVER.format(timeout_ms=20000),
+    ]
     # (A call whose first page fails is declined before it is answered.)
     refused = sipp.REFUSED.format(status=603, user="broken")
     bad = [sipp.invite("broken"), '  <recv response="180" optional="true"/>', refused]
@@ -159,6 +171,24 @@ secret = "{app.secret}"
             # The media ticks that carried the calls' audio, each one's lateness.
             ticks = await watcher.query("sum(callhook_media_tick_lateness_seconds_count)")
             assert ticks is not None and ticks > 10, ticks
+            # The callers' media, counted as each call's media ended: every packet came
+            # (audio and telephone events), none lost; dropped: only the repeats of each
+            # key press's end packet (RFC 4733 §2.5.1.4: sent three times, one sequence
+            # number); the key presses by how they came.
+            sent = len(stream.packets()) * CALLS
+            received = await watcher.until("callhook_rtp_packets_received_total", sent)
+            assert received == sent, server.output
+            assert await watcher.query("callhook_rtp_packets_lost_total") == 0.0
+            repeats = 'callhook_packets_dropped_total{protocol="rtp",cause="duplicate"}'
+            assert await watcher.query(repeats) == 2 * 2 * CALLS
+            others = 'sum(callhook_packets_dropped_total{protocol="rtp",cause!="duplicate"})'
+            assert await watcher.query(f"{others} or vector(0)") == 0.0
+            digits = 'callhook_dtmf_digits_received_total{transport="%s"}'
+            assert await watcher.until(digits % "rfc4733", 2 * CALLS) == 2 * CALLS
+            assert await watcher.until(digits % "sip_info", CALLS) == CALLS
+            # Sampled each second: SIPp's UDP opened no connection; nothing held back.
+            assert await watcher.until("sum(callhook_sip_connections)", 0.0) == 0.0
+            assert await watcher.until("callhook_recording_journal_held_updates", 0.0) == 0.0
             # What the workers share, read when scraped: nothing waits in the outbox, no
             # address is banned.
             assert await watcher.until('callhook_notifications{state="pending"}', 0.0) == 0.0

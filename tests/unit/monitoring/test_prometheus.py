@@ -100,3 +100,17 @@ def test_the_workers_samples_are_added_up_and_a_dead_workers_calls_are_not_activ
     ).stdout.decode()
     assert sample(text, started) == 5
     assert sample(text, active) == 3
+
+
+def test_totals_add_what_is_new_and_start_over_from_a_part_made_again() -> None:
+    from prometheus_client import REGISTRY
+
+    def dropped() -> float:
+        labels = {"protocol": "sip", "cause": "totals-test"}
+        return REGISTRY.get_sample_value("callhook_packets_dropped_total", labels) or 0.0
+
+    totals = prometheus.Totals()
+    before = dropped()
+    for total in (3, 3, 5, 1, 4):  # (at 1 the part was made again: its count starts over)
+        totals.add(prometheus.PACKETS_DROPPED, total, "sip", "totals-test")
+    assert dropped() - before == 5 + 3
