@@ -6,6 +6,7 @@ made."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import time
@@ -75,6 +76,16 @@ scrape_configs:
             body: dict[str, Any] = await response.json()
         results = body["data"]["result"]
         return float(results[0]["value"][1]) if results else None
+
+    async def answer(self, expression: str) -> dict[str, Any]:
+        """The query API's whole answer (its status, and the results)."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/query"
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url, params={"query": expression}) as response,
+        ):
+            body: dict[str, Any] = await response.json()
+        return body
 
     async def until(self, expression: str, wanted: float, timeout: float = 30.0) -> float | None:
         """Query until the answer is ``wanted`` (scrapes come every second), or time out."""
@@ -193,5 +204,46 @@ secret = "{app.secret}"
             # address is banned.
             assert await watcher.until('callhook_notifications{state="pending"}', 0.0) == 0.0
             assert await watcher.until("callhook_bans", 0.0) == 0.0
+            # The Grafana dashboard's every query is one this Prometheus takes; those of
+            # what these calls did have an answer.
+            await check_dashboard(watcher)
         finally:
             watcher.stop()
+
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "callhook.json"
+#: Panels that these calls give an answer (no trunk, speech or connection here).
+ANSWERED = {
+    "Calls in progress",
+    "Calls started per second",
+    "Calls ended per second, by cause",
+    "Page request time, p50 and p95",
+    "Page requests per second, by outcome",
+    "Media tick lateness, p99",
+    "RTP packets lost",
+    "Packets dropped per second, by cause",
+    "Key presses per second, by transport",
+    "Notifications",
+    "Oldest due notification",
+    "Journal updates held",
+    "Banned addresses",
+}
+
+
+async def check_dashboard(watcher: Prometheus) -> None:
+    # A rate needs two samples in its window: three scrapes, to be sure.
+    scrapes = 'count_over_time(up{job="callhook"}[1m]) >= bool 3'
+    assert await watcher.until(scrapes, 1.0) == 1.0
+    dashboard = json.loads(DASHBOARD.read_text())
+    answered = set()
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            # Grafana's variables as it fills them: every application, a rate's window.
+            expression = (
+                target["expr"].replace("$__rate_interval", "1m").replace('"$application"', '".*"')
+            )
+            body = await watcher.answer(expression)
+            assert body["status"] == "success", (panel["title"], expression, body)
+            if body["data"]["result"]:
+                answered.add(panel["title"])
+    assert answered >= ANSWERED, ANSWERED - answered
