@@ -350,6 +350,37 @@ def _get_api(args: argparse.Namespace, path: str) -> Any:
     return get_api(host, port, path, data_secret(settings.data_dir))
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Delete now what is past its retention (``[retention]``), as ``serve`` does every
+    hour; ``--dry-run`` only says what it would delete."""
+    import time
+
+    from callhook.store.database import Database
+    from callhook.store.files import MediaStore
+    from callhook.store.retention import Sweeper
+
+    settings = _settings(args)
+    if settings.database.url is not None:
+        from callhook.store.postgres import connect
+
+        db: Database = connect(settings.database.url)
+    else:
+        db = Database(settings.data_dir / "state.sqlite3")
+
+    try:
+        store = MediaStore(settings.data_dir / "media")
+        swept = Sweeper(store, db, settings.retention_of).sweep(time.time(), dry_run=args.dry_run)
+    finally:
+        db.close()
+    verb = "would delete" if args.dry_run else "deleted"
+    for app, kinds in sorted(swept.deleted.items()):
+        for kind, count in sorted(kinds.items()):
+            print(f"{app}: {verb} {count} {kind.replace('_', ' ')}")
+    if not swept.deleted:
+        print("nothing is past its retention")
+    return 0
+
+
 def cmd_decrypt(args: argparse.Namespace) -> int:
     """Decrypt an ``aescbc`` recording (as ``openssl enc -d`` does, with its sizes fixed)."""
     import os
@@ -502,6 +533,12 @@ def parser() -> argparse.ArgumentParser:
     us.add_argument("--config", help="TOML config file")
     us.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
     us.set_defaults(func=cmd_users)
+
+    sw = sub.add_parser("sweep", help="delete what is past its retention ([retention]) now")
+    sw.add_argument("--config", help="TOML config file")
+    sw.add_argument("--data-dir", help="the data directory")
+    sw.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    sw.set_defaults(func=cmd_sweep)
 
     de = sub.add_parser("decrypt", help="decrypt an encrypted (aescbc) recording to a WAV file")
     de.add_argument("file", help="the encrypted recording")

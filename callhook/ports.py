@@ -34,6 +34,8 @@ class CallInfo:
     divert: str = ""
     attestation: str = ""
     outbound_parameters: str | None = None
+    #: The trunk the call came in through or went out by (empty: none).
+    trunk: str = ""
     #: Who answered an outbound call or a far leg, when it was classified: the
     #: ``far_end_classification`` object (None: not classified).
     far_end: dict[str, Any] | None = None

@@ -116,6 +116,8 @@ class ActionContext:
     voice_active: bool = False
     # Name for the next recording in the media file store.
     new_recording_name: Callable[[], str] = lambda: "recording.wav"
+    # Why no recording may begin now (the disk's free-space floor), or None: one may.
+    recording_refused: Callable[[], str | None] = lambda: None
     # The URL of the page whose action list is running (relative media URLs resolve to it).
     page_url: str = ""
     # The confidence floor of answers to word hints (``[speech] min_confidence``, or the

@@ -93,6 +93,12 @@ class RecordMachine(ActionMachine):
         self.heard_sound = False
 
     def start(self, now: float) -> list[MediaCommand]:
+        if self.ctx.recording_refused() is not None:
+            # Refused before it began (too little free disk: the refusal is logged where
+            # it was decided): ended at once, no file, rather than failing mid-call.
+            self.outcome = Completed("record", self._result(now, now, "error"))
+            self.state = State.DONE
+            return []
         # Voice activity from the start: a caller who speaks during the beep is heard.
         commands: list[MediaCommand] = [DetectVoice(True)]
         if self.action.beep_on_start:
@@ -188,6 +194,16 @@ class RecordMachine(ActionMachine):
             return []
         return self._finish(now, why)
 
+    def _result(self, now: float, file_start: float, reason: str) -> dict[str, object]:
+        return {
+            "filename": self.filename,
+            "file_available": False,
+            "id": self.action.id,
+            "contains_sound": self.heard_sound,
+            "seconds_duration": round(max(0.0, now - file_start), 1),
+            "reason": reason,
+        }
+
     def _finish(self, now: float, reason: str, digit: str | None = None) -> list[MediaCommand]:
         commands = self.prompter.stop()
         if self.file_start is None:
@@ -195,14 +211,7 @@ class RecordMachine(ActionMachine):
             commands += self._capture(now, preroll=0.0)
         assert self.file_start is not None
         commands += [StopRecording(self.filename), DetectVoice(False)]
-        result: dict[str, object] = {
-            "filename": self.filename,
-            "file_available": False,
-            "id": self.action.id,
-            "contains_sound": self.heard_sound,
-            "seconds_duration": round(max(0.0, now - self.file_start), 1),
-            "reason": reason,
-        }
+        result = self._result(now, self.file_start, reason)
         if digit is not None:
             result["barge_in_digit"] = digit
         self.outcome = Completed("record", result)

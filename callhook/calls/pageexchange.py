@@ -48,6 +48,9 @@ class PageExchange:
         self.seconds = seconds
         #: The token the next request carries (the last response's, null by default).
         self.token: str | None = None
+        #: Requests that failed: no answer (an HTTP error, a timeout, no connection) or
+        #: no valid action list.
+        self.failed = 0
 
     async def fetch(
         self, url: str, method: str, body: dict[str, Any], why: str, *, racing: bool = True
@@ -59,7 +62,7 @@ class PageExchange:
         self.log.write("page_request", f"{method} {url} ({why})")
         started = time.perf_counter()
         if not racing:
-            answer = await self.pages.fetch(url, method, data, self.secret)
+            answer = await self._fetch(url, method, data)
             self.seconds.append(time.perf_counter() - started)
             return answer  # nothing to race: the call has ended already
         # The request runs in the runner's own task, and the call's end cancels it there
@@ -79,7 +82,7 @@ class PageExchange:
 
         ended.add_done_callback(end)
         try:
-            answer = await self.pages.fetch(url, method, data, self.secret)
+            answer = await self._fetch(url, method, data)
         except asyncio.CancelledError:
             if gone and task.uncancel() == 0:
                 # (the runner notes the end, then that the page was abandoned)
@@ -102,7 +105,14 @@ class PageExchange:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.requested.append(url)
         self.log.write("page_request", f"{method} {url} (final page)")
-        return await self.pages.fetch(url, method, data, self.secret)
+        return await self._fetch(url, method, data)
+
+    async def _fetch(self, url: str, method: str, data: bytes) -> bytes:
+        try:
+            return await self.pages.fetch(url, method, data, self.secret)
+        except PageError:
+            self.failed += 1
+            raise
 
     def read(self, url: str, raw: bytes, why: str = "") -> Response | None:
         """A page's answer as a response (None: an empty body, no actions); sets the
@@ -127,6 +137,7 @@ class PageExchange:
         except InvalidResponse as exc:
             for problem in exc.problems:
                 self.log.write("invalid_response", f"{url}: {problem}", level=logging.ERROR)
+            self.failed += 1
             raise PageError("invalid", url, str(exc)) from None
         # Aculab's HTTP response: the token "defaults to null", so a response without one
         # clears it (the next request says null).

@@ -34,12 +34,15 @@ class RecordingReports:
         self._completed: dict[str, Any] | None = None  # until its next_page is requested
         self._withheld: dict[str, Any] | None = None  # until its delete_file has run
         self._calls: set[str] = set()  # connects' whole-call recordings running
+        #: Recordings begun (the call's record).
+        self.made = 0
 
     def record_started(
         self, command: StartRecording, action: Record, base: str, body: dict[str, Any]
     ) -> None:
         """A record action's file began (``base``: its page's URL; ``body``: the instance
         info its ``recording_available_page`` notification will carry)."""
+        self.made += 1
         if self.recordings is None:
             return
         page = action.recording_available_page
@@ -55,6 +58,7 @@ class RecordingReports:
 
     def call_recording_started(self, command: RecordCall) -> None:
         """A connect's whole-call recording: journaled like any (recovered after a crash)."""
+        self.made += 1
         if self.recordings is None:
             return
         self._calls.add(command.filename)

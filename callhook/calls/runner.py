@@ -138,6 +138,15 @@ class CallSummary:
     errors: list[str] = field(default_factory=list)
     #: How long each page took to answer, in seconds (wall clock).
     page_seconds: list[float] = field(default_factory=list)
+    #: Page requests that failed (an HTTP error, a timeout, no connection, no valid list).
+    pages_failed: int = 0
+    #: Recordings begun on the call (``record`` actions', whole-call recordings).
+    recordings: int = 0
+    #: When the application began to run on the call, the call was answered (None: never)
+    #: and it ended, on the runner's clock (monotonic; None: not run).
+    started_at: float | None = None
+    answered_at: float | None = None
+    ended_at: float | None = None
 
 
 def new_instance_id() -> str:
@@ -228,6 +237,7 @@ class CallRunner:
             f"application {self.app.name!r}",
         )
         cause, raw = "completed", ""
+        self.summary.started_at = self.clock.now()
         try:
             if self.classify is not None:
                 await self._classify_callee(self.classify)
@@ -259,7 +269,14 @@ class CallRunner:
         await self._final_page(cause, raw)
         self.reports.call_over()
         self.log.close()
+        self._sum_up()
         return self.summary
+
+    def _sum_up(self) -> None:
+        summary = self.summary
+        summary.answered_at, summary.ended_at = self.answered_at, self.ended_at
+        summary.pages_failed = self.exchange.failed
+        summary.recordings = self.reports.made
 
     async def unanswered(self, cause: str, raw: str) -> CallSummary:
         """An outbound call that was never answered: only the final page, with why."""
@@ -267,10 +284,13 @@ class CallRunner:
             "call_start", f"outbound call {self.leg.info.call_id} to {self.leg.info.call_to!r}"
         )
         self.state = "idle"
+        self.answered_at = None
         self.summary.cause, self.summary.raw_cause = cause, raw
         self.log.write("call_end", f"call_cause={cause} call_raw_cause={raw} (not answered)")
+        self.ended_at = self.clock.now()
         await self._final_page(cause, raw)
         self.log.close()
+        self._sum_up()
         return self.summary
 
     async def _run_application(self) -> None:

@@ -42,10 +42,13 @@ from callhook.media.simulated import PromptTimer
 from callhook.monitoring import prometheus
 from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
+from callhook.store.callrecords import CallRecord, CallRecords
 from callhook.store.database import Database, Membership
+from callhook.store.diskspace import check_room
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.outbox import Outbox
+from callhook.store.retention import Sweeper, Swept
 from callhook.store.wavfile import WavWriter
 
 logger = logging.getLogger("callhook")
@@ -55,6 +58,10 @@ CLOSE_FLUSH_SECONDS = 3.0
 #: How often a process sharing a data directory looks for the recordings of processes
 #: that died (with PostgreSQL: a third of ``[database] node_timeout``, its heartbeat).
 KEEP_SECONDS = 10.0
+#: How often what is past its retention is looked for, and the first time, after the
+#: start (a server restarted more often than hourly still sweeps).
+SWEEP_SECONDS = 3600.0
+SWEEP_FIRST = 10.0
 
 
 @dataclass
@@ -78,7 +85,8 @@ class Services:
     notifier: Notifier | None = None
     _keeper: asyncio.Task[None] | None = None
     _recovering: asyncio.Task[None] | None = None
-    _rounds: set[asyncio.Future[None]] = field(default_factory=set)
+    _sweeping: asyncio.Task[None] | None = None
+    _rounds: set[asyncio.Future[object]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
     web_runner: web.AppRunner | None = None
     base_url: str = ""
@@ -89,6 +97,11 @@ class Services:
     #: theirs (one per engine, shared by the applications that name it).
     app_speech: dict[str, SpeechService] = field(default_factory=dict)
     _outbox_unread: bool = False  # (said once while /metrics cannot read the outbox)
+    #: The call records (in ``db``).
+    records: CallRecords = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.records = CallRecords(self.db)
 
     def speech_for(self, app: str) -> SpeechService:
         """The speech service an application's calls use."""
@@ -131,6 +144,32 @@ class Services:
             self._recovering = loop.create_task(
                 self._every(every, self._recover, "look for the recordings of stopped processes")
             )
+            self._sweeping = loop.create_task(
+                self._every(
+                    SWEEP_SECONDS, self.sweep, "delete what is past its retention", SWEEP_FIRST
+                )
+            )
+
+    def recording_refused(self, app: str) -> str | None:
+        """Why application ``app`` may not begin a recording now (its disk has less free
+        than ``[recordings] min_free_mb``: logged), or None."""
+        try:
+            check_room(self.store.namespace(app), self.settings.recordings.min_free_bytes)
+        except OSError as exc:
+            why = f"a recording of application {app} is refused: {exc.strerror or exc}"
+            logger.error("%s", why)
+            return why
+        return None
+
+    def sweep(self, now: float | None = None) -> Swept | None:
+        """Delete what is past its retention ([retention], [apps.NAME.retention]) as of
+        ``now`` (the wall clock's); blocking. Only the process that delivers the
+        notifications sweeps (None: another one does)."""
+        if not self.ownership.deliver_notifications():
+            return None
+        return Sweeper(self.store, self.db, self.settings.retention_of).sweep(
+            time.time() if now is None else now
+        )
 
     def _recover(self) -> None:
         found = self.journal.recover(self.store.path, at_start=False)
@@ -139,10 +178,15 @@ class Services:
                 "finished %d recording(s) of a process that stopped (a worker or node)", found
             )
 
-    async def _every(self, seconds: float, work: Callable[[], None], doing: str) -> None:
-        """``work()`` on a thread every ``seconds`` (the database is away: the next time)."""
+    async def _every(
+        self, seconds: float, work: Callable[[], object], doing: str, first: float | None = None
+    ) -> None:
+        """``work()`` on a thread every ``seconds``, the first time after ``first`` (the
+        database is away: the next time)."""
+        wait = seconds if first is None else first
         while True:
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(wait)
+            wait = seconds
             # Shielded: close() waits for a round to end rather than leave its thread
             # working on a database being closed.
             running = asyncio.ensure_future(asyncio.to_thread(work))
@@ -306,6 +350,7 @@ class Services:
         floor = app.min_confidence
         ctx = ActionContext(
             new_recording_name=self.store.new_recording_name,
+            recording_refused=lambda: self.recording_refused(app.name),
             min_confidence=self.settings.speech.min_confidence if floor is None else floor,
         )
         self._apps[app.name] = app
@@ -335,9 +380,11 @@ class Services:
         started: Callable[[CallRunner], object] | None = None,
         instance_id: str | None = None,
         token: str | None = None,
+        began: float | None = None,
     ) -> CallSummary:
         """Run ``app`` on ``leg`` until the call ends (``pages``: see :meth:`runner`;
-        ``started`` is told the call's runner before it runs: its log, its instance id)."""
+        ``started`` is told the call's runner before it runs: its log, its instance id;
+        ``began``: when the call began on the wall clock, its INVITE, for its record)."""
         direction = leg.info.direction
         self.metrics.call_started(app.name, direction)
         runner = self.runner(app, leg, listeners, pages=pages, instance_id=instance_id)
@@ -346,7 +393,50 @@ class Services:
             started(runner)
         summary = await runner.run()
         self.metrics.call_ended(app.name, direction, summary)
+        self.record(app, leg.info, summary, started=began)
         return summary
+
+    def record(
+        self,
+        app: AppConfig,
+        info: CallInfo,
+        summary: CallSummary,
+        *,
+        started: float | None = None,
+        parent_call_id: str = "",
+    ) -> None:
+        """The call record of a call that ended (``started``: the wall clock's time the call
+        began, when that was before the summary's start: an outbound call placed and never
+        answered; ``parent_call_id``: a far leg's call)."""
+        # The summary's times are on the calls' monotonic clock: the wall clock's now,
+        # less how long ago each was.
+        offset = time.time() - self.clock.now()
+        ended = (summary.ended_at if summary.ended_at is not None else self.clock.now()) + offset
+        begun = summary.started_at + offset if summary.started_at is not None else ended
+        answered = summary.answered_at + offset if summary.answered_at is not None else None
+        self.records.add(
+            CallRecord(
+                app=app.name,
+                call_id=info.call_id,
+                instance_id=summary.instance_id,
+                leg="far" if parent_call_id else "call",
+                parent_call_id=parent_call_id,
+                direction=info.direction,
+                call_from=info.call_from,
+                call_to=info.call_to,
+                trunk=info.trunk,
+                worker=self.settings.workers.index,
+                started=min(begun, started) if started is not None else begun,
+                answered=answered,
+                ended=ended,
+                seconds=max(0.0, ended - answered) if answered is not None else 0.0,
+                cause=summary.cause,
+                raw_cause=summary.raw_cause,
+                recordings=summary.recordings,
+                pages=len(summary.pages),
+                pages_failed=summary.pages_failed,
+            )
+        )
 
     async def unanswered(
         self,
@@ -356,19 +446,24 @@ class Services:
         raw: str,
         instance_id: str | None = None,
         token: str | None = None,
+        *,
+        placed: float | None = None,
     ) -> CallSummary:
-        """An outbound call nobody answered: the application's final page says why."""
+        """An outbound call nobody answered: the application's final page says why
+        (``placed``: when it was placed, on the wall clock, for its record)."""
         runner = self.runner(app, _NoLeg(info, self.clock), instance_id=instance_id)
         runner.exchange.token = token
-        return await runner.unanswered(cause, raw)
+        summary = await runner.unanswered(cause, raw)
+        self.record(app, info, summary, started=placed)
+        return summary
 
     async def close(self) -> None:
-        for task in (self._keeper, self._recovering):
+        for task in (self._keeper, self._recovering, self._sweeping):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*self._rounds, return_exceptions=True)
-        self._keeper = self._recovering = None
+        self._keeper = self._recovering = self._sweeping = None
         for speech in {id(s): s for s in (self.speech, *self.app_speech.values())}.values():
             await asyncio.to_thread(speech.close)
         # Recordings closed by the calls' end are made durable (and journaled) first.

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from callhook.config.classifycallee import classify_callee
+from callhook.config.retention import retention
 from callhook.config.secret import data_secret
+from callhook.config.tables import RetentionSettings
 from callhook.config.values import ConfigError, confidence
 from callhook.config.values import no_unknown as _no_unknown
 from callhook.config.values import text as _text
@@ -68,6 +70,9 @@ class AppConfig:
     voice: str | None = None
     #: Its confidence floor, when not ``[speech]``'s.
     min_confidence: float | None = None
+    #: How long its call logs, recordings, records and notifications are kept, when not
+    #: ``[retention]``'s (``[apps.NAME.retention]``: what it leaves out is ``[retention]``'s).
+    retention: RetentionSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,14 @@ def check_api_key(value: object, where: str) -> str | None:
 
 
 def applications(
-    path: Path, apps: dict[str, Any], data_dir: Path
+    path: Path,
+    apps: dict[str, Any],
+    data_dir: Path,
+    base_retention: RetentionSettings | None = None,
 ) -> tuple[dict[str, AppConfig], dict[str, str]]:
-    """``[apps.NAME]``, each checked; and the dialled numbers that run each (canonical)."""
+    """``[apps.NAME]``, each checked; and the dialled numbers that run each (canonical).
+    ``base_retention``: ``[retention]``, which an application's own table amends."""
+    base_retention = base_retention or RetentionSettings()
     out: dict[str, AppConfig] = {}
     dialled: dict[str, str] = {}  # canonical number -> application
     keys: dict[str, str] = {}
@@ -121,6 +131,7 @@ def applications(
             "recogniser",
             "voice",
             "min_confidence",
+            "retention",
         }
         if unknown:
             raise ConfigError(f"{path}: [apps.{name}] unknown keys: {', '.join(sorted(unknown))}")
@@ -142,6 +153,11 @@ def applications(
             voice=_text(path, where, "voice", table, "") or None,
             min_confidence=(
                 confidence(path, where, table, 0.0) if "min_confidence" in table else None
+            ),
+            retention=(
+                retention(path, f"{where}.retention", table["retention"], base_retention)
+                if "retention" in table
+                else None
             ),
         )
         numbers = table.get("numbers", [])

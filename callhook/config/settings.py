@@ -65,6 +65,13 @@ A config file is TOML::
 
     [recordings]
     max_mb = 64                         # a recording stops at this size (reason filesize)
+    min_free_mb = 64                    # none begins with less free on its disk (0: no floor)
+
+    [retention]                         # days kept, then deleted; 0: for ever (docs/retention.md)
+    call_logs_days = 90                 # logs/*.log (what callers pressed and said)
+    recordings_days = 30                # recordings/* (never while a notification is due)
+    call_records_days = 400             # GET /api/v1/calls/records
+    notifications_days = 30             # notifications given up on (their results)
 
     [media]                             # file_to_play given as a web page request
     remote_max_mb = 16                  # a larger WAV is not played (logged)
@@ -134,6 +141,7 @@ from callhook.config.apps import AppConfig as AppConfig
 from callhook.config.apps import UserConfig as UserConfig
 from callhook.config.apps import applications, users
 from callhook.config.apps import check_api_key as check_api_key
+from callhook.config.retention import retention
 from callhook.config.secret import data_secret as data_secret
 from callhook.config.speechengines import speech_engines
 from callhook.config.tables import (
@@ -146,6 +154,7 @@ from callhook.config.tables import (
     NotificationsSettings,
     OutboundSettings,
     RecordingsSettings,
+    RetentionSettings,
     SecuritySettings,
     SipSettings,
     SpeechSettings,
@@ -200,6 +209,7 @@ class Settings:
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     egress: EgressSettings = field(default_factory=EgressSettings)
     recordings: RecordingsSettings = field(default_factory=RecordingsSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     media: MediaSettings = field(default_factory=MediaSettings)
     notifications: NotificationsSettings = field(default_factory=NotificationsSettings)
     conference: ConferenceSettings = field(default_factory=ConferenceSettings)
@@ -212,6 +222,13 @@ class Settings:
     numbers: dict[str, str] = field(default_factory=dict)
     #: ``[users.NAME]``: the phones callhook is the registrar of, by user name.
     users: dict[str, UserConfig] = field(default_factory=dict)
+
+    def retention_of(self, app: str) -> RetentionSettings:
+        """How long application ``app``'s things are kept: its own ``[apps.NAME.retention]``,
+        else ``[retention]`` (an application no longer configured, the demo: that too)."""
+        config = self.apps.get(app)
+        own = config.retention if config is not None else None
+        return own if own is not None else self.retention
 
     def app_for(self, user: str, to_user: str = "") -> AppConfig | None:
         """The application for a call to ``user`` (the request-URI's user part).
@@ -407,9 +424,14 @@ def load(path: Path) -> Settings:
         settings.database.node_port,
     ) = _database(path, _table(path, raw, "database"))
     recordings = _table(path, raw, "recordings")
-    _no_unknown(path, "recordings", recordings, {"max_mb"})
+    _no_unknown(path, "recordings", recordings, {"max_mb", "min_free_mb"})
     if "max_mb" in recordings:
         settings.recordings.max_bytes = _megabytes(path, "recordings", "max_mb", recordings)
+    if "min_free_mb" in recordings:
+        floor = _number(path, "recordings", "min_free_mb", recordings, 0.0)
+        if floor < 0:
+            raise ConfigError(f"{path}: [recordings] min_free_mb must be 0 (no floor) or more")
+        settings.recordings.min_free_bytes = int(floor * 2**20)
     media = _table(path, raw, "media")
     _no_unknown(
         path,
@@ -481,8 +503,9 @@ def load(path: Path) -> Settings:
         settings.trunks = trunks.load(path, raw)
     except trunks.TrunkError as exc:
         raise ConfigError(str(exc)) from None
+    settings.retention = retention(path, "retention", raw.get("retention", {}), RetentionSettings())
     settings.apps, settings.numbers = applications(
-        path, _table(path, raw, "apps"), settings.data_dir
+        path, _table(path, raw, "apps"), settings.data_dir, settings.retention
     )
     for app in settings.apps.values():
         if app.recogniser is not None and app.recogniser not in recognisers:

@@ -67,6 +67,8 @@ class WorkersSettings:
     #: proxy in front (``sip/front.py``); whether it is worker 0 (trunks, REGISTERs).
     front: Front | None = None
     lead: bool = True
+    #: And its index (None: not a worker).
+    index: int | None = None
 
 
 @dataclass
@@ -136,9 +138,23 @@ class EgressSettings:
 
 @dataclass
 class RecordingsSettings:
-    """``[recordings]``: a recording stops at ``max_bytes`` (reason ``filesize``)."""
+    """``[recordings]``: a recording stops at ``max_bytes`` (reason ``filesize``); none
+    begins while its disk has less than ``min_free_bytes`` free (0: no floor)."""
 
     max_bytes: int = 64 * 2**20
+    #: (As much as one recording may take: one begun with this free fills no disk.)
+    min_free_bytes: int = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """``[retention]`` (and an application's ``[apps.NAME.retention]``): days each kind is
+    kept before it is deleted, 0 for ever (callhook.store.retention)."""
+
+    call_logs_days: float = 0.0
+    recordings_days: float = 0.0
+    call_records_days: float = 0.0
+    notifications_days: float = 0.0
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 
 from callhook import __version__
 from callhook.httpserver.openapiparts import ERROR_TEXT, ERRORS, json_body, op, query, ref
+from callhook.httpserver.openapirecords import RECORD_SCHEMAS, record_paths
 from callhook.httpserver.openapirooms import ROOM_SCHEMAS, room_paths
 
 _PAGING = [
@@ -67,6 +68,7 @@ _CALL = {
 }
 _SCHEMAS: dict[str, Any] = {
     **ROOM_SCHEMAS,
+    **RECORD_SCHEMAS,
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -312,6 +314,7 @@ def document(max_upload_bytes: int) -> dict[str, Any]:
                 (404, 503),
             ),
         },
+        **record_paths(),
         **room_paths(),
         "/api/calls": {
             "post": op(

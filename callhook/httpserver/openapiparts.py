@@ -9,6 +9,7 @@ from typing import Any
 ERRORS = {
     400: "BadRequest",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "NotFound",
     409: "Conflict",
     413: "TooLarge",
@@ -20,6 +21,7 @@ ERRORS = {
 ERROR_TEXT = {
     400: "Bad input: `bad_request`, `bad_name`, `outside_namespace`, `reserved_name`.",
     401: "No API key, or not a valid one: `unauthorized`.",
+    403: "`forbidden`: not this key's to see or do (another application's records).",
     404: "`not_found`: no such file, log or call for this application (or an unknown route).",
     409: "`file_exists` (not overwriting), `name_conflict` (a file and a directory) or "
     "`already_recording` (a conference room's recording runs).",

@@ -224,6 +224,8 @@ class Api:
     apps: Callable[[str], AppConfig | None]
     calls: Calls | None = None
     max_upload_bytes: int = 50 * 2**20
+    #: ``GET /api/v1/calls/records`` (httpserver/recordsapi.py; None: not served).
+    records: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
 
     def routes(self) -> list[web.RouteDef]:
         """The ``/api/v1`` routes and ``/openapi.json``."""
@@ -238,6 +240,12 @@ class Api:
             web.get("/api/v1/logs/{id}", self.download_log),
             web.get("/api/v1/calls", self.list_calls, allow_head=False),
             web.post("/api/v1/calls", self.place_call),
+            # (Before a call's route, which would take "records" for a Call-ID.)
+            *(
+                [web.get("/api/v1/calls/records", self.records, allow_head=False)]
+                if self.records
+                else []
+            ),
             web.get("/api/v1/calls/{call_id:.+}", self.get_call, allow_head=False),
             web.delete("/api/v1/calls/{call_id:.+}", self.hang_up),
         ]

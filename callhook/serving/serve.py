@@ -112,6 +112,7 @@ async def _start_web(
     """Serve the demo, the calls API and the REST API (``/api/v1``); the base URL."""
     from callhook.cluster.outboundshare import OutboundShare
     from callhook.cluster.sharedbans import SharedBans
+    from callhook.httpserver.recordsapi import RecordsApi
     from callhook.httpserver.restapi import Api
     from callhook.telephony.webclients import WebClients
     from callhook.telephony.webphone import WebPhone
@@ -133,6 +134,7 @@ async def _start_web(
     api = Api(
         services.store, keys, app_named, calls=sip, max_upload_bytes=settings.http.max_upload_bytes
     )
+    api.records = RecordsApi(services.records, api, services.secret).list_records
     sip.phone = WebPhone(
         services,
         lambda: sip.media,

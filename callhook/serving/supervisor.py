@@ -182,6 +182,7 @@ def become_worker(settings: Settings, index: int, count: int) -> Layout:
     # hands each to any worker. And worker 0 is the phones' registrar while it runs
     # (Kamailio sends it every REGISTER).
     settings.workers.lead = index == 0
+    settings.workers.index = index
     return layout
 
 

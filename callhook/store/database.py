@@ -1,5 +1,5 @@
 """callhook's own state (docs/scaling.md): recordings in progress, notifications due, the
-registered phones of its users.
+registered phones of its users, the call records.
 
 By default it is SQLite (:class:`Database`); ``[database] url`` puts it in a
 PostgreSQL server shared by several nodes instead
@@ -84,6 +84,37 @@ CREATE TABLE IF NOT EXISTS bindings (
     target_port INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS bindings_user ON bindings (user);
+CREATE TABLE IF NOT EXISTS call_records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    app TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    leg TEXT NOT NULL,
+    parent_call_id TEXT NOT NULL,
+    direction TEXT NOT NULL,
+    call_from TEXT NOT NULL,
+    call_to TEXT NOT NULL,
+    trunk TEXT NOT NULL,
+    worker INTEGER,
+    started REAL NOT NULL,
+    answered REAL,
+    ended REAL NOT NULL,
+    seconds REAL NOT NULL,
+    cause TEXT NOT NULL,
+    raw_cause TEXT NOT NULL,
+    recordings INTEGER NOT NULL,
+    pages INTEGER NOT NULL,
+    pages_failed INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS call_records_started ON call_records (started);
+CREATE INDEX IF NOT EXISTS call_records_app ON call_records (app, id);
+CREATE TABLE IF NOT EXISTS deletions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    app TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL
+);
 """
 
 

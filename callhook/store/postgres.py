@@ -117,6 +117,37 @@ CREATE TABLE IF NOT EXISTS nodes (
     api TEXT
 );
 ALTER TABLE nodes ADD COLUMN IF NOT EXISTS api TEXT;
+CREATE TABLE IF NOT EXISTS call_records (
+    id BIGSERIAL PRIMARY KEY,
+    app TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    leg TEXT NOT NULL,
+    parent_call_id TEXT NOT NULL,
+    direction TEXT NOT NULL,
+    call_from TEXT NOT NULL,
+    call_to TEXT NOT NULL,
+    trunk TEXT NOT NULL,
+    worker INTEGER,
+    started DOUBLE PRECISION NOT NULL,
+    answered DOUBLE PRECISION,
+    ended DOUBLE PRECISION NOT NULL,
+    seconds DOUBLE PRECISION NOT NULL,
+    cause TEXT NOT NULL,
+    raw_cause TEXT NOT NULL,
+    recordings INTEGER NOT NULL,
+    pages INTEGER NOT NULL,
+    pages_failed INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS call_records_started ON call_records (started);
+CREATE INDEX IF NOT EXISTS call_records_app ON call_records (app, id);
+CREATE TABLE IF NOT EXISTS deletions (
+    id BIGSERIAL PRIMARY KEY,
+    at DOUBLE PRECISION NOT NULL,
+    app TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS leaders (
     role TEXT PRIMARY KEY,
     token TEXT NOT NULL

@@ -141,7 +141,7 @@ class AttachedLegs:
         far.session, far.port = session, key
         if far.ended:
             return
-        far.answered = True
+        far.mark_answered()
         self._limit(far)
         far.info = {
             "call_id": far.call_id,

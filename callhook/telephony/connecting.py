@@ -393,7 +393,7 @@ class Connector:
         elif isinstance(event, CallAnswered) and fork is not None:
             if fork.winner is not None or fork.dropped:
                 logger.info("far leg %s answered too late: hanging up", far.call_id)
-                far.answered = True
+                far.mark_answered()
                 self._hang_up_far(far)  # BYE
                 return
             fork.winner = far
@@ -409,7 +409,7 @@ class Connector:
             self._ended(far, event.cause, event.raw_cause)
 
     def _answered(self, far: FarLeg, answer_sdp: bytes) -> None:
-        far.answered = True
+        far.mark_answered()
         self.screening.limit_far(far)  # secondary_call's own limit replaces it (RunCallee)
         far.info = {
             "call_id": far.call_id,
@@ -492,6 +492,8 @@ class Connector:
         if far.ended:
             return
         far.ended = True
+        worker = self.services.settings.workers.index
+        self.services.records.add(far.record(cause, raw_cause, self.address, worker))
         self.far_legs.pop(far.call_id, None)
         if far.limit is not None:
             far.limit.cancel()

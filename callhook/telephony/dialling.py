@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -62,6 +63,8 @@ class DiallingServices(LegServices, Protocol):
         raw: str,
         instance_id: str | None = None,
         token: str | None = None,
+        *,
+        placed: float | None = None,
     ) -> CallSummary: ...
 
 
@@ -157,6 +160,7 @@ class Dialler:
         sock, port = media.allocate()
         session_id = random.randint(1, 2**31)
         offer = offeranswer.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
+        placed_at = time.time()  # (its call record's start, if it is never answered)
         call_id = agent.invite(
             target,
             offer.encode(),
@@ -179,6 +183,7 @@ class Dialler:
             target,
             target,
             outbound_parameters=outbound_parameters,
+            trunk=route.trunk or "" if route is not None else "",
         )
         leg = new_leg(
             self.services,
@@ -218,18 +223,18 @@ class Dialler:
                 agent.hang_up(call_id, self.loop.time(), cause="no_answer")
                 self._flush()
                 return await self.services.unanswered(
-                    app, info, "no_answer", "487", instance_id, token
+                    app, info, "no_answer", "487", instance_id, token, placed=placed_at
                 )
             except Unanswered as exc:
                 return await self.services.unanswered(
-                    app, info, exc.cause, exc.raw, instance_id, token
+                    app, info, exc.cause, exc.raw, instance_id, token, placed=placed_at
                 )
             except sdp.SdpError as exc:
                 logger.warning("call %s: unusable SDP answer: %s", call_id, exc)
                 agent.hang_up(call_id, self.loop.time(), cause="failed")
                 self._flush()
                 return await self.services.unanswered(
-                    app, info, "failed", "488", instance_id, token
+                    app, info, "failed", "488", instance_id, token, placed=placed_at
                 )
             new = media_session(negotiated, call_id, self.rtp_timeout)
             if negotiated.srtp:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from callhook.actions.connect import CAUSE_ORDER
 from callhook.media.session import MediaSession
 from callhook.media.srtp import Crypto
+from callhook.store.callrecords import CallRecord
 from callhook.telephony.leg import SipLeg
 from callhook.telephony.localcall import LocalCall
 from callhook.telephony.sipcall import SipCall
@@ -46,6 +48,40 @@ class FarLeg:
     websocket: WebSocketLeg | None = None  # a wss:// (ws://) destination's call
     local: LocalCall | None = None  # a loc: destination's call (telephony/localcall.py)
     webclient: WebClientLeg | None = None  # a webrtc: destination's (telephony/webclientleg.py)
+    placed: float = field(default_factory=time.time)  # (wall clock: its call record's)
+    answered_at: float | None = None
+
+    def mark_answered(self) -> None:
+        """It answered (now, for its record: the first time it is told)."""
+        self.answered = True
+        if self.answered_at is None:
+            self.answered_at = time.time()
+
+    def record(self, cause: str, raw_cause: str, address: str, worker: int | None) -> CallRecord:
+        """Its call record, as it ends now (``address``: callhook's, its From's host)."""
+        ended = time.time()
+        answered = self.answered_at
+        return CallRecord(
+            app=self.primary.app.name,
+            call_id=self.call_id,
+            instance_id="",
+            leg="far",
+            parent_call_id=self.primary.call_id,
+            direction="out",
+            call_from=f"sip:{self.from_user}@{address}",
+            call_to=self.route.uri,
+            trunk=self.route.trunk or "",
+            worker=worker,
+            started=self.placed,
+            answered=answered,
+            ended=ended,
+            seconds=max(0.0, ended - answered) if answered is not None else 0.0,
+            cause=cause,
+            raw_cause=raw_cause,
+            recordings=0,
+            pages=0,
+            pages_failed=0,
+        )
 
 
 @dataclass

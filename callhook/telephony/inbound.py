@@ -124,6 +124,7 @@ class Inbound:
             call_target=event.user,
             divert=event.divert,
             attestation=event.attestation,
+            trunk=trunk.name if trunk is not None else "",
         )
         call_id = event.call_id
         lifecycle = self.lifecycle

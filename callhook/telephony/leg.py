@@ -72,6 +72,7 @@ from callhook.media.session import MediaSession
 from callhook.ports import CallInfo
 from callhook.speech.tts import SynthesisError
 from callhook.store.crypto import Key
+from callhook.store.diskspace import check_room
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter, Written
@@ -134,6 +135,7 @@ class SipLeg:
         hang_up: Callable[[], str],
         dead: Callable[[], object] | None = None,
         max_recording_bytes: int | None = None,
+        min_free_bytes: int = 0,
         speech: SpeechService | None = None,
         journal: RecordingJournal | None = None,
     ) -> None:
@@ -147,6 +149,7 @@ class SipLeg:
         self._dead = dead  # the SIP service's hang-up of a call whose RTP stopped
         self._dead_reported = False
         self.max_recording_bytes = max_recording_bytes
+        self.min_free_bytes = min_free_bytes
         self.loop = asyncio.get_running_loop()
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
@@ -433,7 +436,9 @@ class SipLeg:
         app, journal = self.app_name, self.journal
         durable = None if journal is None else lambda w: journal.durable(app, filename, w.length)
         try:
-            writer = make(self.store.path(app, filename), durable)
+            path = self.store.path(app, filename)
+            check_room(path, self.min_free_bytes)  # (refused now, not failing mid-call)
+            writer = make(path, durable)
         except (OSError, ValueError) as exc:  # OutsideNamespace is a ValueError
             why = f"cannot create {filename}: {exc}"
             if journal is not None:
@@ -535,4 +540,5 @@ def new_leg(
         speech=services.speech_for(app_name),
         journal=services.journal,
         max_recording_bytes=services.settings.recordings.max_bytes,
+        min_free_bytes=services.settings.recordings.min_free_bytes,
     )

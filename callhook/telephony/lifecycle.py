@@ -136,6 +136,7 @@ class Lifecycle:
                     started=started,
                     instance_id=call.instance_id,
                     token=call.token,
+                    began=call.started,
                 )
             return summary
         except Exception as exc:

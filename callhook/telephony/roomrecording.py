@@ -30,6 +30,7 @@ import numpy.typing as npt
 from callhook.media import g711
 from callhook.media.bridge import FRAME
 from callhook.media.sink import SinkFull
+from callhook.store.diskspace import check_room
 from callhook.store.files import MediaStore
 from callhook.store.journal import RecordingJournal
 from callhook.store.wavfile import WavWriter
@@ -158,11 +159,13 @@ class RoomRecorder:
         journal: RecordingJournal,
         max_bytes: int | None,
         now: Callable[[], float],
+        min_free: int = 0,
     ) -> None:
         self.store = store
         self.journal = journal
         self.max_bytes = max_bytes
         self.now = now
+        self.min_free = min_free
 
     def __call__(
         self, app: str, room: str, mode: Mode, channels: int, notify: tuple[str, str] | None
@@ -173,6 +176,7 @@ class RoomRecorder:
         body = {"is_notification": True, "conference_name": room, "channels": channels}
         journal.started(app, filename, encrypted=False, record_id="", notify=notify, body=body)
         try:
+            check_room(store.path(app, filename), self.min_free)
             writer = WavWriter(
                 store.path(app, filename),
                 LAW,

@@ -240,7 +240,11 @@ class SipService:
             hangover=round(rooms.talker_hangover / 0.02),  # (in media ticks)
         )
         self.conferences.open_recording = RoomRecorder(
-            services.store, services.journal, settings.recordings.max_bytes, self.loop.time
+            services.store,
+            services.journal,
+            settings.recordings.max_bytes,
+            self.loop.time,
+            settings.recordings.min_free_bytes,
         )
         #: A call's ``connect``: its far legs, placed, joined and ended.
         self.connector = Connector(

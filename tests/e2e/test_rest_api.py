@@ -386,13 +386,18 @@ def test_openapi_document_describes_every_route(tmp_path: Path) -> None:
     """Every route the server has is in the document with its methods, and nothing else."""
     from callhook.httpserver import server as web
     from callhook.httpserver.openapi import document
+    from callhook.httpserver.recordsapi import RecordsApi
     from callhook.httpserver.restapi import Api as RestApi
     from callhook.httpserver.restapi import KeyRing
+    from callhook.store.callrecords import CallRecords
+    from callhook.store.database import Database
     from callhook.store.files import MediaStore
     from callhook.telephony.conferences import Conferences
     from callhook.webservices.conferences import ConferenceApi, RoomViews
 
     rest = RestApi(MediaStore(tmp_path), KeyRing({}), lambda name: None)
+    db = Database(tmp_path / "state.sqlite3")
+    rest.records = RecordsApi(CallRecords(db), rest, "secret").list_records
     rooms = ConferenceApi(RoomViews(Conferences(lambda: 0.0)), rest)
     server = web.application("secret", api=rest, extra=(rooms,))
     routes: dict[str, set[str]] = {}
@@ -403,6 +408,7 @@ def test_openapi_document_describes_every_route(tmp_path: Path) -> None:
     paths = document(1)["paths"]
     documented = {path: {m for m in item if m != "parameters"} for path, item in paths.items()}
     assert routes == documented
+    db.close()
 
 
 # --- calls and logs ---------------------------------------------------------------------------

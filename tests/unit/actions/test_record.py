@@ -645,3 +645,22 @@ async def test_the_recording_is_reported_after_its_next_page(app: AppServer) -> 
     assert started[2]["body"]["is_notification"] is True
     assert completed[0] == "completed" and completed[1] == started[1]
     assert completed[2]["reason"] == "silence"
+
+
+def test_machine_refused_at_its_start_makes_no_file() -> None:
+    """Too little free disk when the action begins: it ends at once with reason error, no
+    recording command, no voice detection: nothing to fail in the middle of the call."""
+    action = Record.model_validate({"next_page": {"url": "/rec"}, "id": "msg"})
+    ctx = ActionContext(
+        new_recording_name=lambda: "r.wav", recording_refused=lambda: "41 MB free, below 64"
+    )
+    m = RecordMachine(action, ctx)
+    assert m.start(5.0) == []
+    assert outcome_result(m) == {
+        "filename": "r.wav",
+        "file_available": False,
+        "id": "msg",
+        "contains_sound": False,
+        "seconds_duration": 0.0,
+        "reason": "error",
+    }

@@ -777,3 +777,34 @@ async def test_an_outbound_call_is_classified_before_its_first_page(app: AppServ
     (n,) = app.bodies("/n")
     assert n["action_result"]["result"]["entered_number"] == "7"  # typed ahead, kept
     assert "far_end_type" in n["this_call"]  # (the call's, on every page)
+
+
+# --- the summary a call record is made of ------------------------------------------------------
+
+
+async def test_the_summary_has_the_calls_times_pages_and_recordings(app: AppServer) -> None:
+    """On the call's virtual clock: the application began at 0, answered with the record
+    action's start, ended with the caller's hang-up (mid-recording); the record's
+    next_page failing is counted (the call is gone: no error page)."""
+    app.page(
+        "/start",
+        [{"record": {"next_page": {"url": "/rec"}, "milliseconds_max_silence": 8000}}],
+    )
+    app.page("/rec", Reply("bad", status=500))
+    app.page("/final", [])
+    r = await run_call(app, Caller().hang_up(at=4.25), final_page="/final")
+    summary = r.summary
+    assert paths(app) == ["/start", "/rec", "/final"]
+    assert (len(summary.pages), summary.pages_failed) == (3, 1)
+    assert summary.recordings == 1
+    assert summary.started_at == 0.0
+    assert summary.answered_at == r.leg.answered_at
+    assert summary.ended_at == pytest.approx(4.25)
+
+
+async def test_an_invalid_action_list_is_a_failed_page(app: AppServer) -> None:
+    app.page("/start", [{"no_such_action": {}}])
+    app.page("/final", [])
+    r = await run_call(app, Caller(), final_page="/final")
+    assert (len(r.summary.pages), r.summary.pages_failed, r.summary.recordings) == (2, 1, 0)
+    assert r.summary.answered_at is None  # declined before it was answered

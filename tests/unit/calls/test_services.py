@@ -137,3 +137,32 @@ async def test_metrics_read_the_outbox_when_scraped(
     assert await services.outbox_metrics() == []
     said = [r for r in caplog.records if "the outbox cannot be read" in r.getMessage()]
     assert len(said) == 1
+
+
+async def test_a_calls_record_is_on_the_wall_clock(services: Services) -> None:
+    """The summary's times are on the calls' monotonic clock; the record's, Unix seconds."""
+    import time
+
+    from callhook.calls.runner import CallSummary
+    from callhook.store.callrecords import Filters
+
+    now, wall = services.clock.now(), time.time()
+    summary = CallSummary("inst", "completed", "200", pages=["a", "b"], pages_failed=1)
+    summary.started_at, summary.answered_at, summary.ended_at = now - 10, now - 8, now - 1
+    summary.recordings = 2
+    info = CallInfo("c1", "out", "sip:me@here", "sip:you@there", trunk="provider")
+    services.record(APP, info, summary, started=wall - 12)
+    for _ in range(100):
+        page = await asyncio.to_thread(services.records.page, Filters(), 0, 10)
+        if page.records:
+            break
+        await asyncio.sleep(0.01)
+    ((_, record),) = page.records
+    assert record.started == pytest.approx(wall - 12, abs=0.05)  # placed before it ran
+    assert record.answered == pytest.approx(wall - 8, abs=0.05)
+    assert record.ended == pytest.approx(wall - 1, abs=0.05)
+    assert record.seconds == pytest.approx(7.0)
+    assert (record.app, record.call_id, record.instance_id) == ("demo", "c1", "inst")
+    assert (record.direction, record.trunk, record.worker) == ("out", "provider", None)
+    assert (record.pages, record.pages_failed, record.recordings) == (2, 1, 2)
+    assert (record.cause, record.raw_cause, record.leg) == ("completed", "200", "call")

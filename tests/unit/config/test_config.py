@@ -92,6 +92,14 @@ def test_the_tables_are_read(tmp_path: Path) -> None:
         ("[media]\nthread_nice = 20\n", "thread_nice must be -20 to 19"),
         ('[sip]\nexternal_address = "my.host"\n', "external_address must be an IP address"),
         ('[speech]\nmodel = "large-v3"\n', "[speech] model must be one of tiny.en, base, small"),
+        ("[retention]\nrecordings_days = -1\n", "[retention] recordings_days must be 0"),
+        ("[retention]\nlogs_days = 3\n", "[retention] unknown keys: logs_days"),
+        ('[retention]\ncall_logs_days = "90"\n', "[retention] call_logs_days must be a number"),
+        (
+            '[apps.a]\nfirst_page = "http://a/"\n[apps.a.retention]\nrecordings_days = 40000\n',
+            "[apps.a.retention] recordings_days must be 0",
+        ),
+        ('[apps.a]\nfirst_page = "http://a/"\nretention = 3\n', "apps.a.retention must be a table"),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, problem: str) -> None:
@@ -226,3 +234,23 @@ def test_an_apps_classify_callee(tmp_path: Path) -> None:
     ]:
         with pytest.raises(ConfigError, match=re.escape(message)):
             load(write(tmp_path, app + bad + "\n"))
+
+
+def test_retention_is_for_ever_unless_set_and_an_application_amends_it(tmp_path: Path) -> None:
+    from callhook.config.tables import RetentionSettings
+
+    assert load(write(tmp_path, "")).retention == RetentionSettings()  # nothing deleted
+    settings = load(
+        write(
+            tmp_path,
+            "[retention]\ncall_logs_days = 90\nrecordings_days = 30\n"
+            '[apps.a]\nfirst_page = "http://a/"\n'
+            "[apps.a.retention]\nrecordings_days = 7\ncall_records_days = 0.5\n"
+            '[apps.b]\nfirst_page = "http://b/"\n',
+        )
+    )
+    assert settings.retention == RetentionSettings(call_logs_days=90, recordings_days=30)
+    assert settings.apps["a"].retention == RetentionSettings(
+        call_logs_days=90, recordings_days=7, call_records_days=0.5
+    )
+    assert settings.apps["b"].retention is None  # [retention]'s
