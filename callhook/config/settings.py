@@ -371,6 +371,23 @@ def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     return int(mb * 2**20)
 
 
+#: What a config file may hold at its top level (a typo is an error, not ignored).
+_TOP_LEVEL = frozenset(
+    {
+        "data_dir", "page_timeout", "default_app", "http", "sip", "workers", "database",
+        "speech", "security", "outbound", "egress", "recordings", "retention", "media",
+        "notifications", "conference", "trunk", "trunks", "apps", "users",
+    }
+)  # fmt: skip
+_SIP_KEYS = frozenset(
+    {
+        "host", "port", "rtp_ports", "rtp_timeout", "external_address", "domains",
+        "max_calls", "proxies", "shutdown_grace", "tcp_port", "tls_port", "tls_certificate",
+        "tls_key", "tls_ca",
+    }
+)  # fmt: skip
+
+
 def load(path: Path) -> Settings:
     """Read a TOML config file; raises :class:`ConfigError` naming the problem."""
     try:
@@ -379,12 +396,16 @@ def load(path: Path) -> Settings:
         raise ConfigError(f"{path}: not UTF-8 text (TOML is UTF-8): {exc.reason}") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    unknown = set(raw) - _TOP_LEVEL
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys or tables: {', '.join(sorted(unknown))}")
     settings = Settings()
     settings.data_dir = Path(_text(path, "", "data_dir", raw, "data"))
     settings.page_timeout = _number(path, "", "page_timeout", raw, 10.0)
     if not 0 < settings.page_timeout <= 600:
         raise ConfigError(f"{path}: page_timeout must be above 0 and at most 600 seconds")
     http = _table(path, raw, "http")
+    _no_unknown(path, "http", http, {"host", "port", "max_upload_mb"})
     settings.http.host = _text(path, "http", "host", http, settings.http.host)
     settings.http.port = _integer(path, "http", "port", http, settings.http.port)
     if not 0 <= settings.http.port <= 65535:
@@ -392,6 +413,7 @@ def load(path: Path) -> Settings:
     if "max_upload_mb" in http:
         settings.http.max_upload_bytes = _megabytes(path, "http", "max_upload_mb", http)
     sip = _table(path, raw, "sip")
+    _no_unknown(path, "sip", sip, set(_SIP_KEYS))
     settings.sip.host = _text(path, "sip", "host", sip, settings.sip.host)
     settings.sip.port = _port(path, "port", sip.get("port", settings.sip.port))
     if "rtp_ports" in sip:
