@@ -160,6 +160,10 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def replace(self, other: KeyRing) -> None:
+        """Take ``other``'s keys (a reloaded config): every holder of this ring sees them."""
+        self._keys = other._keys
+
     def app_for(self, key: str) -> str | None:
         """The application whose key ``key`` is (None: no such key)."""
         digest = hashlib.sha256(key.encode()).digest()

@@ -40,7 +40,8 @@ from callhook.serving.collector import (
     collect_young,
 )
 from callhook.serving.readiness import Readiness
-from callhook.serving.supervisor import READY, hang_up_is_no_stop, workers_for
+from callhook.serving.reload import Reloader
+from callhook.serving.supervisor import READY, workers_for
 from callhook.telephony.users import registered_phones
 
 logger = logging.getLogger("callhook.server")
@@ -64,17 +65,24 @@ def apply_app_flags(args: argparse.Namespace, services: Services) -> None:
     """--app-url and friends: a default application given on the command line (its hosts
     are the operator's own for the egress policy)."""
     settings = services.settings
-    if getattr(args, "app_url", None):
-        settings.apps["default"] = AppConfig(
-            name="default",
-            first_page=args.app_url,
-            secret=args.secret or services.secret,
-            error_page=args.error_page,
-            final_page=args.final_page,
-            application_parameters=args.parameters or "",
-        )
-        settings.default_app = "default"
+    if _flag_app(args, settings, services.secret):
         services.trust_app_hosts(settings.apps["default"])
+
+
+def _flag_app(args: argparse.Namespace, settings: Settings, secret: str) -> bool:
+    """Put --app-url's application into ``settings`` as the default one (True), if given."""
+    if not getattr(args, "app_url", None):
+        return False
+    settings.apps["default"] = AppConfig(
+        name="default",
+        first_page=args.app_url,
+        secret=args.secret or secret,
+        error_page=args.error_page,
+        final_page=args.final_page,
+        application_parameters=args.parameters or "",
+    )
+    settings.default_app = "default"
+    return True
 
 
 def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
@@ -232,7 +240,8 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         from callhook.serving.supervisor import supervise
 
         http = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
-        return await supervise(settings, count, args.argv, http)
+        config = Path(args.config) if getattr(args, "config", None) else None
+        return await supervise(settings, count, args.argv, http, config)
     # Before any socket: enough open files for the port range, their table grown once.
     descriptors.provide(descriptors.needed(settings.sip.rtp_ports))
     services = assembly.services(settings)
@@ -319,7 +328,18 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    hang_up_is_no_stop(loop)
+    reloader = Reloader(
+        Path(args.config) if getattr(args, "config", None) else None,
+        settings,
+        services,
+        keys=keys,
+        make_keys=lambda new: _api_keys(args, new),
+        guard=sip.guard,
+        outbound=sip.outbound,
+        flags=lambda new: _flag_app(args, new, services.secret),
+    )
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
     try:
         await stop.wait()
     finally:

@@ -53,7 +53,7 @@ from callhook.cluster.workers import (
     pause_before_restart,
     plan,
 )
-from callhook.config.settings import ConfigError, Settings
+from callhook.config.settings import ConfigError, Settings, load
 from callhook.monitoring import prometheus
 from callhook.serving.readiness import answers_options
 from callhook.sip.grammar import parse_hostport
@@ -222,6 +222,29 @@ class _Child:
 
 class Supervisor:
     """The workers and Kamailio of one ``serve --workers N``."""
+
+    def reload(self, config: Path | None) -> None:
+        """SIGHUP: ``config`` checked here (an error: refused, said once, the workers not
+        told), then SIGHUP to each worker, which reloads it (serving/reload.py). (SIGHUP
+        from a closed terminal does not reach the workers: they are in process groups of
+        their own.)"""
+        if config is None:
+            logger.warning("SIGHUP: serve was started without --config: nothing to reload")
+            return
+        try:
+            new = load(config)
+        except (ConfigError, OSError) as exc:
+            logger.error("SIGHUP: the config is refused; the running one stays: %s", exc)
+            return
+        if new.security != self.settings.security:
+            logger.warning(
+                "SIGHUP: [security] changed: the workers apply it now; Kamailio in front "
+                "of them at the next restart"
+            )
+        for worker in self.workers:
+            if worker.process is not None and worker.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signal.SIGHUP)
 
     def __init__(
         self, settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
@@ -550,9 +573,14 @@ def http_port(host: str, port: int) -> int:
 
 
 async def supervise(
-    settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
+    settings: Settings,
+    count: int,
+    worker_argv: list[str],
+    http: tuple[str, int],
+    config: Path | None = None,
 ) -> int:
-    """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status)."""
+    """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status);
+    SIGHUP: ``config`` checked, then the workers told to reload it."""
     host, port = http
     # The workers' shared token (cluster/siblings.py) and first SIP port: each inherits
     # them from here.
@@ -566,16 +594,6 @@ async def supervise(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    hang_up_is_no_stop(loop)
-    return await supervisor.run(stop)
-
-
-def hang_up_is_no_stop(loop: asyncio.AbstractEventLoop) -> None:
-    """SIGHUP (a closed terminal, ``kill -HUP``) does not end ``serve``: one line says
-    so. (The workers are in background process groups: a terminal's hang-up does not
-    reach them; the supervisor stays, so their pipes stay open.)"""
     with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(
-            signal.SIGHUP,
-            lambda: logger.warning("SIGHUP: callhook has nothing to reload; it goes on serving"),
-        )
+        loop.add_signal_handler(signal.SIGHUP, lambda: supervisor.reload(config))
+    return await supervisor.run(stop)
