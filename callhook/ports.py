@@ -92,8 +92,10 @@ class Recordings(Protocol):
         record_id: str,
         notify: tuple[str, str] | None,
         body: dict[str, Any],
+        traceparent: str | None = None,
     ) -> object:
-        """A recording began; ``notify`` is its recording_available_page (URL, method)."""
+        """A recording began; ``notify`` is its recording_available_page (URL, method);
+        ``traceparent``: the call's span it began in."""
 
     def completed(self, app: str, filename: str, result: dict[str, Any]) -> object:
         """The record action completed with ``result``."""

@@ -18,9 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from opentelemetry.trace import SpanKind
+
 from callhook.actions.response import InvalidResponse, Response, parse_response
 from callhook.calls.calllog import CallLog
 from callhook.events import CallEnded
+from callhook.monitoring import tracing
 from callhook.ports import PageError, Pages
 
 
@@ -62,7 +65,7 @@ class PageExchange:
         self.log.write("page_request", f"{method} {url} ({why})")
         started = time.perf_counter()
         if not racing:
-            answer = await self._fetch(url, method, data)
+            answer = await self._fetch(url, method, data, why)
             self.seconds.append(time.perf_counter() - started)
             return answer  # nothing to race: the call has ended already
         # The request runs in the runner's own task, and the call's end cancels it there
@@ -82,7 +85,7 @@ class PageExchange:
 
         ended.add_done_callback(end)
         try:
-            answer = await self._fetch(url, method, data)
+            answer = await self._fetch(url, method, data, why)
         except asyncio.CancelledError:
             if gone and task.uncancel() == 0:
                 # (the runner notes the end, then that the page was abandoned)
@@ -105,14 +108,19 @@ class PageExchange:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.requested.append(url)
         self.log.write("page_request", f"{method} {url} (final page)")
-        return await self._fetch(url, method, data)
+        return await self._fetch(url, method, data, "final page")
 
-    async def _fetch(self, url: str, method: str, data: bytes) -> bytes:
-        try:
-            return await self.pages.fetch(url, method, data, self.secret)
-        except PageError:
-            self.failed += 1
-            raise
+    async def _fetch(self, url: str, method: str, data: bytes, why: str) -> bytes:
+        # The request's span is current while it is made: the application's server gets
+        # its traceparent (edge/pages.py), and its own spans join the call's trace.
+        attributes = {"http.request.method": method, "url.full": url, "callhook.why": why}
+        with tracing.span("page request", kind=SpanKind.CLIENT, attributes=attributes) as span:
+            try:
+                return await self.pages.fetch(url, method, data, self.secret)
+            except PageError as exc:
+                self.failed += 1
+                tracing.failed(span, str(exc))
+                raise
 
     def read(self, url: str, raw: bytes, why: str = "") -> Response | None:
         """A page's answer as a response (None: an empty body, no actions); sets the

@@ -22,6 +22,7 @@ from urllib.parse import urljoin
 
 from callhook.actions.schema import DeleteFile, Record
 from callhook.events import RecordCall, StartRecording
+from callhook.monitoring import tracing
 from callhook.ports import Recordings
 
 
@@ -54,6 +55,7 @@ class RecordingReports:
             record_id=action.id,
             notify=notify,
             body=body,
+            traceparent=tracing.traceparent(),  # (its action's span: the notification joins)
         )
 
     def call_recording_started(self, command: RecordCall) -> None:

@@ -89,6 +89,7 @@ from callhook.events import (
     StopRecording,
     VoiceActivity,
 )
+from callhook.monitoring import tracing
 from callhook.ports import Files, Leg, PageError, Pages, Recordings
 
 #: The error page is used at most this often in one call (an error page whose
@@ -152,6 +153,10 @@ class CallSummary:
 def new_instance_id() -> str:
     """An application instance id: unique and unguessable."""
     return secrets.token_hex(16)
+
+
+#: :meth:`CallRunner._run_action`: on to the list's next action.
+_NEXT = object()
 
 
 class CallRunner:
@@ -334,51 +339,65 @@ class CallRunner:
         """Run a list; return the page to request next, or None when the call is to end."""
         for index, action in enumerate(actions):
             name = type(action).name
-            self.log.write("action_start", f"[{index}] {name}")
-            if isinstance(action, HangUp):
-                self.log.write("action_end", f"[{index}] hang_up")
-                return None
-            if isinstance(action, Redirect):
-                self.log.write("action_end", f"[{index}] redirect")
-                return self._next(action.next_page, base, None, "redirect")
-            if isinstance(action, ClearInput):
-                self.ctx.buffer.clear()
-                self.log.write("action_end", f"[{index}] clear_input")
-                continue
-            if isinstance(action, StartTranscription | StopTranscription):
-                await self._answer()  # it hears the call: the call is answered first
-                command = transcription_command(action, base, self.instance_id, self.log_filename)
-                self.leg.send([command])
-                self.log.write("action_end", f"[{index}] {name}")
-                continue
-            if isinstance(action, DeleteFile):
-                await self._delete_file(action.filename, f"[{index}] delete_file")
-                continue
-            self._recording = (action, base) if isinstance(action, Record) else None
-            self.ctx.page_url = base  # relative file_to_play URLs resolve against it
-            outcome = await self._run_machine(action)
-            self._recording = None
-            if isinstance(outcome, Completed):
-                if isinstance(action, Record):
-                    self._recorded(outcome.result)
-                self.log.write(
-                    "action_end", f"[{index}] {name}: {json.dumps(outcome.result, sort_keys=True)}"
-                )
-                if outcome.page is not None:
-                    page = outcome.page  # a menu option's own page
-                else:
-                    assert isinstance(
-                        action,
-                        GetNumber | GetInput | Record | Connect | Transfer | ConnectToConference,
-                    )
-                    assert action.next_page is not None  # a connect without one continues
-                    page = action.next_page
-                return self._next(page, base, outcome.action_result(), name)
-            self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
-            self._raise_if_over()
+            # Its span is current while it runs: the recordings and recognitions it makes
+            # are its children in the call's trace.
+            with tracing.span(f"action {name}", attributes={"callhook.action_index": index}):
+                step = await self._run_action(index, name, action, base)
+            if step is not _NEXT:
+                assert step is None or isinstance(step, _Request)
+                return step
         self.log.write("list_end", "no more actions")
         self._list_ended = True
         return None
+
+    async def _run_action(
+        self, index: int, name: str, action: Any, base: str
+    ) -> _Request | object | None:
+        """One action of a list: the page to request next, None (the call is to end), or
+        :data:`_NEXT` (on to the list's next action)."""
+        self.log.write("action_start", f"[{index}] {name}")
+        if isinstance(action, HangUp):
+            self.log.write("action_end", f"[{index}] hang_up")
+            return None
+        if isinstance(action, Redirect):
+            self.log.write("action_end", f"[{index}] redirect")
+            return self._next(action.next_page, base, None, "redirect")
+        if isinstance(action, ClearInput):
+            self.ctx.buffer.clear()
+            self.log.write("action_end", f"[{index}] clear_input")
+            return _NEXT
+        if isinstance(action, StartTranscription | StopTranscription):
+            await self._answer()  # it hears the call: the call is answered first
+            command = transcription_command(action, base, self.instance_id, self.log_filename)
+            self.leg.send([command])
+            self.log.write("action_end", f"[{index}] {name}")
+            return _NEXT
+        if isinstance(action, DeleteFile):
+            await self._delete_file(action.filename, f"[{index}] delete_file")
+            return _NEXT
+        self._recording = (action, base) if isinstance(action, Record) else None
+        self.ctx.page_url = base  # relative file_to_play URLs resolve against it
+        outcome = await self._run_machine(action)
+        self._recording = None
+        if isinstance(outcome, Completed):
+            if isinstance(action, Record):
+                self._recorded(outcome.result)
+            self.log.write(
+                "action_end", f"[{index}] {name}: {json.dumps(outcome.result, sort_keys=True)}"
+            )
+            if outcome.page is not None:
+                page = outcome.page  # a menu option's own page
+            else:
+                assert isinstance(
+                    action,
+                    GetNumber | GetInput | Record | Connect | Transfer | ConnectToConference,
+                )
+                assert action.next_page is not None  # a connect without one continues
+                page = action.next_page
+            return self._next(page, base, outcome.action_result(), name)
+        self.log.write("action_end", f"[{index}] {name}: {outcome.reason}")
+        self._raise_if_over()
+        return _NEXT
 
     async def _join_primary(self) -> None:
         """A far leg whose first page's actions have all run: it is joined to the caller,

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from opentelemetry.trace import Span, SpanKind
 from prometheus_client.core import Metric
 
 from callhook.actions.machine import ActionContext
@@ -39,7 +40,7 @@ from callhook.httpserver import server as web_adapter
 from callhook.httpserver.restapi import Api
 from callhook.media import wav
 from callhook.media.simulated import PromptTimer
-from callhook.monitoring import prometheus
+from callhook.monitoring import prometheus, tracing
 from callhook.ports import CallInfo, Leg, Pages
 from callhook.store import crypto, wavfile
 from callhook.store.callrecords import CallRecord, CallRecords
@@ -391,10 +392,29 @@ class Services:
         runner.exchange.token = token  # an outbound service's token reaches its first page
         if started is not None:
             started(runner)
-        summary = await runner.run()
+        info = leg.info
+        with tracing.span(
+            "call",
+            kind=SpanKind.SERVER if direction == "in" else SpanKind.CLIENT,
+            start_time=began,
+            attributes=_call_attributes(app, info, runner.instance_id),
+        ) as span:
+            summary = await runner.run()
+            self._traced(span, summary, began)
         self.metrics.call_ended(app.name, direction, summary)
-        self.record(app, leg.info, summary, started=began)
+        self.record(app, info, summary, started=began)
         return summary
+
+    def _traced(self, span: Span, summary: CallSummary, began: float | None) -> None:
+        """The call's span told how it ended; its SIP setup (INVITE to answer) added."""
+        span.set_attribute("callhook.call_cause", summary.cause)
+        span.set_attribute("callhook.call_raw_cause", summary.raw_cause)
+        if summary.cause == "failed":
+            tracing.failed(span, "; ".join(summary.errors) or "failed")
+        offset = time.time() - self.clock.now()
+        if began is not None and summary.answered_at is not None:
+            answered = summary.answered_at + offset
+            tracing.between("sip setup", began, max(began, answered), {})
 
     def record(
         self,
@@ -453,7 +473,12 @@ class Services:
         (``placed``: when it was placed, on the wall clock, for its record)."""
         runner = self.runner(app, _NoLeg(info, self.clock), instance_id=instance_id)
         runner.exchange.token = token
-        summary = await runner.unanswered(cause, raw)
+        attributes = _call_attributes(app, info, runner.instance_id)
+        with tracing.span(
+            "call", kind=SpanKind.CLIENT, start_time=placed, attributes=attributes
+        ) as span:
+            summary = await runner.unanswered(cause, raw)
+            self._traced(span, summary, placed)
         self.record(app, info, summary, started=placed)
         return summary
 
@@ -524,3 +549,15 @@ class _NoLeg:
 
     def recorded_seconds(self, filename: str) -> float | None:
         return None
+
+
+def _call_attributes(app: AppConfig, info: CallInfo, instance_id: str) -> dict[str, str]:
+    """A call span's attributes: its application, ids and parties."""
+    return {
+        "callhook.application": app.name,
+        "callhook.application_instance_id": instance_id,
+        "callhook.call_direction": info.direction,
+        "sip.call_id": info.call_id,
+        "callhook.call_from": info.call_from,
+        "callhook.call_to": info.call_to,
+    }

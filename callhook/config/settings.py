@@ -73,6 +73,10 @@ A config file is TOML::
     call_records_days = 400             # GET /api/v1/calls/records
     notifications_days = 30             # notifications given up on (their results)
 
+    [tracing]                           # one OpenTelemetry trace per call (docs/monitoring.md)
+    endpoint = "http://127.0.0.1:4318/v1/traces"  # OTLP/HTTP; absent: off
+    service_name = "callhook"
+
     [media]                             # file_to_play given as a web page request
     remote_max_mb = 16                  # a larger WAV is not played (logged)
     remote_timeout = 10                 # seconds a fetch may take
@@ -158,6 +162,7 @@ from callhook.config.tables import (
     SecuritySettings,
     SipSettings,
     SpeechSettings,
+    TracingSettings,
     TrunkCredentials,
     WorkersSettings,
 )
@@ -210,6 +215,7 @@ class Settings:
     egress: EgressSettings = field(default_factory=EgressSettings)
     recordings: RecordingsSettings = field(default_factory=RecordingsSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     media: MediaSettings = field(default_factory=MediaSettings)
     notifications: NotificationsSettings = field(default_factory=NotificationsSettings)
     conference: ConferenceSettings = field(default_factory=ConferenceSettings)
@@ -363,6 +369,20 @@ def _egress(path: Path, values: dict[str, Any], settings: Settings) -> None:
     settings.egress.max_redirects = redirects
 
 
+def _tracing(path: Path, values: dict[str, Any]) -> TracingSettings:
+    _no_unknown(path, "tracing", values, {"endpoint", "service_name"})
+    endpoint = _text(path, "tracing", "endpoint", values, "") or None
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{path}: [tracing] endpoint must be an OTLP/HTTP URL (http:// or https://, "
+            f"e.g. http://127.0.0.1:4318/v1/traces), got {endpoint!r}"
+        )
+    service_name = _text(path, "tracing", "service_name", values, "callhook")
+    if not service_name:
+        raise ConfigError(f"{path}: [tracing] service_name must not be empty")
+    return TracingSettings(endpoint, service_name)
+
+
 def _megabytes(path: Path, table: str, key: str, values: dict[str, Any]) -> int:
     """A size given in MiB (above 0, at most 4096), in bytes."""
     mb = _number(path, table, key, values, 0)
@@ -376,7 +396,7 @@ _TOP_LEVEL = frozenset(
     {
         "data_dir", "page_timeout", "default_app", "http", "sip", "workers", "database",
         "speech", "security", "outbound", "egress", "recordings", "retention", "media",
-        "notifications", "conference", "trunk", "trunks", "apps", "users",
+        "notifications", "conference", "trunk", "trunks", "apps", "users", "tracing",
     }
 )  # fmt: skip
 _SIP_KEYS = frozenset(
@@ -526,6 +546,7 @@ def load(path: Path) -> Settings:
     except trunks.TrunkError as exc:
         raise ConfigError(str(exc)) from None
     settings.retention = retention(path, "retention", raw.get("retention", {}), RetentionSettings())
+    settings.tracing = _tracing(path, _table(path, raw, "tracing"))
     settings.apps, settings.numbers = applications(
         path, _table(path, raw, "apps"), settings.data_dir, settings.retention
     )

@@ -147,6 +147,15 @@ class RecordingsSettings:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """``[tracing]``: one OpenTelemetry trace per call, to the OTLP/HTTP ``endpoint``
+    (None: off), as ``service_name`` (callhook.monitoring.tracing)."""
+
+    endpoint: str | None = None
+    service_name: str = "callhook"
+
+
+@dataclass(frozen=True)
 class RetentionSettings:
     """``[retention]`` (and an application's ``[apps.NAME.retention]``): days each kind is
     kept before it is deleted, 0 for ever (callhook.store.retention)."""

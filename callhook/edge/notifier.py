@@ -29,7 +29,10 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
+from opentelemetry.trace import SpanKind
+
 from callhook.edge.pages import HttpPages
+from callhook.monitoring import tracing
 from callhook.ports import PageError
 from callhook.store.outbox import Notification, Outbox
 
@@ -129,13 +132,26 @@ class Notifier:
 
     async def _deliver(self, n: Notification) -> None:
         try:
-            try:
-                await self.pages.fetch(
-                    n.url, n.method, n.body, self.secret_for(n.app), answer=False
-                )
-            except PageError as exc:
-                await self._failed(n, str(exc))
-                return
+            # A span of the call's trace (its row keeps the call's traceparent), current
+            # while the request is made: the application's server gets it too.
+            attributes = {
+                "http.request.method": n.method,
+                "url.full": n.url,
+                "callhook.application": n.app,
+                "callhook.attempt": n.attempts + 1,
+            }
+            with (
+                tracing.within(n.traceparent),
+                tracing.span("notification", kind=SpanKind.CLIENT, attributes=attributes) as span,
+            ):
+                try:
+                    await self.pages.fetch(
+                        n.url, n.method, n.body, self.secret_for(n.app), answer=False
+                    )
+                except PageError as exc:
+                    tracing.failed(span, str(exc))
+                    await self._failed(n, str(exc))
+                    return
             self._finishing.add(n.id)
             self.latencies.append(self.clock() - n.created)
             logger.info("notification %d of %s delivered to %s", n.id, n.app, n.url)

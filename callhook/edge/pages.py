@@ -29,6 +29,7 @@ import aiohttp
 from callhook import __version__
 from callhook.edge.egress import Egress
 from callhook.edge.egresspolicy import EgressRefused
+from callhook.monitoring import tracing
 from callhook.ports import PageError
 from callhook.signature import HEADER, sign
 
@@ -103,6 +104,7 @@ class HttpPages:
     ) -> tuple[int, bytes]:
         """:meth:`fetch`, with the 2xx status of the answer (the web phone shows it)."""
         headers = {HEADER: sign(secret, body)}
+        tracing.inject(headers)  # W3C traceparent: the application's spans join the call's
         refusals, unwritten = 1, UNWRITTEN_RETRIES
         while True:
             try:

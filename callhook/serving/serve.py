@@ -31,6 +31,7 @@ from callhook.cluster.siblings import Siblings
 from callhook.cluster.workers import WORKERS_FIRST_PORT, WORKERS_TOKEN
 from callhook.config.settings import AppConfig, ConfigError, Settings, check_api_key, data_secret
 from callhook.edge.connections import ListenError
+from callhook.monitoring import tracing
 from callhook.redact import redact
 from callhook.serving import descriptors
 from callhook.serving.collector import (
@@ -244,6 +245,11 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         return await supervise(settings, count, args.argv, http, config)
     # Before any socket: enough open files for the port range, their table grown once.
     descriptors.provide(descriptors.needed(settings.sip.rtp_ports))
+    if settings.tracing.endpoint is not None:
+        # One trace per call, exported over OTLP (monitoring/tracing.py); a worker's spans
+        # say which worker made them.
+        instance = "" if args.worker is None else f"worker {args.worker}"
+        tracing.start(settings.tracing.endpoint, settings.tracing.service_name, instance)
     services = assembly.services(settings)
     services.start_notifier()
     services.metrics.watch_gc()
@@ -357,6 +363,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         await services.close()
         if siblings is not None:
             await siblings.close()
+        tracing.stop()  # (the last calls' spans exported)
     return 0
 
 

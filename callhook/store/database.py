@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS recordings (
     result TEXT,
     length INTEGER,
     owner TEXT,
+    traceparent TEXT,
     PRIMARY KEY (app, filename)
 );
 CREATE TABLE IF NOT EXISTS notifications (
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS notifications (
     due REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
-    abandoned INTEGER NOT NULL DEFAULT 0
+    abandoned INTEGER NOT NULL DEFAULT 0,
+    traceparent TEXT
 );
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
 CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
@@ -116,6 +118,14 @@ CREATE TABLE IF NOT EXISTS deletions (
     name TEXT NOT NULL
 );
 """
+
+
+#: Columns added since the first state files: (table, column), each TEXT.
+_ADDED = (
+    ("recordings", "owner"),
+    ("recordings", "traceparent"),  # the call's trace, for its notification's span
+    ("notifications", "traceparent"),
+)
 
 
 class Cursor(Protocol):
@@ -170,9 +180,11 @@ class Database:
             fcntl.flock(lock, fcntl.LOCK_EX)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(recordings)")}
-            if "owner" not in columns:  # a state file from before owners
-                conn.execute("ALTER TABLE recordings ADD COLUMN owner TEXT")
+            # A state file from before these columns: added (their rows have none).
+            for table, column in _ADDED:
+                columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
         finally:
             os.close(lock)  # (and its lock with it)
         conn.execute("PRAGMA synchronous=FULL")

@@ -174,8 +174,10 @@ class RecordingJournal:
         record_id: str,
         notify: tuple[str, str] | None,
         body: dict[str, Any],
+        traceparent: str | None = None,
     ) -> Future[bool]:
-        """A recording began; ``notify`` is (URL, method) of its recording_available_page."""
+        """A recording began; ``notify`` is (URL, method) of its recording_available_page
+        (``traceparent``: the call's span it began in, which its notification joins)."""
         url, method = notify if notify is not None else (None, None)
         now = self.clock()
         owner = self.ownership.token if self.ownership is not None else None
@@ -189,6 +191,7 @@ class RecordingJournal:
             method,
             json.dumps(body),
             owner,
+            traceparent,
         )
 
         def insert(conn: Connection) -> bool:
@@ -196,11 +199,13 @@ class RecordingJournal:
             # PostgreSQL both know this upsert).
             conn.execute(
                 "INSERT INTO recordings (app, filename, started, encrypted, record_id,"
-                " notify_url, notify_method, body, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " notify_url, notify_method, body, owner, traceparent)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (app, filename) DO UPDATE SET started = excluded.started,"
                 " encrypted = excluded.encrypted, record_id = excluded.record_id,"
                 " notify_url = excluded.notify_url, notify_method = excluded.notify_method,"
-                " body = excluded.body, owner = excluded.owner, result = NULL, length = NULL",
+                " body = excluded.body, owner = excluded.owner, result = NULL, length = NULL,"
+                " traceparent = excluded.traceparent",
                 values,
             )
             return False
@@ -259,13 +264,13 @@ class RecordingJournal:
 
     def _finish_if_ready(self, conn: Connection, app: str, filename: str) -> bool:
         row = conn.execute(
-            "SELECT notify_url, notify_method, body, result, length FROM recordings"
+            "SELECT notify_url, notify_method, body, result, length, traceparent FROM recordings"
             " WHERE app = ? AND filename = ?",
             (app, filename),
         ).fetchone()
         if row is None or row[3] is None or row[4] is None:
             return False
-        url, method, body, result = row[0], row[1], row[2], row[3]
+        url, method, body, result, traceparent = row[0], row[1], row[2], row[3], row[5]
         _forget(conn, app, filename)
         if url is None:
             return False
@@ -274,7 +279,7 @@ class RecordingJournal:
             "action": "record",
             "result": {**json.loads(result), "file_available": True},
         }
-        outbox.insert(conn, app, url, method or "POST", notice, self.clock())
+        outbox.insert(conn, app, url, method or "POST", notice, self.clock(), traceparent)
         return True
 
     def recover(self, path_of: Callable[[str, str], Path], at_start: bool = True) -> int:

@@ -74,17 +74,27 @@ class Notification:
     body: bytes
     created: float
     attempts: int
+    #: The W3C traceparent of the call it is about (its delivery's span joins that trace).
+    traceparent: str | None = None
 
 
 def insert(
-    conn: Connection, app: str, url: str, method: str, body: dict[str, Any], now: float
+    conn: Connection,
+    app: str,
+    url: str,
+    method: str,
+    body: dict[str, Any],
+    now: float,
+    traceparent: str | None = None,
 ) -> int:
-    """Queue a notification (inside the caller's transaction); returns its id."""
+    """Queue a notification (inside the caller's transaction); returns its id
+    (``traceparent``: the call's span it belongs to, for its delivery's)."""
     data = json.dumps(body, separators=(",", ":"))
     sql = (
-        "INSERT INTO notifications (app, url, method, body, created, due) VALUES (?, ?, ?, ?, ?, ?)"
+        "INSERT INTO notifications (app, url, method, body, created, due, traceparent)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)"
     )
-    values = (app, url, method, data, now, now)
+    values = (app, url, method, data, now, now, traceparent)
     if isinstance(conn, sqlite3.Connection):  # (RETURNING needs SQLite 3.35: not everywhere)
         rowid = conn.execute(sql, values).lastrowid
         assert rowid is not None
@@ -119,8 +129,18 @@ class Outbox:
             (now, self.lease_owner),
         )
 
-    async def add(self, app: str, url: str, method: str, body: dict[str, Any], now: float) -> int:
-        return await self.db.run(lambda conn: insert(conn, app, url, method, body, now))
+    async def add(
+        self,
+        app: str,
+        url: str,
+        method: str,
+        body: dict[str, Any],
+        now: float,
+        traceparent: str | None = None,
+    ) -> int:
+        return await self.db.run(
+            lambda conn: insert(conn, app, url, method, body, now, traceparent)
+        )
 
     async def due(
         self, now: float, busy: dict[str, int], per_app: int, total: int, skip: set[int]
@@ -149,13 +169,14 @@ class Outbox:
                 if room <= 0:
                     continue
                 rows = conn.execute(
-                    "SELECT id, app, url, method, body, created, attempts FROM notifications"
+                    "SELECT id, app, url, method, body, created, attempts, traceparent"
+                    " FROM notifications"
                     f" WHERE app = ? AND abandoned = 0 AND due <= ?{free} ORDER BY due LIMIT ?",
                     (app, now, *values, room + busy.get(app, 0)),
                 ).fetchall()
                 fresh = [
-                    Notification(i, a, u, m, b.encode(), c, n)
-                    for i, a, u, m, b, c, n in rows
+                    Notification(i, a, u, m, b.encode(), c, n, t)
+                    for i, a, u, m, b, c, n, t in rows
                     if i not in skip
                 ]
                 found += [n for n in fresh[:room] if self._lease(conn, n.id, now)]

@@ -78,8 +78,10 @@ CREATE TABLE IF NOT EXISTS recordings (
     result TEXT,
     length BIGINT,
     owner TEXT,
+    traceparent TEXT,
     PRIMARY KEY (app, filename)
 );
+ALTER TABLE recordings ADD COLUMN IF NOT EXISTS traceparent TEXT;
 CREATE TABLE IF NOT EXISTS notifications (
     id BIGSERIAL PRIMARY KEY,
     app TEXT NOT NULL,
@@ -92,8 +94,10 @@ CREATE TABLE IF NOT EXISTS notifications (
     last_error TEXT,
     abandoned INTEGER NOT NULL DEFAULT 0,
     lease_owner TEXT,
-    lease_until DOUBLE PRECISION
+    lease_until DOUBLE PRECISION,
+    traceparent TEXT
 );
+ALTER TABLE notifications ADD COLUMN IF NOT EXISTS traceparent TEXT;
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
 CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
 CREATE TABLE IF NOT EXISTS bindings (

@@ -27,6 +27,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from opentelemetry.trace import Span
+
 from callhook.config.tables import RecordingsSettings
 from callhook.edge.speechworkers import SpeechService
 from callhook.events import (
@@ -69,6 +71,7 @@ from callhook.events import (
 from callhook.media.callrecording import CallRecording
 from callhook.media.player import PromptError
 from callhook.media.session import MediaSession
+from callhook.monitoring import tracing
 from callhook.ports import CallInfo
 from callhook.speech.tts import SynthesisError
 from callhook.store.crypto import Key
@@ -154,6 +157,7 @@ class SipLeg:
         self._ended: asyncio.Future[CallEnded] = self.loop.create_future()
         self._prompt_errors: dict[int, str] = {}
         self._recorders: dict[str, WavWriter] = {}
+        self._recording_spans: dict[str, Span] = {}  # (the call's trace)
         self._call_recording: str | None = None  # the file of a connect's call recording
         self._recorded: dict[str, float] = {}  # seconds written to each stopped recording
         self.journal = journal
@@ -249,6 +253,7 @@ class SipLeg:
                 writer = self._recorders.pop(command.filename, None)
                 if writer is not None:
                     self._recorded[command.filename] = writer.seconds
+                    self._recording_ended(command.filename)
             elif isinstance(command, DetectVoice):
                 self.session.detect_voice(command.on)
             elif isinstance(command, StartRecognition):
@@ -441,11 +446,18 @@ class SipLeg:
             writer = make(path, durable)
         except (OSError, ValueError) as exc:  # OutsideNamespace is a ValueError
             why = f"cannot create {filename}: {exc}"
+            with tracing.span("recording", attributes={"callhook.filename": filename}) as span:
+                tracing.failed(span, why)
             if journal is not None:
                 journal.failed(app, filename, why)
             self.inject(RecorderFailed("error", why))
             return None
         self._recorders[filename] = writer
+        # (A child of the span current now: its action's.)
+        attributes = {"callhook.filename": filename}
+        self._recording_spans[filename] = tracing.TRACER.start_span(
+            "recording", attributes=attributes
+        )
         return writer
 
     def _prompt_error(self, event: MediaEvent) -> MediaEvent:
@@ -495,7 +507,13 @@ class SipLeg:
             self._call_recording = None
             for filename, writer in self._recorders.items():
                 self._recorded[filename] = writer.seconds
+                self._recording_ended(filename)
             self._recorders.clear()
+
+    def _recording_ended(self, filename: str) -> None:
+        span = self._recording_spans.pop(filename, None)
+        if span is not None:
+            span.end()
 
 
 class _RecordingLimit(Protocol):

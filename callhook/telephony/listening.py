@@ -20,6 +20,8 @@ import asyncio
 import logging
 from collections import deque
 
+from opentelemetry.context import Context
+
 from callhook.edge.speechworkers import RecognitionFailed, SpeechService, UtteranceStream
 from callhook.events import (
     Phrase,
@@ -29,6 +31,7 @@ from callhook.events import (
     SpeechUnavailable,
 )
 from callhook.media.utterances import PIECE_FRAMES, Utterance, UtterancePiece
+from callhook.monitoring import tracing
 from callhook.speech import languages
 from callhook.telephony.mediaevents import MediaEvents
 
@@ -50,7 +53,7 @@ class Listening:
         self._generation = 0
         # Utterances waiting for their answer, in order (with their stream, if streamed),
         # the utterance being streamed now, and the task that decodes them one by one.
-        self._pending: deque[tuple[int, Utterance, UtteranceStream | None]] = deque()
+        self._pending: deque[tuple[int, Utterance, UtteranceStream | None, Context]] = deque()
         self._streaming: tuple[int, UtteranceStream] | None = None
         self._decoder: asyncio.Task[None] | None = None
 
@@ -108,7 +111,8 @@ class Listening:
             if self._streaming is not None and self._streaming[0] == self._generation:
                 stream = self._streaming[1]
             self._streaming = None
-            self._pending.append((self._generation, item, stream))
+            # (With the span current now, its action's: its recognition's parent.)
+            self._pending.append((self._generation, item, stream, tracing.current()))
         if self._pending and (self._decoder is None or self._decoder.done()):
             self._decoder = asyncio.get_running_loop().create_task(self._decode())
 
@@ -132,7 +136,7 @@ class Listening:
         if self._streaming is not None:
             self._streaming[1].cancel()
             self._streaming = None
-        for _, _, stream in self._pending:
+        for _, _, stream, _ in self._pending:
             if stream is not None:
                 stream.cancel()
         self._pending.clear()
@@ -141,26 +145,39 @@ class Listening:
         """Decode this call's utterances in order, one at a time."""
         assert self.speech is not None
         while self._pending:
-            generation, utterance, stream = self._pending.popleft()
+            generation, utterance, stream, traced = self._pending.popleft()
             options = self._options
             if options is None or generation != self._generation:
                 if stream is not None:
                     stream.cancel()
                 continue
             cause: str | None = None
-            try:
-                if stream is not None:
-                    tail = utterance.audio[utterance.streamed :]
-                    alternatives = await self.speech.finish(stream, tail)
-                else:
-                    alternatives = await self.speech.recognise(utterance.audio, options)
-            except RecognitionFailed as exc:
-                # Crashed, hung or restarting (issue 14): nothing recognised, the
-                # call goes on; the service logged the fault and restarts the engine.
-                alternatives, cause = (), str(exc)
-            except Exception as exc:
-                logger.exception("%s: speech recognition failed", self.label)
-                alternatives, cause = (), f"speech recognition failed: {exc}"
+            attributes = {
+                "callhook.audio_seconds": round(len(utterance.audio) / 8000, 3),
+                "callhook.streamed": stream is not None,
+            }
+            with (
+                tracing.resumed(traced),
+                tracing.span("recognition", attributes=attributes) as span,
+            ):
+                try:
+                    if stream is not None:
+                        tail = utterance.audio[utterance.streamed :]
+                        alternatives = await self.speech.finish(stream, tail)
+                    else:
+                        alternatives = await self.speech.recognise(utterance.audio, options)
+                except RecognitionFailed as exc:
+                    # Crashed, hung or restarting (issue 14): nothing recognised, the
+                    # call goes on; the service logged the fault and restarts the engine.
+                    alternatives, cause = (), str(exc)
+                except Exception as exc:
+                    logger.exception("%s: speech recognition failed", self.label)
+                    alternatives, cause = (), f"speech recognition failed: {exc}"
+                if cause is not None:
+                    tracing.failed(span, cause)
+                span.set_attribute("callhook.alternatives", len(alternatives))
+                if alternatives:
+                    span.set_attribute("callhook.confidence", alternatives[0].confidence)
             if generation != self._generation:
                 continue  # the stream stopped meanwhile: nobody wants this any more
             if options.doubts(alternatives):

@@ -30,6 +30,7 @@ from callhook.media.transcriber import (
     phrase,
 )
 from callhook.media.vad import VoiceActivityDetector, new_detector
+from callhook.monitoring import tracing
 
 if TYPE_CHECKING:
     from callhook.calls.services import Services
@@ -143,14 +144,17 @@ class OutboxPoster:
         self._adding: set[asyncio.Task[None]] = set()
 
     def post(self, url: str, method: str, body: dict[str, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(self._add(url, method, body))
+        traceparent = tracing.traceparent()  # (the call's: its delivery's span joins it)
+        task = asyncio.get_running_loop().create_task(self._add(url, method, body, traceparent))
         self._adding.add(task)
         task.add_done_callback(self._adding.discard)
 
-    async def _add(self, url: str, method: str, body: dict[str, Any]) -> None:
+    async def _add(
+        self, url: str, method: str, body: dict[str, Any], traceparent: str | None
+    ) -> None:
         services = self.services
         try:
-            await services.outbox.add(self.app, url, method, body, time.time())
+            await services.outbox.add(self.app, url, method, body, time.time(), traceparent)
         except Exception:
             logger.exception("transcription result for %s could not be queued", self.app)
             return
