@@ -4,11 +4,12 @@ The file ``serve`` was started with (``--config``) is read again. A config with 
 is refused whole, with the error in the log, and the running one stays. Otherwise what
 can change while calls run takes effect for the calls that begin from then on: the
 applications (``[apps.*]``, their numbers and keys, the default application), the users
-of phones that register, ``[security]``, ``[outbound]``, ``[retention]`` and
-``[recordings]``. A call in progress finishes with the application it began with. What
-is bound at the start (the addresses and ports, workers, the database, the speech
-engines, trunks, media, notifications, ...) keeps its running value; the log names each
-such table that changed, to be applied at the next restart.
+of phones that register, ``[security]``, ``[outbound]``, ``[retention]``,
+``[recordings]`` and the trunks (one removed or changed is unregistered, one added or
+changed registered). A call in progress finishes with the application it began with
+(and its trunk's dialog). What is bound at the start (the addresses and ports, workers,
+the database, the speech engines, media, notifications, ...) keeps its running value;
+the log names each such table that changed, to be applied at the next restart.
 
 With ``serve --workers`` the supervisor checks the file first and passes SIGHUP on to
 every worker, each of which reloads itself.
@@ -16,16 +17,18 @@ every worker, each of which reloads itself.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from callhook.calls.services import Services
 from callhook.config.settings import ConfigError, Settings, load
 from callhook.dialplan import numbers
 from callhook.dialplan.outbound import OutboundPolicy, check_pattern
+from callhook.dialplan.trunks import Trunk
 from callhook.httpserver.restapi import KeyRing
 from callhook.sip.guard import Guard, networks
 
@@ -33,8 +36,11 @@ logger = logging.getLogger("callhook.server")
 
 #: The settings a reload applies (the rest waits for a restart).
 LIVE = frozenset(
-    {"apps", "numbers", "default_app", "users", "security", "outbound", "retention", "recordings"}
-)
+    {
+        "apps", "numbers", "default_app", "users", "security", "outbound", "retention",
+        "recordings", "trunk", "trunks",
+    }
+)  # fmt: skip
 #: Not compared: what serve's own flags and the workers' layout set.
 _IGNORED = frozenset({"data_dir"})
 
@@ -53,6 +59,7 @@ class Reloader:
         guard: Guard | None,
         outbound: OutboundPolicy | None,
         flags: Callable[[Settings], object] = lambda settings: None,
+        trunks: Callable[[dict[str, Trunk]], Awaitable[list[str]]] | None = None,
     ) -> None:
         """``make_keys``: the REST API's keys of a config (ConfigError: refused);
         ``flags``: puts serve's command-line applications (``--app-url``) into a new
@@ -65,6 +72,8 @@ class Reloader:
         self.guard = guard
         self.outbound = outbound
         self.flags = flags
+        self.trunks = trunks
+        self._reloading: set[asyncio.Task[None]] = set()
         # What the file said at the start (before serve's flags changed the settings):
         # what a new reading is compared with, to name what waits for a restart.
         self._read = load(path) if path is not None else None
@@ -129,7 +138,7 @@ class Reloader:
             self.guard.ban_seconds = security.ban_seconds
         settings.outbound = new.outbound
         if self.outbound is not None:
-            own = [t.caller_id for t in settings.trunks.values() if t.caller_id]
+            own = [t.caller_id for t in new.trunks.values() if t.caller_id]
             self.outbound.allow = tuple(check_pattern(p) for p in new.outbound.allow)
             self.outbound.own_numbers = tuple(
                 n for n in (numbers.canonical(x) for x in (*own, *new.numbers)) if n
@@ -137,3 +146,20 @@ class Reloader:
             self.outbound.max_calls_per_app = new.outbound.max_calls_per_app
         settings.retention = new.retention
         settings.recordings = new.recordings
+        settings.trunk = new.trunk
+        if self.trunks is not None and new.trunks != settings.trunks:
+            task = asyncio.get_running_loop().create_task(self._trunks(new.trunks))
+            self._reloading.add(task)
+            task.add_done_callback(self._reloading.discard)
+
+    async def _trunks(self, trunks: dict[str, Trunk]) -> None:
+        """The trunks registered again as the new config has them (in the background: a
+        registrar's name may take a while to resolve)."""
+        assert self.trunks is not None
+        try:
+            changed = await self.trunks(trunks)
+        except Exception:
+            logger.exception("SIGHUP: the trunks could not be reloaded")
+            return
+        if changed:
+            logger.info("SIGHUP: trunks reloaded: %s", ", ".join(changed))

@@ -343,6 +343,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         guard=sip.guard,
         outbound=sip.outbound,
         flags=lambda new: _flag_app(args, new, services.secret),
+        trunks=lambda new: sip.trunks.reload(new, sip.trunks_changed),
     )
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, reloader.reload)

@@ -319,6 +319,10 @@ class Core:
         registers them now (they lapse at the registrars by themselves)."""
         self.registrations.leave_all(now, reason)
 
+    def unregister(self, name: str, now: float) -> None:
+        """Remove trunk ``name``'s binding (``Expires: 0``) and forget it (a reload)."""
+        self.registrations.stop(name, now)
+
     def unregister_all(self, now: float) -> None:
         """Remove every binding (``Expires: 0``): callhook is shutting down."""
         self.registrations.stop_all(now)

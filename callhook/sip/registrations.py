@@ -46,6 +46,8 @@ class Registrations:
         self._targets: dict[str, Target] = {}
         self._keepalive_at: dict[str, float] = {}
         self._txs: dict[int, Registration] = {}  # id(transaction) -> its registration
+        #: Registrations stopped and forgotten (:meth:`stop`), by id: where they went.
+        self._retired: dict[int, Target] = {}
         self.pings: list[tuple[bytes, Target]] = []
         #: The proxy in front of this worker (``front.py``): it is the Contact, the
         #: REGISTERs go through it, and keeping its flows open is its business (not over
@@ -78,6 +80,18 @@ class Registrations:
         host, port = registration.destination
         self._targets[spec.name] = target or Target(host, port, transport_of(spec.transport))
         registration.start(now)
+        self._pump(registration, now)
+
+    def stop(self, name: str, now: float) -> None:
+        """Unregister trunk ``name`` (``Expires: 0``) and forget it: a reloaded config left
+        it out, or changed it (its new registration is :meth:`start` ed after). Its
+        un-REGISTER still gets its answer (and a challenge its credentials) where it went."""
+        registration = self.by_name.pop(name, None)
+        if registration is None:
+            return
+        self._retired[id(registration)] = self._targets[name]
+        self._keepalive_at.pop(name, None)
+        registration.stop(now)
         self._pump(registration, now)
 
     def leave_all(self, now: float, reason: str) -> None:
@@ -164,7 +178,8 @@ class Registrations:
 
     def _pump(self, registration: Registration, now: float) -> None:
         name = registration.spec.name
-        target = self._targets[name]
+        retired = self._retired.get(id(registration))
+        target = retired if retired is not None else self._targets[name]
         front = self._through(target.transport)
         for request in registration.take_requests():
             if front is not None:
@@ -176,7 +191,10 @@ class Registrations:
                 tx = self._send(request, target, now)
             if not tx.terminated:
                 self._txs[id(tx)] = registration
-        if front is not None:
+        if retired is not None:
+            if registration.state == "unregistered":
+                self._retired.pop(id(registration), None)  # (its last answer came)
+        elif front is not None:
             pass  # no keep-alives: the proxy holds the flow to the registrar
         elif registration.state == "registered" and name not in self._keepalive_at:
             self._keepalive_at[name] = now + _interval(target)

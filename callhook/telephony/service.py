@@ -225,7 +225,7 @@ class SipService:
             ),
             log_path=services.store.path,
             flush=self._flush,
-            trunks_changed=self._trunks_changed,
+            trunks_changed=self.trunks_changed,
         )
         #: A call's ``transfer``: its REFER and what comes of it.
         self.transfers = Transfers(
@@ -344,7 +344,7 @@ class SipService:
         self._trusted_trunks()
         register = register and settings.workers.lead
         self.trunks.elsewhere = not register
-        await self.trunks.start(self._trunks_changed, register=register)
+        await self.trunks.start(self.trunks_changed, register=register)
         self._trusted_trunks()
         self.sampler = Sampler(
             self.guard,
@@ -418,7 +418,9 @@ class SipService:
         every = (services.speech, *services.app_speech.values())
         return list({id(service): service for service in every}.values())
 
-    def _trunks_changed(self) -> None:
+    def trunks_changed(self) -> None:
+        """The trunks changed (resolved, registered, reloaded): the guard trusts their
+        addresses, and what the agent has to send goes."""
         self._trusted_trunks()
         self._flush()
 

@@ -99,6 +99,37 @@ class Trunks:
             agent.register(spec, asyncio.get_running_loop().time(), self.targets[trunk.name])
             on_change()
 
+    async def reload(self, trunks: dict[str, Trunk], on_change: Callable[[], None]) -> list[str]:
+        """A reloaded config's trunks: each one gone or changed is unregistered and
+        forgotten, each new or changed one resolved and registered (a call through one
+        goes on); what changed, for the log."""
+        agent = self._agent()
+        now = asyncio.get_running_loop().time()
+        old = dict(self.config)
+        changed = []
+        for name, trunk in old.items():
+            if trunks.get(name) == trunk:
+                continue
+            changed.append(f"{name} {'changed' if name in trunks else 'removed'}")
+            handle = self._retries.pop(name, None)
+            if handle is not None:
+                handle.cancel()
+            self.errors.pop(name, None)
+            self.addresses.pop(name, None)
+            self.targets.pop(name, None)
+            if agent is not None and self.register and trunk.registers:
+                agent.unregister(name, now)
+        # In place: the settings and the dialler hold this dict.
+        self.config.clear()
+        self.config.update(trunks)
+        for name, trunk in trunks.items():
+            if old.get(name) != trunk:
+                if name not in old:
+                    changed.append(f"{name} added")
+                await self._start(trunk, on_change)
+        on_change()
+        return changed
+
     def lead(self, leading: bool, on_change: Callable[[], None]) -> None:
         """Register the trunks from now on (``leading``), or stop and leave them to the
         node that does: the role moved (``store/postgres.py``, ``leaders``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -488,3 +489,38 @@ async def test_a_tls_trunk_that_requires_srtp_answers_with_keys_and_refuses_plai
         assert await wait_for_request(app, "/final")
     assert len(app.bodies("/support")) == 1  # the refused call ran no application
     assert SDES_KEY not in server.output  # (keys are never logged)
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_trunk_added_and_removed_by_a_reload(
+    tmp_path: Path, app: AppServer, provider: Provider, workers: int
+) -> None:
+    """SIGHUP with a trunk added to the config: callhook registers with the provider (with
+    workers, worker 0 does) and the DID's calls come in; the trunk removed again: its
+    binding is removed (Expires: 0). serve is never restarted."""
+    answering_app(app)
+    with_trunk = config(tmp_path, app, provider).read_text()
+    without = "[apps.support]" + with_trunk.split("[apps.support]")[1]
+    async with served(tmp_path, app, workers, without) as server:
+        assert server.proc is not None
+        path = tmp_path / "callhook.toml"
+        assert provider.registered() == []
+        path.write_text(path.read_text().replace(without, with_trunk))
+        server.proc.send_signal(signal.SIGHUP)
+        await provider.wait_registered(timeout=15)
+        for _ in range(50):  # (the log line comes through serve's output pipe)
+            if "trunks reloaded: provider added" in server.output:
+                break
+            await asyncio.sleep(0.1)
+        assert "trunks reloaded: provider added" in server.output
+        run = await call_the_did(tmp_path, provider)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/final")
+        path.write_text(path.read_text().replace(with_trunk, without))
+        server.proc.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if not provider.registered() and "provider removed" in server.output:
+                break
+            await asyncio.sleep(0.1)
+        assert provider.registered() == [], server.output
+        assert "trunks reloaded: provider removed" in server.output

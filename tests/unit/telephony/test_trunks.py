@@ -205,3 +205,43 @@ def test_the_registered_phones_as_a_table() -> None:
     assert table[1].split() == [
         "alice", "udp", "198.51.100.4:40112", "3541", "s", "<sip:alice@192.0.2.7:5062>",
     ]  # fmt: skip
+
+
+async def test_a_reload_unregisters_the_trunks_gone_and_registers_the_new(tmp_path: Path) -> None:
+    """Trunks reloaded (serving/reload.py): the one left out gets REGISTER Expires: 0 and
+    is forgotten; the one added registers; one unchanged sends nothing."""
+    from callhook.sip.agent import Agent
+    from tests.unit.sip.test_sip_registrations import answer, sent_requests
+
+    agent = Agent("127.0.0.1", 5060)
+    first = (
+        '[trunks.provider]\nregistrar = "127.0.0.1:5090"\nusername = "me"\npassword = "s"\n'
+        '[trunks.static]\noutbound_proxy = "127.0.0.1:5094"\n'
+    )
+    trunks = Trunks(load(config(tmp_path, first)).trunks, lambda: agent)
+    changes: list[int] = []
+    await trunks.start(lambda: changes.append(1))
+    ((register, registrar),) = sent_requests(agent)  # provider's REGISTER
+    assert registrar.port == 5090
+    answer(agent, register, 200, asyncio.get_running_loop().time())  # registered
+    assert agent.registrations.by_name["provider"].state == "registered"
+
+    second = (
+        '[trunks.static]\noutbound_proxy = "127.0.0.1:5094"\n'
+        '[trunks.office]\nregistrar = "127.0.0.1:5092"\nusername = "me"\npassword = "s"\n'
+    )
+    held = trunks.config
+    changed = await trunks.reload(load(config(tmp_path, second)).trunks, lambda: changes.append(1))
+    assert changed == ["provider removed", "office added"]
+    assert trunks.config is held and set(held) == {"static", "office"}
+    out = sent_requests(agent)
+    assert [(m.headers.get("Expires"), target.port) for m, target in out] == [
+        ("0", 5090),  # provider's binding removed
+        ("300", 5092),  # office registers
+    ]
+    assert set(agent.registrations.by_name) == {"office"}
+    assert [t["name"] for t in trunks.status(0.0)] == ["static", "office"]
+    route = trunks.route("+441234", "office")
+    assert (route.trunk, route.address) == ("office", Target("127.0.0.1", 5092, "udp"))
+    with pytest.raises(RouteError, match="no trunk named 'provider'"):
+        trunks.route("+441234", "provider")
