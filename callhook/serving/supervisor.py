@@ -225,9 +225,12 @@ class Supervisor:
 
     def reload(self, config: Path | None) -> None:
         """SIGHUP: ``config`` checked here (an error: refused, said once, the workers not
-        told), then SIGHUP to each worker, which reloads it (serving/reload.py). (SIGHUP
-        from a closed terminal does not reach the workers: they are in process groups of
-        their own.)"""
+        told), then SIGHUP to each worker, which reloads it (serving/reload.py); when
+        ``[security]`` or the trunks (whose addresses it trusts) changed, Kamailio is
+        started again on a new configuration (calls in progress go on: their media goes
+        straight to the workers, their requests through the new Kamailio). (SIGHUP from a
+        closed terminal does not reach the workers: they are in process groups of their
+        own.)"""
         if config is None:
             logger.warning("SIGHUP: serve was started without --config: nothing to reload")
             return
@@ -236,15 +239,26 @@ class Supervisor:
         except (ConfigError, OSError) as exc:
             logger.error("SIGHUP: the config is refused; the running one stays: %s", exc)
             return
-        if new.security != self.settings.security:
-            logger.warning(
-                "SIGHUP: [security] changed: the workers apply it now; Kamailio in front "
-                "of them at the next restart"
-            )
         for worker in self.workers:
             if worker.process is not None and worker.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.send_signal(signal.SIGHUP)
+        settings = self.settings
+        if (new.security, new.trunks) != (settings.security, settings.trunks):
+            settings.security, settings.trunks = new.security, new.trunks
+            task = asyncio.get_running_loop().create_task(self._new_front())
+            self._tasks.append(task)
+
+    async def _new_front(self) -> None:
+        """Kamailio again, on a configuration of the reloaded settings."""
+        await asyncio.to_thread(self.write_config)  # (the trunks' hosts resolved)
+        process = self.kamailio.process
+        if process is None or process.returncode is not None or self.stopping:
+            return  # (the next one starts on the new configuration anyway)
+        self._replacing = True
+        logger.info("SIGHUP: Kamailio starts again with the reloaded [security] and trunks")
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
 
     def __init__(
         self, settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
@@ -291,6 +305,7 @@ class Supervisor:
         )
         self.stopping = False
         self._quiet = False  # Kamailio was told to stop: its log is not passed on
+        self._replacing = False  # Kamailio was told to stop for a reload: started again
         self._tasks: list[asyncio.Task[None]] = []
         self.failed: str | None = None
         self.exit_status = 1  # when it failed
@@ -469,6 +484,9 @@ class Supervisor:
                     await asyncio.wait_for(asyncio.shield(child.relay), 2.0)
             if self.stopping:
                 return
+            if child is self.kamailio and self._replacing:
+                self._replacing = False  # asked for: again at once, no back-off
+                continue
             ran = time.monotonic() - child.started
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
             kamailio = child is self.kamailio

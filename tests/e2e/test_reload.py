@@ -95,3 +95,42 @@ async def test_sighup_applies_a_new_application_while_a_call_runs(
         server.proc.send_signal(signal.SIGHUP)
         await until_logged(server, "applied at the next restart: [http]", workers)
     assert "Traceback" not in server.output, server.output
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_sighup_applies_security_while_a_call_runs(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """[security] reloaded: a caller from outside the new allow list is refused (403: by
+    callhook, or with workers by Kamailio in front, started again on the new rules),
+    while the call that was up when the config changed completes."""
+    app.page("/first", [{"sleep": {"seconds": 6}}, {"hang_up": {}}])
+    app.page("/first/final", None)
+    bye = sipp.BYE_FROM_SERVER.format(timeout_ms=30000)
+    async with served(tmp_path, app, workers, apps(app, "first")) as server:
+        assert server.proc is not None
+        config = tmp_path / "callhook.toml"
+        running = asyncio.create_task(
+            sipp.call(server.sip, tmp_path, sipp.invite("first"), sipp.ANSWERED, bye)
+        )
+        assert await wait_for_request(app, "/first", timeout=10)
+        closed = '\n[security]\nallow = ["10.0.0.0/8"]\nunknown = "reject"\n'
+        config.write_text(config.read_text() + closed)
+        server.proc.send_signal(signal.SIGHUP)
+        await until_logged(server, "SIGHUP: reloaded", workers)
+        if workers > 1:
+            await until_logged(server, "Kamailio starts again", 1)
+        # (Kamailio listening again: a refused call is answered.)
+        refused = sipp.REFUSED.format(status=403, user="first")
+        for _ in range(20):
+            run = await sipp.call(server.sip, tmp_path, sipp.invite("first"), refused)
+            if run.returncode == 0:
+                break
+            await asyncio.sleep(0.5)
+        assert run.returncode == 0, run.output + server.output
+        first = await running
+        assert first.returncode == 0, first.output + server.output
+        assert await wait_for_request(app, "/first/final", timeout=10)
+        (final,) = app.bodies("/first/final")
+        assert final["this_call"]["call_cause"] == "completed"
+    assert "Traceback" not in server.output, server.output
