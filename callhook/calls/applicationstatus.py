@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from callhook.store.callrecords import CallRecord
+
 _LINE = re.compile(r"(\S+) \+(\d+\.\d+) (\w+) ?(.*)")
 _QUOTED = r"('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
 _START = re.compile(
@@ -113,6 +115,26 @@ class InstanceStatus:
             for t, text in self.errors
         ]
         return {"adr": adr, "cdrs": cdrs, "errs": errs}
+
+
+def from_record(record: CallRecord) -> InstanceStatus:
+    """The status of an instance whose call log is gone (deleted past its retention),
+    from its call record: the call, its times and cause, without the errors the log
+    held."""
+    return InstanceStatus(
+        record.instance_id,
+        record.app,
+        call_id=record.call_id,
+        direction=record.direction,
+        call_from=record.call_from,
+        call_to=record.call_to,
+        start=record.started,
+        stop=record.ended,
+        last=record.ended,
+        cause=record.cause,
+        raw_cause=record.raw_cause,
+        answered=record.answered is not None,
+    )
 
 
 def read(instance_id: str, application: str, log: str) -> InstanceStatus:

@@ -174,7 +174,11 @@ async def _start_web(
     extra.append(ConferenceApi(rooms, api))
     # Aculab's web services: a number is called through the first trunk, as connect's are.
     webservices = WebServices(
-        api, lambda: next(iter(sip.trunks.config), None), clients=sip.webclients, rooms=rooms
+        api,
+        lambda: next(iter(sip.trunks.config), None),
+        clients=sip.webclients,
+        rooms=rooms,
+        records=services.records,
     )
     return await services.start_web(
         host,

@@ -103,6 +103,16 @@ class CallRecords:
             self._refused = False
             logger.warning("call records are written again")
 
+    def of_instance(self, app: str, instance_id: str) -> CallRecord | None:
+        """The record of application ``app``'s call whose instance is ``instance_id`` (a
+        call's, not a far leg's), if there is one (blocking)."""
+        sql = (
+            f"SELECT {', '.join(COLUMNS)} FROM call_records"
+            " WHERE app = ? AND instance_id = ? AND leg = 'call' ORDER BY id DESC LIMIT 1"
+        )
+        row = self.db.call(lambda conn: conn.execute(sql, (app, instance_id)).fetchone())
+        return _row(row) if row is not None else None
+
     def page(self, filters: Filters, after: int, limit: int) -> Page:
         """Records past number ``after``, oldest first, at most ``limit`` (call from any
         thread but the database's: it waits)."""
@@ -132,6 +142,10 @@ class CallRecords:
         records = [(int(row[0]), CallRecord(*row[1:])) for row in rows[:limit]]
         more = len(rows) > limit
         return Page(records, records[-1][0] if more and records else None)
+
+
+def _row(row: Sequence[Any]) -> CallRecord:
+    return CallRecord(*row)
 
 
 def _execute(conn: Connection, sql: str, values: Sequence[Any]) -> None:

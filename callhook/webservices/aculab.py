@@ -60,6 +60,7 @@ from callhook.httpserver.restapi import (
     check_wav,
 )
 from callhook.httpserver.server import Handler
+from callhook.store.callrecords import CallRecords
 from callhook.store.files import FileInfo, FileStore
 from callhook.store.names import BadName, check_name
 from callhook.telephony.webclients import WebClients
@@ -123,12 +124,15 @@ class WebServices:
         number_trunk: Callable[[], str | None],
         clients: WebClients | None = None,
         rooms: RoomViews | None = None,
+        records: CallRecords | None = None,
     ) -> None:
         """``number_trunk``: the trunk a number is called through (None: none);
         ``clients``: the pages signed in to receive calls (the WebRTC Clients services:
         webservices/webrtc.py; None: not served); ``rooms``: the conference rooms (the
-        conference services: webservices/conferences.py; None: not served)."""
+        conference services: webservices/conferences.py; None: not served); ``records``:
+        the call records (an instance whose call log is gone is told from its record)."""
         self.api = api
+        self.records = records
         self.number_trunk = number_trunk
         self.clients = clients
         self.rooms = rooms
@@ -350,6 +354,10 @@ class WebServices:
         app = self.app_of(request)
         instance = (await self.params(request)).need("application_instance_id")
         found = await self._log_status(app, instance)
+        if found is None and self.records is not None:
+            # Its log deleted past its retention: its call record still tells the call.
+            record = await blocking(self.records.of_instance, app.name, instance)
+            found = applicationstatus.from_record(record) if record is not None else None
         if found is None:
             raise ApiError(404, "not_found", f"no application instance {instance!r}")
         return web.json_response(found.as_aculab())

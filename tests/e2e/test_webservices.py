@@ -103,6 +103,11 @@ async def test_an_outbound_service_started_watched_and_reported(
         assert [f["filename"] for f in one.body["files"]] == [f"{reference}.log"]
         cancel_late = await ws.service_cancel(reference)  # over already: nothing to cancel
         assert cancel_late.status == 404 and cancel_late.body["error"]["code"] == "HTTP 404"
+        # Its call log deleted (past [retention] call_logs_days): its call record tells the
+        # call still.
+        (server.data_dir / "media" / "outbound" / "logs" / f"{reference}.log").unlink()
+        recorded = await ws.application_status(reference)
+        assert recorded.status == 200, recorded.raw
     out, _ = await asyncio.wait_for(callee.communicate(), 30)
     assert callee.returncode == 0, out.decode(errors="replace")
     (first,) = first_pages
@@ -118,6 +123,15 @@ async def test_an_outbound_service_started_watched_and_reported(
     (cdr,) = status.body["cdrs"]
     assert (cdr["call_direction"], cdr["call_to"], cdr["call_cause"]) == ("out", to, "completed")
     assert status.body["errs"] == []
+    # From the record: the same instance, call and cause; its times the call's own (from
+    # its INVITE, where the log's begin with the log).
+    again = recorded.body["adr"]
+    assert (again["application_instance_id"], again["application_name"]) == (reference, "outbound")
+    (from_record,) = recorded.body["cdrs"]
+    assert {k: from_record[k] for k in ("call_id", "call_direction", "call_to", "call_cause")} == {
+        k: cdr[k] for k in ("call_id", "call_direction", "call_to", "call_cause")
+    }
+    assert abs(from_record["stop_time"] - cdr["stop_time"]) < 1.0
 
 
 async def _status_is(ws: AculabWebServices, reference: str, wanted: str) -> Any:
