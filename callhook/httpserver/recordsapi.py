@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from callhook.httpserver.restapi import Api, ApiError, blocking
+from callhook.httpserver.restapi import Api, ApiError, blocking, iso_time
 from callhook.store.callrecords import PAGE_MAX, CallRecord, CallRecords, Filters
 
 #: The fields of a record as the API gives it, in order (CSV's columns).
@@ -128,9 +128,9 @@ def as_json(record: CallRecord) -> dict[str, Any]:
         "call_to": record.call_to,
         "trunk": record.trunk or None,
         "worker": record.worker,
-        "started": _iso(record.started),
-        "answered": _iso(record.answered) if record.answered is not None else None,
-        "ended": _iso(record.ended),
+        "started": iso_time(record.started),
+        "answered": iso_time(record.answered) if record.answered is not None else None,
+        "ended": iso_time(record.ended),
         "seconds_call_duration": round(record.seconds, 3),
         "call_cause": record.cause,
         "call_raw_cause": record.raw_cause,
@@ -145,11 +145,6 @@ def _csv_rows(rows: list[Any]) -> bytes:
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
     writer.writerows(["" if v is None else v for v in row] for row in rows)
     return out.getvalue().encode()
-
-
-def _iso(seconds: float) -> str:
-    when = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _time(query: Any, name: str) -> float | None:

@@ -595,18 +595,19 @@ async def _json_object(request: web.Request, allowed: set[str]) -> dict[str, Any
     return body
 
 
-def _iso(seconds: float) -> str:
+def iso_time(seconds: float) -> str:
+    """Unix seconds as the API gives times: ISO 8601 in UTC, to the millisecond."""
     when = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _file_json(info: FileInfo) -> dict[str, Any]:
-    return {"name": info.name, "size": info.size, "modified": _iso(info.modified)}
+    return {"name": info.name, "size": info.size, "modified": iso_time(info.modified)}
 
 
 def _call_json(call: dict[str, Any]) -> dict[str, Any]:
     # (The instance id is the web services' business: the REST API's calls keep their shape.)
     hidden = ("application", "application_instance_id")
     shown = {k: v for k, v in call.items() if k not in hidden}
-    shown["started"] = _iso(call["started"])
+    shown["started"] = iso_time(call["started"])
     return shown

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +42,7 @@ from aiohttp import web
 from callhook.calls.applicationstatus import aculab_datetime
 from callhook.conference.room import Participant, Room
 from callhook.config.settings import AppConfig
-from callhook.httpserver.restapi import Api, ApiError
+from callhook.httpserver.restapi import Api, ApiError, iso_time
 from callhook.httpserver.server import Handler
 from callhook.telephony.conferences import Conferences
 from callhook.telephony.roomrecording import MAX_CHANNELS, Mode
@@ -51,11 +50,6 @@ from callhook.webservices.webrtc import Params
 
 #: How times are written: the web services' form, or the REST API's.
 Stamp = Callable[[float], str]
-
-
-def _iso(seconds: float) -> str:
-    when = datetime.fromtimestamp(seconds, UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class RoomViews:
@@ -264,11 +258,11 @@ class ConferenceApi:
 
     async def list_rooms(self, request: web.Request) -> web.Response:
         app = self.api.app_of(request)
-        return web.json_response({"conferences": self.views.rooms(app, _iso)})
+        return web.json_response({"conferences": self.views.rooms(app, iso_time)})
 
     async def list_people(self, request: web.Request) -> web.Response:
         app = self.api.app_of(request)
-        return web.json_response(self.views.participants(app, request.match_info["name"], _iso))
+        return web.json_response(self.views.participants(app, request.match_info["name"], iso_time))
 
     async def set_options(self, request: web.Request) -> web.Response:
         app = self.api.app_of(request)
@@ -281,7 +275,9 @@ class ConferenceApi:
         if any(not isinstance(v, bool) for v in body.values()):
             raise ApiError(400, "bad_request", "muted and talker are true or false")
         name, pid = request.match_info["name"], request.match_info["pid"]
-        shown = self.views.set_options(app, name, pid, body.get("muted"), body.get("talker"), _iso)
+        shown = self.views.set_options(
+            app, name, pid, body.get("muted"), body.get("talker"), iso_time
+        )
         return web.json_response(shown)
 
     async def eject(self, request: web.Request) -> web.Response:
