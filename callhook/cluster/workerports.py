@@ -9,6 +9,7 @@ the setting, not Kamailio's log and a stop.
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from callhook.cluster.workers import (
@@ -25,7 +26,8 @@ def choose_first_port(settings: Settings, count: int) -> int:
     """``[workers] first_port``; else the first run of ``count`` ports from the SIP port
     + 40 (workers.py ``first_port_candidates``) clear of the SIP port and the RTP range and
     free on the workers' host, for UDP (their SIP) and TCP (their private port): a
-    second ``serve`` on the machine takes the next free ones. ConfigError if none is."""
+    second ``serve`` on the machine takes the next free ones. ConfigError if none is, or
+    if the host cannot be bound at all (its cause named: e.g. no loopback interface up)."""
     if settings.workers.first_port is not None:
         return settings.workers.first_port
     host = host_of_workers(settings.sip.host)
@@ -41,14 +43,22 @@ def choose_first_port(settings: Settings, count: int) -> int:
 
 
 def _free(host: str, port: int) -> bool:
-    """Whether ``port`` can be bound on ``host`` for UDP and for TCP now."""
+    """Whether ``port`` can be bound on ``host`` for UDP and for TCP now: False when it is
+    in use, ConfigError naming the cause when binding fails for any other reason (no
+    other port would do better)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
         with socket.socket(family, kind) as probe:
             try:
                 probe.bind((host, port))
-            except OSError:
-                return False
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    return False
+                loopback = host.startswith("127.") or host == "::1"
+                hint = " (is the loopback interface up?)" if loopback else ""
+                raise ConfigError(
+                    f"the workers cannot listen on {host}: {exc.strerror}{hint}"
+                ) from None
     return True
 
 

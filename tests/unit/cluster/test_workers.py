@@ -146,6 +146,16 @@ def test_serve_chooses_free_ports_for_its_workers_a_second_serve_the_next() -> N
     assert choose_first_port(settings, 2) == 6000
 
 
+def test_workers_that_cannot_bind_their_host_are_refused_with_the_cause() -> None:
+    """An address the machine does not have (a loopback interface down does the same to
+    127.0.0.1): the OS's reason, not "no free ports"."""
+    from callhook.cluster.workerports import choose_first_port
+
+    settings = Settings(sip=SipSettings(host="192.0.2.1", port=41000, rtp_ports=(20000, 29999)))
+    with pytest.raises(ConfigError, match=r"cannot listen on 192\.0\.2\.1: Cannot assign"):
+        choose_first_port(settings, 2)
+
+
 def test_a_worker_takes_its_slice_and_trusts_the_proxy() -> None:
     settings = Settings(sip=SipSettings(host="127.0.0.1", port=5060, proxies=("10.0.0.9",)))
     become_worker(settings, 1, 2)
