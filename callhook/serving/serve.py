@@ -43,6 +43,7 @@ from callhook.serving.collector import (
 from callhook.serving.readiness import Readiness
 from callhook.serving.reload import Reloader
 from callhook.serving.supervisor import READY, workers_for
+from callhook.serving.systemd import ServiceManager
 from callhook.telephony.users import registered_phones
 
 logger = logging.getLogger("callhook.server")
@@ -200,6 +201,8 @@ async def _start_web(
 
 
 async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly) -> int:
+    # systemd's, when it runs serve: taken before any child starts (a worker has none).
+    manager = ServiceManager.from_environment()
 
     if args.sip:
         settings.sip.host, settings.sip.port = host_port(args.sip, 5060)
@@ -246,7 +249,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
 
         http = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
         config = Path(args.config) if getattr(args, "config", None) else None
-        return await supervise(settings, count, args.argv, http, config)
+        return await supervise(settings, count, args.argv, http, config, manager)
     # Before any socket: enough open files for the port range, their table grown once.
     descriptors.provide(descriptors.needed(settings.sip.rtp_ports))
     if settings.tracing.endpoint is not None:
@@ -333,6 +336,8 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         _say(READY)  # the supervisor prints where callhook is reached
     else:
         _banner(settings, sip, base, app)
+    status = f"serving, SIP {settings.sip.host}:{sip.port}, web {base}"
+    manager.ready(status)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -349,11 +354,18 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         flags=lambda new: _flag_app(args, new, services.secret),
         trunks=lambda new: sip.trunks.reload(new, sip.trunks_changed),
     )
+
+    def reload() -> None:
+        manager.reloading()
+        reloader.reload()
+        manager.ready(status)
+
     with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+        loop.add_signal_handler(signal.SIGHUP, reload)
     try:
         await stop.wait()
     finally:
+        manager.stopping()
         _say("callhook: shutting down (new calls get 503)")
         frozen.cancel()
         collecting.cancel()

@@ -56,6 +56,7 @@ from callhook.cluster.workers import (
 from callhook.config.settings import ConfigError, Settings, load
 from callhook.monitoring import prometheus
 from callhook.serving.readiness import answers_options
+from callhook.serving.systemd import SILENT, ServiceManager
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.transport import Target
 
@@ -239,6 +240,7 @@ class Supervisor:
         except (ConfigError, OSError) as exc:
             logger.error("SIGHUP: the config is refused; the running one stays: %s", exc)
             return
+        self.manager.reloading()
         for worker in self.workers:
             if worker.process is not None and worker.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -248,6 +250,7 @@ class Supervisor:
             settings.security, settings.trunks = new.security, new.trunks
             task = asyncio.get_running_loop().create_task(self._new_front())
             self._tasks.append(task)
+        self.manager.ready(self._status())
 
     async def _new_front(self) -> None:
         """Kamailio again, on a configuration of the reloaded settings."""
@@ -261,9 +264,15 @@ class Supervisor:
             process.terminate()
 
     def __init__(
-        self, settings: Settings, count: int, worker_argv: list[str], http: tuple[str, int]
+        self,
+        settings: Settings,
+        count: int,
+        worker_argv: list[str],
+        http: tuple[str, int],
+        manager: ServiceManager = SILENT,
     ) -> None:
         self.settings = settings
+        self.manager = manager
         self.layout = layout_of(settings, count)
         self.http = http
         self.run_dir = run_dir(settings.data_dir)
@@ -366,7 +375,10 @@ class Supervisor:
                         self.layout.port,
                     )
                 self._banner()
+                self.manager.ready(self._status())
                 await asyncio.wait([failing, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            self.manager.stopping()
         for task in (failing, stopping, ready):
             task.cancel()
         await self.shutdown()
@@ -390,6 +402,13 @@ class Supervisor:
     async def _all_ready(self) -> None:
         for child in self.workers:
             await child.ready.wait()
+
+    def _status(self) -> str:
+        layout = self.layout
+        return (
+            f"serving with {len(self.workers)} workers behind Kamailio, "
+            f"SIP {layout.host}:{layout.port}, web {self.http[0]}:{self.http[1]}"
+        )
 
     def _banner(self) -> None:
         layout = self.layout
@@ -596,9 +615,11 @@ async def supervise(
     worker_argv: list[str],
     http: tuple[str, int],
     config: Path | None = None,
+    manager: ServiceManager = SILENT,
 ) -> int:
     """Run ``count`` workers behind Kamailio until SIGTERM or SIGINT (the exit status);
-    SIGHUP: ``config`` checked, then the workers told to reload it."""
+    SIGHUP: ``config`` checked, then the workers told to reload it; ``manager`` (systemd)
+    told when it serves, reloads and stops."""
     host, port = http
     # The workers' shared token (cluster/siblings.py) and first SIP port: each inherits
     # them from here.
@@ -606,7 +627,8 @@ async def supervise(
     settings.workers.first_port = choose_first_port(settings, count)
     os.environ[WORKERS_FIRST_PORT] = str(settings.workers.first_port)
     front_ports_free(settings)
-    supervisor = Supervisor(settings, count, worker_argv, (host, http_port(host, port)))
+    address = (host, http_port(host, port))
+    supervisor = Supervisor(settings, count, worker_argv, address, manager)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -248,6 +248,8 @@ class Server:
         self.proc: asyncio.subprocess.Process | None = None
         self.output = ""
         self._reader: asyncio.Task[None] | None = None
+        #: Added to serve's environment.
+        self.env: dict[str, str] = {}
 
     @classmethod
     def for_app(
@@ -295,7 +297,7 @@ class Server:
             *self.args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         self._reader = asyncio.create_task(self._read())
         # Up to a minute: a start takes a second or two, far more on a loaded machine.

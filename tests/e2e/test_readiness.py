@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,41 @@ async def test_a_killed_worker_is_not_ready_until_it_is_back(
         back = await until_status(server, 200, 60)  # the supervisor started another
         assert back["workers"] == {"0": "ready", "1": "ready"}, back
         assert worker_pids(server.data_dir)[1] != pids[1]
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_systemd_is_told_when_it_serves_reloads_and_stops(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Under a unit of ``Type=notify``: ``READY=1`` once it serves, ``RELOADING=1`` then
+    ``READY=1`` around a reload, ``STOPPING=1`` on SIGTERM, on the socket systemd names
+    (an abstract one here, as systemd's own); the workers do not inherit it."""
+    name = f"callhook-test-notify-{os.getpid()}-{workers}"
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind("\0" + name)
+    receiver.setblocking(False)
+    loop = asyncio.get_running_loop()
+
+    async def told(seconds: float = 30.0) -> set[str]:
+        data = await asyncio.wait_for(loop.sock_recv(receiver, 4096), seconds)
+        return set(data.decode().splitlines())
+
+    app.page("/start", [{"hang_up": {}}])
+    server = served(tmp_path, app, workers)
+    server.env["NOTIFY_SOCKET"] = "@" + name
+    try:
+        async with server:
+            assert server.proc is not None
+            ready = await told()
+            assert "READY=1" in ready and any(f.startswith("STATUS=serving") for f in ready)
+            assert (await probe(server))[0] == 200  # as it said
+            if workers > 1:
+                for pid in worker_pids(tmp_path / "data").values():
+                    assert b"NOTIFY_SOCKET" not in Path(f"/proc/{pid}/environ").read_bytes()
+            server.proc.send_signal(signal.SIGHUP)
+            assert "RELOADING=1" in await told()
+            assert "READY=1" in await told()
+            server.proc.send_signal(signal.SIGTERM)
+            assert "STOPPING=1" in await told()
+    finally:
+        receiver.close()
