@@ -230,8 +230,10 @@ async def run_sipp(
     media_port: int,
     timeout: float = 60.0,
     extra: tuple[str, ...] = (),
+    local_ip: str = "127.0.0.1",
 ) -> SippRun:
-    """Run one SIPp call of ``scenario_text`` against ``server``, bounded by ``timeout``."""
+    """Run one SIPp call of ``scenario_text`` against ``server``, bounded by ``timeout``,
+    from ``local_ip`` (SIP and media)."""
     from tests.e2e.harness import free_udp_port
 
     assert SIPP is not None, "SIPp (Debian package sip-tester) is not installed"
@@ -244,11 +246,11 @@ async def run_sipp(
         str(path),
         f"{server[0]}:{server[1]}",
         "-i",
-        "127.0.0.1",
+        local_ip,
         "-p",
         str(local_port),
         "-mi",
-        "127.0.0.1",
+        local_ip,
         "-mp",
         str(media_port),
         *control_socket(free_udp_port()),

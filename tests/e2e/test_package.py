@@ -1,0 +1,308 @@
+"""The Debian package as an administrator meets it, in a fresh Debian 12 system.
+
+``scripts/build-deb`` builds the package (kept in ~/.cache/callhook/deb by the source's
+hash: built once per change of what goes into it); ``debootstrap`` makes a minimal
+Debian 12 root (kept in ~/.cache/callhook/bookworm, copied fresh for each run), which
+``systemd-nspawn --boot`` boots with systemd as its init, in a network namespace of the
+test's own (10.78.0.2, the test's side 10.78.0.1). Inside, ``apt-get install`` of the
+.deb (its dependencies and Kamailio, which it recommends, fetched beforehand: the
+container has no way out) runs the maintainer scripts under the running systemd, which
+starts the unit; with nothing else done:
+
+- serve runs as the ``callhook`` user, its default mode (workers behind Kamailio), and
+  Debian's own ``kamailio.service`` stays off the SIP port it would take;
+- a SIPp call from the test's side reaches the built-in demo and goes through it to its
+  end (a number keyed, a choice, a message, goodbye): five pages in its call record;
+- ``systemctl reload callhook`` applies a new application while that call is in
+  progress; the new application (the test's own web server) takes a call, and the demo
+  call still completes;
+- ``apt-get purge`` removes the unit and the user and keeps ``/var/lib/callhook``;
+  installed again and purged with ``CALLHOOK_PURGE_DATA=yes``, the data goes too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callhook.devtools.harness import AppServer
+from tests.e2e import sipp
+from tests.e2e.harness import free_even_udp_port, free_udp_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "callhook"
+#: What the fresh system has besides Debian's minimal base: systemd to boot it, and what
+#: any Debian server has (apt's own, adduser, iproute2, procps).
+INCLUDE = "systemd,systemd-sysv,dbus,python3,adduser,iproute2,procps"
+HOST_IP, GUEST_IP = "10.78.0.1", "10.78.0.2"
+PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+pytestmark = [
+    pytest.mark.solo,  # the build and the install load both cores
+    pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="debootstrap, systemd-nspawn and network namespaces need root"
+    ),
+]
+
+
+def _run(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"{' '.join(args)}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    """The package built from this checkout (the cached one when nothing in it changed)."""
+    built = _run(str(ROOT / "scripts" / "build-deb"), "--cache", timeout=1800)
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+def _base_root() -> Path:
+    """A debootstrapped Debian 12 with ``INCLUDE``, made once and kept."""
+    base = CACHE / "bookworm" / INCLUDE.replace(",", "-")
+    if not (base / "etc" / "debian_version").exists():
+        if not shutil.which("debootstrap"):
+            _run("apt-get", "install", "-y", "-q", "debootstrap", "systemd-container")
+        shutil.rmtree(base, ignore_errors=True)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        tmp = base.with_name(base.name + ".new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _run("debootstrap", "--variant=minbase", f"--include={INCLUDE}", "bookworm", str(tmp),
+             "http://deb.debian.org/debian", timeout=900)  # fmt: skip
+        tmp.rename(base)
+    return base
+
+
+class Machine:
+    """A booted Debian 12 container: ``run`` a command inside it, as its root."""
+
+    def __init__(self, root: Path, netns: str) -> None:
+        self.root = root
+        self.netns = netns
+        self.log = root.parent / "console.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.init_pid = 0
+
+    def boot(self) -> None:
+        with self.log.open("wb") as console:
+            self.proc = subprocess.Popen(
+                ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit",
+                 "--console=read-only", f"--network-namespace-path=/run/netns/{self.netns}",
+                 "--machine=callhook-test", "-D", str(self.root), "--boot"],
+                stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not self.init_pid:
+            assert self.proc.poll() is None, self.log.read_text(errors="replace")
+            assert time.monotonic() < deadline, "the container did not start"
+            children = _run("pgrep", "-P", str(self.proc.pid), check=False).stdout.split()
+            self.init_pid = int(children[0]) if children else 0
+            time.sleep(0.2)
+        state = self.run("systemctl", "is-system-running", "--wait", check=False, timeout=120)
+        assert state.stdout.strip() in {"running", "degraded"}, state.stdout + self.journal()
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 300, env: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        return _run("nsenter", "-t", str(self.init_pid), "-a", "env", "-i", PATH, *env,
+                    *args, check=check, timeout=timeout)  # fmt: skip
+
+    def journal(self, unit: str = "callhook") -> str:
+        return self.run("journalctl", "-u", unit, "--no-pager", "-o", "cat", check=False).stdout
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()  # nspawn asks the container's systemd to power off
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def machine(tmp_path: Path, deb: Path) -> Iterator[Machine]:
+    """A fresh Debian 12 booted in its own network namespace, the package copied in and
+    its dependencies fetched (the container itself reaches only the test's side)."""
+    root = tmp_path / "root"
+    _run("cp", "-a", str(_base_root()), str(root))
+    shutil.copy(deb, root / "var" / "tmp" / deb.name)
+    (root / "etc" / "hostname").write_text("callhook-test\n")
+    # What apt will need, fetched through the host's network before the boot.
+    prepare = ("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "-D", str(root))
+    _run(*prepare, "apt-get", "update", "-q")
+    _run(*prepare, "apt-get", "install", "-y", "-q", "--download-only", f"/var/tmp/{deb.name}")
+    netns = f"chpkg{os.getpid()}"
+    host_if, guest_if = f"chh{os.getpid()}"[:15], f"chg{os.getpid()}"[:15]
+    _run("ip", "netns", "add", netns)
+    guest = Machine(root, netns)
+    try:
+        # Its loopback up, as on any host (the container's systemd, without CAP_NET_ADMIN
+        # here, cannot: serve's workers listen on 127.0.0.1).
+        _run("ip", "-n", netns, "link", "set", "lo", "up")
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", guest_if)
+        _run("ip", "link", "set", guest_if, "netns", netns)
+        _run("ip", "addr", "add", f"{HOST_IP}/24", "dev", host_if)
+        _run("ip", "link", "set", host_if, "up")
+        _run("ip", "-n", netns, "addr", "add", f"{GUEST_IP}/24", "dev", guest_if)
+        _run("ip", "-n", netns, "link", "set", guest_if, "up")
+        guest.boot()
+        yield guest
+    finally:
+        guest.stop()
+        _run("ip", "link", "del", host_if, check=False)
+        _run("ip", "netns", "del", netns, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def http_get(guest: Machine, path: str, token: str | None = None) -> tuple[int, Any]:
+    """GET ``path`` from serve's web server (127.0.0.1:8080 inside the container, as the
+    packaged config has it), from the container's network namespace."""
+    code = (
+        "import json, sys, urllib.request, urllib.error\n"
+        "req = urllib.request.Request(sys.argv[1])\n"
+        "if sys.argv[2]: req.add_header('Authorization', 'Bearer ' + sys.argv[2])\n"
+        "try:\n"
+        "    r = urllib.request.urlopen(req, timeout=10)\n"
+        "    print(r.status); print(r.read().decode())\n"
+        "except urllib.error.HTTPError as e: print(e.code); print('null')\n"
+        "except OSError as e: print(0); print('null')\n"
+    )
+    done = _run("ip", "netns", "exec", guest.netns, sys.executable, "-c", code,
+                f"http://127.0.0.1:8080{path}", token or "")  # fmt: skip
+    status, _, body = done.stdout.partition("\n")
+    try:
+        return int(status), json.loads(body)
+    except ValueError:
+        return int(status), body
+
+
+async def call(workdir: Path, *parts: str, timeout: float = 90) -> sipp.SippRun:
+    return await sipp.run_sipp(
+        sipp.scenario(*parts),
+        (GUEST_IP, 5060),
+        workdir,
+        local_port=free_udp_port(),
+        media_port=free_even_udp_port(),
+        timeout=timeout,
+        extra=("-t", "u1"),
+        local_ip=HOST_IP,
+    )
+
+
+def digits(*keys: str, cseq: int = 2) -> str:
+    return "".join(sipp.INFO.format(cseq=cseq + n, digit=key) for n, key in enumerate(keys))
+
+
+@pytest.fixture
+async def hello() -> AsyncIterator[AppServer]:
+    """The application added by the reload: the test's web server on its side of the link."""
+    async with AppServer(secret="package-test-app-secret", host=HOST_IP) as server:
+        yield server
+
+
+async def test_the_package_installs_serves_the_demo_reloads_and_purges(
+    machine: Machine, hello: AppServer, tmp_path: Path
+) -> None:
+    guest = machine
+    deb = next((guest.root / "var" / "tmp").glob("callhook_*.deb")).name
+    installed = guest.run("apt-get", "install", "-y", "-q", f"/var/tmp/{deb}",
+                          env=("DEBIAN_FRONTEND=noninteractive",))  # fmt: skip
+    assert "warning" not in installed.stdout.lower() + installed.stderr.lower(), installed
+    # Started by the install, which returned once it served (Type=notify: ready at once),
+    # as the callhook user, behind its own Kamailio.
+    assert http_get(guest, "/readyz")[0] == 200, guest.journal()
+    assert guest.run("systemctl", "is-active", "callhook").stdout.strip() == "active"
+    assert guest.run("systemctl", "is-active", "kamailio", check=False).stdout.strip() == "inactive"
+    processes = guest.run("ps", "-eo", "user:20,args").stdout
+    serving = [line for line in processes.splitlines() if "callhook serve" in line]
+    assert len(serving) == 3 and all(line.startswith("callhook ") for line in serving), processes
+    assert any(line.startswith("callhook") and "kamailio -f /var/lib/callhook" in line
+               for line in processes.splitlines()), processes  # fmt: skip
+    config = guest.root / "etc" / "callhook" / "callhook.toml"
+    assert oct(config.stat().st_mode & 0o777) == "0o640"
+    secret = (guest.root / "var" / "lib" / "callhook" / "secret").read_text().strip()
+
+    hello.page("/start", [{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+    hello.page("/final", None)
+    # The demo from the start: its welcome, a number (4 2 #), a choice (1: sales), a
+    # message after the beep (silence: none heard), then it says goodbye and hangs up.
+    demo = asyncio.create_task(
+        call(
+            tmp_path,
+            sipp.invite("demo"),
+            sipp.ANSWERED,
+            sipp.PAUSE.format(ms=2500),
+            digits("4", "2", "#"),
+            sipp.PAUSE.format(ms=4000),
+            digits("1", cseq=5),
+            sipp.BYE_FROM_SERVER.format(timeout_ms=60000),
+        )
+    )
+    deadline = time.monotonic() + 20
+    while not (await asyncio.to_thread(http_get, guest, "/api/v1/calls", secret))[1]["calls"]:
+        assert not demo.done() and time.monotonic() < deadline, guest.journal()
+        await asyncio.sleep(0.2)
+    # A new application, applied by systemctl reload while the demo call runs.
+    text = config.read_text() + (
+        f'\n[apps.hello]\nfirst_page = "{hello.url("/start")}"\n'
+        f'final_page = "{hello.url("/final")}"\nsecret = "{hello.secret}"\n'
+    )
+    config.write_text(text)
+    await asyncio.to_thread(guest.run, "systemctl", "reload", "callhook")
+    deadline = time.monotonic() + 20
+    while guest.journal().count("SIGHUP: reloaded") < 2:  # both workers
+        assert time.monotonic() < deadline, guest.journal()
+        await asyncio.sleep(0.2)
+    assert not demo.done()
+    second = await call(
+        tmp_path, sipp.invite("hello"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)
+    )
+    assert second.returncode == 0, second.output + guest.journal()
+    assert [r.path for r in hello.requests] == ["/start", "/final"]
+    first = await demo
+    assert first.returncode == 0, first.output + guest.journal()
+
+    status, records = await asyncio.to_thread(http_get, guest, "/api/v1/calls/records", secret)
+    assert status == 200, records
+    by_app = {r["application"]: r for r in records["records"]}
+    assert set(by_app) == {"demo", "hello"}, records
+    assert by_app["demo"]["call_cause"] == by_app["hello"]["call_cause"] == "completed"
+    assert by_app["demo"]["pages_requested"] == 5 and by_app["demo"]["pages_failed"] == 0
+    # The demo call was in progress across the reload and the second call.
+    assert by_app["demo"]["started"] < by_app["hello"]["started"] < by_app["demo"]["ended"]
+    assert "Traceback" not in guest.journal()
+
+    # Purged: the unit and the user go, the data stays.
+    guest.run("apt-get", "purge", "-y", "-q", "callhook", env=("DEBIAN_FRONTEND=noninteractive",))
+    assert not (guest.root / "lib" / "systemd" / "system" / "callhook.service").exists()
+    assert guest.run("getent", "passwd", "callhook", check=False).returncode == 2
+    assert guest.run("getent", "group", "callhook", check=False).returncode == 2
+    assert (guest.root / "var" / "lib" / "callhook" / "secret").exists()
+    assert not (guest.root / "etc" / "callhook").exists()
+    assert not (guest.root / "opt" / "venvs" / "callhook").exists()
+    # Debian's kamailio.service is its own again.
+    assert not (guest.root / "lib" / "systemd" / "system" / "kamailio.service.d").exists()
+    # Installed again (the data found as it was left), and purged asking for the data too.
+    guest.run("apt-get", "install", "-y", "-q", f"/var/tmp/{deb}",
+              env=("DEBIAN_FRONTEND=noninteractive",))  # fmt: skip
+    assert http_get(guest, "/readyz")[0] == 200, guest.journal()
+    status, records = await asyncio.to_thread(http_get, guest, "/api/v1/calls/records", secret)
+    assert status == 200 and len(records["records"]) == 2, records
+    guest.run("apt-get", "purge", "-y", "-q", "callhook",
+              env=("DEBIAN_FRONTEND=noninteractive", "CALLHOOK_PURGE_DATA=yes"))  # fmt: skip
+    assert not (guest.root / "var" / "lib" / "callhook").exists()
