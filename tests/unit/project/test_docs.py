@@ -113,12 +113,31 @@ def _commands(body: str) -> list[str]:
     return lines
 
 
+def _check_package_command(words: list[str], where: str) -> None:
+    """apt, systemctl and journalctl on the Debian package (docs/install.md): the package
+    and unit names and the file name scripts/build-deb makes, from the package's files."""
+    debian = ROOT / "deploy" / "debian"
+    package = re.search(r"^Package: (\S+)", (debian / "control").read_text(), re.M)
+    assert package and (debian / f"{package[1]}.service").exists(), where
+    name = package[1]
+    line = " ".join(words)
+    if words[0] == "apt":
+        version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+        deb = f"./{name}_{version}-1_amd64.deb"
+        assert words[1:] in (["install", deb], ["remove", name], ["purge", name]), line
+    elif words[0] == "systemctl":
+        assert words[1] in ("status", "start", "stop", "restart", "reload"), line
+        assert words[2:] == [name], line
+    else:
+        assert words[1:3] == ["-u", name], line
+
+
 def _check_command(line: str, where: str) -> None:
     words = shlex.split(line)
     if words[0].startswith("("):  # a subshell: (cd examples && python x.py --port 5000 &)
         words = shlex.split(line.strip("()").split("&&")[-1])
-    while words and "=" in words[0] and not words[0].startswith("-"):
-        words = words[1:]  # VAR=value before the command
+    while words and (("=" in words[0] and not words[0].startswith("-")) or words[0] == "sudo"):
+        words = words[1:]  # sudo, VAR=value before the command
     program = words[0]
     if program.endswith("callhook"):
         parser().parse_args(words[1:])  # exits (SystemExit) on a wrong command line
@@ -135,6 +154,8 @@ def _check_command(line: str, where: str) -> None:
         # A package the suite's own dependencies pin (pyproject.toml).
         pinned = (ROOT / "pyproject.toml").read_text()
         assert words[1] == "install" and all(f'"{w}>=' in pinned for w in words[2:]), where
+    elif program in ("apt", "systemctl", "journalctl"):
+        _check_package_command(words, where)
     elif program in ("curl", "KEY", "ssh"):
         pass  # an HTTP request to a running serve (docs/api.md; the API's own tests)
     else:
