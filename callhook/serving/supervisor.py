@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import callhook
 from callhook.cluster.workerports import choose_first_port, front_ports_free
 from callhook.cluster.workers import (
     RPC_SOCKET,
@@ -207,6 +208,15 @@ def trunk_sources(settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def _python() -> list[str]:
+    """The interpreter command the workers run ``-m callhook`` with, so that they import the
+    callhook this supervisor runs: ``python -m`` puts the working directory first on the
+    module path, where a checkout (or any folder named callhook) would shadow the installed
+    package; ``-P`` leaves it out unless the supervisor's own callhook came from there."""
+    here = Path(callhook.__file__).resolve().parent.parent
+    return [sys.executable] if here == Path.cwd().resolve() else [sys.executable, "-P"]
+
+
 @dataclass
 class _Child:
     """A process the supervisor keeps running."""
@@ -289,7 +299,7 @@ class Supervisor:
             _Child(
                 f"worker {i}",
                 [
-                    sys.executable,
+                    *_python(),
                     "-m",
                     "callhook",
                     *worker_argv,

@@ -29,3 +29,18 @@ def test_the_printed_command_is_one_the_shell_runs(
     assert server.command() == "callhook"  # the shell finds this very one
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/callhook")
     assert server.command() == str(bin_dir / "callhook")  # another one: not that
+
+
+def test_workers_import_the_callhook_the_supervisor_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` would put the working directory first on the module path: a folder
+    holding another callhook must not shadow this one in the workers."""
+    import callhook
+    from callhook.serving.supervisor import _python
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "callhook").mkdir()
+    assert _python() == [sys.executable, "-P"]
+    monkeypatch.chdir(Path(callhook.__file__).parent.parent)  # a checkout's own folder
+    assert _python() == [sys.executable]
