@@ -250,6 +250,8 @@ class Server:
         self._reader: asyncio.Task[None] | None = None
         #: Added to serve's environment.
         self.env: dict[str, str] = {}
+        #: What runs callhook: this checkout's, unless a test installed another.
+        self.command: list[str] = CALLHOOK
 
     @classmethod
     def for_app(
@@ -293,7 +295,7 @@ class Server:
         """Start serve; True once it says where its web server is, False if it does not
         (stopped)."""
         self.proc = await asyncio.create_subprocess_exec(
-            *CALLHOOK,
+            *self.command,
             *self.args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
