@@ -8,11 +8,13 @@ modules mypyc compiles (``[tool.callhook] compiled``, setup.py). Installed in a 
 its own (its dependencies taken from this checkout's venv, not callhook itself), the
 wheel's callhook imports its compiled modules, and its ``serve`` answers a SIPp call
 through a real application, in one process and with workers behind Kamailio.
+
+The build is kept by its source's hash (tests/e2e/wheelbuild.py): scripts/test makes it
+at the lowest priority while the tests run, and this file's tests wait for it.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,29 +27,20 @@ from typing import Any
 import pytest
 
 from callhook.devtools.harness import AppServer
-from tests.e2e import sipp
+from tests.e2e import sipp, wheelbuild
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.test_workers import worker_pids
+from tests.e2e.wheelbuild import tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.solo,  # the build compiles C on both cores for a minute
-    pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed"),
-]
+pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 
 def _run(*args: str, cwd: Path | None = None, timeout: float = 900) -> str:
     done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     assert done.returncode == 0, f"{' '.join(args)}: {done.stdout[-4000:]}{done.stderr[-4000:]}"
     return done.stdout
-
-
-def _tracked() -> list[str]:
-    """The checkout's files git knows or would (nothing ignored, nothing built)."""
-    listed = _run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
-                  cwd=ROOT)  # fmt: skip
-    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
 
 class Built:
@@ -57,15 +50,10 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """``python -m build`` on a copy of the checkout's files (not its build leftovers)."""
-    base = tmp_path_factory.mktemp("build")
-    source = base / "source"
-    for name in _tracked():
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, source / name)
-    _run(sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(source))
-    return Built(base / "dist")
+def built() -> Built:
+    """``python -m build`` on a copy of the checkout's source files (not its build
+    leftovers): kept by their hash, so scripts/test builds it while the other tests run."""
+    return Built(wheelbuild.dist())
 
 
 def _config() -> dict[str, object]:
@@ -77,7 +65,7 @@ def test_the_sdist_holds_every_source_file(built: Built) -> None:
     with tarfile.open(built.sdist) as sdist:
         top = sdist.getnames()[0].split("/")[0]
         names = {name.removeprefix(top + "/") for name in sdist.getnames()}
-    wanted = {n for n in _tracked() if n.startswith("callhook/")}
+    wanted = set(tracked("callhook"))
     wanted |= {"pyproject.toml", "setup.py", "README.md", "LICENSE"}
     assert not wanted - names, sorted(wanted - names)
     assert any(name.endswith(".c") for name in names)
@@ -86,7 +74,7 @@ def test_the_sdist_holds_every_source_file(built: Built) -> None:
 def test_the_wheel_holds_every_module_and_the_built_code(built: Built) -> None:
     with zipfile.ZipFile(built.wheel) as wheel:
         names = set(wheel.namelist())
-    package = {n for n in _tracked() if n.startswith("callhook/")}
+    package = set(tracked("callhook"))
     wanted = {n for n in package if not n.endswith((".c", ".h"))}
     assert not wanted - names, sorted(wanted - names)
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
