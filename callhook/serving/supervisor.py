@@ -295,11 +295,12 @@ class Supervisor:
             )
         self.modules = modules
         host, port = http
+        python = _python()
         self.workers = [
             _Child(
                 f"worker {i}",
                 [
-                    *_python(),
+                    *python,
                     "-m",
                     "callhook",
                     *worker_argv,
