@@ -252,6 +252,11 @@ class Server:
         self.env: dict[str, str] = {}
         #: What runs callhook: this checkout's, unless a test installed another.
         self.command: list[str] = CALLHOOK
+        #: Whether the speech models load at start-up (``[speech] preload``, the product's
+        #: default). Off unless a test asks: most of the suite's serves never speak or
+        #: listen, and loading both models is most of what a start costs in CPU (the models
+        #: of a serve that does load when first used, as in every worker's serve).
+        self.preload = False
 
     @classmethod
     def for_app(
@@ -291,9 +296,29 @@ class Server:
             self.output = ""
         raise AssertionError(f"callhook serve did not start:\n{self.output}")
 
+    def _without_preload(self) -> None:
+        """``[speech] preload = false`` in serve's config file (one beside the data folder
+        when it has none), unless the test asked for preload or set it itself."""
+        if "--config" in self.args:
+            config = Path(self.args[self.args.index("--config") + 1])
+            text = config.read_text()
+        else:
+            config, text = self.data_dir.parent / f"preload-{self.sip_port}.toml", ""
+            self.args += ["--config", str(config)]
+        if re.search(r"^\s*preload\s*=", text, re.MULTILINE):
+            return
+        table = re.compile(r"^\[speech\][ \t]*$", re.MULTILINE)
+        if table.search(text):  # (a table is declared once)
+            text = table.sub("[speech]\npreload = false", text, count=1)
+        else:
+            text += "\n[speech]\npreload = false\n"
+        config.write_text(text)
+
     async def _start(self) -> bool:
         """Start serve; True once it says where its web server is, False if it does not
         (stopped)."""
+        if not self.preload:
+            self._without_preload()
         self.proc = await asyncio.create_subprocess_exec(
             *self.command,
             *self.args,

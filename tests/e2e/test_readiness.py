@@ -55,6 +55,7 @@ async def test_ready_once_serving_and_draining_on_sigterm(
     app.page("/start", [{"sleep": {"seconds": 6}}])
     app.page("/final", None)
     server = served(tmp_path, app, workers)
+    server.preload = True  # (the product's default: one process loads the models at start)
     async with server:
         # The banner came: ready, at once.
         assert await probe(server, "/healthz") == (200, {"status": "alive"})

@@ -60,6 +60,7 @@ async def call(
         if workers > 1
         else Server.for_app(tmp_path / "data", app, extra=extra)
     )
+    server.preload = True  # (the product's default: the calls use the models loaded at start)
     async with server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         await wait_for_request(app, "/final")  # the call's log is complete then
