@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS notifications (
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT,
     abandoned INTEGER NOT NULL DEFAULT 0,
-    traceparent TEXT
+    traceparent TEXT,
+    stream TEXT
 );
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
 CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
@@ -125,7 +126,11 @@ _ADDED = (
     ("recordings", "owner"),
     ("recordings", "traceparent"),  # the call's trace, for its notification's span
     ("notifications", "traceparent"),
+    ("notifications", "stream"),  # delivered one at a time, in order (store/outbox.py)
 )
+
+#: Indexes on added columns: made once the columns are there.
+_ADDED_INDEXES = "CREATE INDEX IF NOT EXISTS notifications_stream ON notifications (stream, id);"
 
 
 class Cursor(Protocol):
@@ -185,6 +190,7 @@ class Database:
                 columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
                 if column not in columns:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+            conn.executescript(_ADDED_INDEXES)
         finally:
             os.close(lock)  # (and its lock with it)
         conn.execute("PRAGMA synchronous=FULL")

@@ -12,6 +12,11 @@ exponentially growing delay with jitter (:meth:`RetryPolicy.delay`), for
 the row is kept, marked abandoned, with its last error, and a log line says
 so. Times are wall-clock Unix seconds: they must mean the same after a restart.
 
+Notifications of one *stream* (a call's transcription results) are delivered one at a
+time, in the order they were queued: one is not due while an earlier one of its stream is
+pending or being sent (a failing one holds the rest back until it is answered, or
+abandoned). The others go out side by side, up to the notifier's limits.
+
 Nodes sharing a PostgreSQL database all deliver (callhook/store/postgres.py):
 each takes the rows it sends with a lease (``lease_owner``, ``lease_until``),
 longer than an attempt can last, given back when the attempt ends. A row
@@ -86,20 +91,30 @@ def insert(
     body: dict[str, Any],
     now: float,
     traceparent: str | None = None,
+    stream: str | None = None,
 ) -> int:
     """Queue a notification (inside the caller's transaction); returns its id
-    (``traceparent``: the call's span it belongs to, for its delivery's)."""
+    (``traceparent``: the call's span it belongs to, for its delivery's; ``stream``: those
+    of one stream go one at a time, in order)."""
     data = json.dumps(body, separators=(",", ":"))
     sql = (
-        "INSERT INTO notifications (app, url, method, body, created, due, traceparent)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO notifications (app, url, method, body, created, due, traceparent, stream)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    values = (app, url, method, data, now, now, traceparent)
+    values = (app, url, method, data, now, now, traceparent, stream)
     if isinstance(conn, sqlite3.Connection):  # (RETURNING needs SQLite 3.35: not everywhere)
         rowid = conn.execute(sql, values).lastrowid
         assert rowid is not None
         return rowid
     return int(conn.execute(sql + " RETURNING id", values).fetchone()[0])
+
+
+#: The condition of a row no earlier row of its stream holds back (a row of no stream: any).
+_FIRST_OF_STREAM = (
+    " AND (stream IS NULL OR NOT EXISTS (SELECT 1 FROM notifications AS earlier"
+    " WHERE earlier.stream = notifications.stream AND earlier.id < notifications.id"
+    " AND earlier.abandoned = 0))"
+)
 
 
 class Outbox:
@@ -137,9 +152,10 @@ class Outbox:
         body: dict[str, Any],
         now: float,
         traceparent: str | None = None,
+        stream: str | None = None,
     ) -> int:
         return await self.db.run(
-            lambda conn: insert(conn, app, url, method, body, now, traceparent)
+            lambda conn: insert(conn, app, url, method, body, now, traceparent, stream)
         )
 
     async def due(
@@ -171,7 +187,8 @@ class Outbox:
                 rows = conn.execute(
                     "SELECT id, app, url, method, body, created, attempts, traceparent"
                     " FROM notifications"
-                    f" WHERE app = ? AND abandoned = 0 AND due <= ?{free} ORDER BY due LIMIT ?",
+                    f" WHERE app = ? AND abandoned = 0 AND due <= ?{free}{_FIRST_OF_STREAM}"
+                    " ORDER BY due LIMIT ?",
                     (app, now, *values, room + busy.get(app, 0)),
                 ).fetchall()
                 fresh = [
@@ -199,14 +216,15 @@ class Outbox:
 
     async def next_due(self, skip: set[int], now: float | None = None) -> float | None:
         """When the earliest notification not in ``skip`` (nor held by another node at
-        ``now``) is due (None: nothing pending)."""
+        ``now``, nor back in its stream) is due (None: nothing pending)."""
         marks = ",".join("?" * len(skip))
         unless = f" AND id NOT IN ({marks})" if skip else ""  # PostgreSQL refuses "IN ()"
         free, values = self._free(now if now is not None else time.time())
 
         def query(conn: Connection) -> float | None:
             row = conn.execute(
-                f"SELECT MIN(due) FROM notifications WHERE abandoned = 0{unless}{free}",
+                "SELECT MIN(due) FROM notifications"
+                f" WHERE abandoned = 0{unless}{free}{_FIRST_OF_STREAM}",
                 (*skip, *values),
             ).fetchone()
             return None if row is None or row[0] is None else float(row[0])

@@ -95,9 +95,12 @@ CREATE TABLE IF NOT EXISTS notifications (
     abandoned INTEGER NOT NULL DEFAULT 0,
     lease_owner TEXT,
     lease_until DOUBLE PRECISION,
-    traceparent TEXT
+    traceparent TEXT,
+    stream TEXT
 );
 ALTER TABLE notifications ADD COLUMN IF NOT EXISTS traceparent TEXT;
+ALTER TABLE notifications ADD COLUMN IF NOT EXISTS stream TEXT;
+CREATE INDEX IF NOT EXISTS notifications_stream ON notifications (stream, id);
 CREATE INDEX IF NOT EXISTS notifications_due ON notifications (abandoned, due);
 CREATE INDEX IF NOT EXISTS notifications_app ON notifications (app, abandoned, due);
 CREATE TABLE IF NOT EXISTS bindings (

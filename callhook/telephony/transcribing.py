@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -136,25 +137,35 @@ class LiveTranscription:
 
 class OutboxPoster:
     """Results into the durable outbox of application ``app`` (delivered, signed and
-    retried by the notifier, as ``recording_available_page`` notifications are)."""
+    retried by the notifier, as ``recording_available_page`` notifications are), as one
+    stream: queued in the order they were made and delivered in that order, one at a time
+    (:mod:`callhook.store.outbox`), so the application reads the call's phrases in order."""
 
     def __init__(self, services: Services, app: str) -> None:
         self.services = services
         self.app = app
-        self._adding: set[asyncio.Task[None]] = set()
+        self.stream = f"transcription/{uuid.uuid4().hex}"
+        self._queued: deque[tuple[str, str, dict[str, Any], str | None]] = deque()
+        self._adding: asyncio.Task[None] | None = None
 
     def post(self, url: str, method: str, body: dict[str, Any]) -> None:
         traceparent = tracing.traceparent()  # (the call's: its delivery's span joins it)
-        task = asyncio.get_running_loop().create_task(self._add(url, method, body, traceparent))
-        self._adding.add(task)
-        task.add_done_callback(self._adding.discard)
+        self._queued.append((url, method, body, traceparent))
+        if self._adding is None or self._adding.done():  # (one at a time: in order)
+            self._adding = asyncio.get_running_loop().create_task(self._add_queued())
+
+    async def _add_queued(self) -> None:
+        while self._queued:
+            await self._add(*self._queued.popleft())
 
     async def _add(
         self, url: str, method: str, body: dict[str, Any], traceparent: str | None
     ) -> None:
         services = self.services
         try:
-            await services.outbox.add(self.app, url, method, body, time.time(), traceparent)
+            await services.outbox.add(
+                self.app, url, method, body, time.time(), traceparent, self.stream
+            )
         except Exception:
             logger.exception("transcription result for %s could not be queued", self.app)
             return

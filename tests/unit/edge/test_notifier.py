@@ -232,3 +232,76 @@ async def test_any_2xx_is_success_whatever_its_body(outbox: Outbox) -> None:
             notifier.wake()
             await until(lambda: notifier.delivered == 1)
             assert notifier.failed_attempts == 0
+
+
+async def test_a_streams_notifications_arrive_one_at_a_time_in_order(outbox: Outbox) -> None:
+    """A call's transcription results: each waits for the one before it to be answered,
+    however slowly the first ones are answered; notifications of no stream go meanwhile."""
+    in_flight: list[int] = []
+    most = 0
+
+    async def answer(n: int) -> None:
+        nonlocal most
+        in_flight.append(n)
+        most = max(most, len(in_flight))
+        await asyncio.sleep(0.05 if n % 2 else 0.0)  # (earlier ones slower, one in two)
+        in_flight.remove(n)
+
+    async with AppServer() as app:
+
+        async def page(received: Any) -> Reply:
+            await answer(received.json["n"])
+            return Reply(status=204)
+
+        app.page("/results", page)
+        app.page("/other", Reply(status=204, delay=0.2))
+        async with running(outbox, lambda _: "s", timeout=5.0) as notifier:
+            now = time.time()
+            for n in range(8):
+                await outbox.add("a", app.url("/results"), "POST", {"n": n}, now, stream="call-1")
+            await outbox.add("a", app.url("/other"), "POST", {"n": 99}, now)
+            notifier.wake()
+            await until(lambda: notifier.delivered == 9)
+    assert [b["n"] for b in app.bodies("/results")] == list(range(8))
+    assert most == 1
+    # The one of no stream went out beside the stream's first, not after its last.
+    assert app.requests.index(next(r for r in app.requests if r.path == "/other")) < 4
+
+
+async def test_a_failing_notification_holds_back_its_stream_only(outbox: Outbox) -> None:
+    answers = iter([Reply(status=503), Reply(status=503)])
+    async with AppServer() as app:
+        app.page("/first", lambda _: next(answers, Reply(status=204)))
+        app.page("/next", None)
+        app.page("/elsewhere", None)
+        async with running(outbox, lambda _: "s", timeout=5.0) as notifier:
+            now = time.time()
+            await outbox.add("a", app.url("/first"), "POST", {}, now, stream="call-1")
+            await outbox.add("a", app.url("/next"), "POST", {}, now, stream="call-1")
+            await outbox.add("a", app.url("/elsewhere"), "POST", {}, now, stream="call-2")
+            notifier.wake()
+            await until(lambda: notifier.delivered == 3)
+    paths = [r.path for r in app.requests]
+    assert paths.count("/first") == 3 and paths.count("/next") == 1
+    assert paths.index("/next") > max(i for i, p in enumerate(paths) if p == "/first")
+    assert paths.index("/elsewhere") < paths.index("/next")
+
+
+async def test_an_abandoned_notification_no_longer_holds_back_its_stream(
+    tmp_path: Path,
+) -> None:
+    db = Database(tmp_path / "state.sqlite3")
+    outbox = Outbox(db, RetryPolicy(first_delay=0.05, max_delay=0.05, give_up_after=0.3))
+    try:
+        async with AppServer() as app:
+            app.page("/dead", Reply(status=503))
+            app.page("/next", None)
+            async with running(outbox, lambda _: "s", timeout=5.0) as notifier:
+                now = time.time()
+                await outbox.add("a", app.url("/dead"), "POST", {}, now, stream="call-1")
+                await outbox.add("a", app.url("/next"), "POST", {}, now, stream="call-1")
+                notifier.wake()
+                await until(lambda: notifier.delivered == 1)
+            assert await outbox.counts() == {"pending": 0, "abandoned": 1}
+    finally:
+        db.close()

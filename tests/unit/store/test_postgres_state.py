@@ -186,6 +186,33 @@ def test_nodes_lease_the_notifications_they_send(
         db_b.close()
 
 
+def test_a_streams_next_notification_waits_for_the_one_another_node_sends(
+    db: PostgresDatabase,
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """A call's transcription results in order across nodes: while one node sends the
+    first of a stream, no node gets the second; once it is answered, any node may."""
+    db_b = PostgresDatabase(postgres_url)
+
+    async def scenario() -> None:
+        (a,), (b,) = steady_nodes(db, 1), steady_nodes(db_b, 1)
+        outbox_a, outbox_b = Outbox(db, lease_owner=a.token), Outbox(db_b, lease_owner=b.token)
+        first = await outbox_a.add("app", "http://a/r", "POST", {"n": 1}, 100.0, stream="s1")
+        second = await outbox_a.add("app", "http://a/r", "POST", {"n": 2}, 100.0, stream="s1")
+        other = await outbox_a.add("app", "http://a/r", "POST", {"n": 3}, 100.0, stream="s2")
+        got = await outbox_a.due(200.0, {}, 40, 40, set())
+        assert {n.id for n in got} == {first, other}
+        assert await outbox_b.due(200.0, {}, 40, 40, set()) == []
+        assert await outbox_b.next_due(set(), 200.0) is None  # (nothing it could send)
+        await outbox_a.delivered(first)
+        assert [n.id for n in await outbox_b.due(200.0, {}, 40, 40, set())] == [second]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        db_b.close()
+
+
 def test_a_node_judges_others_only_once_it_has_been_steady_for_node_timeout(
     postgres_server: Postgres,  # noqa: F811
     postgres_url: str,  # noqa: F811

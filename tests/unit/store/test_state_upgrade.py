@@ -38,7 +38,9 @@ def test_an_older_state_file_gets_the_new_columns_and_tables(tmp_path: Path) -> 
             return {row[1] for row in rows}
 
         assert {"owner", "traceparent"} <= columns("recordings")
-        assert "traceparent" in columns("notifications")
+        assert {"traceparent", "stream"} <= columns("notifications")
+        indexes = db.call(lambda c: c.execute("PRAGMA index_list(notifications)").fetchall())
+        assert "notifications_stream" in {row[1] for row in indexes}
         tables = db.call(
             lambda c: c.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         )
