@@ -12,8 +12,8 @@ def main() -> int:
     Importing builds a great many long-lived objects (the action schemas, the dataclasses,
     numpy, aiohttp), which the collector, left on, scans again and again as they
     accumulate: a large share of the CPU a start costs, paid again by every worker. They
-    are then frozen (``gc.freeze``), so the collections during calls never scan them and
-    none holds the media tick up for as long.
+    are frozen once imported (``gc.freeze``): no later pass scans them (serve freezes
+    what it builds before its first call the same way: ``serving/serve.py``).
     """
     gc.disable()
     try:
