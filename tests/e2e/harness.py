@@ -408,11 +408,14 @@ def served(tmp_path: Path, app: AppServer, workers: int, config: str = "") -> Se
     extra: tuple[str, ...] = ()
     if workers > 1:
         config += f"\n[workers]\nfirst_port = {free_even_udp_port()}\n"
-        # (Into the config's own [speech] when it has one: a table is declared once.)
-        if "\n[speech]\n" in f"\n{config}":
-            config = f"\n{config}".replace("\n[speech]\n", "\n[speech]\npreload = false\n", 1)
-        else:
-            config += "[speech]\npreload = false\n"
+        # (Into the config's own [speech] when it has one: a table is declared once. A
+        # test that sets preload itself keeps its own.)
+        if not re.search(r"^\s*preload\s*=", config, re.MULTILINE):
+            if "\n[speech]\n" in f"\n{config}":
+                speech = "\n[speech]\npreload = false\n"
+                config = f"\n{config}".replace("\n[speech]\n", speech, 1)
+            else:
+                config += "[speech]\npreload = false\n"
         extra = ("--workers", str(workers))
     path = tmp_path / "callhook.toml"
     path.write_text(config)
