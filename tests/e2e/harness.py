@@ -193,6 +193,17 @@ async def wait_for_request(app: AppServer, path: str, timeout: float = 5.0, coun
     return False
 
 
+def preload_off(config: str) -> str:
+    """The TOML text ``config`` with ``[speech] preload = false``: into its own ``[speech]``
+    table when it has one (a table is declared once); unchanged when it sets preload."""
+    if re.search(r"^\s*preload\s*=", config, re.MULTILINE):
+        return config
+    table = re.compile(r"^\[speech\][ \t]*$", re.MULTILINE)
+    if table.search(config):
+        return table.sub("[speech]\npreload = false", config, count=1)
+    return config + "\n[speech]\npreload = false\n"
+
+
 class Server:
     """``callhook serve`` with one application (or the demo), stopped with SIGTERM at the end."""
 
@@ -305,14 +316,7 @@ class Server:
         else:
             config, text = self.data_dir.parent / f"preload-{self.sip_port}.toml", ""
             self.args += ["--config", str(config)]
-        if re.search(r"^\s*preload\s*=", text, re.MULTILINE):
-            return
-        table = re.compile(r"^\[speech\][ \t]*$", re.MULTILINE)
-        if table.search(text):  # (a table is declared once)
-            text = table.sub("[speech]\npreload = false", text, count=1)
-        else:
-            text += "\n[speech]\npreload = false\n"
-        config.write_text(text)
+        config.write_text(preload_off(text))
 
     async def _start(self) -> bool:
         """Start serve; True once it says where its web server is, False if it does not
@@ -408,14 +412,7 @@ def served(tmp_path: Path, app: AppServer, workers: int, config: str = "") -> Se
     extra: tuple[str, ...] = ()
     if workers > 1:
         config += f"\n[workers]\nfirst_port = {free_even_udp_port()}\n"
-        # (Into the config's own [speech] when it has one: a table is declared once. A
-        # test that sets preload itself keeps its own.)
-        if not re.search(r"^\s*preload\s*=", config, re.MULTILINE):
-            if "\n[speech]\n" in f"\n{config}":
-                speech = "\n[speech]\npreload = false\n"
-                config = f"\n{config}".replace("\n[speech]\n", speech, 1)
-            else:
-                config += "[speech]\npreload = false\n"
+        config = preload_off(config)
         extra = ("--workers", str(workers))
     path = tmp_path / "callhook.toml"
     path.write_text(config)
