@@ -166,7 +166,10 @@ class OutboxPoster:
             await services.outbox.add(
                 self.app, url, method, body, time.time(), traceparent, self.stream
             )
-        except Exception:
-            logger.exception("transcription result for %s could not be queued", self.app)
+        except Exception as exc:
+            if not services.db.passing(exc):  # a bug: its traceback
+                logger.exception("transcription result for %s could not be queued", self.app)
+            else:  # the database refused it (a full disk, no server): its cause, one line
+                logger.error("transcription result for %s could not be queued: %s", self.app, exc)
             return
         services.notify_now()
