@@ -161,6 +161,9 @@ CREATE TABLE IF NOT EXISTS leaders (
 );
 """
 
+#: A connection between transactions (autocommit, nothing under way).
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
 #: The role of the node that registers the trunks (a row of ``leaders``).
 TRUNKS_ROLE = "trunks"
 
@@ -234,7 +237,11 @@ class PostgresDatabase(Database):
 
     def _transaction(self, fn: Callable[[Connection], T]) -> T:
         conn: psycopg.Connection[Any] = self._conn
-        if conn.closed or conn.broken:  # the server restarted, or the network dropped
+        if conn.closed or conn.broken or conn.info.transaction_status != _IDLE:
+            # The server restarted, or the network dropped; or the connection was left
+            # mid-command: the server ended it while a statement ran, and the rollback
+            # found libpq still waiting for that statement's answer ("another command
+            # is already in progress"), which psycopg does not count as broken.
             conn = self._reconnect()
         began = False
 
@@ -247,10 +254,11 @@ class PostgresDatabase(Database):
             with conn.transaction():
                 return run(_Connection(conn))
         except psycopg.OperationalError:
-            if began or not conn.broken:
+            if began:
                 raise
             # BEGIN failed: the server had ended the connection while it was idle (a
-            # restart). Nothing ran: once more, on a new connection.
+            # restart), whether or not libpq has seen the socket close yet. Nothing ran:
+            # once more, on a new connection.
             conn = self._reconnect()
             with conn.transaction():
                 return fn(_Connection(conn))

@@ -274,6 +274,21 @@ def test_a_dropped_connection_is_opened_again_and_held_updates_go_through(
     assert db.call(lambda c: c.execute("SELECT COUNT(*) FROM notifications").fetchone()) == (1,)
 
 
+def test_a_connection_left_mid_command_is_replaced_before_the_next_transaction(
+    db: PostgresDatabase,
+) -> None:
+    """A statement the server ended (pg_terminate_backend while it ran) can leave libpq
+    waiting for its answer, with psycopg not counting the connection as broken: the next
+    BEGIN would fail with "another command is already in progress". The next transaction
+    runs on a new connection."""
+
+    def leave_mid_command() -> None:
+        db._conn.pgconn.send_query(b"SELECT 1")  # its answer never read
+
+    db._thread.submit(leave_mid_command).result()
+    assert db.call(lambda c: c.execute("SELECT 2").fetchone()) == (2,)
+
+
 def test_bindings_keep_their_order(db: PostgresDatabase) -> None:
     store = Bindings(db)
     far = 4e9
