@@ -154,7 +154,12 @@ async def test_a_streaming_plugin_recogniser_hears_the_caller_as_they_speak(
     app.page("/start", [ask("/heard", "Say sales, support or billing.")])
     app.page("/heard", [{"hang_up": {}}])
     app.page("/final", None)
-    pcap = Stream(8.0).speech(spoken("Sales, please."), at=4.0).write_pcap(tmp_path / "c.pcap")
+    # "Support": pocketsphinx's choice among the three words stands when the caller's
+    # audio has a gap (as when SIPp's sender is held up on a loaded machine: 0.1 s or more is
+    # silence to callhook, as a real network's); its choice for "Sales" flips to
+    # "billing" for a third of the places such a gap can fall.
+    said = spoken("Support, please.")
+    pcap = Stream(8.0).speech(said, at=4.0).write_pcap(tmp_path / "c.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
     async with served(tmp_path, app, workers, config) as server:
@@ -167,9 +172,9 @@ async def test_a_streaming_plugin_recogniser_hears_the_caller_as_they_speak(
     result = body["action_result"]["result"]
     assert result["input_type"] == "speech", server.output
     (best,) = result["speech_input"][0]["alternatives"]
-    assert best["text"] == "sales" and 0 < best["confidence"] <= 1, best
+    assert best["text"] == "support" and 0 < best["confidence"] <= 1, best
     speech = [w["speech"] for w in stats.get("workers", [stats])]
-    # "Sales, please." is about a second: fed in several pieces while it was said.
+    # "Support, please." is over a second: fed in several pieces while it was said.
     assert sum(s["utterances_streamed"] for s in speech) >= 1, speech
     assert sum(s["stream_pieces"] for s in speech) >= 3, speech
     assert all(s["recogniser"] == "live" for s in speech), speech
