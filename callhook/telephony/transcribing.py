@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from callhook.edge.speechworkers import SpeechService
@@ -135,16 +135,34 @@ class LiveTranscription:
         self.poster.post(url, method, command_result(self.command, phrases, completed=completed))
 
 
+#: Seconds before a result the database refused (a full disk) is tried again, doubling up
+#: to :data:`RETRY_MAX` (the recordings journal's policy: store/journal.py).
+RETRY_FIRST = 0.5
+#: The longest wait between tries.
+RETRY_MAX = 10.0
+
+
 class OutboxPoster:
     """Results into the durable outbox of application ``app`` (delivered, signed and
     retried by the notifier, as ``recording_available_page`` notifications are), as one
     stream: queued in the order they were made and delivered in that order, one at a time
-    (:mod:`callhook.store.outbox`), so the application reads the call's phrases in order."""
+    (:mod:`callhook.store.outbox`), so the application reads the call's phrases in order.
 
-    def __init__(self, services: Services, app: str) -> None:
+    A result the database refuses for a reason that passes (a full disk, a PostgreSQL
+    server restarting) is held in memory with the ones after it and tried again after
+    :data:`RETRY_FIRST` seconds, doubling up to :data:`RETRY_MAX`, until it is taken;
+    ``sleep`` waits between tries (a virtual clock's in tests)."""
+
+    def __init__(
+        self,
+        services: Services,
+        app: str,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.services = services
         self.app = app
         self.stream = f"transcription/{uuid.uuid4().hex}"
+        self._sleep = sleep
         self._queued: deque[tuple[str, str, dict[str, Any], str | None]] = deque()
         self._adding: asyncio.Task[None] | None = None
 
@@ -155,21 +173,48 @@ class OutboxPoster:
             self._adding = asyncio.get_running_loop().create_task(self._add_queued())
 
     async def _add_queued(self) -> None:
-        while self._queued:
-            await self._add(*self._queued.popleft())
+        delay = RETRY_FIRST
+        try:
+            while self._queued:
+                try:
+                    await self._add(*self._queued[0])
+                except Exception as exc:
+                    if not self.services.db.passing(exc):  # a bug: retrying never helps
+                        logger.exception(
+                            "a transcription result for %s could not be queued", self.app
+                        )
+                        self._queued.popleft()
+                        continue
+                    if delay == RETRY_FIRST:  # (one line for the whole refusal)
+                        logger.error(
+                            "transcription results for %s cannot be queued (%s): %d held in"
+                            " memory, in order, tried again until they can",
+                            self.app,
+                            exc,
+                            len(self._queued),
+                        )
+                    await self._sleep(delay)
+                    delay = min(RETRY_MAX, delay * 2)
+                    continue
+                self._queued.popleft()
+                if delay != RETRY_FIRST:
+                    logger.warning("transcription results for %s are queued again", self.app)
+                    delay = RETRY_FIRST
+                self.services.notify_now()
+        except asyncio.CancelledError:  # callhook is stopping
+            if self._queued:
+                refused = " (the database refused them)" if delay != RETRY_FIRST else ""
+                logger.error(
+                    "%d transcription result(s) for %s not queued when callhook stopped%s",
+                    len(self._queued),
+                    self.app,
+                    refused,
+                )
+            raise
 
     async def _add(
         self, url: str, method: str, body: dict[str, Any], traceparent: str | None
     ) -> None:
-        services = self.services
-        try:
-            await services.outbox.add(
-                self.app, url, method, body, time.time(), traceparent, self.stream
-            )
-        except Exception as exc:
-            if not services.db.passing(exc):  # a bug: its traceback
-                logger.exception("transcription result for %s could not be queued", self.app)
-            else:  # the database refused it (a full disk, no server): its cause, one line
-                logger.error("transcription result for %s could not be queued: %s", self.app, exc)
-            return
-        services.notify_now()
+        await self.services.outbox.add(
+            self.app, url, method, body, time.time(), traceparent, self.stream
+        )

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import re
 import shutil
 import socket
 import struct
@@ -142,6 +143,8 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
     app.page(
         "/start",
         [
+            # The call is transcribed too: its results go through the same database.
+            {"start_transcription": {"results_page": {"url": "/results"}, "id": "full"}},
             {
                 "record": {
                     "next_page": {"url": "/recorded"},
@@ -150,11 +153,12 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
                     "milliseconds_max_silence": 10000,
                     "seconds_max_duration": 30,
                 }
-            }
+            },
         ],
     )
     app.page("/recorded", [{"hang_up": {}}])
     app.page("/available", None)
+    app.page("/results", None)
     app.page("/final", None)
     sent = talk(1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6)  # ~8 s of continuous speech
     stream = Stream(12.0).speech(sent, at=0.5)
@@ -193,13 +197,35 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
             # The cause, in the server log; the journal could not be written either.
             assert "No space left on device" in server.output, server.output
             assert "recordings journal cannot be written" in server.output, server.output
+            # The call's end stopped its transcription: its last results, made while the
+            # disk was full, are held in memory.
+            refused = "transcription results for default cannot be queued"
+            await until(lambda: refused in server.output, 20, "no transcription result held")
+            held = re.search(
+                r"transcription results for default cannot be queued \(.*\): (\d+) held",
+                server.output,
+            )
+            assert held is not None, server.output
             assert app.bodies("/available") == []  # not while the disk is full
+            before = len(app.bodies("/results"))
             filler.unlink()  # space comes back
             assert await wait_for_request(app, "/available", 30), server.output
             (notice,) = app.bodies("/available")
             assert notice["is_notification"] is True
             assert notice["action_result"]["result"] == {**result, "file_available": True}
             assert (inside / "media" / "default" / result["filename"]).read_bytes() == data
+
+            def completed() -> bool:
+                return any(
+                    b["action_result"]["result"]["completed"] for b in app.bodies("/results")
+                )
+
+            await until(completed, 30, "the held transcription results were not delivered")
+            results = [b["action_result"]["result"] for b in app.bodies("/results")]
+            # Every held result came, in order: the completed one last.
+            assert len(results) - before >= int(held[1]), results
+            assert [r["completed"] for r in results] == [False] * (len(results) - 1) + [True]
+            assert "transcription results for default are queued again" in server.output
         assert server.proc.returncode == 0, server.output
     assert "Traceback" not in server.output, server.output
 

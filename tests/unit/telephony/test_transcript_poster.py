@@ -1,12 +1,13 @@
 """A call's transcription results into the outbox: in order, as one stream; a result the
-database refuses is logged in one line with its cause (a bug keeps its traceback)."""
+database refuses (a full disk) is held with the ones after it and tried again until it is
+taken, in one log line with its cause (a bug keeps its traceback); the waits between tries
+run on a virtual clock."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,17 +20,29 @@ from callhook.telephony.transcribing import OutboxPoster
 
 
 class RefusingOutbox(Outbox):
-    """The real outbox, refusing the adds ``refusals`` names (by the body's ``n``)."""
+    """The real outbox, refusing the adds ``refusals`` names (by the body's ``n``): each
+    try of that result raises the next of its exceptions, then it is taken."""
 
-    def __init__(self, db: Database, refusals: dict[int, Exception]) -> None:
+    def __init__(self, db: Database, refusals: dict[int, list[Exception]]) -> None:
         super().__init__(db)
         self.refusals = refusals
 
     async def add(self, app: str, url: str, method: str, body: dict[str, Any], *a: Any) -> int:
-        if body["n"] in self.refusals:
-            raise self.refusals[body["n"]]
+        if self.refusals.get(body["n"]):
+            raise self.refusals[body["n"]].pop(0)
         await asyncio.sleep(0.001 * (5 - body["n"]))  # (earlier ones slower: still in order)
         return await super().add(app, url, method, body, *a)
+
+
+class VirtualSleep:
+    """The waits between tries, recorded and not waited (a virtual clock)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        await asyncio.sleep(0)
 
 
 class FakeServices:
@@ -43,44 +56,90 @@ class FakeServices:
         self.notified += 1
 
 
-async def test_results_are_queued_as_one_stream_and_a_refusal_is_one_line(
+async def until(condition: Any) -> None:
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_results_are_queued_as_one_stream_and_a_refused_one_is_tried_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = Database(tmp_path / "state.sqlite3")
     try:
         full = sqlite3.OperationalError("database or disk is full")
-        services = FakeServices(db, RefusingOutbox(db, {2: full}))
-        poster = OutboxPoster(cast(Services, services), "app")
+        services = FakeServices(db, RefusingOutbox(db, {2: [full] * 7}))
+        sleep = VirtualSleep()
+        poster = OutboxPoster(cast(Services, services), "app", sleep=sleep)
         for n in range(5):
             poster.post("http://a/results", "POST", {"n": n})
-        async with asyncio.timeout(5):
-            while services.notified < 4:
-                await asyncio.sleep(0.01)
+        await until(lambda: services.notified == 5)
         rows = db.call(
             lambda c: c.execute("SELECT body, stream FROM notifications ORDER BY id").fetchall()
         )
-        assert [body for body, _ in rows] == ['{"n":0}', '{"n":1}', '{"n":3}', '{"n":4}']
+        # Every result, in the order made: the ones after the refused one waited for it.
+        assert [body for body, _ in rows] == [f'{{"n":{n}}}' for n in range(5)]
         assert {stream for _, stream in rows} == {poster.stream}
-        (record,) = [r for r in caplog.records if "could not be queued" in r.getMessage()]
-        assert record.getMessage().endswith(": database or disk is full")
-        assert record.exc_info is None and record.levelno == logging.ERROR
+        assert sleep.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+        (refused,) = [r for r in caplog.records if "cannot be queued" in r.getMessage()]
+        assert refused.getMessage() == (
+            "transcription results for app cannot be queued (database or disk is full):"
+            " 3 held in memory, in order, tried again until they can"
+        )
+        assert refused.exc_info is None and refused.levelno == logging.ERROR
+        (back,) = [r for r in caplog.records if "queued again" in r.getMessage()]
+        assert back.levelno == logging.WARNING
+        # A second refusal later is told again, its waits from the first again.
+        services.outbox.refusals[5] = [full]  # type: ignore[attr-defined]
+        poster.post("http://a/results", "POST", {"n": 5})
+        await until(lambda: services.notified == 6)
+        assert sleep.waits[7:] == [0.5]
+        assert len([r for r in caplog.records if "cannot be queued" in r.getMessage()]) == 2
     finally:
         db.close()
 
 
-async def test_a_bug_in_queueing_keeps_its_traceback(
+async def test_a_bug_in_queueing_keeps_its_traceback_and_the_next_result_goes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = Database(tmp_path / "state.sqlite3")
     try:
-        services = FakeServices(db, RefusingOutbox(db, {0: TypeError("a bug")}))
-        poster = OutboxPoster(cast(Services, services), "app")
+        services = FakeServices(db, RefusingOutbox(db, {0: [TypeError("a bug")]}))
+        sleep = VirtualSleep()
+        poster = OutboxPoster(cast(Services, services), "app", sleep=sleep)
         poster.post("http://a/results", "POST", {"n": 0})
         poster.post("http://a/results", "POST", {"n": 1})
-        start = time.monotonic()
-        while services.notified < 1 and time.monotonic() - start < 5:
-            await asyncio.sleep(0.01)
+        await until(lambda: services.notified == 1)
         (record,) = [r for r in caplog.records if "could not be queued" in r.getMessage()]
         assert record.exc_info is not None
+        assert sleep.waits == []  # (not tried again: it would never be taken)
+        bodies = db.call(lambda c: c.execute("SELECT body FROM notifications").fetchall())
+        assert bodies == [('{"n":1}',)]
+    finally:
+        db.close()
+
+
+async def test_results_still_refused_when_callhook_stops_are_counted_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = Database(tmp_path / "state.sqlite3")
+    try:
+        full = sqlite3.OperationalError("database or disk is full")
+        services = FakeServices(db, RefusingOutbox(db, {0: [full] * 1000}))
+        sleep = VirtualSleep()
+        poster = OutboxPoster(cast(Services, services), "app", sleep=sleep)
+        poster.post("http://a/results", "POST", {"n": 0})
+        poster.post("http://a/results", "POST", {"n": 1})
+        await until(lambda: len(sleep.waits) >= 3)
+        assert poster._adding is not None
+        poster._adding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poster._adding
+        (record,) = [r for r in caplog.records if "when callhook stopped" in r.getMessage()]
+        assert record.getMessage() == (
+            "2 transcription result(s) for app not queued when callhook stopped"
+            " (the database refused them)"
+        )
+        assert services.notified == 0
     finally:
         db.close()
