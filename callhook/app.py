@@ -12,6 +12,7 @@ from callhook.calls.services import Services
 from callhook.clock import Clock, MonotonicClock
 from callhook.config.settings import ConfigError, Settings, data_secret
 from callhook.config.speechengines import RemoteEngine
+from callhook.edge.doorbell import Doorbell
 from callhook.edge.egress import Egress
 from callhook.edge.egresspolicy import EgressPolicy
 from callhook.edge.pages import HttpPages
@@ -66,6 +67,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     db: Database
     ownership: Membership
     lease_owner = None
+    doorbell = None  # (PostgreSQL: every node delivers its own)
     if settings.database.url is not None:
         # Nodes sharing PostgreSQL: who is alive is a table, not lock files.
         try:
@@ -84,6 +86,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     else:
         db = Database(settings.data_dir / "state.sqlite3")
         ownership = Ownership(settings.data_dir)
+        doorbell = Doorbell.for_directory(settings.data_dir)
     retry = RetryPolicy(
         settings.notifications.first_retry,
         settings.notifications.max_retry,
@@ -106,6 +109,7 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         journal=journal,
         outbox=outbox,
         clock=clock or MonotonicClock(),
+        doorbell=doorbell,
     )
     services.app_speech = _app_speech(settings, speech, remote)
     services.trust_app_hosts(*settings.apps.values())

@@ -30,6 +30,7 @@ from callhook.calls.pagetiming import TimedPages
 from callhook.calls.runner import CallRunner, CallSummary, new_instance_id
 from callhook.clock import Clock, MonotonicClock
 from callhook.config.settings import AppConfig, Settings
+from callhook.edge.doorbell import Doorbell
 from callhook.edge.egress import Egress
 from callhook.edge.notifier import Notifier
 from callhook.edge.pages import HttpPages
@@ -84,6 +85,9 @@ class Services:
     outbox: Outbox
     clock: Clock = field(default_factory=MonotonicClock)
     notifier: Notifier | None = None
+    #: Rings the process that delivers when this one queues a notification (SQLite: one
+    #: process delivers, :mod:`callhook.edge.doorbell`); None where every node delivers.
+    doorbell: Doorbell | None = None
     _keeper: asyncio.Task[None] | None = None
     _recovering: asyncio.Task[None] | None = None
     _sweeping: asyncio.Task[None] | None = None
@@ -124,7 +128,7 @@ class Services:
                 self.outbox,
                 self.pages,
                 self.secret_for,
-                may_deliver=self.ownership.deliver_notifications,
+                may_deliver=self._may_deliver,
             )
             self.notifier.start()
         self.start_keeper()
@@ -198,9 +202,21 @@ class Services:
             except Exception as exc:
                 logger.error("could not %s: %s", doing, exc)
 
+    def _may_deliver(self) -> bool:
+        """Whether this process delivers (it holds the notifier lock): it then answers the
+        doorbell, waking its notifier when another process queues a notification."""
+        if not self.ownership.deliver_notifications():
+            return False
+        if self.doorbell is not None and self.notifier is not None:
+            self.doorbell.listen(self.notifier.wake)  # (once; a second call does nothing)
+        return True
+
     def _notify_now(self) -> None:
+        # (From any thread: the journal calls it on the database's.)
         if self.notifier is not None:
             self.notifier.wake()
+        if self.doorbell is not None and not self.doorbell.listening:
+            self.doorbell.ring()  # another process delivers
 
     def notify_now(self) -> None:
         """A notification was added to the outbox: deliver it now, not at the next poll."""
@@ -500,6 +516,8 @@ class Services:
             await self.notifier.flush(CLOSE_FLUSH_SECONDS)
             await self.notifier.close()
             self.notifier = None
+        if self.doorbell is not None:
+            self.doorbell.close()
         await self.pages.close()
         await self.remote_media.close()
         self.db.close()  # (the journal's held updates, if any, are given up before...)

@@ -12,8 +12,9 @@ in the outbox and are sent after the next start.
 
 Processes sharing a data directory (``serve`` and ``callhook call``) share
 the outbox; only the one holding the notifier lock delivers
-(``may_deliver``), looking every :data:`POLL_SECONDS` for notifications the
-others queued, and another takes over when it stops. Nodes sharing a
+(``may_deliver``), woken by the others' rings when they queue one
+(:mod:`callhook.edge.doorbell`) and looking every :data:`POLL_SECONDS` in case a
+ring was lost; another takes over when it stops. Nodes sharing a
 PostgreSQL database all deliver, each leasing the rows it sends
 (:class:`~callhook.store.outbox.Outbox`). A notification that
 was answered 2xx is never sent again, even when the database fails to

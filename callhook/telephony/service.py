@@ -220,9 +220,11 @@ class SipService:
             shared_bans=lambda: self.shared_bans,
             metrics=services.metrics,
             speech=services.speech,
-            notifications=lambda: (
-                services.notifier.snapshot() if services.notifier is not None else {}
-            ),
+            notifications=lambda: {
+                **(services.notifier.snapshot() if services.notifier is not None else {}),
+                # Rings from other processes on the data directory this one answered.
+                **({"doorbell_rings": services.doorbell.heard} if services.doorbell else {}),
+            },
             log_path=services.store.path,
             flush=self._flush,
             trunks_changed=self.trunks_changed,

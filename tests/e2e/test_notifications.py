@@ -22,7 +22,7 @@ from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.media import wav
 from tests import leaks
 from tests.e2e import sipp
-from tests.e2e.harness import Server, wait_for_request
+from tests.e2e.harness import WORKERS, Server, served, wait_for_request
 from tests.e2e.rtpstream import Stream
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -249,3 +249,32 @@ async def test_a_recording_cut_by_kill_9_is_recovered_and_announced(
     assert info.seconds == pytest.approx(result["seconds_duration"], abs=0.06)
     assert info.seconds >= 1.5
     await caller  # SIPp gives up on its own (no BYE will come from the dead server)
+
+
+@pytest.mark.parametrize("workers", [WORKERS[1]])
+async def test_a_workers_notification_rings_the_worker_that_delivers(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
+    """Workers behind Kamailio share the SQLite outbox, and one of them delivers. Two
+    calls, one on each worker (round robin), record: both notifications arrive, and the
+    delivering worker was rung by the other (``doorbell_rings`` in ``/api/stats``), so the
+    other's did not wait for its next look at the outbox."""
+    app.page("/start", [record()])
+    app.page("/recorded", [{"hang_up": {}}])
+    app.page("/available", None)
+    app.page("/final", None)
+    stream = Stream(3.0).speech(clip(), at=0.3)
+    async with served(tmp_path, app, workers) as server:
+        for _ in range(2):
+            run = await sipp.call(server.sip, tmp_path, *parts(tmp_path, stream))
+            assert run.returncode == 0, run.output + run.errors + server.output
+        for _ in range(300):
+            if len(app.bodies("/available")) == 2:
+                break
+            await asyncio.sleep(0.1)
+        status, stats = await server.api("GET", "/api/stats")
+    assert len(app.bodies("/available")) == 2, server.output
+    assert status == 200, stats
+    assert [sum(w["calls_ended"].values()) for w in stats["workers"]] == [1, 1], stats
+    rings = sorted(w["notifications"].get("doorbell_rings", 0) for w in stats["workers"])
+    assert rings[0] == 0 and rings[1] >= 1, stats
