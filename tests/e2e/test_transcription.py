@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.transcription import wer, words
-from callhook.devtools.harness import AppServer
+from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.edge.speechworkers import build_synthesiser
 from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, Server, served
@@ -93,9 +93,10 @@ async def test_a_call_is_transcribed_both_ways_as_it_goes_on(
     assert all("confidence" in p["alternatives"][0] for p in finals)
 
 
-def _script_results(app: AppServer) -> tuple[list[dict[str, object]], str]:
-    """Every phrase the results page received, and the inbound finals' text."""
-    results = [b["action_result"]["result"] for b in app.bodies("/results")]
+def _script_results(app: AppServer, refused: int = 0) -> tuple[list[dict[str, object]], str]:
+    """Every phrase the results page took (after the first ``refused`` requests), and the
+    inbound finals' text."""
+    results = [b["action_result"]["result"] for b in app.bodies("/results")[refused:]]
     phrases = [p for r in results for p in r["transcription"]]
     inbound = " ".join(
         p["alternatives"][0]["text"]
@@ -110,7 +111,9 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
     tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """SIPp calls and plays a pcap of the three sentences; finals only (the default). With
-    workers the same: the call's worker transcribes it and posts the results."""
+    workers the same: the call's worker transcribes it and posts the results. The results
+    page refuses the first result (503) for its first 6 s: the call's later results wait
+    behind it, and it comes again before any of them."""
     synthesiser = build_synthesiser("piper:joe")
     assert synthesiser is not None
     app.page(
@@ -122,7 +125,16 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
             {"hang_up": {}},
         ],
     )
-    app.page("/results", None)
+    refusing: list[float] = []  # when the first was refused first
+
+    def results(request: Received) -> Reply:
+        now = asyncio.get_running_loop().time()
+        if not refusing or now - refusing[0] < 6.0:
+            refusing.append(now)
+            return Reply(status=503)
+        return Reply(status=204)
+
+    app.page("/results", results)
     app.page("/final", None)
     stream = Stream(24.0)
     at = 4.0
@@ -133,7 +145,8 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
-    async with served(tmp_path, app, workers) as server:
+    config = "[notifications]\nfirst_retry = 0.5\nmax_retry = 1\n"  # (tried again soon)
+    async with served(tmp_path, app, workers, config) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
         for _ in range(100):  # the call's end stops it: the completed result comes last
             if any(b["action_result"]["result"]["completed"] for b in app.bodies("/results")):
@@ -141,13 +154,17 @@ async def test_a_sipp_caller_speaking_a_script_is_transcribed(
             await asyncio.sleep(0.1)
         output = server.output
     assert run.returncode == 0, run.output + run.errors + output[-3000:]
-    phrases, inbound = _script_results(app)
+    # The refused result, again and again until it was taken, before any later one.
+    bodies = app.bodies("/results")
+    assert len(refusing) >= 2, bodies
+    assert all(b == bodies[0] for b in bodies[: len(refusing) + 1]), bodies
+    phrases, inbound = _script_results(app, refused=len(refusing))
     reference = words(" ".join(SCRIPT))
     errors, _ = wer(reference, words(inbound))
     print(f"transcription WER (SIPp) {100 * errors / len(reference):.1f} % ({inbound!r})")
     assert errors / len(reference) <= 0.10, inbound
     assert all(p["final"] for p in phrases)  # interim results are off by default
     assert any(p.get("direction") == "outbound" for p in phrases)
-    completed = [b["action_result"]["result"]["completed"] for b in app.bodies("/results")]
+    completed = [b["action_result"]["result"]["completed"] for b in bodies[len(refusing) :]]
     # the call's end stopped it, and its results came in order: completed last
     assert completed == [False] * (len(completed) - 1) + [True]
