@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from callhook import __version__
-from callhook.actions.response import InvalidResponse, json_schema, parse_response
 from callhook.config.settings import (
     RECOGNISERS,
     AppConfig,
@@ -23,15 +22,11 @@ from callhook.config.settings import (
     data_secret,
     load,
 )
-from callhook.events import StartRecording
-from callhook.media import wav
-from callhook.ports import CallInfo
 from callhook.redact import Redacting, redact
-from callhook.serving.remote import ban_table, get_api, trunk_table, user_table
-from callhook.serving.serve import apply_app_flags, host_port
+from callhook.serving.launch import host_port
 
 if TYPE_CHECKING:
-    pass
+    from callhook.events import StartRecording
 
 
 def run_loop(coro: Coroutine[Any, Any, int]) -> int:
@@ -82,6 +77,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"{args.file}: {exc.strerror}", file=sys.stderr)
             return 2
+    from callhook.actions.response import InvalidResponse, parse_response
+
     try:
         parse_response(data)
     except InvalidResponse as exc:
@@ -110,7 +107,7 @@ async def _first_page(url: str, secret: str, timeout: float) -> bytes | str:
     from callhook.calls.instanceinfo import page_body, this_call
     from callhook.calls.runner import new_instance_id
     from callhook.edge.pages import HttpPages
-    from callhook.ports import PageError
+    from callhook.ports import CallInfo, PageError
 
     instance = new_instance_id()
     info = CallInfo(
@@ -132,6 +129,8 @@ async def _first_page(url: str, secret: str, timeout: float) -> bytes | str:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from callhook.actions.response import json_schema
+
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -142,6 +141,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 async def _terminal_call(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.app import build_services
     from callhook.devtools.terminal import Keyboard, TerminalLeg, log_printer
+    from callhook.ports import CallInfo
 
     services = build_services(settings)
     services.start_notifier()
@@ -243,15 +243,25 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
-    from callhook.app import ASSEMBLY
-    from callhook.serving.serve import serve
+    from callhook.serving.launch import launch, supervised
 
-    return run_loop(serve(args, _settings(args), ASSEMBLY))
+    settings = _settings(args)
+    start = launch(args, settings)
+    if start.supervises(args):  # (Kamailio and the workers: none of the calls' modules)
+        return run_loop(supervised(args, settings, start))
+    from callhook.serving.collector import frozen_imports
+
+    with frozen_imports():  # (the calls' modules: many objects, kept for good)
+        from callhook.app import ASSEMBLY
+        from callhook.serving.serve import serve
+
+    return run_loop(serve(args, settings, ASSEMBLY, start))
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
     from callhook.app import build_services, build_sip_service
     from callhook.dialplan.trunks import RouteError
+    from callhook.serving.serve import apply_app_flags
     from callhook.sip.agent import Credentials
 
     services = build_services(settings)
@@ -319,6 +329,8 @@ def _speech_flags(p: argparse.ArgumentParser) -> None:
 
 def cmd_trunks(args: argparse.Namespace) -> int:
     """Print ``GET /api/trunks`` of a running ``serve`` as a table."""
+    from callhook.serving.remote import trunk_table
+
     trunks = _get_api(args, "/api/trunks")
     if trunks is None:
         return 1
@@ -328,6 +340,8 @@ def cmd_trunks(args: argparse.Namespace) -> int:
 
 def cmd_bans(args: argparse.Namespace) -> int:
     """Print ``GET /api/bans`` of a running ``serve``: address, time left, reason."""
+    from callhook.serving.remote import ban_table
+
     bans = _get_api(args, "/api/bans")
     if bans is None:
         return 1
@@ -337,6 +351,8 @@ def cmd_bans(args: argparse.Namespace) -> int:
 
 def cmd_users(args: argparse.Namespace) -> int:
     """Print ``GET /api/users`` of a running ``serve``: each registered phone."""
+    from callhook.serving.remote import user_table
+
     phones = _get_api(args, "/api/users")
     if phones is None:
         return 1
@@ -345,6 +361,8 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 
 def _get_api(args: argparse.Namespace, path: str) -> Any:
+    from callhook.serving.remote import get_api
+
     settings = _settings(args)
     host, port = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
     return get_api(host, port, path, data_secret(settings.data_dir))
@@ -385,6 +403,7 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     """Decrypt an ``aescbc`` recording (as ``openssl enc -d`` does, with its sizes fixed)."""
     import os
 
+    from callhook.media import wav
     from callhook.store import crypto
 
     key_hex = args.key or os.environ.get("CALLHOOK_KEY", "")

@@ -20,8 +20,6 @@ import asyncio
 import dataclasses
 import datetime
 import errno
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -35,6 +33,7 @@ from callhook.actions import connectschema
 from callhook.config.settings import AppConfig
 from callhook.dialplan.trunks import RouteError
 from callhook.httpserver.aculabshape import aculab_error, is_webservice
+from callhook.httpserver.keys import KeyRing
 from callhook.httpserver.openapi import document
 from callhook.media import wav
 from callhook.sip.message import parse_uri
@@ -144,60 +143,6 @@ async def errors(
     except Exception:
         logger.exception("%s %s failed", request.method, request.path)
         return _error(request, 500, "internal_error", "internal error (see the server log)")
-
-
-# --- who is asking ----------------------------------------------------------------------------
-
-
-class KeyRing:
-    """API keys and the application each one belongs to."""
-
-    def __init__(self, keys: Mapping[str, str]) -> None:
-        # Keys are kept as digests of one length, so comparing them takes the same
-        # time whatever the guess; every key is compared (no early exit).
-        self._keys = [(hashlib.sha256(k.encode()).digest(), app) for k, app in keys.items()]
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def replace(self, other: KeyRing) -> None:
-        """Take ``other``'s keys (a reloaded config): every holder of this ring sees them."""
-        self._keys = other._keys
-
-    def app_for(self, key: str) -> str | None:
-        """The application whose key ``key`` is (None: no such key)."""
-        digest = hashlib.sha256(key.encode()).digest()
-        found = None
-        for known, app in self._keys:
-            if hmac.compare_digest(digest, known):
-                found = app
-        return found
-
-    def signing_key(self, app: str) -> bytes | None:
-        """A key derived from ``app``'s API key, for what callhook signs on its behalf
-        (web clients' tokens: :mod:`callhook.telephony.webrtctoken`); None if it has no key. A new
-        API key makes everything signed under the old one invalid."""
-        for known, name in self._keys:
-            if name == app:
-                return hmac.new(known, b"callhook web client token", "sha256").digest()
-        return None
-
-
-def key_ring(apps: Mapping[str, AppConfig], default: tuple[str, str] | None = None) -> KeyRing:
-    """The keys of ``apps`` that have one, and ``default`` ``(app name, key)`` (the demo's).
-
-    Raises ValueError if two applications would share a key.
-    """
-    keys: dict[str, str] = {}
-    pairs = [(app.name, app.api_key) for app in apps.values() if app.api_key]
-    if default is not None:
-        pairs.append(default)
-    for name, key in pairs:
-        assert key is not None
-        if keys.get(key, name) != name:
-            raise ValueError(f"applications {keys[key]!r} and {name!r} have the same API key")
-        keys[key] = name
-    return KeyRing(keys)
 
 
 class Calls(Protocol):

@@ -40,7 +40,9 @@ generation-1 pass when the automatic one is one pass away: the longest 0.9-2.4 m
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 #: A generation-2 threshold the collector's counter never reaches (a C int).
@@ -94,3 +96,16 @@ def collect_young() -> None:
     generation = young_pass(gc.get_count(), gc.get_threshold())
     if generation is not None:
         gc.collect(generation)
+
+
+@contextlib.contextmanager
+def frozen_imports() -> Iterator[None]:
+    """Import with the collector off, then freeze what was imported (``gc.freeze``): the
+    modules' many long-lived objects are not scanned again and again as they accumulate,
+    nor by any later pass (the reason in full: ``callhook/__main__.py``)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()

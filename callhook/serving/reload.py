@@ -29,7 +29,7 @@ from callhook.config.settings import ConfigError, Settings, load
 from callhook.dialplan import numbers
 from callhook.dialplan.outbound import OutboundPolicy, check_pattern
 from callhook.dialplan.trunks import Trunk
-from callhook.httpserver.restapi import KeyRing
+from callhook.httpserver.keys import KeyRing
 from callhook.sip.guard import Guard, networks
 
 logger = logging.getLogger("callhook.server")

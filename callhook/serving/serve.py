@@ -29,7 +29,7 @@ from callhook.calls.services import Services
 from callhook.cluster.frontbans import FrontBans
 from callhook.cluster.siblings import Siblings
 from callhook.cluster.workers import WORKERS_FIRST_PORT, WORKERS_TOKEN
-from callhook.config.settings import AppConfig, ConfigError, Settings, check_api_key, data_secret
+from callhook.config.settings import AppConfig, ConfigError, Settings
 from callhook.edge.connections import ListenError
 from callhook.monitoring import tracing
 from callhook.redact import redact
@@ -40,27 +40,20 @@ from callhook.serving.collector import (
     automatic_full_passes_off,
     collect_young,
 )
+from callhook.serving.launch import Launch, api_keys, host_port
 from callhook.serving.readiness import Readiness
 from callhook.serving.reload import Reloader
-from callhook.serving.supervisor import READY, workers_for
-from callhook.serving.systemd import ServiceManager
+from callhook.serving.supervisor import READY
 from callhook.telephony.users import registered_phones
 
 logger = logging.getLogger("callhook.server")
 
 if TYPE_CHECKING:  # (serve alone loads the telephony service: the CLI starts light)
-    from callhook.httpserver.restapi import KeyRing
+    from callhook.httpserver.keys import KeyRing
     from callhook.httpserver.server import Routes
     from callhook.store.postgres import Nodes
     from callhook.telephony.assembly import Assembly
     from callhook.telephony.service import SipService
-
-
-def host_port(text: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        return text, default_port
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def apply_app_flags(args: argparse.Namespace, services: Services) -> None:
@@ -85,27 +78,6 @@ def _flag_app(args: argparse.Namespace, settings: Settings, secret: str) -> bool
     )
     settings.default_app = "default"
     return True
-
-
-def _api_keys(args: argparse.Namespace, settings: Settings) -> KeyRing:
-    """The REST API's keys: each configured application's ``api_key``, and one more.
-
-    That one (``--api-key``, else the installation secret) is the key of the
-    application given with ``--app-url``, or of the built-in demo when it is
-    the default application. Raises ConfigError for a weak or shared key.
-    """
-    from callhook.httpserver.restapi import key_ring
-
-    key = check_api_key(args.api_key, "--api-key") or data_secret(settings.data_dir)
-    default = None
-    if args.app_url:
-        default = ("default", key)
-    elif settings.default_app is None:
-        default = ("demo", key)
-    try:
-        return key_ring(settings.apps, default)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 async def _start_web(
@@ -200,23 +172,12 @@ async def _start_web(
     )
 
 
-async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly) -> int:
-    # systemd's, when it runs serve: taken before any child starts (a worker has none).
-    manager = ServiceManager.from_environment()
-
-    if args.sip:
-        settings.sip.host, settings.sip.port = host_port(args.sip, 5060)
-    if args.rtp_ports:
-        first, _, last = args.rtp_ports.partition("-")
-        settings.sip.rtp_ports = (int(first), int(last))
-    if args.max_calls is not None:
-        settings.sip.max_calls = args.max_calls
-    if args.shutdown_grace is not None:
-        settings.sip.shutdown_grace = args.shutdown_grace
-    keys = _api_keys(args, settings)  # first: a bad key stops us before anything starts
-    count, why = workers_for(settings, args.workers)
-    if why is not None:
-        logging.getLogger("callhook.workers").info("one worker: %s (docs/scaling.md)", why)
+async def serve(
+    args: argparse.Namespace, settings: Settings, assembly: Assembly, start: Launch
+) -> int:
+    """A worker of ``serve --workers``, or the one process that serves (``start``: what
+    :func:`~callhook.serving.launch.launch` settled)."""
+    manager, keys, count = start.manager, start.keys, start.workers
     siblings: Siblings | None = None
     front: FrontBans | None = None  # Kamailio's bans, in front of the workers
     if args.worker is not None:
@@ -244,12 +205,6 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
                 os.environ.get(WORKERS_TOKEN),
                 front=front,
             )
-    elif count > 1:
-        from callhook.serving.supervisor import supervise
-
-        http = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
-        config = Path(args.config) if getattr(args, "config", None) else None
-        return await supervise(settings, count, args.argv, http, config, manager)
     # Before any socket: enough open files for the port range, their table grown once.
     descriptors.provide(descriptors.needed(settings.sip.rtp_ports))
     if settings.tracing.endpoint is not None:
@@ -348,7 +303,7 @@ async def serve(args: argparse.Namespace, settings: Settings, assembly: Assembly
         settings,
         services,
         keys=keys,
-        make_keys=lambda new: _api_keys(args, new),
+        make_keys=lambda new: api_keys(args, new),
         guard=sip.guard,
         outbound=sip.outbound,
         flags=lambda new: _flag_app(args, new, services.secret),

@@ -55,8 +55,9 @@ from callhook.cluster.workers import (
     plan,
 )
 from callhook.config.settings import ConfigError, Settings, load
+from callhook.edge.localaddress import local_address
 from callhook.monitoring import prometheus
-from callhook.serving.readiness import answers_options
+from callhook.serving.sipprobe import answers_options
 from callhook.serving.systemd import SILENT, ServiceManager
 from callhook.sip.grammar import parse_hostport
 from callhook.sip.transport import Target
@@ -72,8 +73,6 @@ START_TIMEOUT = 120.0
 def layout_of(settings: Settings, count: int) -> Layout:
     """The layout ``count`` workers would have with ``settings``; ConfigError, naming what,
     if more than one worker cannot serve them yet (docs/scaling.md)."""
-    from callhook.telephony.service import local_address
-
     refused = []
     tls = None
     if settings.sip.tls_certificate is not None and settings.sip.tls_port:

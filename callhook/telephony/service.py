@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections import OrderedDict
 from typing import Any
 
@@ -44,6 +43,7 @@ from callhook.config.settings import AppConfig
 from callhook.config.tls import client_context, server_context
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.edge.connections import Connections, ListenError
+from callhook.edge.localaddress import local_address
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.speechworkers import SpeechService
 from callhook.monitoring import prometheus
@@ -82,19 +82,6 @@ class _SipProtocol(asyncio.DatagramProtocol):
 
     def error_received(self, exc: Exception) -> None:
         logger.debug("SIP socket: %s", exc)
-
-
-def local_address(host: str) -> str:
-    """The address to put in Contact and SDP when bound to ``host`` (a wildcard needs one)."""
-    if host not in ("0.0.0.0", "::", ""):
-        return host
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent
-            address: str = probe.getsockname()[0]
-            return address
-        except OSError:
-            return "127.0.0.1"
 
 
 class SipService:

@@ -46,7 +46,8 @@ from aiohttp import WSMsgType, web
 from callhook.cluster.siblings import RING_PATH, SIGN_OUT_PATH, Siblings
 from callhook.config.settings import AppConfig
 from callhook.dialplan.destinations import CLIENT_ID
-from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import ApiError
 from callhook.httpserver.server import Bans
 from callhook.telephony import webrtctoken
 from callhook.telephony.webphone import Outbox, loopback, same_origin

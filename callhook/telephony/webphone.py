@@ -49,7 +49,8 @@ from callhook.config.settings import AppConfig
 from callhook.edge.mediaengine import MediaEngine
 from callhook.edge.pages import HttpPages
 from callhook.events import CallEnded
-from callhook.httpserver.restapi import LOGS, ApiError, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import LOGS, ApiError
 from callhook.httpserver.server import Bans
 from callhook.media.meter import LevelMeter
 from callhook.media.session import MediaSession

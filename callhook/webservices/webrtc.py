@@ -27,7 +27,8 @@ from multidict import MultiDict
 from callhook.calls.applicationstatus import aculab_datetime
 from callhook.config.settings import AppConfig
 from callhook.dialplan.destinations import CLIENT_ID
-from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import ApiError
 from callhook.httpserver.server import Handler
 from callhook.telephony import webrtctoken
 from callhook.telephony.webclients import WebClients

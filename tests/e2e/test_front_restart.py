@@ -19,7 +19,7 @@ import pytest
 
 from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
-from callhook.serving.readiness import answers_options
+from callhook.serving.sipprobe import answers_options
 from callhook.serving.supervisor import run_dir
 from callhook.sip.transport import Target
 from tests.e2e import sipp

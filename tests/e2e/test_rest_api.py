@@ -385,10 +385,10 @@ async def test_openapi_document_is_served_and_valid(api: Api) -> None:
 def test_openapi_document_describes_every_route(tmp_path: Path) -> None:
     """Every route the server has is in the document with its methods, and nothing else."""
     from callhook.httpserver import server as web
+    from callhook.httpserver.keys import KeyRing
     from callhook.httpserver.openapi import document
     from callhook.httpserver.recordsapi import RecordsApi
     from callhook.httpserver.restapi import Api as RestApi
-    from callhook.httpserver.restapi import KeyRing
     from callhook.store.callrecords import CallRecords
     from callhook.store.database import Database
     from callhook.store.files import MediaStore

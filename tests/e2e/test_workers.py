@@ -148,6 +148,11 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
 
     async with server:
         assert "with 2 workers behind Kamailio" in server.output
+        # The supervisor takes no calls: it never loaded their modules (numpy's library
+        # and pydantic's are not in its memory; cli.py, serving/launch.py).
+        assert server.proc is not None
+        mapped = Path(f"/proc/{server.proc.pid}/maps").read_text()
+        assert "numpy" not in mapped and "pydantic_core" not in mapped, server.output
         pids = worker_pids(data_dir)
         assert sorted(pids) == [0, 1], server.output
 

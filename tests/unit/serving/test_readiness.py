@@ -14,7 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from callhook.cluster.siblings import Siblings
-from callhook.serving.readiness import Readiness, answers_options
+from callhook.serving.readiness import Readiness
+from callhook.serving.sipprobe import answers_options
 from callhook.sip.transport import Target
 
 

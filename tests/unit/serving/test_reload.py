@@ -14,7 +14,7 @@ from callhook.app import build_services
 from callhook.calls.services import Services
 from callhook.config.settings import load
 from callhook.dialplan.outbound import OutboundPolicy
-from callhook.httpserver.restapi import KeyRing, key_ring
+from callhook.httpserver.keys import KeyRing, key_ring
 from callhook.serving.reload import Reloader
 from callhook.sip.guard import Guard, networks
 

@@ -20,7 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer, make_mocked_request
 
 from callhook.config.settings import AppConfig
-from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import ApiError
 from callhook.telephony import webrtctoken
 from callhook.telephony.webclientleg import WebClientLeg
 from callhook.telephony.webclients import Busy, NotSignedIn, WebClients

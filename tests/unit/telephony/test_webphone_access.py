@@ -17,7 +17,8 @@ from aiohttp.test_utils import make_mocked_request
 from aiohttp.web import Request
 
 from callhook.config.settings import AppConfig
-from callhook.httpserver.restapi import ApiError, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import ApiError
 from callhook.telephony.webphone import WebPhone, loopback
 
 SALES_KEY = "k" * 32

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jwt
 import pytest
 
-from callhook.httpserver.restapi import KeyRing
+from callhook.httpserver.keys import KeyRing
 from callhook.telephony import webrtctoken
 from callhook.telephony.webrtctoken import BadToken, check, mint
 

@@ -16,7 +16,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from callhook.config.settings import AppConfig
 from callhook.events import JoinRoom, ParticipantOptions, RoomLeft
 from callhook.httpserver import server as web
-from callhook.httpserver.restapi import Api, KeyRing
+from callhook.httpserver.keys import KeyRing
+from callhook.httpserver.restapi import Api
 from callhook.store.files import MediaStore
 from callhook.telephony.conferences import Conferences, LocalParticipant
 from callhook.webservices.aculab import WebServices
