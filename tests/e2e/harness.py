@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import re
 import signal
@@ -17,8 +18,20 @@ import pytest
 
 from callhook.devtools.harness import AppServer
 from tests import leaks
+from tests.e2e.forkserver import ForkedServe, Zygote
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
+#: This checkout's callhook, which the zygote has imported (a test may set ``CALLHOOK``
+#: to run it otherwise: in a network namespace, say).
+_THIS_CHECKOUT = CALLHOOK
+
+#: Where this test process forks its serves from (tests/e2e/forkserver.py): a process
+#: that has imported callhook once, with the environment the tests started with.
+#: ``CALLHOOK_TEST_FRESH=1`` starts every serve as a new process instead.
+_ZYGOTE: Zygote | None = None
+if os.environ.get("CALLHOOK_TEST_FRESH", "") in ("", "0"):
+    _ZYGOTE = Zygote(dict(os.environ))
+    atexit.register(_ZYGOTE.close)
 
 
 #: Ports these helpers handed out in this process: the kernel may give a port that was
@@ -256,13 +269,16 @@ class Server:
         for flag in ("--secret", "--api-key"):
             if flag in self.args:
                 leaks.used(self.args[self.args.index(flag) + 1])
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | ForkedServe | None = None
         self.output = ""
         self._reader: asyncio.Task[None] | None = None
         #: Added to serve's environment.
         self.env: dict[str, str] = {}
         #: What runs callhook: this checkout's, unless a test installed another.
         self.command: list[str] = CALLHOOK
+        #: Whether serve starts as a new process of its own rather than forked from the
+        #: test process's zygote (for a test that reads its /proc/<pid>/maps or environ).
+        self.fresh = False
         #: Whether the speech models load at start-up (``[speech] preload``, the product's
         #: default). Off unless a test asks: most of the suite's serves never speak or
         #: listen, and loading both models is most of what a start costs in CPU (the models
@@ -323,13 +339,17 @@ class Server:
         (stopped)."""
         if not self.preload:
             self._without_preload()
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.command,
-            *self.args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-        )
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if _ZYGOTE is not None and self.command is _THIS_CHECKOUT and not self.fresh:
+            self.proc = await _ZYGOTE.spawn(self.args, env, os.getcwd())
+        else:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command,
+                *self.args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+            )
         self._reader = asyncio.create_task(self._read())
         # Up to a minute: a start takes a second or two, far more on a loaded machine.
         deadline = time.monotonic() + self.start_timeout

@@ -135,6 +135,7 @@ async def test_two_workers_share_the_calls_and_survive_a_kill_9(
     data_dir = tmp_path / "data"
     server = Server.for_app(data_dir, app, extra=("--workers", "2", "--config", str(config)))
     server.start_timeout = 150.0  # two workers load at once: slow on a loaded machine
+    server.fresh = True  # (its supervisor's memory is looked at: not the test zygote's)
     speaking = talking(2.0).write_pcap(tmp_path / "short.pcap")
     long_talk = talking(6.0).write_pcap(tmp_path / "long.pcap")
 
