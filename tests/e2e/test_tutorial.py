@@ -8,19 +8,21 @@ here until this test runs the new ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.browser import browser, count, wait
 from tests.e2e.harness import Server, free_tcp_port, free_udp_port
-from tests.e2e.test_webphone import fake_microphone
+from tests.e2e.test_webphone import SPEECH
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
@@ -127,22 +129,45 @@ async def test_scripts_serve_starts_the_web_phone(tmp_path: Path) -> None:
         await proc.wait()
 
 
-@pytest.mark.solo  # a real browser's audio: starved of CPU beside other tests, it stutters
-async def test_the_voicemail_of_the_tutorial(tmp_path: Path) -> None:
-    """Steps 2 to 4: the application, a call to it in the web phone, its flow in-process
-    (passing, and failing when told to expect the wrong thing) and through serve over SIP."""
+@contextlib.contextmanager
+def voicemail_app(folder: Path) -> Iterator[dict[str, Path]]:
+    """The tutorial's files written in ``folder``, and its application running there."""
     app_port = free_tcp_port()
-    written = _write(tmp_path, app_port)
+    written = _write(folder, app_port)
     app = subprocess.Popen(
         [sys.executable, "voicemail.py", "--port", str(app_port)],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         _wait_port(app_port, app)
+        yield written
+    finally:
+        app.terminate()
+        app.wait(timeout=10)
+
+
+@pytest.mark.solo  # a real browser's audio: starved of CPU beside other tests, it stutters
+async def test_the_voicemail_of_the_tutorial_in_the_web_phone(tmp_path: Path) -> None:
+    """Steps 2 and 3: the application, and a call to it in the web phone."""
+    with voicemail_app(tmp_path) as written:
         config = ("--config", str(written["voicemail.toml"]))
         async with Server(tmp_path / "data", extra=config) as server:
             base = f"http://127.0.0.1:{server.http_port}"
             seen = await asyncio.to_thread(_web_phone_call, base, tmp_path)
+    # In the web phone: the message recorded, ended by the silence timer, played back.
+    assert "voicemail" in str(seen["title"]), seen
+    text = str(seen["timeline"])
+    assert '"reason": "silence"' in text, text
+    assert "Here it is" in text and "file recordings/" in text, text
+    assert isinstance(seen["expired"], int) and seen["expired"] >= 1, seen  # the silence timer
+
+
+async def test_the_voicemail_of_the_tutorial_passes_its_flow(tmp_path: Path) -> None:
+    """Step 4: the application's flow through serve over SIP and in-process (passing, and
+    failing when told to expect the wrong thing)."""
+    with voicemail_app(tmp_path) as written:
+        config = ("--config", str(written["voicemail.toml"]))
+        async with Server(tmp_path / "data", extra=config) as server:
             status, out = await _run(
                 *CALLHOOK, "test", "--sip", f"127.0.0.1:{server.sip_port}", "--http",
                 f"127.0.0.1:{server.http_port}", "--data-dir", str(server.data_dir),
@@ -150,13 +175,6 @@ async def test_the_voicemail_of_the_tutorial(tmp_path: Path) -> None:
             )  # fmt: skip
             assert status == 0, out + server.output[-3000:]
             assert out.startswith("PASS voicemail-flow.yaml"), out
-        # In the web phone: the message recorded, ended by the silence timer, played back.
-        assert "voicemail" in str(seen["title"]), seen
-        text = str(seen["timeline"])
-        assert '"reason": "silence"' in text, text
-        assert "Here it is" in text and "file recordings/" in text, text
-        assert isinstance(seen["expired"], int) and seen["expired"] >= 1, seen  # the silence timer
-        # The flow in-process, and with a wrong expectation.
         status, out = await _run(*CALLHOOK, "test", "voicemail-flow.yaml", cwd=tmp_path)
         assert status == 0, out
         assert out.startswith("PASS voicemail-flow.yaml"), out
@@ -166,15 +184,42 @@ async def test_the_voicemail_of_the_tutorial(tmp_path: Path) -> None:
         assert status == 1, out
         assert out.startswith("FAIL voicemail-flow.yaml"), out
         assert "'contains_sound': True" in out  # what the application received instead
-    finally:
-        app.terminate()
-        app.wait(timeout=10)
+
+
+def message_microphone(path: Path) -> Path:
+    """A caller who speaks after the beep, as a WAV for the browser's microphone: quiet
+    through the greeting, "two" every 1.2 s from 6 s to 12 s, then quiet.
+
+    Chromium plays the file from when the page opens the microphone, a moment before the
+    call starts, and loops it. A short loop (the keypad test's: "two" then 3 s of quiet)
+    puts the words at a different place for each call: one started 0.9 s later than usual
+    had "two" fall during the beep, and the record's 2 s of initial silence ran out before
+    the next one. Here the words cover the record's first seconds for any start up to
+    about 3 s late, and the quiet after them (longer than the record's 2 s of silence)
+    ends the message; the file is longer than the call, so it does not loop in time."""
+    import wave
+
+    import numpy as np
+
+    with wave.open(str(SPEECH / "2_jackson_2.wav")) as src:
+        rate = src.getframerate()
+        two = np.frombuffer(src.readframes(src.getnframes()), dtype=np.int16)
+    audio = np.zeros(round(30 * rate), np.int16)
+    for start in np.arange(6.0, 12.0, 1.2):
+        at = round(start * rate)
+        audio[at : at + len(two)] = two
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(audio.tobytes())
+    return path
 
 
 def _web_phone_call(base: str, folder: Path) -> dict[str, object]:
     from selenium.webdriver.common.by import By
 
-    driver = browser(fake_microphone(folder / "microphone.wav"), folder / "profile")
+    driver = browser(message_microphone(folder / "microphone.wav"), folder / "profile")
     try:
         driver.get(f"{base}/phone")
         select = driver.find_element(By.ID, "app")
