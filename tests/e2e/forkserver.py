@@ -108,7 +108,10 @@ class Zygote:
 
     def _start_once(self) -> str:
         if self._process is None or self._process.poll() is not None:
-            folder = tempfile.mkdtemp(prefix="callhook-zygote-")
+            folder = tempfile.mkdtemp(prefix="callhook-zygote-")  # (only this user's)
+            if len(folder) > 90:  # (a socket's path has room for 107 bytes)
+                os.rmdir(folder)
+                folder = tempfile.mkdtemp(prefix="callhook-zygote-", dir="/tmp")
             path = os.path.join(folder, "socket")
             # Its stdin is how it knows this process is still here: at EOF it ends.
             self._process = subprocess.Popen(
