@@ -270,7 +270,12 @@ def serve_forever(path: str) -> None:
     connections: dict[int, tuple[socket.socket, int]] = {}  # its fd -> (it, its serve)
     serves: dict[int, tuple[int, socket.socket]] = {}  # a pidfd -> (the pid, the caller)
     while True:
+        # (an fd closed while a batch is handled may be reused by the next accept: its
+        # later events in the batch are the old file's)
+        done: set[int] = set()
         for fd, _ in poller.poll():
+            if fd in done:
+                continue
             if fd == 0:  # the test process has gone, or is done: so are its serves
                 for pid, _ in serves.values():
                     os.kill(pid, signal.SIGKILL)
@@ -300,6 +305,7 @@ def serve_forever(path: str) -> None:
                 pid, connection = serves.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
+                done.update((fd, connection.fileno()))
                 _, status = os.waitpid(pid, 0)
                 if connection.fileno() in connections:
                     del connections[connection.fileno()]
@@ -310,6 +316,7 @@ def serve_forever(path: str) -> None:
             elif fd in connections:  # the caller closed (it has gone): the serve goes too
                 connection, pid = connections.pop(fd)
                 poller.unregister(fd)
+                done.add(fd)
                 os.kill(pid, signal.SIGKILL)
 
 
