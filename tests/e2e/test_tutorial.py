@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.browser import browser, count, wait
 from tests.e2e.harness import Server, free_tcp_port, free_udp_port
-from tests.e2e.test_webphone import SPEECH
+from tests.e2e.test_webphone import SPEECH, microphone_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
@@ -208,12 +208,7 @@ def message_microphone(path: Path) -> Path:
     for start in np.arange(6.0, 12.0, 1.2):
         at = round(start * rate)
         audio[at : at + len(two)] = two
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(audio.tobytes())
-    return path
+    return microphone_wav(path, audio, rate)
 
 
 def _web_phone_call(base: str, folder: Path) -> dict[str, object]:

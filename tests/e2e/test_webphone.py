@@ -43,11 +43,17 @@ def fake_microphone(path: Path) -> Path:
     with wave.open(str(SPEECH / "2_jackson_2.wav")) as src:
         rate = src.getframerate()
         audio = np.frombuffer(src.readframes(src.getnframes()), dtype=np.int16)
+    return microphone_wav(path, np.concatenate([audio, np.zeros(3 * rate, np.int16)]), rate)
+
+
+def microphone_wav(path: Path, audio: np.ndarray[Any, Any], rate: int) -> Path:
+    """``audio`` (16-bit mono at ``rate``) written to ``path`` as a WAV: a fake microphone's
+    file for Chromium."""
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(rate)
-        out.writeframes(np.concatenate([audio, np.zeros(3 * rate, np.int16)]).tobytes())
+        out.writeframes(audio.astype("<i2").tobytes())
     return path
 
 
