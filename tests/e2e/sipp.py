@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 SIPP = shutil.which("sipp")
@@ -193,6 +194,30 @@ class SippRun:
     returncode: int
     output: str
     errors: str
+    #: SIPp's own log of the messages it sent and received (``-trace_msg``), when asked for.
+    messages: str = ""
+
+    def message_times(self) -> list[tuple[float, str, str]]:
+        """``(time, "sent" or "received", first line)`` of each message in :attr:`messages`,
+        the time on SIPp's own wall clock (epoch seconds): a reference that does not share
+        the path under test."""
+        found: list[tuple[float, str, str]] = []
+        for block in self.messages.split("----------------------------------------------- ")[1:]:
+            head, _, rest = block.partition("\n")
+            when = " ".join(head.split())  # SIPp separates the date and time with a tab
+            stamp = datetime.strptime(when, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            direction = "sent" if " sent " in rest.partition("\n")[0] else "received"
+            first = next(line for line in rest.split("\n")[1:] if line.strip())
+            found.append((stamp, direction, first.strip()))
+        return found
+
+    def seconds_answered(self) -> float:
+        """How long SIPp held the call up by its own clock: from the first ``200 OK`` it
+        received to the ``BYE`` it sent."""
+        times = self.message_times()
+        answered = next(t for t, way, line in times if way == "received" and " 200 " in line)
+        bye = next(t for t, way, line in times if way == "sent" and line.startswith("BYE "))
+        return bye - answered
 
 
 def control_socket(port: int) -> tuple[str, ...]:
@@ -205,20 +230,34 @@ def control_socket(port: int) -> tuple[str, ...]:
 
 
 async def call(
-    server: tuple[str, int], workdir: Path, *parts: str, transport: str = "udp"
+    server: tuple[str, int],
+    workdir: Path,
+    *parts: str,
+    transport: str = "udp",
+    trace_messages: bool = False,
 ) -> SippRun:
     """One SIPp call made of scenario ``parts``, from free local ports, over ``transport``
-    (``udp`` or ``tcp``: SIPp's ``-t u1`` / ``-t t1``, one socket)."""
+    (``udp`` or ``tcp``: SIPp's ``-t u1`` / ``-t t1``, one socket); with
+    ``trace_messages``, SIPp's timestamped log of its messages comes back in
+    :attr:`SippRun.messages`."""
     from tests.e2e.harness import free_even_udp_port, free_udp_port
 
-    return await run_sipp(
+    local_port = free_udp_port()
+    extra: tuple[str, ...] = ("-t", {"udp": "u1", "tcp": "t1"}[transport])
+    log = workdir / f"sipp-{local_port}-messages.log"
+    if trace_messages:
+        extra += ("-trace_msg", "-message_file", str(log))
+    run = await run_sipp(
         scenario(*parts),
         server,
         workdir,
-        local_port=free_udp_port(),
+        local_port=local_port,
         media_port=free_even_udp_port(),
-        extra=("-t", {"udp": "u1", "tcp": "t1"}[transport]),
+        extra=extra,
     )
+    if trace_messages and log.exists():
+        run.messages = log.read_text(errors="replace")
+    return run
 
 
 async def run_sipp(

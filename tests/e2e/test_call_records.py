@@ -1,7 +1,7 @@
 """Call records (``GET /api/v1/calls/records``) equal the calls SIPp made to ``callhook
 serve``, one process and two workers behind Kamailio: their count, causes and durations
-(within 0.1 s of how long SIPp held each call up), paged as JSON and exported as CSV, an
-application's key seeing its own only."""
+(within 0.1 s of how long SIPp held each call up, by SIPp's own clock), paged as JSON and
+exported as CSV, an application's key seeing its own only."""
 
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ api_key = "{BROKEN_KEY}"
                     sipp.ANSWERED,
                     sipp.PAUSE.format(ms=round(hold * 1000)),
                     sipp.BYE_FROM_CALLER.format(cseq=2),
+                    trace_messages=True,
                 )
                 for hold in HOLDS
             ),
@@ -120,8 +121,16 @@ api_key = "{BROKEN_KEY}"
         )
         # (The callers hung up: Aculab's cause for the far end ending the call.)
         assert [r["call_cause"] for r in answered] == ["hung_up"] * len(HOLDS)
-        for record, hold in zip(answered, HOLDS, strict=True):
-            assert abs(record["seconds_call_duration"] - hold) <= 0.1, (record, hold)
+        # Each is as long as SIPp held its call up, by SIPp's own clock: from the 200 OK it
+        # received to the BYE it sent. The record runs from callhook's 200 to its receipt
+        # of the BYE, so it may be longer by the two messages' trips (through Kamailio in
+        # workers mode), never shorter. Under load SIPp's pause itself runs late, so the
+        # scenario's HOLDS are only the order.
+        held = sorted(run.seconds_answered() for run in runs[: len(HOLDS)])
+        for record, seconds, hold in zip(answered, held, HOLDS, strict=True):
+            assert seconds >= hold - 0.005, (seconds, hold)  # a pause is never early
+            recorded = record["seconds_call_duration"]
+            assert seconds - 0.02 <= recorded <= seconds + 0.1, (record, seconds)
             assert record["call_direction"] == "in" and record["leg"] == "call"
             assert record["answered"] is not None and record["pages_failed"] == 0
             assert record["pages_requested"] == 2  # the first page and the final page
