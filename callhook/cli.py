@@ -245,6 +245,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Serve applications (on embedded defaults: the built-in demo)."""
     from callhook.serving.launch import launch, supervised
 
+    if args.fork_server:
+        return _fork_server(args.fork_server)
     settings = _settings(args)
     start = launch(args, settings)
     if start.supervises(args):  # (Kamailio and the workers: none of the calls' modules)
@@ -256,6 +258,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from callhook.serving.serve import serve
 
     return run_loop(serve(args, settings, ASSEMBLY, start))
+
+
+def _fork_server(farewell: str) -> int:
+    """``serve --fork-server``: import what a worker does, then fork a ``callhook`` run for
+    each request of the supervisor (or of a test), and end with it."""
+    import signal
+
+    from callhook.serving.collector import frozen_imports
+    from callhook.serving.forkserver import serve_forever
+
+    with frozen_imports():
+        import callhook.app
+        import callhook.serving.serve  # noqa: F401
+    return serve_forever(main, signal.Signals[f"SIG{farewell}"])
 
 
 async def _dial(args: argparse.Namespace, settings: Settings) -> int:
@@ -327,45 +343,14 @@ def _speech_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def cmd_trunks(args: argparse.Namespace) -> int:
-    """Print ``GET /api/trunks`` of a running ``serve`` as a table."""
-    from callhook.serving.remote import trunk_table
-
-    trunks = _get_api(args, "/api/trunks")
-    if trunks is None:
-        return 1
-    print(trunk_table(trunks))
-    return 0
-
-
-def cmd_bans(args: argparse.Namespace) -> int:
-    """Print ``GET /api/bans`` of a running ``serve``: address, time left, reason."""
-    from callhook.serving.remote import ban_table
-
-    bans = _get_api(args, "/api/bans")
-    if bans is None:
-        return 1
-    print(ban_table(bans))
-    return 0
-
-
-def cmd_users(args: argparse.Namespace) -> int:
-    """Print ``GET /api/users`` of a running ``serve``: each registered phone."""
-    from callhook.serving.remote import user_table
-
-    phones = _get_api(args, "/api/users")
-    if phones is None:
-        return 1
-    print(user_table(phones))
-    return 0
-
-
-def _get_api(args: argparse.Namespace, path: str) -> Any:
-    from callhook.serving.remote import get_api
+def cmd_remote(args: argparse.Namespace) -> int:
+    """Print a running ``serve``'s ``GET /api/<command>`` as a table: its trunks and their
+    state, the SIP sources it banned, or the phones registered with it."""
+    from callhook.serving.remote import show
 
     settings = _settings(args)
     host, port = host_port(args.http or f"{settings.http.host}:{settings.http.port}", 8080)
-    return get_api(host, port, path, data_secret(settings.data_dir))
+    return show(args.command, host, port, data_secret(settings.data_dir))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -476,6 +461,8 @@ def parser() -> argparse.ArgumentParser:
         help="processes behind Kamailio (default: one per core, when Kamailio is installed)",
     )
     s.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # the supervisor's children
+    # (where the supervisor forks its workers from: serving/forkserver.py)
+    s.add_argument("--fork-server", choices=("TERM", "KILL"), help=argparse.SUPPRESS)
     s.add_argument(
         "--shutdown-grace", type=float, help="seconds calls may go on after SIGTERM (default 30)"
     )
@@ -539,19 +526,19 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
     tr.add_argument("--config", help="TOML config file")
     tr.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
-    tr.set_defaults(func=cmd_trunks)
+    tr.set_defaults(func=cmd_remote)
 
     ba = sub.add_parser("bans", help="show the SIP sources a running serve has banned")
     ba.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
     ba.add_argument("--config", help="TOML config file")
     ba.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
-    ba.set_defaults(func=cmd_bans)
+    ba.set_defaults(func=cmd_remote)
 
     us = sub.add_parser("users", help="show the phones registered with a running serve")
     us.add_argument("--http", help="HOST:PORT of serve's web server (default from the config)")
     us.add_argument("--config", help="TOML config file")
     us.add_argument("--data-dir", help="serve's data directory (for the installation secret)")
-    us.set_defaults(func=cmd_users)
+    us.set_defaults(func=cmd_remote)
 
     sw = sub.add_parser("sweep", help="delete what is past its retention ([retention]) now")
     sw.add_argument("--config", help="TOML config file")
@@ -591,7 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.DEBUG if args.verbose else logging.WARNING
     if args.command in ("serve", "dial") and not args.verbose:
         level = logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # (force: a process forked by serve --fork-server runs main again, for its own command)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
     for handler in logging.getLogger().handlers:
         handler.addFilter(Redacting())  # no password of a URL in the server log
     try:

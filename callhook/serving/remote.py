@@ -1,4 +1,5 @@
-"""Asking a running ``serve`` over its REST API: ``callhook trunks`` and ``callhook bans``."""
+"""Asking a running ``serve`` over its REST API: ``callhook trunks``, ``bans`` and
+``users``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,17 @@ def get_api(host: str, port: int, path: str, secret: str) -> Any:
     except OSError as exc:
         print(f"callhook: cannot reach serve at {host}:{port}: {exc}", file=sys.stderr)
     return None
+
+
+def show(what: str, host: str, port: int, secret: str) -> int:
+    """Print ``GET /api/<what>`` (``trunks``, ``bans`` or ``users``) of the serve at
+    ``host``:``port`` as a table; the command's exit status."""
+    found = get_api(host, port, f"/api/{what}", secret)
+    if found is None:
+        return 1
+    table = {"trunks": trunk_table, "bans": ban_table, "users": user_table}[what]
+    print(table(found))
+    return 0
 
 
 def trunk_table(trunks: list[dict[str, Any]]) -> str:

@@ -287,12 +287,10 @@ async def serve(
     # does serve say it serves (a worker: tells the supervisor).
     loading = [asyncio.wrap_future(f) for f in services.speech.warming]
     await asyncio.gather(*loading, return_exceptions=True)
-    if args.worker is not None:
-        _say(READY)  # the supervisor prints where callhook is reached
-    else:
-        _banner(settings, sip, base, app)
+    # SIGTERM stops it gracefully, SIGHUP reloads it, from before it says it serves: a
+    # signal that follows the word at once (systemd's, the supervisor's) must not find
+    # the default action, which ends the process.
     status = f"serving, SIP {settings.sip.host}:{sip.port}, web {base}"
-    manager.ready(status)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -317,6 +315,11 @@ async def serve(
 
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, reload)
+    if args.worker is not None:
+        _say(READY)  # the supervisor prints where callhook is reached
+    else:
+        _banner(settings, sip, base, app)
+    manager.ready(status)
     try:
         await stop.wait()
     finally:

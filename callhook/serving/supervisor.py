@@ -6,9 +6,12 @@ the process work. The supervisor runs no calls itself:
 1. it writes Kamailio's configuration and dispatcher list into
    ``<data_dir>/run/`` (again at every start, from the settings);
 2. it starts the N workers (``callhook serve`` with the same arguments, plus
-   ``--worker I``), each in a process group of its own so a terminal's Ctrl-C reaches
-   them only through the supervisor (but in the supervisor's session: see
-   :func:`_own_group`), and waits until each says it is serving;
+   ``--worker I``), forked from a fork server (:mod:`callhook.serving.forkserver`: one
+   import of their modules for all of them, and for each one started again), each in a
+   process group of its own so a terminal's Ctrl-C reaches them only through the
+   supervisor (but in the supervisor's session: see
+   :func:`callhook.serving.processes.own_group`), and waits until each says it is
+   serving;
 3. it starts Kamailio in front of them and prints where callhook is reached;
 4. when a worker or Kamailio ends without being asked to, it says so and starts
    another in its place (:func:`callhook.cluster.workers.pause_before_restart`: at once,
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import hashlib
 import logging
 import os
@@ -38,7 +40,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import callhook
 from callhook.cluster.workerports import choose_first_port, front_ports_free
 from callhook.cluster.workers import (
     RPC_SOCKET,
@@ -57,6 +58,8 @@ from callhook.cluster.workers import (
 from callhook.config.settings import ConfigError, Settings, load
 from callhook.edge.localaddress import local_address
 from callhook.monitoring import prometheus
+from callhook.serving.forkserver import UNKNOWN, ForkServer, ForkServerError
+from callhook.serving.processes import Running, own_group, python_command, terminate
 from callhook.serving.sipprobe import answers_options
 from callhook.serving.systemd import SILENT, ServiceManager
 from callhook.sip.grammar import parse_hostport
@@ -207,22 +210,13 @@ def trunk_sources(settings: Settings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _python() -> list[str]:
-    """The interpreter command the workers run ``-m callhook`` with, so that they import the
-    callhook this supervisor runs: ``python -m`` puts the working directory first on the
-    module path, where a checkout (or any folder named callhook) would shadow the installed
-    package; ``-P`` leaves it out unless the supervisor's own callhook came from there."""
-    here = Path(callhook.__file__).resolve().parent.parent
-    return [sys.executable] if here == Path.cwd().resolve() else [sys.executable, "-P"]
-
-
 @dataclass
 class _Child:
     """A process the supervisor keeps running."""
 
     name: str
     argv: list[str]
-    process: asyncio.subprocess.Process | None = None
+    process: Running | None = None
     started: float = 0.0
     pause: float = 0.0
     restarts: int = 0
@@ -294,14 +288,10 @@ class Supervisor:
             )
         self.modules = modules
         host, port = http
-        python = _python()
         self.workers = [
             _Child(
                 f"worker {i}",
                 [
-                    *python,
-                    "-m",
-                    "callhook",
                     *worker_argv,
                     "--workers",
                     str(count),
@@ -321,6 +311,15 @@ class Supervisor:
                 *("-f", str(config), "-DD", "-E", "-m", "64", "-M", "8"),
                 *("-P", str(self.run_dir / "kamailio.pid"), "-Y", str(self.run_dir)),
             ],
+        )
+        # Where the workers are forked from (started with the first of them, so with the
+        # environment supervise() completes; prometheus-client reads its variable at import).
+        # (its data folder in its command line: which serve's it is, in `ps`)
+        data = ["--data-dir", str(settings.data_dir)]
+        self.forks = ForkServer(
+            [*python_command(), "-m", "callhook", "serve", "--fork-server", "TERM", *data],
+            {**os.environ, prometheus.MULTIPROCESS_ENV: str(self.metrics_dir)},
+            preexec=own_group,
         )
         self.stopping = False
         self._quiet = False  # Kamailio was told to stop: its log is not passed on
@@ -443,23 +442,27 @@ class Supervisor:
         print(f"  web: http://{shown}:{port}", flush=True)
         print(f"  web phone: http://{shown}:{port}/phone", flush=True)
 
-    async def _start(self, child: _Child, worker: bool) -> asyncio.subprocess.Process:
+    async def _start(self, child: _Child, worker: bool) -> Running:
         if child.restarts:
             child.ready.clear()
-        env = {**os.environ, prometheus.MULTIPROCESS_ENV: str(self.metrics_dir)} if worker else None
-        process = await asyncio.create_subprocess_exec(
-            *child.argv,
-            env=env,
-            # Kamailio prints its sockets on standard output; its log is standard error,
-            # passed on by _relay.
-            stdout=asyncio.subprocess.PIPE if worker else asyncio.subprocess.DEVNULL,
-            stderr=None if worker else asyncio.subprocess.PIPE,
-            preexec_fn=_own_group,
-        )
+        process: Running
+        if worker:  # forked (its standard error is the supervisor's)
+            env = {**os.environ, prometheus.MULTIPROCESS_ENV: str(self.metrics_dir)}
+            process = await self.forks.spawn(child.argv, env, os.getcwd(), stderr=2)
+            stream = process.stdout
+        else:
+            process = await asyncio.create_subprocess_exec(
+                *child.argv,
+                # Kamailio prints its sockets on standard output; its log is standard
+                # error, passed on by _relay.
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=own_group,
+            )
+            assert process.stderr is not None
+            stream = process.stderr
         child.process = process
         child.started = time.monotonic()
-        stream = process.stdout if worker else process.stderr
-        assert stream is not None
         child.relay = asyncio.create_task(self._relay(child, stream, worker))
         self._tasks.append(child.relay)
         # (Kamailio is ready once it answered SIP: run's probe says so.)
@@ -495,11 +498,11 @@ class Supervisor:
         while not self.stopping:
             try:
                 process = await self._start(child, worker)
-            except OSError as exc:
+            except (OSError, ForkServerError) as exc:
                 self._fail(f"{child.name} could not start: {exc}")
                 return
             if self.stopping:  # shutdown began while it was starting: it missed the SIGTERM
-                await _terminate([process], self.settings.sip.shutdown_grace + 15.0)
+                await terminate([process], self.settings.sip.shutdown_grace + 15.0)
                 return
             code = await process.wait()
             # What it forked (Kamailio's children) goes with it, or they keep its ports.
@@ -518,6 +521,8 @@ class Supervisor:
                 continue
             ran = time.monotonic() - child.started
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            if code == UNKNOWN:
+                how = "a status unknown (its fork server had ended)"
             kamailio = child is self.kamailio
             pause = pause_before_restart(
                 kamailio=kamailio,
@@ -562,48 +567,15 @@ class Supervisor:
         """SIGTERM to the workers, wait for them (their grace), then stop Kamailio."""
         self.stopping = True
         grace = self.settings.sip.shutdown_grace + 15.0
-        await _terminate([c.process for c in self.workers], grace)
+        await terminate([c.process for c in self.workers], grace)
+        await asyncio.to_thread(self.forks.close)
         self._quiet = True
-        await _terminate([self.kamailio.process], 10.0)
+        await terminate([self.kamailio.process], 10.0)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def _own_group() -> None:
-    """In the child before exec: a process group of its own, and SIGTERM when the
-    supervisor dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so no worker or
-    Kamailio outlives it unsupervised.
-
-    A group, not a session: where the kernel groups tasks by session for the scheduler
-    (``kernel.sched_autogroup_enabled``, on in Debian's kernels), a session of its own
-    made each worker a scheduling group of its own, and under a CPU hog the workers,
-    Kamailio and the callers' side stalled for seconds (bench/RESULTS.md: 22 of 500 calls
-    at 100 calls with two workers beside ``stress-ng --cpu 2``, 500 of 500 in the
-    supervisor's session). (A worker then ignores SIGTTOU itself, serve.py: the loop's
-    spawn resets the signals a child inherits.)"""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
-    os.setpgid(0, 0)
-
-
-async def _terminate(processes: list[asyncio.subprocess.Process | None], timeout: float) -> None:
-    running = [p for p in processes if p is not None and p.returncode is None]
-    for p in running:
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), timeout)
-    except TimeoutError:
-        for p in running:
-            with contextlib.suppress(OSError):
-                os.killpg(p.pid, signal.SIGKILL)  # each is its own process group
-        await asyncio.gather(*(p.wait() for p in running))
-    for p in running:
-        with contextlib.suppress(OSError):
-            os.killpg(p.pid, signal.SIGKILL)  # anything it left behind
 
 
 def http_port(host: str, port: int) -> int:

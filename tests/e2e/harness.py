@@ -17,20 +17,25 @@ from typing import Any
 import pytest
 
 from callhook.devtools.harness import AppServer
+from callhook.serving.forkserver import ForkedProcess, ForkServer
 from tests import leaks
-from tests.e2e.forkserver import ForkedServe, Zygote
 
 CALLHOOK = [sys.executable, "-m", "callhook"]
-#: This checkout's callhook, which the zygote has imported (a test may set ``CALLHOOK``
+#: This checkout's callhook, which the fork server has imported (a test may set ``CALLHOOK``
 #: to run it otherwise: in a network namespace, say).
 _THIS_CHECKOUT = CALLHOOK
 
-#: Where this test process forks its serves from (tests/e2e/forkserver.py): a process
-#: that has imported callhook once, with the environment the tests started with.
-#: ``CALLHOOK_TEST_FRESH=1`` starts every serve as a new process instead.
-_ZYGOTE: Zygote | None = None
+#: Where this test process forks its serves from: the fork server ``serve --workers``
+#: forks its workers from (callhook/serving/forkserver.py), started at the first serve,
+#: with the environment the tests started with. It kills its serves when this process
+#: goes. ``CALLHOOK_TEST_FRESH=1`` starts every serve as a new process instead.
+_ZYGOTE: ForkServer | None = None
 if os.environ.get("CALLHOOK_TEST_FRESH", "") in ("", "0"):
-    _ZYGOTE = Zygote(dict(os.environ))
+    _ZYGOTE = ForkServer(
+        [*CALLHOOK, "serve", "--fork-server", "KILL"],
+        {**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
     atexit.register(_ZYGOTE.close)
 
 
@@ -269,7 +274,7 @@ class Server:
         for flag in ("--secret", "--api-key"):
             if flag in self.args:
                 leaks.used(self.args[self.args.index(flag) + 1])
-        self.proc: asyncio.subprocess.Process | ForkedServe | None = None
+        self.proc: asyncio.subprocess.Process | ForkedProcess | None = None
         self.output = ""
         self._reader: asyncio.Task[None] | None = None
         #: Added to serve's environment.
@@ -277,7 +282,7 @@ class Server:
         #: What runs callhook: this checkout's, unless a test installed another.
         self.command: list[str] = CALLHOOK
         #: Whether serve starts as a new process of its own rather than forked from the
-        #: test process's zygote (for a test that reads its /proc/<pid>/maps or environ).
+        #: test process's fork server (for a test that reads its /proc/<pid>/maps or environ).
         self.fresh = False
         #: Whether the speech models load at start-up (``[speech] preload``, the product's
         #: default). Off unless a test asks: most of the suite's serves never speak or

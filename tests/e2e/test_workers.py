@@ -52,7 +52,8 @@ def worker_pids(data_dir: Path) -> dict[int, int]:
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # (forked by the fork server: its command line is one string, setproctitle's)
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split()
         except OSError:
             continue
         if b"--worker" in argv and str(data_dir).encode() in argv:

@@ -37,10 +37,10 @@ def test_workers_import_the_callhook_the_supervisor_runs(
     """``python -m`` would put the working directory first on the module path: a folder
     holding another callhook must not shadow this one in the workers."""
     import callhook
-    from callhook.serving.supervisor import _python
+    from callhook.serving.processes import python_command
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "callhook").mkdir()
-    assert _python() == [sys.executable, "-P"]
+    assert python_command() == [sys.executable, "-P"]
     monkeypatch.chdir(Path(callhook.__file__).parent.parent)  # a checkout's own folder
-    assert _python() == [sys.executable]
+    assert python_command() == [sys.executable]
