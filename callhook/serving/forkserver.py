@@ -69,7 +69,12 @@ _FDS = 4
 
 
 class ForkServerError(Exception):
-    """The fork server could not be started (it said why on its standard error)."""
+    """The fork server could not be started (it said why on its standard error), or did
+    not fork the process asked for."""
+
+
+class _Gone(Exception):
+    """The fork server has ended (or is ending)."""
 
 
 class ForkedProcess:
@@ -222,8 +227,26 @@ class ForkServer:
     ) -> ForkedProcess:
         """A process running ``callhook <argv>`` in ``env`` and ``cwd``, its stdin
         /dev/null, its stdout on a pipe (:attr:`ForkedProcess.stdout`), its stderr the
-        descriptor ``stderr`` (the same pipe when None)."""
-        control = await asyncio.to_thread(self.start)
+        descriptor ``stderr`` (the same pipe when None). A fork server found ending is
+        started again for it, once."""
+        for attempt in (1, 2):
+            control = await asyncio.to_thread(self.start)
+            try:
+                return await self._spawn(control, argv, env, cwd, stderr)
+            except _Gone:
+                if attempt == 2:
+                    raise ForkServerError("the workers' fork server ended at the request") from None
+                await asyncio.to_thread(self._ended, control)
+        raise AssertionError("unreachable")
+
+    async def _spawn(
+        self,
+        control: socket.socket,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stderr: int | None,
+    ) -> ForkedProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         read_end, write_end = os.pipe()
         loop = asyncio.get_running_loop()
@@ -232,14 +255,19 @@ class ForkServer:
             with open(os.devnull, "rb") as stdin:
                 err = write_end if stderr is None else stderr
                 fds = array.array("i", [stdin.fileno(), write_end, err, theirs.fileno()])
-                control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                try:
+                    control.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                except (BrokenPipeError, ConnectionError):
+                    raise _Gone from None
             theirs.close()
             ours.setblocking(False)
             told = b""
             while b"\n" not in told:
                 chunk = await loop.sock_recv(ours, 64)
                 if not chunk:
-                    raise ForkServerError("the workers' fork server did not fork the process")
+                    if self._gone(control):
+                        raise _Gone
+                    raise ForkServerError("the workers' fork server refused the request")
                 told += chunk
         except BaseException:
             ours.close()
@@ -254,6 +282,27 @@ class ForkServer:
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", 0)
         )
         return ForkedProcess(int(pid), reader, ours, rest)
+
+    def _gone(self, control: socket.socket) -> bool:
+        """Whether the fork server of ``control`` has ended (its end of it is closed)."""
+        with contextlib.suppress(OSError):
+            return select.select([control], [], [], 0.1)[0] != [] and not control.recv(
+                1, socket.MSG_PEEK | socket.MSG_DONTWAIT
+            )
+        return True
+
+    def _ended(self, control: socket.socket) -> None:
+        """Wait for the fork server of ``control``, found ending, to have ended (killed
+        if it does not within 5 s), so that :meth:`start` starts another."""
+        with self._starting:
+            process = self._process
+            if self._control is not control or process is None:
+                return  # (another request has started a new one already)
+            try:
+                process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the fork server: it sends its farewell to what it forked, and ends."""

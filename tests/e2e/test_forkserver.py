@@ -222,3 +222,19 @@ async def test_serve_s_workers_are_forked_and_outlive_their_fork_server(
             run = await sipp.call(server.sip, tmp_path, sipp.invite("ivr"), sipp.ANSWERED, bye)
             assert run.returncode == 0, run.output + server.output
     assert "Traceback" not in server.output, server.output
+
+
+async def test_a_request_at_the_moment_the_fork_server_dies_is_forked_by_another(
+    zygote: ForkServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a.json").write_text('{"actions": [{"hang_up": {}}]}')
+    for _ in range(3):
+        zygote.start()
+        dying = zygote.pid
+        assert dying is not None
+        os.kill(dying, signal.SIGKILL)  # (the request may find it still running)
+        with caplog.at_level(logging.ERROR, "callhook.workers"):
+            proc = await zygote.spawn(["validate", "a.json"], {**os.environ}, str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert zygote.pid not in (None, dying)
+        assert f"fork server (pid {dying}) ended with signal 9" in caplog.text
