@@ -229,8 +229,14 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
     assert guest.run("systemctl", "is-active", "callhook").stdout.strip() == "active"
     assert guest.run("systemctl", "is-active", "kamailio", check=False).stdout.strip() == "inactive"
     processes = guest.run("ps", "-eo", "user:20,args").stdout
+    # The supervisor, the fork server and the two workers it forked (each shown with the
+    # command it would have been started with).
     serving = [line for line in processes.splitlines() if "callhook serve" in line]
-    assert len(serving) == 3 and all(line.startswith("callhook ") for line in serving), processes
+    assert len(serving) == 4 and all(line.startswith("callhook ") for line in serving), processes
+    assert sum("serve --fork-server TERM --data-dir /var/lib/callhook" in line
+               for line in serving) == 1, processes  # fmt: skip
+    assert sorted(line.rsplit("--worker ", 1)[1].split()[0] for line in serving
+                  if "--worker " in line) == ["0", "1"], processes  # fmt: skip
     assert any(line.startswith("callhook") and "kamailio -f /var/lib/callhook" in line
                for line in processes.splitlines()), processes  # fmt: skip
     config = guest.root / "etc" / "callhook" / "callhook.toml"
