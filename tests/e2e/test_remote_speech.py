@@ -303,8 +303,11 @@ voice = "voices:{VOICE}"
             parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=60000))
             run = await sipp.call(server.sip, tmp_path, *parts)
             assert run.returncode == 0, run.output + run.errors + server.output
+        said = server.output
     answers = {}
     for page in ("/heard", "/heard-remote"):
+        asked = [(r.path, r.json) for r in app.requests]
+        assert len(app.bodies(page)) == 1, (page, asked, said)
         (body,) = app.bodies(page)
         (best,) = body["action_result"]["result"]["speech_input"][0]["alternatives"]
         answers[page] = best
