@@ -312,9 +312,10 @@ class Supervisor:
                 *("-P", str(self.run_dir / "kamailio.pid"), "-Y", str(self.run_dir)),
             ],
         )
-        # Where the workers are forked from (started with the first of them, so with the
-        # environment supervise() completes; prometheus-client reads its variable at import).
-        # (its data folder in its command line: which serve's it is, in `ps`)
+        # Where the workers are forked from, started with the first of them. Its
+        # environment is the workers' (supervise() has completed it), with prometheus-
+        # client's variable, which that reads when imported; its data folder is in its
+        # command line to tell in `ps` which serve's it is.
         data = ["--data-dir", str(settings.data_dir)]
         self.forks = ForkServer(
             [*python_command(), "-m", "callhook", "serve", "--fork-server", "TERM", *data],
