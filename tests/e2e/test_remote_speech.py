@@ -258,6 +258,8 @@ timeout = 20
     finally:
         proc.kill()
         proc.wait()
+    asked = [(r.path, r.json) for r in app.requests]
+    assert len(app.bodies("/heard")) == 1, (asked, server.output, log.read_text())
     (body,) = app.bodies("/heard")
     result = body["action_result"]["result"]
     assert result["input_type"] == "speech", server.output + log.read_text()
