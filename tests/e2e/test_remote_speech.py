@@ -43,6 +43,11 @@ pytestmark = [
 ]
 
 VOICE = "en_US-joe-medium"
+#: Each remote engine's timeout (seconds). The servers share two cores with the whole
+#: suite: under its load, a recognition or a prompt took them more than the default 5 s
+#: (seen: both timed out, the prompt said by the embedded voice, no answer heard). A
+#: server killed still fails at once.
+TIMEOUT = 20
 #: The menu's words. (A remote recogniser transcribes freely, then the hints are matched:
 #: tiny.en heard one real spoken digit, "seven", as "Megan.", which only the embedded
 #: recogniser's scoring of each hint gets right. The caller here says a short phrase.)
@@ -95,11 +100,13 @@ voice = "voices:{VOICE}"
 [speech.engines.farm]
 protocol = "wyoming"
 uri = "tcp://127.0.0.1:{self.asr_port}"
+timeout = {TIMEOUT}
 
 [speech.engines.voices]
 protocol = "wyoming"
 uri = "tcp://127.0.0.1:{self.tts_port}"
 voices = ["{VOICE}"]
+timeout = {TIMEOUT}
 """
 
     def kill(self) -> None:
@@ -242,7 +249,7 @@ recogniser = "cloud"
 protocol = "openai"
 url = "http://127.0.0.1:{port}/v1"
 api_key = "sk-local"
-timeout = 20
+timeout = {TIMEOUT}
 """
         app.page("/start", [ask("/heard", "Say sales, support or billing.")])
         app.page("/heard", [{"hang_up": {}}])
@@ -280,11 +287,13 @@ async def test_one_application_uses_the_remote_engines_and_another_the_embedded(
 [speech.engines.farm]
 protocol = "wyoming"
 uri = "tcp://127.0.0.1:{servers.asr_port}"
+timeout = {TIMEOUT}
 
 [speech.engines.voices]
 protocol = "wyoming"
 uri = "tcp://127.0.0.1:{servers.tts_port}"
 voices = ["{VOICE}"]
+timeout = {TIMEOUT}
 
 [apps.remote]
 first_page = "{app.url("/remote")}"
