@@ -2,8 +2,8 @@
 
 A worker of ``serve --workers N`` is ``callhook serve``. Started as a new process, it
 first imports the calls' stack (the action schemas, numpy, aiohttp, the SIP service):
-about a second of CPU, paid by every worker at the start, all at once, and again by each
-one started after a crash. So the supervisor keeps a *fork server*: one process that
+most of the CPU its start costs, paid by every worker at the start, all at once, and
+again by each one started after a crash. So the supervisor keeps a *fork server*: one process that
 imports those modules once, the way ``python -m callhook`` does (collector off, then
 frozen), and forks a process for each request, which runs callhook's command line with
 the request's arguments, environment, folder and standard streams. Everything from the
