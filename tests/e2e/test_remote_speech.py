@@ -283,7 +283,12 @@ async def test_one_application_uses_the_remote_engines_and_another_the_embedded(
 ) -> None:
     """``[apps.NAME] recogniser`` and ``voice``: calls to ``remote`` go to the servers,
     calls to the default application (``[speech]``'s engines, embedded) do not."""
+    # (The embedded model loaded at start, workers too: loaded at the caller's words on a
+    # busy machine, it took 6.3 s, and the answer came after get_input's timeout.)
     config = f"""
+[speech]
+preload = true
+
 [speech.engines.farm]
 protocol = "wyoming"
 uri = "tcp://127.0.0.1:{servers.asr_port}"
