@@ -26,11 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def free_port(kind: socket.SocketKind) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.startup import free_port
 
 
 def pss_mb(pid: int) -> float:
