@@ -5,7 +5,9 @@ each answer a ``SpeechRecognised`` or ``SpeechRejected`` event for the running a
 The leg (telephony/leg.py) starts it on :class:`~callhook.events.StartRecognition` and
 stops it on :class:`~callhook.events.StopRecognition`. A new start with other options,
 or a stop, begins a new *generation*: answers for utterances of an earlier one are
-dropped, since nobody wants them any more.
+dropped, since nobody wants them any more. Each answer is acted on before the next
+utterance is decoded, so the utterances queued behind an answer that ended the action are
+never decoded.
 
 A recogniser that streams (:class:`~callhook.speech.asr.RecognitionStream`) is fed each
 utterance while the caller says it: the media session hands out its pieces
@@ -186,3 +188,9 @@ class Listening:
                 self.events.inject(SpeechRecognised(Phrase(alternatives)))
             else:
                 self.events.inject(SpeechRejected(cause))
+            # The runner acts on this answer before the next utterance is decoded: one
+            # that ends the action stops the recognition (a new generation), and the
+            # utterances queued behind it are dropped instead of decoded for nobody (a
+            # decode is the scarce work on a busy machine). The runner's wait was woken by
+            # the event, so it runs before this task does again.
+            await asyncio.sleep(0)

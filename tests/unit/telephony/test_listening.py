@@ -187,6 +187,21 @@ async def test_an_utterance_too_short_for_a_piece_is_decoded_whole(call):
     assert engine.streams == []
 
 
+async def test_an_answer_that_ends_the_input_leaves_the_utterances_queued_behind_it(call):
+    """Two utterances ended while the engine was busy: the first's answer ends the action
+    (it stops the recognition), and the second is never decoded, for nobody."""
+    the_leg, session, engine, _ = call
+    the_leg.send([StartRecognition(RecognitionOptions())])
+    session.utterances.extend([utterance(2400, streamed=0), utterance(3200, streamed=0)])
+    event = await next_event(the_leg)
+    assert event == SpeechRecognised(Phrase((Alternative("2400 whole", 0.9),)))
+    the_leg.send([StopRecognition()])  # (as get_input does on its first answer)
+    decoder = the_leg.listening._decoder
+    assert decoder is not None
+    await decoder
+    assert engine.whole == [2400]
+
+
 async def test_a_stream_that_fails_is_nothing_recognised_and_the_engine_restarts(call, caplog):
     the_leg, session, engine, service = call
     the_leg.send([StartRecognition(RecognitionOptions())])
