@@ -20,10 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from callhook.devtools.harness import AppServer, Received
+from callhook.events import RecognitionOptions
 from callhook.speech.models import model_path
+from callhook.speech.openai import OpenAIRecogniser
 from callhook.speech.remote import RemoteSpeechError
 from callhook.speech.wyoming import describe
 from tests.e2e import sipp
@@ -241,6 +244,11 @@ async def test_a_call_listens_through_an_openai_compatible_server(
             except OSError:
                 assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
                 time.sleep(0.2)
+        # The server loads its model at its first transcription, not at start: loaded now,
+        # as a server in service has it. (Loaded at the caller's words under the suite's
+        # load, it took 6 s, and the answer came after get_input's seconds_timeout.)
+        warm = OpenAIRecogniser("warm-up", f"http://127.0.0.1:{port}/v1", timeout=60)
+        await asyncio.to_thread(warm.recognise, np.zeros(4000, np.int16), RecognitionOptions())
         config = f"""
 [speech]
 recogniser = "cloud"
@@ -266,7 +274,7 @@ timeout = {TIMEOUT}
         proc.kill()
         proc.wait()
     asked = [(r.path, r.json) for r in app.requests]
-    assert len(app.bodies("/heard")) == 1, (asked, server.output, log.read_text())
+    assert len(app.bodies("/heard")) == 1, f"{asked}\n{server.output}\n{log.read_text()}"
     (body,) = app.bodies("/heard")
     result = body["action_result"]["result"]
     assert result["input_type"] == "speech", server.output + log.read_text()
