@@ -26,7 +26,7 @@ from tests.e2e import sipp
 from tests.e2e.harness import WORKERS, served, wait_for_request
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_recordings import clip, talk
-from tests.e2e.test_speech import DIGITS
+from tests.e2e.test_speech import DIGITS, call_log
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -174,7 +174,9 @@ async def test_a_call_is_one_trace_with_the_applications_span_in_it(
     assert {parent(s) for s in pages} == {"call"}
     assert call["attributes"]["callhook.call_cause"] == "completed"
     recognitions = [s for s in trace if s["name"] == "recognition"]
-    assert len(recognitions) == 1, ([s["attributes"] for s in recognitions], server.output)
+    assert len(recognitions) == 1, (
+        f"{[s['attributes'] for s in recognitions]}\n{server.output}\n{call_log(tmp_path, app)}"
+    )
     (recognition,) = recognitions
     assert parent(recognition) == "action get_input"
     assert recognition["attributes"]["callhook.alternatives"] == 1
