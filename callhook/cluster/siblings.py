@@ -108,7 +108,7 @@ FAILURE_PATH = "/guard/failure"
 #: A sibling's outbound calls, by application (outboundshare.py).
 OUTBOUND_PATH = "/outbound/calls"
 STATS = "/api/stats"
-#: The trunks' states: the registration is worker 0's (``serving/supervisor.py``), or
+#: The trunks' states: the registration is worker 0's (``serving/workerplan.py``), or
 #: the node's that holds the role (``store/postgres.py``).
 TRUNKS = "/api/trunks"
 BANS = "/api/bans"

@@ -57,7 +57,7 @@ class SipSettings:
 class WorkersSettings:
     """``[workers]``: ``serve``'s worker processes behind Kamailio, and what a worker is told.
 
-    ``count`` None: one per core when it can (``callhook.serving.supervisor.workers_for``);
+    ``count`` None: one per core when it can (``callhook.serving.workerplan.workers_for``);
     ``first_port`` None: the first free run of ports from the SIP port + 40.
     """
 

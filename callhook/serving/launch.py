@@ -17,8 +17,9 @@ from pathlib import Path
 
 from callhook.config.settings import ConfigError, Settings, check_api_key, data_secret
 from callhook.httpserver.keys import KeyRing, key_ring
-from callhook.serving.supervisor import supervise, workers_for
+from callhook.serving.supervisor import supervise
 from callhook.serving.systemd import ServiceManager
+from callhook.serving.workerplan import workers_for
 
 
 def host_port(text: str, default_port: int) -> tuple[str, int]:

@@ -185,11 +185,12 @@ async def serve(
             handler.setFormatter(
                 logging.Formatter(f"%(asctime)s %(levelname)s {args.worker}:%(name)s: %(message)s")
             )
-        # In a background process group of the terminal's session (supervisor.py's
-        # _own_group), a log line written to a terminal set to `stty tostop` would stop
+        # In a background process group of the terminal's session (processes.py's
+        # own_group), a log line written to a terminal set to `stty tostop` would stop
         # the worker: SIGTTOU ignored, the write goes through.
         signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-        from callhook.serving.supervisor import become_worker, rpc_socket
+        from callhook.serving.supervisor import rpc_socket
+        from callhook.serving.workerplan import become_worker
 
         chosen = os.environ.get(WORKERS_FIRST_PORT)
         if settings.workers.first_port is None and chosen:

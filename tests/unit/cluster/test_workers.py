@@ -22,7 +22,7 @@ from callhook.cluster.workers import (
 from callhook.config.settings import ConfigError, Settings, load
 from callhook.config.tables import SipSettings
 from callhook.dialplan.trunks import Trunk
-from callhook.serving.supervisor import become_worker, layout_of
+from callhook.serving.workerplan import become_worker, layout_of
 
 KAMAILIO = kamailio_binary()
 MODULES = kamailio_modules()
@@ -278,34 +278,34 @@ def test_kamailio_accepts_the_configuration(tmp_path: Path, unknown: str, host: 
 
 
 def test_auto_is_one_worker_per_core_when_it_can_be(monkeypatch: pytest.MonkeyPatch) -> None:
-    from callhook.serving import supervisor
+    from callhook.serving import workerplan
 
     settings = Settings(sip=SipSettings(host="127.0.0.1"))
-    assert supervisor.workers_for(settings, 3) == (3, None)  # --workers wins
+    assert workerplan.workers_for(settings, 3) == (3, None)  # --workers wins
     settings.workers.count = 2
-    assert supervisor.workers_for(settings, None) == (2, None)  # then [workers] count
+    assert workerplan.workers_for(settings, None) == (2, None)  # then [workers] count
     settings.workers.count = None  # "auto"
-    monkeypatch.setattr(supervisor, "cores", lambda: 4)
-    monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 8)
-    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
-    monkeypatch.setattr(supervisor, "kamailio_modules", lambda: Path("/modules"))
-    assert supervisor.workers_for(settings, None) == (4, None)
-    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: None)
-    assert supervisor.workers_for(settings, None) == (
+    monkeypatch.setattr(workerplan, "cores", lambda: 4)
+    monkeypatch.setattr(workerplan, "memory_for_workers", lambda: 8)
+    monkeypatch.setattr(workerplan, "kamailio_binary", lambda: "/usr/sbin/kamailio")
+    monkeypatch.setattr(workerplan, "kamailio_modules", lambda: Path("/modules"))
+    assert workerplan.workers_for(settings, None) == (4, None)
+    monkeypatch.setattr(workerplan, "kamailio_binary", lambda: None)
+    assert workerplan.workers_for(settings, None) == (
         1,
         "Kamailio is not installed (apt install kamailio)",
     )
-    monkeypatch.setattr(supervisor, "kamailio_binary", lambda: "/usr/sbin/kamailio")
+    monkeypatch.setattr(workerplan, "kamailio_binary", lambda: "/usr/sbin/kamailio")
     settings.trunks = {"pbx": Trunk("pbx", registrar="pbx.example", transport="tcp")}
     settings.sip.tcp_port = 0
-    count, why = supervisor.workers_for(settings, None)
+    count, why = workerplan.workers_for(settings, None)
     assert count == 1 and why is not None and "trunk pbx over tcp" in why
     settings.sip.tcp_port = None
     settings.trunks = {}
-    monkeypatch.setattr(supervisor, "memory_for_workers", lambda: 3)  # memory for 3 only
-    assert supervisor.workers_for(settings, None) == (3, None)
-    monkeypatch.setattr(supervisor, "cores", lambda: 1)
-    count, why = supervisor.workers_for(Settings(), None)
+    monkeypatch.setattr(workerplan, "memory_for_workers", lambda: 3)  # memory for 3 only
+    assert workerplan.workers_for(settings, None) == (3, None)
+    monkeypatch.setattr(workerplan, "cores", lambda: 1)
+    count, why = workerplan.workers_for(Settings(), None)
     assert count == 1 and why is not None and "one core" in why
 
 
