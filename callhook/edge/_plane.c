@@ -56,8 +56,9 @@
  *
  * One translation unit, in parts: the thread's send (_plane_send.h) and reads
  * (_plane_read.h, with _rx.h for the usual packets it takes itself); Python's commands
- * (_plane_commands.h), its news (_plane_news.h) and the hand-over of a call's receive
- * (_rxpy.h). Each part is included where its code belongs in the order of definitions.
+ * (_plane_commands.h), its news (_plane_news.h), the hand-over of a call's receive
+ * (_rxpy.h) and the datagrams both give Python (_plane_held.h). Each part is included
+ * where its code belongs in the order of definitions.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -592,6 +593,7 @@ typedef struct {
     long long parks;   /* lines asked to hold their datagrams while Python is behind */
 } Plane;
 
+#include "_plane_held.h"
 #include "_rxpy.h"
 
 /* (Only once the thread no longer uses the port's line: acknowledged, or stopped.) */

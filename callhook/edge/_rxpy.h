@@ -538,14 +538,6 @@ static void rx_given_back(Plane *self, int fd, long long slot) {
     Py_DECREF(s);
 }
 
-/* The datagrams a line held for Python (_rx.h's RX_PARKED), copied out under its lock
- * (the GIL's: one line at a time). */
-typedef struct {
-    int n, over;
-    RxHeld items[RX_PARKED];
-} Held;
-static Held rx_held;
-
 /* Under the line's lock: the datagrams it holds into rx_held, and `park` withdrawn (the
  * thread publishes the line's datagrams again, as for any line that is Python's). */
 static void rx_take_held(Rx *rx) {
@@ -556,9 +548,6 @@ static void rx_take_held(Rx *rx) {
     rx->parked = rx->parked_over = rx->parked_back = 0;
     atomic_store_explicit(&rx->park, 0, memory_order_relaxed);
 }
-
-/* rx_held's datagrams, each for the slot it was read in (_plane.c). */
-static int rx_give_held(Plane *self, Port *port);
 
 /* Where datagrams waited in the kernel past what the line held (`over`): they reach
  * Python in a slot the thread has yet to run, so its tick feeds no silence for the
