@@ -191,6 +191,6 @@ class Listening:
             # The runner acts on this answer before the next utterance is decoded: one
             # that ends the action stops the recognition (a new generation), and the
             # utterances queued behind it are dropped instead of decoded for nobody (a
-            # decode is the scarce work on a busy machine). The runner's wait was woken by
-            # the event, so it runs before this task does again.
+            # decode is the scarce work on a busy machine). A runner waiting for its next
+            # event was woken by this one, so it runs before this task does again.
             await asyncio.sleep(0)
