@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from callhook.config.speechengines import RemoteEngine
+from callhook.edge import cpupressure
 from callhook.edge.daemonpool import DaemonPool
 from callhook.edge.remotespeech import remote_recogniser, remote_voice
 from callhook.edge.speechstream import RecognitionFailed, UtteranceStream
@@ -55,6 +56,8 @@ T = TypeVar("T")
 
 __all__ = ["DaemonPool", "RecognitionFailed", "SpeechService", "UtteranceStream"]
 
+#: The soonest a running decode's deadline is looked at again (seconds).
+RECHECK = 0.1
 #: How long closing waits for the recogniser's running work (a model load takes seconds).
 CLOSE_TIMEOUT = 30.0
 #: How long a decode waits for the engine to load (at start or after a restart) before it
@@ -327,7 +330,14 @@ class SpeechService:
         # Watched even if its caller gave up (the call ended): a hang is a hang.
         assert self._loop is not None
         self._queued.discard(job)
-        self.supervisor.started(job, self._loop.time(), seconds)
+        timeout = getattr(self.recogniser, "timeout", 0.0)
+        self.supervisor.started(
+            job,
+            self._loop.time(),
+            seconds,
+            engine_timeout=timeout if isinstance(timeout, int | float) else 0.0,
+            stall=cpupressure.stalled_seconds(),
+        )
         self._arm()
 
     def _finished(self, job: int) -> None:
@@ -340,14 +350,17 @@ class SpeechService:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        deadline = self.supervisor.next_deadline
+        deadline = self.supervisor.next_deadline(cpupressure.stalled_seconds())
         if deadline is not None:
-            self._watch = self._loop.call_at(deadline, self._check)
+            # (Not sooner than RECHECK from now: a deadline the CPU stall keeps moving on
+            # is looked at again, not in a tight loop.)
+            at = max(deadline, self._loop.time() + RECHECK)
+            self._watch = self._loop.call_at(at, self._check)
 
     def _check(self) -> None:
         assert self._loop is not None
         self._watch = None
-        late = self.supervisor.expired(self._loop.time())
+        late = self.supervisor.expired(self._loop.time(), cpupressure.stalled_seconds())
         if late:
             name = self.recogniser.name if self.recogniser else "speech"
             cause = f"the {name} recogniser hung: no answer within its deadline (thread abandoned)"

@@ -52,7 +52,9 @@ class Recogniser(Protocol):
 
     Implementations must be safe to call from several worker threads at once
     (one call's utterances are never decoded concurrently, but different
-    calls' are).
+    calls' are). One that waits for a server may have a ``timeout`` attribute
+    (seconds it waits for an answer): the supervisor then takes it for hung only
+    past that (:mod:`callhook.speech.supervisor`).
     """
 
     #: Short engine name, as configured (``whisper``, ``sphinx``).

@@ -131,6 +131,11 @@ class OpenAIRecogniser:
     def languages(self) -> frozenset[str]:
         return self._languages
 
+    @property
+    def timeout(self) -> float:
+        """Seconds it waits for the server's answer."""
+        return self._api.timeout
+
     def restarted(self) -> OpenAIRecogniser:
         api = self._api
         return OpenAIRecogniser(

@@ -130,6 +130,12 @@ class PluginRecogniser:
         if warm_up is not None:
             _started(self.plugin, warm_up)
 
+    @property
+    def timeout(self) -> float:
+        """The plug-in's own ``timeout`` (seconds it waits for a server), or 0: none."""
+        value = getattr(self.engine, "timeout", 0.0)
+        return float(value) if isinstance(value, int | float) else 0.0
+
     def recognise(
         self, audio: npt.NDArray[np.int16], options: RecognitionOptions
     ) -> tuple[Alternative, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import numpy.typing as npt
@@ -31,18 +32,43 @@ SECOND = np.zeros(8000, dtype=np.int16)
 def test_a_decode_has_a_deadline_from_when_it_starts_running() -> None:
     clock = VirtualClock(100.0)
     watch = RecogniserSupervisor(base_timeout=5.0, per_audio_second=2.0)
-    assert watch.next_deadline is None
+    assert watch.next_deadline() is None
     assert watch.started(1, clock.now(), audio_seconds=1.5) == 108.0
     clock.advance_to(103.0)  # a second decode started later (it was queued): its own deadline
     watch.started(2, clock.now(), audio_seconds=0.5)
-    assert watch.next_deadline == 108.0
+    assert watch.next_deadline() == 108.0
     clock.advance_to(107.999)
     assert watch.expired(clock.now()) == []
     watch.finished(1)  # returned in time
-    assert watch.next_deadline == 109.0
+    assert watch.next_deadline() == 109.0
     clock.advance_to(109.0)
     assert watch.expired(clock.now()) == [2]  # hung
-    assert watch.next_deadline is None and watch.running == []
+    assert watch.next_deadline() is None and watch.running == []
+
+
+def test_a_remote_engines_own_timeout_is_its_deadline_when_longer() -> None:
+    watch = RecogniserSupervisor(base_timeout=5.0, per_audio_second=2.0)
+    assert watch.started(1, 100.0, audio_seconds=1.0, engine_timeout=20.0) == 125.0
+    assert watch.expired(124.9) == []
+    assert watch.expired(125.0) == [1]
+    # A short engine timeout leaves the usual deadline.
+    assert watch.started(2, 200.0, audio_seconds=1.0, engine_timeout=1.0) == 207.0
+
+
+def test_time_the_machine_waited_for_a_cpu_moves_the_deadline_up_to_a_limit() -> None:
+    clock = VirtualClock(100.0)
+    watch = RecogniserSupervisor(base_timeout=5.0, per_audio_second=2.0, max_stall=30.0)
+    watch.started(1, clock.now(), audio_seconds=1.0, stall=500.0)  # due at 107
+    clock.advance_to(107.0)
+    # 4 s of the 7 the machine's tasks waited for a CPU: slow, not hung.
+    assert watch.expired(clock.now(), stall=504.0) == []
+    assert watch.next_deadline(504.0) == 111.0
+    clock.advance_to(111.0)
+    assert watch.expired(clock.now(), stall=504.0) == [1]  # (no more waiting since)
+    # Under a machine that never lets up, hung at last: the stall counts 30 s at most.
+    watch.started(2, 200.0, audio_seconds=1.0, stall=600.0)
+    assert watch.expired(236.9, stall=1000.0) == []
+    assert watch.expired(237.0, stall=1000.0) == [2]
 
 
 def test_faults_restart_at_once_then_back_off_and_are_forgotten_after_the_window() -> None:
@@ -71,7 +97,7 @@ def test_a_fault_forgets_the_running_decodes() -> None:
     watch = RecogniserSupervisor()
     watch.started(1, 0.0, 1.0)
     watch.fault(0.5)
-    assert watch.running == [] and watch.next_deadline is None
+    assert watch.running == [] and watch.next_deadline() is None
 
 
 # --- fault injection -------------------------------------------------------------------------
@@ -130,12 +156,38 @@ async def test_a_crash_fails_the_decode_with_its_cause_and_a_fresh_engine_takes_
         service.close()
 
 
+def quick() -> RecogniserSupervisor:
+    """A short deadline, with no time added for the machine's CPU stall (which, under the
+    suite's load, would move it by up to 30 s)."""
+    return RecogniserSupervisor(base_timeout=0.2, per_audio_second=0, max_stall=0)
+
+
+class SlowServer(Engine):
+    """A remote engine: answers after 0.5 s, and would wait up to its timeout."""
+
+    timeout = 5.0
+
+    def recognise(
+        self, audio: npt.NDArray[np.int16], options: RecognitionOptions
+    ) -> tuple[Alternative, ...]:
+        time.sleep(0.5)
+        return super().recognise(audio, options)
+
+
+async def test_a_remote_engine_slow_within_its_timeout_is_not_taken_for_hung() -> None:
+    service = SpeechService(None, SlowServer(), workers=1, supervisor=quick())
+    try:
+        result = await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
+        assert result[0].text == "seven"
+        assert service.faults == 0 and service.restarts == 0
+    finally:
+        service.close()
+
+
 async def test_a_hang_is_abandoned_at_its_deadline_and_the_next_decode_works() -> None:
     hung = faults.FaultyRecogniser(Engine(), "hang")
     # A short deadline: the decision itself is tested on the virtual clock above.
-    service = SpeechService(
-        None, hung, workers=1, supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0)
-    )
+    service = SpeechService(None, hung, workers=1, supervisor=quick())
     try:
         with pytest.raises(RecognitionFailed, match="hung"):
             await asyncio.wait_for(service.recognise(SECOND, OPTIONS), 10)
@@ -232,7 +284,7 @@ async def test_a_decode_waits_for_the_first_model_load_without_its_deadline_runn
         None,
         engine,
         workers=2,
-        supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0),
+        supervisor=quick(),
     )
     try:
         service.warm_up()
@@ -289,7 +341,7 @@ async def test_without_preload_the_first_decode_waits_for_the_load_without_its_d
         None,
         engine,
         workers=2,
-        supervisor=RecogniserSupervisor(base_timeout=0.2, per_audio_second=0),
+        supervisor=quick(),
     )
     try:
         decode = asyncio.ensure_future(service.recognise(SECOND, OPTIONS))  # no warm_up
