@@ -331,26 +331,28 @@ class SpeechService:
         assert self._loop is not None
         self._queued.discard(job)
         timeout = getattr(self.recogniser, "timeout", 0.0)
+        stall = cpupressure.stalled_seconds()
         self.supervisor.started(
             job,
             self._loop.time(),
             seconds,
             engine_timeout=timeout if isinstance(timeout, int | float) else 0.0,
-            stall=cpupressure.stalled_seconds(),
+            stall=stall,
         )
-        self._arm()
+        self._arm(stall)
 
     def _finished(self, job: int) -> None:
         self.supervisor.finished(job)
-        self._arm()
+        self._arm(cpupressure.stalled_seconds())
 
-    def _arm(self) -> None:
-        """One timer, at the earliest deadline of a running decode."""
+    def _arm(self, stall: float) -> None:
+        """One timer, at the earliest deadline of a running decode (``stall``: the
+        machine's CPU stall figure, read now)."""
         assert self._loop is not None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        deadline = self.supervisor.next_deadline(cpupressure.stalled_seconds())
+        deadline = self.supervisor.next_deadline(stall)
         if deadline is not None:
             # (Not sooner than RECHECK from now: a deadline the CPU stall keeps moving on
             # is looked at again, not in a tight loop.)
@@ -360,7 +362,8 @@ class SpeechService:
     def _check(self) -> None:
         assert self._loop is not None
         self._watch = None
-        late = self.supervisor.expired(self._loop.time(), cpupressure.stalled_seconds())
+        stall = cpupressure.stalled_seconds()
+        late = self.supervisor.expired(self._loop.time(), stall)
         if late:
             name = self.recogniser.name if self.recogniser else "speech"
             cause = f"the {name} recogniser hung: no answer within its deadline (thread abandoned)"
@@ -370,7 +373,7 @@ class SpeechService:
                     with contextlib.suppress(InvalidStateError):
                         future.set_exception(RecognitionFailed(cause))
             self._fault(cause)
-        self._arm()
+        self._arm(stall)
 
     def _fault(self, cause: str) -> None:
         """The engine crashed or hung: every decode still running fails, a restart is due."""
