@@ -42,7 +42,18 @@ logger = logging.getLogger("callhook.speech")
 class ResultPoster(Protocol):
     """Where a transcription's results go: the outbox, for the application's page."""
 
-    def post(self, url: str, method: str, body: dict[str, Any]) -> None: ...
+    def post(
+        self,
+        url: str,
+        method: str,
+        body: dict[str, Any],
+        *,
+        interim: bool = False,
+        completed: bool = False,
+    ) -> None:
+        """Send ``body``; ``interim``: it holds interim phrases only, ``completed``: it is
+        the transcription's last result."""
+        ...
 
 
 class LiveTranscription:
@@ -132,7 +143,9 @@ class LiveTranscription:
 
     def _post(self, phrases: list[dict[str, Any]], *, completed: bool = False) -> None:
         url, method = self.command.results
-        self.poster.post(url, method, command_result(self.command, phrases, completed=completed))
+        body = command_result(self.command, phrases, completed=completed)
+        interim = not completed and not any(p["final"] for p in phrases)
+        self.poster.post(url, method, body, interim=interim, completed=completed)
 
 
 #: Seconds before a result the database refused (a full disk) is tried again, doubling up
@@ -140,6 +153,10 @@ class LiveTranscription:
 RETRY_FIRST = 0.5
 #: The longest wait between tries.
 RETRY_MAX = 10.0
+#: The most results a call holds in memory while the database refuses them. Past it a new
+#: final result is dropped (counted in the log), so a long outage across many calls cannot
+#: take the server's memory; the ``completed`` result is always held (it ends the stream).
+HELD_MAX = 1000
 
 
 class OutboxPoster:
@@ -151,7 +168,9 @@ class OutboxPoster:
     A result the database refuses for a reason that passes (a full disk, a PostgreSQL
     server restarting) is held in memory with the ones after it and tried again after
     :data:`RETRY_FIRST` seconds, doubling up to :data:`RETRY_MAX`, until it is taken;
-    ``sleep`` waits between tries (a virtual clock's in tests)."""
+    ``sleep`` waits between tries (a virtual clock's in tests). While it is refused, a new
+    interim result is dropped (stale before it could be read: its phrase's final result
+    follows), and a new final one past :data:`HELD_MAX` held; the log counts both."""
 
     def __init__(
         self,
@@ -165,8 +184,30 @@ class OutboxPoster:
         self._sleep = sleep
         self._queued: deque[tuple[str, str, dict[str, Any], str | None]] = deque()
         self._adding: asyncio.Task[None] | None = None
+        #: Whether the database is refusing results (from the first refusal until one is
+        #: taken again), and the results dropped meanwhile: interim ones, final ones.
+        self._refused = False
+        self._dropped = [0, 0]
 
-    def post(self, url: str, method: str, body: dict[str, Any]) -> None:
+    def post(
+        self,
+        url: str,
+        method: str,
+        body: dict[str, Any],
+        *,
+        interim: bool = False,
+        completed: bool = False,
+    ) -> None:
+        if self._refused and not completed and (interim or len(self._queued) >= HELD_MAX):
+            if not interim and self._dropped[1] == 0:  # (once per outage)
+                logger.error(
+                    "transcription results for %s: %d held in memory, the most kept;"
+                    " later final results are dropped until the database takes them",
+                    self.app,
+                    len(self._queued),
+                )
+            self._dropped[0 if interim else 1] += 1
+            return
         traceparent = tracing.traceparent()  # (the call's: its delivery's span joins it)
         self._queued.append((url, method, body, traceparent))
         if self._adding is None or self._adding.done():  # (one at a time: in order)
@@ -185,7 +226,8 @@ class OutboxPoster:
                         )
                         self._queued.popleft()
                         continue
-                    if delay == RETRY_FIRST:  # (one line for the whole refusal)
+                    if not self._refused:  # (one line for the whole refusal)
+                        self._refused = True
                         logger.error(
                             "transcription results for %s cannot be queued (%s): %d held in"
                             " memory, in order, tried again until they can",
@@ -197,20 +239,37 @@ class OutboxPoster:
                     delay = min(RETRY_MAX, delay * 2)
                     continue
                 self._queued.popleft()
-                if delay != RETRY_FIRST:
-                    logger.warning("transcription results for %s are queued again", self.app)
+                if self._refused:
+                    self._refused = False
+                    logger.warning(
+                        "transcription results for %s are queued again%s",
+                        self.app,
+                        self._take_dropped(),
+                    )
                     delay = RETRY_FIRST
                 self.services.notify_now()
         except asyncio.CancelledError:  # callhook is stopping
             if self._queued:
-                refused = " (the database refused them)" if delay != RETRY_FIRST else ""
+                refused = " (the database refused them)" if self._refused else ""
                 logger.error(
-                    "%d transcription result(s) for %s not queued when callhook stopped%s",
+                    "%d transcription result(s) for %s not queued when callhook stopped%s%s",
                     len(self._queued),
                     self.app,
                     refused,
+                    self._take_dropped(),
                 )
             raise
+
+    def _take_dropped(self) -> str:
+        """The results dropped during the refusal, as the end of its log line; from zero
+        again."""
+        (interim, final), self._dropped = self._dropped, [0, 0]
+        counts = [
+            f"{n} {kind} result(s) dropped meanwhile"
+            for n, kind in ((interim, "interim"), (final, "final"))
+            if n
+        ]
+        return f"; {' and '.join(counts)}" if counts else ""
 
     async def _add(
         self, url: str, method: str, body: dict[str, Any], traceparent: str | None

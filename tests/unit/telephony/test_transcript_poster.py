@@ -1,7 +1,8 @@
 """A call's transcription results into the outbox: in order, as one stream; a result the
 database refuses (a full disk) is held with the ones after it and tried again until it is
-taken, in one log line with its cause (a bug keeps its traceback); the waits between tries
-run on a virtual clock."""
+taken, in one log line with its cause (a bug keeps its traceback), and meanwhile a new
+interim result, or a final one past the most held, is dropped and counted; the waits
+between tries run on a virtual clock."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from callhook.calls.services import Services
 from callhook.store.database import Database
 from callhook.store.outbox import Outbox
+from callhook.telephony import transcribing
 from callhook.telephony.transcribing import OutboxPoster
 
 
@@ -141,5 +143,49 @@ async def test_results_still_refused_when_callhook_stops_are_counted_in_the_log(
             " (the database refused them)"
         )
         assert services.notified == 0
+    finally:
+        db.close()
+
+
+async def test_while_refused_interim_results_and_final_ones_past_the_most_held_are_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transcribing, "HELD_MAX", 3)
+    db = Database(tmp_path / "state.sqlite3")
+    try:
+        full = sqlite3.OperationalError("database or disk is full")
+        outbox = RefusingOutbox(db, {0: [full] * 10**6})  # refused until the test says
+        services = FakeServices(db, outbox)
+        poster = OutboxPoster(cast(Services, services), "app", sleep=VirtualSleep())
+        post = poster.post
+        post("http://a/results", "POST", {"n": 0})
+        await until(lambda: poster._refused)
+        post("http://a/results", "POST", {"n": 1}, interim=True)  # stale: dropped
+        post("http://a/results", "POST", {"n": 2})
+        post("http://a/results", "POST", {"n": 3})  # the third held
+        post("http://a/results", "POST", {"n": 4})  # past the most held: dropped
+        post("http://a/results", "POST", {"n": 5}, interim=True)
+        post("http://a/results", "POST", {"n": 6})
+        post("http://a/results", "POST", {"n": 7}, completed=True)  # always held
+        outbox.refusals[0] = []  # space comes back
+        await until(lambda: services.notified == 4)
+        bodies = db.call(
+            lambda c: c.execute("SELECT body FROM notifications ORDER BY id").fetchall()
+        )
+        assert [b for (b,) in bodies] == [f'{{"n":{n}}}' for n in (0, 2, 3, 7)]
+        messages = [r.getMessage() for r in caplog.records]
+        (most,) = [m for m in messages if "the most kept" in m]
+        assert most == (
+            "transcription results for app: 3 held in memory, the most kept; later final"
+            " results are dropped until the database takes them"
+        )
+        (back,) = [m for m in messages if "queued again" in m]
+        assert back == (
+            "transcription results for app are queued again; 2 interim result(s) dropped"
+            " meanwhile and 2 final result(s) dropped meanwhile"
+        )
+        # Taken again: a result is held as before, the counts from zero.
+        post("http://a/results", "POST", {"n": 8}, interim=True)
+        await until(lambda: services.notified == 5)
     finally:
         db.close()
