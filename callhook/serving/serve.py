@@ -43,6 +43,7 @@ from callhook.serving.collector import (
 from callhook.serving.launch import Launch, api_keys, host_port
 from callhook.serving.readiness import Readiness
 from callhook.serving.reload import Reloader
+from callhook.serving.supervised import when_unread
 from callhook.serving.supervisor import READY
 from callhook.telephony.users import registered_phones
 
@@ -317,6 +318,12 @@ async def serve(
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGHUP, reload)
     if args.worker is not None:
+
+        def orphaned() -> None:  # (no SIGTERM comes when its fork server went first)
+            logger.warning("worker %s: the supervisor has gone: shutting down", args.worker)
+            stop.set()
+
+        when_unread(sys.stdout.fileno(), orphaned)
         _say(READY)  # the supervisor prints where callhook is reached
     else:
         _banner(settings, sip, base, app)

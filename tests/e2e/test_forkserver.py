@@ -183,7 +183,9 @@ async def test_serve_s_workers_are_forked_and_outlive_their_fork_server(
     """``serve --workers 2``: the workers are the fork server's children, shown in ``ps``
     as the command a new worker would run. The fork server killed: the workers go on
     taking calls; a worker killed then is forked again from a new fork server, with a
-    line for each, and the calls go on."""
+    line for each, and the calls go on. The supervisor killed last: every worker ends,
+    the one the first fork server left too (no farewell comes to it: its standard
+    output's reader gone tells it)."""
     app.page("/start", [{"sleep": {"seconds": 0.5}}])
     app.page("/final", None)
     bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
@@ -221,7 +223,12 @@ async def test_serve_s_workers_are_forked_and_outlive_their_fork_server(
         for _ in range(2):
             run = await sipp.call(server.sip, tmp_path, sipp.invite("ivr"), sipp.ANSWERED, bye)
             assert run.returncode == 0, run.output + server.output
+
+        server.proc.kill()  # SIGKILL: the second fork server says farewell to worker 0
+        for pid in again.values():
+            assert await gone(pid, 40), (pid, server.output)
     assert "Traceback" not in server.output, server.output
+    assert "worker 1: the supervisor has gone: shutting down" in server.output, server.output
 
 
 async def test_a_request_at_the_moment_the_fork_server_dies_is_forked_by_another(
