@@ -119,8 +119,20 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     # never announced afterwards.
     store.before_delete = wavfile.finished
     store.after_delete = journal.deleted
-    # Before any call: finish the recordings a crash interrupted.
-    recovered = journal.recover(store.path)
+    # Before any call: finish the recordings a crash interrupted. A database refusing for
+    # a while (a full disk) must not stop the start: a worker restarted then would die at
+    # once, again and again; they are looked for again as the process runs.
+    try:
+        recovered = journal.recover(store.path)
+    except Exception as exc:
+        if not db.passing(exc):
+            raise
+        logger.error(
+            "could not finish the recordings interrupted by a restart (%s): looked for again"
+            " while callhook runs",
+            exc,
+        )
+        recovered = 0
     if recovered:
         logger.warning("recovered %d recording(s) interrupted by a restart", recovered)
     return services

@@ -189,6 +189,7 @@ class Services:
         """``work()`` on a thread every ``seconds``, the first time after ``first`` (the
         database is away: the next time)."""
         wait = seconds if first is None else first
+        failing: str | None = None  # (said once per cause, not every round: a full disk)
         while True:
             await asyncio.sleep(wait)
             wait = seconds
@@ -200,7 +201,13 @@ class Services:
             try:
                 await asyncio.shield(running)
             except Exception as exc:
-                logger.error("could not %s: %s", doing, exc)
+                if str(exc) != failing:
+                    logger.error("could not %s: %s (tried every %g s)", doing, exc, seconds)
+                failing = str(exc)
+            else:
+                if failing is not None:
+                    logger.warning("could %s again", doing)
+                failing = None
 
     def _may_deliver(self) -> bool:
         """Whether this process delivers (it holds the notifier lock): it then answers the

@@ -12,7 +12,8 @@ the config's names, causes Aculab's call causes; never a call id or an address).
 every worker's samples in files there (its multiprocess mode), and whichever worker
 answers ``/metrics`` adds them up: counters and histograms summed over the workers that
 ever ran, gauges of live workers summed. prometheus-client reads the variable when it
-is first imported: it must be in the worker's environment from its start.
+is first imported: it must be in the worker's environment from its start. Its files are
+:mod:`callhook.monitoring.samplefiles`'s, whose blocks are allocated before they are used.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+from callhook.monitoring import samplefiles
+
+# (Before any metric below makes a value: a full disk must not kill a worker by SIGBUS.)
+samplefiles.install()
 
 #: Where the workers' samples are kept (prometheus-client's own variable).
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"

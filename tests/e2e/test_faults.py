@@ -7,7 +7,9 @@
   ``/proc/<serve's pid>/root`` (the kernel's view of another mount namespace),
   fills it with a file while SIPp's caller is being recorded, and deletes the
   file to bring space back. The state database lives there too, so the
-  recordings journal is refused as well (SQLITE_FULL).
+  recordings journal is refused as well (SQLITE_FULL). Workers behind Kamailio too: all
+  in the namespace, and none may die of it (a worker's Prometheus samples are files
+  there, mapped into memory: a new page of one on a full disk was SIGBUS).
 * **The speech recogniser crashing or hanging mid-``get_input``.** The real
   engine runs; ``CALLHOOK_FAULT_RECOGNISER`` (read once at start-up by
   ``callhook.speech.faults``) breaks the first engine instance on its first
@@ -136,10 +138,11 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
-    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, app: AppServer, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
-    data_dir = tmp_path / "data"
+    data_dir = tmp_path / "data"  # (served's)
     app.page(
         "/start",
         [
@@ -167,10 +170,9 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=40000))
     # No free-space floor: the disk fills in the middle of the recording (as when another
     # program fills it), which the floor is there to make rare.
-    config = tmp_path / "callhook.toml"
-    config.write_text("[recordings]\nmin_free_mb = 0\n")
+    config = "[recordings]\nmin_free_mb = 0\n"
     with serve_on_small_tmpfs(monkeypatch, data_dir):
-        async with Server.for_app(data_dir, app, extra=("--config", str(config))) as server:
+        async with served(tmp_path, app, workers, config) as server:
             assert server.proc is not None
             inside = Path(f"/proc/{server.proc.pid}/root") / data_dir.relative_to("/")
             recordings = inside / "media" / "default" / "recordings"
@@ -197,6 +199,7 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
             # The cause, in the server log; the journal could not be written either.
             assert "No space left on device" in server.output, server.output
             assert "recordings journal cannot be written" in server.output, server.output
+            assert "ended after" not in server.output, server.output  # (a worker died)
             # The call's end stopped its transcription: its last results, made while the
             # disk was full, are held in memory.
             refused = "transcription results for default cannot be queued"
@@ -226,6 +229,7 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
             assert len(results) - before >= int(held[1]), results
             assert [r["completed"] for r in results] == [False] * (len(results) - 1) + [True]
             assert "transcription results for default are queued again" in server.output
+            assert "ended after" not in server.output, server.output
         assert server.proc.returncode == 0, server.output
     assert "Traceback" not in server.output, server.output
 

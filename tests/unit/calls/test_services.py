@@ -166,3 +166,63 @@ async def test_a_calls_record_is_on_the_wall_clock(services: Services) -> None:
     assert (record.direction, record.trunk, record.worker) == ("out", "provider", None)
     assert (record.pages, record.pages_failed, record.recordings) == (2, 1, 2)
     assert (record.cause, record.raw_cause, record.leg) == ("completed", "200", "call")
+
+
+async def test_a_database_refusing_at_start_up_does_not_stop_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recordings interrupted by a restart are looked for at start-up; a full disk then
+    is one line, and the start goes on (a worker restarted on a full disk died at once,
+    again and again); a bug still stops it."""
+    import sqlite3
+
+    from callhook.store.journal import RecordingJournal
+
+    def full(self: RecordingJournal, *args: object, **kwargs: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(RecordingJournal, "recover", full)
+    settings = Settings(data_dir=tmp_path, speech=SpeechSettings(recogniser="none", preload=False))
+    built = build_services(settings)
+    await built.close()
+    (line,) = [r for r in caplog.records if "interrupted by a restart" in r.getMessage()]
+    assert line.getMessage() == (
+        "could not finish the recordings interrupted by a restart (database or disk is full):"
+        " looked for again while callhook runs"
+    )
+    assert line.exc_info is None
+
+    def bug(self: RecordingJournal, *args: object, **kwargs: object) -> int:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(RecordingJournal, "recover", bug)
+    with pytest.raises(TypeError):
+        build_services(settings)
+
+
+async def test_a_periodic_task_that_keeps_failing_says_so_once_per_cause(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Looking for a dead process's recordings every 10 s on a full disk: one line, not one
+    every round; another cause is said; success again is said once."""
+    causes = ["disk full"] * 5 + ["locked"] * 3 + [None] * 3 + ["disk full"]
+
+    def work() -> None:
+        cause = causes.pop(0) if causes else None
+        if cause is not None:
+            raise OSError(cause)
+
+    task = asyncio.get_running_loop().create_task(services._every(0.001, work, "do the work"))
+    async with asyncio.timeout(5):
+        while causes:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+    task.cancel()
+    said = [r.getMessage() for r in caplog.records if "the work" in r.getMessage()]
+    assert said == [
+        "could not do the work: disk full (tried every 0.001 s)",
+        "could not do the work: locked (tried every 0.001 s)",
+        "could do the work again",
+        "could not do the work: disk full (tried every 0.001 s)",
+        "could do the work again",
+    ]

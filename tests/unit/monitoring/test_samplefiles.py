@@ -1,0 +1,106 @@
+"""prometheus-client's sample files as callhook makes them: every mapped page has its
+block before it is written (a page without one, on a full disk, is SIGBUS), and a series
+with no room is counted in memory, with one log line. The refusal is made here by a
+``posix_fallocate`` that says ENOSPC; the real full disk is the e2e test of faults."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client import values
+
+from callhook.monitoring import samplefiles
+from callhook.monitoring.samplefiles import SampleFile, read
+
+
+def allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def key(n: int) -> str:
+    return f'["callhook_calls_ended_total", "callhook_calls_ended_total", {{"n": "{n:04}"}}, ""]'
+
+
+@pytest.fixture(autouse=True)
+def said_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(samplefiles, "_refused", False)
+
+
+def test_every_page_of_a_file_has_its_block_as_it_is_made_and_grown(tmp_path: Path) -> None:
+    path = tmp_path / "counter_1.db"
+    made = SampleFile(str(path))
+    try:
+        assert allocated(path) >= path.stat().st_size == 1 << 16
+        for n in range(2000):  # (about 100 bytes each: grown twice)
+            made.write_value(key(n), float(n), 0.0)
+        assert path.stat().st_size == 1 << 18
+        assert allocated(path) >= path.stat().st_size
+        assert made.read_value(key(1999)) == (1999.0, 0.0)
+    finally:
+        made.close()
+    assert len(read(str(path))) == 2000
+
+
+def refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+
+
+def test_a_series_with_no_room_to_grow_into_is_counted_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "counter_1.db"
+    made = SampleFile(str(path))
+    try:
+        for n in range(2000):
+            if n == 300:
+                refuse(monkeypatch)  # (the disk fills before the file must grow)
+            made.write_value(key(n), float(n), 0.0)
+        assert path.stat().st_size == 1 << 16  # not grown: no room
+        # Every series counted all the same, those in the file and those in memory.
+        assert all(made.read_value(key(n)) == (float(n), 0.0) for n in range(2000))
+        made.write_value(key(0), 4.0, 0.0)
+        made.write_value(key(1999), 5.0, 0.0)
+    finally:
+        made.close()
+    # What /metrics reads: the series that had room (the file's first 64 KiB of them).
+    found = read(str(path))
+    assert found[key(0)] == 4.0 and 300 < len(found) < 1000 and key(1999) not in found
+    (line,) = [r for r in caplog.records if "no room for samples" in r.getMessage()]
+    assert line.levelno == logging.ERROR and "No space left on device" in line.getMessage()
+
+
+def test_a_file_that_cannot_be_made_leaves_nothing_and_counts_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    refuse(monkeypatch)
+    path = tmp_path / "gauge_livesum_1.db"
+    made = SampleFile(str(path))
+    made.write_value(key(1), 7.0, 0.0)
+    assert made.read_value(key(1)) == (7.0, 0.0)
+    assert made.read_value(key(2)) == (0.0, 0.0)
+    made.close()
+    # (An empty file would break every /metrics: the collector reads each one's header.)
+    assert not path.exists()
+    assert len([r for r in caplog.records if "no room for samples" in r.getMessage()]) == 1
+
+
+def test_prometheus_client_s_multiprocess_values_are_kept_in_sample_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import callhook.monitoring.prometheus  # noqa: F401  (installs them)
+
+    assert values.MmapedDict is SampleFile  # type: ignore[attr-defined]
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    made = values.MultiProcessValue(lambda: 4242)  # type: ignore[no-untyped-call]
+    value = made("counter", "x_total", "x_total", [], [], "")
+    value.inc(3.0)
+    path = tmp_path / "counter_4242.db"
+    assert allocated(path) >= path.stat().st_size > 0
+    assert list(read(str(path)).values()) == [3.0]
