@@ -7,10 +7,22 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
 from callhook.serving.supervised import when_unread
 
 
 async def test_the_reading_end_closed_is_told_once() -> None:
+    await reading_end_closed()
+
+
+def test_the_reading_end_closed_is_told_once_on_uvloop() -> None:
+    """(serve's loop, where it is installed: libuv reports a poll's error its own way.)"""
+    uvloop = pytest.importorskip("uvloop")
+    uvloop.run(reading_end_closed())
+
+
+async def reading_end_closed() -> None:
     read_end, write_end = os.pipe()
     told: list[str] = []
     try:
