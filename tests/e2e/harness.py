@@ -433,11 +433,11 @@ WORKERS = [
 
 def served(tmp_path: Path, app: AppServer, workers: int, config: str = "") -> Server:
     """``serve`` running ``app`` with the config file ``config`` (TOML text): one process,
-    or ``workers`` behind Kamailio."""
+    or ``workers`` behind Kamailio; the speech models loaded when first used unless the
+    config or the test asks for them at start (:attr:`Server.preload`), either way."""
     extra: tuple[str, ...] = ()
     if workers > 1:
         config += f"\n[workers]\nfirst_port = {free_even_udp_port()}\n"
-        config = preload_off(config)
         extra = ("--workers", str(workers))
     path = tmp_path / "callhook.toml"
     path.write_text(config)
