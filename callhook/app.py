@@ -62,8 +62,6 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         build_recogniser(settings.speech.recogniser, settings.speech.model, remote),
         workers=settings.speech.workers,
     )
-    if settings.speech.preload:
-        speech.warm_up()
     db: Database
     ownership: Membership
     lease_owner = None
@@ -87,6 +85,9 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
         db = Database(settings.data_dir / "state.sqlite3")
         ownership = Ownership(settings.data_dir)
         doorbell = Doorbell.for_directory(settings.data_dir)
+    # (After the database: one that cannot be opened stops the start without a load.)
+    if settings.speech.preload:
+        speech.warm_up()
     retry = RetryPolicy(
         settings.notifications.first_retry,
         settings.notifications.max_retry,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import errno
 import json
 import logging
 import sys
@@ -589,6 +590,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"callhook: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # (a full disk, a folder it may not write: the cause, one line)
+        if args.verbose:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        data_dir = getattr(args, "data_dir", None)
+        if not where and exc.errno in (errno.ENOSPC, errno.EDQUOT) and data_dir:
+            where = f" (data directory {data_dir})"  # (a write names no file)
+        print(f"callhook: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return code

@@ -167,7 +167,11 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="callhook-db")
-        self._conn: Any = self._thread.submit(self._open).result()
+        try:
+            self._conn: Any = self._thread.submit(self._open).result()
+        except sqlite3.Error as exc:  # (a full disk at start: serve says so in one line)
+            self._thread.shutdown()
+            raise OSError(f"the state database {path} cannot be opened: {exc}") from exc
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)

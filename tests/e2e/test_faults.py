@@ -234,6 +234,38 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
     assert "Traceback" not in server.output, server.output
 
 
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize("secret", [False, True], ids=["new", "used"])
+def test_serve_on_a_full_disk_says_so_in_one_line(
+    tmp_path: Path, workers: int, secret: bool
+) -> None:
+    """A data directory whose disk is full from the start: ``serve`` ends at once with one
+    line naming the cause, not a traceback (a new one cannot make its secret; one used
+    before cannot write the workers' configuration, or open its state database)."""
+    why = _unshare_works()
+    if why is not None:
+        pytest.skip(why)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    made = 'echo a-secret-of-an-earlier-run > "$0/secret" && ' if secret else ""
+    script = (
+        f'mount -t tmpfs -o size=64k callhook-full "$0" && {made}'
+        '(cat /dev/zero > "$0/filler" 2>/dev/null; true) && exec "$@"'
+    )
+    serve = [sys.executable, "-m", "callhook", "serve", "--workers", str(workers)]
+    serve += ["--data-dir", str(data_dir), "--sip", f"127.0.0.1:{harness.free_udp_port()}"]
+    serve += ["--http", f"127.0.0.1:{harness.free_tcp_port()}"]
+    run = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, str(data_dir), *serve],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    said = [line for line in run.stderr.splitlines() if "DEBUG" not in line]
+    assert said[-1].startswith("callhook: "), run.stderr
+    assert "No space left on device" in said[-1] or "disk is full" in said[-1], run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+
+
 # --- the speech recogniser crashing or hanging --------------------------------------------
 
 
