@@ -20,7 +20,7 @@ from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from tests.e2e import sipp
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, served
 from tests.e2e.rtpsink import Packet, RtpSink, dominant_hz
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -48,10 +48,14 @@ def invite_to(sink: RtpSink, telephone_event: bool = True) -> str:
 
 
 async def call_and_listen(
-    tmp_path: Path, app: AppServer, *middle: str, telephone_event: bool = True
+    tmp_path: Path, app: AppServer, *middle: str, telephone_event: bool = True, workers: int = 1
 ) -> tuple[sipp.SippRun, Server, RtpSink]:
-    """SIPp calls ``serve`` running ``app``; the test's socket hears the call's audio."""
-    async with RtpSink() as sink, Server.for_app(tmp_path / "data", app) as server:
+    """SIPp calls ``serve`` running ``app`` (one process, or ``workers`` behind Kamailio);
+    the test's socket hears the call's audio."""
+    server = (
+        served(tmp_path, app, workers) if workers > 1 else Server.for_app(tmp_path / "data", app)
+    )
+    async with RtpSink() as sink, server:
         parts = [invite_to(sink, telephone_event), sipp.ANSWERED, *middle]
         parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
         run = await sipp.call(server.sip, tmp_path, *parts)

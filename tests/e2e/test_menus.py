@@ -1,10 +1,10 @@
 """Menus, ``delete_file`` and remote prompt files on real calls: SIPp calls ``callhook serve``.
 
-``run_menu``: keys sent as SIP INFO, the caller's ear a socket of the test
-(``rtpsink``), so the test hears the prompt, the invalid-digit message and the
-prompt again before the chosen option's page is requested. ``run_speech_menu``:
-the caller speaks (the default TTS voice, as a pcap) and callhook's real
-recogniser picks the option. ``delete_file``: a real file of the store goes.
+``run_menu`` (one process, and workers behind Kamailio): keys sent as SIP INFO, the
+caller's ear a socket of the test (``rtpsink``), so the test hears the prompt, the
+invalid-digit message and the prompt again before the chosen option's page is requested.
+``run_speech_menu``: the caller speaks (the default TTS voice, as a pcap) and callhook's
+real recogniser picks the option. ``delete_file``: a real file of the store goes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.edge.speechworkers import build_synthesiser
 from callhook.media import g711, tones, wav
 from tests.e2e import sipp
-from tests.e2e.harness import Server
+from tests.e2e.harness import WORKERS, Server
 from tests.e2e.rtpsink import RtpSink, dominant_hz
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_aculab_apps import call_and_listen, invite_to, play, spans, write_tone
@@ -28,7 +28,10 @@ pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is 
 PROMPT_HZ, MESSAGE_HZ = 440.0, 1000.0
 
 
-async def test_run_menu_invalid_digit_then_an_option(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_run_menu_invalid_digit_then_an_option(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     data = tmp_path / "data"
     menu = write_tone(data, "prompts/menu.wav", PROMPT_HZ)
     wrong = write_tone(data, "prompts/wrong.wav", MESSAGE_HZ)
@@ -58,6 +61,7 @@ async def test_run_menu_invalid_digit_then_an_option(tmp_path: Path, app: AppSer
         sipp.INFO.format(cseq=2, digit="9"),
         sipp.PAUSE.format(ms=3000),
         sipp.INFO.format(cseq=3, digit="2"),
+        workers=workers,
     )
     assert run.returncode == 0, run.output + run.errors + server.output
     (support,) = app.bodies("/support")
