@@ -1,7 +1,8 @@
 """A connect's secondary_call pages on real calls: a SIPp caller calls serve, whose
 application connects it to a SIPp callee; the callee's first page's actions (a whisper)
 run on the callee's leg before it is joined, and its final page is requested when the
-bridge ends; a first page that hangs up leaves the caller unconnected."""
+bridge ends (one process, and workers behind Kamailio); a first page that hangs up
+leaves the caller unconnected."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ import pytest
 
 from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_even_udp_port, free_udp_port, wait_for_request
+from tests.e2e.harness import (
+    WORKERS,
+    Server,
+    free_even_udp_port,
+    free_udp_port,
+    served,
+    wait_for_request,
+)
 from tests.e2e.rtpsink import RtpSink
-from tests.e2e.test_connect import UAS_RINGS_UNTIL_CANCEL, callee_scenario, config
+from tests.e2e.test_connect import ALLOW, UAS_RINGS_UNTIL_CANCEL, callee_scenario
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
@@ -45,12 +53,14 @@ def connect_app(app: AppServer, callee_port: int, first_page: list[Any], *others
 
 
 async def call_through(
-    tmp_path: Path, app: AppServer, callee_port: int, callee: str, ear: RtpSink
+    tmp_path: Path, app: AppServer, callee_port: int, callee: str, ear: RtpSink, workers: int = 1
 ) -> Server:
+    """The caller calls serve (one process, or ``workers`` behind Kamailio), whose
+    application connects it to ``callee`` (a SIPp scenario) on ``callee_port``."""
     process = await sipp.start_sipp(
         callee, tmp_path, local_port=callee_port, media_port=free_even_udp_port()
     )
-    async with Server.for_app(tmp_path / "data", app, extra=config(tmp_path)) as server:
+    async with served(tmp_path, app, workers, ALLOW) as server:
         caller = await sipp.call(
             server.sip,
             tmp_path,
@@ -66,8 +76,9 @@ async def call_through(
     return server
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_comes(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     callee_port, other_port = free_udp_port(), free_udp_port()
     whisper = [{"play": {"play_list": [{"text_to_say": "A call for you."}]}}]
@@ -87,6 +98,7 @@ async def test_the_callee_hears_its_whisper_then_is_joined_and_its_final_page_co
             callee_port,
             callee_scenario(None, callee_ear.port, 10000),
             callee_ear,
+            workers,
         )
     out, _ = await asyncio.wait_for(other.communicate(), 30)
     assert other.returncode == 0, out.decode(errors="replace")  # it rang, then got CANCEL
