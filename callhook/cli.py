@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import errno
-import json
 import logging
 import sys
 import tempfile
@@ -59,81 +58,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check an action list (a page response) and print every problem: a file's, standard
     input's, or what a page's URL answers (requested as a call's first page is)."""
-    if args.file.startswith(("http://", "https://")):
-        if not args.secret:
-            why = "a page's URL needs --secret, the secret the application checks signatures with"
-            print(f"callhook validate: {why}", file=sys.stderr)
-            return 2
-        answer = asyncio.run(_first_page(args.file, args.secret, _settings(args).page_timeout))
-        if isinstance(answer, str):
-            print(answer)
-            return 1
-        if not answer.strip():
-            print("valid (an empty body: no actions, the call is hung up)")
-            return 0
-        data = answer
-    else:
-        try:
-            data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        except OSError as exc:
-            print(f"{args.file}: {exc.strerror}", file=sys.stderr)
-            return 2
-    from callhook.actions.response import InvalidResponse, parse_response
+    from callhook.devtools.validating import validate
 
-    try:
-        parse_response(data)
-    except InvalidResponse as exc:
-        for problem in exc.problems:
-            print(problem)
-        return 1
-    from callhook.speech import languages
-
-    settings = _settings(args)
-    speech = settings.speech
-    remote = speech.engines.get(speech.recogniser)
-    # A plug-in with no languages configured says its own once it is made: unknown here.
-    unknown = remote is not None and remote.protocol == "plugin" and not remote.languages
-    if not unknown:
-        spoken = remote.languages if remote is not None else None
-        document = json.loads(data)
-        for warning in languages.warnings(document, speech.recogniser, speech.model, spoken):
-            print(f"warning: {warning}")
-    print("valid")
-    return 0
-
-
-async def _first_page(url: str, secret: str, timeout: float) -> bytes | str:
-    """What the page at ``url`` answers a call's first page request (POST, signed with
-    ``secret``, the instance info of an inbound call ringing); why not, if it does not."""
-    from callhook.calls.instanceinfo import page_body, this_call
-    from callhook.calls.runner import new_instance_id
-    from callhook.edge.pages import HttpPages
-    from callhook.ports import CallInfo, PageError
-
-    instance = new_instance_id()
-    info = CallInfo(
-        call_id=f"validate-{instance[:8]}",
-        call_from="sip:validate@127.0.0.1",
-        call_to="sip:validate@127.0.0.1",
-        call_target="validate",
-    )
-    body = page_body(instance, None, f"logs/{instance}.log", this_call(info, "inbound", 0.0, ""))
-    pages = HttpPages(timeout=timeout)
-    try:
-        return await pages.fetch(
-            url, "POST", json.dumps(body, separators=(",", ":")).encode(), secret
-        )
-    except PageError as exc:
-        return f"{url}: {exc.detail}"
-    finally:
-        await pages.close()
+    return validate(args.file, args.secret, lambda: _settings(args))
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from callhook.actions.response import json_schema
+    from callhook.devtools.validating import schema
 
-    print(json.dumps(json_schema(), indent=2))
-    return 0
+    return schema()
 
 
 # --- call -------------------------------------------------------------------------------
