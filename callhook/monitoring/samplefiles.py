@@ -11,7 +11,14 @@ after its data disk filled.
 :class:`SampleFile` allocates every block (``posix_fallocate``) before it is mapped, so a
 full disk is an ``OSError`` at that moment instead, and the series that needed the room
 is kept in the process's memory: it goes on being counted, and ``/metrics`` leaves it
-out until the process restarts. The server log says so, once until room is found again.
+out until there is room again. Room is looked for again, at most every
+:data:`RETRY_SECONDS` per file, when such a series is counted; found, the series are
+written into the file with their values so far. The server log says when room is first
+refused, and when the series are back.
+
+A file is made under a name the collector does not read (``*.db.new``), its blocks
+allocated, then renamed: ``/metrics`` never meets an empty sample file (it reads each
+file's header), nor one that is removed again for want of room.
 """
 
 from __future__ import annotations
@@ -20,14 +27,24 @@ import contextlib
 import logging
 import os
 import struct
+import time
+from collections.abc import Callable
+from typing import Final
 
 from prometheus_client import values
 from prometheus_client.mmap_dict import _INITIAL_MMAP_SIZE, MmapedDict
 
 logger = logging.getLogger("callhook.monitoring")
 
+#: How often a file whose series are (partly) in memory looks for room again (seconds).
+RETRY_SECONDS: Final = 10.0
+
 #: Whether the last allocation failed (its line said; said again once one succeeds).
 _refused = False
+#: Whether the line saying the series are back has been said since the last refusal's.
+_back_said = True
+#: The clock of the retries (a test's virtual clock replaces it).
+_clock: Callable[[], float] = time.monotonic
 
 
 def _allocated(fd: int, size: int, filename: str) -> bool:
@@ -36,17 +53,44 @@ def _allocated(fd: int, size: int, filename: str) -> bool:
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
-        if not _refused:
-            logger.error(
-                "metrics: no room for samples in %s (%s): series first counted now are kept"
-                " in memory, left out of /metrics until callhook restarts",
-                os.path.dirname(filename),
-                exc.strerror or exc,
-            )
-        _refused = True
+        _no_room(filename, exc)
         return False
     _refused = False
     return True
+
+
+def _no_room(filename: str, exc: OSError) -> None:
+    """Say that ``filename`` has no room, unless that was the last thing said."""
+    global _refused, _back_said
+    if not _refused:
+        _back_said = False
+        logger.error(
+            "metrics: no room for samples in %s (%s): series first counted now are kept"
+            " in memory, left out of /metrics until there is room again",
+            os.path.dirname(filename),
+            exc.strerror or exc,
+        )
+    _refused = True
+
+
+def _made(filename: str) -> bool:
+    """Whether ``filename`` is there with its first blocks, made now if not: under another
+    name, then renamed, so that the collector sees it whole or not at all."""
+    with contextlib.suppress(OSError):
+        if os.stat(filename).st_size > 0:
+            return True
+    making = filename + ".new"
+    try:
+        with open(making, "wb") as made:
+            room = _allocated(made.fileno(), _INITIAL_MMAP_SIZE, filename)
+        if room:
+            os.replace(making, filename)
+            return True
+    except OSError as exc:  # (no room even for the file's inode or directory entry)
+        _no_room(filename, exc)
+    with contextlib.suppress(OSError):
+        os.unlink(making)
+    return False
 
 
 def _entry_size(key: str) -> int:
@@ -62,20 +106,17 @@ class SampleFile(MmapedDict):
 
     def __init__(self, filename: str, read_mode: bool = False) -> None:
         self._spare: dict[str, tuple[float, float]] = {}
-        if not read_mode:
-            with open(filename, "a+b") as made:
-                fresh = os.fstat(made.fileno()).st_size == 0
-                room = not fresh or _allocated(made.fileno(), _INITIAL_MMAP_SIZE, filename)
-            if not room:  # no file, every series in memory (the collector skips none)
-                with contextlib.suppress(OSError):
-                    os.unlink(filename)
-                self._f = self._m = None  # type: ignore[assignment]
-                self._fname, self._positions, self._used = filename, {}, 0
-                return
+        self._retry_at = 0.0
+        self._no_file = not read_mode and not _made(filename)
+        if self._no_file:  # every series in memory
+            self._f = self._m = None  # type: ignore[assignment]
+            self._fname, self._positions, self._used = filename, {}, 0
+            self._retry_at = _clock() + RETRY_SECONDS
+            return
         super().__init__(filename, read_mode)  # type: ignore[no-untyped-call]
 
     def _init_value(self, key: str) -> None:
-        if self._f is None:  # (no file)
+        if self._no_file:
             self._spare[key] = (0.0, 0.0)
             return
         needed, capacity = self._used + _entry_size(key), self._capacity
@@ -83,12 +124,43 @@ class SampleFile(MmapedDict):
             capacity *= 2
         if capacity > self._capacity and not _allocated(self._f.fileno(), capacity, self._fname):
             self._spare[key] = (0.0, 0.0)
+            self._retry_at = _clock() + RETRY_SECONDS
             return
         super()._init_value(key)  # type: ignore[no-untyped-call]
+
+    def _room_again(self) -> None:
+        """Move the series kept in memory into the file, if there is room now (tried at
+        most every :data:`RETRY_SECONDS`)."""
+        global _back_said
+        now = _clock()
+        if now < self._retry_at:
+            return
+        self._retry_at = now + RETRY_SECONDS
+        if self._no_file:
+            if not _made(self._fname):
+                return
+            super().__init__(self._fname)  # type: ignore[no-untyped-call]
+            self._no_file = False
+        spare, self._spare = self._spare, {}
+        for key, (value, timestamp) in spare.items():
+            self._init_value(key)
+            if key in self._spare:  # (still no room: in memory, as it was)
+                self._spare[key] = (value, timestamp)
+            else:
+                super().write_value(key, value, timestamp)  # type: ignore[no-untyped-call]
+        if not self._spare and not _back_said:
+            _back_said = True
+            logger.warning(
+                "metrics: room for samples in %s again: series kept in memory are written"
+                " there as they are next counted",
+                os.path.dirname(self._fname),
+            )
 
     def read_value(self, key: str) -> tuple[float, float]:
         if key not in self._positions and key not in self._spare:
             self._init_value(key)
+        if key in self._spare:
+            self._room_again()
         if key in self._spare:
             return self._spare[key]
         value: tuple[float, float] = super().read_value(key)  # type: ignore[no-untyped-call]
@@ -97,6 +169,8 @@ class SampleFile(MmapedDict):
     def write_value(self, key: str, value: float, timestamp: float) -> None:
         if key not in self._positions and key not in self._spare:
             self._init_value(key)
+        if key in self._spare:
+            self._room_again()
         if key in self._spare:
             self._spare[key] = (value, timestamp)
             return

@@ -25,9 +25,23 @@ def key(n: int) -> str:
     return f'["callhook_calls_ended_total", "callhook_calls_ended_total", {{"n": "{n:04}"}}, ""]'
 
 
+class Clock:
+    """The retries' virtual clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture(autouse=True)
-def said_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     monkeypatch.setattr(samplefiles, "_refused", False)
+    monkeypatch.setattr(samplefiles, "_back_said", True)
+    made = Clock()
+    monkeypatch.setattr(samplefiles, "_clock", made)
+    return made
 
 
 def test_every_page_of_a_file_has_its_block_as_it_is_made_and_grown(tmp_path: Path) -> None:
@@ -43,6 +57,10 @@ def test_every_page_of_a_file_has_its_block_as_it_is_made_and_grown(tmp_path: Pa
     finally:
         made.close()
     assert len(read(str(path))) == 2000
+
+
+#: The real allocation: room, as the tests' disk has.
+ROOM = os.posix_fallocate
 
 
 def refuse(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,6 +92,7 @@ def test_a_series_with_no_room_to_grow_into_is_counted_in_memory(
     assert found[key(0)] == 4.0 and 300 < len(found) < 1000 and key(1999) not in found
     (line,) = [r for r in caplog.records if "no room for samples" in r.getMessage()]
     assert line.levelno == logging.ERROR and "No space left on device" in line.getMessage()
+    assert "room for samples in" not in caplog.text.replace("no room for samples in", "")
 
 
 def test_a_file_that_cannot_be_made_leaves_nothing_and_counts_in_memory(
@@ -87,7 +106,7 @@ def test_a_file_that_cannot_be_made_leaves_nothing_and_counts_in_memory(
     assert made.read_value(key(2)) == (0.0, 0.0)
     made.close()
     # (An empty file would break every /metrics: the collector reads each one's header.)
-    assert not path.exists()
+    assert not path.exists() and list(tmp_path.iterdir()) == []
     assert len([r for r in caplog.records if "no room for samples" in r.getMessage()]) == 1
 
 
@@ -104,3 +123,53 @@ def test_prometheus_client_s_multiprocess_values_are_kept_in_sample_files(
     path = tmp_path / "counter_4242.db"
     assert allocated(path) >= path.stat().st_size > 0
     assert list(read(str(path)).values()) == [3.0]
+
+
+def test_series_kept_in_memory_go_into_the_file_once_there_is_room_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clock: Clock
+) -> None:
+    path = tmp_path / "counter_1.db"
+    made = SampleFile(str(path))
+    try:
+        for n in range(300):
+            made.write_value(key(n), float(n), 0.0)
+        refuse(monkeypatch)
+        for n in range(300, 2000):  # (the last ones in memory: the file could not grow)
+            made.write_value(key(n), float(n), 0.0)
+        monkeypatch.setattr(os, "posix_fallocate", ROOM)
+        clock.now += samplefiles.RETRY_SECONDS - 0.1
+        made.write_value(key(1999), 1999.5, 0.0)  # not looked for yet
+        assert key(1999) not in read(str(path))
+        clock.now += 0.1
+        made.write_value(key(1999), 2000.0, 0.0)  # looked for, found: every series moved
+        found = read(str(path))
+        assert len(found) == 2000 and found[key(1999)] == 2000.0 and found[key(1500)] == 1500.0
+        assert allocated(path) >= path.stat().st_size
+        made.write_value(key(1500), 1.0, 0.0)  # (in the file from now on)
+        assert read(str(path))[key(1500)] == 1.0
+    finally:
+        made.close()
+    said = [r for r in caplog.records if "room for samples" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.ERROR, logging.WARNING]
+    assert "again" in said[1].getMessage()
+
+
+def test_a_file_not_made_for_want_of_room_is_made_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clock: Clock
+) -> None:
+    path = tmp_path / "counter_1.db"
+    refuse(monkeypatch)
+    made = SampleFile(str(path))
+    made.write_value(key(1), 7.0, 0.0)
+    clock.now += samplefiles.RETRY_SECONDS
+    made.write_value(key(1), 8.0, 0.0)  # looked for: still none, no file, nothing said again
+    made.write_value(key(2), 9.0, 0.0)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "posix_fallocate", ROOM)
+    clock.now += samplefiles.RETRY_SECONDS
+    made.read_value(key(2))
+    made.close()
+    assert read(str(path)) == {key(1): 8.0, key(2): 9.0}
+    assert [p.name for p in tmp_path.iterdir()] == ["counter_1.db"]  # (no .new left)
+    said = [r.levelno for r in caplog.records if "room for samples" in r.getMessage()]
+    assert said == [logging.ERROR, logging.WARNING]
