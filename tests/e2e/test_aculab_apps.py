@@ -20,7 +20,7 @@ from callhook.devtools.harness import AppServer
 from callhook.media import g711, tones, wav
 from callhook.media.dtmf import Rfc4733Receiver, ToneDetector
 from tests.e2e import sipp
-from tests.e2e.harness import Server, served
+from tests.e2e.harness import WORKERS, Server, served
 from tests.e2e.rtpsink import Packet, RtpSink, dominant_hz
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
@@ -74,8 +74,9 @@ def spans(hz: list[float], wanted: float) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_get_number_with_keyed_prompt_and_keyed_timeout_message(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """The reference's own form: prompt heard, timeout message heard, next_page with the number."""
     data = tmp_path / "data"
@@ -99,7 +100,9 @@ async def test_get_number_with_keyed_prompt_and_keyed_timeout_message(
     app.page("/final", None)
     # Prompt 0-1 s, 2 s of waiting, the message 3-4 s; the digits come in the next wait.
     infos = [sipp.INFO.format(cseq=2 + i, digit=d) for i, d in enumerate("42")]
-    run, server, sink = await call_and_listen(tmp_path, app, sipp.PAUSE.format(ms=4800), *infos)
+    run, server, sink = await call_and_listen(
+        tmp_path, app, sipp.PAUSE.format(ms=4800), *infos, workers=workers
+    )
     assert run.returncode == 0, run.output + run.errors + server.output
     (number,) = app.bodies("/number")
     assert number["action_result"] == {"action": "get_number", "result": {"entered_number": "42"}}
@@ -136,11 +139,12 @@ def digits_app(app: AppServer, data: Path) -> None:
     app.page("/final", None)
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_digits_to_play_are_rfc4733_events_when_negotiated(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     digits_app(app, tmp_path / "data")
-    run, server, sink = await call_and_listen(tmp_path, app)
+    run, server, sink = await call_and_listen(tmp_path, app, workers=workers)
     assert run.returncode == 0, run.output + run.errors + server.output
     events = sink.events()
     assert len(events) == 7 * len(DIGITS), (events, server.output)
@@ -173,11 +177,12 @@ async def test_digits_to_play_are_rfc4733_events_when_negotiated(
     assert "".join(d for d in got if d is not None) == DIGITS
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_digits_to_play_are_in_band_tones_without_telephone_event(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     digits_app(app, tmp_path / "data")
-    run, server, sink = await call_and_listen(tmp_path, app, telephone_event=False)
+    run, server, sink = await call_and_listen(tmp_path, app, telephone_event=False, workers=workers)
     assert run.returncode == 0, run.output + run.errors + server.output
     assert {p.payload_type for p in sink.packets} == {0}  # audio only
     audio = sink.audio()
@@ -186,7 +191,10 @@ async def test_digits_to_play_are_in_band_tones_without_telephone_event(
     assert "".join(d for d in heard if d is not None) == DIGITS, server.output
 
 
-async def test_a_private_text_is_spoken_but_never_logged(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_private_text_is_spoken_but_never_logged(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     """text_is_private on a real call: spoken to the caller, absent from every log."""
     secret = "Your code is 4 3 2 1."
     app.page(
@@ -197,7 +205,7 @@ async def test_a_private_text_is_spoken_but_never_logged(tmp_path: Path, app: Ap
         ],
     )
     app.page("/final", None)
-    run, server, sink = await call_and_listen(tmp_path, app)
+    run, server, sink = await call_and_listen(tmp_path, app, workers=workers)
     assert run.returncode == 0, run.output + run.errors + server.output
     heard = sink.audio()
     assert int(np.sum(np.abs(heard.astype(np.int32)) > 1000)) > 800, "nothing was spoken"
@@ -208,8 +216,9 @@ async def test_a_private_text_is_spoken_but_never_logged(tmp_path: Path, app: Ap
         assert "4 3 2 1" not in text and "code is" not in text
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_get_input_with_keyed_prompt_and_keyed_timeout_message(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """get_input as the reference writes it: prompt and timeout message heard, digits taken."""
     data = tmp_path / "data"
@@ -232,7 +241,9 @@ async def test_get_input_with_keyed_prompt_and_keyed_timeout_message(
     app.page("/input", [{"hang_up": {}}])
     app.page("/final", None)
     infos = [sipp.INFO.format(cseq=2 + i, digit=d) for i, d in enumerate("73")]
-    run, server, sink = await call_and_listen(tmp_path, app, sipp.PAUSE.format(ms=4800), *infos)
+    run, server, sink = await call_and_listen(
+        tmp_path, app, sipp.PAUSE.format(ms=4800), *infos, workers=workers
+    )
     assert run.returncode == 0, run.output + run.errors + server.output
     (body,) = app.bodies("/input")
     assert body["action_result"] == {
