@@ -13,7 +13,8 @@ in the other law). The start beep is checked with baresip, which writes what
 it heard: the beep reaches the caller's ear but not the file.
 
 One ``callhook serve`` runs for the whole module (starting and stopping one
-costs ~2 s); each test calls its own number on it (see :class:`Rig`).
+costs ~2 s), in one process and then with workers behind Kamailio; each test calls its
+own number on it (see :class:`Rig`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import pytest_asyncio
 from callhook.devtools.harness import AppServer, Received
 from callhook.media import g711, wav
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_tcp_port, free_udp_port
+from tests.e2e.harness import WORKERS, Server, free_tcp_port, free_udp_port, served
 from tests.e2e.rtpstream import FRAME, Stream
 
 DATA = Path(__file__).parent.parent / "data"
@@ -267,11 +268,17 @@ class Rig:
         return Recorded(body["action_result"]["result"], data, final)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=WORKERS)
+async def rig(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[Rig]:
+    """The module's serve: one process, or workers behind Kamailio (each test runs on both)."""
+    workers: int = request.param
+    where = tmp_path_factory.mktemp("recordings")
     async with AppServer() as app:
-        rig = Rig(app, tmp_path_factory.mktemp("recordings") / "data")
-        async with Server.for_app(rig.data_dir, app) as server:
+        rig = Rig(app, where / "data")
+        server = served(where, app, workers) if workers > 1 else Server.for_app(rig.data_dir, app)
+        async with server:
             rig._server = server
             yield rig
 
