@@ -4,7 +4,9 @@
 caller's ear a socket of the test (``rtpsink``), so the test hears the prompt, the
 invalid-digit message and the prompt again before the chosen option's page is requested.
 ``run_speech_menu``: the caller speaks (the default TTS voice, as a pcap) and callhook's
-real recogniser picks the option. ``delete_file``: a real file of the store goes.
+real recogniser picks the option. ``delete_file``: a real file of the store goes. These,
+remote prompt files and a recording deleted at once run in both modes too; ADPCM
+prompts in one process (their decoding is the same code in a worker).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from callhook.devtools.harness import AppServer, Received, Reply
 from callhook.edge.speechworkers import build_synthesiser
 from callhook.media import g711, tones, wav
 from tests.e2e import sipp
-from tests.e2e.harness import WORKERS, Server
+from tests.e2e.harness import WORKERS, Server, served
 from tests.e2e.rtpsink import RtpSink, dominant_hz
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_aculab_apps import call_and_listen, invite_to, play, spans, write_tone
@@ -73,7 +75,10 @@ async def test_run_menu_invalid_digit_then_an_option(
     assert prompts[0][1] <= messages[0][0] and messages[0][1] <= prompts[1][0], heard
 
 
-async def test_run_speech_menu_hears_the_spoken_option(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_run_speech_menu_hears_the_spoken_option(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     synthesiser = build_synthesiser("piper:joe")
     assert synthesiser is not None
     app.page(
@@ -96,7 +101,11 @@ async def test_run_speech_menu_hears_the_spoken_option(tmp_path: Path, app: AppS
     pcap = stream.write_pcap(tmp_path / "caller.pcap")
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.PLAY.format(pcap=pcap)]
     parts.append(sipp.BYE_FROM_SERVER.format(timeout_ms=30000))
-    async with Server.for_app(tmp_path / "data", app) as server:
+    server = served(tmp_path, app, workers)
+    # The models load at start, as serve's default has it: a worker that loaded them at
+    # the caller's word, on a loaded machine, could still be loading at the timeout.
+    server.preload = True
+    async with server:
         run = await sipp.call(server.sip, tmp_path, *parts)
     assert run.returncode == 0, run.output + run.errors + server.output
     (support,) = app.bodies("/support")
@@ -107,7 +116,8 @@ async def test_run_speech_menu_hears_the_spoken_option(tmp_path: Path, app: AppS
     assert app.bodies("/sales") == []
 
 
-async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer, workers: int) -> None:
     data = tmp_path / "data"
     keep = write_tone(data, "prompts/keep.wav", PROMPT_HZ, 0.2)
     gone = write_tone(data, "prompts/old.wav", PROMPT_HZ, 0.2)
@@ -116,7 +126,7 @@ async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer) -> Non
     )
     app.page("/final", [{"delete_file": {"filename": keep}}])
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
-    async with Server.for_app(data, app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
     assert run.returncode == 0, run.output + run.errors + server.output
     (final,) = app.bodies("/final")
@@ -126,8 +136,9 @@ async def test_delete_file_on_a_real_call(tmp_path: Path, app: AppServer) -> Non
     assert not (data / "media" / "default" / keep).exists()
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_remote_file_is_heard_and_failures_are_logged_and_skipped(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """file_to_play as a web page request: fetched from the app's server (relative URL).
 
@@ -151,12 +162,8 @@ async def test_a_remote_file_is_heard_and_failures_are_logged_and_skipped(
         ],
     )
     app.page("/final", None)
-    config = tmp_path / "callhook.toml"
-    config.write_text("[media]\nremote_max_mb = 0.02\nremote_timeout = 5\n")  # 20 KiB
-    async with (
-        RtpSink() as sink,
-        Server.for_app(data, app, extra=("--config", str(config))) as server,
-    ):
+    config = "[media]\nremote_max_mb = 0.02\nremote_timeout = 5\n"  # 20 KiB
+    async with RtpSink() as sink, served(tmp_path, app, workers, config) as server:
         parts = [invite_to(sink), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
         run = await sipp.call(server.sip, tmp_path, *parts)
     assert run.returncode == 0, run.output + run.errors + server.output
@@ -173,8 +180,9 @@ async def test_a_remote_file_is_heard_and_failures_are_logged_and_skipped(
     assert f"{app.url('/media/huge.wav')}: larger than 20971 bytes" in log, log
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_recording_deleted_at_once_is_never_announced(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     """record, then delete_file of it in next_page's answer: gone, and no notification."""
     data = tmp_path / "data"
@@ -199,7 +207,7 @@ async def test_a_recording_deleted_at_once_is_never_announced(
     app.page("/available", None)
     app.page("/final", None)
     parts = [sipp.invite("ivr"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)]
-    async with Server.for_app(data, app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts)
     # serve has stopped: what was due was delivered on the way out (docs/recordings.md).
     assert run.returncode == 0, run.output + run.errors + server.output
