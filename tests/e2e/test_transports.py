@@ -1,9 +1,10 @@
 """SIP over TCP, and big messages over UDP, on real calls: SIPp calling ``callhook serve``.
 
-``serve`` listens on TCP beside UDP (on the same port by default, RFC 3261
-§18). A SIPp caller on TCP runs the same scenarios as on UDP: its INVITE,
-ACK, INFO digits and BYE, and callhook's responses and its own BYE, all go
-over the one connection or ones to the caller's address.
+``serve`` listens on TCP beside UDP (on the same port by default, RFC 3261 §18); with
+workers, Kamailio does, and hands the calls to the workers. A SIPp caller on TCP runs
+the same scenarios as on UDP: its INVITE, ACK, INFO digits and BYE, and callhook's
+responses and its own BYE, all go over the one connection or ones to the caller's
+address (the TCP calls: in one process and with workers behind Kamailio).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ import trustme
 
 from callhook.devtools.harness import AppServer
 from tests.e2e import sipp
-from tests.e2e.harness import Server, free_tcp_port
+from tests.e2e.harness import WORKERS, Server, free_tcp_port, served
 from tests.e2e.rtpstream import Stream
 from tests.e2e.test_sip_calls import get_number, write_prompt
 
 pytestmark = pytest.mark.skipif(sipp.SIPP is None, reason="SIPp (sip-tester) is not installed")
 
 
+@pytest.mark.parametrize("workers", WORKERS)
 async def test_a_call_over_tcp_takes_rfc4733_and_info_digits(
-    tmp_path: Path, app: AppServer
+    tmp_path: Path, app: AppServer, workers: int
 ) -> None:
     write_prompt(tmp_path / "data", seconds=0.5)
     app.page("/start", [get_number(digit_count=2)])
@@ -43,7 +45,7 @@ async def test_a_call_over_tcp_takes_rfc4733_and_info_digits(
         *infos,
         sipp.BYE_FROM_SERVER.format(timeout_ms=20000),  # callhook's BYE, over TCP
     ]
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts, transport="tcp")
     assert run.returncode == 0, run.output + run.errors + server.output
     (first,) = app.bodies("/number")
@@ -54,7 +56,8 @@ async def test_a_call_over_tcp_takes_rfc4733_and_info_digits(
     assert final["this_call"]["call_cause"] == "completed"
 
 
-async def test_the_caller_hangs_up_over_tcp(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_the_caller_hangs_up_over_tcp(tmp_path: Path, app: AppServer, workers: int) -> None:
     app.page("/start", [{"sleep": {"seconds": 30}}])
     app.page("/final", None)
     parts = [
@@ -63,7 +66,7 @@ async def test_the_caller_hangs_up_over_tcp(tmp_path: Path, app: AppServer) -> N
         sipp.PAUSE.format(ms=500),
         sipp.BYE_FROM_CALLER.format(cseq=2),
     ]
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, *parts, transport="tcp")
     assert run.returncode == 0, run.output + run.errors + server.output
     (final,) = app.bodies("/final")
