@@ -4,7 +4,8 @@
 workers, Kamailio does, and hands the calls to the workers. A SIPp caller on TCP runs
 the same scenarios as on UDP: its INVITE, ACK, INFO digits and BYE, and callhook's
 responses and its own BYE, all go over the one connection or ones to the caller's
-address (the TCP calls: in one process and with workers behind Kamailio).
+address. The TCP calls and the big INVITE run in one process and with workers behind
+Kamailio (which passes the big INVITE on, grown by its own headers, over UDP).
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ async def test_the_caller_hangs_up_over_tcp(tmp_path: Path, app: AppServer, work
     assert final["this_call"]["call_cause"] == "hung_up"
 
 
-async def test_a_3_kb_invite_over_udp_is_answered(tmp_path: Path, app: AppServer) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_a_3_kb_invite_over_udp_is_answered(
+    tmp_path: Path, app: AppServer, workers: int
+) -> None:
     """Twice the size of a safe datagram (§18.1.1 is about sending; receiving one must work)."""
     app.page("/start", [{"sleep": {"seconds": 0.2}}, {"hang_up": {}}])
     app.page("/final", None)
@@ -81,7 +85,7 @@ async def test_a_3_kb_invite_over_udp_is_answered(tmp_path: Path, app: AppServer
     invite = sipp.invite("ivr").replace("Max-Forwards: 70\n", "Max-Forwards: 70\n" + padding)
     assert len(invite.encode()) > 3000
     bye = sipp.BYE_FROM_SERVER.format(timeout_ms=15000)
-    async with Server.for_app(tmp_path / "data", app) as server:
+    async with served(tmp_path, app, workers) as server:
         run = await sipp.call(server.sip, tmp_path, invite, sipp.ANSWERED, bye)
     assert run.returncode == 0, run.output + run.errors + server.output
     (final,) = app.bodies("/final")
