@@ -16,6 +16,9 @@ starts the unit; with nothing else done:
 - ``systemctl reload callhook`` applies a new application while that call is in
   progress; the new application (the test's own web server) takes a call, and the demo
   call still completes;
+- upgraded (``apt-get install`` of the same package as a newer version) while a call is
+  in progress: the call finishes first, then the unit restarts on the new version, with
+  the changed config, the data and the secret as they were, and takes calls;
 - ``apt-get purge`` removes the unit and the user and keeps ``/var/lib/callhook``;
   installed again and purged with ``CALLHOOK_PURGE_DATA=yes``, the data goes too.
 """
@@ -23,11 +26,13 @@ starts the unit; with nothing else done:
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -35,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from callhook.devtools.harness import AppServer
+from callhook.devtools.harness import AppServer, Received
 from tests.e2e import sipp
 from tests.e2e.harness import free_even_udp_port, free_udp_port
 
@@ -46,6 +51,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "callho
 INCLUDE = "systemd,systemd-sysv,dbus,python3,adduser,iproute2,procps"
 HOST_IP, GUEST_IP = "10.78.0.1", "10.78.0.2"
 PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+#: The API key of the application added by the reload.
+HELLO_KEY = "hello-application-api-key"
 
 pytestmark = [
     pytest.mark.solo,  # the build and the install load both cores
@@ -68,6 +75,50 @@ def deb() -> Path:
     """The package built from this checkout (the cached one when nothing in it changed)."""
     built = _run(str(ROOT / "scripts" / "build-deb"), "--cache", timeout=1800)
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+def newer(deb: Path, suffix: str) -> Path:
+    """``deb`` as a newer version (its ``Version`` with ``suffix``), beside it: its control
+    archive rewritten, its files' archive as it is (an upgrade's package, in a second)."""
+    control = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True,
+                             check=True).stdout  # fmt: skip
+    rewritten = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(control)) as old,
+        tarfile.open(fileobj=rewritten, mode="w", format=tarfile.GNU_FORMAT) as new,
+    ):
+        for member in old.getmembers():
+            content = old.extractfile(member) if member.isfile() else None
+            data = content.read() if content is not None else b""
+            if member.name in {"./control", "control"}:
+                lines = data.decode().splitlines(keepends=True)
+                data = "".join(
+                    line.rstrip("\n") + suffix + "\n" if line.startswith("Version:") else line
+                    for line in lines
+                ).encode()
+                member.size = len(data)
+            new.addfile(member, io.BytesIO(data) if member.isfile() else None)
+    # The package: an ar archive of debian-binary, the control archive, the files' one.
+    with deb.open("rb") as source:
+        assert source.read(8) == b"!<arch>\n"
+        members: list[tuple[str, bytes]] = []
+        while header := source.read(60):
+            name, size = header[:16].decode().strip().rstrip("/"), int(header[48:58])
+            body = source.read(size)
+            source.read(size % 2)
+            members.append((name, body))
+    package, version, arch = deb.stem.split("_")
+    made = deb.with_name(f"{package}_{version}{suffix}_{arch}.deb")
+    with made.open("wb") as out:
+        out.write(b"!<arch>\n")
+        for name, body in members:
+            if name.startswith("control.tar"):
+                name, body = "control.tar", rewritten.getvalue()
+            out.write(
+                f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(body):<10}`\n".encode()
+            )
+            out.write(body + b"\n" * (len(body) % 2))
+    return made
 
 
 def _base_root() -> Path:
@@ -267,6 +318,7 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
     text = config.read_text() + (
         f'\n[apps.hello]\nfirst_page = "{hello.url("/start")}"\n'
         f'final_page = "{hello.url("/final")}"\nsecret = "{hello.secret}"\n'
+        f'api_key = "{HELLO_KEY}"\n'
     )
     config.write_text(text)
     await asyncio.to_thread(guest.run, "systemctl", "reload", "callhook")
@@ -293,6 +345,73 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
     assert by_app["demo"]["started"] < by_app["hello"]["started"] < by_app["demo"]["ended"]
     assert "Traceback" not in guest.journal()
 
+    # Upgraded while a call is in progress (install.md, "Upgrade"): the call finishes
+    # first, then the new version serves, with the config as changed and the data as left.
+    upgrade = newer(guest.root / "var" / "tmp" / deb, "+upgrade1").name
+    old_pid = guest.run("systemctl", "show", "-p", "MainPID", "--value", "callhook").stdout
+    held = True  # the call goes on, a second at a time, until the old version drains
+
+    def again(request: Received) -> list[dict[str, Any]]:
+        if not held:
+            return [{"hang_up": {}}]
+        return [{"sleep": {"seconds": 1}}, {"redirect": {"next_page": {"url": "/again"}}}]
+
+    hello.page("/start", again)
+    hello.page("/again", again)
+    during = asyncio.create_task(
+        call(
+            tmp_path,
+            sipp.invite("hello"),
+            sipp.ANSWERED,
+            sipp.BYE_FROM_SERVER.format(timeout_ms=180000),
+        )
+    )
+    deadline = time.monotonic() + 20  # (hello's own key sees its calls)
+    while not (await asyncio.to_thread(http_get, guest, "/api/v1/calls", HELLO_KEY))[1]["calls"]:
+        assert not during.done() and time.monotonic() < deadline, guest.journal()
+        await asyncio.sleep(0.2)
+    upgrading = asyncio.create_task(
+        asyncio.to_thread(
+            guest.run,
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            f"/var/tmp/{upgrade}",
+            env=("DEBIAN_FRONTEND=noninteractive",),
+        )
+    )
+    # The unpacked new version restarts the unit: the old one drains (serve's line).
+    deadline = time.monotonic() + 120
+    while "for 1 call(s) to finish" not in guest.journal():
+        assert not upgrading.done() and not during.done(), guest.journal()
+        assert time.monotonic() < deadline, guest.journal()
+        await asyncio.sleep(0.5)
+    assert not upgrading.done()  # (the call holds the upgrade back)
+    held = False
+    upgraded = await upgrading
+    assert "warning" not in upgraded.stdout.lower() + upgraded.stderr.lower(), upgraded
+    run = await during
+    assert run.returncode == 0, run.output + guest.journal()
+    version = guest.run("dpkg-query", "-W", "-f", "${Version}", "callhook").stdout
+    assert version.endswith("+upgrade1"), version
+    assert guest.run("systemctl", "show", "-p", "MainPID", "--value", "callhook").stdout != old_pid
+    assert http_get(guest, "/readyz")[0] == 200, guest.journal()
+    assert config.read_text() == text  # the administrator's change, kept
+    assert (guest.root / "var" / "lib" / "callhook" / "secret").read_text().strip() == secret
+    hello.page("/start", [{"sleep": {"seconds": 0.5}}, {"hang_up": {}}])
+    after = await call(
+        tmp_path, sipp.invite("hello"), sipp.ANSWERED, sipp.BYE_FROM_SERVER.format(timeout_ms=20000)
+    )
+    assert after.returncode == 0, after.output + guest.journal()
+    status, records = await asyncio.to_thread(http_get, guest, "/api/v1/calls/records", secret)
+    assert status == 200, records
+    hellos = [r for r in records["records"] if r["application"] == "hello"]
+    assert len(records["records"]) == 4 and len(hellos) == 3, records
+    # The call in progress was not cut short: it hung up itself, after the drain began.
+    assert {r["call_cause"] for r in hellos} == {"completed"}, records
+    assert "Traceback" not in guest.journal()
+
     # Purged: the unit and the user go, the data stays.
     guest.run("apt-get", "purge", "-y", "-q", "callhook", env=("DEBIAN_FRONTEND=noninteractive",))
     assert not (guest.root / "lib" / "systemd" / "system" / "callhook.service").exists()
@@ -308,7 +427,7 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
               env=("DEBIAN_FRONTEND=noninteractive",))  # fmt: skip
     assert http_get(guest, "/readyz")[0] == 200, guest.journal()
     status, records = await asyncio.to_thread(http_get, guest, "/api/v1/calls/records", secret)
-    assert status == 200 and len(records["records"]) == 2, records
+    assert status == 200 and len(records["records"]) == 4, records
     guest.run("apt-get", "purge", "-y", "-q", "callhook",
               env=("DEBIAN_FRONTEND=noninteractive", "CALLHOOK_PURGE_DATA=yes"))  # fmt: skip
     assert not (guest.root / "var" / "lib" / "callhook").exists()
