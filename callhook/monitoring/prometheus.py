@@ -225,7 +225,7 @@ def prepare_folder(folder: Path) -> None:
     """An empty folder for the workers' samples (a new ``serve``: an earlier run's counts
     must not be added to this one's)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.db"):
+    for old in [*folder.glob("*.db"), *folder.glob("*.db.new")]:  # (.new: one being made)
         old.unlink()
 
 

@@ -39,38 +39,45 @@ logger = logging.getLogger("callhook.monitoring")
 #: How often a file whose series are (partly) in memory looks for room again (seconds).
 RETRY_SECONDS: Final = 10.0
 
-#: Whether the last allocation failed (its line said; said again once one succeeds).
-_refused = False
-#: Whether the line saying the series are back has been said since the last refusal's.
-_back_said = True
+#: The files of this process that keep series in memory (or would, had they been
+#: counted): the server log says when the first comes and when the last goes.
+_holding: set[str] = set()
 #: The clock of the retries (a test's virtual clock replaces it).
 _clock: Callable[[], float] = time.monotonic
 
 
 def _allocated(fd: int, size: int, filename: str) -> bool:
     """Whether the first ``size`` bytes of ``fd`` have their blocks (allocated now)."""
-    global _refused
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
         _no_room(filename, exc)
         return False
-    _refused = False
     return True
 
 
 def _no_room(filename: str, exc: OSError) -> None:
-    """Say that ``filename`` has no room, unless that was the last thing said."""
-    global _refused, _back_said
-    if not _refused:
-        _back_said = False
+    """``filename`` keeps series in memory: said if it is the process's first to."""
+    if not _holding:
         logger.error(
             "metrics: no room for samples in %s (%s): series first counted now are kept"
-            " in memory, left out of /metrics until there is room again",
+            " in memory, left out of /metrics until there is room and they are counted again",
             os.path.dirname(filename),
             exc.strerror or exc,
         )
-    _refused = True
+    _holding.add(filename)
+
+
+def _room_found(filename: str) -> None:
+    """``filename`` keeps no series in memory any more: said if it was the last to."""
+    if filename in _holding:
+        _holding.discard(filename)
+        if not _holding:
+            logger.warning(
+                "metrics: room for samples in %s again: series kept in memory are written"
+                " there as they are next counted",
+                os.path.dirname(filename),
+            )
 
 
 def _made(filename: str) -> bool:
@@ -131,7 +138,6 @@ class SampleFile(MmapedDict):
     def _room_again(self) -> None:
         """Move the series kept in memory into the file, if there is room now (tried at
         most every :data:`RETRY_SECONDS`)."""
-        global _back_said
         now = _clock()
         if now < self._retry_at:
             return
@@ -139,7 +145,15 @@ class SampleFile(MmapedDict):
         if self._no_file:
             if not _made(self._fname):
                 return
-            super().__init__(self._fname)  # type: ignore[no-untyped-call]
+            try:
+                super().__init__(self._fname)  # type: ignore[no-untyped-call]
+            except OSError as exc:  # (no descriptor, no memory to map: as no room)
+                if getattr(self, "_f", None) is not None:
+                    self._f.close()
+                self._f = self._m = None  # type: ignore[assignment]
+                self._positions, self._used = {}, 0
+                _no_room(self._fname, exc)
+                return
             self._no_file = False
         spare, self._spare = self._spare, {}
         for key, (value, timestamp) in spare.items():
@@ -148,13 +162,8 @@ class SampleFile(MmapedDict):
                 self._spare[key] = (value, timestamp)
             else:
                 super().write_value(key, value, timestamp)  # type: ignore[no-untyped-call]
-        if not self._spare and not _back_said:
-            _back_said = True
-            logger.warning(
-                "metrics: room for samples in %s again: series kept in memory are written"
-                " there as they are next counted",
-                os.path.dirname(self._fname),
-            )
+        if not self._spare:
+            _room_found(self._fname)
 
     def read_value(self, key: str) -> tuple[float, float]:
         if key not in self._positions and key not in self._spare:

@@ -9,7 +9,9 @@
   file to bring space back. The state database lives there too, so the
   recordings journal is refused as well (SQLITE_FULL). Workers behind Kamailio too: all
   in the namespace, and none may die of it (a worker's Prometheus samples are files
-  there, mapped into memory: a new page of one on a full disk was SIGBUS).
+  there, mapped into memory: a new page of one on a full disk was SIGBUS); a worker
+  started while it is full counts in memory, and writes its samples there once there
+  is room.
 * **The speech recogniser crashing or hanging mid-``get_input``.** The real
   engine runs; ``CALLHOOK_FAULT_RECOGNISER`` (read once at start-up by
   ``callhook.speech.faults``) breaks the first engine instance on its first
@@ -39,6 +41,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,6 +220,7 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
                 os.kill(worker_pids(data_dir)[0], signal.SIGKILL)
                 again = "worker 0 is serving again"
                 await until(lambda: again in server.output, 60, "worker 0 on the full disk")
+                restarted = time.monotonic()
                 assert "Traceback" not in server.output, server.output
             before = len(app.bodies("/results"))
             filler.unlink()  # space comes back
@@ -237,6 +241,22 @@ async def test_disk_full_while_recording_keeps_the_recording_and_notifies_later(
             assert len(results) - before >= int(held[1]), results
             assert [r["completed"] for r in results] == [False] * (len(results) - 1) + [True]
             assert "transcription results for default are queued again" in server.output
+            if workers > 1:  # the worker started on the full disk counted in memory ...
+                assert "metrics: no room for samples" in server.output, server.output
+                # ... and writes its samples to the disk once there is room, when it next
+                # counts after its 10 s between looks: calls until one is worker 0's
+                # (Kamailio takes turns, each of its processes on its own).
+                await asyncio.sleep(max(0.0, restarted + 10.5 - time.monotonic()))
+                short = [sipp.invite("rec"), sipp.ANSWERED, sipp.PAUSE.format(ms=300)]
+                short.append(sipp.BYE_FROM_CALLER.format(cseq=2))
+                before = server.output.count(" 0:callhook.call: ")
+                for _ in range(4):
+                    if server.output.count(" 0:callhook.call: ") > before:
+                        break
+                    run = await sipp.call(server.sip, tmp_path, *short)
+                    assert run.returncode == 0, run.output + run.errors + server.output
+                back = "metrics: room for samples in"
+                await until(lambda: back in server.output, 10, f"no {back}: {server.output}")
             # No worker died of the full disk (the one killed above: once, and started).
             assert server.output.count("ended after") == (workers > 1), server.output
         assert server.proc.returncode == 0, server.output

@@ -37,8 +37,7 @@ class Clock:
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    monkeypatch.setattr(samplefiles, "_refused", False)
-    monkeypatch.setattr(samplefiles, "_back_said", True)
+    monkeypatch.setattr(samplefiles, "_holding", set())
     made = Clock()
     monkeypatch.setattr(samplefiles, "_clock", made)
     return made
@@ -173,3 +172,58 @@ def test_a_file_not_made_for_want_of_room_is_made_once_there_is_room(
     assert [p.name for p in tmp_path.iterdir()] == ["counter_1.db"]  # (no .new left)
     said = [r.levelno for r in caplog.records if "room for samples" in r.getMessage()]
     assert said == [logging.ERROR, logging.WARNING]
+
+
+def test_the_log_says_when_the_first_file_keeps_series_in_memory_and_when_the_last_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clock: Clock
+) -> None:
+    """A worker has several sample files (counters, gauges, histograms): one line when the
+    first has no room, one when none keeps series in memory any more."""
+    refuse(monkeypatch)
+    counters = SampleFile(str(tmp_path / "counter_1.db"))
+    histograms = SampleFile(str(tmp_path / "histogram_1.db"))
+    counters.write_value(key(1), 1.0, 0.0)
+    histograms.write_value(key(2), 2.0, 0.0)
+    monkeypatch.setattr(os, "posix_fallocate", ROOM)
+    clock.now += samplefiles.RETRY_SECONDS
+    counters.write_value(key(1), 3.0, 0.0)  # the counters' file is made: not the last
+    said = [r.levelno for r in caplog.records if "room for samples" in r.getMessage()]
+    assert said == [logging.ERROR]
+    histograms.write_value(key(2), 4.0, 0.0)  # the last: said
+    refuse(monkeypatch)  # full again: said again, once, however many files grow
+    for n in range(3000, 5000):
+        counters.write_value(key(n), 6.0, 0.0)
+        histograms.write_value(key(n), 6.0, 0.0)
+    counters.close()
+    histograms.close()
+    said = [r.levelno for r in caplog.records if "room for samples" in r.getMessage()]
+    assert said == [logging.ERROR, logging.WARNING, logging.ERROR]
+    assert read(str(tmp_path / "counter_1.db"))[key(1)] == 3.0
+    assert read(str(tmp_path / "histogram_1.db"))[key(2)] == 4.0
+
+
+def test_a_file_that_cannot_be_mapped_when_room_comes_stays_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clock: Clock
+) -> None:
+    """Room, but no descriptor or memory to map the file with: the series stay in memory,
+    nothing is raised into the code that counted, and it is tried again later."""
+    import mmap
+
+    refuse(monkeypatch)
+    made = SampleFile(str(tmp_path / "counter_1.db"))
+    made.write_value(key(1), 1.0, 0.0)
+    monkeypatch.setattr(os, "posix_fallocate", ROOM)
+    mapping = mmap.mmap
+
+    def no_memory(*args: object, **kwargs: object) -> mmap.mmap:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_memory)
+    clock.now += samplefiles.RETRY_SECONDS
+    made.write_value(key(1), 2.0, 0.0)
+    assert made.read_value(key(1)) == (2.0, 0.0)
+    monkeypatch.setattr(mmap, "mmap", mapping)  # the mapping works again
+    clock.now += samplefiles.RETRY_SECONDS
+    made.write_value(key(1), 3.0, 0.0)
+    made.close()
+    assert read(str(tmp_path / "counter_1.db")) == {key(1): 3.0}
