@@ -17,8 +17,9 @@ starts the unit; with nothing else done:
   progress; the new application (the test's own web server) takes a call, and the demo
   call still completes;
 - upgraded (``apt-get install`` of the same package as a newer version) while a call is
-  in progress: the call finishes first, then the unit restarts on the new version, with
-  the changed config, the data and the secret as they were, and takes calls;
+  in progress: the old version drains (the call goes on to its end) and stops before
+  the new one is unpacked, which then serves with the changed config, the data and the
+  secret as they were, and takes calls;
 - ``apt-get purge`` removes the unit and the user and keeps ``/var/lib/callhook``;
   installed again and purged with ``CALLHOOK_PURGE_DATA=yes``, the data goes too.
 """
@@ -35,6 +36,7 @@ import sys
 import tarfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +366,7 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
             sipp.invite("hello"),
             sipp.ANSWERED,
             sipp.BYE_FROM_SERVER.format(timeout_ms=180000),
+            timeout=240,  # (SIPp's own limit: past the unpacking, the drain and the start)
         )
     )
     deadline = time.monotonic() + 20  # (hello's own key sees its calls)
@@ -381,20 +384,34 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
             env=("DEBIAN_FRONTEND=noninteractive",),
         )
     )
-    # The unpacked new version restarts the unit: the old one drains (serve's line).
+    # The upgrade stops the old version first: it drains (serve's line).
     deadline = time.monotonic() + 120
     while "for 1 call(s) to finish" not in guest.journal():
         assert not upgrading.done() and not during.done(), guest.journal()
         assert time.monotonic() < deadline, guest.journal()
         await asyncio.sleep(0.5)
-    assert not upgrading.done()  # (the call holds the upgrade back)
     held = False
-    upgraded = await upgrading
-    assert "warning" not in upgraded.stdout.lower() + upgraded.stderr.lower(), upgraded
+    # The call ends (it hangs up itself at its next page), then apt returns, once the new
+    # version serves.
+    ended, _ = await asyncio.wait({upgrading, during}, return_when=asyncio.FIRST_COMPLETED)
+    assert during in ended, guest.journal()
     run = await during
     assert run.returncode == 0, run.output + guest.journal()
+    upgraded = await upgrading
+    assert "warning" not in upgraded.stdout.lower() + upgraded.stderr.lower(), upgraded
     version = guest.run("dpkg-query", "-W", "-f", "${Version}", "callhook").stdout
     assert version.endswith("+upgrade1"), version
+    # Stopped before the new version's files were unpacked (never run on top of them).
+    journal = guest.run("journalctl", "-u", "callhook", "-o", "short-unix", "--no-pager").stdout
+    (stopped,) = [float(line.split()[0]) for line in journal.splitlines() if "Stopped " in line]
+    dpkg_log = (guest.root / "var" / "log" / "dpkg.log").read_text().splitlines()
+    unpacked = min(  # (dpkg says it more than once: the first, when its files are in)
+        datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+        for line in dpkg_log
+        if line.endswith(f"status unpacked callhook:{deb.split('_')[2][:-4]} {version}")
+    )
+    # (dpkg's log has whole seconds: its unpacking of 780 MB takes longer than one.)
+    assert stopped <= unpacked, (stopped, unpacked, dpkg_log[-12:])
     assert guest.run("systemctl", "show", "-p", "MainPID", "--value", "callhook").stdout != old_pid
     assert http_get(guest, "/readyz")[0] == 200, guest.journal()
     assert config.read_text() == text  # the administrator's change, kept
