@@ -14,6 +14,8 @@ from callhook.store import database, postgres
 POSTGRES_TABLES = {"nodes", "leaders"}
 #: Columns only PostgreSQL has, by table.
 POSTGRES_COLUMNS = {"notifications": {"lease_owner", "lease_until"}, "bindings": {"id"}}
+#: A table's lines that are not columns.
+CONSTRAINTS = {"PRIMARY", "UNIQUE", "CHECK", "CONSTRAINT", "FOREIGN"}
 
 
 def tables(schema: str) -> dict[str, set[str]]:
@@ -21,7 +23,9 @@ def tables(schema: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", schema, re.S):
         columns = {line.split()[0].strip('"') for line in body.strip().splitlines()}
-        found[name] = columns - {"PRIMARY"}
+        found[name] = columns - CONSTRAINTS
+    # (A table written otherwise, "...) WITHOUT ROWID;", would be read into the next.)
+    assert len(found) == schema.count("CREATE TABLE"), "a table this parser cannot read"
     for name, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)", schema):
         found[name].add(column)
     return found
