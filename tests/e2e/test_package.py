@@ -257,6 +257,15 @@ async def call(workdir: Path, *parts: str, timeout: float = 90) -> sipp.SippRun:
     )
 
 
+async def in_progress(guest: Machine, key: str, caller: asyncio.Task[sipp.SippRun]) -> None:
+    """Wait (20 s at most) until ``/api/v1/calls`` lists a call of ``key``'s application,
+    ``caller``'s, still going on."""
+    deadline = time.monotonic() + 20
+    while not (await asyncio.to_thread(http_get, guest, "/api/v1/calls", key))[1]["calls"]:
+        assert not caller.done() and time.monotonic() < deadline, guest.journal()
+        await asyncio.sleep(0.2)
+
+
 def digits(*keys: str, cseq: int = 2) -> str:
     return "".join(sipp.INFO.format(cseq=cseq + n, digit=key) for n, key in enumerate(keys))
 
@@ -312,10 +321,7 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
             sipp.BYE_FROM_SERVER.format(timeout_ms=60000),
         )
     )
-    deadline = time.monotonic() + 20
-    while not (await asyncio.to_thread(http_get, guest, "/api/v1/calls", secret))[1]["calls"]:
-        assert not demo.done() and time.monotonic() < deadline, guest.journal()
-        await asyncio.sleep(0.2)
+    await in_progress(guest, secret, demo)
     # A new application, applied by systemctl reload while the demo call runs.
     text = config.read_text() + (
         f'\n[apps.hello]\nfirst_page = "{hello.url("/start")}"\n'
@@ -369,10 +375,7 @@ async def test_the_package_installs_serves_the_demo_reloads_and_purges(
             timeout=240,  # (SIPp's own limit: past the unpacking, the drain and the start)
         )
     )
-    deadline = time.monotonic() + 20  # (hello's own key sees its calls)
-    while not (await asyncio.to_thread(http_get, guest, "/api/v1/calls", HELLO_KEY))[1]["calls"]:
-        assert not during.done() and time.monotonic() < deadline, guest.journal()
-        await asyncio.sleep(0.2)
+    await in_progress(guest, HELLO_KEY, during)  # (hello's own key sees its calls)
     upgrading = asyncio.create_task(
         asyncio.to_thread(
             guest.run,
