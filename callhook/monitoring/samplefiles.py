@@ -12,9 +12,10 @@ after its data disk filled.
 full disk is an ``OSError`` at that moment instead, and the series that needed the room
 is kept in the process's memory: it goes on being counted, and ``/metrics`` leaves it
 out until there is room again. Room is looked for again, at most every
-:data:`RETRY_SECONDS` per file, when such a series is counted; found, the series are
-written into the file with their values so far. The server log says when room is first
-refused, and when the series are back.
+:data:`RETRY_SECONDS` per file, when any series of that file is counted (prometheus-client
+keeps one file per kind of metric: counters, histograms, each kind of gauge); found, the
+series are written into the file with their values so far, also those not counted since.
+The server log says when room is first refused, and when the series are back.
 
 A file is made under a name the collector does not read (``*.db.new``), its blocks
 allocated, then renamed: ``/metrics`` never meets an empty sample file (it reads each
@@ -61,7 +62,7 @@ def _no_room(filename: str, exc: OSError) -> None:
     if not _holding:
         logger.error(
             "metrics: no room for samples in %s (%s): series first counted now are kept"
-            " in memory, left out of /metrics until there is room and they are counted again",
+            " in memory, left out of /metrics until there is room again",
             os.path.dirname(filename),
             exc.strerror or exc,
         )
@@ -168,7 +169,7 @@ class SampleFile(MmapedDict):
     def read_value(self, key: str) -> tuple[float, float]:
         if key not in self._positions and key not in self._spare:
             self._init_value(key)
-        if key in self._spare:
+        if self._spare:  # (any series of the file: one never counted again goes back too)
             self._room_again()
         if key in self._spare:
             return self._spare[key]
@@ -178,7 +179,7 @@ class SampleFile(MmapedDict):
     def write_value(self, key: str, value: float, timestamp: float) -> None:
         if key not in self._positions and key not in self._spare:
             self._init_value(key)
-        if key in self._spare:
+        if self._spare:
             self._room_again()
         if key in self._spare:
             self._spare[key] = (value, timestamp)

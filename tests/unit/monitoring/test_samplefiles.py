@@ -153,6 +153,29 @@ def test_series_kept_in_memory_go_into_the_file_once_there_is_room_again(
     assert "again" in said[1].getMessage()
 
 
+def test_a_series_kept_in_memory_and_never_counted_again_goes_into_the_file_with_the_next_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    """A rare series (one call cause, counted once) goes back with its file's next count
+    of any series: it need not wait to be counted itself."""
+    path = tmp_path / "counter_1.db"
+    made = SampleFile(str(path))
+    try:
+        for n in range(300):
+            made.write_value(key(n), float(n), 0.0)
+        refuse(monkeypatch)
+        for n in range(300, 2000):
+            made.write_value(key(n), float(n), 0.0)
+        assert key(1999) not in read(str(path))
+        monkeypatch.setattr(os, "posix_fallocate", ROOM)
+        clock.now += samplefiles.RETRY_SECONDS
+        made.write_value(key(0), 1.0, 0.0)  # a series that always had room
+        found = read(str(path))
+        assert len(found) == 2000 and found[key(1999)] == 1999.0 and found[key(0)] == 1.0
+    finally:
+        made.close()
+
+
 def test_a_file_not_made_for_want_of_room_is_made_once_there_is_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, clock: Clock
 ) -> None:
