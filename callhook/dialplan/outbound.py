@@ -20,9 +20,10 @@ destination (docs/security.md, "No toll fraud"):
   without ``+`` also matches the digits of a ``+`` number. ``"*"`` allows every
   destination (an operator's explicit choice).
 * **Through a trunk** the number the provider routes on is what counts: a
-  ``sip:`` destination sent through a trunk is judged by its user part, as a
-  number when it is one (the provider routes ``sip:+1900...@anything`` to
-  +1900...), else by the URI patterns.
+  ``sip:`` destination sent through a trunk is judged by its user part
+  (percent-decoded), as a number when it has a digit (the provider routes
+  ``sip:+1900...@anything`` to +1900...; one with digits that is not a plain
+  number, ``*67+1900...`` or ``1900...#``, is refused), else by the URI patterns.
 * With ``allow`` empty (the default) nothing may be called but the
   installation's own numbers, exactly (with or without ``+``): each trunk's
   ``caller_id`` and the ``[apps.X] numbers`` the trunks deliver (calling your
@@ -40,6 +41,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from callhook.dialplan import numbers
 from callhook.sip.message import SipMessageError, parse_uri
@@ -165,8 +167,18 @@ class OutboundPolicy:
                     "which callhook does not call"
                 )
             user = uri.user or ""
-            if trunk is not None and numbers.canonical(user):
-                allowed = self._number_allowed(user)  # what the provider routes on
+            dialled = unquote(user)  # (a provider reads %2B as +)
+            if trunk is not None and any(c.isdigit() for c in dialled):
+                # What the provider routes on: a number, judged as one. A user part with
+                # digits that is not a plain number (*67+1900..., ++1900..., 1900...#) is
+                # refused: a provider may strip what is not a digit and route the rest.
+                if not numbers.canonical(dialled):
+                    return (
+                        f"refused by [outbound] allow: through a trunk, the user part of "
+                        f"{destination} is dialled, and it is not a telephone number "
+                        "(+ and digits)"
+                    )
+                allowed = self._number_allowed(dialled)
             else:
                 host = uri.host  # an IPv6 reference keeps its brackets
                 allowed = any(

@@ -212,13 +212,17 @@ def parse_uri(text: str) -> SipUri:
     """Parse a URI; SIP/SIPS fully (user, password, host, port, params, headers).
 
     The user part may hold ``;``, ``?``, ``,`` and ``:`` (RFC 4475 §3.1.1.2, §3.1.1.9):
-    the first ``@`` ends the userinfo. Whitespace anywhere is an error (§3.1.2.8).
+    the first ``@`` ends the userinfo. Whitespace or a control character anywhere is an
+    error (§3.1.2.8).
     """
     scheme, colon, rest = text.partition(":")
     if not colon or not scheme or scheme.strip(_SCHEME_CHARS) or not scheme[0].isalpha():
         raise SipMessageError(f"URI {show(text)} has no valid scheme")
     if " " in text or "\t" in text:
         raise SipMessageError(f"URI {show(text)} contains whitespace")
+    if not text.isprintable():  # CR, LF, NUL, DEL...: never part of a URI (§25.1), and in a
+        # header built from it they would end the header (header injection)
+        raise SipMessageError(f"URI {show(text)} contains a control character")
     if "<" in text or ">" in text or '"' in text:
         raise SipMessageError(f"URI {show(text)} contains an angle bracket or a quote")
     if not rest:

@@ -161,16 +161,24 @@ class Dialler:
         session_id = random.randint(1, 2**31)
         offer = offeranswer.offer(self.address, port, session_id, 1, srtp=srtp, crypto=keys)
         placed_at = time.time()  # (its call record's start, if it is never answered)
-        call_id = agent.invite(
-            target,
-            offer.encode(),
-            self.loop.time(),
-            from_user=from_user,
-            credentials=credentials,
-            address=route.address if route is not None else None,
-            from_host=route.from_host if route is not None else None,
-            fixed_transport=route is not None and route.trunk is not None,
-        )
+        try:
+            call_id = agent.invite(
+                target,
+                offer.encode(),
+                self.loop.time(),
+                from_user=from_user,
+                credentials=credentials,
+                address=route.address if route is not None else None,
+                from_host=route.from_host if route is not None else None,
+                fixed_transport=route is not None and route.trunk is not None,
+            )
+        except ValueError as exc:  # (no INVITE went out: the port goes back, or every
+            # such request would take one for good)
+            media.release(sock, port)
+            raise RouteError(f"'to' cannot be called: {exc}") from None
+        except BaseException:
+            media.release(sock, port)
+            raise
         self._flush()
         # Its answers and in-dialog requests come from the callee (or its proxy): admitted.
         peer = agent.calls[call_id].peer.host if call_id in agent.calls else ""

@@ -59,10 +59,14 @@ class Transfers:
         agent = self._agent()
         assert agent is not None
         # The caller's side calls the destination, through its provider when it is one:
-        # a call the operator pays for, so [outbound] judges it as one of callhook's own.
+        # a call the operator pays for, so [outbound] judges it as one of callhook's own,
+        # and as one through a trunk when the call came in by one (its provider places
+        # the new call, whatever host a sip: URI names) or the destination is a number.
         text = destination.strip()
         uri_form = text.lower().startswith(("sip:", "sips:"))
-        trunk = None if uri_form else next(iter(self.trunks.config), None)
+        trunk = call.leg.info.trunk or None
+        if trunk is None and not uri_form:
+            trunk = next(iter(self.trunks.config), None)
         why = self.outbound.refusal(text if uri_form else text.replace("-", ""), trunk)
         if why is not None:
             logger.warning("call %s: transfer to %s: %s", call.call_id, text, why)

@@ -330,7 +330,8 @@ def _is_number(text: str) -> bool:
 
 
 def _check_uri(uri: str) -> None:
+    """RouteError unless a request can be sent to ``uri`` (a transport callhook has)."""
     try:
-        parse_uri(uri)
+        target_of(parse_uri(uri))
     except ValueError as exc:
         raise RouteError(f"'to' is not a valid SIP URI: {exc}") from None

@@ -245,6 +245,43 @@ async def test_an_outbound_call_through_the_trunk(
     assert app.bodies("/final")[0]["this_call"]["call_cause"] == "completed"
 
 
+async def test_a_lan_pattern_lets_no_premium_number_out_through_the_provider(
+    tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider]
+) -> None:
+    """Toll fraud: with a LAN pattern in [outbound] allow, a number dressed as a LAN URI
+    (%2B for +, *67 before it) is still refused through the trunk; and a call that came
+    in by the trunk is not transferred to one (the provider would place that call)."""
+    provider = make_provider()
+    app.page(
+        "/support",
+        [
+            {
+                "transfer": {
+                    "destination": "sip:+19005551234@192.168.1.5",
+                    "next_page": {"url": "/transferred"},
+                }
+            }
+        ],
+    )
+    app.page("/transferred", [{"hang_up": {}}])
+    app.page("/final", None)
+    data = tmp_path / "data"
+    cfg = config(tmp_path, app, provider)
+    cfg.write_text(cfg.read_text().replace('["+1555"]', '["+1555", "sip:*@192.168.1.*"]'))
+    async with Server.for_app(data, app, extra=("--config", str(cfg))) as server:
+        await provider.wait_registered(timeout=10)
+        for to in ("sip:%2B19005551234@192.168.1.5", "sip:*67+19005551234@192.168.1.5"):
+            status, answer = await post_call(server, call_out(app) | {"to": to})
+            assert status == 403 and "refused by [outbound] allow" in str(answer), answer
+        # (No REFER reaches the caller: SIPp fails on a message its scenario does not take.)
+        run = await call_the_did(tmp_path, provider)
+        assert run.returncode == 0, run.output + run.errors + server.output
+        assert await wait_for_request(app, "/final")
+    (transferred,) = app.bodies("/transferred")
+    result = transferred["action_result"]["result"]
+    assert (result["transferred"], result["refer_status"]) == (False, "403")
+
+
 @pytest.mark.parametrize("workers", WORKERS)
 async def test_a_tls_registrar_whose_certificate_is_not_trusted_is_failing(
     tmp_path: Path, app: AppServer, make_provider: Callable[..., Provider], workers: int

@@ -72,6 +72,21 @@ def test_through_a_trunk_the_user_part_is_the_number_that_counts() -> None:
     assert policy.allows("+442071234567", trunk="provider")
 
 
+@pytest.mark.parametrize(
+    "user",
+    ["%2B19005551234", "+19005551234%23", "*67+19005551234", "++19005551234", "19005551234#",
+     "%31%39%30%30", "+1900555;isub=1", "x19005551234", "1900-CALL-NOW"],
+)  # fmt: skip
+def test_through_a_trunk_a_user_part_dialled_as_a_number_must_be_one(user: str) -> None:
+    """A provider may unescape %2B, or drop what is not a digit, and route the rest: a
+    user part with digits is a number or is refused, whatever host the URI names."""
+    policy = OutboundPolicy(["sip:*@192.168.1.*", "+44"])
+    why = policy.refusal(f"sip:{user}@192.168.1.5", trunk="provider")
+    assert why is not None and "refused by [outbound] allow" in why
+    assert policy.allows(f"sip:{user}@192.168.1.5")  # directly: the LAN host itself
+    assert policy.allows("sip:%2B442071234567@192.168.1.5", trunk="provider")  # (decoded)
+
+
 def test_number_prefixes_match_canonical_numbers() -> None:
     policy = OutboundPolicy(["+44", "0800"])
     assert policy.allows("+442071234567")

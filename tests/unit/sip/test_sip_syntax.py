@@ -202,7 +202,8 @@ def test_parse_uri(text: str, expected: SipUri | None) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "sip", "sip:", "nocolon", "sip:@host", "sip:host:99999", "sip:a b@c", "sip:[::1",
-     "<sip:a@b>", "1sip:a@b", "sip:a@b;;x", "sip:a@b?noequals", "sip:a@", "sip:a@b:", "tel:"],
+     "<sip:a@b>", "1sip:a@b", "sip:a@b;;x", "sip:a@b?noequals", "sip:a@", "sip:a@b:", "tel:",
+     "sip:a@b;x=\r\nX:1", "sip:a\nb@c", "sip:a\x00@b", "sip:a@b?h=\x7f", "tel:+44\r"],
 )  # fmt: skip
 def test_parse_uri_rejects(text: str) -> None:
     with pytest.raises(SipMessageError):

@@ -128,3 +128,22 @@ async def test_a_finished_call_leaves_nothing_behind(tmp_path: Path) -> None:
             assert left == []
         finally:
             gc.enable()
+
+
+async def test_a_call_that_cannot_be_sent_gives_its_rtp_port_back(tmp_path: Path) -> None:
+    """The INVITE is refused as it is built (a transport callhook has not): the call is a
+    RouteError (a 400 to whoever asked), and its RTP port is free again, or each such
+    request would take one for good until no call could be made."""
+    from callhook.dialplan.trunks import RouteError
+
+    async def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no call runs")
+
+    async with service(tmp_path, unused, (47200, 47210)) as (sip, _):
+        assert sip.media is not None
+        free = len(sip.media.ports)
+        app = AppConfig(name="demo", first_page="http://127.0.0.1:9/start", secret="s")
+        for _ in range(free + 1):  # (one more than the range holds)
+            with pytest.raises(RouteError, match="cannot be called"):
+                await sip.dialler.dial("sip:100@127.0.0.1;transport=sctp", app)
+        assert len(sip.media.ports) == free

@@ -122,6 +122,10 @@ def test_outbound_proxy_is_the_next_hop(tmp_path: Path) -> None:
         ("+4412", "nobody", 404, "no trunk named 'nobody'"),
         ("call me", "provider", 400, "a phone number"),
         ("sip:bad uri", None, 400, "not a valid SIP URI"),
+        # (CR LF in a URI would end the To header it goes into: header injection)
+        ("sip:100@192.168.1.5;x=\r\nX:1", None, 400, "control character"),
+        ("sip:+441234567890@h;x=\nY", "provider", 400, "control character"),
+        ("sip:100@192.168.1.5;transport=sctp", None, 400, "unsupported SIP transport"),
     ],
 )
 def test_routes_that_cannot_be(
