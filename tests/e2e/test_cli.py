@@ -196,6 +196,10 @@ async def test_serve_runs_the_demo_application(tmp_path: Path) -> None:
             # The demo checks signatures: a forged request is refused.
             async with http.post(url, data=body, headers={HEADER: sign("wrong", body)}) as r:
                 assert r.status == 403
+            # So is one whose signature is not even hex (once a 500, with a traceback).
+            forged = sign(secret, body).split(",v1=")[0] + ",v1=é"
+            async with http.post(url, data=body, headers={HEADER: forged}) as r:
+                assert r.status == 403
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 15) == 0
