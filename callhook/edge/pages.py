@@ -82,6 +82,10 @@ class HttpPages:
                 ),
                 headers={"User-Agent": f"callhook/{__version__}"},
                 auto_decompress=True,
+                # No cookies kept: the session is every call's and every application's, so
+                # one page's Set-Cookie would go with other calls' requests (a call's state
+                # is its token, as on Aculab).
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

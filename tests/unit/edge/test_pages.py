@@ -186,3 +186,31 @@ async def test_a_kept_alive_connection_closed_after_reading_is_not_sent_again(
         await pages.close()
     assert server.requests == [b'{"n": 1}', b'{"n": 2}']
     assert server.connections == 1
+
+
+async def test_no_cookie_a_page_sets_goes_with_a_later_request() -> None:
+    """One session serves every call of every application: a cookie kept from one page
+    would reach other calls' (and applications') requests."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    seen: list[str | None] = []
+
+    async def page(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        response = web.json_response([])
+        response.set_cookie("session", "the-first-caller")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/page", page)
+    pages = HttpPages(timeout=5)
+    async with TestServer(app, host="127.0.0.1") as site:
+        try:
+            # (By name: aiohttp's jar keeps no cookie of an IP address's.)
+            url = f"http://localhost:{site.port}/page"
+            for _ in range(2):
+                assert await pages.fetch(url, "POST", b"{}", "k") == b"[]"
+        finally:
+            await pages.close()
+    assert seen == [None, None]
