@@ -14,6 +14,11 @@ answers but states. ``/healthz`` is 200 as long as the web server answers.
   ready. Nodes on several machines each answer for themselves.
 
 ``serve`` prints its "serving" banner only once it would answer 200 here.
+
+The routes need no key, so what costs something is shared: the database's answer and
+the other workers' are kept for :data:`KEEP_SECONDS`, and requests that come while one
+is being asked wait for it (a flood of ``/readyz`` is not a flood of queries and of
+requests to every worker). ``sip`` and ``speech`` are read afresh each time.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 
@@ -33,7 +38,41 @@ from callhook.sip.transport import Target
 FRONT_SECONDS = 2.0
 #: How long a check may take.
 CHECK_SECONDS = 2.0
+#: How long the database's and the other workers' answers are taken as they are.
+KEEP_SECONDS = 1.0
 OK = "ok"
+
+T = TypeVar("T")
+
+
+class Kept(Generic[T]):
+    """What ``ask`` answers, asked at most once per ``seconds``: callers in the meantime
+    get the last answer, and callers while it is being asked wait for that one."""
+
+    def __init__(
+        self,
+        ask: Callable[[], Awaitable[T]],
+        seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ask, self._seconds, self._clock = ask, seconds, clock
+        self._answer: tuple[float, T] | None = None
+        self._asking: asyncio.Future[T] | None = None
+
+    async def get(self) -> T:
+        if self._answer is not None and self._clock() - self._answer[0] < self._seconds:
+            return self._answer[1]
+        if self._asking is None:
+            self._asking = asyncio.ensure_future(self._refresh())
+        return await asyncio.shield(self._asking)  # (one caller gone: not the others)
+
+    async def _refresh(self) -> T:
+        try:
+            answer = await self._ask()
+            self._answer = (self._clock(), answer)
+            return answer
+        finally:
+            self._asking = None
 
 
 class Readiness:
@@ -47,6 +86,7 @@ class Readiness:
         database: Callable[[], Awaitable[object]],
         front: Target | None = None,
         siblings: Siblings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.accepting = accepting
         self.speech_loading = speech_loading
@@ -54,6 +94,8 @@ class Readiness:
         self.front = front
         self.siblings = siblings
         self._front_seen: tuple[float, bool] = (float("-inf"), False)
+        self._database_state = Kept(self._database, KEEP_SECONDS, clock)
+        self._workers = Kept(self._ask_workers, KEEP_SECONDS, clock)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -71,26 +113,33 @@ class Readiness:
         if self.siblings is not None and HEADER not in request.headers:
             # (A sibling's question is about the one asked alone.)
             workers = {str(self.siblings.label): "ready" if ready else "not ready"}
-            for label, status, body in await self.siblings.ask_all("/readyz"):
-                if status is None:
-                    workers[str(label)] = "not answering"
-                elif status == 200:
-                    workers[str(label)] = "ready"
-                else:
-                    states = body.get("checks", {}) if isinstance(body, dict) else {}
-                    why = [f"{k}: {v}" for k, v in states.items() if v != OK]
-                    workers[str(label)] = "not ready: " + ("; ".join(why) or str(status))
+            workers |= await self._workers.get()
             answer["workers"] = workers
             ready = all(state == "ready" for state in workers.values())
         answer["ready"] = ready
         return web.json_response(answer, status=200 if ready else 503)
+
+    async def _ask_workers(self) -> dict[str, str]:
+        """The other workers' states, by label."""
+        assert self.siblings is not None
+        workers: dict[str, str] = {}
+        for label, status, body in await self.siblings.ask_all("/readyz"):
+            if status is None:
+                workers[str(label)] = "not answering"
+            elif status == 200:
+                workers[str(label)] = "ready"
+            else:
+                states = body.get("checks", {}) if isinstance(body, dict) else {}
+                why = [f"{k}: {v}" for k, v in states.items() if v != OK]
+                workers[str(label)] = "not ready: " + ("; ".join(why) or str(status))
+        return workers
 
     async def checks(self) -> dict[str, str]:
         """Each check of this process alone: ``ok``, or why not."""
         checks = {
             "sip": OK if self.accepting() else "shutting down",
             "speech": "loading" if self.speech_loading() else OK,
-            "database": await self._database(),
+            "database": await self._database_state.get(),
         }
         if self.front is not None:
             checks["front"] = OK if await self._front_answers() else "no answer to OPTIONS"

@@ -122,3 +122,47 @@ async def test_the_answer_gathers_every_workers_and_one_silent_is_not_ready() ->
         "1": "not ready: speech: loading",
         "2": "not answering",
     }
+
+
+async def test_a_flood_of_readyz_asks_the_database_once_per_keep_seconds() -> None:
+    """No key is needed, so what costs something is shared: requests that come while the
+    database is being asked wait for that answer, and it is kept for a while."""
+    from callhook.serving.readiness import KEEP_SECONDS
+
+    asked: list[float] = []
+    now = [100.0]
+    release = asyncio.Event()
+
+    async def database() -> None:
+        asked.append(now[0])
+        await release.wait()
+
+    checks = readiness(database=database, clock=lambda: now[0])
+    flood = [asyncio.ensure_future(checks.checks()) for _ in range(50)]
+    await asyncio.sleep(0)
+    release.set()
+    answers = await asyncio.gather(*flood)
+    assert asked == [100.0] and all(a["database"] == "ok" for a in answers)
+    now[0] += KEEP_SECONDS - 0.01
+    await checks.checks()
+    assert asked == [100.0]  # kept
+    now[0] += 0.01
+    await checks.checks()
+    assert asked == [100.0, now[0]]  # asked again
+
+
+async def test_one_waiter_gone_does_not_cancel_the_others_answer() -> None:
+    from callhook.serving.readiness import Kept
+
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "ok"
+
+    kept = Kept(slow, 1.0)
+    first, second = asyncio.ensure_future(kept.get()), asyncio.ensure_future(kept.get())
+    await asyncio.sleep(0)
+    first.cancel()
+    release.set()
+    assert await second == "ok"
