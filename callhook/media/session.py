@@ -273,8 +273,9 @@ class MediaSession(Inlet):
             data = plain
         if source != self.remote:
             # Symmetric RTP (RFC 4961): the first packet, or one from the address
-            # the SDP named, fixes where we send, so a caller behind NAT hears us
-            # and nobody can take the stream over by racing the first packet.
+            # the SDP named, fixes where we send, so a caller behind NAT hears us,
+            # and a caller not behind NAT gets the stream back from whoever raced its
+            # first packet (behind NAT it cannot: only SRTP protects that).
             logger.info("%s: sending RTP to %s:%s (where it comes from)", self.label, *source)
             self.remote = source
         self.latched = True
