@@ -457,11 +457,15 @@ class WebServices:
             raise ApiError(413, "too_large", f"uploads are limited to {limit} bytes")
         if request.content_type == "multipart/form-data":
             reader = await request.multipart()
+            fields = 0  # (bytes of text fields so far: at most FIELD_MAX in all, or a form
+            # of many fields before its file would be held in memory)
             async for part in reader:
                 if not isinstance(part, BodyPartReader):
                     continue
                 if part.filename is None:
-                    values.add(part.name or "", await _field(part))
+                    value = await _field(part, FIELD_MAX - fields)
+                    fields += len(value.encode())
+                    values.add(part.name or "", value)
                     continue
                 return await self._store_upload(app, Params(values), part, limit)
             _missing("the file")
@@ -511,13 +515,17 @@ def _checked_name(value: str, parameter: str) -> str:
     return name
 
 
-async def _field(part: BodyPartReader) -> str:
-    """A multipart form's text field: at most :data:`FIELD_MAX` bytes of UTF-8."""
+async def _field(part: BodyPartReader, room: int = FIELD_MAX) -> str:
+    """A multipart form's text field: at most ``room`` bytes of UTF-8 (what is left of
+    :data:`FIELD_MAX` for the form's fields in all)."""
     data = bytearray()
     while chunk := await part.read_chunk(CHUNK):
         data += chunk
-        if len(data) > FIELD_MAX:
-            _malformed(part.name or "a field", f"longer than {FIELD_MAX} bytes")
+        if len(data) > room:
+            _malformed(
+                part.name or "a field",
+                f"longer than the {FIELD_MAX} bytes a form's fields may have in all",
+            )
     try:
         return data.decode()
     except UnicodeDecodeError:

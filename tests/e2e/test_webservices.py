@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from callhook.devtools.harness import AppServer, Received
@@ -166,6 +167,15 @@ async def test_files_written_listed_read_renamed_deleted(
         assert (torn.status, torn.body["error"]["code"]) == (400, "0002")
         not_wav = await ws.file_write("prompts/x.wav", b"not a wav file at all")
         assert not_wav.status == 415 and not_wav.body["error"]["code"] == "HTTP 415"
+        # The form's fields before its file are held in memory: 64 KiB of them in all.
+        padded = aiohttp.FormData()
+        for name, value in (("filetype", "media"), ("filename", "prompts/padded.wav")):
+            padded.add_field(name, value)
+        for n in range(20):
+            padded.add_field(f"pad{n}", "x" * 4000)  # (each one short enough alone)
+        padded.add_field("file", hello, filename="padded.wav")
+        refused = await ws._call("file_write", {}, ws._key(), data=padded)
+        assert (refused.status, refused.body["error"]["code"]) == (400, "0002"), refused.raw
         assert (await ws.file_delete("prompts/welcome.wav")).status == 200
         gone = await ws.file_get("prompts/welcome.wav")
         assert gone.status == 404
