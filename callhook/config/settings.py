@@ -65,7 +65,7 @@ A config file is TOML::
 
     [recordings]
     max_mb = 64                         # a recording stops at this size (reason filesize)
-    min_free_mb = 64                    # none begins with less free on its disk (0: no floor)
+    min_free_mb = 64                    # no recording nor upload begins with less free (0: none)
 
     [retention]                         # days kept, then deleted; 0: for ever (docs/retention.md)
     call_logs_days = 90                 # logs/*.log (what callers pressed and said)

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
+from callhook.store.diskspace import check_room
 from callhook.store.names import COMPONENT as _COMPONENT
 from callhook.store.names import COMPONENT_MAX as COMPONENT_MAX
 from callhook.store.names import NAME_MAX as NAME_MAX
@@ -143,8 +144,11 @@ def fsync_directory(path: Path) -> None:
 class MediaStore:
     """Files of every application, under ``root/<application name>/`` (see the module doc)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, min_free: int = 0) -> None:
         self.root = root
+        #: Bytes a write must leave free on the disk (``[recordings] min_free_mb``: an
+        #: upload must not take the room the calls' recordings are kept for); 0: none.
+        self.min_free = min_free
         #: Called (blocking) with a file's path before it is deleted, and with (app,
         #: name) after: the composition root waits for a recording still being finished
         #: and withdraws its notification (app.py). Whoever deletes, the rules hold.
@@ -284,8 +288,9 @@ class MediaStore:
             raise IsADirectoryError(errno.EISDIR, "a directory of other files", name)
         if not overwrite and target.exists():
             raise FileExistsError(errno.EEXIST, "file exists", name)
+        check_room(self.namespace(app), self.min_free)
         _make_parent(target, name)
-        return LocalAtomicWrite(name, target, overwrite)
+        return LocalAtomicWrite(name, target, overwrite, self.min_free)
 
     def write_atomic(
         self, app: str, name: str, data: bytes | Iterable[bytes], *, overwrite: bool = True
@@ -367,10 +372,11 @@ class LocalAtomicWrite:
     ``info`` describes the committed file (None if aborted).
     """
 
-    def __init__(self, name: str, target: Path, overwrite: bool) -> None:
+    def __init__(self, name: str, target: Path, overwrite: bool, min_free: int = 0) -> None:
         self.name = name
         self.target = target
         self.overwrite = overwrite
+        self.min_free = min_free
         self.temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         self._file: BinaryIO | None = os.fdopen(os.open(self.temp, flags, 0o666), "wb")
@@ -394,6 +400,7 @@ class LocalAtomicWrite:
             file.flush()
             os.fsync(file.fileno())
             file.close()
+            check_room(self.target.parent, self.min_free)  # (written: what it left free)
             if self.overwrite:
                 os.replace(self.temp, self.target)
             else:

@@ -13,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from callhook.devtools.harness import AppServer
+from callhook.media import wav
 from callhook.store.callrecords import CallRecords, Filters
 from callhook.store.database import Database
 from callhook.store.retention import DAY
@@ -155,6 +157,19 @@ async def test_a_recording_is_refused_below_the_free_space_floor(
         )
         assert run.returncode == 0, run.output + run.errors + server.output
         assert await wait_for_request(app, "/recorded", timeout=20)
+        # Nor does an upload take that room: 507, before any of it is written.
+        secret = (tmp_path / "data" / "secret").read_text().strip()
+        prompt = wav.g711_file("ulaw", bytes(800))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.put(
+                f"http://127.0.0.1:{server.http_port}/api/v1/media/prompts/hello.wav",
+                data=prompt,
+                headers={"Authorization": f"Bearer {secret}", "Content-Type": "audio/wav"},
+            ) as put,
+        ):
+            assert put.status == 507, await put.text()
+            assert (await put.json())["error"]["code"] == "storage_full"
     (body,) = app.bodies("/recorded")
     result = body["action_result"]["result"]
     assert result["reason"] == "error" and result["file_available"] is False, server.output

@@ -299,3 +299,30 @@ def test_listing_by_prefix(store: MediaStore) -> None:
 def test_listing_a_namespace_that_does_not_exist_yet(store: MediaStore) -> None:
     listing = store.list("new")
     assert (listing.files, listing.next) == ([], None)
+
+
+def test_a_write_that_would_leave_less_than_the_floor_free_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads stop at the floor recordings keep ([recordings] min_free_mb): one key's
+    uploads must not fill the disk every call's recordings, logs and database share."""
+    import errno
+
+    from callhook.store import diskspace
+
+    free = [100 << 20]
+    monkeypatch.setattr(diskspace, "free_bytes", lambda path: free[0])
+    store = MediaStore(tmp_path / "media", min_free=64 << 20)
+    store.write_atomic("app", "a.wav", b"x" * 10)  # 100 MB free: room
+    free[0] = 63 << 20
+    with pytest.raises(OSError) as refused:  # (the REST API's 507 storage_full)
+        store.write_atomic("app", "b.wav", b"x" * 10)
+    assert refused.value.errno == errno.ENOSPC and "min_free_mb" in str(refused.value)
+    free[0] = 65 << 20
+    out = store.create("app", "c.wav")  # room when it began...
+    out.write(b"x" * 10)
+    free[0] = 63 << 20  # ...not once written (another upload took it meanwhile)
+    with pytest.raises(OSError):
+        out.commit()
+    assert sorted(p.name for p in (tmp_path / "media" / "app").iterdir()) == ["a.wav"]
+    assert MediaStore(tmp_path / "other").write_atomic("app", "d.wav", b"x").size == 1  # no floor
