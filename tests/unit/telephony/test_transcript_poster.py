@@ -37,13 +37,18 @@ class RefusingOutbox(Outbox):
 
 
 class VirtualSleep:
-    """The waits between tries, recorded and not waited (a virtual clock)."""
+    """The waits between tries, recorded and not waited (a virtual clock); from the
+    ``stop_after``-th on, one never ends (time stops there: what a test does next happens
+    during that wait, however fast the loop turns meanwhile)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_after: int | None = None) -> None:
         self.waits: list[float] = []
+        self.stop_after = stop_after
 
     async def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
+        if self.stop_after is not None and len(self.waits) >= self.stop_after:
+            await asyncio.Event().wait()
         await asyncio.sleep(0)
 
 
@@ -128,7 +133,9 @@ async def test_results_still_refused_when_callhook_stops_are_counted_in_the_log(
     try:
         full = sqlite3.OperationalError("database or disk is full")
         services = FakeServices(db, RefusingOutbox(db, {0: [full] * 1000}))
-        sleep = VirtualSleep()
+        # (Stopped during the third wait: with time running, the loop could have spent
+        # all the refusals before the test looked.)
+        sleep = VirtualSleep(stop_after=3)
         poster = OutboxPoster(cast(Services, services), "app", sleep=sleep)
         poster.post("http://a/results", "POST", {"n": 0})
         poster.post("http://a/results", "POST", {"n": 1})
