@@ -127,9 +127,14 @@ def _error(
 async def errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """JSON errors of one shape for ``/api/`` (aiohttp's own too); other paths are left alone."""
+    """JSON errors of one shape for ``/api/`` (aiohttp's own too); elsewhere (the web
+    phone's routes, ``/phone/...``) an :class:`ApiError` is answered in that shape too,
+    and the rest is left to aiohttp."""
     if not _is_api(request):
-        return await handler(request)
+        try:
+            return await handler(request)
+        except ApiError as exc:  # (not an aiohttp exception: else a 500 and a traceback)
+            return error_response(exc.status, exc.code, exc.message, **exc.headers)
     try:
         return await handler(request)
     except ApiError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import html
 import json
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -229,7 +230,8 @@ def application(
     app.router.add_get("/api/calls/{call_id}/log", log_of_call)
 
     async def index(request: web.Request) -> web.Response:
-        base = f"{request.scheme}://{request.host}"
+        # (The Host header is the client's to say: escaped, it cannot add markup.)
+        base = html.escape(f"{request.scheme}://{request.host}")
         return web.Response(
             text=INDEX.format(version=__version__, base=base), content_type="text/html"
         )

@@ -126,6 +126,7 @@ async def _start_web(
         known_apps,
         bans=sip.control,
         far_legs=sip.lifecycle,
+        sip_calls=lambda: len(sip.calls),  # ([sip] max_calls counts both)
     )
     # Pages signed in to receive calls: connect's webrtc: destinations ring them.
     sip.webclients = WebClients(keys, known_apps, bans=sip.control, siblings=siblings)

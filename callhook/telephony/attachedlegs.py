@@ -62,9 +62,11 @@ class AttachedLegs:
         limit: Callable[[FarLeg], None],
         attach_far_legs: Callable[[SipCall], None],
         detach_far_legs: Callable[[SipCall], None],
+        web_calls: Callable[[], int] = lambda: 0,
     ) -> None:
         """``far_legs`` and ``calls``: the tables of far legs and of the server's calls
-        (a ``loc:`` call is one of these); ``ended``, ``wake`` and ``limit``: the
+        (a ``loc:`` call is one of these; ``web_calls``: how many web phone calls there
+        are besides, which ``max_calls`` counts too); ``ended``, ``wake`` and ``limit``: the
         connector's handling of a far leg's end, of its session's news and of its
         duration; ``attach_far_legs`` and ``detach_far_legs``: a ``loc:`` call's ways to
         the service (its own connect, its transfer), given and taken back as any call's
@@ -75,6 +77,7 @@ class AttachedLegs:
         self.prompts = prompts
         self.far_legs = far_legs
         self.outbound = outbound
+        self.web_calls = web_calls
         self.outbound_calls = outbound_calls
         self.client_tls = client_tls
         self.calls = calls
@@ -190,7 +193,7 @@ class AttachedLegs:
         caller = primary.app
         why = self.outbound.over_limit(caller.name, self.outbound_calls.count(caller.name))
         limit = self.services.settings.sip.max_calls
-        if why is None and limit and len(self.calls) >= limit:
+        if why is None and limit and len(self.calls) + self.web_calls() >= limit:
             why = f"{limit} calls already (max_calls)"  # it is a call of this server too
         if why is not None:
             logger.warning("call %s: cannot call loc:%s: %s", primary.call_id, name, why)

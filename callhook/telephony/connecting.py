@@ -103,6 +103,7 @@ class Connector:
         flush: Callable[[], None],
         attach_far_legs: Callable[[SipCall], None],
         detach_far_legs: Callable[[SipCall], None],
+        web_calls: Callable[[], int] = lambda: 0,
     ) -> None:
         """``agent``, ``media`` and ``webclients``: the service's as they are at the time
         (the agent and the media engine are made when it starts, the web clients set by
@@ -110,7 +111,8 @@ class Connector:
         by their SIP call id, which the service reads to send the agent's events for them
         here (:meth:`far_event`); ``flush``: sends what the agent wants sent;
         ``attach_far_legs`` and ``detach_far_legs``: give a new call (a ``loc:`` callee)
-        its ways to the service, and take them back when it ends."""
+        its ways to the service, and take them back when it ends; ``web_calls``: how many
+        web phone calls there are (``max_calls`` counts them with ``calls``)."""
         self.services = services
         self.loop = loop
         self._agent = agent
@@ -157,6 +159,7 @@ class Connector:
             limit=self.screening.limit_far,
             attach_far_legs=attach_far_legs,
             detach_far_legs=detach_far_legs,
+            web_calls=web_calls,
         )
 
     # --- what a call's leg asks (telephony/leg.py's FarLegs) -------------------------------

@@ -1,7 +1,8 @@
 """An INVITE that arrives: the application it is for, the SDP answer, a media port and a
 leg, then its run.
 
-An incoming call is refused 503 when the server has ``[sip] max_calls`` calls already,
+An incoming call is refused 503 when the server has ``[sip] max_calls`` calls already
+(the web phone's calls count too: telephony/webphone.py refuses its own the same way),
 or while its media runs behind (``[media] max_lag_ms``:
 :class:`~callhook.edge.overload.Overload`); it is routed by its request-URI user (or the
 number dialled, the To header's user) to an application, or, from one of ``[users]``
@@ -52,9 +53,11 @@ class Inbound:
         prompts: PromptAudio,
         calls: dict[str, SipCall],
         lifecycle: Lifecycle,
+        web_calls: Callable[[], int] = lambda: 0,
     ) -> None:
         """``agent`` and ``media``: the service's as they are at the time (made when it
-        starts); ``calls``: the server's calls, where a new one goes; ``lifecycle`` runs it."""
+        starts); ``calls``: the server's calls, where a new one goes; ``lifecycle`` runs it;
+        ``web_calls``: how many web phone calls there are (``max_calls`` counts them)."""
         self.services = services
         self.loop = loop
         self._agent = agent
@@ -64,6 +67,7 @@ class Inbound:
         self.prompts = prompts
         self.calls = calls
         self.lifecycle = lifecycle
+        self.web_calls = web_calls
 
     def incoming(self, event: IncomingCall) -> None:
         """The agent has a new INVITE: refuse it, or make it a call, ring and run it."""
@@ -72,7 +76,7 @@ class Inbound:
         now = self.loop.time()
         settings = self.services.settings
         limit = settings.sip.max_calls
-        if limit and len(self.calls) >= limit:
+        if limit and len(self.calls) + self.web_calls() >= limit:
             logger.warning("call %s refused: %d calls already (max_calls)", event.call_id, limit)
             agent.reject(event.call_id, 503, now, "Service Unavailable (too many calls)")
             return

@@ -256,6 +256,7 @@ class SipService:
             flush=self._flush,
             attach_far_legs=lambda call: self.lifecycle.attach_far_legs(call),
             detach_far_legs=lambda call: self.lifecycle.detach_far_legs(call),
+            web_calls=self.web_calls,
         )
         #: Every call's run, answer, hang-up, re-offers and end.
         self.lifecycle = Lifecycle(
@@ -282,7 +283,13 @@ class SipService:
             prompts=self.prompts,
             calls=self.calls,
             lifecycle=self.lifecycle,
+            web_calls=self.web_calls,
         )
+
+    def web_calls(self) -> int:
+        """How many web phone calls there are (``[sip] max_calls`` counts them with
+        :attr:`calls`)."""
+        return len(self.phone.calls) if self.phone is not None else 0
 
     async def start(self, *, register: bool = True, listen: bool = True) -> None:
         """Listen (UDP, and TCP and TLS as configured, if ``listen``: ``callhook dial`` beside

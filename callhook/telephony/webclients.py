@@ -50,7 +50,7 @@ from callhook.httpserver.keys import KeyRing
 from callhook.httpserver.restapi import ApiError
 from callhook.httpserver.server import Bans
 from callhook.telephony import webrtctoken
-from callhook.telephony.webphone import Outbox, loopback, same_origin
+from callhook.telephony.webphone import Outbox, loads, local_rights, same_origin
 
 logger = logging.getLogger("callhook.webclients")
 
@@ -118,7 +118,7 @@ class ClientSocket:
                 line.to_caller(message)
             return
         try:
-            parsed = json.loads(message)
+            parsed = loads(message)
         except ValueError:
             return
         if not isinstance(parsed, dict) or parsed.get("call_id") != self.call_id:
@@ -291,6 +291,9 @@ class WebClients:
             outbox.close()
             await outbox.task
             return ws
+        except BaseException:  # (a bug, or the server stopping: the outbox's task ends too)
+            outbox.close()
+            raise
         why = "the page closed its socket"
         try:
             async for msg in ws:
@@ -320,7 +323,7 @@ class WebClients:
         if msg.type is not WSMsgType.TEXT:
             raise ApiError(400, "bad_request", "the first message must be a register message")
         try:
-            data = json.loads(msg.data)
+            data = loads(msg.data)
         except ValueError:
             data = None
         if not isinstance(data, dict) or data.get("type") != "register":
@@ -377,7 +380,7 @@ class WebClients:
                 raise ApiError(403, "forbidden", "the token does not enable incoming calls")
             return app, grant.expires
         name = data.get("app")
-        if loopback(request.remote):
+        if local_rights(request):
             if not isinstance(name, str) or name not in self.apps():
                 raise ApiError(404, "not_found", f"no application {name!r}")
             return name, None
@@ -452,7 +455,7 @@ class WebClients:
                     line.to_caller(msg.data)
                 elif msg.type is aiohttp.WSMsgType.TEXT:
                     if _kind(msg.data) == "gone":
-                        why = str(json.loads(msg.data).get("why", why))
+                        why = str(loads(msg.data).get("why", why))
                         break
                     line.to_caller(msg.data)
         finally:
@@ -489,7 +492,7 @@ class WebClients:
         if client is None or not self._valid(client):
             raise web.HTTPNotFound()
         try:
-            incoming = json.loads(request.headers.get(INCOMING, ""))
+            incoming = loads(request.headers.get(INCOMING, ""))
             call_id = str(incoming.pop("call_id"))
         except (ValueError, KeyError, AttributeError):
             raise web.HTTPBadRequest() from None
@@ -540,7 +543,7 @@ def _replaced(client: ClientSocket) -> None:
 
 def _kind(text: str) -> str | None:
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError:
         return None
     kind = data.get("type") if isinstance(data, dict) else None

@@ -22,7 +22,10 @@ Text messages carry the rest, as JSON objects with a ``type``:
 Access is the REST API's (docs/api.md): from loopback every application; from
 anywhere else only the application whose API key is given (``Authorization:
 Bearer`` on the JSON routes, ``key`` in the ``start`` message), and a wrong key
-counts towards a ban of its source.
+counts towards a ban of its source. Loopback's rights are a browser's on this machine
+at ``127.0.0.1``, ``[::1]`` or ``localhost`` (:func:`local_rights`): a name rebound to
+127.0.0.1 (DNS rebinding) and callhook's own HTTP client (a page's prompt URL aimed at
+this server) get none; a page of another site (its ``Origin``) is refused.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ START_TIMEOUT = 10.0
 PAST_CALLS = 50
 #: How often the caller's audio level goes to the call log (``levels`` lines).
 LEVELS_EVERY = 1.0
+#: How callhook's own HTTP clients name themselves (``User-Agent``: edge/pages.py,
+#: edge/remotemedia.py, telephony/websocketleg.py); see :func:`own_client`.
+OWN_CLIENT = "callhook/"
 
 
 def _asset(name: str) -> bytes:
@@ -171,12 +177,15 @@ class WebPhone:
         apps: Callable[[], dict[str, AppConfig]],
         bans: Bans | None = None,
         far_legs: FarLegService | None = None,
+        sip_calls: Callable[[], int] = lambda: 0,
     ) -> None:
         """``far_legs``: a ``connect`` on a web phone call puts it through to SIP callees
         there (None: it cannot); ``transfer`` cannot REFER a WebSocket, so it gets 501 and
-        its ``fallback_connect`` runs."""
+        its ``fallback_connect`` runs. ``sip_calls``: how many calls the server has
+        besides these (``[sip] max_calls`` counts both)."""
         self.services = services
         self.far_legs = far_legs
+        self.sip_calls = sip_calls
         self._media = media
         self.prompts = prompts
         self.keys = keys
@@ -198,8 +207,11 @@ class WebPhone:
     # --- access ------------------------------------------------------------------------------
 
     def _scope(self, request: web.Request, key: str | None = None) -> str | None:
-        """None: every application (loopback); else the one application of the key given."""
-        if loopback(request.remote):
+        """None: every application (loopback, :func:`local_rights`); else the one
+        application of the key given."""
+        if not same_origin(request):
+            raise ApiError(403, "forbidden", "a page of another site may not use the web phone")
+        if local_rights(request):
             return None
         if key is None:
             scheme, _, key = request.headers.get("Authorization", "").partition(" ")
@@ -303,20 +315,19 @@ class WebPhone:
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
         outbox = Outbox(ws)
-        try:
-            app = await self._start(request, ws)
-        except ApiError as exc:
-            outbox.event("error", code=exc.code, message=exc.message)
-            outbox.close()
-            await outbox.task
-            return ws
-        except (TimeoutError, ValueError, KeyError) as exc:
-            outbox.event("error", code="bad_request", message=f"no valid start message: {exc}")
-            outbox.close()
-            await outbox.task
-            return ws
-        try:
-            await self._run(request, ws, outbox, app)
+        try:  # (whatever happens, the outbox's task ends with the socket)
+            try:
+                app = await self._start(request, ws)
+                # (No await from here until _run has put the call in self.calls: the
+                # count _admit read is still the count.)
+                media = self._admit()
+            except ApiError as exc:
+                outbox.event("error", code=exc.code, message=exc.message)
+                return ws
+            except (TimeoutError, ValueError, KeyError) as exc:
+                outbox.event("error", code="bad_request", message=f"no valid start message: {exc}")
+                return ws
+            await self._run(request, ws, outbox, app, media)
         finally:
             outbox.close()
             await outbox.task
@@ -327,18 +338,37 @@ class WebPhone:
             msg = await ws.receive()
         if msg.type is not WSMsgType.TEXT:
             raise ValueError("the first message must be a JSON start message")
-        start = json.loads(msg.data)
+        start = loads(msg.data)
         if not isinstance(start, dict) or start.get("type") != "start":
             raise ValueError("the first message must be {'type': 'start', ...}")
         key = start.get("key")
         return self._app(request, str(start["app"]), key if isinstance(key, str) else "")
 
-    async def _run(
-        self, request: web.Request, ws: web.WebSocketResponse, outbox: Outbox, app: AppConfig
-    ) -> None:
+    def _admit(self) -> MediaEngine:
+        """The media engine for a new call, or the refusal (an ApiError) a SIP call would
+        get now (telephony/inbound.py): ``[sip] max_calls`` calls already, the server's
+        and these together, or its media running behind (``[media] max_lag_ms``)."""
         media = self._media()
         if media is None:
             raise ApiError(503, "unavailable", "the media engine is not running")
+        limit = self.services.settings.sip.max_calls
+        if limit and self.sip_calls() + len(self.calls) >= limit:
+            logger.warning("web phone call refused: %d calls already (max_calls)", limit)
+            raise ApiError(503, "unavailable", f"too many calls ({limit}: [sip] max_calls)")
+        if media.overload.overloaded:
+            # (The engine logged when this began, as for the SIP calls it refuses.)
+            media.overload.refused += 1
+            raise ApiError(503, "unavailable", "media overloaded ([media] max_lag_ms)")
+        return media
+
+    async def _run(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        outbox: Outbox,
+        app: AppConfig,
+        media: MediaEngine,
+    ) -> None:
         services = self.services
         call_id = f"web-{uuid.uuid4().hex[:16]}"
         peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -427,8 +457,9 @@ class WebPhone:
             if msg.type is WSMsgType.BINARY:
                 media.deliver(key, msg.data, source)
             elif msg.type is WSMsgType.TEXT:
-                with contextlib.suppress(ValueError):
-                    if json.loads(msg.data).get("type") == "hangup":
+                with contextlib.suppress(ValueError):  # (bad JSON: ignored)
+                    message = loads(msg.data)
+                    if isinstance(message, dict) and message.get("type") == "hangup":
                         return
             else:
                 return
@@ -461,6 +492,73 @@ def same_origin(request: web.Request) -> bool:
     if origin is None:
         return True
     return urlsplit(origin).netloc.lower() == request.host.lower()
+
+
+def local_rights(request: web.Request) -> bool:
+    """Whether ``request`` has loopback's key-less rights (every application, no key).
+
+    Three things must hold:
+
+    * it comes from a loopback address;
+    * its ``Host`` names loopback: an IP literal of it or ``localhost``, with or
+      without a port (:func:`loopback_host`). A site whose name a browser on this
+      machine was made to resolve to 127.0.0.1 (DNS rebinding) sends its own name, and
+      is then a client like any other: it needs a key;
+    * it is not made by callhook's own HTTP client (:func:`own_client`). An
+      application's page names the URLs callhook fetches (prompts, pages, a connect's
+      WebSocket), and ``[egress]`` lets them reach this server's own port: the demo's
+      pages are there (Services.start_web trusts it), and ``allow_private``,
+      ``endpoints`` or an application's page on this host would open it too. Refusing
+      here, rather than trusting the port for the demo's fetches alone, closes every
+      one of those ways at once: the egress check sees only the address of each new
+      connection (a kept-alive one opened for the demo's page would serve another
+      application's fetch), and with ``serve --workers`` the kernel hands a fetch to
+      whichever worker it likes (SO_REUSEPORT), where a marker of this process alone
+      would mean nothing, while every worker's client names itself the same way. Its
+      requests then need a key like any remote client's, which a page cannot give it:
+      another application's file is refused exactly as an absent one.
+    """
+    return (
+        loopback(request.remote)
+        and loopback_host(request.headers.get("Host"))
+        and not own_client(request)
+    )
+
+
+def loopback_host(host: str | None) -> bool:
+    """Whether a ``Host`` header names loopback: ``localhost``, ``127.x.y.z`` or
+    ``[::1]``, each with an optional port. No header: no."""
+    if not host:
+        return False
+    host = host.strip().lower()
+    if host.startswith("["):  # [v6]:port
+        name, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return False
+    else:
+        name, colon, port = host.partition(":")
+        if colon and not port.isdigit():
+            return False  # (a port that is no number, or a bare IPv6 address)
+    if name == "localhost":
+        return True
+    return loopback(name)
+
+
+def own_client(request: web.Request) -> bool:
+    """Whether ``request`` was made by callhook's own HTTP client (its ``User-Agent``,
+    :data:`OWN_CLIENT`, which no page can change): a fetch an application's page asked
+    for, never a person's."""
+    return request.headers.get("User-Agent", "").startswith(OWN_CLIENT)
+
+
+def loads(text: str | bytes) -> Any:
+    """A JSON message from the network; :class:`ValueError` for anything that is none,
+    nesting too deep to read included (``json.loads`` raises RecursionError for it, which
+    is not one)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def loopback(address: str | None) -> bool:

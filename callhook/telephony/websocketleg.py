@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from callhook import __version__
 from callhook.edge.egress import Egress
 from callhook.edge.mediaengine import MediaEngine
 from callhook.media.pacer import Pacer
@@ -183,7 +184,11 @@ class WebSocketLeg:
             resolver=self.egress.resolver() if self.egress is not None else None,
             ssl=self.ca if self.ca is not None else True,
         )
-        return aiohttp.ClientSession(connector=connector)
+        # callhook's own User-Agent, as its page and prompt fetches have: the web phone
+        # gives no loopback rights to what a page makes callhook connect to (webphone.py).
+        return aiohttp.ClientSession(
+            connector=connector, headers={"User-Agent": f"callhook/{__version__}"}
+        )
 
     async def _connect(self, client: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
         """The handshake; :class:`ConnectFailed` with Aculab's raw cause when it fails."""

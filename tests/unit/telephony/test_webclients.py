@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, cast
 
@@ -522,3 +523,29 @@ def test_a_client_id_of_dots_alone_is_no_client_id() -> None:
             destinations.parse(bad)
     assert destinations.parse("webrtc:a.b").value == "a.b"
     assert destinations.parse("webrtc:...x").value == "...x"
+
+
+async def test_too_deep_json_is_bad_json_first_and_later(
+    served: tuple[WebClients, Bans, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON nested deeper than json.loads can read (RecursionError) is taken as any bad
+    JSON: a bad register message first, ignored once signed in; no traceback."""
+    found, _, url = served
+    deep = "[" * 60_000
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url) as ws:
+            await ws.send_str(deep)
+            answer = await ws.receive_json(timeout=5)
+            assert (answer["type"], answer["code"]) == ("error", "bad_request")
+            assert (await ws.receive(timeout=5)).type is aiohttp.WSMsgType.CLOSE
+        async with http.ws_connect(url) as ws:
+            await ws.send_json(_register("a", app="ivr"))
+            assert (await ws.receive_json())["type"] == "registered"
+            line = Line()
+            await found.ring("ivr", "a", "c", line, {})
+            await ws.receive_json()  # incoming
+            await ws.send_str(deep)  # ignored: the page is still signed in, and rings
+            await ws.send_json({"type": "answer", "call_id": "c"})
+            await until(lambda: line.said)
+            assert line.said == [{"type": "answer"}]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -2,7 +2,10 @@
 
 Every socket of the test suite is on loopback, where the web phone needs no key; these
 tests give the handlers requests from elsewhere (aiohttp's mocked requests, with a
-remote address of TEST-NET-1), which no real socket here can make.
+remote address of TEST-NET-1), which no real socket here can make; and requests from
+loopback that get no loopback rights all the same: a name rebound to 127.0.0.1 (DNS
+rebinding), callhook's own HTTP client (a page's prompt aimed at this server), a page
+of another site.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from aiohttp.web import Request
 from callhook.config.settings import AppConfig
 from callhook.httpserver.keys import KeyRing
 from callhook.httpserver.restapi import ApiError
-from callhook.telephony.webphone import WebPhone, loopback
+from callhook.telephony.webphone import WebPhone, local_rights, loopback, loopback_host
 
 SALES_KEY = "k" * 32
 SUPPORT_KEY = "s" * 32
@@ -61,13 +64,20 @@ def phone(bans: Bans) -> WebPhone:
     return WebPhone(cast(Any, None), lambda: None, cast(Any, None), keys, lambda: apps, bans)
 
 
-def request(path: str, remote: str, key: str | None = None) -> Request:
+def request(
+    path: str, remote: str, key: str | None = None, host: str = "127.0.0.1:8080", **more: str
+) -> Request:
+    """A request from ``remote`` to ``host`` (a browser's Host header), with ``key``
+    and headers ``more`` (``User_Agent``: the header User-Agent)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers |= {"Host": host, **{k.replace("_", "-"): v for k, v in more.items()}}
     return make_mocked_request("GET", path, headers=headers).clone(remote=remote)
 
 
-async def apps_seen(p: WebPhone, remote: str, key: str | None = None) -> list[str]:
-    response = await p.list_apps(request("/phone/api/apps", remote, key))
+async def apps_seen(
+    p: WebPhone, remote: str, key: str | None = None, host: str = "127.0.0.1:8080", **more: str
+) -> list[str]:
+    response = await p.list_apps(request("/phone/api/apps", remote, key, host, **more))
     body = json.loads(cast(Any, response).body)
     return cast(list[str], body["apps"])
 
@@ -142,3 +152,86 @@ def test_past_calls_are_the_newest_logs_whatever_their_random_names(tmp_path: Pa
     assert len(newest) == PAST_CALLS
     assert [when for when, _ in newest] == [1_000_000 + i for i in range(PAST_CALLS + 19, 19, -1)]
     assert p._newest_logs("support") == []  # no calls yet
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:8080",
+        "127.0.0.1",
+        "127.1.2.3:80",
+        "localhost:8080",
+        "LOCALHOST",
+        "[::1]:8080",
+        "[::1]",
+    ],
+)
+async def test_loopback_rights_need_a_host_header_that_names_loopback(host: str) -> None:
+    assert await apps_seen(phone(Bans()), "127.0.0.1", host=host) == ["sales", "support"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example:8080",  # a name rebound to 127.0.0.1 (DNS rebinding)
+        "evil.example",
+        "localhost.evil.example:8080",
+        "127.0.0.1.evil.example",
+        "127.0.0.1:8080@evil.example",
+        "127.0.0.1:http",
+        "[::1]x",
+        "::1",
+        "",
+    ],
+)
+async def test_a_rebound_name_gets_no_loopback_rights(host: str) -> None:
+    """A site whose name the browser was made to resolve to 127.0.0.1 reaches the web
+    phone from loopback, with its own name in Host: it needs a key like any client."""
+    bans = Bans()
+    p = phone(bans)
+    with pytest.raises(ApiError) as refused:
+        await apps_seen(p, "127.0.0.1", host=host)
+    assert refused.value.status == 401
+    assert await apps_seen(p, "127.0.0.1", SALES_KEY, host=host) == ["sales"]
+    assert bans.failed == []
+
+
+def test_loopback_hosts() -> None:
+    for good in ("localhost", "localhost:1", "127.0.0.1", "127.9.9.9:65535", "[::1]:8080"):
+        assert loopback_host(good), good
+    for bad in (None, "", "evil.example", "10.0.0.1:8080", "[::1", "[::1]:", "[2001:db8::1]"):
+        assert not loopback_host(bad), bad
+
+
+async def test_callhook_own_http_client_gets_no_loopback_rights() -> None:
+    """A page's prompt URL aimed at this server's web phone: another application's file
+    is refused as an absent one, and the page's own application's too (no oracle)."""
+    p = phone(Bans())
+    own = {"User_Agent": "callhook/1.0"}
+    assert not local_rights(request("/phone/api/apps", "127.0.0.1", **own))
+    assert local_rights(request("/phone/api/apps", "127.0.0.1", User_Agent="Mozilla/5.0"))
+    with pytest.raises(ApiError) as refused:
+        await apps_seen(p, "127.0.0.1", **own)
+    assert refused.value.status == 401
+    statuses = []
+    for app, name in (("support", "a.wav"), ("support", "absent.wav"), ("sales", "a.wav")):
+        req = request(f"/phone/api/media/{app}/{name}", "127.0.0.1", **own)
+        req.match_info.update({"app": app, "name": name})
+        with pytest.raises(ApiError) as caught:
+            await p.media_file(req)
+        statuses.append((caught.value.status, caught.value.code))
+    assert statuses == [(401, "unauthorized")] * 3
+
+
+async def test_a_page_of_another_site_may_not_read_the_json_routes() -> None:
+    p = phone(Bans())
+    with pytest.raises(ApiError) as refused:
+        await apps_seen(p, "127.0.0.1", Origin="http://evil.example")
+    assert (refused.value.status, refused.value.code) == (403, "forbidden")
+    with pytest.raises(ApiError):  # even with a key: the key is no browser page's to lend
+        await apps_seen(p, "192.0.2.7", SALES_KEY, host="phone.example", Origin="null")
+    # The page's own origin (the browser's, when it sends one) is fine.
+    assert await apps_seen(p, "127.0.0.1", Origin="http://127.0.0.1:8080") == ["sales", "support"]
+    assert await apps_seen(
+        p, "192.0.2.7", SALES_KEY, host="phone.example", Origin="https://phone.example"
+    ) == ["sales"]

@@ -117,6 +117,22 @@ async def test_an_answer_that_is_not_http_is_905() -> None:
         assert await ended(outcome) == ("failed", "905")
 
 
+async def test_the_handshake_says_it_is_callhook() -> None:
+    """callhook's own User-Agent: the web phone gives what a page makes callhook connect to
+    no loopback rights (telephony/webphone.py, own_client)."""
+    heads: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, leg_to(f"ws://127.0.0.1:{port}/phone/call") as (_, outcome):
+        await ended(outcome)
+    assert heads and all(b"\r\nUser-Agent: callhook/" in head for head in heads), heads
+
+
 async def test_the_servers_hangup_message_ends_the_call_with_its_raw_cause(
     tmp_path: Path,
 ) -> None:
