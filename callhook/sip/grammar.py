@@ -17,6 +17,7 @@ Representation choices (all round-trip through ``str()``):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -40,6 +41,7 @@ _HOST_CHARS = _ALNUM + "-._"  # hostname / IPv4address ("_" tolerated: seen in t
 _IPV6_CHARS = "0123456789abcdefABCDEF:."
 _SCHEME_CHARS = _ALNUM + "+-."  # RFC 3986 §3.1
 _WHITESPACE = " \t"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_CSEQ = 2**31 - 1  # RFC 3261 §8.1.1.5: the sequence number MUST be less than 2**31
 
 
@@ -220,8 +222,9 @@ def parse_uri(text: str) -> SipUri:
         raise SipMessageError(f"URI {show(text)} has no valid scheme")
     if " " in text or "\t" in text:
         raise SipMessageError(f"URI {show(text)} contains whitespace")
-    if not text.isprintable():  # CR, LF, NUL, DEL...: never part of a URI (§25.1), and in a
-        # header built from it they would end the header (header injection)
+    if _CONTROL.search(text):  # CR, LF, NUL, DEL...: never part of a URI (§25.1), and in a
+        # header built from it they would end the header (header injection). (Bytes past
+        # ASCII are a lenient peer's, tolerated: they reach the log escaped.)
         raise SipMessageError(f"URI {show(text)} contains a control character")
     if "<" in text or ">" in text or '"' in text:
         raise SipMessageError(f"URI {show(text)} contains an angle bracket or a quote")

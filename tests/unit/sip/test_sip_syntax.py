@@ -449,3 +449,13 @@ def test_fuzz_header_values_round_trip(text: str) -> None:
         assert parser(str(value)) == value
     with contextlib.suppress(SipMessageError):
         parse_cseq(text)
+
+
+def test_a_user_part_beyond_ascii_is_tolerated_but_no_control_character() -> None:
+    """A lenient peer's byte 0xff (decoded with surrogateescape) is its own business: the
+    call runs and the log escapes it; a control character would end a header built
+    from the URI, so it is refused."""
+    assert parse_uri("sip:jos\udcff@h").user == "jos\udcff"
+    assert parse_uri("sip:josé@h").user == "josé"
+    with pytest.raises(SipMessageError, match="control character"):
+        parse_uri("sip:jos\x1b@h")
