@@ -15,10 +15,11 @@ answers but states. ``/healthz`` is 200 as long as the web server answers.
 
 ``serve`` prints its "serving" banner only once it would answer 200 here.
 
-The routes need no key, so what costs something is shared: the database's answer and
-the other workers' are kept for :data:`KEEP_SECONDS`, and requests that come while one
-is being asked wait for it (a flood of ``/readyz`` is not a flood of queries and of
-requests to every worker). ``sip`` and ``speech`` are read afresh each time.
+The routes need no key, so what costs something is shared: requests that come while the
+database or the other workers are being asked wait for that answer (a flood of
+``/readyz`` is one query and one round of requests to the workers at a time, not one per
+request). An answer is not kept once given: a worker killed and started again within a
+tenth of a second is seen. ``sip`` and ``speech`` are read at each request.
 """
 
 from __future__ import annotations
@@ -38,39 +39,27 @@ from callhook.sip.transport import Target
 FRONT_SECONDS = 2.0
 #: How long a check may take.
 CHECK_SECONDS = 2.0
-#: How long the database's and the other workers' answers are taken as they are.
-KEEP_SECONDS = 1.0
 OK = "ok"
 
 T = TypeVar("T")
 
 
-class Kept(Generic[T]):
-    """What ``ask`` answers, asked at most once per ``seconds``: callers in the meantime
-    get the last answer, and callers while it is being asked wait for that one."""
+class Shared(Generic[T]):
+    """What ``ask`` answers, asked once for all the callers that come while it is being
+    asked; the next caller after the answer asks again."""
 
-    def __init__(
-        self,
-        ask: Callable[[], Awaitable[T]],
-        seconds: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._ask, self._seconds, self._clock = ask, seconds, clock
-        self._answer: tuple[float, T] | None = None
+    def __init__(self, ask: Callable[[], Awaitable[T]]) -> None:
+        self._ask = ask
         self._asking: asyncio.Future[T] | None = None
 
     async def get(self) -> T:
-        if self._answer is not None and self._clock() - self._answer[0] < self._seconds:
-            return self._answer[1]
         if self._asking is None:
-            self._asking = asyncio.ensure_future(self._refresh())
+            self._asking = asyncio.ensure_future(self._answer())
         return await asyncio.shield(self._asking)  # (one caller gone: not the others)
 
-    async def _refresh(self) -> T:
+    async def _answer(self) -> T:
         try:
-            answer = await self._ask()
-            self._answer = (self._clock(), answer)
-            return answer
+            return await self._ask()
         finally:
             self._asking = None
 
@@ -86,7 +75,6 @@ class Readiness:
         database: Callable[[], Awaitable[object]],
         front: Target | None = None,
         siblings: Siblings | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.accepting = accepting
         self.speech_loading = speech_loading
@@ -94,8 +82,8 @@ class Readiness:
         self.front = front
         self.siblings = siblings
         self._front_seen: tuple[float, bool] = (float("-inf"), False)
-        self._database_state = Kept(self._database, KEEP_SECONDS, clock)
-        self._workers = Kept(self._ask_workers, KEEP_SECONDS, clock)
+        self._database_state = Shared(self._database)
+        self._workers = Shared(self._ask_workers)
 
     def routes(self) -> list[web.RouteDef]:
         return [

@@ -124,35 +124,29 @@ async def test_the_answer_gathers_every_workers_and_one_silent_is_not_ready() ->
     }
 
 
-async def test_a_flood_of_readyz_asks_the_database_once_per_keep_seconds() -> None:
+async def test_a_flood_of_readyz_asks_the_database_once_at_a_time() -> None:
     """No key is needed, so what costs something is shared: requests that come while the
-    database is being asked wait for that answer, and it is kept for a while."""
-    from callhook.serving.readiness import KEEP_SECONDS
-
-    asked: list[float] = []
-    now = [100.0]
+    database is being asked wait for that answer; the next one after it asks again (a
+    fresh answer: nothing is kept)."""
+    asked: list[int] = []
     release = asyncio.Event()
 
     async def database() -> None:
-        asked.append(now[0])
+        asked.append(len(asked))
         await release.wait()
 
-    checks = readiness(database=database, clock=lambda: now[0])
+    checks = readiness(database=database)
     flood = [asyncio.ensure_future(checks.checks()) for _ in range(50)]
     await asyncio.sleep(0)
     release.set()
     answers = await asyncio.gather(*flood)
-    assert asked == [100.0] and all(a["database"] == "ok" for a in answers)
-    now[0] += KEEP_SECONDS - 0.01
+    assert asked == [0] and all(a["database"] == "ok" for a in answers)
     await checks.checks()
-    assert asked == [100.0]  # kept
-    now[0] += 0.01
-    await checks.checks()
-    assert asked == [100.0, now[0]]  # asked again
+    assert asked == [0, 1]  # asked again
 
 
 async def test_one_waiter_gone_does_not_cancel_the_others_answer() -> None:
-    from callhook.serving.readiness import Kept
+    from callhook.serving.readiness import Shared
 
     release = asyncio.Event()
 
@@ -160,8 +154,8 @@ async def test_one_waiter_gone_does_not_cancel_the_others_answer() -> None:
         await release.wait()
         return "ok"
 
-    kept = Kept(slow, 1.0)
-    first, second = asyncio.ensure_future(kept.get()), asyncio.ensure_future(kept.get())
+    shared = Shared(slow)
+    first, second = asyncio.ensure_future(shared.get()), asyncio.ensure_future(shared.get())
     await asyncio.sleep(0)
     first.cancel()
     release.set()
