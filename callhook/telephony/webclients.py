@@ -282,6 +282,7 @@ class WebClients:
                 first = await ws.receive()
             self._register(request, client, first)
         except ApiError as exc:
+            await self._failed(request, exc)
             outbox.event("error", code=exc.code, message=exc.message)
             outbox.close()
             await outbox.task
@@ -304,6 +305,7 @@ class WebClients:
                         try:
                             self._register(request, client, msg)
                         except ApiError as exc:  # a bad renewal: signed out
+                            await self._failed(request, exc)
                             outbox.event("error", code=exc.code, message=exc.message)
                             why = f"its sign-in was refused: {exc.message}"
                             break
@@ -336,7 +338,6 @@ class WebClients:
         app, expires = self._credentials(request, data, client_id)
         if client.client_id:  # a renewal: of the same client id of the same application
             if app != client.app:
-                self._failed(request)
                 raise ApiError(
                     401, "unauthorized", "the renewal is another application's", wrong_key=True
                 )
@@ -372,7 +373,6 @@ class WebClients:
                     raise webrtctoken.BadToken("the token's application has no key")
                 grant = webrtctoken.check(token, key, app, self.now())
             except webrtctoken.BadToken as exc:
-                self._failed(request)
                 raise ApiError(401, "unauthorized", str(exc), wrong_key=True) from None
             if grant.client_id != client_id:
                 raise ApiError(401, "unauthorized", "the token is for another client id")
@@ -390,15 +390,18 @@ class WebClients:
             raise ApiError(401, "unauthorized", "a token or the application's key is needed")
         owner = self.keys.app_for(key)
         if owner is None:
-            self._failed(request)
             raise ApiError(401, "unauthorized", "the API key is not valid", wrong_key=True)
         if owner != name or name not in self.apps():
             raise ApiError(401, "unauthorized", "the API key is not that application's")
         return name, None
 
-    def _failed(self, request: web.Request) -> None:
-        if self.bans is not None and request.remote:
-            self.bans.auth_failed(request.remote, "web client sign-in")
+    async def _failed(self, request: web.Request, refused: ApiError) -> None:
+        """A wrong token or key counts towards a ban of its source, and the page is told
+        only once the other workers counted it too (as the REST API's guesser is: the next
+        guess, to another worker, is counted there with this one)."""
+        if refused.wrong_key and self.bans is not None and request.remote:
+            with contextlib.suppress(Exception):  # (the page is refused whatever befalls it)
+                await asyncio.shield(self.bans.auth_failed(request.remote, "web client sign-in"))
 
     async def sign_out_all(self, reason: str) -> None:
         """Shutdown: every page is told (``error`` ``shutting_down``) and its socket

@@ -206,7 +206,7 @@ class WebPhone:
 
     # --- access ------------------------------------------------------------------------------
 
-    def _scope(self, request: web.Request, key: str | None = None) -> str | None:
+    async def _scope(self, request: web.Request, key: str | None = None) -> str | None:
         """None: every application (loopback, :func:`local_rights`); else the one
         application of the key given."""
         if not same_origin(request):
@@ -221,12 +221,16 @@ class WebPhone:
         app = self.keys.app_for(key)
         if app is None:
             if self.bans is not None and request.remote:
-                self.bans.auth_failed(request.remote, "web phone authentication")
+                # Answered once the other workers counted it too (as the REST API's
+                # guesser is): the next guess, to another worker, is counted with this one.
+                with contextlib.suppress(Exception):
+                    failed = self.bans.auth_failed(request.remote, "web phone authentication")
+                    await asyncio.shield(failed)
             raise ApiError(401, "unauthorized", "the API key is not valid", wrong_key=True)
         return app
 
-    def _app(self, request: web.Request, name: str, key: str | None = None) -> AppConfig:
-        scope = self._scope(request, key)
+    async def _app(self, request: web.Request, name: str, key: str | None = None) -> AppConfig:
+        scope = await self._scope(request, key)
         app = self.apps().get(name)
         if app is None or (scope is not None and scope != name):
             raise ApiError(404, "not_found", f"no application {name!r}")
@@ -249,13 +253,13 @@ class WebPhone:
 
     async def list_apps(self, request: web.Request) -> web.Response:
         self._banned(request)
-        scope = self._scope(request)
+        scope = await self._scope(request)
         names = [n for n in self.apps() if scope is None or n == scope]
         return web.json_response({"apps": names, "loopback": scope is None})
 
     async def past_calls(self, request: web.Request) -> web.Response:
         self._banned(request)
-        app = self._app(request, request.match_info["app"])
+        app = await self._app(request, request.match_info["app"])
         newest = await asyncio.to_thread(self._newest_logs, app.name)
         calls = [{"id": name.removesuffix(".log"), "modified": when} for when, name in newest]
         return web.json_response({"calls": calls})
@@ -275,7 +279,7 @@ class WebPhone:
 
     async def past_call(self, request: web.Request) -> web.Response:
         self._banned(request)
-        app = self._app(request, request.match_info["app"])
+        app = await self._app(request, request.match_info["app"])
         name = f"{LOGS}{request.match_info['id']}.log"
         if "/" in request.match_info["id"]:
             raise ApiError(404, "not_found", "no such call")
@@ -291,7 +295,7 @@ class WebPhone:
 
     async def media_file(self, request: web.Request) -> web.Response:
         self._banned(request)
-        app = self._app(request, request.match_info["app"])
+        app = await self._app(request, request.match_info["app"])
         name = request.match_info["name"]
         if name.startswith(LOGS) or not name.lower().endswith(".wav"):
             raise ApiError(404, "not_found", "only recordings are played here")
@@ -342,7 +346,7 @@ class WebPhone:
         if not isinstance(start, dict) or start.get("type") != "start":
             raise ValueError("the first message must be {'type': 'start', ...}")
         key = start.get("key")
-        return self._app(request, str(start["app"]), key if isinstance(key, str) else "")
+        return await self._app(request, str(start["app"]), key if isinstance(key, str) else "")
 
     def _admit(self) -> MediaEngine:
         """The media engine for a new call, or the refusal (an ApiError) a SIP call would

@@ -221,6 +221,7 @@ def test_away_from_loopback_a_token_or_the_applications_key_signs_in() -> None:
         "ivr",
         NOW + 3600,
     )
+    wrong = []
     for data, code in (
         (_register("a", app="ivr"), "unauthorized"),  # no key
         (_register("a", app="sales", key=KEY), "unauthorized"),  # another app's key
@@ -233,8 +234,11 @@ def test_away_from_loopback_a_token_or_the_applications_key_signs_in() -> None:
         with pytest.raises(ApiError) as caught:
             found._credentials(request, data, "a")
         assert caught.value.code == code, data
-    # The expired token and the wrong key count; a valid key for another app does not.
-    assert bans.failed == ["192.0.2.7", "192.0.2.7"]
+        wrong.append(caught.value.wrong_key)
+    # The expired token and the wrong key count (the socket counts them, awaited before
+    # the page is told); a valid key for another app does not.
+    assert wrong == [False, False, False, False, False, True, True]
+    assert bans.failed == []
     # A token minted on a node whose clock is a little ahead: accepted within a minute.
     assert found._credentials(request, _register("a", token=token("a", now=NOW + 59)), "a")
     with pytest.raises(ApiError, match="not valid yet"):

@@ -10,6 +10,7 @@ of another site.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Generator
 from pathlib import Path
@@ -104,6 +105,27 @@ async def test_a_wrong_key_is_refused_and_counts_towards_a_ban() -> None:
         await apps_seen(p, "192.0.2.7", "w" * 32)
     assert wrong.value.status == 401
     assert bans.failed == [("192.0.2.7", "web phone authentication")]
+
+
+async def test_a_wrong_key_is_answered_once_the_other_workers_counted_it() -> None:
+    """With workers, a guess answered before the others counted it would let the next
+    guess, to another worker, go uncounted with it (as the REST API, it waits)."""
+    told: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    class Slow(Bans):
+        def auth_failed(self, address: str, what: str) -> Awaitable[None]:
+            super().auth_failed(address, what)
+            return told
+
+    p = phone(Slow())
+    answer = asyncio.ensure_future(apps_seen(p, "192.0.2.7", "w" * 32))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not answer.done()  # still being told
+    told.set_result(None)
+    with pytest.raises(ApiError) as wrong:
+        await answer
+    assert wrong.value.status == 401
 
 
 async def test_another_applications_calls_and_recordings_do_not_exist() -> None:
