@@ -139,6 +139,13 @@ def _base_root() -> Path:
     return base
 
 
+def _runs_systemd(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "systemd"
+    except OSError:  # (gone meanwhile)
+        return False
+
+
 class Machine:
     """A booted Debian 12 container: ``run`` a command inside it, as its root."""
 
@@ -161,8 +168,10 @@ class Machine:
         while not self.init_pid:
             assert self.proc.poll() is None, self.log.read_text(errors="replace")
             assert time.monotonic() < deadline, "the container did not start"
+            # The container's init: nspawn's child that runs systemd (not the short-lived
+            # child that forks it, which nsenter would find gone).
             children = _run("pgrep", "-P", str(self.proc.pid), check=False).stdout.split()
-            self.init_pid = int(children[0]) if children else 0
+            self.init_pid = next((int(c) for c in children if _runs_systemd(int(c))), 0)
             time.sleep(0.2)
         state = self.run("systemctl", "is-system-running", "--wait", check=False, timeout=120)
         assert state.stdout.strip() in {"running", "degraded"}, state.stdout + self.journal()
