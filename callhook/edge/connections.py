@@ -15,6 +15,11 @@ pong. A stream that cannot be framed (no Content-Length, a header or message
 over the limits) is logged with the cause and closed: there is no way to
 find where the next message would start. Connections idle for
 ``idle_timeout`` seconds are closed (a peer that wants to keep one open pings).
+An accepted connection has :data:`FIRST_MESSAGE_TIMEOUT` seconds from its opening for
+its first whole message, which pings do not extend (else a peer pinging every 29 s
+would hold a slot for ever), and one from a source ``[security]`` would not answer
+(banned, or not allowed while ``unknown = "drop"``) is closed at once: it gets no pong
+and no 413, nothing that says a SIP server is there.
 
 TLS uses Python's :mod:`ssl`: the server side presents ``tls_certificate``
 (with ``tls_key``); the client side verifies the peer against the system CAs
@@ -86,7 +91,7 @@ class _Stream(asyncio.Protocol):
         if self.key is None:
             host, port = transport.get_extra_info("peername")[:2]
             self.key = Target(host, port, self.kind)
-            if self.owner.banned(host):
+            if self.owner.banned(host) or not self.owner.welcome(host):
                 transport.abort()
                 return
             refusal = self.owner._refusal(host)
@@ -105,6 +110,11 @@ class _Stream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         assert self.key is not None
+        if self.accepted and self.owner.banned(self.key.host):  # (banned since it connected)
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        first = not self.delivered
         self._touch()
         try:
             items = self.framer.feed(data)
@@ -122,6 +132,8 @@ class _Stream(asyncio.Protocol):
             else:
                 self.delivered = True
                 self.owner.deliver(item, self.key)
+        if first and self.delivered:
+            self._touch()  # (the idle limit from now on, not the first message's)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.idle is not None:
@@ -148,13 +160,17 @@ class _Stream(asyncio.Protocol):
             self.transport.close()
 
     def _touch(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.accepted and not self.delivered:
+            # The first message's deadline runs from the opening: traffic (a ping, a
+            # message in pieces, our pongs) does not move it.
+            if self.idle is None:
+                deadline = min(self.owner.idle_timeout, FIRST_MESSAGE_TIMEOUT)
+                self.idle = loop.call_later(deadline, self._idle)
+            return
         if self.idle is not None:
             self.idle.cancel()
-        loop = asyncio.get_running_loop()
-        quiet = self.owner.idle_timeout
-        if self.accepted and not self.delivered:
-            quiet = min(quiet, FIRST_MESSAGE_TIMEOUT)
-        self.idle = loop.call_later(quiet, self._idle)
+        self.idle = loop.call_later(self.owner.idle_timeout, self._idle)
 
     def _idle(self) -> None:
         assert self.key is not None
@@ -180,11 +196,16 @@ class Connections:
         max_message: int = 65536,
         answer_oversized: Callable[[bytes], bytes | None] | None = None,
         banned: Callable[[str], bool] | None = None,
+        welcome: Callable[[str], bool] | None = None,
     ) -> None:
-        """``banned(host)``: a source whose connections are closed at once, unlogged (the
-        guard logged its ban; a banned flooder opening connections must not flood the log)."""
+        """``banned(host)``: a source whose connections are closed at once, and whose data
+        is not read, unlogged (the guard logged its ban; a banned flooder opening
+        connections must not flood the log). ``welcome(host)``: whether a new connection
+        from ``host`` is taken at all (one the guard would not answer is closed at once;
+        the guard notes it)."""
         self.deliver = deliver
         self.banned = banned or (lambda host: False)
+        self.welcome = welcome or (lambda host: True)
         self.on_closed = closed
         self.on_failed = failed
         self.in_use = in_use or (lambda target: False)

@@ -364,6 +364,7 @@ class SipService:
             max_message=settings.security.max_message_bytes,
             answer_oversized=self._too_large,
             banned=lambda host: self.guard.banned(host, self.loop.time()),
+            welcome=self._welcome,
         )
         if not listen:
             return
@@ -438,6 +439,19 @@ class SipService:
         if self.agent is not None:
             self.agent.transport_failed(target, self.loop.time())
             self._flush()
+
+    def _welcome(self, host: str) -> bool:
+        """Whether a TCP or TLS connection from ``host`` is taken: not while the guard would
+        drop its requests unanswered (``[security] unknown = "drop"``, ``host`` not in
+        ``allow`` nor a trunk's): it would otherwise hold one of the connections' slots, and
+        its pings' pongs would tell a scanner a SIP server is there."""
+        guard = self.guard
+        if guard.unknown != "drop" or guard.allowed(host):
+            return True
+        guard.note(host, "a TCP/TLS connection, not in [security] allow (drop)", self.loop.time())
+        for noted, cause in guard.take_notes():
+            logger.warning("SIP from %s: %s", noted, cause)
+        return False
 
     def _too_large(self, head: bytes) -> bytes | None:
         return self.agent.too_large(head) if self.agent is not None else None

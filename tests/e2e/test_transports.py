@@ -197,3 +197,26 @@ async def test_one_address_cannot_take_every_connection(tmp_path: Path, app: App
                 w.close()
         await asyncio.sleep(0.2)
         assert f"{MAX_PER_ADDRESS} connections from that address already" in server.output
+
+
+async def test_a_source_not_allowed_gets_no_answer_over_tcp_either(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """With [security] unknown = "drop" (the default), a source outside allow hears nothing
+    over TCP, as over UDP: its connection is closed at once, with no pong to its ping and
+    no answer to its request, so a scanner cannot tell a SIP server is there."""
+    app.page("/start", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text('[security]\nallow = ["10.0.0.0/8"]\n')  # (not this test's 127.0.0.1)
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        reader, writer = await asyncio.open_connection(*server.sip)
+        writer.write(b"\r\n\r\n" + _options(server.sip_port, "TCP", 1))
+        try:
+            heard = await asyncio.wait_for(reader.read(), 5)
+        except ConnectionResetError:  # (closed before it read what we sent: a reset)
+            heard = b""
+        finally:
+            writer.close()
+        assert heard == b""  # nothing, then closed
+        await asyncio.sleep(0.2)
+        assert "not in [security] allow (drop)" in server.output
