@@ -34,7 +34,10 @@ def build_services(settings: Settings, clock: Clock | None = None) -> Services:
     policy, page requests, speech, the database and who owns what in it, the outbox and
     the recordings journal (whose recovery of a crash's recordings runs here, before any
     call)."""
-    store = MediaStore(settings.data_dir / "media", min_free=settings.recordings.min_free_bytes)
+    # (Read at each write: a reload's [recordings] replaces settings.recordings.)
+    store = MediaStore(
+        settings.data_dir / "media", min_free=lambda: settings.recordings.min_free_bytes
+    )
     egress = Egress(
         EgressPolicy(
             allow_private=settings.egress.allow_private,

@@ -138,8 +138,9 @@ class EgressSettings:
 
 @dataclass
 class RecordingsSettings:
-    """``[recordings]``: a recording stops at ``max_bytes`` (reason ``filesize``); none
-    begins while its disk has less than ``min_free_bytes`` free (0: no floor)."""
+    """``[recordings]``: a recording stops at ``max_bytes`` (reason ``filesize``); no
+    recording begins, and no upload is kept, while its disk has less than
+    ``min_free_bytes`` free (0: no floor)."""
 
     max_bytes: int = 64 * 2**20
     #: (As much as one recording may take: one begun with this free fills no disk.)

@@ -468,6 +468,8 @@ async def blocking(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise ApiError(404, "not_found", "no such file") from None
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # (The operator's line names the cause; the client hears only that it is full.)
+            logger.warning("a media file write refused: %s", exc.strerror or exc)
             raise ApiError(507, "storage_full", "the media file store is full") from None
         raise
 

@@ -144,10 +144,11 @@ def fsync_directory(path: Path) -> None:
 class MediaStore:
     """Files of every application, under ``root/<application name>/`` (see the module doc)."""
 
-    def __init__(self, root: Path, *, min_free: int = 0) -> None:
+    def __init__(self, root: Path, *, min_free: Callable[[], int] = lambda: 0) -> None:
         self.root = root
         #: Bytes a write must leave free on the disk (``[recordings] min_free_mb``: an
         #: upload must not take the room the calls' recordings are kept for); 0: none.
+        #: Asked at each write, so a reloaded config applies to the next one.
         self.min_free = min_free
         #: Called (blocking) with a file's path before it is deleted, and with (app,
         #: name) after: the composition root waits for a recording still being finished
@@ -288,9 +289,10 @@ class MediaStore:
             raise IsADirectoryError(errno.EISDIR, "a directory of other files", name)
         if not overwrite and target.exists():
             raise FileExistsError(errno.EEXIST, "file exists", name)
-        check_room(self.namespace(app), self.min_free)
+        floor = self.min_free()
+        check_room(self.namespace(app), floor)
         _make_parent(target, name)
-        return LocalAtomicWrite(name, target, overwrite, self.min_free)
+        return LocalAtomicWrite(name, target, overwrite, floor)
 
     def write_atomic(
         self, app: str, name: str, data: bytes | Iterable[bytes], *, overwrite: bool = True

@@ -27,6 +27,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from callhook.config.tables import RecordingsSettings
 from callhook.media import g711
 from callhook.media.bridge import FRAME
 from callhook.media.sink import SinkFull
@@ -157,15 +158,15 @@ class RoomRecorder:
         self,
         store: MediaStore,
         journal: RecordingJournal,
-        max_bytes: int | None,
         now: Callable[[], float],
-        min_free: int = 0,
+        recordings: Callable[[], RecordingsSettings],
     ) -> None:
         self.store = store
         self.journal = journal
-        self.max_bytes = max_bytes
         self.now = now
-        self.min_free = min_free
+        #: ``[recordings]``'s limits, asked at each recording's start (a reload may
+        #: change them).
+        self.recordings = recordings
 
     def __call__(
         self, app: str, room: str, mode: Mode, channels: int, notify: tuple[str, str] | None
@@ -175,12 +176,13 @@ class RoomRecorder:
         channels = channels if mode == "separate" else 1
         body = {"is_notification": True, "conference_name": room, "channels": channels}
         journal.started(app, filename, encrypted=False, record_id="", notify=notify, body=body)
+        limits = self.recordings()
         try:
-            check_room(store.path(app, filename), self.min_free)
+            check_room(store.path(app, filename), limits.min_free_bytes)
             writer = WavWriter(
                 store.path(app, filename),
                 LAW,
-                self.max_bytes,
+                limits.max_bytes,
                 on_durable=lambda w: journal.durable(app, filename, w.length),
                 channels=channels,
             )

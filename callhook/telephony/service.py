@@ -231,9 +231,8 @@ class SipService:
         self.conferences.open_recording = RoomRecorder(
             services.store,
             services.journal,
-            settings.recordings.max_bytes,
             self.loop.time,
-            settings.recordings.min_free_bytes,
+            lambda: settings.recordings,
         )
         #: A call's ``connect``: its far legs, placed, joined and ended.
         self.connector = Connector(

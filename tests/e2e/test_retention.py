@@ -175,7 +175,9 @@ async def test_a_recording_is_refused_below_the_free_space_floor(
     assert result["reason"] == "error" and result["file_available"] is False, server.output
     assert result["seconds_duration"] == 0 and result["contains_sound"] is False
     assert not (tmp_path / "data" / "media" / "default" / result["filename"]).exists()
-    # One line, naming the cause.
+    # One line each, naming the cause.
     lines = [line for line in server.output.splitlines() if "min_free_mb" in line]
-    assert len(lines) == 1 and "recording of application default is refused" in lines[0]
+    assert len(lines) == 2, server.output
+    assert "recording of application default is refused" in lines[0]
+    assert "a media file write refused" in lines[1]
     assert "Traceback" not in server.output

@@ -43,6 +43,9 @@ max_calls_per_app = 3
 
 [retention]
 recordings_days = 7
+
+[recordings]
+min_free_mb = 1
 """
 
 
@@ -86,6 +89,7 @@ async def test_a_reload_changes_what_the_running_parts_hold(
     assert "the config is refused; the running one stays" in caplog.text
     assert set(apps) == {"first"} and keys.app_for("second-key-0123456789abcdef012") is None
     assert guard.rate == 20
+    assert services.store.min_free() == 64 * 2**20
 
     path.write_text(path.read_text().replace('\n[http]\nlisten = "x"\n', "\n[http]\nport = 9090\n"))
     with caplog.at_level(logging.INFO):
@@ -100,6 +104,7 @@ async def test_a_reload_changes_what_the_running_parts_hold(
     assert outbound.refusal("sip:bob@elsewhere.org") is not None
     assert outbound.max_calls_per_app == 3
     assert settings.retention_of("second").recordings_days == 7
+    assert services.store.min_free() == 2**20  # (uploads keep the new floor)
     assert settings.http.port != 9090  # bound at the start: it waits for a restart
     assert "applied at the next restart: [http]" in caplog.text
 

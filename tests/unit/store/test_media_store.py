@@ -312,7 +312,8 @@ def test_a_write_that_would_leave_less_than_the_floor_free_is_refused(
 
     free = [100 << 20]
     monkeypatch.setattr(diskspace, "free_bytes", lambda path: free[0])
-    store = MediaStore(tmp_path / "media", min_free=64 << 20)
+    floor = [64 << 20]
+    store = MediaStore(tmp_path / "media", min_free=lambda: floor[0])
     store.write_atomic("app", "a.wav", b"x" * 10)  # 100 MB free: room
     free[0] = 63 << 20
     with pytest.raises(OSError) as refused:  # (the REST API's 507 storage_full)
@@ -325,4 +326,6 @@ def test_a_write_that_would_leave_less_than_the_floor_free_is_refused(
     with pytest.raises(OSError):
         out.commit()
     assert sorted(p.name for p in (tmp_path / "media" / "app").iterdir()) == ["a.wav"]
+    floor[0] = 32 << 20  # (a reloaded config: the next write keeps the new floor)
+    assert store.write_atomic("app", "e.wav", b"x").size == 1
     assert MediaStore(tmp_path / "other").write_atomic("app", "d.wav", b"x").size == 1  # no floor
