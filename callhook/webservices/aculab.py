@@ -73,8 +73,11 @@ logger = logging.getLogger("callhook.api")
 RING_TIMEOUT = 60.0
 #: The most files ``file_list`` answers with (more: ``"truncated": true``; a prefix).
 LIST_LIMIT = 10000
-#: The longest text field of a ``file_write`` form.
+#: The bytes a ``file_write`` form's text fields may have in all, names and values.
 FIELD_MAX = 65536
+#: The most parts a ``file_write`` form may have before its file (Aculab's parameters
+#: are a handful: a form of thousands of empty fields is not one).
+FIELD_COUNT = 100
 
 
 def _missing(name: str) -> NoReturn:
@@ -457,15 +460,21 @@ class WebServices:
             raise ApiError(413, "too_large", f"uploads are limited to {limit} bytes")
         if request.content_type == "multipart/form-data":
             reader = await request.multipart()
-            fields = 0  # (bytes of text fields so far: at most FIELD_MAX in all, or a form
-            # of many fields before its file would be held in memory)
+            # (Held in memory until the file part: at most FIELD_COUNT parts and
+            # FIELD_MAX bytes of names and values in all.)
+            fields = parts = 0
             async for part in reader:
+                parts += 1
+                if parts > FIELD_COUNT:
+                    _malformed("the form", f"more than {FIELD_COUNT} parts before its file")
                 if not isinstance(part, BodyPartReader):
-                    continue
+                    continue  # (a nested form: counted, not read)
                 if part.filename is None:
+                    name = part.name or ""
+                    fields += len(name.encode())
                     value = await _field(part, FIELD_MAX - fields)
                     fields += len(value.encode())
-                    values.add(part.name or "", value)
+                    values.add(name, value)
                     continue
                 return await self._store_upload(app, Params(values), part, limit)
             _missing("the file")
@@ -517,19 +526,20 @@ def _checked_name(value: str, parameter: str) -> str:
 
 async def _field(part: BodyPartReader, room: int = FIELD_MAX) -> str:
     """A multipart form's text field: at most ``room`` bytes of UTF-8 (what is left of
-    :data:`FIELD_MAX` for the form's fields in all)."""
+    :data:`FIELD_MAX` for the form's names and values in all)."""
     data = bytearray()
-    while chunk := await part.read_chunk(CHUNK):
-        data += chunk
+    while True:
+        # (Its name is not quoted: it may be the long part.)
         if len(data) > room:
-            _malformed(
-                part.name or "a field",
-                f"longer than the {FIELD_MAX} bytes a form's fields may have in all",
-            )
+            _malformed("the form", f"its fields come to over the {FIELD_MAX} bytes allowed")
+        chunk = await part.read_chunk(CHUNK)
+        if not chunk:
+            break
+        data += chunk
     try:
         return data.decode()
     except UnicodeDecodeError:
-        _malformed(part.name or "a field", "not UTF-8 text")
+        _malformed((part.name or "a field")[:64], "not UTF-8 text")
 
 
 async def _chunks(body: Any) -> Any:

@@ -167,15 +167,31 @@ async def test_files_written_listed_read_renamed_deleted(
         assert (torn.status, torn.body["error"]["code"]) == (400, "0002")
         not_wav = await ws.file_write("prompts/x.wav", b"not a wav file at all")
         assert not_wav.status == 415 and not_wav.body["error"]["code"] == "HTTP 415"
-        # The form's fields before its file are held in memory: 64 KiB of them in all.
-        padded = aiohttp.FormData()
-        for name, value in (("filetype", "media"), ("filename", "prompts/padded.wav")):
-            padded.add_field(name, value)
-        for n in range(20):
-            padded.add_field(f"pad{n}", "x" * 4000)  # (each one short enough alone)
-        padded.add_field("file", hello, filename="padded.wav")
-        refused = await ws._call("file_write", {}, ws._key(), data=padded)
-        assert (refused.status, refused.body["error"]["code"]) == (400, "0002"), refused.raw
+        # The form's fields before its file are held in memory: 64 KiB of names and
+        # values in all, and a hundred parts.
+        for pads in (
+            [(f"pad{n}", "x" * 4000) for n in range(20)],  # (each one short enough alone)
+            [("p" * 4000 + str(n), "") for n in range(20)],  # (the names, not the values)
+            [(f"p{n}", "") for n in range(101)],
+        ):
+            padded = aiohttp.FormData()
+            for name, value in (("filetype", "media"), ("filename", "prompts/padded.wav")):
+                padded.add_field(name, value)
+            for name, value in pads:
+                padded.add_field(name, value)
+            padded.add_field("file", hello, filename="padded.wav")
+            refused = await ws._call("file_write", {}, ws._key(), data=padded)
+            assert (refused.status, refused.body["error"]["code"]) == (400, "0002"), refused.raw
+            assert "the form" in refused.body["error"]["text"]
+        fine = aiohttp.FormData()
+        for name, value in (("filetype", "media"), ("filename", "prompts/fine.wav")):
+            fine.add_field(name, value)
+        for n in range(90):
+            fine.add_field(f"p{n}", "")
+        fine.add_field("file", hello, filename="fine.wav")
+        written = await ws._call("file_write", {}, ws._key(), data=fine)
+        assert written.status == 200, written.raw
+        assert (await ws.file_delete("prompts/fine.wav")).status == 200
         assert (await ws.file_delete("prompts/welcome.wav")).status == 200
         gone = await ws.file_get("prompts/welcome.wav")
         assert gone.status == 404
