@@ -62,8 +62,9 @@ def verify(
         return False
     expected = _digest(secret, t, body).encode()
     # Compared as bytes: compare_digest refuses a str with a non-ASCII character (a forged
-    # header's), which must be an invalid signature, not an error.
+    # header's), which must be an invalid signature, not an error; "surrogatepass" encodes
+    # any str, a lone surrogate included.
     return any(
-        hmac.compare_digest(expected, v.encode("utf-8", "surrogateescape"))
+        hmac.compare_digest(expected, v.encode("utf-8", "surrogatepass"))
         for v in fields.get("v1", [])
     )

@@ -27,8 +27,9 @@ class KeyRing:
         self._keys = other._keys
 
     def app_for(self, key: str) -> str | None:
-        """The application whose key ``key`` is (None: no such key)."""
-        digest = hashlib.sha256(key.encode()).digest()
+        """The application whose key ``key`` is (None: no such key, whatever ``key`` holds)."""
+        # (A header of bytes past UTF-8 comes as lone surrogates: no key, not an error.)
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
         found = None
         for known, app in self._keys:
             if hmac.compare_digest(digest, known):

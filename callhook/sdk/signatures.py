@@ -30,5 +30,8 @@ def verify_signature(
     the ``instance_info`` query parameter of a GET page. ``now`` (Unix seconds) is for
     tests; it defaults to the clock."""
     header = next((v for k, v in headers.items() if k.lower() == HEADER.lower()), None)
-    raw = body.encode() if isinstance(body, str) else body
+    try:  # (a query parameter of bytes past UTF-8 comes as lone surrogates)
+        raw = body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body
+    except UnicodeEncodeError:
+        return False  # (a lone surrogate no byte gave: nothing callhook signed)
     return verify(secret, raw, header, now=now, tolerance=max_age)

@@ -8,6 +8,7 @@ stable error code; files are checked on the disk of the store as well.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import struct
@@ -81,6 +82,7 @@ class Api:
         self.http = http
         self.data = server.data_dir
         self.sip = server.sip
+        self.server = server
 
     def url(self, path: str) -> URL:
         # encoded=True: the path goes out exactly as written (no '..' folding by the client).
@@ -131,6 +133,35 @@ api_key = "{BETA}"
 
 
 # --- keys -------------------------------------------------------------------------------------
+
+
+async def raw_get(api: Api, path: str, authorization: bytes) -> bytes:
+    """The status line of a GET sent with an ``Authorization`` header of raw bytes (aiohttp's
+    client sends only text)."""
+    host, port = api.base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: callhook.example\r\nConnection: close\r\n".encode()
+        + b"Authorization: "
+        + authorization
+        + b"\r\n\r\n"
+    )
+    answer = await reader.read()
+    writer.close()
+    return answer.split(b"\r\n", 1)[0]
+
+
+async def test_a_key_of_bytes_past_utf8_is_a_wrong_key_not_a_server_error(api: Api) -> None:
+    """A header's bytes that are not UTF-8 reach the key ring as lone surrogates: every
+    route that asks for a key answers 401, and the log has no traceback."""
+    for path, authorization in (
+        ("/api/v1/media", b"Bearer \xff\xfe-key"),
+        ("/phone/api/apps", b"Bearer \xff\xfe-key"),
+        ("/file_list?filetype=media", b"Basic " + base64.b64encode(b"a/b:\xff\xfe")),
+    ):
+        status = await raw_get(api, path, authorization)
+        assert status.startswith(b"HTTP/1.1 401"), (path, status)
+    assert "Traceback" not in api.server.output
 
 
 async def test_requests_without_a_valid_key_get_401(api: Api) -> None:

@@ -196,8 +196,18 @@ def test_verify_signature_rejects_tampering_a_wrong_secret_and_age() -> None:
     assert sdk.verify_signature(fresh, body.decode(), "s3cret")
     assert not sdk.verify_signature(fresh, body, "s3cret", now=time.time() + 400)
     # A forged header with a character hmac cannot compare as text is just not valid.
-    for forged in (f"t={now},v1=é", f"t={now},v1=\udce9", f"t={now},v1={'0' * 63}é"):
+    for forged in (
+        f"t={now},v1=é",
+        f"t={now},v1=\udce9",
+        f"t={now},v1=\ud800",
+        f"t={now},v1={'0' * 63}é",
+    ):
         assert not sdk.verify_signature({"Callhook-Signature": forged}, body, "s3cret", now=now)
+    assert not sdk.verify_signature(headers, "{\ud800}", "s3cret", now=now)
+    # A GET page's instance_info with a byte past UTF-8, as a framework decodes it.
+    odd = b'{"x": "\xff"}'
+    signed = {"Callhook-Signature": sign("s3cret", odd, timestamp=now)}
+    assert sdk.verify_signature(signed, odd.decode("utf-8", "surrogateescape"), "s3cret", now=now)
 
 
 def test_parse_request_keeps_what_it_does_not_know() -> None:
