@@ -23,7 +23,10 @@ destination (docs/security.md, "No toll fraud"):
   ``sip:`` destination sent through a trunk is judged by its user part
   (percent-decoded), as a number when it has a digit (the provider routes
   ``sip:+1900...@anything`` to +1900...; one with digits that is not a plain
-  number, ``*67+1900...`` or ``1900...#``, is refused), else by the URI patterns.
+  number, ``*67+1900...``, ``1900...#`` or ``+44...;...``, is refused), else by the
+  URI patterns. A URI pattern whose user part has no wildcard (``sip:ext-101@pbx``,
+  ``sip:100@192.168.1.5``) allows that exact destination through a trunk too: the
+  operator named it.
 * With ``allow`` empty (the default) nothing may be called but the
   installation's own numbers, exactly (with or without ``+``): each trunk's
   ``caller_id`` and the ``[apps.X] numbers`` the trunks deliver (calling your
@@ -64,6 +67,11 @@ class UriPattern:
     user: str
     host: str
     port: str | None
+
+    @property
+    def names_user(self) -> bool:
+        """Whether the user part is written out (no wildcard): one destination, named."""
+        return not any(c in self.user for c in "*?[")
 
     def matches(self, scheme: str, user: str, host: str, port: int | None) -> bool:
         """Whether a parsed destination matches, part by part (see the module docstring)."""
@@ -167,25 +175,31 @@ class OutboundPolicy:
                     "which callhook does not call"
                 )
             user = uri.user or ""
+            host = uri.host  # an IPv6 reference keeps its brackets
+            patterns = [
+                p
+                for p in self.allow
+                if p == "*"
+                or (isinstance(p, UriPattern) and p.matches(uri.scheme, user, host, uri.port))
+            ]
             dialled = unquote(user)  # (a provider reads %2B as +)
             if trunk is not None and any(c.isdigit() for c in dialled):
-                # What the provider routes on: a number, judged as one. A user part with
-                # digits that is not a plain number (*67+1900..., ++1900..., 1900...#) is
-                # refused: a provider may strip what is not a digit and route the rest.
-                if not numbers.canonical(dialled):
+                # What the provider routes on: a number, judged as one, unless a pattern
+                # names this very user part. A user part with digits that is not a plain
+                # number (*67+1900..., ++1900..., 1900...#, +44...;1900...) is refused: a
+                # provider may strip what is not a digit and route the rest.
+                if any(isinstance(p, UriPattern) and p.names_user for p in patterns):
+                    allowed = True
+                elif not numbers.canonical(dialled) or ";" in dialled:
                     return (
                         f"refused by [outbound] allow: through a trunk, the user part of "
                         f"{destination} is dialled, and it is not a telephone number "
                         "(+ and digits)"
                     )
-                allowed = self._number_allowed(dialled)
+                else:
+                    allowed = self._number_allowed(dialled)
             else:
-                host = uri.host  # an IPv6 reference keeps its brackets
-                allowed = any(
-                    p == "*"
-                    or (isinstance(p, UriPattern) and p.matches(uri.scheme, user, host, uri.port))
-                    for p in self.allow
-                )
+                allowed = bool(patterns)
         else:
             allowed = self._number_allowed(text)
         if allowed:

@@ -75,7 +75,8 @@ def test_through_a_trunk_the_user_part_is_the_number_that_counts() -> None:
 @pytest.mark.parametrize(
     "user",
     ["%2B19005551234", "+19005551234%23", "*67+19005551234", "++19005551234", "19005551234#",
-     "%31%39%30%30", "+1900555;isub=1", "x19005551234", "1900-CALL-NOW"],
+     "%31%39%30%30", "+1900555;isub=1", "x19005551234", "1900-CALL-NOW",
+     "+442071;19005551234"],
 )  # fmt: skip
 def test_through_a_trunk_a_user_part_dialled_as_a_number_must_be_one(user: str) -> None:
     """A provider may unescape %2B, or drop what is not a digit, and route the rest: a
@@ -85,6 +86,18 @@ def test_through_a_trunk_a_user_part_dialled_as_a_number_must_be_one(user: str) 
     assert why is not None and "refused by [outbound] allow" in why
     assert policy.allows(f"sip:{user}@192.168.1.5")  # directly: the LAN host itself
     assert policy.allows("sip:%2B442071234567@192.168.1.5", trunk="provider")  # (decoded)
+
+
+def test_through_a_trunk_a_pattern_that_names_its_user_part_allows_that_destination() -> None:
+    """A PBX's extension with digits, listed by the operator, is not judged as a number:
+    the pattern names that one destination (a wildcard in the user part does not)."""
+    policy = OutboundPolicy(["sip:ext-101@pbx.example", "sip:100@192.168.1.5", "sip:*@10.0.0.*"])
+    assert policy.allows("sip:ext-101@pbx.example", trunk="provider")
+    assert policy.allows("sip:100@192.168.1.5", trunk="provider")
+    assert policy.allows("SIP:100@192.168.1.5:5060", trunk="provider")
+    for other in ("sip:ext-102@pbx.example", "sip:100@192.168.1.6", "sip:101@192.168.1.5",
+                  "sip:+19005551234@10.0.0.1", "sip:100;x@192.168.1.5"):  # fmt: skip
+        assert not policy.allows(other, trunk="provider"), other
 
 
 def test_number_prefixes_match_canonical_numbers() -> None:
