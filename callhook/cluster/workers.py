@@ -53,7 +53,10 @@ module, the same figure as ``[security] rate``; a source over it is banned for
 ``ban_seconds``; ``[sip] proxies`` are exempt) to what comes from outside,
 because the workers see every request come from the proxy: they trust it (``serve``
 adds its addresses to their ``[sip] proxies``) and keep their own checks for
-anything that reaches them another way.
+anything that reaches them another way. Over TCP and TLS that is the requests, not the
+connections: Kamailio accepts every one, with its own limits (none per source, no
+deadline for a first message, pings answered), where one process closes one from a
+source it would not answer at once (``sip/intake.py``); docs/scaling.md says so.
 
 The workers share the data directory: recordings and notifications already
 work across processes there (``store/database.py``: ``flock`` ownership; the

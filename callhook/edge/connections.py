@@ -13,13 +13,18 @@ messages by :class:`~callhook.sip.framing.StreamFramer` and handed to
 Keep-alives (RFC 5626 §4.4.1): a double-CRLF ping is answered with a CRLF
 pong. A stream that cannot be framed (no Content-Length, a header or message
 over the limits) is logged with the cause and closed: there is no way to
-find where the next message would start. Connections idle for
-``idle_timeout`` seconds are closed (a peer that wants to keep one open pings).
-An accepted connection has :data:`FIRST_MESSAGE_TIMEOUT` seconds from its opening for
-its first whole message, which pings do not extend (else a peer pinging every 29 s
-would hold a slot for ever), and one from a source ``[security]`` would not answer
-(banned, or not allowed while ``unknown = "drop"``) is closed at once: it gets no pong
-and no 413, nothing that says a SIP server is there.
+find where the next message would start.
+
+Which connections are taken and how long they are kept is decided by
+:mod:`callhook.sip.intake` (sans-IO, from the guard's rules); this module only
+asks it, with the loop's time. A connection from a source ``[security]`` would not
+answer (banned, or not allowed while ``unknown = "drop"``) is closed as soon as it is
+accepted, before any TLS handshake: it gets no pong and no 413, nothing that says a
+SIP server is there. An accepted connection has :data:`FIRST_MESSAGE_TIMEOUT` seconds
+from its opening (its TLS handshake included) for its first whole message from a
+served source, which pings do not extend (else a peer pinging every 29 s would hold a
+slot for ever); after it, connections idle for ``idle_timeout`` seconds are closed (a
+peer that wants to keep one open pings), unless a call or a registration depends on it.
 
 TLS uses Python's :mod:`ssl`: the server side presents ``tls_certificate``
 (with ``tls_key``); the client side verifies the peer against the system CAs
@@ -30,14 +35,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 from callhook.config.tls import client_context
 from callhook.sip.framing import PONG, FramingError, Ping, StreamFramer
+from callhook.sip.intake import FIRST_MESSAGE_TIMEOUT, Lifetime, Standing
 from callhook.sip.transport import Target, Transport
 
 logger = logging.getLogger("callhook.sip")
@@ -45,8 +54,7 @@ logger = logging.getLogger("callhook.sip")
 #: Seconds a connection may go without traffic before it is closed (unless a call or a
 #: registration depends on it).
 IDLE_TIMEOUT = 600.0
-#: Seconds an accepted connection has to deliver its first whole message.
-FIRST_MESSAGE_TIMEOUT = 30.0
+#: (The first message's time, FIRST_MESSAGE_TIMEOUT, is sip/intake.py's.)
 #: Accepted connections at once, in all and from one address: file descriptors are
 #: shared with the RTP sockets, and a peer must not be able to take them all.
 MAX_CONNECTIONS = 4096
@@ -63,81 +71,95 @@ class ListenError(Exception):
 
     def __init__(self, transport: str, host: str, port: int, exc: OSError) -> None:
         # (uvloop's error says only "could not bind": the cause's errno says why.)
-        errno = exc.errno or getattr(exc.__cause__, "errno", None)
-        why = os.strerror(errno) if errno else exc.strerror or str(exc)
+        code = exc.errno or getattr(exc.__cause__, "errno", None)
+        why = os.strerror(code) if code else exc.strerror or str(exc)
         super().__init__(f"SIP cannot listen on {transport} {host}:{port}: {why}")
         self.transport = transport
         self.port = port
 
 
 class _Stream(asyncio.Protocol):
-    """One TCP or TLS connection: framing in, writes out, idle close."""
+    """One TCP or TLS connection: framing in, writes out, its lifetime (sip/intake.py)."""
 
-    def __init__(self, owner: Connections, transport: Transport, key: Target | None) -> None:
+    def __init__(
+        self, owner: Connections, transport: Transport, key: Target | None, *, accepted: bool
+    ) -> None:
         self.owner = owner
         self.kind = transport
-        self.key = key  # set at once for ours; from the peer's address for accepted ones
+        self.key = key  # ours: the target; accepted: the peer's address (known at accept)
+        self.accepted = accepted
         self.framer = StreamFramer(max_message=owner.max_message)
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | None = None  # where messages go (once secure)
         self.pending: list[bytes] = []
-        self.idle: asyncio.TimerHandle | None = None
-        self.accepted = key is None
-        self.delivered = False  # a whole message came: the idle limit applies from now
+        self.timer: asyncio.TimerHandle | None = None
+        self.lifetime: Lifetime | None = None
+        self.handshake: asyncio.Task[None] | None = None  # an accepted TLS one's, under way
+        self.handed = False  # (its socket given to the loop's TLS transport)
+
+    def start(self, now: float) -> None:
+        """Counted from ``now`` (its opening): filed, and its lifetime running."""
+        self.lifetime = Lifetime(
+            now,
+            self.owner.idle_timeout,
+            accepted=self.accepted,
+            first_message_timeout=FIRST_MESSAGE_TIMEOUT,
+        )
+        self.owner._opened(self)
+        self._arm()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
-        self.transport = cast(asyncio.Transport, transport)
-        transport = self.transport
-        if self.key is None:
-            host, port = transport.get_extra_info("peername")[:2]
-            self.key = Target(host, port, self.kind)
-            if self.owner.banned(host) or not self.owner.welcome(host):
-                transport.abort()
-                return
-            refusal = self.owner._refusal(host)
-            if refusal:
-                logger.warning(
-                    "SIP %s connection from %s:%s refused: %s", self.kind, host, port, refusal
-                )
-                transport.abort()
-                return
-            logger.debug("SIP %s connection from %s:%s", self.kind, host, port)
-        self.owner._opened(self)
+        made = cast(asyncio.Transport, transport)
+        if self.lifetime is None:  # (an accepted TLS one was judged and started at accept)
+            if self.key is None:  # accepted TCP: judged before anything is read
+                host, port = made.get_extra_info("peername")[:2]
+                self.key = Target(host, port, self.kind)
+                if not self.owner._take(self.key):
+                    made.abort()
+                    return
+            self.start(asyncio.get_running_loop().time())
+        self.transport = made
         for data in self.pending:
-            transport.write(data)
+            made.write(data)
         self.pending.clear()
-        self._touch()
 
     def data_received(self, data: bytes) -> None:
-        assert self.key is not None
+        assert self.key is not None and self.lifetime is not None
         if self.accepted and self.owner.banned(self.key.host):  # (banned since it connected)
             assert self.transport is not None
             self.transport.abort()
             return
-        first = not self.delivered
-        self._touch()
+        now = asyncio.get_running_loop().time()
+        lifetime = self.lifetime
+        lifetime.traffic(now)
         try:
             items = self.framer.feed(data)
         except FramingError as exc:
             logger.warning("SIP %s from %s: %s; closing the connection", self.kind, self.key, exc)
             if exc.head and self.owner.answer_oversized is not None:
-                answer = self.owner.answer_oversized(exc.head)
+                # 413 before the close ([security] max_message_bytes), if the guard answers
+                # that source at all (it decides, and counts it like any request).
+                answer = self.owner.answer_oversized(exc.head, self.key)
                 if answer:
-                    self.write(answer)  # 413 before the close ([security] max_message_bytes)
+                    self.write(answer)
             self.close()
             return
         for item in items:
             if isinstance(item, Ping):
-                self.write(PONG)  # RFC 5626 §4.4.1
+                # RFC 5626 §4.4.1; not to a source the guard would not answer.
+                if not self.accepted or self.owner.standing(self.key.host) != "ignored":
+                    self.write(PONG)
             else:
-                self.delivered = True
+                if not lifetime.proven:
+                    served = not self.accepted or self.owner.standing(self.key.host) == "served"
+                    lifetime.message(now, served=served)
                 self.owner.deliver(item, self.key)
-        if first and self.delivered:
-            self._touch()  # (the idle limit from now on, not the first message's)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
+        # (Also called for a TLS handshake that failed or was cut short.)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.owner._closed(self)
 
     def write(self, data: bytes) -> None:
@@ -153,31 +175,31 @@ class _Stream(asyncio.Protocol):
                 logger.warning("SIP %s to %s: the peer reads nothing; closing", self.kind, self.key)
                 self.transport.abort()
                 return
-            self._touch()
+            if self.lifetime is not None:
+                self.lifetime.traffic(asyncio.get_running_loop().time())
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+        elif self.handshake is not None:
+            self.handshake.cancel()  # (still in its TLS handshake: its socket is closed)
 
-    def _touch(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self.accepted and not self.delivered:
-            # The first message's deadline runs from the opening: traffic (a ping, a
-            # message in pieces, our pongs) does not move it.
-            if self.idle is None:
-                deadline = min(self.owner.idle_timeout, FIRST_MESSAGE_TIMEOUT)
-                self.idle = loop.call_later(deadline, self._idle)
-            return
-        if self.idle is not None:
-            self.idle.cancel()
-        self.idle = loop.call_later(self.owner.idle_timeout, self._idle)
+    def _arm(self) -> None:
+        """Wake at the lifetime's deadline (which only ever moves later: :meth:`_due` then
+        sleeps again until the new one)."""
+        assert self.lifetime is not None
+        self.timer = asyncio.get_running_loop().call_at(self.lifetime.deadline, self._due)
 
-    def _idle(self) -> None:
-        assert self.key is not None
-        if self.delivered and self.owner.in_use(self.key):
-            self._touch()  # a call or a registration depends on it: keep it
+    def _due(self) -> None:
+        assert self.key is not None and self.lifetime is not None
+        self.timer = None
+        key = self.key
+        now = asyncio.get_running_loop().time()
+        if not self.lifetime.expired(now, lambda: self.owner.in_use(key)):
+            self._arm()
             return
-        logger.debug("SIP %s connection %s idle; closing it", self.kind, self.key)
+        why = "idle" if self.lifetime.proven else "no first message in time"
+        logger.debug("SIP %s connection %s: %s; closing it", self.kind, key, why)
         self.close()
 
 
@@ -194,18 +216,20 @@ class Connections:
         failed: Callable[[Target], None] | None = None,
         in_use: Callable[[Target], bool] | None = None,
         max_message: int = 65536,
-        answer_oversized: Callable[[bytes], bytes | None] | None = None,
+        answer_oversized: Callable[[bytes, Target], bytes | None] | None = None,
         banned: Callable[[str], bool] | None = None,
-        welcome: Callable[[str], bool] | None = None,
+        standing: Callable[[str], Standing] | None = None,
     ) -> None:
-        """``banned(host)``: a source whose connections are closed at once, and whose data
-        is not read, unlogged (the guard logged its ban; a banned flooder opening
-        connections must not flood the log). ``welcome(host)``: whether a new connection
-        from ``host`` is taken at all (one the guard would not answer is closed at once;
-        the guard notes it)."""
+        """``banned(host)``: a source whose data is not read (its connection is closed),
+        unlogged (the guard logged its ban; a banned flooder must not flood the log); asked
+        of every piece of data an accepted connection brings. ``standing(host)``: what the
+        guard does with requests from ``host`` now (:func:`callhook.sip.intake.standing`):
+        asked when a connection is accepted, of a ping, and of its first message.
+        ``answer_oversized(head, source)``: the 413 for a request whose header ``head``
+        announced too big a body, or None for none."""
         self.deliver = deliver
         self.banned = banned or (lambda host: False)
-        self.welcome = welcome or (lambda host: True)
+        self.standing: Callable[[str], Standing] = standing or (lambda host: "served")
         self.on_closed = closed
         self.on_failed = failed
         self.in_use = in_use or (lambda target: False)
@@ -215,6 +239,7 @@ class Connections:
         self.idle_timeout = idle_timeout
         self.streams: dict[Target, _Stream] = {}
         self.servers: list[asyncio.Server] = []
+        self.listeners: list[socket.socket] = []  # (the TLS ones: accepted by _accept_tls)
         self._opening: set[asyncio.Task[None]] = set()
 
     async def listen(
@@ -223,9 +248,14 @@ class Connections:
         """Start a ``tcp`` or ``tls`` listener on ``host:port``; returns the port bound.
         :class:`ListenError` if it cannot be bound."""
         loop = asyncio.get_running_loop()
+        if tls is not None:
+            return await self._listen_tls(host, port, tls)
         try:
             server = await loop.create_server(
-                lambda: _Stream(self, transport, None), host, port, ssl=tls, reuse_address=True
+                lambda: _Stream(self, transport, None, accepted=True),
+                host,
+                port,
+                reuse_address=True,
             )
         except OSError as exc:
             raise ListenError(transport, host, port, exc) from None
@@ -234,11 +264,100 @@ class Connections:
         logger.info("SIP listening on %s %s:%d", transport, host, bound)
         return bound
 
+    async def _listen_tls(self, host: str, port: int, tls: ssl.SSLContext) -> int:
+        """A TLS listener that accepts the TCP connections itself: each source is judged
+        before its handshake (a listener with ``ssl=`` would make it first), and a
+        handshake under way holds its slot."""
+        loop = asyncio.get_running_loop()
+        try:
+            family, _, _, _, address = (
+                await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            )[0]
+            listener = socket.create_server(address[:2], family=family)
+        except OSError as exc:
+            raise ListenError("tls", host, port, exc) from None
+        listener.setblocking(False)
+        self.listeners.append(listener)
+        task = loop.create_task(self._accept_tls(listener, tls))
+        self._opening.add(task)
+        task.add_done_callback(self._opening.discard)
+        bound: int = listener.getsockname()[1]
+        logger.info("SIP listening on tls %s:%d", host, bound)
+        return bound
+
+    async def _accept_tls(self, listener: socket.socket, tls: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        short = False  # (out of file descriptors: said once until it accepts again)
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if not short:
+                        logger.warning("SIP tls: cannot accept a connection: %s", exc)
+                    short = True
+                    await asyncio.sleep(0.1)
+                continue  # (ECONNABORTED and the like: that one connection)
+            short = False
+            key = Target(peer[0], peer[1], "tls")
+            if not self._take(key):
+                sock.close()
+                continue
+            stream = _Stream(self, "tls", key, accepted=True)
+            stream.start(loop.time())
+            assert stream.lifetime is not None
+            left = max(0.1, stream.lifetime.deadline - loop.time())
+            task = loop.create_task(self._handshake(stream, sock, tls, left))
+            task.add_done_callback(partial(self._handshaken, stream, sock))
+            stream.handshake = task
+
+    def _handshaken(self, stream: _Stream, sock: socket.socket, _: object) -> None:
+        stream.handshake = None
+        if not stream.handed:  # (cancelled before it began: the socket is still ours)
+            sock.close()
+            stream.connection_lost(None)
+
+    async def _handshake(
+        self, stream: _Stream, sock: socket.socket, tls: ssl.SSLContext, timeout: float
+    ) -> None:
+        """An accepted TLS connection's handshake, within its first message's time."""
+        loop = asyncio.get_running_loop()
+        stream.handed = True  # (the loop's transport owns the socket from here: no await yet)
+        try:
+            await loop.connect_accepted_socket(
+                lambda: stream, sock, ssl=tls, ssl_handshake_timeout=timeout
+            )
+        except BaseException as exc:  # (ssl.SSLError, its timeout, a reset; closed meanwhile)
+            if not isinstance(exc, asyncio.CancelledError):
+                logger.debug("SIP tls connection from %s: no handshake: %s", stream.key, exc)
+            stream.connection_lost(None)  # (the loop tells the protocol only once made)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _take(self, key: Target) -> bool:
+        """Whether a connection a peer opened from ``key`` is taken (asked before anything
+        is read from it or a TLS handshake is made): a source the guard would not answer
+        learns nothing (the guard noted why; a ban was logged when decided)."""
+        if self.standing(key.host) == "ignored":
+            return False
+        refusal = self._refusal(key.host)
+        if refusal:
+            logger.warning(
+                "SIP %s connection from %s:%s refused: %s",
+                key.transport,
+                key.host,
+                key.port,
+                refusal,
+            )
+            return False
+        logger.debug("SIP %s connection from %s:%s", key.transport, key.host, key.port)
+        return True
+
     def send(self, data: bytes, target: Target) -> None:
         """Send ``data`` to ``target`` on its connection, opening one if there is none."""
         stream = self.streams.get(target)
         if stream is None:
-            stream = _Stream(self, target.transport, target)
+            stream = _Stream(self, target.transport, target, accepted=False)
             self.streams[target] = stream
             task = asyncio.get_running_loop().create_task(self._open(stream, target))
             self._opening.add(task)
@@ -292,8 +411,14 @@ class Connections:
             server.close()
         for stream in list(self.streams.values()):
             stream.close()
-        for task in list(self._opening):
+        tasks = list(self._opening)
+        for task in tasks:
             task.cancel()
+        # (The TLS listeners once their accept loops have stopped watching them.)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for listener in self.listeners:
+            listener.close()
+        self.listeners.clear()
         for server in self.servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)

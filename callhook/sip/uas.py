@@ -89,9 +89,11 @@ class Uas(Referral):
         except Exception:
             logger.exception("SIP from %s: the 403 could not be made", source)
 
-    def too_large(self, head: bytes) -> bytes | None:
+    def too_large(self, head: bytes, *, anonymous: bool = False) -> bytes | None:
         """The ``413 Request Entity Too Large`` (§21.4.11) for a request whose header
-        ``head`` announced a body over the limit; None for anything else."""
+        ``head`` announced a body over the limit; None for anything else. ``anonymous``:
+        with no ``Server`` header (to a source outside ``[security] allow`` that is
+        answered, as its 403 is: nothing says what answers)."""
         without_body = re.sub(
             rb"(?im)^(content-length|l)[ \t]*:[^\r\n]*", rb"Content-Length: 0", head
         )
@@ -99,7 +101,8 @@ class Uas(Referral):
             message = parse(without_body)
             if not isinstance(message, Request) or message.method == "ACK":
                 return None
-            response = make_response(message, 413, server=self.user_agent, to_tag=new_tag())
+            server = None if anonymous else self.user_agent
+            response = make_response(message, 413, server=server, to_tag=new_tag())
         except (SipMessageError, ValueError):
             return None
         return serialize(response)

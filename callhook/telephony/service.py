@@ -49,6 +49,7 @@ from callhook.edge.speechworkers import SpeechService
 from callhook.monitoring import prometheus
 from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
+from callhook.sip.intake import Standing, standing
 from callhook.sip.transport import Target, Transport
 from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.conferences import CallConference, Conferences
@@ -363,7 +364,7 @@ class SipService:
             max_message=settings.security.max_message_bytes,
             answer_oversized=self._too_large,
             banned=lambda host: self.guard.banned(host, self.loop.time()),
-            welcome=self._welcome,
+            standing=self._standing,
         )
         if not listen:
             return
@@ -439,21 +440,30 @@ class SipService:
             self.agent.transport_failed(target, self.loop.time())
             self._flush()
 
-    def _welcome(self, host: str) -> bool:
-        """Whether a TCP or TLS connection from ``host`` is taken: not while the guard would
-        drop its requests unanswered (``[security] unknown = "drop"``, ``host`` not in
-        ``allow`` nor a trunk's): it would otherwise hold one of the connections' slots, and
-        its pings' pongs would tell a scanner a SIP server is there."""
-        guard = self.guard
-        if guard.unknown != "drop" or guard.allowed(host):
-            return True
-        guard.note(host, "a TCP/TLS connection, not in [security] allow (drop)", self.loop.time())
-        for noted, cause in guard.take_notes():
+    def _standing(self, host: str) -> Standing:
+        """What the guard does with requests from ``host`` now, for the TCP and TLS
+        connections (sip/intake.py): one from a source it would not answer is closed
+        at once (it would otherwise hold one of their slots, and its pings' pongs would
+        tell a scanner a SIP server is there)."""
+        found = standing(self.guard, host, self.loop.time())
+        for noted, cause in self.guard.take_notes():
             logger.warning("SIP from %s: %s", noted, cause)
-        return False
+        return found
 
-    def _too_large(self, head: bytes) -> bytes | None:
-        return self.agent.too_large(head) if self.agent is not None else None
+    def _too_large(self, head: bytes, source: Target) -> bytes | None:
+        """The 413 for a request on a connection whose header announced too big a body: put
+        to the guard like any message (counted; none for a source it drops), and with no
+        ``Server`` header where its answer would be the 403 (``unknown = "reject"``)."""
+        agent = self.agent
+        if agent is None:
+            return None
+        now = self.loop.time()
+        verdict = self.guard.admit(source.host, now, request=not head.startswith(b"SIP/2.0 "))
+        for host, cause in self.guard.take_notes():
+            logger.warning("SIP from %s: %s", host, cause)
+        if verdict == "drop":
+            return None
+        return agent.too_large(head, anonymous=verdict == "reject")
 
     def _connection_in_use(self, target: Target) -> bool:
         """Whether a call or a registration depends on the connection to ``target`` (an idle

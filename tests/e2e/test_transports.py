@@ -218,5 +218,89 @@ async def test_a_source_not_allowed_gets_no_answer_over_tcp_either(
         finally:
             writer.close()
         assert heard == b""  # nothing, then closed
-        await asyncio.sleep(0.2)
-        assert "not in [security] allow (drop)" in server.output
+        await logged(server, "not in [security] allow (drop)")
+
+
+async def test_a_source_not_allowed_gets_no_tls_handshake(tmp_path: Path, app: AppServer) -> None:
+    """Over TLS the source is judged before the handshake: a scanner outside allow is
+    not shown the certificate (nor anything else)."""
+    app.page("/start", None)
+    port = free_tcp_port()
+    config, client = _tls_config(tmp_path, port)
+    config.write_text(config.read_text() + '[security]\nallow = ["10.0.0.0/8"]\n')
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        await logged(server, f"SIP: tls 127.0.0.1:{port}")
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+            )
+            writer.close()
+        await logged(server, "not in [security] allow (drop)")
+        assert "handshake" not in server.output.lower(), server.output
+
+
+async def logged(server: Server, text: str, timeout: float = 10.0) -> None:
+    """Until ``server``'s output has ``text`` (fails after ``timeout`` s)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while text not in server.output:
+        assert asyncio.get_running_loop().time() < deadline, server.output
+        await asyncio.sleep(0.05)
+
+
+async def test_a_crlf_pinger_is_closed_at_the_first_messages_deadline(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """A peer that only pings (RFC 5626 §4.4.1) is answered, but its pings do not extend the
+    30 s an accepted connection has from its opening for its first message: pinging every
+    29 s it would otherwise hold one of the connections' slots for ever."""
+    from callhook.sip.intake import FIRST_MESSAGE_TIMEOUT
+
+    app.page("/start", None)
+    async with Server.for_app(tmp_path / "data", app) as server:
+        reader, writer = await asyncio.open_connection(*server.sip)
+        opened = asyncio.get_running_loop().time()
+
+        async def ping() -> None:
+            while True:
+                writer.write(b"\r\n\r\n")
+                await asyncio.sleep(2.0)
+
+        pinging = asyncio.ensure_future(ping())
+        heard = b""
+        try:
+            async with asyncio.timeout(FIRST_MESSAGE_TIMEOUT + 10):
+                while chunk := await reader.read(100):
+                    heard += chunk
+        except ConnectionResetError:
+            pass
+        finally:
+            pinging.cancel()
+            writer.close()
+        took = asyncio.get_running_loop().time() - opened
+        assert heard.startswith(b"\r\n\r\n")  # (pongs: it was answered all along)
+        assert FIRST_MESSAGE_TIMEOUT - 1 <= took < FIRST_MESSAGE_TIMEOUT + 5, took
+
+
+async def test_a_source_answered_403_learns_nothing_more_from_a_413(
+    tmp_path: Path, app: AppServer
+) -> None:
+    """With [security] unknown = "reject", a source outside allow gets 403 with no Server
+    header; a request of its that announces too big a body gets its 413 with none either."""
+    app.page("/start", None)
+    config = tmp_path / "callhook.toml"
+    config.write_text('[security]\nallow = ["10.0.0.0/8"]\nunknown = "reject"\n')
+    async with Server.for_app(tmp_path / "data", app, extra=("--config", str(config))) as server:
+        reader, writer = await asyncio.open_connection(*server.sip)
+        try:
+            reply = await _exchange(reader, writer, _options(server.sip_port, "TCP", 1))
+            assert reply.startswith(b"SIP/2.0 403"), reply
+            assert b"\r\nServer:" not in reply
+            big = _options(server.sip_port, "TCP", 2).replace(
+                b"Content-Length: 0", b"Content-Length: 20000"
+            )
+            writer.write(big)
+            answer = await asyncio.wait_for(reader.read(), 5)
+        finally:
+            writer.close()
+        assert answer.startswith(b"SIP/2.0 413"), answer
+        assert b"\r\nServer:" not in answer

@@ -289,3 +289,9 @@ def test_too_large_answers_a_request_head_with_413_and_nothing_else() -> None:
     ok = b"SIP/2.0 200 OK\r\nVia: SIP/2.0/TCP h;branch=z9hG4bKx\r\nContent-Length: 9999\r\n\r\n"
     assert a.too_large(ok) is None
     assert a.too_large(b"garbage\r\n\r\n") is None
+    assert b"\r\nServer:" in answer
+    # To a source outside [security] allow that is answered (unknown = "reject"), as its
+    # 403: nothing says what answers.
+    anonymous = a.too_large(head, anonymous=True)
+    assert anonymous is not None and anonymous.startswith(b"SIP/2.0 413 ")
+    assert b"\r\nServer:" not in anonymous
