@@ -278,18 +278,18 @@ class WebClients:
         outbox = Outbox(ws)
         client = ClientSocket(ws, outbox, request.remote or "")
         try:
-            async with asyncio.timeout(REGISTER_TIMEOUT):
-                first = await ws.receive()
+            try:
+                async with asyncio.timeout(REGISTER_TIMEOUT):
+                    first = await ws.receive()
+            except TimeoutError:
+                raise ApiError(400, "bad_request", "no register message in time") from None
             self._register(request, client, first)
         except ApiError as exc:
-            await self._failed(request, exc)
-            outbox.event("error", code=exc.code, message=exc.message)
-            outbox.close()
-            await outbox.task
-            return ws
-        except TimeoutError:
-            outbox.event("error", code="bad_request", message="no register message in time")
-            outbox.close()
+            try:  # (counted, then told; the outbox's task ends whatever befalls the count)
+                await self._failed(request, exc)
+                outbox.event("error", code=exc.code, message=exc.message)
+            finally:
+                outbox.close()
             await outbox.task
             return ws
         except BaseException:  # (a bug, or the server stopping: the outbox's task ends too)

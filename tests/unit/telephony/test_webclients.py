@@ -553,3 +553,38 @@ async def test_too_deep_json_is_bad_json_first_and_later(
             await until(lambda: line.said)
             assert line.said == [{"type": "answer"}]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_sign_in_cut_short_while_its_refusal_is_counted_leaves_no_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server stopping while a wrong token is being counted (the count waits on the
+    other workers) cancels the handler: the socket's outbox task ends with it. And no
+    register message in time is a bad request."""
+    from callhook.telephony import webclients
+
+    monkeypatch.setattr(webclients, "REGISTER_TIMEOUT", 0.2)
+    found, bans = clients()
+    counting = asyncio.Event()
+
+    async def never(address: str, what: str) -> None:
+        counting.set()
+        await asyncio.Event().wait()
+
+    bans.auth_failed = never  # type: ignore[method-assign]
+    app = web.Application()
+    app.add_routes(found.routes())
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    url = f"ws://127.0.0.1:{server.port}/phone/client"
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(url) as ws:
+            answer = await ws.receive_json()  # (said nothing)
+            assert (answer["type"], answer["message"]) == ("error", "no register message in time")
+        async with http.ws_connect(url) as ws:
+            await ws.send_json(_register("a", token="junk"))
+            await asyncio.wait_for(counting.wait(), 5)
+            await server.close()  # (cancels the handler in its count)
+    await asyncio.sleep(0.05)
+    sending = [t for t in asyncio.all_tasks() if "Outbox._send" in repr(t.get_coro())]
+    assert sending == []
