@@ -270,9 +270,9 @@ class WebClients:
     async def client_socket(self, request: web.Request) -> web.StreamResponse:
         """The WebSocket of one page receiving calls (see the module docstring)."""
         if self.bans is not None and request.remote and self.bans.banned(request.remote):
-            raise web.HTTPForbidden(text="this address is banned for a while")
+            raise ApiError(403, "banned", "this address is banned for a while")
         if not same_origin(request):
-            raise web.HTTPForbidden(text="a page of another site may not sign in here")
+            raise ApiError(403, "forbidden", "a page of another site may not sign in here")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
         outbox = Outbox(ws)

@@ -315,7 +315,7 @@ class WebPhone:
         """The WebSocket of one call (see the module docstring)."""
         self._banned(request)
         if not same_origin(request):
-            raise web.HTTPForbidden(text="a page of another site may not call from here")
+            raise ApiError(403, "forbidden", "a page of another site may not call from here")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
         await ws.prepare(request)
         outbox = Outbox(ws)

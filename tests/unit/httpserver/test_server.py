@@ -72,6 +72,7 @@ async def test_web_phone_errors_are_json_answers_not_tracebacks(
         ("/phone/api/apps", {"Host": "evil.example:8080"}, 401, "unauthorized"),
         ("/phone/api/apps", {"Origin": "http://evil.example"}, 403, "forbidden"),
         ("/phone/api/calls/nosuch", {}, 404, "not_found"),
+        ("/phone/call", {"Origin": "http://evil.example"}, 403, "forbidden"),  # (its socket)
     ]
     for path, headers, status, code in cases:
         answer = await get(base + path, **headers)

@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer, make_mocked_request
 
 from callhook.config.settings import AppConfig
 from callhook.httpserver.keys import KeyRing
-from callhook.httpserver.restapi import ApiError
+from callhook.httpserver.restapi import ApiError, errors
 from callhook.telephony import webrtctoken
 from callhook.telephony.webclientleg import WebClientLeg
 from callhook.telephony.webclients import Busy, NotSignedIn, WebClients
@@ -79,7 +79,7 @@ def clients(now: Callable[[], float] = lambda: NOW) -> tuple[WebClients, Bans]:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[WebClients, Bans, str]]:
     found, bans = clients()
-    app = web.Application()
+    app = web.Application(middlewares=[errors])  # (serve's: an ApiError is its JSON answer)
     app.add_routes(found.routes())
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
