@@ -83,6 +83,7 @@ class Readiness:
         self.siblings = siblings
         self._front_seen: tuple[float, bool] = (float("-inf"), False)
         self._database_state = Shared(self._database)
+        self._front_probe = Shared(self._probe_front)
         self._workers = Shared(self._ask_workers)
 
     def routes(self) -> list[web.RouteDef]:
@@ -147,6 +148,9 @@ class Readiness:
         when, answered = self._front_seen
         if time.monotonic() - when < FRONT_SECONDS:
             return answered
+        return await self._front_probe.get()  # (a flood waits on one probe, one thread)
+
+    async def _probe_front(self) -> bool:
         assert self.front is not None
         answered = await asyncio.to_thread(answers_options, self.front, CHECK_SECONDS)
         self._front_seen = (time.monotonic(), answered)

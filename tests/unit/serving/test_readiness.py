@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -143,6 +145,28 @@ async def test_a_flood_of_readyz_asks_the_database_once_at_a_time() -> None:
     assert asked == [0] and all(a["database"] == "ok" for a in answers)
     await checks.checks()
     assert asked == [0, 1]  # asked again
+
+
+async def test_a_flood_of_readyz_probes_the_front_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each probe of the front is a thread waiting up to 2 s for Kamailio's answer: the
+    requests that come while one is out wait for it."""
+    from callhook.serving import readiness as module
+
+    probes: list[Target] = []
+    release = threading.Event()
+
+    def probe(front: Target, timeout: float) -> bool:
+        probes.append(front)
+        release.wait(5)
+        return True
+
+    monkeypatch.setattr(module, "answers_options", probe)
+    checks = readiness(front=Target("127.0.0.1", 9))
+    flood = [asyncio.ensure_future(checks.checks()) for _ in range(20)]
+    await asyncio.sleep(0.1)
+    release.set()
+    answers = await asyncio.gather(*flood)
+    assert len(probes) == 1 and all(a["front"] == "ok" for a in answers)
 
 
 async def test_one_waiter_gone_does_not_cancel_the_others_answer() -> None:
