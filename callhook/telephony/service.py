@@ -2,7 +2,7 @@
 
 :class:`SipService` owns the sans-IO :class:`~callhook.sip.agent.Agent`: it
 feeds it datagrams and the messages framed off TCP and TLS connections
-(:mod:`callhook.edge.connections`), keeps one loop timer on the agent's
+(:mod:`callhook.telephony.sipstreams`), keeps one loop timer on the agent's
 ``deadline`` (as aioquic's protocol does), sends what the agent wants sent,
 each on its transport, and hands the agent's call events to the part they are for.
 
@@ -40,7 +40,7 @@ from callhook.calls.services import Services
 from callhook.cluster.outboundshare import OutboundShare
 from callhook.cluster.sharedbans import SharedBans
 from callhook.config.settings import AppConfig
-from callhook.config.tls import client_context, server_context
+from callhook.config.tls import client_context
 from callhook.dialplan.outbound import OutboundCalls, OutboundPolicy
 from callhook.edge.connections import Connections, ListenError
 from callhook.edge.localaddress import local_address
@@ -49,7 +49,6 @@ from callhook.edge.speechworkers import SpeechService
 from callhook.monitoring import prometheus
 from callhook.sip.agent import Agent, CallEvent, IncomingCall
 from callhook.sip.guard import Guard, networks
-from callhook.sip.intake import Standing, standing
 from callhook.sip.transport import Target, Transport
 from callhook.telephony.admission import OutboundAdmission
 from callhook.telephony.conferences import CallConference, Conferences
@@ -66,6 +65,7 @@ from callhook.telephony.roomlinks import RoomLinks
 from callhook.telephony.roomrecording import RoomRecorder
 from callhook.telephony.sampling import Sampler
 from callhook.telephony.sipcall import SipCall
+from callhook.telephony.sipstreams import SipStreams
 from callhook.telephony.trunking import Trunks
 from callhook.telephony.users import Users
 from callhook.telephony.webclients import WebClients
@@ -108,6 +108,8 @@ class SipService:
         self.address = services.settings.sip.external_address or self.local
         self.agent: Agent | None = None
         self.transport: asyncio.DatagramTransport | None = None
+        #: SIP over TCP and TLS, and its connections (once started).
+        self.streams: SipStreams | None = None
         self.connections: Connections | None = None
         #: The /metrics families of the guard, the agent, the trunks... (once started).
         self.sampler: Sampler | None = None
@@ -353,35 +355,24 @@ class SipService:
         self.sampler.start()
 
     async def _listen_streams(self, listen: bool) -> None:
-        """The TCP and TLS listeners ``[sip]`` asks for (RFC 3261 §18: TCP beside UDP)."""
+        """The TCP and TLS side (telephony/sipstreams.py), listening if ``listen``."""
         settings = self.services.settings
-        self.connections = Connections(
-            self.message_received,
+        self.streams = SipStreams(
+            guard=self.guard,
+            agent=lambda: self.agent,
+            deliver=self.message_received,
+            flush=self._flush,
+            now=self.loop.time,
             client_tls=self.client_tls,
-            closed=self._connection_closed,
-            failed=self._connection_failed,
-            in_use=self._connection_in_use,
             max_message=settings.security.max_message_bytes,
-            answer_oversized=self._too_large,
-            banned=lambda host: self.guard.banned(host, self.loop.time()),
-            standing=self._standing,
         )
-        if not listen:
-            return
-        wanted: list[tuple[Transport, int]] = []
-        if settings.sip.tcp_port is None:
-            # The UDP port (any free one when UDP's was chosen by the system).
-            wanted.append(("tcp", self.port if self.requested_port else 0))
-        elif settings.sip.tcp_port:
-            wanted.append(("tcp", settings.sip.tcp_port))
-        if settings.sip.tls_certificate is not None and settings.sip.tls_port:
-            wanted.append(("tls", settings.sip.tls_port))
-        for transport, port in wanted:
-            tls = None
-            if transport == "tls":
-                assert settings.sip.tls_certificate is not None
-                tls = server_context(settings.sip.tls_certificate, settings.sip.tls_key)
-            self.ports[transport] = await self.connections.listen(transport, self.host, port, tls)
+        self.connections = self.streams.connections
+        if listen:
+            self.ports.update(
+                await self.streams.listen(
+                    settings.sip, self.host, self.port, any_port=not self.requested_port
+                )
+            )
 
     # --- the agent ------------------------------------------------------------------------
 
@@ -426,54 +417,6 @@ class SipService:
         and from the SIP proxies in front of callhook ([sip] proxies)."""
         extra, self.guard.names = self.trunks.trusted()
         self.guard.extra = extra + self._proxies
-
-    def _connection_closed(self, target: Target) -> None:
-        """A TCP/TLS connection closed: its calls go to their next hop, a trunk registered
-        over it registers again now."""
-        if self.agent is not None:
-            self.agent.flow_closed(target, self.loop.time())
-            self._flush()
-
-    def _connection_failed(self, target: Target) -> None:
-        """A connection could not be opened: what was to go over it fails now."""
-        if self.agent is not None:
-            self.agent.transport_failed(target, self.loop.time())
-            self._flush()
-
-    def _standing(self, host: str) -> Standing:
-        """What the guard does with requests from ``host`` now, for the TCP and TLS
-        connections (sip/intake.py): one from a source it would not answer is closed
-        at once (it would otherwise hold one of their slots, and its pings' pongs would
-        tell a scanner a SIP server is there)."""
-        found = standing(self.guard, host, self.loop.time())
-        for noted, cause in self.guard.take_notes():
-            logger.warning("SIP from %s: %s", noted, cause)
-        return found
-
-    def _too_large(self, head: bytes, source: Target) -> bytes | None:
-        """The 413 for a request on a connection whose header announced too big a body: put
-        to the guard like any message (counted; none for a source it drops), and with no
-        ``Server`` header where its answer would be the 403 (``unknown = "reject"``)."""
-        agent = self.agent
-        if agent is None:
-            return None
-        now = self.loop.time()
-        verdict = self.guard.admit(source.host, now, request=not head.startswith(b"SIP/2.0 "))
-        for host, cause in self.guard.take_notes():
-            logger.warning("SIP from %s: %s", host, cause)
-        if verdict == "drop":
-            return None
-        return agent.too_large(head, anonymous=verdict == "reject")
-
-    def _connection_in_use(self, target: Target) -> bool:
-        """Whether a call or a registration depends on the connection to ``target`` (an idle
-        one is then kept: the peer may have no other way to reach us)."""
-        agent = self.agent
-        if agent is None:
-            return False
-        if any(call.peer == target and call.flow_open for call in agent.calls.values()):
-            return True
-        return target in agent.registrations.targets()
 
     def message_received(self, data: bytes, source: Target) -> None:
         """A SIP message from ``source`` (a datagram, or framed off a connection): put to
