@@ -505,14 +505,21 @@ def _server_branch(request: Request) -> str:
     """The key a server transaction is matched by (§17.2.3).
 
     RFC 3261 peers put a unique branch starting with the magic cookie in their
-    Via. For RFC 2543 peers (no cookie) the transaction is identified by the
-    Call-ID, the From tag, the CSeq number and the top Via instead; the To tag
-    is left out so that the ACK of an error response still matches its INVITE.
+    Via: the key is that branch and the top Via's sent-by. For RFC 2543 peers (no
+    cookie) the transaction is identified by the Call-ID, the From tag, the CSeq
+    number and the top Via instead; the To tag is left out so that the ACK of an
+    error response still matches its INVITE.
     """
     branch = request.branch or ""
-    if branch.startswith("z9hG4bK"):
-        return branch
     vias = request.headers.get_all("Via")
+    if branch.startswith("z9hG4bK"):
+        # With the top Via's sent-by, as §17.2.3 asks: a third party that learnt a branch
+        # cannot CANCEL, ACK or retransmit into another client's transaction.
+        try:
+            top = parse_via(vias[0])
+        except (SipMessageError, IndexError):
+            return branch
+        return f"{branch}|{top.host.lower()}:{top.port or ''}"
     parts = (
         "2543",
         request.call_id,

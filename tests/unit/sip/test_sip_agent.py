@@ -575,6 +575,22 @@ def test_cancel_for_an_unknown_transaction_gets_481() -> None:
     answer_call(agent, T0 + 2.0)
 
 
+def test_a_cancel_with_the_branch_but_another_sent_by_is_not_the_invites() -> None:
+    """§17.2.3: a server transaction is the branch and the top Via's sent-by. A third
+    party that learnt the branch cannot cancel another client's INVITE."""
+    agent = Agent(HOST, PORT)
+    offer_call(agent)
+    forged = sip_request(
+        "CANCEL", contact=None, via=f"SIP/2.0/UDP 203.0.113.66:5060;branch={INVITE_BRANCH}"
+    )
+    agent.receive(forged, ("203.0.113.66", 5060), T0 + 1.0)
+    resp, _ = one_response(agent)
+    assert resp.status == 481
+    assert agent.take_events() == []
+    agent.receive(cancel_bytes(), PEER, T0 + 1.5)  # (the caller's own: its INVITE's)
+    assert statuses(sent(agent)) == [200, 487]
+
+
 def test_cancel_after_answer_gets_200_only() -> None:
     agent = Agent(HOST, PORT)
     offer_call(agent)
