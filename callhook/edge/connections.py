@@ -267,49 +267,62 @@ class Connections:
     async def _listen_tls(self, host: str, port: int, tls: ssl.SSLContext) -> int:
         """A TLS listener that accepts the TCP connections itself: each source is judged
         before its handshake (a listener with ``ssl=`` would make it first), and a
-        handshake under way holds its slot."""
+        handshake under way holds its slot. Bound to every address ``host`` names, as the
+        loop's own listeners are."""
         loop = asyncio.get_running_loop()
+        bound = port
         try:
-            family, _, _, _, address = (
-                await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-            )[0]
-            listener = socket.create_server(address[:2], family=family)
+            found = await loop.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+            for family, _, _, _, address in dict.fromkeys(found):
+                # (Port 0: the system's choice for the first, then the same for the rest.)
+                listener = socket.create_server((address[0], bound), family=family)
+                listener.setblocking(False)
+                self.listeners.append(listener)
+                bound = listener.getsockname()[1]
+                task = loop.create_task(self._accept_tls(listener, tls))
+                self._opening.add(task)
+                task.add_done_callback(self._opening.discard)
         except OSError as exc:
             raise ListenError("tls", host, port, exc) from None
-        listener.setblocking(False)
-        self.listeners.append(listener)
-        task = loop.create_task(self._accept_tls(listener, tls))
-        self._opening.add(task)
-        task.add_done_callback(self._opening.discard)
-        bound: int = listener.getsockname()[1]
         logger.info("SIP listening on tls %s:%d", host, bound)
         return bound
 
     async def _accept_tls(self, listener: socket.socket, tls: ssl.SSLContext) -> None:
         loop = asyncio.get_running_loop()
-        short = False  # (out of file descriptors: said once until it accepts again)
+        failing = False  # (accept failing: said once until it accepts again)
         while True:
             try:
                 sock, peer = await loop.sock_accept(listener)
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    if not short:
-                        logger.warning("SIP tls: cannot accept a connection: %s", exc)
-                    short = True
-                    await asyncio.sleep(0.1)
-                continue  # (ECONNABORTED and the like: that one connection)
-            short = False
-            key = Target(peer[0], peer[1], "tls")
-            if not self._take(key):
-                sock.close()
+                if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # (that one connection, gone before it was taken)
+                if not failing:  # (out of file descriptors, most likely: it passes)
+                    logger.warning("SIP tls: cannot accept a connection: %s", exc)
+                failing = True
+                await asyncio.sleep(0.1)
                 continue
-            stream = _Stream(self, "tls", key, accepted=True)
-            stream.start(loop.time())
-            assert stream.lifetime is not None
-            left = max(0.1, stream.lifetime.deadline - loop.time())
-            task = loop.create_task(self._handshake(stream, sock, tls, left))
-            task.add_done_callback(partial(self._handshaken, stream, sock))
-            stream.handshake = task
+            failing = False
+            try:
+                self._accepted_tls(sock, Target(peer[0], peer[1], "tls"), tls)
+            except Exception:  # (a bug: that connection, not the listener)
+                logger.exception("SIP tls: a connection from %s could not be taken", peer)
+                sock.close()
+
+    def _accepted_tls(self, sock: socket.socket, key: Target, tls: ssl.SSLContext) -> None:
+        """A TCP connection on a TLS listener: judged, then its handshake started."""
+        if not self._take(key):
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        stream = _Stream(self, "tls", key, accepted=True)
+        stream.start(loop.time())
+        assert stream.lifetime is not None
+        left = max(0.1, stream.lifetime.deadline - loop.time())
+        task = loop.create_task(self._handshake(stream, sock, tls, left))
+        task.add_done_callback(partial(self._handshaken, stream, sock))
+        stream.handshake = task
 
     def _handshaken(self, stream: _Stream, sock: socket.socket, _: object) -> None:
         stream.handshake = None

@@ -235,3 +235,33 @@ async def test_a_tls_handshake_counts_against_the_first_messages_deadline(
         assert took is not None and took < 3.0
         await asyncio.sleep(0.05)
         assert found.streams == {}
+
+
+async def test_a_fault_judging_one_tls_connection_does_not_stop_the_listener(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug met taking one connection closes that one, logged with its traceback; the
+    listener accepts the next."""
+    server, client = _tls()
+    calls: list[str] = []
+
+    def standing(host: str) -> Standing:
+        calls.append(host)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return "served"
+
+    async with listening(standing=standing, tls=server) as (_, port, _got):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+            )
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+        )
+        try:
+            writer.write(b"\r\n\r\n")
+            assert await asyncio.wait_for(reader.readexactly(len(PONG)), 3.0) == PONG
+        finally:
+            writer.close()
+    assert "could not be taken" in caplog.text and "RuntimeError: a bug" in caplog.text
