@@ -256,8 +256,9 @@ async def test_a_fault_judging_one_tls_connection_does_not_stop_the_listener(
             await asyncio.open_connection(
                 "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
             )
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"),
+            5.0,
         )
         try:
             writer.write(b"\r\n\r\n")
