@@ -281,9 +281,13 @@ def test_serve_on_a_full_disk_says_so_in_one_line(
         f'mount -t tmpfs -o size=64k callhook-full "$0" && {made}'
         '(cat /dev/zero > "$0/filler" 2>/dev/null; true) && exec "$@"'
     )
+    # (The workers' ports as the harness gives them: a SIP port drawn near 65535 leaves
+    # no room for them after it, and serve would refuse that first.)
+    config = tmp_path / "callhook.toml"
+    config.write_text(f"[workers]\nfirst_port = {harness.free_even_udp_port()}\n")
     serve = [sys.executable, "-m", "callhook", "serve", "--workers", str(workers)]
     serve += ["--data-dir", str(data_dir), "--sip", f"127.0.0.1:{harness.free_udp_port()}"]
-    serve += ["--http", f"127.0.0.1:{harness.free_tcp_port()}"]
+    serve += ["--http", f"127.0.0.1:{harness.free_tcp_port()}", "--config", str(config)]
     run = subprocess.run(
         ["unshare", "-rm", "sh", "-c", script, str(data_dir), *serve],
         capture_output=True, text=True, timeout=120, check=False,
