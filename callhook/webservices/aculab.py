@@ -464,19 +464,18 @@ class WebServices:
             # FIELD_MAX bytes of names and values in all.)
             fields = parts = 0
             async for part in reader:
+                if isinstance(part, BodyPartReader) and part.filename is not None:
+                    return await self._store_upload(app, Params(values), part, limit)
                 parts += 1
                 if parts > FIELD_COUNT:
                     _malformed("the form", f"more than {FIELD_COUNT} parts before its file")
                 if not isinstance(part, BodyPartReader):
                     continue  # (a nested form: counted, not read)
-                if part.filename is None:
-                    name = part.name or ""
-                    fields += len(name.encode())
-                    value = await _field(part, FIELD_MAX - fields)
-                    fields += len(value.encode())
-                    values.add(name, value)
-                    continue
-                return await self._store_upload(app, Params(values), part, limit)
+                name = part.name or ""
+                fields += len(name.encode())
+                value = await _field(part, FIELD_MAX - fields)
+                fields += len(value.encode())
+                values.add(name, value)
             _missing("the file")
         return await self._store_upload(app, Params(values), request.content, limit)
 

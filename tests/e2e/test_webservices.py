@@ -186,7 +186,7 @@ async def test_files_written_listed_read_renamed_deleted(
         fine = aiohttp.FormData()
         for name, value in (("filetype", "media"), ("filename", "prompts/fine.wav")):
             fine.add_field(name, value)
-        for n in range(90):
+        for n in range(98):  # (100 fields with filetype and filename, then the file)
             fine.add_field(f"p{n}", "")
         fine.add_field("file", hello, filename="fine.wav")
         written = await ws._call("file_write", {}, ws._key(), data=fine)
