@@ -468,10 +468,12 @@ def serve_forever(run: Callable[[list[str]], int], farewell: signal.Signals) -> 
     except _Farewell:
         pass
     finally:
-        try:
-            _farewell(forked, farewell)
-        except _Farewell:  # (SIGTERM while the control socket's end was being handled)
-            _farewell(forked, farewell)
+        # The farewell is now: a SIGTERM after it (the requester's death signal, which may
+        # come as this interpreter exits) has nothing to add, and raised in an atexit hook
+        # it would print a traceback. (One just before: its handler ignores the next.)
+        with contextlib.suppress(_Farewell):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _farewell(forked, farewell)
     return 0
 
 
