@@ -87,7 +87,9 @@ async def test_a_break_is_silence_the_caller_hears_and_no_markup_is_spoken(
     start, end = heard[0]
     said = recogniser.recognise(audio[start * FRAME : end * FRAME], options)
     text = said[0].text.lower() if said else ""
-    assert "hold" in text and "code" in text, text
+    # (tiny.en's free transcript of "hold" varies: once "help", in a loaded full run; the
+    # hinted reading below checks the words themselves.)
+    assert "please" in text and "code" in text, text
     for markup in ("speak", "break", "time", "interpret", "digits", "say-as", "<", "ms"):
         assert markup not in text.replace("please", ""), text
     # say-as digits: "four two", not "forty-two" (tiny.en's free transcript of the two
